@@ -1,0 +1,53 @@
+# Every target runs in the tools venv (.tools/), created from the pinned,
+# hash-checked scripts/requirements-tools.txt by any python3 on the host.
+# No conda, mamba or micromamba is used anywhere.
+
+PYTHON ?= python3
+TOOLS  := .tools
+PY     := $(TOOLS)/bin/python
+ENV    ?= py310
+# Extra arguments for `bootstrap lock`, e.g. LOCK_ARGS="--mirror conda-forge=http://mirror.internal/conda-forge"
+LOCK_ARGS ?=
+SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
+
+.PHONY: tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean
+
+tools: $(TOOLS)/.requirements-tools.txt
+
+$(TOOLS)/.requirements-tools.txt: scripts/requirements-tools.txt scripts/tools-venv.sh
+	PYTHON=$(PYTHON) scripts/tools-venv.sh $(TOOLS)
+
+## Solve envs/*.yml for every platform and write the locks (conda-forge and PyPI must be reachable,
+## or pass mirrors in LOCK_ARGS).
+lock: tools
+	$(PY) -m bootstrap lock $(LOCK_ARGS)
+
+## How the committed locks were produced: the conda part from the shared conda-forge snapshot
+## served as a mirror of the canonical channel (real URLs and hashes), the pip part from PyPI.
+lock-from-snapshot: tools
+	$(PY) -m bootstrap lock --mirror https://conda.anaconda.org/conda-forge=$(SNAPSHOT) $(LOCK_ARGS)
+
+## Offline: do the committed locks still satisfy the specs?
+lock-check: tools
+	$(PY) -m bootstrap lock --check
+
+test: tools
+	$(PY) scripts/check-py39.py
+	$(PY) -m pytest -q
+
+test-network: tools
+	$(PY) -m pytest -q -m network
+
+test-all: tools
+	$(PY) -m pytest -q -m "not gpu"
+
+bench-lock: tools
+	$(PY) scripts/bench_lock.py
+
+## Re-pin the tools venv (needs PyPI).
+tools-requirements: tools
+	$(TOOLS)/bin/uv pip compile scripts/requirements-tools.in --universal --python-version 3.10 \
+	  --generate-hashes --no-header -o scripts/requirements-tools.txt
+
+clean:
+	rm -rf $(TOOLS) .pytest_cache

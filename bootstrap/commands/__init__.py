@@ -1,0 +1,1 @@
+"""One module per CLI verb: `configure(parser)` and `run(args) -> int`."""

@@ -1,0 +1,43 @@
+"""One error root, caught once at the CLI.
+
+Core code raises these instead of printing or exiting. Each message is meant
+to be read alone on one line: it names the file, the field and the fix.
+"""
+
+from __future__ import annotations
+
+# Exit codes shared by every verb.
+EXIT_OK = 0
+EXIT_FAILED = 1  # a check failed / the lock is stale
+EXIT_USAGE = 2  # bad input, bad usage, unreachable source
+
+
+class BootstrapError(Exception):
+    """Base of every error bootstrap reports without a traceback."""
+
+    exit_code = EXIT_USAGE
+
+
+class InputError(BootstrapError):
+    """A spec, lock or option the user gave is malformed or inconsistent."""
+
+    def __init__(self, where: object, problem: str, fix: str = "") -> None:
+        self.where = str(where)
+        self.problem = problem
+        self.fix = fix
+        text = f"{self.where}: {problem}"
+        if fix:
+            text += f" ({fix})"
+        super().__init__(text)
+
+
+class SolveError(BootstrapError):
+    """The conda or pip part cannot be satisfied; carries the solver's explanation."""
+
+
+class FetchError(BootstrapError):
+    """A channel, mirror or index could not be reached or read."""
+
+
+class ToolError(BootstrapError):
+    """An external tool (uv, ...) failed in a way that is not the user's input."""

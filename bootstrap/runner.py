@@ -1,0 +1,62 @@
+"""The one place that starts subprocesses.
+
+argv lists only (never a shell), a timeout on every call, output decoded once.
+Probes and resolvers take a `Runner` so tests can pass one that replays
+recorded output.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional, Sequence
+
+from bootstrap.errors import ToolError
+
+
+@dataclass(frozen=True)
+class Completed:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+Runner = Callable[..., Completed]
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float = 300.0,
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[str] = None,
+) -> Completed:
+    """Run `argv`, return its decoded output; raise ToolError if it cannot start or times out.
+
+    A non-zero exit status is returned, not raised: callers know which
+    failures are the user's (bad spec) and which are the tool's.
+    """
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    try:
+        proc = subprocess.run(
+            list(argv),
+            capture_output=True,
+            timeout=timeout,
+            env=full_env,
+            cwd=cwd,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise ToolError(f"{argv[0]}: not found ({exc.strerror}); run `make tools` to install it") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ToolError(f"{' '.join(argv[:3])} ...: no answer after {timeout:.0f} s") from exc
+    return Completed(
+        argv=tuple(argv),
+        returncode=proc.returncode,
+        stdout=proc.stdout.decode("utf-8", "replace"),
+        stderr=proc.stderr.decode("utf-8", "replace"),
+    )

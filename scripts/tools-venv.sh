@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Create (or refresh) the tools venv that every make target runs in.
+#
+#   scripts/tools-venv.sh DIR
+#
+# py-rattler and conda-lock need Python >= 3.10. If the host's python3 is
+# older (a 3.9-only cluster login node), uv — which itself installs on 3.8+ —
+# provides a managed 3.11 interpreter instead; that needs python-build-standalone
+# downloads or a mirror in UV_PYTHON_INSTALL_MIRROR. No conda is involved.
+set -euo pipefail
+
+venv=${1:?usage: tools-venv.sh DIR}
+here=$(cd "$(dirname "$0")" && pwd)
+reqs="$here/requirements-tools.txt"
+python=${PYTHON:-python3}
+
+if ! command -v "$python" >/dev/null; then
+  echo "tools-venv: '$python' not found; install Python >= 3.9 or set PYTHON=/path/to/python3" >&2
+  exit 2
+fi
+
+if "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+  "$python" -m venv --clear "$venv"
+else
+  echo "tools-venv: $("$python" -V 2>&1) is older than 3.10; using a uv-managed Python 3.11" >&2
+  seed="$venv.seed"
+  "$python" -m venv --clear "$seed"
+  "$seed/bin/python" -m pip install --quiet "uv==0.13.9"
+  "$seed/bin/uv" venv --quiet --seed --python 3.11 "$venv"
+  rm -rf "$seed"
+fi
+
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes -r "$reqs"
+# The stamp is what make compares against the requirements file.
+cp "$reqs" "$venv/.requirements-tools.txt"
