@@ -1,0 +1,72 @@
+"""Shared fixtures: a real fixture channel (on disk and over loopback HTTP), a wheelhouse,
+and an environment scrubbed of every variable that would steer conda, rattler, pip or uv."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.fixtures.conda_channel import ServedUrl, build_channel, serve_directory, standard_specs
+from tests.fixtures.wheels import build_wheelhouse, standard_wheels
+
+# Variables a developer's shell or CI may set that change what conda, rattler,
+# pip, uv or CUDA do; a test that wants one sets it with monkeypatch.
+_SCRUBBED_PREFIXES = ("CONDA_", "PIP_", "UV_", "BOOTSTRAP_")
+_SCRUBBED_NAMES = ("CUDA_VISIBLE_DEVICES",)
+
+
+@pytest.fixture(scope="session")
+def fixture_channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The standard fixture channel (`standard_specs()`), built and indexed once per session.
+
+    Read-only: tests that need to alter a channel build their own.
+    """
+    return build_channel(tmp_path_factory.mktemp("channel"), standard_specs())
+
+
+@pytest.fixture(scope="session")
+def channel_server(fixture_channel: Path) -> Iterator[ServedUrl]:
+    """`fixture_channel` served on loopback HTTP; `.requests` lists every path asked for."""
+    with serve_directory(fixture_channel) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def channel_http(channel_server: ServedUrl) -> str:
+    """Base URL (`http://127.0.0.1:PORT`) of the served fixture channel, e.g. for a mirror."""
+    return channel_server
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A `--find-links` directory holding `standard_wheels()`."""
+    return build_wheelhouse(tmp_path_factory.mktemp("wheelhouse"), standard_wheels())
+
+
+@pytest.fixture(scope="session")
+def _tool_cache_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    # rattler.install() defaults to $RATTLER_CACHE_DIR/pkgs, but rattler.Gateway()
+    # ignores that variable and caches repodata in $XDG_CACHE_HOME/rattler/cache.
+    return {
+        "RATTLER_CACHE_DIR": str(tmp_path_factory.mktemp("rattler-cache")),
+        "XDG_CACHE_HOME": str(tmp_path_factory.mktemp("xdg-cache")),
+        "UV_CACHE_DIR": str(tmp_path_factory.mktemp("uv-cache")),
+    }
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch, _tool_cache_dirs: dict) -> None:
+    """Drop `CONDA_*`, `PIP_*`, `UV_*`, `BOOTSTRAP_*` and `CUDA_VISIBLE_DEVICES`; point
+    rattler's, uv's and XDG caches at session temp dirs so no test touches the user's.
+
+    The caches are shared by the whole session: a test that swaps archive bytes or
+    serves different repodata under one URL must pass its own `cache_dir`s.
+    """
+    for name in list(os.environ):
+        if name.startswith(_SCRUBBED_PREFIXES) or name in _SCRUBBED_NAMES:
+            monkeypatch.delenv(name)
+    for name, value in _tool_cache_dirs.items():
+        monkeypatch.setenv(name, value)
