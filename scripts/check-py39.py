@@ -30,7 +30,7 @@ def grammar_errors(paths: list[Path]) -> list[str]:
 
 
 def vermin_errors(paths: list[Path]) -> list[str]:
-    argv = [str(Path(sys.executable).with_name("vermin")), "--no-tips", "--violations", "--eval-annotations",
+    argv = [str(Path(sys.executable).with_name("vermin")), "--no-tips", "--violations",
             "--backport", "dataclasses", "-t=3.9-", *map(str, paths)]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode == 0:

@@ -1,0 +1,93 @@
+"""`python -m bootstrap lock [ENV ...] [--platform P ...] [--mirror CANONICAL=URL ...] [--check] [--dry-run]`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bootstrap.errors import EXIT_FAILED, EXIT_OK
+from bootstrap.project import Project, find_root
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("envs", nargs="*", metavar="ENV", help="envs to lock (default: every envs/*.yml)")
+    parser.add_argument("--platform", action="append", default=[], metavar="P",
+                        help="relock only this platform (repeatable); the others are kept")
+    parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
+                        help="serve a channel from an HTTP mirror or a local directory; the lock keeps canonical URLs")
+    parser.add_argument("--check", action="store_true",
+                        help="offline: exit 0 if the locks satisfy the specs, 1 if stale (no solve)")
+    parser.add_argument("--dry-run", action="store_true", help="solve and print the diff, write nothing")
+    parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="repodata cache (default: rattler's)")
+    pip = parser.add_argument_group("pip part (uv)")
+    pip.add_argument("--pip-find-links", action="append", default=[], metavar="DIR_OR_URL",
+                     help="also look for wheels here (repeatable)")
+    pip.add_argument("--pip-no-index", action="store_true", help="do not use PyPI / UV_INDEX_URL")
+    pip.add_argument("--pip-offline", action="store_true", help="use only uv's cache and --pip-find-links")
+
+
+def run(args: argparse.Namespace) -> int:
+    project = Project(args.root or find_root(Path.cwd()))
+    envs = project.resolve_envs(args.envs)
+    if args.check:
+        return _check(project, envs)
+    return _lock(project, envs, args)
+
+
+def _check(project: Project, envs: list[str]) -> int:
+    from bootstrap.staleness import check_env
+
+    code = EXIT_OK
+    for env in envs:
+        result = check_env(project, env)
+        name = _relative(result.lock_path, project.root)
+        if result.fresh:
+            print(f"{env}: {name} is fresh")
+            continue
+        code = EXIT_FAILED
+        print(f"{env}: {name} is stale ({len(result.stale)} problems); relock with `make lock`")
+        for stale in result.stale:
+            print(f"  {stale}")
+    return code
+
+
+def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
+    from bootstrap.lock import LockOptions, lock_env
+    from bootstrap.mirrors import Mirror
+    from bootstrap.pip_resolve import PipOptions
+
+    options = LockOptions(
+        platforms=tuple(args.platform),
+        mirrors=tuple(Mirror.parse(m, base=Path.cwd()) for m in args.mirror),
+        pip=PipOptions(tuple(args.pip_find_links), args.pip_no_index, args.pip_offline),
+        cache_dir=args.cache_dir,
+        dry_run=args.dry_run,
+    )
+    for env in envs:
+        result = lock_env(project, env, options)
+        verb = "would write" if args.dry_run else "wrote"
+        timing = ", ".join(f"{k} {v:.2f}s" for k, v in result.seconds.items())
+        print(f"{env}: {verb} {_relative(result.path, project.root)} ({timing})")
+        for diff in result.diffs:
+            counts = result.counts[diff.platform]
+            summary = "unchanged" if diff.empty else f"+{len(diff.added)} -{len(diff.removed)} ~{len(diff.changed)}"
+            print(f"  {diff.platform:<10} {counts['conda']:>3} conda {counts['pip']:>3} pip   {'new' if result.new else summary}")
+            if result.new:
+                continue
+            for line in diff.added:
+                print(f"      + {line}")
+            for line in diff.removed:
+                print(f"      - {line}")
+            for line in diff.changed:
+                print(f"      ~ {line}")
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,131 @@
+"""`bootstrap lock`: solve an env for its platforms and write its conda-lock.yml.
+
+    spec + virtual packages --rattler--> conda records per platform
+                            --uv------> pip wheels per platform (in parallel)
+                            --conda-lock writer--> lock (atomic), diff vs the old one
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from bootstrap import __version__
+from bootstrap.errors import InputError, SolveError
+from bootstrap.lockfile import (
+    META_INPUTS,
+    META_MIRRORS,
+    META_VERSION,
+    Lock,
+    LockContent,
+    LockedPackage,
+    PlatformDiff,
+    conda_lock_content_hashes,
+    diff_locks,
+    inputs_digest,
+    read_lock,
+    write_lock,
+)
+from bootstrap.mirrors import Mirror
+from bootstrap.pip_resolve import PipOptions, pip_requirements, resolve_all, target_for
+from bootstrap.project import Project
+from bootstrap.solve import solve_conda, to_locked
+from bootstrap.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
+
+
+@dataclass(frozen=True)
+class LockOptions:
+    platforms: tuple[str, ...] = ()  # a subset to relock; the others are kept from the old lock
+    mirrors: tuple[Mirror, ...] = ()
+    pip: PipOptions = PipOptions()
+    cache_dir: Optional[Path] = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class LockResult:
+    env: str
+    path: Path
+    written: bool
+    new: bool  # there was no lock before
+    platforms: tuple[str, ...]
+    counts: dict  # platform -> {"conda": n, "pip": n}
+    diffs: tuple[PlatformDiff, ...]
+    seconds: dict = field(default_factory=dict)  # conda_solve, pip_resolve, write
+
+
+def lock_env(project: Project, env: str, options: LockOptions = LockOptions()) -> LockResult:
+    spec = read_spec(project.spec_path(env))
+    pip_requirements(spec)  # bad syntax fails here, before any solving
+    vpkgs = read_virtual_packages(project.virtual_packages_path)
+    lock_path = project.lock_path(env)
+    old = read_lock(lock_path) if lock_path.exists() else None
+    platforms = _platforms_to_solve(spec, options.platforms)
+    seconds = {}
+
+    started = time.perf_counter()
+    conda = {p: solve_conda(spec, p, vpkgs.for_platform(p), options.mirrors, options.cache_dir) for p in platforms}
+    seconds["conda_solve"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    targets = [target_for(p, _python_version(spec, p, records), vpkgs) for p, records in conda.items()] if spec.pip else []
+    pip = resolve_all(spec, targets, options.pip)
+    seconds["pip_resolve"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    packages = [to_locked(r, p) for p, records in conda.items() for r in records]
+    packages += [pkg for entries in pip.values() for pkg in entries]
+    packages += _kept_from(old, spec, platforms)
+    content = _content(project, spec, vpkgs, lock_path, packages, options)
+    diffs = tuple(diff_locks(old.packages if old else (), content.packages, spec.platforms))
+    if not options.dry_run:
+        write_lock(lock_path, content)
+    seconds["write"] = time.perf_counter() - started
+
+    counts = {
+        p: {m: sum(1 for x in content.packages if x.platform == p and x.manager == m) for m in ("conda", "pip")}
+        for p in spec.platforms
+    }
+    return LockResult(env, lock_path, not options.dry_run, old is None, platforms, counts, diffs, seconds)
+
+
+def _platforms_to_solve(spec: EnvSpec, requested: tuple[str, ...]) -> tuple[str, ...]:
+    for platform in requested:
+        if platform not in spec.platforms:
+            raise InputError("--platform", f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
+                             f"add it to `platforms:` in {spec.path.name} first")
+    return tuple(requested) or spec.platforms
+
+
+def _python_version(spec: EnvSpec, platform: str, records: list) -> str:
+    for record in records:
+        if record.name.normalized == "python":
+            return str(record.version)
+    raise SolveError(f"{spec.path}: the conda solve for {platform} has no python, which the pip: section needs")
+
+
+def _kept_from(old: Optional[Lock], spec: EnvSpec, solved: tuple[str, ...]) -> list[LockedPackage]:
+    """Entries of platforms not relocked this time (`--platform`), if the spec still lists them."""
+    if old is None:
+        return []
+    keep = set(spec.platforms) - set(solved)
+    return [p for p in old.packages if p.platform in keep]
+
+
+def _content(project: Project, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path,
+             packages: list[LockedPackage], options: LockOptions) -> LockContent:
+    content_hash = conda_lock_content_hashes(spec.path, vpkgs.path)
+    custom = {META_VERSION: __version__, META_INPUTS: inputs_digest(spec.path, vpkgs.path, content_hash)}
+    if options.mirrors:
+        custom[META_MIRRORS] = " ".join(m.public() for m in options.mirrors)
+    return LockContent(
+        channels=spec.channels,
+        platforms=spec.platforms,
+        sources=(os.path.relpath(spec.path, lock_path.parent),),
+        content_hash=content_hash,
+        custom=custom,
+        packages=tuple(packages),
+    )

@@ -1,0 +1,282 @@
+"""conda-lock v1 lock files: a light reader and a writer that uses conda-lock itself.
+
+Reading is plain YAML into frozen dataclasses, so the env side (Python 3.9,
+no conda-lock installed) and `lock --check` (which must answer in well under
+a second) never import conda-lock. Writing goes through conda-lock's own
+pydantic models and `write_conda_lock_file`, so the file is exactly what
+`conda-lock render` / `conda-lock install` / `micromamba create -f` expect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from bootstrap.errors import InputError
+from bootstrap.spec import load_yaml
+
+# Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
+META_VERSION = "bootstrap.version"
+META_MIRRORS = "bootstrap.mirrors"
+META_INPUTS = "bootstrap.inputs-sha256"
+_REGENERATE = "regenerate it with `make lock`"
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    """One entry of a lock's `package:` list."""
+
+    name: str
+    version: str
+    manager: str  # "conda" | "pip"
+    platform: str
+    url: str
+    sha256: str
+    md5: Optional[str] = None
+    build: Optional[str] = None
+    dependencies: Mapping[str, str] = field(default_factory=dict)
+    category: str = "main"
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+    def describe(self) -> str:
+        """`python 3.10.19 h3c07f61_3_cpython` or `torch 2.10.0`."""
+        return f"{self.name} {self.version}" + (f" {self.build}" if self.build else "")
+
+
+@dataclass(frozen=True)
+class Lock:
+    path: Path
+    content_hash: Mapping[str, str]
+    channels: tuple[str, ...]
+    platforms: tuple[str, ...]
+    sources: tuple[str, ...]
+    custom: Mapping[str, str]
+    packages: tuple[LockedPackage, ...]
+
+    def for_platform(self, platform: str, manager: Optional[str] = None) -> list[LockedPackage]:
+        return [
+            p for p in self.packages
+            if p.platform == platform and (manager is None or p.manager == manager)
+        ]
+
+
+def read_lock(path: Path) -> Lock:
+    """Parse a conda-lock v1 file; any structural problem is an InputError naming the field."""
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(path, "not a conda-lock file (expected a mapping)", _REGENERATE)
+    if data.get("version") != 1:
+        raise InputError(path, f"version: expected 1, found {data.get('version')!r}", _REGENERATE)
+    meta = _mapping(path, data, "metadata")
+    packages = data.get("package")
+    if not isinstance(packages, list):
+        raise InputError(path, "package: missing or not a list", _REGENERATE)
+    return Lock(
+        path=path,
+        content_hash=dict(_mapping(path, meta, "content_hash", "metadata.")),
+        channels=tuple(_channel_url(path, c) for c in _list(path, meta, "channels")),
+        platforms=tuple(str(p) for p in _list(path, meta, "platforms")),
+        sources=tuple(str(s) for s in _list(path, meta, "sources")),
+        custom=dict(meta.get("custom_metadata") or {}),
+        packages=tuple(_package(path, i, entry) for i, entry in enumerate(packages)),
+    )
+
+
+def _mapping(path: Path, data: dict, key: str, prefix: str = "") -> dict:
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise InputError(path, f"{prefix}{key}: missing or not a mapping", _REGENERATE)
+    return value
+
+
+def _list(path: Path, data: dict, key: str) -> list:
+    value = data.get(key)
+    if not isinstance(value, list):
+        raise InputError(path, f"metadata.{key}: missing or not a list", _REGENERATE)
+    return value
+
+
+def _channel_url(path: Path, entry: Any) -> str:
+    if isinstance(entry, dict) and isinstance(entry.get("url"), str):
+        return entry["url"]
+    raise InputError(path, f"metadata.channels: bad entry {entry!r}", _REGENERATE)
+
+
+def _package(path: Path, index: int, entry: Any) -> LockedPackage:
+    where = f"package[{index}]"
+    if not isinstance(entry, dict):
+        raise InputError(path, f"{where}: not a mapping", _REGENERATE)
+    try:
+        hashes = entry["hash"] or {}
+        manager = entry["manager"]
+        package = LockedPackage(
+            name=str(entry["name"]),
+            version=str(entry["version"]),
+            manager=manager,
+            platform=str(entry["platform"]),
+            url=str(entry["url"]),
+            sha256=str(hashes["sha256"]),
+            md5=hashes.get("md5"),
+            build=entry.get("build"),
+            dependencies={str(k): str(v) for k, v in (entry.get("dependencies") or {}).items()},
+            category=str(entry.get("category", "main")),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise InputError(path, f"{where}: missing or malformed field {exc}", _REGENERATE) from None
+    if manager not in ("conda", "pip"):
+        raise InputError(path, f"{where}.manager: expected conda or pip, found {manager!r}", _REGENERATE)
+    if manager == "conda" and not package.md5:
+        raise InputError(path, f"{where}.hash.md5: missing (conda-lock requires it)", _REGENERATE)
+    return package
+
+
+# --------------------------------------------------------------------------- inputs digest
+
+def inputs_digest(spec_path: Path, virtual_packages_path: Path, content_hash: Mapping[str, str]) -> str:
+    """sha256 binding the exact input bytes to the content hashes computed from them.
+
+    conda-lock's content hash needs conda-lock (0.7 s to import) to recompute.
+    This digest lets `lock --check` skip that when the inputs are byte-for-byte
+    those the hashes were computed from; any edit (or a hand-edited hash)
+    changes the digest and the check falls back to conda-lock's own function.
+    """
+    digest = hashlib.sha256()
+    for part in (spec_path.read_bytes(), virtual_packages_path.read_bytes()):
+        digest.update(hashlib.sha256(part).digest())
+    digest.update(json.dumps(dict(content_hash), sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def conda_lock_content_hashes(spec_path: Path, virtual_packages_path: Path) -> dict[str, str]:
+    """conda-lock's `content_hash` for a spec, computed by conda-lock's own code, offline."""
+    from conda_lock.content_hash import compute_content_hashes
+
+    lock_spec, vpr = _conda_lock_inputs(spec_path, virtual_packages_path)
+    return compute_content_hashes(lock_spec, vpr)
+
+
+def conda_lock_accepts_hash(spec_path: Path, virtual_packages_path: Path, platform: str, value: str) -> bool:
+    """What `conda-lock lock --check-input-hash` decides for one platform."""
+    from conda_lock.content_hash import backwards_compatible_content_hashes
+
+    lock_spec, vpr = _conda_lock_inputs(spec_path, virtual_packages_path)
+    return value in backwards_compatible_content_hashes(lock_spec, vpr, platform)
+
+
+def _conda_lock_inputs(spec_path: Path, virtual_packages_path: Path):
+    from conda_lock.src_parser import make_lock_spec
+    from conda_lock.virtual_package import virtual_package_repo_from_specification
+
+    # conda-lock fetches a PyPI<->conda name map from the internet unless given
+    # one; names in a pip: section are never mapped, so an empty map is exact.
+    with tempfile.TemporaryDirectory(prefix="bootstrap-mapping-") as tmp:
+        mapping = Path(tmp, "mapping.json")
+        mapping.write_text("{}")
+        lock_spec = make_lock_spec(src_files=[spec_path], mapping_url=mapping.as_uri())
+    vpr = virtual_package_repo_from_specification(virtual_packages_path)
+    return lock_spec, vpr
+
+
+# --------------------------------------------------------------------------- writing
+
+@dataclass(frozen=True)
+class LockContent:
+    """Everything a lock file holds, independent of conda-lock's models."""
+
+    channels: tuple[str, ...]
+    platforms: tuple[str, ...]
+    sources: tuple[str, ...]
+    content_hash: Mapping[str, str]
+    custom: Mapping[str, str]
+    packages: tuple[LockedPackage, ...]
+
+
+def write_lock(path: Path, content: LockContent) -> None:
+    """Write `content` with conda-lock's writer, atomically (temp file + rename)."""
+    from conda_lock.lockfile import write_conda_lock_file
+
+    lockfile = _to_conda_lock_model(content)
+    # conda-lock prints the file's own name into the help header, so the temp
+    # file gets the real name inside a private temp directory beside the target.
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    tmp = tmp_dir / path.name
+    try:
+        write_conda_lock_file(lockfile, tmp, metadata_choices=set())
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        tmp_dir.rmdir()
+
+
+def _to_conda_lock_model(content: LockContent):
+    from conda_lock.lockfile.v1.models import HashModel, LockMeta
+    from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
+
+    packages = [
+        LockedDependency(
+            name=p.name,
+            version=p.version,
+            manager=p.manager,
+            platform=p.platform,
+            dependencies=dict(p.dependencies),
+            url=p.url,
+            hash=HashModel(md5=p.md5, sha256=p.sha256) if p.md5 else HashModel(sha256=p.sha256),
+            build=p.build,
+            categories={p.category},
+        )
+        for p in content.packages
+    ]
+    meta = LockMeta(
+        content_hash=dict(content.content_hash),
+        channels=list(content.channels),
+        platforms=list(content.platforms),
+        sources=list(content.sources),
+        custom_metadata=dict(content.custom) or None,
+    )
+    return Lockfile(package=packages, metadata=meta)
+
+
+# --------------------------------------------------------------------------- diff
+
+@dataclass(frozen=True)
+class PlatformDiff:
+    platform: str
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+
+def diff_locks(old: Sequence[LockedPackage], new: Sequence[LockedPackage], platforms: Iterable[str]) -> list[PlatformDiff]:
+    """Per platform: which packages were added, removed or changed version/build."""
+    out = []
+    for platform in platforms:
+        before = {(p.manager, p.name): p for p in old if p.platform == platform}
+        after = {(p.manager, p.name): p for p in new if p.platform == platform}
+        added = tuple(after[k].describe() for k in sorted(after.keys() - before.keys()))
+        removed = tuple(before[k].describe() for k in sorted(before.keys() - after.keys()))
+        changed = tuple(
+            f"{k[1]} {before[k].version}{_build(before[k])} -> {after[k].version}{_build(after[k])}"
+            for k in sorted(before.keys() & after.keys())
+            if (before[k].version, before[k].build, before[k].sha256) != (after[k].version, after[k].build, after[k].sha256)
+        )
+        out.append(PlatformDiff(platform, added, removed, changed))
+    return out
+
+
+def _build(p: LockedPackage) -> str:
+    return f" ({p.build})" if p.build else ""

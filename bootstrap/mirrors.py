@@ -1,0 +1,67 @@
+"""`--mirror CANONICAL=URL`: serve a channel's data from somewhere else.
+
+Air-gapped clusters map canonical channels to an internal mirror; the lock
+keeps the canonical URLs so it works anywhere. A mirror target is either an
+HTTP(S) URL (py-rattler's mirror middleware) or a local directory / file://
+URL holding `<subdir>/repodata.json` (read as sparse repodata bound to the
+canonical channel). Credentials in a mirror URL are used but never recorded.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+from urllib.parse import unquote, urlsplit
+
+from bootstrap.errors import InputError
+from bootstrap.spec import canonical_channel
+
+
+@dataclass(frozen=True)
+class Mirror:
+    canonical: str
+    target: str  # an http(s) URL, or an absolute directory
+    given: str = ""  # the target as the user wrote it; recorded for local directories
+
+    @classmethod
+    def parse(cls, text: str, base: Optional[Path] = None) -> "Mirror":
+        """`conda-forge=http://mirror/cf`, `https://conda.anaconda.org/conda-forge=../snapshot/conda-forge`."""
+        canonical, sep, target = (part.strip() for part in text.partition("="))
+        if not sep or not canonical or not target:
+            raise InputError("--mirror", f"'{text}' is not CANONICAL=URL", "e.g. --mirror conda-forge=http://mirror.internal/conda-forge")
+        given = target
+        if "://" not in target or target.startswith("file://"):
+            path = Path(unquote(urlsplit(target).path)) if target.startswith("file://") else Path(target)
+            if not path.is_absolute() and base is not None:
+                path = base / path
+            target = str(path.resolve())
+        return cls(canonical_channel(canonical), target.rstrip("/"), given)
+
+    @property
+    def local_dir(self) -> Optional[Path]:
+        return None if "://" in self.target else Path(self.target)
+
+    def public(self) -> str:
+        """`canonical=target` with any user:password removed, safe to write into a lock."""
+        if self.local_dir is not None:
+            # As written on the command line (often relative): no machine paths in a lock.
+            return f"{self.canonical}={self.given or self.local_dir.name}"
+        return f"{self.canonical}={scrub_credentials(self.target)}"
+
+
+
+_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
+
+
+def scrub_credentials(text: str) -> str:
+    """Remove `user:password@` from every URL in `text` (error messages, logs)."""
+    return _USERINFO.sub(r"\g<scheme>", text)
+
+
+def mirror_for(channel_url: str, mirrors: Sequence[Mirror]) -> Optional[Mirror]:
+    for mirror in mirrors:
+        if mirror.canonical == channel_url:
+            return mirror
+    return None

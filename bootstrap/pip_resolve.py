@@ -1,0 +1,208 @@
+"""The pip part of a lock: uv resolves the spec's `pip:` section per target.
+
+For each platform uv is told the target explicitly — `--python-version` from
+the Python the conda solve picked, `--python-platform` from the platform and
+its virtual packages (`__glibc` -> manylinux tag, `__osx` ->
+MACOSX_DEPLOYMENT_TARGET) — so markers are evaluated for the target, not this
+host (pip's `--platform` gets that wrong; see ENGINE-NOTES.md). Shell
+equivalent for linux-64:
+
+    uv pip compile req.in --python-version 3.10.19 \
+        --python-platform x86_64-manylinux_2_28 --only-binary :all: \
+        --format pylock.toml -o pylock.toml
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from bootstrap.errors import FetchError, InputError, SolveError, ToolError
+from bootstrap.lockfile import LockedPackage
+from bootstrap.runner import Runner, run
+from bootstrap.spec import EnvSpec, VirtualPackages
+
+_ARCH = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "osx-64": "x86_64", "osx-arm64": "aarch64"}
+_WINDOWS = {"win-64": "x86_64-pc-windows-msvc", "win-arm64": "aarch64-pc-windows-msvc"}
+_VIA = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==\S+\s+# via (?P<parents>.+)$")
+
+
+@dataclass(frozen=True)
+class PipOptions:
+    """Where uv looks for wheels. Defaults: PyPI (or UV_INDEX_URL), online."""
+
+    find_links: tuple[str, ...] = ()
+    no_index: bool = False
+    offline: bool = False
+    uv: Optional[str] = None  # path to the uv binary; default: beside this interpreter, then PATH
+
+    def index_args(self) -> list[str]:
+        args = []
+        for link in self.find_links:
+            args += ["--find-links", link]
+        if self.no_index:
+            args.append("--no-index")
+        if self.offline:
+            args.append("--offline")
+        return args
+
+
+@dataclass(frozen=True)
+class Target:
+    """The machine uv resolves for."""
+
+    platform: str
+    python_version: str
+    python_platform: str
+    env: Mapping[str, str]
+
+
+def target_for(platform: str, python_version: str, virtual_packages: VirtualPackages) -> Target:
+    """Map a conda platform + its virtual packages to uv's `--python-platform` and env."""
+    if platform in _WINDOWS:
+        return Target(platform, python_version, _WINDOWS[platform], {})
+    if platform.startswith("linux-") and platform in _ARCH:
+        glibc = virtual_packages.version_of(platform, "__glibc")
+        if glibc is None:
+            raise InputError(virtual_packages.path, f"subdirs.{platform}.packages.__glibc: missing",
+                             "the pip part needs it to pick manylinux wheels, e.g. __glibc: \"2.28\"")
+        major, _, minor = glibc.partition(".")
+        return Target(platform, python_version, f"{_ARCH[platform]}-manylinux_{major}_{minor or 0}", {})
+    if platform.startswith("osx-") and platform in _ARCH:
+        osx = virtual_packages.version_of(platform, "__osx")
+        if osx is None:
+            raise InputError(virtual_packages.path, f"subdirs.{platform}.packages.__osx: missing",
+                             "the pip part needs the oldest macOS to support, e.g. __osx: \"14.0\"")
+        return Target(platform, python_version, f"{_ARCH[platform]}-apple-darwin", {"MACOSX_DEPLOYMENT_TARGET": osx})
+    raise InputError("--platform", f"{platform}: the pip part cannot be resolved for this platform",
+                     "remove the pip: section or the platform")
+
+
+def uv_binary(options: PipOptions) -> str:
+    if options.uv:
+        return options.uv
+    beside = Path(sys.executable).with_name("uv")
+    found = str(beside) if beside.exists() else shutil.which("uv")
+    if not found:
+        raise ToolError("uv not found beside this Python or on PATH; run `make tools`")
+    return found
+
+
+def resolve_pip(
+    spec: EnvSpec,
+    target: Target,
+    options: PipOptions = PipOptions(),
+    runner: Runner = run,
+) -> list[LockedPackage]:
+    """Resolve `spec.pip` for `target`: each wheel's URL and sha256, with dependency edges."""
+    if not spec.pip:
+        return []
+    uv = uv_binary(options)
+    base = [
+        uv, "pip", "compile", "requirements.in", "--quiet",
+        "--python-version", target.python_version,
+        "--python-platform", target.python_platform,
+        "--only-binary", ":all:", "--no-header",
+        *options.index_args(),
+    ]
+    with tempfile.TemporaryDirectory(prefix="bootstrap-pip-") as tmp:
+        Path(tmp, "requirements.in").write_text("\n".join(spec.pip) + "\n", encoding="utf-8")
+        done = runner([*base, "--format", "pylock.toml", "-o", "pylock.toml"], env=target.env, cwd=tmp, timeout=600)
+        _raise_for(done, spec, target)
+        wheels = _parse_pylock(Path(tmp, "pylock.toml").read_text(encoding="utf-8"), target)
+        # pylock.toml carries no dependency edges; uv's annotated output does.
+        # The second run reads only uv's cache (--offline), so it costs milliseconds.
+        offline = [] if options.offline else ["--offline"]
+        annotated = runner([*base, *offline, "--annotation-style", "line"], env=target.env, cwd=tmp, timeout=120)
+        edges = parse_via_annotations(annotated.stdout) if annotated.returncode == 0 else {}
+    return [
+        LockedPackage(
+            name=name,
+            version=version,
+            manager="pip",
+            platform=target.platform,
+            url=url,
+            sha256=sha256,
+            dependencies={child: "*" for child in sorted(edges.get(name, ()))},
+        )
+        for name, version, url, sha256 in wheels
+    ]
+
+
+def _raise_for(done, spec: EnvSpec, target: Target) -> None:
+    if done.returncode == 0:
+        return
+    message = done.stderr.strip()
+    where = f"{spec.path}: pip: for {target.platform} (Python {target.python_version}, {target.python_platform})"
+    if "No solution found" in message or "not satisfiable" in message or "Because " in message:
+        raise SolveError(f"{where}: cannot be satisfied:\n{message}")
+    if "Failed to fetch" in message or "error sending request" in message or "dns error" in message.lower():
+        raise FetchError(f"{where}: cannot reach the package index: {message.splitlines()[-1]} "
+                         "(offline? point UV_INDEX_URL at a PyPI mirror)")
+    raise ToolError(f"{where}: uv failed:\n{message}")
+
+
+def _parse_pylock(text: str, target: Target) -> list[tuple[str, str, str, str]]:
+    """(name, version, wheel url, sha256) for each package of a PEP 751 pylock.toml."""
+    if sys.version_info >= (3, 11):
+        import tomllib  # novermin: only reached on 3.11+
+    else:
+        import tomli as tomllib
+
+    out = []
+    for package in tomllib.loads(text).get("packages", []):
+        wheels = package.get("wheels") or []
+        if not wheels:
+            raise SolveError(f"{package['name']} {package.get('version')}: no wheel for {target.python_platform}")
+        # With --python-platform uv lists only wheels usable on the target, best first.
+        wheel = wheels[0]
+        out.append((package["name"], package["version"], wheel["url"], wheel["hashes"]["sha256"]))
+    return out
+
+
+def parse_via_annotations(text: str) -> dict[str, set[str]]:
+    """Dependency edges from uv's `--annotation-style line` output: parent -> children."""
+    edges: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        match = _VIA.match(line.strip())
+        if not match:
+            continue
+        child = match.group("name").lower()
+        for parent in match.group("parents").split(","):
+            parent = parent.strip()
+            if parent and not parent.startswith("-r"):
+                edges.setdefault(parent.lower(), set()).add(child)
+    return edges
+
+
+def resolve_all(
+    spec: EnvSpec,
+    targets: Sequence[Target],
+    options: PipOptions = PipOptions(),
+    runner: Runner = run,
+) -> dict[str, list[LockedPackage]]:
+    """Resolve every target in parallel threads (each is a uv subprocess waiting on the network)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
+        futures = {t.platform: pool.submit(resolve_pip, spec, t, options, runner) for t in targets}
+        return {platform: future.result() for platform, future in futures.items()}
+
+
+def pip_requirements(spec: EnvSpec) -> list:
+    """The spec's pip: entries as `packaging` Requirements; bad syntax names the entry."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    out = []
+    for text in spec.pip:
+        try:
+            out.append(Requirement(text))
+        except InvalidRequirement as exc:
+            raise InputError(spec.path, f"pip: '{text}' is not a valid requirement: {exc}",
+                             "write e.g. `torch==2.10.*`") from None
+    return out

@@ -1,0 +1,69 @@
+"""Where a project's specs and locks live (the layout of DESIGN.md).
+
+    envs/<env>.yml               source spec, conda environment.yml format
+    envs/virtual-packages.yml    the virtual packages each platform is solved for
+    conda-lock.yml               lock of the default env
+    envs/<env>.conda-lock.yml    locks of the other envs
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bootstrap.errors import InputError
+
+DEFAULT_ENV = "py310"
+VIRTUAL_PACKAGES_FILE = "virtual-packages.yml"
+LOCK_SUFFIX = ".conda-lock.yml"
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+    default_env: str = DEFAULT_ENV
+
+    @property
+    def envs_dir(self) -> Path:
+        return self.root / "envs"
+
+    @property
+    def virtual_packages_path(self) -> Path:
+        return self.envs_dir / VIRTUAL_PACKAGES_FILE
+
+    def spec_path(self, env: str) -> Path:
+        return self.envs_dir / f"{env}.yml"
+
+    def lock_path(self, env: str) -> Path:
+        if env == self.default_env:
+            return self.root / "conda-lock.yml"
+        return self.envs_dir / f"{env}{LOCK_SUFFIX}"
+
+    def env_names(self) -> list[str]:
+        """Every env that has a spec in envs/, default first."""
+        names = sorted(
+            p.stem
+            for p in self.envs_dir.glob("*.yml")
+            if p.name != VIRTUAL_PACKAGES_FILE and not p.name.endswith(LOCK_SUFFIX)
+        )
+        return sorted(names, key=lambda n: n != self.default_env)
+
+    def resolve_envs(self, requested: list[str]) -> list[str]:
+        """The envs a command acts on: those requested (checked to exist) or all of them."""
+        known = self.env_names()
+        if not known:
+            raise InputError(self.envs_dir, "no env specs (*.yml) found", "run from the project root or pass --root DIR")
+        for env in requested:
+            if env not in known:
+                raise InputError(
+                    self.spec_path(env), f"unknown env '{env}'", f"known envs: {', '.join(known)}"
+                )
+        return list(requested) or known
+
+
+def find_root(start: Path) -> Path:
+    """The nearest directory at or above `start` that holds envs/ (like git finds .git)."""
+    for candidate in [start, *start.parents]:
+        if (candidate / "envs").is_dir():
+            return candidate
+    return start

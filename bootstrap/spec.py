@@ -1,0 +1,232 @@
+"""Read and validate env specs (`envs/<env>.yml`) and `envs/virtual-packages.yml`.
+
+Specs use conda's environment.yml format plus conda-lock's `platforms:` key,
+so `conda env create -f`, `conda-lock lock -f` and bootstrap all read the
+same file:
+
+    name: py310
+    channels: [conda-forge]
+    platforms: [linux-64, osx-arm64, win-64]
+    dependencies:
+      - python=3.10.*
+      - pip
+      - pip:
+          - torch==2.10.*
+
+Only parsing and structural checks live here (stdlib + pyyaml), so the env
+side can read specs too; match-spec and PEP 508 syntax are checked where the
+engines are imported (`bootstrap.solve`, `bootstrap.pip_resolve`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bootstrap.errors import InputError
+
+KNOWN_PLATFORMS = ("linux-64", "linux-aarch64", "linux-ppc64le", "osx-64", "osx-arm64", "win-64", "win-arm64")
+SPEC_KEYS = ("name", "channels", "platforms", "dependencies")
+ANACONDA_ORG = "https://conda.anaconda.org"
+
+# Channels teams must not mix in: Anaconda's `defaults` (licence terms and a
+# different ABI from conda-forge) and the deprecated `pytorch`/`nvidia` channels
+# (pytorch stopped publishing at 2.5; the official builds are PyPI wheels).
+FORBIDDEN_CHANNELS = {
+    "defaults": "Anaconda's defaults channel mixes badly with conda-forge",
+    "main": "part of Anaconda's defaults",
+    "r": "part of Anaconda's defaults",
+    "msys2": "part of Anaconda's defaults",
+    "anaconda": "Anaconda's defaults under another name",
+    "pytorch": "deprecated: PyTorch stopped publishing conda packages at 2.5; lock torch from PyPI in the pip: section",
+    "nvidia": "deprecated for PyTorch: the CUDA libraries come with the PyPI torch wheels",
+    "nodefaults": "conda-lock rejects it, and bootstrap never adds defaults",
+}
+_CREDENTIALS = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@]+@", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One environment as the spec file states it."""
+
+    path: Path
+    name: str
+    channels: tuple[str, ...]
+    platforms: tuple[str, ...]
+    conda: tuple[str, ...]
+    pip: tuple[str, ...] = ()
+
+    @property
+    def channel_urls(self) -> tuple[str, ...]:
+        return tuple(canonical_channel(c) for c in self.channels)
+
+
+@dataclass(frozen=True)
+class VirtualPackage:
+    name: str
+    version: str
+    build: str = ""
+
+
+@dataclass(frozen=True)
+class VirtualPackages:
+    """conda-lock's virtual-packages.yml: the machine each platform is solved for."""
+
+    path: Path
+    by_platform: dict = field(default_factory=dict)  # platform -> tuple[VirtualPackage, ...]
+
+    def for_platform(self, platform: str) -> tuple[VirtualPackage, ...]:
+        if platform not in self.by_platform:
+            raise InputError(
+                self.path,
+                f"subdirs.{platform}: missing",
+                f"add the virtual packages {platform} is solved for (e.g. __glibc, __cuda, __osx)",
+            )
+        return self.by_platform[platform]
+
+    def version_of(self, platform: str, name: str) -> str | None:
+        for vp in self.for_platform(platform):
+            if vp.name == name:
+                return vp.version
+        return None
+
+
+def canonical_channel(channel: str) -> str:
+    """`conda-forge` -> `https://conda.anaconda.org/conda-forge`; URLs lose a trailing slash."""
+    if "://" in channel:
+        return channel.rstrip("/")
+    return f"{ANACONDA_ORG}/{channel.strip('/')}"
+
+
+def load_yaml(path: Path) -> Any:
+    """`yaml.safe_load` with the file and line in the error message."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, "file not found", "check the path or create it") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(where, f"malformed YAML: {problem}", "fix the syntax") from None
+
+
+def read_spec(path: Path) -> EnvSpec:
+    """Parse and structurally validate one env spec file."""
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(path, "expected a mapping with name, channels, platforms, dependencies")
+    unknown = sorted(set(map(str, data)) - set(SPEC_KEYS))
+    if unknown:
+        raise InputError(path, f"unknown key '{unknown[0]}'", f"allowed keys: {', '.join(SPEC_KEYS)}")
+
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name:
+        raise InputError(path, "name: must be a non-empty string")
+    channels = _string_list(path, data, "channels")
+    if not channels:
+        raise InputError(path, "channels: empty", "add `channels: [conda-forge]`")
+    for channel in channels:
+        _check_channel(path, channel)
+    platforms = _string_list(path, data, "platforms")
+    if not platforms:
+        raise InputError(path, "platforms: missing", "add e.g. `platforms: [linux-64, osx-arm64, win-64]`")
+    for platform in platforms:
+        if platform not in KNOWN_PLATFORMS:
+            raise InputError(path, f"platforms: unknown platform '{platform}'", f"use one of {', '.join(KNOWN_PLATFORMS)}")
+    conda, pip = _dependencies(path, data.get("dependencies"))
+    return EnvSpec(path, name, tuple(channels), tuple(platforms), tuple(conda), tuple(pip))
+
+
+def _string_list(path: Path, data: dict, key: str) -> list[str]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise InputError(path, f"{key}: must be a list of strings")
+    return [v.strip() for v in value]
+
+
+def _check_channel(path: Path, channel: str) -> None:
+    if _CREDENTIALS.match(channel):
+        raise InputError(
+            path, f"channels: '{channel.split('@')[-1]}' carries credentials",
+            "keep secrets out of specs: use ~/.netrc, or a --mirror URL on the command line",
+        )
+    key = channel.rstrip("/").rsplit("/", 1)[-1] if channel.startswith(ANACONDA_ORG) else channel
+    if "repo.anaconda.com" in channel:
+        key = "defaults"
+    if key in FORBIDDEN_CHANNELS:
+        raise InputError(path, f"channels: '{channel}' is not allowed: {FORBIDDEN_CHANNELS[key]}", "use conda-forge")
+
+
+def _dependencies(path: Path, deps: Any) -> tuple[list[str], list[str]]:
+    if not isinstance(deps, list) or not deps:
+        raise InputError(path, "dependencies: must be a non-empty list", "list at least `python=3.10.*` and `pip`")
+    conda: list[str] = []
+    pip: list[str] = []
+    for index, item in enumerate(deps):
+        where = f"dependencies[{index}]"
+        if isinstance(item, str) and item.strip():
+            conda.append(item.strip())
+        elif isinstance(item, dict) and list(item) == ["pip"]:
+            pip.extend(_pip_section(path, where, item["pip"]))
+        else:
+            raise InputError(path, f"{where}: expected a conda spec string or a `pip:` list, got {item!r}")
+    names = {re.split(r"[\s=<>!~\[]", spec, 1)[0].lower() for spec in conda}
+    if pip and "pip" not in names:
+        raise InputError(path, "dependencies: a pip: section needs `pip` in the conda dependencies", "add `- pip`")
+    if pip and "python" not in names:
+        raise InputError(path, "dependencies: a pip: section needs `python`", "add e.g. `- python=3.10.*`")
+    return conda, pip
+
+
+def _pip_section(path: Path, where: str, items: Any) -> list[str]:
+    if not isinstance(items, list):
+        raise InputError(path, f"{where}.pip: must be a list of requirement strings")
+    out = []
+    for index, item in enumerate(items):
+        if not isinstance(item, str) or not item.strip():
+            raise InputError(path, f"{where}.pip[{index}]: must be a requirement string like 'torch==2.10.*'")
+        if item.lstrip().startswith("-"):
+            raise InputError(
+                path, f"{where}.pip[{index}]: pip options ('{item.split()[0]}') are not supported",
+                "list requirements only; mirrors of PyPI go in UV_INDEX_URL",
+            )
+        out.append(item.strip())
+    return out
+
+
+def read_virtual_packages(path: Path) -> VirtualPackages:
+    """Parse conda-lock's virtual-packages.yml (`subdirs: {plat: {packages: {__x: "ver [build]"}}}`)."""
+    data = load_yaml(path)
+    subdirs = data.get("subdirs") if isinstance(data, dict) else None
+    if not isinstance(subdirs, dict) or set(data) != {"subdirs"}:
+        raise InputError(path, "expected exactly one top-level key `subdirs`", "see conda-lock's virtual-packages.yml format")
+    by_platform = {}
+    for platform, entry in subdirs.items():
+        if platform not in KNOWN_PLATFORMS:
+            raise InputError(path, f"subdirs: unknown platform '{platform}'", f"use one of {', '.join(KNOWN_PLATFORMS)}")
+        packages = entry.get("packages") if isinstance(entry, dict) else None
+        if not isinstance(packages, dict) or set(entry) != {"packages"}:
+            raise InputError(path, f"subdirs.{platform}: expected `packages: {{__name: version}}`")
+        by_platform[platform] = tuple(_virtual_package(path, platform, n, v) for n, v in packages.items())
+    return VirtualPackages(path, by_platform)
+
+
+def _virtual_package(path: Path, platform: str, name: Any, value: Any) -> VirtualPackage:
+    where = f"subdirs.{platform}.packages.{name}"
+    if not isinstance(name, str) or not name.startswith("__"):
+        raise InputError(path, f"{where}: virtual package names start with '__'")
+    if not isinstance(value, (str, int, float)):
+        raise InputError(path, f"{where}: expected a version string like \"12.8\"")
+    version, _, build = str(value).strip().partition(" ")
+    return VirtualPackage(name, version, build.strip())

@@ -1,0 +1,90 @@
+"""`make bench-lock`: where the time of `bootstrap lock` goes, and how fast `--check` is.
+
+Locks both envs x 3 platforms against the shared conda-forge snapshot (as a
+mirror of conda-forge) into a scratch copy of the project, twice: with a cold
+uv cache, then warm. Prints conda solve / pip resolution / write per run, and
+the wall time of `python -m bootstrap lock --check` (interpreter start
+included) over several runs. Needs PyPI for the pip part.
+
+Targets (issue 2): conda solve + write <= 1 s for all six; --check <= 0.5 s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bootstrap.lock import LockOptions, lock_env  # noqa: E402  (after sys.path)
+from bootstrap.mirrors import Mirror  # noqa: E402
+from bootstrap.project import Project  # noqa: E402
+
+SNAPSHOT = REPO.parent / "shared" / "conda-forge-snapshot" / "conda-forge"
+
+
+def scratch_project(tmp: Path) -> Project:
+    root = tmp / "proj"
+    shutil.copytree(REPO / "envs", root / "envs")
+    shutil.copy(REPO / "conda-lock.yml", root / "conda-lock.yml")
+    return Project(root)
+
+
+def lock_all(project: Project, label: str) -> dict:
+    options = LockOptions(mirrors=(Mirror.parse(f"conda-forge={SNAPSHOT}"),))
+    totals = {"conda_solve": 0.0, "pip_resolve": 0.0, "write": 0.0}
+    for env in project.env_names():
+        result = lock_env(project, env, options)
+        for key, value in result.seconds.items():
+            totals[key] += value
+    print(f"{label:<22} conda solve {totals['conda_solve']:6.3f} s   pip resolve {totals['pip_resolve']:6.2f} s   "
+          f"write {totals['write']:6.3f} s   conda solve + write {totals['conda_solve'] + totals['write']:6.3f} s")
+    return totals
+
+
+def time_check(project: Project, runs: int = 7) -> list[float]:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "bootstrap", "lock", "--check", "--root", str(project.root)],
+                       check=True, capture_output=True, cwd=REPO)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def main() -> int:
+    if not SNAPSHOT.is_dir():
+        print(f"bench-lock: {SNAPSHOT} not found (the shared snapshot sits beside the repository)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="bench-lock-") as tmp:
+        os.environ["UV_CACHE_DIR"] = str(Path(tmp, "uv-cache"))
+        project = scratch_project(Path(tmp))
+        print("bootstrap lock, 2 envs x 3 platforms, conda part from the snapshot mirror, pip part from PyPI")
+        lock_all(project, "cold uv cache")
+        lock_all(project, "warm uv cache")
+        baseline = min(time_check_python())
+        times = time_check(project)
+        print(f"lock --check (2 envs)  median {statistics.median(times):.3f} s  min {min(times):.3f} s  "
+              f"max {max(times):.3f} s over {len(times)} runs; bare `python -c pass` {baseline:.3f} s "
+              f"-> check costs {statistics.median(times) / baseline:.1f}x an empty interpreter start")
+    return 0
+
+
+def time_check_python(runs: int = 7) -> list[float]:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The pip part: target mapping, uv output parsing, and real uv resolutions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bootstrap.errors import InputError
+from bootstrap.pip_resolve import PipOptions, parse_via_annotations, resolve_all, resolve_pip, target_for
+from bootstrap.spec import EnvSpec, VirtualPackage, VirtualPackages
+
+VPKGS = VirtualPackages(
+    Path("virtual-packages.yml"),
+    {
+        "linux-64": (VirtualPackage("__glibc", "2.28"), VirtualPackage("__cuda", "12.8")),
+        "linux-aarch64": (VirtualPackage("__glibc", "2.17"),),
+        "osx-arm64": (VirtualPackage("__osx", "14.0"),),
+        "win-64": (VirtualPackage("__win", "0"),),
+        "osx-64": (),
+    },
+)
+
+
+def spec(*pip: str) -> EnvSpec:
+    return EnvSpec(Path("envs/t.yml"), "t", ("conda-forge",), ("linux-64", "osx-arm64", "win-64"), ("python", "pip"), pip)
+
+
+@pytest.mark.parametrize(
+    "platform, python_platform, env",
+    [
+        ("linux-64", "x86_64-manylinux_2_28", {}),
+        ("linux-aarch64", "aarch64-manylinux_2_17", {}),
+        ("osx-arm64", "aarch64-apple-darwin", {"MACOSX_DEPLOYMENT_TARGET": "14.0"}),
+        ("win-64", "x86_64-pc-windows-msvc", {}),
+    ],
+)
+def test_target_for(platform: str, python_platform: str, env: dict) -> None:
+    target = target_for(platform, "3.10.19", VPKGS)
+    assert (target.python_platform, dict(target.env), target.python_version) == (python_platform, env, "3.10.19")
+
+
+def test_target_needs_the_deciding_virtual_package() -> None:
+    with pytest.raises(InputError, match="subdirs.osx-64.packages.__osx: missing"):
+        target_for("osx-64", "3.10.19", VPKGS)
+
+
+def test_parse_via_annotations() -> None:
+    text = (
+        "alpha==1.1                # via -r requirements.in\n"
+        "beta==2.0                 # via alpha, Gamma\n"
+        "nvidia-cublas-cu12==12.8.4.1  # via nvidia-cudnn-cu12, torch\n"
+    )
+    assert parse_via_annotations(text) == {
+        "alpha": {"beta"}, "gamma": {"beta"}, "nvidia-cudnn-cu12": {"nvidia-cublas-cu12"}, "torch": {"nvidia-cublas-cu12"},
+    }
+
+
+def test_offline_resolution_from_a_wheelhouse(wheelhouse: Path) -> None:
+    options = PipOptions(find_links=(str(wheelhouse),), no_index=True, offline=True)
+    targets = [target_for(p, "3.10.19", VPKGS) for p in ("linux-64", "win-64")]
+    result = resolve_all(spec("alpha", "gamma<1"), targets, options)
+    for platform in ("linux-64", "win-64"):
+        by_name = {p.name: p for p in result[platform]}
+        assert set(by_name) == {"alpha", "beta", "gamma"}
+        assert by_name["alpha"].version == "1.1" and by_name["alpha"].dependencies == {"beta": "*"}
+        assert by_name["beta"].url.startswith("file://") and len(by_name["beta"].sha256) == 64
+        assert {p.platform for p in result[platform]} == {platform}
+
+
+def test_empty_pip_section_runs_nothing() -> None:
+    def no_runner(*args, **kwargs):
+        raise AssertionError("uv must not run")
+
+    assert resolve_pip(spec(), target_for("win-64", "3.10.19", VPKGS), runner=no_runner) == []
+
+
+@pytest.mark.network
+def test_pypi_resolution_is_per_platform() -> None:
+    """nvidia-ml-py (pure) and pyyaml (compiled) from PyPI for linux-64 and win-64."""
+    targets = [target_for(p, "3.10.19", VPKGS) for p in ("linux-64", "win-64")]
+    result = resolve_all(spec("nvidia-ml-py", "pyyaml>=6"), targets)
+    linux = {p.name: p for p in result["linux-64"]}
+    windows = {p.name: p for p in result["win-64"]}
+    assert set(linux) == set(windows) == {"nvidia-ml-py", "pyyaml"}
+    assert linux["nvidia-ml-py"].url == windows["nvidia-ml-py"].url  # one py3-none-any wheel
+    assert "manylinux" in linux["pyyaml"].filename and "cp310" in linux["pyyaml"].filename
+    assert windows["pyyaml"].filename.endswith("win_amd64.whl")
+    for package in [*linux.values(), *windows.values()]:
+        assert package.url.startswith("https://files.pythonhosted.org/")
+        assert len(package.sha256) == 64
