@@ -9,6 +9,9 @@ ENV    ?= py310
 # Extra arguments for `bootstrap lock`, e.g. LOCK_ARGS="--mirror conda-forge=http://mirror.internal/conda-forge"
 LOCK_ARGS ?=
 SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
+# Tests of the env-side code (verify, bench) run on a CPU torch in the tools venv.
+# It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
+TORCH_TEST ?= torch==2.13.0
 
 .PHONY: tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean
 
@@ -31,14 +34,18 @@ lock-from-snapshot: tools
 lock-check: tools
 	$(PY) -m bootstrap lock --check
 
-test: tools
+$(TOOLS)/.torch-test: $(TOOLS)/.requirements-tools.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_TEST)"
+	touch $@
+
+test: tools $(TOOLS)/.torch-test
 	$(PY) scripts/check-py39.py
 	$(PY) -m pytest -q
 
-test-network: tools
+test-network: tools $(TOOLS)/.torch-test
 	$(PY) -m pytest -q -m network
 
-test-all: tools
+test-all: tools $(TOOLS)/.torch-test
 	$(PY) -m pytest -q -m "not gpu"
 
 bench-lock: tools
