@@ -19,6 +19,7 @@ from bootstrap.errors import EXIT_USAGE, BootstrapError
 # verb -> (module under bootstrap.commands, one-line help)
 VERBS = {
     "lock": ("lock", "solve the specs in envs/ for every platform and write the lock"),
+    "env": ("env", "create or update an environment from its lock, without conda"),
 }
 
 

@@ -41,3 +41,11 @@ class FetchError(BootstrapError):
 
 class ToolError(BootstrapError):
     """An external tool (uv, ...) failed in a way that is not the user's input."""
+
+
+class IntegrityError(BootstrapError):
+    """An artifact's bytes do not match the lock, or an archive would write outside the prefix."""
+
+
+class BusyError(BootstrapError):
+    """Another bootstrap process holds the environment's lock."""

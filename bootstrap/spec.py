@@ -230,3 +230,19 @@ def _virtual_package(path: Path, platform: str, name: Any, value: Any) -> Virtua
         raise InputError(path, f"{where}: expected a version string like \"12.8\"")
     version, _, build = str(value).strip().partition(" ")
     return VirtualPackage(name, version, build.strip())
+
+
+def host_platform() -> str:
+    """This machine as a conda platform (subdir): `linux-64`, `osx-arm64`, `win-64`, ..."""
+    import platform
+    import sys
+
+    machine = platform.machine().lower()
+    if sys.platform.startswith("linux"):
+        return {"x86_64": "linux-64", "amd64": "linux-64", "aarch64": "linux-aarch64", "arm64": "linux-aarch64",
+                "ppc64le": "linux-ppc64le"}.get(machine, f"linux-{machine}")
+    if sys.platform == "darwin":
+        return "osx-arm64" if machine == "arm64" else "osx-64"
+    if sys.platform == "win32":
+        return "win-arm64" if machine == "arm64" else "win-64"
+    return f"{sys.platform}-{machine}"

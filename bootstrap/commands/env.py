@@ -1,0 +1,94 @@
+"""`python -m bootstrap env [ENV] [--lock FILE] [--prefix DIR] [--platform P] [--mirror C=URL ...] [--dry-run] [--rollback] [--json]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bootstrap.errors import EXIT_OK
+from bootstrap.project import Project, find_root
+
+ENV_JSON_FORMAT = "bootstrap.env"
+ENV_JSON_VERSION = 1
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env", nargs="?", default=None, help="env to create (default: the project's default, py310)")
+    parser.add_argument("--lock", type=Path, default=None, help="lock file (default: the env's lock in the project)")
+    parser.add_argument("--prefix", type=Path, default=None, help="where the env lives (default: .envs/ENV)")
+    parser.add_argument("--platform", default=None, help="locked platform to install (default: this machine's)")
+    parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
+                        help="fetch URLs under CANONICAL from an HTTP mirror or a local directory")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="package cache (default: ~/.cache/bootstrap)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    parser.add_argument("--rollback", action="store_true", help="switch back to the previous generation")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bootstrap.env import EnvOptions, create_or_update, default_cache_dir, rollback
+    from bootstrap.mirrors import Mirror
+    from bootstrap.spec import host_platform
+
+    project = Project(args.root or find_root(Path.cwd()))
+    env = args.env or project.default_env
+    if args.lock is None:
+        project.resolve_envs([env])
+    prefix = (args.prefix or project.root / ".envs" / env).absolute()
+    if args.rollback:
+        generation = rollback(prefix)
+        print(f"{env}: {prefix} now points at generation {generation}")
+        return EXIT_OK
+    options = EnvOptions(
+        env=env,
+        lock_path=(args.lock or project.lock_path(env)).absolute(),
+        prefix=prefix,
+        platform=args.platform or host_platform(),
+        cache_dir=(args.cache_dir or default_cache_dir()).absolute(),
+        mirrors=tuple(Mirror.parse(m, base=Path.cwd()) for m in args.mirror),
+        dry_run=args.dry_run,
+        show_progress=sys.stderr.isatty() and not args.json,
+    )
+    def to_stderr(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    result = create_or_update(options, to_stderr if options.show_progress else (lambda _: None), waiting=to_stderr)
+    if args.json:
+        print(json.dumps(_envelope(result), indent=2, sort_keys=True))
+    else:
+        print(_summary(env, result, options))
+    return EXIT_OK
+
+
+def _summary(env: str, result, options) -> str:
+    if result.dry_run:
+        head = f"{env}: plan for {result.prefix} [{result.platform}]" + ("" if not result.plan.empty else ": nothing to do")
+    elif not result.changed:
+        head = f"{env}: {result.prefix} is up to date with {options.lock_path.name} [{result.platform}]"
+    else:
+        head = (f"{env}: {result.prefix} -> generation {result.generation} from {options.lock_path.name} "
+                f"[{result.platform}] in {result.seconds.get('total', 0):.2f} s")
+    lines = [head]
+    changes = result.plan.lines()
+    shown = changes if len(changes) <= 40 else changes[:40] + [f"... and {len(changes) - 40} more (--json lists all)"]
+    lines += [f"  {line}" for line in shown]
+    if result.changed:
+        lines.append(f"activate: conda activate {result.prefix}   or run {result.prefix}/bin/python")
+    return "\n".join(lines)
+
+
+def _envelope(result) -> dict:
+    return {
+        "format": ENV_JSON_FORMAT,
+        "version": ENV_JSON_VERSION,
+        "prefix": str(result.prefix),
+        "platform": result.platform,
+        "generation": result.generation,
+        "changed": result.changed,
+        "dry_run": result.dry_run,
+        "plan": result.plan.to_dict(),
+        "seconds": {k: round(v, 4) for k, v in result.seconds.items()},
+    }

@@ -1,0 +1,294 @@
+"""`bootstrap env`: create or update an environment from a lock, without conda.
+
+    lock -> entries for this platform -> plan (envplan) against the current generation
+         -> new generation: clone, fetch + verify + vet archives, rattler links the conda
+            difference, uv installs the pip difference (hash-checked, no resolution),
+            install record -> atomic switch of the stable symlink -> old generations GC'd
+
+A failure or SIGKILL at any point leaves the previous generation in place and
+active; the next run deletes the partial one and converges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from bootstrap import __version__
+from bootstrap import generations as gens
+from bootstrap.envplan import Plan, make_plan
+from bootstrap.errors import FetchError, InputError, IntegrityError, ToolError
+from bootstrap.fetch import fetch_archives, source_url
+from bootstrap.lockfile import Lock, LockedPackage, read_lock
+from bootstrap.mirrors import Mirror, scrub_credentials
+from bootstrap.pip_resolve import uv_binary, PipOptions
+from bootstrap.prefix import (
+    InstallRecord,
+    conda_records,
+    normalise,
+    pip_distributions,
+    python_executable,
+    read_install_record,
+    site_packages,
+    write_install_record,
+)
+from bootstrap.runner import run
+
+Notify = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    env: str
+    lock_path: Path
+    prefix: Path
+    platform: str
+    cache_dir: Path
+    mirrors: tuple[Mirror, ...] = ()
+    dry_run: bool = False
+    show_progress: bool = False
+
+
+@dataclass(frozen=True)
+class EnvResult:
+    prefix: Path
+    platform: str
+    plan: Plan
+    generation: Optional[int]
+    changed: bool
+    dry_run: bool
+    seconds: dict = field(default_factory=dict)
+    removed_partials: tuple[str, ...] = ()
+
+
+def default_cache_dir() -> Path:
+    import os
+
+    root = os.environ.get("BOOTSTRAP_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bootstrap"
+    )
+    return Path(root)
+
+
+def locked_entries(lock: Lock, platform: str) -> list[LockedPackage]:
+    if platform not in lock.platforms:
+        raise InputError(
+            lock.path, f"platform {platform} is not locked (locked: {', '.join(lock.platforms)})",
+            "add it to `platforms:` in the env spec and run `make lock`, or pass --platform",
+        )
+    return lock.for_platform(platform)
+
+
+def plan_for(options: EnvOptions, lock: Lock) -> Plan:
+    entries = locked_entries(lock, options.platform)
+    prefix = options.prefix
+    return make_plan(entries, conda_records(prefix), pip_distributions(prefix))
+
+
+def create_or_update(options: EnvOptions, notify: Notify = lambda _: None, waiting: Optional[Notify] = None) -> EnvResult:
+    """Make `options.prefix` exactly the lock's env for `options.platform`.
+
+    `notify` gets progress lines; `waiting` (default: `notify`) is told when
+    another run holds the env and this one waits for it.
+    """
+    started = time.perf_counter()
+    lock = read_lock(options.lock_path)
+    layout = gens.Layout(options.prefix)
+    layout.check_managed()
+    plan, up_to_date = _plan(options, lock)
+    if options.dry_run or up_to_date:
+        return EnvResult(options.prefix, options.platform, plan, layout.current(), False, options.dry_run,
+                         {"total": time.perf_counter() - started})
+
+    with gens.exclusive(layout, waiting or notify):
+        removed = tuple(str(p) for p in gens.remove_partials(layout))
+        plan, up_to_date = _plan(options, lock)  # a concurrent run may have done the work while we waited
+        if up_to_date:
+            return EnvResult(options.prefix, options.platform, plan, layout.current(), False, False,
+                             {"total": time.perf_counter() - started}, removed)
+        number, partial = gens.start(layout)
+        try:
+            seconds = _apply(options, lock, plan, partial, number, notify)
+            gens.commit(layout, number, partial)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        gens.collect_garbage(layout)
+    seconds["total"] = time.perf_counter() - started
+    return EnvResult(options.prefix, options.platform, plan, number, True, False, seconds, removed)
+
+
+def _plan(options: EnvOptions, lock: Lock) -> tuple[Plan, bool]:
+    """The plan against the current generation, and whether there is nothing to do."""
+    plan = plan_for(options, lock)
+    record = read_install_record(options.prefix) if options.prefix.exists() else None
+    return plan, plan.empty and record is not None and record.content_hash == _lock_hash(lock, options.platform)
+
+
+def _lock_hash(lock: Lock, platform: str) -> str:
+    return lock.content_hash.get(platform, "")
+
+
+def _apply(options: EnvOptions, lock: Lock, plan: Plan, partial: Path, number: int, notify: Notify) -> dict:
+    seconds = {}
+    entries = locked_entries(lock, options.platform)
+    conda = [e for e in entries if e.manager == "conda"]
+    if plan.link or plan.unlink:
+        t = time.perf_counter()
+        notify(f"fetching {len(plan.link)} conda packages")
+        archives = fetch_archives(plan.link, options.cache_dir, options.mirrors)
+        seconds["fetch"] = time.perf_counter() - t
+        t = time.perf_counter()
+        notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
+        link_conda(conda, archives, partial, options)
+        seconds["link"] = time.perf_counter() - t
+    if plan.pip_install or plan.pip_remove:
+        t = time.perf_counter()
+        notify(f"pip: installing {len(plan.pip_install)}, removing {len(plan.pip_remove)} distributions")
+        sync_pip(plan, partial, options)
+        seconds["pip"] = time.perf_counter() - t
+    write_install_record(partial, InstallRecord(
+        lock_path=str(options.lock_path),
+        env=options.env,
+        platform=options.platform,
+        content_hash=_lock_hash(lock, options.platform),
+        generation=str(number),
+        bootstrap_version=__version__,
+        installed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        conda={e.name: e.sha256 for e in conda},
+        pip={normalise(e.name): {"version": e.version, "sha256": e.sha256} for e in entries if e.manager == "pip"},
+    ))
+    return seconds
+
+
+# --------------------------------------------------------------------------- conda part
+
+# Copies (or copy-on-write clones), never hard links into the package cache:
+# an edit inside one env must not reach the cache or any other env.
+_LINK_CONFIG = "allow-hard-links = false\n"
+
+
+def link_conda(conda: Sequence[LockedPackage], archives: dict, partial: Path, options: EnvOptions) -> None:
+    """Make `partial` hold exactly `conda`; rattler computes and applies the difference."""
+    import rattler
+
+    installed = [rattler.PrefixRecord.from_path(p.record_path) for p in conda_records(partial)]
+    by_name = {r.name.normalized: r for r in installed}
+    cache = rattler.PackageCache.new_layered([options.cache_dir / "pkgs"], validation_mode=rattler.ValidationMode.full())
+
+    async def install() -> None:
+        records = [
+            await rattler.RepoDataRecord.from_package_archive(archives[e.name]) if e.name in archives else by_name[e.name]
+            for e in conda
+        ]
+        await rattler.install(
+            records,
+            partial,
+            cache_dir=options.cache_dir / "pkgs",
+            installed_packages=installed,
+            platform=rattler.Subdir(options.platform),
+            execute_link_scripts=False,
+            show_progress=options.show_progress,
+            alternative_target_prefix=options.prefix,
+            config=rattler.Config.from_toml(_LINK_CONFIG),
+            package_cache=cache,
+        )
+
+    try:
+        asyncio.run(install())
+    except Exception as exc:
+        raise ToolError(f"linking into {options.prefix} failed: {exc}") from None
+    _restore_canonical_urls(partial, {e.name: e for e in conda if e.name in archives})
+
+
+def _restore_canonical_urls(prefix: Path, linked: dict) -> None:
+    """rattler recorded our verified local archive as the source; record the lock's URL instead."""
+    for record in conda_records(prefix):
+        entry = linked.get(record.name)
+        if entry is None:
+            continue
+        data = json.loads(record.record_path.read_text(encoding="utf-8"))
+        data["url"] = entry.url
+        data["channel"] = entry.url.rsplit("/", 2)[0]
+        data["fn"] = entry.filename
+        record.record_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- pip part
+
+def sync_pip(plan: Plan, partial: Path, options: EnvOptions) -> None:
+    """uv removes and installs exactly the planned wheels: hash-checked, no resolution."""
+    uv = uv_binary(PipOptions())
+    python = str(python_executable(partial))
+    if plan.pip_remove:
+        done = run([uv, "pip", "uninstall", "--python", python, *[d.name for d in plan.pip_remove]], timeout=600)
+        if done.returncode != 0:
+            raise ToolError(f"uv pip uninstall failed in {partial}:\n{done.stderr.strip()}")
+    if plan.pip_install:
+        requirements = partial / ".bootstrap-requirements.txt"
+        requirements.write_text("".join(
+            f"{e.name} @ {source_url(e.url, options.mirrors)} --hash=sha256:{e.sha256}\n" for e in plan.pip_install
+        ), encoding="utf-8")
+        try:
+            done = run([uv, "pip", "install", "--python", python, "--no-deps", "--require-hashes",
+                        "--link-mode", "copy", "--no-index", "-r", str(requirements)], timeout=3600)
+        finally:
+            requirements.unlink()
+        if done.returncode != 0:
+            raise _pip_failure(done.stderr)
+    relocate_scripts(partial, options.prefix)
+
+
+def _pip_failure(stderr: str):
+    message = scrub_credentials(stderr.strip())
+    if "hash" in message.lower() and "mismatch" in message.lower():
+        return IntegrityError(f"a pip wheel does not match the lock's sha256; nothing was installed:\n{message}")
+    if "Failed to fetch" in message or "error sending request" in message:
+        return FetchError(f"cannot fetch a pip wheel (offline? map its host with --mirror URL=MIRROR):\n{message}")
+    return ToolError(f"uv pip install failed:\n{message}")
+
+
+def relocate_scripts(partial: Path, stable: Path) -> None:
+    """Point entry-point shebangs at the stable path; uv wrote the generation's path.
+
+    The RECORD of each distribution is updated to the rewritten bytes, as pip
+    does when it writes the shebang at install time, so `verify --deep` agrees.
+    """
+    import base64
+    import hashlib
+
+    site = site_packages(partial)
+    if site is None:
+        return
+    old, new = f"#!{partial}/".encode(), f"#!{stable}/".encode()
+    for record in site.glob("*.dist-info/RECORD"):
+        lines = record.read_text(encoding="utf-8").splitlines()
+        changed = False
+        for index, line in enumerate(lines):
+            path, _, _rest = line.partition(",")
+            target = (site / path).resolve() if path else None
+            if target is None or not target.is_file() or target.parent != partial.resolve() / "bin":
+                continue
+            data = target.read_bytes()
+            if not data.startswith(old):
+                continue
+            data = new + data[len(old):]
+            target.write_bytes(data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            lines[index] = f"{path},sha256={digest},{len(data)}"
+            changed = True
+        if changed:
+            record.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def rollback(prefix: Path) -> int:
+    layout = gens.Layout(prefix)
+    layout.check_managed()
+    with gens.exclusive(layout, lambda _: None):
+        return gens.rollback(layout)

@@ -1,0 +1,181 @@
+"""Fetch conda archives for an install, hash-check them, and refuse unsafe ones.
+
+py-rattler does not hash-check `file://` packages, trusts a warm cache, and
+links whatever paths an archive lists (`../x`, absolute paths and escaping
+symlinks included; see ENGINE-NOTES.md and tests/test_fixtures.py). So every
+archive to be linked passes through here first:
+
+    lock URL --mirror rewrite--> download into <cache>/archives/<sha256>/<fn>
+             --sha256 (and md5) against the lock--> paths checked --> file:// URL for rattler
+
+A cached archive is re-hashed before each use and re-fetched if it no longer
+matches, so a corrupted cache heals instead of being installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import tarfile
+import tempfile
+import urllib.request
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+from urllib.parse import unquote, urlsplit
+
+from bootstrap.errors import FetchError, IntegrityError
+from bootstrap.fsutil import sha256_file
+from bootstrap.lockfile import LockedPackage
+from bootstrap.mirrors import Mirror, scrub_credentials
+
+Progress = Callable[[LockedPackage], None]
+_CHUNK = 1 << 20
+
+
+def source_url(url: str, mirrors: Sequence[Mirror]) -> str:
+    """Where to fetch a canonical URL from, after `--mirror` rewriting."""
+    for mirror in mirrors:
+        prefix = mirror.canonical + "/"
+        if url.startswith(prefix):
+            rest = url[len(prefix):]
+            if mirror.local_dir is not None:
+                return (mirror.local_dir / rest).as_uri()
+            return f"{mirror.target}/{rest}"
+    return url
+
+
+def fetch_archives(
+    entries: Sequence[LockedPackage],
+    cache_dir: Path,
+    mirrors: Sequence[Mirror] = (),
+    progress: Optional[Progress] = None,
+    workers: int = 4,
+) -> dict[str, Path]:
+    """Verified local archives for `entries` (conda only), keyed by package name."""
+
+    def one(entry: LockedPackage) -> tuple[str, Path]:
+        path = fetch_archive(entry, cache_dir, mirrors)
+        if progress is not None:
+            progress(entry)
+        return entry.name, path
+
+    if not entries:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(entries)))) as pool:
+        return dict(pool.map(one, entries))
+
+
+def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirror] = ()) -> Path:
+    target = cache_dir / "archives" / entry.sha256 / entry.filename
+    if target.is_file() and sha256_file(target) == entry.sha256:
+        check_archive_paths(target)
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    url = source_url(entry.url, mirrors)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            sha256, md5 = _copy_hashing(url, out, entry)
+        if sha256 != entry.sha256:
+            raise IntegrityError(
+                f"{entry.filename}: sha256 {sha256} does not match the lock's {entry.sha256} "
+                f"(fetched from {scrub_credentials(url)}); nothing was installed. "
+                "A mirror serving other bytes, or a lock edited by hand: relock or fix the mirror"
+            )
+        if entry.md5 and md5 != entry.md5:
+            raise IntegrityError(f"{entry.filename}: md5 {md5} does not match the lock's {entry.md5}; nothing was installed")
+        check_archive_paths(Path(tmp), entry.filename)
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return target
+
+
+def _copy_hashing(url: str, out, entry: LockedPackage) -> tuple[str, str]:
+    sha256, md5 = hashlib.sha256(), hashlib.md5()
+    try:
+        with _open(url) as source:
+            for block in iter(lambda: source.read(_CHUNK), b""):
+                sha256.update(block)
+                md5.update(block)
+                out.write(block)
+    except OSError as exc:
+        raise FetchError(
+            f"cannot fetch {entry.filename} from {scrub_credentials(url)}: {exc} "
+            "(offline? serve the channel from a mirror: --mirror CANONICAL=URL_OR_DIR)"
+        ) from None
+    return sha256.hexdigest(), md5.hexdigest()
+
+
+def _open(url: str):
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return open(unquote(parts.path), "rb")
+    if parts.scheme in ("http", "https"):
+        request = urllib.request.Request(url, headers={"User-Agent": "bootstrap"})
+        if parts.username:
+            clean = url.replace(f"{parts.username}:{parts.password}@" if parts.password else f"{parts.username}@", "")
+            request = urllib.request.Request(clean, headers={"User-Agent": "bootstrap"})
+            manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
+            manager.add_password(None, clean, unquote(parts.username), unquote(parts.password or ""))
+            opener = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(manager))
+            return opener.open(request, timeout=60)
+        return urllib.request.urlopen(request, timeout=60)
+    raise FetchError(f"{scrub_credentials(url)}: unsupported URL scheme '{parts.scheme}'")
+
+
+# --------------------------------------------------------------------------- archive safety
+
+def check_archive_paths(archive: Path, filename: Optional[str] = None) -> None:
+    """Refuse an archive whose members or paths.json entries would land outside the prefix.
+
+    Checks every tar member (both components of a `.conda`) and every `_path`
+    of info/paths.json: no absolute paths, no `..` escaping the root, no
+    symlink or hard link whose target resolves outside it.
+    """
+    from conda_package_streaming.package_streaming import stream_conda_component
+
+    filename = filename or archive.name
+    components = ("info", "pkg") if filename.endswith(".conda") else ("pkg",)  # a .tar.bz2 is one tar
+    for component in components:
+        with open(archive, "rb") as handle:
+            try:
+                for tar, member in stream_conda_component(filename, handle, component=component):
+                    _check_member(filename, member)
+                    if member.name == "info/paths.json":
+                        _check_paths_json(filename, tar.extractfile(member).read())
+            except (tarfile.TarError, zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+                raise IntegrityError(f"{filename}: not a readable conda archive ({exc})") from None
+
+
+def _escapes(path: str) -> bool:
+    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
+        return True
+    normal = posixpath.normpath(path)
+    return normal == ".." or normal.startswith("../")
+
+
+def _check_member(filename: str, member) -> None:
+    if _escapes(member.name):
+        raise IntegrityError(f"{filename}: refused: member '{member.name}' would be written outside the prefix")
+    if member.issym() or member.islnk():
+        # Hard-link targets are archive paths; symlink targets are relative to the link.
+        base = "" if member.islnk() else posixpath.dirname(member.name)
+        target = member.linkname if member.linkname.startswith("/") else posixpath.join(base, member.linkname)
+        if _escapes(target):
+            raise IntegrityError(f"{filename}: refused: link '{member.name}' -> '{member.linkname}' points outside the prefix")
+
+
+def _check_paths_json(label: str, data: bytes) -> None:
+    try:
+        paths = json.loads(data).get("paths", [])
+    except ValueError:
+        raise IntegrityError(f"{label}: info/paths.json is not valid JSON") from None
+    for entry in paths:
+        path = str(entry.get("_path", ""))
+        if not path or _escapes(path):
+            raise IntegrityError(f"{label}: refused: info/paths.json lists '{path}', outside the prefix")

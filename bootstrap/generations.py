@@ -1,0 +1,178 @@
+"""Generations: every change builds a new directory; a symlink is switched atomically.
+
+    .envs/py310            -> .py310.gens/3     the stable path users activate
+    .envs/.py310.gens/2/                        the previous generation (--rollback)
+    .envs/.py310.gens/3/                        the current one
+    .envs/.py310.gens/4.partial/                a change in progress (SIGKILL leaves it; next run removes it)
+    .envs/.py310.lock                           flock: one writer at a time
+
+Packages are linked with the stable path as their prefix (rattler's
+`alternative_target_prefix`), so files that embed the prefix stay valid
+whichever generation the symlink points to. POSIX only: Windows has no
+atomic symlink switch for directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from bootstrap.errors import BusyError, InputError
+from bootstrap.runner import run
+
+PARTIAL = ".partial"
+KEEP = 2  # current + one to roll back to
+
+
+@dataclass(frozen=True)
+class Layout:
+    stable: Path  # what users activate; a symlink once bootstrap manages it
+
+    @property
+    def gens_dir(self) -> Path:
+        return self.stable.parent / f".{self.stable.name}.gens"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.stable.parent / f".{self.stable.name}.lock"
+
+    def generations(self) -> list[int]:
+        """Complete generation numbers, oldest first."""
+        if not self.gens_dir.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.gens_dir.iterdir() if p.name.isdigit() and p.is_dir())
+
+    def current(self) -> Optional[int]:
+        if not self.stable.is_symlink():
+            return None
+        target = os.readlink(self.stable)
+        name = Path(target).name
+        return int(name) if name.isdigit() else None
+
+    def path(self, generation: int) -> Path:
+        return self.gens_dir / str(generation)
+
+    def check_managed(self) -> None:
+        """Refuse to take over a real directory or file that bootstrap did not create."""
+        if self.stable.exists() and not self.stable.is_symlink():
+            raise InputError(
+                self.stable, "exists and is not an environment managed by bootstrap",
+                "choose another --prefix, or move it away (bootstrap never overwrites it)",
+            )
+
+
+@contextlib.contextmanager
+def exclusive(layout: Layout, notify: Callable[[str], None], timeout: float = 3600.0) -> Iterator[None]:
+    """Hold the env's flock; a second run waits (saying so) or fails after `timeout` seconds."""
+    import fcntl
+
+    layout.stable.parent.mkdir(parents=True, exist_ok=True)
+    with open(layout.lock_file, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            notify(f"waiting for another `bootstrap env` on {layout.stable} to finish ...")
+            _wait(handle, timeout, layout)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _wait(handle, timeout: float, layout: Layout) -> None:
+    import fcntl
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise BusyError(f"{layout.lock_file}: still held by another bootstrap after {timeout:.0f} s; "
+                                "is one stuck? (`fuser` shows the holder)") from None
+            time.sleep(0.2)
+
+
+def remove_partials(layout: Layout) -> list[Path]:
+    """Delete what interrupted runs left behind."""
+    if not layout.gens_dir.is_dir():
+        return []
+    partials = [p for p in layout.gens_dir.iterdir() if p.name.endswith(PARTIAL)]
+    for path in partials:
+        shutil.rmtree(path, ignore_errors=True)
+    return partials
+
+
+def start(layout: Layout) -> tuple[int, Path]:
+    """A new, empty or cloned `<n>.partial` directory for the next generation."""
+    layout.gens_dir.mkdir(parents=True, exist_ok=True)
+    number = max(layout.generations(), default=0) + 1
+    partial = layout.gens_dir / f"{number}{PARTIAL}"
+    current = layout.current()
+    if current is not None and layout.path(current).is_dir():
+        clone_tree(layout.path(current), partial)
+    else:
+        partial.mkdir()
+    return number, partial
+
+
+def clone_tree(source: Path, target: Path) -> None:
+    """Copy a generation: copy-on-write clones where the file system has them, else real copies.
+
+    Never hard links: a user editing a file in the new generation must not
+    change the one they may roll back to. Shell equivalent: `cp -a --reflink=auto`.
+    """
+    argv = ["cp", "-a", "--reflink=auto", str(source), str(target)]
+    if os.uname().sysname == "Darwin":
+        argv = ["cp", "-a", "-c", str(source), str(target)]
+    done = run(argv, timeout=3600)
+    if done.returncode != 0:
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(source, target, symlinks=True)
+
+
+def commit(layout: Layout, number: int, partial: Path) -> Path:
+    """Make `partial` generation `number` and point the stable path at it, atomically."""
+    final = layout.path(number)
+    os.replace(partial, final)
+    switch(layout, number)
+    return final
+
+
+def switch(layout: Layout, number: int) -> None:
+    """Point the stable symlink at generation `number` (symlink to a temp name + rename)."""
+    relative = os.path.relpath(layout.path(number), layout.stable.parent)
+    temp = layout.stable.parent / f".{layout.stable.name}.switch"
+    with contextlib.suppress(FileNotFoundError):
+        temp.unlink()
+    os.symlink(relative, temp)
+    os.replace(temp, layout.stable)
+
+
+def rollback(layout: Layout) -> int:
+    """Switch back to the newest generation older than the current one."""
+    current = layout.current()
+    older = [g for g in layout.generations() if current is None or g < current]
+    if not older:
+        raise InputError(layout.stable, "no earlier generation to roll back to", "run `bootstrap env` to create one")
+    switch(layout, older[-1])
+    return older[-1]
+
+
+def collect_garbage(layout: Layout, keep: int = KEEP) -> list[int]:
+    """Delete all but the newest `keep` generations, never the current one."""
+    current = layout.current()
+    gens = layout.generations()
+    doomed = [g for g in gens[:-keep] if g != current] if len(gens) > keep else []
+    for number in doomed:
+        shutil.rmtree(layout.path(number), ignore_errors=True)
+    return doomed

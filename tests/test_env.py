@@ -1,0 +1,323 @@
+"""`bootstrap env` end to end: real rattler links, real uv installs, a python that runs.
+
+The fixture lock is solved from a channel whose `python` is a venv-style shim
+of the test interpreter (tests/fixtures/runnable_env.py), so the created env
+really runs, and uv installs the locked wheels into its own site-packages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bootstrap.cli import main
+from bootstrap.lockfile import read_lock
+from bootstrap.prefix import conda_records, pip_distributions, read_install_record
+from bootstrap.project import Project
+from tests.fixtures.conda_channel import corrupt_archive_after_index, serve_directory
+from tests.fixtures.project import make_project, write_spec
+from tests.fixtures.runnable_env import SHORT, build_runnable_channel
+from tests.fixtures.wheels import build_wheelhouse, standard_wheels
+
+REPO = Path(__file__).resolve().parent.parent
+CONDA = (f"python={SHORT}.*", "pip", "torchlike", "zlibstub", "bigpkg")
+
+
+@pytest.fixture(scope="module")
+def channel(tmp_path_factory) -> Path:
+    return build_runnable_channel(tmp_path_factory.mktemp("runnable") / "channel")
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> Path:
+    return build_wheelhouse(tmp_path_factory.mktemp("wheels"), standard_wheels())
+
+
+def relock(project: Project, channel: Path, wheels: Path) -> None:
+    assert main(["lock", "--root", str(project.root), "--mirror", f"conda-forge={channel}", "--pip-find-links", str(wheels),
+                 "--pip-no-index", "--pip-offline", "--cache-dir", str(project.root / ".repodata")]) == 0
+
+
+@pytest.fixture(scope="module")
+def locked_once(tmp_path_factory, channel: Path, wheels: Path) -> Project:
+    project = make_project(tmp_path_factory.mktemp("envproj") / "proj", platforms=("linux-64",), conda=CONDA, pip=("alpha", "gamma"))
+    relock(project, channel, wheels)
+    return project
+
+
+@pytest.fixture
+def project(locked_once: Project, tmp_path: Path) -> Project:
+    root = tmp_path / "proj"
+    shutil.copytree(locked_once.root, root)
+    return Project(root)
+
+
+def env_args(project: Project, mirror: str, *extra: str) -> list[str]:
+    return ["env", "--root", str(project.root), "--platform", "linux-64", "--mirror", f"conda-forge={mirror}",
+            "--cache-dir", str(project.root / ".cache"), *extra]
+
+
+def prefix_of(project: Project) -> Path:
+    return project.root / ".envs" / "py310"
+
+
+def assert_matches_lock(project: Project) -> None:
+    prefix = prefix_of(project)
+    lock = read_lock(project.lock_path("py310"))
+    locked_conda = {(p.name, p.version, p.build, p.sha256) for p in lock.for_platform("linux-64", "conda")}
+    installed = conda_records(prefix)
+    assert {(c.name, c.version, c.build, c.sha256) for c in installed} == locked_conda
+    assert {c.url for c in installed} == {p.url for p in lock.for_platform("linux-64", "conda")}  # canonical URLs
+    locked_pip = {(p.name, p.version) for p in lock.for_platform("linux-64", "pip")}
+    conda_names = {c.name for c in installed}
+    assert {(d.name, d.version) for d in pip_distributions(prefix) if d.name not in conda_names} == locked_pip
+
+
+def run_python(prefix: Path, code: str) -> str:
+    done = subprocess.run([str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_create_from_directory_mirror_then_noop(project: Project, channel: Path, capsys) -> None:
+    assert main(env_args(project, str(channel))) == 0
+    prefix = prefix_of(project)
+    assert prefix.is_symlink()
+    assert_matches_lock(project)
+    assert run_python(prefix, "import sys, alpha, beta; print(sys.prefix)") == str(prefix)
+    assert (prefix / "share/torchlike/build.txt").read_text().startswith("cuda12")  # the locked CUDA build
+    # The pip entry point of the conda pip package points at the stable path, not a generation.
+    assert (prefix / "bin" / "pip").read_text().startswith(f"#!{prefix}/bin/python")
+    generation = read_install_record(prefix).generation
+    capsys.readouterr()
+    assert main(env_args(project, "/nonexistent-mirror")) == 0  # nothing to fetch, so no mirror needed
+    assert "is up to date" in capsys.readouterr().out
+    assert read_install_record(prefix).generation == generation
+
+
+def test_create_over_http_mirror(project: Project, channel: Path) -> None:
+    with serve_directory(channel) as url:
+        assert main(env_args(project, url)) == 0
+        assert any(path.endswith(".tar.bz2") for path in url.requests)
+    assert_matches_lock(project)
+
+
+def test_lock_change_applies_only_the_difference(project: Project, channel: Path, wheels: Path, capsys) -> None:
+    assert main(env_args(project, str(channel))) == 0
+    prefix = prefix_of(project)
+    write_spec(project.root, platforms=("linux-64",), conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma"))
+    relock(project, channel, wheels)
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["plan"] == {
+        "link": [], "unlink": [{"name": "torchlike", "version": "1.0", "build": "cuda12_1"}],
+        "pip_install": [{"name": "alpha", "version": "1.0"}],
+        "pip_remove": [{"name": "alpha", "version": "1.1"}, {"name": "beta", "version": "2.0"}],
+    }
+    assert report["generation"] == 2 and report["changed"]
+    assert_matches_lock(project)
+    assert not (prefix / "share/torchlike").exists()
+    assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.0"
+
+
+def test_dry_run_prints_the_plan_and_touches_nothing(project: Project, channel: Path, capsys) -> None:
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--dry-run")) == 0
+    out = capsys.readouterr().out
+    assert f"link    python {SHORT}" in out and "pip add alpha 1.1" in out
+    assert not (project.root / ".envs").exists()
+
+
+def test_rollback(project: Project, channel: Path, wheels: Path) -> None:
+    assert main(env_args(project, str(channel))) == 0
+    write_spec(project.root, platforms=("linux-64",), conda=CONDA, pip=("alpha==1.0",))
+    relock(project, channel, wheels)
+    assert main(env_args(project, str(channel))) == 0
+    prefix = prefix_of(project)
+    assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.0"
+    assert main(["env", "--root", str(project.root), "--rollback"]) == 0
+    assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.1"
+    assert os.readlink(prefix).endswith("/1")
+
+
+def test_conda_archive_with_wrong_bytes_is_refused(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
+    assert main(env_args(project, str(channel))) == 0
+    prefix = prefix_of(project)
+    before = os.readlink(prefix)
+    bad = tmp_path / "bad-channel"
+    shutil.copytree(channel, bad)
+    corrupt_archive_after_index(bad, "zlibstub-1.3.1-h0_0.tar.bz2", subdir="linux-64")
+    # Force a re-link of zlibstub: drop its record so the plan links it again.
+    (next(prefix.glob("conda-meta/zlibstub-*.json"))).unlink()
+    shutil.rmtree(project.root / ".cache")
+    capsys.readouterr()
+    assert main(env_args(project, str(bad))) == 2
+    assert "sha256" in capsys.readouterr().err
+    assert os.readlink(prefix) == before  # still the old generation
+    assert run_python(prefix, "import alpha; print('ok')") == "ok"
+    assert not list((prefix.parent / ".py310.gens").glob("*.partial"))
+
+
+def test_pip_wheel_with_wrong_bytes_is_refused(project: Project, channel: Path, wheels: Path, tmp_path: Path, capsys) -> None:
+    from tests.fixtures.wheels import build_wheel
+
+    served = tmp_path / "served-wheels"
+    shutil.copytree(wheels, served)
+    lock_path = project.lock_path("py310")
+    lock_path.write_text(lock_path.read_text().replace(str(wheels), str(served)))
+    assert main(env_args(project, str(channel))) == 0
+    prefix = prefix_of(project)
+    before = os.readlink(prefix)
+    # Same name and version, other bytes: what a tampering mirror would serve.
+    gamma = next(served.glob("gamma-*.whl"))
+    gamma.unlink()
+    build_wheel(served, "gamma", "0.5", files={"gamma/evil.py": "print('evil')\n"})
+    write_spec(project.root, platforms=("linux-64",), conda=CONDA, pip=("alpha",))  # force a pip change ...
+    (next((prefix / "lib").glob("python*/site-packages/gamma-0.5.dist-info")) / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: gamma\nVersion: 0.4\n")  # ... so gamma is reinstalled from the lock
+    capsys.readouterr()
+    assert main(env_args(project, str(channel))) == 2
+    err = capsys.readouterr().err
+    assert "does not match the lock's sha256" in err
+    assert os.readlink(prefix) == before
+    assert run_python(prefix, "import gamma, os; print(os.path.exists(os.path.join(os.path.dirname(gamma.__file__), 'evil.py')))") == "False"
+
+
+def test_corrupted_cache_is_healed_not_installed(project: Project, channel: Path) -> None:
+    assert main(env_args(project, str(channel))) == 0
+    cache = project.root / ".cache"
+    # Corrupt both layers: our verified archive and rattler's extracted copy.
+    for archive in cache.glob("archives/*/bigpkg-*"):
+        archive.write_bytes(b"garbage")
+    for extracted in cache.glob("pkgs/bigpkg-*/share/bigpkg/f000001.txt"):
+        extracted.write_text("corrupted\n")
+    shutil.rmtree(project.root / ".envs")
+    assert main(env_args(project, str(channel))) == 0
+    prefix = prefix_of(project)
+    assert (prefix / "share/bigpkg/f000001.txt").read_text() == f"1\nprefix={prefix}\n"  # placeholder -> stable path
+    assert_matches_lock(project)
+
+
+def test_editing_one_env_leaves_cache_and_sibling_alone(project: Project, channel: Path) -> None:
+    first, second = project.root / "envs-a", project.root / "envs-b"
+    for prefix in (first, second):
+        assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 0
+    target = "share/bigpkg/f000002.txt"
+    original = (second / target).read_text()
+    with open(first / target, "r+") as handle:  # in place: same inode, as an editor might
+        handle.write("EDITED")
+    assert (second / target).read_text() == original
+    for cached in (project.root / ".cache").glob(f"pkgs/bigpkg-*/{target}"):
+        assert "EDITED" not in cached.read_text()
+
+
+def test_escaping_archives_are_refused(tmp_path: Path, wheels: Path) -> None:
+    from tests.fixtures.conda_channel import escaping_specs
+
+    outside = tmp_path / "outside-target.txt"
+    channel = build_runnable_channel(tmp_path / "channel", extra=escaping_specs(absolute_target=outside))
+    for evil in ("evil-dotdot", "evil-abspath", "evil-symlink"):
+        project = make_project(tmp_path / evil, platforms=("linux-64",), conda=(f"python={SHORT}.*", evil), pip=())
+        relock(project, channel, wheels)
+        done = subprocess.run(
+            [sys.executable, "-m", "bootstrap", *env_args(project, str(channel))],
+            capture_output=True, text=True, cwd=REPO, check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert "refused" in done.stderr and "outside the prefix" in done.stderr
+        assert not (project.root / ".envs" / "py310").exists()
+        assert not outside.exists() and not (project.root / ".envs" / ".py310.gens" / "evil.txt").exists()
+
+
+def test_unreachable_channel_leaves_the_env_alone(project: Project, channel: Path, wheels: Path, capsys) -> None:
+    assert main(env_args(project, str(channel))) == 0
+    prefix = prefix_of(project)
+    before = os.readlink(prefix)
+    write_spec(project.root, platforms=("linux-64",), conda=tuple(c for c in CONDA if c != "bigpkg"), pip=("alpha",))
+    relock(project, channel, wheels)
+    shutil.rmtree(project.root / ".cache")
+    # python must be re-fetched? No: only removals here, so add a change that needs a download.
+    (next(prefix.glob("conda-meta/zlibstub-*.json"))).unlink()
+    capsys.readouterr()
+    assert main(env_args(project, "http://127.0.0.1:9/conda-forge")) == 2
+    err = capsys.readouterr().err
+    assert "http://127.0.0.1:9/conda-forge/linux-64/zlibstub" in err and "--mirror" in err
+    assert os.readlink(prefix) == before
+
+
+def test_platform_not_in_lock(project: Project, channel: Path, capsys) -> None:
+    capsys.readouterr()
+    assert main(["env", "--root", str(project.root), "--platform", "osx-arm64"]) == 2
+    assert "platform osx-arm64 is not locked (locked: linux-64)" in capsys.readouterr().err
+
+
+def test_refuses_to_take_over_a_directory(project: Project, channel: Path, capsys) -> None:
+    prefix = prefix_of(project)
+    prefix.mkdir(parents=True)
+    (prefix / "precious.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(env_args(project, str(channel))) == 2
+    assert "not an environment managed by bootstrap" in capsys.readouterr().err
+    assert (prefix / "precious.txt").read_text() == "mine"
+
+
+@pytest.fixture(scope="module")
+def big_channel(tmp_path_factory) -> Path:
+    """The runnable channel plus `hugepkg`: enough files that an install takes a while."""
+    from tests.fixtures.conda_channel import big_spec
+
+    return build_runnable_channel(tmp_path_factory.mktemp("big") / "channel", extra=[big_spec(4000, name="hugepkg")])
+
+
+def env_process(project: Project, channel: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bootstrap", *env_args(project, str(channel))],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigkill_mid_install_keeps_the_previous_generation(project: Project, big_channel: Path, wheels: Path) -> None:
+    import signal
+    import time
+
+    relock(project, big_channel, wheels)
+    assert main(env_args(project, str(big_channel))) == 0
+    prefix = prefix_of(project)
+    before = os.readlink(prefix)
+    write_spec(project.root, platforms=("linux-64",), conda=(*CONDA, "hugepkg"), pip=("alpha", "gamma"))
+    relock(project, big_channel, wheels)
+    process = env_process(project, big_channel)
+    partial_files = prefix.parent / ".py310.gens" / "2.partial" / "share" / "hugepkg"
+    deadline = time.monotonic() + 60
+    while not (partial_files.is_dir() and any(partial_files.iterdir())):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert os.readlink(prefix) == before  # the switch never happened
+    assert run_python(prefix, "import alpha; print('usable')") == "usable"
+    assert not (prefix / "share" / "hugepkg").exists()
+    assert (prefix.parent / ".py310.gens" / "2.partial").exists()  # what the kill left behind
+    assert main(env_args(project, str(big_channel))) == 0  # the next run converges
+    assert not list((prefix.parent / ".py310.gens").glob("*.partial"))
+    assert_matches_lock(project)
+    assert len(list((prefix / "share" / "hugepkg").iterdir())) == 4000
+
+
+def test_two_concurrent_runs(project: Project, big_channel: Path, wheels: Path) -> None:
+    write_spec(project.root, platforms=("linux-64",), conda=(*CONDA, "hugepkg"), pip=("alpha", "gamma"))
+    relock(project, big_channel, wheels)
+    first, second = env_process(project, big_channel), env_process(project, big_channel)
+    results = [p.communicate(timeout=120) for p in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], results
+    stderr = "".join(err for _, err in results)
+    assert "waiting for another `bootstrap env`" in stderr
+    outputs = "".join(out for out, _ in results)
+    assert outputs.count("-> generation 1") == 1 and "is up to date" in outputs  # one did the work
+    assert_matches_lock(project)
+    assert [p.name for p in (prefix_of(project).parent / ".py310.gens").iterdir()] == ["1"]
