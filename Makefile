@@ -8,17 +8,29 @@ PY     := $(TOOLS)/bin/python
 ENV    ?= py310
 # Extra arguments for `bootstrap lock`, e.g. LOCK_ARGS="--mirror conda-forge=http://mirror.internal/conda-forge"
 LOCK_ARGS ?=
+ENV_ARGS ?=
 SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # Tests of the env-side code (verify, bench) run on a CPU torch in the tools venv.
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
 TORCH_TEST ?= torch==2.13.0
 
-.PHONY: tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean
+.PHONY: env clean-env bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean
 
 tools: $(TOOLS)/.requirements-tools.txt
 
 $(TOOLS)/.requirements-tools.txt: scripts/requirements-tools.txt scripts/tools-venv.sh
 	PYTHON=$(PYTHON) scripts/tools-venv.sh $(TOOLS)
+
+## Create or update .envs/$(ENV) from its lock (ENV=py39 for the other env); ENV_ARGS="--dry-run" prints the plan.
+env: tools
+	$(PY) -m bootstrap env $(ENV) $(ENV_ARGS)
+
+## Remove .envs/$(ENV) with all its generations.
+clean-env:
+	rm -rf .envs/$(ENV) .envs/.$(ENV).gens .envs/.$(ENV).lock .envs/.$(ENV).switch
+
+bench-env: tools
+	$(PY) scripts/bench_env.py
 
 ## Solve envs/*.yml for every platform and write the locks (conda-forge and PyPI must be reachable,
 ## or pass mirrors in LOCK_ARGS).

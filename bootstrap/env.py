@@ -43,6 +43,20 @@ from bootstrap.runner import run
 Notify = Callable[[str], None]
 
 
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """How a run reports progress; the CLI fills it for a TTY, tests leave it quiet."""
+
+    notify: Notify = _quiet  # one line per stage
+    waiting: Notify = _quiet  # another run holds the env and we wait for it
+    fetch_started: Callable[[int], None] = lambda total: None
+    fetched: Callable[[LockedPackage], None] = lambda entry: None
+
+
 @dataclass(frozen=True)
 class EnvOptions:
     env: str
@@ -91,12 +105,8 @@ def plan_for(options: EnvOptions, lock: Lock) -> Plan:
     return make_plan(entries, conda_records(prefix), pip_distributions(prefix))
 
 
-def create_or_update(options: EnvOptions, notify: Notify = lambda _: None, waiting: Optional[Notify] = None) -> EnvResult:
-    """Make `options.prefix` exactly the lock's env for `options.platform`.
-
-    `notify` gets progress lines; `waiting` (default: `notify`) is told when
-    another run holds the env and this one waits for it.
-    """
+def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> EnvResult:
+    """Make `options.prefix` exactly the lock's env for `options.platform`."""
     started = time.perf_counter()
     lock = read_lock(options.lock_path)
     layout = gens.Layout(options.prefix)
@@ -106,7 +116,7 @@ def create_or_update(options: EnvOptions, notify: Notify = lambda _: None, waiti
         return EnvResult(options.prefix, options.platform, plan, layout.current(), False, options.dry_run,
                          {"total": time.perf_counter() - started})
 
-    with gens.exclusive(layout, waiting or notify):
+    with gens.exclusive(layout, feedback.waiting):
         removed = tuple(str(p) for p in gens.remove_partials(layout))
         plan, up_to_date = _plan(options, lock)  # a concurrent run may have done the work while we waited
         if up_to_date:
@@ -114,7 +124,7 @@ def create_or_update(options: EnvOptions, notify: Notify = lambda _: None, waiti
                              {"total": time.perf_counter() - started}, removed)
         number, partial = gens.start(layout)
         try:
-            seconds = _apply(options, lock, plan, partial, number, notify)
+            seconds = _apply(options, lock, plan, partial, number, feedback)
             gens.commit(layout, number, partial)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
@@ -135,22 +145,22 @@ def _lock_hash(lock: Lock, platform: str) -> str:
     return lock.content_hash.get(platform, "")
 
 
-def _apply(options: EnvOptions, lock: Lock, plan: Plan, partial: Path, number: int, notify: Notify) -> dict:
+def _apply(options: EnvOptions, lock: Lock, plan: Plan, partial: Path, number: int, feedback: Feedback) -> dict:
     seconds = {}
     entries = locked_entries(lock, options.platform)
     conda = [e for e in entries if e.manager == "conda"]
     if plan.link or plan.unlink:
         t = time.perf_counter()
-        notify(f"fetching {len(plan.link)} conda packages")
-        archives = fetch_archives(plan.link, options.cache_dir, options.mirrors)
+        feedback.fetch_started(len(plan.link))
+        archives = fetch_archives(plan.link, options.cache_dir, options.mirrors, progress=feedback.fetched)
         seconds["fetch"] = time.perf_counter() - t
         t = time.perf_counter()
-        notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
+        feedback.notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
         link_conda(conda, archives, partial, options)
         seconds["link"] = time.perf_counter() - t
     if plan.pip_install or plan.pip_remove:
         t = time.perf_counter()
-        notify(f"pip: installing {len(plan.pip_install)}, removing {len(plan.pip_remove)} distributions")
+        feedback.notify(f"pip: installing {len(plan.pip_install)}, removing {len(plan.pip_remove)} distributions")
         sync_pip(plan, partial, options)
         seconds["pip"] = time.perf_counter() - t
     write_install_record(partial, InstallRecord(

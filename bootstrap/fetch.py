@@ -106,7 +106,7 @@ def _copy_hashing(url: str, out, entry: LockedPackage) -> tuple[str, str]:
     except OSError as exc:
         raise FetchError(
             f"cannot fetch {entry.filename} from {scrub_credentials(url)}: {exc} "
-            "(offline? serve the channel from a mirror: --mirror CANONICAL=URL_OR_DIR)"
+            f"(offline? serve it from a mirror: --mirror {entry.url.rsplit('/', 2)[0]}=URL_OR_DIR)"
         ) from None
     return sha256.hexdigest(), md5.hexdigest()
 

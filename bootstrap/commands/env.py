@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -52,15 +53,41 @@ def run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         show_progress=sys.stderr.isatty() and not args.json,
     )
-    def to_stderr(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    result = create_or_update(options, to_stderr if options.show_progress else (lambda _: None), waiting=to_stderr)
+    with _feedback(options.show_progress) as feedback:
+        result = create_or_update(options, feedback)
     if args.json:
         print(json.dumps(_envelope(result), indent=2, sort_keys=True))
     else:
         print(_summary(env, result, options))
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _feedback(tty: bool):
+    """Rich progress for downloads on a TTY (rattler draws its own for linking); quiet otherwise.
+
+    The "waiting for another run" notice is printed either way.
+    """
+    from bootstrap.env import Feedback
+
+    def to_stderr(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if not tty:
+        yield Feedback(waiting=to_stderr)
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        task = {}
+
+        def started(total: int) -> None:
+            task["id"] = progress.add_task("fetching conda packages", total=total)
+
+        def fetched(entry) -> None:
+            progress.update(task["id"], advance=1, description=f"fetched {entry.name}")
+
+        yield Feedback(notify=progress.console.print, waiting=progress.console.print, fetch_started=started, fetched=fetched)
 
 
 def _summary(env: str, result, options) -> str:
