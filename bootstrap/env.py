@@ -179,18 +179,21 @@ def _apply(options: EnvOptions, lock: Lock, plan: Plan, partial: Path, number: i
 
 # --------------------------------------------------------------------------- conda part
 
-# Copies (or copy-on-write clones), never hard links into the package cache:
-# an edit inside one env must not reach the cache or any other env.
-_LINK_CONFIG = "allow-hard-links = false\n"
-
-
 def link_conda(conda: Sequence[LockedPackage], archives: dict, partial: Path, options: EnvOptions) -> None:
-    """Make `partial` hold exactly `conda`; rattler computes and applies the difference."""
+    """Make `partial` hold exactly `conda`; rattler computes and applies the difference.
+
+    rattler extracts the verified archives into a package cache private to
+    this run, links from it and the cache is deleted afterwards. So no
+    extracted file is ever trusted from an earlier run (rattler's "fast" cache
+    validation does not notice an edited file, "full" re-hashes everything and
+    doubles the link time), and the hard links rattler makes into that cache
+    leave the prefix as the only owner of its inodes once it is gone.
+    """
     import rattler
 
     installed = [rattler.PrefixRecord.from_path(p.record_path) for p in conda_records(partial)]
     by_name = {r.name.normalized: r for r in installed}
-    cache = rattler.PackageCache.new_layered([options.cache_dir / "pkgs"], validation_mode=rattler.ValidationMode.full())
+    private_cache = partial.parent / f"pkgs-{partial.name}"
 
     async def install() -> None:
         records = [
@@ -200,20 +203,21 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, partial: Path, op
         await rattler.install(
             records,
             partial,
-            cache_dir=options.cache_dir / "pkgs",
+            cache_dir=private_cache,
             installed_packages=installed,
             platform=rattler.Subdir(options.platform),
             execute_link_scripts=False,
             show_progress=options.show_progress,
             alternative_target_prefix=options.prefix,
-            config=rattler.Config.from_toml(_LINK_CONFIG),
-            package_cache=cache,
+            package_cache=rattler.PackageCache.new_layered([private_cache]),
         )
 
     try:
         asyncio.run(install())
     except Exception as exc:
         raise ToolError(f"linking into {options.prefix} failed: {exc}") from None
+    finally:
+        shutil.rmtree(private_cache, ignore_errors=True)
     _restore_canonical_urls(partial, {e.name: e for e in conda if e.name in archives})
 
 

@@ -192,11 +192,9 @@ def test_pip_wheel_with_wrong_bytes_is_refused(project: Project, channel: Path, 
 def test_corrupted_cache_is_healed_not_installed(project: Project, channel: Path) -> None:
     assert main(env_args(project, str(channel))) == 0
     cache = project.root / ".cache"
-    # Corrupt both layers: our verified archive and rattler's extracted copy.
-    for archive in cache.glob("archives/*/bigpkg-*"):
-        archive.write_bytes(b"garbage")
-    for extracted in cache.glob("pkgs/bigpkg-*/share/bigpkg/f000001.txt"):
-        extracted.write_text("corrupted\n")
+    (archive,) = cache.glob("archives/*/bigpkg-*")
+    archive.write_bytes(archive.read_bytes()[:-10] + b"0123456789")  # same size, other bytes
+    assert not list(cache.glob("pkgs*"))  # no extracted package outlives a run, so none can rot
     shutil.rmtree(project.root / ".envs")
     assert main(env_args(project, str(channel))) == 0
     prefix = prefix_of(project)
@@ -205,16 +203,20 @@ def test_corrupted_cache_is_healed_not_installed(project: Project, channel: Path
 
 
 def test_editing_one_env_leaves_cache_and_sibling_alone(project: Project, channel: Path) -> None:
+    from bootstrap.fsutil import sha256_file
+
     first, second = project.root / "envs-a", project.root / "envs-b"
     for prefix in (first, second):
         assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 0
-    target = "share/bigpkg/f000002.txt"
-    original = (second / target).read_text()
-    with open(first / target, "r+") as handle:  # in place: same inode, as an editor might
-        handle.write("EDITED")
-    assert (second / target).read_text() == original
-    for cached in (project.root / ".cache").glob(f"pkgs/bigpkg-*/{target}"):
-        assert "EDITED" not in cached.read_text()
+    targets = ["share/bigpkg/f000002.txt", "share/torchlike/build.txt"]  # with and without a placeholder
+    for target in targets:
+        assert os.stat(first / target).st_nlink == 1  # no other path shares the inode
+        original = (second / target).read_text()
+        with open(first / target, "r+") as handle:  # in place: same inode, as an editor might
+            handle.write("EDITED")
+        assert (second / target).read_text() == original
+    for archive in (project.root / ".cache").glob("archives/*/*"):
+        assert sha256_file(archive) == archive.parent.name
 
 
 def test_escaping_archives_are_refused(tmp_path: Path, wheels: Path) -> None:
