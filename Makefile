@@ -14,7 +14,7 @@ SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
 TORCH_TEST ?= torch==2.13.0
 
-.PHONY: env clean-env bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean
+.PHONY: env clean-env bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean export monitor
 
 tools: $(TOOLS)/.requirements-tools.txt
 
@@ -70,3 +70,14 @@ tools-requirements: tools
 
 clean:
 	rm -rf $(TOOLS) .pytest_cache
+
+## The shareable environment.yml of the default env: requested specs pinned to conda-lock.yml,
+## no build strings, no paths (`make test` fails when it drifts from the lock).
+## `python -m bootstrap export --pinned` writes the per-platform explicit files.
+export: tools
+	$(PY) -m bootstrap export -o environment.yml
+
+## Live per-GPU view; Ctrl-C prints the summary. E.g. MONITOR_ARGS="--interval 0.5 --csv gpu.csv".
+MONITOR_ARGS ?=
+monitor: tools
+	$(PY) -m bootstrap monitor $(MONITOR_ARGS)

@@ -20,6 +20,8 @@ from bootstrap.errors import EXIT_USAGE, BootstrapError
 VERBS = {
     "lock": ("lock", "solve the specs in envs/ for every platform and write the lock"),
     "env": ("env", "create or update an environment from its lock, without conda"),
+    "export": ("export", "write the environment.yml to share (portable, or --pinned per platform)"),
+    "monitor": ("monitor", "live per-GPU utilisation, memory, power and processes (NVML)"),
 }
 
 

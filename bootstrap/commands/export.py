@@ -1,0 +1,67 @@
+"""`python -m bootstrap export [ENV] [-o FILE] [--pinned] [--from-prefix DIR]`.
+
+    export                       environment.yml of the default env (portable, pinned, no builds)
+    export py39 -o py39.yml      another env
+    export --pinned              py310-linux-64.lock, ... : full closure with hashes, one per platform
+    export --from-prefix DIR     environment.yml of an existing env (history + pip), same rules
+    export -o -                  print instead of writing
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bootstrap.errors import EXIT_OK, InputError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env", nargs="?", metavar="ENV", help="env to export (default: the default env, py310)")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="where to write (default: environment.yml; with --pinned '{name}-{platform}.lock'); "
+                             "'-' prints to stdout")
+    parser.add_argument("--pinned", action="store_true",
+                        help="the full closure of each platform with hashes, as conda-lock's explicit files")
+    parser.add_argument("--from-prefix", type=Path, metavar="DIR",
+                        help="export an existing environment (its conda-meta/history and pip packages) instead of a lock")
+    parser.add_argument("--name", help="the `name:` to write (default: the spec's, or the prefix's directory name)")
+    parser.add_argument("--channel", action="append", default=[], metavar="C",
+                        help="write this channel instead of the recorded ones (repeatable), e.g. for a local channel")
+    parser.add_argument("--platform", action="append", default=[], metavar="P",
+                        help="export only this locked platform (repeatable)")
+    parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bootstrap import export
+    from bootstrap.project import Project, find_root
+
+    options = export.ExportOptions(name=args.name, channels=tuple(args.channel), platforms=tuple(args.platform))
+    to_stdout = args.output == "-"
+    output = None if args.output in (None, "-") else Path(args.output)
+    if args.from_prefix is not None:
+        if args.env or args.pinned or args.platform:
+            raise InputError("--from-prefix", "cannot be combined with ENV, --pinned or --platform",
+                             "for an explicit file of an existing env use `conda list --explicit --md5`")
+        result = export.export_prefix(args.from_prefix, options, output)
+    else:
+        project = Project(args.root or find_root(Path.cwd()))
+        env = args.env or project.default_env
+        if args.pinned:
+            if to_stdout and len(args.platform) != 1:
+                raise InputError("-o -", "--pinned writes one file per platform", "pick one with --platform P to print it")
+            result = export.export_pinned(project, env, options, args.output if not to_stdout else None)
+        else:
+            result = export.export_env(project, env, options, output)
+
+    if to_stdout:
+        for text in result.files.values():
+            sys.stdout.write(text)
+    else:
+        export.write_files(result.files)
+        for path in result.files:
+            print(f"wrote {path}")
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return EXIT_OK

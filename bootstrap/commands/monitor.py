@@ -1,0 +1,196 @@
+"""`python -m bootstrap monitor [--interval S] [--count N] [--csv FILE | --jsonl FILE] [--once]`.
+
+A live table per GPU (utilisation, memory, temperature, power, SM clock,
+processes) with the running mean / p95 utilisation and a sparkline; Ctrl-C
+(or SIGTERM, or --count reached) prints the summary of the whole run and
+exits 0. `--once`: one table, like `nvidia-smi`.
+
+No NVIDIA driver: one line; exit 0 with --once (a probe), 2 otherwise
+(a monitor that cannot monitor is a usage error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+from bootstrap.errors import EXIT_OK
+
+_CLEAR = "\x1b[H\x1b[J"  # cursor home, clear to the end of the screen
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--interval", type=_positive_float, default=1.0, metavar="S",
+                        help="seconds between samples (default: 1)")
+    parser.add_argument("--count", type=_positive_int, default=None, metavar="N",
+                        help="stop after N samples (default: until Ctrl-C)")
+    parser.add_argument("--once", action="store_true",
+                        help="print one sample and exit; exit 0 even without a driver")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--csv", type=Path, metavar="FILE", help="also log one row per GPU and sample as CSV")
+    out.add_argument("--jsonl", type=Path, metavar="FILE", help="also log one JSON object per GPU and sample")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bootstrap import monitor as core
+
+    log_path, fmt = (args.csv, "csv") if args.csv else (args.jsonl, "jsonl") if args.jsonl else (None, "")
+    if log_path is not None:
+        core.check_writable(log_path)  # a typo fails before NVML is touched
+    sampler = core.GpuSampler()
+    try:
+        sampler.open()
+    except core.NvmlUnavailable as exc:
+        if args.once:
+            print(exc)
+            return EXIT_OK
+        raise
+
+    ascii_only = not _can_print(core.SPARK)
+    live = sys.stdout.isatty() and not args.once
+    summary = core.RunningSummary()
+    log = None
+    try:
+        log = core.SampleLog(log_path, fmt) if log_path is not None else None
+        with _sigterm_as_interrupt():
+            try:
+                for sample in core.run_samples(sampler, args.interval, 1 if args.once else args.count):
+                    summary.add(sample)
+                    if log is not None:
+                        log.write(sample)
+                    frame = _frame(core, sample, summary, args, ascii_only, sampler.gpu_count)
+                    sys.stdout.write((_CLEAR if live else "") + frame + ("" if live else "\n\n"))
+                    sys.stdout.flush()
+            except KeyboardInterrupt:
+                sys.stdout.write("\n")
+        if log is not None:
+            log.commit()
+            log = None
+    finally:
+        if log is not None:
+            log.discard()  # an error, not an interruption: the command failed, so nothing is left
+        sampler.close()
+
+    if not args.once:
+        print(_summary(core, summary, ascii_only))
+    if log_path is not None:
+        print(f"wrote {log_path} ({summary.samples} samples)")
+    for note in sampler.notes:
+        print(f"note: not available: {note}", file=sys.stderr)
+    return EXIT_OK
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """`kill PID` / `timeout 60 ...` stop the monitor like Ctrl-C: summary printed, log kept."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):  # noqa: ARG001 (signal handler signature)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _can_print(text: str) -> bool:
+    try:
+        text.encode(sys.stdout.encoding or "ascii")
+        return True
+    except (UnicodeEncodeError, LookupError):
+        return False
+
+
+def _frame(core, sample, summary, args: argparse.Namespace, ascii_only: bool, gpu_count: int) -> str:
+    stats = {s.index: s for s in summary.per_gpu()}
+    when = core.rows(sample)[0]["timestamp"] if sample.gpus else ""
+    head = f"{when}  {gpu_count} GPU{'s' if gpu_count != 1 else ''}"
+    if not args.once:
+        head += f", sample {summary.samples} every {args.interval:g} s (Ctrl-C for the summary)"
+    columns = f"{'GPU':>3}  {'NAME':<26} {'UTIL':>5}  {'MEMORY USED/TOTAL':>20}  {'TEMP':>5}  {'POWER/LIMIT':>13}  {'SM CLOCK':>9}"
+    if not args.once:
+        columns += f"  {'MEAN':>5} {'P95':>5}  RECENT"
+    lines = [head, columns]
+    for gpu in sample.gpus:
+        line = (
+            f"{gpu.index:>3}  {gpu.name[:26]:<26} {_pct(gpu.utilization_pct):>5}  "
+            f"{_pair(gpu.memory_used_mib, gpu.memory_total_mib, 'MiB'):>20}  {_unit(gpu.temperature_c, 'C'):>5}  "
+            f"{_pair(_round(gpu.power_w), _round(gpu.power_limit_w), 'W'):>13}  {_unit(gpu.sm_clock_mhz, 'MHz'):>9}"
+        )
+        if not args.once:
+            s = stats[gpu.index]
+            line += (f"  {_pct(s.utilization_mean_pct):>5} {_pct(s.utilization_p95_pct):>5}  "
+                     f"{core.sparkline(s.recent, ascii_only)}")
+        lines.append(line)
+        for proc in gpu.processes:
+            lines.append(f"{'':>5}pid {proc.pid:<8} {(proc.name or '?')[:24]:<24} {_unit(proc.memory_used_mib, 'MiB'):>12}")
+    return "\n".join(lines)
+
+
+def _summary(core, summary, ascii_only: bool) -> str:
+    if not summary.samples:
+        return "summary: no sample taken"
+    lines = [f"summary: {summary.samples} sample{'s' if summary.samples != 1 else ''} over {summary.duration_s:.1f} s"]
+    for s in summary.per_gpu():
+        parts = [
+            f"utilization mean {_pct(s.utilization_mean_pct)}, p95 {_pct(s.utilization_p95_pct)}, max {_pct(s.utilization_max_pct)}",
+            f"memory peak {_unit(s.memory_used_peak_mib, 'MiB')}",
+            f"power mean {_unit(_round(s.power_mean_w, 1), 'W')}",
+            f"temperature max {_unit(s.temperature_max_c, 'C')}",
+        ]
+        lines.append(f"GPU {s.index} {s.name}: " + "; ".join(parts))
+        if s.overview:
+            lines.append(f"  utilization over the run: {core.sparkline(s.overview, ascii_only)}")
+    return "\n".join(lines)
+
+
+def _pct(value: Optional[float]) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.0f}%" if value == int(value) else f"{value:.1f}%"
+
+
+def _round(value: Optional[float], digits: int = 0) -> Optional[float]:
+    if value is None:
+        return None
+    return round(value, digits) if digits else float(round(value))
+
+
+def _num(value) -> str:
+    if isinstance(value, float) and value == int(value):
+        return str(int(value))
+    return str(value)
+
+
+def _unit(value, unit: str) -> str:
+    return "n/a" if value is None else f"{_num(value)} {unit}"
+
+
+def _pair(used, total, unit: str) -> str:
+    if used is None and total is None:
+        return "n/a"
+    parts: List[str] = ["?" if used is None else _num(used), "?" if total is None else _num(total)]
+    return f"{parts[0]}/{parts[1]} {unit}"

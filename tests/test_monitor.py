@@ -1,0 +1,428 @@
+"""`bootstrap monitor` on recorded NVML answers (tests/data/monitor), and the real no-driver path here."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bootstrap.cli import main
+from bootstrap.monitor import (
+    COLUMNS,
+    GpuSampler,
+    NvmlUnavailable,
+    RunningSummary,
+    _Series,
+    percentile_from_histogram,
+    rows,
+    run_samples,
+    sparkline,
+)
+
+DATA = Path(__file__).resolve().parent / "data" / "monitor"
+REPO = Path(__file__).resolve().parent.parent
+HAS_DRIVER = shutil.which("nvidia-smi") is not None or Path("/proc/driver/nvidia").exists()
+
+
+class FakeNVMLError(Exception):
+    def __init__(self, value):
+        super().__init__(value)
+        self.value = value
+
+
+class RecordedNvml:
+    """A pynvml stand-in replaying tests/data/monitor/*.json (format in its README.md)."""
+
+    NVMLError = FakeNVMLError
+
+    def __init__(self, recorded, init_error=None):
+        self.recorded = recorded
+        self.init_error = init_error
+        self.calls = []
+        self.frame = {}
+
+    @classmethod
+    def load(cls, name, **kwargs):
+        return cls(json.loads((DATA / name).read_text()), **kwargs)
+
+    def _answer(self, value):
+        if isinstance(value, dict) and set(value) == {"error"}:
+            raise FakeNVMLError(value["error"])
+        return value
+
+    def nvmlInit(self):
+        self.calls.append(("nvmlInit",))
+        if self.init_error is not None:
+            raise FakeNVMLError(self.init_error)
+
+    def nvmlShutdown(self):
+        self.calls.append(("nvmlShutdown",))
+
+    def __getattr__(self, name):
+        if name in self.recorded.get("missing_functions", ()):
+            raise AttributeError(name)
+        if name == "nvmlDeviceGetCount":
+            return lambda: self._answer(self.recorded[name])
+        if name == "nvmlDeviceGetHandleByIndex":
+            return lambda index: index
+        if name == "nvmlSystemGetProcessName":
+            return lambda pid: self.calls.append((name, pid)) or self._answer(self.recorded[name][str(pid)])
+        if name.startswith("nvmlDevice"):
+            return lambda handle, *args: self._device(handle, name, args)
+        raise AttributeError(name)
+
+    def _device(self, index, name, args):
+        self.calls.append((name, index, args))
+        device = self.recorded["devices"][index]
+        if name == "nvmlDeviceGetUtilizationRates":
+            self.frame[index] = self.frame.get(index, -1) + 1
+        frames = device.get("frames") or [{}]
+        frame = frames[min(self.frame.get(index, 0), len(frames) - 1)]
+        if name in frame:
+            value = frame[name]
+        elif name in device:
+            value = device[name]
+        else:
+            raise FakeNVMLError(3)  # NOT_SUPPORTED
+        value = self._answer(value)
+        if name in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo"):
+            return SimpleNamespace(**value)
+        if "RunningProcesses" in name:
+            return [SimpleNamespace(**p) for p in value]
+        return value
+
+    def count(self, name):
+        return sum(1 for call in self.calls if call[0] == name)
+
+
+def utilization_series(name, device):
+    recorded = json.loads((DATA / name).read_text())
+    return [f["nvmlDeviceGetUtilizationRates"]["gpu"] for f in recorded["devices"][device]["frames"]]
+
+
+def nearest_rank(values, q):
+    ordered = sorted(values)
+    return ordered[math.ceil(q / 100 * len(ordered)) - 1]
+
+
+class FakeTime:
+    """A monotonic clock that only moves when slept on (or when a sample 'takes' time)."""
+
+    def __init__(self, sample_cost=0.0):
+        self.now = 0.0
+        self.sample_cost = sample_cost
+        self.sleeps = []
+
+    def clock(self):
+        return self.now
+
+    def wall(self):
+        return 1_760_000_000.0 + self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(round(seconds, 6))
+        self.now += seconds
+
+
+def record(name, n, **kwargs):
+    fake = RecordedNvml.load(name)
+    clock = FakeTime()
+    with GpuSampler(fake) as sampler:
+        samples = list(run_samples(sampler, 1.0, n, clock=clock.clock, wall=clock.wall, sleep=clock.sleep))
+        notes = sampler.notes
+    return fake, samples, notes
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def test_recorded_h200_samples_become_rows():
+    fake, samples, notes = record("h200x2-ddp.json", 20)
+    assert notes == ()
+    first = rows(samples[0])
+    assert [r["gpu_index"] for r in first] == [0, 1]
+    assert first[0] == {
+        "timestamp": "2025-10-09T08:53:20.000Z",
+        "elapsed_s": 0.0,
+        "gpu_index": 0,
+        "gpu_uuid": "GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00",
+        "gpu_name": "NVIDIA H200",
+        "gpu_utilization_pct": 0,
+        "memory_utilization_pct": 0,
+        "memory_used_mib": 4,
+        "memory_total_mib": 143771,
+        "temperature_c": 34,
+        "power_w": 118.0,
+        "power_limit_w": 700.0,
+        "sm_clock_mhz": 345,
+        "process_count": 0,
+        "process_memory_used_mib": 0,
+        "processes": [],
+    }
+    twelfth = rows(samples[11])[0]
+    assert twelfth["elapsed_s"] == 11.0
+    assert twelfth["gpu_utilization_pct"] == 100
+    assert twelfth["power_w"] == 668.0
+    assert twelfth["memory_used_mib"] == 60123
+    # Sorted by memory, names reduced to the executable's base name.
+    assert twelfth["processes"] == [
+        {"pid": 4242, "name": "python3.10", "memory_used_mib": 59523},
+        {"pid": 5150, "name": "nsys", "memory_used_mib": 512},
+    ]
+    assert twelfth["process_count"] == 2 and twelfth["process_memory_used_mib"] == 60035
+    assert rows(samples[11])[1]["processes"] == [{"pid": 4243, "name": "python3.10", "memory_used_mib": 58280}]
+
+
+def test_one_nvml_session_and_no_subprocess(monkeypatch):
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError("monitor must not start a process per sample")
+
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    fake, samples, _ = record("h200x2-ddp.json", 20)
+    assert len(samples) == 20
+    assert fake.count("nvmlInit") == 1 and fake.count("nvmlShutdown") == 1
+    assert fake.count("nvmlDeviceGetName") == 2  # static facts asked once per GPU, not per sample
+    assert fake.count("nvmlDeviceGetUtilizationRates") == 40
+
+
+def test_process_names_are_asked_once_per_process():
+    fake, _, _ = record("h200x2-ddp.json", 20)
+    asked = [call[1] for call in fake.calls if call[0] == "nvmlSystemGetProcessName"]
+    assert sorted(asked) == [4242, 4243, 5150]
+
+
+def test_windows_wddm_fallbacks_and_missing_process_memory():
+    fake, samples, notes = record("rtx3090-windows-wddm.json", 3)
+    assert notes == ()  # every field answered through some variant
+    row = rows(samples[2])[0]
+    assert row["temperature_c"] == 61  # nvmlDeviceGetTemperatureV: this pynvml lacks the old call
+    assert row["power_limit_w"] == 350.0  # the management limit, the enforced one is not supported
+    assert row["power_w"] == 341.0
+    assert row["processes"] == [
+        {"pid": 1044, "name": None, "memory_used_mib": None},  # another user's process: name denied
+        {"pid": 7312, "name": "python.exe", "memory_used_mib": None},  # listed as compute and graphics: once
+    ]
+    assert row["process_memory_used_mib"] is None  # WDDM cannot tell, which is not 0
+    # A variant that failed once is not asked again.
+    assert fake.count("nvmlDeviceGetEnforcedPowerLimit") == 1
+    assert fake.count("nvmlDeviceGetComputeRunningProcesses") == 1
+    assert fake.count("nvmlDeviceGetComputeRunningProcesses_v2") == 3
+
+
+def test_an_unsupported_field_is_none_and_noted_once():
+    recorded = json.loads((DATA / "rtx3090-windows-wddm.json").read_text())
+    for frame in recorded["devices"][0]["frames"]:
+        frame["nvmlDeviceGetPowerUsage"] = {"error": 3}
+    with GpuSampler(RecordedNvml(recorded)) as sampler:
+        samples = [sampler.sample() for _ in range(3)]
+        notes = sampler.notes
+    assert [s[0].power_w for s in samples] == [None, None, None]
+    assert notes == ("GPU 0 power_w: not supported on this GPU",)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_summary_statistics_match_a_reference():
+    _, samples, _ = record("h200x2-ddp.json", 20)
+    summary = RunningSummary(recent=5)
+    for sample in samples:
+        summary.add(sample)
+    busy, starved = summary.per_gpu()
+    for stats, device in ((busy, 0), (starved, 1)):
+        values = utilization_series("h200x2-ddp.json", device)
+        assert stats.samples == 20
+        assert stats.utilization_mean_pct == pytest.approx(sum(values) / len(values))
+        assert stats.utilization_p95_pct == nearest_rank(values, 95)
+        assert stats.utilization_max_pct == max(values)
+        assert stats.recent == tuple(values[-5:])
+    assert (busy.utilization_mean_pct, busy.utilization_p95_pct, busy.utilization_max_pct) == (85.2, 99, 100)
+    assert (starved.utilization_mean_pct, starved.utilization_p95_pct) == (46.0, 100)
+    assert busy.memory_used_peak_mib == 60123 and starved.memory_used_peak_mib == 58880
+    assert busy.temperature_max_c == 64
+    assert busy.power_mean_w == pytest.approx(118 + 5.5 * busy.utilization_mean_pct)
+    assert summary.duration_s == 19.0
+
+
+@pytest.mark.parametrize("values, q, expected", [
+    (list(range(1, 101)), 95, 95),
+    (list(range(1, 101)), 50, 50),
+    ([7], 95, 7),
+    ([0] * 19 + [100], 95, 0),
+    ([0] * 18 + [100, 100], 95, 100),
+])
+def test_percentile_is_nearest_rank(values, q, expected):
+    histogram = [0] * 101
+    for v in values:
+        histogram[v] += 1
+    assert percentile_from_histogram(histogram, q) == expected == nearest_rank(values, q)
+
+
+def test_sparkline():
+    assert sparkline([0, 50, 100]) == "▁▅█"
+    assert sparkline([0, None, 100, 250]) == "▁ ██"
+    assert sparkline([0, 50, 100], ascii_only=True) == " =#"
+
+
+def test_run_overview_stays_small_and_keeps_the_mean():
+    series = _Series(width=40)
+    values = [i % 101 for i in range(10_000)]
+    for v in values:
+        series.add(v)
+    points = series.points()
+    assert 40 <= len(points) <= 80
+    assert sum(points) / len(points) == pytest.approx(sum(values) / len(values), rel=0.02)
+
+
+def test_schedule_keeps_the_interval_and_shifts_when_a_sample_is_slow():
+    clock = FakeTime()
+    costs = iter([0.2, 1.5, 0.1, 0.1])
+
+    class SlowSampler:
+        def sample(self):
+            clock.now += next(costs)
+            return ()
+
+    samples = list(run_samples(SlowSampler(), 1.0, 4, clock=clock.clock, wall=clock.wall, sleep=clock.sleep))
+    assert clock.sleeps == [0.8, 0.9]  # after the 1.5 s sample: no sleep, no burst
+    assert [round(s.elapsed_s, 6) for s in samples] == [0.0, 1.0, 2.5, 3.5]  # taken when each sample starts
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@pytest.fixture
+def h200(monkeypatch):
+    fake = RecordedNvml.load("h200x2-ddp.json")
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    return fake
+
+
+def test_csv_columns_carry_units(h200, tmp_path, capsys):
+    out = tmp_path / "gpu.csv"
+    assert main(["monitor", "--count", "3", "--interval", "0.001", "--csv", str(out)]) == 0
+    with out.open(newline="") as handle:
+        table = list(csv.reader(handle))
+    assert tuple(table[0]) == COLUMNS
+    units = ("_pct", "_mib", "_c", "_w", "_mhz", "_s")
+    unitless = {"timestamp", "gpu_index", "gpu_uuid", "gpu_name", "process_count", "processes"}
+    assert all(c.endswith(units) for c in COLUMNS if c not in unitless)
+    body = [dict(zip(table[0], row)) for row in table[1:]]
+    assert len(body) == 6  # 3 samples x 2 GPUs
+    assert [r["gpu_utilization_pct"] for r in body] == ["0", "0", "35", "20", "98", "100"]
+    assert body[2]["processes"] == "4242:python3.10:23400"
+    assert body[2]["power_limit_w"] == "700.0" and body[0]["process_memory_used_mib"] == "0"
+    assert not list(tmp_path.glob("*.partial"))
+    printed = capsys.readouterr().out
+    assert "summary: 3 samples" in printed and f"wrote {out}" in printed
+
+
+def test_jsonl_rows(h200, tmp_path):
+    out = tmp_path / "gpu.jsonl"
+    assert main(["monitor", "--count", "2", "--interval", "0.001", "--jsonl", str(out)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 4 and all(tuple(line) == COLUMNS for line in lines)
+    assert lines[2]["processes"] == [{"pid": 4242, "name": "python3.10", "memory_used_mib": 23400}]
+    assert lines[2]["memory_total_mib"] == 143771 and lines[2]["temperature_c"] == 35
+    assert lines[0]["gpu_uuid"].startswith("GPU-")
+
+
+def test_live_table_and_summary_on_screen(h200, capsys):
+    assert main(["monitor", "--count", "12", "--interval", "0.001"]) == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA H200" in out and "60123/143771 MiB" in out and "668/700 W" in out and "1980 MHz" in out
+    assert "pid 5150" in out and "nsys" in out
+    assert "sample 12 every 0.001 s" in out
+    summary = out[out.index("summary:"):]
+    assert "summary: 12 samples" in summary
+    assert "GPU 0 NVIDIA H200: utilization mean" in summary and "GPU 1 NVIDIA H200" in summary
+    assert "utilization over the run: ▁" in summary
+
+
+def test_ctrl_c_prints_the_summary_and_keeps_the_log(h200, tmp_path, monkeypatch, capsys):
+    import time
+
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        if len(slept) == 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    out = tmp_path / "gpu.csv"
+    assert main(["monitor", "--csv", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "summary: 4 samples" in printed
+    assert len(out.read_text().splitlines()) == 1 + 8
+    assert not list(tmp_path.glob("*.partial"))
+    assert h200.count("nvmlShutdown") == 1
+
+
+def test_once_prints_one_table_without_statistics(h200, capsys):
+    assert main(["monitor", "--once"]) == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA H200" in out and "summary" not in out and "MEAN" not in out
+    assert h200.count("nvmlDeviceGetUtilizationRates") == 2
+
+
+def test_unwritable_log_fails_before_nvml(h200, tmp_path, capsys):
+    assert main(["monitor", "--count", "1", "--csv", str(tmp_path / "missing" / "gpu.csv")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert h200.calls == []
+    assert main(["monitor", "--count", "1", "--jsonl", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert h200.calls == [] and list(tmp_path.iterdir()) == []
+
+
+def test_csv_and_jsonl_are_exclusive(h200, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["monitor", "--csv", str(tmp_path / "a"), "--jsonl", str(tmp_path / "b")])
+    assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("init_error, words", [(12, "NVML library not found"), (9, "driver not loaded")])
+def test_no_driver_recorded(monkeypatch, tmp_path, capsys, init_error, words):
+    monkeypatch.setitem(sys.modules, "pynvml", RecordedNvml({}, init_error=init_error))
+    assert main(["monitor", "--once"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and words in out
+    log = tmp_path / "gpu.csv"
+    assert main(["monitor", "--count", "2", "--csv", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: no NVIDIA GPU to monitor") and words in err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_no_gpu_and_no_pynvml(monkeypatch):
+    fake = RecordedNvml({"nvmlDeviceGetCount": 0, "devices": []})
+    with pytest.raises(NvmlUnavailable, match="NVML sees no GPU"):
+        GpuSampler(fake).open()
+    assert fake.count("nvmlShutdown") == 1
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
+    with pytest.raises(NvmlUnavailable, match="pynvml is not installed"):
+        GpuSampler().open()
+
+
+@pytest.mark.skipif(HAS_DRIVER, reason="this machine has an NVIDIA driver")
+def test_real_run_without_driver(tmp_path):
+    """The real pynvml on this machine: one clear line; 0 with --once, 2 otherwise; nothing written."""
+    def monitor(*args):
+        return subprocess.run([sys.executable, "-m", "bootstrap", "monitor", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+
+    once = monitor("--once")
+    assert once.returncode == 0, once.stderr
+    assert once.stdout.count("\n") == 1 and "no NVIDIA" in once.stdout and once.stderr == ""
+    looping = monitor("--count", "3", "--csv", "gpu.csv")
+    assert looping.returncode == 2
+    assert looping.stderr.count("\n") == 1 and "no NVIDIA" in looping.stderr and looping.stdout == ""
+    assert list(tmp_path.iterdir()) == []
