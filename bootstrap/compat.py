@@ -69,7 +69,7 @@ class GpuFacts:
 
     @property
     def cc_text(self) -> str:
-        return "unknown" if self.compute_capability is None else "%d.%d" % self.compute_capability
+        return "unknown" if self.compute_capability is None else "{}.{}".format(*self.compute_capability)
 
     def to_dict(self) -> Dict[str, Any]:
         out = dict(self.__dict__)

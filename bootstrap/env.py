@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -82,8 +83,6 @@ class EnvResult:
 
 
 def default_cache_dir() -> Path:
-    import os
-
     root = os.environ.get("BOOTSTRAP_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bootstrap"
     )
@@ -108,6 +107,9 @@ def plan_for(options: EnvOptions, lock: Lock) -> Plan:
 def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> EnvResult:
     """Make `options.prefix` exactly the lock's env for `options.platform`."""
     started = time.perf_counter()
+    if os.name == "nt":
+        raise InputError("bootstrap env", "generations need POSIX symlinks and flock; Windows is not supported yet",
+                         f"install the lock with `micromamba create -f {options.lock_path.name}` or `conda-lock install`")
     lock = read_lock(options.lock_path)
     layout = gens.Layout(options.prefix)
     layout.check_managed()

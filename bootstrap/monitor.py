@@ -23,7 +23,6 @@ The core never prints: `bootstrap.commands.monitor` renders.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 import os
@@ -503,7 +502,7 @@ class SampleLog:
                              "stop the other monitor, or remove the file") from None
         except OSError as exc:
             raise InputError(self.path, f"cannot write: {exc.strerror}", "choose another file") from None
-        self._handle = io.open(fd, "w", encoding="utf-8", newline="")
+        self._handle = open(fd, "w", encoding="utf-8", newline="")
         self._csv = csv.writer(self._handle, lineterminator="\n") if fmt == "csv" else None
         if self._csv is not None:
             self._csv.writerow(COLUMNS)

@@ -181,7 +181,7 @@ def _dependencies(path: Path, deps: Any) -> tuple[list[str], list[str]]:
             pip.extend(_pip_section(path, where, item["pip"]))
         else:
             raise InputError(path, f"{where}: expected a conda spec string or a `pip:` list, got {item!r}")
-    names = {re.split(r"[\s=<>!~\[]", spec, 1)[0].lower() for spec in conda}
+    names = {re.split(r"[\s=<>!~\[]", spec, maxsplit=1)[0].lower() for spec in conda}
     if pip and "pip" not in names:
         raise InputError(path, "dependencies: a pip: section needs `pip` in the conda dependencies", "add `- pip`")
     if pip and "python" not in names:

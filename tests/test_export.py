@@ -81,7 +81,7 @@ def test_conda_lock_parses_the_committed_export():
     parsed = conda_lock_parse(REPO / "environment.yml", REPO / "envs" / "virtual-packages.yml")
     lock = read_lock(REPO / "conda-lock.yml")
     assert set(parsed) == set(lock.platforms)
-    for platform, deps in parsed.items():
+    for deps in parsed.values():
         assert deps[("conda", "python")] == "3.10.19.*"  # conda's `=`: this version and its sub-versions
         assert deps[("pip", "torch")] == "==2.10.0"
         assert deps[("pip", "nvidia-ml-py")] == "==13.615.71"
