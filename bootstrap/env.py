@@ -26,6 +26,7 @@ from bootstrap import generations as gens
 from bootstrap.envplan import Plan, make_plan
 from bootstrap.errors import FetchError, InputError, IntegrityError, ToolError
 from bootstrap.fetch import fetch_archives, source_url
+from bootstrap.history import append_request
 from bootstrap.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.mirrors import Mirror, scrub_credentials
 from bootstrap.pip_resolve import uv_binary, PipOptions
@@ -40,6 +41,7 @@ from bootstrap.prefix import (
     write_install_record,
 )
 from bootstrap.runner import run
+from bootstrap.spec import read_spec
 
 Notify = Callable[[str], None]
 
@@ -143,6 +145,18 @@ def _plan(options: EnvOptions, lock: Lock) -> tuple[Plan, bool]:
     return plan, plan.empty and record is not None and record.content_hash == _lock_hash(lock, options.platform)
 
 
+def _requested_conda_specs(lock: Lock) -> list[str]:
+    """The conda specs of the env spec the lock was made from, if it is at hand (for conda-meta/history)."""
+    for source in lock.sources:
+        path = lock.path.parent / source
+        if path.is_file():
+            try:
+                return list(read_spec(path).conda)
+            except InputError:
+                return []  # the lock, not the spec, decides what is installed
+    return []
+
+
 def _lock_hash(lock: Lock, platform: str) -> str:
     return lock.content_hash.get(platform, "")
 
@@ -159,6 +173,9 @@ def _apply(options: EnvOptions, lock: Lock, plan: Plan, partial: Path, number: i
         t = time.perf_counter()
         feedback.notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
         link_conda(conda, archives, partial, options)
+        requested = _requested_conda_specs(lock)
+        if requested:
+            append_request(partial / "conda-meta" / "history", requested, f"bootstrap env {options.env} ({options.lock_path.name})")
         seconds["link"] = time.perf_counter() - t
     if plan.pip_install or plan.pip_remove:
         t = time.perf_counter()

@@ -31,7 +31,6 @@ the full `lock --check` where conda-lock and py-rattler are importable.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
@@ -42,6 +41,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError
+from bootstrap.history import CONDA_NAME, requested_specs, spec_name
 from bootstrap.lockfile import META_INPUTS, Lock, LockedPackage, inputs_digest, read_lock
 from bootstrap.mirrors import scrub_credentials
 from bootstrap.project import Project
@@ -58,7 +58,6 @@ _MARKER_ENV = {
     "win-64": ("win32", "AMD64"),
     "win-arm64": ("win32", "ARM64"),
 }
-_CONDA_NAME = re.compile(r"^(?:(?P<channel>[^\s:]+(?:/[^\s:]+)*)::)?(?P<name>[A-Za-z0-9_][A-Za-z0-9_.\-]*)")
 _PIP_REQ = re.compile(
     r"^\s*(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?P<extras>\[[^\]]*\])?\s*"
     r"(?P<rest>[^;]*?)\s*(?:;\s*(?P<marker>.+?))?\s*$"
@@ -190,7 +189,7 @@ def _chosen_platforms(lock: Lock, requested: Sequence[str]) -> Tuple[str, ...]:
 
 
 def _pin_conda(text: str, lock: Lock, platforms: Sequence[str]) -> Line:
-    match = _CONDA_NAME.match(text.strip())
+    match = CONDA_NAME.match(text.strip())
     if match is None:
         raise InputError(lock.path, f"cannot read a package name from the spec entry '{text}'", "fix the spec")
     name = match.group("name").lower()
@@ -565,50 +564,21 @@ def requested_conda_specs(history: Path, records: Sequence[CondaRecord]) -> Tupl
        package depends on, plus `python` (pip, setuptools and wheel depend on it).
     """
     installed = {r.name for r in records if not r.name.startswith("__")}
-    specs = _history_specs(history)
+    specs = requested_specs(history)
     if specs:
         return {n: s for n, s in specs.items() if n in installed}, "conda-meta/history"
     from_records = {
-        _spec_name(spec): spec for record in records for spec in record.requested_specs if _spec_name(spec) in installed
+        spec_name(spec): spec for record in records for spec in record.requested_specs if spec_name(spec) in installed
     }
     if from_records:
         return from_records, "the records' requested_specs"
-    needed = {_spec_name(d) for r in records for d in r.depends}
+    needed = {spec_name(d) for r in records for d in r.depends}
     leaves = {n: n for n in installed if n not in needed or n == "python"}
     return leaves, "the packages nothing else depends on (no history recorded)"
 
 
-def _history_specs(history: Path) -> Dict[str, str]:
-    try:
-        text = history.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
-    spec_map: Dict[str, str] = {}
-    for line in text.splitlines():
-        match = re.match(r"^#\s*(\w+)\s*specs:\s*(.+)?$", line.strip())
-        if not match:
-            continue
-        action, listed = match.group(1), (match.group(2) or "").strip()
-        try:
-            specs = [str(s) for s in ast.literal_eval(listed)] if listed.startswith("[") else []
-        except (ValueError, SyntaxError):
-            specs = []
-        specs = [s for s in specs if s and not s.endswith("@")]
-        if action in ("remove", "uninstall"):
-            for spec in specs:
-                spec_map.pop(_spec_name(spec), None)
-        elif action in ("update", "install", "create", "neutered"):
-            spec_map.update((_spec_name(s), s) for s in specs)
-    return {n: s for n, s in spec_map.items() if n and not n.startswith("__")}
-
-
-def _spec_name(spec: str) -> str:
-    match = _CONDA_NAME.match(spec.strip())
-    return match.group("name").lower() if match else ""
-
-
 def _channel_prefix(spec: str) -> str:
-    match = _CONDA_NAME.match(spec.strip())
+    match = CONDA_NAME.match(spec.strip())
     channel = match.group("channel") if match else None
     if channel:
         channel = portable_channel(channel)

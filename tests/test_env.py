@@ -122,6 +122,12 @@ def test_lock_change_applies_only_the_difference(project: Project, channel: Path
     }
     assert report["generation"] == 2 and report["changed"]
     assert_matches_lock(project)
+    from bootstrap.history import requested_specs
+
+    # conda's own record of the request, as `conda env export --from-history` reads it.
+    assert requested_specs(prefix / "conda-meta" / "history") == {
+        "python": f"python={SHORT}.*", "pip": "pip", "zlibstub": "zlibstub", "bigpkg": "bigpkg",
+    }
     assert not (prefix / "share/torchlike").exists()
     assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.0"
 
@@ -323,3 +329,15 @@ def test_two_concurrent_runs(project: Project, big_channel: Path, wheels: Path) 
     assert outputs.count("-> generation 1") == 1 and "is up to date" in outputs  # one did the work
     assert_matches_lock(project)
     assert [p.name for p in (prefix_of(project).parent / ".py310.gens").iterdir()] == ["1"]
+
+
+def test_export_from_prefix_reads_the_request_bootstrap_recorded(project: Project, channel: Path) -> None:
+    from bootstrap.export import portable_from_prefix
+
+    assert main(env_args(project, str(channel))) == 0
+    portable = portable_from_prefix(prefix_of(project))
+    conda = sorted(line.text for line in portable.conda)
+    assert conda == sorted(["bigpkg=1.0", "pip=25.0", f"python={sys.version_info[0]}.{sys.version_info[1]}.{sys.version_info[2]}",
+                            "torchlike=1.0", "zlibstub=1.3.1"])
+    # The fixture wheels were installed from file:// URLs, which export does not pass on as PyPI pins.
+    assert portable.pip == () and any("alpha" in note for note in portable.notes), portable.notes

@@ -1,0 +1,68 @@
+"""conda-meta/history: the record of what was *requested*, in conda's own format.
+
+conda, mamba and micromamba append an entry per change; `conda env export
+--from-history` and `bootstrap export --from-prefix` replay it. rattler only
+creates the file, so `bootstrap env` appends the entries itself:
+
+    ==> 2026-11-29 16:31:22 <==
+    # cmd: bootstrap env py310 (conda-lock.yml)
+    # update specs: ['python=3.10.*', 'pip']
+    # remove specs: ['torchlike']
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Dict, Sequence
+
+# `[channel::]name`: the package name of a conda match spec, and its channel if pinned.
+CONDA_NAME = re.compile(r"^(?:(?P<channel>[^\s:]+(?:/[^\s:]+)*)::)?(?P<name>[A-Za-z0-9_][A-Za-z0-9_.\-]*)")
+_SPECS_LINE = re.compile(r"^#\s*(\w+)\s*specs:\s*(.+)?$")
+
+
+def spec_name(spec: str) -> str:
+    """`conda-forge::numpy >=1.26` -> `numpy`."""
+    match = CONDA_NAME.match(spec.strip())
+    return match.group("name").lower() if match else ""
+
+
+def requested_specs(history: Path) -> Dict[str, str]:
+    """name -> spec as last requested, replaying update/install/create/remove entries like conda."""
+    try:
+        text = history.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    spec_map: Dict[str, str] = {}
+    for line in text.splitlines():
+        match = _SPECS_LINE.match(line.strip())
+        if not match:
+            continue
+        action, listed = match.group(1), (match.group(2) or "").strip()
+        try:
+            specs = [str(s) for s in ast.literal_eval(listed)] if listed.startswith("[") else []
+        except (ValueError, SyntaxError):
+            specs = []
+        specs = [s for s in specs if s and not s.endswith("@")]
+        if action in ("remove", "uninstall"):
+            for spec in specs:
+                spec_map.pop(spec_name(spec), None)
+        elif action in ("update", "install", "create", "neutered"):
+            spec_map.update((spec_name(s), s) for s in specs)
+    return {n: s for n, s in spec_map.items() if n and not n.startswith("__")}
+
+
+def append_request(history: Path, specs: Sequence[str], command: str) -> None:
+    """Record that `specs` are now what the env requests (and that dropped ones no longer are)."""
+    before = requested_specs(history)
+    names = {spec_name(s) for s in specs}
+    removed = [spec for name, spec in sorted(before.items()) if name not in names]
+    lines = [f"==> {datetime.now().strftime('%Y-%m-%d %H:%M:%S')} <==", f"# cmd: {command}"]
+    if removed:
+        lines.append(f"# remove specs: {removed!r}")
+    lines.append(f"# update specs: {list(specs)!r}")
+    history.parent.mkdir(parents=True, exist_ok=True)
+    with open(history, "a", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
