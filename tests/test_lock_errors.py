@@ -139,3 +139,10 @@ def test_unreachable_channel_suggests_a_mirror(root: Path, wheelhouse: Path) -> 
     write_spec(root, channels=("http://127.0.0.1:9/nochannel",))
     done = lock(root, wheelhouse=wheelhouse)
     assert_clean_failure(done, "from http://127.0.0.1:9/nochannel", "--mirror http://127.0.0.1:9/nochannel=URL_OR_DIR")
+
+
+def test_failed_fetch_exits_2_every_time(root: Path, wheelhouse: Path) -> None:
+    """py-rattler's runtime threads used to abort the interpreter at exit after a failed fetch."""
+    write_spec(root, channels=("http://127.0.0.1:9/nochannel",))
+    codes = [lock(root, "--cache-dir", str(root / f".cache{i}"), wheelhouse=wheelhouse).returncode for i in range(8)]
+    assert codes == [2] * 8
