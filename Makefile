@@ -14,7 +14,7 @@ SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
 TORCH_TEST ?= torch==2.13.0
 
-.PHONY: env clean-env bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean export monitor
+.PHONY: env clean-env bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader
 
 tools: $(TOOLS)/.requirements-tools.txt
 
@@ -81,3 +81,16 @@ export: tools
 MONITOR_ARGS ?=
 monitor: tools
 	$(PY) -m bootstrap monitor $(MONITOR_ARGS)
+
+## `verify --no-bench` against `python -m torch.utils.collect_env`, same interpreter and torch, median of 7 runs.
+bench-verify: tools $(TOOLS)/.torch-test
+	$(PY) scripts/bench_verify.py
+
+## The acceptance benchmark (issue 5) in this interpreter, e.g. BENCH_ARGS="--budget 60 --device cuda:0 --out results/".
+BENCH_ARGS ?=
+bench: tools $(TOOLS)/.torch-test
+	$(PY) -m bootstrap bench $(BENCH_ARGS)
+
+## Tuned vs naive loader figures (I/O-latency and CPU-cost workloads), tuning time vs budget, sampler overhead.
+bench-loader: tools $(TOOLS)/.torch-test
+	$(PY) scripts/bench_loader.py

@@ -1,0 +1,238 @@
+"""Renderings of a `BenchResult`: the text report, the JSON envelope, the code snippet, the files.
+
+The JSON report is the `bootstrap.checks` envelope (kind 'bench', the
+verdicts as its checks) with the bench's own payload under `extra`, which
+carries its own schema name and version (`SCHEMA`, `SCHEMA_VERSION`);
+tests/test_bench_report.py pins both layouts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from bootstrap.bench.config import WorkloadSpec
+from bootstrap.bench.results import BenchResult, LoaderConfig
+from bootstrap.checks import render_table, to_json
+from bootstrap.fsutil import atomic_write_text
+
+SCHEMA = "bootstrap.bench"
+SCHEMA_VERSION = 1
+JSON_NAME = "bench.json"
+PNG_NAME = "bench.png"
+
+
+def payload(result: BenchResult) -> Dict[str, Any]:
+    """The bench-specific part of the report (the envelope's `extra`)."""
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "partial": result.partial,
+        "seconds": result.seconds,
+        "budget_s": result.budget_s,
+        "device": result.device,
+        "workload": result.workload,
+        "thresholds": result.thresholds,
+        "phases": [p.to_dict() for p in result.phases],
+        "metrics": result.metrics,
+        "measurements": [m.to_dict() for m in result.measurements],
+        "tuning": result.tuning.to_dict(),
+        "sampler": result.sampler.to_dict(),
+        "best": None if result.best is None else result.best.to_dict(),
+        "snippet": result.snippet,
+        "notes": list(result.notes),
+        "ranks": list(result.ranks),
+        "aggregate": dict(result.aggregate),
+    }
+
+
+def to_envelope(result: BenchResult) -> Dict[str, Any]:
+    return to_json(list(result.checks), "bench", extra=payload(result))
+
+
+def write_reports(result: BenchResult, out_dir: Path, *, png: bool = True) -> List[Path]:
+    """Write bench.json (and bench.png) atomically into `out_dir`; returns the paths written."""
+    import json
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [out_dir / JSON_NAME]
+    atomic_write_text(written[0], json.dumps(to_envelope(result), indent=2, default=_jsonable) + "\n")
+    if png:
+        from bootstrap.bench.plot import write_png
+
+        written.append(write_png(result, out_dir / PNG_NAME))
+    return written
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
+
+
+# --------------------------------------------------------------------------- snippet
+
+
+def dataloader_snippet(config: LoaderConfig, spec: WorkloadSpec, device_type: str) -> str:
+    """The winning DataLoader call and loop settings as Python to paste (it runs as is; tests exec it).
+
+    Expects `dataset`, `model`, `optimizer` and `device` to exist; the
+    bench's samples are uint8 images, scaled to float on the device.
+    """
+    nb = config.non_blocking
+    lines = [
+        "# Measured best by `python -m bootstrap bench`; expects `dataset`, `model`, `optimizer`, `device`.",
+        "import torch",
+        "import torch.nn.functional as F",
+        "from torch.utils.data import DataLoader",
+        "",
+        "loader = DataLoader(",
+        "    dataset,",
+        f"    batch_size={spec.batch_size},",
+        "    shuffle=True,",
+        "    drop_last=True,",
+        f"    num_workers={config.num_workers},",
+        f"    pin_memory={config.pin_memory},",
+    ]
+    if config.num_workers:
+        lines += [f"    prefetch_factor={config.prefetch_factor},", f"    persistent_workers={config.persistent_workers},"]
+    lines.append(")")
+    if device_type == "cuda":
+        lines.append("torch.backends.cudnn.benchmark = True")
+    if config.channels_last:
+        lines.append("model = model.to(device, memory_format=torch.channels_last).train()")
+    else:
+        lines.append("model = model.to(device).train()")
+    to_layout = ".contiguous(memory_format=torch.channels_last)" if config.channels_last else ""
+    lines += [
+        "for images, labels in loader:",
+        f"    images = images.to(device, non_blocking={nb}){to_layout}.float().div_(255)",
+        f"    labels = labels.to(device, non_blocking={nb})",
+    ]
+    if config.amp_dtype:
+        lines += [f'    with torch.autocast(device_type="{device_type}", dtype=torch.{config.amp_dtype}):',
+                  "        loss = F.cross_entropy(model(images), labels)"]
+    else:
+        lines.append("    loss = F.cross_entropy(model(images), labels)")
+    lines += ["    optimizer.zero_grad(set_to_none=True)", "    loss.backward()", "    optimizer.step()"]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- text
+
+
+def _num(value: Optional[float], fmt: str = ",.1f", unit: str = "") -> str:
+    return "-" if value is None else f"{value:{fmt}}{unit}"
+
+
+def render_text(result: BenchResult, *, verbose: bool = False) -> str:
+    """The human report: header, measurements, headline figures, tuner, sampler, sizing, verdicts, snippet."""
+    d, w, m = result.device, result.workload, result.metrics
+    lines = [
+        f"bench: {d.get('type', '?')} ({d.get('name', '?')}), torch {d.get('torch', '?')}, "
+        f"{d.get('cpus_usable', '?')} CPUs, model {d.get('model', '?')}, batch {w.get('batch_size')} x "
+        f"3x{w.get('crop_size')}x{w.get('crop_size')} uint8 from {w.get('storage')}"
+        f" (cpu_ms {w.get('cpu_ms'):g}, io_ms {w.get('io_ms'):g}); {result.seconds:.1f} s of a {result.budget_s:g} s budget"
+        + ("  [PARTIAL]" if result.partial else ""),
+    ]
+    lines += [f"note: {note}" for note in result.notes]
+    if result.measurements:
+        lines += ["", _measurement_table(result)]
+    lines += ["", *_headline(m)]
+    lines += _tuner_lines(result)
+    lines += _sampler_lines(result)
+    if result.aggregate:
+        lines += _aggregate_lines(result)
+    if result.checks:
+        lines += ["", render_table(list(result.checks), show_detail=verbose).rstrip("\n")]
+    if result.snippet:
+        lines += ["", "# ---- paste: the winning DataLoader and loop settings ----", result.snippet.rstrip("\n")]
+    return "\n".join(lines) + "\n"
+
+
+def _measurement_table(result: BenchResult) -> str:
+    header = ("PHASE", "CONFIG", "SAMPLES/S", "SECONDS", "STEPS", "WAIT%", "CV%")
+    rows = [(x.phase, x.label, f"{x.samples_per_s:,.1f}", f"{x.seconds:.2f}", str(x.steps), f"{x.host_wait_pct:.0f}",
+             f"{100 * x.cv:.1f}" + ("*" if x.truncated else "")) for x in result.measurements]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    out = ["  ".join(c.ljust(wd) if i < 2 else c.rjust(wd) for i, (c, wd) in enumerate(zip(r, widths))).rstrip()
+           for r in [header, *rows]]
+    if any(x.truncated for x in result.measurements):
+        out.append("* window cut short by the phase budget")
+    return "\n".join(out)
+
+
+def _headline(m: Dict[str, Optional[float]]) -> List[str]:
+    lines = [
+        f"ceiling {_num(m.get('ceiling_samples_per_s'))} samples/s (batch resident on the device)"
+        + (f", with the copy {_num(m.get('ceiling_h2d_samples_per_s'))}" if m.get("ceiling_h2d_samples_per_s") else ""),
+        f"naive   {_num(m.get('naive_samples_per_s'))} samples/s; tuned {_num(m.get('tuned_samples_per_s'))} samples/s "
+        f"(min {_num(m.get('tuned_min_samples_per_s'))}, max {_num(m.get('tuned_max_samples_per_s'))})",
+        f"efficiency {_num(m.get('efficiency'), '.2f')}; speedup {_num(m.get('speedup'), '.2f')}x over naive "
+        f"(predicted {_num(m.get('predicted_speedup'), '.2f')}x); stall: host wait {_num(m.get('stall_host_wait_pct'), '.1f')}%, "
+        f"differential {_num(m.get('stall_differential_pct'), '.1f')}%, device idle {_num(m.get('stall_device_idle_pct'), '.1f')}%",
+    ]
+    c = m.get("cpu_s_per_sample")
+    if c:
+        sizing = (f"sizing: c = {c * 1000:.2f} ms CPU and l = {_num((m.get('wall_s_per_sample') or 0) * 1000, '.2f')} ms wall "
+                  f"per sample; this host can feed ~{_num(m.get('feedable_samples_per_s'), ',.0f')} samples/s; "
+                  f"the ceiling needs ~{_num(m.get('cores_per_device_needed'), '.1f')} loader cores "
+                  f"and ~{_num(m.get('workers_per_device_needed'), '.1f')} workers in flight")
+        if m.get("cores_needed_for_target") is not None:
+            sizing += f"; the target rate needs ~{m['cores_needed_for_target']:.1f} cores"
+        lines.append(sizing)
+    if m.get("loader_scaling_efficiency") is not None:
+        scaling = ", ".join(f"S({k[8:].split('_')[0]}) = {v:,.0f}/s" for k, v in sorted(m.items())
+                            if k.startswith("loader_w") and v is not None)
+        lines.append(f"loader scaling: {scaling}; efficiency {m['loader_scaling_efficiency']:.2f}")
+    extra = []
+    if m.get("matmul_tflops") is not None:
+        extra.append(f"matmul {m['matmul_tflops']:.3f} TFLOP/s")
+    if m.get("h2d_pinned_gb_per_s") is not None:
+        extra.append(f"H2D pinned {m['h2d_pinned_gb_per_s']:.1f} / pageable {_num(m.get('h2d_pageable_gb_per_s'))} GB/s")
+    if m.get("peak_memory_mib") is not None:
+        extra.append(f"peak memory {m['peak_memory_mib']:,.0f} MiB")
+    if m.get("time_to_first_batch_s") is not None:
+        extra.append(f"first batch {m['time_to_first_batch_s']:.2f} s")
+    if extra:
+        lines.append("; ".join(extra))
+    return lines
+
+
+def _tuner_lines(result: BenchResult) -> List[str]:
+    t = result.tuning
+    if t.predicted_workers is None:
+        return []
+    lines = [f"tuner: W* = {t.predicted_workers} (cap {t.cap}: {t.cap_reason}); candidates "
+             f"{', '.join(map(str, t.candidates))}; {len(t.rounds)} rounds in {t.seconds:.1f} s of {t.budget_s:.1f} s"
+             + ("; stopped early" if t.stopped_early else "")]
+    for name, tried, kept, gain, noise in t.knobs:
+        lines.append(f"  knob {name}: {gain:+.1%} vs noise floor {noise:.1%} -> {'kept' if kept else 'dropped'}")
+    if t.winner is not None:
+        lines.append(f"  winner: {t.winner.label}")
+    return lines
+
+
+def _sampler_lines(result: BenchResult) -> List[str]:
+    s = result.sampler
+    parts = []
+    if s.gpu is not None and s.gpu.count:
+        parts.append(f"GPU util mean {s.gpu.mean:.0f}% p10 {s.gpu.p10:.0f}% p50 {s.gpu.p50:.0f}% p95 {s.gpu.p95:.0f}% "
+                     f"({s.gpu.source}, {s.gpu.count} samples)")
+    elif s.reason:
+        parts.append(f"GPU util: {s.reason}")
+    if s.gpm_sm_active is not None:
+        parts.append(f"SM active {s.gpm_sm_active:.2f} (GPM)")
+    if s.host_cpu is not None and s.host_cpu.count:
+        parts.append(f"host CPU busy mean {s.host_cpu.mean:.0f}% p95 {s.host_cpu.p95:.0f}%")
+    parts.append(f"sampler overhead {s.overhead_pct:.2f}% ({s.polls} polls)")
+    return ["sampler: " + "; ".join(parts)]
+
+
+def _aggregate_lines(result: BenchResult) -> List[str]:
+    a = result.aggregate
+    return [f"ranks: {a.get('world_size')}; aggregate tuned {_num(a.get('tuned_samples_per_s'))} samples/s; "
+            f"scaling efficiency {_num(a.get('scaling_efficiency'), '.2f')}; "
+            f"worst rank {a.get('worst_rank')} (efficiency {_num(a.get('worst_efficiency'), '.2f')})"]

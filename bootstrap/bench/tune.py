@@ -1,0 +1,260 @@
+"""The DataLoader auto-tuner, as pure functions over a `measure` callback.
+
+1. Predict `W* = ceil(1.2 x R_gpu x l)`, where `l` is the loader's wall
+   seconds per sample in one process (DS-Analyzer's cores-per-GPU what-if;
+   bench_method.md uses CPU seconds `c`, and `l` equals `c` when decoding is
+   the cost). CPU-bound work: start the search at W* capped at affinity - 2
+   (main process + pin thread; affinity - 1 on a CPU host) and try up to the
+   affinity, never past it; I/O-latency work, where sleeping workers do not
+   compete for cores: up to 8 x CPUs. /dev/shm and RAM cap both.
+2. Candidates {0, W/2, W, 1.5 W, 2 W} around that start W, plus powers of
+   two, capped.
+3. Successive halving with eta = 2: each round measures every survivor for
+   the round's window, keeps the best half; windows double per round and are
+   sized from the time left, so the search ends inside its budget. Stop
+   early once a candidate reaches the early-stop efficiency.
+4. Knobs on the winner (pin_memory, prefetch_factor, non_blocking), each
+   kept only when its gain is above the noise floor max(3 %, 2 x CV).
+
+Nothing here imports torch: `measure(config, window_s)` is passed in, so the
+search is tested with a fake loader model.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from bootstrap.bench.results import LoaderConfig, Measurement
+
+ETA = 2
+# A measurement costs its window plus its warm-up (a third of the window, see WindowPlan.scaled)
+# plus a fixed start-up cost estimated as the search runs.
+MEASURE_OVERHEAD = 1.4
+IO_WORKERS_PER_CPU = 8
+IO_WORKERS_MAX = 64
+PICK_NOISE_CAP = 0.10
+
+
+@dataclass(frozen=True)
+class WorkerPrediction:
+    predicted: int      # W* = ceil(1.2 x R x l), uncapped
+    start: int          # where the search centres: W* capped at the CPUs left after main process (+ pin thread)
+    cap: int            # the most workers the search tries
+    cap_reason: str
+    cpu_bound: bool
+
+    @property
+    def chosen(self) -> int:
+        return max(0, min(self.start, self.cap))
+
+
+def predict_workers(*, wall_s_per_sample: float, cpu_s_per_sample: float, ceiling_samples_per_s: float,
+                    cpus: int, reserved_cpus: int = 2, shm_free_bytes: Optional[int] = None, batch_bytes: int = 0,
+                    prefetch: int = 2, mem_available_bytes: Optional[int] = None, worker_bytes: Optional[int] = None,
+                    max_workers: Optional[int] = None) -> WorkerPrediction:
+    """W*, where the search starts, and the cap that bounds it (with the reason for the binding cap).
+
+    CPU-bound: the search starts at most at affinity - `reserved_cpus`
+    (main process, and on CUDA the pin-memory thread; bench_method.md) but
+    may try up to the affinity itself, never past it (PyTorch #46867): on a
+    small host the main process often needs far less than a core.
+    """
+    predicted = max(1, math.ceil(1.2 * ceiling_samples_per_s * wall_s_per_sample - 1e-9))
+    cpu_share = cpu_s_per_sample / wall_s_per_sample if wall_s_per_sample > 0 else 1.0
+    cpu_bound = cpu_share >= 0.5
+    start = predicted
+    caps: List[Tuple[int, str]] = []
+    if max_workers is not None:
+        caps.append((max_workers, "--max-workers"))
+    elif cpu_bound:
+        start = min(predicted, max(1, cpus - reserved_cpus))
+        caps.append((cpus, f"CPU-bound: the {cpus} usable CPUs (search starts at W* <= {cpus} - {reserved_cpus} "
+                           "for the main process and pin thread)"))
+    else:
+        caps.append((min(IO_WORKERS_MAX, IO_WORKERS_PER_CPU * cpus),
+                     f"I/O-bound (CPU is {cpu_share:.0%} of the per-sample time): "
+                     f"{IO_WORKERS_PER_CPU} x {cpus} CPUs, at most {IO_WORKERS_MAX}"))
+    if shm_free_bytes is not None and batch_bytes > 0:
+        caps.append((int(shm_free_bytes // (2 * prefetch * batch_bytes)),
+                     f"/dev/shm: {shm_free_bytes >> 20} MiB free / (2 x prefetch {prefetch} x {batch_bytes >> 10} KiB batch)"))
+    if max_workers is None and mem_available_bytes and worker_bytes:
+        caps.append((int(mem_available_bytes * 0.5 // worker_bytes),
+                     f"RAM: half of {mem_available_bytes >> 20} MiB available / {worker_bytes >> 20} MiB per worker"))
+    cap, reason = min(caps, key=lambda item: item[0])
+    cap = max(0, cap)
+    return WorkerPrediction(predicted=predicted, start=min(start, cap), cap=cap, cap_reason=reason,
+                            cpu_bound=cpu_bound)
+
+
+def worker_candidates(predicted: int, cap: int) -> Tuple[int, ...]:
+    """{0, W*/2, W*, 1.5 W*, 2 W*} plus powers of two up to min(cap, 2 W*), all within [0, cap]."""
+    w = max(1, min(predicted, cap)) if cap > 0 else 0
+    values = {0, math.ceil(w / 2), w, math.ceil(1.5 * w), 2 * w}
+    power = 1
+    while power <= min(cap, 2 * w):
+        values.add(power)
+        power *= 2
+    return tuple(sorted(v for v in values if 0 <= v <= cap))
+
+
+def halving_units(count: int, eta: int = ETA) -> float:
+    """Window units (first-round windows) successive halving spends on `count` candidates.
+
+    8 candidates: 8 x 1 + 4 x 2 + 2 x 4 = 24; the last pair is decided without a further round.
+    """
+    units, survivors, scale = 0.0, count, 1.0
+    for _ in range(rounds_left(count, eta)):
+        units += survivors * scale
+        survivors = math.ceil(survivors / eta)
+        scale *= eta
+    return max(units, 1.0)
+
+
+def noise_floor(a: Measurement, b: Measurement, minimum: float) -> float:
+    """A difference between two windows is real only above max(minimum, 2 x their larger CV)."""
+    return max(minimum, 2.0 * max(a.cv, b.cv))
+
+
+def pick(measurements: Sequence[Measurement], minimum_noise: float) -> Measurement:
+    """The fastest, except that a cheaper config (fewer workers) within the noise of it wins.
+
+    The noise allowance is capped at PICK_NOISE_CAP: a noisy pair of windows
+    must not hand the win to a config that is plainly slower.
+    """
+    best = max(measurements, key=lambda m: m.samples_per_s)
+    close = [m for m in measurements if m.samples_per_s >= best.samples_per_s
+             * (1.0 - min(PICK_NOISE_CAP, noise_floor(m, best, minimum_noise)))]
+    return min(close, key=lambda m: (m.config.num_workers if m.config else 0, -m.samples_per_s))
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    winner: Measurement
+    rounds: Tuple[Tuple[float, Tuple[Measurement, ...]], ...]
+    stopped_early: bool
+    overhead_s: float = 0.0   # the fixed cost per measurement the search observed
+
+
+def successive_halving(configs: Sequence[LoaderConfig], measure: Callable[[LoaderConfig, float], Measurement],
+                       deadline: float, *, ceiling_samples_per_s: Optional[float], early_stop: float,
+                       minimum_noise: float, reserve_measurements: int = 0, min_window_s: float = 0.0,
+                       overhead_s: float = 0.25, prior: Optional[Dict[LoaderConfig, Measurement]] = None,
+                       eta: int = ETA, clock: Callable[[], float] = time.perf_counter) -> SearchResult:
+    """Successive halving over `configs`, finishing by `deadline` (a `clock()` value).
+
+    Each round's window is sized from the time left: (remaining - the fixed
+    cost of the measurements still to run) / (window units of this and the
+    later rounds + `reserve_measurements` final-round windows for the knob
+    stage) / the warm-up share. The fixed cost per measurement (worker
+    start-up, first batch) starts at `overhead_s` and is re-estimated from
+    each measurement's wall time. Windows are never shorter than
+    `min_window_s` (a few batches of one worker's latency: workers started
+    together deliver in bursts). `prior` holds first-round results already
+    measured elsewhere (the naive phase is candidate 0 on a CPU).
+    """
+    survivors = list(configs)
+    rounds: List[Tuple[float, Tuple[Measurement, ...]]] = []
+    fixed: List[float] = []
+    first = True
+    while True:
+        remaining = max(0.0, deadline - clock())
+        final_scale = eta ** (rounds_left(len(survivors), eta) - 1)
+        units = halving_units(len(survivors), eta) + reserve_measurements * final_scale
+        count = measurements_left(len(survivors), eta) + reserve_measurements
+        per_measurement = statistics.median(fixed) if fixed else overhead_s
+        window = max(min_window_s, (remaining - count * per_measurement) / (units * MEASURE_OVERHEAD))
+        cost = window * MEASURE_OVERHEAD + per_measurement
+        measured: List[Measurement] = []
+        for config in survivors:
+            if measured and clock() + cost > deadline:
+                break  # it would not finish in time; decide on what was measured
+            if first and prior and config in prior:
+                measured.append(prior[config])
+                continue
+            began = clock()
+            measured.append(measure(config, window))
+            fixed.append(max(0.0, clock() - began - window * MEASURE_OVERHEAD))
+        first = False
+        rounds.append((window, tuple(measured)))
+        per_measurement = statistics.median(fixed) if fixed else overhead_s
+        cost = window * eta * MEASURE_OVERHEAD + per_measurement  # the next round's windows are eta x longer
+        reached = [m for m in measured if ceiling_samples_per_s
+                   and m.samples_per_s >= early_stop * ceiling_samples_per_s]
+        if reached:
+            return SearchResult(pick(reached, minimum_noise), tuple(rounds), True, per_measurement)
+        if len(measured) <= 2 or len(measured) < len(survivors) or clock() + cost > deadline:
+            return SearchResult(pick(measured, minimum_noise), tuple(rounds), False, per_measurement)
+        ranked = sorted(measured, key=lambda m: m.samples_per_s, reverse=True)
+        survivors = [m.config for m in ranked[:math.ceil(len(ranked) / eta)] if m.config is not None]
+
+
+def measurements_left(count: int, eta: int = ETA) -> int:
+    """Measurements successive halving makes on `count` candidates: 8 -> 8 + 4 + 2 = 14."""
+    total = 0
+    for _ in range(rounds_left(count, eta)):
+        total += count
+        count = math.ceil(count / eta)
+    return total
+
+
+def rounds_left(count: int, eta: int = ETA) -> int:
+    """Rounds successive halving runs on `count` candidates (one when there are at most two)."""
+    rounds = 1
+    while count > 2:
+        count = math.ceil(count / eta)
+        rounds += 1
+    return rounds
+
+
+def knob_changes(base: LoaderConfig, *, cuda: bool) -> List[Tuple[str, LoaderConfig]]:
+    """The one-at-a-time changes tried on the search's winner (CPU: only prefetch_factor applies)."""
+    changes: List[Tuple[str, LoaderConfig]] = []
+    if base.num_workers > 0:
+        changes.append((f"prefetch_factor={4 if base.prefetch_factor == 2 else 2}",
+                        replace(base, prefetch_factor=4 if base.prefetch_factor == 2 else 2)))
+    if cuda:
+        changes.append((f"pin_memory={not base.pin_memory}", replace(base, pin_memory=not base.pin_memory)))
+        changes.append((f"non_blocking={not base.non_blocking}", replace(base, non_blocking=not base.non_blocking)))
+    return changes
+
+
+@dataclass(frozen=True)
+class KnobResult:
+    winner: Measurement
+    trials: Tuple[Tuple[str, str, bool, float, float], ...]  # (knob, tried label, kept, gain, noise)
+
+
+def try_knobs(start: Measurement, changes: Sequence[Tuple[str, LoaderConfig]],
+              measure: Callable[[LoaderConfig, float], Measurement], window_s: float, deadline: float,
+              minimum_noise: float, overhead_s: float = 0.0,
+              clock: Callable[[], float] = time.perf_counter) -> KnobResult:
+    """Try each change against the current best; keep it only when the gain beats the noise floor.
+
+    A change whose measurement would not finish by `deadline` is not tried.
+    """
+    current = start
+    trials = []
+    for name, config in changes:
+        if clock() + window_s * MEASURE_OVERHEAD + overhead_s > deadline:
+            break
+        if current.config is not None:
+            config = _apply(current.config, name, config)
+        trial = measure(config, window_s)
+        noise = noise_floor(current, trial, minimum_noise)
+        gain = trial.samples_per_s / current.samples_per_s - 1.0 if current.samples_per_s > 0 else 0.0
+        kept = gain > noise
+        trials.append((name, config.label, kept, gain, noise))
+        if kept:
+            current = trial
+    return KnobResult(current, tuple(trials))
+
+
+def _apply(current: LoaderConfig, name: str, proposed: LoaderConfig) -> LoaderConfig:
+    # Knobs are proposed against the search winner; re-apply each to the config as it stands now,
+    # so that a kept prefetch change survives the pin_memory trial.
+    field = name.split("=", 1)[0]
+    return replace(current, **{field: getattr(proposed, field)})

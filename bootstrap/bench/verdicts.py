@@ -1,0 +1,272 @@
+"""Pure rules: measured metrics + thresholds -> `Check`s (bench_method.md section 5, "Thresholds").
+
+Each rule reads the flat `metrics` mapping a run produced (names carry
+units) and the facts it needs, and returns one Check; a metric that was not
+measured (no GPU, no workers, interrupted) is a `skip` with the reason.
+The thresholds used are quoted in each check's `expected`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Mapping, Optional, Tuple
+
+from bootstrap.bench.config import Thresholds
+from bootstrap.bench.results import SamplerReport
+from bootstrap.checks import Check, Status
+
+# Dense (non-sparse) BF16 tensor TFLOP/s by SKU name fragment, most specific first.
+# H100/H200 SXM 989 (bench_method.md [15]); H100 PCIe 756 and A100 312 from NVIDIA's datasheets.
+DENSE_BF16_TFLOPS: Tuple[Tuple[str, float], ...] = (
+    ("H100 PCIe", 756.0), ("H200", 989.0), ("GH200", 989.0), ("H100", 989.0), ("A100", 312.0),
+)
+# PCIe GB/s per lane after line encoding, by generation.
+PCIE_GB_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+
+@dataclass(frozen=True)
+class VerdictFacts:
+    """What the rules need besides the metrics."""
+
+    device_type: str                      # 'cuda' | 'cpu'
+    gpu_name: str = ""
+    cpus: Optional[int] = None
+    cpus_total: Optional[int] = None
+    shm_free_mib: Optional[float] = None
+    shm_need_mib: Optional[float] = None
+    start_method: str = ""
+    start_method_explicit: bool = False
+    nofile_soft: Optional[int] = None
+    workers: Optional[int] = None
+    cpu_bound: Optional[bool] = None
+    pcie: Optional[Tuple[int, int, int, int]] = None   # (current gen, current width, max gen, max width)
+    local_ranks: int = 1
+
+
+def dense_peak_tflops(gpu_name: str) -> Optional[float]:
+    for fragment, peak in DENSE_BF16_TFLOPS:
+        if fragment.lower() in gpu_name.lower():
+            return peak
+    return None
+
+
+def evaluate(metrics: Mapping[str, Optional[float]], facts: VerdictFacts, sampler: SamplerReport,
+             t: Thresholds) -> List[Check]:
+    """Every bench verdict, in report order."""
+    return [
+        shm_check(facts, t), affinity_check(facts), start_method_check(facts, metrics), nofile_check(facts),
+        matmul_check(metrics, facts, t), h2d_check(metrics, facts, t),
+        efficiency_check(metrics, facts, t), device_idle_check(metrics, facts, t), speedup_check(metrics, t),
+        util_check(sampler, facts, t), sm_active_check(sampler, facts, t), pss_check(metrics, t),
+        scaling_check(metrics, facts, t),
+    ]
+
+
+def _mib(value: float) -> str:
+    return f"{value:.0f} MiB" if value >= 10 else f"{value:.2f} MiB"
+
+
+def _band(value: float, ok: float, warn: float, higher_is_better: bool = True) -> Status:
+    if higher_is_better:
+        return Status.OK if value >= ok else (Status.WARN if value >= warn else Status.FAIL)
+    return Status.OK if value <= ok else (Status.WARN if value <= warn else Status.FAIL)
+
+
+def shm_check(f: VerdictFacts, t: Thresholds) -> Check:
+    cid = "bench.shm"
+    if f.shm_free_mib is None:
+        return Check(cid, Status.SKIP, "unknown", "", detail="/dev/shm could not be read")
+    need = f.shm_need_mib or 0.0
+    expected = f">= {t.shm_pass_factor:g} x need ({_mib(t.shm_pass_factor * need)})"
+    observed = f"{_mib(f.shm_free_mib)} free, need {_mib(need)}"
+    if f.local_ranks > 1:
+        observed += f" ({f.local_ranks} local ranks)"
+    if need <= 0:
+        return Check(cid, Status.OK, observed, expected, detail="no loader workers: batches do not pass through shm")
+    status = _band(f.shm_free_mib / need, t.shm_pass_factor, t.shm_warn_factor)
+    size = max(64, int(2 * need * t.shm_pass_factor / 64 + 1) * 64)
+    remedy = "" if status is Status.OK else \
+        f"start the container with `--ipc=host` or `--shm-size={size}m` (workers die with 'Bus error' when shm runs out)"
+    return Check(cid, status, observed, expected, remedy,
+                 "need = workers x prefetch_factor x batch bytes (PyTorch #5040)")
+
+
+def affinity_check(f: VerdictFacts) -> Check:
+    cid = "bench.affinity"
+    if f.cpus is None:
+        return Check(cid, Status.SKIP, "unknown", "", detail="CPU affinity unavailable")
+    observed = f"{f.cpus} of {f.cpus_total or '?'} CPUs usable"
+    if f.local_ranks > 1:
+        observed += f", {f.cpus} per rank"
+    if f.workers and f.cpu_bound and f.workers > f.cpus:
+        return Check(cid, Status.WARN, observed + f", {f.workers} CPU-bound workers", "CPU-bound workers <= usable CPUs",
+                     f"cap the workers: --max-workers {f.cpus}",
+                     "PyTorch warns past sched_getaffinity (#46867); throughput falls past the core count")
+    return Check(cid, Status.OK, observed, "workers fit the usable CPUs")
+
+
+def start_method_check(f: VerdictFacts, metrics: Mapping[str, Optional[float]]) -> Check:
+    first = metrics.get("time_to_first_batch_s")
+    origin = "set by the program" if f.start_method_explicit else "platform default"
+    observed = f"{f.start_method or 'unknown'} ({origin})"
+    if first is not None:
+        observed += f", first batch {first:.2f} s"
+    return Check("bench.start_method", Status.OK, observed, "recorded",
+                 detail="Python 3.14 defaults to forkserver on Linux; start-up time is in the first batch")
+
+
+def nofile_check(f: VerdictFacts) -> Check:
+    cid = "bench.nofile"
+    if f.nofile_soft is None:
+        return Check(cid, Status.SKIP, "unknown", "", detail="no resource limits on this OS")
+    if f.nofile_soft == -1 or f.nofile_soft >= 4096:
+        return Check(cid, Status.OK, "unlimited" if f.nofile_soft == -1 else str(f.nofile_soft), ">= 4096")
+    return Check(cid, Status.WARN, str(f.nofile_soft), ">= 4096", "raise it: `ulimit -n 65536`",
+                 "worker tensors travel as file descriptors; a low limit fails with 'Too many open files'")
+
+
+def matmul_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thresholds) -> Check:
+    cid = "bench.matmul"
+    tflops = m.get("matmul_tflops")
+    if tflops is None:
+        return Check(cid, Status.SKIP, "not measured", "")
+    if f.device_type != "cuda":
+        return Check(cid, Status.SKIP, f"{tflops:.3f} TFLOP/s (CPU, fp32)", "", detail="CPU run: no dense peak to compare")
+    peak = dense_peak_tflops(f.gpu_name)
+    if peak is None:
+        return Check(cid, Status.SKIP, f"{tflops:.0f} TFLOP/s", "", detail=f"dense peak of {f.gpu_name!r} unknown: report only")
+    ratio = tflops / peak
+    status = _band(ratio, t.matmul_pass, t.matmul_warn)
+    return Check(cid, status, f"{tflops:.0f} TFLOP/s = {ratio:.0%} of {peak:.0f} dense",
+                 f">= {t.matmul_pass:.0%} (warn {t.matmul_warn:.0%})",
+                 "" if status is Status.OK else "check clocks and power (`nvidia-smi -q -d CLOCK,POWER,PERFORMANCE`), then `dcgmi diag -r 2`",
+                 "MAMF reaches 80-87% on A100/H100")
+
+
+def h2d_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thresholds) -> Check:
+    cid = "bench.h2d"
+    pinned = m.get("h2d_pinned_gb_per_s")
+    if pinned is None:
+        return Check(cid, Status.SKIP, "not measured", "", detail="CUDA only")
+    if f.pcie is None:
+        return Check(cid, Status.SKIP, f"{pinned:.1f} GB/s pinned", "", detail="PCIe link unknown (NVML)")
+    gen, width, max_gen, max_width = f.pcie
+    link = PCIE_GB_PER_LANE.get(gen, 0.0) * width
+    observed = f"{pinned:.1f} GB/s pinned on PCIe Gen{gen} x{width} ({link:.1f} GB/s)"
+    if gen < max_gen or width < max_width:
+        return Check(cid, Status.FAIL, observed + f", link can do Gen{max_gen} x{max_width}",
+                     "link at its maximum under load", "reseat the GPU / check BIOS PCIe settings; `nvidia-smi -q -d PCIE`",
+                     "downtrained link (DCGM `pcie`)")
+    ratio = pinned / link if link else 0.0
+    status = _band(ratio, t.h2d_pass, t.h2d_warn)
+    return Check(cid, status, observed + f" = {ratio:.0%}", f">= {t.h2d_pass:.0%} of link (warn {t.h2d_warn:.0%})",
+                 "" if status is Status.OK else "check NUMA placement (`nvidia-smi topo -m`) and IOMMU settings")
+
+
+def efficiency_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thresholds) -> Check:
+    cid = "bench.efficiency"
+    eff = m.get("efficiency")
+    if eff is None:
+        return Check(cid, Status.SKIP, "not measured", "", detail="needs the ceiling and tuned phases")
+    status = _band(eff, t.efficiency_pass, t.efficiency_warn)
+    observed = f"{eff:.2f} (tuned {m.get('tuned_samples_per_s') or 0:.0f} / ceiling {m.get('ceiling_samples_per_s') or 0:.0f} samples/s)"
+    expected = f">= {t.efficiency_pass:.2f} (warn {t.efficiency_warn:.2f})"
+    cores = m.get("cores_per_device_needed")
+    remedy = ""
+    if status is not Status.OK:
+        remedy = (f"the loader needs ~{cores:.1f} cores at the ceiling rate: give the job more CPUs, cut per-sample work "
+                  "(pre-resize, --storage packed), or decode on the GPU (DALI)") if cores else "give the loader more CPUs"
+    detail = "differential method: 1 - efficiency is the data-stall fraction"
+    if f.device_type != "cuda" and status is Status.FAIL:
+        status = Status.WARN
+        detail = "CPU run: the step and the loader workers share the cores, so a low figure is expected; never a fail here"
+    return Check(cid, status, observed, expected, remedy, detail)
+
+
+def device_idle_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thresholds) -> Check:
+    cid = "bench.stall_device_idle"
+    idle = m.get("stall_device_idle_pct")
+    if idle is None:
+        return Check(cid, Status.SKIP, "not measured", "", detail="CUDA events only" if f.device_type != "cuda" else "")
+    status = _band(idle / 100.0, t.device_idle_pass, t.device_idle_warn, higher_is_better=False)
+    diff = m.get("stall_differential_pct")
+    detail = "gaps between consecutive steps' GPU work / wall time"
+    if diff is not None and diff > 2 * idle + 5:
+        detail += f"; differential stall {diff:.0f}% >> device-idle: the workers slow the step itself (CPU contention)"
+    return Check(cid, status, f"{idle:.1f}%", f"<= {t.device_idle_pass:.0%} (warn {t.device_idle_warn:.0%})",
+                 "" if status is Status.OK else "more loader workers or cheaper samples (see bench.efficiency)", detail)
+
+
+def speedup_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
+    cid = "bench.speedup"
+    speedup, predicted = m.get("speedup"), m.get("predicted_speedup")
+    if speedup is None:
+        return Check(cid, Status.SKIP, "not measured", "", detail="needs the naive and tuned phases")
+    observed = f"{speedup:.2f}x over naive"
+    if predicted:
+        observed += f" (predicted {predicted:.2f}x)"
+    expected = f">= {t.speedup_pass_fraction:.2f} x predicted; tuned >= naive"
+    noise = m.get("speedup_noise") or t.noise_floor_min
+    if speedup < 1.0 - noise:
+        return Check(cid, Status.FAIL, observed, expected,
+                     "the tuned loader is slower than num_workers=0: check shm, worker start-up and CPU contention",
+                     f"tuned < naive by more than the noise ({noise:.0%})")
+    if speedup < 1.0:
+        return Check(cid, Status.WARN, observed, expected, "no gain over num_workers=0: see bench.efficiency",
+                     f"tuned below naive, but within the noise ({noise:.0%})")
+    if predicted and speedup < t.speedup_pass_fraction * predicted:
+        return Check(cid, Status.WARN, observed, expected,
+                     "workers deliver less than their measured cost predicts: look for thread oversubscription "
+                     "(OMP_NUM_THREADS=1 in workers) or a slow collate",
+                     "predicted = min(ceiling, W / l, CPUs / (c + step CPU)) / naive")
+    return Check(cid, Status.OK, observed, expected, detail="predicted = min(ceiling, W / l, CPUs / (c + step CPU)) / naive")
+
+
+def util_check(s: SamplerReport, f: VerdictFacts, t: Thresholds) -> Check:
+    cid = "bench.nvml_util"
+    g = s.gpu
+    if g is None or not g.count or g.p95 is None or g.p5 is None:
+        return Check(cid, Status.SKIP, "no samples", "", detail=s.reason or ("CPU run" if f.device_type != "cuda" else ""))
+    observed = f"mean {g.mean:.0f}%, p5 {g.p5:.0f}%, p50 {g.p50:.0f}%, p95 {g.p95:.0f}% ({g.count} samples)"
+    expected = f"p95 >= {t.util_p95_pass:.0f}%, p5 >= {t.util_p5_pass:.0f}%"
+    detail = f"{g.source}; supporting evidence only: 'a kernel ran during the sample period'"
+    if g.p95 < t.util_p95_pass:
+        return Check(cid, Status.FAIL, observed, expected, "the GPU idles: see bench.efficiency and bench.stall_device_idle", detail)
+    if g.p5 < t.util_p5_pass:
+        return Check(cid, Status.WARN, observed, expected, "idle bursts: a deeper prefetch or more workers", detail)
+    return Check(cid, Status.OK, observed, expected, detail=detail)
+
+
+def sm_active_check(s: SamplerReport, f: VerdictFacts, t: Thresholds) -> Check:
+    cid = "bench.gpm_sm_active"
+    if s.gpm_sm_active is None:
+        return Check(cid, Status.SKIP, "not measured", "", detail=s.gpm_reason or "CPU run")
+    value = s.gpm_sm_active
+    expected = f">= {t.sm_active_pass:.2f} (warn only)"
+    if value >= t.sm_active_pass:
+        return Check(cid, Status.OK, f"{value:.2f}", expected, detail="necessary, not sufficient (NVIDIA)")
+    why = "likely ineffective GPU use" if value < t.sm_active_warn else "below the 0.8 NVIDIA calls necessary"
+    return Check(cid, Status.WARN, f"{value:.2f}", expected,
+                 "a larger batch, AMP/bf16, or a bigger model keeps more SMs busy", why)
+
+
+def pss_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
+    cid = "bench.worker_pss"
+    growth = m.get("worker_pss_growth_pct")
+    if growth is None:
+        return Check(cid, Status.SKIP, "not measured", "", detail="no loader workers, or /proc/PID/smaps_rollup unavailable")
+    status = _band(growth / 100.0, t.pss_growth_pass, t.pss_growth_warn, higher_is_better=False)
+    return Check(cid, status, f"{growth:+.1f}% over the tuned windows",
+                 f"< {t.pss_growth_pass:.0%} (warn {t.pss_growth_warn:.0%})",
+                 "" if status is Status.OK else "keep the dataset index in numpy/Arrow arrays, not lists/dicts (PyTorch #13246)")
+
+
+def scaling_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thresholds) -> Check:
+    cid = "bench.loader_scaling"
+    eff = m.get("loader_scaling_efficiency")
+    if eff is None:
+        return Check(cid, Status.SKIP, "not measured", "", detail="CPU-only runs measure it")
+    workers = m.get("loader_scaling_workers")
+    status = Status.OK if eff >= t.loader_scaling_pass else Status.WARN
+    return Check(cid, status, f"S({workers:.0f}) / ({workers:.0f} x S(1)) = {eff:.2f}", f">= {t.loader_scaling_pass:.2f}",
+                 "" if status is Status.OK else "suspect thread oversubscription: set OMP_NUM_THREADS=1 / cv2.setNumThreads(0) in workers")

@@ -1,0 +1,122 @@
+"""`python -m bootstrap bench [--budget S] [--device D] [--config FILE] [--threshold NAME=VALUE ...] [--json] ...`.
+
+Runs the acceptance benchmark, prints the report (or the JSON envelope
+with `--json`), writes bench.json and bench.png into `--out`, and exits 1
+when a verdict fails, 130 when interrupted (after writing the partial
+report). Settings come from the defaults, then `--config FILE`'s `options`,
+then the flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Dict
+
+from bootstrap.bench.config import MODELS, STORAGES, BenchOptions, ThresholdSet, WorkloadSpec, load_config, \
+    parse_threshold_flags
+from bootstrap.checks import exit_code
+from bootstrap.errors import InputError
+
+EXIT_INTERRUPTED = 130
+_RUN_OPTIONS = ("budget_s", "device", "max_workers", "target_rate", "data_dir")
+_WORKLOAD_OPTIONS = tuple(f.name for f in fields(WorkloadSpec))
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--budget", dest="budget_s", type=float, metavar="SECONDS",
+                        help="time for all measured phases (default 120)")
+    parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    parser.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
+                        help="where bench.json and bench.png go (default: .)")
+    parser.add_argument("--no-png", action="store_true", help="do not draw bench.png")
+    parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show each verdict's evidence")
+    parser.add_argument("--distributed", action="store_true",
+                        help="under torchrun: every rank runs the phases, rank 0 reports")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="YAML/JSON file with `thresholds:` and `options:` mappings")
+    parser.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
+                        help="override one verdict threshold, e.g. efficiency_pass=0.85 (repeatable)")
+    load = parser.add_argument_group("workload")
+    load.add_argument("--model", choices=MODELS, help="auto: ResNet-50 on a GPU with torchvision, else a small CNN")
+    load.add_argument("--batch-size", type=int)
+    load.add_argument("--samples", type=int, help="distinct samples stored (default 512)")
+    load.add_argument("--epoch-batches", type=int, help="batches per epoch, cycling over the samples (default 1000)")
+    load.add_argument("--image-size", type=int, help="stored image side in pixels (default 256)")
+    load.add_argument("--crop-size", type=int, help="random crop side fed to the model (default 224)")
+    load.add_argument("--cpu-ms", type=float, help="extra CPU milliseconds per sample (augmentation cost)")
+    load.add_argument("--io-ms", type=float, help="extra latency per sample in ms (storage/network; costs no CPU)")
+    load.add_argument("--step-ms", type=float, help=argparse.SUPPRESS)  # a known stand-in device time (tests)
+    load.add_argument("--storage", choices=STORAGES, help="memory (default), files (one per sample) or packed (memmap)")
+    load.add_argument("--cold-cache", action="store_true", default=None,
+                      help="files/packed: evict our files from the page cache before each phase")
+    load.add_argument("--data-dir", type=Path, help="files/packed: where to write them (default: a temp dir)")
+    tuner = parser.add_argument_group("tuner and sizing")
+    tuner.add_argument("--max-workers", type=int, help="cap the worker search (default: from CPUs, shm, RAM)")
+    tuner.add_argument("--target-rate", type=float, metavar="SAMPLES_PER_S",
+                       help="CPU sizing: how many loader cores a GPU eating this many samples/s needs")
+
+
+def build_options(args: argparse.Namespace) -> BenchOptions:
+    """Defaults < config file `options` < flags; thresholds: defaults < file < --threshold."""
+    thresholds = ThresholdSet()
+    settings: Dict[str, Any] = {}
+    if args.config is not None:
+        thresholds, file_options = load_config(args.config, thresholds)
+        unknown = sorted(set(file_options) - set(_RUN_OPTIONS) - set(_WORKLOAD_OPTIONS))
+        if unknown:
+            raise InputError(f"{args.config}: options", f"unknown option {unknown[0]!r}",
+                             f"use one of: {', '.join(_RUN_OPTIONS + _WORKLOAD_OPTIONS)}")
+        settings.update(file_options)
+    for name in _RUN_OPTIONS + _WORKLOAD_OPTIONS:
+        value = getattr(args, name, None)
+        if value is not None:
+            settings[name] = value
+    if args.threshold:
+        thresholds = thresholds.override(parse_threshold_flags(args.threshold), "--threshold")
+    workload = WorkloadSpec(**{k: v for k, v in settings.items() if k in _WORKLOAD_OPTIONS})
+    run_settings = {k: v for k, v in settings.items() if k in _RUN_OPTIONS}
+    if "data_dir" in run_settings and run_settings["data_dir"] is not None:
+        run_settings["data_dir"] = Path(run_settings["data_dir"])
+    try:
+        options = BenchOptions(workload=workload, thresholds=thresholds, **run_settings)
+    except TypeError as exc:
+        raise InputError(str(args.config or "options"), str(exc), "check the option types") from None
+    return options.validate()
+
+
+def _progress(event: Any) -> None:
+    print(f"bench [{event.elapsed_s:6.1f}/{event.budget_s:g} s] {event.phase}: {event.message}",
+          file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bootstrap.bench.report import render_text, to_envelope, write_reports
+
+    options = build_options(args)
+    progress = None if args.quiet else _progress
+    reporter = True
+    if args.distributed:
+        from bootstrap.bench.distributed import run_distributed
+
+        result, reporter = run_distributed(options, progress)
+    else:
+        from bootstrap.bench.run import run_bench
+
+        result = run_bench(options, progress)
+    code = EXIT_INTERRUPTED if result.partial else exit_code(result.checks)
+    if not reporter:
+        return code
+    written = write_reports(result, args.out, png=not args.no_png)
+    if args.json:
+        print(json.dumps(to_envelope(result), indent=2, default=str))
+    else:
+        print(render_text(result, verbose=args.verbose), end="")
+    print(f"wrote {', '.join(str(p) for p in written)}" + (" (partial)" if result.partial else ""),
+          file=sys.stderr if args.json else sys.stdout, flush=True)
+    return code

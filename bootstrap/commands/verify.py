@@ -1,0 +1,65 @@
+"""`python -m bootstrap verify [--prefix DIR] [--lock FILE] [--json] [--deep] [--no-bench] [--facts FILE] ...`.
+
+Inside the env (`make verify`): is it exactly the locked env, and does this
+machine's NVIDIA stack run it? Exit 0 when no check failed, 1 when one did,
+2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from bootstrap.errors import InputError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prefix", type=Path, default=None,
+                        help="env to verify (default: this interpreter's env if bootstrap made it, else .envs/py310)")
+    parser.add_argument("--lock", type=Path, default=None, help="lock to compare with (default: the env's own)")
+    parser.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
+    parser.add_argument("--deep", action="store_true",
+                        help="sha256 every installed file (default: size, and sha256 of files changed since install)")
+    parser.add_argument("--no-bench", dest="bench", action="store_false", help="skip the acceptance benchmark")
+    parser.add_argument("--bench-budget", type=float, default=None, metavar="SECONDS",
+                        help="time for the short benchmark (default 10)")
+    parser.add_argument("--facts", type=Path, default=None, metavar="FILE",
+                        help="re-evaluate the host, driver and torch rules on facts recorded with --save-facts")
+    parser.add_argument("--save-facts", type=Path, default=None, metavar="FILE",
+                        help="write the gathered facts (host, NVIDIA, torch) for `--facts` elsewhere")
+    parser.add_argument("--root", type=Path, default=None, help="project root (default: found from the env)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show each check's evidence")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bootstrap.checks import render_table, to_json
+    from bootstrap.verify import BENCH_BUDGET_S, VerifyOptions, run_verify
+
+    if args.facts is not None:
+        clash = [flag for flag, value in (("--prefix", args.prefix), ("--deep", args.deep),
+                                          ("--save-facts", args.save_facts)) if value]
+        if clash:
+            raise InputError(clash[0], "does not apply to --facts, which re-evaluates recorded facts without the env",
+                             f"drop {clash[0]} or --facts")
+    if args.bench_budget is not None and args.bench_budget <= 0:
+        raise InputError("--bench-budget", f"{args.bench_budget} is not a positive number of seconds", "e.g. 20")
+    options = VerifyOptions(
+        prefix=args.prefix, lock_path=args.lock, deep=args.deep, bench=args.bench,
+        bench_budget_s=args.bench_budget or BENCH_BUDGET_S, facts_path=args.facts, save_facts=args.save_facts,
+        root=args.root,
+    )
+    result = run_verify(options)
+    if args.json:
+        print(json.dumps(to_json(result.checks, "verify", result.extra()), indent=2, sort_keys=True))
+    else:
+        print(_header(result))
+        print(render_table(result.checks, show_detail=args.verbose), end="")
+    return result.exit_code
+
+
+def _header(result) -> str:
+    if result.prefix is None:
+        return f"verify: recorded facts from {result.facts_source}"
+    where = "this interpreter's env" if result.inside else "from outside the env: torch checks skipped"
+    return f"verify: {result.prefix} ({where}) against {result.lock_path or 'no lock'}"

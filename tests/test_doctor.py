@@ -1,0 +1,211 @@
+"""`bootstrap doctor`: host facts (recorded NVML answers, recorded facts files) against the lock's torch build.
+
+The committed lock's torch 2.10.0 linux-64 entry is the PyPI default wheel:
+CUDA 12.8, SASS sm_70..sm_120. Doctor must run without torch: one test runs
+it in a subprocess whose import system refuses `torch`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bootstrap.checks import Status, from_json
+from bootstrap.cli import main
+from bootstrap.compat import DriverFacts, GpuFacts
+from bootstrap.doctor import DoctorOptions, load_facts, run_doctor, save_facts
+from bootstrap.probe import probe_gpus
+from tests.test_probe import FakeNvml, missing_binary_runner
+
+REPO = Path(__file__).resolve().parent.parent
+LOCK = REPO / "conda-lock.yml"
+FACTS = REPO / "tests" / "data" / "verify"
+H200 = FACTS / "h200x8-580.95.05.facts.json"
+RTX3090 = FACTS / "rtx3090-535.183.01.facts.json"
+
+
+def by_id(checks) -> dict:
+    return {c.id: c for c in checks}
+
+
+def doctor_json(capsys, *args: str) -> tuple:
+    capsys.readouterr()
+    code = main(["doctor", "--json", "--lock", str(LOCK), *args])
+    envelope = json.loads(capsys.readouterr().out)
+    return code, envelope, by_id(from_json(envelope))
+
+
+# --------------------------------------------------------------------------- recorded machines
+
+
+def test_h200_node_runs_the_locked_torch(capsys) -> None:
+    code, envelope, checks = doctor_json(capsys, "--facts", str(H200))
+    assert code == 0 and envelope["kind"] == "doctor"
+    assert checks["nvidia.driver"].status is Status.OK
+    assert "580.95.05" in checks["nvidia.driver"].observed and "CUDA 13.0" in checks["nvidia.driver"].observed
+    for index in range(8):
+        assert checks[f"nvidia.gpu{index}"].status is Status.OK
+        assert "NVIDIA H200, CC 9.0" in checks[f"nvidia.gpu{index}"].observed
+        assert checks[f"cuda.arch.gpu{index}"].status is Status.OK
+        assert "runs sm_90" in checks[f"cuda.arch.gpu{index}"].observed
+    assert checks["cuda.driver"].status is Status.OK
+    fit = checks["lock.torch"]
+    assert fit.status is Status.OK and "torch 2.10.0 (CUDA 12.8)" in fit.observed and "runs here" in fit.observed
+    assert envelope["extra"]["target"]["cuda"] == "12.8" and envelope["extra"]["platform"] == "linux-64"
+    assert all(c.status is Status.OK for c in checks.values())
+
+
+def test_rtx3090_on_r535_runs_with_minor_version_compatibility(capsys) -> None:
+    code, _, checks = doctor_json(capsys, "--facts", str(RTX3090))
+    assert "CUDA 12.2" in checks["nvidia.driver"].observed
+    driver = checks["cuda.driver"]
+    assert driver.status is Status.WARN and "minor-version compatibility" in driver.remedy
+    assert ">= 570.26" in driver.remedy  # the driver for full CUDA 12.8 support
+    assert checks["cuda.arch.gpu0"].status is Status.OK and "sm_86" in checks["cuda.arch.gpu0"].observed
+    assert checks["lock.torch"].status is Status.WARN and "runs with caveats" in checks["lock.torch"].observed
+    assert checks["nvidia.gpu0"].status is Status.WARN and "nvidia-persistenced" in checks["nvidia.gpu0"].remedy
+    # The recorded workstation runs in Docker with its 64 MB /dev/shm and a soft ulimit -n of 1024.
+    assert checks["host.shm"].status is Status.FAIL and "--shm-size=" in checks["host.shm"].remedy
+    assert checks["host.nofile"].status is Status.WARN and "ulimit -n 65536" in checks["host.nofile"].remedy
+    assert code == 1
+
+
+@pytest.mark.parametrize("facts", [H200, RTX3090], ids=lambda p: p.name.split("-")[0])
+def test_recorded_facts_match_the_nvml_recordings(facts: Path) -> None:
+    recorded = load_facts(facts)
+    name = facts.name.replace(".facts.json", ".json")
+    replayed = probe_gpus(nvml=FakeNvml.load(name), runner=missing_binary_runner, os_name="linux")
+    assert recorded.nvidia == replayed
+
+
+def test_live_probe_with_recorded_nvml_gives_the_same_verdicts() -> None:
+    live = run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64"),
+                      nvml=FakeNvml.load("h200x8-580.95.05.json"), runner=missing_binary_runner)
+    recorded = run_doctor(DoctorOptions(lock_path=LOCK, facts_path=H200))
+    assert [c for c in live.checks if not c.id.startswith("host.")] == \
+        [c for c in recorded.checks if not c.id.startswith("host.")]
+
+
+def test_save_facts_then_facts_reproduces_the_verdicts(tmp_path: Path, capsys) -> None:
+    saved = tmp_path / "facts.json"
+    first = run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64", save_facts=saved),
+                       nvml=FakeNvml.load("rtx3090-535.183.01.json"), runner=missing_binary_runner)
+    assert json.loads(saved.read_text())["format"] == "bootstrap.facts"
+    _, envelope, _ = doctor_json(capsys, "--facts", str(saved))  # another invocation, through the CLI
+    assert [c.to_dict() for c in first.checks] == envelope["checks"]
+    assert not [p for p in tmp_path.iterdir() if p.name != "facts.json"]  # atomic: no temp file left
+
+
+# --------------------------------------------------------------------------- what to change
+
+
+def write_facts(path: Path, gpus, driver: str, cuda: int) -> Path:
+    facts = load_facts(H200)
+    nvidia = DriverFacts(os="linux", driver_version=driver, cuda_driver_version=cuda, gpus=tuple(gpus), source="nvml")
+    save_facts(type(facts)(facts.host, nvidia, None, "", facts.python, facts.platform), path)
+    return path
+
+
+def test_old_driver_fails_with_the_upgrade(tmp_path: Path, capsys) -> None:
+    facts = write_facts(tmp_path / "r470.json", [GpuFacts(0, "Tesla V100-SXM2-16GB", (7, 0), 16384)], "470.182.03", 11040)
+    code, _, checks = doctor_json(capsys, "--facts", str(facts))
+    assert code == 1
+    assert checks["cuda.driver"].status is Status.FAIL
+    assert "upgrade the NVIDIA driver to >= 525.60.13" in checks["cuda.driver"].remedy
+    assert "--index-url https://download.pytorch.org/whl/cu118" in checks["cuda.driver"].remedy  # or another build
+    assert checks["lock.torch"].status is Status.FAIL and "will not run here" in checks["lock.torch"].observed
+
+
+def test_gpu_without_kernels_names_another_lock_variant(tmp_path: Path, capsys) -> None:
+    """Pascal (6.0) has no SASS in torch 2.10's CUDA 12.8 wheel; a project lock with a cu126 build fits."""
+    root = tmp_path / "proj"
+    shutil.copytree(REPO / "envs", root / "envs")
+    shutil.copy(LOCK, root / "conda-lock.yml")
+    py39 = root / "envs" / "py39.conda-lock.yml"
+    entry = "- name: torch\n  version: 2.8.0\n  manager: pip\n  platform: linux-64\n"
+    assert entry in py39.read_text()
+    py39.write_text(py39.read_text().replace(entry, entry.replace("2.8.0", "2.8.0+cu126")))
+    facts = write_facts(tmp_path / "p100.json", [GpuFacts(0, "Tesla P100-PCIE-16GB", (6, 0), 16384)], "580.95.05", 13000)
+    capsys.readouterr()
+    assert main(["doctor", "--json", "--root", str(root), "--facts", str(facts)]) == 1
+    checks = by_id(from_json(json.loads(capsys.readouterr().out)))
+    arch = checks["cuda.arch.gpu0"]
+    assert arch.status is Status.FAIL and "no kernel image" in arch.observed
+    assert "--index-url https://download.pytorch.org/whl/cu126" in arch.remedy
+    fit = checks["lock.torch"]
+    assert fit.status is Status.FAIL
+    assert "another lock variant fits this host: `make env ENV=py39` (torch 2.8.0+cu126" in fit.remedy
+
+
+# --------------------------------------------------------------------------- this machine, no torch
+
+
+BLOCK_TORCH = """
+import json, sys
+attempts = []
+
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'torch':
+            attempts.append(name)
+            raise ImportError('torch is not installed here (blocked by the test)')
+        return None
+
+sys.meta_path.insert(0, NoTorch())
+from bootstrap.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({'code': code, 'torch_attempts': attempts, 'torch_loaded': 'torch' in sys.modules}))
+"""
+
+
+def test_doctor_runs_without_torch(tmp_path: Path) -> None:
+    saved = tmp_path / "here.json"
+    done = subprocess.run([sys.executable, "-c", BLOCK_TORCH, "doctor", "--json", "--lock", str(LOCK),
+                           "--save-facts", str(saved)], capture_output=True, text=True, cwd=REPO, timeout=120,
+                           check=False)
+    assert done.returncode == 0, done.stderr
+    envelope_text, _, status_line = done.stdout.rstrip().rpartition("\n")
+    status = json.loads(status_line)
+    assert status == {"code": status["code"], "torch_attempts": [], "torch_loaded": False}
+    checks = by_id(from_json(json.loads(envelope_text)))
+    assert "lock.torch" in checks and "host.shm" in checks and "nvidia.driver" in checks
+    assert load_facts(saved).torch is None  # doctor never probes torch
+
+
+def test_this_machine_without_driver_is_a_skip_not_a_crash(capsys) -> None:
+    """Recorded 'no driver' facts (this CI machine has none): skips with reasons, the CUDA build still fits."""
+    result = run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64"),
+                        nvml=FakeNvml({}, init_error=12), runner=missing_binary_runner)
+    checks = by_id(result.checks)
+    assert checks["nvidia.driver"].status is Status.SKIP and "NVML library not found" in checks["nvidia.driver"].detail
+    assert checks["cuda.driver"].status is Status.SKIP and checks["cuda.driver"].detail
+    assert checks["lock.torch"].status is Status.OK and "runs on the CPU" in checks["lock.torch"].observed
+
+
+# --------------------------------------------------------------------------- usage
+
+
+def test_bad_usage_exits_2(tmp_path: Path, capsys) -> None:
+    assert main(["doctor", "--facts", str(H200), "--save-facts", str(tmp_path / "x.json")]) == 2
+    assert main(["doctor", "--facts", str(tmp_path / "missing.json")]) == 2
+    assert "missing.json: file not found" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text('{"format": "other"}')
+    assert main(["doctor", "--facts", str(tmp_path / "bad.json")]) == 2
+    assert "not a bootstrap.facts v1 file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["doctor", "--no-such-flag"])
+    assert exc.value.code == 2
+
+
+def test_human_table_lists_driver_gpus_and_verdict(capsys) -> None:
+    capsys.readouterr()
+    assert main(["doctor", "--lock", str(LOCK), "--facts", str(RTX3090)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"doctor: facts from {RTX3090}; torch build from conda-lock.yml [linux-64]")
+    assert "NVIDIA GeForce RTX 3090, CC 8.6" in out and "-> start the container with `docker run --ipc=host" in out
+
