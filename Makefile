@@ -14,7 +14,7 @@ SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
 TORCH_TEST ?= torch==2.13.0
 
-.PHONY: env clean-env bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader
+.PHONY: env clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader
 
 tools: $(TOOLS)/.requirements-tools.txt
 
@@ -28,6 +28,17 @@ env: tools
 ## Remove .envs/$(ENV) with all its generations.
 clean-env:
 	rm -rf .envs/$(ENV) .envs/.$(ENV).gens .envs/.$(ENV).lock .envs/.$(ENV).switch
+
+## Inside the env: packages match the lock, the CUDA stack fits, the acceptance benchmark passes.
+## The env's own python runs this checkout's bootstrap package (nothing is installed into the env).
+VERIFY_ARGS ?=
+verify:
+	@test -x .envs/$(ENV)/bin/python || { echo "no env at .envs/$(ENV): run \`make env\` first" >&2; exit 2; }
+	PYTHONPATH=$(CURDIR) .envs/$(ENV)/bin/python -m bootstrap verify $(VERIFY_ARGS)
+
+## Host only, before any env exists: driver, max CUDA, GPUs, and whether the lock's torch build fits.
+doctor: tools
+	$(PY) -m bootstrap doctor $(DOCTOR_ARGS)
 
 bench-env: tools
 	$(PY) scripts/bench_env.py

@@ -31,11 +31,10 @@ the full `lock --check` where conda-lock and py-rattler are importable.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
@@ -44,6 +43,7 @@ from bootstrap.errors import InputError
 from bootstrap.history import CONDA_NAME, requested_specs, spec_name
 from bootstrap.lockfile import META_INPUTS, Lock, LockedPackage, inputs_digest, read_lock
 from bootstrap.mirrors import scrub_credentials
+from bootstrap.prefix import InstalledConda, InstalledPip, conda_records, pip_distributions
 from bootstrap.project import Project
 from bootstrap.spec import ANACONDA_ORG, EnvSpec, read_spec
 
@@ -463,32 +463,6 @@ def _pop_key(data: Dict[str, set]) -> str:
 # --------------------------------------------------------------------------- from a prefix
 
 
-@dataclass(frozen=True)
-class CondaRecord:
-    """What export needs of one `conda-meta/<name>-<version>-<build>.json`."""
-
-    name: str
-    version: str
-    channel: str
-    subdir: str
-    depends: Tuple[str, ...]
-    requested_specs: Tuple[str, ...]
-    files: Tuple[str, ...] = field(default=(), repr=False)
-
-
-@dataclass(frozen=True)
-class PipDist:
-    """One `*.dist-info` in site-packages."""
-
-    name: str
-    version: str
-    installer: str
-    requested: bool
-    requires: Tuple[str, ...]  # names of unconditional Requires-Dist entries
-    direct_url: Mapping[str, object] = field(default_factory=dict)
-    path: str = ""  # relative to the prefix, '/'-separated
-
-
 def export_prefix(prefix: Path, options: ExportOptions = ExportOptions(),
                   output: Optional[Path] = None) -> ExportResult:
     """The portable environment.yml of an existing environment (`bootstrap export --from-prefix DIR`)."""
@@ -502,7 +476,7 @@ def portable_from_prefix(prefix: Path, options: ExportOptions = ExportOptions())
     if not meta.is_dir():
         raise InputError(prefix, "not a conda environment (no conda-meta/ directory)",
                          "pass the environment's directory, e.g. --from-prefix $CONDA_PREFIX")
-    records = read_conda_meta(meta)
+    records = conda_records(prefix)
     if not records:
         raise InputError(meta, "no package records", "is the environment empty?")
     notes: List[str] = []
@@ -529,29 +503,7 @@ def portable_from_prefix(prefix: Path, options: ExportOptions = ExportOptions())
     )
 
 
-def read_conda_meta(meta: Path) -> List[CondaRecord]:
-    records = []
-    for path in sorted(meta.glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(data, dict) or "name" not in data or "version" not in data:
-                continue  # not a package record (e.g. bootstrap-install.json)
-            requested = data.get("requested_specs") or ([data["requested_spec"]] if data.get("requested_spec") else [])
-            records.append(CondaRecord(
-                name=str(data["name"]).lower(),
-                version=str(data["version"]),
-                channel=str(data.get("channel") or ""),
-                subdir=str(data.get("subdir") or ""),
-                depends=tuple(str(d) for d in data.get("depends") or ()),
-                requested_specs=tuple(str(s) for s in requested),
-                files=tuple(str(f) for f in data.get("files") or ()),
-            ))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InputError(path, f"unreadable package record: {exc}", "repair or recreate the environment") from None
-    return records
-
-
-def requested_conda_specs(history: Path, records: Sequence[CondaRecord]) -> Tuple[Dict[str, str], str]:
+def requested_conda_specs(history: Path, records: Sequence[InstalledConda]) -> Tuple[Dict[str, str], str]:
     """name -> requested spec, and where the answer came from.
 
     1. `conda-meta/history`, replayed like conda's `History.get_requested_specs_map`:
@@ -585,12 +537,12 @@ def _channel_prefix(spec: str) -> str:
     return f"{channel}::" if channel and re.fullmatch(r"[A-Za-z0-9_.\-]+", channel) else ""
 
 
-def _prefix_platforms(records: Sequence[CondaRecord]) -> Tuple[str, ...]:
+def _prefix_platforms(records: Sequence[InstalledConda]) -> Tuple[str, ...]:
     subdirs = sorted({r.subdir for r in records if r.subdir and r.subdir != "noarch"})
     return tuple(subdirs)
 
 
-def _prefix_channels(records: Sequence[CondaRecord]) -> Tuple[str, ...]:
+def _prefix_channels(records: Sequence[InstalledConda]) -> Tuple[str, ...]:
     """Channels by number of packages taken from each (ties: first seen); the busiest first."""
     counts: Dict[str, int] = {}
     for record in records:
@@ -600,9 +552,10 @@ def _prefix_channels(records: Sequence[CondaRecord]) -> Tuple[str, ...]:
     return tuple(sorted(counts, key=lambda c: -counts[c]))
 
 
-def _pip_lines(prefix: Path, records: Sequence[CondaRecord]) -> Tuple[Tuple[Line, ...], List[str]]:
+def _pip_lines(prefix: Path, records: Sequence[InstalledConda]) -> Tuple[Tuple[Line, ...], List[str]]:
     conda_files = {f for r in records for f in r.files}
-    dists = [d for d in read_dist_infos(prefix) if d.installer != "conda" and f"{d.path}/METADATA" not in conda_files]
+    dists = [d for d in pip_distributions(prefix)
+             if d.installer != "conda" and f"{d.dist_info.relative_to(prefix).as_posix()}/METADATA" not in conda_files]
     if not dists:
         return (), []
     notes = []
@@ -625,7 +578,7 @@ def _pip_lines(prefix: Path, records: Sequence[CondaRecord]) -> Tuple[Tuple[Line
     return tuple(lines), notes
 
 
-def _pip_dist_line(dist: PipDist) -> Optional[Line]:
+def _pip_dist_line(dist: InstalledPip) -> Optional[Line]:
     url = str(dist.direct_url.get("url", "")) if dist.direct_url else ""
     if not url:
         return Line(f"{dist.name}=={dist.version}")
@@ -635,70 +588,6 @@ def _pip_dist_line(dist: PipDist) -> Optional[Line]:
     if isinstance(vcs, dict) and vcs.get("vcs") and vcs.get("commit_id"):
         return Line(f"{dist.name} @ {vcs['vcs']}+{scrub_credentials(url)}@{vcs['commit_id']}")
     return Line(f"{dist.name}=={dist.version}")  # a wheel from a URL: pinned by version, portably
-
-
-def read_dist_infos(prefix: Path) -> List[PipDist]:
-    """Every `*.dist-info` in the prefix's site-packages (POSIX or Windows layout)."""
-    out = []
-    for site in _site_packages(prefix):
-        for info in sorted(site.glob("*.dist-info")):
-            fields = _metadata(info / "METADATA")
-            if "name" not in fields or "version" not in fields:
-                continue
-            out.append(PipDist(
-                name=fields["name"][0],
-                version=fields["version"][0],
-                installer=_read(info / "INSTALLER").strip().lower(),
-                requested=(info / "REQUESTED").exists(),
-                requires=tuple(_required_names(fields.get("requires-dist", []))),
-                direct_url=_json(info / "direct_url.json"),
-                path=info.relative_to(prefix).as_posix(),
-            ))
-    return out
-
-
-def _site_packages(prefix: Path) -> List[Path]:
-    return [p for p in [*sorted(prefix.glob("lib/python3*/site-packages")), prefix / "Lib" / "site-packages"] if p.is_dir()]
-
-
-def _metadata(path: Path) -> Dict[str, List[str]]:
-    """The header fields of a METADATA file (RFC 822 style; the body is the description)."""
-    fields: Dict[str, List[str]] = {}
-    for line in _read(path).splitlines():
-        if not line.strip():
-            break
-        key, sep, value = line.partition(":")
-        if sep and not line[:1].isspace():
-            fields.setdefault(key.strip().lower(), []).append(value.strip())
-    return fields
-
-
-def _required_names(requires: Iterable[str]) -> List[str]:
-    names = []
-    for requirement in requires:
-        requirement_text, _, marker = requirement.partition(";")
-        if "extra" in marker:
-            continue  # only installed when someone asked for the extra
-        match = _PIP_REQ.match(requirement_text)
-        if match:
-            names.append(match.group("name"))
-    return names
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _json(path: Path) -> Dict[str, object]:
-    text = _read(path)
-    try:
-        value = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 # --------------------------------------------------------------------------- writing

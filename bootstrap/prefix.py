@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from bootstrap.errors import InputError
 from bootstrap.fsutil import atomic_write_text
 
 # No .json suffix: rattler parses every conda-meta/*.json as a package record
@@ -25,7 +26,7 @@ from bootstrap.fsutil import atomic_write_text
 INSTALL_RECORD = "bootstrap"
 INSTALL_RECORD_VERSION = 1
 # Files rattler writes into conda-meta that are not package records.
-_NOT_RECORDS = {INSTALL_RECORD, "history"}
+_REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -36,15 +37,24 @@ class InstalledConda:
     sha256: Optional[str]
     url: Optional[str]
     record_path: Path
+    channel: str = ""
+    subdir: str = ""
+    depends: tuple[str, ...] = ()
+    requested_specs: tuple[str, ...] = ()
+    files: tuple[str, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)
 class InstalledPip:
     name: str  # normalised (PEP 503)
     version: str
-    sha256: Optional[str]  # of the wheel, from direct_url.json
+    sha256: Optional[str]  # of the wheel: direct_url.json's hash, else the install record's
     url: Optional[str]
     dist_info: Path
+    installer: str = ""  # INSTALLER: "uv", "pip", "conda", ...
+    requested: bool = False  # a REQUESTED file: asked for by name, not pulled in
+    requires: tuple[str, ...] = ()  # names of unconditional Requires-Dist entries
+    direct_url: dict = field(default_factory=dict, repr=False)  # PEP 610
 
 
 @dataclass(frozen=True)
@@ -75,11 +85,26 @@ def conda_records(prefix: Path) -> list[InstalledConda]:
         return []
     out = []
     for path in sorted(meta.glob("*.json")):
-        if path.name in _NOT_RECORDS:
-            continue
-        data = json.loads(path.read_text(encoding="utf-8"))
-        out.append(InstalledConda(data["name"], str(data["version"]), data["build"],
-                                  data.get("sha256"), data.get("url"), path))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or "name" not in data or "version" not in data:
+                continue  # not a package record
+            requested = data.get("requested_specs") or ([data["requested_spec"]] if data.get("requested_spec") else [])
+            out.append(InstalledConda(
+                name=str(data["name"]).lower(),
+                version=str(data["version"]),
+                build=str(data.get("build", "")),
+                sha256=data.get("sha256"),
+                url=data.get("url"),
+                record_path=path,
+                channel=str(data.get("channel") or ""),
+                subdir=str(data.get("subdir") or ""),
+                depends=tuple(str(d) for d in data.get("depends") or ()),
+                requested_specs=tuple(str(s) for s in requested),
+                files=tuple(str(f) for f in data.get("files") or ()),
+            ))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InputError(path, f"unreadable package record: {exc}", "repair or recreate the environment") from None
     return out
 
 
@@ -104,48 +129,74 @@ def pip_distributions(prefix: Path) -> list[InstalledPip]:
     installed = record.pip if record is not None else {}
     out = []
     for dist_info in sorted(site.glob("*.dist-info")):
-        name, version = _name_version(dist_info)
-        if name is None:
-            continue
-        url, sha256 = _direct_url(dist_info)
+        fields = _metadata(dist_info)
+        name = (fields.get("name") or [dist_info.name[: -len(".dist-info")].partition("-")[0]])[0]
+        version = (fields.get("version") or [""])[0]
+        direct_url = _json(dist_info / "direct_url.json")
+        sha256 = _wheel_sha256(direct_url)
         known = installed.get(normalise(name)) or {}
         if sha256 is None and known.get("version") == version:
             sha256 = known.get("sha256")
-        out.append(InstalledPip(normalise(name), version, sha256, url, dist_info))
+        out.append(InstalledPip(
+            name=normalise(name),
+            version=version,
+            sha256=sha256,
+            url=direct_url.get("url"),
+            dist_info=dist_info,
+            installer=_read(dist_info / "INSTALLER").strip().lower(),
+            requested=(dist_info / "REQUESTED").exists(),
+            requires=tuple(_required_names(fields.get("requires-dist", []))),
+            direct_url=direct_url,
+        ))
     return out
 
 
-def _name_version(dist_info: Path) -> tuple[Optional[str], str]:
-    metadata = dist_info / "METADATA"
-    name = version = None
-    if metadata.is_file():
-        for line in metadata.read_text(encoding="utf-8", errors="replace").splitlines():
-            if not line.strip():
-                break  # end of the header block
-            key, _, value = line.partition(":")
-            if key == "Name":
-                name = value.strip()
-            elif key == "Version":
-                version = value.strip()
-    if name is None:  # fall back to the directory name: <name>-<version>.dist-info
-        stem = dist_info.name[: -len(".dist-info")]
-        name, _, version = stem.partition("-")
-    return name, version or ""
+def _metadata(dist_info: Path) -> dict[str, list[str]]:
+    """The header fields of METADATA (RFC 822 style; the body after the blank line is the description)."""
+    fields: dict[str, list[str]] = {}
+    for line in _read(dist_info / "METADATA").splitlines():
+        if not line.strip():
+            break
+        key, sep, value = line.partition(":")
+        if sep and not line[:1].isspace():
+            fields.setdefault(key.strip().lower(), []).append(value.strip())
+    return fields
 
 
-def _direct_url(dist_info: Path) -> tuple[Optional[str], Optional[str]]:
-    path = dist_info / "direct_url.json"
-    if not path.is_file():
-        return None, None
+def _required_names(requires: list[str]) -> list[str]:
+    names = []
+    for requirement in requires:
+        text, _, marker = requirement.partition(";")
+        if "extra" in marker:
+            continue  # only installed when someone asked for the extra
+        match = _REQUIREMENT_NAME.match(text.strip())
+        if match:
+            names.append(match.group(0))
+    return names
+
+
+def _wheel_sha256(direct_url: dict) -> Optional[str]:
+    archive = direct_url.get("archive_info") or {}
+    sha256 = (archive.get("hashes") or {}).get("sha256")
+    if sha256 is None and str(archive.get("hash", "")).startswith("sha256="):
+        sha256 = archive["hash"].split("=", 1)[1]
+    return sha256
+
+
+def _read(path: Path) -> str:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _json(path: Path) -> dict:
+    text = _read(path)
+    try:
+        value = json.loads(text) if text else {}
     except ValueError:
-        return None, None
-    hashes = (data.get("archive_info") or {}).get("hashes") or {}
-    sha256 = hashes.get("sha256")
-    if sha256 is None and str((data.get("archive_info") or {}).get("hash", "")).startswith("sha256="):
-        sha256 = data["archive_info"]["hash"].split("=", 1)[1]
-    return data.get("url"), sha256
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def read_install_record(prefix: Path) -> Optional[InstallRecord]:
