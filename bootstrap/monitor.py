@@ -105,16 +105,6 @@ class Sample:
 # --------------------------------------------------------------------------- sampling
 
 
-class _SamplingNvml(Nvml):
-    """`Nvml` plus the per-sample device queries; same initialise-once session and reasons."""
-
-    def device(self, name: str, handle: Any, *args: Any) -> Tuple[Any, str]:
-        return self._query(name, handle, *args)
-
-    def system(self, name: str, *args: Any) -> Tuple[Any, str]:
-        return self._query(name, *args)
-
-
 @dataclass
 class _Gpu:
     index: int
@@ -130,7 +120,7 @@ class GpuSampler:
     """
 
     def __init__(self, module: Any = None) -> None:
-        self._nvml = _SamplingNvml(module)
+        self._nvml = Nvml(module)
         self._gpus: List[_Gpu] = []
         self._notes: Dict[str, str] = {}  # "GPU 0 power_w" -> reason, first failure only
         self._names: Dict[int, Optional[str]] = {}  # pid -> process name, for processes still running
@@ -162,12 +152,12 @@ class GpuSampler:
             self.close()
             raise NvmlUnavailable(f"no NVIDIA GPU to monitor: {reason or 'NVML sees no GPU'}")
         for index in range(count):
-            handle, why = self._nvml.system("nvmlDeviceGetHandleByIndex", index)
+            handle, why = self._nvml.query("nvmlDeviceGetHandleByIndex", index)
             if handle is None:
                 self._notes[f"GPU {index}"] = why
                 continue
-            name, _ = self._nvml.device("nvmlDeviceGetName", handle)
-            uuid, _ = self._nvml.device("nvmlDeviceGetUUID", handle)
+            name, _ = self._nvml.query("nvmlDeviceGetName", handle)
+            uuid, _ = self._nvml.query("nvmlDeviceGetUUID", handle)
             self._gpus.append(_Gpu(index, handle, _decode(name) if name is not None else f"GPU {index}",
                                    None if uuid is None else _decode(uuid)))
         if not self._gpus:
@@ -191,7 +181,7 @@ class GpuSampler:
         for name, args in variants:
             if chosen is not None and name != chosen:
                 continue
-            value, reason = self._nvml.device(name, gpu.handle, *args)
+            value, reason = self._nvml.query(name, gpu.handle, *args)
             if value is not None or not reason:
                 self._variant[key] = name
                 return value
@@ -245,7 +235,7 @@ class GpuSampler:
     def _process_name(self, pid: int) -> Optional[str]:
         if pid not in self._names:
             # Fails for other users' processes or across a PID namespace (containers).
-            name, _ = self._nvml.system("nvmlSystemGetProcessName", pid)
+            name, _ = self._nvml.query("nvmlSystemGetProcessName", pid)
             self._names[pid] = None if name is None else re.split(r"[\\/]", _decode(name).strip())[-1] or None
         return self._names[pid]
 

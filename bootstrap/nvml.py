@@ -89,13 +89,14 @@ class Nvml:
         except OSError as exc:  # ctypes could not load the library or a symbol
             return None, f"NVML library unusable: {exc}"
 
-    def _query(self, name: str, *args: Any) -> Tuple[Any, str]:
+    def query(self, name: str, *args: Any) -> Tuple[Any, str]:
+        """Call any `pynvml.<name>(*args)` through the chokepoint: (value, "") or (None, reason)."""
         reason = self.init()
         return (None, reason) if reason else self._call(name, *args)
 
     def driver_version(self) -> Tuple[Optional[str], str]:
         """Driver version string such as '580.95.05' (`nvidia-smi --query-gpu=driver_version`)."""
-        value, reason = self._query("nvmlSystemGetDriverVersion")
+        value, reason = self.query("nvmlSystemGetDriverVersion")
         return (None if value is None else _text(value)), reason
 
     def cuda_driver_version(self) -> Tuple[Optional[int], str]:
@@ -105,22 +106,22 @@ class Nvml:
         still answers the driver's known supported version, so it is the
         fallback.
         """
-        value, reason = self._query("nvmlSystemGetCudaDriverVersion_v2")
+        value, reason = self.query("nvmlSystemGetCudaDriverVersion_v2")
         if value:
             return int(value), ""
-        fallback, fallback_reason = self._query("nvmlSystemGetCudaDriverVersion")
+        fallback, fallback_reason = self.query("nvmlSystemGetCudaDriverVersion")
         if fallback:
             return int(fallback), f"nvmlSystemGetCudaDriverVersion_v2: {reason}; used v1"
         return None, reason or fallback_reason or "driver reports CUDA version 0"
 
     def device_count(self) -> Tuple[Optional[int], str]:
         """Number of GPUs NVML sees (`nvidia-smi --list-gpus | wc -l`)."""
-        value, reason = self._query("nvmlDeviceGetCount")
+        value, reason = self.query("nvmlDeviceGetCount")
         return (None if value is None else int(value)), reason
 
     def gpu(self, index: int) -> Tuple[Optional[GpuFacts], str]:
         """Facts of GPU `index`; a query the GPU does not support leaves its field None, noted in `missing`."""
-        handle, reason = self._query("nvmlDeviceGetHandleByIndex", index)
+        handle, reason = self.query("nvmlDeviceGetHandleByIndex", index)
         if handle is None:
             return None, f"GPU {index}: {reason}"
         missing: List[str] = []

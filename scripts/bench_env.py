@@ -17,7 +17,6 @@ Targets (issue 3): overhead <= 10 % over raw rattler; no-op rerun <= 1 s.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import statistics
 import subprocess
 import sys

@@ -20,7 +20,7 @@ from bootstrap.cli import main
 from bootstrap.compat import DriverFacts, GpuFacts
 from bootstrap.doctor import DoctorOptions, load_facts, run_doctor, save_facts
 from bootstrap.probe import probe_gpus
-from tests.test_probe import FakeNvml, missing_binary_runner
+from tests.fixtures.fakes import FakeNvml, missing_binary_runner
 
 REPO = Path(__file__).resolve().parent.parent
 LOCK = REPO / "conda-lock.yml"

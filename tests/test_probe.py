@@ -8,13 +8,12 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from bootstrap.checks import Status
 from bootstrap.compat import DriverFacts, evaluate, torch_target_from_lock_entry
-from bootstrap.errors import InputError, ToolError
+from bootstrap.errors import InputError
 from bootstrap.nvml import Nvml
 from bootstrap.probe import (
     Facts,
@@ -30,78 +29,10 @@ from bootstrap.probe import (
     probe_statvfs,
     probe_torch,
 )
-from bootstrap.runner import Completed
 
-DATA = Path(__file__).resolve().parent / "data"
+from tests.fixtures.fakes import DATA, FakeNvml, fake_runner, fake_torch, missing_binary_runner
 SMI_ARGV = ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total",
             "--format=csv,noheader,nounits"]
-
-
-class FakeNVMLError(Exception):
-    def __init__(self, value):
-        super().__init__(value)
-        self.value = value
-
-
-class FakeNvml:
-    """A pynvml stand-in that replays a recorded JSON file (tests/data/nvml/*.json)."""
-
-    NVMLError = FakeNVMLError
-
-    def __init__(self, recorded, init_error=None):
-        self.recorded = recorded
-        self.init_error = init_error
-        self.calls = []
-
-    @classmethod
-    def load(cls, name, **kwargs):
-        return cls(json.loads((DATA / "nvml" / name).read_text()), **kwargs)
-
-    def _answer(self, value):
-        if isinstance(value, dict) and set(value) == {"error"}:
-            raise FakeNVMLError(value["error"])
-        return value
-
-    def nvmlInit(self):
-        self.calls.append("nvmlInit")
-        if self.init_error is not None:
-            raise FakeNVMLError(self.init_error)
-
-    def nvmlShutdown(self):
-        self.calls.append("nvmlShutdown")
-
-    def __getattr__(self, name):
-        if name.startswith("nvmlSystem") or name == "nvmlDeviceGetCount":
-            return lambda: self._answer(self.recorded[name])
-        if name == "nvmlDeviceGetHandleByIndex":
-            return lambda index: self.recorded["devices"][index]
-        if name.startswith("nvmlDevice"):
-            return lambda handle, *args: self._device_answer(handle, name)
-        raise AttributeError(name)
-
-    def _device_answer(self, handle, name):
-        value = self._answer(handle[name])
-        return SimpleNamespace(**value) if name == "nvmlDeviceGetMemoryInfo" else value
-
-
-def fake_runner(answers):
-    """A runner that replays (returncode, stdout) per query, recording the argv it was given."""
-    calls = []
-
-    def runner(argv, timeout=300.0, **_):
-        calls.append(list(argv))
-        code, out = answers[len(calls) - 1]
-        return Completed(tuple(argv), code, out, "")
-
-    runner.calls = calls
-    return runner
-
-
-def missing_binary_runner(argv, timeout=300.0, **_):
-    try:
-        raise FileNotFoundError(2, "No such file or directory")
-    except FileNotFoundError as exc:
-        raise ToolError(f"{argv[0]}: not found") from exc
 
 
 def smi_text(name):
@@ -245,17 +176,6 @@ def test_real_probe_on_a_machine_without_driver():
 
 
 # --------------------------------------------------------------------------- torch
-
-
-def fake_torch(version="2.8.0+cu128", cuda="12.8", arch_flags="sm_70 sm_75 sm_80 sm_86 sm_90 sm_100 sm_120",
-               arch_list=(), cudnn=91002, nccl=(2, 27, 3), hip=None):
-    return SimpleNamespace(
-        __version__=version,
-        version=SimpleNamespace(cuda=cuda, hip=hip),
-        _C=SimpleNamespace(_cuda_getArchFlags=lambda: arch_flags),
-        cuda=SimpleNamespace(get_arch_list=lambda: list(arch_list), nccl=SimpleNamespace(version=lambda: nccl)),
-        backends=SimpleNamespace(cudnn=SimpleNamespace(version=lambda: cudnn)),
-    )
 
 
 def test_probe_torch_reads_the_build():

@@ -32,7 +32,7 @@ from bootstrap.verify import VerifyOptions, compute_checks, device_checks, run_v
 from tests.fixtures.project import make_project, write_spec
 from tests.fixtures.runnable_env import SHORT, build_runnable_channel
 from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
-from tests.test_probe import FakeNvml, fake_torch
+from tests.fixtures.fakes import FakeNvml, fake_torch
 
 REPO = Path(__file__).resolve().parent.parent
 CONDA = (f"python={SHORT}.*", "pip", "torchlike", "zlibstub", "bigpkg")
@@ -276,7 +276,7 @@ def test_real_run_inside_the_env_on_this_machine(env, tmp_path: Path, capsys) ->
 
 def h200_facts():
     from bootstrap.probe import probe_gpus
-    from tests.test_probe import missing_binary_runner
+    from tests.fixtures.fakes import missing_binary_runner
 
     return probe_gpus(nvml=FakeNvml.load("h200x8-580.95.05.json"), runner=missing_binary_runner, os_name="linux")
 

@@ -208,7 +208,7 @@ def _tuner_lines(result: BenchResult) -> List[str]:
     lines = [f"tuner: W* = {t.predicted_workers} (cap {t.cap}: {t.cap_reason}); candidates "
              f"{', '.join(map(str, t.candidates))}; {len(t.rounds)} rounds in {t.seconds:.1f} s of {t.budget_s:.1f} s"
              + ("; stopped early" if t.stopped_early else "")]
-    for name, tried, kept, gain, noise in t.knobs:
+    for name, _tried, kept, gain, noise in t.knobs:
         lines.append(f"  knob {name}: {gain:+.1%} vs noise floor {noise:.1%} -> {'kept' if kept else 'dropped'}")
     if t.winner is not None:
         lines.append(f"  winner: {t.winner.label}")

@@ -141,7 +141,7 @@ class UtilSampler:
     def _ask(self, name: str, *args: Any) -> Tuple[Any, str]:
         # Nvml's generic (value, reason) call; it has no public form yet, and the sampler's
         # queries (samples, GPM) are not facts worth a method of their own there.
-        return self._nvml._query(name, *args)
+        return self._nvml.query(name, *args)
 
     def _open_gpu(self) -> None:
         if self._device_index is None and not self._device_uuid:
