@@ -37,7 +37,7 @@ from tests.fixtures.project import make_project  # noqa: E402
 from tests.fixtures.runnable_env import SHORT, runnable_python_spec  # noqa: E402
 
 PACKAGES, FILES_EACH = 28, 178
-RUNS = 3
+RUNS = 5
 
 
 def package(index: int, version: str = "1.0") -> PackageSpec:
