@@ -19,12 +19,12 @@ from bootstrap.errors import BootstrapError
 # verb -> (module under bootstrap.commands, one-line help)
 VERBS = {
     "lock": ("lock", "solve the specs in envs/ for every platform and write the lock"),
-    "bench": ("bench", "measure how well the input pipeline keeps the GPU busy, tune the DataLoader, give verdicts"),
-    "export": ("export", "write the environment.yml to share (portable, or --pinned per platform)"),
-    "monitor": ("monitor", "live per-GPU utilisation, memory, power and processes (NVML)"),
     "env": ("env", "create or update an environment from its lock, without conda"),
     "verify": ("verify", "inside the env: does it match the lock, and does this machine's CUDA stack run it?"),
     "doctor": ("doctor", "host only, no torch: driver, max CUDA, GPUs, and whether the locked torch build fits"),
+    "bench": ("bench", "measure how well the input pipeline keeps the GPU busy, tune the DataLoader, give verdicts"),
+    "export": ("export", "write the environment.yml to share (portable, or --pinned per platform)"),
+    "monitor": ("monitor", "live per-GPU utilisation, memory, power and processes (NVML)"),
 }
 
 
