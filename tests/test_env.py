@@ -21,7 +21,7 @@ from bootstrap.lockfile import read_lock
 from bootstrap.prefix import conda_records, pip_distributions, read_install_record
 from bootstrap.project import Project
 from tests.fixtures.conda_channel import corrupt_archive_after_index, serve_directory
-from tests.fixtures.project import make_project, write_spec
+from tests.fixtures.project import copy_project, make_project, write_spec
 from tests.fixtures.runnable_env import SHORT, build_runnable_channel
 from tests.fixtures.wheels import build_wheelhouse, standard_wheels
 
@@ -53,9 +53,7 @@ def locked_once(tmp_path_factory, channel: Path, wheels: Path) -> Project:
 
 @pytest.fixture
 def project(locked_once: Project, tmp_path: Path) -> Project:
-    root = tmp_path / "proj"
-    shutil.copytree(locked_once.root, root)
-    return Project(root)
+    return copy_project(locked_once, tmp_path / "proj")
 
 
 def env_args(project: Project, mirror: str, *extra: str) -> list[str]:

@@ -7,7 +7,6 @@ the wheelhouse. The written lock is then handed to conda-lock itself.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from bootstrap.cli import main
 from bootstrap.lockfile import META_MIRRORS, read_lock
 from bootstrap.project import Project
 from tests.fixtures.conda_channel import CANONICAL_CHANNEL, file_url
-from tests.fixtures.project import make_project, write_spec, write_virtual_packages, VIRTUAL_PACKAGES
+from tests.fixtures.project import copy_project, make_project, write_spec, write_virtual_packages, VIRTUAL_PACKAGES
 
 CONDA_LOCK = str(Path(sys.executable).with_name("conda-lock"))
 
@@ -51,9 +50,7 @@ def locked_once(tmp_path_factory, fixture_channel: Path, wheelhouse: Path) -> Pr
 @pytest.fixture
 def locked(locked_once: Project, tmp_path: Path) -> Project:
     """A private copy of `locked_once` that a test may edit."""
-    root = tmp_path / "proj"
-    shutil.copytree(locked_once.root, root)
-    return Project(root)
+    return copy_project(locked_once, tmp_path / "proj")
 
 
 def entry(lock, platform: str, name: str):

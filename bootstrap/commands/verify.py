@@ -23,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="sha256 every installed file (default: size, and sha256 of files changed since install)")
     parser.add_argument("--no-bench", dest="bench", action="store_false", help="skip the acceptance benchmark")
     parser.add_argument("--bench-budget", type=float, default=None, metavar="SECONDS",
-                        help="time for the short benchmark (default 10)")
+                        help="time for the short benchmark (default 20)")
     parser.add_argument("--facts", type=Path, default=None, metavar="FILE",
                         help="re-evaluate the host, driver and torch rules on facts recorded with --save-facts")
     parser.add_argument("--save-facts", type=Path, default=None, metavar="FILE",
