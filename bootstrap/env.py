@@ -123,8 +123,14 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     with gens.exclusive(layout, feedback.waiting):
         removed = tuple(str(p) for p in gens.remove_partials(layout))
         plan, up_to_date = _plan(options, lock)  # a concurrent run may have done the work while we waited
+        current = layout.current()
+        if not up_to_date and plan.empty and current is not None:
+            # Same packages, another lock (e.g. a loosened spec that resolved the
+            # same): refresh the record in place rather than copying the env.
+            _write_record(options, lock, layout.path(current), current)
+            up_to_date = True
         if up_to_date:
-            return EnvResult(options.prefix, options.platform, plan, layout.current(), False, False,
+            return EnvResult(options.prefix, options.platform, plan, current, False, False,
                              {"total": time.perf_counter() - started}, removed)
         number, partial = gens.start(layout)
         try:
@@ -182,7 +188,13 @@ def _apply(options: EnvOptions, lock: Lock, plan: Plan, partial: Path, number: i
         feedback.notify(f"pip: installing {len(plan.pip_install)}, removing {len(plan.pip_remove)} distributions")
         sync_pip(plan, partial, options)
         seconds["pip"] = time.perf_counter() - t
-    write_install_record(partial, InstallRecord(
+    _write_record(options, lock, partial, number)
+    return seconds
+
+
+def _write_record(options: EnvOptions, lock: Lock, prefix: Path, number: int) -> None:
+    entries = locked_entries(lock, options.platform)
+    write_install_record(prefix, InstallRecord(
         lock_path=str(options.lock_path),
         env=options.env,
         platform=options.platform,
@@ -190,10 +202,9 @@ def _apply(options: EnvOptions, lock: Lock, plan: Plan, partial: Path, number: i
         generation=str(number),
         bootstrap_version=__version__,
         installed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        conda={e.name: e.sha256 for e in conda},
+        conda={e.name: e.sha256 for e in entries if e.manager == "conda"},
         pip={normalise(e.name): {"version": e.version, "sha256": e.sha256} for e in entries if e.manager == "pip"},
     ))
-    return seconds
 
 
 # --------------------------------------------------------------------------- conda part

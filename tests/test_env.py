@@ -339,3 +339,15 @@ def test_export_from_prefix_reads_the_request_bootstrap_recorded(project: Projec
                             "torchlike=1.0", "zlibstub=1.3.1"])
     # The fixture wheels were installed from file:// URLs, which export does not pass on as PyPI pins.
     assert portable.pip == () and any("alpha" in note for note in portable.notes), portable.notes
+
+
+def test_a_new_lock_with_the_same_packages_does_not_copy_the_env(project: Project, channel: Path, wheels: Path) -> None:
+    assert main(env_args(project, str(channel))) == 0
+    prefix = prefix_of(project)
+    write_spec(project.root, platforms=("linux-64",), conda=CONDA, pip=("alpha>=1.1", "gamma"))  # resolves the same
+    relock(project, channel, wheels)
+    new_hash = read_lock(project.lock_path("py310")).content_hash["linux-64"]
+    assert read_install_record(prefix).content_hash != new_hash
+    assert main(env_args(project, str(channel))) == 0
+    assert os.readlink(prefix).endswith("/1")  # still the first generation
+    assert read_install_record(prefix).content_hash == new_hash
