@@ -28,7 +28,8 @@ from bootstrap.compat import evaluate
 from bootstrap.pip_resolve import PipOptions, uv_binary
 from bootstrap.probe import probe_torch
 from bootstrap.project import Project
-from bootstrap.verify import VerifyOptions, compute_checks, device_checks, run_verify
+from bootstrap.torchcheck import compute_checks, device_checks
+from bootstrap.verify import VerifyOptions, run_verify
 from tests.fixtures.project import make_project, write_spec
 from tests.fixtures.runnable_env import SHORT, build_runnable_channel
 from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
@@ -416,7 +417,7 @@ def test_bench_verdicts_become_checks() -> None:
 
 def test_torch_build_read_without_importing_agrees_with_the_import(monkeypatch) -> None:
     """Without a GPU verify reads torch/version.py instead of paying for `import torch`: same answer."""
-    from bootstrap.verify import find_torch
+    from bootstrap.torchcheck import find_torch
 
     torch = pytest.importorskip("torch")
     imported = find_torch(True)
