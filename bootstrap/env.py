@@ -310,7 +310,8 @@ def relocate_scripts(partial: Path, stable: Path) -> None:
     site = site_packages(partial)
     if site is None:
         return
-    old, new = f"#!{partial}/".encode(), f"#!{stable}/".encode()
+    # `#!<gen>/bin/python`, or for long paths uv's `#!/bin/sh` + `'''exec' '<gen>/bin/python'` header.
+    old, new = f"{partial}/bin/".encode(), f"{stable}/bin/".encode()
     for record in site.glob("*.dist-info/RECORD"):
         lines = record.read_text(encoding="utf-8").splitlines()
         changed = False
@@ -320,9 +321,10 @@ def relocate_scripts(partial: Path, stable: Path) -> None:
             if target is None or not target.is_file() or target.parent != partial.resolve() / "bin":
                 continue
             data = target.read_bytes()
-            if not data.startswith(old):
+            head, body = data[:1024], data[1024:]
+            if not data.startswith(b"#!") or old not in head:
                 continue
-            data = new + data[len(old):]
+            data = head.replace(old, new) + body
             target.write_bytes(data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             lines[index] = f"{path},sha256={digest},{len(data)}"

@@ -351,3 +351,36 @@ def test_a_new_lock_with_the_same_packages_does_not_copy_the_env(project: Projec
     assert main(env_args(project, str(channel))) == 0
     assert os.readlink(prefix).endswith("/1")  # still the first generation
     assert read_install_record(prefix).content_hash == new_hash
+
+
+@pytest.mark.parametrize("long_path", [False, True], ids=["short-shebang", "sh-exec-shebang"])
+def test_pip_entry_points_run_through_the_stable_path(tmp_path: Path, channel: Path, long_path: bool) -> None:
+    """uv writes the generation's python into scripts; they must name the stable path.
+
+    Past 127 characters uv writes a `#!/bin/sh` + `exec` header instead of a plain shebang.
+    """
+    import base64
+    import hashlib
+
+    from tests.fixtures.wheels import build_wheel
+
+    wheels = tmp_path / "wheels"
+    build_wheel(wheels, "delta", "1.0", files={
+        "delta/__init__.py": "def main():\n    print('delta ok')\n",
+        "delta-1.0.dist-info/entry_points.txt": "[console_scripts]\ndelta = delta:main\n",
+    })
+    project = make_project(tmp_path / "proj", platforms=("linux-64",), conda=(f"python={SHORT}.*", "pip"), pip=("delta",))
+    relock(project, channel, wheels)
+    prefix = project.root / ("p" * 120 if long_path else "short") / "py310"
+    assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 0
+    script = prefix / "bin" / "delta"
+    header = script.read_text().splitlines()[:3]
+    assert any(str(prefix / "bin") in line for line in header), header
+    assert not any(".gens" in line for line in header), header
+    assert header[0] == ("#!/bin/sh" if long_path else f"#!{prefix}/bin/python")
+    done = subprocess.run([str(script)], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "delta ok"
+    (record,) = prefix.glob("lib/python*/site-packages/delta-1.0.dist-info/RECORD")
+    line = next(x for x in record.read_text().splitlines() if x.startswith("../../../bin/delta,"))
+    digest = base64.urlsafe_b64encode(hashlib.sha256(script.read_bytes()).digest()).rstrip(b"=").decode()
+    assert line == f"../../../bin/delta,sha256={digest},{script.stat().st_size}"
