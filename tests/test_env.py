@@ -198,11 +198,15 @@ def test_corrupted_cache_is_healed_not_installed(project: Project, channel: Path
     cache = project.root / ".cache"
     (archive,) = cache.glob("archives/*/bigpkg-*")
     archive.write_bytes(archive.read_bytes()[:-10] + b"0123456789")  # same size, other bytes
-    assert not list(cache.glob("pkgs*"))  # no extracted package outlives a run, so none can rot
+    (extracted,) = cache.glob("pkgs/bigpkg-*/share/bigpkg/f000001.txt")
+    original = extracted.read_bytes()
+    with open(extracted, "r+b") as handle:  # same size, in place: rattler's "fast" check misses this
+        handle.write(b"X" * len(original))
     shutil.rmtree(project.root / ".envs")
     assert main(env_args(project, str(channel))) == 0
     prefix = prefix_of(project)
     assert (prefix / "share/bigpkg/f000001.txt").read_text() == f"1\nprefix={prefix}\n"  # placeholder -> stable path
+    assert extracted.read_bytes() == original  # re-extracted from the re-fetched archive
     assert_matches_lock(project)
 
 
@@ -221,6 +225,9 @@ def test_editing_one_env_leaves_cache_and_sibling_alone(project: Project, channe
         assert (second / target).read_text() == original
     for archive in (project.root / ".cache").glob("archives/*/*"):
         assert sha256_file(archive) == archive.parent.name
+    for target in targets:
+        for cached in (project.root / ".cache").glob(f"pkgs/*/{target}"):
+            assert "EDITED" not in cached.read_text()
 
 
 def test_escaping_archives_are_refused(tmp_path: Path, wheels: Path) -> None:
