@@ -25,37 +25,23 @@ from bootstrap.monitor import (
     run_samples,
     sparkline,
 )
+from tests.fixtures.fakes import FakeNvml, FakeNVMLError
 
 DATA = Path(__file__).resolve().parent / "data" / "monitor"
 REPO = Path(__file__).resolve().parent.parent
 HAS_DRIVER = shutil.which("nvidia-smi") is not None or Path("/proc/driver/nvidia").exists()
 
 
-class FakeNVMLError(Exception):
-    def __init__(self, value):
-        super().__init__(value)
-        self.value = value
-
-
-class RecordedNvml:
-    """A pynvml stand-in replaying tests/data/monitor/*.json (format in its README.md)."""
-
-    NVMLError = FakeNVMLError
+class RecordedNvml(FakeNvml):
+    """FakeNvml replaying tests/data/monitor/*.json: per-sample frames, processes (format in its README.md)."""
 
     def __init__(self, recorded, init_error=None):
-        self.recorded = recorded
-        self.init_error = init_error
-        self.calls = []
+        super().__init__(recorded, init_error)
         self.frame = {}
 
     @classmethod
     def load(cls, name, **kwargs):
         return cls(json.loads((DATA / name).read_text()), **kwargs)
-
-    def _answer(self, value):
-        if isinstance(value, dict) and set(value) == {"error"}:
-            raise FakeNVMLError(value["error"])
-        return value
 
     def nvmlInit(self):
         self.calls.append(("nvmlInit",))
