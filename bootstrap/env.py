@@ -1,9 +1,10 @@
 """`bootstrap env`: create or update an environment from a lock, without conda.
 
     lock -> entries for this platform -> plan (envplan) against the current generation
-         -> new generation: clone, fetch + verify + vet archives, rattler links the conda
-            difference, uv installs the pip difference (hash-checked, no resolution),
-            install record -> atomic switch of the stable symlink -> old generations GC'd
+         -> new generation (generations.start: the retired one recycled, else a copy)
+         -> fetch + verify + vet archives, rattler links the conda difference, uv
+            installs the pip difference (hash-checked, no resolution), install record
+         -> atomic switch of the stable symlink -> the generation before the previous GC'd
 
 A failure or SIGKILL at any point leaves the previous generation in place and
 active; the next run deletes the partial one and converges.
@@ -83,6 +84,8 @@ class EnvResult:
     dry_run: bool
     seconds: dict = field(default_factory=dict)
     removed_partials: tuple[str, ...] = ()
+    base: Optional[int] = None  # the generation the new one was built from
+    recycled: bool = False  # True: `base` was renamed and updated in place; False: copied
 
 
 def default_cache_dir() -> Path:
@@ -133,16 +136,21 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
         if up_to_date:
             return EnvResult(options.prefix, options.platform, plan, current, False, False,
                              {"total": time.perf_counter() - started}, removed)
-        number, partial = gens.start(layout)
+        t = time.perf_counter()
+        new = gens.start(layout)
         try:
-            seconds = _apply(options, lock, plan, partial, number, feedback)
-            gens.commit(layout, number, partial)
+            if new.recycled and current is not None:
+                carry_env_state(layout.path(current), new.partial)
+            seconds = {"start": time.perf_counter() - t}
+            seconds.update(_apply(options, lock, new.partial, new.number, feedback))
+            gens.commit(layout, new.number, new.partial)
         except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)
+            shutil.rmtree(new.partial, ignore_errors=True)
             raise
-        gens.collect_garbage(layout)
+        gens.collect_garbage(layout, keep=(new.number, current))
     seconds["total"] = time.perf_counter() - started
-    return EnvResult(options.prefix, options.platform, plan, number, True, False, seconds, removed)
+    return EnvResult(options.prefix, options.platform, plan, new.number, True, False, seconds, removed,
+                     new.base, new.recycled)
 
 
 def _plan(options: EnvOptions, lock: Lock) -> tuple[Plan, bool]:
@@ -168,9 +176,28 @@ def _lock_hash(lock: Lock, platform: str) -> str:
     return lock.content_hash.get(platform, "")
 
 
-def _apply(options: EnvOptions, lock: Lock, plan: Plan, partial: Path, number: int, feedback: Feedback) -> dict:
+# conda's per-env state that is not a package: requests (`--from-history`), `conda env
+# config vars`, the env's own .condarc. Carried into a recycled generation from the
+# current one, so that it reads as if the current one had been updated.
+ENV_STATE = ("conda-meta/history", "conda-meta/state", ".condarc")
+
+
+def carry_env_state(current: Path, partial: Path) -> None:
+    for relative in ENV_STATE:
+        source, target = current / relative, partial / relative
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        elif target.is_file():
+            target.unlink()
+
+
+def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, feedback: Feedback) -> dict:
+    """Bring `partial` to the lock. Its plan can differ from the one shown, made against the
+    current generation: a recycled generation is one change further behind."""
     seconds = {}
     entries = locked_entries(lock, options.platform)
+    plan = make_plan(entries, conda_records(partial), pip_distributions(partial))
     conda = [e for e in entries if e.manager == "conda"]
     if plan.link or plan.unlink:
         t = time.perf_counter()

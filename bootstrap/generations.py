@@ -10,6 +10,15 @@ Packages are linked with the stable path as their prefix (rattler's
 `alternative_target_prefix`), so files that embed the prefix stay valid
 whichever generation the symlink points to. POSIX only: Windows has no
 atomic symlink switch for directories.
+
+Where a change starts from (`start`): two generations are kept, the current
+one and the one before it. A change would make the older of them garbage,
+so instead it is *recycled*: renamed to `<n>.partial` and brought to the new
+lock in place, which costs the difference, not the size of the env. Only
+the first change of an env, when nothing is retired yet, copies the current
+generation. The current generation is never written to, and no file is
+shared between generations (no hard links): an edit in one cannot reach
+another.
 """
 
 from __future__ import annotations
@@ -21,13 +30,12 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from bootstrap.errors import BusyError, InputError
 from bootstrap.runner import run
 
 PARTIAL = ".partial"
-KEEP = 2  # current + one to roll back to
 
 
 @dataclass(frozen=True)
@@ -112,17 +120,34 @@ def remove_partials(layout: Layout) -> list[Path]:
     return partials
 
 
-def start(layout: Layout) -> tuple[int, Path]:
-    """A new, empty or cloned `<n>.partial` directory for the next generation."""
+@dataclass(frozen=True)
+class Start:
+    """The directory a change is built in, and what it holds before the change."""
+
+    number: int  # the generation it becomes
+    partial: Path  # `<number>.partial`
+    base: Optional[int]  # the generation it was made from; None: empty
+    recycled: bool  # True: `base` itself, renamed; False: a copy of the current generation
+
+
+def start(layout: Layout) -> Start:
+    """`<n>.partial` for the next generation: the retired generation renamed, else a copy of the current one."""
     layout.gens_dir.mkdir(parents=True, exist_ok=True)
-    number = max(layout.generations(), default=0) + 1
+    existing = layout.generations()
+    number = max(existing, default=0) + 1
     partial = layout.gens_dir / f"{number}{PARTIAL}"
     current = layout.current()
+    retired = [g for g in existing if g != current]
+    if retired:
+        # The garbage collector would delete it after this change: reuse it.
+        # A rename, so a kill at any point leaves either it or a partial.
+        os.rename(layout.path(retired[-1]), partial)
+        return Start(number, partial, retired[-1], recycled=True)
     if current is not None and layout.path(current).is_dir():
         clone_tree(layout.path(current), partial)
-    else:
-        partial.mkdir()
-    return number, partial
+        return Start(number, partial, current, recycled=False)
+    partial.mkdir()
+    return Start(number, partial, None, recycled=False)
 
 
 def clone_tree(source: Path, target: Path) -> None:
@@ -168,11 +193,10 @@ def rollback(layout: Layout) -> int:
     return older[-1]
 
 
-def collect_garbage(layout: Layout, keep: int = KEEP) -> list[int]:
-    """Delete all but the newest `keep` generations, never the current one."""
-    current = layout.current()
-    gens = layout.generations()
-    doomed = [g for g in gens[:-keep] if g != current] if len(gens) > keep else []
+def collect_garbage(layout: Layout, keep: Iterable[Optional[int]]) -> list[int]:
+    """Delete every complete generation but `keep` (the new current one and the one it replaced)."""
+    kept = {g for g in keep if g is not None} | {layout.current()}
+    doomed = [g for g in layout.generations() if g not in kept]
     for number in doomed:
         shutil.rmtree(layout.path(number), ignore_errors=True)
     return doomed

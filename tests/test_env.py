@@ -130,6 +130,73 @@ def test_lock_change_applies_only_the_difference(project: Project, channel: Path
     assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.0"
 
 
+def change_lock(project: Project, channel: Path, wheels: Path, conda=CONDA, pip=("alpha", "gamma")) -> None:
+    write_spec(project.root, platforms=("linux-64",), conda=conda, pip=pip)
+    relock(project, channel, wheels)
+
+
+def env_json(project: Project, channel: Path, capsys, *extra: str) -> dict:
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--json", *extra)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def generation_dirs(project: Project) -> list[str]:
+    return sorted(p.name for p in (prefix_of(project).parent / ".py310.gens").iterdir())
+
+
+def test_later_changes_recycle_the_retired_generation(project: Project, channel: Path, wheels: Path, capsys) -> None:
+    """A: create; B: first change (a copy of A); C: built from A itself, two changes behind."""
+    no_torch = tuple(c for c in CONDA if c != "torchlike")
+    assert env_json(project, channel, capsys)["generation"] == 1
+    gens_dir = prefix_of(project).parent / ".py310.gens"
+    first_inode = os.stat(gens_dir / "1").st_ino
+    change_lock(project, channel, wheels, conda=no_torch, pip=("alpha==1.0", "gamma"))
+    second = env_json(project, channel, capsys)
+    assert (second["generation"], second["base"], second["recycled"]) == (2, 1, False)
+    (prefix_of(project) / "conda-meta" / "state").write_text('{"env_vars": {"FOO": "1"}}\n')  # conda env config vars set
+
+    change_lock(project, channel, wheels, conda=no_torch, pip=("alpha==1.0",))
+    third = env_json(project, channel, capsys)
+    assert (third["generation"], third["base"], third["recycled"]) == (3, 1, True)
+    # The plan shown is the change from the current generation (B -> C) ...
+    assert third["plan"] == {"link": [], "unlink": [], "pip_install": [], "pip_remove": [{"name": "gamma", "version": "0.5"}]}
+    # ... while generation 1 was brought from A to C in place: same directory, now C.
+    assert generation_dirs(project) == ["2", "3"] and os.stat(gens_dir / "3").st_ino == first_inode
+    assert_matches_lock(project)
+    prefix = prefix_of(project)
+    assert not (prefix / "share/torchlike").exists()
+    assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.0"
+    assert (prefix / "conda-meta" / "state").read_text() == '{"env_vars": {"FOO": "1"}}\n'  # carried from B
+    from bootstrap.history import requested_specs
+
+    history = (prefix / "conda-meta" / "history").read_text()
+    assert history.count("# cmd: bootstrap env py310") == 3  # A, B and C: the history of B, carried on
+    assert "torchlike" not in requested_specs(prefix / "conda-meta" / "history")
+    # No file of the new generation shares its inode with the one to roll back to.
+    shared = [str(path) for path in (gens_dir / "3").rglob("*") if path.is_file() and not path.is_symlink()
+              and os.stat(path).st_nlink > 1]
+    assert shared == []
+    assert main(["env", "--root", str(project.root), "--rollback"]) == 0
+    assert os.readlink(prefix).endswith("/2")
+    assert run_python(prefix, "import gamma; print('B')") == "B"
+
+
+def test_a_change_after_rollback_keeps_the_generation_rolled_back_to(project: Project, channel: Path, wheels: Path, capsys) -> None:
+    assert main(env_args(project, str(channel))) == 0
+    change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
+    assert main(env_args(project, str(channel))) == 0
+    assert main(["env", "--root", str(project.root), "--rollback"]) == 0  # back on 1; 2 is retired
+    change_lock(project, channel, wheels, pip=("alpha==1.0",))
+    report = env_json(project, channel, capsys)
+    assert (report["generation"], report["base"], report["recycled"]) == (3, 2, True)
+    assert generation_dirs(project) == ["1", "3"]  # 1 was in use before this change: it is the one to go back to
+    assert_matches_lock(project)
+    assert main(["env", "--root", str(project.root), "--rollback"]) == 0
+    assert os.readlink(prefix_of(project)).endswith("/1")
+    assert run_python(prefix_of(project), "import alpha; print(alpha.__version__)") == "1.1"
+
+
 def test_dry_run_prints_the_plan_and_touches_nothing(project: Project, channel: Path, capsys) -> None:
     capsys.readouterr()
     assert main(env_args(project, str(channel), "--dry-run")) == 0
@@ -293,20 +360,24 @@ def env_process(project: Project, channel: Path) -> subprocess.Popen:
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_sigkill_mid_install_keeps_the_previous_generation(project: Project, big_channel: Path, wheels: Path) -> None:
+@pytest.mark.parametrize("recycled", [False, True], ids=["first-change", "recycled-generation"])
+def test_sigkill_mid_install_keeps_the_previous_generation(project: Project, big_channel: Path, wheels: Path,
+                                                           recycled: bool) -> None:
     import signal
     import time
 
     relock(project, big_channel, wheels)
     assert main(env_args(project, str(big_channel))) == 0
+    if recycled:  # a second generation, so the change below starts from the retired first one
+        change_lock(project, big_channel, wheels, pip=("alpha==1.0", "gamma"))
+        assert main(env_args(project, str(big_channel))) == 0
     prefix = prefix_of(project)
     before = os.readlink(prefix)
-    write_spec(project.root, platforms=("linux-64",), conda=(*CONDA, "hugepkg"), pip=("alpha", "gamma"))
-    relock(project, big_channel, wheels)
+    change_lock(project, big_channel, wheels, conda=(*CONDA, "hugepkg"))
     process = env_process(project, big_channel)
-    partial_files = prefix.parent / ".py310.gens" / "2.partial" / "share" / "hugepkg"
+    partial = prefix.parent / ".py310.gens" / ("3.partial" if recycled else "2.partial")
     deadline = time.monotonic() + 60
-    while not (partial_files.is_dir() and any(partial_files.iterdir())):
+    while not ((partial / "share" / "hugepkg").is_dir() and any((partial / "share" / "hugepkg").iterdir())):
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.005)
@@ -315,11 +386,13 @@ def test_sigkill_mid_install_keeps_the_previous_generation(project: Project, big
     assert os.readlink(prefix) == before  # the switch never happened
     assert run_python(prefix, "import alpha; print('usable')") == "usable"
     assert not (prefix / "share" / "hugepkg").exists()
-    assert (prefix.parent / ".py310.gens" / "2.partial").exists()  # what the kill left behind
+    assert partial.exists()  # what the kill left behind
     assert main(env_args(project, str(big_channel))) == 0  # the next run converges
     assert not list((prefix.parent / ".py310.gens").glob("*.partial"))
     assert_matches_lock(project)
     assert len(list((prefix / "share" / "hugepkg").iterdir())) == 4000
+    assert main(["env", "--root", str(project.root), "--rollback"]) == 0
+    assert os.readlink(prefix) == before
 
 
 def test_two_concurrent_runs(project: Project, big_channel: Path, wheels: Path) -> None:

@@ -103,6 +103,9 @@ def _summary(env: str, result, options) -> str:
     shown = changes if len(changes) <= 40 else changes[:40] + [f"... and {len(changes) - 40} more (--json lists all)"]
     lines += [f"  {line}" for line in shown]
     if result.changed:
+        if result.base is not None:
+            how = f"by updating retired generation {result.base}" if result.recycled else f"from a copy of generation {result.base}"
+            lines.append(f"built {how}; `--rollback` switches back to the previous one")
         lines.append(f"activate: conda activate {result.prefix}   or run {result.prefix}/bin/python")
     return "\n".join(lines)
 
@@ -114,6 +117,8 @@ def _envelope(result) -> dict:
         "prefix": str(result.prefix),
         "platform": result.platform,
         "generation": result.generation,
+        "base": result.base,
+        "recycled": result.recycled,
         "changed": result.changed,
         "dry_run": result.dry_run,
         "plan": result.plan.to_dict(),
