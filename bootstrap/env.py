@@ -250,23 +250,48 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, partial: Path, op
     and doubled the link time). So every extracted package is sealed after
     extraction (size and mtime of each file) and dropped before the next link
     unless the seal still holds; rattler then re-extracts it from the verified
-    archive.
+    archive, which its record points at. A record whose extracted copy is
+    sealed points at the lock's URL instead: rattler takes the cached copy
+    (matched by sha256) and records that URL, so conda-meta needs no rewrite.
     """
+    to_link = [e for e in conda if e.name in archives]
+    sealed = {e.name for e in to_link if _keep_only_if_sealed(options.cache_dir, e)}
+    try:
+        _rattler_install(conda, archives, partial, options, canonical=sealed)
+    except Exception as exc:
+        if not sealed:
+            raise ToolError(f"linking into {options.prefix} failed: {exc}") from None
+        # A sealed copy vanished under us (another env's run dropped it): extract everything from the archives.
+        try:
+            _rattler_install(conda, archives, partial, options, canonical=set())
+        except Exception as exc:
+            raise ToolError(f"linking into {options.prefix} failed: {exc}") from None
+        sealed = set()
+    for entry in to_link:
+        if entry.name not in sealed:  # extracted by this run
+            _seal(options.cache_dir, entry)
+    _restore_canonical_urls(partial, [e for e in to_link if e.name not in sealed])
+
+
+def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Path, options: EnvOptions,
+                     canonical: set) -> None:
     import rattler
 
     pkgs = options.cache_dir / "pkgs"
-    to_link = [e for e in conda if e.name in archives]
-    unsealed = [e for e in to_link if not _keep_only_if_sealed(options.cache_dir, e)]
     installed = [rattler.PrefixRecord.from_path(p.record_path) for p in conda_records(partial)]
     by_name = {r.name.normalized: r for r in installed}
 
+    async def record(entry: LockedPackage):
+        if entry.name not in archives:
+            return by_name[entry.name]
+        found = await rattler.RepoDataRecord.from_package_archive(archives[entry.name])
+        if entry.name in canonical:
+            found.url, found.channel = entry.url, _channel_of(entry.url)
+        return found
+
     async def install() -> None:
-        records = [
-            await rattler.RepoDataRecord.from_package_archive(archives[e.name]) if e.name in archives else by_name[e.name]
-            for e in conda
-        ]
         await rattler.install(
-            records,
+            [await record(e) for e in conda],
             partial,
             cache_dir=pkgs,
             installed_packages=installed,
@@ -278,13 +303,12 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, partial: Path, op
             package_cache=rattler.PackageCache.new_layered([pkgs], validation_mode=rattler.ValidationMode.fast()),
         )
 
-    try:
-        asyncio.run(install())
-    except Exception as exc:
-        raise ToolError(f"linking into {options.prefix} failed: {exc}") from None
-    for entry in unsealed:  # extracted by this run
-        _seal(options.cache_dir, entry)
-    _restore_canonical_urls(partial, {e.name: e for e in to_link})
+    asyncio.run(install())
+
+
+def _channel_of(url: str) -> str:
+    """`https://host/conda-forge/linux-64/x.conda` -> `https://host/conda-forge`."""
+    return url.rsplit("/", 2)[0]
 
 
 def _extracted_dir(cache_dir: Path, entry: LockedPackage) -> Path:
@@ -303,11 +327,17 @@ def _seal_path(cache_dir: Path, entry: LockedPackage) -> Path:
 def _fingerprint(directory: Path) -> dict:
     """relative path -> [size, mtime_ns] of every file and link under `directory`."""
     out = {}
-    for root, _dirs, files in os.walk(directory):
-        for name in files:
-            path = os.path.join(root, name)
-            info = os.lstat(path)
-            out[os.path.relpath(path, directory)] = [info.st_size, info.st_mtime_ns]
+    pending = [("", str(directory))]
+    while pending:
+        relative, absolute = pending.pop()
+        with os.scandir(absolute) as entries:
+            for entry in entries:
+                name = relative + entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((name + "/", entry.path))
+                else:
+                    info = entry.stat(follow_symlinks=False)
+                    out[name] = [info.st_size, info.st_mtime_ns]
     return out
 
 
@@ -332,18 +362,14 @@ def _seal(cache_dir: Path, entry: LockedPackage) -> None:
         atomic_write_text(seal, json.dumps(_fingerprint(directory), sort_keys=True))
 
 
-def _restore_canonical_urls(prefix: Path, linked: dict) -> None:
+def _restore_canonical_urls(prefix: Path, linked: Sequence[LockedPackage]) -> None:
     """rattler recorded our verified local archive as the source; record the lock's URL instead."""
-    for record in conda_records(prefix):
-        entry = linked.get(record.name)
-        if entry is None:
-            continue
-        data = json.loads(record.record_path.read_text(encoding="utf-8"))
-        data["url"] = entry.url
-        data["channel"] = entry.url.rsplit("/", 2)[0]
-        data["fn"] = entry.filename
+    for entry in linked:
+        path = prefix / "conda-meta" / f"{entry.name}-{entry.version}-{entry.build}.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data["url"], data["channel"], data["fn"] = entry.url, _channel_of(entry.url), entry.filename
         # Compact: with `indent` json falls back to its pure-Python encoder (0.25 s for 30 records).
-        record.record_path.write_text(json.dumps(data) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(data) + "\n", encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- pip part

@@ -85,27 +85,46 @@ def conda_records(prefix: Path) -> list[InstalledConda]:
         return []
     out = []
     for path in sorted(meta.glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(data, dict) or "name" not in data or "version" not in data:
-                continue  # not a package record
-            requested = data.get("requested_specs") or ([data["requested_spec"]] if data.get("requested_spec") else [])
-            out.append(InstalledConda(
-                name=str(data["name"]).lower(),
-                version=str(data["version"]),
-                build=str(data.get("build", "")),
-                sha256=data.get("sha256"),
-                url=data.get("url"),
-                record_path=path,
-                channel=str(data.get("channel") or ""),
-                subdir=str(data.get("subdir") or ""),
-                depends=tuple(str(d) for d in data.get("depends") or ()),
-                requested_specs=tuple(str(s) for s in requested),
-                files=tuple(str(f) for f in data.get("files") or ()),
-            ))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InputError(path, f"unreadable package record: {exc}", "repair or recreate the environment") from None
+        record = _conda_record(path)
+        if record is not None:
+            out.append(record)
     return out
+
+
+# path -> ((inode, size, mtime), record): `bootstrap env` reads the same records
+# several times per run (plan, re-plan under the lock, link); a record file is
+# parsed again only when it changed.
+_RECORDS: dict = {}
+
+
+def _conda_record(path: Path) -> Optional[InstalledConda]:
+    info = path.stat()
+    key = (info.st_ino, info.st_size, info.st_mtime_ns)
+    cached = _RECORDS.get(str(path))
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or "name" not in data or "version" not in data:
+            return None  # not a package record
+        requested = data.get("requested_specs") or ([data["requested_spec"]] if data.get("requested_spec") else [])
+        record = InstalledConda(
+            name=str(data["name"]).lower(),
+            version=str(data["version"]),
+            build=str(data.get("build", "")),
+            sha256=data.get("sha256"),
+            url=data.get("url"),
+            record_path=path,
+            channel=str(data.get("channel") or ""),
+            subdir=str(data.get("subdir") or ""),
+            depends=tuple(str(d) for d in data.get("depends") or ()),
+            requested_specs=tuple(str(s) for s in requested),
+            files=tuple(str(f) for f in data.get("files") or ()),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(path, f"unreadable package record: {exc}", "repair or recreate the environment") from None
+    _RECORDS[str(path)] = (key, record)
+    return record
 
 
 def site_packages(prefix: Path) -> Optional[Path]:

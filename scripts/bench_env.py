@@ -2,15 +2,21 @@
 
 A fixture env of ~30 packages / ~5,000 files (a runnable python, pip and 28
 generic packages, a third of their files with prefix placeholders) is locked
-from a local channel. Three scenarios, each timed for bootstrap and for raw
-rattler.install on the same records in the same run, median of 3:
+from a local channel. Each scenario runs bootstrap and raw rattler.install on
+the same records, interleaved run by run (this machine's disk stalls come and
+go; pairs see the same weather), and reports medians and the median of the
+per-pair ratios:
 
   fresh create, warm cache   bootstrap env -> new prefix | rattler.install -> new prefix
   no-op rerun                `python -m bootstrap env` (interpreter start included) | rattler.install again
-  one-package update         bootstrap env after a relock | rattler.install with installed_packages, in place
+  first change               pkg07 1.0 -> 1.1: bootstrap copies generation 1 | rattler in place
+  later changes              pkg07 1.1 -> 1.2 -> ...: bootstrap updates the retired generation
+                             (two changes behind) | rattler in place (one change behind)
 
-Raw rattler is timed twice: with our link mode (copies; hard links off, see
-bootstrap/env.py) and with its default (hard links into the cache).
+Updates only move forward: toggling between two locks would hand bootstrap a
+retired generation that is already the target.
+Raw rattler uses our link mode (copies; hard links off, see bootstrap/env.py);
+its default (hard links into the cache) is shown for fresh create.
 Targets (issue 3): overhead <= 10 % over raw rattler; no-op rerun <= 1 s.
 """
 
@@ -48,13 +54,19 @@ def package(index: int, version: str = "1.0") -> PackageSpec:
     return PackageSpec(name, version, noarch="generic", files=files, prefix_placeholder_files=placeholders)
 
 
-def median_time(action, runs: int = RUNS) -> float:
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+def timed(action) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def paired(ours, raw, runs: int = RUNS) -> tuple[list[float], list[float]]:
+    """Alternate the two actions `runs` times; each call gets the run index."""
+    ours_t, raw_t = [], []
+    for index in range(runs):
+        ours_t.append(timed(lambda: ours(index)))
+        raw_t.append(timed(lambda: raw(index)))
+    return ours_t, raw_t
 
 
 def solved_records(channel: Path, specs: list[str]) -> list:
@@ -62,94 +74,100 @@ def solved_records(channel: Path, specs: list[str]) -> list:
                                      platforms=["linux-64", "noarch"], virtual_packages=[]))
 
 
-def raw_install(records, prefix: Path, cache: Path, copies: bool, installed=None) -> None:
+def raw_install(records, prefix: Path, cache: Path, copies: bool) -> None:
     config = rattler.Config.from_toml("allow-hard-links = false\n") if copies else None
+    installed = [rattler.PrefixRecord.from_path(p) for p in (prefix / "conda-meta").glob("*.json")] or None
     asyncio.run(rattler.install(records, prefix, cache_dir=cache, installed_packages=installed,
                                 show_progress=False, execute_link_scripts=False, config=config))
+
+
+def du_mb(path: Path) -> float:
+    done = subprocess.run(["du", "-sk", str(path)], check=True, capture_output=True, text=True)
+    return int(done.stdout.split()[0]) / 1024
+
+
+def row(name: str, ours_t: list[float], raw_t: list[float]) -> str:
+    ratio = statistics.median(o / r for o, r in zip(ours_t, raw_t))
+    return f"{name:<28}{statistics.median(ours_t):>10.3f}s{statistics.median(raw_t):>13.3f}s{ratio:>7.2f}x{len(ours_t):>6}"
 
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-env-") as tmp_name:
         tmp = Path(tmp_name)
         specs = [runnable_python_spec(), pip_spec(), *(package(i) for i in range(PACKAGES))]
-        channel = build_channel(tmp / "channel", specs + [package(7, "1.1")])
+        updates = [f"1.{k}" for k in range(1, RUNS + 2)]  # the first change, then RUNS later ones
+        channel = build_channel(tmp / "channel", specs + [package(7, v) for v in updates])
         names = [f"pkg{i:02d}" for i in range(PACKAGES)]
-        conda = (f"python={SHORT}.*", "pip", *[n if n != "pkg07" else "pkg07 1.0" for n in names])
+
+        def conda_specs(version: str) -> tuple:
+            return (f"python={SHORT}.*", "pip", *[n if n != "pkg07" else f"pkg07 {version}" for n in names])
+
+        conda = conda_specs("1.0")
         project = make_project(tmp / "proj", platforms=("linux-64",), conda=conda, pip=())
         mirror = Mirror.parse(f"conda-forge={channel}")
         lock_env(project, "py310", LockOptions(mirrors=(mirror,), cache_dir=tmp / "repodata"))
         n_files = sum(len(s.files) + len(s.symlinks) for s in specs)
-        print(f"fixture env: {len(specs)} packages, {n_files} files; median of {RUNS} runs", flush=True)
+        print(f"fixture env: {len(specs)} packages, {n_files} files; {RUNS} interleaved runs per scenario", flush=True)
 
         cache = tmp / "cache"
-        records_v1 = solved_records(channel, list(conda))
-        records_v2 = solved_records(channel, [c if c != "pkg07 1.0" else "pkg07 1.1" for c in conda])
+        records = {v: solved_records(channel, list(conda_specs(v))) for v in ["1.0", *updates]}
 
         def ours(prefix: Path) -> EnvOptions:
             return EnvOptions("py310", project.lock_path("py310"), prefix, "linux-64", cache, mirrors=(mirror,))
 
         # Warm both caches once.
         create_or_update(ours(tmp / "warm"))
-        raw_install(records_v1, tmp / "warm-raw", cache / "pkgs", copies=True)
+        raw_install(records["1.0"], tmp / "warm-raw", cache / "pkgs", copies=True)
 
-        counter = iter(range(1000))
         breakdown = {}
-        fresh_ours = median_time(lambda: breakdown.update(create_or_update(ours(tmp / f"o{next(counter)}")).seconds))
-        fresh_raw_copy = median_time(lambda: raw_install(records_v1, tmp / f"r{next(counter)}", cache / "pkgs", True))
-        fresh_raw_hard = median_time(lambda: raw_install(records_v1, tmp / f"h{next(counter)}", cache / "pkgs", False))
+        fresh = paired(lambda i: breakdown.update(create_or_update(ours(tmp / f"o{i}")).seconds),
+                       lambda i: raw_install(records["1.0"], tmp / f"r{i}", cache / "pkgs", True))
+        fresh_hard = statistics.median(timed(lambda: raw_install(records["1.0"], tmp / f"h{i}", cache / "pkgs", False))
+                                       for i in range(RUNS))
 
-        stable = tmp / "stable"
+        stable, raw_prefix = tmp / "stable", tmp / "raw-stable"
         create_or_update(ours(stable))
+        raw_install(records["1.0"], raw_prefix, cache / "pkgs", True)
         argv = [sys.executable, "-m", "bootstrap", "env", "--root", str(project.root), "--prefix", str(stable),
                 "--platform", "linux-64", "--cache-dir", str(cache)]
-        noop_ours = median_time(lambda: subprocess.run(argv, check=True, capture_output=True, cwd=REPO))
-        raw_prefix = tmp / "raw-stable"
-        raw_install(records_v1, raw_prefix, cache / "pkgs", True)
-        noop_raw = median_time(lambda: raw_install(records_v1, raw_prefix, cache / "pkgs", True))
-        bare = median_time(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True))
+        noop = paired(lambda i: subprocess.run(argv, check=True, capture_output=True, cwd=REPO),
+                      lambda i: raw_install(records["1.0"], raw_prefix, cache / "pkgs", True))
+        bare = statistics.median(timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)) for _ in range(RUNS))
 
-        # One-package update: pkg07 1.0 -> 1.1, then back, alternating so each run changes one package.
         spec_path = project.spec_path("py310")
         text = spec_path.read_text()
-        flip = {"v": 1}
+        how = []
 
-        def relock_ours() -> None:
-            version = "1.1" if flip["v"] == 1 else "1.0"
+        def update_ours(version: str) -> None:
+            spec_path.write_text(text.replace("pkg07 1.0", f"pkg07 {version}"))
+            lock_env(project, "py310", LockOptions(mirrors=(mirror,), cache_dir=tmp / "repodata"))  # not timed
+            started = time.perf_counter()
+            result = create_or_update(ours(stable))
+            ours_update.append(time.perf_counter() - started)
+            how.append(result.recycled)
+
+        ours_update: list[float] = []
+        raw_update = []
+        # Warm: every version extracted (and sealed) once, so neither side pays extraction below.
+        for version in updates:
             spec_path.write_text(text.replace("pkg07 1.0", f"pkg07 {version}"))
             lock_env(project, "py310", LockOptions(mirrors=(mirror,), cache_dir=tmp / "repodata"))
+            create_or_update(ours(tmp / "warm"))
+        for version in updates:
+            update_ours(version)
+            raw_update.append(timed(lambda: raw_install(records[version], raw_prefix, cache / "pkgs", True)))
+        assert how == [False] + [True] * RUNS, how  # the first change copies, the later ones recycle
 
-        def update_ours() -> None:
-            create_or_update(ours(stable))
-            flip["v"] *= -1
-
-        update_times = []
-        for _ in range(RUNS):
-            relock_ours()
-            started = time.perf_counter()
-            update_ours()
-            update_times.append(time.perf_counter() - started)
-        update_ours_t = statistics.median(update_times)
-
-        def update_raw() -> None:
-            installed = [rattler.PrefixRecord.from_path(p) for p in (raw_prefix / "conda-meta").glob("*.json")]
-            target = records_v2 if flip["r"] == 1 else records_v1
-            raw_install(target, raw_prefix, cache / "pkgs", True, installed=installed)
-            flip["r"] *= -1
-
-        flip["r"] = 1
-        update_raw_t = median_time(update_raw)
-
-        rows = [
-            ("fresh create, warm cache", fresh_ours, fresh_raw_copy, fresh_raw_hard),
-            ("no-op rerun", noop_ours, noop_raw, None),
-            ("one-package update", update_ours_t, update_raw_t, None),
-        ]
-        print(f"{'scenario':<26}{'bootstrap':>11}{'raw (copies)':>14}{'ratio':>8}{'raw (hard links)':>18}")
-        for name, ours_t, raw_t, hard_t in rows:
-            hard = f"{hard_t:>17.3f}s" if hard_t is not None else f"{'':>18}"
-            print(f"{name:<26}{ours_t:>10.3f}s{raw_t:>13.3f}s{ours_t / raw_t:>7.2f}x{hard}")
+        print(f"{'scenario':<28}{'bootstrap':>11}{'raw (copies)':>14}{'ratio':>8}{'runs':>6}")
+        print(row("fresh create, warm cache", *fresh) + f"   raw with hard links: {fresh_hard:.3f}s")
+        print(row("no-op rerun", *noop))
+        print(row("first change (copy)", ours_update[:1], raw_update[:1]))
+        print(row("later changes (recycled)", ours_update[1:], raw_update[1:]))
+        print("ratio: median of the per-run ratios, each bootstrap run against the raw run right after it")
         print("bootstrap fresh create, last run: " + ", ".join(f"{k} {v:.3f}s" for k, v in breakdown.items()))
         print(f"no-op rerun includes interpreter start ({bare:.3f} s for `python -c pass`); raw no-op is in-process")
+        print(f"disk: bootstrap's env with its rollback generation {du_mb(stable.parent / '.stable.gens'):.1f} MB, "
+              f"raw env {du_mb(raw_prefix):.1f} MB")
     return 0
 
 

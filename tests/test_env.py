@@ -277,6 +277,27 @@ def test_corrupted_cache_is_healed_not_installed(project: Project, channel: Path
     assert_matches_lock(project)
 
 
+def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: Project, channel: Path, monkeypatch) -> None:
+    """Two envs share a cache: another run may drop an extracted package between our seal check and rattler."""
+    import bootstrap.env as env_module
+
+    assert main(env_args(project, str(channel))) == 0
+    shutil.rmtree(project.root / ".envs")
+    checked = env_module._keep_only_if_sealed
+
+    def check_then_lose_it(cache_dir: Path, entry) -> bool:
+        sealed = checked(cache_dir, entry)
+        if entry.name == "bigpkg":
+            shutil.rmtree(env_module._extracted_dir(cache_dir, entry))
+        return sealed
+
+    monkeypatch.setattr(env_module, "_keep_only_if_sealed", check_then_lose_it)
+    assert main(env_args(project, str(channel))) == 0
+    assert_matches_lock(project)  # canonical URLs in conda-meta, whichever way each package was linked
+    (entry,) = [e for e in read_lock(project.lock_path("py310")).for_platform("linux-64", "conda") if e.name == "bigpkg"]
+    assert checked(project.root / ".cache", entry)  # extracted and sealed again
+
+
 def test_editing_one_env_leaves_cache_and_sibling_alone(project: Project, channel: Path) -> None:
     from bootstrap.fsutil import sha256_file
 
