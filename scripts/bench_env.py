@@ -3,9 +3,11 @@
 A fixture env of ~30 packages / ~5,000 files (a runnable python, pip and 28
 generic packages, a third of their files with prefix placeholders) is locked
 from a local channel. Each scenario runs bootstrap and raw rattler.install on
-the same records, interleaved run by run (this machine's disk stalls come and
-go; pairs see the same weather), and reports medians and the median of the
-per-pair ratios:
+the same records, interleaved run by run, each run after a `sync` so none pays
+for the write-back of the one before (on the development VM the `sync` also
+slows the run after it, for both sides alike: read the ratios, not the
+seconds). Reported: medians, and the medians of the per-pair ratio and
+difference.
 
   fresh create, warm cache   bootstrap env -> new prefix | rattler.install -> new prefix
   no-op rerun                `python -m bootstrap env` (interpreter start included) | rattler.install again
@@ -23,6 +25,7 @@ Targets (issue 3): overhead <= 10 % over raw rattler; no-op rerun <= 1 s.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -43,7 +46,7 @@ from tests.fixtures.project import make_project  # noqa: E402
 from tests.fixtures.runnable_env import SHORT, runnable_python_spec  # noqa: E402
 
 PACKAGES, FILES_EACH = 28, 178
-RUNS = 5
+RUNS = 9
 
 
 def package(index: int, version: str = "1.0") -> PackageSpec:
@@ -55,6 +58,7 @@ def package(index: int, version: str = "1.0") -> PackageSpec:
 
 
 def timed(action) -> float:
+    os.sync()  # no run pays for the write-back of the one before it
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
@@ -88,7 +92,9 @@ def du_mb(path: Path) -> float:
 
 def row(name: str, ours_t: list[float], raw_t: list[float]) -> str:
     ratio = statistics.median(o / r for o, r in zip(ours_t, raw_t))
-    return f"{name:<28}{statistics.median(ours_t):>10.3f}s{statistics.median(raw_t):>13.3f}s{ratio:>7.2f}x{len(ours_t):>6}"
+    extra = statistics.median(o - r for o, r in zip(ours_t, raw_t))
+    return (f"{name:<28}{statistics.median(ours_t):>10.3f}s{statistics.median(raw_t):>13.3f}s{ratio:>7.2f}x"
+            f"{extra * 1000:>+9.0f} ms{len(ours_t):>6}")
 
 
 def main() -> int:
@@ -141,10 +147,9 @@ def main() -> int:
         def update_ours(version: str) -> None:
             spec_path.write_text(text.replace("pkg07 1.0", f"pkg07 {version}"))
             lock_env(project, "py310", LockOptions(mirrors=(mirror,), cache_dir=tmp / "repodata"))  # not timed
-            started = time.perf_counter()
-            result = create_or_update(ours(stable))
-            ours_update.append(time.perf_counter() - started)
-            how.append(result.recycled)
+            outcome = {}
+            ours_update.append(timed(lambda: outcome.update(result=create_or_update(ours(stable)))))
+            how.append(outcome["result"].recycled)
 
         ours_update: list[float] = []
         raw_update = []
@@ -158,12 +163,12 @@ def main() -> int:
             raw_update.append(timed(lambda: raw_install(records[version], raw_prefix, cache / "pkgs", True)))
         assert how == [False] + [True] * RUNS, how  # the first change copies, the later ones recycle
 
-        print(f"{'scenario':<28}{'bootstrap':>11}{'raw (copies)':>14}{'ratio':>8}{'runs':>6}")
+        print(f"{'scenario':<28}{'bootstrap':>11}{'raw (copies)':>14}{'ratio':>8}{'overhead':>12}{'runs':>6}")
         print(row("fresh create, warm cache", *fresh) + f"   raw with hard links: {fresh_hard:.3f}s")
         print(row("no-op rerun", *noop))
         print(row("first change (copy)", ours_update[:1], raw_update[:1]))
         print(row("later changes (recycled)", ours_update[1:], raw_update[1:]))
-        print("ratio: median of the per-run ratios, each bootstrap run against the raw run right after it")
+        print("ratio, overhead: medians over the pairs, each bootstrap run against the raw run right after it")
         print("bootstrap fresh create, last run: " + ", ".join(f"{k} {v:.3f}s" for k, v in breakdown.items()))
         print(f"no-op rerun includes interpreter start ({bare:.3f} s for `python -c pass`); raw no-op is in-process")
         print(f"disk: bootstrap's env with its rollback generation {du_mb(stable.parent / '.stable.gens'):.1f} MB, "
