@@ -44,14 +44,16 @@ bench-env: tools
 	$(PY) scripts/bench_env.py
 
 ## Solve envs/*.yml for every platform and write the locks (conda-forge and PyPI must be reachable,
-## or pass mirrors in LOCK_ARGS).
+## or pass mirrors in LOCK_ARGS), then the environment.yml that goes with them.
 lock: tools
 	$(PY) -m bootstrap lock $(LOCK_ARGS)
+	$(PY) -m bootstrap export -o environment.yml
 
 ## How the committed locks were produced: the conda part from the shared conda-forge snapshot
 ## served as a mirror of the canonical channel (real URLs and hashes), the pip part from PyPI.
 lock-from-snapshot: tools
 	$(PY) -m bootstrap lock --mirror https://conda.anaconda.org/conda-forge=$(SNAPSHOT) $(LOCK_ARGS)
+	$(PY) -m bootstrap export -o environment.yml
 
 ## Offline: do the committed locks still satisfy the specs?
 lock-check: tools
