@@ -4,6 +4,7 @@
     .envs/.py310.gens/2/                        the previous generation (--rollback)
     .envs/.py310.gens/3/                        the current one
     .envs/.py310.gens/4.partial/                a change in progress (SIGKILL leaves it; next run removes it)
+    .envs/.py310.gens/1.garbage/                a generation being deleted (likewise)
     .envs/.py310.lock                           flock: one writer at a time
 
 Packages are linked with the stable path as their prefix (rattler's
@@ -36,6 +37,7 @@ from bootstrap.errors import BusyError, InputError
 from bootstrap.runner import run
 
 PARTIAL = ".partial"
+GARBAGE = ".garbage"  # renamed before deletion: a half-deleted generation never looks complete
 
 
 @dataclass(frozen=True)
@@ -111,10 +113,10 @@ def _wait(handle, timeout: float, layout: Layout) -> None:
 
 
 def remove_partials(layout: Layout) -> list[Path]:
-    """Delete what interrupted runs left behind."""
+    """Delete what interrupted runs left behind: half-built and half-deleted generations."""
     if not layout.gens_dir.is_dir():
         return []
-    partials = [p for p in layout.gens_dir.iterdir() if p.name.endswith(PARTIAL)]
+    partials = [p for p in layout.gens_dir.iterdir() if p.name.endswith((PARTIAL, GARBAGE))]
     for path in partials:
         shutil.rmtree(path, ignore_errors=True)
     return partials
@@ -198,5 +200,8 @@ def collect_garbage(layout: Layout, keep: Iterable[Optional[int]]) -> list[int]:
     kept = {g for g in keep if g is not None} | {layout.current()}
     doomed = [g for g in layout.generations() if g not in kept]
     for number in doomed:
-        shutil.rmtree(layout.path(number), ignore_errors=True)
+        garbage = layout.gens_dir / f"{number}{GARBAGE}"
+        shutil.rmtree(garbage, ignore_errors=True)  # left by an earlier kill, if any
+        os.rename(layout.path(number), garbage)
+        shutil.rmtree(garbage, ignore_errors=True)
     return doomed

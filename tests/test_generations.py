@@ -1,0 +1,81 @@
+"""Generations as directories and a symlink: which one a change starts from, which ones survive.
+
+Plain directories stand in for environments here; tests/test_env.py runs the
+same paths with real rattler links and uv installs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bootstrap import generations as gens
+
+
+def layout_with(tmp_path: Path, numbers: list[int], current: int) -> gens.Layout:
+    layout = gens.Layout(tmp_path / ".envs" / "py310")
+    for number in numbers:
+        (layout.path(number) / "conda-meta").mkdir(parents=True)
+        (layout.path(number) / "conda-meta" / "marker").write_text(str(number))
+    gens.switch(layout, current)
+    return layout
+
+
+def marker(path: Path) -> str:
+    return (path / "conda-meta" / "marker").read_text()
+
+
+def test_first_change_copies_the_current_generation(tmp_path: Path) -> None:
+    layout = layout_with(tmp_path, [1], current=1)
+    new = gens.start(layout)
+    assert (new.number, new.base, new.recycled) == (2, 1, False)
+    assert marker(new.partial) == "1" and marker(layout.path(1)) == "1"
+    assert os.stat(new.partial / "conda-meta" / "marker").st_ino != os.stat(layout.path(1) / "conda-meta" / "marker").st_ino
+
+
+def test_a_later_change_takes_the_retired_generation_and_never_the_current_one(tmp_path: Path) -> None:
+    layout = layout_with(tmp_path, [1, 2], current=2)
+    new = gens.start(layout)
+    assert (new.number, new.base, new.recycled) == (3, 1, True)
+    assert marker(new.partial) == "1" and layout.generations() == [2]
+    gens.commit(layout, new.number, new.partial)
+    assert gens.collect_garbage(layout, keep=(3, 2)) == [] and layout.generations() == [2, 3]
+
+
+def test_after_a_rollback_the_generation_rolled_away_from_is_the_retired_one(tmp_path: Path) -> None:
+    layout = layout_with(tmp_path, [1, 2], current=2)
+    assert gens.rollback(layout) == 1
+    new = gens.start(layout)
+    assert (new.base, new.recycled) == (2, True)
+    gens.commit(layout, new.number, new.partial)
+    gens.collect_garbage(layout, keep=(new.number, 1))
+    assert layout.generations() == [1, 3] and gens.rollback(layout) == 1
+
+
+def test_empty_layout_starts_from_nothing(tmp_path: Path) -> None:
+    layout = gens.Layout(tmp_path / ".envs" / "py310")
+    new = gens.start(layout)
+    assert (new.number, new.base, new.recycled) == (1, None, False) and list(new.partial.iterdir()) == []
+
+
+def test_a_generation_killed_while_being_deleted_is_never_recycled(tmp_path: Path, monkeypatch) -> None:
+    layout = layout_with(tmp_path, [1, 2, 3], current=3)
+    real_rmtree = shutil.rmtree
+
+    def killed_halfway(path, ignore_errors=False):
+        if str(path).endswith(gens.GARBAGE) and Path(path).exists():
+            real_rmtree(Path(path) / "conda-meta")  # some of it gone, then the process dies
+            raise KeyboardInterrupt
+        real_rmtree(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(gens.shutil, "rmtree", killed_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        gens.collect_garbage(layout, keep=(3, 2))
+    monkeypatch.undo()
+    assert layout.generations() == [2, 3]  # generation 1 no longer looks complete
+    assert [p.name for p in gens.remove_partials(layout)] == ["1.garbage"]
+    new = gens.start(layout)
+    assert (new.base, new.recycled) == (2, True) and marker(new.partial) == "2"
