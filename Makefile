@@ -40,8 +40,10 @@ verify:
 doctor: tools
 	$(PY) -m bootstrap doctor $(DOCTOR_ARGS)
 
+## `env` vs raw rattler.install, side by side; BENCH_ENV_ARGS="--packages 112" for a ~20,000-file env.
+BENCH_ENV_ARGS ?=
 bench-env: tools
-	$(PY) scripts/bench_env.py
+	$(PY) scripts/bench_env.py $(BENCH_ENV_ARGS)
 
 ## Solve envs/*.yml for every platform and write the locks (conda-forge and PyPI must be reachable,
 ## or pass mirrors in LOCK_ARGS), then the environment.yml that goes with them.

@@ -34,7 +34,8 @@ from bootstrap.mirrors import Mirror, scrub_credentials
 from bootstrap.pip_resolve import uv_binary, PipOptions
 from bootstrap.prefix import (
     InstallRecord,
-    conda_records,
+    conda_meta_fingerprint,
+    conda_packages,
     normalise,
     pip_distributions,
     python_executable,
@@ -107,7 +108,7 @@ def locked_entries(lock: Lock, platform: str) -> list[LockedPackage]:
 def plan_for(options: EnvOptions, lock: Lock) -> Plan:
     entries = locked_entries(lock, options.platform)
     prefix = options.prefix
-    return make_plan(entries, conda_records(prefix), pip_distributions(prefix))
+    return make_plan(entries, conda_packages(prefix), pip_distributions(prefix))
 
 
 def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> EnvResult:
@@ -197,7 +198,7 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, feedback
     current generation: a recycled generation is one change further behind."""
     seconds = {}
     entries = locked_entries(lock, options.platform)
-    plan = make_plan(entries, conda_records(partial), pip_distributions(partial))
+    plan = make_plan(entries, conda_packages(partial), pip_distributions(partial))
     conda = [e for e in entries if e.manager == "conda"]
     if plan.link or plan.unlink:
         t = time.perf_counter()
@@ -232,6 +233,7 @@ def _write_record(options: EnvOptions, lock: Lock, prefix: Path, number: int) ->
         installed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         conda={e.name: e.sha256 for e in entries if e.manager == "conda"},
         pip={normalise(e.name): {"version": e.version, "sha256": e.sha256} for e in entries if e.manager == "pip"},
+        conda_meta=conda_meta_fingerprint(prefix),
     ))
 
 
@@ -278,7 +280,7 @@ def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Pa
     import rattler
 
     pkgs = options.cache_dir / "pkgs"
-    installed = [rattler.PrefixRecord.from_path(p.record_path) for p in conda_records(partial)]
+    installed = [rattler.PrefixRecord.from_path(p.record_path) for p in conda_packages(partial)]
     by_name = {r.name.normalized: r for r in installed}
 
     async def record(entry: LockedPackage):

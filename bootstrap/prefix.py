@@ -12,6 +12,7 @@ env, Python 3.9, no rattler) compares it with the lock.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from dataclasses import asdict, dataclass, field
@@ -71,6 +72,7 @@ class InstallRecord:
     conda: dict = field(default_factory=dict)  # name -> sha256
     pip: dict = field(default_factory=dict)  # normalised name -> {"version": ..., "sha256": ...}
     version: int = INSTALL_RECORD_VERSION
+    conda_meta: dict = field(default_factory=dict)  # conda_meta_fingerprint() once everything was written
 
 
 def normalise(name: str) -> str:
@@ -79,52 +81,67 @@ def normalise(name: str) -> str:
 
 
 def conda_records(prefix: Path) -> list[InstalledConda]:
-    """The conda packages in `prefix` (`ls conda-meta/*.json`)."""
+    """The conda packages in `prefix` (`ls conda-meta/*.json`), every record parsed."""
     meta = prefix / "conda-meta"
     if not meta.is_dir():
         return []
     out = []
     for path in sorted(meta.glob("*.json")):
-        record = _conda_record(path)
-        if record is not None:
-            out.append(record)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or "name" not in data or "version" not in data:
+                continue  # not a package record
+            requested = data.get("requested_specs") or ([data["requested_spec"]] if data.get("requested_spec") else [])
+            out.append(InstalledConda(
+                name=str(data["name"]).lower(),
+                version=str(data["version"]),
+                build=str(data.get("build", "")),
+                sha256=data.get("sha256"),
+                url=data.get("url"),
+                record_path=path,
+                channel=str(data.get("channel") or ""),
+                subdir=str(data.get("subdir") or ""),
+                depends=tuple(str(d) for d in data.get("depends") or ()),
+                requested_specs=tuple(str(s) for s in requested),
+                files=tuple(str(f) for f in data.get("files") or ()),
+            ))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InputError(path, f"unreadable package record: {exc}", "repair or recreate the environment") from None
     return out
 
 
-# path -> ((inode, size, mtime), record): `bootstrap env` reads the same records
-# several times per run (plan, re-plan under the lock, link); a record file is
-# parsed again only when it changed.
-_RECORDS: dict = {}
-
-
-def _conda_record(path: Path) -> Optional[InstalledConda]:
-    info = path.stat()
-    key = (info.st_ino, info.st_size, info.st_mtime_ns)
-    cached = _RECORDS.get(str(path))
-    if cached is not None and cached[0] == key:
-        return cached[1]
+def conda_meta_fingerprint(prefix: Path) -> dict:
+    """`conda-meta/*.json` name -> [size, mtime_ns]: changes when any package record does."""
+    out = {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or "name" not in data or "version" not in data:
-            return None  # not a package record
-        requested = data.get("requested_specs") or ([data["requested_spec"]] if data.get("requested_spec") else [])
-        record = InstalledConda(
-            name=str(data["name"]).lower(),
-            version=str(data["version"]),
-            build=str(data.get("build", "")),
-            sha256=data.get("sha256"),
-            url=data.get("url"),
-            record_path=path,
-            channel=str(data.get("channel") or ""),
-            subdir=str(data.get("subdir") or ""),
-            depends=tuple(str(d) for d in data.get("depends") or ()),
-            requested_specs=tuple(str(s) for s in requested),
-            files=tuple(str(f) for f in data.get("files") or ()),
-        )
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InputError(path, f"unreadable package record: {exc}", "repair or recreate the environment") from None
-    _RECORDS[str(path)] = (key, record)
-    return record
+        with os.scandir(prefix / "conda-meta") as entries:
+            for entry in entries:
+                if entry.name.endswith(".json") and entry.is_file(follow_symlinks=False):
+                    info = entry.stat(follow_symlinks=False)
+                    out[entry.name] = [info.st_size, info.st_mtime_ns]
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def conda_packages(prefix: Path) -> list[InstalledConda]:
+    """Name, version, build and sha256 of each conda package: what `bootstrap env` plans against.
+
+    Parsing the records costs about 0.2 ms per 100 files they list (a CUDA env
+    lists tens of thousands). When conda-meta is still exactly as bootstrap
+    left it (same files, sizes and mtimes as in the install record), the
+    install record already knows the answer; otherwise every record is parsed.
+    The result carries no `files`, `depends` or `url`; `conda_records` does.
+    """
+    record = read_install_record(prefix)
+    if record is None or not record.conda_meta or record.conda_meta != conda_meta_fingerprint(prefix):
+        return conda_records(prefix)
+    out = []
+    for filename in sorted(record.conda_meta):
+        name, version, build = filename[: -len(".json")].rsplit("-", 2)  # conda versions and builds have no "-"
+        out.append(InstalledConda(name=name, version=version, build=build, sha256=record.conda.get(name), url=None,
+                                  record_path=prefix / "conda-meta" / filename))
+    return out
 
 
 def site_packages(prefix: Path) -> Optional[Path]:

@@ -24,6 +24,7 @@ Targets (issue 3): overhead <= 10 % over raw rattler; no-op rerun <= 1 s.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import statistics
@@ -97,13 +98,17 @@ def row(name: str, ours_t: list[float], raw_t: list[float]) -> str:
             f"{extra * 1000:>+9.0f} ms{len(ours_t):>6}")
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--packages", type=int, default=PACKAGES,
+                        help=f"generic packages of {FILES_EACH} files each besides python and pip (default {PACKAGES})")
+    packages = parser.parse_args(argv).packages
     with tempfile.TemporaryDirectory(prefix="bench-env-") as tmp_name:
         tmp = Path(tmp_name)
-        specs = [runnable_python_spec(), pip_spec(), *(package(i) for i in range(PACKAGES))]
+        specs = [runnable_python_spec(), pip_spec(), *(package(i) for i in range(packages))]
         updates = [f"1.{k}" for k in range(1, RUNS + 2)]  # the first change, then RUNS later ones
         channel = build_channel(tmp / "channel", specs + [package(7, v) for v in updates])
-        names = [f"pkg{i:02d}" for i in range(PACKAGES)]
+        names = [f"pkg{i:02d}" for i in range(packages)]
 
         def conda_specs(version: str) -> tuple:
             return (f"python={SHORT}.*", "pip", *[n if n != "pkg07" else f"pkg07 {version}" for n in names])
@@ -177,4 +182,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

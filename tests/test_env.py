@@ -197,6 +197,29 @@ def test_a_change_after_rollback_keeps_the_generation_rolled_back_to(project: Pr
     assert run_python(prefix_of(project), "import alpha; print(alpha.__version__)") == "1.1"
 
 
+def test_planning_reads_the_install_record_until_conda_meta_changes(project: Project, channel: Path, monkeypatch) -> None:
+    import bootstrap.prefix as prefix_module
+
+    assert main(env_args(project, str(channel))) == 0
+    prefix = prefix_of(project)
+    parsed = {(c.name, c.version, c.build, c.sha256) for c in conda_records(prefix)}
+
+    def no_parsing(_prefix):
+        raise AssertionError("parsed the records although conda-meta is as bootstrap left it")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(prefix_module, "conda_records", no_parsing)
+        assert {(c.name, c.version, c.build, c.sha256) for c in prefix_module.conda_packages(prefix)} == parsed
+    # Another tool (conda, a hand edit) rewrites a record: the next plan parses, and sees it.
+    (record,) = prefix.glob("conda-meta/zlibstub-*.json")
+    data = json.loads(record.read_text())
+    data["sha256"] = "0" * 64
+    record.write_text(json.dumps(data))
+    assert ("zlibstub", "0" * 64) in {(c.name, c.sha256) for c in prefix_module.conda_packages(prefix)}
+    assert main(env_args(project, str(channel))) == 0  # and the env is repaired
+    assert_matches_lock(project)
+
+
 def test_dry_run_prints_the_plan_and_touches_nothing(project: Project, channel: Path, capsys) -> None:
     capsys.readouterr()
     assert main(env_args(project, str(channel), "--dry-run")) == 0
