@@ -286,6 +286,12 @@ def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Pa
     async def record(entry: LockedPackage):
         if entry.name not in archives:
             return by_name[entry.name]
+        if entry.name in canonical and entry.md5:
+            # The sealed copy's index.json is the archive's; reading it is 10x cheaper than the archive.
+            package = rattler.PackageRecord.from_index_json(
+                _extracted_dir(options.cache_dir, entry) / "info" / "index.json",
+                size=os.path.getsize(archives[entry.name]), sha256=entry.sha256, md5=entry.md5)
+            return rattler.RepoDataRecord(package, entry.filename, entry.url, _channel_of(entry.url))
         found = await rattler.RepoDataRecord.from_package_archive(archives[entry.name])
         if entry.name in canonical:
             found.url, found.channel = entry.url, _channel_of(entry.url)
