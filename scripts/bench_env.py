@@ -4,14 +4,15 @@ A fixture env of ~30 packages / ~5,000 files (a runnable python, pip and 28
 generic packages, a third of their files with prefix placeholders) is locked
 from a local channel. Each scenario runs bootstrap and raw rattler.install on
 the same records, interleaved run by run, each run after a `sync` so none pays
-for the write-back of the one before (on the development VM the `sync` also
-slows the run after it, for both sides alike: read the ratios, not the
-seconds). Reported: medians, and the medians of the per-pair ratio and
-difference.
+for the write-back of the one before. The development VM's disk speed drifts
+by 5x over minutes (a raw fresh create takes 0.15 s or 0.9 s), so read the
+ratios, which compare neighbours: medians, and the medians of the per-pair
+ratio and difference.
 
   fresh create, warm cache   bootstrap env -> new prefix | rattler.install -> new prefix
   no-op rerun                `python -m bootstrap env` (interpreter start included) | rattler.install again
-  first change               pkg07 1.0 -> 1.1: bootstrap copies generation 1 | rattler in place
+  first change               pkg07 1.0 -> 1.1 in a new env each run: bootstrap copies generation 1
+                             | rattler in place
   later changes              pkg07 1.1 -> 1.2 -> ...: bootstrap updates the retired generation
                              (two changes behind) | rattler in place (one change behind)
 
@@ -106,7 +107,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-env-") as tmp_name:
         tmp = Path(tmp_name)
         specs = [runnable_python_spec(), pip_spec(), *(package(i) for i in range(packages))]
-        updates = [f"1.{k}" for k in range(1, RUNS + 2)]  # the first change, then RUNS later ones
+        updates = [f"1.{k}" for k in range(1, RUNS + 2)]  # 1.1 for first changes, then RUNS later ones
         channel = build_channel(tmp / "channel", specs + [package(7, v) for v in updates])
         names = [f"pkg{i:02d}" for i in range(packages)]
 
@@ -145,34 +146,44 @@ def main(argv: list[str]) -> int:
                       lambda i: raw_install(records["1.0"], raw_prefix, cache / "pkgs", True))
         bare = statistics.median(timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)) for _ in range(RUNS))
 
-        spec_path = project.spec_path("py310")
-        text = spec_path.read_text()
-        how = []
-
-        def update_ours(version: str) -> None:
-            spec_path.write_text(text.replace("pkg07 1.0", f"pkg07 {version}"))
-            lock_env(project, "py310", LockOptions(mirrors=(mirror,), cache_dir=tmp / "repodata"))  # not timed
-            outcome = {}
-            ours_update.append(timed(lambda: outcome.update(result=create_or_update(ours(stable)))))
-            how.append(outcome["result"].recycled)
-
-        ours_update: list[float] = []
-        raw_update = []
-        # Warm: every version extracted (and sealed) once, so neither side pays extraction below.
-        for version in updates:
+        # Every version locked once (not timed) and extracted + sealed once, so neither side pays extraction below.
+        spec_path, lock_path = project.spec_path("py310"), project.lock_path("py310")
+        text, locks = spec_path.read_text(), {}
+        for version in ["1.0", *updates]:
             spec_path.write_text(text.replace("pkg07 1.0", f"pkg07 {version}"))
             lock_env(project, "py310", LockOptions(mirrors=(mirror,), cache_dir=tmp / "repodata"))
+            locks[version] = lock_path.read_text()
             create_or_update(ours(tmp / "warm"))
-        for version in updates:
-            update_ours(version)
-            raw_update.append(timed(lambda: raw_install(records[version], raw_prefix, cache / "pkgs", True)))
-        assert how == [False] + [True] * RUNS, how  # the first change copies, the later ones recycle
+
+        def change(prefix: Path, version: str, recycled: bool) -> float:
+            lock_path.write_text(locks[version])
+            outcome = {}
+            seconds = timed(lambda: outcome.update(result=create_or_update(ours(prefix))))
+            assert outcome["result"].recycled == recycled, (version, outcome["result"])
+            return seconds
+
+        # First change of an env (a copy): a new pair of envs per run, created untimed.
+        first_ours, first_raw = [], []
+        for i in range(RUNS):
+            lock_path.write_text(locks["1.0"])
+            create_or_update(ours(tmp / f"first{i}"))
+            raw_install(records["1.0"], tmp / f"first-raw{i}", cache / "pkgs", True)
+            first_ours.append(change(tmp / f"first{i}", updates[0], recycled=False))
+            first_raw.append(timed(lambda: raw_install(records[updates[0]], tmp / f"first-raw{i}", cache / "pkgs", True)))
+
+        # Later changes: the stable env moves forward one version per run, recycling its retired generation.
+        change(stable, updates[0], recycled=False)
+        raw_install(records[updates[0]], raw_prefix, cache / "pkgs", True)
+        later_ours, later_raw = [], []
+        for version in updates[1:]:
+            later_ours.append(change(stable, version, recycled=True))
+            later_raw.append(timed(lambda: raw_install(records[version], raw_prefix, cache / "pkgs", True)))
 
         print(f"{'scenario':<28}{'bootstrap':>11}{'raw (copies)':>14}{'ratio':>8}{'overhead':>12}{'runs':>6}")
         print(row("fresh create, warm cache", *fresh) + f"   raw with hard links: {fresh_hard:.3f}s")
         print(row("no-op rerun", *noop))
-        print(row("first change (copy)", ours_update[:1], raw_update[:1]))
-        print(row("later changes (recycled)", ours_update[1:], raw_update[1:]))
+        print(row("first change (copy)", first_ours, first_raw))
+        print(row("later changes (recycled)", later_ours, later_raw))
         print("ratio, overhead: medians over the pairs, each bootstrap run against the raw run right after it")
         print("bootstrap fresh create, last run: " + ", ".join(f"{k} {v:.3f}s" for k, v in breakdown.items()))
         print(f"no-op rerun includes interpreter start ({bare:.3f} s for `python -c pass`); raw no-op is in-process")
