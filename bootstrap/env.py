@@ -28,7 +28,7 @@ from bootstrap.envplan import Plan, make_plan
 from bootstrap.errors import FetchError, InputError, IntegrityError, ToolError
 from bootstrap.fetch import fetch_archives, source_url
 from bootstrap.fsutil import atomic_write_text
-from bootstrap.history import append_request
+from bootstrap.history import COMMAND as HISTORY_COMMAND, append_request
 from bootstrap.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.mirrors import Mirror, scrub_credentials
 from bootstrap.pip_resolve import uv_binary, PipOptions
@@ -210,7 +210,7 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, feedback
         link_conda(conda, archives, partial, options)
         requested = _requested_conda_specs(lock)
         if requested:
-            append_request(partial / "conda-meta" / "history", requested, f"bootstrap env {options.env} ({options.lock_path.name})")
+            append_request(partial / "conda-meta" / "history", requested, f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})")
         seconds["link"] = time.perf_counter() - t
     if plan.pip_install or plan.pip_remove:
         t = time.perf_counter()

@@ -21,6 +21,7 @@ from typing import Dict, Sequence
 # `[channel::]name`: the package name of a conda match spec, and its channel if pinned.
 CONDA_NAME = re.compile(r"^(?:(?P<channel>[^\s:]+(?:/[^\s:]+)*)::)?(?P<name>[A-Za-z0-9_][A-Za-z0-9_.\-]*)")
 _SPECS_LINE = re.compile(r"^#\s*(\w+)\s*specs:\s*(.+)?$")
+COMMAND = "bootstrap env"  # how bootstrap's entries begin (`# cmd: bootstrap env py310 (conda-lock.yml)`)
 
 
 def spec_name(spec: str) -> str:
@@ -35,8 +36,12 @@ def requested_specs(history: Path) -> Dict[str, str]:
         text = history.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return {}
+    return _replay(text.splitlines())
+
+
+def _replay(lines: Sequence[str]) -> Dict[str, str]:
     spec_map: Dict[str, str] = {}
-    for line in text.splitlines():
+    for line in lines:
         match = _SPECS_LINE.match(line.strip())
         if not match:
             continue
@@ -54,15 +59,31 @@ def requested_specs(history: Path) -> Dict[str, str]:
     return {n: s for n, s in spec_map.items() if n and not n.startswith("__")}
 
 
+def _since_our_last_entry(lines: Sequence[str]) -> Sequence[str]:
+    """The history from bootstrap's last entry on: that entry lists every spec then requested,
+    so replaying from it gives what a full replay gives, without re-reading every change ever made."""
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].startswith(f"# cmd: {COMMAND}"):
+            return lines[index:]
+    return lines
+
+
 def append_request(history: Path, specs: Sequence[str], command: str) -> None:
-    """Record that `specs` are now what the env requests (and that dropped ones no longer are)."""
-    before = requested_specs(history)
+    """Record that `specs` are now what the env requests (and that dropped ones no longer are).
+
+    `command` should start with COMMAND: bootstrap's own entries are where the next replay starts.
+    """
+    try:
+        lines = history.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    before = _replay(_since_our_last_entry(lines))
     names = {spec_name(s) for s in specs}
     removed = [spec for name, spec in sorted(before.items()) if name not in names]
-    lines = [f"==> {datetime.now().strftime('%Y-%m-%d %H:%M:%S')} <==", f"# cmd: {command}"]
+    entry = [f"==> {datetime.now().strftime('%Y-%m-%d %H:%M:%S')} <==", f"# cmd: {command}"]
     if removed:
-        lines.append(f"# remove specs: {removed!r}")
-    lines.append(f"# update specs: {list(specs)!r}")
+        entry.append(f"# remove specs: {removed!r}")
+    entry.append(f"# update specs: {list(specs)!r}")
     history.parent.mkdir(parents=True, exist_ok=True)
     with open(history, "a", encoding="utf-8") as handle:
-        handle.write("\n".join(lines) + "\n")
+        handle.write("\n".join(entry) + "\n")
