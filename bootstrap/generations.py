@@ -190,7 +190,9 @@ def rollback(layout: Layout) -> int:
     current = layout.current()
     older = [g for g in layout.generations() if current is None or g < current]
     if not older:
-        raise InputError(layout.stable, "no earlier generation to roll back to", "run `bootstrap env` to create one")
+        raise InputError(layout.stable, "no earlier generation to roll back to (there is none after the first install, "
+                         "and a failed change uses up the retired one)",
+                         "check out the lock you want back and run `make env`")
     switch(layout, older[-1])
     return older[-1]
 

@@ -55,6 +55,15 @@ def test_after_a_rollback_the_generation_rolled_away_from_is_the_retired_one(tmp
     assert layout.generations() == [1, 3] and gens.rollback(layout) == 1
 
 
+def test_rollback_with_one_generation_says_what_to_do_instead(tmp_path: Path) -> None:
+    from bootstrap.errors import InputError
+
+    layout = layout_with(tmp_path, [2], current=2)
+    with pytest.raises(InputError, match="no earlier generation") as caught:
+        gens.rollback(layout)
+    assert "make env" in str(caught.value) and os.readlink(layout.stable).endswith("2")
+
+
 def test_empty_layout_starts_from_nothing(tmp_path: Path) -> None:
     layout = gens.Layout(tmp_path / ".envs" / "py310")
     new = gens.start(layout)
