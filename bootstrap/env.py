@@ -258,17 +258,15 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, partial: Path, op
     """
     to_link = [e for e in conda if e.name in archives]
     sealed = {e.name for e in to_link if _keep_only_if_sealed(options.cache_dir, e)}
-    try:
-        _rattler_install(conda, archives, partial, options, canonical=sealed)
-    except Exception as exc:
-        if not sealed:
-            raise ToolError(f"linking into {options.prefix} failed: {exc}") from None
-        # A sealed copy vanished under us (another env's run dropped it): extract everything from the archives.
+    # If a sealed copy vanishes under us (another env's run dropped it), link again from the archives alone.
+    attempts = [sealed, set()] if sealed else [sealed]
+    for sealed in attempts:
         try:
-            _rattler_install(conda, archives, partial, options, canonical=set())
+            _rattler_install(conda, archives, partial, options, canonical=sealed)
+            break
         except Exception as exc:
-            raise ToolError(f"linking into {options.prefix} failed: {exc}") from None
-        sealed = set()
+            if sealed is attempts[-1]:
+                raise ToolError(f"linking into {options.prefix} failed: {exc}") from None
     for entry in to_link:
         if entry.name not in sealed:  # extracted by this run
             _seal(options.cache_dir, entry)
