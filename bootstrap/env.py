@@ -27,7 +27,7 @@ from bootstrap import generations as gens
 from bootstrap.envplan import Plan, make_plan
 from bootstrap.errors import FetchError, InputError, IntegrityError, ToolError
 from bootstrap.fetch import fetch_archives, source_url
-from bootstrap.fsutil import atomic_write_text
+from bootstrap.fsutil import atomic_write_bytes, atomic_write_text
 from bootstrap.history import COMMAND as HISTORY_COMMAND, append_request
 from bootstrap.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.mirrors import Mirror, scrub_credentials
@@ -140,7 +140,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
         t = time.perf_counter()
         new = gens.start(layout)
         try:
-            if new.recycled and current is not None:
+            if current is not None:
                 carry_env_state(layout.path(current), new.partial)
             seconds = {"start": time.perf_counter() - t}
             seconds.update(_apply(options, lock, new.partial, new.number, feedback))
@@ -178,8 +178,9 @@ def _lock_hash(lock: Lock, platform: str) -> str:
 
 
 # conda's per-env state that is not a package: requests (`--from-history`), `conda env
-# config vars`, the env's own .condarc. Carried into a recycled generation from the
-# current one, so that it reads as if the current one had been updated.
+# config vars`, the env's own .condarc. Copied into the new generation from the current
+# one, so that it reads as if the current one had been updated; a copy of its own,
+# since conda (and bootstrap, for the history) append to these files in place.
 ENV_STATE = ("conda-meta/history", "conda-meta/state", ".condarc")
 
 
@@ -188,7 +189,7 @@ def carry_env_state(current: Path, partial: Path) -> None:
         source, target = current / relative, partial / relative
         if source.is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
+            gens.copy_over(source, target)
         elif target.is_file():
             target.unlink()
 
@@ -217,13 +218,13 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, feedback
         feedback.notify(f"pip: installing {len(plan.pip_install)}, removing {len(plan.pip_remove)} distributions")
         sync_pip(plan, partial, options)
         seconds["pip"] = time.perf_counter() - t
-    _write_record(options, lock, partial, number)
+    _write_record(options, lock, partial, number, fsync=False)  # committed by the generation's rename
     return seconds
 
 
-def _write_record(options: EnvOptions, lock: Lock, prefix: Path, number: int) -> None:
+def _write_record(options: EnvOptions, lock: Lock, prefix: Path, number: int, fsync: bool = True) -> None:
     entries = locked_entries(lock, options.platform)
-    write_install_record(prefix, InstallRecord(
+    write_install_record(prefix, fsync=fsync, record=InstallRecord(
         lock_path=str(options.lock_path),
         env=options.env,
         platform=options.platform,
@@ -375,7 +376,7 @@ def _restore_canonical_urls(prefix: Path, linked: Sequence[LockedPackage]) -> No
         data = json.loads(path.read_text(encoding="utf-8"))
         data["url"], data["channel"], data["fn"] = entry.url, _channel_of(entry.url), entry.filename
         # Compact: with `indent` json falls back to its pure-Python encoder (0.25 s for 30 records).
-        path.write_text(json.dumps(data) + "\n", encoding="utf-8")
+        atomic_write_text(path, json.dumps(data) + "\n", fsync=False)
 
 
 # --------------------------------------------------------------------------- pip part
@@ -439,12 +440,12 @@ def relocate_scripts(partial: Path, stable: Path) -> None:
             if not data.startswith(b"#!") or old not in head:
                 continue
             data = head.replace(old, new) + body
-            target.write_bytes(data)
+            atomic_write_bytes(target, data, fsync=False)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             lines[index] = f"{path},sha256={digest},{len(data)}"
             changed = True
         if changed:
-            record.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            atomic_write_text(record, "\n".join(lines) + "\n", fsync=False)
 
 
 def rollback(prefix: Path) -> int:

@@ -11,20 +11,30 @@ from typing import Union
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def atomic_write_text(path: PathLike, text: str) -> None:
-    """Write `text` to `path` so that readers see the old or the new file, never half.
+def atomic_write_text(path: PathLike, text: str, fsync: bool = True) -> None:
+    """Write `text` to `path` so that readers see the old or the new file, never half."""
+    atomic_write_bytes(path, text.encode("utf-8"), fsync)
+
+
+def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
+    """Write `data` to `path` so that readers see the old or the new file, never half.
 
     The temp file lives in the same directory so the final `os.replace` is a
-    rename on one file system; it is fsynced first so a crash cannot leave an
-    empty file behind the new name.
+    rename on one file system; it is fsynced first (unless `fsync=False`) so a
+    crash cannot leave an empty file behind the new name. The new file is a
+    new inode with the old one's mode: a hard link to the old file elsewhere
+    keeps the old bytes. Skip the fsync for files inside a generation being
+    built: its rename is the commit, and the package files beside them are
+    not fsynced either.
     """
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
         if target.exists():
             os.chmod(tmp, target.stat().st_mode & 0o777)
         else:

@@ -16,10 +16,18 @@ Where a change starts from (`start`): two generations are kept, the current
 one and the one before it. A change would make the older of them garbage,
 so instead it is *recycled*: renamed to `<n>.partial` and brought to the new
 lock in place, which costs the difference, not the size of the env. Only
-the first change of an env, when nothing is retired yet, copies the current
-generation. The current generation is never written to, and no file is
-shared between generations (no hard links): an edit in one cannot reach
-another.
+the first change of an env, when nothing is retired yet, starts from a
+clone of the current generation made of hard links (one directory entry per
+file, no data copied).
+
+So generations share the inodes of the files they have in common: the
+rollback generation costs the disk of what changed, not a second copy of
+the env (several GB with CUDA wheels). The current generation is never
+written to: rattler and uv replace a file (unlink, create) rather than write
+into it, and so does bootstrap for what it writes itself (`fsutil`'s
+atomic writes, `copy_over`). The price: a hand edit *in place* of a file the two
+generations share (an editor writing into the file) shows in both; an edit
+that replaces the file (`sed -i`, `pip install`) shows in one.
 """
 
 from __future__ import annotations
@@ -34,7 +42,6 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
 from bootstrap.errors import BusyError, InputError
-from bootstrap.runner import run
 
 PARTIAL = ".partial"
 GARBAGE = ".garbage"  # renamed before deletion: a half-deleted generation never looks complete
@@ -133,7 +140,7 @@ class Start:
 
 
 def start(layout: Layout) -> Start:
-    """`<n>.partial` for the next generation: the retired generation renamed, else a copy of the current one."""
+    """`<n>.partial` for the next generation: the retired generation renamed, else a clone of the current one."""
     layout.gens_dir.mkdir(parents=True, exist_ok=True)
     existing = layout.generations()
     number = max(existing, default=0) + 1
@@ -153,18 +160,23 @@ def start(layout: Layout) -> Start:
 
 
 def clone_tree(source: Path, target: Path) -> None:
-    """Copy a generation: copy-on-write clones where the file system has them, else real copies.
+    """`cp -al`: the same tree, every file a hard link to the source's (a copy where linking fails)."""
+    shutil.copytree(source, target, symlinks=True, copy_function=_link_or_copy)
 
-    Never hard links: a user editing a file in the new generation must not
-    change the one they may roll back to. Shell equivalent: `cp -a --reflink=auto`.
-    """
-    argv = ["cp", "-a", "--reflink=auto", str(source), str(target)]
-    if os.uname().sysname == "Darwin":
-        argv = ["cp", "-a", "-c", str(source), str(target)]
-    done = run(argv, timeout=3600)
-    if done.returncode != 0:
-        shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(source, target, symlinks=True)
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # a file system without hard links, or a file we may not link (fs.protected_hardlinks)
+        shutil.copy2(source, target)
+
+
+def copy_over(source: Path, target: Path) -> None:
+    """Copy `source` to `target` as a new inode (copy beside it, rename over it): never through a
+    hard link that `target` may share with another generation, and never half-written."""
+    temp = target.with_name(f".{target.name}.new")
+    shutil.copy2(source, temp)
+    os.replace(temp, target)
 
 
 def commit(layout: Layout, number: int, partial: Path) -> Path:

@@ -244,8 +244,9 @@ def read_install_record(prefix: Path) -> Optional[InstallRecord]:
     return InstallRecord(**{k: v for k, v in data.items() if k in known})
 
 
-def write_install_record(prefix: Path, record: InstallRecord) -> None:
-    atomic_write_text(prefix / "conda-meta" / INSTALL_RECORD, json.dumps(asdict(record), indent=2, sort_keys=True) + "\n")
+def write_install_record(prefix: Path, record: InstallRecord, fsync: bool = True) -> None:
+    atomic_write_text(prefix / "conda-meta" / INSTALL_RECORD, json.dumps(asdict(record), indent=2, sort_keys=True) + "\n",
+                      fsync)
 
 
 def python_executable(prefix: Path) -> Path:

@@ -18,7 +18,7 @@ import pytest
 
 from bootstrap.cli import main
 from bootstrap.lockfile import read_lock
-from bootstrap.prefix import conda_records, pip_distributions, read_install_record
+from bootstrap.prefix import INSTALL_RECORD, conda_records, pip_distributions, read_install_record
 from bootstrap.project import Project
 from tests.fixtures.conda_channel import corrupt_archive_after_index, serve_directory
 from tests.fixtures.project import copy_project, make_project, write_spec
@@ -173,13 +173,53 @@ def test_later_changes_recycle_the_retired_generation(project: Project, channel:
     history = (prefix / "conda-meta" / "history").read_text()
     assert history.count("# cmd: bootstrap env py310") == 3  # A, B and C: the history of B, carried on
     assert "torchlike" not in requested_specs(prefix / "conda-meta" / "history")
-    # No file of the new generation shares its inode with the one to roll back to.
-    shared = [str(path) for path in (gens_dir / "3").rglob("*") if path.is_file() and not path.is_symlink()
-              and os.stat(path).st_nlink > 1]
-    assert shared == []
     assert main(["env", "--root", str(project.root), "--rollback"]) == 0
     assert os.readlink(prefix).endswith("/2")
     assert run_python(prefix, "import gamma; print('B')") == "B"
+
+
+def tree_state(root: Path) -> dict:
+    """relative path -> (inode, bytes) of every regular file under `root`."""
+    return {str(path.relative_to(root)): (os.stat(path).st_ino, path.read_bytes())
+            for path in root.rglob("*") if path.is_file() and not path.is_symlink()}
+
+
+def test_a_change_never_writes_into_the_generation_it_starts_from(project: Project, channel: Path, wheels: Path,
+                                                                  capsys) -> None:
+    """Generations share the files they have in common (hard links); rattler, uv and bootstrap
+    replace files rather than write into them, so the generation in use stays as it was."""
+    gens_dir = prefix_of(project).parent / ".py310.gens"
+    assert main(env_args(project, str(channel))) == 0
+    (prefix_of(project) / "conda-meta" / "state").write_text('{"env_vars": {"FOO": "1"}}\n')
+    # First change (from a clone of 1): a conda package removed, a wheel swapped for another
+    # version with the same paths, a history entry appended, conda's state carried.
+    before = tree_state(gens_dir / "1")
+    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma"))
+    assert env_json(project, channel, capsys)["recycled"] is False
+    assert tree_state(gens_dir / "1") == before
+    # Later change (1 recycled into 3): both back, while 2 is the one in use.
+    before = tree_state(gens_dir / "2")
+    change_lock(project, channel, wheels)
+    assert env_json(project, channel, capsys)["recycled"] is True
+    assert tree_state(gens_dir / "2") == before
+    assert_matches_lock(project)
+
+    def inode(gen: str, relative: str) -> int:
+        return os.stat(gens_dir / gen / relative).st_ino
+
+    shared = "share/bigpkg/f000002.txt"  # bigpkg never changed: one file on disk for both generations
+    assert inode("2", shared) == inode("3", shared)
+    for own in ("conda-meta/history", "conda-meta/state", f"conda-meta/{INSTALL_RECORD}"):  # written to in place
+        assert os.stat(gens_dir / "3" / own).st_nlink == 1, own
+    # The price of sharing: an edit written into a shared file shows in both; one that replaces it does not.
+    with open(gens_dir / "3" / shared, "a") as handle:
+        handle.write("edited in place\n")
+    assert (gens_dir / "2" / shared).read_text().endswith("edited in place\n")
+    replaced = "share/bigpkg/f000003.txt"
+    text = (gens_dir / "3" / replaced).read_text()
+    (gens_dir / "3" / "sed.tmp").write_text(text + "edited by sed -i\n")
+    os.replace(gens_dir / "3" / "sed.tmp", gens_dir / "3" / replaced)
+    assert (gens_dir / "2" / replaced).read_text() == text
 
 
 def test_a_change_after_rollback_keeps_the_generation_rolled_back_to(project: Project, channel: Path, wheels: Path, capsys) -> None:

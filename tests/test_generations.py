@@ -28,12 +28,38 @@ def marker(path: Path) -> str:
     return (path / "conda-meta" / "marker").read_text()
 
 
-def test_first_change_copies_the_current_generation(tmp_path: Path) -> None:
+def test_first_change_starts_from_a_hard_linked_clone(tmp_path: Path) -> None:
     layout = layout_with(tmp_path, [1], current=1)
+    os.symlink("marker", layout.path(1) / "conda-meta" / "link")
     new = gens.start(layout)
     assert (new.number, new.base, new.recycled) == (2, 1, False)
     assert marker(new.partial) == "1" and marker(layout.path(1)) == "1"
+    assert os.stat(new.partial / "conda-meta" / "marker").st_ino == os.stat(layout.path(1) / "conda-meta" / "marker").st_ino
+    assert os.readlink(new.partial / "conda-meta" / "link") == "marker"  # a symlink stays a symlink
+
+
+def test_clone_copies_where_hard_links_fail(tmp_path: Path, monkeypatch) -> None:
+    layout = layout_with(tmp_path, [1], current=1)
+
+    def no_links(source, target):
+        raise PermissionError(1, "Operation not permitted")  # e.g. fs.protected_hardlinks on a file of another user
+
+    monkeypatch.setattr(os, "link", no_links)
+    new = gens.start(layout)
+    assert marker(new.partial) == "1"
     assert os.stat(new.partial / "conda-meta" / "marker").st_ino != os.stat(layout.path(1) / "conda-meta" / "marker").st_ino
+
+
+def test_copy_over_never_writes_through_a_shared_inode(tmp_path: Path) -> None:
+    (tmp_path / "a").write_text("generation 1\n")
+    os.link(tmp_path / "a", tmp_path / "b")  # b: the same file in a clone
+    (tmp_path / "new").write_text("carried\n")
+    gens.copy_over(tmp_path / "new", tmp_path / "b")
+    assert (tmp_path / "b").read_text() == "carried\n" and (tmp_path / "a").read_text() == "generation 1\n"
+    os.unlink(tmp_path / "b")
+    os.link(tmp_path / "a", tmp_path / "b")
+    gens.copy_over(tmp_path / "a", tmp_path / "b")  # from the very inode it replaces: no SameFileError
+    assert (tmp_path / "b").read_text() == "generation 1\n" and os.stat(tmp_path / "b").st_nlink == 1
 
 
 def test_a_later_change_takes_the_retired_generation_and_never_the_current_one(tmp_path: Path) -> None:
