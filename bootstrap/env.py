@@ -117,7 +117,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     if os.name == "nt":
         raise InputError("bootstrap env", "generations need POSIX symlinks and flock; Windows is not supported yet",
                          f"install the lock with `micromamba create -f {options.lock_path.name}` or `conda-lock install`")
-    lock = read_lock(options.lock_path)
+    lock = read_lock(options.lock_path, cache_dir=options.cache_dir)
     layout = gens.Layout(options.prefix)
     layout.check_managed()
     plan, up_to_date = _plan(options, lock)

@@ -13,12 +13,13 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from bootstrap.errors import InputError
-from bootstrap.spec import load_yaml
+from bootstrap.fsutil import atomic_write_text
+from bootstrap.spec import load_yaml, read_text
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
 META_VERSION = "bootstrap.version"
@@ -68,9 +69,56 @@ class Lock:
         ]
 
 
-def read_lock(path: Path) -> Lock:
-    """Parse a conda-lock v1 file; any structural problem is an InputError naming the field."""
-    data = load_yaml(path)
+def read_lock(path: Path, cache_dir: Optional[Path] = None) -> Lock:
+    """Parse a conda-lock v1 file; any structural problem is an InputError naming the field.
+
+    With `cache_dir`, the parsed lock is also kept there as JSON, named by the
+    sha256 of the lock's bytes (and of the fields parsed), and read from it
+    next time: YAML costs 3 ms for 30 packages, 18 ms for the project's lock;
+    the JSON a tenth of that. The lock stays the source of truth: any edit to
+    it is another name.
+    """
+    if cache_dir is None:
+        return _parse(path, read_text(path))
+    text = read_text(path)
+    cached = cache_dir / "locks" / f"{hashlib.sha256((_PARSED_FIELDS + text).encode()).hexdigest()}.json"
+    try:
+        return _from_json(path, json.loads(cached.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not cached yet, or unreadable: parse the YAML again
+    lock = _parse(path, text)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(cached, json.dumps(_to_json(lock)), fsync=False)
+    except OSError:
+        pass  # a read-only cache only costs the parse next time
+    return lock
+
+
+# What the JSON form holds: a field added to the dataclasses changes every cached name.
+_PARSED_FIELDS = repr([f.name for f in fields(Lock)] + [f.name for f in fields(LockedPackage)])
+
+
+def _to_json(lock: Lock) -> dict:
+    out = asdict(lock)
+    del out["path"]
+    return out
+
+
+def _from_json(path: Path, data: dict) -> Lock:
+    return Lock(
+        path=path,
+        content_hash=data["content_hash"],
+        channels=tuple(data["channels"]),
+        platforms=tuple(data["platforms"]),
+        sources=tuple(data["sources"]),
+        custom=data["custom"],
+        packages=tuple(LockedPackage(**entry) for entry in data["packages"]),
+    )
+
+
+def _parse(path: Path, text: str) -> Lock:
+    data = load_yaml(path, text)
     if not isinstance(data, dict):
         raise InputError(path, "not a conda-lock file (expected a mapping)", _REGENERATE)
     if data.get("version") != 1:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from bootstrap.errors import InputError
 
@@ -100,16 +100,12 @@ def canonical_channel(channel: str) -> str:
     return f"{ANACONDA_ORG}/{channel.strip('/')}"
 
 
-def load_yaml(path: Path) -> Any:
-    """`yaml.safe_load` (with libyaml when present) naming the file and line in errors."""
+def load_yaml(path: Path, text: Optional[str] = None) -> Any:
+    """`yaml.safe_load` of `path` (or of `text`, read from it) naming the file and line in errors."""
     import yaml
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, "file not found", "check the path or create it") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    if text is None:
+        text = read_text(path)
     # The C loader when PyYAML was built with libyaml: several times faster on a
     # lock of a few hundred entries, same safe semantics.
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -120,6 +116,18 @@ def load_yaml(path: Path) -> Any:
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(where, f"malformed YAML: {problem}", "fix the syntax") from None
+
+
+def read_text(path: Path) -> str:
+    """The file's text, or an InputError naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, "file not found", "check the path or create it") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def read_spec(path: Path) -> EnvSpec:

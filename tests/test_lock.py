@@ -191,7 +191,7 @@ def test_check_catches_a_hand_edited_hash(locked: Project, capsys) -> None:
     path = locked.lock_path("py310")
     text = path.read_text()
     lock = read_lock(path)
-    path.write_text(text.replace(lock.content_hash["win-64"], "0" * 64))
+    path.write_text(text.replace(lock.content_hash["win-64"], "ab" * 32))
     code, out = check(locked, capsys)
     assert code == 1
     assert out.count("content_hash") == 1 and "win-64: content_hash" in out
@@ -232,3 +232,27 @@ def test_committed_locks_are_fresh(capsys) -> None:
     repo = Path(__file__).resolve().parent.parent
     capsys.readouterr()
     assert main(["lock", "--check", "--root", str(repo)]) == 0, capsys.readouterr().out
+
+
+def test_parsed_lock_cache_is_named_by_the_lock_bytes(locked: Project, tmp_path: Path, monkeypatch) -> None:
+    import bootstrap.lockfile as lockfile
+
+    path, cache = locked.lock_path("py310"), tmp_path / "cache"
+    parsed = read_lock(path)
+    assert read_lock(path, cache_dir=cache) == parsed  # parsed, and written as JSON
+    (cached,) = (cache / "locks").glob("*.json")
+
+    def no_yaml(*_):
+        raise AssertionError("parsed the YAML again")
+
+    monkeypatch.setattr(lockfile, "load_yaml", no_yaml)
+    assert read_lock(path, cache_dir=cache) == parsed  # from the JSON
+    path.write_text(path.read_text().replace(entry(parsed, "linux-64", "zlibstub").sha256, "ab" * 32))
+    with pytest.raises(AssertionError, match="parsed the YAML again"):
+        read_lock(path, cache_dir=cache)  # any edit is another name: never the stale JSON
+    monkeypatch.undo()
+    edited = read_lock(path, cache_dir=cache)
+    assert entry(edited, "linux-64", "zlibstub").sha256 == "ab" * 32
+    cached.write_text('{"packages": [{"name": "half"}]}')  # a broken cache file: parse again
+    path.write_text(path.read_text().replace("ab" * 32, entry(parsed, "linux-64", "zlibstub").sha256))
+    assert read_lock(path, cache_dir=cache) == parsed
