@@ -26,7 +26,7 @@ from bootstrap import __version__
 from bootstrap import generations as gens
 from bootstrap.envplan import Plan, make_plan
 from bootstrap.errors import FetchError, InputError, IntegrityError, ToolError
-from bootstrap.fetch import fetch_archives, source_url
+from bootstrap.fetch import archive_path, fetch_archives, source_url
 from bootstrap.fsutil import atomic_write_bytes, atomic_write_text
 from bootstrap.history import COMMAND as HISTORY_COMMAND, append_request
 from bootstrap.lockfile import Lock, LockedPackage, read_lock
@@ -203,12 +203,12 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, feedback
     conda = [e for e in entries if e.manager == "conda"]
     if plan.link or plan.unlink:
         t = time.perf_counter()
-        feedback.fetch_started(len(plan.link))
-        archives = fetch_archives(plan.link, options.cache_dir, options.mirrors, progress=feedback.fetched)
+        sealed = {e.name for e in plan.link if _keep_only_if_sealed(options.cache_dir, e)}
+        archives = _archives(plan.link, sealed, options, feedback)
         seconds["fetch"] = time.perf_counter() - t
         t = time.perf_counter()
         feedback.notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
-        link_conda(conda, archives, partial, options)
+        link_conda(conda, archives, sealed, partial, options)
         requested = _requested_conda_specs(lock)
         if requested:
             append_request(partial / "conda-meta" / "history", requested, f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})")
@@ -245,29 +245,45 @@ def _write_record(options: EnvOptions, lock: Lock, prefix: Path, number: int, fs
 _LINK_CONFIG = "allow-hard-links = false\n"
 
 
-def link_conda(conda: Sequence[LockedPackage], archives: dict, partial: Path, options: EnvOptions) -> None:
-    """Make `partial` hold exactly `conda`; rattler computes and applies the difference.
+def _archives(to_link: Sequence[LockedPackage], sealed: set, options: EnvOptions, feedback: Feedback) -> dict:
+    """name -> local archive of each package to link: fetched and hash-checked, except where
+    rattler will link the sealed extracted copy and never read the archive (a CUDA package's
+    archive is hundreds of MB to hash); there the stored one stands in, unread."""
+    stored = {e.name: archive_path(options.cache_dir, e) for e in to_link if e.name in sealed}
+    stored = {name: path for name, path in stored.items() if path.is_file()}
+    to_fetch = [e for e in to_link if e.name not in stored]
+    feedback.fetch_started(len(to_fetch))
+    return {**stored, **fetch_archives(to_fetch, options.cache_dir, options.mirrors, progress=feedback.fetched)}
+
+
+def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions) -> None:
+    """Make `partial` hold exactly `conda`, linking `archives`; rattler computes and applies the difference.
 
     rattler links from its extracted package cache, which it trusts ("fast"
     validation does not notice an edited file; "full" re-hashes everything
     and doubled the link time). So every extracted package is sealed after
     extraction (size and mtime of each file) and dropped before the next link
-    unless the seal still holds; rattler then re-extracts it from the verified
-    archive, which its record points at. A record whose extracted copy is
-    sealed points at the lock's URL instead: rattler takes the cached copy
-    (matched by sha256) and records that URL, so conda-meta needs no rewrite.
+    unless the seal still holds (`sealed`: those that held); rattler then
+    re-extracts it from the verified archive, which its record points at. A
+    record whose extracted copy is sealed points at the lock's URL instead:
+    rattler takes the cached copy (matched by sha256) and records that URL, so
+    conda-meta needs no rewrite.
     """
     to_link = [e for e in conda if e.name in archives]
-    sealed = {e.name for e in to_link if _keep_only_if_sealed(options.cache_dir, e)}
-    # If a sealed copy vanishes under us (another env's run dropped it), link again from the archives alone.
     attempts = [sealed, set()] if sealed else [sealed]
-    for sealed in attempts:
+    for canonical in attempts:
+        if canonical is not sealed:
+            # A sealed copy vanished under us (another env's run dropped it): link again from
+            # the archives alone, after checking the ones that stood in unread.
+            checked = fetch_archives([e for e in to_link if e.name in sealed], options.cache_dir, options.mirrors)
+            archives = {**archives, **checked}
         try:
-            _rattler_install(conda, archives, partial, options, canonical=sealed)
+            _rattler_install(conda, archives, partial, options, canonical=canonical)
             break
         except Exception as exc:
-            if sealed is attempts[-1]:
+            if canonical is attempts[-1]:
                 raise ToolError(f"linking into {options.prefix} failed: {exc}") from None
+    sealed = canonical
     for entry in to_link:
         if entry.name not in sealed:  # extracted by this run
             _seal(options.cache_dir, entry)

@@ -70,8 +70,13 @@ def fetch_archives(
         return dict(pool.map(one, entries))
 
 
+def archive_path(cache_dir: Path, entry: LockedPackage) -> Path:
+    """Where the archive store keeps `entry`'s archive: `<cache>/archives/<sha256>/<fn>`."""
+    return cache_dir / "archives" / entry.sha256 / entry.filename
+
+
 def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirror] = ()) -> Path:
-    target = cache_dir / "archives" / entry.sha256 / entry.filename
+    target = archive_path(cache_dir, entry)
     # An archive enters the store only after its paths were vetted, so bytes that
     # still hash to the lock's sha256 are the vetted bytes: re-hash, don't re-vet.
     if target.is_file() and sha256_file(target) == entry.sha256:

@@ -355,10 +355,32 @@ def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: 
         return sealed
 
     monkeypatch.setattr(env_module, "_keep_only_if_sealed", check_then_lose_it)
+    (archive,) = (project.root / ".cache").glob("archives/*/bigpkg-*")
+    archive.write_bytes(archive.read_bytes()[:-10] + b"0123456789")  # unread while the sealed copy stood in
     assert main(env_args(project, str(channel))) == 0
     assert_matches_lock(project)  # canonical URLs in conda-meta, whichever way each package was linked
     (entry,) = [e for e in read_lock(project.lock_path("py310")).for_platform("linux-64", "conda") if e.name == "bigpkg"]
     assert checked(project.root / ".cache", entry)  # extracted and sealed again
+    from bootstrap.fsutil import sha256_file
+
+    assert sha256_file(archive) == entry.sha256  # checked before the second link, and fetched again
+
+
+def test_a_warm_cache_links_sealed_copies_without_reading_their_archives(project: Project, channel: Path,
+                                                                          monkeypatch) -> None:
+    import bootstrap.fetch as fetch_module
+
+    assert main(env_args(project, str(channel))) == 0
+    hashed = []
+    real_sha256 = fetch_module.sha256_file
+    monkeypatch.setattr(fetch_module, "sha256_file", lambda path: hashed.append(Path(path).name) or real_sha256(path))
+    assert main(env_args(project, str(channel), "--prefix", str(project.root / "second"))) == 0
+    assert hashed == []  # every package came from its sealed extracted copy
+    (extracted,) = (project.root / ".cache").glob("pkgs/bigpkg-*/share/bigpkg/f000001.txt")
+    extracted.write_text("edited\n")  # breaks bigpkg's seal: its archive is checked and extracted again
+    assert main(env_args(project, str(channel), "--prefix", str(project.root / "third"))) == 0
+    assert [name.split("-")[0] for name in hashed] == ["bigpkg"]
+    assert (project.root / "third" / "share/bigpkg/f000001.txt").read_text() != "edited\n"
 
 
 def test_editing_one_env_leaves_cache_and_sibling_alone(project: Project, channel: Path) -> None:
