@@ -33,7 +33,9 @@ from bootstrap.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.mirrors import Mirror, scrub_credentials
 from bootstrap.pip_resolve import uv_binary, PipOptions
 from bootstrap.prefix import (
+    INSTALL_RECORD,
     InstallRecord,
+    InstalledConda,
     conda_meta_fingerprint,
     conda_packages,
     normalise,
@@ -120,6 +122,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     lock = read_lock(options.lock_path, cache_dir=options.cache_dir)
     layout = gens.Layout(options.prefix)
     layout.check_managed()
+    planned_on = _env_state(layout)
     plan, up_to_date = _plan(options, lock)
     if options.dry_run or up_to_date:
         return EnvResult(options.prefix, options.platform, plan, layout.current(), False, options.dry_run,
@@ -127,7 +130,8 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
 
     with gens.exclusive(layout, feedback.waiting):
         removed = tuple(str(p) for p in gens.remove_partials(layout))
-        plan, up_to_date = _plan(options, lock)  # a concurrent run may have done the work while we waited
+        if _env_state(layout) != planned_on:  # another run changed the env before we got the lock
+            plan, up_to_date = _plan(options, lock)
         current = layout.current()
         if not up_to_date and plan.empty and current is not None:
             # Same packages, another lock (e.g. a loosened spec that resolved the
@@ -152,6 +156,15 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     seconds["total"] = time.perf_counter() - started
     return EnvResult(options.prefix, options.platform, plan, new.number, True, False, seconds, removed,
                      new.base, new.recycled)
+
+
+def _env_state(layout: gens.Layout) -> tuple:
+    """What every `bootstrap env` run that changes the env changes: the current generation and its record."""
+    try:
+        info = os.stat(layout.stable / "conda-meta" / INSTALL_RECORD)
+    except OSError:
+        return layout.current(), None
+    return layout.current(), info.st_ino, info.st_mtime_ns, info.st_size
 
 
 def _plan(options: EnvOptions, lock: Lock) -> tuple[Plan, bool]:
@@ -199,7 +212,8 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, feedback
     current generation: a recycled generation is one change further behind."""
     seconds = {}
     entries = locked_entries(lock, options.platform)
-    plan = make_plan(entries, conda_packages(partial), pip_distributions(partial))
+    installed = conda_packages(partial)
+    plan = make_plan(entries, installed, pip_distributions(partial))
     conda = [e for e in entries if e.manager == "conda"]
     if plan.link or plan.unlink:
         t = time.perf_counter()
@@ -208,7 +222,7 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, feedback
         seconds["fetch"] = time.perf_counter() - t
         t = time.perf_counter()
         feedback.notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
-        link_conda(conda, archives, sealed, partial, options)
+        link_conda(conda, archives, sealed, partial, options, installed)
         requested = _requested_conda_specs(lock)
         if requested:
             append_request(partial / "conda-meta" / "history", requested, f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})")
@@ -256,8 +270,10 @@ def _archives(to_link: Sequence[LockedPackage], sealed: set, options: EnvOptions
     return {**stored, **fetch_archives(to_fetch, options.cache_dir, options.mirrors, progress=feedback.fetched)}
 
 
-def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions) -> None:
-    """Make `partial` hold exactly `conda`, linking `archives`; rattler computes and applies the difference.
+def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions,
+               installed: Sequence[InstalledConda]) -> None:
+    """Make `partial` (holding `installed`) hold exactly `conda`, linking `archives`; rattler computes
+    and applies the difference.
 
     rattler links from its extracted package cache, which it trusts ("fast"
     validation does not notice an edited file; "full" re-hashes everything
@@ -277,8 +293,9 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
             # the archives alone, after checking the ones that stood in unread.
             checked = fetch_archives([e for e in to_link if e.name in sealed], options.cache_dir, options.mirrors)
             archives = {**archives, **checked}
+            installed = conda_packages(partial)  # the first attempt may have got halfway
         try:
-            _rattler_install(conda, archives, partial, options, canonical=canonical)
+            _rattler_install(conda, archives, partial, options, installed, canonical=canonical)
             break
         except Exception as exc:
             if canonical is attempts[-1]:
@@ -291,12 +308,12 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
 
 
 def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Path, options: EnvOptions,
-                     canonical: set) -> None:
+                     installed: Sequence[InstalledConda], canonical: set) -> None:
     import rattler
 
     pkgs = options.cache_dir / "pkgs"
-    installed = [rattler.PrefixRecord.from_path(p.record_path) for p in conda_packages(partial)]
-    by_name = {r.name.normalized: r for r in installed}
+    records = [rattler.PrefixRecord.from_path(p.record_path) for p in installed]
+    by_name = {r.name.normalized: r for r in records}
 
     async def record(entry: LockedPackage):
         if entry.name not in archives:
@@ -317,7 +334,7 @@ def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Pa
             [await record(e) for e in conda],
             partial,
             cache_dir=pkgs,
-            installed_packages=installed,
+            installed_packages=records,
             platform=rattler.Subdir(options.platform),
             execute_link_scripts=False,
             show_progress=options.show_progress,
