@@ -3,16 +3,17 @@
 A fixture env of ~30 packages / ~5,000 files (a runnable python, pip and 28
 generic packages, a third of their files with prefix placeholders) is locked
 from a local channel. Each scenario runs bootstrap and raw rattler.install on
-the same records, interleaved run by run, each run after a `sync` so none pays
-for the write-back of the one before. The development VM's disk speed drifts
-by 5x over minutes (a raw fresh create takes 0.15 s or 0.9 s), so read the
-ratios, which compare neighbours: medians, and the medians of the per-pair
-ratio and difference.
+the same records, interleaved run by run (which side goes first alternates),
+each run after a `sync` so none pays for the write-back of the one before.
+The development VM's disk speed drifts by 5x over minutes (a raw fresh
+create takes 0.15 s or 0.9 s), so read the ratios, which compare neighbours:
+medians, and the medians of the per-pair ratio and difference.
 
   fresh create, warm cache   bootstrap env -> new prefix | rattler.install -> new prefix
   no-op rerun                `python -m bootstrap env` (interpreter start included) | rattler.install again
-  first change               pkg07 1.0 -> 1.1 in a new env each run: bootstrap copies generation 1
-                             | rattler in place
+  first change               pkg07 1.0 -> 1.1 in a new env each run: bootstrap starts from a
+                             hard-linked clone of generation 1 | rattler in place; "clone alone"
+                             times that clone by itself (one directory entry per file)
   later changes              pkg07 1.1 -> 1.2 -> ...: bootstrap updates the retired generation
                              (two changes behind) | rattler in place (one change behind)
 
@@ -41,6 +42,7 @@ sys.path.insert(0, str(REPO))
 import rattler  # noqa: E402
 
 from bootstrap.env import EnvOptions, create_or_update  # noqa: E402
+from bootstrap.generations import clone_tree  # noqa: E402
 from bootstrap.lock import LockOptions, lock_env  # noqa: E402
 from bootstrap.mirrors import Mirror  # noqa: E402
 from tests.fixtures.conda_channel import PLACEHOLDER, PackageSpec, build_channel, pip_spec  # noqa: E402
@@ -66,13 +68,20 @@ def timed(action) -> float:
     return time.perf_counter() - started
 
 
+def pair(index: int, ours, raw) -> tuple[float, float]:
+    """Time both actions back to back, bootstrap first on even runs and raw first on odd ones,
+    so neither side always inherits what the other left in the page cache or the journal."""
+    if index % 2:
+        raw_t = timed(raw)
+        return timed(ours), raw_t
+    ours_t = timed(ours)
+    return ours_t, timed(raw)
+
+
 def paired(ours, raw, runs: int = RUNS) -> tuple[list[float], list[float]]:
-    """Alternate the two actions `runs` times; each call gets the run index."""
-    ours_t, raw_t = [], []
-    for index in range(runs):
-        ours_t.append(timed(lambda: ours(index)))
-        raw_t.append(timed(lambda: raw(index)))
-    return ours_t, raw_t
+    """`pair` the two actions `runs` times; each call gets the run index."""
+    pairs = [pair(index, lambda: ours(index), lambda: raw(index)) for index in range(runs)]
+    return [o for o, _ in pairs], [r for _, r in pairs]
 
 
 def solved_records(channel: Path, specs: list[str]) -> list:
@@ -155,35 +164,33 @@ def main(argv: list[str]) -> int:
             locks[version] = lock_path.read_text()
             create_or_update(ours(tmp / "warm"))
 
-        def change(prefix: Path, version: str, recycled: bool) -> float:
+        def change(prefix: Path, version: str, recycled: bool) -> None:
             lock_path.write_text(locks[version])
-            outcome = {}
-            seconds = timed(lambda: outcome.update(result=create_or_update(ours(prefix))))
-            assert outcome["result"].recycled == recycled, (version, outcome["result"])
-            return seconds
+            result = create_or_update(ours(prefix))
+            assert result.recycled == recycled, (version, result)
 
-        # First change of an env (a copy): a new pair of envs per run, created untimed.
-        first_ours, first_raw = [], []
+        # First change of an env (from a hard-linked clone): a new pair of envs per run, created untimed.
+        first, clone = [], []
         for i in range(RUNS):
             lock_path.write_text(locks["1.0"])
             create_or_update(ours(tmp / f"first{i}"))
             raw_install(records["1.0"], tmp / f"first-raw{i}", cache / "pkgs", True)
-            first_ours.append(change(tmp / f"first{i}", updates[0], recycled=False))
-            first_raw.append(timed(lambda: raw_install(records[updates[0]], tmp / f"first-raw{i}", cache / "pkgs", True)))
+            first.append(pair(i, lambda: change(tmp / f"first{i}", updates[0], recycled=False),
+                              lambda: raw_install(records[updates[0]], tmp / f"first-raw{i}", cache / "pkgs", True)))
+            clone.append(timed(lambda: clone_tree(Path(os.path.realpath(tmp / f"first{i}")), tmp / f"clone{i}")))
 
         # Later changes: the stable env moves forward one version per run, recycling its retired generation.
         change(stable, updates[0], recycled=False)
         raw_install(records[updates[0]], raw_prefix, cache / "pkgs", True)
-        later_ours, later_raw = [], []
-        for version in updates[1:]:
-            later_ours.append(change(stable, version, recycled=True))
-            later_raw.append(timed(lambda: raw_install(records[version], raw_prefix, cache / "pkgs", True)))
+        later = [pair(i, lambda: change(stable, version, recycled=True),
+                      lambda: raw_install(records[version], raw_prefix, cache / "pkgs", True))
+                 for i, version in enumerate(updates[1:])]
 
         print(f"{'scenario':<28}{'bootstrap':>11}{'raw (copies)':>14}{'ratio':>8}{'overhead':>12}{'runs':>6}")
         print(row("fresh create, warm cache", *fresh) + f"   raw with hard links: {fresh_hard:.3f}s")
         print(row("no-op rerun", *noop))
-        print(row("first change (copy)", first_ours, first_raw))
-        print(row("later changes (recycled)", later_ours, later_raw))
+        print(row("first change (clone)", *zip(*first)) + f"   clone alone: {statistics.median(clone):.3f}s")
+        print(row("later changes (recycled)", *zip(*later)))
         print("ratio, overhead: medians over the pairs, each bootstrap run against the raw run right after it")
         print("bootstrap fresh create, last run: " + ", ".join(f"{k} {v:.3f}s" for k, v in breakdown.items()))
         print(f"no-op rerun includes interpreter start ({bare:.3f} s for `python -c pass`); raw no-op is in-process")
