@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -141,6 +142,21 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
         if up_to_date:
             return EnvResult(options.prefix, options.platform, plan, current, False, False,
                              {"total": time.perf_counter() - started}, removed)
+        new, seconds = _build(layout, options, lock, current, feedback)
+        gens.collect_garbage(layout, keep=(new.number, current))
+    seconds["total"] = time.perf_counter() - started
+    return EnvResult(options.prefix, options.platform, plan, new.number, True, False, seconds, removed,
+                     new.base, new.recycled)
+
+
+class _EditedCache(Exception):
+    """Extracted packages that rattler linked from turned out not to match their seals."""
+
+
+def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Optional[int],
+           feedback: Feedback) -> tuple[gens.Start, dict]:
+    """Build the next generation and switch to it; start over once if a cached package was edited."""
+    for attempt in (1, 2):
         t = time.perf_counter()
         new = gens.start(layout)
         try:
@@ -149,13 +165,16 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
             seconds = {"start": time.perf_counter() - t}
             seconds.update(_apply(options, lock, new.partial, new.number, feedback))
             gens.commit(layout, new.number, new.partial)
+            return new, seconds
+        except _EditedCache as exc:
+            shutil.rmtree(new.partial, ignore_errors=True)
+            if attempt == 2:
+                raise ToolError(f"{exc} again: is something writing into {options.cache_dir}?") from None
+            feedback.notify(f"{exc}: starting over, extracting them again from their archives")
         except BaseException:
             shutil.rmtree(new.partial, ignore_errors=True)
             raise
-        gens.collect_garbage(layout, keep=(new.number, current))
-    seconds["total"] = time.perf_counter() - started
-    return EnvResult(options.prefix, options.platform, plan, new.number, True, False, seconds, removed,
-                     new.base, new.recycled)
+    raise AssertionError("unreachable")
 
 
 def _env_state(layout: gens.Layout) -> tuple:
@@ -217,12 +236,26 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, feedback
     conda = [e for e in entries if e.manager == "conda"]
     if plan.link or plan.unlink:
         t = time.perf_counter()
-        sealed = {e.name for e in plan.link if _keep_only_if_sealed(options.cache_dir, e)}
+        sealed = {e.name for e in plan.link if _has_seal(options.cache_dir, e)}
         archives = _archives(plan.link, sealed, options, feedback)
         seconds["fetch"] = time.perf_counter() - t
         t = time.perf_counter()
         feedback.notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
-        link_conda(conda, archives, sealed, partial, options, installed)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            # Checking the seals costs ~4 us a file: done while rattler links from the copies,
+            # and if one fails, this generation is thrown away (`_build` starts over).
+            edited = pool.submit(lambda: [e for e in plan.link if e.name in sealed and not _seal_holds(options.cache_dir, e)])
+            try:
+                link_conda(conda, archives, sealed, partial, options, installed)
+                failure = None
+            except Exception as exc:  # an edited copy may be the cause: check first
+                failure = exc
+        if edited.result():
+            for entry in edited.result():
+                _drop_extracted(options.cache_dir, entry)
+            raise _EditedCache(f"cached copies of {', '.join(e.describe() for e in edited.result())} were edited")
+        if failure is not None:
+            raise failure
         requested = _requested_conda_specs(lock)
         if requested:
             append_request(partial / "conda-meta" / "history", requested, f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})")
@@ -383,18 +416,27 @@ def _fingerprint(directory: Path) -> dict:
     return out
 
 
-def _keep_only_if_sealed(cache_dir: Path, entry: LockedPackage) -> bool:
-    """True if rattler's extracted copy is exactly as sealed; otherwise remove it (and say False)."""
-    directory, seal = _extracted_dir(cache_dir, entry), _seal_path(cache_dir, entry)
-    if directory.exists():
-        try:
-            if json.loads(seal.read_text(encoding="utf-8")) == _fingerprint(directory):
-                return True
-        except (OSError, ValueError):
-            pass  # no seal (another artifact, or an older bootstrap) or a broken one
-        shutil.rmtree(directory, ignore_errors=True)
-    seal.unlink(missing_ok=True)
+def _has_seal(cache_dir: Path, entry: LockedPackage) -> bool:
+    """True if rattler's extracted copy and its seal are both there (`_seal_holds` says whether
+    the copy is as sealed); otherwise drop whichever is (an unsealed copy: another artifact,
+    an older bootstrap, or an extraction killed halfway)."""
+    if _extracted_dir(cache_dir, entry).is_dir() and _seal_path(cache_dir, entry).is_file():
+        return True
+    _drop_extracted(cache_dir, entry)
     return False
+
+
+def _seal_holds(cache_dir: Path, entry: LockedPackage) -> bool:
+    try:
+        seal = json.loads(_seal_path(cache_dir, entry).read_text(encoding="utf-8"))
+        return seal == _fingerprint(_extracted_dir(cache_dir, entry))
+    except (OSError, ValueError):
+        return False  # gone, or a broken seal
+
+
+def _drop_extracted(cache_dir: Path, entry: LockedPackage) -> None:
+    shutil.rmtree(_extracted_dir(cache_dir, entry), ignore_errors=True)
+    _seal_path(cache_dir, entry).unlink(missing_ok=True)
 
 
 def _seal(cache_dir: Path, entry: LockedPackage) -> None:

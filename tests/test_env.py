@@ -340,27 +340,45 @@ def test_corrupted_cache_is_healed_not_installed(project: Project, channel: Path
     assert_matches_lock(project)
 
 
+def test_an_edited_cached_copy_found_while_linking_discards_the_generation(project: Project, channel: Path) -> None:
+    """Seals are checked while rattler links from the copies: an edited one costs a second start, not the env."""
+    from bootstrap.env import EnvOptions, Feedback, create_or_update
+
+    assert main(env_args(project, str(channel))) == 0  # extracts and seals every package
+    (extracted,) = (project.root / ".cache").glob("pkgs/torchlike-*/share/torchlike/build.txt")
+    original = extracted.read_bytes()
+    extracted.write_bytes(b"E" * len(original))  # same size; the mtime tells
+    messages = []
+    fresh = project.root / "fresh"
+    options = EnvOptions("py310", project.lock_path("py310"), fresh, "linux-64", project.root / ".cache")
+    result = create_or_update(options, Feedback(notify=messages.append))
+    assert any("cached copies of torchlike 1.0" in m and "starting over" in m for m in messages), messages
+    assert (fresh / "share/torchlike/build.txt").read_bytes() == original
+    assert extracted.read_bytes() == original and result.generation == 1
+    assert [p.name for p in (project.root / ".fresh.gens").iterdir()] == ["1"]  # nothing left of the first try
+
+
 def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: Project, channel: Path, monkeypatch) -> None:
     """Two envs share a cache: another run may drop an extracted package between our seal check and rattler."""
     import bootstrap.env as env_module
 
     assert main(env_args(project, str(channel))) == 0
     shutil.rmtree(project.root / ".envs")
-    checked = env_module._keep_only_if_sealed
+    has_seal = env_module._has_seal
 
     def check_then_lose_it(cache_dir: Path, entry) -> bool:
-        sealed = checked(cache_dir, entry)
-        if entry.name == "bigpkg":
+        sealed = has_seal(cache_dir, entry)
+        if entry.name == "bigpkg" and sealed:
             shutil.rmtree(env_module._extracted_dir(cache_dir, entry))
         return sealed
 
-    monkeypatch.setattr(env_module, "_keep_only_if_sealed", check_then_lose_it)
+    monkeypatch.setattr(env_module, "_has_seal", check_then_lose_it)
     (archive,) = (project.root / ".cache").glob("archives/*/bigpkg-*")
     archive.write_bytes(archive.read_bytes()[:-10] + b"0123456789")  # unread while the sealed copy stood in
     assert main(env_args(project, str(channel))) == 0
     assert_matches_lock(project)  # canonical URLs in conda-meta, whichever way each package was linked
     (entry,) = [e for e in read_lock(project.lock_path("py310")).for_platform("linux-64", "conda") if e.name == "bigpkg"]
-    assert checked(project.root / ".cache", entry)  # extracted and sealed again
+    assert env_module._seal_holds(project.root / ".cache", entry)  # extracted and sealed again
     from bootstrap.fsutil import sha256_file
 
     assert sha256_file(archive) == entry.sha256  # checked before the second link, and fetched again
