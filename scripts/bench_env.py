@@ -50,7 +50,7 @@ from tests.fixtures.project import make_project  # noqa: E402
 from tests.fixtures.runnable_env import SHORT, runnable_python_spec  # noqa: E402
 
 PACKAGES, FILES_EACH = 28, 178
-RUNS = 9
+RUNS = 15
 
 
 def package(index: int, version: str = "1.0") -> PackageSpec:
@@ -78,7 +78,7 @@ def pair(index: int, ours, raw) -> tuple[float, float]:
     return ours_t, timed(raw)
 
 
-def paired(ours, raw, runs: int = RUNS) -> tuple[list[float], list[float]]:
+def paired(ours, raw, runs: int) -> tuple[list[float], list[float]]:
     """`pair` the two actions `runs` times; each call gets the run index."""
     pairs = [pair(index, lambda: ours(index), lambda: raw(index)) for index in range(runs)]
     return [o for o, _ in pairs], [r for _, r in pairs]
@@ -112,11 +112,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--packages", type=int, default=PACKAGES,
                         help=f"generic packages of {FILES_EACH} files each besides python and pip (default {PACKAGES})")
-    packages = parser.parse_args(argv).packages
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"pairs per scenario (default {RUNS})")
+    args = parser.parse_args(argv)
+    packages, runs = args.packages, args.runs
     with tempfile.TemporaryDirectory(prefix="bench-env-") as tmp_name:
         tmp = Path(tmp_name)
         specs = [runnable_python_spec(), pip_spec(), *(package(i) for i in range(packages))]
-        updates = [f"1.{k}" for k in range(1, RUNS + 2)]  # 1.1 for first changes, then RUNS later ones
+        updates = [f"1.{k}" for k in range(1, runs + 2)]  # 1.1 for first changes, then `runs` later ones
         channel = build_channel(tmp / "channel", specs + [package(7, v) for v in updates])
         names = [f"pkg{i:02d}" for i in range(packages)]
 
@@ -128,7 +130,7 @@ def main(argv: list[str]) -> int:
         mirror = Mirror.parse(f"conda-forge={channel}")
         lock_env(project, "py310", LockOptions(mirrors=(mirror,), cache_dir=tmp / "repodata"))
         n_files = sum(len(s.files) + len(s.symlinks) for s in specs)
-        print(f"fixture env: {len(specs)} packages, {n_files} files; {RUNS} interleaved runs per scenario", flush=True)
+        print(f"fixture env: {len(specs)} packages, {n_files} files; {runs} interleaved runs per scenario", flush=True)
 
         cache = tmp / "cache"
         records = {v: solved_records(channel, list(conda_specs(v))) for v in ["1.0", *updates]}
@@ -142,9 +144,9 @@ def main(argv: list[str]) -> int:
 
         breakdown = {}
         fresh = paired(lambda i: breakdown.update(create_or_update(ours(tmp / f"o{i}")).seconds),
-                       lambda i: raw_install(records["1.0"], tmp / f"r{i}", cache / "pkgs", True))
+                       lambda i: raw_install(records["1.0"], tmp / f"r{i}", cache / "pkgs", True), runs)
         fresh_hard = statistics.median(timed(lambda: raw_install(records["1.0"], tmp / f"h{i}", cache / "pkgs", False))
-                                       for i in range(RUNS))
+                                       for i in range(runs))
 
         stable, raw_prefix = tmp / "stable", tmp / "raw-stable"
         create_or_update(ours(stable))
@@ -152,8 +154,8 @@ def main(argv: list[str]) -> int:
         argv = [sys.executable, "-m", "bootstrap", "env", "--root", str(project.root), "--prefix", str(stable),
                 "--platform", "linux-64", "--cache-dir", str(cache)]
         noop = paired(lambda i: subprocess.run(argv, check=True, capture_output=True, cwd=REPO),
-                      lambda i: raw_install(records["1.0"], raw_prefix, cache / "pkgs", True))
-        bare = statistics.median(timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)) for _ in range(RUNS))
+                      lambda i: raw_install(records["1.0"], raw_prefix, cache / "pkgs", True), runs)
+        bare = statistics.median(timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)) for _ in range(runs))
 
         # Every version locked once (not timed) and extracted + sealed once, so neither side pays extraction below.
         spec_path, lock_path = project.spec_path("py310"), project.lock_path("py310")
@@ -171,7 +173,7 @@ def main(argv: list[str]) -> int:
 
         # First change of an env (from a hard-linked clone): a new pair of envs per run, created untimed.
         first, clone = [], []
-        for i in range(RUNS):
+        for i in range(runs):
             lock_path.write_text(locks["1.0"])
             create_or_update(ours(tmp / f"first{i}"))
             raw_install(records["1.0"], tmp / f"first-raw{i}", cache / "pkgs", True)

@@ -30,18 +30,29 @@ def marker(path: Path) -> str:
 
 def test_first_change_starts_from_a_hard_linked_clone(tmp_path: Path) -> None:
     layout = layout_with(tmp_path, [1], current=1)
-    os.symlink("marker", layout.path(1) / "conda-meta" / "link")
+    first = layout.path(1)
+    (first / "lib" / "python3.10" / "site-packages").mkdir(parents=True)
+    (first / "lib" / "python3.10" / "site-packages" / "m.py").write_text("x = 1\n")
+    (first / "bin").mkdir(mode=0o700)
+    os.symlink("marker", first / "conda-meta" / "link")
+    os.symlink("python3.10", first / "lib" / "python3")  # to a directory: recreated, not walked
+    os.symlink("gone", first / "bin" / "dangling")
     new = gens.start(layout)
     assert (new.number, new.base, new.recycled) == (2, 1, False)
     assert marker(new.partial) == "1" and marker(layout.path(1)) == "1"
-    assert os.stat(new.partial / "conda-meta" / "marker").st_ino == os.stat(layout.path(1) / "conda-meta" / "marker").st_ino
-    assert os.readlink(new.partial / "conda-meta" / "link") == "marker"  # a symlink stays a symlink
+    for relative in ("conda-meta/marker", "lib/python3.10/site-packages/m.py"):
+        assert os.stat(new.partial / relative).st_ino == os.stat(first / relative).st_ino
+    links = {p: os.readlink(new.partial / p) for p in ("conda-meta/link", "lib/python3", "bin/dangling")}
+    assert links == {"conda-meta/link": "marker", "lib/python3": "python3.10", "bin/dangling": "gone"}
+    assert (new.partial / "bin").stat().st_mode & 0o777 == 0o700
+    assert sorted(str(p.relative_to(new.partial)) for p in new.partial.rglob("*")) == \
+        sorted(str(p.relative_to(first)) for p in first.rglob("*"))
 
 
 def test_clone_copies_where_hard_links_fail(tmp_path: Path, monkeypatch) -> None:
     layout = layout_with(tmp_path, [1], current=1)
 
-    def no_links(source, target):
+    def no_links(source, target, **_):
         raise PermissionError(1, "Operation not permitted")  # e.g. fs.protected_hardlinks on a file of another user
 
     monkeypatch.setattr(os, "link", no_links)
