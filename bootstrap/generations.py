@@ -166,16 +166,20 @@ def clone_tree(source: Path, target: Path, workers: int = min(8, os.cpu_count() 
     link(2) is CPU-bound in the kernel, and two threads on two cores cut 64 ms to 37 ms for the
     5,000 files of the bench-env fixture."""
     links = []
-    for directory, subdirs, files in os.walk(source):
-        out = os.path.normpath(os.path.join(target, os.path.relpath(directory, source)))
+    pending = [(str(source), str(target))]
+    while pending:
+        directory, out = pending.pop()
         os.mkdir(out)
         shutil.copymode(directory, out)
-        for name in subdirs + files:
-            path = os.path.join(directory, name)
-            if os.path.islink(path):  # os.walk lists a symlink to a directory among `subdirs`, unwalked
-                os.symlink(os.readlink(path), os.path.join(out, name))
-            elif name in files:
-                links.append((path, os.path.join(out, name)))
+        with os.scandir(directory) as entries:  # file types from the directory itself: no stat per file
+            for entry in entries:
+                made = os.path.join(out, entry.name)
+                if entry.is_symlink():
+                    os.symlink(os.readlink(entry.path), made)
+                elif entry.is_dir():
+                    pending.append((entry.path, made))
+                else:
+                    links.append((entry.path, made))
     chunks = [links[i::workers] for i in range(workers)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(lambda chunk: [_link_or_copy(*pair) for pair in chunk], chunks))
