@@ -1,7 +1,7 @@
 """`bootstrap env`: create or update an environment from a lock, without conda.
 
     lock -> entries for this platform -> plan (envplan) against the current generation
-         -> new generation (generations.start: the retired one recycled, else a copy)
+         -> new generation (generations.start: the retired one recycled, else a hard-linked clone)
          -> fetch + verify + vet archives, rattler links the conda difference, uv
             installs the pip difference (hash-checked, no resolution), install record
          -> atomic switch of the stable symlink -> the generation before the previous GC'd
@@ -89,7 +89,7 @@ class EnvResult:
     seconds: dict = field(default_factory=dict)
     removed_partials: tuple[str, ...] = ()
     base: Optional[int] = None  # the generation the new one was built from
-    recycled: bool = False  # True: `base` was renamed and updated in place; False: copied
+    recycled: bool = False  # True: `base` was renamed and updated in place; False: cloned (hard links)
 
 
 def default_cache_dir() -> Path:

@@ -137,7 +137,7 @@ class Start:
     number: int  # the generation it becomes
     partial: Path  # `<number>.partial`
     base: Optional[int]  # the generation it was made from; None: empty
-    recycled: bool  # True: `base` itself, renamed; False: a copy of the current generation
+    recycled: bool  # True: `base` itself, renamed; False: a hard-linked clone of the current generation
 
 
 def start(layout: Layout) -> Start:

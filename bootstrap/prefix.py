@@ -15,7 +15,7 @@ import json
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -245,8 +245,11 @@ def read_install_record(prefix: Path) -> Optional[InstallRecord]:
 
 
 def write_install_record(prefix: Path, record: InstallRecord, fsync: bool = True) -> None:
-    atomic_write_text(prefix / "conda-meta" / INSTALL_RECORD, json.dumps(asdict(record), indent=2, sort_keys=True) + "\n",
-                      fsync)
+    # One field per line, each value compact: `indent` would switch json to its pure-Python
+    # encoder (1 ms of a one-package change at 114 packages).
+    fields = sorted(vars(record).items())
+    text = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in fields) + "\n}\n"
+    atomic_write_text(prefix / "conda-meta" / INSTALL_RECORD, text, fsync)
 
 
 def python_executable(prefix: Path) -> Path:

@@ -104,7 +104,7 @@ def _summary(env: str, result, options) -> str:
     lines += [f"  {line}" for line in shown]
     if result.changed:
         if result.base is not None:
-            how = f"by updating retired generation {result.base}" if result.recycled else f"from a copy of generation {result.base}"
+            how = f"by updating retired generation {result.base}" if result.recycled else f"from a clone of generation {result.base}"
             lines.append(f"built {how}; `--rollback` switches back to the previous one")
         lines.append(f"activate: conda activate {result.prefix}   or run {result.prefix}/bin/python")
     return "\n".join(lines)
