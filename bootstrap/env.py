@@ -241,21 +241,7 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, feedback
         seconds["fetch"] = time.perf_counter() - t
         t = time.perf_counter()
         feedback.notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            # Checking the seals costs ~4 us a file: done while rattler links from the copies,
-            # and if one fails, this generation is thrown away (`_build` starts over).
-            edited = pool.submit(lambda: [e for e in plan.link if e.name in sealed and not _seal_holds(options.cache_dir, e)])
-            try:
-                link_conda(conda, archives, sealed, partial, options, installed)
-                failure = None
-            except Exception as exc:  # an edited copy may be the cause: check first
-                failure = exc
-        if edited.result():
-            for entry in edited.result():
-                _drop_extracted(options.cache_dir, entry)
-            raise _EditedCache(f"cached copies of {', '.join(e.describe() for e in edited.result())} were edited")
-        if failure is not None:
-            raise failure
+        link_conda(conda, archives, sealed, partial, options, installed)
         requested = _requested_conda_specs(lock)
         if requested:
             append_request(partial / "conda-meta" / "history", requested, f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})")
@@ -312,14 +298,33 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
     validation only checks that each file exists, and cost 5 % of a fresh
     create; "full" re-hashes everything and doubled the link time). So every
     extracted package is sealed after extraction (size and mtime of each
-    file) and dropped before the next link unless the seal still holds
-    (`sealed`: those that held), and rattler is told to skip its own check;
-    it re-extracts a dropped one from the verified archive, which its record
-    points at. A
-    record whose extracted copy is sealed points at the lock's URL instead:
-    rattler takes the cached copy (matched by sha256) and records that URL, so
-    conda-meta needs no rewrite.
+    file, `_seal`), and rattler is told to skip its own check. A sealed copy
+    (`sealed`) is linked by a record that points at the lock's URL: rattler
+    takes the cached copy (matched by sha256) and records that URL, so
+    conda-meta needs no rewrite. Other records point at the verified archive,
+    which rattler extracts.
+
+    Checking the seals costs ~4 us a file, so it runs while rattler links
+    from the copies; if one fails, `_EditedCache` is raised once rattler is
+    done, the copy dropped, and the caller throws `partial` away.
     """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        edited = pool.submit(lambda: [e for e in conda if e.name in sealed and not _seal_holds(options.cache_dir, e)])
+        try:
+            _link(conda, archives, sealed, partial, options, installed)
+            failure = None
+        except Exception as exc:  # an edited copy may be the cause: look first
+            failure = exc
+    if edited.result():
+        for entry in edited.result():
+            _drop_extracted(options.cache_dir, entry)
+        raise _EditedCache(f"cached copies of {', '.join(e.describe() for e in edited.result())} were edited")
+    if failure is not None:
+        raise failure
+
+
+def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions,
+          installed: Sequence[InstalledConda]) -> None:
     to_link = [e for e in conda if e.name in archives]
     attempts = [sealed, set()] if sealed else [sealed]
     for canonical in attempts:
@@ -335,11 +340,10 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
         except Exception as exc:
             if canonical is attempts[-1]:
                 raise ToolError(f"linking into {options.prefix} failed: {exc}") from None
-    sealed = canonical
     for entry in to_link:
-        if entry.name not in sealed:  # extracted by this run
+        if entry.name not in canonical:  # extracted by this run
             _seal(options.cache_dir, entry)
-    _restore_canonical_urls(partial, [e for e in to_link if e.name not in sealed])
+    _restore_canonical_urls(partial, [e for e in to_link if e.name not in canonical])
 
 
 def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Path, options: EnvOptions,
