@@ -136,7 +136,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
         current = layout.current()
         if not up_to_date and plan.empty and current is not None:
             # Same packages, another lock (e.g. a loosened spec that resolved the
-            # same): refresh the record in place rather than copying the env.
+            # same): refresh the record in place rather than build a generation.
             _write_record(options, lock, layout.path(current), current)
             up_to_date = True
         if up_to_date:
