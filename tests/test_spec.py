@@ -83,6 +83,16 @@ def test_missing_spec_file(tmp_path: Path) -> None:
         read_spec(tmp_path / "nope.yml")
 
 
+def test_a_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    from bootstrap.lockfile import read_lock
+
+    path = tmp_path / "env.yml"
+    path.write_bytes(GOOD.encode() + b"# caf\xe9 in latin-1\n")
+    for read in (read_spec, read_lock, lambda p: read_lock(p, cache_dir=tmp_path / "cache")):
+        with pytest.raises(InputError, match=rf"{path}: not UTF-8 text \(invalid continuation byte at byte \d+\)"):
+            read(path)
+
+
 def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD + "  - [unclosed\n")
     with pytest.raises(InputError, match=rf"{path}:\d+: malformed YAML"):
