@@ -74,9 +74,9 @@ def read_lock(path: Path, cache_dir: Optional[Path] = None) -> Lock:
 
     With `cache_dir`, the parsed lock is also kept there as JSON, named by the
     sha256 of the lock's bytes (and of the fields parsed), and read from it
-    next time: YAML costs 3 ms for 30 packages, 18 ms for the project's lock;
-    the JSON a tenth of that. The lock stays the source of truth: any edit to
-    it is another name.
+    next time: YAML costs 3 ms for 30 packages and 12 ms for the project's
+    py310 lock (123 entries), its JSON 0.5 ms. The lock stays the source of
+    truth: any edit to it is another name.
     """
     if cache_dir is None:
         return _parse(path, read_text(path))
