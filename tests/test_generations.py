@@ -34,6 +34,9 @@ def test_first_change_starts_from_a_hard_linked_clone(tmp_path: Path) -> None:
     (first / "lib" / "python3.10" / "site-packages").mkdir(parents=True)
     (first / "lib" / "python3.10" / "site-packages" / "m.py").write_text("x = 1\n")
     (first / "bin").mkdir(mode=0o700)
+    (first / "share" / "ro").mkdir(parents=True)
+    (first / "share" / "ro" / "data").write_text("read-only directory\n")
+    (first / "share" / "ro").chmod(0o555)  # filled before its mode is set, or a non-root clone fails
     os.symlink("marker", first / "conda-meta" / "link")
     os.symlink("python3.10", first / "lib" / "python3")  # to a directory: recreated, not walked
     os.symlink("gone", first / "bin" / "dangling")
@@ -45,6 +48,8 @@ def test_first_change_starts_from_a_hard_linked_clone(tmp_path: Path) -> None:
     links = {p: os.readlink(new.partial / p) for p in ("conda-meta/link", "lib/python3", "bin/dangling")}
     assert links == {"conda-meta/link": "marker", "lib/python3": "python3.10", "bin/dangling": "gone"}
     assert (new.partial / "bin").stat().st_mode & 0o777 == 0o700
+    assert (new.partial / "share" / "ro").stat().st_mode & 0o777 == 0o555
+    assert (new.partial / "share" / "ro" / "data").read_text() == "read-only directory\n"
     assert sorted(str(p.relative_to(new.partial)) for p in new.partial.rglob("*")) == \
         sorted(str(p.relative_to(first)) for p in first.rglob("*"))
 
