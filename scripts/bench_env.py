@@ -13,7 +13,9 @@ medians, and the medians of the per-pair ratio and difference.
   no-op rerun                `python -m bootstrap env` (interpreter start included) | rattler.install again
   first change               pkg07 1.0 -> 1.1 in a new env each run: bootstrap starts from a
                              hard-linked clone of generation 1 | rattler in place; "clone alone"
-                             times that clone by itself (one directory entry per file)
+                             times that clone by itself (one directory entry per file), "a copy
+                             instead" `cp -a` of the same generation (what a first change cost
+                             before generations shared files; it grows with the bytes, see --big-mb)
   later changes              pkg07 1.1 -> 1.2 -> ...: bootstrap updates the retired generation
                              (two changes behind) | rattler in place (one change behind)
 
@@ -113,14 +115,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--packages", type=int, default=PACKAGES,
                         help=f"generic packages of {FILES_EACH} files each besides python and pip (default {PACKAGES})")
     parser.add_argument("--runs", type=int, default=RUNS, help=f"pairs per scenario (default {RUNS})")
+    parser.add_argument("--big-mb", type=int, default=0, metavar="MB",
+                        help="add a package holding one file of MB megabytes, as CUDA libraries are (default none)")
     args = parser.parse_args(argv)
     packages, runs = args.packages, args.runs
     with tempfile.TemporaryDirectory(prefix="bench-env-") as tmp_name:
         tmp = Path(tmp_name)
         specs = [runnable_python_spec(), pip_spec(), *(package(i) for i in range(packages))]
+        if args.big_mb:
+            specs.append(PackageSpec("bigdata", "1.0", noarch="generic", files={"lib/libbig.so": bytes(args.big_mb << 20)}))
         updates = [f"1.{k}" for k in range(1, runs + 2)]  # 1.1 for first changes, then `runs` later ones
         channel = build_channel(tmp / "channel", specs + [package(7, v) for v in updates])
-        names = [f"pkg{i:02d}" for i in range(packages)]
+        names = [f"pkg{i:02d}" for i in range(packages)] + (["bigdata"] if args.big_mb else [])
 
         def conda_specs(version: str) -> tuple:
             return (f"python={SHORT}.*", "pip", *[n if n != "pkg07" else f"pkg07 {version}" for n in names])
@@ -172,14 +178,16 @@ def main(argv: list[str]) -> int:
             assert result.recycled == recycled, (version, result)
 
         # First change of an env (from a hard-linked clone): a new pair of envs per run, created untimed.
-        first, clone = [], []
+        first, clone, copy = [], [], []
         for i in range(runs):
             lock_path.write_text(locks["1.0"])
             create_or_update(ours(tmp / f"first{i}"))
             raw_install(records["1.0"], tmp / f"first-raw{i}", cache / "pkgs", True)
             first.append(pair(i, lambda: change(tmp / f"first{i}", updates[0], recycled=False),
                               lambda: raw_install(records[updates[0]], tmp / f"first-raw{i}", cache / "pkgs", True)))
-            clone.append(timed(lambda: clone_tree(Path(os.path.realpath(tmp / f"first{i}")), tmp / f"clone{i}")))
+            current = Path(os.path.realpath(tmp / f"first{i}"))
+            clone.append(timed(lambda: clone_tree(current, tmp / f"clone{i}")))
+            copy.append(timed(lambda: subprocess.run(["cp", "-a", str(current), str(tmp / f"copy{i}")], check=True)))
 
         # Later changes: the stable env moves forward one version per run, recycling its retired generation.
         change(stable, updates[0], recycled=False)
@@ -191,7 +199,8 @@ def main(argv: list[str]) -> int:
         print(f"{'scenario':<28}{'bootstrap':>11}{'raw (copies)':>14}{'ratio':>8}{'overhead':>12}{'runs':>6}")
         print(row("fresh create, warm cache", *fresh) + f"   raw with hard links: {fresh_hard:.3f}s")
         print(row("no-op rerun", *noop))
-        print(row("first change (clone)", *zip(*first)) + f"   clone alone: {statistics.median(clone):.3f}s")
+        print(row("first change (clone)", *zip(*first)) + f"   clone alone: {statistics.median(clone):.3f}s, "
+              f"a copy (`cp -a`) instead: {statistics.median(copy):.3f}s")
         print(row("later changes (recycled)", *zip(*later)))
         print("ratio, overhead: medians over the pairs, each bootstrap run against the raw run right after it")
         print("bootstrap fresh create, last run: " + ", ".join(f"{k} {v:.3f}s" for k, v in breakdown.items()))
