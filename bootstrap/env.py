@@ -282,8 +282,8 @@ def _archives(to_link: Sequence[LockedPackage], sealed: set, options: EnvOptions
     """name -> local archive of each package to link: fetched and hash-checked, except where
     rattler will link the sealed extracted copy and never read the archive (a CUDA package's
     archive is hundreds of MB to hash); there the stored one stands in, unread."""
-    stored = {e.name: archive_path(options.cache_dir, e) for e in to_link if e.name in sealed}
-    stored = {name: path for name, path in stored.items() if path.is_file()}
+    candidates = ((e.name, archive_path(options.cache_dir, e)) for e in to_link if e.name in sealed)
+    stored = {name: path for name, path in candidates if path.is_file()}
     to_fetch = [e for e in to_link if e.name not in stored]
     feedback.fetch_started(len(to_fetch))
     return {**stored, **fetch_archives(to_fetch, options.cache_dir, options.mirrors, progress=feedback.fetched)}

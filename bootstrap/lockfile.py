@@ -78,9 +78,9 @@ def read_lock(path: Path, cache_dir: Optional[Path] = None) -> Lock:
     py310 lock (123 entries), its JSON 0.5 ms. The lock stays the source of
     truth: any edit to it is another name.
     """
-    if cache_dir is None:
-        return _parse(path, read_text(path))
     text = read_text(path)
+    if cache_dir is None:
+        return _parse(path, text)
     cached = cache_dir / "locks" / f"{hashlib.sha256((_PARSED_FIELDS + text).encode()).hexdigest()}.json"
     try:
         return _from_json(path, json.loads(cached.read_text(encoding="utf-8")))
