@@ -26,9 +26,9 @@ from typing import Callable, Optional, Sequence
 from bootstrap import __version__
 from bootstrap import generations as gens
 from bootstrap.envplan import Plan, make_plan
-from bootstrap.errors import FetchError, InputError, IntegrityError, ToolError
+from bootstrap.errors import DiskFullError, FetchError, InputError, IntegrityError, ToolError
 from bootstrap.fetch import archive_path, fetch_archives, source_url
-from bootstrap.fsutil import atomic_write_bytes, atomic_write_text
+from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, free_space, out_of_space
 from bootstrap.history import COMMAND as HISTORY_COMMAND, append_request
 from bootstrap.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.mirrors import Mirror, scrub_credentials
@@ -171,10 +171,25 @@ def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Option
             if attempt == 2:
                 raise ToolError(f"{exc} again: is something writing into {options.cache_dir}?") from None
             feedback.notify(f"{exc}: starting over, extracting them again from their archives")
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(new.partial, ignore_errors=True)
+            if isinstance(exc, Exception) and out_of_space(exc):
+                raise _disk_full(layout, options, created=current is None) from exc
             raise
     raise AssertionError("unreachable")
+
+
+def _disk_full(layout: gens.Layout, options: EnvOptions, created: bool) -> DiskFullError:
+    """One line for ENOSPC wherever it struck (rattler, uv, our writes): which file systems, how
+    much is free now that the partial generation is gone, and that the env is as it was."""
+    free: dict = {}
+    for what, path in (("env", layout.gens_dir), ("package cache", options.cache_dir)):
+        mount, free_bytes = free_space(path)
+        free.setdefault(mount, [free_bytes]).append(what)
+    where = ", ".join(f"{mount} ({' and '.join(whats)}: {n / 2**20:.0f} MB free)" for mount, (n, *whats) in free.items())
+    outcome = "nothing was created" if created else "the env is unchanged and the half-built generation removed"
+    return DiskFullError(f"no space left on device while building {options.prefix} on {where}; {outcome} "
+                         f"(free space, or move the env with --prefix or the package cache with --cache-dir)")
 
 
 def _env_state(layout: gens.Layout) -> tuple:

@@ -49,3 +49,7 @@ class IntegrityError(BootstrapError):
 
 class BusyError(BootstrapError):
     """Another bootstrap process holds the environment's lock."""
+
+
+class DiskFullError(BootstrapError):
+    """A disk or quota filled up; what was half-written has been removed."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -52,3 +54,31 @@ def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
         for block in iter(lambda: handle.read(chunk), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# How engines spell ENOSPC/EDQUOT in their messages: rattler (Rust's io::Error) and uv say
+# "No space left on device (os error 28)", Python's OSError "[Errno 28] No space left on device".
+_OUT_OF_SPACE = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT), "os error 28", "os error 122")
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """True if `exc`, or an exception it was raised from, says a disk or quota is full."""
+    seen: Optional[BaseException] = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(text in str(seen) for text in _OUT_OF_SPACE):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def free_space(path: PathLike) -> tuple[Path, int]:
+    """(mount point, bytes free to this user) of the file system `path` is, or would be, on."""
+    existing = Path(os.path.abspath(path))
+    while not existing.exists():
+        existing = existing.parent
+    mount = existing
+    while not os.path.ismount(mount):
+        mount = mount.parent
+    return mount, shutil.disk_usage(existing).free

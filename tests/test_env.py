@@ -588,3 +588,89 @@ def test_pip_entry_points_run_through_the_stable_path(tmp_path: Path, channel: P
     line = next(x for x in record.read_text().splitlines() if x.startswith("../../../bin/delta,"))
     digest = base64.urlsafe_b64encode(hashlib.sha256(script.read_bytes()).digest()).rstrip(b"=").decode()
     assert line == f"../../../bin/delta,sha256={digest},{script.stat().st_size}"
+
+
+# --------------------------------------------------------------------------- disk full
+
+BLOB = os.urandom(6 << 20)  # incompressible: as big in the archive, the cache and the env
+
+
+@pytest.fixture(scope="module")
+def blob_sources(tmp_path_factory) -> tuple:
+    """The runnable channel plus `blobpkg`, the standard wheels plus `blobwheel`: 6 MiB each."""
+    from tests.fixtures.conda_channel import PackageSpec
+    from tests.fixtures.wheels import WheelSpec
+
+    root = tmp_path_factory.mktemp("blob")
+    channel = build_runnable_channel(root / "channel", extra=[
+        PackageSpec("blobpkg", "1.0", noarch="generic", files={"lib/libblob.so": BLOB})])
+    wheels = build_wheelhouse(root / "wheels", [*standard_wheels(), WheelSpec("blobwheel", "1.0", files={"blobwheel/blob.bin": BLOB})])
+    return channel, wheels
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):
+    """A 4 MiB tmpfs, and a function that resizes it. Needs mount(2): root here."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)]).returncode:
+        pytest.skip("a full disk is simulated with a small tmpfs, which needs root to mount")
+    try:
+        yield mount, lambda size: subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("where", ["conda-link", "conda-extract", "pip-install"])
+def test_a_full_disk_leaves_the_env_as_it_was(locked_once: Project, blob_sources: tuple, small_fs: tuple,
+                                               tmp_path: Path, capsys, where: str) -> None:
+    """ENOSPC from rattler linking, rattler extracting into the cache, or uv: one line naming the
+    file system, the env unchanged, the half-built generation gone; with space, the next run converges."""
+    channel, wheels = blob_sources
+    mount, resize = small_fs
+    project = copy_project(locked_once, mount / "proj")
+    cache = mount / "cache" if where == "conda-extract" else tmp_path / "cache"
+    args = [*env_args(project, str(channel)), "--cache-dir", str(cache)]
+    relock(project, channel, wheels)
+    assert main(args) == 0
+    prefix = prefix_of(project)
+    before = os.readlink(prefix)
+    if where == "pip-install":
+        change_lock(project, channel, wheels, pip=("alpha", "gamma", "blobwheel"))
+    else:
+        change_lock(project, channel, wheels, conda=(*CONDA, "blobpkg"))
+    if where == "conda-extract":
+        resize("9m")  # the archive fits in the cache, its extracted copy beside it does not
+    capsys.readouterr()
+
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: no space left on device") and error.count("\n") == 1, error
+    assert f"{mount} (env" in error and "the env is unchanged" in error, error
+    assert os.readlink(prefix) == before
+    assert run_python(prefix, "import alpha; print('usable')") == "usable"
+    assert generation_dirs(project) == ["1"]  # no partial left holding the space
+
+    resize("64m")
+    assert main(args) == 0
+    assert_matches_lock(project)
+    blob = next(prefix.glob("lib/python*/site-packages/blobwheel/blob.bin")) if where == "pip-install" else prefix / "lib/libblob.so"
+    assert blob.read_bytes() == BLOB
+
+
+def test_a_full_disk_on_a_fresh_create_leaves_nothing_half_built(locked_once: Project, blob_sources: tuple,
+                                                                 small_fs: tuple, capsys) -> None:
+    channel, wheels = blob_sources
+    mount, resize = small_fs
+    project = copy_project(locked_once, mount / "proj")
+    write_spec(project.root, platforms=("linux-64",), conda=(*CONDA, "blobpkg"), pip=("alpha", "gamma"))
+    relock(project, channel, wheels)
+    args = [*env_args(project, str(channel)), "--cache-dir", str(mount.parent / "cache")]
+    capsys.readouterr()
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: no space left on device") and "nothing was created" in error, error
+    assert not os.path.lexists(prefix_of(project)) and generation_dirs(project) == []
+    resize("64m")
+    assert main(args) == 0
+    assert_matches_lock(project)
