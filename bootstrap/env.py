@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from bootstrap import generations as gens
 from bootstrap.envplan import Plan, make_plan
 from bootstrap.errors import DiskFullError, FetchError, InputError, IntegrityError, ToolError
 from bootstrap.fetch import archive_path, fetch_archives, source_url
-from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, free_space, out_of_space
+from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, free_space, out_of_space, remove_tree
 from bootstrap.history import COMMAND as HISTORY_COMMAND, append_request
 from bootstrap.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.mirrors import Mirror, scrub_credentials
@@ -167,12 +166,12 @@ def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Option
             gens.commit(layout, new.number, new.partial)
             return new, seconds
         except _EditedCache as exc:
-            shutil.rmtree(new.partial, ignore_errors=True)
+            remove_tree(new.partial)
             if attempt == 2:
                 raise ToolError(f"{exc} again: is something writing into {options.cache_dir}?") from None
             feedback.notify(f"{exc}: starting over, extracting them again from their archives")
         except BaseException as exc:
-            shutil.rmtree(new.partial, ignore_errors=True)
+            remove_tree(new.partial)
             if isinstance(exc, Exception) and out_of_space(exc):
                 raise _disk_full(layout, options, created=current is None) from exc
             raise
@@ -454,7 +453,7 @@ def _seal_holds(cache_dir: Path, entry: LockedPackage) -> bool:
 
 
 def _drop_extracted(cache_dir: Path, entry: LockedPackage) -> None:
-    shutil.rmtree(_extracted_dir(cache_dir, entry), ignore_errors=True)
+    remove_tree(_extracted_dir(cache_dir, entry))
     _seal_path(cache_dir, entry).unlink(missing_ok=True)
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Optional, Union
@@ -82,3 +84,26 @@ def free_space(path: PathLike) -> tuple[Path, int]:
     while not os.path.ismount(mount):
         mount = mount.parent
     return mount, shutil.disk_usage(existing).free
+
+
+def remove_tree(path: PathLike) -> None:
+    """`rm -rf path`, also through read-only directories (a package may ship one; a non-root
+    user cannot unlink inside it until it is writable). What still cannot go is left for
+    the caller's next attempt; a missing `path` is fine."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+    except OSError:
+        _make_directories_writable(path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _make_directories_writable(top: PathLike) -> None:
+    pending = [os.fspath(top)]
+    while pending:
+        directory = pending.pop()
+        with contextlib.suppress(OSError):  # before listing it: it may not even be readable
+            os.chmod(directory, stat.S_IMODE(os.lstat(directory).st_mode) | stat.S_IRWXU)
+            with os.scandir(directory) as entries:
+                pending.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
 from bootstrap.errors import BusyError, InputError
+from bootstrap.fsutil import remove_tree
 
 PARTIAL = ".partial"
 GARBAGE = ".garbage"  # renamed before deletion: a half-deleted generation never looks complete
@@ -126,7 +127,7 @@ def remove_partials(layout: Layout) -> list[Path]:
         return []
     partials = [p for p in layout.gens_dir.iterdir() if p.name.endswith((PARTIAL, GARBAGE))]
     for path in partials:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
     return partials
 
 
@@ -238,7 +239,7 @@ def collect_garbage(layout: Layout, keep: Iterable[Optional[int]]) -> list[int]:
     doomed = [g for g in layout.generations() if g not in kept]
     for number in doomed:
         garbage = layout.gens_dir / f"{number}{GARBAGE}"
-        shutil.rmtree(garbage, ignore_errors=True)  # left by an earlier kill, if any
+        remove_tree(garbage)  # left by an earlier kill, if any
         os.rename(layout.path(number), garbage)
-        shutil.rmtree(garbage, ignore_errors=True)
+        remove_tree(garbage)
     return doomed

@@ -6,6 +6,8 @@ import errno
 import os
 from pathlib import Path
 
+import pytest
+
 from bootstrap.errors import ToolError
 from bootstrap.fsutil import free_space, out_of_space
 
@@ -30,3 +32,36 @@ def test_free_space_is_asked_of_the_nearest_existing_directory(tmp_path: Path) -
     mount, free = free_space(tmp_path / "not" / "yet" / "made")
     assert os.path.ismount(mount) and str(tmp_path).startswith(str(mount))
     assert free > 0
+
+
+REMOVE_AS_USER = """
+import os, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+from bootstrap.fsutil import remove_tree
+top = tempfile.mkdtemp()
+os.makedirs(os.path.join(top, "pkg", "ro", "deeper"))
+for name in ("pkg/ro/file", "pkg/ro/deeper/file", "pkg/file"):
+    open(os.path.join(top, name), "w").close()
+os.chmod(os.path.join(top, "pkg", "ro", "deeper"), 0o000)  # not even listable
+os.chmod(os.path.join(top, "pkg", "ro"), 0o555)
+remove_tree(os.path.join(top, "pkg"))
+remove_tree(os.path.join(top, "never-there"))
+print(sorted(os.listdir(top)))
+"""
+
+
+def test_remove_tree_goes_through_read_only_directories_as_a_non_root_user() -> None:
+    """Root ignores directory modes, so as root the check runs as `nobody`."""
+    import subprocess
+    import sys
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    if os.geteuid() == 0:
+        python = "/usr/bin/python3"
+        if not os.path.exists(python):
+            pytest.skip("needs a system python that `nobody` may run")
+        done = subprocess.run([python, "-c", REMOVE_AS_USER, repo], capture_output=True, text=True, user="nobody")
+    else:
+        done = subprocess.run([sys.executable, "-c", REMOVE_AS_USER, repo], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
