@@ -1,13 +1,16 @@
 """`bootstrap env`: create or update an environment from a lock, without conda.
 
     lock -> entries for this platform -> plan (envplan) against the current generation
+         -> fetch + verify + vet the conda archives it links
          -> new generation (generations.start: the retired one recycled, else a hard-linked clone)
-         -> fetch + verify + vet archives, rattler links the conda difference, uv
-            installs the pip difference (hash-checked, no resolution), install record
+         -> rattler links the conda difference, uv installs the pip difference
+            (hash-checked, no resolution), install record
          -> atomic switch of the stable symlink -> the generation before the previous GC'd
 
 A failure or SIGKILL at any point leaves the previous generation in place and
-active; the next run deletes the partial one and converges.
+active; the next run deletes the partial one and converges. A failure from
+the recycling on (a link, a pip wheel) uses up the retired generation; one
+while fetching conda archives (an unreachable channel) does not.
 """
 
 from __future__ import annotations
@@ -141,7 +144,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
         if up_to_date:
             return EnvResult(options.prefix, options.platform, plan, current, False, False,
                              {"total": time.perf_counter() - started}, removed)
-        new, seconds = _build(layout, options, lock, current, feedback)
+        new, seconds = _build(layout, options, lock, current, plan, feedback)
         gens.collect_garbage(layout, keep=(new.number, current))
     seconds["total"] = time.perf_counter() - started
     return EnvResult(options.prefix, options.platform, plan, new.number, True, False, seconds, removed,
@@ -152,17 +155,24 @@ class _EditedCache(Exception):
     """Extracted packages that rattler linked from turned out not to match their seals."""
 
 
-def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Optional[int],
+def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Optional[int], plan: Plan,
            feedback: Feedback) -> tuple[gens.Start, dict]:
-    """Build the next generation and switch to it; start over once if a cached package was edited."""
+    """Build the next generation and switch to it; start over once if a cached package was edited.
+
+    The conda archives `plan` (against the current generation) links are fetched first: an
+    unreachable channel or a bad archive then fails before `gens.start` recycles the retired
+    generation, so `--rollback` still has it."""
+    t = time.perf_counter()
+    fetched = _fetch_unsealed(plan.link, options, feedback)
+    fetch_seconds = time.perf_counter() - t
     for attempt in (1, 2):
         t = time.perf_counter()
         new = gens.start(layout)
         try:
             if current is not None:
                 carry_env_state(layout.path(current), new.partial)
-            seconds = {"start": time.perf_counter() - t}
-            seconds.update(_apply(options, lock, new.partial, new.number, feedback))
+            seconds = {"start": time.perf_counter() - t, "fetch": fetch_seconds}
+            seconds.update(_apply(options, lock, new.partial, new.number, fetched, feedback))
             gens.commit(layout, new.number, new.partial)
             return new, seconds
         except _EditedCache as exc:
@@ -240,9 +250,10 @@ def carry_env_state(current: Path, partial: Path) -> None:
             target.unlink()
 
 
-def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, feedback: Feedback) -> dict:
-    """Bring `partial` to the lock. Its plan can differ from the one shown, made against the
-    current generation: a recycled generation is one change further behind."""
+def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched: dict, feedback: Feedback) -> dict:
+    """Bring `partial` to the lock, linking the verified archives `fetched` or sealed copies.
+    Its plan can differ from the one shown, made against the current generation: a recycled
+    generation is one change further behind."""
     seconds = {}
     entries = locked_entries(lock, options.platform)
     installed = conda_packages(partial)
@@ -251,9 +262,7 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, feedback
     if plan.link or plan.unlink:
         t = time.perf_counter()
         sealed = {e.name for e in plan.link if _has_seal(options.cache_dir, e)}
-        archives = _archives(plan.link, sealed, options, feedback)
-        seconds["fetch"] = time.perf_counter() - t
-        t = time.perf_counter()
+        archives = _archives(plan.link, sealed, fetched, options, feedback)
         feedback.notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
         link_conda(conda, archives, sealed, partial, options, installed)
         requested = _requested_conda_specs(lock)
@@ -292,15 +301,28 @@ def _write_record(options: EnvOptions, lock: Lock, prefix: Path, number: int, fs
 _LINK_CONFIG = "allow-hard-links = false\n"
 
 
-def _archives(to_link: Sequence[LockedPackage], sealed: set, options: EnvOptions, feedback: Feedback) -> dict:
-    """name -> local archive of each package to link: fetched and hash-checked, except where
-    rattler will link the sealed extracted copy and never read the archive (a CUDA package's
-    archive is hundreds of MB to hash); there the stored one stands in, unread."""
-    candidates = ((e.name, archive_path(options.cache_dir, e)) for e in to_link if e.name in sealed)
+def _fetch_unsealed(to_link: Sequence[LockedPackage], options: EnvOptions, feedback: Feedback) -> dict:
+    """name -> verified archive of each package in `to_link` that has no sealed extracted copy."""
+    return _fetch([e for e in to_link if not _has_seal(options.cache_dir, e)], options, feedback)
+
+
+def _archives(to_link: Sequence[LockedPackage], sealed: set, fetched: dict, options: EnvOptions,
+              feedback: Feedback) -> dict:
+    """name -> local archive of each package to link: fetched and hash-checked (`fetched`, or
+    now), except where rattler will link the sealed extracted copy and never read the archive
+    (a CUDA package's archive is hundreds of MB to hash); there the stored one stands in, unread."""
+    names = {e.name for e in to_link}
+    verified = {name: path for name, path in fetched.items() if name in names}
+    candidates = ((e.name, archive_path(options.cache_dir, e)) for e in to_link if e.name in sealed and e.name not in verified)
     stored = {name: path for name, path in candidates if path.is_file()}
-    to_fetch = [e for e in to_link if e.name not in stored]
-    feedback.fetch_started(len(to_fetch))
-    return {**stored, **fetch_archives(to_fetch, options.cache_dir, options.mirrors, progress=feedback.fetched)}
+    missing = [e for e in to_link if e.name not in verified and e.name not in stored]
+    return {**verified, **stored, **_fetch(missing, options, feedback)}
+
+
+def _fetch(entries: Sequence[LockedPackage], options: EnvOptions, feedback: Feedback) -> dict:
+    if entries:
+        feedback.fetch_started(len(entries))
+    return fetch_archives(entries, options.cache_dir, options.mirrors, progress=feedback.fetched)
 
 
 def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions,

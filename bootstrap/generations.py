@@ -227,7 +227,7 @@ def rollback(layout: Layout) -> int:
     older = [g for g in layout.generations() if current is None or g < current]
     if not older:
         raise InputError(layout.stable, "no earlier generation to roll back to (there is none after the first install, "
-                         "and a failed change uses up the retired one)",
+                         "and a change that failed while installing uses up the retired one)",
                          "check out the lock you want back and run `make env`")
     switch(layout, older[-1])
     return older[-1]

@@ -440,19 +440,24 @@ def test_escaping_archives_are_refused(tmp_path: Path, wheels: Path) -> None:
 
 
 def test_unreachable_channel_leaves_the_env_alone(project: Project, channel: Path, wheels: Path, capsys) -> None:
+    """The env and its rollback generation: archives are fetched before the retired generation is recycled."""
+    without_zlib = tuple(c for c in CONDA if c != "zlibstub")
+    change_lock(project, channel, wheels, conda=without_zlib)
+    assert main(env_args(project, str(channel))) == 0
+    change_lock(project, channel, wheels, conda=without_zlib, pip=("alpha==1.0", "gamma"))
     assert main(env_args(project, str(channel))) == 0
     prefix = prefix_of(project)
     before = os.readlink(prefix)
-    write_spec(project.root, platforms=("linux-64",), conda=tuple(c for c in CONDA if c != "bigpkg"), pip=("alpha",))
-    relock(project, channel, wheels)
+    change_lock(project, channel, wheels)  # zlibstub back: a download, and the change would recycle generation 1
     shutil.rmtree(project.root / ".cache")
-    # python must be re-fetched? No: only removals here, so add a change that needs a download.
-    (next(prefix.glob("conda-meta/zlibstub-*.json"))).unlink()
     capsys.readouterr()
     assert main(env_args(project, "http://127.0.0.1:9/conda-forge")) == 2
     err = capsys.readouterr().err
     assert "http://127.0.0.1:9/conda-forge/linux-64/zlibstub" in err and "--mirror" in err
     assert os.readlink(prefix) == before
+    assert generation_dirs(project) == ["1", "2"]
+    assert main(["env", "--root", str(project.root), "--rollback"]) == 0
+    assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.1"
 
 
 def test_platform_not_in_lock(project: Project, channel: Path, capsys) -> None:
