@@ -117,9 +117,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=RUNS, help=f"pairs per scenario (default {RUNS})")
     parser.add_argument("--big-mb", type=int, default=0, metavar="MB",
                         help="add a package holding one file of MB megabytes, as CUDA libraries are (default none)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="where the fixture, caches and envs go (default: $TMPDIR); a tmpfs there takes "
+                             "the disk's drift out and leaves the CPU overhead")
     args = parser.parse_args(argv)
     packages, runs = args.packages, args.runs
-    with tempfile.TemporaryDirectory(prefix="bench-env-") as tmp_name:
+    with tempfile.TemporaryDirectory(prefix="bench-env-", dir=args.dir) as tmp_name:
         tmp = Path(tmp_name)
         specs = [runnable_python_spec(), pip_spec(), *(package(i) for i in range(packages))]
         if args.big_mb:
