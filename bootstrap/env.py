@@ -191,11 +191,11 @@ def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Option
 def _disk_full(layout: gens.Layout, options: EnvOptions, created: bool) -> DiskFullError:
     """One line for ENOSPC wherever it struck (rattler, uv, our writes): which file systems, how
     much is free now that the partial generation is gone, and that the env is as it was."""
-    free: dict = {}
+    places: dict = {}  # mount point -> (bytes free, what lives there)
     for what, path in (("env", layout.gens_dir), ("package cache", options.cache_dir)):
-        mount, free_bytes = free_space(path)
-        free.setdefault(mount, [free_bytes]).append(what)
-    where = ", ".join(f"{mount} ({' and '.join(whats)}: {n / 2**20:.0f} MB free)" for mount, (n, *whats) in free.items())
+        mount, free = free_space(path)
+        places.setdefault(mount, (free, []))[1].append(what)
+    where = ", ".join(f"{mount} ({' and '.join(whats)}: {free / 2**20:.0f} MB free)" for mount, (free, whats) in places.items())
     outcome = "nothing was created" if created else "the env is unchanged and the half-built generation removed"
     return DiskFullError(f"no space left on device while building {options.prefix} on {where}; {outcome} "
                          f"(free space, or move the env with --prefix or the package cache with --cache-dir)")
