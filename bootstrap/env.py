@@ -38,7 +38,6 @@ from bootstrap.pip_resolve import uv_binary, PipOptions
 from bootstrap.prefix import (
     INSTALL_RECORD,
     InstallRecord,
-    InstalledConda,
     conda_meta_fingerprint,
     conda_packages,
     normalise,
@@ -256,15 +255,14 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched:
     generation is one change further behind."""
     seconds = {}
     entries = locked_entries(lock, options.platform)
-    installed = conda_packages(partial)
-    plan = make_plan(entries, installed, pip_distributions(partial))
+    plan = make_plan(entries, conda_packages(partial), pip_distributions(partial))
     conda = [e for e in entries if e.manager == "conda"]
     if plan.link or plan.unlink:
         t = time.perf_counter()
         sealed = {e.name for e in plan.link if _has_seal(options.cache_dir, e)}
         archives = _archives(plan.link, sealed, fetched, options, feedback)
         feedback.notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
-        link_conda(conda, archives, sealed, partial, options, installed)
+        link_conda(conda, archives, sealed, partial, options)
         requested = _requested_conda_specs(lock)
         if requested:
             append_request(partial / "conda-meta" / "history", requested, f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})")
@@ -325,9 +323,8 @@ def _fetch(entries: Sequence[LockedPackage], options: EnvOptions, feedback: Feed
     return fetch_archives(entries, options.cache_dir, options.mirrors, progress=feedback.fetched)
 
 
-def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions,
-               installed: Sequence[InstalledConda]) -> None:
-    """Make `partial` (holding `installed`) hold exactly `conda`, linking `archives`; rattler computes
+def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions) -> None:
+    """Make `partial` hold exactly `conda`, linking `archives`; rattler computes
     and applies the difference.
 
     rattler links from its extracted package cache, which it trusts ("fast"
@@ -347,7 +344,7 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
     with ThreadPoolExecutor(max_workers=1) as pool:
         edited = pool.submit(lambda: [e for e in conda if e.name in sealed and not _seal_holds(options.cache_dir, e)])
         try:
-            _link(conda, archives, sealed, partial, options, installed)
+            _link(conda, archives, sealed, partial, options)
             failure = None
         except Exception as exc:  # an edited copy may be the cause: look first
             failure = exc
@@ -359,8 +356,7 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
         raise failure
 
 
-def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions,
-          installed: Sequence[InstalledConda]) -> None:
+def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions) -> None:
     to_link = [e for e in conda if e.name in archives]
     attempts = [sealed, set()] if sealed else [sealed]
     for canonical in attempts:
@@ -369,9 +365,8 @@ def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: 
             # the archives alone, after checking the ones that stood in unread.
             checked = fetch_archives([e for e in to_link if e.name in sealed], options.cache_dir, options.mirrors)
             archives = {**archives, **checked}
-            installed = conda_packages(partial)  # the first attempt may have got halfway
         try:
-            _rattler_install(conda, archives, partial, options, installed, canonical=canonical)
+            _rattler_install(conda, archives, partial, options, canonical=canonical)
             break
         except Exception as exc:
             if canonical is attempts[-1]:
@@ -383,22 +378,35 @@ def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: 
 
 
 def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Path, options: EnvOptions,
-                     installed: Sequence[InstalledConda], canonical: set) -> None:
+                     canonical: set) -> None:
+    """rattler.install of `conda` into `partial`: it reads what `partial` holds from its conda-meta
+    itself (in Rust, ~6x faster than parsing the records in Python to hand them over).
+
+    Each package needs a record of the lock's artifact: one `archives` holds to extract is read
+    from the archive; a sealed copy linked now (`canonical`), or one `partial` holds already, is
+    described by its extracted copy's index.json (10x cheaper than the archive, 20x than the
+    conda-meta record, whose file list a CUDA package makes long). rattler compares by sha256,
+    the lock's, so a package already there is left alone."""
     import rattler
 
     pkgs = options.cache_dir / "pkgs"
-    records = [rattler.PrefixRecord.from_path(p.record_path) for p in installed]
-    by_name = {r.name.normalized: r for r in records}
+
+    def from_copy(entry: LockedPackage):
+        index = _extracted_dir(options.cache_dir, entry) / "info" / "index.json"
+        if not entry.md5 or not index.is_file():
+            return None
+        archive = archives.get(entry.name) or archive_path(options.cache_dir, entry)
+        package = rattler.PackageRecord.from_index_json(
+            index, size=archive.stat().st_size if archive.is_file() else None, sha256=entry.sha256, md5=entry.md5)
+        return rattler.RepoDataRecord(package, entry.filename, entry.url, _channel_of(entry.url))
 
     async def record(entry: LockedPackage):
-        if entry.name not in archives:
-            return by_name[entry.name]
-        if entry.name in canonical and entry.md5:
-            # The sealed copy's index.json is the archive's; reading it is 10x cheaper than the archive.
-            package = rattler.PackageRecord.from_index_json(
-                _extracted_dir(options.cache_dir, entry) / "info" / "index.json",
-                size=os.path.getsize(archives[entry.name]), sha256=entry.sha256, md5=entry.md5)
-            return rattler.RepoDataRecord(package, entry.filename, entry.url, _channel_of(entry.url))
+        if entry.name not in archives or entry.name in canonical:
+            found = from_copy(entry)
+            if found is not None:
+                return found
+        if entry.name not in archives:  # no extracted copy at hand: the record `partial` holds
+            return rattler.PrefixRecord.from_path(partial / "conda-meta" / f"{_extracted_dir(options.cache_dir, entry).name}.json")
         found = await rattler.RepoDataRecord.from_package_archive(archives[entry.name])
         if entry.name in canonical:
             found.url, found.channel = entry.url, _channel_of(entry.url)
@@ -409,7 +417,6 @@ def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Pa
             [await record(e) for e in conda],
             partial,
             cache_dir=pkgs,
-            installed_packages=records,
             platform=rattler.Subdir(options.platform),
             execute_link_scripts=False,
             show_progress=options.show_progress,

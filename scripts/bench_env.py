@@ -93,9 +93,9 @@ def solved_records(channel: Path, specs: list[str]) -> list:
 
 def raw_install(records, prefix: Path, cache: Path, copies: bool) -> None:
     config = rattler.Config.from_toml("allow-hard-links = false\n") if copies else None
-    installed = [rattler.PrefixRecord.from_path(p) for p in (prefix / "conda-meta").glob("*.json")] or None
-    asyncio.run(rattler.install(records, prefix, cache_dir=cache, installed_packages=installed,
-                                show_progress=False, execute_link_scripts=False, config=config))
+    # installed_packages=None: rattler reads the prefix's conda-meta itself, faster than handing it records
+    asyncio.run(rattler.install(records, prefix, cache_dir=cache, show_progress=False, execute_link_scripts=False,
+                                config=config))
 
 
 def du_mb(path: Path) -> float:

@@ -222,6 +222,27 @@ def test_a_change_never_writes_into_the_generation_it_starts_from(project: Proje
     assert (gens_dir / "2" / replaced).read_text() == text
 
 
+@pytest.mark.parametrize("cached_copies", [True, False], ids=["cached-copies", "cache-emptied"])
+def test_a_change_leaves_the_packages_it_keeps_alone(project: Project, channel: Path, wheels: Path, capsys,
+                                                     cached_copies: bool) -> None:
+    """rattler is told what each kept package is from its cached copy's index.json, or, with the
+    cache emptied, from the env's conda-meta; either way it sees the same sha256 and touches nothing."""
+    gens_dir = prefix_of(project).parent / ".py310.gens"
+    assert main(env_args(project, str(channel))) == 0
+    if not cached_copies:
+        shutil.rmtree(project.root / ".cache" / "pkgs")
+    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma"))
+    assert env_json(project, channel, capsys)["generation"] == 2
+    assert_matches_lock(project)
+    kept = conda_records(gens_dir / "2")
+    assert {r.name for r in kept} == {"python", "pip", "zlibstub", "bigpkg"}
+    for record in kept:  # the clone's hard links (symlinks are made anew), not files linked again
+        for relative in (f"conda-meta/{record.name}-{record.version}-{record.build}.json", *record.files):
+            if not (gens_dir / "2" / relative).is_symlink():
+                assert os.stat(gens_dir / "1" / relative).st_ino == os.stat(gens_dir / "2" / relative).st_ino, relative
+    assert cached_copies or not any((project.root / ".cache" / "pkgs").glob("*/info"))  # nothing extracted again
+
+
 def test_a_change_after_rollback_keeps_the_generation_rolled_back_to(project: Project, channel: Path, wheels: Path, capsys) -> None:
     assert main(env_args(project, str(channel))) == 0
     change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
