@@ -337,9 +337,11 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
     conda-meta needs no rewrite. Other records point at the verified archive,
     which rattler extracts.
 
-    Checking the seals costs ~4 us a file, so it runs while rattler links
-    from the copies; if one fails, `_EditedCache` is raised once rattler is
-    done, the copy dropped, and the caller throws `partial` away.
+    Checking the seals costs ~3 us a file, so it runs while rattler links
+    from the copies (hidden where cores are spare; on 2 cores, which rattler
+    keeps busy, it still costs nearly its CPU time); if one fails,
+    `_EditedCache` is raised once rattler is done, the copy dropped, and the
+    caller throws `partial` away.
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
         edited = pool.submit(lambda: [e for e in conda if e.name in sealed and not _seal_holds(options.cache_dir, e)])
@@ -447,19 +449,31 @@ def _seal_path(cache_dir: Path, entry: LockedPackage) -> Path:
 
 
 def _fingerprint(directory: Path) -> dict:
-    """relative path -> [size, mtime_ns] of every file and link under `directory`."""
-    out = {}
-    pending = [("", str(directory))]
-    while pending:
-        relative, absolute = pending.pop()
-        with os.scandir(absolute) as entries:
+    """relative path -> [size, mtime_ns] of every file and link under `directory`.
+
+    One lstat per file, relative to an open directory (no path walk from /): a
+    fresh create checks ~5,000 of them, and on 2 cores every microsecond of it
+    comes out of rattler's time. This is as fast as `find` (C) doing the same."""
+    out: dict = {}
+
+    def walk(fd: int, relative: str) -> None:
+        with os.scandir(fd) as entries:  # lstat(2) relative to `fd`: the kernel looks up one name
             for entry in entries:
-                name = relative + entry.name
                 if entry.is_dir(follow_symlinks=False):
-                    pending.append((name + "/", entry.path))
+                    child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                    try:
+                        walk(child, f"{relative}{entry.name}/")
+                    finally:
+                        os.close(child)
                 else:
                     info = entry.stat(follow_symlinks=False)
-                    out[name] = [info.st_size, info.st_mtime_ns]
+                    out[relative + entry.name] = [info.st_size, info.st_mtime_ns]
+
+    root = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        walk(root, "")
+    finally:
+        os.close(root)
     return out
 
 
