@@ -16,10 +16,10 @@ while fetching conda archives (an unreachable channel) does not.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -337,28 +337,30 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
     conda-meta needs no rewrite. Other records point at the verified archive,
     which rattler extracts.
 
-    Checking the seals costs ~3 us a file, so it runs while rattler links
-    from the copies (hidden where cores are spare; on 2 cores, which rattler
-    keeps busy, it still costs nearly its CPU time); if one fails,
+    Checking the seals costs ~3 us a file, so it runs in a thread while
+    rattler links from the copies (hidden where cores are spare; on 2 cores,
+    which rattler keeps busy, it still costs nearly its CPU time), and only
+    then: started earlier, it fought the main thread for the GIL while that
+    built the records, 2 ms of a 40 ms change. If a seal fails,
     `_EditedCache` is raised once rattler is done, the copy dropped, and the
     caller throws `partial` away.
     """
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        edited = pool.submit(lambda: [e for e in conda if e.name in sealed and not _seal_holds(options.cache_dir, e)])
-        try:
-            _link(conda, archives, sealed, partial, options)
-            failure = None
-        except Exception as exc:  # an edited copy may be the cause: look first
-            failure = exc
-    if edited.result():
-        for entry in edited.result():
+    edited = functools.cache(lambda: [e for e in conda if e.name in sealed and not _seal_holds(options.cache_dir, e)])
+    try:
+        _link(conda, archives, sealed, partial, options, alongside=edited)
+        failure = None
+    except Exception as exc:  # an edited copy may be the cause: look first
+        failure = exc
+    if edited():  # checked alongside rattler, or now if no install got that far
+        for entry in edited():
             _drop_extracted(options.cache_dir, entry)
-        raise _EditedCache(f"cached copies of {', '.join(e.describe() for e in edited.result())} were edited")
+        raise _EditedCache(f"cached copies of {', '.join(e.describe() for e in edited())} were edited")
     if failure is not None:
         raise failure
 
 
-def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions) -> None:
+def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions,
+          alongside: Callable[[], object]) -> None:
     to_link = [e for e in conda if e.name in archives]
     attempts = [sealed, set()] if sealed else [sealed]
     for canonical in attempts:
@@ -368,7 +370,7 @@ def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: 
             checked = fetch_archives([e for e in to_link if e.name in sealed], options.cache_dir, options.mirrors)
             archives = {**archives, **checked}
         try:
-            _rattler_install(conda, archives, partial, options, canonical=canonical)
+            _rattler_install(conda, archives, partial, options, canonical=canonical, alongside=alongside)
             break
         except Exception as exc:
             if canonical is attempts[-1]:
@@ -380,9 +382,10 @@ def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: 
 
 
 def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Path, options: EnvOptions,
-                     canonical: set) -> None:
-    """rattler.install of `conda` into `partial`: it reads what `partial` holds from its conda-meta
-    itself (in Rust, ~6x faster than parsing the records in Python to hand them over).
+                     canonical: set, alongside: Callable[[], object] = lambda: None) -> None:
+    """rattler.install of `conda` into `partial`, with `alongside()` in a thread meanwhile. rattler
+    reads what `partial` holds from its conda-meta itself (in Rust, ~6x faster than parsing the
+    records in Python to hand them over).
 
     Each package needs a record of the lock's artifact: one `archives` holds to extract is read
     from the archive; a sealed copy linked now (`canonical`), or one `partial` holds already, is
@@ -415,8 +418,9 @@ def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Pa
         return found
 
     async def install() -> None:
-        await rattler.install(
-            [await record(e) for e in conda],
+        records = [await record(e) for e in conda]
+        linking = rattler.install(
+            records,
             partial,
             cache_dir=pkgs,
             platform=rattler.Subdir(options.platform),
@@ -426,6 +430,10 @@ def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Pa
             config=rattler.Config.from_toml(_LINK_CONFIG),
             package_cache=rattler.PackageCache.new_layered([pkgs], validation_mode=rattler.ValidationMode.skip()),
         )
+        # Both to the end: the caller wants `alongside`'s answer even if linking failed.
+        linked, _ = await asyncio.gather(linking, asyncio.to_thread(alongside), return_exceptions=True)
+        if isinstance(linked, BaseException):
+            raise linked
 
     asyncio.run(install())
 
