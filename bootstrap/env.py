@@ -1,7 +1,7 @@
 """`bootstrap env`: create or update an environment from a lock, without conda.
 
     lock -> entries for this platform -> plan (envplan) against the current generation
-         -> fetch + verify + vet the conda archives it links
+         -> fetch + verify the conda archives (vetted) and pip wheels it installs
          -> new generation (generations.start: the retired one recycled, else a hard-linked clone)
          -> rattler links the conda difference, uv installs the pip difference
             (hash-checked, no resolution), install record
@@ -9,8 +9,8 @@
 
 A failure or SIGKILL at any point leaves the previous generation in place and
 active; the next run deletes the partial one and converges. A failure from
-the recycling on (a link, a pip wheel) uses up the retired generation; one
-while fetching conda archives (an unreachable channel) does not.
+the recycling on (a link error, a full disk) uses up the retired generation;
+one while fetching (an unreachable channel or index) does not.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Callable, Optional, Sequence
 from bootstrap import __version__
 from bootstrap import generations as gens
 from bootstrap.envplan import Plan, make_plan
-from bootstrap.errors import DiskFullError, FetchError, InputError, IntegrityError, ToolError
-from bootstrap.fetch import archive_path, fetch_archives, source_url
+from bootstrap.errors import DiskFullError, InputError, IntegrityError, ToolError
+from bootstrap.fetch import archive_path, fetch_archives
 from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, free_space, out_of_space, remove_tree
 from bootstrap.history import COMMAND as HISTORY_COMMAND, append_request
 from bootstrap.lockfile import Lock, LockedPackage, read_lock
@@ -158,11 +158,11 @@ def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Option
            feedback: Feedback) -> tuple[gens.Start, dict]:
     """Build the next generation and switch to it; start over once if a cached package was edited.
 
-    The conda archives `plan` (against the current generation) links are fetched first: an
-    unreachable channel or a bad archive then fails before `gens.start` recycles the retired
-    generation, so `--rollback` still has it."""
+    What `plan` (against the current generation) installs is fetched first: an unreachable
+    channel or index, or a bad archive or wheel, then fails before `gens.start` recycles the
+    retired generation, so `--rollback` still has it."""
     t = time.perf_counter()
-    fetched = _fetch_unsealed(plan.link, options, feedback)
+    fetched, wheels = _prefetch(plan, options, feedback)
     fetch_seconds = time.perf_counter() - t
     for attempt in (1, 2):
         t = time.perf_counter()
@@ -171,7 +171,7 @@ def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Option
             if current is not None:
                 carry_env_state(layout.path(current), new.partial)
             seconds = {"start": time.perf_counter() - t, "fetch": fetch_seconds}
-            seconds.update(_apply(options, lock, new.partial, new.number, fetched, feedback))
+            seconds.update(_apply(options, lock, new.partial, new.number, fetched, wheels, feedback))
             gens.commit(layout, new.number, new.partial)
             return new, seconds
         except _EditedCache as exc:
@@ -249,8 +249,10 @@ def carry_env_state(current: Path, partial: Path) -> None:
             target.unlink()
 
 
-def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched: dict, feedback: Feedback) -> dict:
-    """Bring `partial` to the lock, linking the verified archives `fetched` or sealed copies.
+def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched: dict, wheels: dict,
+           feedback: Feedback) -> dict:
+    """Bring `partial` to the lock, linking the verified archives `fetched` or sealed copies and
+    installing the verified `wheels`.
     Its plan can differ from the one shown, made against the current generation: a recycled
     generation is one change further behind."""
     seconds = {}
@@ -270,7 +272,7 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched:
     if plan.pip_install or plan.pip_remove:
         t = time.perf_counter()
         feedback.notify(f"pip: installing {len(plan.pip_install)}, removing {len(plan.pip_remove)} distributions")
-        sync_pip(plan, partial, options)
+        sync_pip(plan, partial, options, wheels)
         seconds["pip"] = time.perf_counter() - t
     _write_record(options, lock, partial, number, fsync=False)  # committed by the generation's rename
     return seconds
@@ -299,9 +301,15 @@ def _write_record(options: EnvOptions, lock: Lock, prefix: Path, number: int, fs
 _LINK_CONFIG = "allow-hard-links = false\n"
 
 
-def _fetch_unsealed(to_link: Sequence[LockedPackage], options: EnvOptions, feedback: Feedback) -> dict:
-    """name -> verified archive of each package in `to_link` that has no sealed extracted copy."""
-    return _fetch([e for e in to_link if not _has_seal(options.cache_dir, e)], options, feedback)
+def _prefetch(plan: Plan, options: EnvOptions, feedback: Feedback) -> tuple[dict, dict]:
+    """name -> verified local file of each conda archive `plan` links that has no sealed extracted
+    copy, and of each pip wheel it installs (left to uv, those were downloaded mid-install)."""
+    conda = [e for e in plan.link if not _has_seal(options.cache_dir, e)]
+    if conda or plan.pip_install:
+        feedback.fetch_started(len(conda) + len(plan.pip_install))
+    fetch = functools.partial(fetch_archives, cache_dir=options.cache_dir, mirrors=options.mirrors,
+                              progress=feedback.fetched)
+    return fetch(conda), fetch(plan.pip_install)
 
 
 def _archives(to_link: Sequence[LockedPackage], sealed: set, fetched: dict, options: EnvOptions,
@@ -527,8 +535,12 @@ def _restore_canonical_urls(prefix: Path, linked: Sequence[LockedPackage]) -> No
 
 # --------------------------------------------------------------------------- pip part
 
-def sync_pip(plan: Plan, partial: Path, options: EnvOptions) -> None:
-    """uv removes and installs exactly the planned wheels: hash-checked, no resolution."""
+def sync_pip(plan: Plan, partial: Path, options: EnvOptions, wheels: dict) -> None:
+    """uv removes and installs exactly the planned wheels: hash-checked, no resolution, no network.
+
+    uv installs the verified local `wheels` (name -> file; fetched here any that a recycled
+    generation, one change further behind, needs besides), so it never downloads mid-install;
+    the lock's URL is then recorded as where each came from (`_record_wheel_urls`)."""
     uv = uv_binary(PipOptions())
     python = str(python_executable(partial))
     if plan.pip_remove:
@@ -536,10 +548,12 @@ def sync_pip(plan: Plan, partial: Path, options: EnvOptions) -> None:
         if done.returncode != 0:
             raise ToolError(f"uv pip uninstall failed in {partial}:\n{done.stderr.strip()}")
     if plan.pip_install:
+        missing = [e for e in plan.pip_install if e.name not in wheels]
+        wheels = {**wheels, **fetch_archives(missing, options.cache_dir, options.mirrors)}
+        local = {wheels[e.name].as_uri(): e for e in plan.pip_install}
         requirements = partial / ".bootstrap-requirements.txt"
-        requirements.write_text("".join(
-            f"{e.name} @ {source_url(e.url, options.mirrors)} --hash=sha256:{e.sha256}\n" for e in plan.pip_install
-        ), encoding="utf-8")
+        requirements.write_text("".join(f"{e.name} @ {uri} --hash=sha256:{e.sha256}\n" for uri, e in local.items()),
+                                encoding="utf-8")
         try:
             done = run([uv, "pip", "install", "--python", python, "--no-deps", "--require-hashes",
                         "--link-mode", "copy", "--no-index", "-r", str(requirements)], timeout=3600)
@@ -547,6 +561,7 @@ def sync_pip(plan: Plan, partial: Path, options: EnvOptions) -> None:
             requirements.unlink()
         if done.returncode != 0:
             raise _pip_failure(done.stderr)
+        _record_wheel_urls(partial, local)
     relocate_scripts(partial, options.prefix)
 
 
@@ -554,9 +569,37 @@ def _pip_failure(stderr: str):
     message = scrub_credentials(stderr.strip())
     if "hash" in message.lower() and "mismatch" in message.lower():
         return IntegrityError(f"a pip wheel does not match the lock's sha256; nothing was installed:\n{message}")
-    if "Failed to fetch" in message or "error sending request" in message:
-        return FetchError(f"cannot fetch a pip wheel (offline? map its host with --mirror URL=MIRROR):\n{message}")
     return ToolError(f"uv pip install failed:\n{message}")
+
+
+def _record_wheel_urls(partial: Path, local: dict) -> None:
+    """uv recorded the archive store's `file://` URL in each new direct_url.json (PEP 610); record
+    the lock's URL instead, byte for byte what uv writes when it fetches that URL itself, so that
+    `export` and `verify` see where the wheel comes from. The RECORD line follows the new bytes."""
+    site = site_packages(partial)
+    for direct_url in site.glob("*.dist-info/direct_url.json") if site is not None else ():
+        try:
+            entry = local.get(json.loads(direct_url.read_text(encoding="utf-8")).get("url"))
+        except ValueError:
+            continue
+        if entry is None:
+            continue
+        data = json.dumps({"url": entry.url, "archive_info": {}}, separators=(",", ":")).encode()
+        atomic_write_bytes(direct_url, data, fsync=False)
+        record = direct_url.with_name("RECORD")
+        relative = f"{direct_url.parent.name}/{direct_url.name}"
+        lines = [_record_line(relative, data) if line.startswith(relative + ",") else line
+                 for line in record.read_text(encoding="utf-8").splitlines()]
+        atomic_write_text(record, "\n".join(lines) + "\n", fsync=False)
+
+
+def _record_line(relative: str, data: bytes) -> str:
+    """A RECORD line: path, urlsafe-base64 sha256 without padding, size."""
+    import base64
+    import hashlib
+
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{relative},sha256={digest},{len(data)}"
 
 
 def relocate_scripts(partial: Path, stable: Path) -> None:
@@ -565,9 +608,6 @@ def relocate_scripts(partial: Path, stable: Path) -> None:
     The RECORD of each distribution is updated to the rewritten bytes, as pip
     does when it writes the shebang at install time, so `verify --deep` agrees.
     """
-    import base64
-    import hashlib
-
     site = site_packages(partial)
     if site is None:
         return
@@ -587,8 +627,7 @@ def relocate_scripts(partial: Path, stable: Path) -> None:
                 continue
             data = head.replace(old, new) + body
             atomic_write_bytes(target, data, fsync=False)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            lines[index] = f"{path},sha256={digest},{len(data)}"
+            lines[index] = _record_line(path, data)
             changed = True
         if changed:
             atomic_write_text(record, "\n".join(lines) + "\n", fsync=False)

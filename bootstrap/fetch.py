@@ -1,4 +1,5 @@
-"""Fetch conda archives for an install, hash-check them, and refuse unsafe ones.
+"""Fetch the archives an install links (conda) and the wheels it installs (pip), hash-check them,
+and refuse unsafe conda archives.
 
 py-rattler does not hash-check `file://` packages, trusts a warm cache, and
 links whatever paths an archive lists (`../x`, absolute paths and escaping
@@ -56,7 +57,7 @@ def fetch_archives(
     progress: Optional[Progress] = None,
     workers: int = 4,
 ) -> dict[str, Path]:
-    """Verified local archives for `entries` (conda only), keyed by package name."""
+    """Verified local archives (conda) or wheels (pip) for `entries`, keyed by package name."""
 
     def one(entry: LockedPackage) -> tuple[str, Path]:
         path = fetch_archive(entry, cache_dir, mirrors)
@@ -95,7 +96,8 @@ def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirro
             )
         if entry.md5 and md5 != entry.md5:
             raise IntegrityError(f"{entry.filename}: md5 {md5} does not match the lock's {entry.md5}; nothing was installed")
-        check_archive_paths(Path(tmp), entry.filename)
+        if entry.manager == "conda":  # a wheel is uv's to unpack, as when uv fetched it
+            check_archive_paths(Path(tmp), entry.filename)
         os.replace(tmp, target)
     finally:
         Path(tmp).unlink(missing_ok=True)
@@ -113,9 +115,17 @@ def _copy_hashing(url: str, out, entry: LockedPackage) -> tuple[str, str]:
     except OSError as exc:
         raise FetchError(
             f"cannot fetch {entry.filename} from {scrub_credentials(url)}: {exc} "
-            f"(offline? serve it from a mirror: --mirror {entry.url.rsplit('/', 2)[0]}=URL_OR_DIR)"
+            f"(offline? serve it from a mirror: --mirror {_mirror_prefix(entry)}=URL_OR_DIR)"
         ) from None
     return sha256.hexdigest(), md5.hexdigest()
+
+
+def _mirror_prefix(entry: LockedPackage) -> str:
+    """What `--mirror` would map for `entry`: its conda channel, or its wheel's host."""
+    if entry.manager == "conda":
+        return entry.url.rsplit("/", 2)[0]
+    parts = urlsplit(entry.url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.netloc else entry.url.rsplit("/", 1)[0]
 
 
 def _open(url: str):

@@ -74,7 +74,9 @@ def assert_matches_lock(project: Project) -> None:
     assert {c.url for c in installed} == {p.url for p in lock.for_platform("linux-64", "conda")}  # canonical URLs
     locked_pip = {(p.name, p.version) for p in lock.for_platform("linux-64", "pip")}
     conda_names = {c.name for c in installed}
-    assert {(d.name, d.version) for d in pip_distributions(prefix) if d.name not in conda_names} == locked_pip
+    pip = [d for d in pip_distributions(prefix) if d.name not in conda_names]
+    assert {(d.name, d.version) for d in pip} == locked_pip
+    assert {d.url for d in pip} == {p.url for p in lock.for_platform("linux-64", "pip")}  # the lock's, not the store's
 
 
 def run_python(prefix: Path, code: str) -> str:
@@ -336,10 +338,11 @@ def test_pip_wheel_with_wrong_bytes_is_refused(project: Project, channel: Path, 
     write_spec(project.root, platforms=("linux-64",), conda=CONDA, pip=("alpha",))  # force a pip change ...
     (next((prefix / "lib").glob("python*/site-packages/gamma-0.5.dist-info")) / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: gamma\nVersion: 0.4\n")  # ... so gamma is reinstalled from the lock
+    shutil.rmtree(project.root / ".cache" / "archives")  # the verified wheel kept there would be used instead
     capsys.readouterr()
     assert main(env_args(project, str(channel))) == 2
     err = capsys.readouterr().err
-    assert "does not match the lock's sha256" in err
+    assert "gamma-0.5-py3-none-any.whl: sha256" in err and "does not match the lock's" in err
     assert os.readlink(prefix) == before
     assert run_python(prefix, "import gamma, os; print(os.path.exists(os.path.join(os.path.dirname(gamma.__file__), 'evil.py')))") == "False"
 
@@ -414,11 +417,12 @@ def test_a_warm_cache_links_sealed_copies_without_reading_their_archives(project
     real_sha256 = fetch_module.sha256_file
     monkeypatch.setattr(fetch_module, "sha256_file", lambda path: hashed.append(Path(path).name) or real_sha256(path))
     assert main(env_args(project, str(channel), "--prefix", str(project.root / "second"))) == 0
-    assert hashed == []  # every package came from its sealed extracted copy
+    assert all(name.endswith(".whl") for name in hashed)  # every conda package came from its sealed extracted copy
+    hashed.clear()
     (extracted,) = (project.root / ".cache").glob("pkgs/bigpkg-*/share/bigpkg/f000001.txt")
     extracted.write_text("edited\n")  # breaks bigpkg's seal: its archive is checked and extracted again
     assert main(env_args(project, str(channel), "--prefix", str(project.root / "third"))) == 0
-    assert [name.split("-")[0] for name in hashed] == ["bigpkg"]
+    assert [name.split("-")[0] for name in hashed if not name.endswith(".whl")] == ["bigpkg"]
     assert (project.root / "third" / "share/bigpkg/f000001.txt").read_text() != "edited\n"
 
 
@@ -475,6 +479,32 @@ def test_unreachable_channel_leaves_the_env_alone(project: Project, channel: Pat
     assert main(env_args(project, "http://127.0.0.1:9/conda-forge")) == 2
     err = capsys.readouterr().err
     assert "http://127.0.0.1:9/conda-forge/linux-64/zlibstub" in err and "--mirror" in err
+    assert os.readlink(prefix) == before
+    assert generation_dirs(project) == ["1", "2"]
+    assert main(["env", "--root", str(project.root), "--rollback"]) == 0
+    assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.1"
+
+
+def test_unreachable_wheel_leaves_the_env_and_its_rollback_alone(project: Project, channel: Path, wheels: Path,
+                                                                 tmp_path: Path, capsys) -> None:
+    """Wheels are fetched before the retired generation is recycled too (uv fetched them mid-install)."""
+    from tests.fixtures.wheels import build_wheel
+
+    served = tmp_path / "served-wheels"
+    shutil.copytree(wheels, served)
+    delta = build_wheel(served, "delta", "1.0")
+    relock(project, channel, served)
+    assert main(env_args(project, str(channel))) == 0
+    change_lock(project, channel, served, pip=("alpha==1.0", "gamma"))
+    assert main(env_args(project, str(channel))) == 0
+    prefix = prefix_of(project)
+    before = os.readlink(prefix)
+    change_lock(project, channel, served, pip=("alpha==1.0", "gamma", "delta"))  # would recycle generation 1
+    delta.unlink()
+    capsys.readouterr()
+    assert main(env_args(project, str(channel))) == 2
+    err = capsys.readouterr().err
+    assert "cannot fetch delta-1.0-py3-none-any.whl" in err and f"--mirror {served.as_uri()}=" in err
     assert os.readlink(prefix) == before
     assert generation_dirs(project) == ["1", "2"]
     assert main(["env", "--root", str(project.root), "--rollback"]) == 0

@@ -82,7 +82,7 @@ def _feedback(tty: bool):
         task = {}
 
         def started(total: int) -> None:
-            task["id"] = progress.add_task("fetching conda packages", total=total)
+            task["id"] = progress.add_task("fetching packages and wheels", total=total)
 
         def fetched(entry) -> None:
             progress.update(task["id"], advance=1, description=f"fetched {entry.name}")
