@@ -390,7 +390,7 @@ def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: 
 
 
 def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Path, options: EnvOptions,
-                     canonical: set, alongside: Callable[[], object] = lambda: None) -> None:
+                     canonical: set, alongside: Callable[[], object]) -> None:
     """rattler.install of `conda` into `partial`, with `alongside()` in a thread meanwhile. rattler
     reads what `partial` holds from its conda-meta itself (in Rust, ~6x faster than parsing the
     records in Python to hand them over).
