@@ -162,7 +162,12 @@ def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Option
     channel or index, or a bad archive or wheel, then fails before `gens.start` recycles the
     retired generation, so `--rollback` still has it."""
     t = time.perf_counter()
-    fetched, wheels = _prefetch(plan, options, feedback)
+    try:
+        fetched, wheels = _prefetch(plan, options, feedback)
+    except Exception as exc:
+        if out_of_space(exc):  # the package cache's file system
+            raise _disk_full(layout, options, created=current is None, started=False) from exc
+        raise
     fetch_seconds = time.perf_counter() - t
     for attempt in (1, 2):
         t = time.perf_counter()
@@ -182,20 +187,21 @@ def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Option
         except BaseException as exc:
             remove_tree(new.partial)
             if isinstance(exc, Exception) and out_of_space(exc):
-                raise _disk_full(layout, options, created=current is None) from exc
+                raise _disk_full(layout, options, created=current is None, started=True) from exc
             raise
     raise AssertionError("unreachable")
 
 
-def _disk_full(layout: gens.Layout, options: EnvOptions, created: bool) -> DiskFullError:
-    """One line for ENOSPC wherever it struck (rattler, uv, our writes): which file systems, how
-    much is free now that the partial generation is gone, and that the env is as it was."""
+def _disk_full(layout: gens.Layout, options: EnvOptions, created: bool, started: bool) -> DiskFullError:
+    """One line for ENOSPC wherever it struck (our fetch, rattler, uv, our writes): which file
+    systems, how much is free now that any partial generation is gone, and that the env is as it was."""
     places: dict = {}  # mount point -> (bytes free, what lives there)
     for what, path in (("env", layout.gens_dir), ("package cache", options.cache_dir)):
         mount, free = free_space(path)
         places.setdefault(mount, (free, []))[1].append(what)
     where = ", ".join(f"{mount} ({' and '.join(whats)}: {free / 2**20:.0f} MB free)" for mount, (free, whats) in places.items())
-    outcome = "nothing was created" if created else "the env is unchanged and the half-built generation removed"
+    outcome = ("nothing was created" if created else
+               "the env is unchanged and the half-built generation removed" if started else "the env is unchanged")
     return DiskFullError(f"no space left on device while building {options.prefix} on {where}; {outcome} "
                          f"(free space, or move the env with --prefix or the package cache with --cache-dir)")
 

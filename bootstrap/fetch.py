@@ -30,7 +30,7 @@ from typing import Callable, Optional, Sequence
 from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import FetchError, IntegrityError
-from bootstrap.fsutil import sha256_file
+from bootstrap.fsutil import out_of_space, sha256_file
 from bootstrap.lockfile import LockedPackage
 from bootstrap.mirrors import Mirror, scrub_credentials
 
@@ -113,6 +113,8 @@ def _copy_hashing(url: str, out, entry: LockedPackage) -> tuple[str, str]:
                 md5.update(block)
                 out.write(block)
     except OSError as exc:
+        if out_of_space(exc):  # writing into the store, not reading the source
+            raise
         raise FetchError(
             f"cannot fetch {entry.filename} from {scrub_credentials(url)}: {exc} "
             f"(offline? serve it from a mirror: --mirror {_mirror_prefix(entry)}=URL_OR_DIR)"

@@ -677,21 +677,22 @@ def small_fs(tmp_path: Path):
         subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
-@pytest.mark.parametrize("where", ["conda-link", "conda-extract", "pip-install"])
+@pytest.mark.parametrize("where", ["conda-fetch", "conda-extract", "conda-link", "pip-fetch", "pip-install"])
 def test_a_full_disk_leaves_the_env_as_it_was(locked_once: Project, blob_sources: tuple, small_fs: tuple,
                                                tmp_path: Path, capsys, where: str) -> None:
-    """ENOSPC from rattler linking, rattler extracting into the cache, or uv: one line naming the
-    file system, the env unchanged, the half-built generation gone; with space, the next run converges."""
+    """ENOSPC while fetching into the package cache, from rattler extracting into it or linking, or
+    from uv: one line naming the file system, the env unchanged, no half-built generation left; with
+    space, the next run converges."""
     channel, wheels = blob_sources
     mount, resize = small_fs
     project = copy_project(locked_once, mount / "proj")
-    cache = mount / "cache" if where == "conda-extract" else tmp_path / "cache"
+    cache = mount / "cache" if where in ("conda-fetch", "conda-extract", "pip-fetch") else tmp_path / "cache"
     args = [*env_args(project, str(channel)), "--cache-dir", str(cache)]
     relock(project, channel, wheels)
     assert main(args) == 0
     prefix = prefix_of(project)
     before = os.readlink(prefix)
-    if where == "pip-install":
+    if where.startswith("pip"):
         change_lock(project, channel, wheels, pip=("alpha", "gamma", "blobwheel"))
     else:
         change_lock(project, channel, wheels, conda=(*CONDA, "blobpkg"))
@@ -710,7 +711,7 @@ def test_a_full_disk_leaves_the_env_as_it_was(locked_once: Project, blob_sources
     resize("64m")
     assert main(args) == 0
     assert_matches_lock(project)
-    blob = next(prefix.glob("lib/python*/site-packages/blobwheel/blob.bin")) if where == "pip-install" else prefix / "lib/libblob.so"
+    blob = next(prefix.glob("lib/python*/site-packages/blobwheel/blob.bin")) if where.startswith("pip") else prefix / "lib/libblob.so"
     assert blob.read_bytes() == BLOB
 
 
