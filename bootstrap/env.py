@@ -29,7 +29,7 @@ from bootstrap import __version__
 from bootstrap import generations as gens
 from bootstrap.envplan import Plan, make_plan
 from bootstrap.errors import DiskFullError, InputError, IntegrityError, ToolError
-from bootstrap.fetch import archive_path, fetch_archives
+from bootstrap.fetch import archive_path, fetch_archives, forget_verified
 from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, free_space, out_of_space, remove_tree
 from bootstrap.history import COMMAND as HISTORY_COMMAND, append_request
 from bootstrap.lockfile import Lock, LockedPackage, read_lock
@@ -566,6 +566,7 @@ def sync_pip(plan: Plan, partial: Path, options: EnvOptions, wheels: dict) -> No
         finally:
             requirements.unlink()
         if done.returncode != 0:
+            forget_verified(list(wheels.values()))  # if a stored wheel changed unseen, the next run's hashing finds it
             raise _pip_failure(done.stderr)
         _record_wheel_urls(partial, local)
     relocate_scripts(partial, options.prefix)
@@ -574,7 +575,8 @@ def sync_pip(plan: Plan, partial: Path, options: EnvOptions, wheels: dict) -> No
 def _pip_failure(stderr: str):
     message = scrub_credentials(stderr.strip())
     if "hash" in message.lower() and "mismatch" in message.lower():
-        return IntegrityError(f"a pip wheel does not match the lock's sha256; nothing was installed:\n{message}")
+        return IntegrityError("a wheel does not match the lock's sha256 (its copy in the package cache damaged on disk?); "
+                              f"nothing was installed, and the next run hashes the cached wheels again:\n{message}")
     return ToolError(f"uv pip install failed:\n{message}")
 
 

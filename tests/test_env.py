@@ -417,13 +417,36 @@ def test_a_warm_cache_links_sealed_copies_without_reading_their_archives(project
     real_sha256 = fetch_module.sha256_file
     monkeypatch.setattr(fetch_module, "sha256_file", lambda path: hashed.append(Path(path).name) or real_sha256(path))
     assert main(env_args(project, str(channel), "--prefix", str(project.root / "second"))) == 0
-    assert all(name.endswith(".whl") for name in hashed)  # every conda package came from its sealed extracted copy
-    hashed.clear()
+    assert hashed == []  # every conda package came from its sealed extracted copy, every wheel is as verified
     (extracted,) = (project.root / ".cache").glob("pkgs/bigpkg-*/share/bigpkg/f000001.txt")
     extracted.write_text("edited\n")  # breaks bigpkg's seal: its archive is checked and extracted again
     assert main(env_args(project, str(channel), "--prefix", str(project.root / "third"))) == 0
-    assert [name.split("-")[0] for name in hashed if not name.endswith(".whl")] == ["bigpkg"]
+    assert [name.split("-")[0] for name in hashed] == ["bigpkg"]
     assert (project.root / "third" / "share/bigpkg/f000001.txt").read_text() != "edited\n"
+
+
+def test_a_stored_wheel_is_hashed_again_once_it_changed(project: Project, channel: Path, capsys) -> None:
+    """A wheel in the store is trusted while its size and mtime are as verified (uv checks its hash
+    as it installs). An edit that shows in them is caught by hashing and refetched; damage that does
+    not fails uv's install, and the run after that hashes again and heals."""
+    assert main(env_args(project, str(channel))) == 0
+    (gamma,) = (project.root / ".cache").glob("archives/*/gamma-*.whl")
+    original = gamma.read_bytes()
+    gamma.write_bytes(original + b"appended")
+    assert main(env_args(project, str(channel), "--prefix", str(project.root / "second"))) == 0
+    assert gamma.read_bytes() == original  # hashed, found wrong, fetched again
+
+    info = gamma.stat()
+    middle = len(original) // 2
+    gamma.write_bytes(original[:middle] + bytes([original[middle] ^ 0xFF]) + original[middle + 1:])
+    os.utime(gamma, ns=(info.st_atime_ns, info.st_mtime_ns))  # same size, same mtime: the stamp still holds
+    third = project.root / "third"
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--prefix", str(third))) != 0
+    assert "gamma" in capsys.readouterr().err and not os.path.lexists(third)
+    assert main(env_args(project, str(channel), "--prefix", str(third))) == 0
+    assert gamma.read_bytes() == original
+    assert_matches_lock(project)
 
 
 def test_editing_one_env_leaves_cache_and_sibling_alone(project: Project, channel: Path) -> None:
@@ -439,7 +462,7 @@ def test_editing_one_env_leaves_cache_and_sibling_alone(project: Project, channe
         with open(first / target, "r+") as handle:  # in place: same inode, as an editor might
             handle.write("EDITED")
         assert (second / target).read_text() == original
-    for archive in (project.root / ".cache").glob("archives/*/*"):
+    for archive in (project.root / ".cache").glob("archives/*/[!.]*"):
         assert sha256_file(archive) == archive.parent.name
     for target in targets:
         for cached in (project.root / ".cache").glob(f"pkgs/*/{target}"):
