@@ -138,7 +138,7 @@ def _stamp_holds(target: Path) -> bool:
 
 
 def forget_verified(targets: Sequence[Path]) -> None:
-    """Have the next use hash these stored wheels again (uv found one that no longer matches)."""
+    """Have the next use hash these stored wheels again (uv failed on one: it may have changed unseen)."""
     for target in targets:
         _stamp_path(target).unlink(missing_ok=True)
 
