@@ -89,6 +89,15 @@ def test_create_from_directory_mirror_then_noop(project: Project, channel: Path,
     prefix = prefix_of(project)
     assert prefix.is_symlink()
     assert_matches_lock(project)
+    import base64
+    import hashlib
+
+    direct_urls = list(prefix.glob("lib/python*/site-packages/*.dist-info/direct_url.json"))
+    assert len(direct_urls) == 3
+    for direct_url in direct_urls:  # rewritten to the lock's URL: the RECORD line follows the bytes
+        digest = base64.urlsafe_b64encode(hashlib.sha256(direct_url.read_bytes()).digest()).rstrip(b"=").decode()
+        line = f"{direct_url.parent.name}/direct_url.json,sha256={digest},{direct_url.stat().st_size}"
+        assert line in (direct_url.parent / "RECORD").read_text().splitlines()
     assert run_python(prefix, "import sys, alpha, beta; print(sys.prefix)") == str(prefix)
     assert (prefix / "share/torchlike/build.txt").read_text().startswith("cuda12")  # the locked CUDA build
     # The pip entry point of the conda pip package points at the stable path, not a generation.
