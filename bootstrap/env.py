@@ -23,14 +23,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from bootstrap import __version__
 from bootstrap import generations as gens
 from bootstrap.envplan import Plan, make_plan
 from bootstrap.errors import DiskFullError, InputError, IntegrityError, ToolError
 from bootstrap.fetch import archive_path, fetch_archives, forget_verified
-from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, free_space, out_of_space, remove_tree
+from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, out_of_space, remove_tree, space_report
 from bootstrap.history import COMMAND as HISTORY_COMMAND, append_request
 from bootstrap.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.mirrors import Mirror, scrub_credentials
@@ -49,6 +49,9 @@ from bootstrap.prefix import (
 )
 from bootstrap.runner import run
 from bootstrap.spec import read_spec
+
+if TYPE_CHECKING:
+    from bootstrap.bundle import Bundle
 
 Notify = Callable[[str], None]
 
@@ -75,6 +78,7 @@ class EnvOptions:
     platform: str
     cache_dir: Path
     mirrors: tuple[Mirror, ...] = ()
+    bundle: Optional[Bundle] = None  # read artifacts the store lacks from this first (`bootstrap bundle`)
     dry_run: bool = False
     show_progress: bool = False
 
@@ -195,11 +199,7 @@ def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Option
 def _disk_full(layout: gens.Layout, options: EnvOptions, created: bool, started: bool) -> DiskFullError:
     """One line for ENOSPC wherever it struck (our fetch, rattler, uv, our writes): which file
     systems, how much is free now that any partial generation is gone, and that the env is as it was."""
-    places: dict = {}  # mount point -> (bytes free, what lives there)
-    for what, path in (("env", layout.gens_dir), ("package cache", options.cache_dir)):
-        mount, free = free_space(path)
-        places.setdefault(mount, (free, []))[1].append(what)
-    where = ", ".join(f"{mount} ({' and '.join(whats)}: {free / 2**20:.0f} MB free)" for mount, (free, whats) in places.items())
+    where = space_report({"env": layout.gens_dir, "package cache": options.cache_dir})
     outcome = ("nothing was created" if created else
                "the env is unchanged and the half-built generation removed" if started else "the env is unchanged")
     return DiskFullError(f"no space left on device while building {options.prefix} on {where}; {outcome} "
@@ -313,9 +313,7 @@ def _prefetch(plan: Plan, options: EnvOptions, feedback: Feedback) -> tuple[dict
     conda = [e for e in plan.link if not _has_seal(options.cache_dir, e)]
     if conda or plan.pip_install:
         feedback.fetch_started(len(conda) + len(plan.pip_install))
-    fetch = functools.partial(fetch_archives, cache_dir=options.cache_dir, mirrors=options.mirrors,
-                              progress=feedback.fetched)
-    return fetch(conda), fetch(plan.pip_install)
+    return _fetch_quietly(conda, options, feedback.fetched), _fetch_quietly(plan.pip_install, options, feedback.fetched)
 
 
 def _archives(to_link: Sequence[LockedPackage], sealed: set, fetched: dict, options: EnvOptions,
@@ -334,7 +332,11 @@ def _archives(to_link: Sequence[LockedPackage], sealed: set, fetched: dict, opti
 def _fetch(entries: Sequence[LockedPackage], options: EnvOptions, feedback: Feedback) -> dict:
     if entries:
         feedback.fetch_started(len(entries))
-    return fetch_archives(entries, options.cache_dir, options.mirrors, progress=feedback.fetched)
+    return _fetch_quietly(entries, options, feedback.fetched)
+
+
+def _fetch_quietly(entries: Sequence[LockedPackage], options: EnvOptions, progress=None) -> dict:
+    return fetch_archives(entries, options.cache_dir, options.mirrors, progress=progress, bundle=options.bundle)
 
 
 def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions) -> None:
@@ -381,7 +383,7 @@ def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: 
         if canonical is not sealed:
             # A sealed copy vanished under us (another env's run dropped it): link again from
             # the archives alone, after checking the ones that stood in unread.
-            checked = fetch_archives([e for e in to_link if e.name in sealed], options.cache_dir, options.mirrors)
+            checked = _fetch_quietly([e for e in to_link if e.name in sealed], options)
             archives = {**archives, **checked}
         try:
             _rattler_install(conda, archives, partial, options, canonical=canonical, alongside=alongside)
@@ -555,7 +557,7 @@ def sync_pip(plan: Plan, partial: Path, options: EnvOptions, wheels: dict) -> No
             raise ToolError(f"uv pip uninstall failed in {partial}:\n{done.stderr.strip()}")
     if plan.pip_install:
         missing = [e for e in plan.pip_install if e.name not in wheels]
-        wheels = {**wheels, **fetch_archives(missing, options.cache_dir, options.mirrors)}
+        wheels = {**wheels, **_fetch_quietly(missing, options)}
         local = {wheels[e.name].as_uri(): e for e in plan.pip_install}
         requirements = partial / ".bootstrap-requirements.txt"
         requirements.write_text("".join(f"{e.name} @ {uri} --hash=sha256:{e.sha256}\n" for uri, e in local.items()),

@@ -9,6 +9,8 @@ archive to be linked passes through here first:
     lock URL --mirror rewrite--> download into <cache>/archives/<sha256>/<fn>
              --sha256 (and md5) against the lock--> paths checked --> file:// URL for rattler
 
+(with `--bundle`, a bundle's member stands in for the URL where it holds the artifact)
+
 A stored conda archive is re-hashed before each use and re-fetched if it no
 longer matches, so a corrupted cache heals instead of being installed (rattler
 does not check a local archive; one with a sealed extracted copy is rarely
@@ -30,14 +32,18 @@ import tempfile
 import urllib.request
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Callable, Optional, Sequence
 from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import FetchError, IntegrityError
 from bootstrap.fsutil import atomic_write_text, out_of_space, sha256_file
 from bootstrap.lockfile import LockedPackage
 from bootstrap.mirrors import Mirror, scrub_credentials
+
+if TYPE_CHECKING:
+    from bootstrap.bundle import Bundle
 
 Progress = Callable[[LockedPackage], None]
 _CHUNK = 1 << 20
@@ -61,11 +67,15 @@ def fetch_archives(
     mirrors: Sequence[Mirror] = (),
     progress: Optional[Progress] = None,
     workers: int = 4,
+    bundle: Optional["Bundle"] = None,
 ) -> dict[str, Path]:
-    """Verified local archives (conda) or wheels (pip) for `entries`, keyed by package name."""
+    """Verified local archives (conda) or wheels (pip) for `entries`, keyed by package name.
+
+    What the store lacks is read from `bundle` where it holds it (`bootstrap bundle`), else
+    fetched from its URL after `mirrors`."""
 
     def one(entry: LockedPackage) -> tuple[str, Path]:
-        path = fetch_archive(entry, cache_dir, mirrors)
+        path = fetch_archive(entry, cache_dir, mirrors, bundle)
         if progress is not None:
             progress(entry)
         return entry.name, path
@@ -81,20 +91,38 @@ def archive_path(cache_dir: Path, entry: LockedPackage) -> Path:
     return cache_dir / "archives" / entry.sha256 / entry.filename
 
 
-def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirror] = ()) -> Path:
+@dataclass(frozen=True)
+class Source:
+    """Where an artifact's bytes are read from, and what to say if they cannot be."""
+
+    label: str  # a URL or `bundle.tar:artifacts/<sha256>/<fn>`; credentials are scrubbed when shown
+    open: Callable[[], BinaryIO]
+    remedy: str
+
+
+def url_source(entry: LockedPackage, mirrors: Sequence[Mirror], also: str = "") -> Source:
+    url = source_url(entry.url, mirrors)
+    return Source(url, lambda: _open(url),
+                  f"offline? serve it from a mirror: --mirror {_mirror_prefix(entry)}=URL_OR_DIR{also}")
+
+
+def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirror] = (),
+                  bundle: Optional["Bundle"] = None) -> Path:
     target = archive_path(cache_dir, entry)
     if target.is_file() and _still_verified(target, entry):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    url = source_url(entry.url, mirrors)
+    source = bundle.source(entry) if bundle is not None else None
+    if source is None:
+        source = url_source(entry, mirrors, also=bundle.lacks(entry) if bundle is not None else "")
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
     try:
         with os.fdopen(fd, "wb") as out:
-            sha256, md5 = _copy_hashing(url, out, entry)
+            sha256, md5 = _copy_hashing(source, out, entry)
         if sha256 != entry.sha256:
             raise IntegrityError(
                 f"{entry.filename}: sha256 {sha256} does not match the lock's {entry.sha256} "
-                f"(fetched from {scrub_credentials(url)}); nothing was installed. "
+                f"(fetched from {scrub_credentials(source.label)}); nothing was installed. "
                 "A mirror serving other bytes, or a lock edited by hand: relock or fix the mirror"
             )
         if entry.md5 and md5 != entry.md5:
@@ -143,21 +171,18 @@ def forget_verified(targets: Sequence[Path]) -> None:
         _stamp_path(target).unlink(missing_ok=True)
 
 
-def _copy_hashing(url: str, out, entry: LockedPackage) -> tuple[str, str]:
+def _copy_hashing(source: Source, out, entry: LockedPackage) -> tuple[str, str]:
     sha256, md5 = hashlib.sha256(), hashlib.md5()
     try:
-        with _open(url) as source:
-            for block in iter(lambda: source.read(_CHUNK), b""):
+        with source.open() as data:
+            for block in iter(lambda: data.read(_CHUNK), b""):
                 sha256.update(block)
                 md5.update(block)
                 out.write(block)
     except OSError as exc:
         if out_of_space(exc):  # writing into the store, not reading the source
             raise
-        raise FetchError(
-            f"cannot fetch {entry.filename} from {scrub_credentials(url)}: {exc} "
-            f"(offline? serve it from a mirror: --mirror {_mirror_prefix(entry)}=URL_OR_DIR)"
-        ) from None
+        raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: {exc} ({source.remedy})") from None
     return sha256.hexdigest(), md5.hexdigest()
 
 

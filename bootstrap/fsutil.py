@@ -86,6 +86,16 @@ def free_space(path: PathLike) -> tuple[Path, int]:
     return mount, shutil.disk_usage(existing).free
 
 
+def space_report(places: dict) -> str:
+    """`/ (env and package cache: 812 MB free), /tmp (bundle: 3 MB free)` for {what: path}: each
+    file system once, with what lives on it."""
+    mounts: dict = {}  # mount point -> (bytes free, what lives there)
+    for what, path in places.items():
+        mount, free = free_space(path)
+        mounts.setdefault(mount, (free, []))[1].append(what)
+    return ", ".join(f"{mount} ({' and '.join(whats)}: {free / 2**20:.0f} MB free)" for mount, (free, whats) in mounts.items())
+
+
 def remove_tree(path: PathLike) -> None:
     """`rm -rf path`, also through read-only directories (a package may ship one; a non-root
     user cannot unlink inside it until it is writable). What still cannot go is left for
