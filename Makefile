@@ -14,16 +14,24 @@ SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
 TORCH_TEST ?= torch==2.13.0
 
-.PHONY: env clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader
+.PHONY: env bundle clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader
 
 tools: $(TOOLS)/.requirements-tools.txt
 
 $(TOOLS)/.requirements-tools.txt: scripts/requirements-tools.txt scripts/tools-venv.sh
-	PYTHON=$(PYTHON) scripts/tools-venv.sh $(TOOLS)
+	PYTHON=$(PYTHON) BUNDLE=$(BUNDLE) scripts/tools-venv.sh $(TOOLS)
 
 ## Create or update .envs/$(ENV) from its lock (ENV=py39 for the other env); ENV_ARGS="--dry-run" prints the plan.
+## BUNDLE=FILE takes the artifacts from a bundle `make bundle` wrote: no channel or index needed.
+BUNDLE ?=
 env: tools
-	$(PY) -m bootstrap env $(ENV) $(ENV_ARGS)
+	$(PY) -m bootstrap env $(ENV) $(if $(BUNDLE),--bundle $(BUNDLE)) $(ENV_ARGS)
+
+## Every artifact the lock of $(ENV) installs on this platform, and the lock, in one tar for nodes
+## without internet; BUNDLE_ARGS="--platform linux-64 -o FILE" for another platform or name.
+BUNDLE_ARGS ?=
+bundle: tools
+	$(PY) -m bootstrap bundle $(ENV) $(BUNDLE_ARGS)
 
 ## Remove .envs/$(ENV) with all its generations.
 clean-env:

@@ -2,6 +2,7 @@
 # Create (or refresh) the tools venv that every make target runs in.
 #
 #   scripts/tools-venv.sh DIR
+#   BUNDLE=bundle.tar scripts/tools-venv.sh DIR     offline, from the wheels `bootstrap bundle` put in it
 #
 # py-rattler and conda-lock need Python >= 3.10. If the host's python3 is
 # older (a 3.9-only cluster login node), uv — which itself installs on 3.8+ —
@@ -19,6 +20,30 @@ if ! command -v "$python" >/dev/null; then
   exit 2
 fi
 
+install=(--quiet --disable-pip-version-check --require-hashes -r "$reqs")
+if [ -n "${BUNDLE:-}" ]; then
+  # The same pinned, hash-checked requirements, from the bundle's wheels for this Python and platform.
+  if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+    echo "tools-venv: offline from $BUNDLE needs a python3 >= 3.10 here, not $("$python" -V 2>&1) (set PYTHON=/path/to/python3)" >&2
+    exit 2
+  fi
+  case "$(uname -s)-$(uname -m)" in
+    Linux-x86_64) platform=linux-64 ;;
+    Linux-aarch64) platform=linux-aarch64 ;;
+    Darwin-arm64) platform=osx-arm64 ;;
+    Darwin-x86_64) platform=osx-64 ;;
+    *) platform="unsupported-$(uname -s)-$(uname -m)" ;;
+  esac
+  tag="$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-$platform"
+  wheels=$(mktemp -d)
+  trap 'rm -rf "$wheels"' EXIT
+  if ! tar -xf "$BUNDLE" -C "$wheels" "tools/$tag" 2>/dev/null; then
+    echo "tools-venv: $BUNDLE holds no tools venv wheels for $tag; make it with \`make bundle BUNDLE_ARGS=\"--tools-python X.Y\"\` for this python3" >&2
+    exit 2
+  fi
+  install+=(--no-index --find-links "$wheels/tools/$tag")
+fi
+
 if "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
   "$python" -m venv --clear "$venv"
 else
@@ -30,6 +55,6 @@ else
   rm -rf "$seed"
 fi
 
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes -r "$reqs"
+"$venv/bin/python" -m pip install "${install[@]}"
 # The stamp is what make compares against the requirements file.
 cp "$reqs" "$venv/.requirements-tools.txt"

@@ -1,4 +1,4 @@
-"""`python -m bootstrap env [ENV] [--lock FILE] [--prefix DIR] [--platform P] [--mirror C=URL ...] [--dry-run] [--rollback] [--json]`."""
+"""`python -m bootstrap env [ENV] [--lock FILE] [--prefix DIR] [--platform P] [--mirror C=URL ...] [--bundle FILE] [--dry-run] [--rollback] [--json]`."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", default=None, help="locked platform to install (default: this machine's)")
     parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
                         help="fetch URLs under CANONICAL from an HTTP mirror or a local directory")
+    parser.add_argument("--bundle", type=Path, default=None, metavar="FILE",
+                        help="take the artifacts from this bundle (`bootstrap bundle`): no channel or index needed")
     parser.add_argument("--cache-dir", type=Path, default=None, help="package cache (default: ~/.cache/bootstrap)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     parser.add_argument("--rollback", action="store_true", help="switch back to the previous generation")
@@ -30,6 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bootstrap.bundle import Bundle
     from bootstrap.env import EnvOptions, create_or_update, default_cache_dir, rollback
     from bootstrap.mirrors import Mirror
     from bootstrap.spec import host_platform
@@ -50,10 +53,11 @@ def run(args: argparse.Namespace) -> int:
         platform=args.platform or host_platform(),
         cache_dir=(args.cache_dir or default_cache_dir()).absolute(),
         mirrors=tuple(Mirror.parse(m, base=Path.cwd()) for m in args.mirror),
+        bundle=Bundle.open(args.bundle.absolute()) if args.bundle is not None else None,
         dry_run=args.dry_run,
         show_progress=sys.stderr.isatty() and not args.json,
     )
-    with _feedback(options.show_progress) as feedback:
+    with progress_feedback(options.show_progress) as feedback:
         result = create_or_update(options, feedback)
     if args.json:
         print(json.dumps(_envelope(result), indent=2, sort_keys=True))
@@ -63,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _feedback(tty: bool):
+def progress_feedback(tty: bool):
     """Rich progress for downloads on a TTY (rattler draws its own for linking); quiet otherwise.
 
     The "waiting for another run" notice is printed either way.

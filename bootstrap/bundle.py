@@ -1,0 +1,263 @@
+"""Offline bundles: every artifact a lock installs, and the lock, in one tar.
+
+    make bundle                                  on a connected host: bundle-py310-linux-64.tar
+    make env BUNDLE=bundle-py310-linux-64.tar    on a node without conda channels or PyPI
+
+Layout (a plain tar: conda archives and wheels are compressed already):
+
+    bundle.json                     what it holds: envs (lock member, platforms, content hashes)
+                                    and artifacts (lock URL, sha256, size, member)
+    SHA256SUMS                      the same checksums for `sha256sum -c` after `tar xf`
+    locks/<env>/<lock file>         the locks it was made from
+    artifacts/<sha256>/<filename>   each conda archive and wheel, laid out as the archive store
+    tools/cp311-linux-64/*.whl      the tools venv's wheels (scripts/requirements-tools.txt) for
+                                    one Python and platform: `make env BUNDLE=...` builds the
+                                    tools venv from them, offline (scripts/tools-venv.sh)
+
+Making one goes through the fetcher, so every artifact is hash-checked (and
+a conda archive's paths vetted) before it goes in; mirrors work as for `env`.
+Members are written in a fixed order with zeroed owners and times: the same
+locks give the same bytes. Installing from one is `env` with the bundle as
+its first source: what the store lacks is read from the member, hash-checked
+again on its way into the store; anything the bundle lacks is fetched from
+its URL as usual (and the error then says the bundle lacks it too).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from bootstrap import __version__
+from bootstrap.env import locked_entries
+from bootstrap.errors import DiskFullError, InputError, IntegrityError
+from bootstrap.fetch import Source, archive_path, fetch_archives
+from bootstrap.fsutil import out_of_space, space_report
+from bootstrap.lockfile import LockedPackage, read_lock
+from bootstrap.mirrors import Mirror
+from bootstrap.pip_resolve import PipOptions, Target, resolve_pip
+from bootstrap.spec import EnvSpec
+
+FORMAT = "bootstrap.bundle"
+VERSION = 1
+INDEX = "bundle.json"
+SUMS = "SHA256SUMS"
+
+
+@dataclass(frozen=True)
+class BundleOptions:
+    locks: tuple[tuple[str, Path], ...]  # (env, lock file)
+    platforms: tuple[str, ...]
+    output: Path
+    cache_dir: Path
+    mirrors: tuple[Mirror, ...] = ()
+    tools: tuple[Target, ...] = ()  # the Pythons and platforms to bundle the tools venv's wheels for
+    tools_requirements: Optional[Path] = None  # scripts/requirements-tools.txt
+    pip: PipOptions = PipOptions()  # where uv finds the tools' wheels (PyPI by default)
+
+
+@dataclass(frozen=True)
+class BundleResult:
+    path: Path
+    envs: tuple[str, ...]
+    platforms: tuple[str, ...]
+    artifacts: int  # conda archives and wheels of the envs
+    tools_wheels: int  # wheels of the tools venv, all Pythons and platforms
+    size: int  # bytes of the tar
+
+
+def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda total: None,
+                fetched: Optional[Callable[[LockedPackage], None]] = None) -> BundleResult:
+    """Fetch and verify every artifact the locks install on `options.platforms`, and the tools
+    venv's wheels, into the store; then write the tar beside `options.output` and rename it
+    there: a failure leaves no half-written bundle."""
+    envs, entries = _locked(options)
+    tools = {tools_tag(t): tools_wheels(options.tools_requirements, t, options.pip) for t in options.tools}
+    members = [(e, f"artifacts/{e.sha256}/{e.filename}") for e in entries]
+    members += [(w, f"tools/{tag}/{w.filename}") for tag, wheels in tools.items() for w in wheels]
+    unique = list({entry.sha256: entry for entry, _ in members}.values())
+    started(len(unique))
+    try:
+        fetch_archives(unique, options.cache_dir, options.mirrors, progress=fetched)  # into the store, verified
+        index = {
+            "format": FORMAT,
+            "version": VERSION,
+            "bootstrap_version": __version__,
+            "envs": envs,
+            "artifacts": [{"url": e.url, "sha256": e.sha256, "size": archive_path(options.cache_dir, e).stat().st_size,
+                           "member": member, "manager": e.manager} for e, member in members[:len(entries)]],
+            "tools": [{"python": t.python_version, "platform": t.platform, "member": f"tools/{tools_tag(t)}",
+                       "wheels": [w.filename for w in tools[tools_tag(t)]]} for t in options.tools],
+        }
+        locks = [(lock_path, env["lock"]) for (_, lock_path), env in zip(options.locks, envs)]
+        _write(options, index, locks, members)
+    except OSError as exc:
+        if not out_of_space(exc):
+            raise
+        where = space_report({"bundle": options.output.parent, "package cache": options.cache_dir})
+        raise DiskFullError(f"no space left on device while bundling into {options.output} on {where}; nothing was "
+                            "written (free space, or pass -o or --cache-dir on another disk)") from None
+    return BundleResult(options.output, tuple(e["env"] for e in envs), options.platforms, len(entries),
+                        len(members) - len(entries), options.output.stat().st_size)
+
+
+def _locked(options: BundleOptions) -> tuple[list, list]:
+    """What the bundle says of each env, and the artifacts of them all (each once, in a fixed order)."""
+    envs, artifacts = [], {}
+    for env, lock_path in options.locks:
+        lock = read_lock(lock_path, cache_dir=options.cache_dir)
+        for platform in options.platforms:
+            for entry in locked_entries(lock, platform):
+                artifacts.setdefault(entry.sha256, entry)
+        envs.append({
+            "env": env,
+            "lock": f"locks/{env}/{lock_path.name}",
+            "platforms": list(options.platforms),
+            "content_hash": {p: lock.content_hash.get(p, "") for p in options.platforms},
+        })
+    return envs, sorted(artifacts.values(), key=lambda e: (e.manager, e.name, e.filename, e.sha256))
+
+
+def _write(options: BundleOptions, index: dict, locks: list, members: list) -> None:
+    """The tar, under a temporary name beside `options.output` until it is complete and synced."""
+    part = options.output.with_name(f".{options.output.name}.part")
+    try:
+        with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
+            _add_bytes(tar, INDEX, (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
+            _add_bytes(tar, SUMS, "".join(f"{e.sha256}  {member}\n" for e, member in members).encode())
+            for path, member in locks:
+                tar.add(path, arcname=member, filter=_anonymous)
+            for entry, member in members:
+                tar.add(archive_path(options.cache_dir, entry), arcname=member, filter=_anonymous)
+        with open(part, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(part, options.output)
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def tools_tag(target: Target) -> str:
+    """`cp311-linux-64`: what scripts/tools-venv.sh looks for, from the node's python3 and uname."""
+    return f"cp{target.python_version.replace('.', '')}-{target.platform}"
+
+
+def tools_wheels(requirements: Path, target: Target, pip: PipOptions) -> list[LockedPackage]:
+    """The wheels `pip install -r requirements` picks on `target`: uv resolves the file's pins for the
+    target's Python and platform (pip's `download --platform` evaluates markers for this host), and
+    each wheel must carry one of the file's hashes, so the node's `--require-hashes` install takes it."""
+    pins, hashes = _read_requirements(requirements)
+    spec = EnvSpec(path=requirements, name="tools", channels=(), platforms=(target.platform,), conda=(), pip=pins)
+    wheels = resolve_pip(spec, target, pip)
+    for wheel in wheels:
+        if wheel.sha256 not in hashes:
+            raise IntegrityError(f"{requirements}: uv picked {wheel.filename} for {tools_tag(target)}, whose sha256 is "
+                                 "not among the file's hashes (regenerate it: `make tools-requirements`)")
+    return wheels
+
+
+def _read_requirements(path: Path) -> tuple[tuple[str, ...], set]:
+    """The pins (`name==version ; marker`) and every `--hash=sha256:` of a hash-pinned requirements file."""
+    text = path.read_text(encoding="utf-8").replace("\\\n", " ")
+    pins, hashes = [], set()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "-")):  # comments (`# via ...`), options
+            continue
+        requirement, *options = line.split(" --hash=")
+        pins.append(requirement.strip())
+        hashes.update(option.strip().partition(":")[2] for option in options)
+    return tuple(pins), hashes
+
+
+def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """Nothing of the machine or the moment it was made on: the same locks make the same bytes."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = 0
+    info.mode = 0o644
+    return info
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = _anonymous(tarfile.TarInfo(name))
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+# --------------------------------------------------------------------------- reading one
+
+class Bundle:
+    """A bundle opened for reading: its index, and where each artifact's bytes lie in the tar."""
+
+    def __init__(self, path: Path, index: dict, members: dict) -> None:
+        self.path = path
+        self.index = index
+        self._members = members  # member name -> (offset of its data, size)
+        self._by_sha256 = {a["sha256"]: a["member"] for a in index["artifacts"]}
+
+    @classmethod
+    def open(cls, path: Path) -> "Bundle":
+        """Read the tar's headers (no data) and its index; a file that is not a bundle is an InputError."""
+        remedy = "pass a file `bootstrap bundle` wrote"
+        try:
+            with tarfile.open(path, "r:") as tar:
+                members = {m.name: (m.offset_data, m.size) for m in tar if m.isfile()}
+                found = tar.extractfile(INDEX) if INDEX in members else None
+                index = json.loads(found.read()) if found is not None else None
+        except FileNotFoundError:
+            raise InputError(path, "no such bundle", "make one with `make bundle` on a connected host") from None
+        except (tarfile.TarError, OSError, ValueError) as exc:
+            raise InputError(path, f"not a readable bundle ({exc})", remedy) from None
+        if not isinstance(index, dict) or index.get("format") != FORMAT:
+            raise InputError(path, f"no {INDEX} of format '{FORMAT}' in it", remedy)
+        if index.get("version") != VERSION:
+            raise InputError(f"{path}:{INDEX}", f"version {index.get('version')!r} is not {VERSION}",
+                             "make the bundle again with this bootstrap")
+        artifacts = index.get("artifacts")
+        if not isinstance(artifacts, list) or not all(isinstance(a, dict) and {"sha256", "member"} <= a.keys() for a in artifacts):
+            raise InputError(f"{path}:{INDEX}", "`artifacts` is not a list of {url, sha256, member, ...}",
+                             "make the bundle again")
+        return cls(path, index, members)
+
+    def source(self, entry: LockedPackage) -> Optional[Source]:
+        """Where `entry`'s bytes are in the bundle, by the lock's sha256; None if it has none."""
+        member = self._by_sha256.get(entry.sha256)
+        if member is None or member not in self._members:
+            return None
+        offset, size = self._members[member]
+        return Source(f"{self.path}:{member}", lambda: _Slice(self.path, offset, size),
+                      "the bundle is damaged: make it again with `make bundle`")
+
+    def lacks(self, entry: LockedPackage) -> str:
+        """What to add to the error when the bundle has no `entry` and its URL fails too."""
+        made_from = ", ".join(f"{e['lock']} [{', '.join(e['platforms'])}]" for e in self.index.get("envs", []))
+        return (f"; it is not in the bundle {self.path} either, made from {made_from or 'no lock'}: "
+                "make the bundle again from this lock with `make bundle`")
+
+    def envs(self) -> Sequence[dict]:
+        return self.index.get("envs", [])
+
+
+class _Slice:
+    """A read-only file over one member's bytes: each reader opens the tar itself (threads fetch at once)."""
+
+    def __init__(self, path: Path, offset: int, size: int) -> None:
+        self._file = open(path, "rb")
+        self._file.seek(offset)
+        self._left = size
+
+    def read(self, n: int) -> bytes:
+        data = self._file.read(min(n, self._left))
+        self._left -= len(data)
+        return data
+
+    def __enter__(self) -> "_Slice":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._file.close()

@@ -1,0 +1,91 @@
+"""`python -m bootstrap bundle [ENV ...] [--platform P ...] [--mirror CANONICAL=URL ...] [--tools-python X.Y ...] [--no-tools] [-o FILE] [--json]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from bootstrap.errors import EXIT_OK, InputError
+from bootstrap.project import Project, find_root
+
+TOOLS_REQUIREMENTS = Path(__file__).resolve().parents[2] / "scripts" / "requirements-tools.txt"
+
+BUNDLE_JSON_FORMAT = "bootstrap.bundle-result"
+BUNDLE_JSON_VERSION = 1
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("envs", nargs="*", metavar="ENV", help="envs to bundle (default: the project's default, py310)")
+    parser.add_argument("--platform", action="append", default=[], metavar="P",
+                        help="locked platform to bundle (repeatable; default: this machine's)")
+    parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
+                        help="fetch URLs under CANONICAL from an HTTP mirror or a local directory")
+    parser.add_argument("-o", "--output", type=Path, default=None,
+                        help="the bundle to write (default: bundle-ENV-PLATFORM.tar here)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="package cache (default: ~/.cache/bootstrap)")
+    parser.add_argument("--tools-python", action="append", default=[], metavar="X.Y",
+                        help="bundle the tools venv's wheels for this python3 of the nodes (repeatable; default: this one's)")
+    parser.add_argument("--no-tools", action="store_true",
+                        help="leave the tools venv's wheels out (the nodes have one, or reach a PyPI mirror)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    pip = parser.add_argument_group("the tools' wheels (uv)")
+    pip.add_argument("--pip-find-links", action="append", default=[], metavar="DIR_OR_URL",
+                     help="also look for wheels here (repeatable)")
+    pip.add_argument("--pip-no-index", action="store_true", help="do not use PyPI / UV_INDEX_URL")
+    parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bootstrap.bundle import BundleOptions, make_bundle
+    from bootstrap.commands.env import progress_feedback
+    from bootstrap.env import default_cache_dir
+    from bootstrap.mirrors import Mirror
+    from bootstrap.pip_resolve import PipOptions
+    from bootstrap.spec import host_platform
+
+    project = Project(args.root or find_root(Path.cwd()))
+    envs = project.resolve_envs(args.envs or [project.default_env])
+    platforms = tuple(dict.fromkeys(args.platform)) or (host_platform(),)
+    output = args.output or Path(f"bundle-{'+'.join(envs)}-{'+'.join(platforms)}.tar")
+    options = BundleOptions(
+        locks=tuple((env, project.lock_path(env).absolute()) for env in envs),
+        platforms=platforms,
+        output=output.absolute(),
+        cache_dir=(args.cache_dir or default_cache_dir()).absolute(),
+        mirrors=tuple(Mirror.parse(m, base=Path.cwd()) for m in args.mirror),
+        tools=() if args.no_tools else _tools_targets(project, platforms, args.tools_python),
+        tools_requirements=TOOLS_REQUIREMENTS,
+        pip=PipOptions(find_links=tuple(args.pip_find_links), no_index=args.pip_no_index),
+    )
+    with progress_feedback(sys.stderr.isatty() and not args.json) as feedback:
+        result = make_bundle(options, started=feedback.fetch_started, fetched=feedback.fetched)
+    if args.json:
+        print(json.dumps({"format": BUNDLE_JSON_FORMAT, "version": BUNDLE_JSON_VERSION, "path": str(result.path),
+                          "envs": list(result.envs), "platforms": list(result.platforms),
+                          "artifacts": result.artifacts, "tools_wheels": result.tools_wheels, "bytes": result.size},
+                         indent=2, sort_keys=True))
+    else:
+        tools = ", ".join(f"Python {t.python_version} on {t.platform}" for t in options.tools) or "none (--no-tools)"
+        print(f"{', '.join(result.envs)} [{', '.join(result.platforms)}]: {result.artifacts} conda archives and wheels, "
+              f"{result.tools_wheels} wheels of the tools venv ({tools}), {result.size / 2**20:.1f} MB in {result.path}")
+        print(f"on the node: make env BUNDLE={result.path.name}   "
+              f"(or python -m bootstrap env --bundle {result.path.name})")
+    return EXIT_OK
+
+
+def _tools_targets(project: Project, platforms: tuple, pythons: list) -> tuple:
+    """What the nodes' python3 and platform are: the tools venv is built there from these wheels.
+    Windows has none: `bootstrap env` runs on POSIX only."""
+    from bootstrap.pip_resolve import target_for
+    from bootstrap.spec import read_virtual_packages
+
+    virtual_packages = read_virtual_packages(project.virtual_packages_path)
+    versions = tuple(dict.fromkeys(pythons)) or ("%d.%d" % sys.version_info[:2],)
+    for version in versions:
+        if not re.fullmatch(r"3\.\d+", version) or int(version.split(".")[1]) < 10:
+            raise InputError("--tools-python", f"'{version}' is not a Python the tools run on",
+                             "give X.Y, 3.10 or newer (py-rattler and conda-lock need it)")
+    return tuple(target_for(p, v, virtual_packages) for p in platforms if not p.startswith("win-") for v in versions)
