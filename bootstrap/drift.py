@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import hashlib
 import importlib.util
 import json
 import os
@@ -21,6 +20,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks import Check, Status
 from bootstrap.errors import InputError, ToolError
+from bootstrap.fsutil import sha256_file
 from bootstrap.prefix import (
     InstalledConda,
     InstalledPip,
@@ -379,14 +379,6 @@ def _b64_to_hex(value: str) -> str:
     return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _expected_files(prefix: Path, conda_paths: Mapping[str, Sequence[Mapping[str, Any]]],
                     pip: Sequence[InstalledPip]) -> Iterable[Tuple[str, str, str, Optional[str], Optional[int]]]:
     """(owner, absolute path, path type, sha256 (hex, or 'b64:' + RECORD's form), size) of every recorded file."""
@@ -451,7 +443,7 @@ def _hash_all(paths: Sequence[str]) -> List[str]:
     """sha256 of each path ('' if unreadable); threads for many files (hashlib releases the GIL)."""
     def one(path: str) -> str:
         try:
-            return _sha256(path)
+            return sha256_file(path)
         except OSError:
             return ""
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from bootstrap.errors import EXIT_OK, InputError
+from bootstrap.commands.lock import add_pip_index_options
 from bootstrap.project import Project, find_root
 
 TOOLS_REQUIREMENTS = Path(__file__).resolve().parents[2] / "scripts" / "requirements-tools.txt"
@@ -31,10 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-tools", action="store_true",
                         help="leave the tools venv's wheels out (the nodes have one, or reach a PyPI mirror)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    pip = parser.add_argument_group("the tools' wheels (uv)")
-    pip.add_argument("--pip-find-links", action="append", default=[], metavar="DIR_OR_URL",
-                     help="also look for wheels here (repeatable)")
-    pip.add_argument("--pip-no-index", action="store_true", help="do not use PyPI / UV_INDEX_URL")
+    add_pip_index_options(parser.add_argument_group("the tools venv's wheels (uv)"))
     parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
 
 

@@ -21,11 +21,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="solve and print the diff, write nothing")
     parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="repodata cache (default: rattler's)")
-    pip = parser.add_argument_group("pip part (uv)")
-    pip.add_argument("--pip-find-links", action="append", default=[], metavar="DIR_OR_URL",
-                     help="also look for wheels here (repeatable)")
-    pip.add_argument("--pip-no-index", action="store_true", help="do not use PyPI / UV_INDEX_URL")
+    pip = add_pip_index_options(parser.add_argument_group("pip part (uv)"))
     pip.add_argument("--pip-offline", action="store_true", help="use only uv's cache and --pip-find-links")
+
+
+def add_pip_index_options(group):
+    """Where uv looks for wheels besides PyPI (or UV_INDEX_URL): `lock` and `bundle`."""
+    group.add_argument("--pip-find-links", action="append", default=[], metavar="DIR_OR_URL",
+                       help="also look for wheels here (repeatable)")
+    group.add_argument("--pip-no-index", action="store_true", help="do not use PyPI / UV_INDEX_URL")
+    return group
 
 
 def run(args: argparse.Namespace) -> int:
