@@ -23,22 +23,9 @@ from bootstrap.bench.config import BenchOptions
 from bootstrap.bench.results import BenchResult
 from bootstrap.bench.run import ProgressFn, run_bench
 from bootstrap.checks import Check, Status
-from bootstrap.errors import InputError
+from bootstrap.ranks import SEVERITY, merge_checks, torchrun_env
 
-_SEVERITY = {Status.FAIL: 3, Status.WARN: 2, Status.OK: 1, Status.SKIP: 0}
 DDP_SECONDS = 3.0
-
-
-def torchrun_env(environ: Mapping[str, str]) -> Dict[str, int]:
-    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE as torchrun sets them; InputError outside torchrun."""
-    if "RANK" not in environ or "WORLD_SIZE" not in environ:
-        raise InputError("--distributed", "RANK/WORLD_SIZE are not set: not started by torchrun",
-                         "run `torchrun --nproc-per-node N -m bootstrap bench --distributed`")
-    return {
-        "rank": int(environ["RANK"]), "world_size": int(environ["WORLD_SIZE"]),
-        "local_rank": int(environ.get("LOCAL_RANK", "0")),
-        "local_world_size": int(environ.get("LOCAL_WORLD_SIZE", "1")),
-    }
 
 
 def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None) -> Tuple[BenchResult, bool]:
@@ -107,10 +94,6 @@ def ddp_ceiling(result: BenchResult, options: BenchOptions, dist: Any) -> Option
     return steps[0] * spec.batch_size / (time.perf_counter() - started)
 
 
-def _worst(checks: Sequence[Tuple[int, Check]]) -> Tuple[int, Check]:
-    return max(checks, key=lambda rc: (_SEVERITY[rc[1].status], -rc[0]))
-
-
 def aggregate(own: BenchResult, gathered: Sequence[Mapping[str, Any]], thresholds: Any) -> BenchResult:
     """Rank 0's report: every rank's figures, the worst status per check, the worst rank, scaling."""
     from bootstrap.bench.verdicts import VerdictFacts, shm_check
@@ -143,28 +126,10 @@ def aggregate(own: BenchResult, gathered: Sequence[Mapping[str, Any]], threshold
     }
     if summary["ddp_ceiling_samples_per_s"] and ceiling:
         summary["communication_loss_pct"] = 100.0 * (1.0 - summary["ddp_ceiling_samples_per_s"] / ceiling)
-    checks = _merge_checks(gathered)
+    checks = merge_checks(gathered)
     checks = [_shm_across_ranks(rows, thresholds, shm_check, VerdictFacts) if c.id == "bench.shm" else c for c in checks]
     checks.insert(0, _worst_rank_check(worst, checks, summary))
     return replace(own, checks=tuple(checks), aggregate=summary, ranks=tuple(gathered))
-
-
-def _merge_checks(gathered: Sequence[Mapping[str, Any]]) -> List[Check]:
-    by_id: Dict[str, List[Tuple[int, Check]]] = {}
-    order: List[str] = []
-    for item in sorted(gathered, key=lambda g: g["rank"]):
-        for raw in item["checks"]:
-            check = Check.from_dict(raw)
-            if check.id not in by_id:
-                order.append(check.id)
-            by_id.setdefault(check.id, []).append((item["rank"], check))
-    merged = []
-    for cid in order:
-        rank, check = _worst(by_id[cid])
-        statuses = ", ".join(f"rank {r} {c.status.value}" for r, c in by_id[cid])
-        merged.append(replace(check, observed=f"rank {rank}: {check.observed}",
-                              detail="; ".join(x for x in (check.detail, statuses) if x)))
-    return merged
 
 
 def _shm_across_ranks(rows: List[Dict[str, Any]], thresholds: Any, shm_check: Any, facts_type: Any) -> Check:
@@ -178,7 +143,7 @@ def _shm_across_ranks(rows: List[Dict[str, Any]], thresholds: Any, shm_check: An
         need = sum(m["shm_need_mib"] for m in members)
         results.append(shm_check(facts_type(device_type="", shm_free_mib=min(free) if free else None,
                                             shm_need_mib=need, local_ranks=len(members)), thresholds))
-    return max(results, key=lambda c: _SEVERITY[c.status])
+    return max(results, key=lambda c: SEVERITY[c.status])
 
 
 def _worst_rank_check(worst: Dict[str, Any], checks: List[Check], summary: Dict[str, Any]) -> Check:
