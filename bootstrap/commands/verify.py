@@ -1,4 +1,4 @@
-"""`python -m bootstrap verify [--prefix DIR] [--lock FILE] [--json] [--deep] [--no-bench] [--facts FILE] ...`.
+"""`python -m bootstrap verify [--prefix DIR] [--lock FILE] [--json] [--deep] [--no-bench] [--facts FILE] [--distributed] ...`.
 
 Inside the env (`make verify`): is it exactly the locked env, and does this
 machine's NVIDIA stack run it? Exit 0 when no check failed, 1 when one did,
@@ -29,6 +29,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-facts", type=Path, default=None, metavar="FILE",
                         help="write the gathered facts (host, NVIDIA, torch) for `--facts` elsewhere")
     parser.add_argument("--root", type=Path, default=None, help="project root (default: found from the env)")
+    parser.add_argument("--distributed", action="store_true",
+                        help="under torchrun: every rank verifies, all-reduce checked and timed, one report on rank 0")
     parser.add_argument("-v", "--verbose", action="store_true", help="show each check's evidence")
 
 
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.facts is not None:
         clash = [flag for flag, value in (("--prefix", args.prefix), ("--deep", args.deep),
-                                          ("--save-facts", args.save_facts)) if value]
+                                          ("--save-facts", args.save_facts), ("--distributed", args.distributed)) if value]
         if clash:
             raise InputError(clash[0], "does not apply to --facts, which re-evaluates recorded facts without the env",
                              f"drop {clash[0]} or --facts")
@@ -49,7 +51,14 @@ def run(args: argparse.Namespace) -> int:
         bench_budget_s=args.bench_budget or BENCH_BUDGET_S, facts_path=args.facts, save_facts=args.save_facts,
         root=args.root,
     )
-    result = run_verify(options)
+    if args.distributed:
+        from bootstrap.verify_distributed import run_verify_distributed
+
+        result, reporter = run_verify_distributed(options)
+        if not reporter:
+            return result.exit_code
+    else:
+        result = run_verify(options)
     if args.json:
         print(json.dumps(to_json(result.checks, "verify", result.extra()), indent=2, sort_keys=True))
     else:
