@@ -163,8 +163,10 @@ def _visible_devices(environ: Mapping[str, str], nvml_count: int) -> Tuple[int, 
 
 
 def device_checks(torch: Any, nvidia: DriverFacts, target: Optional[TorchTarget],
-                  locked: Optional[TorchTarget] = None, environ: Mapping[str, str] = os.environ) -> List[Check]:
-    """CUDA available, device count vs NVML, cuDNN, NCCL, pinned memory, matmul + conv on each GPU.
+                  locked: Optional[TorchTarget] = None, environ: Mapping[str, str] = os.environ,
+                  only: Optional[int] = None) -> List[Check]:
+    """CUDA available, device count vs NVML, cuDNN, NCCL, pinned memory, matmul + conv on each GPU
+    (on GPU `only` alone, if given: a torchrun rank checks its own).
 
     GPU-only code against the real torch.cuda API; without a driver or
     with a CPU build everything is a skip with the reason.
@@ -199,8 +201,8 @@ def device_checks(torch: Any, nvidia: DriverFacts, target: Optional[TorchTarget]
     checks.append(_count_check(count, visible, visible_note, len(nvidia.gpus)))
     checks.append(_library_check(torch, "torch.cudnn", target.cudnn, (locked or target).cudnn, target))
     checks.append(_library_check(torch, "torch.nccl", target.nccl, (locked or target).nccl, target))
-    checks.append(pinned_check(torch))
-    for index in range(count):
+    checks.append(pinned_check(torch, f"cuda:{only or 0}"))
+    for index in range(count) if only is None else [only]:
         checks += compute_checks(torch, index)
     return checks
 

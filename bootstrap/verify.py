@@ -56,6 +56,7 @@ class VerifyOptions:
     save_facts: Optional[Path] = None
     root: Optional[Path] = None  # project root; None: found from the prefix or the current directory
     needs: LoaderNeeds = field(default_factory=LoaderNeeds)
+    gpu: Optional[int] = None  # compute-check this GPU only (a torchrun rank's own); None: every GPU
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run
     checks += evaluate(facts.nvidia, target) if target is not None else \
         [Check("torch.cuda_build", Status.SKIP, "no torch", "a torch build", detail=target_why)]
     if found is not None:
-        checks += device_checks(found.module, facts.nvidia, found.target, locked_target)
+        checks += device_checks(found.module, facts.nvidia, found.target, locked_target, only=options.gpu)
     else:
         checks.append(Check("torch.gpu", Status.SKIP, "not inside the env", "CUDA, matmul, conv and pinned memory",
                             detail=f"{facts.torch_reason}: run `{python_executable(prefix)} -m bootstrap verify` "

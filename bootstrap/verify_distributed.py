@@ -2,8 +2,9 @@
 
     torchrun --nproc-per-node N [--nnodes M --rdzv-endpoint HOST:PORT] -m bootstrap verify --distributed
 
-Each rank runs `verify`'s checks (not the acceptance benchmark: `bench
---distributed` measures the loaders of every rank), then all ranks
+Each rank runs `verify`'s checks, the compute checks on its own GPU (not the
+acceptance benchmark: `bench --distributed` measures the loaders of every
+rank), then all ranks
 
 * compare what they run: the lock the env was built from, the torch build,
   the driver. The first question a team asks of a cluster is whether every
@@ -50,7 +51,7 @@ def run_verify_distributed(options: VerifyOptions, environ: Mapping[str, str] = 
         torch.cuda.set_device(ranks["local_rank"])
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=600))
     try:
-        result = run_verify(replace(options, bench=False))
+        result = run_verify(replace(options, bench=False, gpu=ranks["local_rank"] if cuda else None))
         device = torch.device("cuda", ranks["local_rank"]) if cuda else torch.device("cpu")
         sums_right, seconds = all_reduce_trial(torch, dist, device, ranks["rank"], ranks["world_size"])
         own = {"rank": ranks["rank"], "host": socket.gethostname(), "checks": [c.to_dict() for c in result.checks],

@@ -354,6 +354,14 @@ def test_device_count_against_nvml_and_cuda_visible_devices() -> None:
     assert hidden.status is Status.FAIL and hidden.expected.startswith("2 (8 per NVML")
 
 
+def test_a_torchrun_rank_compute_checks_its_own_gpu_only() -> None:
+    target, _ = probe_torch(fake_torch())
+    torch = Proxy(pytest.importorskip("torch"), cuda=cuda_torch(True, 8).cuda)
+    checks = {c.id: c for c in device_checks(torch, h200_facts(), target, environ={}, only=5)}
+    assert [cid for cid in checks if cid.startswith("torch.gpu")] == ["torch.gpu5.matmul", "torch.gpu5.conv"]
+    assert "cuda:5" in checks["torch.pinned_memory"].expected and "cuda:5" in checks["torch.gpu5.matmul"].expected
+
+
 def test_cpu_only_torch_on_a_gpu_host_fails_with_the_remedy() -> None:
     target, _ = probe_torch(fake_torch(version="2.10.0+cpu", cuda=None))
     nvidia = h200_facts()
