@@ -25,13 +25,15 @@ its URL as usual (and the error then says the bundle lacks it too).
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 from bootstrap import __version__
 from bootstrap.env import locked_entries
@@ -76,6 +78,7 @@ def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda 
     """Fetch and verify every artifact the locks install on `options.platforms`, and the tools
     venv's wheels, into the store; then write the tar beside `options.output` and rename it
     there: a failure leaves no half-written bundle."""
+    check_output(options.output)
     envs, entries = _locked(options)
     tools = {tools_tag(t): tools_wheels(options.tools_requirements, t, options.pip) for t in options.tools}
     members = [(e, f"artifacts/{e.sha256}/{e.filename}") for e in entries]
@@ -95,7 +98,7 @@ def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda 
                        "wheels": [w.filename for w in tools[tools_tag(t)]]} for t in options.tools],
         }
         locks = [(lock_path, env["lock"]) for (_, lock_path), env in zip(options.locks, envs)]
-        _write(options, index, locks, members)
+        size = _write(options, index, locks, members)
     except OSError as exc:
         if not out_of_space(exc):
             raise
@@ -103,7 +106,7 @@ def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda 
         raise DiskFullError(f"no space left on device while bundling into {options.output} on {where}; nothing was "
                             "written (free space, or pass -o or --cache-dir on another disk)") from None
     return BundleResult(options.output, tuple(e["env"] for e in envs), options.platforms, len(entries),
-                        len(members) - len(entries), options.output.stat().st_size)
+                        len(members) - len(entries), size)
 
 
 def _locked(options: BundleOptions) -> tuple[list, list]:
@@ -123,22 +126,58 @@ def _locked(options: BundleOptions) -> tuple[list, list]:
     return envs, sorted(artifacts.values(), key=lambda e: (e.manager, e.name, e.filename, e.sha256))
 
 
-def _write(options: BundleOptions, index: dict, locks: list, members: list) -> None:
-    """The tar, under a temporary name beside `options.output` until it is complete and synced."""
-    part = options.output.with_name(f".{options.output.name}.part")
+def check_output(output: Path) -> None:
+    """Before anything is fetched: `output` can become a bundle, and is not something else."""
+    if output.suffix != ".tar":
+        raise InputError("-o", f"{output}: a bundle is a .tar file", "name it e.g. bundle-py310-linux-64.tar")
+    if output.is_dir():
+        raise InputError("-o", f"{output} is a directory", "name the .tar file to write")
+    if not output.parent.is_dir():
+        raise InputError("-o", f"{output.parent} is not a directory", "create it first, or pass another -o")
+    if not os.access(output.parent, os.W_OK):
+        raise InputError("-o", f"{output.parent} is not writable", "pass -o in a directory you can write")
+
+
+def _write(options: BundleOptions, index: dict, locks: list, members: list) -> int:
+    """The tar, under a temporary name of its own beside `options.output` (flock-held while written,
+    so a later run can tell a killed run's leftover from a live one) until complete and synced;
+    its size."""
+    _remove_stale_parts(options.output)
+    fd, name = tempfile.mkstemp(dir=options.output.parent, prefix=f".{options.output.name}.", suffix=".part")
+    part = Path(name)
     try:
-        with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
-            _add_bytes(tar, INDEX, (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
-            _add_bytes(tar, SUMS, "".join(f"{e.sha256}  {member}\n" for e, member in members).encode())
-            for path, member in locks:
-                tar.add(path, arcname=member, filter=_anonymous)
-            for entry, member in members:
-                tar.add(archive_path(options.cache_dir, entry), arcname=member, filter=_anonymous)
-        with open(part, "rb+") as handle:
+        with os.fdopen(fd, "wb") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            with tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                _add_bytes(tar, INDEX, (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
+                _add_bytes(tar, SUMS, "".join(f"{e.sha256}  {member}\n" for e, member in members).encode())
+                for path, member in locks:
+                    tar.add(path, arcname=member, filter=_anonymous)
+                for entry, member in members:
+                    tar.add(archive_path(options.cache_dir, entry), arcname=member, filter=_anonymous)
+            handle.flush()
             os.fsync(handle.fileno())
-        os.replace(part, options.output)
+            os.chmod(part, 0o644)  # mkstemp's 0600 would keep teammates from reading it
+            os.replace(part, options.output)
+            return os.fstat(handle.fileno()).st_size
+    except OSError as exc:
+        if out_of_space(exc):
+            raise
+        raise InputError("-o", f"cannot write {options.output}: {exc.strerror or exc}",
+                         "pass -o in a directory you can write") from None
     finally:
         part.unlink(missing_ok=True)
+
+
+def _remove_stale_parts(output: Path) -> None:
+    """Temporary tars of runs that were killed (SIGKILL, a job's time limit): nobody holds their flock."""
+    for stale in output.parent.glob(f".{output.name}.*.part"):
+        try:
+            with open(stale, "rb") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                stale.unlink()
+        except OSError:
+            continue  # a live run's, or gone already
 
 
 def tools_tag(target: Target) -> str:
@@ -202,7 +241,8 @@ class Bundle:
 
     @classmethod
     def open(cls, path: Path) -> "Bundle":
-        """Read the tar's headers (no data) and its index; a file that is not a bundle is an InputError."""
+        """Read the tar's headers (no data) and its index; a file that is not a bundle, or not all
+        of one, is an InputError."""
         remedy = "pass a file `bootstrap bundle` wrote"
         try:
             with tarfile.open(path, "r:") as tar:
@@ -212,35 +252,59 @@ class Bundle:
         except FileNotFoundError:
             raise InputError(path, "no such bundle", "make one with `make bundle` on a connected host") from None
         except (tarfile.TarError, OSError, ValueError) as exc:
+            if _gzipped(path):
+                remedy = f"it is gzip-compressed: `gunzip {path.name}` first"
             raise InputError(path, f"not a readable bundle ({exc})", remedy) from None
         if not isinstance(index, dict) or index.get("format") != FORMAT:
             raise InputError(path, f"no {INDEX} of format '{FORMAT}' in it", remedy)
         if index.get("version") != VERSION:
             raise InputError(f"{path}:{INDEX}", f"version {index.get('version')!r} is not {VERSION}",
                              "make the bundle again with this bootstrap")
-        artifacts = index.get("artifacts")
-        if not isinstance(artifacts, list) or not all(isinstance(a, dict) and {"sha256", "member"} <= a.keys() for a in artifacts):
-            raise InputError(f"{path}:{INDEX}", "`artifacts` is not a list of {url, sha256, member, ...}",
-                             "make the bundle again")
+        _check_index(path, index, members)
         return cls(path, index, members)
 
     def source(self, entry: LockedPackage) -> Optional[Source]:
         """Where `entry`'s bytes are in the bundle, by the lock's sha256; None if it has none."""
         member = self._by_sha256.get(entry.sha256)
-        if member is None or member not in self._members:
+        if member is None:
             return None
         offset, size = self._members[member]
         return Source(f"{self.path}:{member}", lambda: _Slice(self.path, offset, size),
-                      "the bundle is damaged: make it again with `make bundle`")
+                      "the bundle is damaged: make it again with `make bundle`",
+                      mismatch="the bundle was damaged, or bundle.json edited: make it again with `make bundle`")
 
     def lacks(self, entry: LockedPackage) -> str:
         """What to add to the error when the bundle has no `entry` and its URL fails too."""
-        made_from = ", ".join(f"{e['lock']} [{', '.join(e['platforms'])}]" for e in self.index.get("envs", []))
+        made_from = ", ".join(f"{e['lock']} [{', '.join(map(str, e['platforms']))}]" for e in self.index.get("envs", []))
         return (f"; it is not in the bundle {self.path} either, made from {made_from or 'no lock'}: "
                 "make the bundle again from this lock with `make bundle`")
 
-    def envs(self) -> Sequence[dict]:
-        return self.index.get("envs", [])
+
+def _check_index(path: Path, index: dict, members: dict) -> None:
+    """The fields `Bundle` reads have their types, and every artifact the index lists is in the tar."""
+    where, remedy = f"{path}:{INDEX}", "make the bundle again with `make bundle`"
+    artifacts, envs = index.get("artifacts"), index.get("envs", [])
+    if not isinstance(artifacts, list):
+        raise InputError(where, "`artifacts` is not a list", remedy)
+    for number, artifact in enumerate(artifacts):
+        for key in ("sha256", "member"):
+            if not isinstance(artifact, dict) or not isinstance(artifact.get(key), str):
+                raise InputError(where, f"artifacts[{number}].{key} is not a string", remedy)
+    if not isinstance(envs, list) or not all(isinstance(e, dict) and isinstance(e.get("lock"), str)
+                                             and isinstance(e.get("platforms"), list) for e in envs):
+        raise InputError(where, "`envs` is not a list of {env, lock, platforms, ...}", remedy)
+    missing = [a["member"] for a in artifacts if a["member"] not in members]
+    if missing:
+        raise InputError(path, f"damaged: {len(missing)} of the {len(artifacts)} artifacts its {INDEX} lists are "
+                         f"not in it, e.g. {missing[0]} (a truncated copy?)", "copy it again, or make it again")
+
+
+def _gzipped(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
 
 
 class _Slice:

@@ -97,7 +97,8 @@ class Source:
 
     label: str  # a URL or `bundle.tar:artifacts/<sha256>/<fn>`; credentials are scrubbed when shown
     open: Callable[[], BinaryIO]
-    remedy: str
+    remedy: str  # if it cannot be read
+    mismatch: str = "A mirror serving other bytes, or a lock edited by hand: relock or fix the mirror"
 
 
 def url_source(entry: LockedPackage, mirrors: Sequence[Mirror], also: str = "") -> Source:
@@ -122,8 +123,7 @@ def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirro
         if sha256 != entry.sha256:
             raise IntegrityError(
                 f"{entry.filename}: sha256 {sha256} does not match the lock's {entry.sha256} "
-                f"(fetched from {scrub_credentials(source.label)}); nothing was installed. "
-                "A mirror serving other bytes, or a lock edited by hand: relock or fix the mirror"
+                f"(fetched from {scrub_credentials(source.label)}); nothing was installed. {source.mismatch}"
             )
         if entry.md5 and md5 != entry.md5:
             raise IntegrityError(f"{entry.filename}: md5 {md5} does not match the lock's {entry.md5}; nothing was installed")

@@ -35,10 +35,21 @@ if [ -n "${BUNDLE:-}" ]; then
     *) platform="unsupported-$(uname -s)-$(uname -m)" ;;
   esac
   tag="$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-$platform"
+  if ! tar -tf "$BUNDLE" >/dev/null 2>&1; then
+    echo "tools-venv: cannot read $BUNDLE as a tar (no such file, or a damaged or truncated copy: copy it again)" >&2
+    exit 2
+  fi
   wheels=$(mktemp -d)
   trap 'rm -rf "$wheels"' EXIT
   if ! tar -xf "$BUNDLE" -C "$wheels" "tools/$tag" 2>/dev/null; then
     echo "tools-venv: $BUNDLE holds no tools venv wheels for $tag; make it with \`make bundle BUNDLE_ARGS=\"--tools-python X.Y\"\` for this python3" >&2
+    exit 2
+  fi
+  # Before --clear empties a working venv: do the wheels cover the requirements, hashes included?
+  "$python" -m venv "$wheels/probe"
+  if ! "$wheels/probe/bin/python" -m pip download --quiet --disable-pip-version-check --require-hashes -r "$reqs" \
+      --no-index --find-links "$wheels/tools/$tag" -d "$wheels/checked" >"$wheels/probe.log" 2>&1; then
+    echo "tools-venv: the wheels in $BUNDLE for $tag do not install $reqs (made from another checkout?): make the bundle again; $venv is unchanged. pip said: $(tail -n 1 "$wheels/probe.log")" >&2
     exit 2
   fi
   install+=(--no-index --find-links "$wheels/tools/$tag")

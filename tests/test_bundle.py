@@ -121,6 +121,7 @@ def test_a_damaged_bundle_is_refused_and_the_env_kept(project: Project, channel:
     assert env_from(project, output) == 2
     err = capsys.readouterr().err
     assert "alpha-1.0-py3-none-any.whl: sha256" in err and f"{output}:artifacts/" in err
+    assert "the bundle was damaged" in err and "make it again with `make bundle`" in err
     assert os.readlink(prefix) == before
     assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.1"
 
@@ -170,14 +171,23 @@ def write_tar(path: Path, members: dict) -> None:
             tar.addfile(info, io.BytesIO(data))
 
 
+INDEX_V1 = '{"format": "bootstrap.bundle", "version": 1, '
+
+
 @pytest.mark.parametrize("members, message", [
     (None, "no such bundle"),
     (b"not a tar at all" * 100, "not a readable bundle"),
     ({"other.json": b"{}"}, "no bundle.json of format 'bootstrap.bundle'"),
     ({"bundle.json": b'{"format": "bootstrap.bundle", "version": 99}'}, "version 99 is not 1"),
-    ({"bundle.json": b'{"format": "bootstrap.bundle", "version": 1, "artifacts": [{"url": "x"}]}'},
-     "`artifacts` is not a list"),
-], ids=["missing", "not-a-tar", "no-index", "other-version", "bad-artifacts"])
+    ({"bundle.json": (INDEX_V1 + '"artifacts": {}}').encode()}, "`artifacts` is not a list"),
+    ({"bundle.json": (INDEX_V1 + '"artifacts": [{"url": "x"}]}').encode()}, "artifacts[0].sha256 is not a string"),
+    ({"bundle.json": (INDEX_V1 + '"artifacts": [{"sha256": ["x"], "member": "m"}]}').encode()},
+     "artifacts[0].sha256 is not a string"),
+    ({"bundle.json": (INDEX_V1 + '"artifacts": [], "envs": ["py310"]}').encode()}, "`envs` is not a list of {env, lock"),
+    ({"bundle.json": (INDEX_V1 + '"artifacts": [{"sha256": "ab", "member": "artifacts/ab/x.conda"}]}').encode()},
+     "damaged: 1 of the 1 artifacts its bundle.json lists are not in it, e.g. artifacts/ab/x.conda (a truncated copy?)"),
+], ids=["missing", "not-a-tar", "no-index", "other-version", "artifacts-not-a-list", "no-sha256", "sha256-a-list",
+        "envs-not-dicts", "truncated"])
 def test_a_file_that_is_not_a_bundle_gets_one_line(project: Project, tmp_path: Path, capsys, members, message) -> None:
     path = tmp_path / "b.tar"
     if isinstance(members, bytes):
@@ -203,22 +213,83 @@ def test_the_tools_venv_is_built_offline_from_a_bundle(project: Project, channel
         wheels = [n for n in tar.getnames() if n.startswith(f"tools/{tag}/")]
     assert index["tools"][0]["member"] == f"tools/{tag}" and len(wheels) == len(index["tools"][0]["wheels"]) > 20
     venv = tmp_path / "tools"
-    environ = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "BUNDLE": str(output), "PYTHON": sys.executable}
-    done = subprocess.run(["bash", str(REPO / "scripts" / "tools-venv.sh"), str(venv)], env=environ,
-                          capture_output=True, text=True, timeout=900)
+    done = tools_venv(output, venv)
     assert done.returncode == 0, done.stderr
     check = "import rattler, conda_lock, rich, yaml; print('ok')"
     assert subprocess.run([str(venv / "bin" / "python"), "-c", check], capture_output=True, text=True).stdout.strip() == "ok"
     assert (venv / "bin" / "uv").exists()
 
 
+def tools_venv(bundle_path: Path, venv: Path):
+    environ = {**os.environ, "BUNDLE": str(bundle_path), "PYTHON": sys.executable, "PIP_CONFIG_FILE": os.devnull}
+    return subprocess.run(["bash", str(REPO / "scripts" / "tools-venv.sh"), str(venv)], env=environ,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_tools_wheels_that_do_not_cover_the_requirements_leave_the_venv_alone(tmp_path: Path) -> None:
+    tag = "cp%d%d-linux-64" % sys.version_info[:2]
+    partial = tmp_path / "partial.tar"
+    write_tar(partial, {f"tools/{tag}/idna-3.20-py3-none-any.whl": b"not even a wheel"})
+    venv = tmp_path / "tools"
+    venv.mkdir()
+    (venv / "kept").write_text("a working venv")
+    done = tools_venv(partial, venv)
+    assert done.returncode == 2
+    assert f"the wheels in {partial} for {tag} do not install" in done.stderr and f"{venv} is unchanged" in done.stderr
+    assert (venv / "kept").read_text() == "a working venv"
+    unreadable = tools_venv(tmp_path / "no-such.tar", venv)
+    assert unreadable.returncode == 2 and "cannot read" in unreadable.stderr
+
+
 def test_a_bundle_without_tools_for_this_python_says_how_to_make_one(project: Project, channel: Path,
                                                                       tmp_path: Path) -> None:
     output = tmp_path / "b.tar"
     assert bundle(project, channel, output) == 0
-    environ = {**os.environ, "BUNDLE": str(output), "PYTHON": sys.executable}
-    done = subprocess.run(["bash", str(REPO / "scripts" / "tools-venv.sh"), str(tmp_path / "tools")], env=environ,
-                          capture_output=True, text=True, timeout=60)
+    done = tools_venv(output, tmp_path / "tools")
     assert done.returncode == 2
     assert "holds no tools venv wheels for cp" in done.stderr and "--tools-python X.Y" in done.stderr
     assert not (tmp_path / "tools").exists()
+
+
+def test_a_gzipped_bundle_says_to_gunzip_it(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
+    import gzip
+
+    output = tmp_path / "b.tar"
+    assert bundle(project, channel, output) == 0
+    zipped = tmp_path / "b.tar.gz"
+    zipped.write_bytes(gzip.compress(output.read_bytes()))
+    capsys.readouterr()
+    assert env_from(project, zipped) == 2
+    assert "gunzip b.tar.gz" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, message", [
+    ("conda-lock.yml", "a bundle is a .tar file"),
+    ("missing-dir/b.tar", "is not a directory (create it first"),
+    ("adir.tar", "is a directory"),
+])
+def test_an_output_that_cannot_be_a_bundle_is_refused_before_fetching(project: Project, tmp_path: Path, capsys,
+                                                                      name: str, message: str) -> None:
+    (project.root / "adir.tar").mkdir()
+    lock = project.lock_path("py310").read_bytes()
+    capsys.readouterr()
+    code = main(["bundle", "--root", str(project.root), "--platform", "linux-64", "--no-tools",
+                 "--cache-dir", str(tmp_path / "cache"), "-o", str(project.root / name)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1
+    assert project.lock_path("py310").read_bytes() == lock
+    assert not (tmp_path / "cache" / "archives").exists()  # refused before any fetch
+
+
+def test_a_killed_runs_leftover_is_removed_and_a_live_ones_kept(project: Project, channel: Path, tmp_path: Path) -> None:
+    import fcntl
+
+    output = tmp_path / "b.tar"
+    killed, live = tmp_path / ".b.tar.killed.part", tmp_path / ".b.tar.live.part"
+    killed.write_bytes(b"half a tar")
+    live.write_bytes(b"being written")
+    with open(live, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as the writing run holds it
+        assert bundle(project, channel, output) == 0
+    assert not killed.exists() and live.exists()
+    assert oct(output.stat().st_mode & 0o777) == "0o644"
