@@ -335,7 +335,9 @@ def _fetch(entries: Sequence[LockedPackage], options: EnvOptions, feedback: Feed
     return _fetch_quietly(entries, options, feedback.fetched)
 
 
-def _fetch_quietly(entries: Sequence[LockedPackage], options: EnvOptions, progress=None) -> dict:
+def _fetch_quietly(entries: Sequence[LockedPackage], options: EnvOptions,
+                   progress: Optional[Callable[[LockedPackage], None]] = None) -> dict:
+    """`fetch_archives` from the run's sources: the store, then the bundle, then the URL after mirrors."""
     return fetch_archives(entries, options.cache_dir, options.mirrors, progress=progress, bundle=options.bundle)
 
 
