@@ -463,11 +463,7 @@ def _channel_of(url: str) -> str:
 
 def _extracted_dir(cache_dir: Path, entry: LockedPackage) -> Path:
     """Where rattler extracts `name-version-build.conda` (or `.tar.bz2`) in its cache."""
-    stem = entry.filename
-    for suffix in (".conda", ".tar.bz2"):
-        if stem.endswith(suffix):
-            stem = stem[: -len(suffix)]
-    return cache_dir / "pkgs" / stem
+    return cache_dir / "pkgs" / entry.stem
 
 
 def _seal_path(cache_dir: Path, entry: LockedPackage) -> Path:

@@ -47,6 +47,14 @@ class LockedPackage:
     def filename(self) -> str:
         return self.url.rsplit("/", 1)[-1]
 
+    @property
+    def stem(self) -> str:
+        """The filename without `.conda` / `.tar.bz2`: `name-version-build`, as package caches name it."""
+        for suffix in (".conda", ".tar.bz2"):
+            if self.filename.endswith(suffix):
+                return self.filename[: -len(suffix)]
+        return self.filename
+
     def describe(self) -> str:
         """`python 3.10.19 h3c07f61_3_cpython` or `torch 2.10.0`."""
         return f"{self.name} {self.version}" + (f" {self.build}" if self.build else "")
@@ -81,7 +89,7 @@ def read_lock(path: Path, cache_dir: Optional[Path] = None) -> Lock:
     text = read_text(path)
     if cache_dir is None:
         return _parse(path, text)
-    cached = cache_dir / "locks" / f"{hashlib.sha256((_PARSED_FIELDS + text).encode()).hexdigest()}.json"
+    cached = parsed_lock_path(cache_dir, text)
     try:
         return _from_json(path, json.loads(cached.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError):
@@ -93,6 +101,11 @@ def read_lock(path: Path, cache_dir: Optional[Path] = None) -> Lock:
     except OSError:
         pass  # a read-only cache only costs the parse next time
     return lock
+
+
+def parsed_lock_path(cache_dir: Path, text: str) -> Path:
+    """Where `read_lock` keeps the parsed form of a lock whose bytes are `text`."""
+    return cache_dir / "locks" / f"{hashlib.sha256((_PARSED_FIELDS + text).encode()).hexdigest()}.json"
 
 
 # What the JSON form holds: a field added to the dataclasses changes every cached name.
