@@ -14,7 +14,7 @@ SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
 TORCH_TEST ?= torch==2.13.0
 
-.PHONY: env bundle clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader
+.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader
 
 tools: $(TOOLS)/.requirements-tools.txt
 
@@ -32,6 +32,12 @@ env: tools
 BUNDLE_ARGS ?=
 bundle: tools
 	$(PY) -m bootstrap bundle $(ENV) $(BUNDLE_ARGS)
+
+## What the package cache (~/.cache/bootstrap) holds; prune-cache keeps only what this project's locks install.
+cache: tools
+	$(PY) -m bootstrap cache
+prune-cache: tools
+	$(PY) -m bootstrap cache --prune
 
 ## Remove .envs/$(ENV) with all its generations.
 clean-env:

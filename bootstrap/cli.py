@@ -20,6 +20,7 @@ from bootstrap.errors import BootstrapError
 VERBS = {
     "lock": ("lock", "solve the specs in envs/ for every platform and write the lock"),
     "env": ("env", "create or update an environment from its lock, without conda"),
+    "cache": ("cache", "what the package cache holds; --prune keeps only what this project's locks install"),
     "bundle": ("bundle", "every artifact a lock installs, with the lock, in one tar for nodes without internet"),
     "verify": ("verify", "inside the env: does it match the lock, and does this machine's CUDA stack run it?"),
     "doctor": ("doctor", "host only, no torch: driver, max CUDA, GPUs, and whether the locked torch build fits"),

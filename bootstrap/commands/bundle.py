@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from bootstrap.errors import EXIT_OK, InputError
+from bootstrap.commands.cache import size_text
 from bootstrap.commands.lock import add_pip_index_options
 from bootstrap.project import Project, find_root
 
@@ -68,14 +69,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         tools = ", ".join(f"Python {t.python_version} on {t.platform}" for t in options.tools) or "--no-tools"
         print(f"{', '.join(result.envs)} [{', '.join(result.platforms)}]: {result.artifacts} conda archives and wheels, "
-              f"{result.tools_wheels} wheels of the tools venv ({tools}), {_size(result.size)} in {result.path}")
+              f"{result.tools_wheels} wheels of the tools venv ({tools}), {size_text(result.size)} in {result.path}")
         print(f"on the node: make env BUNDLE={result.path.name}   "
               f"(or python -m bootstrap env --bundle {result.path.name})")
     return EXIT_OK
-
-
-def _size(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.1f} MB" if nbytes >= 2**20 else f"{nbytes / 2**10:.0f} KB"
 
 
 def _tools_targets(project: Project, platforms: tuple, pythons: list) -> tuple:

@@ -1,0 +1,57 @@
+"""`python -m bootstrap cache [--prune] [--cache-dir DIR] [--json]`: what the package cache holds, and pruning it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from bootstrap.errors import EXIT_OK
+from bootstrap.project import Project, find_root
+
+CACHE_JSON_FORMAT = "bootstrap.cache"
+CACHE_JSON_VERSION = 1
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prune", action="store_true",
+                        help="remove what no lock of this project installs (old locks, other projects)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="package cache (default: ~/.cache/bootstrap)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bootstrap.cache import prune_for_project, usage
+    from bootstrap.env import default_cache_dir
+
+    cache_dir = (args.cache_dir or default_cache_dir()).absolute()
+    pruned = None
+    if args.prune:
+        project = Project(args.root or find_root(Path.cwd()))
+        pruned = prune_for_project(project, cache_dir, lambda line: print(line, file=sys.stderr, flush=True))
+    now = usage(cache_dir)
+    if args.json:
+        print(json.dumps({
+            "format": CACHE_JSON_FORMAT, "version": CACHE_JSON_VERSION, "cache_dir": str(cache_dir),
+            "usage": {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in now},
+            "removed": None if pruned is None else {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in pruned.removed},
+            "kept_for": None if pruned is None else list(pruned.kept_for),
+        }, indent=2, sort_keys=True))
+        return EXIT_OK
+    if pruned is not None:
+        freed = sum(u.bytes for u in pruned.removed)
+        print(f"removed {', '.join(f'{u.entries} {u.kind}' for u in pruned.removed)}: {size_text(freed)} freed; "
+              f"kept what {', '.join(Path(p).name for p in pruned.kept_for) or 'no lock'} install")
+    print(f"{cache_dir}: {size_text(sum(u.bytes for u in now))}")
+    for u in now:
+        print(f"  {u.kind:9} {u.entries:6} entries  {size_text(u.bytes):>10}")
+    return EXIT_OK
+
+
+def size_text(nbytes: int) -> str:
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"
