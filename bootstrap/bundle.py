@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from bootstrap import __version__
+from bootstrap.cache import cache_lock
 from bootstrap.env import locked_entries
 from bootstrap.errors import DiskFullError, InputError, IntegrityError
 from bootstrap.fetch import Source, archive_path, fetch_archives
@@ -74,7 +75,8 @@ class BundleResult:
 
 
 def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda total: None,
-                fetched: Optional[Callable[[LockedPackage], None]] = None) -> BundleResult:
+                fetched: Optional[Callable[[LockedPackage], None]] = None,
+                waiting: Callable[[str], None] = lambda line: None) -> BundleResult:
     """Fetch and verify every artifact the locks install on `options.platforms`, and the tools
     venv's wheels, into the store; then write the tar beside `options.output` and rename it
     there: a failure leaves no half-written bundle."""
@@ -86,19 +88,21 @@ def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda 
     unique = list({entry.sha256: entry for entry, _ in members}.values())
     started(len(unique))
     try:
-        fetch_archives(unique, options.cache_dir, options.mirrors, progress=fetched)  # into the store, verified
-        index = {
-            "format": FORMAT,
-            "version": VERSION,
-            "bootstrap_version": __version__,
-            "envs": envs,
-            "artifacts": [{"url": e.url, "sha256": e.sha256, "size": archive_path(options.cache_dir, e).stat().st_size,
-                           "member": member, "manager": e.manager} for e, member in members[:len(entries)]],
-            "tools": [{"python": t.python_version, "platform": t.platform, "member": f"tools/{tools_tag(t)}",
-                       "wheels": [w.filename for w in tools[tools_tag(t)]]} for t in options.tools],
-        }
-        locks = [(lock_path, env["lock"]) for (_, lock_path), env in zip(options.locks, envs)]
-        size = _write(options, index, locks, members)
+        with cache_lock(options.cache_dir, waiting, shared=True):  # no prune between the fetch and the tar
+            fetch_archives(unique, options.cache_dir, options.mirrors, progress=fetched)  # into the store, verified
+            index = {
+                "format": FORMAT,
+                "version": VERSION,
+                "bootstrap_version": __version__,
+                "envs": envs,
+                "artifacts": [{"url": e.url, "sha256": e.sha256, "member": member, "manager": e.manager,
+                               "size": archive_path(options.cache_dir, e).stat().st_size}
+                              for e, member in members[:len(entries)]],
+                "tools": [{"python": t.python_version, "platform": t.platform, "member": f"tools/{tools_tag(t)}",
+                           "wheels": [w.filename for w in tools[tools_tag(t)]]} for t in options.tools],
+            }
+            locks = [(lock_path, env["lock"]) for (_, lock_path), env in zip(options.locks, envs)]
+            size = _write(options, index, locks, members)
     except OSError as exc:
         if not out_of_space(exc):
             raise

@@ -8,7 +8,9 @@
 Envs hold copies, never links into it, so whatever goes costs a download or
 an extraction later, never an env. `prune` keeps what the project's locks
 install, on every platform, and removes the rest: what older locks and other
-projects left behind (the other projects fetch theirs again).
+projects left behind (the other projects fetch theirs again). It holds the
+cache's flock exclusively; `env` and `bundle` hold it shared while they use
+the cache, so a prune never takes a package from under an install.
 Shell equivalent of the report: `du -sh ~/.cache/bootstrap/*`.
 """
 
@@ -16,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
-from bootstrap import generations as gens
-from bootstrap.fsutil import remove_tree
+from bootstrap.errors import InputError
+from bootstrap.fsutil import flocked, remove_tree
 from bootstrap.lockfile import LockedPackage, parsed_lock_path, read_lock
 from bootstrap.project import Project
 
@@ -38,58 +41,99 @@ class Usage:
 @dataclass(frozen=True)
 class PruneResult:
     removed: tuple[Usage, ...]
+    left: tuple[Usage, ...]  # entries it could not remove (another user's, in a shared cache)
     kept_for: tuple[str, ...]  # the locks whose packages were kept
 
 
 def usage(cache_dir: Path) -> list[Usage]:
     """Entries and bytes (as allocated on disk, `du`) of each part of the cache."""
-    return [Usage(kind, len(_entries(cache_dir / kind)), sum(_disk_bytes(p) for p in _entries(cache_dir / kind)))
-            for kind in KINDS]
+    _check_cache_dir(cache_dir)
+    return [Usage(kind, len(entries), sum(_disk_bytes(p) for p in entries))
+            for kind, entries in ((kind, _entries(cache_dir, kind)) for kind in KINDS)]
 
 
-def prune(cache_dir: Path, keep: Iterable[LockedPackage], lock_texts: Sequence[str]) -> list[Usage]:
-    """Remove every entry not needed by `keep` (locked packages) or the parsed form of `lock_texts`;
-    what was removed, per kind."""
+@contextlib.contextmanager
+def cache_lock(cache_dir: Path, notify: Callable[[str], None], shared: bool) -> Iterator[None]:
+    """Runs that use the cache (`env`, `bundle`) hold it shared; `prune` exclusive, so it never takes
+    a package from under an install, of whichever project or prefix."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    waiting = (f"waiting for `bootstrap cache --prune` on {cache_dir} to finish ..." if shared else
+               f"waiting for the runs of `bootstrap env` or `bundle` using {cache_dir} to finish ...")
+    with flocked(cache_dir / ".lock", notify, waiting, shared=shared):
+        yield
+
+
+def prune(cache_dir: Path, keep: Iterable[LockedPackage], lock_texts: Sequence[str]) -> tuple[list, list]:
+    """Remove every entry not needed by `keep` (locked packages) or the parsed form of `lock_texts`:
+    (removed, left: entries it could not remove, e.g. another user's), per kind."""
     keep = list(keep)
     hashes = {e.sha256 for e in keep}
     stems = {e.stem for e in keep if e.manager == "conda"}
+    parsed = {parsed_lock_path(cache_dir, text).name for text in lock_texts}
     wanted = {
         "archives": lambda p: p.name in hashes,
         "pkgs": lambda p: (p.name[:-len(".lock")] if p.name.endswith(".lock") else p.name) in stems,
         "seals": lambda p: p.name[:-len(".json")] in hashes,
-        "locks": lambda p: p in {parsed_lock_path(cache_dir, text) for text in lock_texts},
+        "locks": lambda p: p.name in parsed,
     }
-    removed = []
+    removed, left = [], []
     for kind in KINDS:
-        # Dot-files are the tools' own (rattler's `pkgs/.cache.lock`): never ours to remove.
-        doomed = [p for p in _entries(cache_dir / kind) if not p.name.startswith(".") and not wanted[kind](p)]
-        size = sum(_disk_bytes(p) for p in doomed)
+        doomed = [p for p in _entries(cache_dir, kind) if not wanted[kind](p)]
+        sizes = {p: _disk_bytes(p) for p in doomed}
         for path in doomed:
             if path.is_dir() and not path.is_symlink():
                 remove_tree(path)
             else:
-                path.unlink(missing_ok=True)
-        removed.append(Usage(kind, len(doomed), size))
-    return removed
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        stayed = [p for p in doomed if os.path.lexists(p)]
+        removed.append(Usage(kind, len(doomed) - len(stayed), sum(sizes[p] for p in doomed if p not in stayed)))
+        left.append(Usage(kind, len(stayed), sum(sizes[p] for p in stayed)))
+    return removed, left
 
 
 def prune_for_project(project: Project, cache_dir: Path, waiting: Callable[[str], None]) -> PruneResult:
-    """`prune` keeping every package of every lock of `project`, on every platform, while holding each
-    of its envs' locks: a `make env` of the project waits rather than lose a package mid-install."""
-    locks = [read_lock(path) for path in (project.lock_path(env) for env in project.env_names()) if path.is_file()]
-    with contextlib.ExitStack() as held:
-        for env in project.env_names():
-            held.enter_context(gens.exclusive(gens.Layout(project.root / ".envs" / env), waiting))
-        removed = prune(cache_dir, [p for lock in locks for p in lock.packages],
-                        [lock.path.read_text(encoding="utf-8") for lock in locks])
-    return PruneResult(tuple(removed), tuple(str(lock.path) for lock in locks))
+    """`prune` keeping every package of every lock of `project`, on every platform. Refused while an
+    env of the project has no lock: pruning would drop all it installs."""
+    envs = project.resolve_envs([])  # InputError without env specs: not a project
+    missing = [(env, project.lock_path(env)) for env in envs if not project.lock_path(env).is_file()]
+    if missing:
+        env, path = missing[0]
+        raise InputError(path, f"missing: pruning now would drop every package of {env}",
+                         "run `make lock` first, or pass --root for the project whose cache this is")
+    locks = [read_lock(project.lock_path(env)) for env in envs]
+    if not cache_dir.exists():
+        return PruneResult((), (), tuple(str(lock.path) for lock in locks))
+    _check_cache_dir(cache_dir)
+    with cache_lock(cache_dir, waiting, shared=False):
+        removed, left = prune(cache_dir, [p for lock in locks for p in lock.packages],
+                              [lock.path.read_text(encoding="utf-8") for lock in locks])
+    return PruneResult(tuple(removed), tuple(left), tuple(str(lock.path) for lock in locks))
 
 
-def _entries(directory: Path) -> list[Path]:
-    try:
-        return sorted(directory.iterdir())
-    except FileNotFoundError:
+def _check_cache_dir(cache_dir: Path) -> None:
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise InputError(cache_dir, "is not a directory", "pass the package cache as --cache-dir (default ~/.cache/bootstrap)")
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _entries(cache_dir: Path, kind: str) -> list[Path]:
+    """The entries of one part that are bootstrap's or rattler's to manage, by their names: anything
+    else (a stray file, a tool's dot-file such as `pkgs/.cache.lock`) is left alone, and a part that
+    is a symlink is never followed."""
+    directory = cache_dir / kind
+    if directory.is_symlink() or not directory.is_dir():
         return []
+    return sorted(p for p in directory.iterdir() if _ours(kind, p))
+
+
+def _ours(kind: str, path: Path) -> bool:
+    if kind == "pkgs":  # an extracted package, or rattler's lock file beside it
+        return not path.name.startswith(".") and (path.name.endswith(".lock") or (path / "info").is_dir())
+    name = path.name if kind == "archives" else path.name[:-len(".json")] if path.name.endswith(".json") else ""
+    return bool(_HEX64.fullmatch(name))
 
 
 def _disk_bytes(path: Path) -> int:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from bootstrap import __version__
 from bootstrap import generations as gens
+from bootstrap.cache import cache_lock
 from bootstrap.envplan import Plan, make_plan
 from bootstrap.errors import DiskFullError, InputError, IntegrityError, ToolError
 from bootstrap.fetch import archive_path, fetch_archives, forget_verified
@@ -147,7 +148,8 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
         if up_to_date:
             return EnvResult(options.prefix, options.platform, plan, current, False, False,
                              {"total": time.perf_counter() - started}, removed)
-        new, seconds = _build(layout, options, lock, current, plan, feedback)
+        with cache_lock(options.cache_dir, feedback.waiting, shared=True):  # no prune meanwhile
+            new, seconds = _build(layout, options, lock, current, plan, feedback)
         gens.collect_garbage(layout, keep=(new.number, current))
     seconds["total"] = time.perf_counter() - started
     return EnvResult(options.prefix, options.platform, plan, new.number, True, False, seconds, removed,

@@ -9,8 +9,11 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Iterator, Optional, Union
+
+from bootstrap.errors import BusyError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -117,3 +120,35 @@ def _make_directories_writable(top: PathLike) -> None:
             os.chmod(directory, stat.S_IMODE(os.lstat(directory).st_mode) | stat.S_IRWXU)
             with os.scandir(directory) as entries:
                 pending.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
+
+
+@contextlib.contextmanager
+def flocked(path: Path, notify: Callable[[str], None], waiting: str, shared: bool = False,
+            timeout: float = 3600.0) -> Iterator[None]:
+    """Hold an flock on `path` (created if need be), exclusive or shared with other shared holders
+    (`flock -s`). Held the other way by someone else: say `waiting` through `notify` and wait for
+    it, up to `timeout` seconds, then BusyError."""
+    import fcntl
+
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+    with open(path, "a+") as handle:
+        deadline = time.monotonic() + timeout
+        told = False
+        while True:
+            try:
+                fcntl.flock(handle, mode | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if not told:
+                notify(waiting)
+                told = True
+            if time.monotonic() > deadline:
+                raise BusyError(f"{path}: still held by another bootstrap after {timeout:.0f} s; is one stuck? "
+                                "(`fuser` shows the holder)")
+            time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

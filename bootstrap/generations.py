@@ -33,17 +33,15 @@ that replaces the file (`sed -i`, `pip install`) shows in one.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
-from bootstrap.errors import BusyError, InputError
-from bootstrap.fsutil import remove_tree
+from bootstrap.errors import InputError
+from bootstrap.fsutil import flocked, remove_tree
 
 PARTIAL = ".partial"
 GARBAGE = ".garbage"  # renamed before deletion: a half-deleted generation never looks complete
@@ -89,36 +87,10 @@ class Layout:
 @contextlib.contextmanager
 def exclusive(layout: Layout, notify: Callable[[str], None], timeout: float = 3600.0) -> Iterator[None]:
     """Hold the env's flock; a second run waits (saying so) or fails after `timeout` seconds."""
-    import fcntl
-
     layout.stable.parent.mkdir(parents=True, exist_ok=True)
-    with open(layout.lock_file, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            notify(f"waiting for another `bootstrap env` on {layout.stable} to finish ...")
-            _wait(handle, timeout, layout)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _wait(handle, timeout: float, layout: Layout) -> None:
-    import fcntl
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise BusyError(f"{layout.lock_file}: still held by another bootstrap after {timeout:.0f} s; "
-                                "is one stuck? (`fuser` shows the holder)") from None
-            time.sleep(0.2)
+    with flocked(layout.lock_file, notify, f"waiting for another `bootstrap env` on {layout.stable} to finish ...",
+                 timeout=timeout):
+        yield
 
 
 def remove_partials(layout: Layout) -> list[Path]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,17 +60,60 @@ def test_prune_keeps_what_the_locks_install_and_drops_the_rest(project: Project,
     assert run_python(prefix_of(project), "import alpha; print(alpha.__version__)") == "1.0"  # envs hold copies
 
 
-def test_prune_waits_for_a_make_env_of_the_project(project: Project, tmp_path: Path) -> None:
-    lock_file = project.root / ".envs" / ".py310.lock"
-    lock_file.parent.mkdir(parents=True)
-    with open(lock_file, "a+") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)  # as a running `bootstrap env` holds it
-        argv = [sys.executable, "-m", "bootstrap", "cache", "--prune", "--root", str(project.root),
-                "--cache-dir", str(tmp_path / "cache")]
-        proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
-        try:
-            assert "waiting for another `bootstrap env`" in proc.stderr.readline()
-            assert proc.poll() is None
-        finally:
-            proc.kill()
-            proc.wait()
+def start_waiting(argv: list) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bootstrap", *argv], cwd=REPO, stderr=subprocess.PIPE, text=True)
+
+
+def assert_waits(proc: subprocess.Popen, message: str) -> None:
+    try:
+        assert message in proc.stderr.readline()
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_prune_and_installs_wait_for_each_other(project: Project, channel: Path, tmp_path: Path) -> None:
+    """Through the cache's flock: any project's `env` or `bundle` holds it shared, prune exclusive."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with open(cache / ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_SH)  # as a running `bootstrap env`, of any project or prefix, holds it
+        assert_waits(start_waiting(["cache", "--prune", "--root", str(project.root), "--cache-dir", str(cache)]),
+                     "waiting for the runs of `bootstrap env` or `bundle`")
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a prune holds it
+        assert_waits(start_waiting([*env_args(project, str(channel))[:-2], "--cache-dir", str(cache)]),
+                     "waiting for `bootstrap cache --prune`")
+
+
+def test_prune_removes_only_what_is_its_own(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
+    cache = project.root / ".cache"
+    assert main(env_args(project, str(channel))) == 0
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.json").write_text("{}")
+    (cache / "locks" / "deploy.txt").write_text("not a parsed lock")
+    shutil.rmtree(cache / "seals")
+    (cache / "seals").symlink_to(outside)
+    report = cache_json(project, capsys, "--prune")
+    assert (cache / "locks" / "deploy.txt").exists() and (outside / "precious.json").exists()
+    assert report["removed"]["seals"]["entries"] == 0 and report["usage"]["seals"]["entries"] == 0
+
+
+def test_prune_refuses_without_the_locks_it_would_keep(project: Project, tmp_path: Path, capsys) -> None:
+    cache = tmp_path / "cache"
+    (cache / "archives" / ("0" * 64)).mkdir(parents=True)
+    for argv, message in (
+        (["--root", str(tmp_path / "not-a-project")], "no env specs (*.yml) found"),
+        (["--root", str(project.root)], "conda-lock.yml: missing: pruning now would drop every package of py310"),
+    ):
+        if "missing" in message:
+            project.lock_path("py310").unlink()
+        capsys.readouterr()
+        assert main(["cache", "--prune", "--cache-dir", str(cache), *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1
+    assert (cache / "archives" / ("0" * 64)).is_dir()
+    (tmp_path / "a-file").write_text("")
+    assert main(["cache", "--cache-dir", str(tmp_path / "a-file")]) == 2
+    assert "a-file: is not a directory" in capsys.readouterr().err

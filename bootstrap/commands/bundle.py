@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         pip=PipOptions(find_links=tuple(args.pip_find_links), no_index=args.pip_no_index),
     )
     with progress_feedback(sys.stderr.isatty() and not args.json) as feedback:
-        result = make_bundle(options, started=feedback.fetch_started, fetched=feedback.fetched)
+        result = make_bundle(options, started=feedback.fetch_started, fetched=feedback.fetched, waiting=feedback.waiting)
     if args.json:
         print(json.dumps({"format": BUNDLE_JSON_FORMAT, "version": BUNDLE_JSON_VERSION, "path": str(result.path),
                           "envs": list(result.envs), "platforms": list(result.platforms),

@@ -37,14 +37,19 @@ def run(args: argparse.Namespace) -> int:
             "format": CACHE_JSON_FORMAT, "version": CACHE_JSON_VERSION, "cache_dir": str(cache_dir),
             "usage": {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in now},
             "removed": None if pruned is None else {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in pruned.removed},
+            "left": None if pruned is None else {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in pruned.left},
             "kept_for": None if pruned is None else list(pruned.kept_for),
         }, indent=2, sort_keys=True))
         return EXIT_OK
     if pruned is not None:
         freed = sum(u.bytes for u in pruned.removed)
-        print(f"removed {', '.join(f'{u.entries} {u.kind}' for u in pruned.removed)}: {size_text(freed)} freed; "
-              f"kept what {', '.join(Path(p).name for p in pruned.kept_for) or 'no lock'} install")
-    print(f"{cache_dir}: {size_text(sum(u.bytes for u in now))}")
+        print(f"removed {', '.join(f'{u.entries} {u.kind}' for u in pruned.removed) or 'nothing'}: "
+              f"{size_text(freed)} freed; kept what {', '.join(Path(p).name for p in pruned.kept_for)} install(s)")
+        stuck = [u for u in pruned.left if u.entries]
+        if stuck:
+            print(f"could not remove {', '.join(f'{u.entries} {u.kind}' for u in stuck)} "
+                  f"({size_text(sum(u.bytes for u in stuck))}): another user's? ask them, or their admin, to prune")
+    print(f"{cache_dir}: {size_text(sum(u.bytes for u in now))}" + ("" if cache_dir.exists() else " (does not exist yet)"))
     for u in now:
         print(f"  {u.kind:9} {u.entries:6} entries  {size_text(u.bytes):>10}")
     return EXIT_OK
