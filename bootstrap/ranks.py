@@ -17,8 +17,9 @@ SEVERITY = {Status.FAIL: 3, Status.WARN: 2, Status.OK: 1, Status.SKIP: 0}
 
 def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, int]:
     """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE as torchrun sets them; InputError outside torchrun."""
-    if "RANK" not in environ or "WORLD_SIZE" not in environ:
-        raise InputError("--distributed", "RANK/WORLD_SIZE are not set: not started by torchrun",
+    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in environ]
+    if missing:
+        raise InputError("--distributed", f"{'/'.join(missing)} not set: not started by torchrun",
                          f"run `torchrun --nproc-per-node N -m bootstrap {verb} --distributed`")
     return {
         "rank": int(environ["RANK"]), "world_size": int(environ["WORLD_SIZE"]),

@@ -68,6 +68,7 @@ class VerifyResult:
     facts: Optional[Facts]
     facts_source: str
     seconds: Dict[str, float] = field(default_factory=dict)
+    ranks: Tuple[Dict[str, Any], ...] = ()  # `--distributed`: each rank's host and what it runs
 
     @property
     def exit_code(self) -> int:
@@ -81,6 +82,7 @@ class VerifyResult:
             "facts_source": self.facts_source,
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
             "facts": None if self.facts is None else self.facts.to_dict(),
+            **({"ranks": list(self.ranks)} if self.ranks else {}),
         }
 
 

@@ -6,8 +6,9 @@ Each rank runs `verify`'s checks, the compute checks on its own GPU (not the
 acceptance benchmark: `bench --distributed` measures the loaders of every
 rank), then all ranks
 
-* compare what they run: the lock the env was built from, the torch build,
-  the driver. The first question a team asks of a cluster is whether every
+* compare what they run: every package of the env (conda and pip, torch
+  included, from its install record; differing fails) and the driver
+  (warns). The first question a team asks of a cluster is whether every
   node runs the same environment;
 * all-reduce a tensor whose sum is known (a wrong sum fails), then time
   all-reduces of a fixed size and report the bus bandwidth as nccl-tests
@@ -21,33 +22,42 @@ GPUs, gloo on CPU (this is how it is tested).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import socket
+import sys
 import time
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks import Check, Status
+from bootstrap.errors import InputError
 from bootstrap.ranks import SEVERITY, merge_checks, torchrun_env
 from bootstrap.verify import VerifyOptions, VerifyResult, run_verify
 
 ALL_REDUCE_MIB = {"cuda": 256, "cpu": 16}  # nccl-tests' large-message regime on GPUs; gloo is slow
 ALL_REDUCE_ITERATIONS = {"cuda": 20, "cpu": 5}
 # What must agree across ranks (fail), and what should (warn): rank facts keys.
-SAME = (("lock", "the lock the env was built from"), ("torch", "the torch build"))
+SAME = (("packages", "the packages installed"),)
 ALIKE = (("driver", "the NVIDIA driver"),)
 
 
-def run_verify_distributed(options: VerifyOptions, environ: Mapping[str, str] = os.environ) -> Tuple[VerifyResult, bool]:
-    """(result, is_reporter): every rank gathers every rank's checks and merges them alike, so each
-    exits with the same code; rank 0 reports."""
+def run_verify_distributed(options: VerifyOptions, report: Callable[[VerifyResult], None],
+                           environ: Mapping[str, str] = os.environ) -> VerifyResult:
+    """Every rank gathers every rank's checks and merges them alike, so each returns the same
+    verdict; rank 0 `report`s it, and the others wait for that before they return (torchrun
+    stops every rank as soon as one exits with an error)."""
     import torch
     import torch.distributed as dist
 
     ranks = torchrun_env(environ, "verify")
     cuda = torch.cuda.is_available()
     if cuda:
+        if ranks["local_rank"] >= torch.cuda.device_count():
+            raise InputError("--nproc-per-node", f"LOCAL_RANK {ranks['local_rank']} but {torch.cuda.device_count()} GPU(s) "
+                             "visible", "start one process per GPU: `torchrun --nproc-per-node NUMBER_OF_GPUS ...`")
         torch.cuda.set_device(ranks["local_rank"])
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=600))
     try:
@@ -62,23 +72,29 @@ def run_verify_distributed(options: VerifyOptions, environ: Mapping[str, str] = 
         checks += [same_env_check(gathered), all_reduce_check(gathered, device.type, dist.get_backend()),
                    Check("bench", Status.SKIP, "--distributed", "the acceptance benchmark passes",
                          detail="every rank's loaders: `torchrun ... -m bootstrap bench --distributed`")]
-        return replace(result, checks=tuple(checks)), ranks["rank"] == 0
+        ranked = tuple({k: g[k] for k in ("rank", "host", "facts")} for g in sorted(gathered, key=lambda g: g["rank"]))
+        merged = replace(result, checks=tuple(checks), ranks=ranked)
+        if ranks["rank"] == 0:
+            report(merged)
+            sys.stdout.flush()
+        dist.barrier()  # the verdict is out before any rank exits
+        return merged
     finally:
         dist.destroy_process_group()
 
 
 def rank_facts(result: VerifyResult) -> Dict[str, Optional[str]]:
-    """What a rank runs, as the other ranks must see it too."""
+    """What a rank runs, as the other ranks must see it too: a digest of every package the env's
+    install record lists (conda sha256s, pip versions and sha256s: torch included), and the driver."""
     from bootstrap.prefix import read_install_record
 
     record = read_install_record(result.prefix) if result.prefix is not None and result.prefix.is_dir() else None
-    target = result.facts.torch if result.facts is not None else None
     nvidia = result.facts.nvidia if result.facts is not None else None
-    return {
-        "lock": f"{record.content_hash[:12]} ({record.platform})" if record is not None else None,
-        "torch": f"{target.version} (CUDA {target.cuda or 'none'})" if target is not None else None,
-        "driver": nvidia.driver_version if nvidia is not None else None,
-    }
+    packages = None
+    if record is not None:
+        digest = hashlib.sha256(json.dumps([record.conda, record.pip], sort_keys=True).encode()).hexdigest()
+        packages = f"{digest[:12]} ({len(record.conda)} conda, {len(record.pip)} pip, {record.platform})"
+    return {"packages": packages, "driver": nvidia.driver_version if nvidia is not None else None}
 
 
 def all_reduce_trial(torch: Any, dist: Any, device: Any, rank: int, world_size: int) -> Tuple[bool, Optional[float]]:
@@ -121,7 +137,7 @@ def all_reduce_check(gathered: Sequence[Mapping[str, Any]], device_type: str, ba
                      f"`NCCL_DEBUG=INFO torchrun ... -m bootstrap verify --distributed` shows the {backend} transport in use")
     timed = [g for g in gathered if g["all_reduce_s"]]
     if not timed:
-        return Check(cid, Status.OK, f"sums right; {n} rank: no bandwidth to measure", expected)
+        return Check(cid, Status.OK, "sums right; one rank: no bandwidth to measure", expected)
     slowest = max(timed, key=lambda g: g["all_reduce_s"])
     mib = ALL_REDUCE_MIB[device_type]
     algbw, busbw = bus_bandwidth_gb_s(mib * 2**20, slowest["all_reduce_s"], n)
@@ -145,8 +161,8 @@ def same_env_check(gathered: Sequence[Mapping[str, Any]]) -> Check:
     known = [f"{what} {reference[key]}" for key, what in SAME + ALIKE if reference.get(key) is not None]
     hosts = {g["host"] for g in ordered}
     if status is Status.OK:
-        return Check("dist.same_env", status, f"{len(ordered)} ranks on {len(hosts)} host(s) agree" +
-                     (f": {', '.join(known)}" if known else " (no env record, torch or driver seen to compare)"),
+        return Check("dist.same_env", status, f"{len(ordered)} rank(s) on {len(hosts)} host(s) agree" +
+                     (f": {', '.join(known)}" if known else " (no env record or driver seen to compare)"),
                      "every rank runs the same env")
     return Check("dist.same_env", status, "; ".join(differ), "every rank runs the same env",
                  "run `make env` from the same checkout of the lock on every node (`make env BUNDLE=...` offline)")

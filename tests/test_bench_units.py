@@ -421,4 +421,5 @@ def test_aggregate_names_the_worst_rank_and_sums_shm_per_host():
 def test_torchrun_env_required():
     with pytest.raises(InputError, match="torchrun"):
         torchrun_env({})
-    assert torchrun_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"})["rank"] == 1
+    assert torchrun_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})["rank"] == 1

@@ -18,22 +18,26 @@ REPO = Path(__file__).resolve().parent.parent
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
-def rank(number: int, host: str = "node1", lock: str = "a1b2c3 (linux-64)", torch: str = "2.10.0 (CUDA 12.8)",
-         driver: str = "570.124.06", ok: bool = True, seconds: float = 0.1) -> dict:
-    return {"rank": number, "host": host, "checks": [], "facts": {"lock": lock, "torch": torch, "driver": driver},
+PACKAGES = "a1b2c3d4e5f6 (31 conda, 24 pip, linux-64)"
+
+
+def rank(number: int, host: str = "node1", packages: str = PACKAGES, driver: str = "570.124.06", ok: bool = True,
+         seconds: float = 0.1) -> dict:
+    return {"rank": number, "host": host, "checks": [], "facts": {"packages": packages, "driver": driver},
             "all_reduce_ok": ok, "all_reduce_s": seconds}
 
 
 def test_ranks_that_run_the_same_env_agree() -> None:
     check = same_env_check([rank(1, "node2"), rank(0)])
     assert check.status is Status.OK
-    assert check.observed.startswith("2 ranks on 2 host(s) agree: the lock the env was built from a1b2c3 (linux-64)")
+    assert check.observed == f"2 rank(s) on 2 host(s) agree: the packages installed {PACKAGES}, the NVIDIA driver 570.124.06"
 
 
-def test_a_rank_on_another_lock_fails_and_is_named() -> None:
-    check = same_env_check([rank(0), rank(1), rank(2, "node3", lock="ffff00 (linux-64)", driver="535.183.01")])
+def test_a_rank_with_other_packages_fails_and_is_named() -> None:
+    other = "ffff00000000 (29 conda, 24 pip, linux-64)"
+    check = same_env_check([rank(0), rank(1), rank(2, "node3", packages=other, driver="535.183.01")])
     assert check.status is Status.FAIL
-    assert "rank 2 on node3 ffff00 (linux-64)" in check.observed and "rank 2 on node3 535.183.01" in check.observed
+    assert f"rank 2 on node3 {other}" in check.observed and "rank 2 on node3 535.183.01" in check.observed
     assert "make env" in check.remedy
 
 
@@ -56,12 +60,14 @@ def test_all_reduce_check_reports_the_slowest_rank_and_fails_a_wrong_sum() -> No
     wrong = all_reduce_check([rank(0), rank(1, ok=False)], "cuda", "nccl")
     assert wrong.status is Status.FAIL and wrong.observed == "wrong sum on rank(s) 1 of 2"
     assert "NCCL_DEBUG=INFO" in wrong.remedy
-    assert all_reduce_check([rank(0, seconds=None)], "cpu", "gloo").observed == "sums right; 1 rank: no bandwidth to measure"
+    assert all_reduce_check([rank(0, seconds=None)], "cpu", "gloo").observed == "sums right; one rank: no bandwidth to measure"
 
 
 def test_outside_torchrun_says_how_to_start_it() -> None:
     with pytest.raises(InputError, match=r"torchrun --nproc-per-node N -m bootstrap verify --distributed"):
         torchrun_env({}, "verify")
+    with pytest.raises(InputError, match="MASTER_ADDR/MASTER_PORT not set"):  # RANK set by hand, not torchrun
+        torchrun_env({"RANK": "0", "WORLD_SIZE": "1"}, "verify")
 
 
 def test_all_reduce_trial_on_a_real_gloo_group_of_one(tmp_path: Path) -> None:
@@ -85,8 +91,27 @@ def test_torchrun_two_ranks_one_report_and_one_exit_code(tmp_path: Path) -> None
     assert checks["env.prefix"]["status"] == "fail" and checks["env.prefix"]["observed"].startswith("rank 0: ")
     assert "rank 0 fail, rank 1 fail" in checks["env.prefix"]["detail"]
     assert done.returncode == 1  # every rank exits with the aggregate's code, so torchrun does too
-    assert checks["dist.same_env"]["status"] == "ok" and checks["dist.same_env"]["observed"].startswith("2 ranks on 1 host")
+    assert checks["dist.same_env"]["status"] == "ok" and checks["dist.same_env"]["observed"].startswith("2 rank(s) on 1 host")
+    assert [r["rank"] for r in report["extra"]["ranks"]] == [0, 1]
     reduce = checks["dist.all_reduce"]
     assert reduce["status"] == "ok" and "2 ranks, gloo, 16 MiB float32" in reduce["observed"]
     assert float(reduce["observed"].split()[2]) > 0  # "bus bandwidth X GB/s"
     assert [c["id"] for c in report["checks"]].count("bench") == 1
+
+
+def test_rank_facts_digest_every_package_of_the_install_record(tmp_path: Path) -> None:
+    from bootstrap.prefix import InstallRecord, write_install_record
+    from bootstrap.verify import VerifyResult
+    from bootstrap.verify_distributed import rank_facts
+
+    def facts(torch_sha: str) -> dict:
+        (tmp_path / "conda-meta").mkdir(exist_ok=True)
+        write_install_record(tmp_path, record=InstallRecord(
+            lock_path="conda-lock.yml", env="py310", platform="linux-64", content_hash="same-inputs", generation="1",
+            bootstrap_version="0", installed_at="", conda={"python": "aa"}, pip={"torch": {"version": "2.10.0", "sha256": torch_sha}},
+            conda_meta={}))
+        return rank_facts(VerifyResult((), tmp_path, None, False, None, "this host"))
+
+    first, same, other = facts("11"), facts("11"), facts("22")
+    assert first == same and first["packages"].endswith("(1 conda, 1 pip, linux-64)")
+    assert other["packages"] != first["packages"]  # the same lock inputs, another torch wheel

@@ -51,19 +51,22 @@ def run(args: argparse.Namespace) -> int:
         bench_budget_s=args.bench_budget or BENCH_BUDGET_S, facts_path=args.facts, save_facts=args.save_facts,
         root=args.root,
     )
+    def render(result) -> None:
+        if args.json:
+            print(json.dumps(to_json(result.checks, "verify", result.extra()), indent=2, sort_keys=True))
+        else:
+            print(_header(result))
+            print(render_table(result.checks, show_detail=args.verbose), end="")
+
     if args.distributed:
         from bootstrap.verify_distributed import run_verify_distributed
 
-        result, reporter = run_verify_distributed(options)
-        if not reporter:
-            return result.exit_code
-    else:
-        result = run_verify(options)
-    if args.json:
-        print(json.dumps(to_json(result.checks, "verify", result.extra()), indent=2, sort_keys=True))
-    else:
-        print(_header(result))
-        print(render_table(result.checks, show_detail=args.verbose), end="")
+        if args.save_facts is not None:
+            raise InputError("--save-facts", "records one host's facts; every rank would write the file",
+                             "run `python -m bootstrap verify --save-facts FILE` on the host, without torchrun")
+        return run_verify_distributed(options, render).exit_code
+    result = run_verify(options)
+    render(result)
     return result.exit_code
 
 
