@@ -35,9 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "format": CACHE_JSON_FORMAT, "version": CACHE_JSON_VERSION, "cache_dir": str(cache_dir),
-            "usage": {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in now},
-            "removed": None if pruned is None else {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in pruned.removed},
-            "left": None if pruned is None else {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in pruned.left},
+            "usage": _by_kind(now),
+            "removed": None if pruned is None else _by_kind(pruned.removed),
+            "left": None if pruned is None else _by_kind(pruned.left),
             "kept_for": None if pruned is None else list(pruned.kept_for),
         }, indent=2, sort_keys=True))
         return EXIT_OK
@@ -53,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
     for u in now:
         print(f"  {u.kind:9} {u.entries:6} entries  {size_text(u.bytes):>10}")
     return EXIT_OK
+
+
+def _by_kind(usages) -> dict:
+    return {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in usages}
 
 
 def size_text(nbytes: int) -> str:
