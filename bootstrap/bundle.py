@@ -31,6 +31,7 @@ import json
 import os
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -132,6 +133,13 @@ def _locked(options: BundleOptions) -> tuple[list, list]:
 
 def check_output(output: Path) -> None:
     """Before anything is fetched: `output` can become a bundle, and is not something else."""
+    try:
+        _check_output(output)
+    except PermissionError as exc:  # a directory on the way we may not look into
+        raise InputError("-o", f"{output}: {exc.strerror}", "pass -o in a directory you can write") from None
+
+
+def _check_output(output: Path) -> None:
     if output.suffix != ".tar":
         raise InputError("-o", f"{output}: a bundle is a .tar file", "name it e.g. bundle-py310-linux-64.tar")
     if output.is_dir():
@@ -173,11 +181,15 @@ def _write(options: BundleOptions, index: dict, locks: list, members: list) -> i
         part.unlink(missing_ok=True)
 
 
-def _remove_stale_parts(output: Path) -> None:
-    """Temporary tars of runs that were killed (SIGKILL, a job's time limit): nobody holds their flock."""
+def _remove_stale_parts(output: Path, grace_s: float = 60.0) -> None:
+    """Temporary tars of runs that were killed (SIGKILL, a job's time limit): nobody holds their
+    flock, and they are older than `grace_s` (a live run creates its file a moment before it
+    takes the flock)."""
     for stale in output.parent.glob(f".{output.name}.*.part"):
         try:
             with open(stale, "rb") as handle:
+                if time.time() - os.fstat(handle.fileno()).st_mtime < grace_s:
+                    continue
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 stale.unlink()
         except OSError:
@@ -300,7 +312,7 @@ def _check_index(path: Path, index: dict, members: dict) -> None:
     missing = [a["member"] for a in artifacts if a["member"] not in members]
     if missing:
         raise InputError(path, f"damaged: {len(missing)} of the {len(artifacts)} artifacts its {INDEX} lists are "
-                         f"not in it, e.g. {missing[0]} (a truncated copy?)", "copy it again, or make it again")
+                         f"not in it, e.g. '{missing[0]}' (a truncated copy?)", "copy it again, or make it again")
 
 
 def _gzipped(path: Path) -> bool:

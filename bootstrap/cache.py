@@ -56,7 +56,10 @@ def usage(cache_dir: Path) -> list[Usage]:
 def cache_lock(cache_dir: Path, notify: Callable[[str], None], shared: bool) -> Iterator[None]:
     """Runs that use the cache (`env`, `bundle`) hold it shared; `prune` exclusive, so it never takes
     a package from under an install, of whichever project or prefix."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except PermissionError as exc:
+        raise _unusable(cache_dir, exc) from None
     waiting = (f"waiting for `bootstrap cache --prune` on {cache_dir} to finish ..." if shared else
                f"waiting for the runs of `bootstrap env` or `bundle` using {cache_dir} to finish ...")
     with flocked(cache_dir / ".lock", notify, waiting, shared=shared):
@@ -102,9 +105,9 @@ def prune_for_project(project: Project, cache_dir: Path, waiting: Callable[[str]
         raise InputError(path, f"missing: pruning now would drop every package of {env}",
                          "run `make lock` first, or pass --root for the project whose cache this is")
     locks = [read_lock(project.lock_path(env)) for env in envs]
+    _check_cache_dir(cache_dir)
     if not cache_dir.exists():
         return PruneResult((), (), tuple(str(lock.path) for lock in locks))
-    _check_cache_dir(cache_dir)
     with cache_lock(cache_dir, waiting, shared=False):
         removed, left = prune(cache_dir, [p for lock in locks for p in lock.packages],
                               [lock.path.read_text(encoding="utf-8") for lock in locks])
@@ -112,8 +115,15 @@ def prune_for_project(project: Project, cache_dir: Path, waiting: Callable[[str]
 
 
 def _check_cache_dir(cache_dir: Path) -> None:
-    if cache_dir.exists() and not cache_dir.is_dir():
-        raise InputError(cache_dir, "is not a directory", "pass the package cache as --cache-dir (default ~/.cache/bootstrap)")
+    try:
+        if cache_dir.exists() and not cache_dir.is_dir():
+            raise InputError(cache_dir, "is not a directory", "pass the package cache as --cache-dir (default ~/.cache/bootstrap)")
+    except PermissionError as exc:  # a directory on the way we may not look into
+        raise _unusable(cache_dir, exc) from None
+
+
+def _unusable(cache_dir: Path, exc: OSError) -> InputError:
+    return InputError(cache_dir, f"cannot be used: {exc.strerror}", "pass a --cache-dir you can write (default ~/.cache/bootstrap)")
 
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -49,7 +49,7 @@ if [ -n "${BUNDLE:-}" ]; then
   "$python" -m venv "$wheels/probe"
   if ! "$wheels/probe/bin/python" -m pip download --quiet --disable-pip-version-check --require-hashes -r "$reqs" \
       --no-index --find-links "$wheels/tools/$tag" -d "$wheels/checked" >"$wheels/probe.log" 2>&1; then
-    echo "tools-venv: the wheels in $BUNDLE for $tag do not install $reqs (made from another checkout?): make the bundle again; $venv is unchanged. pip said: $(tail -n 1 "$wheels/probe.log")" >&2
+    echo "tools-venv: the wheels in $BUNDLE for $tag do not install $reqs (made from another checkout, or a truncated copy?): make the bundle again; $venv is unchanged. pip said: $(tail -n 1 "$wheels/probe.log")" >&2
     exit 2
   fi
   install+=(--no-index --find-links "$wheels/tools/$tag")

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -185,7 +186,7 @@ INDEX_V1 = '{"format": "bootstrap.bundle", "version": 1, '
      "artifacts[0].sha256 is not a string"),
     ({"bundle.json": (INDEX_V1 + '"artifacts": [], "envs": ["py310"]}').encode()}, "`envs` is not a list of {env, lock"),
     ({"bundle.json": (INDEX_V1 + '"artifacts": [{"sha256": "ab", "member": "artifacts/ab/x.conda"}]}').encode()},
-     "damaged: 1 of the 1 artifacts its bundle.json lists are not in it, e.g. artifacts/ab/x.conda (a truncated copy?)"),
+     "damaged: 1 of the 1 artifacts its bundle.json lists are not in it, e.g. 'artifacts/ab/x.conda' (a truncated copy?)"),
 ], ids=["missing", "not-a-tar", "no-index", "other-version", "artifacts-not-a-list", "no-sha256", "sha256-a-list",
         "envs-not-dicts", "truncated"])
 def test_a_file_that_is_not_a_bundle_gets_one_line(project: Project, tmp_path: Path, capsys, members, message) -> None:
@@ -281,15 +282,38 @@ def test_an_output_that_cannot_be_a_bundle_is_refused_before_fetching(project: P
     assert not (tmp_path / "cache" / "archives").exists()  # refused before any fetch
 
 
+def test_a_directory_we_may_not_look_into_is_one_line(project: Project, tmp_path: Path, monkeypatch, capsys) -> None:
+    """As a user without the x bit on a directory on the way (pathlib raises EACCES; root is never refused)."""
+    locked, stat = tmp_path / "locked", Path.stat
+
+    def refused(self, **kwargs):  # what stat(2) answers under a directory without the x bit
+        if locked in self.parents:
+            raise PermissionError(13, "Permission denied", str(self))
+        return stat(self, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", refused)
+    capsys.readouterr()
+    assert main(["bundle", "--root", str(project.root), "--no-tools", "-o", str(tmp_path / "locked" / "b.tar")]) == 2
+    assert main(["cache", "--cache-dir", str(tmp_path / "locked" / "cache")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: -o: {tmp_path / 'locked' / 'b.tar'}: Permission denied (pass -o in a directory you can write)",
+                   f"error: {tmp_path / 'locked' / 'cache'}: cannot be used: Permission denied "
+                   "(pass a --cache-dir you can write (default ~/.cache/bootstrap))"]
+
+
 def test_a_killed_runs_leftover_is_removed_and_a_live_ones_kept(project: Project, channel: Path, tmp_path: Path) -> None:
     import fcntl
 
     output = tmp_path / "b.tar"
-    killed, live = tmp_path / ".b.tar.killed.part", tmp_path / ".b.tar.live.part"
-    killed.write_bytes(b"half a tar")
-    live.write_bytes(b"being written")
+    killed, live, starting = (tmp_path / f".b.tar.{name}.part" for name in ("killed", "live", "starting"))
+    for path in (killed, live, starting):
+        path.write_bytes(b"part of a tar")
+    an_hour_ago = time.time() - 3600
+    for path in (killed, live):
+        os.utime(path, (an_hour_ago, an_hour_ago))
     with open(live, "rb") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # as the writing run holds it
         assert bundle(project, channel, output) == 0
     assert not killed.exists() and live.exists()
+    assert starting.exists()  # unlocked but new: a run between creating its file and locking it
     assert oct(output.stat().st_mode & 0o777) == "0o644"
