@@ -1,6 +1,6 @@
 """Generations as directories and a symlink: which one a change starts from, which ones survive.
 
-Plain directories stand in for environments here; tests/test_env.py runs the
+Plain directories stand in for environments here; tests/env/test_env.py runs the
 same paths with real rattler links and uv installs.
 """
 

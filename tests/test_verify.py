@@ -30,13 +30,12 @@ from bootstrap.probe import probe_torch
 from bootstrap.project import Project
 from bootstrap.torchcheck import compute_checks, device_checks
 from bootstrap.verify import VerifyOptions, run_verify
-from tests.fixtures.project import make_project, write_spec
-from tests.fixtures.runnable_env import SHORT, build_runnable_channel
-from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
+from tests.fixtures.env_project import CONDA, PIP, REPO, env_args, relock
 from tests.fixtures.fakes import FakeNvml, fake_torch
+from tests.fixtures.project import make_project, write_spec
+from tests.fixtures.runnable_env import build_runnable_channel
+from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
 
-REPO = Path(__file__).resolve().parent.parent
-CONDA = (f"python={SHORT}.*", "pip", "torchlike", "zlibstub", "bigpkg")
 ENV_IDS = ("env.prefix", "env.lock", "env.python", "env.conda", "env.pip", "env.extra", "env.files", "env.freshness")
 GPU_IDS = ("torch.cuda_available", "torch.device_count", "torch.cudnn", "torch.nccl", "torch.pinned_memory", "torch.gpu")
 CHECK_KEYS = {"id", "status", "observed", "expected", "remedy", "detail"}
@@ -55,16 +54,13 @@ def wheels(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def locked(tmp_path_factory, channel: Path, wheels: Path) -> Project:
-    project = make_project(tmp_path_factory.mktemp("verifyproj") / "proj", platforms=("linux-64",), conda=CONDA,
-                           pip=("alpha", "gamma"))
-    assert main(["lock", "--root", str(project.root), "--mirror", f"conda-forge={channel}", "--pip-find-links",
-                 str(wheels), "--pip-no-index", "--pip-offline", "--cache-dir", str(project.root / ".repodata")]) == 0
+    project = make_project(tmp_path_factory.mktemp("verifyproj") / "proj", platforms=("linux-64",), conda=CONDA, pip=PIP)
+    relock(project, channel, wheels)
     return project
 
 
 def make_env(project: Project, channel: Path) -> None:
-    assert main(["env", "--root", str(project.root), "--platform", "linux-64", "--mirror", f"conda-forge={channel}",
-                 "--cache-dir", str(project.root / ".cache")]) == 0
+    assert main(env_args(project, str(channel))) == 0
 
 
 @pytest.fixture

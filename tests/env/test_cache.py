@@ -12,20 +12,7 @@ from pathlib import Path
 from bootstrap.cli import main
 from bootstrap.lockfile import read_lock
 from bootstrap.project import Project
-# The env tests' runnable channel, wheelhouse and locked project.
-from tests.test_env import (  # noqa: F401 (channel, wheels, locked_once and project are fixtures)
-    CONDA,
-    change_lock,
-    channel,
-    env_args,
-    locked_once,
-    prefix_of,
-    project,
-    run_python,
-    wheels,
-)
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.fixtures.env_project import CONDA, REPO, change_lock, env_args, prefix_of, run_python
 
 
 def cache_json(project: Project, capsys, *extra: str) -> dict:

@@ -24,24 +24,8 @@ import pytest
 from bootstrap.cli import main
 from bootstrap.lockfile import read_lock
 from bootstrap.project import Project
+from tests.fixtures.env_project import CONDA, REPO, assert_matches_lock, change_lock, prefix_of, relock, run_python
 from tests.fixtures.wheels import build_wheel
-# The env tests' runnable channel, wheelhouse and locked project, and their checks.
-from tests.test_env import (  # noqa: F401 (channel, wheels, ... small_fs are fixtures)
-    CONDA,
-    assert_matches_lock,
-    blob_sources,
-    change_lock,
-    channel,
-    locked_once,
-    prefix_of,
-    project,
-    relock,
-    run_python,
-    small_fs,
-    wheels,
-)
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture

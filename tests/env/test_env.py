@@ -1,8 +1,9 @@
 """`bootstrap env` end to end: real rattler links, real uv installs, a python that runs.
 
-The fixture lock is solved from a channel whose `python` is a venv-style shim
-of the test interpreter (tests/fixtures/runnable_env.py), so the created env
-really runs, and uv installs the locked wheels into its own site-packages.
+The fixture project (tests/fixtures/env_project.py, fixtures in conftest.py) is
+locked from a channel whose `python` is a venv-style shim of the test
+interpreter, so the created env really runs, and uv installs the locked wheels
+into its own site-packages.
 """
 
 from __future__ import annotations
@@ -18,70 +19,13 @@ import pytest
 
 from bootstrap.cli import main
 from bootstrap.lockfile import read_lock
-from bootstrap.prefix import INSTALL_RECORD, conda_records, pip_distributions, read_install_record
+from bootstrap.prefix import INSTALL_RECORD, conda_records, read_install_record
 from bootstrap.project import Project
 from tests.fixtures.conda_channel import corrupt_archive_after_index, serve_directory
+from tests.fixtures.env_project import (CONDA, REPO, assert_matches_lock, change_lock, env_args, prefix_of, relock,
+                                        run_python)
 from tests.fixtures.project import copy_project, make_project, write_spec
 from tests.fixtures.runnable_env import SHORT, build_runnable_channel
-from tests.fixtures.wheels import build_wheelhouse, standard_wheels
-
-REPO = Path(__file__).resolve().parent.parent
-CONDA = (f"python={SHORT}.*", "pip", "torchlike", "zlibstub", "bigpkg")
-
-
-@pytest.fixture(scope="module")
-def channel(tmp_path_factory) -> Path:
-    return build_runnable_channel(tmp_path_factory.mktemp("runnable") / "channel")
-
-
-@pytest.fixture(scope="module")
-def wheels(tmp_path_factory) -> Path:
-    return build_wheelhouse(tmp_path_factory.mktemp("wheels"), standard_wheels())
-
-
-def relock(project: Project, channel: Path, wheels: Path) -> None:
-    assert main(["lock", "--root", str(project.root), "--mirror", f"conda-forge={channel}", "--pip-find-links", str(wheels),
-                 "--pip-no-index", "--pip-offline", "--cache-dir", str(project.root / ".repodata")]) == 0
-
-
-@pytest.fixture(scope="module")
-def locked_once(tmp_path_factory, channel: Path, wheels: Path) -> Project:
-    project = make_project(tmp_path_factory.mktemp("envproj") / "proj", platforms=("linux-64",), conda=CONDA, pip=("alpha", "gamma"))
-    relock(project, channel, wheels)
-    return project
-
-
-@pytest.fixture
-def project(locked_once: Project, tmp_path: Path) -> Project:
-    return copy_project(locked_once, tmp_path / "proj")
-
-
-def env_args(project: Project, mirror: str, *extra: str) -> list[str]:
-    return ["env", "--root", str(project.root), "--platform", "linux-64", "--mirror", f"conda-forge={mirror}",
-            "--cache-dir", str(project.root / ".cache"), *extra]
-
-
-def prefix_of(project: Project) -> Path:
-    return project.root / ".envs" / "py310"
-
-
-def assert_matches_lock(project: Project) -> None:
-    prefix = prefix_of(project)
-    lock = read_lock(project.lock_path("py310"))
-    locked_conda = {(p.name, p.version, p.build, p.sha256) for p in lock.for_platform("linux-64", "conda")}
-    installed = conda_records(prefix)
-    assert {(c.name, c.version, c.build, c.sha256) for c in installed} == locked_conda
-    assert {c.url for c in installed} == {p.url for p in lock.for_platform("linux-64", "conda")}  # canonical URLs
-    locked_pip = {(p.name, p.version) for p in lock.for_platform("linux-64", "pip")}
-    conda_names = {c.name for c in installed}
-    pip = [d for d in pip_distributions(prefix) if d.name not in conda_names]
-    assert {(d.name, d.version) for d in pip} == locked_pip
-    assert {d.url for d in pip} == {p.url for p in lock.for_platform("linux-64", "pip")}  # the lock's, not the store's
-
-
-def run_python(prefix: Path, code: str) -> str:
-    done = subprocess.run([str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True)
-    return done.stdout.strip()
 
 
 def test_create_from_directory_mirror_then_noop(project: Project, channel: Path, capsys) -> None:
@@ -139,11 +83,6 @@ def test_lock_change_applies_only_the_difference(project: Project, channel: Path
     }
     assert not (prefix / "share/torchlike").exists()
     assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.0"
-
-
-def change_lock(project: Project, channel: Path, wheels: Path, conda=CONDA, pip=("alpha", "gamma")) -> None:
-    write_spec(project.root, platforms=("linux-64",), conda=conda, pip=pip)
-    relock(project, channel, wheels)
 
 
 def env_json(project: Project, channel: Path, capsys, *extra: str) -> dict:
@@ -680,38 +619,9 @@ def test_pip_entry_points_run_through_the_stable_path(tmp_path: Path, channel: P
 
 # --------------------------------------------------------------------------- disk full
 
-BLOB = os.urandom(6 << 20)  # incompressible: as big in the archive, the cache and the env
-
-
-@pytest.fixture(scope="module")
-def blob_sources(tmp_path_factory) -> tuple:
-    """The runnable channel plus `blobpkg`, the standard wheels plus `blobwheel`: 6 MiB each."""
-    from tests.fixtures.conda_channel import PackageSpec
-    from tests.fixtures.wheels import WheelSpec
-
-    root = tmp_path_factory.mktemp("blob")
-    channel = build_runnable_channel(root / "channel", extra=[
-        PackageSpec("blobpkg", "1.0", noarch="generic", files={"lib/libblob.so": BLOB})])
-    wheels = build_wheelhouse(root / "wheels", [*standard_wheels(), WheelSpec("blobwheel", "1.0", files={"blobwheel/blob.bin": BLOB})])
-    return channel, wheels
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path):
-    """A 4 MiB tmpfs, and a function that resizes it. Needs mount(2): root here."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)]).returncode:
-        pytest.skip("a full disk is simulated with a small tmpfs, which needs root to mount")
-    try:
-        yield mount, lambda size: subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True)
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
 @pytest.mark.parametrize("where", ["conda-fetch", "conda-extract", "conda-link", "pip-fetch", "pip-install"])
-def test_a_full_disk_leaves_the_env_as_it_was(locked_once: Project, blob_sources: tuple, small_fs: tuple,
-                                               tmp_path: Path, capsys, where: str) -> None:
+def test_a_full_disk_leaves_the_env_as_it_was(locked_once: Project, blob_sources: tuple, blob_bytes: bytes,
+                                               small_fs: tuple, tmp_path: Path, capsys, where: str) -> None:
     """ENOSPC while fetching into the package cache, from rattler extracting into it or linking, or
     from uv: one line naming the file system, the env unchanged, no half-built generation left; with
     space, the next run converges."""
@@ -744,7 +654,7 @@ def test_a_full_disk_leaves_the_env_as_it_was(locked_once: Project, blob_sources
     assert main(args) == 0
     assert_matches_lock(project)
     blob = next(prefix.glob("lib/python*/site-packages/blobwheel/blob.bin")) if where.startswith("pip") else prefix / "lib/libblob.so"
-    assert blob.read_bytes() == BLOB
+    assert blob.read_bytes() == blob_bytes
 
 
 def test_a_full_disk_on_a_fresh_create_leaves_nothing_half_built(locked_once: Project, blob_sources: tuple,
