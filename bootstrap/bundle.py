@@ -39,9 +39,9 @@ from typing import Callable, Optional
 from bootstrap import __version__
 from bootstrap.cache import cache_lock
 from bootstrap.env import locked_entries
-from bootstrap.errors import DiskFullError, InputError, IntegrityError
+from bootstrap.errors import InputError, IntegrityError
 from bootstrap.fetch import Source, archive_path, fetch_archives
-from bootstrap.fsutil import out_of_space, space_report
+from bootstrap.fsutil import disk_full, out_of_space
 from bootstrap.lockfile import LockedPackage, read_lock
 from bootstrap.mirrors import Mirror
 from bootstrap.pip_resolve import PipOptions, Target, resolve_pip
@@ -107,9 +107,8 @@ def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda 
     except OSError as exc:
         if not out_of_space(exc):
             raise
-        where = space_report({"bundle": options.output.parent, "package cache": options.cache_dir})
-        raise DiskFullError(f"no space left on device while bundling into {options.output} on {where}; nothing was "
-                            "written (free space, or pass -o or --cache-dir on another disk)") from None
+        raise disk_full(f"bundling into {options.output}", {"bundle": options.output.parent, "package cache": options.cache_dir},
+                        "nothing was written", "free space, or pass -o or --cache-dir on another disk") from None
     return BundleResult(options.output, tuple(e["env"] for e in envs), options.platforms, len(entries),
                         len(members) - len(entries), size)
 

@@ -31,7 +31,7 @@ from bootstrap.cache import cache_lock
 from bootstrap.envplan import Plan, make_plan
 from bootstrap.errors import DiskFullError, InputError, IntegrityError, ToolError
 from bootstrap.fetch import archive_path, fetch_archives, forget_verified
-from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, out_of_space, remove_tree, space_report
+from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, disk_full, out_of_space, remove_tree
 from bootstrap.history import COMMAND as HISTORY_COMMAND, append_request
 from bootstrap.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.mirrors import Mirror, scrub_credentials
@@ -199,13 +199,12 @@ def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Option
 
 
 def _disk_full(layout: gens.Layout, options: EnvOptions, created: bool, started: bool) -> DiskFullError:
-    """One line for ENOSPC wherever it struck (our fetch, rattler, uv, our writes): which file
-    systems, how much is free now that any partial generation is gone, and that the env is as it was."""
-    where = space_report({"env": layout.gens_dir, "package cache": options.cache_dir})
+    """ENOSPC wherever it struck (our fetch, rattler, uv, our writes): which file systems, how much
+    is free now that any partial generation is gone, and that the env is as it was."""
     outcome = ("nothing was created" if created else
                "the env is unchanged and the half-built generation removed" if started else "the env is unchanged")
-    return DiskFullError(f"no space left on device while building {options.prefix} on {where}; {outcome} "
-                         f"(free space, or move the env with --prefix or the package cache with --cache-dir)")
+    return disk_full(f"building {options.prefix}", {"env": layout.gens_dir, "package cache": options.cache_dir}, outcome,
+                     "free space, or move the env with --prefix or the package cache with --cache-dir")
 
 
 def _env_state(layout: gens.Layout) -> tuple:

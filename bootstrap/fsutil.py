@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
 
-from bootstrap.errors import BusyError
+from bootstrap.errors import BusyError, DiskFullError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -97,6 +97,12 @@ def space_report(places: dict) -> str:
         mount, free = free_space(path)
         mounts.setdefault(mount, (free, []))[1].append(what)
     return ", ".join(f"{mount} ({' and '.join(whats)}: {free / 2**20:.0f} MB free)" for mount, (free, whats) in mounts.items())
+
+
+def disk_full(doing: str, places: dict, outcome: str, fix: str) -> DiskFullError:
+    """The one line for ENOSPC: `no space left on device while DOING on <space_report(places)>;
+    OUTCOME (FIX)`, with the free space as it is now that the caller has removed what it half-wrote."""
+    return DiskFullError(f"no space left on device while {doing} on {space_report(places)}; {outcome} ({fix})")
 
 
 def remove_tree(path: PathLike) -> None:
