@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
+from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError
 from bootstrap.fsutil import atomic_write_text
@@ -108,8 +110,10 @@ def parsed_lock_path(cache_dir: Path, text: str) -> Path:
     return cache_dir / "locks" / f"{hashlib.sha256((_PARSED_FIELDS + text).encode()).hexdigest()}.json"
 
 
-# What the JSON form holds: a field added to the dataclasses changes every cached name.
-_PARSED_FIELDS = repr([f.name for f in fields(Lock)] + [f.name for f in fields(LockedPackage)])
+# What the JSON form holds, and under which checks it was accepted: a field added to the
+# dataclasses, or a stricter check (bump _CHECKS), changes every cached name.
+_CHECKS = 2
+_PARSED_FIELDS = repr([_CHECKS] + [f.name for f in fields(Lock)] + [f.name for f in fields(LockedPackage)])
 
 
 def _to_json(lock: Lock) -> dict:
@@ -137,18 +141,45 @@ def _parse(path: Path, text: str) -> Lock:
     if data.get("version") != 1:
         raise InputError(path, f"version: expected 1, found {data.get('version')!r}", _REGENERATE)
     meta = _mapping(path, data, "metadata")
-    packages = data.get("package")
-    if not isinstance(packages, list):
+    entries = data.get("package")
+    if not isinstance(entries, list):
         raise InputError(path, "package: missing or not a list", _REGENERATE)
+    content_hash = _mapping(path, meta, "content_hash", "metadata.")
+    if not all(isinstance(v, str) for v in content_hash.values()):
+        raise InputError(path, "metadata.content_hash: every value must be a string", _REGENERATE)
+    platforms = tuple(str(p) for p in _list(path, meta, "platforms"))
+    if not platforms:
+        raise InputError(path, "metadata.platforms: empty", _REGENERATE)
+    packages = _packages(path, entries, platforms)
     return Lock(
         path=path,
-        content_hash=dict(_mapping(path, meta, "content_hash", "metadata.")),
+        content_hash=dict(content_hash),
         channels=tuple(_channel_url(path, c) for c in _list(path, meta, "channels")),
-        platforms=tuple(str(p) for p in _list(path, meta, "platforms")),
+        platforms=platforms,
         sources=tuple(str(s) for s in _list(path, meta, "sources")),
         custom=dict(meta.get("custom_metadata") or {}),
-        packages=tuple(_package(path, i, entry) for i, entry in enumerate(packages)),
+        packages=packages,
     )
+
+
+def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[LockedPackage, ...]:
+    """Each entry checked; one entry per (platform, manager, name), an exact repeat dropped; every
+    locked platform with at least one package."""
+    seen: dict = {}
+    for index, entry in enumerate(entries):
+        package = _package(path, index, entry)
+        if package.platform not in platforms:
+            raise InputError(path, f"package[{index}].platform: {package.platform!r} is not in metadata.platforms "
+                             f"({', '.join(platforms)})", _REGENERATE)
+        key = (package.platform, package.manager, _normalised(package.name))
+        if key in seen and seen[key][1] != package:
+            raise InputError(path, f"package[{index}]: {package.name} is listed twice for {package.platform} "
+                             f"(also package[{seen[key][0]}])", _REGENERATE)
+        seen.setdefault(key, (index, package))
+    empty = [p for p in platforms if not any(key[0] == p for key in seen)]
+    if empty:
+        raise InputError(path, f"metadata.platforms: no packages are locked for {', '.join(empty)}", _REGENERATE)
+    return tuple(package for _, package in seen.values())
 
 
 def _mapping(path: Path, data: dict, key: str, prefix: str = "") -> dict:
@@ -175,6 +206,9 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
     where = f"package[{index}]"
     if not isinstance(entry, dict):
         raise InputError(path, f"{where}: not a mapping", _REGENERATE)
+    dependencies = entry.get("dependencies") or {}
+    if not isinstance(dependencies, dict):
+        raise InputError(path, f"{where}.dependencies: expected a mapping of name to constraint", _REGENERATE)
     try:
         hashes = entry["hash"] or {}
         manager = entry["manager"]
@@ -184,10 +218,10 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
             manager=manager,
             platform=str(entry["platform"]),
             url=str(entry["url"]),
-            sha256=str(hashes["sha256"]),
-            md5=hashes.get("md5"),
+            sha256=str(hashes["sha256"]).lower(),
+            md5=str(hashes["md5"]).lower() if hashes.get("md5") else None,
             build=entry.get("build"),
-            dependencies={str(k): str(v) for k, v in (entry.get("dependencies") or {}).items()},
+            dependencies={str(k): str(v) for k, v in dependencies.items()},
             category=str(entry.get("category", "main")),
         )
     except (KeyError, TypeError, AttributeError) as exc:
@@ -196,7 +230,41 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
         raise InputError(path, f"{where}.manager: expected conda or pip, found {manager!r}", _REGENERATE)
     if manager == "conda" and not package.md5:
         raise InputError(path, f"{where}.hash.md5: missing (conda-lock requires it)", _REGENERATE)
+    problem = _entry_problem(package)
+    if problem:
+        raise InputError(path, f"{where}.{problem}", _REGENERATE)
     return package
+
+
+_HEX_DIGITS = {"sha256": 64, "md5": 32}
+_NAME = {"conda": re.compile(r"[a-z0-9_][a-z0-9_.+-]*"), "pip": re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")}
+_VERSION = re.compile(r"[0-9A-Za-z_.+!-]+")  # what conda and PEP 440 versions are written with
+
+
+def _entry_problem(p: LockedPackage) -> Optional[str]:
+    """What is wrong with an entry's fields, as `field: problem`, or None. Names, versions and
+    file names end up in paths of the package cache and the env, so they are held to their grammar."""
+    for kind, value in (("sha256", p.sha256), ("md5", p.md5)):
+        if value is not None and not re.fullmatch(f"[0-9a-f]{{{_HEX_DIGITS[kind]}}}", value):
+            return f"hash.{kind}: {value!r} is not {_HEX_DIGITS[kind]} hex digits"
+    if not _NAME[p.manager].fullmatch(p.name):
+        return f"name: {p.name!r} is not a {p.manager} package name"
+    if not _VERSION.fullmatch(p.version):
+        return f"version: {p.version!r} is not a version"
+    parts = urlsplit(p.url)
+    if not parts.scheme or any(segment in ("..", ".") for segment in unquote(parts.path).split("/")):
+        return f"url: {p.url!r} is not a plain URL of the package's file"
+    if p.manager == "conda":
+        expected = f"{p.name}-{p.version}-{p.build}"
+        if p.stem != expected or p.filename == p.stem:
+            return f"url: the file {p.filename!r} is not {p.name} {p.version} {p.build} ({expected}.conda or .tar.bz2)"
+    elif p.filename.endswith(".whl") and _normalised(unquote(p.filename).split("-", 1)[0]) != _normalised(p.name):
+        return f"url: the wheel {p.filename!r} is not {p.name}'s"
+    return None
+
+
+def _normalised(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 # --------------------------------------------------------------------------- inputs digest
