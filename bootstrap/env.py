@@ -34,7 +34,7 @@ from bootstrap.fetch import archive_path, fetch_archives, forget_verified
 from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, disk_full, out_of_space, remove_tree
 from bootstrap.history import COMMAND as HISTORY_COMMAND, append_request
 from bootstrap.lockfile import Lock, LockedPackage, read_lock
-from bootstrap.mirrors import Mirror, scrub_credentials
+from bootstrap.mirrors import Mirror
 from bootstrap.pip_resolve import uv_binary, PipOptions
 from bootstrap.prefix import (
     INSTALL_RECORD,
@@ -50,6 +50,7 @@ from bootstrap.prefix import (
 )
 from bootstrap.runner import run
 from bootstrap.spec import read_spec
+from bootstrap.urls import scrub_credentials
 
 if TYPE_CHECKING:
     from bootstrap.bundle import Bundle

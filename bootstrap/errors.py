@@ -6,6 +6,8 @@ to be read alone on one line: it names the file, the field and the fix.
 
 from __future__ import annotations
 
+import re
+
 # Exit codes shared by every verb.
 EXIT_OK = 0
 EXIT_FAILED = 1  # a check failed / the lock is stale
@@ -53,3 +55,13 @@ class BusyError(BootstrapError):
 
 class DiskFullError(BootstrapError):
     """A disk or quota filled up; what was half-written has been removed."""
+
+
+_TREE = re.compile(r"^[\s×╰─▶│├└┬┼]+")
+
+
+def one_line(text: str) -> str:
+    """A tool's explanation (rattler's solver, uv) as one line: tree glyphs and blank lines dropped,
+    the lines joined, a line's own trailing colon kept (`...dependencies: Because ...`)."""
+    parts = (_TREE.sub("", line).strip() for line in str(text).splitlines())
+    return " ".join(part for part in parts if part)

@@ -40,7 +40,8 @@ from urllib.parse import unquote, urlsplit
 from bootstrap.errors import FetchError, IntegrityError
 from bootstrap.fsutil import atomic_write_text, out_of_space, sha256_file
 from bootstrap.lockfile import LockedPackage
-from bootstrap.mirrors import Mirror, scrub_credentials
+from bootstrap.mirrors import Mirror
+from bootstrap.urls import scrub_credentials
 
 if TYPE_CHECKING:
     from bootstrap.bundle import Bundle

@@ -131,13 +131,14 @@ def _make_directories_writable(top: PathLike) -> None:
 @contextlib.contextmanager
 def flocked(path: Path, notify: Callable[[str], None], waiting: str, shared: bool = False,
             timeout: float = 3600.0) -> Iterator[None]:
-    """Hold an flock on `path` (created if need be), exclusive or shared with other shared holders
-    (`flock -s`). Held the other way by someone else: say `waiting` through `notify` and wait for
-    it, up to `timeout` seconds, then BusyError."""
+    """Hold an flock on `path` (created if need be; only read access is needed, so a read-only
+    file such as a spec can be locked), exclusive or shared with other shared holders (`flock -s`).
+    Held the other way by someone else: say `waiting` through `notify` and wait for it, up to
+    `timeout` seconds, then BusyError."""
     import fcntl
 
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-    with open(path, "a+") as handle:
+    with open(os.open(path, os.O_RDONLY | os.O_CREAT, 0o644), "rb") as handle:
         deadline = time.monotonic() + timeout
         told = False
         while True:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from bootstrap import __version__
 from bootstrap.errors import InputError, SolveError
+from bootstrap.fsutil import flocked
 from bootstrap.lockfile import (
     META_INPUTS,
     META_MIRRORS,
@@ -57,33 +59,38 @@ class LockResult:
     seconds: dict = field(default_factory=dict)  # conda_solve, pip_resolve, write
 
 
-def lock_env(project: Project, env: str, options: LockOptions = LockOptions()) -> LockResult:
+def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
+             notify: Callable[[str], None] = lambda message: None) -> LockResult:
+    """Solve `env` and write its lock. Two runs on one env take turns (an flock on the spec), so
+    a `--platform` relock never writes over another's platforms with what it read before."""
     spec = read_spec(project.spec_path(env))
     pip_requirements(spec)  # bad syntax fails here, before any solving
     vpkgs = read_virtual_packages(project.virtual_packages_path)
-    lock_path = project.lock_path(env)
-    old = read_lock(lock_path) if lock_path.exists() else None
     platforms = _platforms_to_solve(spec, options.platforms)
-    seconds = {}
+    waiting = f"waiting for another `bootstrap lock` of {env} to finish"
+    with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
+        lock_path = project.lock_path(env)
+        old = read_lock(lock_path) if lock_path.exists() else None
+        seconds = {}
 
-    started = time.perf_counter()
-    conda = {p: solve_conda(spec, p, vpkgs.for_platform(p), options.mirrors, options.cache_dir) for p in platforms}
-    seconds["conda_solve"] = time.perf_counter() - started
+        started = time.perf_counter()
+        conda = {p: solve_conda(spec, p, vpkgs.for_platform(p), options.mirrors, options.cache_dir) for p in platforms}
+        seconds["conda_solve"] = time.perf_counter() - started
 
-    started = time.perf_counter()
-    targets = [target_for(p, _python_version(spec, p, records), vpkgs) for p, records in conda.items()] if spec.pip else []
-    pip = resolve_all(spec, targets, options.pip)
-    seconds["pip_resolve"] = time.perf_counter() - started
+        started = time.perf_counter()
+        targets = [target_for(p, _python_version(spec, p, records), vpkgs) for p, records in conda.items()] if spec.pip else []
+        pip = resolve_all(spec, targets, options.pip)
+        seconds["pip_resolve"] = time.perf_counter() - started
 
-    started = time.perf_counter()
-    packages = [to_locked(r, p) for p, records in conda.items() for r in records]
-    packages += [pkg for entries in pip.values() for pkg in entries]
-    packages += _kept_from(old, spec, platforms)
-    content = _content(project, spec, vpkgs, lock_path, packages, options)
-    diffs = tuple(diff_locks(old.packages if old else (), content.packages, spec.platforms))
-    if not options.dry_run:
-        write_lock(lock_path, content)
-    seconds["write"] = time.perf_counter() - started
+        started = time.perf_counter()
+        packages = [to_locked(r, p) for p, records in conda.items() for r in records]
+        packages += [pkg for entries in pip.values() for pkg in entries]
+        packages += _kept_from(old, spec, platforms)
+        content = _content(spec, vpkgs, lock_path, packages, old, platforms, options)
+        diffs = tuple(diff_locks(old.packages if old else (), content.packages, spec.platforms))
+        if not options.dry_run:
+            write_lock(lock_path, content)
+        seconds["write"] = time.perf_counter() - started
 
     counts = {
         p: {m: sum(1 for x in content.packages if x.platform == p and x.manager == m) for m in ("conda", "pip")}
@@ -115,15 +122,23 @@ def _kept_from(old: Optional[Lock], spec: EnvSpec, solved: tuple[str, ...]) -> l
     return [p for p in old.packages if p.platform in keep]
 
 
-def _content(project: Project, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path,
-             packages: list[LockedPackage], options: LockOptions) -> LockContent:
-    content_hash = conda_lock_content_hashes(spec.path, vpkgs.path)
-    custom = {META_VERSION: __version__, META_INPUTS: inputs_digest(spec.path, vpkgs.path, content_hash)}
+def _content(spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path, packages: list[LockedPackage],
+             old: Optional[Lock], solved: tuple[str, ...], options: LockOptions) -> LockContent:
+    """The lock's metadata. A platform kept from the old lock (`--platform`) keeps its old
+    content_hash, so `lock --check` still sees it stale if the inputs moved since; and the
+    inputs digest, which vouches that every hash was computed from these inputs, is written
+    only when that is so."""
+    computed = conda_lock_content_hashes(spec.path, vpkgs.path)
+    kept = {p: old.content_hash.get(p, "") for p in spec.platforms if p not in solved and old and p in old.platforms}
+    content_hash = {p: computed[p] if p in solved else kept[p] for p in spec.platforms if p in solved or p in kept}
+    custom = {META_VERSION: __version__}
+    if content_hash == computed:
+        custom[META_INPUTS] = inputs_digest(spec.path, vpkgs.path, content_hash)
     if options.mirrors:
         custom[META_MIRRORS] = " ".join(m.public() for m in options.mirrors)
     return LockContent(
         channels=spec.channels,
-        platforms=spec.platforms,
+        platforms=tuple(content_hash),
         sources=(os.path.relpath(spec.path, lock_path.parent),),
         content_hash=content_hash,
         custom=custom,

@@ -13,10 +13,12 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError
@@ -288,30 +290,46 @@ def conda_lock_content_hashes(spec_path: Path, virtual_packages_path: Path) -> d
     """conda-lock's `content_hash` for a spec, computed by conda-lock's own code, offline."""
     from conda_lock.content_hash import compute_content_hashes
 
-    lock_spec, vpr = _conda_lock_inputs(spec_path, virtual_packages_path)
-    return compute_content_hashes(lock_spec, vpr)
+    with _conda_lock_inputs(spec_path, virtual_packages_path) as (lock_spec, vpr):
+        return compute_content_hashes(lock_spec, vpr)
 
 
 def conda_lock_accepts_hash(spec_path: Path, virtual_packages_path: Path, platform: str, value: str) -> bool:
     """What `conda-lock lock --check-input-hash` decides for one platform."""
     from conda_lock.content_hash import backwards_compatible_content_hashes
 
-    lock_spec, vpr = _conda_lock_inputs(spec_path, virtual_packages_path)
-    return value in backwards_compatible_content_hashes(lock_spec, vpr, platform)
+    with _conda_lock_inputs(spec_path, virtual_packages_path) as (lock_spec, vpr):
+        return value in backwards_compatible_content_hashes(lock_spec, vpr, platform)
 
 
-def _conda_lock_inputs(spec_path: Path, virtual_packages_path: Path):
+@contextmanager
+def _conda_lock_inputs(spec_path: Path, virtual_packages_path: Path) -> Iterator[tuple]:
+    """conda-lock's view of the spec and the virtual packages, quietly: its warnings (e.g. on pip
+    markers it cannot evaluate) are about its own solver, which bootstrap does not use."""
+    import logging
+    import warnings
+
     from conda_lock.src_parser import make_lock_spec
     from conda_lock.virtual_package import virtual_package_repo_from_specification
 
-    # conda-lock fetches a PyPI<->conda name map from the internet unless given
-    # one; names in a pip: section are never mapped, so an empty map is exact.
-    with tempfile.TemporaryDirectory(prefix="bootstrap-mapping-") as tmp:
-        mapping = Path(tmp, "mapping.json")
-        mapping.write_text("{}")
-        lock_spec = make_lock_spec(src_files=[spec_path], mapping_url=mapping.as_uri())
-    vpr = virtual_package_repo_from_specification(virtual_packages_path)
-    return lock_spec, vpr
+    logger = logging.getLogger("conda_lock")
+    level, logger.level = logger.level, logging.ERROR
+    try:
+        with tempfile.TemporaryDirectory(prefix="bootstrap-mapping-") as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # conda-lock fetches a PyPI<->conda name map from the internet unless given
+            # one; names in a pip: section are never mapped, so an empty map is exact.
+            mapping = Path(tmp, "mapping.json")
+            mapping.write_text("{}")
+            lock_spec = make_lock_spec(src_files=[spec_path], mapping_url=mapping.as_uri())
+            vpr = virtual_package_repo_from_specification(virtual_packages_path)
+        try:
+            yield lock_spec, vpr
+        finally:
+            # conda-lock removes its fake repodata at exit, which `python -m bootstrap` skips (os._exit).
+            shutil.rmtree(vpr.base_path, ignore_errors=True)
+    finally:
+        logger.level = level
 
 
 # --------------------------------------------------------------------------- writing

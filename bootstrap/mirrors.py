@@ -9,7 +9,6 @@ canonical channel). Credentials in a mirror URL are used but never recorded.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -17,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError
 from bootstrap.spec import canonical_channel
+from bootstrap.urls import scrub_credentials
 
 
 @dataclass(frozen=True)
@@ -44,20 +44,12 @@ class Mirror:
         return None if "://" in self.target else Path(self.target)
 
     def public(self) -> str:
-        """`canonical=target` with any user:password removed, safe to write into a lock."""
+        """`canonical=target` with any user:password or token removed, safe to write into a lock."""
         if self.local_dir is not None:
             # As written on the command line (often relative): no machine paths in a lock.
             return f"{self.canonical}={self.given or self.local_dir.name}"
         return f"{self.canonical}={scrub_credentials(self.target)}"
 
-
-
-_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
-
-
-def scrub_credentials(text: str) -> str:
-    """Remove `user:password@` from every URL in `text` (error messages, logs)."""
-    return _USERINFO.sub(r"\g<scheme>", text)
 
 
 def mirror_for(channel_url: str, mirrors: Sequence[Mirror]) -> Optional[Mirror]:

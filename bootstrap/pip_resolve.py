@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from bootstrap.errors import FetchError, InputError, SolveError, ToolError
+from bootstrap.errors import FetchError, InputError, SolveError, ToolError, one_line
 from bootstrap.lockfile import LockedPackage
 from bootstrap.runner import Runner, run
 from bootstrap.spec import EnvSpec, VirtualPackages
@@ -83,6 +83,31 @@ def target_for(platform: str, python_version: str, virtual_packages: VirtualPack
                      "remove the pip: section or the platform")
 
 
+# PEP 508 marker values of each conda platform (what `python -c "import platform, sys, os; ..."` prints there).
+_MARKER_PLATFORM = {
+    "linux": {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix"},
+    "osx": {"sys_platform": "darwin", "platform_system": "Darwin", "os_name": "posix"},
+    "win": {"sys_platform": "win32", "platform_system": "Windows", "os_name": "nt"},
+}
+_MARKER_MACHINE = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "osx-64": "x86_64", "osx-arm64": "arm64",
+                   "win-64": "AMD64", "win-arm64": "ARM64"}
+
+
+def marker_environment(platform: str, python_version: str) -> dict[str, str]:
+    """The environment PEP 508 markers are evaluated in on `platform` with CPython `python_version`
+    (`3.10.19`), e.g. to tell whether `colorama; sys_platform == 'win32'` applies there."""
+    family = _MARKER_PLATFORM.get(platform.split("-")[0], {})
+    return {
+        **family,
+        "platform_machine": _MARKER_MACHINE.get(platform, ""),
+        "python_version": ".".join(python_version.split(".")[:2]),
+        "python_full_version": python_version,
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": "",
+    }
+
+
 def uv_binary(options: PipOptions) -> str:
     if options.uv:
         return options.uv
@@ -140,11 +165,11 @@ def _raise_for(done, spec: EnvSpec, target: Target) -> None:
     message = done.stderr.strip()
     where = f"{spec.path}: pip: for {target.platform} (Python {target.python_version}, {target.python_platform})"
     if "No solution found" in message or "not satisfiable" in message or "Because " in message:
-        raise SolveError(f"{where}: cannot be satisfied:\n{message}")
+        raise SolveError(f"{where}: cannot be satisfied: {one_line(message)} (relax or fix the pip: requirements)")
     if "Failed to fetch" in message or "error sending request" in message or "dns error" in message.lower():
         raise FetchError(f"{where}: cannot reach the package index: {message.splitlines()[-1]} "
                          "(offline? point UV_INDEX_URL at a PyPI mirror)")
-    raise ToolError(f"{where}: uv failed:\n{message}")
+    raise ToolError(f"{where}: uv failed: {one_line(message)}")
 
 
 def _parse_pylock(text: str, target: Target) -> list[tuple[str, str, str, str]]:
@@ -156,13 +181,38 @@ def _parse_pylock(text: str, target: Target) -> list[tuple[str, str, str, str]]:
 
     out = []
     for package in tomllib.loads(text).get("packages", []):
-        wheels = package.get("wheels") or []
-        if not wheels:
-            raise SolveError(f"{package['name']} {package.get('version')}: no wheel for {target.python_platform}")
-        # With --python-platform uv lists only wheels usable on the target, best first.
-        wheel = wheels[0]
+        # With --python-platform uv lists only wheels usable on the target, best first; a
+        # requirement `name @ URL` comes as an `archive` instead, whatever the target.
+        wheels, archive = package.get("wheels") or [], package.get("archive") or {}
+        wheel = wheels[0] if wheels else archive
+        if not wheels and not (_lockable_url(archive.get("url", "")) and _fits(archive["url"], target)):
+            at = f" at {archive['url']}" if archive.get("url") else ""
+            raise SolveError(f"{package['name']} {package.get('version')}: no wheel for {target.python_platform}{at}")
         out.append((package["name"], package["version"], wheel["url"], wheel["hashes"]["sha256"]))
     return out
+
+
+# Wheel platform tags by conda platform: (prefixes, suffixes) one of the wheel's tags must have.
+_WHEEL_PLATFORMS = {
+    "linux-64": (("manylinux", "musllinux", "linux"), ("x86_64",)),
+    "linux-aarch64": (("manylinux", "musllinux", "linux"), ("aarch64",)),
+    "osx-64": (("macosx",), ("x86_64", "universal2", "intel")),
+    "osx-arm64": (("macosx",), ("arm64", "universal2")),
+    "win-64": (("win",), ("amd64",)),
+    "win-arm64": (("win",), ("arm64",)),
+}
+
+
+def _fits(url: str, target: Target) -> bool:
+    """Whether the wheel at `url` can be installed on the target's platform (by its file name's tags)."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        _, _, _, tags = parse_wheel_filename(url.rsplit("/", 1)[-1])
+    except InvalidWheelFilename:
+        return False
+    prefixes, suffixes = _WHEEL_PLATFORMS.get(target.platform, ((), ()))
+    return any(t.platform == "any" or (t.platform.startswith(prefixes) and t.platform.endswith(suffixes)) for t in tags)
 
 
 def parse_via_annotations(text: str) -> dict[str, set[str]]:
@@ -195,14 +245,26 @@ def resolve_all(
 
 
 def pip_requirements(spec: EnvSpec) -> list:
-    """The spec's pip: entries as `packaging` Requirements; bad syntax names the entry."""
+    """The spec's pip: entries as `packaging` Requirements; bad syntax, or a URL that cannot be
+    locked with a hash, names the entry."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     out = []
     for text in spec.pip:
         try:
-            out.append(Requirement(text))
+            requirement = Requirement(text)
         except InvalidRequirement as exc:
-            raise InputError(spec.path, f"pip: '{text}' is not a valid requirement: {exc}",
+            raise InputError(spec.path, f"pip: '{text}' is not a valid requirement: {one_line(exc)}",
                              "write e.g. `torch==2.10.*`") from None
+        if requirement.url and not _lockable_url(requirement.url):
+            raise InputError(spec.path, f"pip: '{text}': only a wheel over http(s) can be locked with its hash",
+                             "name a .whl URL, or publish the package to an index (UV_INDEX_URL, --pip-find-links)")
+        out.append(requirement)
     return out
+
+
+def _lockable_url(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and parts.path.endswith(".whl")

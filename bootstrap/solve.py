@@ -11,10 +11,11 @@ import asyncio
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bootstrap.errors import FetchError, InputError, SolveError
+from bootstrap.errors import FetchError, InputError, SolveError, one_line
 from bootstrap.lockfile import LockedPackage
-from bootstrap.mirrors import Mirror, mirror_for, scrub_credentials
+from bootstrap.mirrors import Mirror, mirror_for
 from bootstrap.spec import EnvSpec, VirtualPackage
+from bootstrap.urls import scrub_credentials
 
 
 def match_specs(spec: EnvSpec) -> list:
@@ -62,7 +63,8 @@ def solve_conda(
             )
         )
     except SolverError as exc:
-        raise SolveError(f"{spec.path}: cannot solve the conda dependencies for {platform}:\n{exc}") from None
+        raise SolveError(f"{spec.path}: dependencies: cannot be solved for {platform}: {one_line(exc)} "
+                         "(relax or fix the spec, or check that the channels have the packages)") from None
     except Exception as exc:  # every rattler fetch/IO/gateway failure
         raise FetchError(scrub_credentials(_fetch_failure(spec, platform, mirrors, exc))) from None
 

@@ -20,15 +20,19 @@ engines are imported (`bootstrap.solve`, `bootstrap.pip_resolve`).
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from bootstrap.errors import InputError
+from bootstrap.urls import has_credentials, scrub_credentials
 
 KNOWN_PLATFORMS = ("linux-64", "linux-aarch64", "linux-ppc64le", "osx-64", "osx-arm64", "win-64", "win-arm64")
 SPEC_KEYS = ("name", "channels", "platforms", "dependencies")
+_VIRTUAL_VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z_]+)*")  # "2.28", "12.8", "14.0", "0"
 ANACONDA_ORG = "https://conda.anaconda.org"
 
 # Channels teams must not mix in: Anaconda's `defaults` (licence terms and a
@@ -44,7 +48,6 @@ FORBIDDEN_CHANNELS = {
     "nvidia": "deprecated for PyTorch: the CUDA libraries come with the PyPI torch wheels",
     "nodefaults": "conda-lock rejects it, and bootstrap never adds defaults",
 }
-_CREDENTIALS = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@]+@", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -106,16 +109,37 @@ def load_yaml(path: Path, text: Optional[str] = None) -> Any:
 
     if text is None:
         text = read_text(path)
-    # The C loader when PyYAML was built with libyaml: several times faster on a
-    # lock of a few hundred entries, same safe semantics.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
+        return yaml.load(text, Loader=_unique_keys_loader())  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(where, f"malformed YAML: {problem}", "fix the syntax") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _unique_keys_loader() -> type:
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML forbids it; PyYAML
+    keeps the last one silently, so a second `dependencies:` would replace the first). The C
+    loader when PyYAML was built with libyaml: several times faster on a lock of a few hundred
+    entries, same safe semantics."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, Hashable) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} is given twice in one mapping", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def read_text(path: Path) -> str:
@@ -163,13 +187,17 @@ def _string_list(path: Path, data: dict, key: str) -> list[str]:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise InputError(path, f"{key}: must be a list of strings")
-    return [v.strip() for v in value]
+    out = [v.strip() for v in value]
+    twice = sorted({v for v in out if out.count(v) > 1})
+    if twice:
+        raise InputError(path, f"{key}: '{twice[0]}' is listed twice", "list it once")
+    return out
 
 
 def _check_channel(path: Path, channel: str) -> None:
-    if _CREDENTIALS.match(channel):
+    if has_credentials(channel):
         raise InputError(
-            path, f"channels: '{channel.split('@')[-1]}' carries credentials",
+            path, f"channels: '{scrub_credentials(channel)}' carries credentials",
             "keep secrets out of specs: use ~/.netrc, or a --mirror URL on the command line",
         )
     key = channel.rstrip("/").rsplit("/", 1)[-1] if channel.startswith(ANACONDA_ORG) else channel
@@ -190,6 +218,9 @@ def _dependencies(path: Path, deps: Any) -> tuple[list[str], list[str]]:
             conda.append(item.strip())
         elif isinstance(item, dict) and list(item) == ["pip"]:
             pip.extend(_pip_section(path, where, item["pip"]))
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            raise InputError(path, f"{where}: {item!r} is a number, not a conda spec",
+                             "quote it: YAML reads an unquoted 3.10 as the number 3.1")
         else:
             raise InputError(path, f"{where}: expected a conda spec string or a `pip:` list, got {item!r}")
     names = {re.split(r"[\s=<>!~\[]", spec, maxsplit=1)[0].lower() for spec in conda}
@@ -237,9 +268,14 @@ def _virtual_package(path: Path, platform: str, name: Any, value: Any) -> Virtua
     where = f"subdirs.{platform}.packages.{name}"
     if not isinstance(name, str) or not name.startswith("__"):
         raise InputError(path, f"{where}: virtual package names start with '__'")
-    if not isinstance(value, (str, int, float)):
+    if isinstance(value, float):
+        raise InputError(path, f"{where}: {value!r} is a number, not a version",
+                         f"quote it: {name}: \"{value}\" (YAML reads an unquoted 12.10 as the number 12.1)")
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise InputError(path, f"{where}: expected a version string like \"12.8\"")
     version, _, build = str(value).strip().partition(" ")
+    if not _VIRTUAL_VERSION.fullmatch(version):
+        raise InputError(path, f"{where}: '{version}' is not a version", "write it like \"2.28\" or \"12.8\"")
     return VirtualPackage(name, version, build.strip())
 
 

@@ -6,7 +6,10 @@ Pixi-style static checks plus conda-lock's content hash:
 * on every platform, every conda spec is matched by a locked record and
   every pip requirement by a locked wheel;
 * the locked records are closed: each record's dependencies are matched by
-  another locked record (a removed record is caught even if nothing names it);
+  another locked record (a removed record is caught even if nothing names it),
+  and every record is needed: reached from the spec through dependencies;
+* a pip requirement whose marker is false on a platform (`colorama;
+  sys_platform == 'win32'` on linux-64) asks nothing there;
 * the content hash is the one conda-lock computes for the spec and the
   virtual packages (memoised: see `lockfile.inputs_digest`).
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from bootstrap.errors import InputError
 from bootstrap.lockfile import (
@@ -25,7 +29,7 @@ from bootstrap.lockfile import (
     inputs_digest,
     read_lock,
 )
-from bootstrap.pip_resolve import pip_requirements
+from bootstrap.pip_resolve import marker_environment, pip_requirements
 from bootstrap.project import Project
 from bootstrap.solve import match_specs
 from bootstrap.spec import EnvSpec, read_spec, read_virtual_packages
@@ -54,16 +58,22 @@ class CheckResult:
         return not self.stale
 
 
-def check_env(project: Project, env: str) -> CheckResult:
+def check_env(project: Project, env: str, platforms: tuple[str, ...] = ()) -> CheckResult:
+    """The lock of `env` against its spec, on `platforms` (default: all of the spec's)."""
     spec = read_spec(project.spec_path(env))
+    for platform in platforms:
+        if platform not in spec.platforms:
+            raise InputError("--platform", f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
+                             f"check one of them, or add it to `platforms:` in {spec.path.name}")
     vpkgs_path = project.virtual_packages_path
     read_virtual_packages(vpkgs_path)  # validates it; the hash below covers its content
     lock_path = project.lock_path(env)
     if not lock_path.exists():
         raise InputError(lock_path, "no lock for this env", f"run `make lock` (bootstrap lock {env})")
     lock = read_lock(lock_path)
-    stale = static_staleness(spec, lock)
-    stale += hash_staleness(spec.path, vpkgs_path, lock)
+    stale = static_staleness(spec, lock) + hash_staleness(spec.path, vpkgs_path, lock)
+    if platforms:
+        stale = [s for s in stale if s.platform in platforms or s.platform == "*"]
     return CheckResult(env, lock_path, tuple(stale))
 
 
@@ -81,10 +91,15 @@ def static_staleness(spec: EnvSpec, lock: Lock) -> list[Stale]:
             continue
         conda = lock.for_platform(platform, "conda")
         pip = lock.for_platform(platform, "pip")
-        stale += _conda_unsatisfied(platform, spec, conda)
-        stale += _pip_unsatisfied(platform, spec, pip)
-        stale += _conda_not_closed(platform, conda)
+        requirements = _pip_applying(spec, platform, conda)
+        try:
+            stale += _conda_unsatisfied(platform, spec, conda)
+            stale += _conda_not_closed(platform, conda)
+        except _BadEntry as exc:
+            raise InputError(lock.path, f"{exc} ({platform})", "regenerate it with `make lock`") from None
+        stale += _pip_unsatisfied(platform, requirements, pip)
         stale += _pip_not_closed(platform, pip)
+        stale += _not_needed(platform, spec, requirements, conda, pip)
     return stale
 
 
@@ -99,10 +114,24 @@ def hash_staleness(spec_path: Path, vpkgs_path: Path, lock: Lock) -> list[Stale]
     ]
 
 
+class _BadEntry(Exception):
+    """A lock entry rattler cannot parse: `package NAME.field: rattler's reason`."""
+
+
+def _parsed(what: str, make: Callable[[], Any]) -> Any:
+    from rattler.exceptions import InvalidMatchSpecError, InvalidVersionError
+
+    try:
+        return make()
+    except (InvalidVersionError, InvalidMatchSpecError) as exc:
+        raise _BadEntry(f"{what}: {exc}") from None
+
+
 def _record(entry: LockedPackage):
     from rattler import BuildString, PackageRecord
 
-    return PackageRecord(entry.name, entry.version, BuildString(entry.build or "0"), 0, entry.platform)
+    return _parsed(f"package {entry.name}.version",
+                   lambda: PackageRecord(entry.name, entry.version, BuildString(entry.build or "0"), 0, entry.platform))
 
 
 def _conda_unsatisfied(platform: str, env_spec: EnvSpec, locked: list[LockedPackage]) -> list[Stale]:
@@ -125,22 +154,55 @@ def _conda_not_closed(platform: str, locked: list[LockedPackage]) -> list[Stale]
             record = by_name.get(name)
             if record is None:
                 out.append(Stale(platform, f"{name} (needed by {entry.name})", "missing from the lock"))
-            elif constraint != "*" and not MatchSpec(f"{name} {constraint}").matches(record):
+            elif constraint != "*" and not _parsed(f"package {entry.name}.dependencies.{name}",
+                                                   lambda: MatchSpec(f"{name} {constraint}")).matches(record):
                 out.append(Stale(platform, f"{name} {constraint} (needed by {entry.name})", f"locked {by_name[name].version} does not match"))
     return out
 
 
-def _pip_unsatisfied(platform: str, spec: EnvSpec, locked: list[LockedPackage]) -> list[Stale]:
+def _pip_applying(spec: EnvSpec, platform: str, conda: list[LockedPackage]) -> list[tuple[str, Any]]:
+    """(text, Requirement) of the spec's pip entries whose marker holds on `platform` with the
+    locked Python."""
+    python = next((p.version for p in conda if p.name == "python"), "")
+    environment = marker_environment(platform, python)
+    return [(text, req) for text, req in zip(spec.pip, pip_requirements(spec))
+            if req.marker is None or not python or req.marker.evaluate(environment)]
+
+
+def _pip_unsatisfied(platform: str, requirements: list[tuple[str, Any]], locked: list[LockedPackage]) -> list[Stale]:
     from packaging.utils import canonicalize_name
 
     versions = {canonicalize_name(p.name): p.version for p in locked}
     out = []
-    for text, req in zip(spec.pip, pip_requirements(spec)):
+    for text, req in requirements:
         version = versions.get(canonicalize_name(req.name))
         if version is None:
             out.append(Stale(platform, f"pip: {text}", "not in the lock"))
         elif not req.specifier.contains(version, prereleases=True):
             out.append(Stale(platform, f"pip: {text}", f"locked {version} does not satisfy it"))
+    return out
+
+
+def _not_needed(platform: str, spec: EnvSpec, requirements: list[tuple[str, Any]], conda: list[LockedPackage],
+                pip: list[LockedPackage]) -> list[Stale]:
+    """Records nothing in the spec reaches through dependencies (left over by a hand edit or a
+    merge): an env built from the lock would carry them."""
+    from packaging.utils import canonicalize_name
+
+    out = []
+    roots = {m.name.normalized for m in match_specs(spec)}
+    for manager, locked, names in (("conda", conda, roots), ("pip", pip, {canonicalize_name(r.name) for _, r in requirements})):
+        key = (lambda name: name) if manager == "conda" else canonicalize_name
+        by_name = {key(p.name): p for p in locked}
+        reached, todo = set(), [n for n in names if n in by_name]
+        while todo:
+            name = todo.pop()
+            if name not in reached:
+                reached.add(name)
+                todo += [key(d) for d in by_name[name].dependencies if key(d) in by_name]
+        prefix = "pip: " if manager == "pip" else ""
+        out += [Stale(platform, f"{prefix}{p.describe()}", "locked, but nothing in the spec needs it")
+                for name, p in sorted(by_name.items()) if name not in reached]
     return out
 
 

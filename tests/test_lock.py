@@ -7,6 +7,7 @@ the wheelhouse. The written lock is then handed to conda-lock itself.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.fixtures.conda_channel import CANONICAL_CHANNEL, file_url
 from tests.fixtures.project import copy_project, make_project, write_spec, write_virtual_packages, VIRTUAL_PACKAGES
 
 CONDA_LOCK = str(Path(sys.executable).with_name("conda-lock"))
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -128,14 +130,14 @@ def test_hash_agrees_with_conda_lock_but_not_with_its_defaults(locked: Project) 
     from bootstrap.lockfile import _conda_lock_inputs
 
     lock = read_lock(locked.lock_path("py310"))
-    lock_spec, _ = _conda_lock_inputs(locked.spec_path("py310"), locked.virtual_packages_path)
-    defaults = compute_content_hashes(lock_spec, default_virtual_package_repodata())
+    with _conda_lock_inputs(locked.spec_path("py310"), locked.virtual_packages_path) as (lock_spec, _):
+        defaults = compute_content_hashes(lock_spec, default_virtual_package_repodata())
     assert defaults["linux-64"] != lock.content_hash["linux-64"]
 
 
-def check(project: Project, capsys) -> tuple[int, str]:
+def check(project: Project, capsys, *extra: str) -> tuple[int, str]:
     capsys.readouterr()
-    code = main(["lock", "--check", "--root", str(project.root)])
+    code = main(["lock", "--check", "--root", str(project.root), *extra])
     return code, capsys.readouterr().out
 
 
@@ -226,6 +228,85 @@ def test_relock_one_platform_keeps_the_others(locked: Project, wheelhouse: Path,
     after = read_lock(locked.lock_path("py310"))
     assert entry(after, "win-64", "alpha").version == "1.0"
     assert entry(after, "linux-64", "alpha") == entry(before, "linux-64", "alpha")
+
+
+def test_relocking_one_platform_leaves_the_others_stale_hash(locked: Project, wheelhouse: Path, fixture_channel: Path,
+                                                              capsys) -> None:
+    """A platform kept by `--platform` keeps its old content_hash: it was not solved for the new inputs."""
+    write_virtual_packages(locked.root, {**VIRTUAL_PACKAGES, "linux-64": {**VIRTUAL_PACKAGES["linux-64"], "__glibc": "2.17"}})
+    assert check(locked, capsys)[0] == 1
+    assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--platform", "win-64") == 0
+    code, out = check(locked, capsys)
+    assert code == 1 and "linux-64: content_hash: does not match" in out, out
+    assert "win-64" not in out and "osx-arm64" not in out
+    assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}") == 0
+    assert check(locked, capsys)[0] == 0
+
+
+def test_two_relocks_of_one_env_take_turns(locked: Project, wheelhouse: Path, fixture_channel: Path) -> None:
+    """`--platform linux-64` and `--platform win-64` at once: each reads the lock the other wrote."""
+    write_spec(locked.root, pip=("alpha==1.0", "gamma"))
+    runs = [subprocess.Popen([sys.executable, "-m", "bootstrap", *lock_args(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}",
+                                                                        "--platform", platform)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+            for platform in ("linux-64", "win-64")]
+    assert [run.wait(timeout=120) for run in runs] == [0, 0], [run.stderr.read() for run in runs]
+    lock = read_lock(locked.lock_path("py310"))
+    assert entry(lock, "linux-64", "alpha").version == entry(lock, "win-64", "alpha").version == "1.0"
+
+
+def test_a_pip_requirement_whose_marker_is_false_asks_nothing(project: Project, wheelhouse: Path, fixture_channel: Path,
+                                                              capsys) -> None:
+    write_spec(project.root, pip=("alpha>=1", "gamma; sys_platform == 'win32'"))
+    assert run_lock(project, wheelhouse, "--mirror", f"conda-forge={fixture_channel}") == 0
+    lock = read_lock(project.lock_path("py310"))
+    assert [p.platform for p in lock.packages if p.name == "gamma"] == ["win-64"]
+    code, out = check(project, capsys)
+    assert code == 0, out
+
+
+def test_check_catches_a_record_nothing_needs(locked: Project, capsys) -> None:
+    write_spec(locked.root, pip=("alpha>=1",))  # gamma stays in the lock
+    code, out = check(locked, capsys)
+    assert code == 1
+    for platform in ("linux-64", "osx-arm64", "win-64"):
+        assert f"{platform}: pip: gamma 0.5: locked, but nothing in the spec needs it" in out
+    assert "beta" not in out  # alpha needs it
+
+
+def test_check_names_a_constraint_it_cannot_parse(locked: Project, capsys) -> None:
+    path = locked.lock_path("py310")
+    data = yaml.safe_load(path.read_text())
+    python = next(p for p in data["package"] if p["name"] == "python" and p["platform"] == "win-64")
+    dependency = sorted(python["dependencies"])[0]
+    python["dependencies"][dependency] = ">>>garbage"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["lock", "--check", "--root", str(locked.root)]) == 2
+    error = capsys.readouterr().err
+    assert f"package python.dependencies.{dependency}: " in error and "(win-64)" in error and error.count("\n") == 1, error
+
+
+def test_check_of_some_platforms_and_the_flags_it_refuses(locked: Project, capsys) -> None:
+    path = locked.lock_path("py310")
+    data = yaml.safe_load(path.read_text())
+    data["package"] = [p for p in data["package"] if not (p["name"] == "python_abi" and p["platform"] == "win-64")]
+    path.write_text(yaml.safe_dump(data))
+    assert check(locked, capsys, "--platform", "win-64")[0] == 1
+    assert check(locked, capsys, "--platform", "linux-64") == (0, "py310: conda-lock.yml is fresh\n")
+    for flags in (("--platform", "linux-32"), ("--mirror", "conda-forge=/nowhere"), ("--dry-run",)):
+        assert check(locked, capsys, *flags)[0] == 2
+
+
+def test_check_leaves_no_temporary_directory(locked: Project, tmp_path: Path) -> None:
+    """conda-lock's fake repodata for the content hash is removed, though `python -m bootstrap` skips atexit."""
+    spec = locked.spec_path("py310")
+    spec.write_text("# a comment: the inputs digest no longer vouches, so conda-lock hashes\n" + spec.read_text())
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    done = subprocess.run([sys.executable, "-m", "bootstrap", "lock", "--check", "--root", str(locked.root)], cwd=REPO,
+                          env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert list(tmp.iterdir()) == []
 
 
 def test_committed_locks_are_fresh(capsys) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from bootstrap.errors import InputError
-from bootstrap.pip_resolve import PipOptions, parse_via_annotations, resolve_all, resolve_pip, target_for
+from bootstrap.errors import InputError, SolveError
+from bootstrap.pip_resolve import (PipOptions, marker_environment, parse_via_annotations, pip_requirements, resolve_all,
+                                   resolve_pip, target_for)
 from bootstrap.spec import EnvSpec, VirtualPackage, VirtualPackages
 
 VPKGS = VirtualPackages(
@@ -89,3 +91,53 @@ def test_pypi_resolution_is_per_platform() -> None:
     for package in [*linux.values(), *windows.values()]:
         assert package.url.startswith("https://files.pythonhosted.org/")
         assert len(package.sha256) == 64
+
+
+SIX = "https://files.pythonhosted.org/packages/d9/5a/e7c31adb/six-1.16.0-py2.py3-none-any.whl"
+LINUX_ONLY = "https://example.org/w/markupsafe-2.1.5-cp310-cp310-manylinux_2_17_x86_64.whl"
+
+
+def test_requirements_that_cannot_be_locked_by_hash_are_named() -> None:
+    assert [r.url for r in pip_requirements(spec(f"six @ {SIX}"))] == [SIX]
+    for text in ("six @ git+https://github.com/benjaminp/six", "six @ https://example.org/six-1.16.0.tar.gz",
+                 "six @ file:///wheels/six-1.16.0-py2.py3-none-any.whl"):
+        with pytest.raises(InputError, match="only a wheel over http"):
+            pip_requirements(spec(text))
+    with pytest.raises(InputError) as caught:
+        pip_requirements(spec("./local/project"))
+    assert "is not a valid requirement" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def recorded_uv(pylock: str):
+    """A runner standing in for `uv pip compile`: writes `pylock` where uv would, annotates nothing."""
+    def runner(argv, env=None, cwd=None, timeout=None):
+        if "pylock.toml" in argv:
+            Path(cwd, "pylock.toml").write_text(pylock)
+        return SimpleNamespace(returncode=0, stdout="", stderr="")
+
+    return runner
+
+
+def archive_lock(url: str) -> str:
+    return ('lock-version = "1.0"\n[[packages]]\nname = "pkg"\nversion = "1.0"\n'
+            f'archive = {{ url = "{url}", hashes = {{ sha256 = "{"ab" * 32}" }} }}\n')
+
+
+def test_a_wheel_url_is_locked_where_its_tags_fit() -> None:
+    linux, mac = (target_for(p, "3.10.19", VPKGS) for p in ("linux-64", "osx-arm64"))
+    (six,) = resolve_pip(spec(f"six @ {SIX}"), mac, runner=recorded_uv(archive_lock(SIX)))
+    assert (six.url, six.sha256, six.platform) == (SIX, "ab" * 32, "osx-arm64")
+    (markupsafe,) = resolve_pip(spec(f"markupsafe @ {LINUX_ONLY}"), linux, runner=recorded_uv(archive_lock(LINUX_ONLY)))
+    assert markupsafe.url == LINUX_ONLY
+    with pytest.raises(SolveError, match=f"pkg 1.0: no wheel for aarch64-apple-darwin at {LINUX_ONLY}"):
+        resolve_pip(spec(f"markupsafe @ {LINUX_ONLY}"), mac, runner=recorded_uv(archive_lock(LINUX_ONLY)))
+
+
+def test_marker_environment() -> None:
+    from packaging.markers import Marker
+
+    windows_only = Marker("sys_platform == 'win32'")
+    assert [windows_only.evaluate(marker_environment(p, "3.10.19")) for p in ("linux-64", "osx-arm64", "win-64")] == \
+        [False, False, True]
+    assert Marker("python_version < '3.10'").evaluate(marker_environment("linux-64", "3.9.23"))
+    assert Marker("platform_machine == 'arm64'").evaluate(marker_environment("osx-arm64", "3.10.19"))

@@ -65,6 +65,11 @@ def test_good_spec(tmp_path: Path) -> None:
         (GOOD.replace("  - pip\n  - pip:", "  - pip:"), "needs `pip`", "add `- pip`"),
         (GOOD.replace("torch==2.10.*", "--index-url https://x"), "pip options", "UV_INDEX_URL"),
         (GOOD.replace("  - pip\n", "  - 42\n"), "dependencies[1]", ""),
+        (GOOD.replace("[conda-forge]", "['https://repo.example/t/tk-hunter2/conda-forge']"), "carries credentials",
+         "~/.netrc"),
+        (GOOD.replace("python=3.10.*", "3.10"), "dependencies[0]: 3.1 is a number", "quote it"),
+        (GOOD.replace("[linux-64, win-64]", "[linux-64, linux-64]"), "platforms: 'linux-64' is listed twice", "list it once"),
+        (GOOD + "dependencies: [python=3.9.*]\n", "the key 'dependencies' is given twice", "fix the syntax"),
     ],
 )
 def test_bad_spec_names_field_and_fix(tmp_path: Path, text: str, field: str, fix: str) -> None:
@@ -106,6 +111,8 @@ def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
         ("subdirs:\n  amiga-68k:\n    packages: {}\n", "unknown platform 'amiga-68k'"),
         ("platforms: [linux-64]\n", "exactly one top-level key"),
         ("subdirs:\n  linux-64: [__cuda]\n", "subdirs.linux-64"),
+        ("subdirs:\n  linux-64:\n    packages:\n      __glibc: 2.28\n", r"__glibc: 2.28 is a number.*quote it"),
+        ("subdirs:\n  linux-64:\n    packages:\n      __cuda: '12.8!!'\n", r"__cuda: '12.8!!' is not a version"),
     ],
 )
 def test_bad_virtual_packages(tmp_path: Path, text: str, field: str) -> None:

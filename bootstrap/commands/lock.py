@@ -6,14 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from bootstrap.errors import EXIT_FAILED, EXIT_OK
+from bootstrap.errors import EXIT_FAILED, EXIT_OK, InputError
 from bootstrap.project import Project, find_root
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("envs", nargs="*", metavar="ENV", help="envs to lock (default: every envs/*.yml)")
     parser.add_argument("--platform", action="append", default=[], metavar="P",
-                        help="relock only this platform (repeatable); the others are kept")
+                        help="relock (or --check) only this platform (repeatable); the others are kept")
     parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
                         help="serve a channel from an HTTP mirror or a local directory; the lock keeps canonical URLs")
     parser.add_argument("--check", action="store_true",
@@ -37,22 +37,26 @@ def run(args: argparse.Namespace) -> int:
     project = Project(args.root or find_root(Path.cwd()))
     envs = project.resolve_envs(args.envs)
     if args.check:
-        return _check(project, envs)
+        ignored = [flag for flag, given in (("--mirror", args.mirror), ("--dry-run", args.dry_run)) if given]
+        if ignored:
+            raise InputError(" ".join(ignored), "--check reads no channel and writes nothing", f"drop {' and '.join(ignored)}")
+        return _check(project, envs, tuple(args.platform))
     return _lock(project, envs, args)
 
 
-def _check(project: Project, envs: list[str]) -> int:
+def _check(project: Project, envs: list[str], platforms: tuple[str, ...]) -> int:
     from bootstrap.staleness import check_env
 
     code = EXIT_OK
     for env in envs:
-        result = check_env(project, env)
+        result = check_env(project, env, platforms)
         name = _relative(result.lock_path, project.root)
         if result.fresh:
             print(f"{env}: {name} is fresh")
             continue
         code = EXIT_FAILED
-        print(f"{env}: {name} is stale ({len(result.stale)} problems); relock with `make lock`")
+        problems = f"{len(result.stale)} problem{'s' if len(result.stale) > 1 else ''}"
+        print(f"{env}: {name} is stale ({problems}); relock with `make lock`")
         for stale in result.stale:
             print(f"  {stale}")
     return code
@@ -71,7 +75,7 @@ def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
     )
     for env in envs:
-        result = lock_env(project, env, options)
+        result = lock_env(project, env, options, notify=lambda message: print(message, file=sys.stderr, flush=True))
         verb = "would write" if args.dry_run else "wrote"
         timing = ", ".join(f"{k} {v:.2f}s" for k, v in result.seconds.items())
         print(f"{env}: {verb} {_relative(result.path, project.root)} ({timing})")
