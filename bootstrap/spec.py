@@ -170,7 +170,7 @@ def read_spec(path: Path) -> EnvSpec:
     if not channels:
         raise InputError(path, "channels: empty", "add `channels: [conda-forge]`")
     for channel in channels:
-        _check_channel(path, channel)
+        check_channel(path, channel)
     platforms = _string_list(path, data, "platforms")
     if not platforms:
         raise InputError(path, "platforms: missing", "add e.g. `platforms: [linux-64, osx-arm64, win-64]`")
@@ -194,7 +194,8 @@ def _string_list(path: Path, data: dict, key: str) -> list[str]:
     return out
 
 
-def _check_channel(path: Path, channel: str) -> None:
+def check_channel(path: object, channel: str) -> None:
+    """Refuse a channel with credentials in it, or one teams must not mix in (FORBIDDEN_CHANNELS)."""
     if has_credentials(channel):
         raise InputError(
             path, f"channels: '{scrub_credentials(channel)}' carries credentials",

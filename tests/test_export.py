@@ -43,11 +43,11 @@ def versions(lock: Lock, platforms=None) -> dict:
 
 def conda_lock_parse(path: Path, vpkgs: Path):
     """conda-lock's own parser (make_lock_spec, offline with an empty PyPI mapping)."""
-    lock_spec, _ = _conda_lock_inputs(path, vpkgs)
-    return {
-        platform: {(d.manager, d.name): d.version for d in deps}
-        for platform, deps in lock_spec.dependencies.items()
-    }
+    with _conda_lock_inputs(path, vpkgs) as (lock_spec, _):
+        return {
+            platform: {(d.manager, d.name): d.version for d in deps}
+            for platform, deps in lock_spec.dependencies.items()
+        }
 
 
 # --------------------------------------------------------------------------- the committed file
@@ -413,6 +413,28 @@ def test_stale_lock_is_refused(locked: Project, tmp_path: Path, capsys):
     err = one_line_error(capsys)
     assert "stale for py310.yml" in err and "make lock" in err
     assert not out.exists()
+
+
+def test_a_hand_edited_record_is_refused_though_the_inputs_are_unchanged(locked: Project, tmp_path: Path, capsys):
+    root = tmp_path / "proj"
+    shutil.copytree(locked.root, root)
+    lock = root / "conda-lock.yml"
+    lock.write_text(lock.read_text().replace("3.10.19", "3.9.23"))  # python's version and file name
+    assert export("--root", str(root), "-o", str(tmp_path / "environment.yml")) == 2
+    assert "python=3.10.*: not satisfied by the lock" in one_line_error(capsys)
+    assert not (tmp_path / "environment.yml").exists()
+
+
+@pytest.mark.parametrize("flags, words", [
+    (("--name", "my env"), "'my env' is not an environment name"),
+    (("--pinned", "--name", "../escaped"), "'../escaped' is not an environment name"),
+    (("--channel", ""), "--channel: empty"),
+    (("--channel", "pytorch"), "'pytorch' is not allowed"),
+])
+def test_names_and_channels_conda_would_refuse(locked: Project, tmp_path: Path, capsys, flags, words):
+    assert export("--root", str(locked.root), "-o", str(tmp_path / "environment.yml"), *flags) == 2
+    assert words in one_line_error(capsys)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_comment_in_the_spec_is_not_staleness(locked: Project, tmp_path: Path):

@@ -27,7 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="export an existing environment (its conda-meta/history and pip packages) instead of a lock")
     parser.add_argument("--name", help="the `name:` to write (default: the spec's, or the prefix's directory name)")
     parser.add_argument("--channel", action="append", default=[], metavar="C",
-                        help="write this channel instead of the recorded ones (repeatable), e.g. for a local channel")
+                        help="write this channel (a name or an http(s) URL) instead of the recorded ones (repeatable), "
+                             "e.g. the one teammates install from when the lock was made from a local mirror")
     parser.add_argument("--platform", action="append", default=[], metavar="P",
                         help="export only this locked platform (repeatable)")
     parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
