@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 import sys
 
-from bootstrap.cli import main
+from bootstrap.cli import EXIT_BROKEN_PIPE, main
 
-code = main()
+try:
+    code = main()
+    sys.stdout.flush()
+except BrokenPipeError:  # the reader of stdout went away while an error was being reported
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    code = EXIT_BROKEN_PIPE
 if "rattler" in sys.modules:
     # After a failed repodata fetch, py-rattler's runtime threads can still be
     # finishing a sibling request; if one calls back into Python while the

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
+import json
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -48,16 +51,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# `--json` runs that fail print this envelope on stdout (the one line still goes to stderr),
+# so CI parses every outcome: {"format", "version", "verb", "error": {"type", "message", "exit_code"}}.
+ERROR_JSON_FORMAT = "bootstrap.error"
+ERROR_JSON_VERSION = 1
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a C tool whose reader went away
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args._run(args))
+        code = int(args._run(args))
+        sys.stdout.flush()
+        return code
     except BootstrapError as exc:
         if args.debug:
             raise
         print(f"error: {exc}", file=sys.stderr)
+        if getattr(args, "json", False):
+            print(json.dumps({"format": ERROR_JSON_FORMAT, "version": ERROR_JSON_VERSION, "verb": args.verb,
+                              "error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}))
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `bootstrap ... | head`: the reader stopped; no traceback, and no second one at exit
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # stdout is not a file descriptor (a test's capture): nothing flushes into the pipe again

@@ -1,4 +1,4 @@
-"""Every module imports, the CLI lists its verbs, and the 3.9 static check bites."""
+"""Every module imports, the CLI lists its verbs and reports every failure alike, and the 3.9 static check bites."""
 
 from __future__ import annotations
 
@@ -36,6 +36,37 @@ def test_heavy_engines_are_not_imported_at_startup() -> None:
 def test_cli_verbs() -> None:
     help_text = build_parser().format_help()
     assert "lock" in help_text
+
+
+def bootstrap_into_closed_pipe(*argv: str) -> subprocess.CompletedProcess:
+    """`python -m bootstrap ARGV | true`, with the reader gone before the first write."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "bootstrap", *argv], stdout=write, stderr=subprocess.PIPE,
+                              text=True, cwd=REPO, timeout=120)
+    finally:
+        os.close(write)
+
+
+def test_a_reader_that_goes_away_gets_no_traceback() -> None:
+    for argv in (("lock", "--check"), ("env", "--json", "--lock", "/nowhere/conda-lock.yml")):
+        done = bootstrap_into_closed_pipe(*argv)
+        assert done.returncode == 141, done.stderr
+        assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+
+
+def test_a_failure_with_json_prints_the_error_envelope(tmp_path: Path) -> None:
+    import json
+
+    done = subprocess.run([sys.executable, "-m", "bootstrap", "env", "--json", "--lock", str(tmp_path / "none.yml")],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == f"error: {tmp_path / 'none.yml'}: file not found (check the path or create it)\n"
+    assert json.loads(done.stdout) == {"format": "bootstrap.error", "version": 1, "verb": "env", "error": {
+        "type": "InputError", "message": done.stderr[len("error: "):-1], "exit_code": 2}}
 
 
 def test_package_passes_the_py39_check() -> None:
