@@ -40,6 +40,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError
+from bootstrap.fsutil import write_target
 from bootstrap.history import CONDA_NAME, requested_specs, spec_name
 from bootstrap.lockfile import META_INPUTS, Lock, LockedPackage, inputs_digest, read_lock
 from bootstrap.prefix import InstalledConda, InstalledPip, conda_records, pip_distributions
@@ -621,7 +622,7 @@ def write_files(files: Mapping[Path, str]) -> None:
     staged: List[Tuple[str, Path]] = []
     try:
         for path, text in files.items():
-            staged.append((_stage(path, text), path))
+            staged.append((_stage(write_target(path), text), write_target(path)))
         for tmp, path in staged:
             os.replace(tmp, path)
     finally:

@@ -23,6 +23,12 @@ def atomic_write_text(path: PathLike, text: str, fsync: bool = True) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), fsync)
 
 
+def write_target(path: PathLike) -> Path:
+    """The file a write to `path` replaces: a symlink's final target (a lock or an environment.yml
+    linked from elsewhere stays linked and gets the new text), else `path` itself."""
+    return Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+
+
 def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
     """Write `data` to `path` so that readers see the old or the new file, never half.
 
@@ -34,7 +40,7 @@ def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
     built: its rename is the commit, and the package files beside them are
     not fsynced either.
     """
-    target = Path(path)
+    target = write_target(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:

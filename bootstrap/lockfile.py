@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError
-from bootstrap.fsutil import atomic_write_text
+from bootstrap.fsutil import atomic_write_text, write_target
 from bootstrap.spec import load_yaml, read_text
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
@@ -351,6 +351,7 @@ def write_lock(path: Path, content: LockContent) -> None:
     from conda_lock.lockfile import write_conda_lock_file
 
     lockfile = _to_conda_lock_model(content)
+    path = write_target(path)
     # conda-lock prints the file's own name into the help header, so the temp
     # file gets the real name inside a private temp directory beside the target.
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))

@@ -437,6 +437,15 @@ def test_names_and_channels_conda_would_refuse(locked: Project, tmp_path: Path, 
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_linked_output_stays_linked(locked: Project, tmp_path: Path):
+    target = tmp_path / "team" / "environment.yml"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    (tmp_path / "environment.yml").symlink_to(target)
+    assert export("--root", str(locked.root), "-o", str(tmp_path / "environment.yml")) == 0
+    assert (tmp_path / "environment.yml").is_symlink() and target.read_text().startswith("# ")
+
+
 def test_a_comment_in_the_spec_is_not_staleness(locked: Project, tmp_path: Path):
     root = tmp_path / "proj"
     shutil.copytree(locked.root, root)

@@ -65,3 +65,17 @@ def test_remove_tree_goes_through_read_only_directories_as_a_non_root_user() -> 
         done = subprocess.run([sys.executable, "-c", REMOVE_AS_USER, repo], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_write_to_a_symlink_replaces_its_target_and_keeps_the_link(tmp_path: Path) -> None:
+    """A lock or environment.yml linked from elsewhere stays linked (os.replace alone would put a file in its place)."""
+    from bootstrap.fsutil import atomic_write_text
+
+    shared = tmp_path / "shared" / "conda-lock.yml"
+    shared.parent.mkdir()
+    shared.write_text("old")
+    link = tmp_path / "conda-lock.yml"
+    link.symlink_to(shared)
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and shared.read_text() == "new"
+    assert sorted(p.name for p in shared.parent.iterdir()) == ["conda-lock.yml"]  # no temp file left
