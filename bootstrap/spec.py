@@ -109,8 +109,13 @@ def load_yaml(path: Path, text: Optional[str] = None) -> Any:
 
     if text is None:
         text = read_text(path)
+    # libyaml recurses in C and crashes the process on deeply nested input (tens of thousands of
+    # `[`); PyYAML's own parser stops with a RecursionError. Real specs and locks have a few dozen.
+    loader = _unique_keys_loader(pure=text.count("[") + text.count("{") > _MANY_BRACKETS)
     try:
-        return yaml.load(text, Loader=_unique_keys_loader())  # noqa: S506 (a safe loader)
+        return yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
+    except RecursionError:
+        raise InputError(path, "nested too deeply to be a spec or a lock", "check what wrote this file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -118,15 +123,18 @@ def load_yaml(path: Path, text: Optional[str] = None) -> Any:
         raise InputError(where, f"malformed YAML: {problem}", "fix the syntax") from None
 
 
+_MANY_BRACKETS = 5000
+
+
 @functools.lru_cache(maxsize=None)
-def _unique_keys_loader() -> type:
+def _unique_keys_loader(pure: bool = False) -> type:
     """PyYAML's safe loader, refusing a key given twice in one mapping (YAML forbids it; PyYAML
     keeps the last one silently, so a second `dependencies:` would replace the first). The C
-    loader when PyYAML was built with libyaml: several times faster on a lock of a few hundred
-    entries, same safe semantics."""
+    loader when PyYAML was built with libyaml (several times faster on a lock of a few hundred
+    entries, same safe semantics), unless `pure`."""
     import yaml
 
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    base = yaml.SafeLoader if pure else getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
         def construct_mapping(self, node, deep=False):
