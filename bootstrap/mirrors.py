@@ -52,6 +52,15 @@ class Mirror:
 
 
 
+def parse_mirrors(texts: Sequence[str], base: Optional[Path] = None) -> tuple[Mirror, ...]:
+    """Every `--mirror` given, each channel mirrored once (a second one would be ignored unseen)."""
+    mirrors = tuple(Mirror.parse(text, base) for text in texts)
+    for index, mirror in enumerate(mirrors):
+        if any(other.canonical == mirror.canonical for other in mirrors[:index]):
+            raise InputError("--mirror", f"{mirror.canonical} is mirrored twice", "give one --mirror per channel")
+    return mirrors
+
+
 def mirror_for(channel_url: str, mirrors: Sequence[Mirror]) -> Optional[Mirror]:
     for mirror in mirrors:
         if mirror.canonical == channel_url:

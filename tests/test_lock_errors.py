@@ -114,6 +114,12 @@ def test_bad_mirror_syntax(root: Path, wheelhouse: Path) -> None:
     assert_clean_failure(lock(root, "--mirror", "conda-forge", wheelhouse=wheelhouse), "--mirror", "CANONICAL=URL")
 
 
+def test_a_channel_mirrored_twice(root: Path, fixture_channel: Path, wheelhouse: Path) -> None:
+    done = lock(root, "--mirror", f"conda-forge={fixture_channel}", "--mirror", f"https://conda.anaconda.org/conda-forge/={root}",
+                wheelhouse=wheelhouse)
+    assert_clean_failure(done, "--mirror: https://conda.anaconda.org/conda-forge is mirrored twice", "one --mirror per channel")
+
+
 def test_corrupt_existing_lock_is_left_alone(root: Path, fixture_channel: Path, wheelhouse: Path) -> None:
     path = root / "conda-lock.yml"
     path.write_text("version: 1\nmetadata: {}\npackage: []\n")

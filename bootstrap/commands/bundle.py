@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.bundle import BundleOptions, make_bundle
     from bootstrap.commands.env import progress_feedback
     from bootstrap.env import default_cache_dir
-    from bootstrap.mirrors import Mirror
+    from bootstrap.mirrors import parse_mirrors
     from bootstrap.pip_resolve import PipOptions
     from bootstrap.spec import host_platform
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         platforms=platforms,
         output=output.absolute(),
         cache_dir=(args.cache_dir or default_cache_dir()).absolute(),
-        mirrors=tuple(Mirror.parse(m, base=Path.cwd()) for m in args.mirror),
+        mirrors=parse_mirrors(args.mirror, base=Path.cwd()),
         tools=() if args.no_tools else _tools_targets(project, platforms, args.tools_python),
         tools_requirements=TOOLS_REQUIREMENTS,
         pip=PipOptions(find_links=tuple(args.pip_find_links), no_index=args.pip_no_index),

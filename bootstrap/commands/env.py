@@ -34,7 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bootstrap.bundle import Bundle
     from bootstrap.env import EnvOptions, create_or_update, default_cache_dir, rollback
-    from bootstrap.mirrors import Mirror
+    from bootstrap.mirrors import parse_mirrors
     from bootstrap.spec import host_platform
 
     project = Project(args.root or find_root(Path.cwd()))
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         prefix=prefix,
         platform=args.platform or host_platform(),
         cache_dir=(args.cache_dir or default_cache_dir()).absolute(),
-        mirrors=tuple(Mirror.parse(m, base=Path.cwd()) for m in args.mirror),
+        mirrors=parse_mirrors(args.mirror, base=Path.cwd()),
         bundle=Bundle.open(args.bundle.absolute()) if args.bundle is not None else None,
         dry_run=args.dry_run,
         show_progress=sys.stderr.isatty() and not args.json,

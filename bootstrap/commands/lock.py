@@ -64,12 +64,12 @@ def _check(project: Project, envs: list[str], platforms: tuple[str, ...]) -> int
 
 def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
     from bootstrap.lock import LockOptions, lock_env
-    from bootstrap.mirrors import Mirror
+    from bootstrap.mirrors import parse_mirrors
     from bootstrap.pip_resolve import PipOptions
 
     options = LockOptions(
         platforms=tuple(args.platform),
-        mirrors=tuple(Mirror.parse(m, base=Path.cwd()) for m in args.mirror),
+        mirrors=parse_mirrors(args.mirror, base=Path.cwd()),
         pip=PipOptions(tuple(args.pip_find_links), args.pip_no_index, args.pip_offline),
         cache_dir=args.cache_dir,
         dry_run=args.dry_run,

@@ -1,0 +1,21 @@
+"""Credentials in URLs never reach a message, a lock or an export."""
+
+from __future__ import annotations
+
+from bootstrap.mirrors import Mirror
+from bootstrap.urls import has_credentials, scrub_credentials
+
+
+def test_user_password_and_anaconda_tokens_are_scrubbed() -> None:
+    text = ("cannot fetch https://alice:hunter2@mirror.example/cf/linux-64/x.conda and "
+            "https://conda.anaconda.org/t/tk-SECRET/conda-forge/noarch/y.conda")
+    assert scrub_credentials(text) == ("cannot fetch https://mirror.example/cf/linux-64/x.conda and "
+                                       "https://conda.anaconda.org/t/<TOKEN>/conda-forge/noarch/y.conda")
+    assert has_credentials("https://repo.example/t/abc/conda-forge")
+    assert not has_credentials("https://conda.anaconda.org/conda-forge") and not has_credentials("conda-forge")
+
+
+def test_a_mirror_is_recorded_without_its_credentials() -> None:
+    mirror = Mirror.parse("conda-forge=https://bob:pw@mirror.internal/t/tk-SECRET/conda-forge")
+    assert mirror.target == "https://bob:pw@mirror.internal/t/tk-SECRET/conda-forge"  # used as given
+    assert mirror.public() == "https://conda.anaconda.org/conda-forge=https://mirror.internal/t/<TOKEN>/conda-forge"
