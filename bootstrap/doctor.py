@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from bootstrap.checks import Check, Status
 from bootstrap.compat import DriverFacts, GpuFacts, TorchTarget, evaluate, torch_target_from_lock_entry
 from bootstrap.errors import InputError
+from bootstrap.fsutil import check_output
 from bootstrap.probe import Facts, HostFacts, collect_host_facts, current_platform, probe_gpus, probe_torch
 from bootstrap.runner import Runner, run
 
@@ -110,13 +111,11 @@ def load_facts(path: Path) -> Facts:
 
 
 def save_facts(facts: Facts, path: Path) -> None:
-    """Write `facts` atomically (temp file + rename), so a failed run leaves no half file."""
+    """Write `facts` atomically (temp file + rename), so a failed run leaves no half file;
+    through a symlink, or straight into a FIFO or /dev/stdout."""
     from bootstrap.fsutil import atomic_write_text
 
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise InputError(path, "its directory does not exist", "create it or choose another --save-facts path")
-    atomic_write_text(target, json.dumps(facts.to_dict(), indent=2, sort_keys=True) + "\n")
+    atomic_write_text(check_output(path, "--save-facts"), json.dumps(facts.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
 def gather_facts(*, nvml: Any = None, runner: Runner = run, disk_path: str = ".", with_torch: bool = False,
@@ -183,6 +182,8 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
     """Gather (or load) the facts, evaluate them against the lock's torch build, return every check."""
     from bootstrap.lockfile import read_lock
 
+    if options.save_facts is not None:
+        check_output(options.save_facts, "--save-facts")  # before nvidia-smi may take its time
     if options.facts_path is not None:
         facts, source = load_facts(options.facts_path), str(options.facts_path)
     else:

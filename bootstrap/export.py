@@ -40,7 +40,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError
-from bootstrap.fsutil import write_target
+from bootstrap.fsutil import check_output
 from bootstrap.history import CONDA_NAME, requested_specs, spec_name
 from bootstrap.lockfile import META_INPUTS, Lock, LockedPackage, inputs_digest, read_lock
 from bootstrap.prefix import InstalledConda, InstalledPip, conda_records, pip_distributions
@@ -622,7 +622,8 @@ def write_files(files: Mapping[Path, str]) -> None:
     staged: List[Tuple[str, Path]] = []
     try:
         for path, text in files.items():
-            staged.append((_stage(write_target(path), text), write_target(path)))
+            target = check_output(path, "-o")
+            staged.append((_stage(target, text), target))
         for tmp, path in staged:
             os.replace(tmp, path)
     finally:
@@ -632,13 +633,8 @@ def write_files(files: Mapping[Path, str]) -> None:
 
 
 def _stage(path: Path, text: str) -> str:
-    if path.is_dir():
-        raise InputError(path, "is a directory", "give -o a file name, e.g. -o environment.yml")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(path, f"cannot write: directory {parent} does not exist", "create it or choose another -o")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise InputError(path, f"cannot write: {exc.strerror}", "choose another -o") from None
     try:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
 
-from bootstrap.errors import BusyError, DiskFullError
+from bootstrap.errors import BusyError, DiskFullError, InputError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -26,7 +26,41 @@ def atomic_write_text(path: PathLike, text: str, fsync: bool = True) -> None:
 def write_target(path: PathLike) -> Path:
     """The file a write to `path` replaces: a symlink's final target (a lock or an environment.yml
     linked from elsewhere stays linked and gets the new text), else `path` itself."""
-    return Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    if os.path.islink(path) and not is_special(path):  # /dev/stdout's target is no path, only a descriptor
+        return Path(os.path.realpath(path))
+    return Path(path)
+
+
+def is_special(path: PathLike) -> bool:
+    """True for an existing file that is neither a regular file nor a directory (a FIFO, a
+    terminal, /dev/stdout): written to directly, since it cannot be replaced by a rename."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def check_output(path: PathLike, flag: str) -> Path:
+    """The file an output option (`--save-facts`, `--out`, `--csv`) will write, checked before any
+    work is done so a typo costs nothing; creates nothing. A symlink is followed; a FIFO or
+    /dev/stdout is accepted (written directly)."""
+    if str(path) == "":
+        raise InputError(flag, "an empty path", "give a file name")
+    target = write_target(path)
+    if target.is_dir():
+        raise InputError(path, "is a directory", f"give {flag} a file name")
+    if is_special(target):
+        return target
+    parent = target.parent
+    if not parent.exists():
+        raise InputError(path, f"cannot write: directory {parent} does not exist", f"create it or give {flag} another file")
+    if not parent.is_dir():
+        raise InputError(path, f"cannot write: {parent} is not a directory", f"give {flag} another file")
+    if not os.access(parent, os.W_OK):
+        raise InputError(path, f"cannot write in {parent} (no permission, or a read-only file system)",
+                         f"give {flag} another file")
+    return target
 
 
 def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
@@ -38,9 +72,14 @@ def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
     new inode with the old one's mode: a hard link to the old file elsewhere
     keeps the old bytes. Skip the fsync for files inside a generation being
     built: its rename is the commit, and the package files beside them are
-    not fsynced either.
+    not fsynced either. A symlink is written through; a special file (a FIFO,
+    /dev/stdout) is written directly, never replaced.
     """
     target = write_target(path)
+    if is_special(target):
+        with open(target, "wb") as handle:
+            handle.write(data)
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bootstrap.errors import BootstrapError, EXIT_USAGE, InputError
+from bootstrap.fsutil import check_output, is_special
 from bootstrap.nvml import MIB, Nvml
 
 # nvml.h enums (a stable ABI), so a fake module needs no constants.
@@ -477,16 +478,17 @@ class SampleLog:
     the data if the process is killed outright.
     """
 
-    def __init__(self, path: Path, fmt: str) -> None:
+    def __init__(self, path: Path, fmt: str, flag: str = "--csv") -> None:
         if fmt not in ("csv", "jsonl"):
             raise ValueError(fmt)
-        self.path = Path(path)
+        self.path = check_output(path, flag)
         self.fmt = fmt
-        self.partial = self.path.with_name(self.path.name + ".partial")
+        self.direct = is_special(self.path)  # a FIFO or /dev/stdout: streamed to, nothing to rename
+        self.partial = self.path if self.direct else self.path.with_name(self.path.name + ".partial")
         self.rows_written = 0
-        check_writable(self.path)
         try:
-            fd = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            flags = os.O_WRONLY if self.direct else os.O_WRONLY | os.O_CREAT | os.O_EXCL
+            fd = os.open(self.partial, flags, 0o644)
         except FileExistsError:
             raise InputError(self.partial, "exists: another monitor is writing it, or one was killed",
                              "stop the other monitor, or remove the file") from None
@@ -509,23 +511,14 @@ class SampleLog:
     def commit(self) -> None:
         """Close and rename to the final name."""
         self._handle.flush()
+        if self.direct:
+            self._handle.close()
+            return
         os.fsync(self._handle.fileno())
         self._handle.close()
         os.replace(self.partial, self.path)
 
     def discard(self) -> None:
         self._handle.close()
-        if self.partial.exists():
+        if not self.direct and self.partial.exists():
             self.partial.unlink()
-
-
-def check_writable(path: Path) -> None:
-    """Fail early (before NVML) when FILE cannot be written; creates nothing."""
-    path = Path(path)
-    if path.is_dir():
-        raise InputError(path, "is a directory", "give a file name, e.g. --csv gpu.csv")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputError(path, f"cannot write: directory {parent} does not exist", "create it or choose another file")
-    if not os.access(parent, os.W_OK):
-        raise InputError(path, f"cannot write: no permission in {parent}", "choose another file")

@@ -37,6 +37,7 @@ from bootstrap.doctor import (
 )
 from bootstrap.drift import env_checks, is_running_in, read_env_state, resolve_prefix
 from bootstrap.errors import InputError
+from bootstrap.fsutil import check_output
 from bootstrap.prefix import python_executable
 from bootstrap.probe import Facts
 from bootstrap.runner import Runner, run
@@ -137,6 +138,8 @@ def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run
     """Every check for one env on this machine (or for recorded facts with `facts_path`)."""
     if options.facts_path is not None:
         return replay(options)
+    if options.save_facts is not None:
+        check_output(options.save_facts, "--save-facts")  # a typo fails before the benchmark, not after
     seconds: Dict[str, float] = {}
     started = time.perf_counter()
     prefix = resolve_prefix(options.prefix, options.root)

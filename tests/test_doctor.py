@@ -19,6 +19,7 @@ from bootstrap.checks import Status, from_json
 from bootstrap.cli import main
 from bootstrap.compat import DriverFacts, GpuFacts
 from bootstrap.doctor import DoctorOptions, load_facts, run_doctor, save_facts
+from bootstrap.errors import InputError
 from bootstrap.probe import probe_gpus
 from tests.fixtures.fakes import FakeNvml, missing_binary_runner
 
@@ -99,6 +100,37 @@ def test_save_facts_then_facts_reproduces_the_verdicts(tmp_path: Path, capsys) -
     _, envelope, _ = doctor_json(capsys, "--facts", str(saved))  # another invocation, through the CLI
     assert [c.to_dict() for c in first.checks] == envelope["checks"]
     assert not [p for p in tmp_path.iterdir() if p.name != "facts.json"]  # atomic: no temp file left
+
+
+def test_saved_facts_go_through_a_link_into_a_fifo_and_never_replace_either(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    target, link, fifo = tmp_path / "team" / "facts.json", tmp_path / "link.json", tmp_path / "fifo"
+    target.parent.mkdir()
+    target.write_text("old")
+    link.symlink_to(target)
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    for path in (link, fifo):
+        run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64", save_facts=path),
+                   nvml=FakeNvml.load("rtx3090-535.183.01.json"), runner=missing_binary_runner)
+    reader.join(timeout=10)
+    assert link.is_symlink() and json.loads(target.read_text())["format"] == "bootstrap.facts"
+    assert fifo.is_fifo() and json.loads(received[0])["format"] == "bootstrap.facts"
+
+
+def test_an_unwritable_save_facts_path_fails_before_any_probe(tmp_path: Path, capsys) -> None:
+    def no_probe(*args, **kwargs):
+        raise AssertionError("probed before checking --save-facts")
+
+    (tmp_path / "file").write_text("")
+    for path, words in ((tmp_path, "is a directory"), (tmp_path / "file" / "x.json", "is not a directory"),
+                        (tmp_path / "missing" / "x.json", "does not exist")):
+        with pytest.raises(InputError, match=words):
+            run_doctor(DoctorOptions(lock_path=LOCK, save_facts=path), nvml=no_probe, runner=no_probe)
 
 
 # --------------------------------------------------------------------------- what to change

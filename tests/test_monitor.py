@@ -368,6 +368,25 @@ def test_unwritable_log_fails_before_nvml(h200, tmp_path, capsys):
     assert h200.calls == [] and list(tmp_path.iterdir()) == []
 
 
+def test_a_linked_log_stays_linked_and_a_fifo_is_streamed_to(h200, tmp_path):
+    import os
+    import threading
+
+    target, link, fifo = tmp_path / "logs" / "gpu.jsonl", tmp_path / "gpu.jsonl", tmp_path / "fifo"
+    target.parent.mkdir()
+    link.symlink_to(target)
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    assert main(["monitor", "--count", "2", "--interval", "0.001", "--jsonl", str(link)]) == 0
+    assert main(["monitor", "--count", "2", "--interval", "0.001", "--csv", str(fifo)]) == 0
+    reader.join(timeout=10)
+    assert link.is_symlink() and len(target.read_text().splitlines()) == 4  # 2 samples x 2 GPUs
+    assert fifo.is_fifo() and received[0].startswith(",".join(COLUMNS[:2])) and len(received[0].splitlines()) == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "gpu.jsonl", "logs"]  # no .partial left
+
+
 def test_csv_and_jsonl_are_exclusive(h200, tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["monitor", "--csv", str(tmp_path / "a"), "--jsonl", str(tmp_path / "b")])

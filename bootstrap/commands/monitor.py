@@ -52,10 +52,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bootstrap import monitor as core
+    from bootstrap.fsutil import check_output
 
     log_path, fmt = (args.csv, "csv") if args.csv else (args.jsonl, "jsonl") if args.jsonl else (None, "")
     if log_path is not None:
-        core.check_writable(log_path)  # a typo fails before NVML is touched
+        check_output(log_path, f"--{fmt}")  # a typo fails before NVML is touched
     sampler = core.GpuSampler()
     try:
         sampler.open()
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     summary = core.RunningSummary()
     log = None
     try:
-        log = core.SampleLog(log_path, fmt) if log_path is not None else None
+        log = core.SampleLog(log_path, fmt, f"--{fmt}") if log_path is not None else None
         with _sigterm_as_interrupt():
             try:
                 for sample in core.run_samples(sampler, args.interval, 1 if args.once else args.count):
