@@ -330,11 +330,12 @@ def check_pip(state: EnvState, locked: Sequence[Any], pip: Sequence[InstalledPip
 
 
 def _newer(path: Path, since: float) -> bool:
+    """Written after `since`: an installer writes RECORD anew. Its mtime only, not its ctime, which
+    `chmod -R`, `chown`, `cp -a` or a restore from backup move without touching the content."""
     try:
-        st = path.stat()
+        return path.stat().st_mtime > since
     except OSError:
         return False
-    return max(st.st_mtime, st.st_ctime) > since
 
 
 def _installer(dist: InstalledPip) -> str:

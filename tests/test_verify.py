@@ -164,6 +164,16 @@ def test_other_pip_version_is_reported_and_make_env_restores_it(env, wheels: Pat
     assert "`python -m bootstrap env py310 --rollback`" in verify(env.prefix)["env.files"].remedy
 
 
+def test_a_permission_change_is_no_drift_but_a_reinstall_is(env, wheels: Path) -> None:
+    """chmod -R moves every ctime, not one byte: no pip failure, and the files hash as recorded."""
+    subprocess.run(["chmod", "-R", "g+w", str(env.prefix.resolve())], check=True)
+    checks = verify(env.prefix)
+    assert checks["env.pip"].status is Status.OK and checks["env.files"].status is Status.OK, checks["env.pip"]
+    uv(env.prefix, "install", "--reinstall", "--no-deps", "--no-index", "--find-links", str(wheels), "alpha==1.1")
+    pip = verify(env.prefix)["env.pip"]
+    assert pip.status is Status.FAIL and pip.observed == "alpha: reinstalled after `bootstrap env` (by uv)"
+
+
 def test_unlocked_package_is_reported_and_pip_uninstall_fixes_it(env, wheels: Path) -> None:
     uv(env.prefix, "install", "--no-deps", "--no-index", "--find-links", str(wheels), "delta")
     extra = verify(env.prefix)["env.extra"]
