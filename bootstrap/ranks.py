@@ -7,7 +7,7 @@ of every rank's checks (the worst of each, naming its rank).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks import Check, Status
 from bootstrap.errors import InputError
@@ -16,16 +16,30 @@ SEVERITY = {Status.FAIL: 3, Status.WARN: 2, Status.OK: 1, Status.SKIP: 0}
 
 
 def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, int]:
-    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE as torchrun sets them; InputError outside torchrun."""
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE as torchrun sets them, checked before any
+    rendezvous (a RANK beyond WORLD_SIZE would wait there forever); InputError outside torchrun."""
     missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in environ]
     if missing:
         raise InputError("--distributed", f"{'/'.join(missing)} not set: not started by torchrun",
                          f"run `torchrun --nproc-per-node N -m bootstrap {verb} --distributed`")
-    return {
-        "rank": int(environ["RANK"]), "world_size": int(environ["WORLD_SIZE"]),
-        "local_rank": int(environ.get("LOCAL_RANK", "0")),
-        "local_world_size": int(environ.get("LOCAL_WORLD_SIZE", "1")),
-    }
+    values = {name: _integer(environ, name, default) for name, default in
+              (("RANK", None), ("WORLD_SIZE", None), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1"), ("MASTER_PORT", None))}
+    for name, low, high in (("WORLD_SIZE", 1, None), ("RANK", 0, values["WORLD_SIZE"] - 1),
+                            ("LOCAL_WORLD_SIZE", 1, values["WORLD_SIZE"]), ("LOCAL_RANK", 0, values["LOCAL_WORLD_SIZE"] - 1),
+                            ("MASTER_PORT", 1, 65535)):
+        if values[name] < low or (high is not None and values[name] > high):
+            bounds = f"{low}..{high}" if high is not None else f">= {low}"
+            raise InputError(name, f"{values[name]} is outside {bounds}", "let torchrun set the rank variables")
+    return {"rank": values["RANK"], "world_size": values["WORLD_SIZE"], "local_rank": values["LOCAL_RANK"],
+            "local_world_size": values["LOCAL_WORLD_SIZE"]}
+
+
+def _integer(environ: Mapping[str, str], name: str, default: Optional[str]) -> int:
+    text = environ.get(name, default)
+    try:
+        return int(str(text))
+    except ValueError:
+        raise InputError(name, f"{text!r} is not an integer", "let torchrun set the rank variables") from None
 
 
 def worst(checks: Sequence[Tuple[int, Check]]) -> Tuple[int, Check]:

@@ -70,6 +70,22 @@ def test_outside_torchrun_says_how_to_start_it() -> None:
         torchrun_env({"RANK": "0", "WORLD_SIZE": "1"}, "verify")
 
 
+@pytest.mark.parametrize("changes, words", [
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE: 0 is outside >= 1"),
+    ({"RANK": "x"}, "RANK: 'x' is not an integer"),
+    ({"RANK": "3"}, "RANK: 3 is outside 0..1"),  # would wait at the rendezvous forever
+    ({"RANK": "-1"}, "RANK: -1 is outside 0..1"),
+    ({"MASTER_PORT": "abc"}, "MASTER_PORT: 'abc' is not an integer"),
+    ({"LOCAL_RANK": "2"}, "LOCAL_RANK: 2 is outside 0..1"),
+])
+def test_rank_variables_torchrun_would_never_set_are_refused(changes: dict, words: str) -> None:
+    environ = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": "29500"}
+    assert torchrun_env(environ) == {"rank": 1, "world_size": 2, "local_rank": 1, "local_world_size": 2}
+    with pytest.raises(InputError, match=words):
+        torchrun_env({**environ, **changes})
+
+
 def test_all_reduce_trial_on_a_real_gloo_group_of_one(tmp_path: Path) -> None:
     import torch
     import torch.distributed as dist
