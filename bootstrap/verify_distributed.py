@@ -145,6 +145,10 @@ def all_reduce_check(gathered: Sequence[Mapping[str, Any]], device_type: str, ba
                  f"{mib} MiB float32", expected, detail=f"slowest: rank {slowest['rank']} on {slowest['host']}")
 
 
+def _shown(value: Any) -> str:
+    return "none seen" if value is None else str(value)
+
+
 def same_env_check(gathered: Sequence[Mapping[str, Any]]) -> Check:
     """Every rank against rank 0: another lock or torch build fails, another driver warns."""
     ordered = sorted(gathered, key=lambda g: g["rank"])
@@ -156,8 +160,8 @@ def same_env_check(gathered: Sequence[Mapping[str, Any]]) -> Check:
             odd = [g for g in ordered[1:] if g["facts"].get(key) != reference.get(key)]
             if odd:
                 status = max(status, severity, key=SEVERITY.__getitem__)
-                differ.append(f"{what}: rank 0 {reference.get(key)}, " +
-                              ", ".join(f"rank {g['rank']} on {g['host']} {g['facts'].get(key)}" for g in odd))
+                differ.append(f"{what}: rank 0 {_shown(reference.get(key))}, " +
+                              ", ".join(f"rank {g['rank']} on {g['host']} {_shown(g['facts'].get(key))}" for g in odd))
     known = [f"{what} {reference[key]}" for key, what in SAME + ALIKE if reference.get(key) is not None]
     hosts = {g["host"] for g in ordered}
     if status is Status.OK:

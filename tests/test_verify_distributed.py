@@ -45,6 +45,8 @@ def test_another_driver_alone_is_a_warning() -> None:
     check = same_env_check([rank(0), rank(1, "node2", driver="535.183.01")])
     assert check.status is Status.WARN
     assert check.observed == "the NVIDIA driver: rank 0 570.124.06, rank 1 on node2 535.183.01"
+    no_driver = same_env_check([rank(0), rank(1, "node2", driver=None)])
+    assert no_driver.observed == "the NVIDIA driver: rank 0 570.124.06, rank 1 on node2 none seen"
 
 
 def test_bus_bandwidth_is_nccl_tests_busbw() -> None:
