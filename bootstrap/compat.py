@@ -28,6 +28,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap import compat_data as data
 from bootstrap.checks import Check, Status
+from bootstrap.typed import FieldError, from_mapping
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 # Jetson / integrated GPUs need code built for exactly their CC (PyTorch's
@@ -78,12 +79,15 @@ class GpuFacts:
         return out
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "GpuFacts":
-        values = {k: raw.get(k) for k in cls.__dataclass_fields__ if k in raw}
-        cc = values.get("compute_capability")
-        values["compute_capability"] = None if cc is None else (int(cc[0]), int(cc[1]))
-        values["missing"] = tuple(values.get("missing") or ())
-        return cls(**values)
+    def from_dict(cls, raw: Mapping[str, Any], path: str = "gpu") -> "GpuFacts":
+        """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
+        return cls(**from_mapping(cls, raw, path)).checked(path)
+
+    def checked(self, path: str) -> "GpuFacts":
+        """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
+        if self.compute_capability is not None and not 1 <= self.compute_capability[0] <= 99:
+            raise FieldError(f"{path}.compute_capability: {self.cc_text} is not a compute capability")
+        return self
 
 
 @dataclass(frozen=True)
@@ -117,15 +121,20 @@ class DriverFacts:
         }
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "DriverFacts":
-        return cls(
-            os=str(raw.get("os", "linux")),
-            driver_version=raw.get("driver_version"),
-            cuda_driver_version=raw.get("cuda_driver_version"),
-            gpus=tuple(GpuFacts.from_dict(g) for g in raw.get("gpus", ())),
-            source=str(raw.get("source", "")),
-            reason=str(raw.get("reason", "")),
-        )
+    def from_dict(cls, raw: Mapping[str, Any], path: str = "nvidia") -> "DriverFacts":
+        """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
+        return cls(**from_mapping(cls, raw, path)).checked(path)
+
+    def checked(self, path: str) -> "DriverFacts":
+        """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
+        if self.driver_version is not None and driver_tuple(self.driver_version) is None:
+            raise FieldError(f"{path}.driver_version: {self.driver_version!r} is not a driver version like '570.124.06'")
+        if self.cuda_driver_version is not None and self.cuda_driver_version < 1000:
+            raise FieldError(f"{path}.cuda_driver_version: {self.cuda_driver_version} is not a CUDA version "
+                             "as NVML gives it (12080 = 12.8)")
+        for index, gpu in enumerate(self.gpus):
+            gpu.checked(f"{path}.gpus[{index}]")
+        return self
 
 
 @dataclass(frozen=True)
@@ -161,12 +170,9 @@ class TorchTarget:
         return out
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "TorchTarget":
-        values = {k: raw.get(k) for k in cls.__dataclass_fields__ if k in raw}
-        if values.get("arch_list") is not None:
-            values["arch_list"] = tuple(values["arch_list"])
-        values["notes"] = tuple(values.get("notes") or ())
-        return cls(**values)
+    def from_dict(cls, raw: Mapping[str, Any], path: str = "torch") -> "TorchTarget":
+        """Read back `to_dict()`; a field of the wrong type is a FieldError naming `path`."""
+        return cls(**from_mapping(cls, raw, path))
 
 
 # --------------------------------------------------------------------------- versions

@@ -24,6 +24,7 @@ from bootstrap.compat import DriverFacts, GpuFacts, TorchTarget
 from bootstrap.errors import InputError, ToolError
 from bootstrap.nvml import Nvml
 from bootstrap.runner import Runner, run
+from bootstrap.typed import FieldError, from_mapping
 
 FACTS_FORMAT = "bootstrap.facts"
 FACTS_VERSION = 1
@@ -239,12 +240,12 @@ class HostFacts:
         out["missing"] = list(self.missing)
         return out
 
+    NEGATIVE_OK = ("nofile_soft", "nofile_hard")  # -1 = unlimited
+
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "HostFacts":
-        values = {k: raw.get(k) for k in cls.__dataclass_fields__ if k in raw}
-        for key in ("container_hints", "missing"):
-            values[key] = tuple(values.get(key) or ())
-        return cls(**values)
+    def from_dict(cls, raw: Mapping[str, Any], path: str = "host") -> "HostFacts":
+        """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
+        return cls(**from_mapping(cls, raw, path))
 
 
 def probe_usable_cpus() -> Tuple[Optional[int], str]:
@@ -389,15 +390,14 @@ class Facts:
             raise InputError(where, f"not a {FACTS_FORMAT} v{FACTS_VERSION} file "
                              f"(format {raw.get('format')!r}, version {raw.get('version')!r})",
                              "record it again with `python -m bootstrap doctor --save-facts FILE`")
-        torch = raw.get("torch")
-        return cls(
-            host=HostFacts.from_dict(raw.get("host") or {}),
-            nvidia=DriverFacts.from_dict(raw.get("nvidia") or {}),
-            torch=None if torch is None else TorchTarget.from_dict(torch),
-            torch_reason=str(raw.get("torch_reason", "")),
-            python=str(raw.get("python", "")),
-            platform=str(raw.get("platform", "")),
-        )
+        fields = {k: v for k, v in raw.items() if k not in ("format", "version")}
+        try:
+            facts = cls(**from_mapping(cls, fields))
+            facts.nvidia.checked("nvidia")
+            return facts
+        except FieldError as exc:
+            raise InputError(where, str(exc), "fix that field, or record the facts again with "
+                             "`python -m bootstrap doctor --save-facts FILE`") from None
 
 
 def collect_facts(nvml: Any = None, runner: Runner = run, *, with_torch: bool = False,

@@ -133,6 +133,48 @@ def test_an_unwritable_save_facts_path_fails_before_any_probe(tmp_path: Path, ca
             run_doctor(DoctorOptions(lock_path=LOCK, save_facts=path), nvml=no_probe, runner=no_probe)
 
 
+def _gpu0(facts: dict) -> dict:
+    return facts["nvidia"]["gpus"][0]
+
+
+EDITED_FACTS = {
+    "cc as text": (lambda f: _gpu0(f).update(compute_capability="8.6"), "nvidia.gpus[0].compute_capability: expected a list of 2 integers, got '8.6'"),
+    "cc cut": (lambda f: _gpu0(f).update(compute_capability=[8]), "nvidia.gpus[0].compute_capability: expected a list of 2 integers"),
+    "cc impossible": (lambda f: _gpu0(f).update(compute_capability=[-1, 99]), "nvidia.gpus[0].compute_capability[0]: -1 is negative"),
+    "cuda as text": (lambda f: f["nvidia"].update(cuda_driver_version="12.2"), "nvidia.cuda_driver_version: expected an integer, got '12.2'"),
+    "cuda impossible": (lambda f: f["nvidia"].update(cuda_driver_version=12), "nvidia.cuda_driver_version: 12 is not a CUDA version"),
+    "driver banana": (lambda f: f["nvidia"].update(driver_version="banana"), "nvidia.driver_version: 'banana' is not a driver version"),
+    "gpus of text": (lambda f: f["nvidia"].update(gpus=["a"]), "nvidia.gpus[0]: expected an object, got 'a'"),
+    "gpu without name": (lambda f: f["nvidia"].update(gpus=[{"index": 0}]), "nvidia.gpus[0].name: missing"),
+    "torch as text": (lambda f: f.update(torch="2.10"), "torch: expected an object, got '2.10'"),
+    "memory as text": (lambda f: f["host"].update(memory_total_mib="24GB"), "host.memory_total_mib: expected an integer, got '24GB'"),
+    "negative cpus": (lambda f: f["host"].update(cpus_usable=-4), "host.cpus_usable: -4 is negative"),
+    "unknown field": (lambda f: f["host"].update(gpu_count=8), "host.gpu_count: unknown field"),
+    "no host": (lambda f: f.update(host=None), "host: expected an object, got None"),
+}
+
+
+@pytest.mark.parametrize("case", EDITED_FACTS, ids=list(EDITED_FACTS))
+def test_an_edited_facts_file_names_the_field(tmp_path: Path, capsys, case: str) -> None:
+    edit, words = EDITED_FACTS[case]
+    facts = json.loads(RTX3090.read_text())
+    edit(facts)
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps(facts))
+    assert main(["doctor", "--facts", str(path), "--lock", str(LOCK)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: {words}") and err.count("\n") == 1, err
+    assert "--save-facts" in err
+
+
+def test_unlimited_open_files_read_back() -> None:
+    facts = json.loads(RTX3090.read_text())
+    facts["host"]["nofile_soft"] = facts["host"]["nofile_hard"] = -1
+    from bootstrap.probe import Facts
+
+    assert Facts.from_dict(facts).host.nofile_soft == -1
+
+
 # --------------------------------------------------------------------------- what to change
 
 
