@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from bootstrap.compat import DriverFacts, GpuFacts, TorchTarget
+from bootstrap.compat import DriverFacts, GpuFacts, TorchTarget, driver_tuple
 from bootstrap.errors import InputError, ToolError
 from bootstrap.nvml import Nvml
 from bootstrap.runner import Runner, run
@@ -73,42 +73,51 @@ def probe_nvidia_smi(runner: Runner = run, os_name: str = "linux") -> DriverFact
     """`nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader,nounits`.
 
     R470-era nvidia-smi rejects `compute_cap`; the query is then repeated
-    without it and the compute capability stays None.
+    without it and the compute capability stays None. Rows that do not read
+    as a GPU (no driver version) are not taken for one.
     """
     fields = SMI_FIELDS
-    answer, reason = _run_smi(runner, fields)
+    answer, reason, refused = _run_smi(runner, fields)
     note = ""
-    if answer is None and "compute_cap" in reason:
+    if refused and "compute_cap" in reason:
         fields = tuple(f for f in SMI_FIELDS if f != "compute_cap")
-        answer, reason = _run_smi(runner, fields)
+        answer, reason, _ = _run_smi(runner, fields)
         note = "nvidia-smi: this driver's nvidia-smi has no compute_cap field (R470 era)"
     if answer is None:
         return DriverFacts(os=os_name, source="nvidia-smi", reason=reason)
     driver, gpus = parse_nvidia_smi_csv(answer, fields)
+    if not gpus:
+        first = next((line.strip() for line in answer.splitlines() if line.strip()), "no output")
+        return DriverFacts(os=os_name, source="nvidia-smi", reason=f"nvidia-smi: output not understood: {first[:60]!r}")
     return DriverFacts(os=os_name, driver_version=driver, gpus=tuple(gpus), source="nvidia-smi", reason=note)
 
 
-def _run_smi(runner: Runner, fields: Tuple[str, ...]) -> Tuple[Optional[str], str]:
+def _run_smi(runner: Runner, fields: Tuple[str, ...]) -> Tuple[Optional[str], str, bool]:
+    """(its output or None, why not, whether nvidia-smi ran and refused the query)."""
     argv = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
     try:
         done = runner(argv, timeout=SMI_TIMEOUT_S)
     except ToolError as exc:
         if isinstance(exc.__cause__, FileNotFoundError):
-            return None, "nvidia-smi: not found on PATH"
-        return None, f"nvidia-smi: {exc}"
+            return None, "nvidia-smi: not found on PATH", False
+        return None, f"nvidia-smi: {exc}", False
     if done.returncode != 0:
         message = (done.stdout.strip() or done.stderr.strip()).splitlines()
-        return None, f"nvidia-smi exit {done.returncode}: {message[0] if message else 'no output'}"
-    return done.stdout, ""
+        return None, f"nvidia-smi exit {done.returncode}: {message[0] if message else 'no output'}", True
+    return done.stdout, "", False
 
 
 def parse_nvidia_smi_csv(text: str, fields: Tuple[str, ...] = SMI_FIELDS) -> Tuple[Optional[str], List[GpuFacts]]:
-    """Parse `--format=csv,noheader,nounits` output: (driver version, GPUs in index order)."""
+    """Parse `--format=csv,noheader,nounits` output: (driver version, GPUs in index order). A row
+    with another number of cells or no driver version like 570.124.06 is not a GPU."""
     driver: Optional[str] = None
     gpus = []
-    for index, row in enumerate(r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r):
+    for row in (r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r):
         values = dict(zip(fields, (_smi_value(cell) for cell in row)))
+        if len(row) != len(fields) or driver_tuple(values.get("driver_version")) is None:
+            continue
         driver = driver or values.get("driver_version")
+        index = len(gpus)
         gpus.append(GpuFacts(
             index=index,
             name=values.get("name") or f"GPU {index}",

@@ -52,6 +52,8 @@ def run(
         )
     except FileNotFoundError as exc:
         raise ToolError(f"{argv[0]}: not found ({exc.strerror}); run `make tools` to install it") from exc
+    except OSError as exc:  # not executable, not a program, ...
+        raise ToolError(f"{argv[0]}: cannot run it ({exc.strerror or exc})") from exc
     except subprocess.TimeoutExpired as exc:
         raise ToolError(f"{' '.join(argv[:3])} ...: no answer after {timeout:.0f} s") from exc
     return Completed(

@@ -158,6 +158,35 @@ def test_nvidia_smi_driver_failure_is_a_reason():
     assert "couldn't communicate with the NVIDIA driver" in facts.reason
 
 
+def test_nvidia_smi_that_hangs_is_asked_once():
+    """The timeout message names the query (with compute_cap): that is no R470 refusal to retry."""
+    from bootstrap.runner import run
+
+    calls = []
+
+    def hanging(argv, timeout=300.0, **_):
+        calls.append(argv)
+        return run(["sleep", "5"], timeout=0.2)
+
+    facts = probe_gpus(nvml=FakeNvml({}, init_error=12), runner=hanging)
+    assert len(calls) == 1 and "no answer after" in facts.reason and not facts.has_driver
+
+
+def test_nvidia_smi_output_that_is_no_gpu_is_not_taken_for_one():
+    facts = probe_gpus(nvml=FakeNvml({}, init_error=12), runner=fake_runner([(0, "hello, world, foo, bar\n")]))
+    assert not facts.has_driver and facts.gpus == ()
+    assert "nvidia-smi: output not understood: 'hello, world, foo, bar'" in facts.reason
+
+
+def test_an_nvidia_smi_that_cannot_run_is_a_reason(tmp_path: Path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("echo hi\n")
+    smi.chmod(0o644)  # on PATH, not executable
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    facts = probe_gpus(nvml=FakeNvml({}, init_error=12))
+    assert not facts.has_driver and "nvidia-smi: nvidia-smi: cannot run it (Permission denied)" in facts.reason
+
+
 def test_no_nvml_and_no_nvidia_smi_is_no_driver():
     facts = probe_gpus(nvml=FakeNvml({}, init_error=12), runner=missing_binary_runner)
     assert (facts.driver_version, facts.gpus) == (None, ())
