@@ -431,3 +431,11 @@ def test_real_run_without_driver(tmp_path):
     assert looping.returncode == 2
     assert looping.stderr.count("\n") == 1 and "no NVIDIA" in looping.stderr and looping.stdout == ""
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "nan", "inf", "1e9"])
+def test_an_interval_sleep_cannot_take_is_refused(h200, interval, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["monitor", "--count", "2", "--interval", interval])
+    assert exc.value.code == 2 and "--interval: must be > 0 and <= 86400 s" in capsys.readouterr().err
+    assert h200.calls == []

@@ -24,10 +24,13 @@ from bootstrap.errors import EXIT_OK
 _CLEAR = "\x1b[H\x1b[J"  # cursor home, clear to the end of the screen
 
 
+MAX_INTERVAL_S = 86400.0  # a day between samples; more is a typo, and sleep() overflows past time_t
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    if not 0 < value <= MAX_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"must be > 0 and <= {MAX_INTERVAL_S:g} s, got {text}")
     return value
 
 
@@ -154,7 +157,7 @@ def _frame(core, sample, summary, args: argparse.Namespace, ascii_only: bool, gp
 def _summary(core, summary, ascii_only: bool) -> str:
     if not summary.samples:
         return "summary: no sample taken"
-    lines = [f"summary: {summary.samples} sample{'s' if summary.samples != 1 else ''} over {summary.duration_s:.1f} s"]
+    lines = [f"summary: {summary.samples} sample{'s' if summary.samples != 1 else ''} over {summary.duration_s:.{1 if summary.duration_s >= 0.1 else 3}f} s"]
     for s in summary.per_gpu():
         parts = [
             f"utilization mean {_pct(s.utilization_mean_pct)}, p95 {_pct(s.utilization_p95_pct)}, max {_pct(s.utilization_max_pct)}",
