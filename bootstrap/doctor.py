@@ -184,6 +184,8 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
 
     if options.save_facts is not None:
         check_output(options.save_facts, "--save-facts")  # before nvidia-smi may take its time
+    if options.root is not None and not options.root.is_dir():
+        raise InputError("--root", f"{options.root} is not a directory", "give the project's directory (the one with envs/)")
     if options.facts_path is not None:
         facts, source = load_facts(options.facts_path), str(options.facts_path)
     else:
@@ -197,6 +199,9 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
             lock = read_lock(lock_path)
         except ImportError:  # a bare host python3 without pyyaml still gets the driver and GPU report
             why = f"cannot read {lock_path.name}: pyyaml is not installed here (`make tools` and use .tools/bin/python)"
+    if options.platform is not None and lock is not None and options.platform not in lock.platforms:
+        raise InputError("--platform", f"'{options.platform}' is not locked in {lock_path.name} "
+                         f"({', '.join(lock.platforms)})", "pick one of those")
     platform = options.platform or conda_subdir(facts.platform or current_platform(),
                                                 lock.platforms if lock is not None else ())
     target, why = (None, why) if lock is None else lock_torch_target(lock, platform)

@@ -264,6 +264,13 @@ def test_this_machine_without_driver_is_a_skip_not_a_crash(capsys) -> None:
 # --------------------------------------------------------------------------- usage
 
 
+def test_a_platform_the_lock_lacks_or_a_missing_root_is_bad_usage(tmp_path: Path, capsys) -> None:
+    assert main(["doctor", "--facts", str(H200), "--lock", str(LOCK), "--platform", "plan9-64"]) == 2
+    assert "--platform: 'plan9-64' is not locked in conda-lock.yml (linux-64, osx-arm64, win-64)" in capsys.readouterr().err
+    assert main(["doctor", "--facts", str(H200), "--root", str(tmp_path / "nowhere")]) == 2
+    assert "--root: " in capsys.readouterr().err
+
+
 def test_bad_usage_exits_2(tmp_path: Path, capsys) -> None:
     assert main(["doctor", "--facts", str(H200), "--save-facts", str(tmp_path / "x.json")]) == 2
     assert main(["doctor", "--facts", str(tmp_path / "missing.json")]) == 2
