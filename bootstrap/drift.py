@@ -199,8 +199,8 @@ def check_prefix(state: EnvState) -> Check:
                      f"recreate the env: {state.commands.recreate}")
     if state.record is None:
         return Check(cid, Status.FAIL, f"{state.prefix} has no conda-meta/bootstrap record", expected,
-                     f"verify checks envs that bootstrap installed: create one with {state.commands.update} "
-                     "(or pass --prefix to the env it made)")
+                     f"bootstrap never takes over a directory it did not make: move {state.prefix} aside and run "
+                     f"{state.commands.update}, or pass --prefix an env that bootstrap made")
     record = state.record
     return Check(cid, Status.OK, f"{state.prefix} (env {record.env}, generation {record.generation}, "
                  f"installed {record.installed_at} by bootstrap {record.bootstrap_version})", expected)

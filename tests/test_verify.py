@@ -214,6 +214,7 @@ def test_a_directory_bootstrap_did_not_make(tmp_path: Path) -> None:
     (tmp_path / "conda-meta").mkdir()
     check = verify(tmp_path)["env.prefix"]
     assert check.status is Status.FAIL and "no conda-meta/bootstrap record" in check.observed
+    assert f"move {tmp_path} aside and run `python -m bootstrap env" in check.remedy  # env refuses to take it over
 
 
 def test_bad_usage_exits_2(tmp_path: Path, capsys) -> None:
