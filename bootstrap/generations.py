@@ -76,12 +76,36 @@ class Layout:
         return self.gens_dir / str(generation)
 
     def check_managed(self) -> None:
-        """Refuse to take over a real directory or file that bootstrap did not create."""
-        if self.stable.exists() and not self.stable.is_symlink():
+        """Refuse to take over a real directory or file, or a symlink, that bootstrap did not create.
+
+        A symlink of someone else's (to another env, to a scratch disk, dangling) would be read
+        through as if it were this env, then replaced by the next change; one re-pointed by hand
+        would make the generations it no longer names look retired, and deleted."""
+        if self.stable.is_symlink():
+            if not self.points_at_own_generation():
+                raise InputError(self.stable, f"is a symlink to {os.readlink(self.stable)}, not to one of its "
+                                 f"generations in {self.gens_dir}", self._foreign_link_fix())
+        elif self.stable.exists():
             raise InputError(
                 self.stable, "exists and is not an environment managed by bootstrap",
                 "choose another --prefix, or move it away (bootstrap never overwrites it)",
             )
+
+    def points_at_own_generation(self) -> bool:
+        """Whether the stable path is a symlink to `<gens_dir>/<n>`, as `switch` makes it (that may be gone)."""
+        if not self.stable.is_symlink():
+            return False
+        target = Path(self.stable.parent, os.readlink(self.stable))
+        return target.name.isdigit() and os.path.realpath(target.parent) == os.path.realpath(self.gens_dir)
+
+    def _foreign_link_fix(self) -> str:
+        target = Path(self.stable.parent, os.readlink(self.stable))
+        if Layout(target).points_at_own_generation():
+            return f"pass --prefix {target} to use that env, or remove the link"
+        if self.generations():  # re-pointed by hand; without the link, a change would recycle them
+            newest = f"{self.gens_dir.name}/{self.generations()[-1]}"
+            return f"point it back at its newest generation: `ln -sfn {newest} {self.stable}`"
+        return "remove the link, or choose another --prefix: bootstrap never replaces a link it did not make"
 
 
 @contextlib.contextmanager

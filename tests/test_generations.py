@@ -130,3 +130,42 @@ def test_a_generation_killed_while_being_deleted_is_never_recycled(tmp_path: Pat
     assert [p.name for p in gens.remove_partials(layout)] == ["1.garbage"]
     new = gens.start(layout)
     assert (new.base, new.recycled) == (2, True) and marker(new.partial) == "2"
+
+
+def test_a_symlink_to_its_own_generation_is_managed_however_it_is_spelled(tmp_path: Path) -> None:
+    layout = layout_with(tmp_path, [1], current=1)
+    layout.check_managed()
+    layout.stable.unlink()
+    layout.stable.symlink_to(layout.path(1))  # absolute, as by hand
+    layout.check_managed()
+    assert layout.current() == 1
+
+
+@pytest.mark.parametrize("kind", ["other-dir", "empty-dir", "dangling", "bootstrap-env"])
+def test_a_symlink_bootstrap_did_not_make_is_refused(tmp_path: Path, kind: str) -> None:
+    from bootstrap.errors import InputError
+
+    other = layout_with(tmp_path / "scratch", [1], current=1).stable if kind == "bootstrap-env" else tmp_path / "target"
+    if kind in ("other-dir", "empty-dir"):
+        other.mkdir()
+    if kind == "other-dir":
+        (other / "conda-meta").mkdir()
+    layout = gens.Layout(tmp_path / ".envs" / "py310")
+    layout.stable.parent.mkdir()
+    layout.stable.symlink_to(other)
+    with pytest.raises(InputError, match=f"py310: is a symlink to {other}, not to one of its generations") as caught:
+        layout.check_managed()
+    fix = f"pass --prefix {other} to use that env" if kind == "bootstrap-env" else "remove the link"
+    assert fix in str(caught.value)
+
+
+def test_a_stable_link_repointed_by_hand_names_the_generation_to_point_back_at(tmp_path: Path) -> None:
+    from bootstrap.errors import InputError
+
+    layout = layout_with(tmp_path, [1, 2], current=2)
+    layout.stable.unlink()
+    layout.stable.symlink_to("/mnt/not-mounted/py310")
+    with pytest.raises(InputError, match="ln -sfn .py310.gens/2 ") as caught:
+        layout.check_managed()
+    assert "/mnt/not-mounted/py310" in str(caught.value) and layout.generations() == [1, 2]
+    assert "remove the link" not in str(caught.value)  # the next change would then recycle generation 2

@@ -498,6 +498,41 @@ def test_refuses_to_take_over_a_directory(project: Project, channel: Path, capsy
     assert (prefix / "precious.txt").read_text() == "mine"
 
 
+def test_a_symlink_bootstrap_did_not_make_is_refused_on_every_path(project: Project, channel: Path, wheels: Path,
+                                                                   capsys) -> None:
+    """A stable path linked by hand to another env is neither read through nor replaced, and a stable
+    link re-pointed by hand costs no generation."""
+    scratch = project.root / "scratch" / "py310"
+    assert main(env_args(project, str(channel), "--prefix", str(scratch))) == 0
+    scratch_target = os.readlink(scratch)
+    prefix = prefix_of(project)
+    prefix.parent.mkdir()
+    prefix.symlink_to(scratch)
+    capsys.readouterr()
+    for change in (False, True):  # the no-op path, then a change
+        if change:
+            change_lock(project, channel, wheels, pip=("alpha",))
+        assert main(env_args(project, str(channel))) == 2
+        err = capsys.readouterr().err
+        assert f"{prefix}: is a symlink to {scratch}" in err and f"pass --prefix {scratch}" in err
+        assert os.readlink(prefix) == str(scratch) and os.readlink(scratch) == scratch_target
+    assert main(["env", "--root", str(project.root), "--rollback"]) == 2
+    assert not (prefix.parent / ".py310.gens").exists() and run_python(scratch, "import gamma; print('ok')") == "ok"
+
+    prefix.unlink()
+    assert main(env_args(project, str(channel))) == 0
+    change_lock(project, channel, wheels)
+    assert main(env_args(project, str(channel))) == 0
+    prefix.unlink()
+    prefix.symlink_to("/mnt/not-mounted/py310")  # re-pointed by hand
+    change_lock(project, channel, wheels, pip=("alpha==1.0",))
+    capsys.readouterr()
+    assert main(env_args(project, str(channel))) == 2
+    assert "ln -sfn .py310.gens/2" in capsys.readouterr().err
+    assert main(["env", "--root", str(project.root), "--rollback"]) == 2
+    assert generation_dirs(project) == ["1", "2"]
+
+
 @pytest.fixture(scope="module")
 def big_channel(tmp_path_factory) -> Path:
     """The runnable channel plus `hugepkg`: enough files that an install takes a while."""
