@@ -642,8 +642,23 @@ def _record_line(relative: str, data: bytes) -> str:
     return f"{relative},sha256={digest},{len(data)}"
 
 
-def rollback(prefix: Path) -> int:
+@dataclass(frozen=True)
+class RollbackResult:
+    prefix: Path
+    generation: int  # what the stable path points at now (dry run: would point at)
+    was: Optional[int]  # what it pointed at before
+    dry_run: bool
+
+
+def rollback(prefix: Path, dry_run: bool = False) -> RollbackResult:
+    """Point `prefix` back at its previous generation (`--rollback`); with `dry_run`, only say which."""
     layout = gens.Layout(prefix)
     layout.check_managed()
+    if not os.path.lexists(prefix) and not layout.generations():  # checked before the env's lock creates anything
+        raise InputError("--rollback", f"no env at {prefix}",
+                         "create it with `make env`, or pass the --prefix it lives at")
+    if dry_run:
+        return RollbackResult(prefix, gens.previous(layout), layout.current(), True)
     with gens.exclusive(layout, lambda _: None):
-        return gens.rollback(layout)
+        was = layout.current()
+        return RollbackResult(prefix, gens.rollback(layout), was, False)

@@ -217,16 +217,22 @@ def switch(layout: Layout, number: int) -> None:
     os.replace(temp, layout.stable)
 
 
-def rollback(layout: Layout) -> int:
-    """Switch back to the newest generation older than the current one."""
+def previous(layout: Layout) -> int:
+    """The generation `rollback` switches to: the newest one older than the current one."""
     current = layout.current()
     older = [g for g in layout.generations() if current is None or g < current]
     if not older:
         raise InputError(layout.stable, "no earlier generation to roll back to (there is none after the first install, "
                          "and a change that failed while installing uses up the retired one)",
                          "check out the lock you want back and run `make env`")
-    switch(layout, older[-1])
     return older[-1]
+
+
+def rollback(layout: Layout) -> int:
+    """Switch back to the newest generation older than the current one."""
+    number = previous(layout)
+    switch(layout, number)
+    return number
 
 
 def collect_garbage(layout: Layout, keep: Iterable[Optional[int]]) -> list[int]:

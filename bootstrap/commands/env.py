@@ -25,7 +25,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bundle", type=Path, default=None, metavar="FILE",
                         help="take the artifacts from this bundle (`bootstrap bundle`): no channel or index needed")
     parser.add_argument("--cache-dir", type=Path, default=None, help="package cache (default: ~/.cache/bootstrap)")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan (with --rollback: the generation it would switch to); change nothing")
     parser.add_argument("--rollback", action="store_true", help="switch back to the previous generation")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
@@ -43,8 +44,11 @@ def run(args: argparse.Namespace) -> int:
         project.resolve_envs([env])
     prefix = (args.prefix or project.root / ".envs" / env).absolute()
     if args.rollback:
-        generation = rollback(prefix)
-        print(f"{env}: {prefix} now points at generation {generation}")
+        done = rollback(prefix, dry_run=args.dry_run)
+        if done.dry_run:
+            print(f"{env}: {prefix} would point at generation {done.generation} (now {done.was}); nothing changed")
+        else:
+            print(f"{env}: {prefix} now points at generation {done.generation}")
         return EXIT_OK
     options = EnvOptions(
         env=env,

@@ -239,16 +239,28 @@ def test_dry_run_prints_the_plan_and_touches_nothing(project: Project, channel: 
     assert not (project.root / ".envs").exists()
 
 
-def test_rollback(project: Project, channel: Path, wheels: Path) -> None:
+def test_rollback(project: Project, channel: Path, wheels: Path, capsys) -> None:
     assert main(env_args(project, str(channel))) == 0
     write_spec(project.root, platforms=("linux-64",), conda=CONDA, pip=("alpha==1.0",))
     relock(project, channel, wheels)
     assert main(env_args(project, str(channel))) == 0
     prefix = prefix_of(project)
     assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.0"
+    capsys.readouterr()
+    assert main(["env", "--root", str(project.root), "--rollback", "--dry-run"]) == 0
+    assert f"{prefix} would point at generation 1 (now 2); nothing changed" in capsys.readouterr().out
+    assert os.readlink(prefix).endswith("/2")
     assert main(["env", "--root", str(project.root), "--rollback"]) == 0
     assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.1"
     assert os.readlink(prefix).endswith("/1")
+
+
+def test_rollback_without_an_env_creates_nothing(project: Project, tmp_path: Path, capsys) -> None:
+    prefix = tmp_path / "never" / "env"
+    capsys.readouterr()
+    assert main(["env", "--root", str(project.root), "--prefix", str(prefix), "--rollback"]) == 2
+    assert f"--rollback: no env at {prefix} (create it" in capsys.readouterr().err
+    assert not prefix.parent.exists()
 
 
 def test_conda_archive_with_wrong_bytes_is_refused(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
