@@ -29,6 +29,7 @@ from bootstrap.lockfile import LockedPackage, parsed_lock_path, read_lock
 from bootstrap.project import Project
 
 KINDS = ("archives", "pkgs", "seals", "locks")
+_WRITABLE = "pass a --cache-dir you can write; the default is ~/.cache/bootstrap"
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class PruneResult:
 
 def usage(cache_dir: Path) -> list[Usage]:
     """Entries and bytes (as allocated on disk, `du`) of each part of the cache."""
-    _check_cache_dir(cache_dir)
+    check_cache_dir(cache_dir)
     return [Usage(kind, len(entries), sum(_disk_bytes(p) for p in entries))
             for kind, entries in ((kind, _entries(cache_dir, kind)) for kind in KINDS)]
 
@@ -56,10 +57,12 @@ def usage(cache_dir: Path) -> list[Usage]:
 def cache_lock(cache_dir: Path, notify: Callable[[str], None], shared: bool) -> Iterator[None]:
     """Runs that use the cache (`env`, `bundle`) hold it shared; `prune` exclusive, so it never takes
     a package from under an install, of whichever project or prefix."""
+    check_cache_dir(cache_dir)
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
     except PermissionError as exc:
         raise _unusable(cache_dir, exc) from None
+    _check_writable(cache_dir)
     waiting = (f"waiting for `bootstrap cache --prune` on {cache_dir} to finish ..." if shared else
                f"waiting for the runs of `bootstrap env` or `bundle` using {cache_dir} to finish ...")
     with flocked(cache_dir / ".lock", notify, waiting, shared=shared):
@@ -105,7 +108,7 @@ def prune_for_project(project: Project, cache_dir: Path, waiting: Callable[[str]
         raise InputError(path, f"missing: pruning now would drop every package of {env}",
                          "run `make lock` first, or pass --root for the project whose cache this is")
     locks = [read_lock(project.lock_path(env)) for env in envs]
-    _check_cache_dir(cache_dir)
+    check_cache_dir(cache_dir)
     if not cache_dir.exists():
         return PruneResult((), (), tuple(str(lock.path) for lock in locks))
     with cache_lock(cache_dir, waiting, shared=False):
@@ -114,16 +117,29 @@ def prune_for_project(project: Project, cache_dir: Path, waiting: Callable[[str]
     return PruneResult(tuple(removed), tuple(left), tuple(str(lock.path) for lock in locks))
 
 
-def _check_cache_dir(cache_dir: Path) -> None:
+def check_cache_dir(cache_dir: Path) -> None:
+    """InputError, before anything is created, if `cache_dir` is a file or lies under one."""
     try:
-        if cache_dir.exists() and not cache_dir.is_dir():
-            raise InputError(cache_dir, "is not a directory", "pass the package cache as --cache-dir (default ~/.cache/bootstrap)")
+        existing = next(p for p in (cache_dir, *cache_dir.parents) if p.exists())
+        if not existing.is_dir():
+            problem = "not a directory" if existing == cache_dir else f"{existing} is not a directory"
+            raise InputError(f"--cache-dir {cache_dir}", problem,
+                             "pass a directory as --cache-dir; the default is ~/.cache/bootstrap")
     except PermissionError as exc:  # a directory on the way we may not look into
         raise _unusable(cache_dir, exc) from None
 
 
+def _check_writable(cache_dir: Path) -> None:
+    """Refuse a cache or part of it that cannot be written (read-only mount, another user's): rattler
+    would fail halfway through a generation, with a message naming neither the cache nor the flag."""
+    for path in (cache_dir, *(cache_dir / kind for kind in KINDS)):
+        if path.is_dir() and not os.access(path, os.W_OK):  # access(2) answers EROFS even to root
+            raise InputError(f"--cache-dir {cache_dir}",
+                             f"{path} cannot be written (a read-only file system, or not yours)", _WRITABLE)
+
+
 def _unusable(cache_dir: Path, exc: OSError) -> InputError:
-    return InputError(cache_dir, f"cannot be used: {exc.strerror}", "pass a --cache-dir you can write (default ~/.cache/bootstrap)")
+    return InputError(f"--cache-dir {cache_dir}", f"cannot be used: {exc.strerror}", _WRITABLE)
 
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -16,6 +16,7 @@ one while fetching (an unreachable channel or index) does not.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from bootstrap import __version__
 from bootstrap import generations as gens
-from bootstrap.cache import cache_lock
+from bootstrap.cache import cache_lock, check_cache_dir
 from bootstrap.envplan import Plan, make_plan
 from bootstrap.errors import DiskFullError, InputError, IntegrityError, ToolError
 from bootstrap.fetch import archive_path, fetch_archives, forget_verified
@@ -127,6 +128,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     if os.name == "nt":
         raise InputError("bootstrap env", "generations need POSIX symlinks and flock; Windows is not supported yet",
                          f"install the lock with `micromamba create -f {options.lock_path.name}` or `conda-lock install`")
+    check_cache_dir(options.cache_dir)
     lock = read_lock(options.lock_path, cache_dir=options.cache_dir)
     layout = gens.Layout(options.prefix)
     layout.check_managed()
@@ -187,16 +189,24 @@ def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Option
             gens.commit(layout, new.number, new.partial)
             return new, seconds
         except _EditedCache as exc:
-            remove_tree(new.partial)
+            _discard(layout, new.partial, first=current is None)
             if attempt == 2:
                 raise ToolError(f"{exc} again: is something writing into {options.cache_dir}?") from None
             feedback.notify(f"{exc}: starting over, extracting them again from their archives")
         except BaseException as exc:
-            remove_tree(new.partial)
+            _discard(layout, new.partial, first=current is None)
             if isinstance(exc, Exception) and out_of_space(exc):
                 raise _disk_full(layout, options, created=current is None, started=True) from exc
             raise
     raise AssertionError("unreachable")
+
+
+def _discard(layout: gens.Layout, partial: Path, first: bool) -> None:
+    """Remove a half-built generation; after a failed first create, the gens dir it was alone in too."""
+    remove_tree(partial)
+    if first:
+        with contextlib.suppress(OSError):  # not empty: another run's, or generations of an earlier env
+            layout.gens_dir.rmdir()
 
 
 def _disk_full(layout: gens.Layout, options: EnvOptions, created: bool, started: bool) -> DiskFullError:

@@ -68,3 +68,23 @@ def small_fs(tmp_path: Path):
         yield mount, lambda size: subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True)
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.fixture
+def make_read_only():
+    """A function that makes a directory read-only: its mode for a user, a read-only bind mount for root
+    (whom modes do not stop; needs mount(2))."""
+    mounted = []
+
+    def make(path: Path) -> None:
+        if os.geteuid() != 0:
+            path.chmod(0o555)
+            return
+        if subprocess.run(["mount", "--bind", str(path), str(path)]).returncode:
+            pytest.skip("root ignores modes, and a read-only bind mount needs mount(2)")
+        mounted.append(path)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
+
+    yield make
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], check=True)

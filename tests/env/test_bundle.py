@@ -281,8 +281,8 @@ def test_a_directory_we_may_not_look_into_is_one_line(project: Project, tmp_path
     assert main(["cache", "--cache-dir", str(tmp_path / "locked" / "cache")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [f"error: -o: {tmp_path / 'locked' / 'b.tar'}: Permission denied (pass -o in a directory you can write)",
-                   f"error: {tmp_path / 'locked' / 'cache'}: cannot be used: Permission denied "
-                   "(pass a --cache-dir you can write (default ~/.cache/bootstrap))"]
+                   f"error: --cache-dir {tmp_path / 'locked' / 'cache'}: cannot be used: Permission denied "
+                   "(pass a --cache-dir you can write; the default is ~/.cache/bootstrap)"]
 
 
 def test_a_killed_runs_leftover_is_removed_and_a_live_ones_kept(project: Project, channel: Path, tmp_path: Path) -> None:

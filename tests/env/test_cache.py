@@ -103,4 +103,4 @@ def test_prune_refuses_without_the_locks_it_would_keep(project: Project, tmp_pat
     assert (cache / "archives" / ("0" * 64)).is_dir()
     (tmp_path / "a-file").write_text("")
     assert main(["cache", "--cache-dir", str(tmp_path / "a-file")]) == 2
-    assert "a-file: is not a directory" in capsys.readouterr().err
+    assert f"--cache-dir {tmp_path / 'a-file'}: not a directory" in capsys.readouterr().err

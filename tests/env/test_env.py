@@ -545,6 +545,31 @@ def test_a_symlink_bootstrap_did_not_make_is_refused_on_every_path(project: Proj
     assert generation_dirs(project) == ["1", "2"]
 
 
+def test_a_cache_dir_that_is_a_file_is_refused_before_anything_is_created(project: Project, channel: Path,
+                                                                          capsys) -> None:
+    cache = project.root / "cache-file"
+    cache.write_text("x\n")
+    capsys.readouterr()
+    assert main([*env_args(project, str(channel)), "--cache-dir", str(cache)]) == 2
+    assert capsys.readouterr().err == f"error: --cache-dir {cache}: not a directory (pass a directory as --cache-dir; " \
+                                      "the default is ~/.cache/bootstrap)\n"
+    assert not (project.root / ".envs").exists()
+
+
+def test_a_read_only_package_cache_is_named_with_the_flag(project: Project, channel: Path, make_read_only, capsys) -> None:
+    """Found before a generation is started: rattler would fail to lock its cache halfway, naming neither."""
+    assert main(env_args(project, str(channel))) == 0
+    cache = project.root / ".cache"
+    make_read_only(cache / "pkgs")
+    second = project.root / "second" / "env"
+    capsys.readouterr()
+    assert main([*env_args(project, str(channel)), "--prefix", str(second)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --cache-dir {cache}: {cache / 'pkgs'} cannot be written (a read-only file system, or not " \
+                  "yours) (pass a --cache-dir you can write; the default is ~/.cache/bootstrap)\n"
+    assert sorted(p.name for p in second.parent.iterdir()) == [".env.lock"]
+
+
 @pytest.fixture(scope="module")
 def big_channel(tmp_path_factory) -> Path:
     """The runnable channel plus `hugepkg`: enough files that an install takes a while."""
@@ -716,7 +741,7 @@ def test_a_full_disk_on_a_fresh_create_leaves_nothing_half_built(locked_once: Pr
     assert main(args) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: no space left on device") and "nothing was created" in error, error
-    assert not os.path.lexists(prefix_of(project)) and generation_dirs(project) == []
+    assert not os.path.lexists(prefix_of(project)) and not (project.root / ".envs" / ".py310.gens").exists()
     resize("64m")
     assert main(args) == 0
     assert_matches_lock(project)
