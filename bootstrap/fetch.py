@@ -24,6 +24,7 @@ every wheel's sha256 itself as it installs, and a GB of CUDA wheels took
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import posixpath
@@ -174,17 +175,30 @@ def forget_verified(targets: Sequence[Path]) -> None:
 
 def _copy_hashing(source: Source, out, entry: LockedPackage) -> tuple[str, str]:
     sha256, md5 = hashlib.sha256(), hashlib.md5()
+    copied, expected = 0, None
     try:
         with source.open() as data:
+            expected = _content_length(data)
             for block in iter(lambda: data.read(_CHUNK), b""):
                 sha256.update(block)
                 md5.update(block)
                 out.write(block)
-    except OSError as exc:
+                copied += len(block)
+    except (OSError, http.client.HTTPException) as exc:
         if out_of_space(exc):  # writing into the store, not reading the source
             raise
         raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: {exc} ({source.remedy})") from None
+    if expected is not None and copied < expected:
+        # http.client ends a short body quietly; hashing it would blame the lock or the mirror's bytes.
+        raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: connection closed "
+                         f"after {copied} of {expected} bytes; nothing was installed (run again to retry)")
     return sha256.hexdigest(), md5.hexdigest()
+
+
+def _content_length(response) -> Optional[int]:
+    """The Content-Length an HTTP response promised; None for a file, or a server that did not say."""
+    value = getattr(response, "headers", None) and response.headers.get("Content-Length")
+    return int(value) if value and value.isdigit() else None
 
 
 def _mirror_prefix(entry: LockedPackage) -> str:

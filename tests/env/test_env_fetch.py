@@ -1,0 +1,70 @@
+"""`bootstrap env` when a source misbehaves: a download cut short, a mirror lacking a file or down,
+a `--mirror` for no channel of the lock. One line naming the URL or the flag and the fix; the env
+as it was."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import threading
+from pathlib import Path
+from typing import Iterator
+
+from bootstrap.cli import main
+from bootstrap.project import Project
+from tests.fixtures.env_project import CONDA, change_lock, env_args, prefix_of
+
+
+class _CutShort(http.server.SimpleHTTPRequestHandler):
+    """Promises a conda archive's full Content-Length, sends half of it, hangs up."""
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if not self.path.endswith(".tar.bz2"):
+            return super().do_GET()
+        data = Path(self.directory, self.path.lstrip("/")).read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data[: len(data) // 2])
+        self.wfile.flush()
+        self.close_connection = True
+
+
+@contextlib.contextmanager
+def cutting_server(root: Path) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_CutShort, directory=str(root)))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_a_download_cut_short_is_a_network_error_not_a_hash_mismatch(project: Project, channel: Path, wheels: Path,
+                                                                     capsys) -> None:
+    without_zlib = tuple(c for c in CONDA if c != "zlibstub")
+    change_lock(project, channel, wheels, conda=without_zlib)
+    assert main(env_args(project, str(channel))) == 0
+    prefix = prefix_of(project)
+    before = os.readlink(prefix)
+    change_lock(project, channel, wheels)  # zlibstub back: one archive to download
+    capsys.readouterr()
+    with cutting_server(channel) as url:
+        assert main(env_args(project, url)) == 2
+    archive = next(channel.glob("linux-64/zlibstub-*.tar.bz2"))
+    size = archive.stat().st_size
+    assert capsys.readouterr().err == (f"error: cannot fetch {archive.name} from {url}/linux-64/{archive.name}: "
+                                       f"connection closed after {size // 2} of {size} bytes; nothing was installed "
+                                       "(run again to retry)\n")
+    assert os.readlink(prefix) == before
+    assert not list((project.root / ".cache" / "archives").glob("*/.part-*"))
+
