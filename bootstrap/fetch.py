@@ -51,16 +51,18 @@ Progress = Callable[[LockedPackage], None]
 _CHUNK = 1 << 20
 
 
+def mirror_of(url: str, mirrors: Sequence[Mirror]) -> Optional[Mirror]:
+    """The `--mirror` that serves a canonical URL, if any."""
+    return next((m for m in mirrors if url.startswith(m.canonical + "/")), None)
+
+
 def source_url(url: str, mirrors: Sequence[Mirror]) -> str:
     """Where to fetch a canonical URL from, after `--mirror` rewriting."""
-    for mirror in mirrors:
-        prefix = mirror.canonical + "/"
-        if url.startswith(prefix):
-            rest = url[len(prefix):]
-            if mirror.local_dir is not None:
-                return (mirror.local_dir / rest).as_uri()
-            return f"{mirror.target}/{rest}"
-    return url
+    mirror = mirror_of(url, mirrors)
+    if mirror is None:
+        return url
+    rest = url[len(mirror.canonical) + 1:]
+    return (mirror.local_dir / rest).as_uri() if mirror.local_dir is not None else f"{mirror.target}/{rest}"
 
 
 def fetch_archives(
@@ -105,8 +107,12 @@ class Source:
 
 def url_source(entry: LockedPackage, mirrors: Sequence[Mirror], also: str = "") -> Source:
     url = source_url(entry.url, mirrors)
-    return Source(url, lambda: _open(url),
-                  f"offline? serve it from a mirror: --mirror {_mirror_prefix(entry)}=URL_OR_DIR{also}")
+    mirror = mirror_of(entry.url, mirrors)
+    if mirror is None:
+        remedy = f"offline? serve it from a mirror: --mirror {_mirror_prefix(entry)}=URL_OR_DIR"
+    else:  # the mirror given is what failed: offering a mirror would send the user round in a circle
+        remedy = f"the mirror lacks it or is down: sync it from {mirror.canonical}, or fix --mirror {mirror.public()}"
+    return Source(url, lambda: _open(url), remedy + also)
 
 
 def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirror] = (),

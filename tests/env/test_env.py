@@ -461,7 +461,9 @@ def test_unreachable_channel_leaves_the_env_alone(project: Project, channel: Pat
     capsys.readouterr()
     assert main(env_args(project, "http://127.0.0.1:9/conda-forge")) == 2
     err = capsys.readouterr().err
-    assert "http://127.0.0.1:9/conda-forge/linux-64/zlibstub" in err and "--mirror" in err
+    assert "http://127.0.0.1:9/conda-forge/linux-64/zlibstub" in err
+    assert "(the mirror lacks it or is down: sync it from https://conda.anaconda.org/conda-forge, or fix --mirror " \
+           "https://conda.anaconda.org/conda-forge=http://127.0.0.1:9/conda-forge)" in err
     assert os.readlink(prefix) == before
     assert generation_dirs(project) == ["1", "2"]
     assert main(["env", "--root", str(project.root), "--rollback"]) == 0

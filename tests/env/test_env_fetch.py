@@ -68,3 +68,15 @@ def test_a_download_cut_short_is_a_network_error_not_a_hash_mismatch(project: Pr
     assert os.readlink(prefix) == before
     assert not list((project.root / ".cache" / "archives").glob("*/.part-*"))
 
+
+def test_a_mirror_that_lacks_a_file_is_named_as_the_one_to_sync(project: Project, channel: Path, tmp_path: Path,
+                                                                capsys) -> None:
+    empty = tmp_path / "empty-mirror"
+    empty.mkdir()
+    capsys.readouterr()
+    assert main(env_args(project, str(empty))) == 2
+    err = capsys.readouterr().err
+    assert f"from {empty.as_uri()}/" in err and "No such file" in err
+    assert err.strip().endswith("(the mirror lacks it or is down: sync it from https://conda.anaconda.org/conda-forge, "
+                                f"or fix --mirror https://conda.anaconda.org/conda-forge={empty})")
+    assert "serve it from a mirror" not in err and len(err.splitlines()) == 1
