@@ -31,7 +31,7 @@ from bootstrap import generations as gens
 from bootstrap.cache import cache_lock, check_cache_dir
 from bootstrap.envplan import Plan, make_plan
 from bootstrap.errors import DiskFullError, InputError, IntegrityError, ToolError
-from bootstrap.fetch import archive_path, fetch_archives, forget_verified
+from bootstrap.fetch import archive_path, fetch_archives, forget_verified, mirror_of, mirror_prefix
 from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, disk_full, out_of_space, remove_tree
 from bootstrap.history import COMMAND as HISTORY_COMMAND, append_request
 from bootstrap.lockfile import Lock, LockedPackage, read_lock
@@ -116,6 +116,16 @@ def locked_entries(lock: Lock, platform: str) -> list[LockedPackage]:
     return lock.for_platform(platform)
 
 
+def check_mirrors(mirrors: Sequence[Mirror], lock: Lock) -> None:
+    """Refuse a `--mirror` that serves no URL of the lock (a typo, `conda-froge=...`): ignored, it would
+    leave the env fetching from the channel the user meant to avoid."""
+    served = {mirror_prefix(entry) for entry in lock.packages}
+    for mirror in mirrors:
+        if not any(mirror_of(entry.url, (mirror,)) for entry in lock.packages):
+            raise InputError(f"--mirror {mirror.public()}", f"no URL of {lock.path.name} is under {mirror.canonical}",
+                             f"CANONICAL is one of the lock's channels or wheel hosts: {', '.join(sorted(served))}")
+
+
 def plan_for(options: EnvOptions, lock: Lock) -> Plan:
     entries = locked_entries(lock, options.platform)
     prefix = options.prefix
@@ -130,6 +140,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
                          f"install the lock with `micromamba create -f {options.lock_path.name}` or `conda-lock install`")
     check_cache_dir(options.cache_dir)
     lock = read_lock(options.lock_path, cache_dir=options.cache_dir)
+    check_mirrors(options.mirrors, lock)
     layout = gens.Layout(options.prefix)
     layout.check_managed()
     planned_on = _env_state(layout)

@@ -109,7 +109,7 @@ def url_source(entry: LockedPackage, mirrors: Sequence[Mirror], also: str = "") 
     url = source_url(entry.url, mirrors)
     mirror = mirror_of(entry.url, mirrors)
     if mirror is None:
-        remedy = f"offline? serve it from a mirror: --mirror {_mirror_prefix(entry)}=URL_OR_DIR"
+        remedy = f"offline? serve it from a mirror: --mirror {mirror_prefix(entry)}=URL_OR_DIR"
     else:  # the mirror given is what failed: offering a mirror would send the user round in a circle
         remedy = f"the mirror lacks it or is down: sync it from {mirror.canonical}, or fix --mirror {mirror.public()}"
     return Source(url, lambda: _open(url), remedy + also)
@@ -207,7 +207,7 @@ def _content_length(response) -> Optional[int]:
     return int(value) if value and value.isdigit() else None
 
 
-def _mirror_prefix(entry: LockedPackage) -> str:
+def mirror_prefix(entry: LockedPackage) -> str:
     """What `--mirror` would map for `entry`: its conda channel, or its wheel's host."""
     if entry.manager == "conda":
         return entry.url.rsplit("/", 2)[0]
