@@ -40,6 +40,7 @@ from bootstrap.pip_resolve import uv_binary, PipOptions
 from bootstrap.prefix import (
     INSTALL_RECORD,
     InstallRecord,
+    InstalledPip,
     conda_meta_fingerprint,
     conda_packages,
     normalise,
@@ -49,7 +50,7 @@ from bootstrap.prefix import (
     site_packages,
     write_install_record,
 )
-from bootstrap.runner import run
+from bootstrap.runner import Completed, run
 from bootstrap.spec import read_spec
 from bootstrap.urls import scrub_credentials
 
@@ -98,6 +99,7 @@ class EnvResult:
     removed_partials: tuple[str, ...] = ()
     base: Optional[int] = None  # the generation the new one was built from
     recycled: bool = False  # True: `base` was renamed and updated in place; False: cloned (hard links)
+    notes: tuple[str, ...] = ()  # what the user should know about how the change was made
 
 
 def default_cache_dir() -> Path:
@@ -127,8 +129,11 @@ def check_mirrors(mirrors: Sequence[Mirror], lock: Lock) -> None:
 
 
 def plan_for(options: EnvOptions, lock: Lock) -> Plan:
-    entries = locked_entries(lock, options.platform)
-    prefix = options.prefix
+    return plan_against(locked_entries(lock, options.platform), options.prefix)
+
+
+def plan_against(entries: Sequence[LockedPackage], prefix: Path) -> Plan:
+    """`make_plan` for what `prefix` holds."""
     return make_plan(entries, conda_packages(prefix), pip_distributions(prefix))
 
 
@@ -163,11 +168,11 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
             return EnvResult(options.prefix, options.platform, plan, current, False, False,
                              {"total": time.perf_counter() - started}, removed)
         with cache_lock(options.cache_dir, feedback.waiting, shared=True):  # no prune meanwhile
-            new, seconds = _build(layout, options, lock, current, plan, feedback)
+            new, seconds, notes = _build(layout, options, lock, current, plan, feedback)
         gens.collect_garbage(layout, keep=(new.number, current))
     seconds["total"] = time.perf_counter() - started
     return EnvResult(options.prefix, options.platform, plan, new.number, True, False, seconds, removed,
-                     new.base, new.recycled)
+                     new.base, new.recycled, tuple(notes))
 
 
 class _EditedCache(Exception):
@@ -175,7 +180,7 @@ class _EditedCache(Exception):
 
 
 def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Optional[int], plan: Plan,
-           feedback: Feedback) -> tuple[gens.Start, dict]:
+           feedback: Feedback) -> tuple[gens.Start, dict, list]:
     """Build the next generation and switch to it; start over once if a cached package was edited.
 
     What `plan` (against the current generation) installs is fetched first: an unreachable
@@ -196,9 +201,9 @@ def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Option
             if current is not None:
                 carry_env_state(layout.path(current), new.partial)
             seconds = {"start": time.perf_counter() - t, "fetch": fetch_seconds}
-            seconds.update(_apply(options, lock, new.partial, new.number, fetched, wheels, feedback))
+            applied, notes = _apply(options, lock, new.partial, new.number, fetched, wheels, feedback)
             gens.commit(layout, new.number, new.partial)
-            return new, seconds
+            return new, {**seconds, **applied}, notes
         except _EditedCache as exc:
             _discard(layout, new.partial, first=current is None)
             if attempt == 2:
@@ -279,14 +284,14 @@ def carry_env_state(current: Path, partial: Path) -> None:
 
 
 def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched: dict, wheels: dict,
-           feedback: Feedback) -> dict:
+           feedback: Feedback) -> tuple[dict, list]:
     """Bring `partial` to the lock, linking the verified archives `fetched` or sealed copies and
     installing the verified `wheels`.
     Its plan can differ from the one shown, made against the current generation: a recycled
     generation is one change further behind."""
-    seconds = {}
+    seconds, notes = {}, []
     entries = locked_entries(lock, options.platform)
-    plan = make_plan(entries, conda_packages(partial), pip_distributions(partial))
+    plan = plan_against(entries, partial)
     conda = [e for e in entries if e.manager == "conda"]
     if plan.link or plan.unlink:
         t = time.perf_counter()
@@ -301,10 +306,10 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched:
     if plan.pip_install or plan.pip_remove:
         t = time.perf_counter()
         feedback.notify(f"pip: installing {len(plan.pip_install)}, removing {len(plan.pip_remove)} distributions")
-        sync_pip(plan, partial, options, wheels)
+        notes += sync_pip(plan, partial, options, wheels)
         seconds["pip"] = time.perf_counter() - t
     _write_record(options, lock, partial, number, fsync=False)  # committed by the generation's rename
-    return seconds
+    return seconds, notes
 
 
 def _write_record(options: EnvOptions, lock: Lock, prefix: Path, number: int, fsync: bool = True) -> None:
@@ -415,7 +420,8 @@ def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: 
             break
         except Exception as exc:
             if canonical is attempts[-1]:
-                raise ToolError(f"linking into {options.prefix} failed: {exc}") from None
+                message = " ".join(_in_env(str(exc), partial, options.prefix).split())  # rattler's causes, one line
+                raise ToolError(f"linking into {options.prefix} failed: {message}") from None
     for entry in to_link:
         if entry.name not in canonical:  # extracted by this run
             _seal(options.cache_dir, entry)
@@ -564,18 +570,22 @@ def _restore_canonical_urls(prefix: Path, linked: Sequence[LockedPackage]) -> No
 
 # --------------------------------------------------------------------------- pip part
 
-def sync_pip(plan: Plan, partial: Path, options: EnvOptions, wheels: dict) -> None:
+def sync_pip(plan: Plan, partial: Path, options: EnvOptions, wheels: dict) -> list[str]:
     """uv removes and installs exactly the planned wheels: hash-checked, no resolution, no network.
 
     uv installs the verified local `wheels` (name -> file; fetched here any that a recycled
     generation, one change further behind, needs besides), so it never downloads mid-install;
-    then each new distribution gets the lock's URL and the stable path (`_finish_wheel`)."""
+    then each new distribution gets the lock's URL and the stable path (`_finish_wheel`).
+    Returns notes on the distributions whose metadata alone could be removed (`_drop_unlisted`)."""
     uv = uv_binary(PipOptions())
     python = str(python_executable(partial))
-    if plan.pip_remove:
-        done = run([uv, "pip", "uninstall", "--python", python, *[d.name for d in plan.pip_remove]], timeout=600)
+    notes = _drop_unlisted(plan.pip_remove, partial)
+    names = sorted({d.name for d in plan.pip_remove if os.path.lexists(d.dist_info)})
+    if names:
+        done = _run_uv([uv, "pip", "uninstall", "--python", python, *names], timeout=600)
         if done.returncode != 0:
-            raise ToolError(f"uv pip uninstall failed in {partial}:\n{done.stderr.strip()}")
+            message = _uv_message(done, partial, options.prefix)
+            raise ToolError(f"uv pip uninstall failed in {options.prefix}: {message}")
     if plan.pip_install:
         missing = [e for e in plan.pip_install if e.name not in wheels]
         wheels = {**wheels, **_fetch_quietly(missing, options)}
@@ -584,23 +594,65 @@ def sync_pip(plan: Plan, partial: Path, options: EnvOptions, wheels: dict) -> No
         requirements.write_text("".join(f"{e.name} @ {uri} --hash=sha256:{e.sha256}\n" for uri, e in local.items()),
                                 encoding="utf-8")
         try:
-            done = run([uv, "pip", "install", "--python", python, "--no-deps", "--require-hashes",
-                        "--link-mode", "copy", "--no-index", "-r", str(requirements)], timeout=3600)
+            done = _run_uv([uv, "pip", "install", "--python", python, "--no-deps", "--require-hashes",
+                            "--link-mode", "copy", "--no-index", "-r", str(requirements)], timeout=3600)
         finally:
             requirements.unlink()
         if done.returncode != 0:
             forget_verified(list(wheels.values()))  # if a stored wheel changed unseen, the next run's hashing finds it
-            raise _pip_failure(done.stderr)
+            raise _pip_failure(_uv_message(done, partial, options.prefix), options.prefix)
         for dist_info, entry in _installed_from(partial, local):
             _finish_wheel(dist_info, entry, partial, options.prefix)
+    return notes
 
 
-def _pip_failure(stderr: str):
-    message = scrub_credentials(stderr.strip())
+def _drop_unlisted(dists: Sequence[InstalledPip], partial: Path) -> list[str]:
+    """Remove the metadata of each distribution in `dists` that lists no files to uninstall (a
+    .dist-info without RECORD, an .egg-info without top_level.txt, a distutils .egg-info file, as
+    hand or legacy installs leave them): uv refuses to uninstall those, which would block every
+    later change of the env. Files such a distribution installed, listed nowhere, stay."""
+    notes = []
+    for dist in dists:
+        metadata = dist.dist_info
+        if (metadata / ("RECORD" if metadata.name.endswith(".dist-info") else "top_level.txt")).is_file():
+            continue  # uv's to uninstall
+        if metadata.is_dir():
+            remove_tree(metadata)
+        else:
+            metadata.unlink()
+        notes.append(f"{dist.name} {dist.version}: only its metadata was removed ({metadata.relative_to(partial)}), "
+                     "which lists no files to uninstall; any files it installed are still there")
+    return notes
+
+
+def _run_uv(argv: Sequence[str], timeout: float) -> Completed:
+    # From /: uv names paths in full, not relative to our working directory (so `_uv_message` can
+    # put the stable path in place of the generation's), and reads no uv.toml of whatever project we are in.
+    return run(argv, timeout=timeout, cwd="/")
+
+
+_UV_PROGRESS = ("Using Python ", "Resolved ", "Prepared ", "Installed ", "Uninstalled ", "Audited ", "+ ", "- ", "~ ")
+
+
+def _uv_message(done: Completed, partial: Path, stable: Path) -> str:
+    """uv's stderr on one line: its errors and what caused them, without progress lines, naming the
+    env's stable path rather than the generation being built (which is gone once the run failed)."""
+    lines = [line.strip() for line in _in_env(scrub_credentials(done.stderr), partial, stable).splitlines()]
+    kept = [line[len("error: "):] if line.startswith("error: ") else line
+            for line in lines if line and not line.startswith(_UV_PROGRESS)]
+    return " ".join(kept) or f"exit status {done.returncode}, no message"
+
+
+def _in_env(text: str, partial: Path, stable: Path) -> str:
+    """`text` naming the stable path where it names the generation being built."""
+    return text.replace(str(partial), str(stable))
+
+
+def _pip_failure(message: str, stable: Path):
     if "hash" in message.lower() and "mismatch" in message.lower():
         return IntegrityError("a wheel does not match the lock's sha256 (its copy in the package cache damaged on disk?); "
-                              f"nothing was installed, and the next run hashes the cached wheels again:\n{message}")
-    return ToolError(f"uv pip install failed:\n{message}")
+                              f"nothing was installed, and the next run hashes the cached wheels again: {message}")
+    return ToolError(f"uv pip install failed in {stable}: {message}")
 
 
 def _installed_from(partial: Path, local: dict) -> list:

@@ -110,6 +110,7 @@ def _summary(env: str, result, options) -> str:
     changes = result.plan.lines()
     shown = changes if len(changes) <= 40 else changes[:40] + [f"... and {len(changes) - 40} more (--json lists all)"]
     lines += [f"  {line}" for line in shown]
+    lines += [f"note: {note}" for note in result.notes]
     if result.changed:
         if result.base is not None:
             how = f"by updating retired generation {result.base}" if result.recycled else f"from a clone of generation {result.base}"
@@ -130,5 +131,6 @@ def _envelope(result) -> dict:
         "changed": result.changed,
         "dry_run": result.dry_run,
         "plan": result.plan.to_dict(),
+        "notes": list(result.notes),
         "seconds": {k: round(v, 4) for k, v in result.seconds.items()},
     }

@@ -88,7 +88,7 @@ def test_a_mirror_for_no_channel_of_the_lock_is_refused(project: Project, channe
     for extra in ([], ["--dry-run"]):  # the no-op path too: the typo would bite on the next change
         assert main([*env_args(project, str(channel)), "--mirror", f"conda-froge={channel}", *extra]) == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"error: --mirror https://conda.anaconda.org/conda-froge={channel}: no URL of conda-lock.yml "
-                              "is under https://conda.anaconda.org/conda-froge (CANONICAL is one of the lock's channels "
-                              "or wheel hosts: file://")
+        assert err.startswith(f"error: --mirror https://conda.anaconda.org/conda-froge={channel}: no URL of "
+                              "conda-lock.yml is under https://conda.anaconda.org/conda-froge (CANONICAL is one of "
+                              "the lock's channels or wheel hosts: file://")
         assert "https://conda.anaconda.org/conda-forge" in err and len(err.splitlines()) == 1
