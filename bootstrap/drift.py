@@ -227,12 +227,12 @@ def check_lock(state: EnvState) -> Check:
 
 
 def conda_owned_dist_infos(paths: Mapping[str, Sequence[Mapping[str, Any]]]) -> set:
-    """Names of the .dist-info directories that conda packages installed (pip as a conda package, ...)."""
+    """Names of the .dist-info / .egg-info entries that conda packages installed (pip as a conda package, ...)."""
     owned = set()
     for entries in paths.values():
         for entry in entries:
             for part in entry.get("_path", "").split("/"):
-                if part.endswith(".dist-info"):
+                if part.endswith((".dist-info", ".egg-info")):
                     owned.add(part)
                     break
     return owned

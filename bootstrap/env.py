@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -42,6 +43,7 @@ from bootstrap.prefix import (
     InstallRecord,
     InstalledPip,
     conda_meta_fingerprint,
+    conda_owned_metadata,
     conda_packages,
     normalise,
     pip_distributions,
@@ -133,8 +135,14 @@ def plan_for(options: EnvOptions, lock: Lock) -> Plan:
 
 
 def plan_against(entries: Sequence[LockedPackage], prefix: Path) -> Plan:
-    """`make_plan` for what `prefix` holds."""
-    return make_plan(entries, conda_packages(prefix), pip_distributions(prefix))
+    """`make_plan` for what `prefix` holds. A distribution it would pip-remove may be a conda package's
+    metadata under another name (pytables' `tables-*.egg-info`): only then are all conda records read
+    for the files they own."""
+    plan = make_plan(entries, conda_packages(prefix), pip_distributions(prefix))
+    if plan.pip_remove:
+        owned = conda_owned_metadata(prefix)
+        plan = dataclasses.replace(plan, pip_remove=tuple(d for d in plan.pip_remove if d.dist_info.name not in owned))
+    return plan
 
 
 def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> EnvResult:

@@ -51,7 +51,10 @@ def make_plan(
 
     A package is kept only if its exact artifact (sha256) is installed; a conda
     record without a sha256 is matched on version and build. Distributions
-    that conda owns (pip installed as a conda package) are never pip-removed.
+    that conda owns (pip installed as a conda package, or anything whose
+    INSTALLER says conda) are never pip-removed. A name installed twice (a
+    leftover .egg-info beside a .dist-info, say) is removed in full and the
+    locked one installed again.
     """
     installed = {c.name: c for c in conda}
     link, unlink = [], []
@@ -66,10 +69,18 @@ def make_plan(
     unlink += [c for name, c in sorted(installed.items()) if name not in wanted_conda]
 
     conda_names = {normalise(n) for n in installed} | {normalise(n) for n in wanted_conda}
-    dists = {d.name: d for d in pip if d.name not in conda_names}
+    dists: dict[str, list[InstalledPip]] = {}
+    for dist in pip:
+        if dist.name not in conda_names and dist.installer != "conda":
+            dists.setdefault(dist.name, []).append(dist)
     wanted_pip = {normalise(p.name): p for p in locked if p.manager == "pip"}
-    pip_install = [e for n, e in sorted(wanted_pip.items()) if n not in dists or dists[n].sha256 != e.sha256]
-    pip_remove = [d for n, d in sorted(dists.items()) if n not in wanted_pip or d.sha256 != wanted_pip[n].sha256]
+
+    def kept(name: str) -> bool:
+        have, want = dists.get(name, []), wanted_pip.get(name)
+        return want is not None and len(have) == 1 and have[0].sha256 == want.sha256
+
+    pip_install = [e for n, e in sorted(wanted_pip.items()) if not kept(n)]
+    pip_remove = [d for n, same in sorted(dists.items()) if not kept(n) for d in same]
     return Plan(tuple(link), tuple(unlink), tuple(pip_install), tuple(pip_remove))
 
 

@@ -6,6 +6,7 @@ env, Python 3.9, no rattler) compares it with the lock.
     conda-meta/<name>-<version>-<build>.json      one record per conda package
     <site-packages>/<dist>.dist-info/              one per pip distribution
         direct_url.json                            PEP 610: the locked URL + sha256
+    <site-packages>/<dist>.egg-info[/PKG-INFO]     one per distribution of a legacy install (setup.py, distutils)
     conda-meta/bootstrap                           what `bootstrap env` installed, from which lock (JSON)
 """
 
@@ -51,7 +52,7 @@ class InstalledPip:
     version: str
     sha256: Optional[str]  # of the wheel: direct_url.json's hash, else the install record's
     url: Optional[str]
-    dist_info: Path
+    dist_info: Path  # its metadata: a .dist-info directory, or a legacy .egg-info directory or file
     installer: str = ""  # INSTALLER: "uv", "pip", "conda", ...
     requested: bool = False  # a REQUESTED file: asked for by name, not pulled in
     requires: tuple[str, ...] = ()  # names of unconditional Requires-Dist entries
@@ -144,6 +145,18 @@ def conda_packages(prefix: Path) -> list[InstalledConda]:
     return out
 
 
+def conda_owned_metadata(prefix: Path) -> set[str]:
+    """Names of the `.dist-info` / `.egg-info` entries that conda packages installed, from the `files`
+    of every record: all of them parsed, so only worth it when one may pass for a pip distribution."""
+    owned = set()
+    for record in conda_records(prefix):
+        for path in record.files:
+            owned.update(part for part in path.split("/")[:-1] if part.endswith((".dist-info", ".egg-info")))
+            if path.endswith(".egg-info"):  # a distutils PKG-INFO file
+                owned.add(path.rsplit("/", 1)[-1])
+    return owned
+
+
 def site_packages(prefix: Path) -> Optional[Path]:
     """`<prefix>/lib/pythonX.Y/site-packages` (or `Lib/site-packages` on Windows), if present."""
     found = sorted(prefix.glob("lib/python3*/site-packages")) or sorted(prefix.glob("Lib/site-packages"))
@@ -151,7 +164,8 @@ def site_packages(prefix: Path) -> Optional[Path]:
 
 
 def pip_distributions(prefix: Path) -> list[InstalledPip]:
-    """Every distribution with a `.dist-info` in the env's site-packages, conda-installed ones included.
+    """Every distribution with a `.dist-info` or `.egg-info` in the env's site-packages, conda-installed
+    ones included (`importlib.metadata.distributions()` finds both).
 
     Callers that want the pip part alone drop names that conda records own.
     """
@@ -164,9 +178,9 @@ def pip_distributions(prefix: Path) -> list[InstalledPip]:
     record = read_install_record(prefix)
     installed = record.pip if record is not None else {}
     out = []
-    for dist_info in sorted(site.glob("*.dist-info")):
+    for dist_info in sorted([*site.glob("*.dist-info"), *site.glob("*.egg-info")]):
         fields = _metadata(dist_info)
-        name = (fields.get("name") or [dist_info.name[: -len(".dist-info")].partition("-")[0]])[0]
+        name = (fields.get("name") or [dist_info.name.rsplit(".", 1)[0].partition("-")[0]])[0]
         version = (fields.get("version") or [""])[0]
         direct_url = _json(dist_info / "direct_url.json")
         sha256 = _wheel_sha256(direct_url)
@@ -188,9 +202,14 @@ def pip_distributions(prefix: Path) -> list[InstalledPip]:
 
 
 def _metadata(dist_info: Path) -> dict[str, list[str]]:
-    """The header fields of METADATA (RFC 822 style; the body after the blank line is the description)."""
+    """The header fields of METADATA, or of a legacy install's PKG-INFO (RFC 822 style; the body after
+    the blank line is the description). distutils wrote PKG-INFO as the `.egg-info` file itself."""
+    if dist_info.name.endswith(".dist-info"):
+        text = _read(dist_info / "METADATA")
+    else:
+        text = _read(dist_info / "PKG-INFO") if dist_info.is_dir() else _read(dist_info)
     fields: dict[str, list[str]] = {}
-    for line in _read(dist_info / "METADATA").splitlines():
+    for line in text.splitlines():
         if not line.strip():
             break
         key, sep, value = line.partition(":")
