@@ -2,7 +2,7 @@
 
     archives/<sha256>/<file>     verified conda archives and wheels (fetch.py), with wheels' stamps
     pkgs/<name-version-build>/   rattler's extracted packages, which envs copy from (and `.lock`s)
-    seals/<sha256>.json          what each extracted package looked like when sealed (env.py)
+    seals/<sha256>.json          what each extracted package looked like when sealed (env.py; a header line, then JSON)
     locks/<sha256>.json          parsed locks (lockfile.py)
 
 Envs hold copies, never links into it, so whatever goes costs a download or

@@ -384,8 +384,8 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
     rattler links from its extracted package cache, which it trusts ("fast"
     validation only checks that each file exists, and cost 5 % of a fresh
     create; "full" re-hashes everything and doubled the link time). So every
-    extracted package is sealed after extraction (size and mtime of each
-    file, `_seal`), and rattler is told to skip its own check. A sealed copy
+    extracted package is sealed after extraction (size, mtime and ctime of
+    each file, `_seal`), and rattler is told to skip its own check. A sealed copy
     (`sealed`) is linked by a record that points at the lock's URL: rattler
     takes the cached copy (matched by sha256) and records that URL, so
     conda-meta needs no rewrite. Other records point at the verified archive,
@@ -507,8 +507,18 @@ def _seal_path(cache_dir: Path, entry: LockedPackage) -> Path:
     return cache_dir / "seals" / f"{entry.sha256}.json"
 
 
+# A seal's first line, then the JSON of `_fingerprint`. An older seal without it (size and mtime
+# only) counts as none: the package is extracted from its checked archive and sealed again.
+_SEAL_HEADER = "bootstrap-seal 2\n"
+
+
 def _fingerprint(directory: Path) -> dict:
-    """relative path -> [size, mtime_ns] of every file and link under `directory`.
+    """relative path -> [size, mtime_ns, ctime_ns] of every file and link under `directory`.
+
+    The inode change time is set to now by any write, chmod or utime(), and no call a user
+    can make sets it back: an edit that keeps the size and restores the mtime (`cp -p`,
+    `rsync -t`, `touch -d`) still shows. rattler copies out of the cache (no hard links,
+    which would change it), so linking leaves it alone.
 
     One lstat per file, relative to an open directory (no path walk from /): a
     fresh create checks ~5,000 of them, and on 2 cores every microsecond of it
@@ -526,7 +536,7 @@ def _fingerprint(directory: Path) -> dict:
                         os.close(child)
                 else:
                     info = entry.stat(follow_symlinks=False)
-                    out[relative + entry.name] = [info.st_size, info.st_mtime_ns]
+                    out[relative + entry.name] = [info.st_size, info.st_mtime_ns, info.st_ctime_ns]
 
     root = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -539,17 +549,30 @@ def _fingerprint(directory: Path) -> dict:
 def _has_seal(cache_dir: Path, entry: LockedPackage) -> bool:
     """True if rattler's extracted copy and its seal are both there (`_seal_holds` says whether
     the copy is as sealed); otherwise drop whichever is (an unsealed copy: another artifact,
-    an older bootstrap, or an extraction killed halfway)."""
-    if _extracted_dir(cache_dir, entry).is_dir() and _seal_path(cache_dir, entry).is_file():
+    an older bootstrap's seal, or an extraction killed halfway)."""
+    if _extracted_dir(cache_dir, entry).is_dir() and _is_current_seal(_seal_path(cache_dir, entry)):
         return True
     _drop_extracted(cache_dir, entry)
     return False
 
 
+def _is_current_seal(path: Path) -> bool:
+    """Whether `path` starts with `_SEAL_HEADER` (os.read: a fifth of what opening a Python file object costs)."""
+    header = _SEAL_HEADER.encode()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return os.read(fd, len(header)) == header
+    finally:
+        os.close(fd)
+
+
 def _seal_holds(cache_dir: Path, entry: LockedPackage) -> bool:
     try:
-        seal = json.loads(_seal_path(cache_dir, entry).read_text(encoding="utf-8"))
-        return seal == _fingerprint(_extracted_dir(cache_dir, entry))
+        header, _, body = _seal_path(cache_dir, entry).read_text(encoding="utf-8").partition("\n")
+        return header + "\n" == _SEAL_HEADER and json.loads(body) == _fingerprint(_extracted_dir(cache_dir, entry))
     except (OSError, ValueError):
         return False  # gone, or a broken seal
 
@@ -563,7 +586,7 @@ def _seal(cache_dir: Path, entry: LockedPackage) -> None:
     directory, seal = _extracted_dir(cache_dir, entry), _seal_path(cache_dir, entry)
     if directory.is_dir():
         seal.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(seal, json.dumps(_fingerprint(directory), sort_keys=True))
+        atomic_write_text(seal, _SEAL_HEADER + json.dumps(_fingerprint(directory), sort_keys=True))
 
 
 def _restore_canonical_urls(prefix: Path, linked: Sequence[LockedPackage]) -> None:

@@ -342,6 +342,45 @@ def test_an_edited_cached_copy_found_while_linking_discards_the_generation(proje
     assert [p.name for p in (project.root / ".fresh.gens").iterdir()] == ["1"]  # nothing left of the first try
 
 
+def test_an_edited_cached_copy_with_its_mtime_put_back_is_found(project: Project, channel: Path) -> None:
+    """Same size, mtime restored (`cp -p` of a damaged copy, `rsync -t`): the inode change time tells."""
+    from bootstrap.env import EnvOptions, Feedback, create_or_update
+
+    assert main(env_args(project, str(channel))) == 0
+    (extracted,) = (project.root / ".cache").glob("pkgs/torchlike-*/share/torchlike/build.txt")
+    original, info = extracted.read_bytes(), extracted.stat()
+    with open(extracted, "r+b") as handle:
+        handle.write(b"X")
+    os.utime(extracted, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert (extracted.stat().st_size, extracted.stat().st_mtime_ns) == (info.st_size, info.st_mtime_ns)
+    messages = []
+    fresh = project.root / "fresh"
+    options = EnvOptions("py310", project.lock_path("py310"), fresh, "linux-64", project.root / ".cache")
+    create_or_update(options, Feedback(notify=messages.append))
+    assert any("cached copies of torchlike 1.0" in m for m in messages), messages
+    assert (fresh / "share/torchlike/build.txt").read_bytes() == original == extracted.read_bytes()
+
+
+def test_a_seal_of_the_older_format_counts_as_none(project: Project, channel: Path) -> None:
+    """Size and mtime only: the copy is extracted again from its checked archive, and sealed anew."""
+    from bootstrap.env import EnvOptions, Feedback, create_or_update
+
+    assert main(env_args(project, str(channel))) == 0
+    seals = sorted((project.root / ".cache" / "seals").glob("*.json"))
+    for seal in seals:  # as bootstrap wrote them before the ctime was sealed
+        header, _, body = seal.read_text().partition("\n")
+        seal.write_text(json.dumps({path: stat[:2] for path, stat in json.loads(body).items()}))
+    (extracted,) = (project.root / ".cache").glob("pkgs/torchlike-*/share/torchlike/build.txt")
+    extracted.write_text("stale\n")  # what an older seal would no longer vouch for
+    messages = []
+    fresh = project.root / "fresh"
+    create_or_update(EnvOptions("py310", project.lock_path("py310"), fresh, "linux-64", project.root / ".cache"),
+                     Feedback(notify=messages.append))
+    assert not any("edited" in m for m in messages), messages  # not taken for an edit: never linked from
+    assert (fresh / "share/torchlike/build.txt").read_text().startswith("cuda12")
+    assert all(seal.read_text().startswith("bootstrap-seal 2\n") for seal in seals)
+
+
 def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: Project, channel: Path, monkeypatch) -> None:
     """Two envs share a cache: another run may drop an extracted package between our seal check and rattler."""
     import bootstrap.env as env_module
