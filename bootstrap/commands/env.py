@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -115,7 +116,8 @@ def _summary(env: str, result, options) -> str:
         if result.base is not None:
             how = f"by updating retired generation {result.base}" if result.recycled else f"from a clone of generation {result.base}"
             lines.append(f"built {how}; `--rollback` switches back to the previous one")
-        lines.append(f"activate: conda activate {result.prefix}   or run {result.prefix}/bin/python")
+        python = result.prefix / ("python.exe" if result.platform.startswith("win-") else "bin/python")
+        lines.append(f"activate: conda activate {shlex.quote(str(result.prefix))}   or run {shlex.quote(str(python))}")
     return "\n".join(lines)
 
 

@@ -553,6 +553,26 @@ def test_refuses_to_take_over_a_directory(project: Project, channel: Path, capsy
     assert (prefix / "precious.txt").read_text() == "mine"
 
 
+def test_the_activate_hint_quotes_a_path_with_spaces(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
+    prefix = tmp_path / "with space" / "env"
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 0
+    assert f"activate: conda activate '{prefix}'   or run '{prefix}/bin/python'\n" in capsys.readouterr().out
+    assert run_python(prefix, "import alpha; print('runs')") == "runs"
+
+
+def test_the_activate_hint_of_a_windows_env_names_its_python_exe(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from bootstrap.commands.env import _summary
+    from bootstrap.env import EnvResult
+    from bootstrap.envplan import Plan
+
+    result = EnvResult(tmp_path / "env", "win-64", Plan(), 1, changed=True, dry_run=False)
+    assert _summary("py310", result, SimpleNamespace(lock_path=Path("conda-lock.yml"))).endswith(
+        f"or run {tmp_path / 'env' / 'python.exe'}")
+
+
 def test_a_symlink_bootstrap_did_not_make_is_refused_on_every_path(project: Project, channel: Path, wheels: Path,
                                                                    capsys) -> None:
     """A stable path linked by hand to another env is neither read through nor replaced, and a stable
