@@ -43,7 +43,7 @@ from bootstrap.errors import InputError
 from bootstrap.fsutil import check_output
 from bootstrap.history import CONDA_NAME, requested_specs, spec_name
 from bootstrap.lockfile import META_INPUTS, Lock, LockedPackage, inputs_digest, read_lock
-from bootstrap.prefix import InstalledConda, InstalledPip, conda_records, pip_distributions
+from bootstrap.prefix import InstalledConda, InstalledPip, conda_records, metadata_names, pip_distributions
 from bootstrap.project import Project
 from bootstrap.spec import ANACONDA_ORG, EnvSpec, check_channel, read_spec
 from bootstrap.urls import scrub_credentials
@@ -573,9 +573,8 @@ def _prefix_channels(records: Sequence[InstalledConda]) -> Tuple[str, ...]:
 
 
 def _pip_lines(prefix: Path, records: Sequence[InstalledConda]) -> Tuple[Tuple[Line, ...], List[str]]:
-    conda_files = {f for r in records for f in r.files}
-    dists = [d for d in pip_distributions(prefix)
-             if d.installer != "conda" and f"{d.dist_info.relative_to(prefix).as_posix()}/METADATA" not in conda_files]
+    owned = metadata_names(records)
+    dists = [d for d in pip_distributions(prefix) if d.installer != "conda" and d.dist_info.name not in owned]
     if not dists:
         return (), []
     notes = []

@@ -18,7 +18,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 from bootstrap.errors import InputError
 from bootstrap.fsutil import atomic_write_text
@@ -148,8 +148,13 @@ def conda_packages(prefix: Path) -> list[InstalledConda]:
 def conda_owned_metadata(prefix: Path) -> set[str]:
     """Names of the `.dist-info` / `.egg-info` entries that conda packages installed, from the `files`
     of every record: all of them parsed, so only worth it when one may pass for a pip distribution."""
+    return metadata_names(conda_records(prefix))
+
+
+def metadata_names(records: Iterable[InstalledConda]) -> set[str]:
+    """The `.dist-info` / `.egg-info` entries among `records`' files (conda's, not pip's)."""
     owned = set()
-    for record in conda_records(prefix):
+    for record in records:
         for path in record.files:
             owned.update(part for part in path.split("/")[:-1] if part.endswith((".dist-info", ".egg-info")))
             if path.endswith(".egg-info"):  # a distutils PKG-INFO file

@@ -282,6 +282,10 @@ def conda_prefix(tmp_path: Path) -> Path:
                  subdir="noarch", files=[f"{pip_info}/METADATA", f"{pip_info}/INSTALLER"])
     write_record(prefix, "numpy", "2.2.6", "py310hefbff90_0", ["python >=3.10"])
     write_record(prefix, "ffmpeg", "7.1.1", "gpl_h0", channel="https://user:secret@conda.anaconda.org/t/tk-1/conda-forge/linux-64")
+    tables_info = "lib/python3.10/site-packages/tables-3.10.2-py3.10.egg-info"  # conda's, with no INSTALLER
+    write_record(prefix, "pytables", "3.10.2", "py310h0", ["python >=3.10"], files=[f"{tables_info}/PKG-INFO"])
+    (prefix / tables_info).mkdir(parents=True)
+    (prefix / tables_info / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: tables\nVersion: 3.10.2\n")
     (prefix / "conda-meta" / "bootstrap-install.json").write_text(json.dumps({"version": 1, "env": "train"}))
     (prefix / "conda-meta" / "history").write_text(
         "==> 2026-01-05 10:00:00 <==\n# cmd: /opt/conda/bin/conda create -p /home/ana/envs/train python=3.10 pip\n"
@@ -311,7 +315,7 @@ def test_from_prefix_uses_history_and_requested_pip(conda_prefix: Path, tmp_path
         "name": "train",
         "channels": ["conda-forge"],
         "platforms": ["linux-64"],
-        "dependencies": ["conda-forge::numpy=2.2.6", "pip=26.0", "python=3.10.19", {"pip": ["torch==2.10.0"]}],
+        "dependencies": ["conda-forge::numpy=2.2.6", "pip=26.0", "python=3.10.19", {"pip": ["torch==2.10.0"]}],  # no tables
     }
     assert "/home/ana" not in text and "secret" not in text and "tk-1" not in text and "prefix" not in text
     err = capsys.readouterr().err
@@ -327,7 +331,8 @@ def test_from_prefix_without_requested_files_takes_the_leaves(conda_prefix: Path
     assert data["name"] == "train2"
     # Leaves: nothing depends on ffmpeg or numpy. python is kept although pip depends on it;
     # pip is not, since python depends on it (as conda-forge's python does).
-    assert data["dependencies"] == ["ffmpeg=7.1.1", "numpy=2.2.6", "python=3.10.19", {"pip": ["torch==2.10.0"]}]
+    assert data["dependencies"] == ["ffmpeg=7.1.1", "numpy=2.2.6", "pytables=3.10.2", "python=3.10.19",
+                                    {"pip": ["torch==2.10.0"]}]
 
 
 def test_from_prefix_installed_by_rattler(tmp_path: Path, fixture_channel: Path, wheelhouse: Path, capsys):
