@@ -46,7 +46,11 @@ def run(args: argparse.Namespace) -> int:
     prefix = (args.prefix or project.root / ".envs" / env).absolute()
     if args.rollback:
         done = rollback(prefix, dry_run=args.dry_run)
-        if done.dry_run:
+        if args.json:
+            print(json.dumps({"format": ENV_JSON_FORMAT, "version": ENV_JSON_VERSION, "prefix": str(prefix),
+                              "rollback": True, "dry_run": done.dry_run, "generation": done.generation,
+                              "was": done.was, "changed": not done.dry_run}))
+        elif done.dry_run:
             print(f"{env}: {prefix} would point at generation {done.generation} (now {done.was}); nothing changed")
         else:
             print(f"{env}: {prefix} now points at generation {done.generation}")

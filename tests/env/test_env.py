@@ -249,6 +249,10 @@ def test_rollback(project: Project, channel: Path, wheels: Path, capsys) -> None
     capsys.readouterr()
     assert main(["env", "--root", str(project.root), "--rollback", "--dry-run"]) == 0
     assert f"{prefix} would point at generation 1 (now 2); nothing changed" in capsys.readouterr().out
+    assert main(["env", "--root", str(project.root), "--rollback", "--dry-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"format": "bootstrap.env", "version": 1, "prefix": str(prefix),
+                                                   "rollback": True, "dry_run": True, "generation": 1, "was": 2,
+                                                   "changed": False}
     assert os.readlink(prefix).endswith("/2")
     assert main(["env", "--root", str(project.root), "--rollback"]) == 0
     assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.1"
