@@ -46,7 +46,7 @@ def test_config_file_then_flags_override(tmp_path):
 
 @pytest.mark.parametrize("text, problem", [
     ("thresholds: {efficiency: 0.9}\n", "unknown threshold 'efficiency'"),
-    ("thresholds: {efficiency_pass: high}\n", "is not a number"),
+    ("thresholds: {efficiency_pass: high}\n", "thresholds.efficiency_pass: expected a number"),
     ("limits: {}\n", "unknown key 'limits'"),
     ("thresholds: [1]\n", "must be a mapping"),
     ("thresholds: {efficiency_pass: 0.9\n", "malformed YAML"),

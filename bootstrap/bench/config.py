@@ -9,14 +9,113 @@ value remembers where it came from so the report can say so.
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.errors import InputError
 
 MODELS = ("auto", "tiny", "resnet18", "resnet50")
 STORAGES = ("memory", "files", "packed")
+MAX_BUDGET_S = 24 * 3600.0   # a day: longer is a soak test, not an acceptance benchmark
+MIN_CROP = 16                # the small CNN's 4x4 stride-4 stem and its BatchNorms need a few pixels left
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one option or threshold accepts: a kind and, for numbers, an inclusive range."""
+
+    kind: str                      # int | number | bool | choice | text | path
+    low: Optional[float] = None
+    high: Optional[float] = None
+    above: bool = False            # `low` itself is excluded (> low)
+    choices: Tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "choice":
+            return f"one of {', '.join(self.choices)}"
+        noun = {"int": "an integer", "number": "a number", "bool": "true or false", "text": "text",
+                "path": "a path"}[self.kind]
+        if self.low is not None and self.high is not None and not self.above:
+            return f"{noun} from {_bound(self.low)} to {_bound(self.high)}"
+        bounds = []
+        if self.low is not None:
+            bounds.append(f"{'>' if self.above else '>='} {_bound(self.low)}")
+        if self.high is not None:
+            bounds.append(f"<= {_bound(self.high)}")
+        return f"{noun} {' and '.join(bounds)}" if bounds else noun
+
+
+def _bound(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() and abs(value) < 1e13 else f"{value:g}"
+
+
+def _int(low: float, high: float) -> Rule:
+    return Rule("int", low, high)
+
+
+def _number(low: float, high: float, above: bool = False) -> Rule:
+    return Rule("number", low, high, above)
+
+
+OPTION_RULES: Dict[str, Rule] = {
+    "samples": _int(1, 1_000_000), "epoch_batches": _int(1, 10_000_000),
+    "image_size": _int(MIN_CROP, 8192), "crop_size": _int(MIN_CROP, 8192), "batch_size": _int(1, 65536),
+    "num_classes": _int(1, 1_000_000), "cpu_ms": _number(0, 60_000), "io_ms": _number(0, 60_000),
+    "step_ms": _number(0, 60_000), "storage": Rule("choice", choices=STORAGES), "cold_cache": Rule("bool"),
+    "model": Rule("choice", choices=MODELS), "jpeg_quality": _int(1, 100), "seed": _int(0, 2 ** 32 - 1),
+    "budget_s": _number(0, MAX_BUDGET_S, above=True), "device": Rule("text"), "max_workers": _int(0, 1024),
+    "target_rate": _number(0, 1e12, above=True), "data_dir": Rule("path"),
+}
+_FLAGS = {"budget_s": "--budget"}
+
+
+def flag_name(name: str) -> str:
+    """The command-line spelling of option `name` (`batch_size` -> `--batch-size`, `budget_s` -> `--budget`)."""
+    return _FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f"{value!r} (text)"
+    return repr(value)
+
+
+def check_value(value: Any, rule: Rule, where: str) -> Any:
+    """`value` if it is what `rule` accepts (ints widened to float for numbers, text to Path for paths),
+    else an InputError `WHERE: expected ..., got ...`. Booleans are not numbers here, nor NaN or infinity."""
+    bad = InputError(where, f"expected {rule.describe()}, got {_shown(value)}")
+    if rule.kind == "bool":
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if rule.kind in ("choice", "text"):
+        if not isinstance(value, str) or (rule.choices and value not in rule.choices):
+            raise bad
+        return value
+    if rule.kind == "path":
+        if not isinstance(value, (str, os.PathLike)) or not str(value):
+            raise bad
+        return Path(value)
+    numeric = int if rule.kind == "int" else (int, float)
+    if isinstance(value, bool) or not isinstance(value, numeric) or not math.isfinite(value):
+        raise bad
+    if rule.low is not None and (value <= rule.low if rule.above else value < rule.low):
+        raise bad
+    if rule.high is not None and value > rule.high:
+        raise bad
+    return value if rule.kind == "int" else float(value)
+
+
+def check_options(values: Mapping[str, Any], where: Callable[[str], str]) -> Dict[str, Any]:
+    """Every value of `values` checked against OPTION_RULES, errors named by `where(name)`."""
+    return {name: check_value(value, OPTION_RULES[name], where(name)) for name, value in values.items()}
 
 
 @dataclass(frozen=True)
@@ -68,19 +167,65 @@ class ThresholdSet:
                 for name in Thresholds.names()}
 
     def override(self, updates: Mapping[str, Any], source: str) -> "ThresholdSet":
-        """New set with `updates` applied; unknown names and non-numbers are InputErrors naming `source`."""
+        """New set with `updates` applied. Unknown names, values that are not finite numbers or are out of
+        range, and a pass bound on the wrong side of its warn bound are InputErrors naming `source`."""
+        where = _threshold_where(source)
         clean: Dict[str, float] = {}
         for name, raw in updates.items():
             if name not in Thresholds.names():
                 raise InputError(source, f"unknown threshold {name!r}",
                                  f"use one of: {', '.join(Thresholds.names())}")
-            try:
-                clean[name] = float(raw)
-            except (TypeError, ValueError):
-                raise InputError(source, f"threshold {name}: {raw!r} is not a number", "write e.g. 0.85") from None
+            if source == "--threshold" and isinstance(raw, str):
+                raw = _flag_number(raw)
+            clean[name] = check_value(raw, THRESHOLD_RULES[name], where(name))
         merged = dict(self.sources)
         merged.update({name: source for name in clean})
-        return ThresholdSet(replace(self.values, **clean), tuple(sorted(merged.items())))
+        result = ThresholdSet(replace(self.values, **clean), tuple(sorted(merged.items())))
+        result.check_pairs(set(clean), where)
+        return result
+
+    def check_pairs(self, changed: Any, where: Callable[[str], str]) -> None:
+        """Each `*_pass` bound must not be on the failing side of its `*_warn` bound."""
+        for good, bad, higher_is_better in THRESHOLD_PAIRS:
+            if good not in changed and bad not in changed:
+                continue
+            a, b = getattr(self.values, good), getattr(self.values, bad)
+            if (a < b) if higher_is_better else (a > b):
+                name = good if good in changed else bad
+                other = bad if name == good else good
+                side = "below" if (name == good) == higher_is_better else "above"
+                raise InputError(where(name), f"{getattr(self.values, name):g} is {side} {other} "
+                                 f"{getattr(self.values, other):g} (from {self.source(other)})",
+                                 f"{good} must be {'>=' if higher_is_better else '<='} {bad}")
+
+
+def _threshold_where(source: str) -> Callable[[str], str]:
+    if source == "--threshold":
+        return lambda name: f"--threshold {name}"
+    return lambda name: f"{source}: thresholds.{name}"
+
+
+def _flag_number(text: str) -> Any:
+    try:
+        return float(text)
+    except ValueError:
+        return text  # refused by check_value, which shows it
+
+
+_FRACTION = _number(0, 1)
+THRESHOLD_RULES: Dict[str, Rule] = {name: _FRACTION for name in (
+    "efficiency_pass", "efficiency_warn", "device_idle_pass", "device_idle_warn", "speedup_pass_fraction",
+    "sm_active_pass", "sm_active_warn", "pss_growth_pass", "pss_growth_warn", "matmul_pass", "matmul_warn",
+    "h2d_pass", "h2d_warn", "loader_scaling_pass", "noise_floor_min", "early_stop_efficiency")}
+THRESHOLD_RULES.update(util_p95_pass=_number(0, 100), util_p5_pass=_number(0, 100),
+                       shm_pass_factor=_number(0, 100), shm_warn_factor=_number(0, 100))
+# (pass bound, warn bound, higher is better)
+THRESHOLD_PAIRS: Tuple[Tuple[str, str, bool], ...] = (
+    ("efficiency_pass", "efficiency_warn", True), ("device_idle_pass", "device_idle_warn", False),
+    ("sm_active_pass", "sm_active_warn", True), ("pss_growth_pass", "pss_growth_warn", False),
+    ("shm_pass_factor", "shm_warn_factor", True), ("matmul_pass", "matmul_warn", True),
+    ("h2d_pass", "h2d_warn", True),
+)
 
 
 def parse_threshold_flags(pairs: Sequence[str]) -> Dict[str, str]:
@@ -120,24 +265,18 @@ class WorkloadSpec:
     jpeg_quality: int = 90
     seed: int = 0
 
-    def validate(self) -> "WorkloadSpec":
-        problems = []
-        if self.storage not in STORAGES:
-            problems.append(("--storage", f"{self.storage!r} is not one of {', '.join(STORAGES)}"))
-        if self.model not in MODELS:
-            problems.append(("--model", f"{self.model!r} is not one of {', '.join(MODELS)}"))
-        if not 1 <= self.crop_size <= self.image_size:
-            problems.append(("--crop-size", f"{self.crop_size} must be between 1 and --image-size {self.image_size}"))
-        if self.batch_size < 1 or self.samples < 1:
-            problems.append(("--batch-size", f"need batch size ({self.batch_size}) and samples ({self.samples}) >= 1"))
-        if self.epoch_batches < 1:
-            problems.append(("--epoch-batches", f"{self.epoch_batches} must be >= 1"))
-        for name in ("cpu_ms", "io_ms", "step_ms"):
-            if getattr(self, name) < 0:
-                problems.append((f"--{name.replace('_', '-')}", "must be >= 0"))
-        if problems:
-            where, problem = problems[0]
-            raise InputError(where, problem, "fix the option")
+    def validate(self, names: Optional[Mapping[str, str]] = None) -> "WorkloadSpec":
+        """Every field's type and range, then the ones that depend on each other. Errors name the field as
+        `names` spells it (a config file's `FILE: options.crop_size`), else as its flag (`--crop-size`)."""
+        where = _namer(names)
+        check_options(self.to_dict(), where)
+        if self.crop_size > self.image_size:
+            name = "crop_size" if names is None or "crop_size" in names else "image_size"
+            raise InputError(where(name), f"the crop ({self.crop_size}) is larger than the image ({self.image_size})",
+                             "keep crop_size <= image_size")
+        if self.cold_cache and self.storage == "memory":
+            raise InputError(where("cold_cache"), "only applies to files on disk: the memory store has no page cache",
+                             "add --storage files or --storage packed, or drop --cold-cache")
         return self
 
     def to_dict(self) -> Dict[str, Any]:
@@ -159,23 +298,50 @@ class BenchOptions:
     nvml_module: Any = None              # pynvml stand-in for tests (None: the real pynvml)
     sampler_interval_s: float = 0.2
 
-    def validate(self) -> "BenchOptions":
-        self.workload.validate()
-        if self.budget_s <= 0:
-            raise InputError("--budget", f"{self.budget_s} is not a positive number of seconds", "e.g. --budget 120")
-        if self.max_workers is not None and self.max_workers < 0:
-            raise InputError("--max-workers", "must be >= 0", "e.g. --max-workers 8")
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise InputError("--device", f"{self.device!r} is not auto, cpu, cuda or cuda:N", "e.g. --device cuda:0")
+    def validate(self, names: Optional[Mapping[str, str]] = None) -> "BenchOptions":
+        """The workload's fields and this run's, named as `names` spells them (else by flag)."""
+        where = _namer(names)
+        self.workload.validate(names)
+        check_options({name: getattr(self, name) for name in RUN_OPTIONS if getattr(self, name) is not None}, where)
+        device = self.device
+        if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
+            raise InputError(where("device"), f"{device!r} is not auto, cpu, cuda or cuda:N", "e.g. --device cuda:0")
+        if self.data_dir is not None:
+            if self.workload.storage == "memory":
+                raise InputError(where("data_dir"), "only used by --storage files or packed",
+                                 "add --storage files or --storage packed, or drop --data-dir")
+            check_data_dir(Path(self.data_dir), where("data_dir"))
         return self
+
+
+RUN_OPTIONS = ("budget_s", "device", "max_workers", "target_rate", "data_dir")
+
+
+def _namer(names: Optional[Mapping[str, str]]) -> Callable[[str], str]:
+    return lambda name: (names or {}).get(name) or flag_name(name)
+
+
+def check_data_dir(path: Path, where: str) -> None:
+    """A directory the bench can write its sample files in: existing, or creatable under a writable parent."""
+    if path.exists() and not path.is_dir():
+        raise InputError(where, f"{path} is not a directory", "give a directory (it is created if missing)")
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError(where, f"cannot create {path}: {probe} is not a directory", "give another directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(where, f"cannot write in {probe} (no permission, or a read-only file system)",
+                         "give another directory")
 
 
 def load_config(path: Path, thresholds: Optional[ThresholdSet] = None) -> Tuple[ThresholdSet, Dict[str, Any]]:
     """Read a YAML or JSON config: `{thresholds: {name: value}, options: {...}}`.
 
-    Returns the thresholds with the file's overrides applied and the raw
-    `options` mapping (CLI option names with `_`, e.g. `budget_s`), which
-    the CLI applies under its own flags.
+    Returns the thresholds with the file's overrides applied and the
+    `options` mapping (CLI option names with `_`, e.g. `budget_s`), each
+    value checked and named `FILE: options.NAME` in errors, which the CLI
+    applies under its own flags.
     """
     from bootstrap.spec import load_yaml  # YAML is a superset of JSON, so one reader serves both
 
@@ -193,5 +359,9 @@ def load_config(path: Path, thresholds: Optional[ThresholdSet] = None) -> Tuple[
     for key, value in (("thresholds", raw_thresholds), ("options", raw_options)):
         if not isinstance(value, dict):
             raise InputError(f"{where}: {key}", "must be a mapping of name: value", f"e.g. {key}: {{name: value}}")
+    unknown = sorted(set(raw_options) - set(OPTION_RULES))
+    if unknown:
+        raise InputError(f"{where}: options", f"unknown option {unknown[0]!r}", f"use one of: {', '.join(OPTION_RULES)}")
     base = thresholds or ThresholdSet()
-    return base.override(raw_thresholds, where), dict(raw_options)
+    options = check_options(raw_options, lambda name: f"{where}: options.{name}")
+    return base.override(raw_thresholds, where), options

@@ -16,13 +16,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict
 
-from bootstrap.bench.config import MODELS, STORAGES, BenchOptions, ThresholdSet, WorkloadSpec, load_config, \
-    parse_threshold_flags
+from bootstrap.bench.config import MODELS, RUN_OPTIONS, STORAGES, BenchOptions, ThresholdSet, WorkloadSpec, \
+    check_options, flag_name, load_config, parse_threshold_flags
 from bootstrap.checks import exit_code
 from bootstrap.errors import InputError
 
 EXIT_INTERRUPTED = 130
-_RUN_OPTIONS = ("budget_s", "device", "max_workers", "target_rate", "data_dir")
 _WORKLOAD_OPTIONS = tuple(f.name for f in fields(WorkloadSpec))
 
 
@@ -63,31 +62,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def build_options(args: argparse.Namespace) -> BenchOptions:
-    """Defaults < config file `options` < flags; thresholds: defaults < file < --threshold."""
+    """Defaults < config file `options` < flags; thresholds: defaults < file < --threshold.
+
+    Each value is checked where it was given, so an error names the flag or `FILE: options.NAME`.
+    """
     thresholds = ThresholdSet()
     settings: Dict[str, Any] = {}
+    names: Dict[str, str] = {}
     if args.config is not None:
         thresholds, file_options = load_config(args.config, thresholds)
-        unknown = sorted(set(file_options) - set(_RUN_OPTIONS) - set(_WORKLOAD_OPTIONS))
-        if unknown:
-            raise InputError(f"{args.config}: options", f"unknown option {unknown[0]!r}",
-                             f"use one of: {', '.join(_RUN_OPTIONS + _WORKLOAD_OPTIONS)}")
         settings.update(file_options)
-    for name in _RUN_OPTIONS + _WORKLOAD_OPTIONS:
-        value = getattr(args, name, None)
-        if value is not None:
-            settings[name] = value
+        names.update({name: f"{args.config}: options.{name}" for name in file_options})
+    flags = {name: getattr(args, name) for name in RUN_OPTIONS + _WORKLOAD_OPTIONS
+             if getattr(args, name, None) is not None}
+    settings.update(check_options(flags, flag_name))
+    names.update({name: flag_name(name) for name in flags})
     if args.threshold:
         thresholds = thresholds.override(parse_threshold_flags(args.threshold), "--threshold")
     workload = WorkloadSpec(**{k: v for k, v in settings.items() if k in _WORKLOAD_OPTIONS})
-    run_settings = {k: v for k, v in settings.items() if k in _RUN_OPTIONS}
-    if "data_dir" in run_settings and run_settings["data_dir"] is not None:
-        run_settings["data_dir"] = Path(run_settings["data_dir"])
-    try:
-        options = BenchOptions(workload=workload, thresholds=thresholds, **run_settings)
-    except TypeError as exc:
-        raise InputError(str(args.config or "options"), str(exc), "check the option types") from None
-    return options.validate()
+    run_settings = {k: v for k, v in settings.items() if k in RUN_OPTIONS}
+    return BenchOptions(workload=workload, thresholds=thresholds, **run_settings).validate(names)
 
 
 def _progress(event: Any) -> None:
