@@ -310,7 +310,7 @@ class BenchOptions:
             if self.workload.storage == "memory":
                 raise InputError(where("data_dir"), "only used by --storage files or packed",
                                  "add --storage files or --storage packed, or drop --data-dir")
-            check_data_dir(Path(self.data_dir), where("data_dir"))
+            check_directory(Path(self.data_dir), where("data_dir"))
         return self
 
 
@@ -321,8 +321,9 @@ def _namer(names: Optional[Mapping[str, str]]) -> Callable[[str], str]:
     return lambda name: (names or {}).get(name) or flag_name(name)
 
 
-def check_data_dir(path: Path, where: str) -> None:
-    """A directory the bench can write its sample files in: existing, or creatable under a writable parent."""
+def check_directory(path: Path, where: str) -> None:
+    """A directory the bench can write in (its samples, its report): existing, or creatable under a writable
+    parent. Creates nothing."""
     if path.exists() and not path.is_dir():
         raise InputError(where, f"{path} is not a directory", "give a directory (it is created if missing)")
     probe = path.absolute()

@@ -10,9 +10,6 @@ phase bands.
 from __future__ import annotations
 
 import io
-import os
-import tempfile
-from pathlib import Path
 from typing import Any, List, Sequence, Tuple
 
 from bootstrap.bench.results import BenchResult
@@ -47,21 +44,6 @@ def render_png(result: BenchResult) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return buffer.getvalue()
-
-
-def write_png(result: BenchResult, path: Path) -> Path:
-    """Write the chart atomically (temp file in the same directory, then rename)."""
-    data = render_png(result)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _bars(result: BenchResult) -> List[Tuple[str, str, float]]:

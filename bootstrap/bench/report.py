@@ -8,13 +8,18 @@ tests/test_bench_report.py pins both layouts.
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import stat
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from bootstrap.bench.config import WorkloadSpec
+from bootstrap.bench.config import WorkloadSpec, check_directory
 from bootstrap.bench.results import BenchResult, LoaderConfig
 from bootstrap.checks import render_table, to_json
-from bootstrap.fsutil import atomic_write_text
+from bootstrap.errors import InputError
+from bootstrap.fsutil import atomic_write_bytes, check_output, is_special, write_target
 
 SCHEMA = "bootstrap.bench"
 SCHEMA_VERSION = 1
@@ -50,26 +55,84 @@ def to_envelope(result: BenchResult) -> Dict[str, Any]:
     return to_json(list(result.checks), "bench", extra=payload(result))
 
 
-def write_reports(result: BenchResult, out_dir: Path, *, png: bool = True) -> List[Path]:
-    """Write bench.json (and bench.png) atomically into `out_dir`; returns the paths written."""
-    import json
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = [out_dir / JSON_NAME]
-    atomic_write_text(written[0], json.dumps(to_envelope(result), indent=2, default=_jsonable) + "\n")
-    if png:
-        from bootstrap.bench.plot import write_png
-
-        written.append(write_png(result, out_dir / PNG_NAME))
-    return written
+def envelope_json(result: BenchResult) -> str:
+    """The JSON report as strict JSON: a figure that is NaN or infinite is written as null."""
+    return json.dumps(_plain(to_envelope(result)), indent=2, allow_nan=False) + "\n"
 
 
-def _jsonable(value: Any) -> Any:
+def _plain(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
     if hasattr(value, "to_dict"):
-        return value.to_dict()
-    if isinstance(value, (set, tuple)):
-        return list(value)
+        return _plain(value.to_dict())
     return str(value)
+
+
+def report_paths(out_dir: Path, *, png: bool = True) -> List[Path]:
+    return [out_dir / JSON_NAME] + ([out_dir / PNG_NAME] if png else [])
+
+
+def check_out(out_dir: Path, *, png: bool = True) -> List[Path]:
+    """Before the run: `--out` is (or can become) a writable directory and its report files can be
+    replaced. One InputError line otherwise; creates nothing."""
+    check_directory(out_dir, "--out")
+    paths = report_paths(out_dir, png=png)
+    if out_dir.is_dir():
+        for path in paths:
+            if write_target(path).is_dir():
+                raise InputError(path, "is a directory, where bench writes its report",
+                                 "remove it or give --out another directory")
+            check_output(path, "--out")
+    return paths
+
+
+def write_reports(result: BenchResult, out_dir: Path, *, png: bool = True) -> List[Path]:
+    """Write bench.json (and bench.png) into `out_dir`, all or none; returns the paths written.
+
+    Both are rendered first; then each is staged beside its target and only when every one is
+    staged are they renamed in, so a full disk leaves the previous run's pair whole.
+    """
+    paths = report_paths(out_dir, png=png)
+    data = [envelope_json(result).encode("utf-8")]
+    if png:
+        from bootstrap.bench.plot import render_png
+
+        data.append(render_png(result))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_together(list(zip(paths, data)))
+    return paths
+
+
+def write_together(files: Sequence[Tuple[Path, bytes]]) -> None:
+    """Every file or none: each is written to a hidden staging file beside its target (an atomic write,
+    so a failure leaves nothing half-written), then all are renamed over their targets. A FIFO or
+    /dev/stdout is written directly in the second step; a symlink is written through."""
+    staged: List[Tuple[Optional[Path], Path, bytes]] = []
+    try:
+        for path, data in files:
+            target = write_target(path)
+            stage = None if is_special(target) else target.with_name(f".{target.name}.{os.getpid()}.staged")
+            staged.append((stage, target, data))
+            if stage is not None:
+                atomic_write_bytes(stage, data)
+    except BaseException:
+        for stage, _, _ in staged:
+            if stage is not None:
+                stage.unlink(missing_ok=True)
+        raise
+    for stage, target, data in staged:
+        if stage is None:
+            atomic_write_bytes(target, data)
+            continue
+        if target.exists():
+            os.chmod(stage, stat.S_IMODE(target.stat().st_mode))
+        os.replace(stage, target)
 
 
 # --------------------------------------------------------------------------- snippet

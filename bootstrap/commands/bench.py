@@ -4,13 +4,14 @@ Runs the acceptance benchmark, prints the report (or the JSON envelope
 with `--json`), writes bench.json and bench.png into `--out`, and exits 1
 when a verdict fails, 130 when interrupted (after writing the partial
 report). Settings come from the defaults, then `--config FILE`'s `options`,
-then the flags.
+then the flags. `--out` is checked before the run; when the report still
+cannot be written after it (a full disk), it is printed and the command
+fails with one line, leaving an earlier run's files as they were.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -20,6 +21,7 @@ from bootstrap.bench.config import MODELS, RUN_OPTIONS, STORAGES, BenchOptions, 
     check_options, flag_name, load_config, parse_threshold_flags
 from bootstrap.checks import exit_code
 from bootstrap.errors import InputError
+from bootstrap.fsutil import disk_full, out_of_space
 
 EXIT_INTERRUPTED = 130
 _WORKLOAD_OPTIONS = tuple(f.name for f in fields(WorkloadSpec))
@@ -90,9 +92,10 @@ def _progress(event: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap.bench.report import render_text, to_envelope, write_reports
+    from bootstrap.bench.report import check_out, envelope_json, render_text, write_reports
 
     options = build_options(args)
+    check_out(args.out, png=not args.no_png)  # a bad --out costs nothing: it fails before the run
     progress = None if args.quiet else _progress
     reporter = True
     if args.distributed:
@@ -106,11 +109,25 @@ def run(args: argparse.Namespace) -> int:
     code = EXIT_INTERRUPTED if result.partial else exit_code(result.checks)
     if not reporter:
         return code
-    written = write_reports(result, args.out, png=not args.no_png)
+    try:
+        written, failure = write_reports(result, args.out, png=not args.no_png), None
+    except OSError as exc:
+        written, failure = [], exc
     if args.json:
-        print(json.dumps(to_envelope(result), indent=2, default=str))
+        print(envelope_json(result), end="")
     else:
         print(render_text(result, verbose=args.verbose), end="")
+    if failure is not None:
+        raise _not_written(failure, args.out, not args.no_png)
     print(f"wrote {', '.join(str(p) for p in written)}" + (" (partial)" if result.partial else ""),
           file=sys.stderr if args.json else sys.stdout, flush=True)
     return code
+
+
+def _not_written(exc: OSError, out: Path, png: bool) -> Exception:
+    """The one line for a report the run produced but could not store (it was printed above)."""
+    names = " and ".join(["bench.json"] + (["bench.png"] if png else []))
+    outcome = f"{names} not written (any from an earlier run are left as they were); the report is above"
+    if out_of_space(exc):
+        return disk_full(f"writing {names}", {"--out": out}, outcome, "free space or give --out another directory")
+    return InputError(out, f"could not write {names}: {exc.strerror or exc}; {outcome}", "give --out another directory")
