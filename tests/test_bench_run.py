@@ -137,6 +137,33 @@ def test_ctrl_c_prints_and_writes_a_partial_report(tmp_path):
     assert (tmp_path / "bench.png").exists()
 
 
+def test_sigterm_ends_the_run_like_ctrl_c_and_removes_the_sample_files(tmp_path):
+    """Slurm, Docker and Kubernetes stop jobs with SIGTERM: before, exit 143 with no report and the
+    temporary sample files left behind."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    out = tmp_path / "out"
+    proc = subprocess.Popen(bench_argv(out, "--budget", "60", "--cpu-ms", "2", "--storage", "files"), cwd=REPO,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "TMPDIR": str(scratch)})
+    try:
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if "ceiling: start" in line:
+                break
+        assert list(scratch.glob("bootstrap-bench-*")), "".join(seen)  # the files store is there mid-run
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(seen) + stderr
+    assert "[PARTIAL]" in stdout and "loader w=0 nopin" in stdout
+    assert json.loads((out / "bench.json").read_text())["extra"]["partial"] is True
+    assert not list(scratch.iterdir())
+
+
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed beside this python")
 def test_torchrun_two_ranks_one_aggregated_report(tmp_path):
     argv = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "bootstrap", "bench",

@@ -8,8 +8,8 @@ channels_last where the GPU supports them, kept when faster) -> naive
 workers) -> tune (see `tune`) -> tuned (three windows of the winner).
 
 Each phase gets a share of the time left, so time one phase does not use
-passes to the next and the run ends within the budget. Ctrl-C ends the run
-where it is: the result is marked `partial` and holds what was measured.
+passes to the next and the run ends within the budget. Ctrl-C (and SIGTERM,
+through the CLI) ends the run where it is: the result is marked `partial` and holds what was measured.
 Nothing here prints; progress goes to the callback the caller passes.
 """
 
@@ -557,7 +557,7 @@ class _Run:
         self.metrics["shm_need_mib"] = need
         checks = verdicts.evaluate(self.metrics, facts, self.sampler_report, self.t) if self.device_info else []
         if self.interrupted:
-            self.notes.append("interrupted (Ctrl-C): partial report of the phases measured so far")
+            self.notes.append("interrupted (Ctrl-C or SIGTERM): partial report of the phases measured so far")
         snippet = dataloader_snippet(self.best, self.spec, self.device_info.get("type", "cpu")) if self.best else ""
         return BenchResult(
             device=dict(self.device_info), workload=self.spec.to_dict(), budget_s=self.o.budget_s,

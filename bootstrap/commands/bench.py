@@ -2,8 +2,8 @@
 
 Runs the acceptance benchmark, prints the report (or the JSON envelope
 with `--json`), writes bench.json and bench.png into `--out`, and exits 1
-when a verdict fails, 130 when interrupted (after writing the partial
-report). Settings come from the defaults, then `--config FILE`'s `options`,
+when a verdict fails, 130 when interrupted (143 for SIGTERM; both after
+writing the partial report). Settings come from the defaults, then `--config FILE`'s `options`,
 then the flags. `--out` is checked before the run; when the report still
 cannot be written after it (a full disk), it is printed and the command
 fails with one line, leaving an earlier run's files as they were.
@@ -12,10 +12,12 @@ fails with one line, leaving an earlier run's files as they were.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Iterator, List
 
 from bootstrap.bench.config import MODELS, RUN_OPTIONS, STORAGES, BenchOptions, ThresholdSet, WorkloadSpec, \
     check_options, flag_name, load_config, parse_threshold_flags
@@ -98,15 +100,16 @@ def run(args: argparse.Namespace) -> int:
     check_out(args.out, png=not args.no_png)  # a bad --out costs nothing: it fails before the run
     progress = None if args.quiet else _progress
     reporter = True
-    if args.distributed:
-        from bootstrap.bench.distributed import run_distributed
+    with _terminate_as_interrupt() as terminated:
+        if args.distributed:
+            from bootstrap.bench.distributed import run_distributed
 
-        result, reporter = run_distributed(options, progress)
-    else:
-        from bootstrap.bench.run import run_bench
+            result, reporter = run_distributed(options, progress)
+        else:
+            from bootstrap.bench.run import run_bench
 
-        result = run_bench(options, progress)
-    code = EXIT_INTERRUPTED if result.partial else exit_code(result.checks)
+            result = run_bench(options, progress)
+    code = (128 + terminated[0] if terminated else EXIT_INTERRUPTED) if result.partial else exit_code(result.checks)
     if not reporter:
         return code
     try:
@@ -122,6 +125,29 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {', '.join(str(p) for p in written)}" + (" (partial)" if result.partial else ""),
           file=sys.stderr if args.json else sys.stdout, flush=True)
     return code
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[List[int]]:
+    """SIGTERM, how Slurm, Docker and Kubernetes stop a job, ends the run as Ctrl-C does: the phases stop,
+    temporary data is removed and the partial report is written (exit 143). The signals received are
+    yielded; a second one while the run winds down is noted, not raised, so the clean-up finishes."""
+    received: List[int] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (an embedding program): leave its signals alone
+        yield received
+        return
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _not_written(exc: OSError, out: Path, png: bool) -> Exception:
