@@ -125,3 +125,33 @@ def test_library_callers_get_the_same_checks_named_by_flag():
     with pytest.raises(InputError, match="^--max-workers: expected an integer"):
         BenchOptions(max_workers=2.5).validate()
     assert ThresholdSet().values.efficiency_pass == 0.9
+
+
+# --------------------------------------------------------------------------- --data-dir at run time
+
+
+def test_data_dir_gets_a_fresh_directory_that_is_removed(tmp_path):
+    """Before: the samples went to DIR/samples/000000.jpg..., overwriting a user's files there, and stayed."""
+    from tests.test_bench_outputs import SMALL, bench
+
+    data = tmp_path / "data"
+    (data / "samples").mkdir(parents=True)
+    (data / "samples" / "000000.jpg").write_text("mine")
+    done = bench("--budget", "1", "--quiet", "--no-png", "--storage", "files", "--data-dir", str(data),
+                 "--out", str(tmp_path / "out"), *SMALL)
+    assert done.returncode in (0, 1), done.stderr
+    assert sorted(p.name for p in data.iterdir()) == ["samples"]
+    assert [p.read_text() for p in (data / "samples").iterdir()] == ["mine"]
+
+
+def test_data_dir_on_a_full_disk_is_one_line():
+    from tests.test_bench_outputs import SMALL, can_unshare, in_private_mounts
+
+    if not can_unshare():
+        pytest.skip("needs root and unshare -m to mount a private tmpfs")
+    done = in_private_mounts("mkdir -p /mnt/bench-data && mount -t tmpfs -o size=4k tmpfs /mnt/bench-data\n"
+                             f"$PY -m bootstrap bench --budget 5 --quiet --out /tmp --no-png {' '.join(SMALL)} "
+                             "--storage packed --data-dir /mnt/bench-data")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == ("error: --data-dir: cannot write the packed sample files in /mnt/bench-data: No "
+                                   "space left on device (give --data-dir a directory with room to write)")

@@ -294,7 +294,7 @@ class BenchOptions:
     max_workers: Optional[int] = None    # hard cap on the worker search (None: derived from the host)
     cpus: Optional[int] = None           # usable CPUs for this process (torchrun: affinity / local ranks)
     target_rate: Optional[float] = None  # CPU sizing: samples/s a future GPU should be fed
-    data_dir: Optional[Path] = None      # files/packed storage location (None: a temporary directory)
+    data_dir: Optional[Path] = None      # files/packed: a fresh directory is made (and removed) in it; None: TMPDIR
     nvml_module: Any = None              # pynvml stand-in for tests (None: the real pynvml)
     sampler_interval_s: float = 0.2
 

@@ -42,8 +42,7 @@ def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None
         torch.cuda.set_device(ranks["local_rank"])
     device = f"cuda:{ranks['local_rank']}" if cuda else "cpu"
     cpus = max(1, (options.cpus or usable_cpus()) // max(1, ranks["local_world_size"]))
-    data_dir = None if options.data_dir is None else options.data_dir / f"rank{ranks['rank']}"
-    rank_options = replace(options, device=device, cpus=cpus, data_dir=data_dir)
+    rank_options = replace(options, device=device, cpus=cpus)  # each rank's samples go to its own temp dir
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=options.budget_s + 300))
     try:
         result = run_bench(rank_options, progress if ranks["rank"] == 0 else None, barrier=dist.barrier,

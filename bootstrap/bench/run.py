@@ -192,11 +192,7 @@ class _Run:
         self.host = collect_host_facts()
         self.cpus = self.o.cpus or self.host.cpus_usable or 1
         self.model_name, model_reason = resolve_model_name(self.spec.model, self.device.type)
-        data_dir = self.o.data_dir
-        if self.spec.storage != "memory" and data_dir is None:
-            self.tmpdir = tempfile.mkdtemp(prefix="bootstrap-bench-")
-            data_dir = Path(self.tmpdir)
-        self.store = build_store(self.spec, data_dir)
+        self.store = self._build_store(build_store)
         self.dataset = SyntheticImages(self.store, self.spec)
         stream = ms.BatchStream(ms.make_loader(self.dataset, self.spec.batch_size, LoaderConfig(), seed=self.spec.seed))
         self.sample_images, self.sample_labels = next(stream)
@@ -241,6 +237,22 @@ class _Run:
                               "CPU-bound figures are contended")
         if self.spec.step_ms:
             self.notes.append(f"step_ms={self.spec.step_ms:g}: each step sleeps that long (a stand-in device)")
+
+    def _build_store(self, build_store: Callable[..., Any]) -> Any:
+        """The samples in their store; files go to a fresh directory (under --data-dir, else the system
+        temp dir) that the clean-up removes, so nothing of the user's there is overwritten or left."""
+        if self.spec.storage == "memory":
+            return build_store(self.spec, None)
+        where = str(self.o.data_dir or tempfile.gettempdir())
+        try:
+            if self.o.data_dir is not None:
+                self.o.data_dir.mkdir(parents=True, exist_ok=True)
+            self.tmpdir = tempfile.mkdtemp(prefix="bootstrap-bench-", dir=self.o.data_dir)
+            return build_store(self.spec, Path(self.tmpdir))
+        except OSError as exc:
+            flag = "--data-dir" if self.o.data_dir is not None else "the temporary directory (TMPDIR)"
+            raise InputError(flag, f"cannot write the {self.spec.storage} sample files in {where}: "
+                             f"{exc.strerror or exc}", "give --data-dir a directory with room to write") from None
 
     def _checks(self, deadline: float) -> str:
         missing = "; ".join(self.host.missing)

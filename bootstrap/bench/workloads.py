@@ -107,7 +107,8 @@ class PackedStore:
     @classmethod
     def write(cls, path: Path, blob: Any, offsets: Any) -> "PackedStore":
         path.parent.mkdir(parents=True, exist_ok=True)
-        blob.tofile(str(path))
+        with open(path, "wb") as handle:  # not ndarray.tofile: its short write is an OSError without errno
+            handle.write(memoryview(blob))
         return cls(path, offsets)
 
     def __getstate__(self) -> dict:

@@ -58,7 +58,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--storage", choices=STORAGES, help="memory (default), files (one per sample) or packed (memmap)")
     load.add_argument("--cold-cache", action="store_true", default=None,
                       help="files/packed: evict our files from the page cache before each phase")
-    load.add_argument("--data-dir", type=Path, help="files/packed: where to write them (default: a temp dir)")
+    load.add_argument("--data-dir", type=Path, help="files/packed: the file system to test; a directory made there holds them and is removed "
+                           "at the end (default: the temp dir)")
     tuner = parser.add_argument_group("tuner and sizing")
     tuner.add_argument("--max-workers", type=int, help="cap the worker search (default: from CPUs, shm, RAM)")
     tuner.add_argument("--target-rate", type=float, metavar="SAMPLES_PER_S",
