@@ -225,6 +225,18 @@ def test_shm_need_against_free():
     assert shm_check(VerdictFacts(device_type="cuda"), t).status is Status.SKIP
 
 
+def test_nofile_remedy_raises_the_hard_limit_first_when_it_is_low():
+    from bootstrap.bench.verdicts import nofile_check
+
+    low_hard = nofile_check(VerdictFacts(device_type="cpu", nofile_soft=64, nofile_hard=64))
+    assert low_hard.id == "bench.nofile" and low_hard.status is Status.WARN
+    assert low_hard.remedy.startswith("raise the hard limit") and "--ulimit nofile=65536:65536" in low_hard.remedy
+    room = nofile_check(VerdictFacts(device_type="cpu", nofile_soft=1024, nofile_hard=1048576))
+    assert room.remedy.startswith("`ulimit -n 65536`")
+    assert nofile_check(VerdictFacts(device_type="cpu", nofile_soft=65536, nofile_hard=65536)).status is Status.OK
+    assert nofile_check(VerdictFacts(device_type="cpu")).status is Status.SKIP
+
+
 def test_gpu_micro_verdicts_on_recorded_figures():
     """Matmul against the SKU's dense peak, H2D against the PCIe link (figures as an H200 would report them)."""
     from bootstrap.bench.verdicts import device_idle_check, h2d_check, matmul_check

@@ -565,7 +565,7 @@ class _Run:
             device_type=self.device_info.get("type", "cpu"), gpu_name=self.device_info.get("name", ""),
             cpus=self.cpus, cpus_total=host.cpus_total, shm_free_mib=host.shm_free_mib, shm_need_mib=need,
             start_method=host.start_method or "", start_method_explicit=host.start_method_explicit,
-            nofile_soft=host.nofile_soft, workers=workers, cpu_bound=self.cpu_bound, pcie=self.pcie)
+            nofile_soft=host.nofile_soft, nofile_hard=host.nofile_hard, workers=workers, cpu_bound=self.cpu_bound, pcie=self.pcie)
         self.metrics["shm_need_mib"] = need
         checks = verdicts.evaluate(self.metrics, facts, self.sampler_report, self.t) if self.device_info else []
         if self.interrupted:

@@ -8,7 +8,7 @@ The thresholds used are quoted in each check's `expected`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import List, Mapping, Optional, Tuple
 
 from bootstrap.bench.config import Thresholds
@@ -37,6 +37,7 @@ class VerdictFacts:
     start_method: str = ""
     start_method_explicit: bool = False
     nofile_soft: Optional[int] = None
+    nofile_hard: Optional[int] = None
     workers: Optional[int] = None
     cpu_bound: Optional[bool] = None
     pcie: Optional[Tuple[int, int, int, int]] = None   # (current gen, current width, max gen, max width)
@@ -116,13 +117,15 @@ def start_method_check(f: VerdictFacts, metrics: Mapping[str, Optional[float]]) 
 
 
 def nofile_check(f: VerdictFacts) -> Check:
-    cid = "bench.nofile"
+    """doctor's `host.nofile` rule (its remedy knows when the hard limit must be raised first), as bench.nofile."""
+    from bootstrap.doctor import LoaderNeeds
+    from bootstrap.doctor import nofile_check as host_nofile_check
+    from bootstrap.probe import HostFacts
+
     if f.nofile_soft is None:
-        return Check(cid, Status.SKIP, "unknown", "", detail="no resource limits on this OS")
-    if f.nofile_soft == -1 or f.nofile_soft >= 4096:
-        return Check(cid, Status.OK, "unlimited" if f.nofile_soft == -1 else str(f.nofile_soft), ">= 4096")
-    return Check(cid, Status.WARN, str(f.nofile_soft), ">= 4096", "raise it: `ulimit -n 65536`",
-                 "worker tensors travel as file descriptors; a low limit fails with 'Too many open files'")
+        return Check("bench.nofile", Status.SKIP, "unknown", "", detail="no resource limits on this OS")
+    check = host_nofile_check(HostFacts(nofile_soft=f.nofile_soft, nofile_hard=f.nofile_hard), LoaderNeeds())
+    return replace(check, id="bench.nofile")
 
 
 def matmul_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thresholds) -> Check:
