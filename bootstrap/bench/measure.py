@@ -13,6 +13,7 @@ Shell equivalents: none; this is what `benchy` / DS-Analyzer time by hand.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import statistics
 import sys
@@ -135,7 +136,11 @@ class BatchStream:
         started = time.perf_counter()
         with _quiet_worker_count():
             self._iterator: Any = iter(loader)
-        self._first: Any = next(self._iterator)
+        try:
+            self._first: Any = next(self._iterator)
+        except BaseException:
+            self.close(kill=True)
+            raise
         self.first_batch_s = time.perf_counter() - started
 
     def __next__(self) -> Any:
@@ -149,10 +154,19 @@ class BatchStream:
                 self._iterator = iter(self.loader)
             return next(self._iterator)
 
-    def close(self) -> None:
-        # Dropping the iterator (and, with persistent workers, the loader holding it) shuts the workers down.
+    def close(self, kill: bool = False) -> None:
+        """Drop the iterator (and, with persistent workers, the loader holding it): that shuts the workers
+        down. `kill` (after a failure) terminates them first: a worker whose batch could not be sent stays
+        stuck, and torch's shutdown then waits 5 s for each at garbage collection, inside whatever is being
+        timed by then."""
+        if kill:
+            for worker in getattr(self._iterator, "_workers", None) or ():  # torch's own list of processes
+                if worker.is_alive():
+                    worker.terminate()
         self._iterator = None
         self.loader = None
+        if kill:
+            gc.collect()  # the failed iterator sits in a reference cycle with its traceback: collect it now
 
 
 def make_loader(dataset: Any, batch_size: int, config: LoaderConfig, *, seed: int = 0) -> Any:
@@ -296,6 +310,28 @@ class _NullDevice:
 
     def sync(self) -> None:
         return None
+
+
+# --------------------------------------------------------------------------- loaders that die
+
+SHM_FAILURE = "out of /dev/shm"
+# How a worker that ran out of /dev/shm surfaces: torch's allocation error re-raised in the main process,
+# or the SIGBUS a write past a full tmpfs gets ("killed by signal: Bus error", PyTorch #5040).
+_SHM_SIGNS = ("shared memory", "(shm)", "/dev/shm", "Bus error", "No space left on device")
+_STOP_SIGNS = ("killed by signal: Terminated", "killed by signal: Interrupt")
+
+
+def worker_failure(exc: BaseException) -> str:
+    """One line on why a DataLoader's workers died: 'out of /dev/shm: ...', 'terminated' (a signal
+    stopped them: the job is being stopped), else the error's own last line (the worker's exception)."""
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    last = lines[-1] if lines else type(exc).__name__
+    if any(sign in text for sign in _STOP_SIGNS):
+        return "terminated"
+    if any(sign in text for sign in _SHM_SIGNS):
+        return f"{SHM_FAILURE}: {last}"
+    return last
 
 
 # --------------------------------------------------------------------------- micro-benchmarks (L2)
