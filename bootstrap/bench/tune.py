@@ -11,8 +11,11 @@
    two, capped.
 3. Successive halving with eta = 2: each round measures every survivor for
    the round's window, keeps the best half; windows double per round and are
-   sized from the time left, so the search ends inside its budget. Stop
-   early once a candidate reaches the early-stop efficiency.
+   sized from the time left, and a measurement that would end past the
+   deadline is not started, so the search ends inside its budget. Stop
+   early once a candidate reaches the early-stop efficiency. Results the
+   run already has (the naive phase, the scaling phase) count in the first
+   round, and the winner is never a config slower than one measured.
 4. Knobs on the winner (pin_memory, prefetch_factor, non_blocking), each
    kept only when its gain is above the noise floor max(3 %, 2 x CV).
 
@@ -25,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from bootstrap.bench.results import LoaderConfig, Measurement
@@ -133,17 +136,63 @@ def pick(measurements: Sequence[Measurement], minimum_noise: float) -> Measureme
 
 @dataclass(frozen=True)
 class SearchResult:
-    winner: Measurement
+    winner: Optional[Measurement]        # None: nothing could be measured and nothing was known
     rounds: Tuple[Tuple[float, Tuple[Measurement, ...]], ...]
     stopped_early: bool
-    overhead_s: float = 0.0   # the fixed cost per measurement the search observed
+    overhead_s: float = 0.0              # the fixed cost per measurement the search observed
+    unmeasured: Tuple[LoaderConfig, ...] = ()  # first-round candidates the deadline left out
+    failed: Tuple[LoaderConfig, ...] = ()      # candidates whose loader died (measure returned None)
+    cost_s: float = 0.0                  # what one first-round measurement was expected to cost
 
 
-def successive_halving(configs: Sequence[LoaderConfig], measure: Callable[[LoaderConfig, float], Measurement],
-                       deadline: float, *, ceiling_samples_per_s: Optional[float], early_stop: float,
-                       minimum_noise: float, reserve_measurements: int = 0, min_window_s: float = 0.0,
-                       overhead_s: float = 0.25, prior: Optional[Dict[LoaderConfig, Measurement]] = None,
-                       eta: int = ETA, clock: Callable[[], float] = time.perf_counter) -> SearchResult:
+Measure = Callable[[LoaderConfig, float], Optional[Measurement]]
+
+
+@dataclass
+class _Search:
+    """The state successive halving carries from round to round."""
+
+    measure: Measure
+    clock: Callable[[], float]
+    overhead_s: float
+    fixed: List[float] = field(default_factory=list)
+    latest: Dict[LoaderConfig, Measurement] = field(default_factory=dict)
+    failed: List[LoaderConfig] = field(default_factory=list)
+
+    @property
+    def per_measurement(self) -> float:
+        return statistics.median(self.fixed) if self.fixed else self.overhead_s
+
+    def run(self, configs: Sequence[LoaderConfig], window: float, deadline: float,
+            known: Sequence[Measurement] = ()) -> Tuple[List[Measurement], List[LoaderConfig]]:
+        """Measure `configs` (those in `known` are not measured again) while each still ends by `deadline`;
+        returns (measurements, configs left out for time)."""
+        cost = window * MEASURE_OVERHEAD + self.per_measurement
+        measured = list(known)
+        done = {m.config for m in known}
+        left_out: List[LoaderConfig] = []
+        for config in configs:
+            if config in done:
+                continue
+            if left_out or self.clock() + cost > deadline:
+                left_out.append(config)  # it would not finish in time; decide on what was measured
+                continue
+            began = self.clock()
+            result = self.measure(config, window)
+            self.fixed.append(max(0.0, self.clock() - began - window * MEASURE_OVERHEAD))
+            if result is None:
+                self.failed.append(config)
+            else:
+                measured.append(result)
+        self.latest.update({m.config: m for m in measured if m.config is not None})
+        return measured, left_out
+
+
+def successive_halving(configs: Sequence[LoaderConfig], measure: Measure, deadline: float, *,
+                       ceiling_samples_per_s: Optional[float], early_stop: float, minimum_noise: float,
+                       reserve_measurements: int = 0, min_window_s: float = 0.0, overhead_s: float = 0.25,
+                       prior: Optional[Dict[LoaderConfig, Measurement]] = None, eta: int = ETA,
+                       clock: Callable[[], float] = time.perf_counter) -> SearchResult:
     """Successive halving over `configs`, finishing by `deadline` (a `clock()` value).
 
     Each round's window is sized from the time left: (remaining - the fixed
@@ -153,41 +202,37 @@ def successive_halving(configs: Sequence[LoaderConfig], measure: Callable[[Loade
     start-up, first batch) starts at `overhead_s` and is re-estimated from
     each measurement's wall time. Windows are never shorter than
     `min_window_s` (a few batches of one worker's latency: workers started
-    together deliver in bursts). `prior` holds first-round results already
-    measured elsewhere (the naive phase is candidate 0 on a CPU).
+    together deliver in bursts), and no measurement starts that would end
+    past the deadline. `prior` holds first-round results already measured
+    elsewhere (the naive phase is candidate 0 on a CPU; the scaling phase's
+    rates). A config whose `measure` returns None (its loader died) drops
+    out. The winner is picked over every config's latest result, priors
+    included, so it is never a config slower than one already measured.
     """
+    search = _Search(measure, clock, overhead_s)
     survivors = list(configs)
+    known = [prior[c] for c in survivors if prior and c in prior]
     rounds: List[Tuple[float, Tuple[Measurement, ...]]] = []
-    fixed: List[float] = []
-    first = True
+    unmeasured: List[LoaderConfig] = []
+    first_cost = 0.0
     while True:
         remaining = max(0.0, deadline - clock())
         final_scale = eta ** (rounds_left(len(survivors), eta) - 1)
         units = halving_units(len(survivors), eta) + reserve_measurements * final_scale
         count = measurements_left(len(survivors), eta) + reserve_measurements
-        per_measurement = statistics.median(fixed) if fixed else overhead_s
-        window = max(min_window_s, (remaining - count * per_measurement) / (units * MEASURE_OVERHEAD))
-        cost = window * MEASURE_OVERHEAD + per_measurement
-        measured: List[Measurement] = []
-        for config in survivors:
-            if measured and clock() + cost > deadline:
-                break  # it would not finish in time; decide on what was measured
-            if first and prior and config in prior:
-                measured.append(prior[config])
-                continue
-            began = clock()
-            measured.append(measure(config, window))
-            fixed.append(max(0.0, clock() - began - window * MEASURE_OVERHEAD))
-        first = False
+        window = max(min_window_s, (remaining - count * search.per_measurement) / (units * MEASURE_OVERHEAD))
+        first_cost = first_cost or window * MEASURE_OVERHEAD + search.per_measurement
+        measured, left_out = search.run(survivors, window, deadline, known)
+        unmeasured = unmeasured or ([] if rounds else left_out)
+        known = []
         rounds.append((window, tuple(measured)))
-        per_measurement = statistics.median(fixed) if fixed else overhead_s
-        cost = window * eta * MEASURE_OVERHEAD + per_measurement  # the next round's windows are eta x longer
+        next_cost = window * eta * MEASURE_OVERHEAD + search.per_measurement  # the next round's windows are eta x longer
         reached = [m for m in measured if ceiling_samples_per_s
                    and m.samples_per_s >= early_stop * ceiling_samples_per_s]
-        if reached:
-            return SearchResult(pick(reached, minimum_noise), tuple(rounds), True, per_measurement)
-        if len(measured) <= 2 or len(measured) < len(survivors) or clock() + cost > deadline:
-            return SearchResult(pick(measured, minimum_noise), tuple(rounds), False, per_measurement)
+        if reached or len(measured) <= 2 or left_out or clock() + next_cost > deadline:
+            pool = reached or list(search.latest.values())
+            return SearchResult(pick(pool, minimum_noise) if pool else None, tuple(rounds), bool(reached),
+                                search.per_measurement, tuple(unmeasured), tuple(search.failed), first_cost)
         ranked = sorted(measured, key=lambda m: m.samples_per_s, reverse=True)
         survivors = [m.config for m in ranked[:math.ceil(len(ranked) / eta)] if m.config is not None]
 
@@ -228,13 +273,13 @@ class KnobResult:
     trials: Tuple[Tuple[str, str, bool, float, float], ...]  # (knob, tried label, kept, gain, noise)
 
 
-def try_knobs(start: Measurement, changes: Sequence[Tuple[str, LoaderConfig]],
-              measure: Callable[[LoaderConfig, float], Measurement], window_s: float, deadline: float,
-              minimum_noise: float, overhead_s: float = 0.0,
+def try_knobs(start: Measurement, changes: Sequence[Tuple[str, LoaderConfig]], measure: Measure, window_s: float,
+              deadline: float, minimum_noise: float, overhead_s: float = 0.0,
               clock: Callable[[], float] = time.perf_counter) -> KnobResult:
     """Try each change against the current best; keep it only when the gain beats the noise floor.
 
-    A change whose measurement would not finish by `deadline` is not tried.
+    A change whose measurement would not finish by `deadline` is not tried; one whose loader dies
+    (`measure` returns None) is recorded with a NaN gain and dropped.
     """
     current = start
     trials = []
@@ -244,6 +289,9 @@ def try_knobs(start: Measurement, changes: Sequence[Tuple[str, LoaderConfig]],
         if current.config is not None:
             config = _apply(current.config, name, config)
         trial = measure(config, window_s)
+        if trial is None:
+            trials.append((name, config.label, False, math.nan, minimum_noise))
+            continue
         noise = noise_floor(current, trial, minimum_noise)
         gain = trial.samples_per_s / current.samples_per_s - 1.0 if current.samples_per_s > 0 else 0.0
         kept = gain > noise
