@@ -100,6 +100,9 @@ def test_report_contract_files_and_snippet(io_run):
     assert ids["bench.nvml_util"] == "skip" and ids["bench.loader_scaling"] in ("ok", "warn")
     for key in ("cpu_s_per_sample", "feedable_samples_per_s", "loader_scaling_efficiency", "sampler_overhead_pct"):
         assert extra["metrics"][key] is not None, key
+    # The scaling verdict compares S(W) with W x S(1) at some W >= 2 (at W = 1 it could never fail).
+    assert extra["metrics"]["loader_scaling_workers"] == min(8, max(2, extra["device"]["cpus_usable"] - 1))
+    assert ids["bench.tuned"] == "ok"
 
     spec = WorkloadSpec(samples=16, image_size=32, crop_size=24, batch_size=BATCH, num_classes=4, epoch_batches=2)
     model = build_model("tiny", 4)

@@ -237,6 +237,16 @@ def test_nofile_remedy_raises_the_hard_limit_first_when_it_is_low():
     assert nofile_check(VerdictFacts(device_type="cpu")).status is Status.SKIP
 
 
+def test_scaling_verdict_names_its_w_and_says_why_it_is_missing():
+    from bootstrap.bench.verdicts import scaling_check
+
+    t = Thresholds()
+    slower = scaling_check({"loader_scaling_efficiency": 0.45, "loader_scaling_workers": 2.0}, VerdictFacts("cpu"), t)
+    assert slower.status is Status.WARN and slower.observed == "S(2) / (2 x S(1)) = 0.45"
+    only_one = scaling_check({"loader_w1_samples_per_s": 40.0}, VerdictFacts("cpu"), t)
+    assert only_one.status is Status.SKIP and only_one.observed == "only S(1) measured"
+
+
 def test_gpu_micro_verdicts_on_recorded_figures():
     """Matmul against the SKU's dense peak, H2D against the PCIe link (figures as an H200 would report them)."""
     from bootstrap.bench.verdicts import device_idle_check, h2d_check, matmul_check

@@ -138,14 +138,16 @@ def write_together(files: Sequence[Tuple[Path, bytes]]) -> None:
 # --------------------------------------------------------------------------- snippet
 
 
-def dataloader_snippet(config: LoaderConfig, spec: WorkloadSpec, device_type: str) -> str:
+def dataloader_snippet(config: LoaderConfig, spec: WorkloadSpec, device_type: str, caveat: str = "") -> str:
     """The winning DataLoader call and loop settings as Python to paste (it runs as is; tests exec it).
 
     Expects `dataset`, `model`, `optimizer` and `device` to exist; the
     bench's samples are uint8 images, scaled to float on the device.
+    `caveat` (why the tune was not complete) heads it, so a partial search
+    is not pasted as a tuned one.
     """
     nb = config.non_blocking
-    lines = [
+    lines = ([f"# NOT FULLY TUNED: {caveat}"] if caveat else []) + [
         "# Measured best by `python -m bootstrap bench`; expects `dataset`, `model`, `optimizer`, `device`.",
         "import torch",
         "import torch.nn.functional as F",
@@ -265,14 +267,19 @@ def _headline(m: Dict[str, Optional[float]]) -> List[str]:
 
 
 def _tuner_lines(result: BenchResult) -> List[str]:
-    t = result.tuning
+    t, m = result.tuning, result.metrics
     if t.predicted_workers is None:
         return []
+    measured = m.get("tune_candidates_measured")
+    searched = f" ({measured:.0f} measured)" if measured is not None and measured < len(t.candidates) else ""
     lines = [f"tuner: W* = {t.predicted_workers} (cap {t.cap}: {t.cap_reason}); candidates "
-             f"{', '.join(map(str, t.candidates))}; {len(t.rounds)} rounds in {t.seconds:.1f} s of {t.budget_s:.1f} s"
-             + ("; stopped early" if t.stopped_early else "")]
+             f"{', '.join(map(str, t.candidates))}{searched}; {len(t.rounds)} rounds in {t.seconds:.1f} s of "
+             f"{t.budget_s:.1f} s" + ("; stopped early" if t.stopped_early else "")]
     for name, _tried, kept, gain, noise in t.knobs:
-        lines.append(f"  knob {name}: {gain:+.1%} vs noise floor {noise:.1%} -> {'kept' if kept else 'dropped'}")
+        if math.isnan(gain):
+            lines.append(f"  knob {name}: failed (its loader died) -> dropped")
+        else:
+            lines.append(f"  knob {name}: {gain:+.1%} vs noise floor {noise:.1%} -> {'kept' if kept else 'dropped'}")
     if t.winner is not None:
         lines.append(f"  winner: {t.winner.label}")
     return lines

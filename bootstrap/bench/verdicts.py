@@ -34,6 +34,7 @@ class VerdictFacts:
     cpus_total: Optional[int] = None
     shm_free_mib: Optional[float] = None
     shm_need_mib: Optional[float] = None
+    shm_failure: str = ""                 # why a loader's workers died of /dev/shm ('' if none did)
     start_method: str = ""
     start_method_explicit: bool = False
     nofile_soft: Optional[int] = None
@@ -42,6 +43,9 @@ class VerdictFacts:
     cpu_bound: Optional[bool] = None
     pcie: Optional[Tuple[int, int, int, int]] = None   # (current gen, current width, max gen, max width)
     local_ranks: int = 1
+    budget_s: Optional[float] = None
+    partial: bool = False                 # interrupted
+    left_out: str = ""                    # what the budget could not pay for (budget.Ledger.summary)
 
 
 def dense_peak_tflops(gpu_name: str) -> Optional[float]:
@@ -56,7 +60,7 @@ def evaluate(metrics: Mapping[str, Optional[float]], facts: VerdictFacts, sample
     """Every bench verdict, in report order."""
     return [
         shm_check(facts, t), affinity_check(facts), start_method_check(facts, metrics), nofile_check(facts),
-        matmul_check(metrics, facts, t), h2d_check(metrics, facts, t),
+        matmul_check(metrics, facts, t), h2d_check(metrics, facts, t), tuned_check(metrics, facts),
         efficiency_check(metrics, facts, t), device_idle_check(metrics, facts, t), speedup_check(metrics, t),
         util_check(sampler, facts, t), sm_active_check(sampler, facts, t), pss_check(metrics, t),
         scaling_check(metrics, facts, t),
@@ -75,21 +79,29 @@ def _band(value: float, ok: float, warn: float, higher_is_better: bool = True) -
 
 def shm_check(f: VerdictFacts, t: Thresholds) -> Check:
     cid = "bench.shm"
-    if f.shm_free_mib is None:
-        return Check(cid, Status.SKIP, "unknown", "", detail="/dev/shm could not be read")
     need = f.shm_need_mib or 0.0
     expected = f">= {t.shm_pass_factor:g} x need ({_mib(t.shm_pass_factor * need)})"
-    observed = f"{_mib(f.shm_free_mib)} free, need {_mib(need)}"
+    detail = "need = workers x prefetch_factor x batch bytes (PyTorch #5040)"
+    free = "unknown" if f.shm_free_mib is None else f"{_mib(f.shm_free_mib)} free"
+    if f.shm_failure:
+        return Check(cid, Status.FAIL, f"{free}, need {_mib(need)}; a loader died: {f.shm_failure}", expected,
+                     _shm_remedy(max(need, f.shm_free_mib or 0.0, 32.0), t), detail)
+    if f.shm_free_mib is None:
+        return Check(cid, Status.SKIP, "unknown", "", detail="/dev/shm could not be read")
+    observed = f"{free}, need {_mib(need)}"
     if f.local_ranks > 1:
         observed += f" ({f.local_ranks} local ranks)"
     if need <= 0:
         return Check(cid, Status.OK, observed, expected, detail="no loader workers: batches do not pass through shm")
     status = _band(f.shm_free_mib / need, t.shm_pass_factor, t.shm_warn_factor)
-    size = max(64, int(2 * need * t.shm_pass_factor / 64 + 1) * 64)
-    remedy = "" if status is Status.OK else \
-        f"start the container with `--ipc=host` or `--shm-size={size}m` (workers die with 'Bus error' when shm runs out)"
-    return Check(cid, status, observed, expected, remedy,
-                 "need = workers x prefetch_factor x batch bytes (PyTorch #5040)")
+    return Check(cid, status, observed, expected, "" if status is Status.OK else _shm_remedy(need, t), detail)
+
+
+def _shm_remedy(need_mib: float, t: Thresholds) -> str:
+    size = max(64, int(need_mib * t.shm_pass_factor / 64 + 1) * 64)
+    return (f"give /dev/shm {size} MiB or more: `docker run --shm-size={size}m ...` (or `--ipc=host`), "
+            f"`sudo mount -o remount,size={size}m /dev/shm` on a host; or use fewer workers (--max-workers) "
+            "or a smaller batch (loader workers die with 'Bus error' when shm runs out)")
 
 
 def affinity_check(f: VerdictFacts) -> Check:
@@ -164,6 +176,31 @@ def h2d_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thresholds) 
     status = _band(ratio, t.h2d_pass, t.h2d_warn)
     return Check(cid, status, observed + f" = {ratio:.0%}", f">= {t.h2d_pass:.0%} of link (warn {t.h2d_warn:.0%})",
                  "" if status is Status.OK else "check NUMA placement (`nvidia-smi topo -m`) and IOMMU settings")
+
+
+def tuned_check(m: Mapping[str, Optional[float]], f: VerdictFacts) -> Check:
+    """Did the budget pay for a tune worth the name: every worker candidate measured, all tuned windows?"""
+    cid = "bench.tuned"
+    expected = "every candidate measured and 3 tuned windows, within the budget"
+    if f.partial:
+        return Check(cid, Status.SKIP, "interrupted", expected)
+    candidates, measured = m.get("tune_candidates"), m.get("tune_candidates_measured")
+    failed, windows = m.get("tune_candidates_failed") or 0, m.get("tuned_windows") or 0
+    parts = ["no worker search" if candidates is None else f"{measured:.0f} of {candidates:.0f} candidates measured"]
+    if failed:
+        parts.append(f"{failed:.0f} failed")
+    if m.get("tune_knobs"):
+        parts.append(f"{m.get('tune_knobs_tried') or 0:.0f} of {m['tune_knobs']:.0f} knobs tried")
+    parts.append(f"{windows:.0f} of 3 tuned windows")
+    needed = m.get("budget_needed_s")
+    if needed is not None:
+        observed = f"budget too small: ~{needed:.0f} s needed, {f.budget_s or 0:g} s given; " + ", ".join(parts)
+        return Check(cid, Status.WARN, observed, expected, f"rerun with --budget {needed:.0f} (or more)",
+                     f"left out: {f.left_out}; the winner is the best of what was measured, not a full tune")
+    if candidates is None or failed or windows < 3:
+        return Check(cid, Status.WARN, ", ".join(parts), expected,
+                     "see bench.shm and the notes: the loaders that died" if failed else "see the phases' notes")
+    return Check(cid, Status.OK, ", ".join(parts), expected)
 
 
 def efficiency_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thresholds) -> Check:
@@ -268,8 +305,13 @@ def scaling_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Threshol
     cid = "bench.loader_scaling"
     eff = m.get("loader_scaling_efficiency")
     if eff is None:
-        return Check(cid, Status.SKIP, "not measured", "", detail="CPU-only runs measure it")
+        only_one = m.get("loader_w1_samples_per_s") is not None
+        return Check(cid, Status.SKIP, "only S(1) measured" if only_one else "not measured", "",
+                     detail="needs S(1) and S(W) for some W >= 2 (workers capped below 2, or no time); "
+                            "CPU-only runs measure it")
     workers = m.get("loader_scaling_workers")
     status = Status.OK if eff >= t.loader_scaling_pass else Status.WARN
-    return Check(cid, status, f"S({workers:.0f}) / ({workers:.0f} x S(1)) = {eff:.2f}", f">= {t.loader_scaling_pass:.2f}",
-                 "" if status is Status.OK else "suspect thread oversubscription: set OMP_NUM_THREADS=1 / cv2.setNumThreads(0) in workers")
+    return Check(cid, status, f"S({workers:.0f}) / ({workers:.0f} x S(1)) = {eff:.2f}",
+                 f">= {t.loader_scaling_pass:.2f} at W = min(8, CPUs - 1), at least 2",
+                 "" if status is Status.OK else "suspect thread oversubscription: set OMP_NUM_THREADS=1 / cv2.setNumThreads(0) in workers",
+                 "S(W): loader-only samples/s with W workers; below 1 / W, W workers deliver less than one")

@@ -1,0 +1,126 @@
+"""What a measurement costs before it runs, so that the bench starts only what it can finish.
+
+A loader measurement pays for its first batch (one process makes a whole
+batch, after the workers start), a warm-up that drains the batches the
+workers loaded meanwhile, then a window of at least `floor_steps` steps
+(`measure.WindowPlan`: a rate needs a few steps, its CV needs thirds) and,
+with workers, of a few batch latencies (they deliver in bursts).
+In steady state a step comes every `period_s`: the main process alone
+loads a batch and then steps; W workers deliver W batches per batch
+latency (at most one per usable CPU when the samples cost CPU), never
+faster than the step. From the per-sample costs the run measures (`l`
+wall, `c` CPU seconds) and the step time, `Costs` prices a measurement,
+and `Ledger` keeps what was left out for want of time, so the report can
+say how much budget a complete run needs.
+
+Pure arithmetic; tests feed it numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import List, Sequence, Tuple
+
+FLOOR_STEPS = 3          # measure.WindowPlan.floor_steps
+MIN_WINDOW_BATCHES = 4   # a worker window spans four batch latencies (run._min_window)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Per-sample and per-step costs of this run's workload, as far as they are known."""
+
+    batch_size: int
+    wall_s_per_sample: float     # l: one process, one sample, wall time
+    cpu_s_per_sample: float      # c: the same in CPU time
+    cpus: int = 1
+    step_s: float = 0.0          # one training step on a resident batch (0 until measured)
+    startup_s: float = 0.1       # worker start-up before the first batch
+
+    @property
+    def batch_s(self) -> float:
+        return self.batch_size * self.wall_s_per_sample
+
+    @property
+    def cpu_bound(self) -> bool:
+        return self.cpu_s_per_sample >= 0.5 * self.wall_s_per_sample
+
+    def period_s(self, workers: int, with_step: bool = True) -> float:
+        """Seconds between steps in steady state."""
+        step = self.step_s if with_step else 0.0
+        if workers <= 0:
+            return self.batch_s + step
+        parallel = min(workers, max(1, self.cpus)) if self.cpu_bound else workers
+        return max(self.batch_s / parallel, step)
+
+    def warm_s(self, workers: int, with_step: bool = True) -> float:
+        """The warm-up after the first batch: the main process steps once on it; W workers deliver a
+        burst of about W batches (loaded while the first one was), then one more period."""
+        step = self.step_s if with_step else 0.0
+        return step if workers <= 0 else workers * step + self.period_s(workers, with_step)
+
+    def window_s(self, workers: int, with_step: bool = True) -> float:
+        """The shortest window worth comparing: FLOOR_STEPS steps, and for workers, which deliver in
+        bursts, MIN_WINDOW_BATCHES batch latencies."""
+        floor = FLOOR_STEPS * self.period_s(workers, with_step)
+        return max(floor, MIN_WINDOW_BATCHES * self.batch_s) if workers else floor
+
+    def least_s(self, workers: int, with_step: bool = True) -> float:
+        """The shortest measurement worth having: the first batch, the warm-up, the shortest window."""
+        first = self.batch_s + (self.startup_s if workers else 0.0)
+        return first + self.warm_s(workers, with_step) + self.window_s(workers, with_step)
+
+
+def search_s(costs: Costs, workers: Sequence[int], *, reserve: int, overhead_s: float) -> float:
+    """Least time for a search worth the name: every candidate measured once at the shortest comparable
+    window (successive halving's first round; later rounds refine it), plus `reserve` such windows for
+    the knobs."""
+    from bootstrap.bench.tune import MEASURE_OVERHEAD
+
+    if not workers:
+        return 0.0
+    window = max(0.2, costs.window_s(max(workers)))
+    return (len(workers) + reserve) * (window * MEASURE_OVERHEAD + overhead_s)
+
+
+def tuned_s(costs: Costs, workers: int, windows: int) -> float:
+    """Least time for the tuned phase: a first batch, a warm-up as long as a third of a window, the windows."""
+    window = costs.window_s(workers)
+    return costs.batch_s + costs.startup_s + window / 3 + windows * window
+
+
+def advised_budget_s(needed_s: float) -> float:
+    """What to advise for --budget: the estimate plus a tenth for its error, in whole 5 s."""
+    return float(5 * math.ceil(needed_s * 1.1 / 5))
+
+
+def phase_budget_s(name: str, remaining_s: float, later: Sequence[Tuple[str, float, float]]) -> float:
+    """Seconds for phase `name` out of `remaining_s`, where `later` lists (phase, weight, least seconds)
+    for it and the phases after it: each gets its least first, then the surplus is shared by weight."""
+    floor = sum(least for _, _, least in later)
+    weights = sum(weight for _, weight, _ in later)
+    _, weight, least = next(item for item in later if item[0] == name)
+    share = weight / weights if weights else 1.0
+    return min(remaining_s, least + max(0.0, remaining_s - floor) * share)
+
+
+@dataclass
+class Ledger:
+    """Measurements left out because the budget could not pay for them, with what each would cost."""
+
+    skipped: List[Tuple[str, str, float]] = field(default_factory=list)  # (phase, what, seconds)
+
+    def skip(self, phase: str, what: str, seconds: float) -> None:
+        self.skipped.append((phase, what, max(0.0, seconds)))
+
+    @property
+    def missing_s(self) -> float:
+        return sum(seconds for _, _, seconds in self.skipped)
+
+    def needed_s(self, spent_s: float) -> float:
+        """A budget that would have paid for what was skipped too (whole seconds, rounded up)."""
+        return float(math.ceil(spent_s + self.missing_s))
+
+    def summary(self) -> str:
+        """'scaling: loader w=2 (~4.1 s); tune: w=1 (~8.6 s)'."""
+        return "; ".join(f"{phase}: {what} (~{seconds:.1f} s)" for phase, what, seconds in self.skipped)
