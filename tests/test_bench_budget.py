@@ -18,11 +18,10 @@ import pytest
 
 from bootstrap.bench import tune
 from bootstrap.bench.budget import Costs, Ledger, advised_budget_s, phase_budget_s, search_s, tuned_s
-from bootstrap.bench.config import Thresholds
 from bootstrap.bench.report import dataloader_snippet
 from bootstrap.bench.results import LoaderConfig, Measurement
-from bootstrap.bench.verdicts import VerdictFacts, tuned_check
 from bootstrap.bench.config import WorkloadSpec
+from bootstrap.bench.verdicts import VerdictFacts, tuned_check
 from bootstrap.checks import Status
 
 REPO = Path(__file__).resolve().parent.parent

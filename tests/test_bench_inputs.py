@@ -7,7 +7,6 @@ flag (`--budget`), or the config file and field (`FILE: options.batch_size`).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import pytest
 

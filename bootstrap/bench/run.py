@@ -4,19 +4,23 @@ Phases (bench_method.md section 5): checks (L1 facts) -> micro (matmul,
 H2D; L2) -> loader (num_workers=0 alone: CPU and wall seconds per sample)
 -> ceiling (the step on a batch resident on the device; fp32, and bf16 +
 channels_last where the GPU supports them, kept when faster) -> naive
-(num_workers=0, no pinning, blocking copies, the ceiling's step) -> scaling (CPU-only: loader rate against
-workers) -> tune (see `tune`) -> tuned (three windows of the winner).
+(num_workers=0, no pinning, blocking copies, the ceiling's step) ->
+scaling (CPU-only: loader rate against workers) -> tune (see `tune`) ->
+tuned (three windows of the winner). The last three live in `search`, the
+assembly of the result in `outcome`.
 
-Each phase gets a share of the time left, so time one phase does not use
-passes to the next and the run ends within the budget. Ctrl-C (and SIGTERM,
-through the CLI) ends the run where it is: the result is marked `partial` and holds what was measured.
-Nothing here prints; progress goes to the callback the caller passes.
+Each phase first gets the least it needs, priced from the costs measured so
+far (`budget`), then its share of what is left; a measurement starts only
+when it ends inside the budget, and what the budget could not pay for is
+reported with the budget a complete run would need. Ctrl-C (and SIGTERM,
+through the CLI) ends the run where it is: the result is marked `partial`
+and holds what was measured. Nothing here prints; progress goes to the
+callback the caller passes.
 """
 
 from __future__ import annotations
 
 import shutil
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -26,11 +30,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from bootstrap.bench import measure as ms
 from bootstrap.bench.budget import FLOOR_STEPS, MIN_WINDOW_BATCHES, Costs, Ledger
 from bootstrap.bench.config import BenchOptions
+from bootstrap.bench.outcome import Outcome
 from bootstrap.bench.results import (
     BenchResult, LoaderConfig, Measurement, PhaseRecord, SamplerReport, TuningRecord,
 )
 from bootstrap.bench.sampler import UtilSampler
-from bootstrap.checks import Status
+from bootstrap.bench.search import TUNED_WINDOWS, WorkerSearch
 from bootstrap.errors import InputError
 
 MIB = 1 << 20
@@ -42,7 +47,6 @@ PHASES: Tuple[Tuple[str, float], ...] = (
 )
 OPTIONAL_PHASES = ("micro", "scaling")  # run only when the phases after them still get their least
 BARRIER_PHASES = ("ceiling", "naive", "tune", "tuned")
-TUNED_WINDOWS = 3
 NOISY_HOST_PCT = 20.0
 BASE_PLAN = ms.WindowPlan()
 
@@ -78,7 +82,7 @@ def run_bench(options: BenchOptions, progress: Optional[ProgressFn] = None, *,
     return run.result()
 
 
-class _Run:
+class _Run(WorkerSearch, Outcome):
     def __init__(self, options: BenchOptions, progress: ProgressFn, barrier: Optional[Callable[[], None]],
                  rank: Dict[str, int]) -> None:
         self.o = options
@@ -532,151 +536,15 @@ class _Run:
         self.metrics["naive_host_wait_pct"] = self.naive.host_wait_pct
         return f"num_workers=0, pin_memory=False, non_blocking=False, step {config.label}"
 
-    def _predict(self) -> Any:
-        """tune.WorkerPrediction (W*, the cap and its reason), once the loader and ceiling are measured."""
-        from bootstrap.bench import tune
+    def _needed_s(self) -> float:
+        """A budget for a complete run: setup plus every phase's least, priced with the final costs (and at
+        least what this run spent plus what it left out), with a margin for the estimate's error."""
+        from bootstrap.bench.budget import advised_budget_s
 
-        if self.prediction is None and self.ceiling is not None and "wall_s_per_sample" in self.metrics:
-            shm, mem = self.host.shm_free_mib, self.host.memory_available_mib
-            self.prediction = tune.predict_workers(
-                wall_s_per_sample=self.metrics["wall_s_per_sample"] or 0.0,
-                cpu_s_per_sample=self.metrics["cpu_s_per_sample"] or 0.0,
-                ceiling_samples_per_s=self.ceiling.samples_per_s, cpus=self.cpus,
-                reserved_cpus=2 if self.device.is_cuda else 1, shm_free_bytes=None if shm is None else shm * MIB,
-                batch_bytes=self.batch_bytes, mem_available_bytes=None if mem is None else mem * MIB,
-                worker_bytes=ms.rss_bytes(), max_workers=self.o.max_workers)
-            self.cpu_bound = self.prediction.cpu_bound
-        return self.prediction
-
-    def _candidate(self, workers: int) -> LoaderConfig:
-        """A worker count as the tuner (and the scaling phase, on a CPU) tries it."""
-        cuda = self.device.is_cuda
-        return replace(self.step_config, num_workers=workers, pin_memory=cuda, non_blocking=cuda, prefetch_factor=2,
-                       persistent_workers=workers > 0)
-
-    def _search_counts(self) -> Tuple[int, ...]:
-        """The tuner's worker candidates: from the prediction once known, else as if W* were the CPUs."""
-        from bootstrap.bench import tune
-
-        p = self._predict()
-        if p is not None:
-            return tune.worker_candidates(p.start, p.cap)
-        cap = self.cpus if self.o.max_workers is None else self.o.max_workers
-        return tune.worker_candidates(max(1, self.cpus - 1), cap)
-
-    def _likely_winner(self) -> int:
-        if self.best is not None:
-            return self.best.num_workers
-        p = self._predict()
-        return p.chosen if p is not None else max(self._search_counts())
-
-    def _scaling_counts(self) -> List[int]:
-        """Worker counts the scaling phase measures: 1, the verdict's W, and all CPUs, within the caps
-        (--max-workers, /dev/shm, RAM). bench_method.md judges S(W) / W at W = min(8, CPUs - 1); on two
-        CPUs that is W = 1, which cannot fail, so W is at least 2 where 2 are allowed."""
-        p = self._predict()
-        cap = p.cap if p is not None else (self.cpus if self.o.max_workers is None else self.o.max_workers)
-        widest = min(cap, self.cpus)
-        if widest < 1:
-            return []
-        return sorted({1, self._verdict_workers(widest), widest})
-
-    def _verdict_workers(self, widest: int) -> int:
-        return min(widest, max(2, min(8, self.cpus - 1)))
-
-    def _scaling(self, deadline: float) -> str:
-        prediction = self._predict()
-        if prediction is None:
-            return "skipped: needs the loader and ceiling phases"
-        counts = self._scaling_counts()
-        if not counts:
-            return f"skipped: no loader workers allowed ({prediction.cap_reason})"
-        verdict_w = self._verdict_workers(max(counts))
-        least = sum(self.costs.least_s(w, with_step=False) for w in counts)
-        if len(counts) > 2 and time.perf_counter() + least > deadline:
-            counts = sorted({1, verdict_w})  # the two the verdict needs
-            least = sum(self.costs.least_s(w, with_step=False) for w in counts)
-        if not self._affords(" and ".join(f"loader w={w}" for w in counts), least, until=deadline):
-            return self._skipped("S(W) for W = " + ", ".join(map(str, counts)))
-        rates = self._scaling_rates(counts, deadline)
-        measured = [w for w in rates if 1 < w <= verdict_w]
-        if rates.get(1) and measured:
-            self.metrics["loader_scaling_workers"] = float(max(measured))
-            self.metrics["loader_scaling_efficiency"] = rates[max(measured)] / (max(measured) * rates[1])
-        return ", ".join(f"S({w}) = {r:.0f}/s" for w, r in rates.items()) or "no worker count measured"
-
-    def _scaling_rates(self, counts: List[int], deadline: float) -> Dict[int, float]:
-        rates: Dict[int, float] = {}
-        for index, workers in enumerate(counts):
-            window = (deadline - time.perf_counter()) / (1.5 * (len(counts) - index))
-            m = self._measure_loader(self._candidate(workers), window, deadline, "scaling", with_step=False)
-            if m is not None:
-                rates[workers] = m.samples_per_s
-                self.metrics[f"loader_w{workers}_samples_per_s"] = m.samples_per_s
-        return rates
-
-    def _priors(self, configs: List[LoaderConfig]) -> Dict[LoaderConfig, Measurement]:
-        """What the run already knows about tuner candidates: the naive phase measured candidate 0 on a CPU,
-        and the scaling phase the loader alone. Alone, S samples/s; with the step, at least 1 / (1/S + 1/R)
-        (R the ceiling): the rate if loading and stepping did not overlap at all, which workers only beat."""
-        known: Dict[LoaderConfig, Measurement] = {}
-        if self.naive is not None and self.naive.config is not None:
-            known[self.naive.config] = self.naive
-        ceiling = self.ceiling.samples_per_s if self.ceiling else 0.0
-        for m in self.measurements_of("scaling"):
-            if m.config is not None and m.samples_per_s > 0 and ceiling > 0:
-                rate = 1.0 / (1.0 / m.samples_per_s + 1.0 / ceiling)
-                known[m.config] = replace(m, label=f"{m.label} + step (no-overlap estimate)", samples_per_s=rate)
-        return {config: known[config] for config in configs if config in known}
-
-    def _tune(self, deadline: float) -> str:
-        from bootstrap.bench import tune
-
-        prediction = self._predict()
-        if prediction is None:
-            return "skipped: needs the loader and ceiling phases"
-        started = time.perf_counter()
-        cuda = self.device.is_cuda
-        counts = tune.worker_candidates(prediction.start, prediction.cap)
-        configs = [self._candidate(w) for w in counts]
-        self.say("tune", f"predicted W* = {prediction.predicted} (cap {prediction.cap}: {prediction.cap_reason}); "
-                         f"candidates {', '.join(map(str, counts))}")
-
-        def measure(config: LoaderConfig, window_s: float, phase: str = "tune") -> Optional[Measurement]:
-            return self._measure_loader(config, window_s, deadline, phase, with_step=True)
-
-        self.tuning = TuningRecord(
-            cpu_s_per_sample=self.metrics["cpu_s_per_sample"], wall_s_per_sample=self.metrics["wall_s_per_sample"],
-            predicted_workers=prediction.predicted, cap=prediction.cap, cap_reason=prediction.cap_reason,
-            candidates=counts, budget_s=max(0.0, deadline - started))
-        search = tune.successive_halving(
-            configs, measure, deadline, ceiling_samples_per_s=self.ceiling.samples_per_s,
-            early_stop=self.t.early_stop_efficiency, minimum_noise=self.t.noise_floor_min,
-            reserve_measurements=3 if cuda else 1, min_window_s=max(0.2, self._min_window(configs[-1])),
-            overhead_s=self._startup_guess(), prior=self._priors(configs))
-        self._account_search(search, configs)
-        if search.winner is None:
-            return "skipped: no candidate could be measured"
-        self.best = search.winner.config
-        self.tuning = replace(self.tuning, winner=self.best, stopped_early=search.stopped_early,
-                              rounds=tuple((w, tuple((m.label, m.samples_per_s) for m in ms_)) for w, ms_ in search.rounds),
-                              seconds=time.perf_counter() - started)
-        changes = tune.knob_changes(search.winner.config, cuda=cuda) if search.winner.config else []
-        knobs = tune.try_knobs(search.winner, changes, lambda c, w: measure(c, w, "knob"), search.rounds[-1][0],
-                               deadline, self.t.noise_floor_min, overhead_s=search.overhead_s)
-        # Knobs refine a searched winner; one left out for time is reported, not counted as a tune cut short.
-        self.metrics.update(tune_knobs=float(len(changes)), tune_knobs_tried=float(len(knobs.trials)))
-        self.best = knobs.winner.config
-        self.tuning = replace(self.tuning, winner=self.best, knobs=knobs.trials, seconds=time.perf_counter() - started)
-        return f"winner {self.best.label if self.best else '-'} after {len(self.measurements_of('tune', 'knob'))} trials"
-
-    def _account_search(self, search: Any, configs: List[LoaderConfig]) -> None:
-        """How much of the search ran: candidates measured, left out for time (ledger), failed."""
-        for config in search.unmeasured:
-            self.ledger.skip("tune", config.label, search.cost_s)
-        self.metrics["tune_candidates"] = float(len(configs))
-        self.metrics["tune_candidates_measured"] = float(len(configs) - len(search.unmeasured) - len(search.failed))
-        self.metrics["tune_candidates_failed"] = float(len(search.failed))
+        setup = self.phases[0].started_s if self.phases else self.elapsed()
+        phases = [name for name, _ in PHASES if self.device is not None and self._applies(name)]
+        complete = setup + sum(self._minimum_s(name) for name in phases)
+        return advised_budget_s(max(complete, self.ledger.needed_s(self.finished_s or self.elapsed())))
 
     def _min_window(self, config: Optional[LoaderConfig]) -> float:
         """Workers started together deliver in bursts, one per batch latency (batch x l): a window of
@@ -693,191 +561,6 @@ class _Run:
     def measurements_of(self, *phases: str) -> List[Measurement]:
         return [m for m in self.measurements if m.phase in phases]
 
-    def _tuned(self, deadline: float) -> str:
-        self.barriers_due = TUNED_WINDOWS
-        note = self._tuned_windows(deadline)
-        while self.barrier is not None and self.barriers_due > 0:
-            self._window_barrier()  # every rank passes the same number of barriers, measured or not
-        return note
-
-    def _window_barrier(self) -> None:
-        self.barriers_due -= 1
-        if self.barrier is not None:
-            self.barrier()
-
-    def _tuned_windows(self, deadline: float) -> str:
-        config = self.best
-        if config is None:
-            return "skipped: no tuned config"
-        workers, costs = config.num_workers, self.costs
-        if not self._affords(f"tuned {config.label}", costs.least_s(workers),
-                             need_s=costs.batch_s + TUNED_WINDOWS * costs.window_s(workers)):
-            return self._skipped("a tuned window")
-        stream = None
-        try:
-            stream = ms.BatchStream(ms.make_loader(self.dataset, self.spec.batch_size, config, seed=self.spec.seed))
-            count = self._measure_tuned(stream, config, deadline)
-        except RuntimeError as exc:
-            if not workers:
-                raise
-            if stream is not None:
-                stream.close(kill=True)
-            self._worker_failure("tuned", config, exc)
-            return f"failed: {self.failures[-1][2]}"
-        finally:
-            if stream is not None:
-                stream.close()
-        return f"{count} windows of {config.label}"
-
-    def _measure_tuned(self, stream: Any, config: LoaderConfig, deadline: float) -> int:
-        """Warm up, then up to TUNED_WINDOWS windows, each only if it still fits; worker PSS around them."""
-        trainer = self._trainer(config)
-        period = self.costs.period_s(config.num_workers)
-        plan = self._fit_steps(self._plan((deadline - time.perf_counter()) / (TUNED_WINDOWS + 0.5)), period)
-        ms.warm_up(lambda: next(stream), trainer.step, self.device, plan, deadline)
-        pids = ms.child_pids() if config.num_workers else []
-        pss_start = ms.workers_pss_kib(pids)
-        if self.sampler is not None:
-            self.sampler.gpm_begin()
-        count = 0
-        for index in range(TUNED_WINDOWS):
-            self._window_barrier()
-            least = FLOOR_STEPS * self.costs.period_s(config.num_workers)
-            if not self._affords(f"tuned window #{index + 1}", least, need_s=self.costs.window_s(config.num_workers)):
-                continue
-            left = deadline - time.perf_counter()
-            window = max(self._min_window(config), left / (TUNED_WINDOWS - index) / 1.05)
-            plan = self._fit_steps(replace(plan, window_s=window, min_steps=BASE_PLAN.scaled(window).min_steps), period)
-            m = self._record(ms.run_window(
-                lambda: next(stream), trainer.step, self.device, plan, deadline, phase="tuned",
-                label=f"tuned #{index + 1} {config.label}", config=config, batch_size=self.spec.batch_size,
-                clock_zero=self.zero, first_batch_s=stream.first_batch_s, warmup=False))
-            count += 1
-            if self.sampler is not None:
-                self.sampler.stat_window(m.started_s, m.started_s + m.seconds)
-        if self.sampler is not None:
-            self.sampler.gpm_end()
-        pss_end = ms.workers_pss_kib(pids)
-        if pss_start and pss_end is not None and count:
-            self.metrics["worker_pss_growth_pct"] = 100.0 * (pss_end - pss_start) / pss_start
-            self.metrics["worker_pss_mib"] = pss_end / 1024.0
-        return count
-
-    # ------------------------------------------------------------------ result
-
-    def _derived(self) -> None:
-        m = self.metrics
-        tuned = self.measurements_of("tuned")
-        ceiling = m.get("ceiling_samples_per_s")
-        naive = m.get("naive_samples_per_s")
-        c, l = m.get("cpu_s_per_sample"), m.get("wall_s_per_sample")
-        if tuned:
-            rates = [w.samples_per_s for w in tuned]
-            m["tuned_samples_per_s"] = statistics.median(rates)
-            m["tuned_min_samples_per_s"], m["tuned_max_samples_per_s"] = min(rates), max(rates)
-            m["tuned_spread_pct"] = 100.0 * (max(rates) - min(rates)) / statistics.median(rates) if rates else None
-            m["stall_host_wait_pct"] = statistics.median(w.host_wait_pct for w in tuned)
-            m["time_to_first_batch_s"] = tuned[0].first_batch_s
-            idle = [100.0 * w.device_idle_s / w.seconds for w in tuned if w.device_idle_s is not None and w.seconds]
-            m["stall_device_idle_pct"] = statistics.median(idle) if idle else None
-        best = m.get("tuned_samples_per_s")
-        if best and ceiling:
-            m["efficiency"] = best / ceiling
-            m["stall_differential_pct"] = max(0.0, 100.0 * (1.0 - best / ceiling))
-        if best and naive:
-            m["speedup"] = best / naive
-        if ceiling and naive and l and self.best is not None and self.best.num_workers:
-            bounds = [ceiling, self.best.num_workers / l]
-            step_cpu = m.get("step_cpu_s_per_sample")
-            if c is not None and step_cpu is not None and c + step_cpu > 0:
-                bounds.append(self.cpus / (c + step_cpu))
-            m["predicted_samples_per_s"] = min(bounds)
-            m["predicted_speedup"] = min(bounds) / naive
-        elif self.best is not None and naive:
-            m["predicted_speedup"] = 1.0  # no workers won: the tuned loop is the naive pipeline
-        if tuned and self.naive is not None:
-            spread = statistics.pstdev(rates) / statistics.mean(rates) if len(rates) > 1 else 0.0
-            m["speedup_noise"] = max(self.t.noise_floor_min, 2 * max(self.naive.cv, spread))
-        if c:
-            m["cores_per_device_needed"] = ceiling * c if ceiling else None
-            m["workers_per_device_needed"] = ceiling * l if ceiling and l else None
-            m["feedable_samples_per_s"] = max(1, self.cpus - 1) / c
-            if self.o.target_rate:
-                m["cores_needed_for_target"] = self.o.target_rate * c
-        m["peak_memory_mib"] = ms.peak_memory_mib(self.device) if self.device is not None else None
-        m["tuning_seconds"] = self.tuning.seconds or None
-        m["tuning_budget_s"] = self.tuning.budget_s or None
-        m["sampler_overhead_pct"] = self.sampler_report.overhead_pct
-        m["tuned_windows"] = float(len(tuned))
-        if self.ledger.skipped:
-            m["budget_needed_s"] = self._needed_s()
-
-    def _needed_s(self) -> float:
-        """A budget for a complete run: setup plus every phase's least, priced with the final costs (and at
-        least what this run spent plus what it left out), with a margin for the estimate's error."""
-        from bootstrap.bench.budget import advised_budget_s
-
-        setup = self.phases[0].started_s if self.phases else self.elapsed()
-        phases = [name for name, _ in PHASES if self.device is not None and self._applies(name)]
-        complete = setup + sum(self._minimum_s(name) for name in phases)
-        return advised_budget_s(max(complete, self.ledger.needed_s(self.finished_s or self.elapsed())))
-
-    def _shm_need_mib(self) -> float:
-        """/dev/shm the loader needs: workers x prefetch x batch. The workers are the winner's, or, when
-        /dev/shm itself capped the search or killed a loader, the count the run wanted."""
-        workers = self.best.num_workers if self.best else 0
-        prefetch = self.best.prefetch_factor if self.best else 2
-        p = self.prediction
-        if p is not None and p.cap_reason.startswith("/dev/shm") and p.cap < p.predicted:
-            workers = max(workers, min(p.predicted, self.cpus))
-        for _, config, why in self.failures:
-            if why.startswith(ms.SHM_FAILURE):
-                workers, prefetch = max(workers, config.num_workers), max(prefetch, config.prefetch_factor)
-        return workers * prefetch * self.batch_bytes / MIB
-
-    def _verdict_facts(self) -> Any:
-        from bootstrap.bench import verdicts
-        from bootstrap.probe import HostFacts
-
-        host = self.host or HostFacts()
-        shm_failure = next((why for _, _, why in self.failures if why.startswith(ms.SHM_FAILURE)), "")
-        return verdicts.VerdictFacts(
-            device_type=self.device_info.get("type", "cpu"), gpu_name=self.device_info.get("name", ""),
-            cpus=self.cpus, cpus_total=host.cpus_total, shm_free_mib=host.shm_free_mib,
-            shm_need_mib=self.metrics["shm_need_mib"], shm_failure=shm_failure,
-            start_method=host.start_method or "", start_method_explicit=host.start_method_explicit,
-            nofile_soft=host.nofile_soft, nofile_hard=host.nofile_hard,
-            workers=self.best.num_workers if self.best else None, cpu_bound=self.cpu_bound, pcie=self.pcie,
-            budget_s=self.o.budget_s, partial=self.interrupted, left_out=self.ledger.summary())
-
-    def _closing_notes(self) -> None:
-        for phase, config, why in self.failures:
-            self.notes.append(f"{phase} {config.label}: the loader's workers died ({why}); that config counts as failed")
-        needed = self.metrics.get("budget_needed_s")
-        if needed is not None:
-            self.notes.append(f"budget too small for a complete run: left out {self.ledger.summary()}; "
-                              f"~{needed:.0f} s would cover them (--budget {needed:.0f})")
-        if self.interrupted:
-            self.notes.append("interrupted (Ctrl-C or SIGTERM): partial report of the phases measured so far")
-
-    def result(self) -> BenchResult:
-        from bootstrap.bench import verdicts
-        from bootstrap.bench.report import dataloader_snippet
-
-        self._derived()
-        self.metrics["shm_need_mib"] = self._shm_need_mib()
-        checks = verdicts.evaluate(self.metrics, self._verdict_facts(), self.sampler_report, self.t) \
-            if self.device_info else []
-        self._closing_notes()
-        untuned = next((c for c in checks if c.id == "bench.tuned" and c.status is not Status.OK), None)
-        snippet = dataloader_snippet(self.best, self.spec, self.device_info.get("type", "cpu"),
-                                     caveat=untuned.observed if untuned else "") if self.best else ""
-        return BenchResult(
-            device=dict(self.device_info), workload=self.spec.to_dict(), budget_s=self.o.budget_s,
-            thresholds=self.o.thresholds.to_dict(), phases=tuple(self.phases), measurements=tuple(self.measurements),
-            metrics=dict(self.metrics), tuning=self.tuning, sampler=self.sampler_report, checks=tuple(checks),
-            best=self.best, snippet=snippet, notes=tuple(self.notes), partial=self.interrupted,
-            seconds=self.finished_s or self.elapsed())
 
 
 def _host_busy_pct(seconds: float) -> Optional[float]:
