@@ -83,22 +83,6 @@ def test_a_flag_overrides_a_bad_config_value_only_after_the_file_is_checked(tmp_
     assert build(["--batch-size", "8"], tmp_path, "options: {batch_size: 16, cpu_ms: 2}\n").workload.cpu_ms == 2.0
 
 
-@pytest.mark.parametrize("thresholds, problem", [
-    ("{efficiency_pass: 5, efficiency_warn: -3}", "thresholds.efficiency_pass: expected a number from 0 to 1, got 5"),
-    ("{efficiency_pass: true}", "thresholds.efficiency_pass: expected a number from 0 to 1, got true"),
-    ("{efficiency_pass: .inf}", "thresholds.efficiency_pass: expected a number from 0 to 1, got inf"),
-    ("{efficiency_pass: 0.5}", "thresholds.efficiency_pass: 0.5 is below efficiency_warn 0.75 (from default)"),
-    ("{device_idle_pass: 0.3}", "thresholds.device_idle_pass: 0.3 is above device_idle_warn 0.25 (from default)"),
-    ("{util_p95_pass: 170}", "thresholds.util_p95_pass: expected a number from 0 to 100, got 170"),
-])
-def test_thresholds_are_finite_in_range_and_ordered(tmp_path, thresholds, problem):
-    path = tmp_path / "t.yaml"
-    path.write_text(f"thresholds: {thresholds}\n")
-    with pytest.raises(InputError) as info:
-        load_config(path)
-    assert str(info.value).startswith(f"{path}: {problem}")
-
-
 def test_a_threshold_flag_against_a_file_value_names_both_sources(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text("thresholds: {efficiency_warn: 0.6}\n")

@@ -50,13 +50,20 @@ def test_config_file_then_flags_override(tmp_path):
     ("limits: {}\n", "unknown key 'limits'"),
     ("thresholds: [1]\n", "must be a mapping"),
     ("thresholds: {efficiency_pass: 0.9\n", "malformed YAML"),
+    # finite numbers in range, a pass bound on the passing side of its warn bound
+    ("thresholds: {efficiency_pass: 5, efficiency_warn: -3}\n", "thresholds.efficiency_pass: expected a number from 0 to 1, got 5"),
+    ("thresholds: {efficiency_pass: true}\n", "thresholds.efficiency_pass: expected a number from 0 to 1, got true"),
+    ("thresholds: {efficiency_pass: .inf}\n", "thresholds.efficiency_pass: expected a number from 0 to 1, got inf"),
+    ("thresholds: {efficiency_pass: 0.5}\n", "thresholds.efficiency_pass: 0.5 is below efficiency_warn 0.75 (from default)"),
+    ("thresholds: {device_idle_pass: 0.3}\n", "thresholds.device_idle_pass: 0.3 is above device_idle_warn 0.25 (from default)"),
+    ("thresholds: {util_p95_pass: 170}\n", "thresholds.util_p95_pass: expected a number from 0 to 100, got 170"),
 ])
 def test_bad_config_names_file_and_field(tmp_path, text, problem):
     path = tmp_path / "bench.yaml"
     path.write_text(text)
     with pytest.raises(InputError) as info:
         load_config(path)
-    assert problem in str(info.value) and str(path) in str(info.value)
+    assert problem in str(info.value) and str(info.value).startswith(str(path))
 
 
 def test_cli_options_precedence(tmp_path):
