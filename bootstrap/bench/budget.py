@@ -96,12 +96,16 @@ def advised_budget_s(needed_s: float) -> float:
 
 def phase_budget_s(name: str, remaining_s: float, later: Sequence[Tuple[str, float, float]]) -> float:
     """Seconds for phase `name` out of `remaining_s`, where `later` lists (phase, weight, least seconds)
-    for it and the phases after it: each gets its least first, then the surplus is shared by weight."""
+    for it and the phases after it: each gets its least first, then the surplus is shared by weight.
+    When there is less than their least, each gets a slice in proportion to its least, so the search
+    does not take what the tuned windows need."""
     floor = sum(least for _, _, least in later)
     weights = sum(weight for _, weight, _ in later)
     _, weight, least = next(item for item in later if item[0] == name)
     share = weight / weights if weights else 1.0
-    return min(remaining_s, least + max(0.0, remaining_s - floor) * share)
+    if remaining_s < floor:
+        return remaining_s * least / floor
+    return least + (remaining_s - floor) * share
 
 
 @dataclass
@@ -121,6 +125,7 @@ class Ledger:
         """A budget that would have paid for what was skipped too (whole seconds, rounded up)."""
         return float(math.ceil(spent_s + self.missing_s))
 
-    def summary(self) -> str:
-        """'scaling: loader w=2 (~4.1 s); tune: w=1 (~8.6 s)'."""
-        return "; ".join(f"{phase}: {what} (~{seconds:.1f} s)" for phase, what, seconds in self.skipped)
+    def summary(self, phases: Sequence[str] = ()) -> str:
+        """'scaling: loader w=2 (~4.1 s); tune: w=1 (~8.6 s)', of `phases` only when given."""
+        return "; ".join(f"{phase}: {what} (~{seconds:.1f} s)" for phase, what, seconds in self.skipped
+                         if not phases or phase in phases)

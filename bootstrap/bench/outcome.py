@@ -13,6 +13,9 @@ from bootstrap.bench import measure as ms
 from bootstrap.bench.results import BenchResult
 from bootstrap.checks import Status
 
+# What a tune stands on: a measurement left out of these (not micro, not scaling) makes it incomplete.
+TUNE_PHASES = ("loader", "ceiling", "naive", "tune", "tuned")
+
 
 class Outcome:
     """`_Run.result()` and what it derives (see the module docstring)."""
@@ -90,7 +93,7 @@ class Outcome:
             start_method=host.start_method or "", start_method_explicit=host.start_method_explicit,
             nofile_soft=host.nofile_soft, nofile_hard=host.nofile_hard,
             workers=self.best.num_workers if self.best else None, cpu_bound=self.cpu_bound, pcie=self.pcie,
-            budget_s=self.o.budget_s, partial=self.interrupted, left_out=self.ledger.summary())
+            budget_s=self.o.budget_s, partial=self.interrupted, left_out=self.ledger.summary(TUNE_PHASES))
 
     def _closing_notes(self) -> None:
         for phase, config, why in self.failures:

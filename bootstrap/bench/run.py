@@ -45,7 +45,7 @@ PHASES: Tuple[Tuple[str, float], ...] = (
     ("checks", 0.0), ("micro", 0.03), ("loader", 0.05), ("ceiling", 0.10), ("naive", 0.07),
     ("scaling", 0.07), ("tune", 0.43), ("tuned", 0.25),
 )
-OPTIONAL_PHASES = ("micro", "scaling")  # run only when the phases after them still get their least
+OPTIONAL_PHASES = ("scaling",)  # runs only when the phases after it still get their least
 BARRIER_PHASES = ("ceiling", "naive", "tune", "tuned")
 NOISY_HOST_PCT = 20.0
 BASE_PLAN = ms.WindowPlan()

@@ -45,7 +45,7 @@ class VerdictFacts:
     local_ranks: int = 1
     budget_s: Optional[float] = None
     partial: bool = False                 # interrupted
-    left_out: str = ""                    # what the budget could not pay for (budget.Ledger.summary)
+    left_out: str = ""                    # what of the tune the budget could not pay for (budget.Ledger.summary)
 
 
 def dense_peak_tflops(gpu_name: str) -> Optional[float]:
@@ -193,7 +193,7 @@ def tuned_check(m: Mapping[str, Optional[float]], f: VerdictFacts) -> Check:
         parts.append(f"{m.get('tune_knobs_tried') or 0:.0f} of {m['tune_knobs']:.0f} knobs tried")
     parts.append(f"{windows:.0f} of 3 tuned windows")
     needed = m.get("budget_needed_s")
-    if needed is not None:
+    if f.left_out and needed is not None:
         observed = f"budget too small: ~{needed:.0f} s needed, {f.budget_s or 0:g} s given; " + ", ".join(parts)
         return Check(cid, Status.WARN, observed, expected, f"rerun with --budget {needed:.0f} (or more)",
                      f"left out: {f.left_out}; the winner is the best of what was measured, not a full tune")
