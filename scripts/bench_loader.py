@@ -78,9 +78,18 @@ def one_run(label: str, spec: WorkloadSpec, budget: float) -> Dict[str, Any]:
         "c_ms": 1000 * (m.get("cpu_s_per_sample") or 0), "l_ms": 1000 * (m.get("wall_s_per_sample") or 0),
         "sampler_pct": result.sampler.overhead_pct, "sampler_polls": result.sampler.polls,
         "efficiency": m.get("efficiency"),
+        "tuned_check": next((c.status.value for c in result.checks if c.id == "bench.tuned"), "-"),
     }
     row["ratio"] = row["speedup"] / row["predicted"] if row["speedup"] and row["predicted"] else None
     return row
+
+
+def _f(value: Any, spec: str) -> str:
+    """`value` formatted, or '-' right-aligned to the same width when it was not measured."""
+    if value is None:
+        width = "".join(ch for ch in spec.split(".")[0] if ch.isdigit())
+        return f"{'-':>{width or 1}}"
+    return f"{value:{spec}}"
 
 
 def sampler_ab(spec: WorkloadSpec, workers: int, seconds: float, rounds: int = 3) -> Dict[str, Any]:
@@ -168,15 +177,16 @@ def main() -> int:
             one_run("I/O latency", IO, args.budget / 2)]
     print()
     header = (f"{'workload':<12} {'budget':>6} {'naive/s':>8} {'tuned/s':>8} {'W*':>3} {'W':>3} {'speedup':>7} "
-              f"{'predict':>7} {'ratio':>5} {'eff':>5} {'tune s':>11} {'run s':>11} {'sampler':>8}")
+              f"{'predict':>7} {'ratio':>5} {'eff':>5} {'tune s':>11} {'run s':>11} {'sampler':>8} {'tuned':>5}")
     print(header)
     for r in runs:
-        print(f"{r['workload']:<12} {r['budget_s']:>6.0f} {r['naive']:>8.1f} {r['tuned']:>8.1f} {r['w_star']:>3} "
-              f"{r['workers']:>3} {r['speedup']:>6.2f}x {r['predicted']:>6.2f}x {r['ratio']:>5.2f} "
-              f"{r['efficiency']:>5.2f} {r['tune_s']:>5.1f}/{r['tune_budget_s']:<5.1f} {r['run_s']:>5.1f}/{r['budget_s']:<5.0f} "
-              f"{r['sampler_pct']:>7.2f}%")
+        print(f"{r['workload']:<12} {r['budget_s']:>6.0f} {_f(r['naive'], '>8.1f')} {_f(r['tuned'], '>8.1f')} "
+              f"{_f(r['w_star'], '>3')} {_f(r['workers'], '>3')} {_f(r['speedup'], '>6.2f')}x {_f(r['predicted'], '>6.2f')}x "
+              f"{_f(r['ratio'], '>5.2f')} {_f(r['efficiency'], '>5.2f')} {r['tune_s']:>5.1f}/{r['tune_budget_s']:<5.1f} "
+              f"{r['run_s']:>5.1f}/{r['budget_s']:<5.0f} {r['sampler_pct']:>7.2f}% {r['tuned_check']:>5}")
     print("  ratio = measured speedup / speedup predicted from measured costs (target >= 0.8); "
-          "tune s / run s = time used / budget (target: inside); sampler = its thread's CPU / wall (target < 1%)")
+          "tune s / run s = time used / budget (target: inside); sampler = its thread's CPU / wall (target < 1%); "
+          "tuned = bench.tuned (warn: the budget was too small for a complete tune)")
     for r in runs[:2]:
         print(f"  {r['workload']}: c = {r['c_ms']:.2f} ms CPU, l = {r['l_ms']:.2f} ms wall per sample; "
               f"ceiling {r['ceiling']:.0f} samples/s")
