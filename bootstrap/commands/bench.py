@@ -3,10 +3,11 @@
 Runs the acceptance benchmark, prints the report (or the JSON envelope
 with `--json`), writes bench.json and bench.png into `--out`, and exits 1
 when a verdict fails, 130 when interrupted (143 for SIGTERM; both after
-writing the partial report). Settings come from the defaults, then `--config FILE`'s `options`,
-then the flags. `--out` is checked before the run; when the report still
-cannot be written after it (a full disk), it is printed and the command
-fails with one line, leaving an earlier run's files as they were.
+writing the partial report). Settings come from the defaults, then
+`--config FILE`'s `options`, then the flags. `--out` is checked before the
+run; when the report still cannot be written after it (a full disk), it is
+printed and the command fails with one line, leaving an earlier run's files
+as they were.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--storage", choices=STORAGES, help="memory (default), files (one per sample) or packed (memmap)")
     load.add_argument("--cold-cache", action="store_true", default=None,
                       help="files/packed: evict our files from the page cache before each phase")
-    load.add_argument("--data-dir", type=Path, help="files/packed: the file system to test; a directory made there holds them and is removed "
-                           "at the end (default: the temp dir)")
+    load.add_argument("--data-dir", type=Path,
+                      help="files/packed: the file system to test; a directory made there holds them and is "
+                           "removed at the end (default: the temp dir)")
     tuner = parser.add_argument_group("tuner and sizing")
     tuner.add_argument("--max-workers", type=int, help="cap the worker search (default: from CPUs, shm, RAM)")
     tuner.add_argument("--target-rate", type=float, metavar="SAMPLES_PER_S",
@@ -110,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
             from bootstrap.bench.run import run_bench
 
             result = run_bench(options, progress)
-    code = (128 + terminated[0] if terminated else EXIT_INTERRUPTED) if result.partial else exit_code(result.checks)
+    code = exit_code(result.checks)
+    if result.partial:
+        code = 128 + terminated[0] if terminated else EXIT_INTERRUPTED
     if not reporter:
         return code
     try:
