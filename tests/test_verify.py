@@ -221,7 +221,9 @@ def test_bad_usage_exits_2(tmp_path: Path, capsys) -> None:
     facts = REPO / "tests" / "data" / "verify" / "h200x8-580.95.05.facts.json"
     assert main(["verify", "--facts", str(facts), "--deep"]) == 2
     assert "--deep: does not apply to --facts" in capsys.readouterr().err
-    assert main(["verify", "--no-bench", "--bench-budget", "0"]) == 2
+    for budget in ("0", "nan", "inf", "1e30"):
+        assert main(["verify", "--no-bench", "--bench-budget", budget]) == 2
+        assert "--bench-budget: " in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         main(["verify", "--prefix"])
     assert exc.value.code == 2

@@ -35,6 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bootstrap.bench.config import MAX_BUDGET_S
     from bootstrap.checks import render_table, to_json
     from bootstrap.verify import BENCH_BUDGET_S, VerifyOptions, run_verify
 
@@ -44,8 +45,9 @@ def run(args: argparse.Namespace) -> int:
         if clash:
             raise InputError(clash[0], "does not apply to --facts, which re-evaluates recorded facts without the env",
                              f"drop {clash[0]} or --facts")
-    if args.bench_budget is not None and args.bench_budget <= 0:
-        raise InputError("--bench-budget", f"{args.bench_budget} is not a positive number of seconds", "e.g. 20")
+    if args.bench_budget is not None and not 0 < args.bench_budget <= MAX_BUDGET_S:  # NaN fails this too
+        raise InputError("--bench-budget", f"{args.bench_budget} is not a number of seconds in (0, {MAX_BUDGET_S:g}]",
+                         "e.g. 20")
     options = VerifyOptions(
         prefix=args.prefix, lock_path=args.lock, deep=args.deep, bench=args.bench,
         bench_budget_s=args.bench_budget or BENCH_BUDGET_S, facts_path=args.facts, save_facts=args.save_facts,
