@@ -14,23 +14,43 @@ SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
 TORCH_TEST ?= torch==2.13.0
 
-.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader
+.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader help FORCE
 
+## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
 
+# Rebuilt when the requirements or the script are newer than the stamp, and also when the stamp's
+# content differs (a checkout synced with older times) or the venv's python no longer runs
+# (its interpreter moved or was removed).
+ifneq ($(shell cmp -s scripts/requirements-tools.txt $(TOOLS)/.requirements-tools.txt && test -x $(PY) && echo ok),ok)
+$(TOOLS)/.requirements-tools.txt: FORCE
+endif
 $(TOOLS)/.requirements-tools.txt: scripts/requirements-tools.txt scripts/tools-venv.sh
-	PYTHON=$(PYTHON) BUNDLE=$(BUNDLE) scripts/tools-venv.sh $(TOOLS)
+	PYTHON="$(PYTHON)" BUNDLE="$(BUNDLE)" scripts/tools-venv.sh $(TOOLS)
+
+FORCE:
+
+# The env targets take ENV from make's command line or the environment: a shell's own ENV
+# (POSIX sh's startup file, e.g. ENV=~/.shrc) or an empty one must not become a path to remove.
+CHECK_ENV = @case "$(ENV)" in ""|*/*|.*|*" "*) echo "ENV='$(ENV)' is not an env name such as py310 or py39 (the shell's ENV variable? pass ENV=py310 to make)" >&2; exit 2;; esac
+
+## Every target with a line of help (`make help`).
+help:
+	@awk '/^## / { text = text substr($$0, 4) " " } /^$$/ { text = "" } \
+	  /^[a-z][a-z-]*:/ { if (text != "") printf "  %-19s %s\n", substr($$1, 1, length($$1) - 1), text; text = "" }' $(MAKEFILE_LIST)
 
 ## Create or update .envs/$(ENV) from its lock (ENV=py39 for the other env); ENV_ARGS="--dry-run" prints the plan.
 ## BUNDLE=FILE takes the artifacts from a bundle `make bundle` wrote: no channel or index needed.
 BUNDLE ?=
 env: tools
-	$(PY) -m bootstrap env $(ENV) $(if $(BUNDLE),--bundle $(BUNDLE)) $(ENV_ARGS)
+	$(CHECK_ENV)
+	$(PY) -m bootstrap env $(ENV) $(if $(BUNDLE),--bundle "$(BUNDLE)") $(ENV_ARGS)
 
 ## Every artifact the lock of $(ENV) installs on this platform, and the lock, in one tar for nodes
 ## without internet; BUNDLE_ARGS="--platform linux-64 -o FILE" for another platform or name.
 BUNDLE_ARGS ?=
 bundle: tools
+	$(CHECK_ENV)
 	$(PY) -m bootstrap bundle $(ENV) $(BUNDLE_ARGS)
 
 ## What the package cache (~/.cache/bootstrap) holds; prune-cache keeps only what this project's locks install.
@@ -41,14 +61,16 @@ prune-cache: tools
 
 ## Remove .envs/$(ENV) with all its generations.
 clean-env:
+	$(CHECK_ENV)
 	rm -rf .envs/$(ENV) .envs/.$(ENV).gens .envs/.$(ENV).lock .envs/.$(ENV).switch
 
 ## Inside the env: packages match the lock, the CUDA stack fits, the acceptance benchmark passes.
 ## The env's own python runs this checkout's bootstrap package (nothing is installed into the env).
 VERIFY_ARGS ?=
 verify:
+	$(CHECK_ENV)
 	@test -x .envs/$(ENV)/bin/python || { echo "no env at .envs/$(ENV): run \`make env\` first" >&2; exit 2; }
-	PYTHONPATH=$(CURDIR) .envs/$(ENV)/bin/python -m bootstrap verify $(VERIFY_ARGS)
+	PYTHONPATH="$(CURDIR)" .envs/$(ENV)/bin/python -m bootstrap verify $(VERIFY_ARGS)
 
 ## Host only, before any env exists: driver, max CUDA, GPUs, and whether the lock's torch build fits.
 doctor: tools
@@ -75,20 +97,28 @@ lock-from-snapshot: tools
 lock-check: tools
 	$(PY) -m bootstrap lock --check
 
+# The stamp holds what was installed: another TORCH_TEST installs again.
+ifneq ($(shell cat $(TOOLS)/.torch-test 2>/dev/null),$(TORCH_TEST))
+$(TOOLS)/.torch-test: FORCE
+endif
 $(TOOLS)/.torch-test: $(TOOLS)/.requirements-tools.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_TEST)"
-	touch $@
+	echo "$(TORCH_TEST)" > $@
 
+## The offline test suite and the Python 3.9 static check (what CI runs); the first run installs a CPU torch.
 test: tools $(TOOLS)/.torch-test
 	$(PY) scripts/check-py39.py
 	$(PY) -m pytest -q
 
+## The tests that need PyPI.
 test-network: tools $(TOOLS)/.torch-test
 	$(PY) -m pytest -q -m network
 
+## Every test but the GPU ones, slow ones included.
 test-all: tools $(TOOLS)/.torch-test
 	$(PY) -m pytest -q -m "not gpu"
 
+## Solve and write times of `lock` against the snapshot, and `lock --check`.
 bench-lock: tools
 	$(PY) scripts/bench_lock.py
 
@@ -97,8 +127,9 @@ tools-requirements: tools
 	$(TOOLS)/bin/uv pip compile scripts/requirements-tools.in --universal --python-version 3.10 \
 	  --generate-hashes --no-header -o scripts/requirements-tools.txt
 
+## Remove the tools venv (the next target builds it again).
 clean:
-	rm -rf $(TOOLS) .pytest_cache
+	rm -rf $(TOOLS) $(TOOLS).old $(TOOLS).lock .pytest_cache
 
 ## The shareable environment.yml of the default env: requested specs pinned to conda-lock.yml,
 ## no build strings, no paths (`make test` fails when it drifts from the lock).

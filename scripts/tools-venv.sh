@@ -5,26 +5,63 @@
 #   BUNDLE=bundle.tar scripts/tools-venv.sh DIR     offline, from the wheels `bootstrap bundle` put in it
 #
 # py-rattler and conda-lock need Python >= 3.10. If the host's python3 is
-# older (a 3.9-only cluster login node), uv — which itself installs on 3.8+ —
-# provides a managed 3.11 interpreter instead; that needs python-build-standalone
-# downloads or a mirror in UV_PYTHON_INSTALL_MIRROR. No conda is involved.
+# older (a 3.9-only cluster login node), uv — pinned and hash-checked like the
+# rest, and itself installable on 3.9 — provides a Python 3.11 instead (one on
+# the machine, or a python-build-standalone download; UV_PYTHON_INSTALL_MIRROR
+# points it at a mirror). No conda is involved.
+#
+# A venv hard-codes its own path, so the new one is built where it will live:
+# the working one is moved aside first and put back if anything fails (no
+# network, a bad hash, Ctrl-C), so a failed refresh never leaves DIR broken.
+# Two runs at once take turns (flock, where the system has it).
 set -euo pipefail
 
 venv=${1:?usage: tools-venv.sh DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 reqs="$here/requirements-tools.txt"
 python=${PYTHON:-python3}
+old="$venv.old"
+work=$(mktemp -d)
+
+trap 'rm -rf "$work"' EXIT
+say() { echo "tools-venv: $*" >&2; }
+
+if command -v flock >/dev/null; then
+  exec 9>"$venv.lock"
+  if ! flock -n 9; then
+    say "waiting for another tools-venv.sh building $venv ..."
+    flock 9
+    if [ -z "${BUNDLE:-}" ] && cmp -s "$reqs" "$venv/.requirements-tools.txt" && "$venv/bin/python" -c '' 2>/dev/null; then
+      exit 0  # the other run just built it from these requirements
+    fi
+  fi
+fi
 
 if ! command -v "$python" >/dev/null; then
-  echo "tools-venv: '$python' not found; install Python >= 3.9 or set PYTHON=/path/to/python3" >&2
+  say "'$python' not found; install Python >= 3.9 or set PYTHON=/path/to/python3"
+  exit 2
+fi
+if ! version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>"$work/err"); then
+  say "'$python' does not run ($(head -n 1 "$work/err")); set PYTHON=/path/to/python3"
+  exit 2
+fi
+at_least() { "$python" -c "import sys; sys.exit(sys.version_info < ($1, $2))"; }
+if ! at_least 3 9; then
+  say "'$python' is Python $version; the tools need Python >= 3.9 (set PYTHON=/path/to/python3)"
   exit 2
 fi
 
-install=(--quiet --disable-pip-version-check --require-hashes -r "$reqs")
+# A run killed before it finished left the last working venv aside: that one is the venv.
+if [ -d "$old" ]; then
+  rm -rf "$venv"
+  mv "$old" "$venv"
+fi
+
+install=(--quiet --disable-pip-version-check --require-hashes --retries 2 --timeout 20 -r "$reqs")
 if [ -n "${BUNDLE:-}" ]; then
   # The same pinned, hash-checked requirements, from the bundle's wheels for this Python and platform.
-  if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
-    echo "tools-venv: offline from $BUNDLE needs a python3 >= 3.10 here, not $("$python" -V 2>&1) (set PYTHON=/path/to/python3)" >&2
+  if ! at_least 3 10; then
+    say "offline from $BUNDLE needs a python3 >= 3.10 here, not Python $version (set PYTHON=/path/to/python3)"
     exit 2
   fi
   case "$(uname -s)-$(uname -m)" in
@@ -36,36 +73,57 @@ if [ -n "${BUNDLE:-}" ]; then
   esac
   tag="$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-$platform"
   if ! tar -tf "$BUNDLE" >/dev/null 2>&1; then
-    echo "tools-venv: cannot read $BUNDLE as a tar (no such file, or a damaged or truncated copy: copy it again)" >&2
+    say "cannot read $BUNDLE as a tar (no such file, or a damaged or truncated copy: copy it again)"
     exit 2
   fi
-  wheels=$(mktemp -d)
-  trap 'rm -rf "$wheels"' EXIT
-  if ! tar -xf "$BUNDLE" -C "$wheels" "tools/$tag" 2>/dev/null; then
-    echo "tools-venv: $BUNDLE holds no tools venv wheels for $tag; make it with \`make bundle BUNDLE_ARGS=\"--tools-python X.Y\"\` for this python3" >&2
+  if ! tar -xf "$BUNDLE" -C "$work" "tools/$tag" 2>/dev/null; then
+    say "$BUNDLE holds no tools venv wheels for $tag; make it with \`make bundle BUNDLE_ARGS=\"--tools-python X.Y\"\` for this python3"
     exit 2
   fi
-  # Before --clear empties a working venv: do the wheels cover the requirements, hashes included?
-  "$python" -m venv "$wheels/probe"
-  if ! "$wheels/probe/bin/python" -m pip download --quiet --disable-pip-version-check --require-hashes -r "$reqs" \
-      --no-index --find-links "$wheels/tools/$tag" -d "$wheels/checked" >"$wheels/probe.log" 2>&1; then
-    echo "tools-venv: the wheels in $BUNDLE for $tag do not install $reqs (made from another checkout, or a truncated copy?): make the bundle again; $venv is unchanged. pip said: $(tail -n 1 "$wheels/probe.log")" >&2
+  # Before the working venv is moved aside: do the wheels cover the requirements, hashes included?
+  "$python" -m venv "$work/probe"
+  if ! "$work/probe/bin/python" -m pip download --quiet --disable-pip-version-check --require-hashes -r "$reqs" \
+      --no-index --find-links "$work/tools/$tag" -d "$work/checked" >"$work/probe.log" 2>&1; then
+    say "the wheels in $BUNDLE for $tag do not install $reqs (made from another checkout, or a truncated copy?): make the bundle again; $venv is unchanged. pip said: $(tail -n 1 "$work/probe.log")"
     exit 2
   fi
-  install+=(--no-index --find-links "$wheels/tools/$tag")
+  install+=(--no-index --find-links "$work/tools/$tag")
 fi
 
-if "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
-  "$python" -m venv --clear "$venv"
+# From here on a failure puts the working venv back.
+if [ -d "$venv" ]; then
+  mv "$venv" "$old"
+fi
+finish() {
+  status=$?
+  if [ "$status" -ne 0 ]; then
+    rm -rf "$venv"
+    if [ -d "$old" ]; then
+      mv "$old" "$venv"
+      say "could not build the tools venv; the previous $venv is back as it was (offline? BUNDLE=FILE from \`make bundle\`, or a PyPI mirror in PIP_INDEX_URL)"
+    else
+      say "could not build the tools venv (offline? BUNDLE=FILE from \`make bundle\`, or a PyPI mirror in PIP_INDEX_URL)"
+    fi
+  fi
+  rm -rf "$work"
+  exit "$status"
+}
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if at_least 3 10; then
+  "$python" -m venv "$venv"
 else
-  echo "tools-venv: $("$python" -V 2>&1) is older than 3.10; using a uv-managed Python 3.11" >&2
-  seed="$venv.seed"
-  "$python" -m venv --clear "$seed"
-  "$seed/bin/python" -m pip install --quiet "uv==0.13.9"
-  "$seed/bin/uv" venv --quiet --seed --python 3.11 "$venv"
-  rm -rf "$seed"
+  say "Python $version is older than 3.10; asking uv for a Python 3.11"
+  "$python" -m venv "$work/seed"
+  # uv's own pins and hashes, from the same requirements file.
+  awk '/^uv==/ { keep = 1 } keep { print } keep && !/\\$/ { exit }' "$reqs" >"$work/uv.txt"
+  "$work/seed/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes -r "$work/uv.txt"
+  "$work/seed/bin/uv" venv --quiet --seed --python 3.11 "$venv"
 fi
 
 "$venv/bin/python" -m pip install "${install[@]}"
-# The stamp is what make compares against the requirements file.
+rm -rf "$old"
+# The stamp make compares with the requirements (its time, and its content: see the Makefile).
 cp "$reqs" "$venv/.requirements-tools.txt"

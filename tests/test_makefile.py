@@ -1,0 +1,94 @@
+"""The set-up path: the Makefile's decisions (when to rebuild the tools venv, which ENV it accepts)
+and scripts/tools-venv.sh's promise that a failed refresh leaves the working venv as it was.
+
+Each test runs in a scratch copy of the Makefile and scripts, never in the checkout's own `.tools`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+REQUIREMENTS = REPO / "scripts" / "requirements-tools.txt"
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    """The Makefile and scripts, and a `.tools` that looks built (its python: this interpreter)."""
+    shutil.copy(REPO / "Makefile", tmp_path)
+    shutil.copytree(REPO / "scripts", tmp_path / "scripts")
+    (tmp_path / ".tools" / "bin").mkdir(parents=True)
+    (tmp_path / ".tools" / "bin" / "python").symlink_to(sys.executable)
+    shutil.copy(REQUIREMENTS, tmp_path / ".tools" / ".requirements-tools.txt")
+    return tmp_path
+
+
+def make(root: Path, *argv: str, **environ: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("ENV", "MAKEFLAGS", "MAKELEVEL")}
+    return subprocess.run(["make", "--no-print-directory", *argv], cwd=root, env={**env, **environ},
+                          capture_output=True, text=True, timeout=120)
+
+
+def rebuilds(root: Path) -> bool:
+    return "tools-venv.sh" in make(root, "-n", "tools").stdout
+
+
+def test_the_tools_venv_is_rebuilt_when_its_stamp_or_its_python_says_so(scratch: Path) -> None:
+    assert not rebuilds(scratch)
+    stamp = scratch / ".tools" / ".requirements-tools.txt"
+    stamp.write_text(stamp.read_text() + "# another pin\n")  # newer than the requirements, other content
+    assert rebuilds(scratch)
+    shutil.copy(REQUIREMENTS, stamp)
+    (scratch / ".tools" / "bin" / "python").unlink()
+    (scratch / ".tools" / "bin" / "python").symlink_to(scratch / "moved" / "python3")  # its interpreter is gone
+    assert rebuilds(scratch)
+
+
+@pytest.mark.parametrize("env", ["", "/root/.shrc", "..", "py 310"])
+def test_clean_env_refuses_an_env_that_is_no_name(scratch: Path, env: str) -> None:
+    (scratch / ".envs" / "mywork").mkdir(parents=True)
+    done = make(scratch, "clean-env", ENV=env)
+    assert done.returncode == 2 and f"ENV='{env}' is not an env name" in done.stderr
+    assert (scratch / ".envs" / "mywork").is_dir()
+
+
+def test_clean_env_removes_one_env_and_its_generations(scratch: Path) -> None:
+    envs = scratch / ".envs"
+    for name in (".py39.gens/1", ".py310.gens/1", "mywork"):
+        (envs / name).mkdir(parents=True)
+    (envs / "py39").symlink_to(".py39.gens/1")
+    assert make(scratch, "clean-env", ENV="py39").returncode == 0
+    assert sorted(p.name for p in envs.iterdir()) == [".py310.gens", "mywork"]
+
+
+def tools_venv(root: Path, **environ: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    return subprocess.run(["bash", "scripts/tools-venv.sh", ".tools"], cwd=root, capture_output=True, text=True,
+                          timeout=300, env={**env, **environ})
+
+
+def test_a_refresh_that_cannot_install_puts_the_working_venv_back(scratch: Path) -> None:
+    (scratch / ".tools" / "working").write_text("the venv make trusted")
+    done = tools_venv(scratch, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(scratch / "no-wheels"), PIP_CONFIG_FILE=os.devnull)
+    assert done.returncode != 0
+    assert "the previous .tools is back as it was" in done.stderr.splitlines()[-1], done.stderr
+    assert (scratch / ".tools" / "working").read_text() == "the venv make trusted"
+    assert not (scratch / ".tools.old").exists()
+
+
+def test_a_python_that_does_not_run_is_named(scratch: Path) -> None:
+    broken = scratch / "bin" / "python3"
+    broken.parent.mkdir()
+    broken.write_text("#!/bin/sh\necho 'fake python: broken install' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    done = tools_venv(scratch, PYTHON=str(broken))
+    assert done.returncode == 2
+    assert done.stderr == f"tools-venv: '{broken}' does not run (fake python: broken install); set PYTHON=/path/to/python3\n"
+    assert (scratch / ".tools" / ".requirements-tools.txt").exists()  # untouched
