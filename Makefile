@@ -32,7 +32,7 @@ FORCE:
 
 # The env targets take ENV from make's command line or the environment: a shell's own ENV
 # (POSIX sh's startup file, e.g. ENV=~/.shrc) or an empty one must not become a path to remove.
-CHECK_ENV = @case "$(ENV)" in ""|*/*|.*|*" "*) echo "ENV='$(ENV)' is not an env name such as py310 or py39 (the shell's ENV variable? pass ENV=py310 to make)" >&2; exit 2;; esac
+CHECK_ENV = @case "$(ENV)" in ""|*/*|.*|*[!A-Za-z0-9_.-]*) echo "ENV='$(ENV)' is not an env name such as py310 or py39 (the shell's ENV variable? pass ENV=py310 to make)" >&2; exit 2;; esac
 
 ## Every target with a line of help (`make help`).
 help:

@@ -132,8 +132,6 @@ class DriverFacts:
         if self.cuda_driver_version is not None and self.cuda_driver_version < 1000:
             raise FieldError(f"{path}.cuda_driver_version: {self.cuda_driver_version} is not a CUDA version "
                              "as NVML gives it (12080 = 12.8)")
-        for index, gpu in enumerate(self.gpus):
-            gpu.checked(f"{path}.gpus[{index}]")
         return self
 
 
@@ -171,8 +169,16 @@ class TorchTarget:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], path: str = "torch") -> "TorchTarget":
-        """Read back `to_dict()`; a field of the wrong type is a FieldError naming `path`."""
-        return cls(**from_mapping(cls, raw, path))
+        """Read back `to_dict()`; a field of the wrong type, or a version that is none, is a FieldError naming `path`."""
+        return cls(**from_mapping(cls, raw, path)).checked(path)
+
+    def checked(self, path: str) -> "TorchTarget":
+        """Itself, if its versions read as versions (as read back from a file: a FieldError if not)."""
+        if not re.fullmatch(r"\d+\.\d+(\.\d+)?([.+a-z0-9]*)", self.version):
+            raise FieldError(f"{path}.version: {self.version!r} is not a torch version like '2.10.0'")
+        if self.cuda is not None and not re.fullmatch(r"\d+\.\d+", self.cuda):
+            raise FieldError(f"{path}.cuda: {self.cuda!r} is not a CUDA version like '12.8' (null for a CPU build)")
+        return self
 
 
 # --------------------------------------------------------------------------- versions

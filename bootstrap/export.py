@@ -40,7 +40,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError
-from bootstrap.fsutil import check_output
+from bootstrap.fsutil import check_output, is_special
 from bootstrap.history import CONDA_NAME, requested_specs, spec_name
 from bootstrap.lockfile import META_INPUTS, Lock, LockedPackage, inputs_digest, read_lock
 from bootstrap.prefix import InstalledConda, InstalledPip, conda_records, metadata_names, pip_distributions
@@ -114,8 +114,9 @@ def _check_options(options: ExportOptions) -> None:
         raise InputError("--name", f"{options.name!r} is not an environment name conda accepts",
                          "use letters, digits, '.', '-' and '_', e.g. --name py310")
     for channel in options.channels:
-        if not channel.strip():
-            raise InputError("--channel", "empty", "give a channel name (conda-forge) or an http(s) URL")
+        parts = urlsplit(channel)
+        if not channel.strip() or any(c.isspace() for c in channel) or ("://" in channel and not parts.netloc):
+            raise InputError("--channel", f"{channel!r} is not a channel", "give a channel name (conda-forge) or an http(s) URL")
         check_channel("--channel", channel)
 
 
@@ -622,6 +623,9 @@ def write_files(files: Mapping[Path, str]) -> None:
     try:
         for path, text in files.items():
             target = check_output(path, "-o")
+            if is_special(target):  # a FIFO: written to, never renamed over
+                target.write_text(text, encoding="utf-8")
+                continue
             staged.append((_stage(target, text), target))
         for tmp, path in staged:
             os.replace(tmp, path)

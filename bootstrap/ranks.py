@@ -18,7 +18,7 @@ SEVERITY = {Status.FAIL: 3, Status.WARN: 2, Status.OK: 1, Status.SKIP: 0}
 def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, int]:
     """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE as torchrun sets them, checked before any
     rendezvous (a RANK beyond WORLD_SIZE would wait there forever); InputError outside torchrun."""
-    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in environ]
+    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if not environ.get(name, "").strip()]
     if missing:
         raise InputError("--distributed", f"{'/'.join(missing)} not set: not started by torchrun",
                          f"run `torchrun --nproc-per-node N -m bootstrap {verb} --distributed`")

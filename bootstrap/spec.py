@@ -111,7 +111,7 @@ def load_yaml(path: Path, text: Optional[str] = None) -> Any:
         text = read_text(path)
     # libyaml recurses in C and crashes the process on deeply nested input (tens of thousands of
     # `[`); PyYAML's own parser stops with a RecursionError. Real specs and locks have a few dozen.
-    loader = _unique_keys_loader(pure=text.count("[") + text.count("{") > _MANY_BRACKETS)
+    loader = _unique_keys_loader(pure=text.count("[") + text.count("{") > _MANY_BRACKETS or bool(_NESTED_ON_A_LINE.search(text)))
     try:
         return yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
     except RecursionError:
@@ -124,6 +124,7 @@ def load_yaml(path: Path, text: Optional[str] = None) -> Any:
 
 
 _MANY_BRACKETS = 5000
+_NESTED_ON_A_LINE = re.compile(r"(?:[-?:] +){200}")  # `- - - - ...`: block nesting without brackets
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,7 +6,8 @@ type its dataclass declares (`Optional[int]`, `Tuple[int, int]`, a nested
 dataclass, ...) before any rule compares it, and a bad one is named by its
 path: `nvidia.gpus[0].compute_capability: expected a list of 2 integers, got '8.6'`.
 Integers are counts and sizes, so they may not be negative unless the class
-lists the field in `NEGATIVE_OK` (e.g. -1 = unlimited).
+lists the field in `NEGATIVE_OK` (e.g. -1 = unlimited); a class with a
+`checked(path)` method adds its own checks (a driver version that is none).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def _value(value: Any, hint: Any, path: str, negative_ok: bool = False) -> Any:
             raise FieldError(f"{path}: expected a list of {size}{_PLURAL.get(args[0], 'values')}, got {_shown(value)}")
         return tuple(_value(v, t, f"{path}[{i}]", negative_ok) for i, (v, t) in enumerate(zip(value, items)))
     if dataclasses.is_dataclass(hint):
-        return hint(**from_mapping(hint, value, path))
+        record = hint(**from_mapping(hint, value, path))
+        return record.checked(path) if hasattr(record, "checked") else record  # its own range checks
     if hint is Any:
         return value
     return _scalar(value, hint, path, negative_ok)

@@ -452,3 +452,14 @@ def test_torchrun_env_required():
         torchrun_env({})
     assert torchrun_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
                          "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})["rank"] == 1
+
+
+def test_gpu_utilization_is_judged_only_when_a_tuned_loader_trained():
+    """A budget that left out every training phase (a cold GPU's first steps) leaves NVML's
+    utilization of the set-up alone: no 'the GPU idles' failure."""
+    idle = SamplerReport(gpu=UtilStats("nvmlDeviceGetSamples", 40, 2.0, 0.0, 0.0, 1.0, 9.0))
+    facts = VerdictFacts(device_type="cuda", cpus=16, cpus_total=16, shm_free_mib=1000, shm_need_mib=1)
+    untrained = {c.id: c for c in evaluate({}, facts, idle, Thresholds())}["bench.nvml_util"]
+    assert untrained.status is Status.SKIP and untrained.observed == "no tuned windows ran"
+    trained = {c.id: c for c in evaluate({"tuned_samples_per_s": 100.0}, facts, idle, Thresholds())}["bench.nvml_util"]
+    assert trained.status is Status.FAIL

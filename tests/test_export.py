@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import shutil
@@ -433,13 +434,28 @@ def test_a_hand_edited_record_is_refused_though_the_inputs_are_unchanged(locked:
 @pytest.mark.parametrize("flags, words", [
     (("--name", "my env"), "'my env' is not an environment name"),
     (("--pinned", "--name", "../escaped"), "'../escaped' is not an environment name"),
-    (("--channel", ""), "--channel: empty"),
+    (("--channel", ""), "--channel: '' is not a channel"),
+    (("--channel", "http://"), "--channel: 'http://' is not a channel"),
+    (("--channel", "https://x y/c"), "is not a channel"),
     (("--channel", "pytorch"), "'pytorch' is not allowed"),
 ])
 def test_names_and_channels_conda_would_refuse(locked: Project, tmp_path: Path, capsys, flags, words):
     assert export("--root", str(locked.root), "-o", str(tmp_path / "environment.yml"), *flags) == 2
     assert words in one_line_error(capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fifo_output_is_written_to_not_replaced(locked: Project, tmp_path: Path):
+    import threading
+
+    fifo = tmp_path / "environment.yml"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    assert export("--root", str(locked.root), "-o", str(fifo)) == 0
+    reader.join(timeout=10)
+    assert fifo.is_fifo() and "dependencies:" in received[0]
 
 
 def test_a_linked_output_stays_linked(locked: Project, tmp_path: Path):

@@ -51,7 +51,7 @@ def test_the_tools_venv_is_rebuilt_when_its_stamp_or_its_python_says_so(scratch:
     assert rebuilds(scratch)
 
 
-@pytest.mark.parametrize("env", ["", "/root/.shrc", "..", "py 310"])
+@pytest.mark.parametrize("env", ["", "/root/.shrc", "..", "py 310", "*", "py[0-9]*"])
 def test_clean_env_refuses_an_env_that_is_no_name(scratch: Path, env: str) -> None:
     (scratch / ".envs" / "mywork").mkdir(parents=True)
     done = make(scratch, "clean-env", ENV=env)

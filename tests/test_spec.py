@@ -101,10 +101,11 @@ def test_a_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
 def test_deeply_nested_yaml_is_refused_not_a_crash(tmp_path: Path) -> None:
     from bootstrap.lockfile import read_lock
 
-    path = write(tmp_path, "version: 1\nx: " + "[" * 100_000 + "]" * 100_000 + "\n")
-    for read in (read_spec, read_lock):
-        with pytest.raises(InputError, match="nested too deeply"):
-            read(path)
+    for text in ("version: 1\nx: " + "[" * 100_000 + "]" * 100_000 + "\n", "- " * 100_000 + "\n"):
+        path = write(tmp_path, text)
+        for read in (read_spec, read_lock):
+            with pytest.raises(InputError, match="nested too deeply"):
+                read(path)
 
 
 def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:

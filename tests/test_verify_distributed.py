@@ -79,6 +79,7 @@ def test_outside_torchrun_says_how_to_start_it() -> None:
     ({"RANK": "-1"}, "RANK: -1 is outside 0..1"),
     ({"MASTER_PORT": "abc"}, "MASTER_PORT: 'abc' is not an integer"),
     ({"LOCAL_RANK": "2"}, "LOCAL_RANK: 2 is outside 0..1"),
+    ({"MASTER_ADDR": ""}, "MASTER_ADDR not set: not started by torchrun"),
 ])
 def test_rank_variables_torchrun_would_never_set_are_refused(changes: dict, words: str) -> None:
     environ = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",

@@ -62,7 +62,8 @@ def evaluate(metrics: Mapping[str, Optional[float]], facts: VerdictFacts, sample
         shm_check(facts, t), affinity_check(facts), start_method_check(facts, metrics), nofile_check(facts),
         matmul_check(metrics, facts, t), h2d_check(metrics, facts, t), tuned_check(metrics, facts),
         efficiency_check(metrics, facts, t), device_idle_check(metrics, facts, t), speedup_check(metrics, t),
-        util_check(sampler, facts, t), sm_active_check(sampler, facts, t), pss_check(metrics, t),
+        util_check(sampler, facts, t, trained=metrics.get("tuned_samples_per_s") is not None),
+        sm_active_check(sampler, facts, t), pss_check(metrics, t),
         scaling_check(metrics, facts, t),
     ]
 
@@ -262,9 +263,13 @@ def speedup_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
     return Check(cid, Status.OK, observed, expected, detail="predicted = min(ceiling, W / l, CPUs / (c + step CPU)) / naive")
 
 
-def util_check(s: SamplerReport, f: VerdictFacts, t: Thresholds) -> Check:
+def util_check(s: SamplerReport, f: VerdictFacts, t: Thresholds, trained: bool = True) -> Check:
+    """NVML's utilization over the run; judged only when a tuned loader trained (an idle GPU during
+    set-up or a skipped tune says nothing about the input pipeline)."""
     cid = "bench.nvml_util"
     g = s.gpu
+    if not trained:
+        return Check(cid, Status.SKIP, "no tuned windows ran", "", detail="see bench.tuned for what the budget left out")
     if g is None or not g.count or g.p95 is None or g.p5 is None:
         return Check(cid, Status.SKIP, "no samples", "", detail=s.reason or ("CPU run" if f.device_type != "cuda" else ""))
     observed = f"mean {g.mean:.0f}%, p5 {g.p5:.0f}%, p50 {g.p50:.0f}%, p95 {g.p95:.0f}% ({g.count} samples)"
