@@ -292,3 +292,15 @@ def test_human_table_lists_driver_gpus_and_verdict(capsys) -> None:
     assert out.startswith(f"doctor: facts from {RTX3090}; torch build from conda-lock.yml [linux-64]")
     assert "NVIDIA GeForce RTX 3090, CC 8.6" in out and "-> start the container with `docker run --ipc=host" in out
 
+
+
+def test_facts_captured_on_a_real_h200_replay_to_the_verdicts_seen_there(capsys) -> None:
+    """Recorded by `doctor --save-facts` on a lent H200 (driver 580.159.04, CUDA 13.0): the lock's
+    torch 2.10 (CUDA 12.8) runs there; host.memory warns (128 GB of RAM under a 141 GB GPU)."""
+    code, envelope, checks = doctor_json(capsys, "--facts", str(FACTS / "h200x1-580.159.04.facts.json"),
+                                         "--lock", str(LOCK))
+    assert code == 0
+    assert checks["nvidia.gpu0"].observed == "NVIDIA H200, CC 9.0, 143771 MiB (ECC on, persistence on)"
+    assert checks["cuda.arch.gpu0"].status is Status.OK and "runs sm_90" in checks["cuda.arch.gpu0"].observed
+    assert checks["lock.torch"].status is Status.OK and checks["host.memory"].status is Status.WARN
+    assert [c.id for c in checks.values() if c.status is Status.FAIL] == []
