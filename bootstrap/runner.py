@@ -7,7 +7,9 @@ recorded output.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
@@ -42,23 +44,32 @@ def run(
     if env:
         full_env.update(env)
     try:
-        proc = subprocess.run(
-            list(argv),
-            capture_output=True,
-            timeout=timeout,
-            env=full_env,
-            cwd=cwd,
-            check=False,
-        )
+        # Its own process group, so a timeout ends whatever it started too (a hung nvidia-smi's children).
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, cwd=cwd,
+                                start_new_session=True)
     except FileNotFoundError as exc:
         raise ToolError(f"{argv[0]}: not found ({exc.strerror}); run `make tools` to install it") from exc
     except OSError as exc:  # not executable, not a program, ...
         raise ToolError(f"{argv[0]}: cannot run it ({exc.strerror or exc})") from exc
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        raise ToolError(f"{' '.join(argv[:3])} ...: no answer after {timeout:.0f} s") from exc
+        _kill_group(proc)
+        raise ToolError(f"{' '.join(argv[:3])} ...: no answer after {timeout:g} s") from exc
+    except BaseException:  # Ctrl-C: the tool and its children go too
+        _kill_group(proc)
+        raise
     return Completed(
         argv=tuple(argv),
         returncode=proc.returncode,
-        stdout=proc.stdout.decode("utf-8", "replace"),
-        stderr=proc.stderr.decode("utf-8", "replace"),
+        stdout=stdout.decode("utf-8", "replace"),
+        stderr=stderr.decode("utf-8", "replace"),
     )
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process and everything in its group (POSIX); on Windows, the process."""
+    killpg = getattr(os, "killpg", None)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        killpg(proc.pid, signal.SIGKILL) if killpg is not None else proc.kill()
+    proc.communicate()

@@ -293,7 +293,8 @@ def test_check_of_some_platforms_and_the_flags_it_refuses(locked: Project, capsy
     path.write_text(yaml.safe_dump(data))
     assert check(locked, capsys, "--platform", "win-64")[0] == 1
     assert check(locked, capsys, "--platform", "linux-64") == (0, "py310: conda-lock.yml is fresh\n")
-    for flags in (("--platform", "linux-32"), ("--mirror", "conda-forge=/nowhere"), ("--dry-run",)):
+    for flags in (("--platform", "linux-32"), ("--mirror", "conda-forge=/nowhere"), ("--dry-run",), ("--pip-offline",),
+                  ("--cache-dir", str(locked.root / "cache"))):
         assert check(locked, capsys, *flags)[0] == 2
 
 

@@ -37,7 +37,10 @@ def run(args: argparse.Namespace) -> int:
     project = Project(args.root or find_root(Path.cwd()))
     envs = project.resolve_envs(args.envs)
     if args.check:
-        ignored = [flag for flag, given in (("--mirror", args.mirror), ("--dry-run", args.dry_run)) if given]
+        ignored = [flag for flag, given in (("--mirror", args.mirror), ("--dry-run", args.dry_run),
+                                            ("--cache-dir", args.cache_dir), ("--pip-offline", args.pip_offline),
+                                            ("--pip-find-links", args.pip_find_links), ("--pip-no-index", args.pip_no_index))
+                   if given]
         if ignored:
             raise InputError(" ".join(ignored), "--check reads no channel and writes nothing", f"drop {' and '.join(ignored)}")
         return _check(project, envs, tuple(args.platform))
