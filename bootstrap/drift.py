@@ -26,6 +26,7 @@ from bootstrap.prefix import (
     InstalledPip,
     InstallRecord,
     conda_records,
+    metadata_names,
     normalise,
     pip_distributions,
     python_executable,
@@ -166,11 +167,11 @@ def env_checks(state: EnvState, *, deep: bool = False, inside: bool = False, run
     checks = [prefix_check, check_lock(state)]
     try:
         installed_conda = conda_records(state.prefix)
-        paths = {c.name: _paths_data(c) for c in installed_conda}  # parsed once for both uses below
+        paths = {c.name: _paths_data(c) for c in installed_conda}
     except (ValueError, KeyError, OSError) as exc:  # a truncated or hand-edited conda-meta/*.json
         return checks + [Check("env.conda", Status.FAIL, f"unreadable conda-meta record: {exc}",
                                "valid conda-meta/*.json records", f"recreate the env: {state.commands.recreate}")]
-    owned = conda_owned_dist_infos(paths)
+    owned = metadata_names(installed_conda)
     conda_names = {normalise(c.name) for c in installed_conda}
     pip = [d for d in pip_distributions(state.prefix) if d.dist_info.name not in owned and d.name not in conda_names]
     locked = state.lock.for_platform(state.platform) if state.lock is not None else []
@@ -224,18 +225,6 @@ def check_lock(state: EnvState) -> Check:
                      f"lock content hash {current[:12]}, installed from {record.content_hash[:12]}")
     return Check(cid, Status.OK, f"{name}, content hash {current[:12]}", "the lock generation "
                  f"{record.generation} was made from")
-
-
-def conda_owned_dist_infos(paths: Mapping[str, Sequence[Mapping[str, Any]]]) -> set:
-    """Names of the .dist-info / .egg-info entries that conda packages installed (pip as a conda package, ...)."""
-    owned = set()
-    for entries in paths.values():
-        for entry in entries:
-            for part in entry.get("_path", "").split("/"):
-                if part.endswith((".dist-info", ".egg-info")):
-                    owned.add(part)
-                    break
-    return owned
 
 
 def _paths_data(record: InstalledConda) -> List[Mapping[str, Any]]:

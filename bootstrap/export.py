@@ -31,16 +31,14 @@ the full `lock --check` where conda-lock and py-rattler are importable.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError
-from bootstrap.fsutil import check_output, is_special
+from bootstrap.fsutil import check_output, write_together
 from bootstrap.history import CONDA_NAME, requested_specs, spec_name
 from bootstrap.lockfile import META_INPUTS, Lock, LockedPackage, inputs_digest, read_lock
 from bootstrap.prefix import InstalledConda, InstalledPip, conda_records, metadata_names, pip_distributions
@@ -614,39 +612,10 @@ def _pip_dist_line(dist: InstalledPip) -> Optional[Line]:
 
 
 def write_files(files: Mapping[Path, str]) -> None:
-    """Write every file or none: all are staged beside their targets first, then renamed.
-
-    An unwritable target (missing directory, a directory in the way, no
-    permission) is an InputError naming it, and nothing is left behind.
-    """
-    staged: List[Tuple[str, Path]] = []
+    """Write every file or none (`fsutil.write_together`). An unwritable target (missing directory,
+    a directory in the way, no permission) is an InputError naming it, and nothing is left behind."""
+    targets = [(check_output(path, "-o"), text.encode("utf-8")) for path, text in files.items()]
     try:
-        for path, text in files.items():
-            target = check_output(path, "-o")
-            if is_special(target):  # a FIFO: written to, never renamed over
-                target.write_text(text, encoding="utf-8")
-                continue
-            staged.append((_stage(target, text), target))
-        for tmp, path in staged:
-            os.replace(tmp, path)
-    finally:
-        for tmp, _ in staged:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-
-
-def _stage(path: Path, text: str) -> str:
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        write_together(targets)
     except OSError as exc:
-        raise InputError(path, f"cannot write: {exc.strerror}", "choose another -o") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, (path.stat().st_mode & 0o777) if path.exists() else 0o644)
-    except OSError as exc:
-        os.unlink(tmp)
-        raise InputError(path, f"cannot write: {exc.strerror}", "choose another -o") from None
-    return tmp
+        raise InputError(exc.filename or targets[0][0], f"cannot write: {exc.strerror}", "choose another -o") from None

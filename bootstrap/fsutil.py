@@ -11,7 +11,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from bootstrap.errors import BusyError, DiskFullError, InputError
 
@@ -95,6 +95,32 @@ def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_together(files: Sequence[Tuple[Path, bytes]]) -> None:
+    """Every file or none: each is written to a hidden staging file beside its target (an atomic write,
+    so a failure leaves nothing half-written), then all are renamed over their targets. A FIFO or
+    /dev/stdout is written directly in the second step; a symlink is written through."""
+    staged: List[Tuple[Optional[Path], Path, bytes]] = []
+    try:
+        for path, data in files:
+            target = write_target(path)
+            stage = None if is_special(target) else target.with_name(f".{target.name}.{os.getpid()}.staged")
+            staged.append((stage, target, data))
+            if stage is not None:
+                atomic_write_bytes(stage, data)
+    except BaseException:
+        for stage, _, _ in staged:
+            if stage is not None:
+                stage.unlink(missing_ok=True)
+        raise
+    for stage, target, data in staged:
+        if stage is None:
+            atomic_write_bytes(target, data)
+            continue
+        if target.exists():
+            os.chmod(stage, stat.S_IMODE(target.stat().st_mode))
+        os.replace(stage, target)
 
 
 def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:

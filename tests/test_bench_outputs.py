@@ -109,14 +109,16 @@ def test_full_disk_after_the_run_prints_the_report_and_keeps_the_old_pair():
 def test_a_failed_write_leaves_the_previous_pair_and_no_staging_files(tmp_path, monkeypatch):
     (tmp_path / "bench.json").write_text("old json")
     (tmp_path / "bench.png").write_bytes(b"old png")
-    real = report.atomic_write_bytes
+    import bootstrap.fsutil as fsutil
+
+    real = fsutil.atomic_write_bytes
 
     def full_on_png(path, data, fsync=True):
         if "bench.png" in str(path):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(path, data, fsync)
 
-    monkeypatch.setattr(report, "atomic_write_bytes", full_on_png)
+    monkeypatch.setattr(fsutil, "atomic_write_bytes", full_on_png)
     with pytest.raises(OSError):
         report.write_reports(synthetic_result(), tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.png"]

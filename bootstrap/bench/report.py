@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import stat
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional
 
 from bootstrap.bench.config import WorkloadSpec, check_directory
 from bootstrap.bench.results import BenchResult, LoaderConfig
 from bootstrap.checks import render_table, to_json
 from bootstrap.errors import InputError
-from bootstrap.fsutil import atomic_write_bytes, check_output, is_special, write_target
+from bootstrap.fsutil import check_output, write_target, write_together
 
 SCHEMA = "bootstrap.bench"
 SCHEMA_VERSION = 1
@@ -107,32 +105,6 @@ def write_reports(result: BenchResult, out_dir: Path, *, png: bool = True) -> Li
     out_dir.mkdir(parents=True, exist_ok=True)
     write_together(list(zip(paths, data)))
     return paths
-
-
-def write_together(files: Sequence[Tuple[Path, bytes]]) -> None:
-    """Every file or none: each is written to a hidden staging file beside its target (an atomic write,
-    so a failure leaves nothing half-written), then all are renamed over their targets. A FIFO or
-    /dev/stdout is written directly in the second step; a symlink is written through."""
-    staged: List[Tuple[Optional[Path], Path, bytes]] = []
-    try:
-        for path, data in files:
-            target = write_target(path)
-            stage = None if is_special(target) else target.with_name(f".{target.name}.{os.getpid()}.staged")
-            staged.append((stage, target, data))
-            if stage is not None:
-                atomic_write_bytes(stage, data)
-    except BaseException:
-        for stage, _, _ in staged:
-            if stage is not None:
-                stage.unlink(missing_ok=True)
-        raise
-    for stage, target, data in staged:
-        if stage is None:
-            atomic_write_bytes(target, data)
-            continue
-        if target.exists():
-            os.chmod(stage, stat.S_IMODE(target.stat().st_mode))
-        os.replace(stage, target)
 
 
 # --------------------------------------------------------------------------- snippet
