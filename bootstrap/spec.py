@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from bootstrap.errors import InputError
+from bootstrap.errors import InputError, ToolError
 from bootstrap.urls import has_credentials, scrub_credentials
 
 KNOWN_PLATFORMS = ("linux-64", "linux-aarch64", "linux-ppc64le", "osx-64", "osx-arm64", "win-64", "win-arm64")
@@ -105,8 +106,7 @@ def canonical_channel(channel: str) -> str:
 
 def load_yaml(path: Path, text: Optional[str] = None) -> Any:
     """`yaml.safe_load` of `path` (or of `text`, read from it) naming the file and line in errors."""
-    import yaml
-
+    yaml = _yaml(path)
     if text is None:
         text = read_text(path)
     # libyaml recurses in C and crashes the process on deeply nested input (tens of thousands of
@@ -123,6 +123,17 @@ def load_yaml(path: Path, text: Optional[str] = None) -> Any:
         raise InputError(where, f"malformed YAML: {problem}", "fix the syntax") from None
 
 
+def _yaml(path: Path) -> Any:
+    """The `yaml` module, or one line on the interpreter that lacks it: `verify` and `bench` run
+    inside the created env, which has PyYAML only because the lock lists it."""
+    try:
+        import yaml
+    except ImportError:
+        raise ToolError(f"reading {path} needs PyYAML, which {sys.executable} cannot import: add `pyyaml` to the "
+                        "env spec and relock, or `python -m pip install pyyaml` into this env") from None
+    return yaml
+
+
 _MANY_BRACKETS = 5000
 _NESTED_ON_A_LINE = re.compile(r"(?:[-?:] +){200}")  # `- - - - ...`: block nesting without brackets
 
@@ -133,7 +144,7 @@ def _unique_keys_loader(pure: bool = False) -> type:
     keeps the last one silently, so a second `dependencies:` would replace the first). The C
     loader when PyYAML was built with libyaml (several times faster on a lock of a few hundred
     entries, same safe semantics), unless `pure`."""
-    import yaml
+    import yaml  # load_yaml checked that it is there
 
     base = yaml.SafeLoader if pure else getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -217,6 +217,17 @@ def test_a_directory_bootstrap_did_not_make(tmp_path: Path) -> None:
     assert f"move {tmp_path} aside and run `python -m bootstrap env" in check.remedy  # env refuses to take it over
 
 
+def test_an_interpreter_without_pyyaml_gets_one_line(locked: Project) -> None:
+    """verify runs inside the created env, which has PyYAML only if the lock lists it."""
+    code = "import sys; sys.modules['yaml'] = None; from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, "verify", "--root", str(locked.root), "--no-bench"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert f"reading {locked.lock_path('py310')} needs PyYAML, which {sys.executable} cannot import" in done.stderr
+    assert "add `pyyaml` to the env spec" in done.stderr
+
+
 def test_bad_usage_exits_2(tmp_path: Path, capsys) -> None:
     facts = REPO / "tests" / "data" / "verify" / "h200x8-580.95.05.facts.json"
     assert main(["verify", "--facts", str(facts), "--deep"]) == 2
