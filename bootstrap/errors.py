@@ -45,6 +45,16 @@ class ToolError(BootstrapError):
     """An external tool (uv, ...) failed in a way that is not the user's input."""
 
 
+class MissingModuleError(ToolError, ImportError):
+    """A module the command needs cannot be imported by this interpreter (PyYAML in an env whose
+    lock lacks it). An ImportError as well, so a caller with a fallback (doctor on a bare host
+    python3) keeps it; uncaught, it is one line like any other error."""
+
+    def __init__(self, message: str, module: str) -> None:
+        super().__init__(message)
+        self.name = module
+
+
 class IntegrityError(BootstrapError):
     """An artifact's bytes do not match the lock, or an archive would write outside the prefix."""
 

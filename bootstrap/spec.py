@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from bootstrap.errors import InputError, ToolError
+from bootstrap.errors import InputError, MissingModuleError
 from bootstrap.urls import has_credentials, scrub_credentials
 
 KNOWN_PLATFORMS = ("linux-64", "linux-aarch64", "linux-ppc64le", "osx-64", "osx-arm64", "win-64", "win-arm64")
@@ -129,8 +129,9 @@ def _yaml(path: Path) -> Any:
     try:
         import yaml
     except ImportError:
-        raise ToolError(f"reading {path} needs PyYAML, which {sys.executable} cannot import: add `pyyaml` to the "
-                        "env spec and relock, or `python -m pip install pyyaml` into this env") from None
+        raise MissingModuleError(f"reading {path} needs PyYAML, which {sys.executable} cannot import: add `pyyaml` "
+                                 "to the env spec and relock, or `python -m pip install pyyaml` into this env",
+                                 "yaml") from None
     return yaml
 
 

@@ -253,6 +253,19 @@ def test_doctor_runs_without_torch(tmp_path: Path) -> None:
     assert load_facts(saved).torch is None  # doctor never probes torch
 
 
+def test_doctor_on_a_bare_python_without_pyyaml_still_reports_the_host() -> None:
+    """A node's system python3 may lack PyYAML: the driver, GPU and host checks still come, and the
+    lock's check says why it could not be read."""
+    code = "import sys; sys.modules['yaml'] = None; from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, "doctor", "--json", "--lock", str(LOCK), "--facts", str(H200)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    assert done.returncode == 0 and done.stderr == ""
+    checks = by_id(from_json(json.loads(done.stdout)))
+    assert checks["nvidia.gpu7"].status is Status.OK and checks["host.cpus"].status is Status.OK
+    fit = checks["lock.torch"]
+    assert fit.status is Status.SKIP and "cannot read conda-lock.yml: pyyaml is not installed here" in fit.detail
+
+
 def test_this_machine_without_driver_is_a_skip_not_a_crash(capsys) -> None:
     """Recorded 'no driver' facts (this CI machine has none): skips with reasons, the CUDA build still fits."""
     result = run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64"),
