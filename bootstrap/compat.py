@@ -136,6 +136,42 @@ class DriverFacts:
 
 
 @dataclass(frozen=True)
+class Visible:
+    """What CUDA_VISIBLE_DEVICES leaves a CUDA program of the GPUs NVML lists (NVML ignores it)."""
+
+    gpus: Tuple[GpuFacts, ...]  # the whole GPUs it names, in its order
+    devices: int  # the devices a CUDA program sees: those GPUs and any MIG instances it names
+    note: str = ""  # "CUDA_VISIBLE_DEVICES='2,3'"; "" when the variable is unset
+
+
+def visible_gpus(gpus: Sequence[GpuFacts], value: Optional[str]) -> Visible:
+    """Read CUDA_VISIBLE_DEVICES as CUDA does: comma-separated indices, `GPU-` UUIDs (a unique
+    prefix is enough) or `MIG-` instance ids; the first entry that names no device ends the list
+    (so "" and "-1" hide every GPU). An index counts in NVML's order (PCI bus), which is CUDA's
+    under CUDA_DEVICE_ORDER=PCI_BUS_ID and on a node of one GPU model; a repeat counts once.
+    MIG instances are not among NVML's GPUs here: each counts as a device, unchecked."""
+    if value is None:
+        return Visible(tuple(gpus), len(gpus))
+    named: List[GpuFacts] = []
+    mig = 0
+    for item in (part.strip() for part in value.split(",")):
+        if item.startswith("MIG-") and len(item) > len("MIG-"):
+            mig += 1
+            continue
+        if item.isdigit():
+            found = [g for g in gpus if g.index == int(item)]
+        elif item.startswith("GPU-") and len(item) > len("GPU-"):
+            found = [g for g in gpus if g.uuid and g.uuid.lower().startswith(item.lower())]
+        else:
+            found = []
+        if len(found) != 1:
+            break
+        if found[0] not in named:
+            named.append(found[0])
+    return Visible(tuple(named), len(named) + mig, f"CUDA_VISIBLE_DEVICES={value!r}")
+
+
+@dataclass(frozen=True)
 class TorchTarget:
     """The torch build to check against.
 

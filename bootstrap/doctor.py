@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bootstrap.checks import Check, Status
-from bootstrap.compat import DriverFacts, GpuFacts, TorchTarget, evaluate, torch_target_from_lock_entry
+from bootstrap.compat import (
+    DriverFacts, GpuFacts, TorchTarget, Visible, evaluate, torch_target_from_lock_entry, visible_gpus,
+)
 from bootstrap.errors import InputError
 from bootstrap.fsutil import check_output
 from bootstrap.probe import Facts, HostFacts, collect_host_facts, current_platform, probe_gpus, probe_torch
@@ -324,13 +326,15 @@ def gpu_check(gpu: GpuFacts, os_name: str = "linux") -> Check:
 
 
 def host_checks(host: HostFacts, nvidia: DriverFacts, needs: LoaderNeeds = LoaderNeeds()) -> List[Check]:
-    """CPUs, memory, disk, /dev/shm, open files, start method, container: what a DataLoader depends on."""
-    gpus = len(nvidia.gpus)
+    """CPUs, memory, disk, /dev/shm, open files, start method, container: what a DataLoader depends on.
+
+    Sized for the job's GPUs, as its CPUs are (affinity): those CUDA_VISIBLE_DEVICES leaves it."""
+    visible = visible_gpus(nvidia.gpus, host.cuda_visible_devices)
     return [
-        cpus_check(host, gpus, needs),
-        memory_check(host, nvidia, needs),
+        cpus_check(host, visible, needs),
+        memory_check(host, visible, needs),
         disk_check(host, needs),
-        shm_check(host, gpus, needs),
+        shm_check(host, visible, needs),
         nofile_check(host, needs),
         start_method_check(host),
         container_check(host),
@@ -342,15 +346,20 @@ def _missing(host: HostFacts, *fields: str) -> str:
     return "; ".join(reasons) or "not recorded"
 
 
-def cpus_check(host: HostFacts, gpus: int, needs: LoaderNeeds) -> Check:
+def _visible_note(visible: Visible) -> str:
+    return f", {visible.note}" if visible.note else ""
+
+
+def cpus_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check:
     cid = "host.cpus"
     if host.cpus_usable is None:
         return Check(cid, Status.SKIP, "unknown", "usable CPUs", detail=_missing(host, "cpus_usable"))
     observed = f"{host.cpus_usable} of {host.cpus_total or '?'} CPUs usable (affinity)"
+    gpus = visible.devices
     if not gpus:
-        return Check(cid, Status.OK, observed, "any (no GPU to feed)")
+        return Check(cid, Status.OK, observed, f"any (no GPU to feed{_visible_note(visible)})")
     minimum = needs.cpus_per_gpu_min * gpus
-    expected = f">= {needs.cpus_per_gpu_min} per GPU ({minimum} for {gpus} GPU(s))"
+    expected = f">= {needs.cpus_per_gpu_min} per GPU ({minimum} for {gpus} GPU(s){_visible_note(visible)})"
     if host.cpus_usable < minimum:
         return Check(cid, Status.WARN, observed, expected,
                      f"give the job more CPUs: `docker run --cpus={minimum}`, `srun --cpus-per-task={minimum}`, "
@@ -359,12 +368,12 @@ def cpus_check(host: HostFacts, gpus: int, needs: LoaderNeeds) -> Check:
     return Check(cid, Status.OK, observed, expected)
 
 
-def memory_check(host: HostFacts, nvidia: DriverFacts, needs: LoaderNeeds) -> Check:
+def memory_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check:
     cid = "host.memory"
     if host.memory_total_mib is None:
         return Check(cid, Status.SKIP, "unknown", "RAM", detail=_missing(host, "memory"))
     observed = f"{host.memory_available_mib} MiB available of {host.memory_total_mib} MiB"
-    gpu_mib = sum(g.memory_total_mib or 0 for g in nvidia.gpus)
+    gpu_mib = sum(g.memory_total_mib or 0 for g in visible.gpus)
     expected = f">= {needs.memory_available_warn_mib} MiB available" + (
         f", total >= GPU memory ({gpu_mib} MiB)" if gpu_mib else "")
     remedy = ("free memory or give the job more (`docker run --memory=...`, `srun --mem=...`); "
@@ -392,13 +401,13 @@ def disk_check(host: HostFacts, needs: LoaderNeeds) -> Check:
     return Check(cid, Status.OK, observed, expected)
 
 
-def shm_check(host: HostFacts, gpus: int, needs: LoaderNeeds) -> Check:
+def shm_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check:
     """Free /dev/shm against workers x prefetch x batch bytes per loader (bench_method.md section 3)."""
     cid = "host.shm"
     if host.shm_free_mib is None:
         return Check(cid, Status.SKIP, "no /dev/shm", "shared memory for DataLoader workers",
                      detail=_missing(host, "shm"))
-    loaders = max(1, gpus)
+    loaders = max(1, visible.devices)
     cpus = host.cpus_usable or 1
     workers = needs.workers_per_loader(cpus, loaders)
     need = needs.shm_need_mib(cpus, loaders)

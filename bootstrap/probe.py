@@ -241,6 +241,7 @@ class HostFacts:
     start_method: Optional[str] = None
     start_method_explicit: bool = False
     container_hints: Tuple[str, ...] = ()
+    cuda_visible_devices: Optional[str] = None  # the job's GPUs among NVML's (None: unset, all of them)
     missing: Tuple[str, ...] = ()
 
     def to_dict(self) -> Dict[str, Any]:
@@ -333,7 +334,8 @@ def probe_container_hints(root: str = "/") -> Tuple[str, ...]:
     return tuple(hints)
 
 
-def collect_host_facts(*, root: str = "/", disk_path: str = ".") -> HostFacts:
+def collect_host_facts(*, root: str = "/", disk_path: str = ".",
+                       environ: Mapping[str, str] = os.environ) -> HostFacts:
     """Every host probe in one record; each unavailable value is listed in `missing` with its reason."""
     missing: List[str] = []
 
@@ -363,6 +365,7 @@ def collect_host_facts(*, root: str = "/", disk_path: str = ".") -> HostFacts:
         start_method=method,
         start_method_explicit=explicit,
         container_hints=probe_container_hints(root),
+        cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
         missing=tuple(missing),
     )
 

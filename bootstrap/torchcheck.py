@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from bootstrap.checks import Check, Status
-from bootstrap.compat import DriverFacts, TorchTarget, torch_target_from_lock_entry
+from bootstrap.compat import DriverFacts, TorchTarget, torch_target_from_lock_entry, visible_gpus
 from bootstrap.drift import EnvState
 from bootstrap.prefix import (
     pip_distributions,
@@ -148,20 +148,6 @@ def installed_torch_target(state: EnvState) -> Tuple[Optional[TorchTarget], str]
     return target, ""
 
 
-def _visible_devices(environ: Mapping[str, str], nvml_count: int) -> Tuple[int, str]:
-    """How many GPUs CUDA_VISIBLE_DEVICES leaves torch (CUDA stops at the first invalid entry)."""
-    value = environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return nvml_count, ""
-    count = 0
-    for item in value.split(","):
-        item = item.strip()
-        if not item or item.startswith("-"):
-            break
-        count += 1
-    return min(count, nvml_count), f"CUDA_VISIBLE_DEVICES={value!r}"
-
-
 def device_checks(torch: Any, nvidia: DriverFacts, target: Optional[TorchTarget],
                   locked: Optional[TorchTarget] = None, environ: Mapping[str, str] = os.environ,
                   only: Optional[int] = None) -> List[Check]:
@@ -186,7 +172,8 @@ def device_checks(torch: Any, nvidia: DriverFacts, target: Optional[TorchTarget]
     if torch is None:
         return [Check(cid, Status.SKIP, "torch not imported", "a GPU to test", detail="torch could not be imported")
                 for cid in ids]
-    visible, visible_note = _visible_devices(environ, len(nvidia.gpus))
+    shown = visible_gpus(nvidia.gpus, environ.get("CUDA_VISIBLE_DEVICES"))
+    visible, visible_note = shown.devices, shown.note
     available = bool(torch.cuda.is_available())
     if not available:
         remedy = (f"{visible_note} hides every GPU: `unset CUDA_VISIBLE_DEVICES`" if visible_note and not visible

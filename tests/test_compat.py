@@ -283,3 +283,30 @@ def test_packaged_data_matches_the_reference_yaml():
     expected = generator.render(yaml.safe_load(REFERENCE_YAML.read_text(encoding="utf-8")))
     actual = (ROOT / "bootstrap" / "compat_data.py").read_text(encoding="utf-8")
     assert actual == expected, "stale: run `python scripts/gen_compat_data.py`"
+
+
+# --------------------------------------------------------------------------- CUDA_VISIBLE_DEVICES
+
+
+@pytest.mark.parametrize(("value", "indices", "devices"), [
+    (None, list(range(8)), 8),  # unset: every GPU NVML lists
+    ("2,3", [2, 3], 2),
+    (" 3 , 1", [3, 1], 2),  # CUDA's order, not NVML's
+    ("GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b05", [5], 1),
+    ("gpu-5B1C7E2A-0f4d-4c8e-9a61-2d3e4f5a6b06", [], 0),  # the prefix is `GPU-`
+    ("GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b0", [], 0),  # a prefix of all eight names none
+    ("GPU-5B1C7E2A-0F4D-4C8E-9A61-2D3E4F5A6B07,0", [7, 0], 2),  # hex digits in either case
+    ("0,9,1", [0], 1),  # the first entry naming no GPU ends the list
+    ("", [], 0), ("-1", [], 0), ("1,-1,2", [1], 1), ("NoDevFiles", [], 0),
+    ("0,0,1", [0, 1], 2),
+    ("MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000001,MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000002", [], 2),
+])
+def test_cuda_visible_devices_as_cuda_reads_it(value, indices, devices) -> None:
+    from bootstrap.compat import visible_gpus
+    from bootstrap.probe import probe_gpus
+    from tests.fixtures.fakes import FakeNvml, missing_binary_runner
+
+    gpus = probe_gpus(nvml=FakeNvml.load("h200x8-580.95.05.json"), runner=missing_binary_runner).gpus
+    visible = visible_gpus(gpus, value)
+    assert [g.index for g in visible.gpus] == indices and visible.devices == devices
+    assert visible.note == ("" if value is None else f"CUDA_VISIBLE_DEVICES={value!r}")

@@ -187,6 +187,29 @@ def write_facts(path: Path, gpus, driver: str, cuda: int) -> Path:
     return path
 
 
+def test_the_host_is_sized_for_the_gpus_cuda_visible_devices_leaves_the_job(tmp_path: Path, capsys) -> None:
+    """A job given 16 CPUs and 2 of a node's 8 H200s (Slurm, `docker --gpus`): its CPUs and
+    /dev/shm are judged for 2 GPUs, as the affinity already limits the CPUs to the job's."""
+    raw = json.loads(H200.read_text())
+    raw["host"].update(cpus_usable=16, memory_total_mib=600_000, memory_available_mib=500_000)
+    facts = tmp_path / "job.json"
+    for visible, cpus, memory, loaders in ((None, Status.WARN, Status.WARN, "8 loader(s) x 1 workers"),
+                                           ("6,7", Status.OK, Status.OK, "2 loader(s) x 6 workers"),
+                                           ("", Status.OK, Status.OK, "1 loader(s) x 14 workers")):
+        raw["host"]["cuda_visible_devices"] = visible
+        facts.write_text(json.dumps(raw))
+        _, _, checks = doctor_json(capsys, "--facts", str(facts))
+        assert (checks["host.cpus"].status, checks["host.memory"].status) == (cpus, memory)
+        assert checks["host.shm"].detail.startswith(f"need = {loaders} x prefetch 2")
+        assert checks["nvidia.gpu0"].status is Status.OK  # every GPU of the node is still listed and judged
+    assert checks["host.cpus"].expected == "any (no GPU to feed, CUDA_VISIBLE_DEVICES='')"
+    raw["host"]["cuda_visible_devices"] = "6,7"
+    facts.write_text(json.dumps(raw))
+    _, _, checks = doctor_json(capsys, "--facts", str(facts))
+    assert checks["host.cpus"].expected == ">= 3 per GPU (6 for 2 GPU(s), CUDA_VISIBLE_DEVICES='6,7')"
+    assert "total >= GPU memory (287542 MiB)" in checks["host.memory"].expected
+
+
 def test_old_driver_fails_with_the_upgrade(tmp_path: Path, capsys) -> None:
     facts = write_facts(tmp_path / "r470.json", [GpuFacts(0, "Tesla V100-SXM2-16GB", (7, 0), 16384)], "470.182.03", 11040)
     code, _, checks = doctor_json(capsys, "--facts", str(facts))

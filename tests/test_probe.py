@@ -276,7 +276,9 @@ def test_nofile_limits():
 def test_host_facts_on_a_fake_root(tmp_path):
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/meminfo").write_text("MemTotal: 2048000 kB\nMemAvailable: 1024000 kB\n")
-    facts = collect_host_facts(root=str(tmp_path), disk_path=str(tmp_path))
+    facts = collect_host_facts(root=str(tmp_path), disk_path=str(tmp_path), environ={"CUDA_VISIBLE_DEVICES": "2,3"})
+    assert facts.cuda_visible_devices == "2,3"
+    assert collect_host_facts(root=str(tmp_path), environ={}).cuda_visible_devices is None
     assert (facts.memory_total_mib, facts.memory_available_mib) == (2000, 1000)
     assert facts.shm_total_mib is None and any(m.startswith("shm:") for m in facts.missing)
     assert facts.cpus_usable and facts.disk_free_mib
@@ -287,7 +289,8 @@ def test_host_facts_on_a_fake_root(tmp_path):
 
 def test_facts_round_trip_through_json():
     facts = Facts(
-        host=HostFacts(cpus_usable=8, shm_total_mib=64, container_hints=("/.dockerenv",), missing=("x: y",)),
+        host=HostFacts(cpus_usable=8, shm_total_mib=64, container_hints=("/.dockerenv",), cuda_visible_devices="",
+                       missing=("x: y",)),
         nvidia=probe_gpus(nvml=FakeNvml.load("h200x8-580.95.05.json"), runner=missing_binary_runner),
         torch=torch_target_from_lock_entry("2.8.0", "linux-64"),
         python="3.9.19", platform="linux_x86_64",
