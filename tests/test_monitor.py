@@ -439,3 +439,15 @@ def test_an_interval_sleep_cannot_take_is_refused(h200, interval, capsys):
         main(["monitor", "--count", "2", "--interval", interval])
     assert exc.value.code == 2 and "--interval: must be > 0 and <= 86400 s" in capsys.readouterr().err
     assert h200.calls == []
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--interval", "banana"], "--interval: must be seconds, > 0 and <= 86400, got 'banana'"),
+    (["--count", "2.5"], "--count: must be a whole number >= 1, got '2.5'"),
+])
+def test_a_value_that_is_no_number_says_what_was_wanted(h200, args, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["monitor", *args])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and "_positive" not in err
+    assert h200.calls == []

@@ -28,17 +28,25 @@ MAX_INTERVAL_S = 86400.0  # a day between samples; more is a typo, and sleep() o
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    value = _number(float, text, f"seconds, > 0 and <= {MAX_INTERVAL_S:g}")
     if not 0 < value <= MAX_INTERVAL_S:
         raise argparse.ArgumentTypeError(f"must be > 0 and <= {MAX_INTERVAL_S:g} s, got {text}")
     return value
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _number(int, text, "a whole number >= 1")
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
     return value
+
+
+def _number(kind, text: str, wanted: str):
+    """`kind(text)`, or argparse's one-line error saying what was wanted (not 'invalid _positive_int value')."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}") from None
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
