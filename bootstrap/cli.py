@@ -17,7 +17,7 @@ import sys
 from typing import Optional, Sequence
 
 from bootstrap import __version__
-from bootstrap.errors import BootstrapError
+from bootstrap.errors import BootstrapError, ToolError
 
 # verb -> (module under bootstrap.commands, one-line help)
 VERBS = {
@@ -65,20 +65,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         code = int(args._run(args))
         sys.stdout.flush()
         return code
+    except ModuleNotFoundError as exc:
+        if args.debug or not exc.name or exc.name.split(".")[0] == "bootstrap":
+            raise  # our own module missing is a bug: its traceback is the report
+        return _error(args, ToolError(
+            f"{sys.executable} cannot import {exc.name}, which `bootstrap {args.verb}` needs: its venv is partial or "
+            "damaged; `make clean && make tools` rebuilds the tools venv (.tools)"))
     except BootstrapError as exc:
         if args.debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
-        if getattr(args, "json", False):
-            print(json.dumps({"format": ERROR_JSON_FORMAT, "version": ERROR_JSON_VERSION, "verb": args.verb,
-                              "error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}))
-        return exc.exit_code
+        return _error(args, exc)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `bootstrap ... | head`: the reader stopped; no traceback, and no second one at exit
         _stdout_to_devnull()
         return EXIT_BROKEN_PIPE
+
+
+def _error(args: argparse.Namespace, exc: BootstrapError) -> int:
+    """One line on stderr (and the error envelope on stdout with --json); the exit code."""
+    print(f"error: {exc}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps({"format": ERROR_JSON_FORMAT, "version": ERROR_JSON_VERSION, "verb": args.verb,
+                          "error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}))
+    return exc.exit_code
 
 
 def _stdout_to_devnull() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,25 @@ def test_a_failure_with_json_prints_the_error_envelope(tmp_path: Path) -> None:
     assert done.stderr == f"error: {tmp_path / 'none.yml'}: file not found (check the path or create it)\n"
     assert json.loads(done.stdout) == {"format": "bootstrap.error", "version": 1, "verb": "env", "error": {
         "type": "InputError", "message": done.stderr[len("error: "):-1], "exit_code": 2}}
+
+
+def test_a_venv_missing_a_dependency_gets_one_line_and_a_bug_its_traceback(tmp_path: Path) -> None:
+    """A damaged tools venv (rattler's files gone) names the module and how to rebuild, not a traceback;
+    a module of bootstrap's own that is missing is a bug, and keeps its traceback."""
+    shutil.copytree(REPO / "envs", tmp_path / "envs")
+
+    def lock_without(module: str) -> subprocess.CompletedProcess:
+        code = f"import sys; sys.modules[{module!r}] = None; from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))"
+        return subprocess.run([sys.executable, "-c", code, "lock", "--root", str(tmp_path)],
+                              capture_output=True, text=True, cwd=REPO, timeout=120)
+
+    damaged = lock_without("rattler")
+    assert damaged.returncode == 2 and damaged.stderr.count("\n") == 1 and "Traceback" not in damaged.stderr
+    assert damaged.stderr == (f"error: {sys.executable} cannot import rattler, which `bootstrap lock` needs: its venv "
+                              "is partial or damaged; `make clean && make tools` rebuilds the tools venv (.tools)\n")
+    bug = lock_without("bootstrap.solve")
+    assert bug.returncode == 1 and "Traceback" in bug.stderr and "ModuleNotFoundError" in bug.stderr
+    assert list(tmp_path.iterdir()) == [tmp_path / "envs"]  # nothing written
 
 
 def test_package_passes_the_py39_check() -> None:
