@@ -1,0 +1,123 @@
+"""The env side (verify, export, doctor, monitor) run by a real Python 3.9 and 3.10 inside an env
+`bootstrap env` built for it: the interpreters the team's locked envs have.
+
+The rest of the suite runs on the tools venv's Python (3.11 here); `scripts/check-py39.py`
+reads the source for newer syntax and stdlib names, but only running it shows what reading
+misses. Each env's `python` is a shim of an interpreter found on this machine (PATH, or pyenv's
+versions); without one, that version's tests skip. Its PyYAML is a wheel of the tools venv's own
+pure-Python `yaml` package, as PyYAML falls back to it where its C extension does not load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from bootstrap.checks import Status, from_json
+from bootstrap.cli import main
+from bootstrap.project import Project
+from tests.fixtures.conda_channel import build_channel, pip_spec, zlibstub_spec
+from tests.fixtures.env_project import REPO, relock
+from tests.fixtures.project import make_project
+from tests.fixtures.runnable_env import find_interpreter, runnable_python_spec
+from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
+
+ENV_IDS = ("env.prefix", "env.lock", "env.python", "env.conda", "env.pip", "env.extra", "env.files")
+H200 = REPO / "tests" / "data" / "verify" / "h200x8-580.95.05.facts.json"
+
+
+def pure_pyyaml() -> WheelSpec:
+    source = Path(yaml.__file__).parent
+    return WheelSpec("PyYAML", yaml.__version__, files={f"yaml/{p.name}": p.read_bytes() for p in source.glob("*.py")})
+
+
+@pytest.fixture(scope="module", params=["3.9", "3.10"])
+def older(request, tmp_path_factory) -> SimpleNamespace:
+    """A project whose env `pyXY` runs Python `request.param`, created by `bootstrap env`."""
+    interpreter = find_interpreter(request.param)
+    if interpreter is None:
+        pytest.skip(f"no Python {request.param} on this machine (PATH or ~/.pyenv/versions)")
+    root = tmp_path_factory.mktemp(f"py{request.param}")
+    channel = build_channel(root / "channel", [runnable_python_spec(interpreter=interpreter), pip_spec(),
+                                               zlibstub_spec("linux-64")])
+    wheels = build_wheelhouse(root / "wheels", [*standard_wheels(), pure_pyyaml()])
+    name = "py" + request.param.replace(".", "")
+    project = make_project(root / "proj", name=name, platforms=("linux-64",),
+                           conda=(f"python={request.param}.*", "pip", "zlibstub"), pip=("alpha", "gamma", "pyyaml"))
+    relock(project, channel, wheels)
+    args = ["env", name, "--root", str(project.root), "--platform", "linux-64", "--mirror", f"conda-forge={channel}",
+            "--cache-dir", str(root / "cache")]
+    assert main(args) == 0
+    return SimpleNamespace(interpreter=interpreter, name=name, project=project, prefix=project.root / ".envs" / name,
+                           make_env=lambda: main(args))
+
+
+def run(older: SimpleNamespace, *args: str) -> subprocess.CompletedProcess:
+    """`python -m bootstrap ARGS` with the env's own python (bootstrap from the checkout, as `make verify` runs it)."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    return subprocess.run([str(older.prefix / "bin" / "python"), "-m", "bootstrap", *args], capture_output=True,
+                          text=True, cwd=REPO, env={**environ, "PYTHONNOUSERSITE": "1"}, timeout=300, check=False)
+
+
+def verify_json(older: SimpleNamespace, *args: str) -> tuple:
+    done = run(older, "verify", "--no-bench", "--json", *args)
+    assert "Traceback" not in done.stderr, done.stderr
+    envelope = json.loads(done.stdout)
+    return done.returncode, envelope, {c.id: c for c in from_json(envelope)}
+
+
+def test_verify_inside_the_env_passes_then_finds_drift_that_make_env_repairs(older) -> None:
+    code, envelope, checks = verify_json(older)
+    assert envelope["extra"]["inside"] is True
+    assert checks["env.python"].observed == f"python {older.interpreter.version} (this interpreter)"
+    assert {cid: checks[cid].status for cid in ENV_IDS} == {cid: Status.OK for cid in ENV_IDS}
+    fresh = checks["env.freshness"]  # the solver lives in the tools venv, not in the team's env
+    assert fresh.status is Status.SKIP and fresh.observed == "py-rattler is not importable here (env side)"
+    assert code == (1 if envelope["summary"]["fail"] else 0)
+
+    (older.prefix.resolve() / "conda-meta").joinpath(f"{next_record(older)}").unlink()  # a package's record gone
+    code, _, checks = verify_json(older)
+    assert code == 1 and checks["env.conda"].status is Status.FAIL and "make env" in checks["env.conda"].remedy
+    assert older.make_env() == 0
+    _, _, checks = verify_json(older)
+    assert checks["env.conda"].status is Status.OK
+
+
+def next_record(older: SimpleNamespace) -> str:
+    return next(p.name for p in (older.prefix / "conda-meta").glob("zlibstub-*.json"))
+
+
+def test_export_and_doctor_answer_as_on_the_tools_python(older, tmp_path: Path, capsys) -> None:
+    ours, theirs = tmp_path / "here.yml", tmp_path / "there.yml"
+    assert main(["export", older.name, "--root", str(older.project.root), "-o", str(ours)]) == 0
+    done = run(older, "export", older.name, "--root", str(older.project.root), "-o", str(theirs))
+    assert done.returncode == 0, done.stderr
+    assert theirs.read_text() == ours.read_text() and "python=" in ours.read_text()
+
+    capsys.readouterr()
+    args = ["doctor", "--json", "--lock", str(REPO / "conda-lock.yml"), "--facts", str(H200)]
+    assert main(args) == 0
+    here = json.loads(capsys.readouterr().out)
+    done = run(older, *args)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == here
+
+
+def test_monitor_without_nvml_says_so_in_one_line(older) -> None:
+    done = run(older, "monitor", "--once")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "no NVIDIA GPU to monitor: pynvml is not installed (`pip install nvidia-ml-py`)\n"
+
+
+def test_the_env_python_is_the_one_asked_for(older) -> None:
+    project = Project(older.project.root)
+    assert project.lock_path(older.name).is_file()
+    done = subprocess.run([str(older.prefix / "bin" / "python"), "-c", "import platform, yaml; print(platform.python_version())"],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == older.interpreter.version
