@@ -90,6 +90,40 @@ class GpuFacts:
         return self
 
 
+# nvml.h's nvmlGpuP2PStatus_t and nvmlGpuTopologyLevel_t (a stable ABI, as NVML's return codes).
+P2P_OK = 0
+P2P_STATUS = {
+    1: "chipset not supported",  # NVML_P2P_STATUS_CHIPSET_NOT_SUPPORED
+    2: "GPU not supported",
+    3: "PCIe topology not supported",  # NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED
+    4: "disabled by the driver's registry key",
+    5: "not supported",
+    6: "unknown",
+}
+TOPOLOGY = {0: "same board", 10: "one PCIe switch", 20: "several PCIe switches", 30: "one host bridge",
+            40: "one CPU socket", 50: "across CPU sockets"}
+
+
+@dataclass(frozen=True)
+class PeerFacts:
+    """Two GPUs and how they reach each other, as NVML answers (`nvidia-smi topo -m`, `topo -p2p r`).
+
+    `read` and `nvlink` are nvmlGpuP2PStatus_t answers for P2P reads and for NVLink (0 = yes);
+    `topology` is the PCIe path between them (`TOPOLOGY`); None = not answered, see `missing`."""
+
+    a: int
+    b: int
+    read: Optional[int] = None
+    nvlink: Optional[int] = None
+    topology: Optional[int] = None
+    missing: Tuple[str, ...] = ()
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = dict(self.__dict__)
+        out["missing"] = list(self.missing)
+        return out
+
+
 @dataclass(frozen=True)
 class DriverFacts:
     """The NVIDIA driver and its GPUs. Absence is data: `reason` says why a value is None.
@@ -105,6 +139,7 @@ class DriverFacts:
     gpus: Tuple[GpuFacts, ...] = ()
     source: str = ""
     reason: str = ""
+    peers: Tuple[PeerFacts, ...] = ()  # every pair of GPUs, where NVML answered (not nvidia-smi's CSV)
 
     @property
     def has_driver(self) -> bool:
@@ -118,6 +153,7 @@ class DriverFacts:
             "gpus": [g.to_dict() for g in self.gpus],
             "source": self.source,
             "reason": self.reason,
+            "peers": [p.to_dict() for p in self.peers],
         }
 
     @classmethod

@@ -12,13 +12,15 @@ inside the env next to its env and torch checks. Nothing here prints.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bootstrap.checks import Check, Status
 from bootstrap.compat import (
-    DriverFacts, GpuFacts, TorchTarget, Visible, evaluate, torch_target_from_lock_entry, visible_gpus,
+    P2P_OK, P2P_STATUS, TOPOLOGY, DriverFacts, GpuFacts, TorchTarget, Visible, evaluate, torch_target_from_lock_entry,
+    visible_gpus,
 )
 from bootstrap.errors import InputError
 from bootstrap.fsutil import check_output
@@ -207,7 +209,7 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
     platform = options.platform or conda_subdir(facts.platform or current_platform(),
                                                 lock.platforms if lock is not None else ())
     target, why = (None, why) if lock is None else lock_torch_target(lock, platform)
-    checks = nvidia_checks(facts.nvidia)
+    checks = nvidia_checks(facts.nvidia, facts.host)
     compat_checks = evaluate(facts.nvidia, target) if target is not None else []
     checks += compat_checks
     checks.append(fit_check(target, why, compat_checks, lock_path, platform, facts.nvidia,
@@ -270,8 +272,9 @@ def fit_check(target: Optional[TorchTarget], why: str, compat_checks: Sequence[C
 # --------------------------------------------------------------------------- NVIDIA checks
 
 
-def nvidia_checks(nvidia: DriverFacts) -> List[Check]:
-    """The driver, the highest CUDA it supports, and each GPU with its health (`nvidia-smi -q`)."""
+def nvidia_checks(nvidia: DriverFacts, host: Optional[HostFacts] = None) -> List[Check]:
+    """The driver, the highest CUDA it supports, each GPU with its health (`nvidia-smi -q`), and
+    peer-to-peer between the GPUs of the job (`host`'s CUDA_VISIBLE_DEVICES)."""
     if not nvidia.has_driver:
         return [Check("nvidia.driver", Status.SKIP, "no NVIDIA driver (CPU mode)", "an NVIDIA driver",
                       detail=nvidia.reason or "no driver facts")]
@@ -286,7 +289,8 @@ def nvidia_checks(nvidia: DriverFacts) -> List[Check]:
     checks = [Check("nvidia.driver", Status.OK, observed, "an NVIDIA driver",
                     detail=f"source: {nvidia.source}" + (f"; {nvidia.reason}" if nvidia.reason else ""))]
     checks += [gpu_check(gpu, nvidia.os) for gpu in nvidia.gpus]
-    return checks
+    peers = peer_check(nvidia, visible_gpus(nvidia.gpus, host.cuda_visible_devices if host else None))
+    return checks + ([peers] if peers is not None else [])
 
 
 def gpu_check(gpu: GpuFacts, os_name: str = "linux") -> Check:
@@ -320,6 +324,60 @@ def gpu_check(gpu: GpuFacts, os_name: str = "linux") -> Check:
                      "enable persistence so each process does not re-initialise the GPU: "
                      "`sudo systemctl enable --now nvidia-persistenced` (or `sudo nvidia-smi -pm 1`)", detail)
     return Check(cid, Status.OK, observed, expected, detail=detail)
+
+
+def peer_check(nvidia: DriverFacts, visible: Visible) -> Optional[Check]:
+    """Peer-to-peer between every two of the job's GPUs (`nvidia-smi topo -p2p r`); None with fewer than two.
+
+    Without it, NCCL and device-to-device copies between that pair go through host memory: the
+    job runs, its gradients' all-reduce slower. A warning, then, not a failure."""
+    indices = {gpu.index for gpu in visible.gpus}
+    if len(indices) < 2:
+        return None
+    cid, expected = "nvidia.p2p", "peer-to-peer between every two of the job's GPUs"
+    note = _visible_note(visible)
+    pairs = [p for p in nvidia.peers if p.a in indices and p.b in indices]
+    answered = [p for p in pairs if p.read is not None]
+    total = len(indices) * (len(indices) - 1) // 2
+    why_not_answered = "; ".join(dict.fromkeys(m for p in pairs if p.read is None for m in p.missing)) or \
+        f"not among the facts {nvidia.source or 'recorded'} gave (NVML answers it)"
+    if not answered:
+        return Check(cid, Status.SKIP, f"unknown for {_pairs(total)}{note}", expected, detail=why_not_answered)
+    unanswered = f"; {total - len(answered)} not answered" if len(answered) < total else ""
+    without = [p for p in answered if p.read != P2P_OK]
+    if not without:
+        nvlink = sum(1 for p in answered if p.nvlink == P2P_OK)
+        observed = f"{_pairs(len(answered))} peer-to-peer, {nvlink} over NVLink{note}{unanswered}"
+        if unanswered:  # no verdict on the pairs NVML did not answer for
+            return Check(cid, Status.SKIP, observed, expected, detail=why_not_answered)
+        return Check(cid, Status.OK, observed, expected)
+    why = Counter(p.read for p in without).most_common(1)[0][0]
+    shown = ", ".join(f"{p.a}-{p.b}" for p in without[:6]) + (", ..." if len(without) > 6 else "")
+    observed = (f"{len(without)} of {_pairs(len(answered))} without it ({P2P_STATUS.get(why, f'status {why}')}): "
+                f"{shown}{note}{unanswered}")
+    detail = "; ".join(f"{p.a}-{p.b}: {P2P_STATUS.get(p.read, f'status {p.read}')}, "
+                       f"{TOPOLOGY.get(p.topology, 'PCIe path unknown')}"
+                       for p in without[:6])
+    return Check(cid, Status.WARN, observed, expected, _P2P_REMEDIES.get(why, _P2P_REMEDY_OTHER),
+                 f"{detail}; NCCL stages these pairs' traffic through host memory")
+
+
+def _pairs(count: int) -> str:
+    return f"{count} GPU pair" + ("" if count == 1 else "s")
+
+
+_P2P_REMEDY_OTHER = ("`nvidia-smi topo -p2p r` shows every pair; in a VM, P2P needs the GPUs passed through with "
+                     "their PCIe switch and ACS off")
+_P2P_REMEDIES = {
+    1: "their PCIe path (across CPU sockets, or a root complex without P2P) does not carry it: give a job GPUs "
+       "under one CPU socket (`nvidia-smi topo -m` shows which)",
+    3: "their PCIe path (across CPU sockets, or a root complex without P2P) does not carry it: give a job GPUs "
+       "under one CPU socket (`nvidia-smi topo -m` shows which)",
+    2: "these GPUs offer no P2P over PCIe (GeForce boards): nothing to switch on; "
+       "`torchrun ... -m bootstrap verify --distributed` measures what it costs the all-reduce",
+    4: "P2P is switched off in the NVIDIA driver's configuration: look for a registry key among the nvidia "
+       "module's options (`/etc/modprobe.d/`), remove it and reload the module",
+}
 
 
 # --------------------------------------------------------------------------- host checks

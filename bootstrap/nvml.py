@@ -8,15 +8,16 @@ module-like object built from recorded answers instead of `pynvml`.
 
 Shell equivalent of what it gathers: `nvidia-smi -q` (driver, CUDA version,
 and per GPU name, UUID, memory, persistence mode, ECC, retired pages,
-remapped rows).
+remapped rows) and, with several GPUs, `nvidia-smi topo -m` / `topo -p2p r`.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, List, Optional, Tuple
+import itertools
+from typing import Any, List, Optional, Sequence, Tuple
 
-from bootstrap.compat import DriverFacts, GpuFacts
+from bootstrap.compat import DriverFacts, GpuFacts, PeerFacts
 
 MIB = 1 << 20
 # nvml.h return codes (a stable ABI) -> what they mean for the user.
@@ -34,6 +35,8 @@ NVML_REASONS = {
 }
 # nvmlPageRetirementCause_t: multiple single-bit ECC errors, double-bit ECC error.
 _RETIREMENT_CAUSES = (0, 1)
+# nvmlGpuP2PCapsIndex_t: P2P reads, NVLink.
+_P2P_CAPS_READ, _P2P_CAPS_NVLINK = 0, 2
 
 
 class Nvml:
@@ -175,8 +178,29 @@ class Nvml:
                 gpus.append(gpu)
         return DriverFacts(
             os=self._os, driver_version=driver, cuda_driver_version=cuda, gpus=tuple(gpus),
-            source="nvml", reason="; ".join(f"NVML: {r}" for r in reasons),
+            source="nvml", reason="; ".join(f"NVML: {r}" for r in reasons), peers=self.peers([g.index for g in gpus]),
         )
+
+    def peers(self, indices: Sequence[int]) -> Tuple[PeerFacts, ...]:
+        """How each pair of GPUs `indices` reaches the other: P2P reads, NVLink, and the PCIe path."""
+        handles = {index: self.query("nvmlDeviceGetHandleByIndex", index)[0] for index in indices}
+        pairs = itertools.combinations([index for index in indices if handles[index] is not None], 2)
+        found = []
+        for a, b in pairs:
+            missing: List[str] = []
+
+            def ask(field: str, name: str, *args: Any) -> Optional[int]:
+                value, why = self._call(name, handles[a], handles[b], *args)
+                if why:
+                    missing.append(f"{field}: {why}")
+                return None if value is None else int(value)
+
+            found.append(PeerFacts(
+                a, b, read=ask("read", "nvmlDeviceGetP2PStatus", _P2P_CAPS_READ),
+                nvlink=ask("nvlink", "nvmlDeviceGetP2PStatus", _P2P_CAPS_NVLINK),
+                topology=ask("topology", "nvmlDeviceGetTopologyCommonAncestor"), missing=_dedupe(missing),
+            ))
+        return tuple(found)
 
 
 def _text(value: Any) -> str:

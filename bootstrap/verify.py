@@ -167,7 +167,7 @@ def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run
         target, target_why = installed_torch_target(state)
     else:  # no env yet: judge the build the lock would install, as doctor does
         target, target_why = locked_target, locked_why
-    checks += nvidia_checks(facts.nvidia)
+    checks += nvidia_checks(facts.nvidia, facts.host)
     if found is not None:
         checks.append(check_torch_import(found, state if state.record is not None else None))
     checks += evaluate(facts.nvidia, target) if target is not None else \
@@ -205,7 +205,7 @@ def replay(options: VerifyOptions) -> VerifyResult:
         target, why = lock_torch_target(lock, conda_subdir(facts.platform, lock.platforms))
     checks = [Check("env", Status.SKIP, "recorded facts", "the env itself",
                     detail=f"re-evaluating {source}: the env checks need the env (run verify inside it)")]
-    checks += nvidia_checks(facts.nvidia)
+    checks += nvidia_checks(facts.nvidia, facts.host)
     checks += evaluate(facts.nvidia, target) if target is not None else \
         [Check("torch.cuda_build", Status.SKIP, "no torch", "a torch build", detail=why or "no lock at hand")]
     checks.append(Check("torch.gpu", Status.SKIP, "recorded facts", "a live GPU",

@@ -153,6 +153,10 @@ EDITED_FACTS = {
     "negative cpus": (lambda f: f["host"].update(cpus_usable=-4), "host.cpus_usable: -4 is negative"),
     "unknown field": (lambda f: f["host"].update(gpu_count=8), "host.gpu_count: unknown field"),
     "no host": (lambda f: f.update(host=None), "host: expected an object, got None"),
+    "peer status as text": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 1, "read": "yes"}]),
+                            "nvidia.peers[0].read: expected an integer, got 'yes'"),
+    "visible devices as a list": (lambda f: f["host"].update(cuda_visible_devices=[0, 1]),
+                                  "host.cuda_visible_devices: expected a string, got [0, 1]"),
 }
 
 
@@ -208,6 +212,71 @@ def test_the_host_is_sized_for_the_gpus_cuda_visible_devices_leaves_the_job(tmp_
     _, _, checks = doctor_json(capsys, "--facts", str(facts))
     assert checks["host.cpus"].expected == ">= 3 per GPU (6 for 2 GPU(s), CUDA_VISIBLE_DEVICES='6,7')"
     assert "total >= GPU memory (287542 MiB)" in checks["host.memory"].expected
+
+
+# --------------------------------------------------------------------------- peer-to-peer between GPUs
+
+
+def pcie_box(across_sockets: object = 3, nvlink: object = 5) -> FakeNvml:
+    """Four PCIe GPUs, two under each CPU socket: NVML's P2P answer within a socket is OK (0), across
+    sockets `across_sockets` (3: the PCIe topology does not carry it); no NVLink (5: not supported)."""
+    recorded = json.loads((REPO / "tests" / "data" / "nvml" / "h200x8-580.95.05.json").read_text())
+    template = recorded["devices"][0]
+    devices = []
+    for index in range(4):
+        peers = [j for j in range(4) if j != index]
+        same = {j: index // 2 == j // 2 for j in peers}
+        devices.append({**template, "nvmlDeviceGetName": "NVIDIA L40S", "nvmlDeviceGetUUID": f"GPU-{index:08d}",
+                        "nvmlDeviceGetP2PStatus": {str(j): {"0": 0 if same[j] else across_sockets, "2": nvlink}
+                                                   for j in peers},
+                        "nvmlDeviceGetTopologyCommonAncestor": {str(j): 10 if same[j] else 50 for j in peers}})
+    return FakeNvml({**recorded, "nvmlDeviceGetCount": 4, "devices": devices})
+
+
+def p2p(nvml: FakeNvml, visible=None):
+    from bootstrap.doctor import nvidia_checks
+    from bootstrap.probe import HostFacts
+
+    nvidia = probe_gpus(nvml=nvml, runner=missing_binary_runner, os_name="linux")
+    return by_id(nvidia_checks(nvidia, HostFacts(cuda_visible_devices=visible))).get("nvidia.p2p")
+
+
+def test_gpu_pairs_without_peer_to_peer_are_named_with_the_way_out() -> None:
+    across = p2p(pcie_box())
+    assert across.status is Status.WARN
+    assert across.observed == "4 of 6 GPU pairs without it (PCIe topology not supported): 0-2, 0-3, 1-2, 1-3"
+    assert p2p(FakeNvml.load("h200x8-580.95.05.json")).observed == "28 GPU pairs peer-to-peer, 28 over NVLink"
+    assert "under one CPU socket (`nvidia-smi topo -m`" in across.remedy
+    assert across.detail.startswith("0-2: PCIe topology not supported, across CPU sockets; 0-3: ")
+    assert "through host memory" in across.detail
+    # The job's GPUs decide: two under one socket are fine, one GPU has no pair to check.
+    job = p2p(pcie_box(), visible="1,0")
+    assert job.status is Status.OK and job.observed == "1 GPU pair peer-to-peer, 0 over NVLink, CUDA_VISIBLE_DEVICES='1,0'"
+    assert p2p(pcie_box(), visible="2") is None
+    geforce = p2p(pcie_box(across_sockets=2))
+    assert geforce.status is Status.WARN and "GeForce" in geforce.remedy and "--distributed" in geforce.remedy
+    assert "registry key" in p2p(pcie_box(across_sockets=4)).remedy
+    assert "ACS off" in p2p(pcie_box(across_sockets=5)).remedy
+
+
+def test_peer_to_peer_nvml_cannot_answer_is_a_skip_with_its_reason(capsys) -> None:
+    partly = p2p(pcie_box(across_sockets={"error": 3}))
+    assert partly.status is Status.SKIP and partly.detail == "read: not supported on this GPU"
+    assert partly.observed == "2 GPU pairs peer-to-peer, 0 over NVLink; 4 not answered"
+    box = pcie_box()
+    for device in box.recorded["devices"]:
+        device["nvmlDeviceGetP2PStatus"] = {"error": 3}
+    nothing = p2p(box)
+    assert nothing.status is Status.SKIP and nothing.observed == "unknown for 6 GPU pairs"
+    assert nothing.detail == "read: not supported on this GPU; nvlink: not supported on this GPU"
+    # Facts from nvidia-smi's CSV (no NVML) have no pairs at all.
+    from bootstrap.compat import DriverFacts, GpuFacts
+    from bootstrap.doctor import nvidia_checks
+
+    smi = DriverFacts(driver_version="580.95.05", gpus=(GpuFacts(0, "NVIDIA H200"), GpuFacts(1, "NVIDIA H200")),
+                      source="nvidia-smi")
+    skip = by_id(nvidia_checks(smi))["nvidia.p2p"]
+    assert skip.status is Status.SKIP and skip.detail == "not among the facts nvidia-smi gave (NVML answers it)"
 
 
 def test_old_driver_fails_with_the_upgrade(tmp_path: Path, capsys) -> None:
