@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import json
 from dataclasses import replace
@@ -383,6 +385,11 @@ def test_text_report_has_the_figures_and_the_snippet():
     assert "efficiency 0.95" in text and "2.85x over naive" in text
     assert "DataLoader(" in text and "num_workers=4," in text
     assert "GPU util mean 90%" in text
+    assert "H2D" not in text and "D2H" not in text  # a CPU run copies nothing to a device
+    copies = {"h2d_pinned_gb_per_s": 55.3, "h2d_pageable_gb_per_s": 21.04, "d2h_pinned_gb_per_s": 53.9,
+              "d2h_pageable_gb_per_s": None}
+    cuda = dataclasses.replace(synthetic_result(), metrics={**synthetic_result().metrics, **copies})
+    assert "H2D pinned 55.3 / pageable 21.0 GB/s; D2H pinned 53.9 / pageable - GB/s" in render_text(cuda)
 
 
 @pytest.mark.parametrize("config, device", [

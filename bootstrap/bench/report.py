@@ -227,8 +227,10 @@ def _headline(m: Dict[str, Optional[float]]) -> List[str]:
     extra = []
     if m.get("matmul_tflops") is not None:
         extra.append(f"matmul {m['matmul_tflops']:.3f} TFLOP/s")
-    if m.get("h2d_pinned_gb_per_s") is not None:
-        extra.append(f"H2D pinned {m['h2d_pinned_gb_per_s']:.1f} / pageable {_num(m.get('h2d_pageable_gb_per_s'))} GB/s")
+    for direction in ("h2d", "d2h"):  # measured on CUDA only
+        if m.get(f"{direction}_pinned_gb_per_s") is not None:
+            extra.append(f"{direction.upper()} pinned {m[f'{direction}_pinned_gb_per_s']:.1f} / "
+                         f"pageable {_num(m.get(f'{direction}_pageable_gb_per_s'))} GB/s")
     if m.get("peak_memory_mib") is not None:
         extra.append(f"peak memory {m['peak_memory_mib']:,.0f} MiB")
     if m.get("time_to_first_batch_s") is not None:
