@@ -17,7 +17,7 @@ import sys
 from typing import Optional, Sequence
 
 from bootstrap import __version__
-from bootstrap.errors import BootstrapError, ToolError
+from bootstrap.errors import BootstrapError, MissingModuleError
 
 # verb -> (module under bootstrap.commands, one-line help)
 VERBS = {
@@ -68,9 +68,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ModuleNotFoundError as exc:
         if args.debug or not exc.name or exc.name.split(".")[0] == "bootstrap":
             raise  # our own module missing is a bug: its traceback is the report
-        return _error(args, ToolError(
-            f"{sys.executable} cannot import {exc.name}, which `bootstrap {args.verb}` needs: its venv is partial or "
-            "damaged; `make clean && make tools` rebuilds the tools venv (.tools)"))
+        module = exc.name.split(".")[0]
+        return _error(args, MissingModuleError(f"{sys.executable} cannot import {module}, which `bootstrap "
+                                               f"{args.verb}` needs", module))
     except BootstrapError as exc:
         if args.debug:
             raise
@@ -85,11 +85,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _error(args: argparse.Namespace, exc: BootstrapError) -> int:
     """One line on stderr (and the error envelope on stdout with --json); the exit code."""
-    print(f"error: {exc}", file=sys.stderr)
+    message = str(exc)
+    if isinstance(exc, MissingModuleError):
+        message += f": {_install_fix(args.verb, exc.name or '')}"
+    print(f"error: {message}", file=sys.stderr)
     if getattr(args, "json", False):
         print(json.dumps({"format": ERROR_JSON_FORMAT, "version": ERROR_JSON_VERSION, "verb": args.verb,
-                          "error": {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}}))
+                          "error": {"type": type(exc).__name__, "message": message, "exit_code": exc.exit_code}}))
     return exc.exit_code
+
+
+# The verbs the tools venv runs (`make lock`, `make env`, ...); the others run in the team's env.
+TOOLS_VERBS = ("lock", "env", "bundle", "cache")
+_PACKAGE_OF = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "rattler": "py-rattler", "conda_lock": "conda-lock"}
+
+
+def _install_fix(verb: str, module: str) -> str:
+    """Where the missing module should come from: the tools venv's pinned requirements, or the env's lock."""
+    if verb in TOOLS_VERBS:
+        return "the tools venv is partial or damaged; `make clean && make tools` rebuilds it (.tools)"
+    package = _PACKAGE_OF.get(module, module)
+    return (f"add `{package}` to the env's spec (envs/*.yml), then `make lock` and `make env`; "
+            f"to try it first, `{sys.executable} -m pip install {package}`")
 
 
 def _stdout_to_devnull() -> None:

@@ -123,6 +123,19 @@ class PeerFacts:
         out["missing"] = list(self.missing)
         return out
 
+    def checked(self, path: str) -> "PeerFacts":
+        """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
+        if self.a >= self.b:
+            raise FieldError(f"{path}: a pair is two GPUs, the lower index first (a < b), got {self.a}-{self.b}")
+        for name in ("read", "nvlink"):
+            value = getattr(self, name)
+            if value is not None and value != P2P_OK and value not in P2P_STATUS:
+                raise FieldError(f"{path}.{name}: {value} is not an NVML P2P status (0-{max(P2P_STATUS)})")
+        if self.topology is not None and self.topology not in TOPOLOGY:
+            raise FieldError(f"{path}.topology: {self.topology} is not an NVML topology level "
+                             f"({', '.join(map(str, TOPOLOGY))})")
+        return self
+
 
 @dataclass(frozen=True)
 class DriverFacts:
@@ -168,6 +181,15 @@ class DriverFacts:
         if self.cuda_driver_version is not None and self.cuda_driver_version < 1000:
             raise FieldError(f"{path}.cuda_driver_version: {self.cuda_driver_version} is not a CUDA version "
                              "as NVML gives it (12080 = 12.8)")
+        indices, pairs = {gpu.index for gpu in self.gpus}, set()
+        for number, peer in enumerate(self.peers):
+            where = f"{path}.peers[{number}]"
+            if not {peer.a, peer.b} <= indices:
+                raise FieldError(f"{where}: GPU {peer.b if peer.a in indices else peer.a} is not among the GPUs "
+                                 f"({', '.join(map(str, sorted(indices))) or 'none'})")
+            if (peer.a, peer.b) in pairs:
+                raise FieldError(f"{where}: the pair {peer.a}-{peer.b} is given twice")
+            pairs.add((peer.a, peer.b))
         return self
 
 
@@ -176,35 +198,49 @@ class Visible:
     """What CUDA_VISIBLE_DEVICES leaves a CUDA program of the GPUs NVML lists (NVML ignores it)."""
 
     gpus: Tuple[GpuFacts, ...]  # the whole GPUs it names, in its order
-    devices: int  # the devices a CUDA program sees: those GPUs and any MIG instances it names
-    note: str = ""  # "CUDA_VISIBLE_DEVICES='2,3'"; "" when the variable is unset
+    devices: int  # the devices a CUDA program sees: those GPUs, or the one MIG instance it names
+    note: str = ""  # "CUDA_VISIBLE_DEVICES='2,3'" (abridged); "" when the variable is unset
 
 
 def visible_gpus(gpus: Sequence[GpuFacts], value: Optional[str]) -> Visible:
-    """Read CUDA_VISIBLE_DEVICES as CUDA does: comma-separated indices, `GPU-` UUIDs (a unique
-    prefix is enough) or `MIG-` instance ids; the first entry that names no device ends the list
-    (so "" and "-1" hide every GPU). An index counts in NVML's order (PCI bus), which is CUDA's
-    under CUDA_DEVICE_ORDER=PCI_BUS_ID and on a node of one GPU model; a repeat counts once.
-    MIG instances are not among NVML's GPUs here: each counts as a device, unchecked."""
+    """Read CUDA_VISIBLE_DEVICES as CUDA does (PyTorch's `torch.cuda._parse_visible_devices`
+    models the same rules). The first entry decides what the list holds: indices, `GPU-` UUIDs
+    (a unique prefix is enough) or `MIG-` instances. An index is read as C's strtoul reads it
+    (`1gpu2` is 1); the first entry that names no GPU ends the list, so "" and "-1" hide every
+    GPU; a repeated one empties it. An index counts in NVML's order (PCI bus), which is CUDA's
+    under CUDA_DEVICE_ORDER=PCI_BUS_ID and on a node of one GPU model. A process sees one MIG
+    instance at most (CUDA enumerates only the first), and not as one of NVML's GPUs here."""
     if value is None:
         return Visible(tuple(gpus), len(gpus))
+    note = f"CUDA_VISIBLE_DEVICES={_abridged(value)}"
+    if value.startswith("MIG-"):
+        return Visible((), 1 if len(value.split(",")[0]) > len("MIG-") else 0, note)
     named: List[GpuFacts] = []
-    mig = 0
-    for item in (part.strip() for part in value.split(",")):
-        if item.startswith("MIG-") and len(item) > len("MIG-"):
-            mig += 1
-            continue
-        if item.isdigit():
-            found = [g for g in gpus if g.index == int(item)]
-        elif item.startswith("GPU-") and len(item) > len("GPU-"):
-            found = [g for g in gpus if g.uuid and g.uuid.lower().startswith(item.lower())]
-        else:
-            found = []
-        if len(found) != 1:
+    for item in value.split(","):
+        gpu = _by_uuid(gpus, item) if value.startswith("GPU-") else _by_index(gpus, item)
+        if gpu is None:
             break
-        if found[0] not in named:
-            named.append(found[0])
-    return Visible(tuple(named), len(named) + mig, f"CUDA_VISIBLE_DEVICES={value!r}")
+        if gpu in named:
+            return Visible((), 0, note)
+        named.append(gpu)
+    return Visible(tuple(named), len(named), note)
+
+
+_STRTOUL = re.compile(r"\s*\+?([0-9]+)")  # C's strtoul: spaces, a sign, ASCII digits, then anything
+
+
+def _by_index(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
+    number = _STRTOUL.match(item)
+    return next((g for g in gpus if number and g.index == int(number.group(1))), None)
+
+
+def _by_uuid(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
+    found = [g for g in gpus if item.startswith("GPU-") and g.uuid and g.uuid.startswith(item)]
+    return found[0] if len(found) == 1 else None
+
+
+def _abridged(value: str, keep: int = 100) -> str:
+    return repr(value) if len(value) <= keep else f"{value[:keep]!r}... ({len(value)} characters)"
 
 
 @dataclass(frozen=True)

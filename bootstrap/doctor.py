@@ -289,8 +289,22 @@ def nvidia_checks(nvidia: DriverFacts, host: Optional[HostFacts] = None) -> List
     checks = [Check("nvidia.driver", Status.OK, observed, "an NVIDIA driver",
                     detail=f"source: {nvidia.source}" + (f"; {nvidia.reason}" if nvidia.reason else ""))]
     checks += [gpu_check(gpu, nvidia.os) for gpu in nvidia.gpus]
-    peers = peer_check(nvidia, visible_gpus(nvidia.gpus, host.cuda_visible_devices if host else None))
-    return checks + ([peers] if peers is not None else [])
+    visible = visible_gpus(nvidia.gpus, host.cuda_visible_devices if host else None)
+    return checks + [c for c in (visible_check(nvidia, visible), peer_check(nvidia, visible)) if c is not None]
+
+
+def visible_check(nvidia: DriverFacts, visible: Visible) -> Optional[Check]:
+    """Which of the GPUs CUDA_VISIBLE_DEVICES gives CUDA programs; no row when it is unset."""
+    if not visible.note or not nvidia.gpus:
+        return None
+    cid, expected = "nvidia.visible", "the job's GPUs among those NVML lists"
+    total = f"{len(nvidia.gpus)} GPU(s)"
+    if visible.devices == 0:
+        return Check(cid, Status.WARN, f"{visible.note} leaves CUDA programs none of the {total}", expected,
+                     f"`unset CUDA_VISIBLE_DEVICES`, or name GPUs by index (0-{len(nvidia.gpus) - 1}) or by UUID "
+                     "(`nvidia-smi -L`): the first entry naming none ends the list, a repeated one empties it")
+    named = ", ".join(str(gpu.index) for gpu in visible.gpus) or "one MIG instance"
+    return Check(cid, Status.OK, f"{visible.note}: {named} of {total}", expected)
 
 
 def gpu_check(gpu: GpuFacts, os_name: str = "linux") -> Check:
@@ -340,7 +354,8 @@ def peer_check(nvidia: DriverFacts, visible: Visible) -> Optional[Check]:
     answered = [p for p in pairs if p.read is not None]
     total = len(indices) * (len(indices) - 1) // 2
     why_not_answered = "; ".join(dict.fromkeys(m for p in pairs if p.read is None for m in p.missing)) or \
-        f"not among the facts {nvidia.source or 'recorded'} gave (NVML answers it)"
+        ("no answers in these facts: nvidia-smi's CSV has none (NVML answers it)" if nvidia.source == "nvidia-smi"
+         else "no answers in these facts (saved before bootstrap asked NVML for them?)")
     if not answered:
         return Check(cid, Status.SKIP, f"unknown for {_pairs(total)}{note}", expected, detail=why_not_answered)
     unanswered = f"; {total - len(answered)} not answered" if len(answered) < total else ""

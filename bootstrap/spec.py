@@ -129,9 +129,7 @@ def _yaml(path: Path) -> Any:
     try:
         import yaml
     except ImportError:
-        raise MissingModuleError(f"reading {path} needs PyYAML, which {sys.executable} cannot import: add `pyyaml` "
-                                 "to the env spec and relock, or `python -m pip install pyyaml` into this env",
-                                 "yaml") from None
+        raise MissingModuleError(f"reading {path} needs PyYAML, which {sys.executable} cannot import", "yaml") from None
     return yaml
 
 

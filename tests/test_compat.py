@@ -292,14 +292,19 @@ def test_packaged_data_matches_the_reference_yaml():
     (None, list(range(8)), 8),  # unset: every GPU NVML lists
     ("2,3", [2, 3], 2),
     (" 3 , 1", [3, 1], 2),  # CUDA's order, not NVML's
+    ("1gpu2,+2", [1, 2], 2),  # each index read as strtoul reads it
     ("GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b05", [5], 1),
-    ("gpu-5B1C7E2A-0f4d-4c8e-9a61-2d3e4f5a6b06", [], 0),  # the prefix is `GPU-`
+    ("GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b07,GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00", [7, 0], 2),
     ("GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b0", [], 0),  # a prefix of all eight names none
-    ("GPU-5B1C7E2A-0F4D-4C8E-9A61-2D3E4F5A6B07,0", [7, 0], 2),  # hex digits in either case
+    ("GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b06,1", [6], 1),  # the first entry decides the kind
+    ("1,GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b06", [1], 1),
+    ("gpu-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b06", [], 0),
     ("0,9,1", [0], 1),  # the first entry naming no GPU ends the list
     ("", [], 0), ("-1", [], 0), ("1,-1,2", [1], 1), ("NoDevFiles", [], 0),
-    ("0,0,1", [0, 1], 2),
-    ("MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000001,MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000002", [], 2),
+    ("\u00b2", [], 0), ("\u0663,\u0664", [], 0),  # digits, but not ones strtoul reads
+    ("0,1,0", [], 0),  # a repeat empties the list
+    ("MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000001,MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000002", [], 1),  # one per process
+    ("MIG-", [], 0),
 ])
 def test_cuda_visible_devices_as_cuda_reads_it(value, indices, devices) -> None:
     from bootstrap.compat import visible_gpus
@@ -310,3 +315,10 @@ def test_cuda_visible_devices_as_cuda_reads_it(value, indices, devices) -> None:
     visible = visible_gpus(gpus, value)
     assert [g.index for g in visible.gpus] == indices and visible.devices == devices
     assert visible.note == ("" if value is None else f"CUDA_VISIBLE_DEVICES={value!r}")
+
+
+def test_a_long_cuda_visible_devices_is_abridged_in_the_notes() -> None:
+    from bootstrap.compat import visible_gpus
+
+    visible = visible_gpus((), "0," * 60_000)
+    assert visible.note == f"CUDA_VISIBLE_DEVICES={'0,' * 50!r}... (120000 characters)"

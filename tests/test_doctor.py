@@ -155,6 +155,17 @@ EDITED_FACTS = {
     "no host": (lambda f: f.update(host=None), "host: expected an object, got None"),
     "peer status as text": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 1, "read": "yes"}]),
                             "nvidia.peers[0].read: expected an integer, got 'yes'"),
+    "peer of itself": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 0}]),
+                       "nvidia.peers[0]: a pair is two GPUs, the lower index first (a < b), got 0-0"),
+    "peer not a gpu": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 9}]),
+                       "nvidia.peers[0]: GPU 9 is not among the GPUs (0)"),
+    "peer twice": (lambda f: f["nvidia"].update(gpus=[*f["nvidia"]["gpus"], {**f["nvidia"]["gpus"][0], "index": 1}],
+                                                peers=[{"a": 0, "b": 1}, {"a": 0, "b": 1}]),
+                   "nvidia.peers[1]: the pair 0-1 is given twice"),
+    "peer status 99": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 1, "read": 99}]),
+                       "nvidia.peers[0].read: 99 is not an NVML P2P status (0-6)"),
+    "peer topology 45": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 1, "topology": 45}]),
+                         "nvidia.peers[0].topology: 45 is not an NVML topology level (0, 10, 20, 30, 40, 50)"),
     "visible devices as a list": (lambda f: f["host"].update(cuda_visible_devices=[0, 1]),
                                   "host.cuda_visible_devices: expected a string, got [0, 1]"),
 }
@@ -212,6 +223,50 @@ def test_the_host_is_sized_for_the_gpus_cuda_visible_devices_leaves_the_job(tmp_
     _, _, checks = doctor_json(capsys, "--facts", str(facts))
     assert checks["host.cpus"].expected == ">= 3 per GPU (6 for 2 GPU(s), CUDA_VISIBLE_DEVICES='6,7')"
     assert "total >= GPU memory (287542 MiB)" in checks["host.memory"].expected
+    assert checks["nvidia.visible"].observed == "CUDA_VISIBLE_DEVICES='6,7': 6, 7 of 8 GPU(s)"
+    assert checks["nvidia.p2p"].observed == "1 GPU pair peer-to-peer, 1 over NVLink, CUDA_VISIBLE_DEVICES='6,7'"
+    capsys.readouterr()
+    assert main(["verify", "--facts", str(facts), "--json", "--lock", str(LOCK)]) == 0  # the same rows on replay
+    replayed = by_id(from_json(json.loads(capsys.readouterr().out)))
+    assert {cid: replayed[cid] for cid in ("nvidia.visible", "nvidia.p2p", "host.cpus")} == \
+        {cid: checks[cid] for cid in ("nvidia.visible", "nvidia.p2p", "host.cpus")}
+    raw["host"]["cuda_visible_devices"] = "MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000001"
+    facts.write_text(json.dumps(raw))
+    _, _, checks = doctor_json(capsys, "--facts", str(facts))
+    assert checks["host.cpus"].expected.startswith(">= 3 per GPU (3 for 1 GPU(s), CUDA_VISIBLE_DEVICES='MIG-")
+    assert checks["nvidia.visible"].observed.endswith(": one MIG instance of 8 GPU(s)")
+    assert "nvidia.p2p" not in checks
+
+
+def test_a_cuda_visible_devices_that_leaves_no_gpu_is_a_warning(tmp_path: Path, capsys) -> None:
+    raw = json.loads(H200.read_text())
+    facts = tmp_path / "job.json"
+    for value in ("8,0", "0,1,0", "gpu-5b1c7e2a", "GPU-"):
+        raw["host"]["cuda_visible_devices"] = value
+        facts.write_text(json.dumps(raw))
+        _, _, checks = doctor_json(capsys, "--facts", str(facts))
+        hidden = checks["nvidia.visible"]
+        assert hidden.status is Status.WARN and hidden.observed == f"CUDA_VISIBLE_DEVICES={value!r} leaves CUDA " \
+            "programs none of the 8 GPU(s)"
+        assert "`unset CUDA_VISIBLE_DEVICES`, or name GPUs by index (0-7)" in hidden.remedy
+    raw["host"]["cuda_visible_devices"] = None
+    facts.write_text(json.dumps(raw))
+    assert "nvidia.visible" not in doctor_json(capsys, "--facts", str(facts))[2]
+
+
+def test_this_hosts_cuda_visible_devices_reaches_doctor_and_verify(monkeypatch, tmp_path: Path) -> None:
+    from bootstrap.verify import VerifyOptions, run_verify
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b03,4")
+    h200 = FakeNvml.load("h200x8-580.95.05.json")
+    live = by_id(run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64"), nvml=h200,
+                            runner=missing_binary_runner).checks)
+    inside = by_id(run_verify(VerifyOptions(prefix=tmp_path / "none", bench=False), nvml=h200,
+                              runner=missing_binary_runner).checks)
+    for checks in (live, inside):
+        assert checks["nvidia.visible"].observed.endswith(": 3 of 8 GPU(s)")  # a UUID list stops at the index
+        assert "nvidia.p2p" not in checks  # one GPU: no pair
+        assert checks["host.cpus"].expected.startswith(">= 3 per GPU (3 for 1 GPU(s), CUDA_VISIBLE_DEVICES='GPU-5b")
 
 
 # --------------------------------------------------------------------------- peer-to-peer between GPUs
@@ -257,6 +312,13 @@ def test_gpu_pairs_without_peer_to_peer_are_named_with_the_way_out() -> None:
     assert geforce.status is Status.WARN and "GeForce" in geforce.remedy and "--distributed" in geforce.remedy
     assert "registry key" in p2p(pcie_box(across_sockets=4)).remedy
     assert "ACS off" in p2p(pcie_box(across_sockets=5)).remedy
+    assert "under one CPU socket" in p2p(pcie_box(across_sockets=1)).remedy
+    assert p2p(pcie_box(nvlink=0)).status is Status.WARN  # NVLink said yes, reads said no: reads decide
+    mixed = pcie_box()
+    mixed.recorded["devices"][1]["nvmlDeviceGetP2PStatus"]["3"]["0"] = 4  # 1-3, the last pair: another cause
+    worst = p2p(mixed)
+    assert worst.observed.startswith("4 of 6 GPU pairs without it (PCIe topology not supported): ")
+    assert "under one CPU socket" in worst.remedy and "1-3: disabled by the driver's registry key" in worst.detail
 
 
 def test_peer_to_peer_nvml_cannot_answer_is_a_skip_with_its_reason(capsys) -> None:
@@ -276,7 +338,13 @@ def test_peer_to_peer_nvml_cannot_answer_is_a_skip_with_its_reason(capsys) -> No
     smi = DriverFacts(driver_version="580.95.05", gpus=(GpuFacts(0, "NVIDIA H200"), GpuFacts(1, "NVIDIA H200")),
                       source="nvidia-smi")
     skip = by_id(nvidia_checks(smi))["nvidia.p2p"]
-    assert skip.status is Status.SKIP and skip.detail == "not among the facts nvidia-smi gave (NVML answers it)"
+    assert skip.status is Status.SKIP and skip.detail == "no answers in these facts: nvidia-smi's CSV has none (NVML answers it)"
+    old = json.loads(H200.read_text())  # saved before facts had peers
+    del old["nvidia"]["peers"]
+    from bootstrap.probe import Facts
+
+    old_skip = by_id(nvidia_checks(Facts.from_dict(old).nvidia))["nvidia.p2p"]
+    assert old_skip.status is Status.SKIP and "saved before bootstrap asked NVML for them" in old_skip.detail
 
 
 def test_old_driver_fails_with_the_upgrade(tmp_path: Path, capsys) -> None:

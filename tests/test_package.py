@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import json
 import shutil
 import subprocess
 import sys
@@ -82,11 +83,28 @@ def test_a_venv_missing_a_dependency_gets_one_line_and_a_bug_its_traceback(tmp_p
 
     damaged = lock_without("rattler")
     assert damaged.returncode == 2 and damaged.stderr.count("\n") == 1 and "Traceback" not in damaged.stderr
-    assert damaged.stderr == (f"error: {sys.executable} cannot import rattler, which `bootstrap lock` needs: its venv "
-                              "is partial or damaged; `make clean && make tools` rebuilds the tools venv (.tools)\n")
+    assert damaged.stderr == (f"error: {sys.executable} cannot import rattler, which `bootstrap lock` needs: the tools "
+                              "venv is partial or damaged; `make clean && make tools` rebuilds it (.tools)\n")
+    no_yaml = lock_without("yaml")  # the tools venv's PyYAML: the tools venv's fix, not the env's
+    assert no_yaml.returncode == 2 and "needs PyYAML" in no_yaml.stderr and "`make clean && make tools`" in no_yaml.stderr
     bug = lock_without("bootstrap.solve")
     assert bug.returncode == 1 and "Traceback" in bug.stderr and "ModuleNotFoundError" in bug.stderr
     assert list(tmp_path.iterdir()) == [tmp_path / "envs"]  # nothing written
+
+
+def test_an_env_missing_a_module_is_told_to_lock_it_not_to_rebuild_the_tools_venv(tmp_path: Path) -> None:
+    """`bench` runs in the team's env: a torch missing there belongs in the env's spec and lock."""
+    code = "import sys; sys.modules['torch'] = None; from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, "bench", "--json", "--budget", "5", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    last = done.stderr.splitlines()[-1]  # after bench's progress lines
+    assert done.returncode == 2 and done.stderr.count("error:") == 1 and "Traceback" not in done.stderr, done.stderr
+    fix = (f"cannot import torch, which `bootstrap bench` needs: add `torch` to the env's spec (envs/*.yml), then "
+           f"`make lock` and `make env`; to try it first, `{sys.executable} -m pip install torch`")
+    assert fix in last and "make tools" not in done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert error["type"] == "MissingModuleError" and error["message"] == last[len("error: "):]
+    assert not (tmp_path / "out").exists()
 
 
 def test_package_passes_the_py39_check() -> None:

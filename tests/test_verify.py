@@ -225,7 +225,7 @@ def test_an_interpreter_without_pyyaml_gets_one_line(locked: Project) -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert f"reading {locked.lock_path('py310')} needs PyYAML, which {sys.executable} cannot import" in done.stderr
-    assert "add `pyyaml` to the env spec" in done.stderr
+    assert "add `pyyaml` to the env's spec (envs/*.yml), then `make lock` and `make env`" in done.stderr
 
 
 def test_bad_usage_exits_2(tmp_path: Path, capsys) -> None:
@@ -368,6 +368,8 @@ def test_device_count_against_nvml_and_cuda_visible_devices() -> None:
 
     assert count_check(8, {}).status is Status.OK
     assert count_check(2, {"CUDA_VISIBLE_DEVICES": "0,1"}).status is Status.OK
+    assert count_check(2, {"CUDA_VISIBLE_DEVICES": "7gpu,+3"}).status is Status.OK  # read as strtoul reads them
+    assert count_check(1, {"CUDA_VISIBLE_DEVICES": "MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000001,MIG-x"}).status is Status.OK
     missing = count_check(7, {})
     assert missing.status is Status.FAIL and "nvidia-smi -L" in missing.remedy
     hidden = count_check(1, {"CUDA_VISIBLE_DEVICES": "0,1"})

@@ -100,13 +100,18 @@ def test_export_and_doctor_answer_as_on_the_tools_python(older, tmp_path: Path, 
     assert done.returncode == 0, done.stderr
     assert theirs.read_text() == ours.read_text() and "python=" in ours.read_text()
 
-    capsys.readouterr()
-    args = ["doctor", "--json", "--lock", str(REPO / "conda-lock.yml"), "--facts", str(H200)]
-    assert main(args) == 0
-    here = json.loads(capsys.readouterr().out)
-    done = run(older, *args)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == here
+    job = json.loads(H200.read_text())  # a job given two of the node's GPUs, by UUID and by index
+    job["host"]["cuda_visible_devices"] = "GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b06,GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b07,1"
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    for facts in (H200, tmp_path / "job.json"):
+        capsys.readouterr()
+        args = ["doctor", "--json", "--lock", str(REPO / "conda-lock.yml"), "--facts", str(facts)]
+        assert main(args) == 0
+        here = json.loads(capsys.readouterr().out)
+        done = run(older, *args)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == here
+    assert {c["id"]: c for c in here["checks"]}["nvidia.p2p"]["observed"].startswith("1 GPU pair peer-to-peer")
 
 
 def test_monitor_without_nvml_says_so_in_one_line(older) -> None:
