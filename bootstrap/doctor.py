@@ -383,11 +383,11 @@ def _pairs(count: int) -> str:
 
 _P2P_REMEDY_OTHER = ("`nvidia-smi topo -p2p r` shows every pair; in a VM, P2P needs the GPUs passed through with "
                      "their PCIe switch and ACS off")
+_P2P_PATH = ("their PCIe path (across CPU sockets, or a root complex without P2P) does not carry it: give a job "
+             "GPUs under one CPU socket (`nvidia-smi topo -m` shows which)")
 _P2P_REMEDIES = {
-    1: "their PCIe path (across CPU sockets, or a root complex without P2P) does not carry it: give a job GPUs "
-       "under one CPU socket (`nvidia-smi topo -m` shows which)",
-    3: "their PCIe path (across CPU sockets, or a root complex without P2P) does not carry it: give a job GPUs "
-       "under one CPU socket (`nvidia-smi topo -m` shows which)",
+    1: _P2P_PATH,  # chipset not supported
+    3: _P2P_PATH,  # PCIe topology not supported
     2: "these GPUs offer no P2P over PCIe (GeForce boards): nothing to switch on; "
        "`torchrun ... -m bootstrap verify --distributed` measures what it costs the all-reduce",
     4: "P2P is switched off in the NVIDIA driver's configuration: look for a registry key among the nvidia "
