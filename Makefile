@@ -146,7 +146,7 @@ monitor: tools
 bench-verify: tools $(TOOLS)/.torch-test
 	$(PY) scripts/bench_verify.py
 
-## The acceptance benchmark (issue 5) in this interpreter, e.g. BENCH_ARGS="--budget 60 --device cuda:0 --out results/".
+## The GPU-utilisation acceptance benchmark in this interpreter, e.g. BENCH_ARGS="--budget 60 --device cuda:0 --out results/".
 BENCH_ARGS ?=
 bench: tools $(TOOLS)/.torch-test
 	$(PY) -m bootstrap bench $(BENCH_ARGS)
