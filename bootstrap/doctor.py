@@ -273,8 +273,8 @@ def fit_check(target: Optional[TorchTarget], why: str, compat_checks: Sequence[C
 
 
 def nvidia_checks(nvidia: DriverFacts, host: Optional[HostFacts] = None) -> List[Check]:
-    """The driver, the highest CUDA it supports, each GPU with its health (`nvidia-smi -q`), and
-    peer-to-peer between the GPUs of the job (`host`'s CUDA_VISIBLE_DEVICES)."""
+    """The driver, the highest CUDA it supports, each GPU with its health (`nvidia-smi -q`), and for
+    the GPUs of the job (`host`'s CUDA_VISIBLE_DEVICES) which they are and peer-to-peer between them."""
     if not nvidia.has_driver:
         return [Check("nvidia.driver", Status.SKIP, "no NVIDIA driver (CPU mode)", "an NVIDIA driver",
                       detail=nvidia.reason or "no driver facts")]
