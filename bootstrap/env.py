@@ -15,7 +15,6 @@ one while fetching (an unreachable channel or index) does not.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import functools
@@ -447,6 +446,8 @@ def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Pa
     described by its extracted copy's index.json (10x cheaper than the archive, 20x than the
     conda-meta record, whose file list a CUDA package makes long). rattler compares by sha256,
     the lock's, so a package already there is left alone."""
+    import asyncio  # here, like rattler: a no-op run never links, and would spend ~20 ms importing it
+
     import rattler
 
     pkgs = options.cache_dir / "pkgs"

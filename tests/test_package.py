@@ -29,10 +29,22 @@ def test_module_imports(name: str) -> None:
 
 
 def test_heavy_engines_are_not_imported_at_startup() -> None:
-    """`python -m bootstrap --help` must not pay for rattler, conda-lock, torch or pynvml."""
-    code = "import sys, bootstrap.cli; bootstrap.cli.build_parser(); print(sorted(m for m in sys.modules if m.split('.')[0] in {'rattler','conda_lock','torch','pynvml'}))"
+    """`python -m bootstrap --help` must not pay for rattler, conda-lock, torch or pynvml, nor for
+    the benchmark's runner (the parser reads only its options) or asyncio."""
+    heavy = "{'rattler', 'conda_lock', 'torch', 'pynvml', 'asyncio', 'bootstrap.bench.run', 'bootstrap.bench.results'}"
+    code = ("import sys, bootstrap.cli; bootstrap.cli.build_parser(); "
+            f"print(sorted(m for m in sys.modules if m in {heavy} or m.split('.')[0] in {heavy}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_bench_package_still_exports_its_api_on_first_use() -> None:
+    import bootstrap.bench as bench
+
+    for name in bench.__all__:
+        assert getattr(bench, name).__name__ == name
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        bench.nothing  # noqa: B018
 
 
 def test_cli_verbs() -> None:

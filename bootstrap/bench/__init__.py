@@ -13,11 +13,22 @@ Importing this package does not import torch, numpy, Pillow or pynvml.
 
 from __future__ import annotations
 
-from bootstrap.bench.config import BenchOptions, Thresholds, ThresholdSet, WorkloadSpec, load_config
-from bootstrap.bench.results import BenchResult, LoaderConfig, Measurement
-from bootstrap.bench.run import Progress, run_bench
+import importlib
+from typing import Any
 
-__all__ = [
-    "BenchOptions", "BenchResult", "LoaderConfig", "Measurement", "Progress", "ThresholdSet", "Thresholds",
-    "WorkloadSpec", "load_config", "run_bench",
-]
+# Each public name and the module it lives in, imported on first use (PEP 562): every
+# `python -m bootstrap` start imports `bootstrap.bench.config` to build its parser, and
+# must not pay for the runner, the tuner and the sampler on the way (a `make env` no-op
+# spent ~30 ms of its ~0.17 s there).
+_HOMES = {
+    "BenchOptions": "config", "Thresholds": "config", "ThresholdSet": "config", "WorkloadSpec": "config",
+    "load_config": "config", "BenchResult": "results", "LoaderConfig": "results", "Measurement": "results",
+    "Progress": "run", "run_bench": "run",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -51,6 +51,12 @@ def test_create_from_directory_mirror_then_noop(project: Project, channel: Path,
     assert main(env_args(project, "/nonexistent-mirror")) == 0  # nothing to fetch, so no mirror needed
     assert "is up to date" in capsys.readouterr().out
     assert read_install_record(prefix).generation == generation
+    # A no-op starts a fresh interpreter each time (`make env`): it must not load the linker's engines.
+    code = ("import json, sys; from bootstrap.cli import main; code = main(sys.argv[1:]); "
+            "print(json.dumps([code, sorted(m for m in ('asyncio', 'rattler', 'bootstrap.bench.run') if m in sys.modules)]))")
+    done = subprocess.run([sys.executable, "-c", code, *env_args(project, "/nonexistent-mirror")],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert json.loads(done.stdout.splitlines()[-1]) == [0, []], done.stderr
 
 
 def test_create_over_http_mirror(project: Project, channel: Path) -> None:
