@@ -30,6 +30,7 @@ import os
 import posixpath
 import tarfile
 import tempfile
+import threading
 import urllib.request
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -78,8 +79,10 @@ def fetch_archives(
     What the store lacks is read from `bundle` where it holds it (`bootstrap bundle`), else
     fetched from its URL after `mirrors`."""
 
+    cancelled = threading.Event()
+
     def one(entry: LockedPackage) -> tuple[str, Path]:
-        path = fetch_archive(entry, cache_dir, mirrors, bundle)
+        path = fetch_archive(entry, cache_dir, mirrors, bundle, cancelled)
         if progress is not None:
             progress(entry)
         return entry.name, path
@@ -87,7 +90,13 @@ def fetch_archives(
     if not entries:
         return {}
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(entries)))) as pool:
-        return dict(pool.map(one, entries))
+        try:
+            return dict(pool.map(one, entries))
+        except BaseException:
+            # Ctrl-C, or one download failed: leaving the pool waits for the downloads under way, so
+            # have them stop at their next block rather than keep the user waiting for whole archives.
+            cancelled.set()
+            raise
 
 
 def archive_path(cache_dir: Path, entry: LockedPackage) -> Path:
@@ -116,7 +125,7 @@ def url_source(entry: LockedPackage, mirrors: Sequence[Mirror], also: str = "") 
 
 
 def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirror] = (),
-                  bundle: Optional["Bundle"] = None) -> Path:
+                  bundle: Optional["Bundle"] = None, cancelled: Optional[threading.Event] = None) -> Path:
     target = archive_path(cache_dir, entry)
     if target.is_file() and _still_verified(target, entry):
         return target
@@ -127,7 +136,7 @@ def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirro
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
     try:
         with os.fdopen(fd, "wb") as out:
-            sha256, md5 = _copy_hashing(source, out, entry)
+            sha256, md5 = _copy_hashing(source, out, entry, cancelled)
         if sha256 != entry.sha256:
             raise IntegrityError(
                 f"{entry.filename}: sha256 {sha256} does not match the lock's {entry.sha256} "
@@ -179,13 +188,16 @@ def forget_verified(targets: Sequence[Path]) -> None:
         _stamp_path(target).unlink(missing_ok=True)
 
 
-def _copy_hashing(source: Source, out, entry: LockedPackage) -> tuple[str, str]:
+def _copy_hashing(source: Source, out, entry: LockedPackage,
+                  cancelled: Optional[threading.Event] = None) -> tuple[str, str]:
     sha256, md5 = hashlib.sha256(), hashlib.md5()
     copied, expected = 0, None
     try:
         with source.open() as data:
             expected = _content_length(data)
             for block in iter(lambda: data.read(_CHUNK), b""):
+                if cancelled is not None and cancelled.is_set():
+                    raise FetchError(f"{entry.filename}: download cancelled")  # never shown: the run is failing already
                 sha256.update(block)
                 md5.update(block)
                 out.write(block)

@@ -9,10 +9,16 @@ import functools
 import http.server
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
+import pytest
+
+from bootstrap import fetch
 from bootstrap.cli import main
+from bootstrap.errors import FetchError
+from bootstrap.lockfile import LockedPackage
 from bootstrap.project import Project
 from tests.fixtures.env_project import CONDA, change_lock, env_args, prefix_of
 
@@ -92,3 +98,44 @@ def test_a_mirror_for_no_channel_of_the_lock_is_refused(project: Project, channe
                               "conda-lock.yml is under https://conda.anaconda.org/conda-froge (CANONICAL is one of "
                               "the lock's channels or wheel hosts: file://")
         assert "https://conda.anaconda.org/conda-forge" in err and len(err.splitlines()) == 1
+
+
+class _Trickle:
+    """A download that takes 10 s: a small block every 20 ms."""
+
+    headers: dict = {}
+
+    def __init__(self) -> None:
+        self._left = 500
+
+    def read(self, n: int) -> bytes:
+        time.sleep(0.02)
+        self._left -= 1
+        return b"x" * 1024 if self._left > 0 else b""
+
+    def __enter__(self) -> "_Trickle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("failure", [OSError(111, "Connection refused"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
+def test_a_failed_or_interrupted_fetch_does_not_wait_for_the_downloads_under_way(tmp_path: Path, monkeypatch,
+                                                                                failure: BaseException) -> None:
+    """Leaving the thread pool waits for its downloads: they stop at their next block, not at their end."""
+    entries = [LockedPackage(f"p{i}", "1.0", "conda", "linux-64", f"https://conda.anaconda.org/conda-forge/linux-64/p{i}-1.0-0.conda",
+                             f"{i:064x}") for i in range(4)]
+
+    def opened(url: str):
+        if url.endswith("/p0-1.0-0.conda"):
+            time.sleep(0.2)  # the others are under way
+            raise failure
+        return _Trickle()
+
+    monkeypatch.setattr(fetch, "_open", opened)
+    started = time.monotonic()
+    with pytest.raises((FetchError, KeyboardInterrupt)):
+        fetch.fetch_archives(entries, tmp_path)
+    assert time.monotonic() - started < 3
+    assert not list(tmp_path.glob("archives/*/.part-*"))
