@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.spec import host_platform
 
     project = Project(args.root or find_root(Path.cwd()))
-    envs = project.resolve_envs(args.envs or [project.default_env])
+    envs = project.resolve_envs(list(dict.fromkeys(args.envs)) or [project.default_env])  # each once, as platforms
     platforms = tuple(dict.fromkeys(args.platform)) or (host_platform(),)
     output = args.output or Path(f"bundle-{'+'.join(envs)}-{'+'.join(platforms)}.tar")
     options = BundleOptions(

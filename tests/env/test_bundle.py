@@ -301,3 +301,14 @@ def test_a_killed_runs_leftover_is_removed_and_a_live_ones_kept(project: Project
     assert not killed.exists() and live.exists()
     assert starting.exists()  # unlocked but new: a run between creating its file and locking it
     assert oct(output.stat().st_mode & 0o777) == "0o644"
+
+
+def test_an_env_named_twice_is_bundled_once(project: Project, channel: Path, tmp_path: Path) -> None:
+    output = tmp_path / "b.tar"
+    assert main(["bundle", "py310", "py310", "--root", str(project.root), "--platform", "linux-64", "--no-tools",
+                 "--mirror", f"conda-forge={channel}", "--cache-dir", str(tmp_path / "cache"), "-o", str(output)]) == 0
+    with tarfile.open(output) as tar:
+        names = tar.getnames()
+        index = json.loads(tar.extractfile("bundle.json").read())
+    assert names.count("locks/py310/conda-lock.yml") == 1 and len(names) == len(set(names))
+    assert [e["env"] for e in index["envs"]] == ["py310"]
