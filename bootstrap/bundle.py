@@ -38,7 +38,7 @@ from typing import Callable, Optional
 
 from bootstrap import __version__
 from bootstrap.cache import cache_lock
-from bootstrap.env import locked_entries
+from bootstrap.env import check_mirrors, locked_entries
 from bootstrap.errors import InputError, IntegrityError
 from bootstrap.fetch import Source, archive_path, fetch_archives
 from bootstrap.fsutil import disk_full, out_of_space
@@ -115,9 +115,10 @@ def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda 
 
 def _locked(options: BundleOptions) -> tuple[list, list]:
     """What the bundle says of each env, and the artifacts of them all (each once, in a fixed order)."""
-    envs, artifacts = [], {}
+    envs, artifacts, locks = [], {}, []
     for env, lock_path in options.locks:
         lock = read_lock(lock_path, cache_dir=options.cache_dir)
+        locks.append(lock)
         for platform in options.platforms:
             for entry in locked_entries(lock, platform):
                 artifacts.setdefault(entry.sha256, entry)
@@ -127,6 +128,7 @@ def _locked(options: BundleOptions) -> tuple[list, list]:
             "platforms": list(options.platforms),
             "content_hash": {p: lock.content_hash.get(p, "") for p in options.platforms},
         })
+    check_mirrors(options.mirrors, *locks)  # a typo'd one would fetch from the channel it was meant to replace
     return envs, sorted(artifacts.values(), key=lambda e: (e.manager, e.name, e.filename, e.sha256))
 
 

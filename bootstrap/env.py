@@ -119,13 +119,15 @@ def locked_entries(lock: Lock, platform: str) -> list[LockedPackage]:
     return lock.for_platform(platform)
 
 
-def check_mirrors(mirrors: Sequence[Mirror], lock: Lock) -> None:
-    """Refuse a `--mirror` that serves no URL of the lock (a typo, `conda-froge=...`): ignored, it would
+def check_mirrors(mirrors: Sequence[Mirror], *locks: Lock) -> None:
+    """Refuse a `--mirror` that serves no URL of the locks (a typo, `conda-froge=...`): ignored, it would
     leave the env fetching from the channel the user meant to avoid."""
-    served = {mirror_prefix(entry) for entry in lock.packages}
+    packages = [entry for lock in locks for entry in lock.packages]
+    served = {mirror_prefix(entry) for entry in packages}
+    names = " or ".join(dict.fromkeys(lock.path.name for lock in locks))
     for mirror in mirrors:
-        if not any(mirror_of(entry.url, (mirror,)) for entry in lock.packages):
-            raise InputError(f"--mirror {mirror.public()}", f"no URL of {lock.path.name} is under {mirror.canonical}",
+        if not any(mirror_of(entry.url, (mirror,)) for entry in packages):
+            raise InputError(f"--mirror {mirror.public()}", f"no URL of {names} is under {mirror.canonical}",
                              f"CANONICAL is one of the lock's channels or wheel hosts: {', '.join(sorted(served))}")
 
 

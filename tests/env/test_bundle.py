@@ -312,3 +312,16 @@ def test_an_env_named_twice_is_bundled_once(project: Project, channel: Path, tmp
         index = json.loads(tar.extractfile("bundle.json").read())
     assert names.count("locks/py310/conda-lock.yml") == 1 and len(names) == len(set(names))
     assert [e["env"] for e in index["envs"]] == ["py310"]
+
+
+def test_a_mirror_for_no_channel_of_the_locks_is_refused_before_fetching(project: Project, channel: Path,
+                                                                        tmp_path: Path, capsys) -> None:
+    """As `env` refuses it: ignored, the typo would have the bundle fetched from the channel it meant to avoid."""
+    output = tmp_path / "b.tar"
+    capsys.readouterr()
+    assert bundle(project, channel, output, tmp_path / "cache", "--no-tools", "--mirror", f"conda-froge={channel}") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --mirror https://conda.anaconda.org/conda-froge={channel}: no URL of conda-lock.yml "
+                          "is under https://conda.anaconda.org/conda-froge (CANONICAL is one of the lock's channels")
+    assert len(err.splitlines()) == 1
+    assert not output.exists() and not (tmp_path / "cache" / "archives").exists()
