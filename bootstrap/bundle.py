@@ -161,7 +161,8 @@ def _write(options: BundleOptions, index: dict, locks: list, members: list) -> i
     try:
         with os.fdopen(fd, "wb") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
-            with tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            # dereference: a symlinked lock (or store entry) goes in as its bytes, not as a link to this host's path
+            with tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT, dereference=True) as tar:
                 _add_bytes(tar, INDEX, (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
                 _add_bytes(tar, SUMS, "".join(f"{e.sha256}  {member}\n" for e, member in members).encode())
                 for path, member in locks:

@@ -325,3 +325,16 @@ def test_a_mirror_for_no_channel_of_the_locks_is_refused_before_fetching(project
                           "is under https://conda.anaconda.org/conda-froge (CANONICAL is one of the lock's channels")
     assert len(err.splitlines()) == 1
     assert not output.exists() and not (tmp_path / "cache" / "archives").exists()
+
+
+def test_a_symlinked_lock_goes_in_as_its_bytes(project: Project, channel: Path, tmp_path: Path) -> None:
+    lock = project.lock_path("py310")
+    real = project.root / "locks" / "py310.yml"
+    real.parent.mkdir()
+    lock.rename(real)
+    lock.symlink_to(Path("locks") / "py310.yml")
+    output = tmp_path / "b.tar"
+    assert bundle(project, channel, output) == 0
+    with tarfile.open(output) as tar:
+        member = tar.getmember("locks/py310/conda-lock.yml")
+        assert member.isfile() and tar.extractfile(member).read() == real.read_bytes()
