@@ -270,8 +270,9 @@ class Bundle:
         except FileNotFoundError:
             raise InputError(path, "no such bundle", "make one with `make bundle` on a connected host") from None
         except (tarfile.TarError, OSError, ValueError) as exc:
-            if _gzipped(path):
-                remedy = f"it is gzip-compressed: `gunzip {path.name}` first"
+            if _gzipped(path):  # gunzip takes only a name it knows the suffix of (.gz, .tgz)
+                name = path.name if path.name.endswith((".gz", ".tgz")) else f"{path.name}.gz"
+                remedy = f"it is gzip-compressed: `{'' if name == path.name else f'mv {path.name} {name} && '}gunzip {name}` first"
             raise InputError(path, f"not a readable bundle ({exc})", remedy) from None
         if not isinstance(index, dict) or index.get("format") != FORMAT:
             raise InputError(path, f"no {INDEX} of format '{FORMAT}' in it", remedy)

@@ -236,16 +236,24 @@ def test_a_bundle_without_tools_for_this_python_says_how_to_make_one(project: Pr
     assert not (tmp_path / "tools").exists()
 
 
-def test_a_gzipped_bundle_says_to_gunzip_it(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("name", ["b.tar.gz", "b.tgz", "b.tar"])  # the last: as `curl` saves a gzip-encoded response
+def test_a_gzipped_bundle_says_to_gunzip_it(project: Project, channel: Path, tmp_path: Path, capsys, name: str) -> None:
     import gzip
+    import re
 
-    output = tmp_path / "b.tar"
+    from bootstrap.bundle import Bundle
+
+    output = tmp_path / "made" / "b.tar"
+    output.parent.mkdir()
     assert bundle(project, channel, output) == 0
-    zipped = tmp_path / "b.tar.gz"
+    zipped = tmp_path / name
     zipped.write_bytes(gzip.compress(output.read_bytes()))
     capsys.readouterr()
     assert env_from(project, zipped) == 2
-    assert "gunzip b.tar.gz" in capsys.readouterr().err
+    fix = re.search(r"it is gzip-compressed: `(.*)` first", capsys.readouterr().err).group(1)
+    assert "gunzip" in fix
+    subprocess.run(fix, shell=True, cwd=tmp_path, check=True)  # what it says works
+    assert Bundle.open(tmp_path / "b.tar").index["envs"][0]["env"] == "py310"
 
 
 @pytest.mark.parametrize("name, message", [
