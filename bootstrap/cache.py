@@ -85,6 +85,9 @@ def prune(cache_dir: Path, keep: Iterable[LockedPackage], lock_texts: Sequence[s
     removed, left = [], []
     for kind in KINDS:
         doomed = [p for p in _entries(cache_dir, kind) if not wanted[kind](p)]
+        if kind == "archives":  # downloads killed runs left in kept entries: nobody fetches while prune holds the flock
+            doomed += [part for p in _entries(cache_dir, kind) if wanted[kind](p) and p.is_dir() and not p.is_symlink()
+                       for part in sorted(p.glob(".part-*"))]
         sizes = {p: _disk_bytes(p) for p in doomed}
         for path in doomed:
             if path.is_dir() and not path.is_symlink():

@@ -104,3 +104,15 @@ def test_prune_refuses_without_the_locks_it_would_keep(project: Project, tmp_pat
     (tmp_path / "a-file").write_text("")
     assert main(["cache", "--cache-dir", str(tmp_path / "a-file")]) == 2
     assert f"--cache-dir {tmp_path / 'a-file'}: not a directory" in capsys.readouterr().err
+
+
+def test_prune_removes_downloads_killed_runs_left(project: Project, channel: Path, capsys) -> None:
+    """`archives/<sha256>/.part-*` of a SIGKILLed env or bundle: the next run fetches into a file of its own."""
+    cache = project.root / ".cache"
+    assert main(env_args(project, str(channel))) == 0
+    kept = next((cache / "archives").iterdir())
+    part = kept / ".part-killed1"
+    part.write_bytes(b"x" * 100_000)
+    report = cache_json(project, capsys, "--prune")
+    assert not part.exists() and kept.is_dir() and len(list(kept.iterdir())) >= 1
+    assert report["removed"]["archives"]["bytes"] >= 100_000
