@@ -136,6 +136,9 @@ def _check_writable(cache_dir: Path) -> None:
     """Refuse a cache or part of it that cannot be written (read-only mount, another user's): rattler
     would fail halfway through a generation, with a message naming neither the cache nor the flag."""
     for path in (cache_dir, *(cache_dir / kind for kind in KINDS)):
+        if os.path.lexists(path) and not path.is_dir():  # a stray file, a dangling link: a fetch would fail on it
+            raise InputError(f"--cache-dir {cache_dir}", f"{path} is not a directory",
+                             "remove it: what the cache holds is fetched again; or pass another --cache-dir")
         if path.is_dir() and not os.access(path, os.W_OK):  # access(2) answers EROFS even to root
             raise InputError(f"--cache-dir {cache_dir}",
                              f"{path} cannot be written (a read-only file system, or not yours)", _WRITABLE)

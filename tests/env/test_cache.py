@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bootstrap.cli import main
 from bootstrap.lockfile import read_lock
 from bootstrap.project import Project
@@ -116,3 +118,26 @@ def test_prune_removes_downloads_killed_runs_left(project: Project, channel: Pat
     report = cache_json(project, capsys, "--prune")
     assert not part.exists() and kept.is_dir() and len(list(kept.iterdir())) >= 1
     assert report["removed"]["archives"]["bytes"] >= 100_000
+
+
+@pytest.mark.parametrize("kind", ["archives", "pkgs"])
+@pytest.mark.parametrize("stray", ["file", "dangling-link"])
+def test_a_part_of_the_cache_that_is_not_a_directory_is_one_line(project: Project, channel: Path, capsys,
+                                                                 kind: str, stray: str) -> None:
+    """Not a traceback from the fetch (archives) or rattler's vague `File exists` (pkgs)."""
+    cache = project.root / ".cache"
+    cache.mkdir()
+    part = cache / kind
+    if stray == "file":
+        part.write_text("a stray file")
+    else:
+        part.symlink_to(project.root / "gone")
+    capsys.readouterr()
+    for argv in (env_args(project, str(channel)),
+                 ["bundle", "--root", str(project.root), "--platform", "linux-64", "--no-tools", "--mirror",
+                  f"conda-forge={channel}", "--cache-dir", str(cache), "-o", str(project.root / "b.tar")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == (f"error: --cache-dir {cache}: {part} is not a directory (remove it: what the cache "
+                       "holds is fetched again; or pass another --cache-dir)\n")
+    assert not prefix_of(project).exists() and not (project.root / "b.tar").exists()
