@@ -123,6 +123,10 @@ def prune_for_project(project: Project, cache_dir: Path, waiting: Callable[[str]
 def check_cache_dir(cache_dir: Path) -> None:
     """InputError, before anything is created, if `cache_dir` is a file or lies under one."""
     try:
+        dangling = next((p for p in (cache_dir, *cache_dir.parents) if p.is_symlink() and not p.exists()), None)
+        if dangling is not None:  # e.g. to a scratch directory purged since: mkdir would fail on it
+            raise InputError(f"--cache-dir {cache_dir}", f"{dangling} is a symlink to {os.readlink(dangling)}, "
+                             "which does not exist", "create what it points to, or pass another --cache-dir")
         existing = next(p for p in (cache_dir, *cache_dir.parents) if p.exists())
         if not existing.is_dir():
             problem = "not a directory" if existing == cache_dir else f"{existing} is not a directory"

@@ -141,3 +141,20 @@ def test_a_part_of_the_cache_that_is_not_a_directory_is_one_line(project: Projec
         assert err == (f"error: --cache-dir {cache}: {part} is not a directory (remove it: what the cache "
                        "holds is fetched again; or pass another --cache-dir)\n")
     assert not prefix_of(project).exists() and not (project.root / "b.tar").exists()
+
+
+def test_a_cache_dir_linked_to_what_is_gone_is_one_line(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
+    """`~/.cache/bootstrap -> /scratch/me/cache`, and the scratch purged: a traceback from mkdir, before."""
+    link = tmp_path / "cache"
+    link.symlink_to(tmp_path / "purged" / "cache")
+    capsys.readouterr()
+    for cache, argv in ((link, [*env_args(project, str(channel))[:-2], "--cache-dir", str(link)]),
+                        (link / "sub", ["bundle", "--root", str(project.root), "--platform", "linux-64", "--no-tools",
+                                        "--mirror", f"conda-forge={channel}", "--cache-dir", str(link / "sub"),
+                                        "-o", str(tmp_path / "b.tar")])):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --cache-dir {cache}: {link} is a symlink "
+                              f"to {tmp_path / 'purged' / 'cache'}, which does not exist (create what it points to, or ")
+        assert len(err.splitlines()) == 1
+    assert not (tmp_path / "purged").exists() and not prefix_of(project).exists()
