@@ -9,6 +9,7 @@ here, once: one line on stderr, a traceback only with `--debug`.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import io
 import json
@@ -17,7 +18,7 @@ import sys
 from typing import Optional, Sequence
 
 from bootstrap import __version__
-from bootstrap.errors import BootstrapError, MissingModuleError
+from bootstrap.errors import EXIT_FAILED, BootstrapError, MissingModuleError
 
 # verb -> (module under bootstrap.commands, one-line help)
 VERBS = {
@@ -81,6 +82,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:  # `bootstrap ... | head`: the reader stopped; no traceback, and no second one at exit
         _stdout_to_devnull()
         return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        # What the verbs write themselves they report as DiskFullError; this is the output that
+        # could not be written (`> report.json` on a full disk, or /dev/full).
+        if args.debug or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        _stdout_to_devnull()
+        print(f"error: {exc.strerror.lower()} writing {exc.filename or 'the output'}: "
+              "free space there, or send the output elsewhere", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def _error(args: argparse.Namespace, exc: BootstrapError) -> int:

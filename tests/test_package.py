@@ -65,6 +65,17 @@ def bootstrap_into_closed_pipe(*argv: str) -> subprocess.CompletedProcess:
         os.close(write)
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+def test_output_to_a_full_disk_is_one_line() -> None:
+    for argv in (("lock", "--check"), ("cache", "--json")):
+        with open("/dev/full", "w") as full:  # every write: ENOSPC
+            done = subprocess.run([sys.executable, "-m", "bootstrap", *argv], stdout=full, stderr=subprocess.PIPE,
+                                  text=True, cwd=REPO, timeout=120)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.splitlines() == ["error: no space left on device writing the output: free space there, "
+                                            "or send the output elsewhere"], done.stderr
+
+
 def test_a_reader_that_goes_away_gets_no_traceback() -> None:
     for argv in (("lock", "--check"), ("env", "--json", "--lock", "/nowhere/conda-lock.yml")):
         done = bootstrap_into_closed_pipe(*argv)
