@@ -112,6 +112,10 @@ def prune_for_project(project: Project, cache_dir: Path, waiting: Callable[[str]
                          "run `make lock` first, or pass --root for the project whose cache this is")
     locks = [read_lock(project.lock_path(env)) for env in envs]
     check_cache_dir(cache_dir)
+    if (cache_dir / "conda-meta").is_dir() or (cache_dir / "pkgs" / "urls.txt").is_file():
+        # conda's own pkgs/ (a Miniconda root given by mistake): pruning it would empty conda's cache
+        raise InputError(f"--cache-dir {cache_dir}", "is a conda installation, not bootstrap's package cache",
+                         "pass the --cache-dir that `make env` uses (default ~/.cache/bootstrap)")
     if not cache_dir.exists():
         return PruneResult((), (), tuple(str(lock.path) for lock in locks))
     with cache_lock(cache_dir, waiting, shared=False):

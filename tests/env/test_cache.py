@@ -108,6 +108,22 @@ def test_prune_refuses_without_the_locks_it_would_keep(project: Project, tmp_pat
     assert f"--cache-dir {tmp_path / 'a-file'}: not a directory" in capsys.readouterr().err
 
 
+def test_prune_refuses_a_conda_installation(project: Project, tmp_path: Path, capsys) -> None:
+    """`--cache-dir ~/miniconda3` by mistake: its pkgs/ is conda's cache, which prune must not empty."""
+    for marker in ("conda-meta/history", "pkgs/urls.txt"):
+        root = tmp_path / marker.split("/")[0] / "miniconda3"
+        (root / marker).parent.mkdir(parents=True)
+        (root / marker).write_text("")
+        extracted = root / "pkgs" / "zlib-1.3.1-hb9d3cd8_2"
+        extracted.mkdir(parents=True)
+        capsys.readouterr()
+        assert main(["cache", "--prune", "--cache-dir", str(root), "--root", str(project.root)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"error: --cache-dir {root}: is a conda installation, not bootstrap's package cache (pass the "
+                       "--cache-dir that `make env` uses (default ~/.cache/bootstrap))")
+        assert extracted.is_dir()
+
+
 def test_prune_removes_downloads_killed_runs_left(project: Project, channel: Path, capsys) -> None:
     """`archives/<sha256>/.part-*` of a SIGKILLed env or bundle: the next run fetches into a file of its own."""
     cache = project.root / ".cache"
