@@ -33,7 +33,8 @@ class Mirror:
             raise InputError("--mirror", f"'{text}' is not CANONICAL=URL", "e.g. --mirror conda-forge=http://mirror.internal/conda-forge")
         given = target
         if "://" not in target or target.startswith("file://"):
-            path = Path(unquote(urlsplit(target).path)) if target.startswith("file://") else Path(target)
+            # `~` too: no shell expands it after `conda-forge=` (nor in make's ENV_ARGS)
+            path = Path(unquote(urlsplit(target).path)) if target.startswith("file://") else Path(target).expanduser()
             if not path.is_absolute() and base is not None:
                 path = base / path
             target = str(path.resolve())

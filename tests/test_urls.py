@@ -19,3 +19,10 @@ def test_a_mirror_is_recorded_without_its_credentials() -> None:
     mirror = Mirror.parse("conda-forge=https://bob:pw@mirror.internal/t/tk-SECRET/conda-forge")
     assert mirror.target == "https://bob:pw@mirror.internal/t/tk-SECRET/conda-forge"  # used as given
     assert mirror.public() == "https://conda.anaconda.org/conda-forge=https://mirror.internal/t/<TOKEN>/conda-forge"
+
+
+def test_a_mirror_directory_may_start_with_a_tilde(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    mirror = Mirror.parse("conda-forge=~/mirrors/conda-forge/")
+    assert mirror.local_dir == tmp_path / "mirrors" / "conda-forge"
+    assert mirror.public() == "https://conda.anaconda.org/conda-forge=~/mirrors/conda-forge/"  # as written
