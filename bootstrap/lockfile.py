@@ -299,6 +299,8 @@ def conda_lock_accepts_hash(spec_path: Path, virtual_packages_path: Path, platfo
     from conda_lock.content_hash import backwards_compatible_content_hashes
 
     with _conda_lock_inputs(spec_path, virtual_packages_path) as (lock_spec, vpr):
+        if platform not in lock_spec.platforms:
+            return False  # a platform the spec no longer lists has no hash (conda-lock raises KeyError)
         return value in backwards_compatible_content_hashes(lock_spec, vpr, platform)
 
 

@@ -164,6 +164,14 @@ def test_check_catches_an_added_platform(locked: Project, capsys) -> None:
     assert "osx-64: platforms: in the spec but not locked" in out
 
 
+def test_check_catches_a_removed_platform(locked: Project, capsys) -> None:
+    """A platform dropped from the spec is stale, not a crash in conda-lock's hash (KeyError)."""
+    write_spec(locked.root, platforms=("linux-64", "win-64"))
+    code, out = check(locked, capsys)
+    assert code == 1
+    assert "osx-arm64: platforms: locked but no longer in the spec" in out
+
+
 def test_check_catches_a_removed_record(locked: Project, capsys) -> None:
     """Removing a dependency nobody names in the spec is caught by the closure check."""
     path = locked.lock_path("py310")
