@@ -263,6 +263,9 @@ def _pip_section(path: Path, where: str, items: Any) -> list[str]:
                 path, f"{where}.pip[{index}]: pip options ('{item.split()[0]}') are not supported",
                 "list requirements only; mirrors of PyPI go in UV_INDEX_URL",
             )
+        if has_credentials(item):  # a `name @ URL` would carry them into the lock and the export
+            raise InputError(path, f"{where}.pip[{index}]: '{scrub_credentials(item.strip())}' carries credentials",
+                             "keep secrets out of specs: use ~/.netrc")
         out.append(item.strip())
     return out
 
