@@ -35,6 +35,7 @@ KNOWN_PLATFORMS = ("linux-64", "linux-aarch64", "linux-ppc64le", "osx-64", "osx-
 SPEC_KEYS = ("name", "channels", "platforms", "dependencies")
 _VIRTUAL_VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z_]+)*")  # "2.28", "12.8", "14.0", "0"
 ANACONDA_ORG = "https://conda.anaconda.org"
+_ENV_NAME = re.compile(r"[^/\\\s:#]+")  # what `conda create -n` accepts (no /, space, :, #)
 
 # Channels teams must not mix in: Anaconda's `defaults` (licence terms and a
 # different ABI from conda-forge) and the deprecated `pytorch`/`nvidia` channels
@@ -185,6 +186,10 @@ def read_spec(path: Path) -> EnvSpec:
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name:
         raise InputError(path, "name: must be a non-empty string")
+    if not is_env_name(name):
+        # `export` writes it as `name:` and into `--pinned` file names (`{name}-{platform}.lock`).
+        raise InputError(path, f"name: {name!r} is not an environment name conda accepts",
+                         "use letters, digits, '.', '-' and '_', e.g. `name: py310`")
     channels = _string_list(path, data, "channels")
     if not channels:
         raise InputError(path, "channels: empty", "add `channels: [conda-forge]`")
@@ -198,6 +203,10 @@ def read_spec(path: Path) -> EnvSpec:
             raise InputError(path, f"platforms: unknown platform '{platform}'", f"use one of {', '.join(KNOWN_PLATFORMS)}")
     conda, pip = _dependencies(path, data.get("dependencies"))
     return EnvSpec(path, name, tuple(channels), tuple(platforms), tuple(conda), tuple(pip))
+
+
+def is_env_name(name: str) -> bool:
+    return bool(_ENV_NAME.fullmatch(name)) and name not in (".", "..")
 
 
 def _string_list(path: Path, data: dict, key: str) -> list[str]:

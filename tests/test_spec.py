@@ -70,6 +70,7 @@ def test_good_spec(tmp_path: Path) -> None:
         (GOOD.replace("python=3.10.*", "3.10"), "dependencies[0]: 3.1 is a number", "quote it"),
         (GOOD.replace("[linux-64, win-64]", "[linux-64, linux-64]"), "platforms: 'linux-64' is listed twice", "list it once"),
         (GOOD + "dependencies: [python=3.9.*]\n", "the key 'dependencies' is given twice", "fix the syntax"),
+        (GOOD.replace("name: demo", "name: ../../demo"), "name: '../../demo' is not an environment name", "name: py310"),
         (GOOD.replace("torch==2.10.*", "torch @ https://u:hunter2@wheels.example/torch-2.10.0-cp310-none-any.whl"),
          "dependencies[2].pip[0]: 'torch @ https://wheels.example/torch-2.10.0-cp310-none-any.whl' carries credentials",
          "~/.netrc"),
