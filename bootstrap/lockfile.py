@@ -152,6 +152,9 @@ def _parse(path: Path, text: str) -> Lock:
     platforms = tuple(str(p) for p in _list(path, meta, "platforms"))
     if not platforms:
         raise InputError(path, "metadata.platforms: empty", _REGENERATE)
+    custom = meta.get("custom_metadata") or {}
+    if not isinstance(custom, dict):
+        raise InputError(path, "metadata.custom_metadata: expected a mapping of names to strings", _REGENERATE)
     packages = _packages(path, entries, platforms)
     return Lock(
         path=path,
@@ -159,7 +162,7 @@ def _parse(path: Path, text: str) -> Lock:
         channels=tuple(_channel_url(path, c) for c in _list(path, meta, "channels")),
         platforms=platforms,
         sources=tuple(str(s) for s in _list(path, meta, "sources")),
-        custom=dict(meta.get("custom_metadata") or {}),
+        custom=dict(custom),
         packages=packages,
     )
 

@@ -46,6 +46,7 @@ BROKEN = {
     "no platforms": (lambda d: d["metadata"].update(platforms=[]), "metadata.platforms: empty"),
     "unlisted platform": (lambda d: first(d).update(platform="linux-aarch64"), "platform: 'linux-aarch64' is not in metadata.platforms"),
     "dependencies as a list": (lambda d: first(d).update(dependencies=["libgcc"]), "dependencies: expected a mapping"),
+    "custom metadata as a list": (lambda d: d["metadata"].update(custom_metadata=["x"]), "metadata.custom_metadata: expected a mapping"),
 }
 
 
