@@ -70,7 +70,7 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
     waiting = f"waiting for another `bootstrap lock` of {env} to finish"
     with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
         lock_path = project.lock_path(env)
-        old = read_lock(lock_path) if lock_path.exists() else None
+        old = _read_old_lock(lock_path, project.root)
         seconds = {}
 
         started = time.perf_counter()
@@ -97,6 +97,19 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
         for p in spec.platforms
     }
     return LockResult(env, lock_path, not options.dry_run, old is None, platforms, counts, diffs, seconds)
+
+
+def _read_old_lock(lock_path: Path, root: Path) -> Optional[Lock]:
+    """The lock being replaced (for the diff and `--platform`), or None. A broken one is left as it
+    is, and the message says how to relock instead of "regenerate it with `make lock`", which is
+    this very command."""
+    if not lock_path.exists():
+        return None
+    try:
+        return read_lock(lock_path)
+    except InputError as exc:
+        fix = f"left as it is: restore it (e.g. `git checkout {os.path.relpath(lock_path, root)}`) or remove it, then lock again"
+        raise InputError(exc.where, exc.problem, fix) from None
 
 
 def _platforms_to_solve(spec: EnvSpec, requested: tuple[str, ...]) -> tuple[str, ...]:

@@ -125,7 +125,7 @@ def test_corrupt_existing_lock_is_left_alone(root: Path, fixture_channel: Path, 
     path.write_text("version: 1\nmetadata: {}\npackage: []\n")
     before = files(root)
     done = lock(root, "--mirror", f"conda-forge={fixture_channel}", wheelhouse=wheelhouse)
-    assert_clean_failure(done, "conda-lock.yml", "metadata.content_hash", "regenerate it with `make lock`")
+    assert_clean_failure(done, "conda-lock.yml", "metadata.content_hash", "restore it (e.g. `git checkout conda-lock.yml`) or remove it")
     assert files(root) == before
     check = bootstrap("lock", "--check", cwd=root)
     assert_clean_failure(check, "conda-lock.yml", "metadata.content_hash")
