@@ -252,7 +252,8 @@ def _dependencies(path: Path, deps: Any) -> tuple[list[str], list[str]]:
                              "quote it: YAML reads an unquoted 3.10 as the number 3.1")
         else:
             raise InputError(path, f"{where}: expected a conda spec string or a `pip:` list, got {item!r}")
-    names = {re.split(r"[\s=<>!~\[]", spec, maxsplit=1)[0].lower() for spec in conda}
+    # `conda-forge::python=3.10.*` names python too
+    names = {re.split(r"[\s=<>!~\[]", spec, maxsplit=1)[0].rsplit("::", 1)[-1].lower() for spec in conda}
     if pip and "pip" not in names:
         raise InputError(path, "dependencies: a pip: section needs `pip` in the conda dependencies", "add `- pip`")
     if pip and "python" not in names:

@@ -51,6 +51,13 @@ def test_good_spec(tmp_path: Path) -> None:
     assert spec.channel_urls == ("https://conda.anaconda.org/conda-forge",)
 
 
+def test_channel_qualified_python_and_pip_count_for_the_pip_section(tmp_path: Path) -> None:
+    text = GOOD.replace("- python=3.10.*", "- conda-forge::python=3.10.*").replace("- pip\n", "- conda-forge::pip\n")
+    spec = read_spec(write(tmp_path, text))
+    assert spec.conda == ("conda-forge::python=3.10.*", "conda-forge::pip")
+    assert spec.pip == ("torch==2.10.*",)
+
+
 @pytest.mark.parametrize(
     "text, field, fix",
     [
