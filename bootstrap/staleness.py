@@ -138,6 +138,8 @@ def _conda_unsatisfied(platform: str, env_spec: EnvSpec, locked: list[LockedPack
     records = [_record(p) for p in locked]
     out = []
     for text, spec in zip(env_spec.conda, match_specs(env_spec)):
+        if spec.name.normalized.startswith("__"):
+            continue  # a virtual package (`__cuda>=12`) asks the machine, never the lock; the content hash covers those
         if not any(spec.matches(r) for r in records):
             have = [p.describe() for p in locked if p.name == spec.name.normalized]
             out.append(Stale(platform, text, f"not satisfied by the lock (locked: {', '.join(have) or 'nothing'})"))

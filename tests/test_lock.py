@@ -273,6 +273,15 @@ def test_a_pip_requirement_whose_marker_is_false_asks_nothing(project: Project, 
     assert code == 0, out
 
 
+def test_a_virtual_package_in_the_spec_is_not_staleness(project: Project, wheelhouse: Path, fixture_channel: Path,
+                                                         capsys) -> None:
+    """`__cuda>=12` asks the machine (virtual-packages.yml, covered by the content hash), never the lock."""
+    write_spec(project.root, platforms=("linux-64",), conda=("python=3.10.*", "pip", "torchlike", "__cuda>=12"))
+    assert run_lock(project, wheelhouse, "--mirror", f"conda-forge={fixture_channel}") == 0
+    code, out = check(project, capsys)
+    assert code == 0, out
+
+
 def test_check_catches_a_record_nothing_needs(locked: Project, capsys) -> None:
     write_spec(locked.root, pip=("alpha>=1",))  # gamma stays in the lock
     code, out = check(locked, capsys)
