@@ -210,8 +210,7 @@ def _pin_conda(text: str, lock: Lock, platforms: Sequence[str]) -> Line:
     name = match.group("name").lower()
     if name.startswith("__"):
         return Line(text.strip())  # a virtual package is a requirement on the machine, never locked
-    channel = match.group("channel")
-    prefix = f"{channel}::" if channel and re.fullmatch(r"[A-Za-z0-9_.\-]+", channel) else ""
+    prefix = _channel_prefix(text)  # `https://conda.anaconda.org/conda-forge::x` -> `conda-forge::`
     versions = {}
     for platform in platforms:
         found = [p for p in lock.for_platform(platform, "conda") if p.name == name]

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Dict, Sequence
 
 # `[channel::]name`: the package name of a conda match spec, and its channel if pinned.
-CONDA_NAME = re.compile(r"^(?:(?P<channel>[^\s:]+(?:/[^\s:]+)*)::)?(?P<name>[A-Za-z0-9_][A-Za-z0-9_.\-]*)")
+# The channel may be a URL (`https://conda.anaconda.org/conda-forge::numpy`), so it ends at the first `::`.
+CONDA_NAME = re.compile(r"^(?:(?P<channel>\S+?)::)?(?P<name>[A-Za-z0-9_][A-Za-z0-9_.\-]*)")
 _SPECS_LINE = re.compile(r"^#\s*(\w+)\s*specs:\s*(.+)?$")
 COMMAND = "bootstrap env"  # how bootstrap's entries begin (`# cmd: bootstrap env py310 (conda-lock.yml)`)
 

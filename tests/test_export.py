@@ -475,6 +475,13 @@ def test_a_comment_in_the_spec_is_not_staleness(locked: Project, tmp_path: Path)
     assert export("--root", str(root), "-o", str(tmp_path / "environment.yml")) == 0
 
 
+def test_a_channel_given_as_a_url_in_a_spec_entry():
+    lock = synthetic([("conda", "python", {"linux-64": "3.10.19"})], platforms=("linux-64",))
+    spec = EnvSpec(Path("envs/py310.yml"), "py310", ("conda-forge",), ("linux-64",),
+                   ("https://conda.anaconda.org/conda-forge::python=3.10.*",))
+    assert [line.text for line in portable_from_lock(spec, lock).conda] == ["conda-forge::python=3.10.19"]
+
+
 def test_a_local_channel_is_refused_unless_renamed():
     from bootstrap.errors import InputError
 
