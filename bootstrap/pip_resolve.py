@@ -141,10 +141,15 @@ def resolve_pip(
         _raise_for(done, spec, target)
         wheels = _parse_pylock(Path(tmp, "pylock.toml").read_text(encoding="utf-8"), target)
         # pylock.toml carries no dependency edges; uv's annotated output does.
-        # The second run reads only uv's cache (--offline), so it costs milliseconds.
-        offline = [] if options.offline else ["--offline"]
-        annotated = runner([*base, *offline, "--annotation-style", "line"], env=target.env, cwd=tmp, timeout=120)
-        edges = parse_via_annotations(annotated.stdout) if annotated.returncode == 0 else {}
+        # The second run reads only uv's cache (--offline), so it costs milliseconds;
+        # uv may not serve a `name @ URL` wheel from its cache, so that one asks again online.
+        # Without the edges every dependency would be locked as needed by nothing (stale).
+        annotate = [*base, "--annotation-style", "line"]
+        annotated = runner(annotate if options.offline else [*annotate, "--offline"], env=target.env, cwd=tmp, timeout=120)
+        if annotated.returncode != 0 and not options.offline:
+            annotated = runner(annotate, env=target.env, cwd=tmp, timeout=600)
+        _raise_for(annotated, spec, target)
+        edges = parse_via_annotations(annotated.stdout)
     return [
         LockedPackage(
             name=name,

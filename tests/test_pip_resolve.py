@@ -133,6 +133,32 @@ def test_a_wheel_url_is_locked_where_its_tags_fit() -> None:
         resolve_pip(spec(f"markupsafe @ {LINUX_ONLY}"), mac, runner=recorded_uv(archive_lock(LINUX_ONLY)))
 
 
+def test_dependency_edges_of_a_url_wheel_uv_cannot_serve_offline() -> None:
+    """uv's cache may not answer the offline annotation run for `name @ URL`: ask again online, so
+    the lock keeps `alpha -> beta` instead of a beta that nothing needs."""
+    url = "https://example.org/w/alpha-1.1-py3-none-any.whl"
+    pylock = (f'lock-version = "1.0"\n[[packages]]\nname = "alpha"\nversion = "1.1"\n'
+              f'archive = {{ url = "{url}", hashes = {{ sha256 = "{"ab" * 32}" }} }}\n'
+              f'[[packages]]\nname = "beta"\nversion = "2.0"\n'
+              f'wheels = [{{ url = "https://example.org/w/beta-2.0-py3-none-any.whl", hashes = {{ sha256 = "{"cd" * 32}" }} }}]\n')
+    calls = []
+
+    def runner(argv, env=None, cwd=None, timeout=None):
+        calls.append(argv)
+        if "pylock.toml" in argv:
+            Path(cwd, "pylock.toml").write_text(pylock)
+        elif "--offline" in argv:
+            return SimpleNamespace(returncode=2, stdout="", stderr=f"error: Failed to download `alpha @ {url}`")
+        else:
+            return SimpleNamespace(returncode=0, stdout=f"alpha @ {url}  # via -r requirements.in\nbeta==2.0  # via alpha\n",
+                                   stderr="")
+        return SimpleNamespace(returncode=0, stdout="", stderr="")
+
+    alpha, beta = resolve_pip(spec(f"alpha @ {url}"), target_for("linux-64", "3.10.19", VPKGS), runner=runner)
+    assert (alpha.name, alpha.dependencies) == ("alpha", {"beta": "*"})
+    assert len(calls) == 3
+
+
 def test_marker_environment() -> None:
     from packaging.markers import Marker
 
