@@ -31,6 +31,7 @@ the full `lock --check` where conda-lock and py-rattler are importable.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError
-from bootstrap.fsutil import check_output, write_together
+from bootstrap.fsutil import check_output, write_target, write_together
 from bootstrap.history import CONDA_NAME, requested_specs, spec_name
 from bootstrap.lockfile import META_INPUTS, Lock, LockedPackage, inputs_digest, read_lock
 from bootstrap.prefix import InstalledConda, InstalledPip, conda_records, metadata_names, pip_distributions
@@ -125,6 +126,7 @@ def export_env(project: Project, env: str, options: ExportOptions = ExportOption
     spec, lock, notes = _spec_and_lock(project, env)
     portable = portable_from_lock(spec, lock, options, source=_source_line(project, spec, lock))
     target = output if output is not None else Path("environment.yml")
+    _refuse_inputs([target], project, spec, lock)
     return ExportResult({target: render_environment_yml(portable)}, tuple(notes) + portable.notes)
 
 
@@ -147,7 +149,18 @@ def export_pinned(project: Project, env: str, options: ExportOptions = ExportOpt
     for platform in platforms:
         path = Path(template.replace("{platform}", platform).replace("{name}", name))
         files[path] = render_explicit(lock, platform, _explicit_header(name, platform, path, lock, project))
+    _refuse_inputs(files, project, spec, lock)
     return ExportResult(files, tuple(notes))
+
+
+def _refuse_inputs(paths: Iterable[Path], project: Project, spec: EnvSpec, lock: Lock) -> None:
+    """`-o conda-lock.yml` (or the spec) would replace the file the export was made from."""
+    inputs = {spec.path: "spec", lock.path: "lock", project.virtual_packages_path: "virtual packages file"}
+    for path in paths:
+        target = write_target(path)
+        for source, what in inputs.items():
+            if target.exists() and source.exists() and os.path.samefile(target, source):
+                raise InputError(path, f"is the {what} this export is made from", "give -o another file, e.g. environment.yml")
 
 
 def _spec_and_lock(project: Project, env: str) -> Tuple[EnvSpec, Lock, List[str]]:

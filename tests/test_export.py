@@ -403,6 +403,17 @@ def test_unwritable_output(locked: Project, tmp_path: Path, capsys, where, words
     assert sorted(tmp_path.iterdir()) == before
 
 
+@pytest.mark.parametrize("target, what", [("conda-lock.yml", "the lock"), ("envs/py310.yml", "the spec")])
+def test_the_files_it_reads_are_never_overwritten(locked: Project, tmp_path: Path, capsys, target, what):
+    root = tmp_path / "proj"
+    shutil.copytree(locked.root, root)
+    before = (root / target).read_bytes()
+    for pinned in ((), ("--pinned", "--platform", "linux-64")):
+        assert export("--root", str(root), *pinned, "-o", str(root / target)) == 2
+        assert f"is {what} this export is made from" in one_line_error(capsys)
+        assert (root / target).read_bytes() == before
+
+
 def test_pinned_needs_a_platform_placeholder(locked: Project, tmp_path: Path, capsys):
     assert export("--root", str(locked.root), "--pinned", "-o", str(tmp_path / "env.lock")) == 2
     assert "{platform}" in one_line_error(capsys)
