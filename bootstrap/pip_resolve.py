@@ -26,6 +26,7 @@ from bootstrap.errors import FetchError, InputError, SolveError, ToolError, one_
 from bootstrap.lockfile import LockedPackage
 from bootstrap.runner import Runner, run
 from bootstrap.spec import EnvSpec, VirtualPackages
+from bootstrap.urls import scrub_credentials
 
 _ARCH = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "osx-64": "x86_64", "osx-arm64": "aarch64"}
 _WINDOWS = {"win-64": "x86_64-pc-windows-msvc", "win-arm64": "aarch64-pc-windows-msvc"}
@@ -167,7 +168,7 @@ def resolve_pip(
 def _raise_for(done, spec: EnvSpec, target: Target) -> None:
     if done.returncode == 0:
         return
-    message = done.stderr.strip()
+    message = scrub_credentials(done.stderr.strip())  # uv hides a password, not an anaconda.org /t/TOKEN
     where = f"{spec.path}: pip: for {target.platform} (Python {target.python_version}, {target.python_platform})"
     if "No solution found" in message or "not satisfiable" in message or "Because " in message:
         raise SolveError(f"{where}: cannot be satisfied: {one_line(message)} (relax or fix the pip: requirements)")

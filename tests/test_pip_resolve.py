@@ -159,6 +159,18 @@ def test_dependency_edges_of_a_url_wheel_uv_cannot_serve_offline() -> None:
     assert len(calls) == 3
 
 
+def test_uv_errors_lose_index_tokens() -> None:
+    from bootstrap.errors import FetchError
+
+    def runner(argv, env=None, cwd=None, timeout=None):
+        return SimpleNamespace(returncode=2, stdout="", stderr="error: Failed to fetch: `alpha`\n  cause: HTTP status client "
+                               "error (403 Forbidden) for url (https://pypi.anaconda.org/t/tk-hunter2/team/simple/alpha/)")
+
+    with pytest.raises(FetchError) as caught:
+        resolve_pip(spec("alpha"), target_for("linux-64", "3.10.19", VPKGS), PipOptions(uv="uv"), runner=runner)
+    assert "hunter2" not in str(caught.value) and "/t/<TOKEN>/team" in str(caught.value)
+
+
 def test_marker_environment() -> None:
     from packaging.markers import Marker
 
