@@ -171,6 +171,14 @@ def test_uv_errors_lose_index_tokens() -> None:
     assert "hunter2" not in str(caught.value) and "/t/<TOKEN>/team" in str(caught.value)
 
 
+def test_a_token_in_a_wheel_url_is_never_locked() -> None:
+    url = "https://pypi.anaconda.org/t/tk-hunter2/team/simple/alpha/alpha-1.0-py3-none-any.whl"
+    with pytest.raises(SolveError) as caught:
+        resolve_pip(spec("alpha"), target_for("linux-64", "3.10.19", VPKGS), runner=recorded_uv(archive_lock(url)))
+    assert "hunter2" not in str(caught.value) and "/t/<TOKEN>/team" in str(caught.value)
+    assert "carries a token" in str(caught.value)
+
+
 def test_marker_environment() -> None:
     from packaging.markers import Marker
 
