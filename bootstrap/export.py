@@ -14,7 +14,8 @@ Three sources, one set of portability rules:
   `requested_specs` (rattler, pixi), plus the pip distributions in
   site-packages, pinned to what is installed.
 
-Portable means: no `prefix:` line, no build strings, no machine paths, no
+Portable means: no `prefix:` line, no locked build strings (a build the spec
+asks for, `pytorch * cuda*`, stays: it picks the variant), no machine paths, no
 credentials. When a requested package is locked at different versions on
 different platforms (conda-forge sometimes lags a build on one OS), one
 line must still serve every platform, because plain conda ignores
@@ -230,21 +231,45 @@ def _pin_conda(text: str, lock: Lock, platforms: Sequence[str]) -> Line:
         if not found:
             raise InputError(lock.path, f"{platform}: '{text}' is not locked", "the lock is stale: relock with `make lock`")
         versions[platform] = found[0].version
-    return _conda_line(prefix + name, versions)
+    return _conda_line(prefix + name, versions, requested_build(text))
 
 
-def _conda_line(name: str, versions: Mapping[str, str]) -> Line:
-    """`name=version`, or one constraint covering every platform's version (see the module doc)."""
+def _conda_line(name: str, versions: Mapping[str, str], build: Optional[str] = None) -> Line:
+    """`name=version`, or one constraint covering every platform's version (see the module doc);
+    with the build the spec asked for, if any (`=version=build`)."""
     distinct = sorted(set(versions.values()), key=_version_key)
     if len(distinct) == 1:
-        return Line(f"{name}={distinct[0]}")
+        return Line(f"{name}={distinct[0]}" + (f"={build}" if build else ""))
     comment = "locked: " + ", ".join(
         f"{v} ({', '.join(p for p in versions if versions[p] == v)})" for v in distinct
     )
     common = _common_prefix([v.split(".") for v in distinct])
     if common:
-        return Line(f"{name}={'.'.join(common)}.*", comment)
-    return Line(f"{name}>={distinct[0]},<={distinct[-1]}", comment)
+        return Line(f"{name}={'.'.join(common)}.*" + (f"={build}" if build else ""), comment)
+    return Line(f"{name}>={distinct[0]},<={distinct[-1]}" + (f" {build}" if build else ""), comment)
+
+
+_BRACKET_BUILD = re.compile(r"\[[^\]]*\bbuild(?:_string)?\s*=\s*['\"]?([^'\",\]\s]+)")
+_SPACE_AFTER_OPERATOR = re.compile(r"([<>=!~,|])\s+")
+
+
+def requested_build(spec: str) -> Optional[str]:
+    """The build a conda match spec asks for: `pytorch * cuda*`, `libblas=*=*mkl`, `x[build=cpu*]`.
+    Unlike a locked build string, it chooses a variant (CUDA or CPU, MKL or OpenBLAS), so a
+    portable export keeps it: without it conda would pick the variant the team ruled out."""
+    text = spec.split("#", 1)[0].strip()
+    bracket = _BRACKET_BUILD.search(text)
+    if bracket:
+        build = bracket.group(1)
+    else:
+        match = CONDA_NAME.match(text)
+        rest = re.sub(r"\[.*\]", "", text[match.end():] if match else "").strip()
+        if rest.startswith("=") and not rest.startswith("=="):  # name=version=build
+            build = rest[1:].partition("=")[2].strip()
+        else:  # name version build (conda reads `>= 1.0` as `>=1.0`)
+            words = _SPACE_AFTER_OPERATOR.sub(r"\1", rest).split()
+            build = words[1] if len(words) == 2 else ""
+    return build if build and build != "*" else None
 
 
 def _common_prefix(split_versions: List[List[str]]) -> List[str]:
@@ -512,7 +537,7 @@ def portable_from_prefix(prefix: Path, options: ExportOptions = ExportOptions())
     notes.append(f"requested conda specs taken from {how}")
     by_name = {r.name: r for r in records}
     conda = tuple(
-        Line(f"{_channel_prefix(spec)}{name}={by_name[name].version}")
+        _conda_line(f"{_channel_prefix(spec)}{name}", {"installed": by_name[name].version}, requested_build(spec))
         for name, spec in sorted(requested.items())
     )
     pip, pip_notes = _pip_lines(prefix, records)

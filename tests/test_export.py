@@ -22,6 +22,7 @@ from bootstrap.export import (
     portable_channel,
     portable_from_lock,
     render_environment_yml,
+    requested_build,
 )
 from bootstrap.lockfile import Lock, LockedPackage, _conda_lock_inputs, read_lock
 from bootstrap.project import Project
@@ -142,6 +143,24 @@ def test_round_trip_through_conda_lock_and_our_lock(locked: Project, fixture_cha
     assert {(p.platform, p.name, p.build) for p in after.packages} == {(p.platform, p.name, p.build) for p in before.packages}
 
 
+def test_a_build_the_spec_asks_for_survives_the_round_trip(fixture_channel: Path, wheelhouse: Path, tmp_path: Path):
+    """`torchlike * cpu*`: the team ruled out the CUDA build the solver prefers on linux; an export
+    that dropped the build would hand conda users exactly that build."""
+    project = make_project(tmp_path / "cpu", conda=("python=3.10.*", "pip", "torchlike * cpu*"))
+    assert lock_project(project, fixture_channel, wheelhouse) == 0
+    out = tmp_path / "environment.yml"
+    assert export("--root", str(project.root), "-o", str(out)) == 0
+    assert yaml.safe_load(out.read_text())["dependencies"][2] == "torchlike=1.0=cpu*"
+
+    again = Project(tmp_path / "again")
+    (again.root / "envs").mkdir(parents=True)
+    shutil.copy(out, again.spec_path("py310"))
+    shutil.copy(project.virtual_packages_path, again.virtual_packages_path)
+    assert lock_project(again, fixture_channel, wheelhouse) == 0
+    builds = {p.platform: p.build for p in read_lock(again.lock_path("py310")).packages if p.name == "torchlike"}
+    assert builds and all(build.startswith("cpu") for build in builds.values()), builds
+
+
 def test_pinned_matches_conda_lock_render(locked: Project, tmp_path: Path):
     from conda_lock.conda_lock import render_lockfile_for_platform
     from conda_lock.lockfile import parse_conda_lock_file
@@ -222,6 +241,23 @@ def test_versions_that_differ_per_platform(tmp_path: Path):
     parsed = conda_lock_parse(path, tmp_path / "envs" / "virtual-packages.yml")
     assert parsed["win-64"][("pip", "numpy")] == "==2.2.5"
     assert parsed["linux-64"][("pip", "numpy")] == parsed["osx-arm64"][("pip", "numpy")] == "==2.2.6"
+
+
+@pytest.mark.parametrize("spec, build", [
+    ("pytorch * cuda*", "cuda*"), ("libblas=*=*mkl", "*mkl"), ("conda-forge::pytorch 2.5.* cuda*", "cuda*"),
+    ("x >=1.0 [build_string='py*']", "py*"), ("numpy >=1.0 py*", "py*"),
+    ("python >=3.10,<3.11", None), ("numpy >= 1.0", None), ("python=3.10.*", None), ("x 1.0 *", None),
+])
+def test_the_build_a_spec_asks_for(spec: str, build):
+    assert requested_build(spec) == build
+
+
+def test_a_requested_build_with_versions_that_differ_per_platform():
+    lock = synthetic([("conda", "libblas", {"linux-64": "3.9.0", "osx-arm64": "3.9.0", "win-64": "3.8.0"}),
+                      ("conda", "pytorch", {"linux-64": "2.5.1", "osx-arm64": "2.5.0", "win-64": "2.5.1"})])
+    spec = EnvSpec(Path("envs/py310.yml"), "py310", ("conda-forge",), lock.platforms,
+                   ("libblas=*=*mkl", "pytorch * cpu*"), ())
+    assert [line.text for line in portable_from_lock(spec, lock).conda] == ["libblas=3.*=*mkl", "pytorch=2.5.*=cpu*"]
 
 
 def test_two_platforms_of_one_os_get_a_machine_marker():
@@ -321,6 +357,13 @@ def test_from_prefix_uses_history_and_requested_pip(conda_prefix: Path, tmp_path
     assert "/home/ana" not in text and "secret" not in text and "tk-1" not in text and "prefix" not in text
     err = capsys.readouterr().err
     assert "mylab 0.1 was installed from a local path" in err
+
+
+def test_from_prefix_keeps_a_requested_build(conda_prefix: Path, capsys):
+    history = conda_prefix / "conda-meta" / "history"
+    history.write_text(history.read_text().replace('"conda-forge::numpy"', '"conda-forge::numpy=*=*mkl"'))
+    assert export("--from-prefix", str(conda_prefix), "-o", "-") == 0
+    assert yaml.safe_load(capsys.readouterr().out)["dependencies"][0] == "conda-forge::numpy=2.2.6=*mkl"
 
 
 def test_from_prefix_without_requested_files_takes_the_leaves(conda_prefix: Path, capsys):
