@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from bootstrap import __version__
 from bootstrap.errors import InputError, SolveError
-from bootstrap.fsutil import flocked
+from bootstrap.fsutil import disk_full, flocked, out_of_space, write_target
 from bootstrap.lockfile import (
     META_INPUTS,
     META_MIRRORS,
@@ -71,6 +71,8 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
     with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
         lock_path = project.lock_path(env)
         old = _read_old_lock(lock_path, project.root)
+        if not options.dry_run:
+            _check_writable(lock_path)  # before the solve, which may take a minute
         seconds = {}
 
         started = time.perf_counter()
@@ -89,7 +91,13 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
         content = _content(spec, vpkgs, lock_path, packages, old, platforms, options)
         diffs = tuple(diff_locks(old.packages if old else (), content.packages, spec.platforms))
         if not options.dry_run:
-            write_lock(lock_path, content)
+            try:
+                write_lock(lock_path, content)
+            except OSError as exc:
+                if not out_of_space(exc):
+                    raise
+                raise disk_full(f"writing {lock_path.name}", {"lock": lock_path.parent}, "the lock is unchanged",
+                                "free space and lock again") from None
         seconds["write"] = time.perf_counter() - started
 
     counts = {
@@ -110,6 +118,13 @@ def _read_old_lock(lock_path: Path, root: Path) -> Optional[Lock]:
     except InputError as exc:
         fix = f"left as it is: restore it (e.g. `git checkout {os.path.relpath(lock_path, root)}`) or remove it, then lock again"
         raise InputError(exc.where, exc.problem, fix) from None
+
+
+def _check_writable(lock_path: Path) -> None:
+    directory = write_target(lock_path).parent
+    if not os.access(directory, os.W_OK):  # access(2) answers EROFS even to root
+        raise InputError(lock_path, f"cannot write in {directory} (no permission, or a read-only file system)",
+                         "lock in a checkout you can write, or pass --root for a copy of the project")
 
 
 def _platforms_to_solve(spec: EnvSpec, requested: tuple[str, ...]) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ and an environment scrubbed of every variable that would steer conda, rattler, p
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Iterator
 
@@ -70,3 +71,36 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch, _tool_cache_dirs: dict) -> No
             monkeypatch.delenv(name)
     for name, value in _tool_cache_dirs.items():
         monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):
+    """A 4 MiB tmpfs, and a function that resizes it. Needs mount(2): root here."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)]).returncode:
+        pytest.skip("a full disk is simulated with a small tmpfs, which needs root to mount")
+    try:
+        yield mount, lambda size: subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.fixture
+def make_read_only():
+    """A function that makes a directory read-only: its mode for a user, a read-only bind mount for root
+    (whom modes do not stop; needs mount(2))."""
+    mounted = []
+
+    def make(path: Path) -> None:
+        if os.geteuid() != 0:
+            path.chmod(0o555)
+            return
+        if subprocess.run(["mount", "--bind", str(path), str(path)]).returncode:
+            pytest.skip("root ignores modes, and a read-only bind mount needs mount(2)")
+        mounted.append(path)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
+
+    yield make
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], check=True)

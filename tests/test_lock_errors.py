@@ -152,3 +152,29 @@ def test_failed_fetch_exits_2_every_time(root: Path, wheelhouse: Path) -> None:
     write_spec(root, channels=("http://127.0.0.1:9/nochannel",))
     codes = [lock(root, "--cache-dir", str(root / f".cache{i}"), wheelhouse=wheelhouse).returncode for i in range(8)]
     assert codes == [2] * 8
+
+
+def test_a_checkout_it_cannot_write_is_refused_before_solving(root: Path, fixture_channel: Path, wheelhouse: Path,
+                                                              tmp_path: Path, make_read_only) -> None:
+    make_read_only(root)
+    done = bootstrap("lock", "--cache-dir", str(tmp_path / "cache"), "--mirror", f"conda-forge={fixture_channel}",
+                     "--pip-find-links", str(wheelhouse), "--pip-no-index", "--pip-offline", cwd=root)
+    assert_clean_failure(done, f"conda-lock.yml: cannot write in {root} (no permission, or a read-only file system)",
+                         "lock in a checkout you can write")
+    assert not (tmp_path / "cache").exists()  # refused before the solve
+
+
+def test_a_full_disk_leaves_the_lock_as_it_was(fixture_channel: Path, wheelhouse: Path, tmp_path: Path, small_fs) -> None:
+    mount, _ = small_fs
+    root = make_project(mount / "proj").root
+    argv = ("lock", "--cache-dir", str(tmp_path / "cache"), "--mirror", f"conda-forge={fixture_channel}",
+            "--pip-find-links", str(wheelhouse), "--pip-no-index", "--pip-offline")
+    assert bootstrap(*argv, cwd=root).returncode == 0
+    before = files(root)
+    with open(mount / "filler", "wb", buffering=0) as filler:  # the disk full but for a few bytes
+        with pytest.raises(OSError):
+            while True:
+                filler.write(b"\0" * 4096)
+    done = bootstrap(*argv, cwd=root)
+    assert_clean_failure(done, "no space left on device while writing conda-lock.yml on", "the lock is unchanged")
+    assert files(root) == before  # the old lock byte for byte, no temp directory left

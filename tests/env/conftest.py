@@ -4,7 +4,6 @@ six-MiB packages and a small file system to fill (helpers: tests/fixtures/env_pr
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,36 +54,3 @@ def blob_sources(tmp_path_factory) -> tuple:
         PackageSpec("blobpkg", "1.0", noarch="generic", files={"lib/libblob.so": BLOB})])
     wheels = build_wheelhouse(root / "wheels", [*standard_wheels(), WheelSpec("blobwheel", "1.0", files={"blobwheel/blob.bin": BLOB})])
     return channel, wheels
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path):
-    """A 4 MiB tmpfs, and a function that resizes it. Needs mount(2): root here."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)]).returncode:
-        pytest.skip("a full disk is simulated with a small tmpfs, which needs root to mount")
-    try:
-        yield mount, lambda size: subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True)
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-@pytest.fixture
-def make_read_only():
-    """A function that makes a directory read-only: its mode for a user, a read-only bind mount for root
-    (whom modes do not stop; needs mount(2))."""
-    mounted = []
-
-    def make(path: Path) -> None:
-        if os.geteuid() != 0:
-            path.chmod(0o555)
-            return
-        if subprocess.run(["mount", "--bind", str(path), str(path)]).returncode:
-            pytest.skip("root ignores modes, and a read-only bind mount needs mount(2)")
-        mounted.append(path)
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
-
-    yield make
-    for path in mounted:
-        subprocess.run(["umount", "-l", str(path)], check=True)
