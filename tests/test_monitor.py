@@ -352,6 +352,24 @@ def test_ctrl_c_prints_the_summary_and_keeps_the_log(h200, tmp_path, monkeypatch
     assert h200.count("nvmlShutdown") == 1
 
 
+def test_a_reader_that_goes_away_keeps_the_log(h200, tmp_path, monkeypatch):
+    """`monitor --csv F | head` (or a pager quit): the samples taken are logged to F, as after Ctrl-C."""
+    import io
+
+    class ClosedAfterTwoFrames(io.StringIO):
+        def write(self, text):
+            if self.getvalue().count("GPUs") >= 2:
+                raise BrokenPipeError(32, "Broken pipe")
+            return super().write(text)
+
+    monkeypatch.setattr(sys, "stdout", ClosedAfterTwoFrames())
+    out = tmp_path / "gpu.csv"
+    assert main(["monitor", "--count", "5", "--interval", "0.001", "--csv", str(out)]) == 141
+    assert len(out.read_text().splitlines()) == 1 + 3 * 2  # the third sample was logged before its frame failed
+    assert not list(tmp_path.glob("*.partial"))
+    assert h200.count("nvmlShutdown") == 1
+
+
 def test_once_prints_one_table_without_statistics(h200, capsys):
     assert main(["monitor", "--once"]) == 0
     out = capsys.readouterr().out

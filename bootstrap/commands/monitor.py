@@ -94,6 +94,11 @@ def run(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
             except KeyboardInterrupt:
                 sys.stdout.write("\n")
+            except BrokenPipeError:  # `monitor --csv F | head`, a pager quit: the samples taken are kept
+                if log is not None:
+                    log.commit()
+                    log = None
+                raise
         if log is not None:
             log.commit()
             log = None
