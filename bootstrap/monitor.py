@@ -22,6 +22,7 @@ The core never prints: `bootstrap.commands.monitor` renders.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bootstrap.errors import BootstrapError, EXIT_USAGE, InputError
-from bootstrap.fsutil import check_output, is_special
+from bootstrap.fsutil import check_output, disk_full, is_special, out_of_space
 from bootstrap.nvml import MIB, Nvml
 
 # nvml.h enums (a stable ABI), so a fake module needs no constants.
@@ -483,6 +484,7 @@ class SampleLog:
             raise ValueError(fmt)
         self.path = check_output(path, flag)
         self.fmt = fmt
+        self.flag = flag
         self.direct = is_special(self.path)  # a FIFO or /dev/stdout: streamed to, nothing to rename
         self.partial = self.path if self.direct else self.path.with_name(self.path.name + ".partial")
         self.rows_written = 0
@@ -500,25 +502,42 @@ class SampleLog:
             self._csv.writerow(COLUMNS)
 
     def write(self, sample: Sample) -> None:
-        for row in rows(sample):
-            if self._csv is not None:
-                self._csv.writerow([csv_cell(row[c]) for c in COLUMNS])
-            else:
-                self._handle.write(json.dumps(row, separators=(",", ":")) + "\n")
-            self.rows_written += 1
-        self._handle.flush()
+        try:
+            for row in rows(sample):
+                if self._csv is not None:
+                    self._csv.writerow([csv_cell(row[c]) for c in COLUMNS])
+                else:
+                    self._handle.write(json.dumps(row, separators=(",", ":")) + "\n")
+                self.rows_written += 1
+            self._handle.flush()
+        except OSError as exc:
+            raise self._failed(exc) from None
 
     def commit(self) -> None:
         """Close and rename to the final name."""
-        self._handle.flush()
-        if self.direct:
+        try:
+            self._handle.flush()
+            if self.direct:
+                self._handle.close()
+                return
+            os.fsync(self._handle.fileno())
             self._handle.close()
-            return
-        os.fsync(self._handle.fileno())
-        self._handle.close()
-        os.replace(self.partial, self.path)
+            os.replace(self.partial, self.path)
+        except OSError as exc:
+            raise self._failed(exc) from None
 
     def discard(self) -> None:
-        self._handle.close()
+        with contextlib.suppress(OSError):  # what is still buffered cannot be written (a full disk): it goes anyway
+            self._handle.close()
         if not self.direct and self.partial.exists():
             self.partial.unlink()
+
+    def _failed(self, exc: OSError) -> BootstrapError:
+        """The one line for a log that cannot be written any more (a full disk); the partial file is removed
+        first, so the free space reported is what is left without it."""
+        self.discard()
+        outcome = "the log is removed" if not self.direct else "logging stopped"
+        if out_of_space(exc):
+            return disk_full(f"writing {self.path}", {self.flag: self.path.parent}, outcome,
+                             f"free space or give {self.flag} another file")
+        return InputError(self.path, f"cannot write: {exc.strerror or exc}; {outcome}", f"give {self.flag} another file")

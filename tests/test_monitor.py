@@ -26,6 +26,7 @@ from bootstrap.monitor import (
     sparkline,
 )
 from tests.fixtures.fakes import FakeNvml, FakeNVMLError
+from tests.test_bench_outputs import in_private_mounts, needs_unshare
 
 DATA = Path(__file__).resolve().parent / "data" / "monitor"
 REPO = Path(__file__).resolve().parent.parent
@@ -403,6 +404,30 @@ def test_a_linked_log_stays_linked_and_a_fifo_is_streamed_to(h200, tmp_path):
     assert link.is_symlink() and len(target.read_text().splitlines()) == 4  # 2 samples x 2 GPUs
     assert fifo.is_fifo() and received[0].startswith(",".join(COLUMNS[:2])) and len(received[0].splitlines()) == 5
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "gpu.jsonl", "logs"]  # no .partial left
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_a_log_that_cannot_be_written_is_one_line(h200, capsys):
+    """/dev/full answers every write with ENOSPC. Before: a traceback from the discard's close, exit 1."""
+    assert main(["monitor", "--count", "3", "--interval", "0.001", "--csv", "/dev/full"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: no space left on device while writing /dev/full")
+    assert "--csv" in err and h200.count("nvmlShutdown") == 1
+
+
+@needs_unshare
+def test_a_full_disk_removes_the_partial_log_and_says_so(tmp_path):
+    """Before: a traceback, and FILE.partial left, so the next monitor refused to start ('exists')."""
+    small = tmp_path / "small"
+    small.mkdir()
+    script = ("import sys\nfrom tests.test_monitor import RecordedNvml\n"
+              "sys.modules['pynvml'] = RecordedNvml.load('h200x2-ddp.json')\nfrom bootstrap.cli import main\n"
+              f"sys.exit(main(['monitor', '--count', '500', '--interval', '0.0001', '--csv', '{small}/gpu.csv']))\n")
+    done = in_private_mounts(f"mount -t tmpfs -o size=8k tmpfs {small}\n$PY -c \"{script}\" >/dev/null || "
+                             f"echo rc=$?\nls -A {small}")
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and "no space left on device while writing" in done.stderr, done.stderr
+    assert done.stdout == "rc=2\n", done.stdout  # and nothing left in the directory
 
 
 def test_csv_and_jsonl_are_exclusive(h200, tmp_path):
