@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -165,6 +166,34 @@ def test_sigterm_ends_the_run_like_ctrl_c_and_removes_the_sample_files(tmp_path)
     assert "[PARTIAL]" in stdout and "loader w=0 nopin" in stdout
     assert json.loads((out / "bench.json").read_text())["extra"]["partial"] is True
     assert not list(scratch.iterdir())
+
+
+def test_workers_a_stop_signal_killed_shut_down_without_a_traceback():
+    """Slurm signals every process of the job, the loader's workers too. Before: the stream dropped its
+    iterator and torch shut it down in __del__, where its SIGCHLD handler raised 'DataLoader worker ... is
+    killed by signal: Terminated': a traceback ('Exception ignored in ... __del__') after the partial report."""
+    script = textwrap.dedent("""
+        import multiprocessing.process as mp, os, signal, subprocess, sys, time
+        from torch.utils.data import DataLoader
+        from torch.utils.data._utils.signal_handling import _error_if_any_worker_fails
+        from bootstrap.bench.measure import BatchStream
+        stream = BatchStream(DataLoader(list(range(64)), batch_size=4, num_workers=2))
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # torch hears of the death only in the shutdown below
+        victim = stream._iterator._workers[0].pid
+        subprocess.run(["kill", "-TERM", str(victim)], check=True)  # as Slurm stops a job: not from the parent
+        while os.waitid(os.P_PID, victim, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:  # dead, not reaped
+            time.sleep(0.01)
+        join = mp.BaseProcess.join
+        def join_as_sigchld_arrives(self, timeout=None):
+            _error_if_any_worker_fails()  # torch's SIGCHLD handler, as the other worker exits
+            return join(self, timeout)
+        mp.BaseProcess.join = join_as_sigchld_arrives
+        stream.close()
+        print("closed")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 0 and done.stdout == "closed\n", done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
 
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed beside this python")

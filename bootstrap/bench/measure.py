@@ -159,12 +159,19 @@ class BatchStream:
         down. `kill` (after a failure) terminates them first: a worker whose batch could not be sent stays
         stuck, and torch's shutdown then waits 5 s for each at garbage collection, inside whatever is being
         timed by then."""
+        iterator, self._iterator, self.loader = self._iterator, None, None
         if kill:
-            for worker in getattr(self._iterator, "_workers", None) or ():  # torch's own list of processes
+            for worker in getattr(iterator, "_workers", None) or ():  # torch's own list of processes
                 if worker.is_alive():
                     worker.terminate()
-        self._iterator = None
-        self.loader = None
+        # Shut the workers down now, not when the iterator is collected: an interrupted or failed iterator
+        # sits in a reference cycle with its traceback, and a worker that a signal killed (Slurm signals
+        # every process of the job) makes torch's SIGCHLD handler raise inside that later shutdown, a
+        # traceback after the report. Here it is expected: the workers are gone either way.
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            with contextlib.suppress(RuntimeError):
+                shutdown()
         if kill:
             gc.collect()  # the failed iterator sits in a reference cycle with its traceback: collect it now
 
