@@ -78,7 +78,11 @@ def run_bench(options: BenchOptions, progress: Optional[ProgressFn] = None, *,
     except KeyboardInterrupt:
         run.mark_interrupted()
     finally:
-        run.cleanup()
+        try:
+            run.cleanup()
+        except KeyboardInterrupt:  # the stop came as the run ended (a job's time limit): the clean-up still finishes
+            run.mark_interrupted()
+            run.cleanup()
     return run.result()
 
 
