@@ -133,6 +133,16 @@ def test_an_unwritable_save_facts_path_fails_before_any_probe(tmp_path: Path, ca
             run_doctor(DoctorOptions(lock_path=LOCK, save_facts=path), nvml=no_probe, runner=no_probe)
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_facts_that_cannot_be_saved_are_one_line() -> None:
+    """/dev/full answers every write with ENOSPC, as a full disk does. Before: two chained tracebacks, exit 1."""
+    from bootstrap.errors import DiskFullError
+
+    with pytest.raises(DiskFullError, match=r"^no space left on device while writing /dev/full .*--save-facts"):
+        run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64", save_facts=Path("/dev/full")),
+                   nvml=FakeNvml.load("rtx3090-535.183.01.json"), runner=missing_binary_runner)
+
+
 def _gpu0(facts: dict) -> dict:
     return facts["nvidia"]["gpus"][0]
 
