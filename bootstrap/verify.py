@@ -121,7 +121,11 @@ def bench_checks(enabled: bool, inside: bool, budget_s: float, nvml: Any = None,
     best = result.best.label if result.best is not None else "no winner"
     observed = (f"{device.get('name', '?')} ({device.get('type', '?')}), {result.seconds:.0f} s of a "
                 f"{result.budget_s:g} s budget, best loader: {best}" + (" (interrupted)" if result.partial else ""))
-    checks = [Check(cid, Status.OK, observed, expected, detail="; ".join(result.notes))]
+    if result.partial:  # Ctrl-C: what was measured is reported, but an acceptance run cut short is no pass
+        checks = [Check(cid, Status.FAIL, observed, expected, "run it to the end, or skip it with --no-bench",
+                        "; ".join(result.notes))]
+    else:
+        checks = [Check(cid, Status.OK, observed, expected, detail="; ".join(result.notes))]
     for check in result.checks:
         if on_cpu and check.status is Status.FAIL:
             check = Check(check.id, Status.WARN, check.observed, check.expected, check.remedy,

@@ -445,6 +445,18 @@ def test_bench_verdicts_become_checks() -> None:
     assert bench_checks(True, False, 7.0)[0].observed == "not inside the env"
 
 
+def test_an_interrupted_benchmark_does_not_pass() -> None:
+    """Ctrl-C during verify's benchmark: run_bench returns what it measured. Before: the bench check was ok
+    ('(interrupted)') and verify could exit 0, so `python -m bootstrap verify && train` went on to train."""
+    from bootstrap.verify import bench_checks
+
+    stopped = bench_result("cuda")
+    stopped.partial = True
+    summary, = bench_checks(True, True, 7.0, bench=lambda options: stopped)
+    assert summary.status is Status.FAIL and "(interrupted)" in summary.observed
+    assert "--no-bench" in summary.remedy
+
+
 def test_torch_build_read_without_importing_agrees_with_the_import(monkeypatch) -> None:
     """Without a GPU verify reads torch/version.py instead of paying for `import torch`: same answer."""
     from bootstrap.torchcheck import find_torch
