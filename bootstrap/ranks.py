@@ -34,6 +34,14 @@ def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, i
             "local_world_size": values["LOCAL_WORLD_SIZE"]}
 
 
+def check_gpu_of_rank(local_rank: int, gpus: int) -> None:
+    """One process per GPU: a local rank beyond the GPUs CUDA sees is a usage error, said before any
+    rendezvous (torch.cuda.set_device's 'invalid device ordinal' otherwise)."""
+    if local_rank >= gpus:
+        raise InputError("--nproc-per-node", f"LOCAL_RANK {local_rank} but {gpus} GPU(s) visible",
+                         "start one process per GPU: `torchrun --nproc-per-node NUMBER_OF_GPUS ...`")
+
+
 def _integer(environ: Mapping[str, str], name: str, default: Optional[str]) -> int:
     text = environ.get(name, default)
     try:

@@ -33,8 +33,7 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks import Check, Status
-from bootstrap.errors import InputError
-from bootstrap.ranks import SEVERITY, merge_checks, torchrun_env
+from bootstrap.ranks import SEVERITY, check_gpu_of_rank, merge_checks, torchrun_env
 from bootstrap.verify import VerifyOptions, VerifyResult, run_verify
 
 ALL_REDUCE_MIB = {"cuda": 256, "cpu": 16}  # nccl-tests' large-message regime on GPUs; gloo is slow
@@ -55,9 +54,7 @@ def run_verify_distributed(options: VerifyOptions, report: Callable[[VerifyResul
     ranks = torchrun_env(environ, "verify")
     cuda = torch.cuda.is_available()
     if cuda:
-        if ranks["local_rank"] >= torch.cuda.device_count():
-            raise InputError("--nproc-per-node", f"LOCAL_RANK {ranks['local_rank']} but {torch.cuda.device_count()} GPU(s) "
-                             "visible", "start one process per GPU: `torchrun --nproc-per-node NUMBER_OF_GPUS ...`")
+        check_gpu_of_rank(ranks["local_rank"], torch.cuda.device_count())
         torch.cuda.set_device(ranks["local_rank"])
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=600))
     try:

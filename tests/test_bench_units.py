@@ -461,6 +461,22 @@ def test_torchrun_env_required():
                          "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})["rank"] == 1
 
 
+def test_more_ranks_than_gpus_is_one_line(monkeypatch):
+    """`torchrun --nproc-per-node 8` on a node with fewer GPUs: before, torch.cuda.set_device's traceback
+    ('invalid device ordinal') on the extra ranks; verify --distributed already said it in one line."""
+    import torch
+
+    from bootstrap.bench.distributed import run_distributed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(InputError, match=r"LOCAL_RANK 1 but 1 GPU\(s\) visible.*--nproc-per-node NUMBER_OF_GPUS"):
+        run_distributed(BenchOptions())
+
+
 def test_gpu_utilization_is_judged_only_when_a_tuned_loader_trained():
     """A budget that left out every training phase (a cold GPU's first steps) leaves NVML's
     utilization of the set-up alone: no 'the GPU idles' failure."""

@@ -23,7 +23,7 @@ from bootstrap.bench.config import BenchOptions
 from bootstrap.bench.results import BenchResult
 from bootstrap.bench.run import ProgressFn, run_bench
 from bootstrap.checks import Check, Status
-from bootstrap.ranks import SEVERITY, merge_checks, torchrun_env
+from bootstrap.ranks import SEVERITY, check_gpu_of_rank, merge_checks, torchrun_env
 
 DDP_SECONDS = 3.0
 
@@ -39,6 +39,7 @@ def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None
     ranks = torchrun_env(os.environ)
     cuda = options.device != "cpu" and torch.cuda.is_available()
     if cuda:
+        check_gpu_of_rank(ranks["local_rank"], torch.cuda.device_count())
         torch.cuda.set_device(ranks["local_rank"])
     device = f"cuda:{ranks['local_rank']}" if cuda else "cpu"
     cpus = max(1, (options.cpus or usable_cpus()) // max(1, ranks["local_world_size"]))
