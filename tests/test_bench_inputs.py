@@ -138,3 +138,16 @@ def test_data_dir_on_a_full_disk_is_one_line():
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == ("error: --data-dir: cannot write the packed sample files in /mnt/bench-data: No "
                                    "space left on device (give --data-dir a directory with room to write)")
+
+
+def test_a_gpu_index_this_host_lacks_is_one_line(monkeypatch):
+    """`--device cuda:3` on a one-GPU host: before, a traceback from torch (invalid device ordinal) after the
+    workload was built, where `--device cuda` without CUDA already said it in one line."""
+    import torch
+
+    from bootstrap.bench import run_bench
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(InputError, match=r"^--device: cuda:3: this torch sees 1 GPU \(cuda:0\)"):
+        run_bench(BenchOptions(device="cuda:3", budget_s=5.0))
