@@ -106,6 +106,24 @@ def test_full_disk_after_the_run_prints_the_report_and_keeps_the_old_pair():
         "were); the report is above (free space or give --out another directory)"]
 
 
+def test_json_report_not_written_keeps_stdout_one_document(tmp_path, monkeypatch, capsys):
+    """`bench --json` whose report cannot be stored: before, the report's envelope and then the error envelope,
+    two JSON documents on stdout that no parser reads. Now the report's, with the error on stderr and exit 2."""
+    import bootstrap.bench.run as bench_run
+    from bootstrap.cli import main
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(bench_run, "run_bench", lambda options, progress=None: synthetic_result())
+    monkeypatch.setattr(report, "write_reports", full)
+    assert main(["bench", "--json", "--quiet", "--out", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    envelope = json.loads(captured.out)  # one document: the report
+    assert envelope["kind"] == "bench" and "checks" in envelope
+    assert captured.err.count("\n") == 1 and captured.err.startswith("error: no space left on device")
+
+
 def test_a_failed_write_leaves_the_previous_pair_and_no_staging_files(tmp_path, monkeypatch):
     (tmp_path / "bench.json").write_text("old json")
     (tmp_path / "bench.png").write_bytes(b"old png")

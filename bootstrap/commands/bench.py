@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_text(result, verbose=args.verbose), end="")
     if failure is not None:
+        args.json = False  # stdout holds the report's envelope: no error envelope after it, the line goes to stderr
         raise _not_written(failure, args.out, not args.no_png)
     print(f"wrote {', '.join(str(p) for p in written)}" + (" (partial)" if result.partial else ""),
           file=sys.stderr if args.json else sys.stdout, flush=True)
