@@ -47,6 +47,7 @@ from bootstrap.prefix import (
     normalise,
     pip_distributions,
     python_executable,
+    python_version,
     read_install_record,
     site_packages,
     write_install_record,
@@ -139,11 +140,21 @@ def plan_against(entries: Sequence[LockedPackage], prefix: Path) -> Plan:
     """`make_plan` for what `prefix` holds. A distribution it would pip-remove may be a conda package's
     metadata under another name (pytables' `tables-*.egg-info`): only then are all conda records read
     for the files they own."""
-    plan = make_plan(entries, conda_packages(prefix), pip_distributions(prefix))
+    plan = make_plan(entries, conda_packages(prefix), [] if _python_moves(entries, prefix) else pip_distributions(prefix))
     if plan.pip_remove:
         owned = conda_owned_metadata(prefix)
         plan = dataclasses.replace(plan, pip_remove=tuple(d for d in plan.pip_remove if d.dist_info.name not in owned))
     return plan
+
+
+def _python_moves(entries: Sequence[LockedPackage], prefix: Path) -> bool:
+    """Whether the lock's python is another minor version than the one whose site-packages `prefix` has:
+    its own site-packages holds no pip distribution yet, so every locked one is installed again
+    (those of the old version stay behind with it, out of the new python's sight, as conda leaves them)."""
+    site = site_packages(prefix)
+    locked = [e.version for e in entries if e.manager == "conda" and e.name == "python"]
+    return site is not None and site.parent.name.startswith("python") and bool(locked) and \
+        python_version(site.parent.name) != python_version(locked[0])
 
 
 def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> EnvResult:

@@ -163,9 +163,19 @@ def metadata_names(records: Iterable[InstalledConda]) -> set[str]:
 
 
 def site_packages(prefix: Path) -> Optional[Path]:
-    """`<prefix>/lib/pythonX.Y/site-packages` (or `Lib/site-packages` on Windows), if present."""
-    found = sorted(prefix.glob("lib/python3*/site-packages")) or sorted(prefix.glob("Lib/site-packages"))
-    return found[-1] if found else None
+    """`<prefix>/lib/pythonX.Y/site-packages` (or `Lib/site-packages` on Windows), if present. A python
+    minor upgrade leaves the old one's behind, holding what pip installed: the one of the env's
+    python (`bin/pythonX.Y`) counts, else the highest version (3.10 above 3.9)."""
+    found = list(prefix.glob("lib/python3*/site-packages"))
+    if not found:
+        windows = sorted(prefix.glob("Lib/site-packages"))
+        return windows[-1] if windows else None
+    return max(found, key=lambda site: ((prefix / "bin" / site.parent.name).exists(), python_version(site.parent.name)))
+
+
+def python_version(text: str) -> tuple[int, ...]:
+    """(3, 10) of `python3.10`, `python3.13t` or `3.10.13`: its first two numbers."""
+    return tuple(int(n) for n in re.findall(r"\d+", text)[:2])
 
 
 def pip_distributions(prefix: Path) -> list[InstalledPip]:

@@ -120,3 +120,32 @@ def test_the_env_python_is_the_one_asked_for(older) -> None:
     done = subprocess.run([str(older.prefix / "bin" / "python"), "-c", "import platform, yaml; print(platform.python_version())"],
                           capture_output=True, text=True, check=True)
     assert done.stdout.strip() == older.interpreter.version
+
+
+def test_a_python_minor_upgrade_installs_the_pip_part_into_its_site_packages(tmp_path: Path, capsys) -> None:
+    """3.9 -> 3.10: the new python has a site-packages of its own, empty; the old one's stays behind
+    with the wheels (and sorts after it: `python3.9` > `python3.10`)."""
+    interpreters = [find_interpreter(short) for short in ("3.9", "3.10")]
+    if None in interpreters:
+        pytest.skip("needs Python 3.9 and 3.10 on this machine (PATH or ~/.pyenv/versions)")
+    channel = build_channel(tmp_path / "channel", [*(runnable_python_spec(interpreter=i) for i in interpreters),
+                                                   pip_spec(), zlibstub_spec("linux-64")])
+    wheels = build_wheelhouse(tmp_path / "wheels", standard_wheels())
+    project = make_project(tmp_path / "proj", platforms=("linux-64",), conda=("python=3.9.*", "pip"), pip=("alpha", "gamma"))
+    relock(project, channel, wheels)
+    args = ["env", "--root", str(project.root), "--platform", "linux-64", "--mirror", f"conda-forge={channel}",
+            "--cache-dir", str(tmp_path / "cache")]
+    assert main(args) == 0
+    make_project(project.root, platforms=("linux-64",), conda=("python=3.10.*", "pip"), pip=("alpha", "gamma"))
+    relock(project, channel, wheels)
+    capsys.readouterr()
+    assert main([*args, "--dry-run"]) == 0
+    assert "pip add alpha 1.1" in capsys.readouterr().out  # the plan shown says so
+    assert main(args) == 0
+    prefix = project.root / ".envs" / "py310"
+    done = subprocess.run([str(prefix / "bin" / "python"), "-c", "import sys, alpha, gamma; print(sys.version_info[:2])"],
+                          capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == "(3, 10)", done.stderr
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "is up to date" in capsys.readouterr().out  # converged: nothing installed again
