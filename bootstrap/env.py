@@ -313,6 +313,11 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched:
     entries = locked_entries(lock, options.platform)
     plan = plan_against(entries, partial)
     conda = [e for e in entries if e.manager == "conda"]
+    if plan.pip_remove:  # first: a distribution moving to conda would take the files its conda package links
+        t = time.perf_counter()
+        feedback.notify(f"pip: removing {len(plan.pip_remove)} distributions")
+        notes += sync_pip(dataclasses.replace(plan, pip_install=()), partial, options, wheels)
+        seconds["pip"] = time.perf_counter() - t
     if plan.link or plan.unlink:
         t = time.perf_counter()
         sealed = {e.name for e in plan.link if _has_seal(options.cache_dir, e)}
@@ -323,11 +328,11 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched:
         if requested:
             append_request(partial / "conda-meta" / "history", requested, f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})")
         seconds["link"] = time.perf_counter() - t
-    if plan.pip_install or plan.pip_remove:
+    if plan.pip_install:
         t = time.perf_counter()
-        feedback.notify(f"pip: installing {len(plan.pip_install)}, removing {len(plan.pip_remove)} distributions")
-        notes += sync_pip(plan, partial, options, wheels)
-        seconds["pip"] = time.perf_counter() - t
+        feedback.notify(f"pip: installing {len(plan.pip_install)} distributions")
+        notes += sync_pip(dataclasses.replace(plan, pip_remove=()), partial, options, wheels)
+        seconds["pip"] = seconds.get("pip", 0.0) + time.perf_counter() - t
     _write_record(options, lock, partial, number, fsync=False)  # committed by the generation's rename
     return seconds, notes
 

@@ -52,7 +52,8 @@ def make_plan(
     A package is kept only if its exact artifact (sha256) is installed; a conda
     record without a sha256 is matched on version and build. Distributions
     that conda owns (pip installed as a conda package, or anything whose
-    INSTALLER says conda) are never pip-removed. A name installed twice (a
+    INSTALLER says conda) are never pip-removed; one that the lock moves to conda
+    is. A name installed twice (a
     leftover .egg-info beside a .dist-info, say) is removed in full and the
     locked one installed again.
     """
@@ -68,7 +69,7 @@ def make_plan(
             unlink.append(have)
     unlink += [c for name, c in sorted(installed.items()) if name not in wanted_conda]
 
-    conda_names = {normalise(n) for n in installed} | {normalise(n) for n in wanted_conda}
+    conda_names = {normalise(n) for n in installed}  # a wanted one not linked yet: a pip install of that name is pip's
     dists: dict[str, list[InstalledPip]] = {}
     for dist in pip:
         if dist.name not in conda_names and dist.installer != "conda":

@@ -91,6 +91,31 @@ def test_lock_change_applies_only_the_difference(project: Project, channel: Path
     assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.0"
 
 
+def test_a_package_moved_between_pip_and_conda_is_installed_once(locked_once: Project, wheels: Path, tmp_path: Path,
+                                                                   capsys) -> None:
+    """pip -> conda: the wheel is uninstalled before conda links its files (after, it would take them
+    along); conda -> pip: the conda package is unlinked before uv installs the wheel."""
+    from tests.fixtures.conda_channel import PackageSpec
+
+    gamma = PackageSpec("gamma", "0.6", noarch="python", files={
+        "site-packages/gamma/__init__.py": "source = 'conda'\n",
+        "site-packages/gamma-0.6.dist-info/METADATA": "Metadata-Version: 2.1\nName: gamma\nVersion: 0.6\n",
+        "site-packages/gamma-0.6.dist-info/INSTALLER": "conda\n"})
+    channel = build_runnable_channel(tmp_path / "channel", extra=[gamma])
+    project = copy_project(locked_once, tmp_path / "proj")
+    relock(project, channel, wheels)
+    assert main(env_args(project, str(channel))) == 0
+    show = "import gamma, importlib.metadata as m; print(sorted(d.version for d in m.distributions() if d.metadata['Name'] == 'gamma'), gamma.__file__)"
+    for conda, pip, versions in (((*CONDA, "gamma"), ("alpha",), "['0.6']"), (CONDA, ("alpha", "gamma"), "['0.5']")):
+        change_lock(project, channel, wheels, conda=conda, pip=pip)
+        assert main(env_args(project, str(channel))) == 0
+        assert run_python(prefix_of(project), show).startswith(f"{versions} "), conda
+        assert_matches_lock(project)
+        capsys.readouterr()
+        assert main(env_args(project, str(channel))) == 0
+        assert "is up to date" in capsys.readouterr().out
+
+
 def env_json(project: Project, channel: Path, capsys, *extra: str) -> dict:
     capsys.readouterr()
     assert main(env_args(project, str(channel), "--json", *extra)) == 0
