@@ -173,6 +173,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     if options.dry_run or up_to_date:
         return EnvResult(options.prefix, options.platform, plan, layout.current(), False, options.dry_run,
                          {"total": time.perf_counter() - started})
+    check_runs_here(options.platform)
 
     with gens.exclusive(layout, feedback.waiting):
         removed = tuple(str(p) for p in gens.remove_partials(layout))
@@ -193,6 +194,19 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     seconds["total"] = time.perf_counter() - started
     return EnvResult(options.prefix, options.platform, plan, new.number, True, False, seconds, removed,
                      new.base, new.recycled, tuple(notes))
+
+
+def check_runs_here(platform: str) -> None:
+    """Refuse an env for another OS before anything is fetched: its python cannot run here to install
+    the pip part, and nothing in it would. Another architecture of this OS may run (Rosetta, qemu)."""
+    from bootstrap.spec import host_platform
+
+    host = host_platform()
+    if platform.split("-")[0] != host.split("-")[0]:
+        raise InputError(f"--platform {platform}", f"an env for {platform} cannot be built on this {host} machine, "
+                         "whose system cannot run its programs",
+                         f"run it on a machine of that platform, from a bundle where it has no channel: `bootstrap "
+                         f"bundle --platform {platform}`; --dry-run shows the plan here")
 
 
 class _EditedCache(Exception):

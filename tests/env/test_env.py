@@ -578,6 +578,19 @@ def test_platform_not_in_lock(project: Project, channel: Path, capsys) -> None:
     assert "platform osx-arm64 is not locked (locked: linux-64)" in capsys.readouterr().err
 
 
+def test_an_env_for_another_os_is_refused_before_fetching(project: Project, channel: Path, monkeypatch, capsys) -> None:
+    """Its python cannot run here to install the pip part: said before the downloads, not by uv after them."""
+    import bootstrap.spec
+
+    monkeypatch.setattr(bootstrap.spec, "host_platform", lambda: "osx-arm64")
+    capsys.readouterr()
+    assert main(env_args(project, str(channel))) == 2
+    assert capsys.readouterr().err.startswith("error: --platform linux-64: an env for linux-64 cannot be built on this "
+                                              "osx-arm64 machine")
+    assert not (project.root / ".cache" / "archives").exists() and not prefix_of(project).parent.exists()
+    assert main(env_args(project, str(channel), "--dry-run")) == 0  # the plan is still shown
+
+
 def test_refuses_to_take_over_a_directory(project: Project, channel: Path, capsys) -> None:
     prefix = prefix_of(project)
     prefix.mkdir(parents=True)
