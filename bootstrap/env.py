@@ -460,6 +460,10 @@ def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: 
         except Exception as exc:
             if canonical is attempts[-1]:
                 message = " ".join(_in_env(str(exc), partial, options.prefix).split())  # rattler's causes, one line
+                if "cannot be longer than the placeholder prefix" in message:  # rattler's words
+                    raise InputError(f"--prefix {options.prefix}", f"is {len(str(options.prefix).encode())} bytes long, "
+                                     f"longer than a package's binary files leave room for: {message}",
+                                     "choose a shorter --prefix; conda-forge's packages have room for 255 bytes") from None
                 raise ToolError(f"linking into {options.prefix} failed: {message}") from None
     for entry in to_link:
         if entry.name not in canonical:  # extracted by this run

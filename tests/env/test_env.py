@@ -609,6 +609,31 @@ def test_the_activate_hint_quotes_a_path_with_spaces(project: Project, channel: 
     assert run_python(prefix, "import alpha; print('runs')") == "runs"
 
 
+def test_a_prefix_too_long_for_a_binary_placeholder_says_to_shorten_it(locked_once: Project, wheels: Path,
+                                                                       tmp_path: Path, capsys) -> None:
+    import hashlib
+
+    from tests.fixtures.conda_channel import PackageSpec
+
+    placeholder = ("/home/conda/feedstock_root/build_artifacts/binpkg_1700000000000/_h_env" + "_placehold" * 25)[:255]
+    data = b"\x7fELF\x00" + placeholder.encode() + b"/lib\x00" + b"\x00" * 32
+    paths = [{"_path": "lib/libbin.so", "path_type": "hardlink", "sha256": hashlib.sha256(data).hexdigest(),
+              "size_in_bytes": len(data), "prefix_placeholder": placeholder, "file_mode": "binary"}]
+    channel = build_runnable_channel(tmp_path / "channel", extra=[
+        PackageSpec("binpkg", "1.0", subdir="linux-64", files={"lib/libbin.so": data}, raw_paths_override=paths)])
+    project = copy_project(locked_once, tmp_path / "proj")
+    change_lock(project, channel, tmp_path, conda=(*CONDA, "binpkg"), pip=())
+    prefix = tmp_path / ("d" * 200) / ("e" * 60) / "env"
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --prefix {prefix}: is {len(str(prefix))} bytes long, longer than a package's binary "
+                          "files leave room for: failed to link binpkg-1.0") and err.endswith("choose a shorter --prefix; "
+                                                                                     "conda-forge's packages have room for 255 bytes)\n")
+    assert not prefix.exists()
+    assert main(env_args(project, str(channel), "--prefix", str(tmp_path / "short"))) == 0
+
+
 def test_the_activate_hint_of_a_windows_env_names_its_python_exe(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
