@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -43,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
     env = args.env or project.default_env
     if args.lock is None:
         project.resolve_envs([env])
-    prefix = (args.prefix or project.root / ".envs" / env).absolute()
+    # abspath, not Path.absolute(): `--prefix ../envs/x` from a directory deleted later must not leave
+    # `<cwd>/../envs/x` (which then resolves no more) in every shebang and text file of the env.
+    prefix = Path(os.path.abspath(args.prefix or project.root / ".envs" / env))
     if args.rollback:
         done = rollback(prefix, dry_run=args.dry_run)
         if args.json:

@@ -634,6 +634,19 @@ def test_a_prefix_too_long_for_a_binary_placeholder_says_to_shorten_it(locked_on
     assert main(env_args(project, str(channel), "--prefix", str(tmp_path / "short"))) == 0
 
 
+def test_a_relative_prefix_with_dotdot_is_embedded_normalised(project: Project, channel: Path, tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """`<cwd>/../env` in shebangs and placeholders would stop resolving once the directory run from is gone."""
+    (tmp_path / "scratch").mkdir()
+    monkeypatch.chdir(tmp_path / "scratch")
+    assert main(env_args(project, str(channel), "--prefix", "../envs/./env")) == 0
+    prefix = tmp_path / "envs" / "env"
+    (tmp_path / "scratch").rmdir()
+    assert (prefix / "share" / "bigpkg" / "f000000.txt").read_text().endswith(f"prefix={prefix}\n")
+    assert (prefix / "bin" / "pip").read_text().startswith(f"#!{prefix}/bin/python")
+    assert subprocess.run([str(prefix / "bin" / "pip")], check=False).returncode == 0
+
+
 def test_the_activate_hint_of_a_windows_env_names_its_python_exe(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
