@@ -81,6 +81,7 @@ class Layout:
         A symlink of someone else's (to another env, to a scratch disk, dangling) would be read
         through as if it were this env, then replaced by the next change; one re-pointed by hand
         would make the generations it no longer names look retired, and deleted."""
+        self.check_outside_generations()
         if self.stable.is_symlink():
             if not self.points_at_own_generation():
                 raise InputError(self.stable, f"is a symlink to {os.readlink(self.stable)}, not to one of its "
@@ -90,6 +91,17 @@ class Layout:
                 self.stable, "exists and is not an environment managed by bootstrap",
                 "choose another --prefix, or move it away (bootstrap never overwrites it)",
             )
+
+    def check_outside_generations(self) -> None:
+        """Refuse a stable path inside a generation of another env (`--prefix .envs/py310/sub`): it would
+        live in that one generation only, gone from the env after its next change and deleted with it."""
+        parent = Path(os.path.realpath(self.stable.parent))
+        for path in (parent, *parent.parents):
+            gens_dir = path.parent
+            if gens_dir.name.startswith(".") and gens_dir.name.endswith(".gens") and path.name.split(".")[0].isdigit():
+                outer = gens_dir.parent / gens_dir.name[1:-len(".gens")]
+                raise InputError(self.stable, f"is inside {path}, a generation of the env {outer}, which that env's "
+                                 "next change replaces", f"choose a --prefix outside {outer}")
 
     def points_at_own_generation(self) -> bool:
         """Whether the stable path is a symlink to `<gens_dir>/<n>`, as `switch` makes it (that may be gone)."""

@@ -169,3 +169,16 @@ def test_a_stable_link_repointed_by_hand_names_the_generation_to_point_back_at(t
         layout.check_managed()
     assert "/mnt/not-mounted/py310" in str(caught.value) and layout.generations() == [1, 2]
     assert "remove the link" not in str(caught.value)  # the next change would then recycle generation 2
+
+
+@pytest.mark.parametrize("inside", ["py310/inner", "py310/envs/inner", ".py310.gens/1/inner"])
+def test_an_env_inside_a_generation_of_another_is_refused(tmp_path: Path, inside: str) -> None:
+    """It would live in that generation alone: gone from py310 after its next change, deleted with it."""
+    from bootstrap.errors import InputError
+
+    outer = layout_with(tmp_path, [1], current=1)
+    inner = gens.Layout(outer.stable.parent / inside)
+    with pytest.raises(InputError, match=f"is inside {outer.path(1)}, a generation of the env {outer.stable},") as caught:
+        inner.check_managed()
+    assert f"choose a --prefix outside {outer.stable}" in str(caught.value)
+    gens.Layout(outer.stable.parent / "sibling").check_managed()  # beside it is fine
