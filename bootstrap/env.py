@@ -174,6 +174,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
         return EnvResult(options.prefix, options.platform, plan, layout.current(), False, options.dry_run,
                          {"total": time.perf_counter() - started})
     check_runs_here(options.platform)
+    layout.check_writable()
 
     with gens.exclusive(layout, feedback.waiting):
         removed = tuple(str(p) for p in gens.remove_partials(layout))
@@ -800,6 +801,7 @@ def rollback(prefix: Path, dry_run: bool = False) -> RollbackResult:
                          "create it with `make env`, or pass the --prefix it lives at")
     if dry_run:
         return RollbackResult(prefix, gens.previous(layout), layout.current(), True)
+    layout.check_writable()
     with gens.exclusive(layout, lambda _: None):
         was = layout.current()
         return RollbackResult(prefix, gens.rollback(layout), was, False)

@@ -92,6 +92,16 @@ class Layout:
                 "choose another --prefix, or move it away (bootstrap never overwrites it)",
             )
 
+    def check_writable(self) -> None:
+        """Refuse, before anything is fetched, an env whose directories cannot be written (a read-only
+        mount, another user's): a change creates and renames generations in `gens_dir` and switches
+        the link beside it, and would fail there with an OSError naming neither."""
+        existing = next(p for p in (self.stable.parent, *self.stable.parent.parents) if p.exists())
+        for path in (existing, self.gens_dir):
+            if path.is_dir() and not os.access(path, os.W_OK):  # access(2) answers EROFS even to root
+                raise InputError(self.stable, f"{path} cannot be written (a read-only file system, or not yours)",
+                                 "make it writable, or choose a --prefix you can write")
+
     def check_outside_generations(self) -> None:
         """Refuse a stable path inside a generation of another env (`--prefix .envs/py310/sub`): it would
         live in that one generation only, gone from the env after its next change and deleted with it."""

@@ -719,6 +719,24 @@ def test_a_read_only_package_cache_is_named_with_the_flag(project: Project, chan
     assert sorted(p.name for p in second.parent.iterdir()) == [".env.lock"]
 
 
+def test_an_env_directory_that_cannot_be_written_is_one_line(project: Project, channel: Path, wheels: Path,
+                                                             make_read_only, capsys) -> None:
+    """Found before fetching, on a change and a rollback: it was an OSError traceback from renaming a generation."""
+    assert main(env_args(project, str(channel))) == 0
+    change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
+    assert main(env_args(project, str(channel))) == 0
+    change_lock(project, channel, wheels, pip=("alpha==1.0",))
+    prefix = prefix_of(project)
+    make_read_only(prefix.parent)
+    capsys.readouterr()
+    assert main(env_args(project, str(channel))) == 2
+    assert capsys.readouterr().err == f"error: {prefix}: {prefix.parent} cannot be written (a read-only file system, or " \
+                                      "not yours) (make it writable, or choose a --prefix you can write)\n"
+    assert main(["env", "--root", str(project.root), "--rollback"]) == 2
+    assert f"error: {prefix}: {prefix.parent} cannot be written" in capsys.readouterr().err
+    assert os.readlink(prefix).endswith("/2") and generation_dirs(project) == ["1", "2"]
+
+
 @pytest.fixture(scope="module")
 def big_channel(tmp_path_factory) -> Path:
     """The runnable channel plus `hugepkg`: enough files that an install takes a while."""
