@@ -33,7 +33,7 @@ import tempfile
 import threading
 import urllib.request
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, Optional, Sequence
@@ -79,24 +79,30 @@ def fetch_archives(
     What the store lacks is read from `bundle` where it holds it (`bootstrap bundle`), else
     fetched from its URL after `mirrors`."""
 
-    cancelled = threading.Event()
+    stop = threading.Event()
 
     def one(entry: LockedPackage) -> tuple[str, Path]:
-        path = fetch_archive(entry, cache_dir, mirrors, bundle, cancelled)
+        path = fetch_archive(entry, cache_dir, mirrors, bundle, stop)
         if progress is not None:
             progress(entry)
         return entry.name, path
 
     if not entries:
         return {}
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(entries)))) as pool:
-        try:
-            return dict(pool.map(one, entries))
-        except BaseException:
-            # Ctrl-C, or one download failed: leaving the pool waits for the downloads under way, so
-            # have them stop at their next block rather than keep the user waiting for whole archives.
-            cancelled.set()
-            raise
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(entries))))
+    try:
+        futures = [pool.submit(one, entry) for entry in entries]
+        for done in as_completed(futures):  # the first failure as it happens, not in the entries' order
+            done.result()
+        return dict(future.result() for future in futures)
+    except BaseException:
+        # Ctrl-C, or one that failed: the downloads under way stop at their next block and the
+        # queued ones never start (waited for, a Ctrl-C took as long as every download left).
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown()
 
 
 def archive_path(cache_dir: Path, entry: LockedPackage) -> Path:
@@ -125,7 +131,7 @@ def url_source(entry: LockedPackage, mirrors: Sequence[Mirror], also: str = "") 
 
 
 def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirror] = (),
-                  bundle: Optional["Bundle"] = None, cancelled: Optional[threading.Event] = None) -> Path:
+                  bundle: Optional["Bundle"] = None, stop: Optional[threading.Event] = None) -> Path:
     target = archive_path(cache_dir, entry)
     if target.is_file() and _still_verified(target, entry):
         return target
@@ -136,7 +142,7 @@ def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirro
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
     try:
         with os.fdopen(fd, "wb") as out:
-            sha256, md5 = _copy_hashing(source, out, entry, cancelled)
+            sha256, md5 = _copy_hashing(source, out, entry, stop)
         if sha256 != entry.sha256:
             raise IntegrityError(
                 f"{entry.filename}: sha256 {sha256} does not match the lock's {entry.sha256} "
@@ -188,16 +194,20 @@ def forget_verified(targets: Sequence[Path]) -> None:
         _stamp_path(target).unlink(missing_ok=True)
 
 
-def _copy_hashing(source: Source, out, entry: LockedPackage,
-                  cancelled: Optional[threading.Event] = None) -> tuple[str, str]:
+class _Stopped(Exception):
+    """Another download of the same run failed, or the run was interrupted: this one is abandoned."""
+
+
+def _copy_hashing(source: Source, out, entry: LockedPackage, stop: Optional[threading.Event] = None) -> tuple[str, str]:
     sha256, md5 = hashlib.sha256(), hashlib.md5()
     copied, expected = 0, None
     try:
         with source.open() as data:
             expected = _content_length(data)
-            for block in iter(lambda: data.read(_CHUNK), b""):
-                if cancelled is not None and cancelled.is_set():
-                    raise FetchError(f"{entry.filename}: download cancelled")  # never shown: the run is failing already
+            read = getattr(data, "read1", data.read)  # what has arrived: a stop is seen between two network reads
+            for block in iter(lambda: read(_CHUNK), b""):
+                if stop is not None and stop.is_set():
+                    raise _Stopped(entry.filename)
                 sha256.update(block)
                 md5.update(block)
                 out.write(block)

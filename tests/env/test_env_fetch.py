@@ -55,6 +55,56 @@ def cutting_server(root: Path) -> Iterator[str]:
         thread.join(timeout=5)
 
 
+class _Trickle(http.server.SimpleHTTPRequestHandler):
+    """A `.tar.bz2` is missing (404); a `.conda` comes 32 bytes at a time, 10 a second (a slow link)."""
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if self.path.endswith(".tar.bz2"):
+            return self.send_error(404)
+        if not self.path.endswith(".conda"):
+            return super().do_GET()
+        data = Path(self.directory, self.path.lstrip("/")).read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        for start in range(0, len(data), 32):
+            if self.server.closing.wait(0.1):  # type: ignore[attr-defined]
+                return
+            try:
+                self.wfile.write(data[start:start + 32])
+                self.wfile.flush()
+            except OSError:  # the client gave up
+                return
+
+
+def test_a_failed_download_stops_the_others_at_once(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
+    """As a Ctrl-C does: the downloads under way stop and the queued never start. Waited for, the
+    error (or the interrupt) came only once every slow download had ended."""
+    import time
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Trickle, directory=str(channel)))
+    server.daemon_threads, server.closing = True, threading.Event()  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    started = time.monotonic()
+    try:
+        capsys.readouterr()
+        assert main(env_args(project, url)) == 2
+        took = time.monotonic() - started
+    finally:
+        server.closing.set()  # type: ignore[attr-defined]
+        server.shutdown()
+        server.server_close()
+    assert "error: cannot fetch zlibstub-1.3.1-h0_0.tar.bz2" in capsys.readouterr().err
+    assert took < 6, f"{took:.1f} s: the other downloads were waited for"
+    assert not list((project.root / ".cache" / "archives").glob("*/.part-*"))
+    assert not os.path.lexists(prefix_of(project)) and not (prefix_of(project).parent / ".py310.gens").exists()
+
+
 def test_a_download_cut_short_is_a_network_error_not_a_hash_mismatch(project: Project, channel: Path, wheels: Path,
                                                                      capsys) -> None:
     without_zlib = tuple(c for c in CONDA if c != "zlibstub")
@@ -100,7 +150,7 @@ def test_a_mirror_for_no_channel_of_the_lock_is_refused(project: Project, channe
         assert "https://conda.anaconda.org/conda-forge" in err and len(err.splitlines()) == 1
 
 
-class _Trickle:
+class _SlowBody:
     """A download that takes 10 s: a small block every 20 ms."""
 
     headers: dict = {}
@@ -113,7 +163,7 @@ class _Trickle:
         self._left -= 1
         return b"x" * 1024 if self._left > 0 else b""
 
-    def __enter__(self) -> "_Trickle":
+    def __enter__(self) -> "_SlowBody":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -131,7 +181,7 @@ def test_a_failed_or_interrupted_fetch_does_not_wait_for_the_downloads_under_way
         if url.endswith("/p0-1.0-0.conda"):
             time.sleep(0.2)  # the others are under way
             raise failure
-        return _Trickle()
+        return _SlowBody()
 
     monkeypatch.setattr(fetch, "_open", opened)
     started = time.monotonic()
