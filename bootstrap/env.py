@@ -189,7 +189,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
         if up_to_date:
             return EnvResult(options.prefix, options.platform, plan, current, False, False,
                              {"total": time.perf_counter() - started}, removed)
-        with cache_lock(options.cache_dir, feedback.waiting, shared=True):  # no prune meanwhile
+        with cache_lock(options.cache_dir, feedback.waiting, shared=True), _extracting(options.cache_dir):  # no prune meanwhile
             new, seconds, notes = _build(layout, options, lock, current, plan, feedback)
         gens.collect_garbage(layout, keep=(new.number, current))
     seconds["total"] = time.perf_counter() - started
@@ -335,7 +335,8 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched:
         seconds["pip"] = time.perf_counter() - t
     if plan.link or plan.unlink:
         t = time.perf_counter()
-        sealed = {e.name for e in plan.link if _has_seal(options.cache_dir, e)}
+        drop = not _others_extracting(options.cache_dir)
+        sealed = {e.name for e in plan.link if _has_seal(options.cache_dir, e, drop)}
         archives = _archives(plan.link, sealed, fetched, options, feedback)
         feedback.notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
         link_conda(conda, archives, sealed, partial, options)
@@ -378,7 +379,8 @@ _LINK_CONFIG = "allow-hard-links = false\n"
 def _prefetch(plan: Plan, options: EnvOptions, feedback: Feedback) -> tuple[dict, dict]:
     """name -> verified local file of each conda archive `plan` links that has no sealed extracted
     copy, and of each pip wheel it installs (left to uv, those were downloaded mid-install)."""
-    conda = [e for e in plan.link if not _has_seal(options.cache_dir, e)]
+    drop = not _others_extracting(options.cache_dir)
+    conda = [e for e in plan.link if not _has_seal(options.cache_dir, e, drop)]
     if conda or plan.pip_install:
         feedback.fetch_started(len(conda) + len(plan.pip_install))
     return _fetch_quietly(conda, options, feedback.fetched), _fetch_quietly(plan.pip_install, options, feedback.fetched)
@@ -584,13 +586,62 @@ def _fingerprint(directory: Path) -> dict:
     return out
 
 
-def _has_seal(cache_dir: Path, entry: LockedPackage) -> bool:
+def _has_seal(cache_dir: Path, entry: LockedPackage, drop: bool = True) -> bool:
     """True if rattler's extracted copy and its seal are both there (`_seal_holds` says whether
     the copy is as sealed); otherwise drop whichever is (an unsealed copy: another artifact,
-    an older bootstrap's seal, or an extraction killed halfway)."""
+    an older bootstrap's seal, or an extraction killed halfway) if `drop`: not while another
+    run is `_extracting`, whose copies are unsealed until it has linked from them."""
     if _extracted_dir(cache_dir, entry).is_dir() and _is_current_seal(_seal_path(cache_dir, entry)):
         return True
-    _drop_extracted(cache_dir, entry)
+    if drop:
+        _drop_extracted(cache_dir, entry)
+    return False
+
+
+_EXTRACTING = ".extracting-"
+_HELD: set = set()  # this process's own `_extracting` files
+
+
+@contextlib.contextmanager
+def _extracting(cache_dir: Path):
+    """Say, while held, that this run may extract packages into the cache and link from them before
+    it seals them: an flock on a file of its own, `<cache>/.extracting-*`, that `_others_extracting` sees."""
+    import fcntl
+    import tempfile
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=_EXTRACTING, dir=cache_dir)
+    _HELD.add(os.path.basename(path))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.unlink(path)
+        os.close(fd)
+        _HELD.discard(os.path.basename(path))
+
+
+def _others_extracting(cache_dir: Path) -> bool:
+    """Whether another live run holds its `_extracting` file (a killed run's is removed)."""
+    import fcntl
+
+    names = set()
+    with contextlib.suppress(OSError):
+        names = {entry.name for entry in os.scandir(cache_dir) if entry.name.startswith(_EXTRACTING)} - _HELD
+    for name in names:
+        try:
+            fd = os.open(cache_dir / name, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True  # held by a live run
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(cache_dir / name)
+        finally:
+            os.close(fd)
     return False
 
 

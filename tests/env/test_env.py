@@ -424,8 +424,8 @@ def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: 
     shutil.rmtree(project.root / ".envs")
     has_seal = env_module._has_seal
 
-    def check_then_lose_it(cache_dir: Path, entry) -> bool:
-        sealed = has_seal(cache_dir, entry)
+    def check_then_lose_it(cache_dir: Path, entry, *drop: bool) -> bool:
+        sealed = has_seal(cache_dir, entry, *drop)
         if entry.name == "bigpkg" and sealed:
             shutil.rmtree(env_module._extracted_dir(cache_dir, entry))
         return sealed
@@ -457,6 +457,30 @@ def test_a_warm_cache_links_sealed_copies_without_reading_their_archives(project
     assert main(env_args(project, str(channel), "--prefix", str(project.root / "third"))) == 0
     assert [name.split("-")[0] for name in hashed] == ["bigpkg"]
     assert (project.root / "third" / "share/bigpkg/f000001.txt").read_text() != "edited\n"
+
+
+def test_an_unsealed_copy_is_left_alone_while_another_run_may_be_linking_from_it(project: Project, channel: Path) -> None:
+    """Two envs made at once on one cache: a copy the other run extracted is unsealed until it has linked
+    from it; dropped as stale, that run failed with 'No such file or directory' under pkgs/."""
+    import fcntl
+
+    cache = project.root / ".cache"
+    assert main(env_args(project, str(channel))) == 0
+    (extracted,) = cache.glob("pkgs/bigpkg-*/")
+    (seal,) = [p for p in cache.glob("seals/*.json") if json.loads(p.read_text().partition("\n")[2]).get("share/bigpkg/f000001.txt")]
+    seal.unlink()  # as it is between the other run's extraction and its seal
+    marker = extracted / "marker"
+    marker.write_text("the other run's copy\n")
+    other = cache / ".extracting-other"
+    with open(other, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the other run, alive
+        assert main(env_args(project, str(channel), "--prefix", str(project.root / "second"))) == 0
+        assert marker.is_file()  # not dropped: rattler linked from it, and it is sealed now
+    seal.unlink()
+    assert main(env_args(project, str(channel), "--prefix", str(project.root / "third"))) == 0
+    assert not marker.exists() and not other.exists()  # a killed run's file: an unsealed copy is stale again
+    assert not list(cache.glob(".extracting-*"))
+    assert (project.root / "third" / "share/bigpkg/f000001.txt").is_file()
 
 
 def test_a_stored_wheel_is_hashed_again_once_it_changed(project: Project, channel: Path, capsys) -> None:
