@@ -34,7 +34,10 @@ VERBS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
+    """The parser of every verb; given `argv`, only its verb's options are set up: importing every
+    command module costs a no-op `make env` a tenth of its time."""
+    verb_asked = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     parser = argparse.ArgumentParser(
         prog="python -m bootstrap",
         description="Reproducible conda environments for teams that train PyTorch on NVIDIA GPUs.",
@@ -44,9 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     sub.required = True
     for verb, (module_name, help_text) in VERBS.items():
-        module = importlib.import_module(f"bootstrap.commands.{module_name}")
         verb_parser = sub.add_parser(verb, help=help_text, description=help_text)
         verb_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        if verb_asked in VERBS and verb != verb_asked:
+            continue
+        module = importlib.import_module(f"bootstrap.commands.{module_name}")
         module.configure(verb_parser)
         verb_parser.set_defaults(_run=module.run)
     return parser
@@ -60,7 +65,8 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a C tool whose
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         code = int(args._run(args))

@@ -47,6 +47,16 @@ def test_the_bench_package_still_exports_its_api_on_first_use() -> None:
         bench.nothing  # noqa: B018
 
 
+def test_a_verb_imports_only_its_own_command() -> None:
+    """A no-op `make env` is promised under 0.2 s: the other verbs' commands are not loaded for it."""
+    code = ("import sys, bootstrap.cli; bootstrap.cli.build_parser(['env', '--dry-run']); "
+            "print(sorted(m for m in sys.modules if m.startswith(('bootstrap.bench', 'bootstrap.commands.'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert done.stdout.strip() == "['bootstrap.commands.env']"
+    args = build_parser(["--debug", "bench", "--json"]).parse_args(["--debug", "bench", "--json"])
+    assert args.json and args._run.__module__ == "bootstrap.commands.bench"
+
+
 def test_cli_verbs() -> None:
     help_text = build_parser().format_help()
     assert "lock" in help_text
