@@ -243,6 +243,11 @@ def previous(layout: Layout) -> int:
     """The generation `rollback` switches to: the newest one older than the current one."""
     current = layout.current()
     older = [g for g in layout.generations() if current is None or g < current]
+    newer = [g for g in layout.generations() if current is not None and g > current]
+    if not older and newer:  # a second --rollback: two generations are kept, and this is the older one
+        raise InputError(layout.stable, f"no earlier generation to roll back to: it points at generation {current}, "
+                         f"rolled back from {newer[-1]} already, and only the one before the current is kept",
+                         "`make env` goes forward to the lock again; for an older lock, check it out and run `make env`")
     if not older:
         raise InputError(layout.stable, "no earlier generation to roll back to (there is none after the first install, "
                          "and a change that failed while installing uses up the retired one)",

@@ -182,3 +182,14 @@ def test_an_env_inside_a_generation_of_another_is_refused(tmp_path: Path, inside
         inner.check_managed()
     assert f"choose a --prefix outside {outer.stable}" in str(caught.value)
     gens.Layout(outer.stable.parent / "sibling").check_managed()  # beside it is fine
+
+
+def test_a_second_rollback_says_it_was_rolled_back_already(tmp_path: Path) -> None:
+    from bootstrap.errors import InputError
+
+    layout = layout_with(tmp_path, [1, 2], current=2)
+    assert gens.rollback(layout) == 1
+    with pytest.raises(InputError, match="it points at generation 1, rolled back from 2 already") as caught:
+        gens.rollback(layout)
+    assert "`make env` goes forward to the lock again" in str(caught.value)
+    assert layout.current() == 1
