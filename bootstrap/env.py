@@ -171,8 +171,9 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     planned_on = _env_state(layout)
     plan, up_to_date = _plan(options, lock)
     if options.dry_run or up_to_date:
+        removed = () if options.dry_run else tuple(str(p) for p in gens.remove_partials_if_idle(layout))
         return EnvResult(options.prefix, options.platform, plan, layout.current(), False, options.dry_run,
-                         {"total": time.perf_counter() - started})
+                         {"total": time.perf_counter() - started}, removed)
     check_runs_here(options.platform)
     layout.check_writable()
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
-from bootstrap.errors import InputError
+from bootstrap.errors import BusyError, InputError
 from bootstrap.fsutil import flocked, remove_tree
 
 PARTIAL = ".partial"
@@ -147,6 +147,18 @@ def remove_partials(layout: Layout) -> list[Path]:
     for path in partials:
         remove_tree(path)
     return partials
+
+
+def remove_partials_if_idle(layout: Layout) -> list[Path]:
+    """`remove_partials` for a run that changes nothing (the lock was put back after a killed change):
+    only if some are there, and no other run holds the env (its partial is its own)."""
+    try:
+        if not any(p.name.endswith((PARTIAL, GARBAGE)) for p in layout.gens_dir.iterdir()):
+            return []
+        with exclusive(layout, lambda _: None, timeout=0):
+            return remove_partials(layout)
+    except (OSError, BusyError):  # no gens dir, or another run at work
+        return []
 
 
 @dataclass(frozen=True)

@@ -193,3 +193,17 @@ def test_a_second_rollback_says_it_was_rolled_back_already(tmp_path: Path) -> No
         gens.rollback(layout)
     assert "`make env` goes forward to the lock again" in str(caught.value)
     assert layout.current() == 1
+
+
+def test_a_run_that_changes_nothing_removes_a_killed_changes_leftovers_unless_one_is_at_work(tmp_path: Path) -> None:
+    """Killed mid-change, then the lock put back: the no-op run removes the half-built generation
+    (GBs, kept until the next change before), but not while another run holds the env."""
+    import fcntl
+
+    layout = layout_with(tmp_path, [1], current=1)
+    (layout.gens_dir / "2.partial" / "lib").mkdir(parents=True)
+    with open(layout.lock_file, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert gens.remove_partials_if_idle(layout) == []
+    assert gens.remove_partials_if_idle(layout) == [layout.gens_dir / "2.partial"]
+    assert layout.generations() == [1] and sorted(p.name for p in layout.gens_dir.iterdir()) == ["1"]

@@ -47,9 +47,11 @@ def test_create_from_directory_mirror_then_noop(project: Project, channel: Path,
     # The pip entry point of the conda pip package points at the stable path, not a generation.
     assert (prefix / "bin" / "pip").read_text().startswith(f"#!{prefix}/bin/python")
     generation = read_install_record(prefix).generation
+    (prefix.parent / ".py310.gens" / "2.partial").mkdir()  # a killed change's, whose lock was put back
     capsys.readouterr()
     assert main(env_args(project, "/nonexistent-mirror")) == 0  # nothing to fetch, so no mirror needed
     assert "is up to date" in capsys.readouterr().out
+    assert generation_dirs(project) == ["1"]
     assert read_install_record(prefix).generation == generation
     # A no-op starts a fresh interpreter each time (`make env`): it must not load the linker's engines.
     code = ("import json, sys; from bootstrap.cli import main; code = main(sys.argv[1:]); "
