@@ -44,6 +44,7 @@ from bootstrap.prefix import (
     conda_meta_fingerprint,
     conda_owned_metadata,
     conda_packages,
+    conda_records,
     normalise,
     pip_distributions,
     python_executable,
@@ -140,7 +141,14 @@ def plan_against(entries: Sequence[LockedPackage], prefix: Path) -> Plan:
     """`make_plan` for what `prefix` holds. A distribution it would pip-remove may be a conda package's
     metadata under another name (pytables' `tables-*.egg-info`): only then are all conda records read
     for the files they own."""
-    plan = make_plan(entries, conda_packages(prefix), [] if _python_moves(entries, prefix) else pip_distributions(prefix))
+    moves = _python_moves(entries, prefix)
+    plan = make_plan(entries, conda_packages(prefix), [] if moves else pip_distributions(prefix))
+    if moves:  # rattler relinks each noarch: python package into the new site-packages: from a verified archive
+        planned = {e.name for e in plan.link}
+        relinked = {c.name: c for c in conda_records(prefix) if c.noarch == "python" and c.name not in planned}
+        again = [e for e in entries if e.manager == "conda" and e.name in relinked]
+        plan = dataclasses.replace(plan, link=tuple(sorted((*plan.link, *again), key=lambda e: e.name)),
+                                   unlink=tuple(sorted((*plan.unlink, *(relinked[e.name] for e in again)), key=lambda c: c.name)))
     if plan.pip_remove:
         owned = conda_owned_metadata(prefix)
         plan = dataclasses.replace(plan, pip_remove=tuple(d for d in plan.pip_remove if d.dist_info.name not in owned))

@@ -44,6 +44,7 @@ class InstalledConda:
     depends: tuple[str, ...] = ()
     requested_specs: tuple[str, ...] = ()
     files: tuple[str, ...] = field(default=(), repr=False)
+    noarch: str = ""  # "python", "generic", or "" for a package of its platform
 
 
 @dataclass(frozen=True)
@@ -105,10 +106,18 @@ def conda_records(prefix: Path) -> list[InstalledConda]:
                 depends=tuple(str(d) for d in data.get("depends") or ()),
                 requested_specs=tuple(str(s) for s in requested),
                 files=tuple(str(f) for f in data.get("files") or ()),
+                noarch=_noarch(data.get("noarch")),
             ))
         except (ValueError, KeyError, TypeError) as exc:
             raise InputError(path, f"unreadable package record: {exc}", "repair or recreate the environment") from None
     return out
+
+
+def _noarch(value: object) -> str:
+    """A record's `noarch`: `"python"`, or `{"type": "python"}` in older records."""
+    if isinstance(value, dict):
+        value = value.get("type")
+    return str(value) if isinstance(value, str) else ""
 
 
 def conda_meta_fingerprint(prefix: Path) -> dict:
