@@ -97,6 +97,8 @@ class Layout:
         mount, another user's): a change creates and renames generations in `gens_dir` and switches
         the link beside it, and would fail there with an OSError naming neither."""
         existing = next(p for p in (self.stable.parent, *self.stable.parent.parents) if p.exists())
+        if not existing.is_dir():
+            raise InputError(self.stable, f"{existing} is not a directory", "choose a --prefix in a directory")
         for path in (existing, self.gens_dir):
             if path.is_dir() and not os.access(path, os.W_OK):  # access(2) answers EROFS even to root
                 raise InputError(self.stable, f"{path} cannot be written (a read-only file system, or not yours)",

@@ -207,3 +207,11 @@ def test_a_run_that_changes_nothing_removes_a_killed_changes_leftovers_unless_on
         assert gens.remove_partials_if_idle(layout) == []
     assert gens.remove_partials_if_idle(layout) == [layout.gens_dir / "2.partial"]
     assert layout.generations() == [1] and sorted(p.name for p in layout.gens_dir.iterdir()) == ["1"]
+
+
+def test_a_prefix_under_a_file_is_refused(tmp_path: Path) -> None:
+    from bootstrap.errors import InputError
+
+    (tmp_path / "afile").write_text("x\n")
+    with pytest.raises(InputError, match=f"env: {tmp_path / 'afile'} is not a directory"):
+        gens.Layout(tmp_path / "afile" / "sub" / "env").check_writable()
