@@ -84,6 +84,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _error(args, exc)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+        if getattr(args, "json", False):  # an outcome like any other for whoever parses stdout
+            print(json.dumps({"format": ERROR_JSON_FORMAT, "version": ERROR_JSON_VERSION, "verb": args.verb,
+                              "error": {"type": "KeyboardInterrupt", "message": "interrupted", "exit_code": 130}}))
         return 130
     except BrokenPipeError:  # `bootstrap ... | head`: the reader stopped; no traceback, and no second one at exit
         _stdout_to_devnull()

@@ -104,6 +104,24 @@ def test_a_failure_with_json_prints_the_error_envelope(tmp_path: Path) -> None:
         "type": "InputError", "message": done.stderr[len("error: "):-1], "exit_code": 2}}
 
 
+def test_an_interrupt_with_json_prints_the_error_envelope(monkeypatch, capsys) -> None:
+    """Ctrl-C is an outcome too: stdout is still the envelope CI parses, not empty."""
+    import json
+
+    import bootstrap.commands.env as env_command
+    from bootstrap.cli import main
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(env_command, "run", interrupted)
+    assert main(["env", "--json"]) == 130
+    out, err = capsys.readouterr()
+    assert err == "interrupted\n"
+    assert json.loads(out) == {"format": "bootstrap.error", "version": 1, "verb": "env", "error": {
+        "type": "KeyboardInterrupt", "message": "interrupted", "exit_code": 130}}
+
+
 def test_a_venv_missing_a_dependency_gets_one_line_and_a_bug_its_traceback(tmp_path: Path) -> None:
     """A damaged tools venv (rattler's files gone) names the module and how to rebuild, not a traceback;
     a module of bootstrap's own that is missing is a bug, and keeps its traceback."""
