@@ -84,9 +84,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _error(args, exc)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        if getattr(args, "json", False):  # an outcome like any other for whoever parses stdout
-            print(json.dumps({"format": ERROR_JSON_FORMAT, "version": ERROR_JSON_VERSION, "verb": args.verb,
-                              "error": {"type": "KeyboardInterrupt", "message": "interrupted", "exit_code": 130}}))
+        _error_envelope(args, "KeyboardInterrupt", "interrupted", 130)  # an outcome like any other for CI
         return 130
     except BrokenPipeError:  # `bootstrap ... | head`: the reader stopped; no traceback, and no second one at exit
         _stdout_to_devnull()
@@ -108,10 +106,14 @@ def _error(args: argparse.Namespace, exc: BootstrapError) -> int:
     if isinstance(exc, MissingModuleError):
         message += f": {_install_fix(args.verb, exc.name or '')}"
     print(f"error: {message}", file=sys.stderr)
+    _error_envelope(args, type(exc).__name__, message, exc.exit_code)
+    return exc.exit_code
+
+
+def _error_envelope(args: argparse.Namespace, kind: str, message: str, exit_code: int) -> None:
     if getattr(args, "json", False):
         print(json.dumps({"format": ERROR_JSON_FORMAT, "version": ERROR_JSON_VERSION, "verb": args.verb,
-                          "error": {"type": type(exc).__name__, "message": message, "exit_code": exc.exit_code}}))
-    return exc.exit_code
+                          "error": {"type": kind, "message": message, "exit_code": exit_code}}))
 
 
 # The verbs the tools venv runs (`make lock`, `make env`, ...); the others run in the team's env.
