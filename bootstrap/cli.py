@@ -36,7 +36,7 @@ VERBS = {
 
 def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
     """The parser of every verb; given `argv`, only its verb's options are set up: importing every
-    command module costs a no-op `make env` a tenth of its time."""
+    command module costs a no-op `make env` ~17 ms of its ~0.14 s."""
     verb_asked = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     parser = argparse.ArgumentParser(
         prog="python -m bootstrap",
