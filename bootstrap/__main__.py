@@ -6,6 +6,7 @@ import os
 import sys
 
 from bootstrap.cli import EXIT_BROKEN_PIPE, main
+from bootstrap.errors import EXIT_INTERRUPTED
 
 try:
     code = main()
@@ -13,6 +14,9 @@ try:
 except BrokenPipeError:  # the reader of stdout went away while an error was being reported
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     code = EXIT_BROKEN_PIPE
+except KeyboardInterrupt:  # Ctrl-C while the verb's modules were still loading, before main's own handlers
+    print("interrupted", file=sys.stderr)
+    code = EXIT_INTERRUPTED
 if "rattler" in sys.modules:
     # After a failed repodata fetch, py-rattler's runtime threads can still be
     # finishing a sibling request; if one calls back into Python while the

@@ -18,7 +18,7 @@ import sys
 from typing import Optional, Sequence
 
 from bootstrap import __version__
-from bootstrap.errors import EXIT_FAILED, BootstrapError, MissingModuleError
+from bootstrap.errors import EXIT_FAILED, EXIT_INTERRUPTED, BootstrapError, MissingModuleError
 
 # verb -> (module under bootstrap.commands, one-line help)
 VERBS = {
@@ -84,8 +84,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _error(args, exc)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        _error_envelope(args, "KeyboardInterrupt", "interrupted", 130)  # an outcome like any other for CI
-        return 130
+        _error_envelope(args, "KeyboardInterrupt", "interrupted", EXIT_INTERRUPTED)  # an outcome like any other for CI
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `bootstrap ... | head`: the reader stopped; no traceback, and no second one at exit
         _stdout_to_devnull()
         return EXIT_BROKEN_PIPE

@@ -12,6 +12,7 @@ import re
 EXIT_OK = 0
 EXIT_FAILED = 1  # a check failed / the lock is stale
 EXIT_USAGE = 2  # bad input, bad usage, unreachable source
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
 
 
 class BootstrapError(Exception):

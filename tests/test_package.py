@@ -86,6 +86,16 @@ def test_output_to_a_full_disk_is_one_line() -> None:
                                             "or send the output elsewhere"], done.stderr
 
 
+def test_ctrl_c_while_the_verb_is_still_loading_is_one_line() -> None:
+    """Before main's own handlers are in place (the verb's modules importing): no traceback either."""
+    code = ("import runpy, bootstrap.cli as cli\n"
+            "def interrupted(argv=None):\n    raise KeyboardInterrupt\n"
+            "cli.build_parser = interrupted\n"
+            "runpy.run_module('bootstrap', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code, "doctor"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert (done.returncode, done.stderr) == (130, "interrupted\n")
+
+
 def test_a_reader_that_goes_away_gets_no_traceback() -> None:
     for argv in (("lock", "--check"), ("env", "--json", "--lock", "/nowhere/conda-lock.yml")):
         done = bootstrap_into_closed_pipe(*argv)
