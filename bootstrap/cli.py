@@ -18,7 +18,7 @@ import sys
 from typing import Optional, Sequence
 
 from bootstrap import __version__
-from bootstrap.errors import EXIT_FAILED, EXIT_INTERRUPTED, BootstrapError, MissingModuleError
+from bootstrap.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, BootstrapError, MissingModuleError
 
 # verb -> (module under bootstrap.commands, one-line help)
 VERBS = {
@@ -38,7 +38,7 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     """The parser of every verb; given `argv`, only its verb's options are set up: importing every
     command module costs a no-op `make env` ~17 ms of its ~0.14 s."""
     verb_asked = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m bootstrap",
         description="Reproducible conda environments for teams that train PyTorch on NVIDIA GPUs.",
     )
@@ -57,6 +57,19 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     return parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is raised (as `_UsageError`, after the usage lines) rather
+    than exiting, so that a `--json` run still gets its error envelope. Subparsers are of this class too."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        raise _UsageError(f"{self.prog}: error: {message}")
+
+
+class _UsageError(Exception):
+    pass
+
+
 # `--json` runs that fail print this envelope on stdout (the one line still goes to stderr),
 # so CI parses every outcome: {"format", "version", "verb", "error": {"type", "message", "exit_code"}}.
 ERROR_JSON_FORMAT = "bootstrap.error"
@@ -67,7 +80,13 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a C tool whose
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
+        print(exc, file=sys.stderr)
+        verb = next((a for a in argv if a in VERBS), None)
+        _error_envelope(argparse.Namespace(json="--json" in argv, verb=verb), "UsageError", str(exc), EXIT_USAGE)
+        return EXIT_USAGE
     try:
         code = int(args._run(args))
         sys.stdout.flush()

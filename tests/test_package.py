@@ -96,6 +96,21 @@ def test_ctrl_c_while_the_verb_is_still_loading_is_one_line() -> None:
     assert (done.returncode, done.stderr) == (130, "interrupted\n")
 
 
+def test_a_usage_error_of_a_json_run_still_prints_the_envelope(capsys) -> None:
+    from bootstrap.cli import main
+
+    assert main(["bench", "--json", "--budget", "abc"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("usage: python -m bootstrap bench") and err.endswith(
+        "python -m bootstrap bench: error: argument --budget: invalid float value: 'abc'\n")
+    assert json.loads(out) == {"format": "bootstrap.error", "version": 1, "verb": "bench", "error": {
+        "type": "UsageError", "message": "python -m bootstrap bench: error: argument --budget: invalid float value: 'abc'",
+        "exit_code": 2}}
+    assert main(["env", "--frobnicate"]) == 2  # without --json: argparse's two lines, nothing on stdout
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines()[-1] == "python -m bootstrap: error: unrecognized arguments: --frobnicate"
+
+
 def test_a_reader_that_goes_away_gets_no_traceback() -> None:
     for argv in (("lock", "--check"), ("env", "--json", "--lock", "/nowhere/conda-lock.yml")):
         done = bootstrap_into_closed_pipe(*argv)
