@@ -136,7 +136,7 @@ def test_data_dir_on_a_full_disk_is_one_line():
                              f"$PY -m bootstrap bench --budget 5 --quiet --out /tmp --no-png {' '.join(SMALL)} "
                              "--storage packed --data-dir /mnt/bench-data")
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == ("error: --data-dir: cannot write the packed sample files in /mnt/bench-data: No "
+    assert done.stderr.strip() == ("error: --data-dir: cannot write the sample files (--storage packed) in /mnt/bench-data: No "
                                    "space left on device (give --data-dir a directory with room to write)")
 
 

@@ -335,7 +335,7 @@ class _Run(WorkerSearch, Outcome):
             return build_store(self.spec, Path(self.tmpdir))
         except OSError as exc:
             flag = "--data-dir" if self.o.data_dir is not None else "the temporary directory (TMPDIR)"
-            raise InputError(flag, f"cannot write the {self.spec.storage} sample files in {where}: "
+            raise InputError(flag, f"cannot write the sample files (--storage {self.spec.storage}) in {where}: "
                              f"{exc.strerror or exc}", "give --data-dir a directory with room to write") from None
 
     def _checks(self, deadline: float) -> str:
