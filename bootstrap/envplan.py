@@ -52,10 +52,9 @@ def make_plan(
     A package is kept only if its exact artifact (sha256) is installed; a conda
     record without a sha256 is matched on version and build. Distributions
     that conda owns (pip installed as a conda package, or anything whose
-    INSTALLER says conda) are never pip-removed; one that the lock moves to conda
-    is. A name installed twice (a
-    leftover .egg-info beside a .dist-info, say) is removed in full and the
-    locked one installed again.
+    INSTALLER says conda) are never pip-removed; a wheel that the lock moves
+    to conda is. A name installed twice (a leftover .egg-info beside a
+    .dist-info, say) is removed in full and the locked one installed again.
     """
     installed = {c.name: c for c in conda}
     link, unlink = [], []
