@@ -619,10 +619,17 @@ def _extracting(cache_dir: Path):
     import tempfile
 
     cache_dir.mkdir(parents=True, exist_ok=True)
-    fd, path = tempfile.mkstemp(prefix=_EXTRACTING, dir=cache_dir)
-    _HELD.add(os.path.basename(path))
-    try:
+    while True:
+        fd, path = tempfile.mkstemp(prefix=_EXTRACTING, dir=cache_dir)
+        _HELD.add(os.path.basename(path))
         fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        # Another run found it not yet locked, took it for a killed run's and removed it: again.
+        _HELD.discard(os.path.basename(path))
+        os.close(fd)
+    try:
         yield
     finally:
         os.unlink(path)

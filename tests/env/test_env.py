@@ -485,6 +485,31 @@ def test_an_unsealed_copy_is_left_alone_while_another_run_may_be_linking_from_it
     assert (project.root / "third" / "share/bigpkg/f000001.txt").is_file()
 
 
+def test_an_extracting_file_taken_for_a_killed_runs_is_made_again(tmp_path: Path, monkeypatch) -> None:
+    """Between creating its file and locking it, a run's file looks like a killed run's to another
+    run, which removes it: the run must not go on holding a lock nobody can see."""
+    import fcntl
+
+    import bootstrap.env as env_module
+
+    real_flock, removed = fcntl.flock, []
+
+    def flock_after_another_run_looked(fd, operation):
+        if not removed:  # the other run's `_others_extracting`, in that instant
+            (found,) = tmp_path.glob(".extracting-*")
+            found.unlink()
+            removed.append(found.name)
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_another_run_looked)
+    with env_module._extracting(tmp_path):
+        (held,) = tmp_path.glob(".extracting-*")
+        assert held.name != removed[0]
+        monkeypatch.setattr(env_module, "_HELD", set())  # as another process sees it
+        assert env_module._others_extracting(tmp_path)
+    assert not list(tmp_path.glob(".extracting-*"))
+
+
 def test_a_stored_wheel_is_hashed_again_once_it_changed(project: Project, channel: Path, capsys) -> None:
     """A wheel in the store is trusted while its size and mtime are as verified (uv checks its hash
     as it installs). An edit that shows in them is caught by hashing and refetched; damage that does
