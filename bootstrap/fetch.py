@@ -97,12 +97,11 @@ def fetch_archives(
         return dict(future.result() for future in futures)
     except BaseException:
         # Ctrl-C, or one that failed: the downloads under way stop at their next block and the
-        # queued ones never start (waited for, a Ctrl-C took as long as every download left).
+        # queued ones are cancelled (waited for, a Ctrl-C took as long as every download left).
         stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
         raise
     finally:
-        pool.shutdown()
+        pool.shutdown(wait=True, cancel_futures=True)  # nothing is left to cancel after a success
 
 
 def archive_path(cache_dir: Path, entry: LockedPackage) -> Path:

@@ -81,7 +81,7 @@ class _Trickle(http.server.SimpleHTTPRequestHandler):
 
 
 def test_a_failed_download_stops_the_others_at_once(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
-    """As a Ctrl-C does: the downloads under way stop and the queued never start. Waited for, the
+    """As a Ctrl-C does: the downloads under way stop and the queued are cancelled. Waited for, the
     error (or the interrupt) came only once every slow download had ended. The 404 is among the
     first four (`fetch_archives` runs four at once): queued behind a slow one, it came late."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Trickle, directory=str(channel)))
