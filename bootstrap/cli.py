@@ -18,7 +18,7 @@ import sys
 from typing import Optional, Sequence
 
 from bootstrap import __version__
-from bootstrap.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, BootstrapError, MissingModuleError
+from bootstrap.errors import EXIT_INTERRUPTED, EXIT_USAGE, BootstrapError, DiskFullError, MissingModuleError
 
 # verb -> (module under bootstrap.commands, one-line help)
 VERBS = {
@@ -110,13 +110,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_BROKEN_PIPE
     except OSError as exc:
         # What the verbs write themselves they report as DiskFullError; this is the output that
-        # could not be written (`> report.json` on a full disk, or /dev/full).
+        # could not be written (`> report.json` on a full disk, or /dev/full). Its exit code too:
+        # 1 would read as a failed check (`lock --check`: stale).
         if args.debug or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         _stdout_to_devnull()
-        print(f"error: {exc.strerror.lower()} writing {exc.filename or 'the output'}: "
-              "free space there, or send the output elsewhere", file=sys.stderr)
-        return EXIT_FAILED
+        print(f"error: {exc.filename or 'the output'}: {os.strerror(exc.errno).lower()} "
+              "(free space there, or send the output elsewhere)", file=sys.stderr)
+        return DiskFullError.exit_code
 
 
 def _error(args: argparse.Namespace, exc: BootstrapError) -> int:
