@@ -14,7 +14,7 @@ try:
 except BrokenPipeError:  # the reader of stdout went away while an error was being reported
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     code = EXIT_BROKEN_PIPE
-except KeyboardInterrupt:  # Ctrl-C while the verb's modules were still loading, before main's own handlers
+except KeyboardInterrupt:  # a second Ctrl-C while main was reporting the first
     print("interrupted", file=sys.stderr)
     code = EXIT_INTERRUPTED
 if "rattler" in sys.modules:

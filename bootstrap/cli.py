@@ -79,14 +79,14 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a C tool whose
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv)
     try:
-        args = parser.parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
     except _UsageError as exc:
         print(exc, file=sys.stderr)
-        verb = next((a for a in argv if a in VERBS), None)
-        _error_envelope(argparse.Namespace(json="--json" in argv, verb=verb), "UsageError", str(exc), EXIT_USAGE)
-        return EXIT_USAGE
+        return _early_error(argv, "UsageError", str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:  # while the verb's modules were still loading
+        print("interrupted", file=sys.stderr)
+        return _early_error(argv, "KeyboardInterrupt", "interrupted", EXIT_INTERRUPTED)
     try:
         code = int(args._run(args))
         sys.stdout.flush()
@@ -128,6 +128,13 @@ def _error(args: argparse.Namespace, exc: BootstrapError) -> int:
     print(f"error: {message}", file=sys.stderr)
     _error_envelope(args, type(exc).__name__, message, exc.exit_code)
     return exc.exit_code
+
+
+def _early_error(argv: Sequence[str], kind: str, message: str, exit_code: int) -> int:
+    """`_error_envelope` before the arguments are parsed: `--json` and the verb as written; the exit code."""
+    verb = next((a for a in argv if a in VERBS), None)
+    _error_envelope(argparse.Namespace(json="--json" in argv, verb=verb), kind, message, exit_code)
+    return exit_code
 
 
 def _error_envelope(args: argparse.Namespace, kind: str, message: str, exit_code: int) -> None:

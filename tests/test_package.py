@@ -87,13 +87,17 @@ def test_output_to_a_full_disk_is_one_line() -> None:
 
 
 def test_ctrl_c_while_the_verb_is_still_loading_is_one_line() -> None:
-    """Before main's own handlers are in place (the verb's modules importing): no traceback either."""
+    """Before the verb runs (its modules importing): no traceback either, and with --json the envelope."""
     code = ("import runpy, bootstrap.cli as cli\n"
             "def interrupted(argv=None):\n    raise KeyboardInterrupt\n"
             "cli.build_parser = interrupted\n"
             "runpy.run_module('bootstrap', run_name='__main__')")
-    done = subprocess.run([sys.executable, "-c", code, "doctor"], capture_output=True, text=True, cwd=REPO, timeout=60)
-    assert (done.returncode, done.stderr) == (130, "interrupted\n")
+    for argv in (["doctor"], ["doctor", "--json"]):
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert (done.returncode, done.stderr) == (130, "interrupted\n")
+        assert done.stdout == ("" if "--json" not in argv else json.dumps({"format": "bootstrap.error", "version": 1,
+                               "verb": "doctor", "error": {"type": "KeyboardInterrupt", "message": "interrupted",
+                                                           "exit_code": 130}}) + "\n")
 
 
 def test_a_usage_error_of_a_json_run_still_prints_the_envelope(capsys) -> None:
