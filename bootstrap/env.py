@@ -3,8 +3,8 @@
     lock -> entries for this platform -> plan (envplan) against the current generation
          -> fetch + verify the conda archives (vetted) and pip wheels it installs
          -> new generation (generations.start: the retired one recycled, else a hard-linked clone)
-         -> rattler links the conda difference, uv installs the pip difference
-            (hash-checked, no resolution), install record
+         -> uv removes what leaves pip, rattler links the conda difference, uv installs
+            the pip difference (hash-checked, no resolution), install record
          -> atomic switch of the stable symlink -> the generation before the previous GC'd
 
 A failure or SIGKILL at any point leaves the previous generation in place and
