@@ -621,6 +621,7 @@ def _extracting(cache_dir: Path):
     cache_dir.mkdir(parents=True, exist_ok=True)
     while True:
         fd, path = tempfile.mkstemp(prefix=_EXTRACTING, dir=cache_dir)
+        os.fchmod(fd, 0o644)  # not mkstemp's 0600: another user's run on a shared cache opens it to test the flock
         _HELD.add(os.path.basename(path))
         fcntl.flock(fd, fcntl.LOCK_EX)
         with contextlib.suppress(FileNotFoundError):

@@ -505,6 +505,7 @@ def test_an_extracting_file_taken_for_a_killed_runs_is_made_again(tmp_path: Path
     with env_module._extracting(tmp_path):
         (held,) = tmp_path.glob(".extracting-*")
         assert held.name != removed[0]
+        assert oct(held.stat().st_mode & 0o777) == "0o644"  # another user's run on a shared cache can open it
         monkeypatch.setattr(env_module, "_HELD", set())  # as another process sees it
         assert env_module._others_extracting(tmp_path)
     assert not list(tmp_path.glob(".extracting-*"))
