@@ -348,7 +348,7 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched:
         sealed = {e.name for e in plan.link if _has_seal(options.cache_dir, e, drop)}
         archives = _archives(plan.link, sealed, fetched, options, feedback)
         feedback.notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
-        link_conda(conda, archives, sealed, partial, options)
+        link_conda(conda, archives, sealed, partial, options, check_unsealed=not drop)
         requested = _requested_conda_specs(lock)
         if requested:
             append_request(partial / "conda-meta" / "history", requested, f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})")
@@ -420,7 +420,8 @@ def _fetch_quietly(entries: Sequence[LockedPackage], options: EnvOptions,
     return fetch_archives(entries, options.cache_dir, options.mirrors, progress=progress, bundle=options.bundle)
 
 
-def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions) -> None:
+def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions,
+               check_unsealed: bool = False) -> None:
     """Make `partial` hold exactly `conda`, linking `archives`; rattler computes
     and applies the difference.
 
@@ -432,7 +433,10 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
     (`sealed`) is linked by a record that points at the lock's URL: rattler
     takes the cached copy (matched by sha256) and records that URL, so
     conda-meta needs no rewrite. Other records point at the verified archive,
-    which rattler extracts.
+    which rattler extracts. With `check_unsealed` (another run is extracting, so
+    unsealed copies were left for it rather than dropped: one may be a killed
+    run's half-extracted or a hand-edited copy), rattler re-hashes the copies
+    it links from ("full") and extracts again what does not match.
 
     Checking the seals costs ~3 us a file, so it runs in a thread while
     rattler links from the copies (hidden where cores are spare; on 2 cores,
@@ -444,7 +448,7 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
     """
     edited = functools.cache(lambda: [e for e in conda if e.name in sealed and not _seal_holds(options.cache_dir, e)])
     try:
-        _link(conda, archives, sealed, partial, options, alongside=edited)
+        _link(conda, archives, sealed, partial, options, alongside=edited, check_unsealed=check_unsealed)
         failure = None
     except Exception as exc:  # an edited copy may be the cause: look first
         failure = exc
@@ -457,7 +461,7 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
 
 
 def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: Path, options: EnvOptions,
-          alongside: Callable[[], object]) -> None:
+          alongside: Callable[[], object], check_unsealed: bool = False) -> None:
     to_link = [e for e in conda if e.name in archives]
     attempts = [sealed, set()] if sealed else [sealed]
     for canonical in attempts:
@@ -467,7 +471,8 @@ def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: 
             checked = _fetch_quietly([e for e in to_link if e.name in sealed], options)
             archives = {**archives, **checked}
         try:
-            _rattler_install(conda, archives, partial, options, canonical=canonical, alongside=alongside)
+            _rattler_install(conda, archives, partial, options, canonical=canonical, alongside=alongside,
+                             check_unsealed=check_unsealed)
             break
         except Exception as exc:
             if canonical is attempts[-1]:
@@ -484,7 +489,7 @@ def _link(conda: Sequence[LockedPackage], archives: dict, sealed: set, partial: 
 
 
 def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Path, options: EnvOptions,
-                     canonical: set, alongside: Callable[[], object]) -> None:
+                     canonical: set, alongside: Callable[[], object], check_unsealed: bool = False) -> None:
     """rattler.install of `conda` into `partial`, with `alongside()` in a thread meanwhile. rattler
     reads what `partial` holds from its conda-meta itself (in Rust, ~6x faster than parsing the
     records in Python to hand them over).
@@ -532,7 +537,8 @@ def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Pa
             show_progress=options.show_progress,
             alternative_target_prefix=options.prefix,
             config=rattler.Config.from_toml(_LINK_CONFIG),
-            package_cache=rattler.PackageCache.new_layered([pkgs], validation_mode=rattler.ValidationMode.skip()),
+            package_cache=rattler.PackageCache.new_layered(
+                [pkgs], validation_mode=rattler.ValidationMode.full() if check_unsealed else rattler.ValidationMode.skip()),
         )
         # Both to the end: the caller wants `alongside`'s answer even if linking failed.
         linked, _ = await asyncio.gather(linking, asyncio.to_thread(alongside), return_exceptions=True)

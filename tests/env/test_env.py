@@ -485,6 +485,25 @@ def test_an_unsealed_copy_is_left_alone_while_another_run_may_be_linking_from_it
     assert (project.root / "third" / "share/bigpkg/f000001.txt").is_file()
 
 
+def test_an_unsealed_copy_kept_for_another_run_is_checked_before_it_is_linked(project: Project, channel: Path) -> None:
+    """Left alone because another run is extracting, an unsealed copy may still be a killed run's
+    half-extracted one or an edited one: rattler checks it in full then, and extracts it again."""
+    import fcntl
+
+    cache = project.root / ".cache"
+    assert main(env_args(project, str(channel))) == 0
+    (extracted,) = cache.glob("pkgs/bigpkg-*/")
+    (seal,) = [p for p in cache.glob("seals/*.json") if json.loads(p.read_text().partition("\n")[2]).get("share/bigpkg/f000001.txt")]
+    seal.unlink()
+    (extracted / "share/bigpkg/f000001.txt").write_text("damaged\n")
+    (extracted / "share/bigpkg/f000002.txt").unlink()
+    with open(cache / ".extracting-other", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another run, alive
+        assert main(env_args(project, str(channel), "--prefix", str(project.root / "second"))) == 0
+    second = project.root / "second" / "share/bigpkg"
+    assert (second / "f000001.txt").read_text() != "damaged\n" and (second / "f000002.txt").is_file()
+
+
 def test_an_extracting_file_taken_for_a_killed_runs_is_made_again(tmp_path: Path, monkeypatch) -> None:
     """Between creating its file and locking it, a run's file looks like a killed run's to another
     run, which removes it: the run must not go on holding a lock nobody can see."""
