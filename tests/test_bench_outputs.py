@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import pytest
 
 from bootstrap.bench import report
 from bootstrap.errors import InputError
+from tests.fixtures.mounts import in_private_mounts, needs_unshare
 from tests.test_bench_units import synthetic_result
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,21 +30,6 @@ SMALL = ["--device", "cpu", "--samples", "16", "--image-size", "32", "--crop-siz
 def bench(*args, timeout=120):
     return subprocess.run([sys.executable, "-m", "bootstrap", "bench", *args], capture_output=True, text=True,
                           cwd=REPO, timeout=timeout)
-
-
-def can_unshare() -> bool:
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        return False
-    return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
-
-
-needs_unshare = pytest.mark.skipif(not can_unshare(), reason="needs root and unshare -m to mount a private tmpfs")
-
-
-def in_private_mounts(script: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run a bash `script` in a private mount namespace (its mounts vanish with it), from the repo root."""
-    return subprocess.run(["unshare", "-m", "bash", "-c", f"set -e\n{script}"], capture_output=True, text=True,
-                          cwd=REPO, timeout=timeout, env={**os.environ, "PY": sys.executable})
 
 
 # --------------------------------------------------------------------------- before the run

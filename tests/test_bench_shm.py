@@ -13,7 +13,7 @@ from bootstrap.bench.config import Thresholds
 from bootstrap.bench.measure import SHM_FAILURE, worker_failure
 from bootstrap.bench.verdicts import VerdictFacts, shm_check
 from bootstrap.checks import Status
-from tests.test_bench_outputs import in_private_mounts, needs_unshare
+from tests.fixtures.mounts import in_private_mounts, needs_unshare
 
 # What torch raises in the main process when a worker could not put its batch in /dev/shm (torch 2.13).
 SHM_ERROR = ("Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"

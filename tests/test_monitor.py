@@ -26,7 +26,7 @@ from bootstrap.monitor import (
     sparkline,
 )
 from tests.fixtures.fakes import FakeNvml, FakeNVMLError
-from tests.test_bench_outputs import in_private_mounts, needs_unshare
+from tests.fixtures.mounts import in_private_mounts, needs_unshare
 
 DATA = Path(__file__).resolve().parent / "data" / "monitor"
 REPO = Path(__file__).resolve().parent.parent
