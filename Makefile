@@ -53,9 +53,11 @@ bundle: tools
 	$(CHECK_ENV)
 	$(PY) -m bootstrap bundle $(ENV) $(BUNDLE_ARGS)
 
-## What the package cache (~/.cache/bootstrap) holds; prune-cache keeps only what this project's locks install.
+## What the package cache (~/.cache/bootstrap) holds.
 cache: tools
 	$(PY) -m bootstrap cache
+
+## Remove from the package cache what no lock of this project installs.
 prune-cache: tools
 	$(PY) -m bootstrap cache --prune
 

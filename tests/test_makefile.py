@@ -92,3 +92,9 @@ def test_a_python_that_does_not_run_is_named(scratch: Path) -> None:
     assert done.returncode == 2
     assert done.stderr == f"tools-venv: '{broken}' does not run (fake python: broken install); set PYTHON=/path/to/python3\n"
     assert (scratch / ".tools" / ".requirements-tools.txt").exists()  # untouched
+
+
+def test_help_lists_every_target(scratch: Path) -> None:
+    phony = next(line for line in (scratch / "Makefile").read_text().splitlines() if line.startswith(".PHONY:"))
+    listed = {line.split()[0] for line in make(scratch, "help").stdout.splitlines()}
+    assert set(phony.split()[1:]) - {"FORCE"} - listed == set()
