@@ -71,7 +71,7 @@ clean-env:
 VERIFY_ARGS ?=
 verify:
 	$(CHECK_ENV)
-	@test -x .envs/$(ENV)/bin/python || { echo "no env at .envs/$(ENV): run \`make env\` first" >&2; exit 2; }
+	@test -x .envs/$(ENV)/bin/python || { echo "no env at .envs/$(ENV): run \`make env$(if $(filter-out py310,$(ENV)), ENV=$(ENV))\` first" >&2; exit 2; }
 	PYTHONPATH="$(CURDIR)" .envs/$(ENV)/bin/python -m bootstrap verify $(VERIFY_ARGS)
 
 ## Host only, before any env exists: driver, max CUDA, GPUs, and whether the lock's torch build fits.

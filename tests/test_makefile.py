@@ -98,3 +98,10 @@ def test_help_lists_every_target(scratch: Path) -> None:
     phony = next(line for line in (scratch / "Makefile").read_text().splitlines() if line.startswith(".PHONY:"))
     listed = {line.split()[0] for line in make(scratch, "help").stdout.splitlines()}
     assert set(phony.split()[1:]) - {"FORCE"} - listed == set()
+
+
+def test_verify_without_an_env_names_the_make_env_that_creates_it(scratch: Path) -> None:
+    done = make(scratch, "verify", ENV="py39")
+    assert done.returncode == 2
+    assert "no env at .envs/py39: run `make env ENV=py39` first" in done.stderr
+    assert "run `make env` first" in make(scratch, "verify").stderr
