@@ -110,17 +110,32 @@ def row(name: str, ours_t: list[float], raw_t: list[float]) -> str:
             f"{extra * 1000:>+9.0f} ms{len(ours_t):>6}")
 
 
+def at_least(low: int):
+    """An argparse type: an integer >= `low`, refused before any fixture is built."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text}")
+        return value
+    parse.__name__ = "int"  # argparse's "invalid int value" for what is no integer
+    return parse
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--packages", type=int, default=PACKAGES,
-                        help=f"generic packages of {FILES_EACH} files each besides python and pip (default {PACKAGES})")
-    parser.add_argument("--runs", type=int, default=RUNS, help=f"pairs per scenario (default {RUNS})")
-    parser.add_argument("--big-mb", type=int, default=0, metavar="MB",
+    # pkg07 is the package the change scenarios move forward, so there are at least 8.
+    parser.add_argument("--packages", type=at_least(8), default=PACKAGES,
+                        help=f"generic packages of {FILES_EACH} files each besides python and pip (default {PACKAGES}, "
+                             "at least 8)")
+    parser.add_argument("--runs", type=at_least(1), default=RUNS, help=f"pairs per scenario (default {RUNS})")
+    parser.add_argument("--big-mb", type=at_least(0), default=0, metavar="MB",
                         help="add a package holding one file of MB megabytes, as CUDA libraries are (default none)")
     parser.add_argument("--dir", type=Path, default=None,
                         help="where the fixture, caches and envs go (default: $TMPDIR); a tmpfs there takes "
                              "the disk's drift out and leaves the CPU overhead")
     args = parser.parse_args(argv)
+    if args.dir is not None and not args.dir.is_dir():
+        parser.error(f"--dir {args.dir}: no such directory")
     packages, runs = args.packages, args.runs
     with tempfile.TemporaryDirectory(prefix="bench-env-", dir=args.dir) as tmp_name:
         tmp = Path(tmp_name)

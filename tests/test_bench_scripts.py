@@ -1,0 +1,30 @@
+"""The benchmark scripts' command lines (`make bench-env`, `bench-loader`, `bench-verify`, `bench-lock`):
+a bad argument is refused in one line, exit 2, before any fixture is built."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def script(name: str, *argv: str, tmp: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "scripts" / name), *argv], cwd=tmp, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp)})
+
+
+@pytest.mark.parametrize("argv, error", [
+    (("--runs", "0"), "argument --runs: expected an integer >= 1, got 0"),
+    (("--packages", "3"), "argument --packages: expected an integer >= 8, got 3"),
+    (("--big-mb", "-1"), "argument --big-mb: expected an integer >= 0, got -1"),
+    (("--dir", "/nonexistent/bench"), "--dir /nonexistent/bench: no such directory"),
+])
+def test_bench_env_refuses_bad_arguments_before_building(tmp_path: Path, argv: tuple, error: str) -> None:
+    done = script("bench_env.py", *argv, tmp=tmp_path)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"bench_env.py: error: {error}", done.stderr
+    assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
