@@ -37,9 +37,11 @@ sys.path.insert(0, str(REPO))
 
 from bootstrap.bench import BenchOptions, WorkloadSpec, run_bench  # noqa: E402  (after sys.path)
 from bootstrap.bench import measure as ms  # noqa: E402
+from bootstrap.bench.config import OPTION_RULES, check_value  # noqa: E402
 from bootstrap.bench.results import LoaderConfig  # noqa: E402
 from bootstrap.bench.sampler import UtilSampler  # noqa: E402
 from bootstrap.bench.workloads import SyntheticImages, build_store, drop_page_cache  # noqa: E402
+from bootstrap.errors import InputError  # noqa: E402
 
 IO = WorkloadSpec(samples=256, image_size=64, crop_size=56, batch_size=16, io_ms=10.0, step_ms=20.0, model="tiny")
 CPU = WorkloadSpec(samples=256, image_size=64, crop_size=56, batch_size=16, cpu_ms=3.0, step_ms=10.0, model="tiny")
@@ -163,11 +165,23 @@ def _loadavg() -> str:
         return "unknown"
 
 
+def budget(text: str) -> float:
+    """--budget as `bench` takes it (> 0 s, at most a day), refused before the minutes of runs, not after."""
+    try:
+        return check_value(float(text), OPTION_RULES["budget_s"], "--budget")
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.problem) from None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", type=float, default=40.0, help="bench budget per workload (s)")
+    parser.add_argument("--budget", type=budget, default=40.0, help="bench budget per workload (s)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
+    if args.json is not None and not args.json.parent.is_dir():
+        parser.error(f"--json {args.json}: no directory {args.json.parent} to write it in")
+    if args.json is not None and args.json.is_dir():
+        parser.error(f"--json {args.json}: a directory; name the file to write")
     print(f"bench-loader: {ms.usable_cpus()} usable CPUs; budgets {args.budget:g} s per workload; CPU device; "
           f"load average before: {_loadavg()}")
     print(f"  I/O workload: io_ms={IO.io_ms:g} per sample, step_ms={IO.step_ms:g} per batch of {IO.batch_size}")

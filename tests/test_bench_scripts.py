@@ -28,3 +28,15 @@ def test_bench_env_refuses_bad_arguments_before_building(tmp_path: Path, argv: t
     done = script("bench_env.py", *argv, tmp=tmp_path)
     assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"bench_env.py: error: {error}", done.stderr
     assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, error", [
+    (("--budget", "0"), "argument --budget: expected a number > 0 and <= 86,400, got 0.0"),
+    (("--budget", "nan"), "argument --budget: expected a number > 0 and <= 86,400, got nan"),
+    (("--json", "/nonexistent/loader.json"), "--json /nonexistent/loader.json: no directory /nonexistent to write it in"),
+    (("--json", "."), "--json .: a directory; name the file to write"),
+])
+def test_bench_loader_refuses_bad_arguments_before_its_runs(tmp_path: Path, argv: tuple, error: str) -> None:
+    done = script("bench_loader.py", "--budget", "0.5", *argv, tmp=tmp_path)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"bench_loader.py: error: {error}", done.stderr
+    assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
