@@ -203,7 +203,7 @@ def main() -> int:
           "tuned = bench.tuned (warn: the budget was too small for a complete tune)")
     for r in runs[:2]:
         print(f"  {r['workload']}: c = {r['c_ms']:.2f} ms CPU, l = {r['l_ms']:.2f} ms wall per sample; "
-              f"ceiling {r['ceiling']:.0f} samples/s")
+              f"ceiling {_f(r['ceiling'], '.0f')} samples/s")
 
     ab = sampler_ab(IO, runs[0]["workers"] or 1, seconds=2.0)
     print()

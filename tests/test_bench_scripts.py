@@ -40,3 +40,10 @@ def test_bench_loader_refuses_bad_arguments_before_its_runs(tmp_path: Path, argv
     done = script("bench_loader.py", "--budget", "0.5", *argv, tmp=tmp_path)
     assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"bench_loader.py: error: {error}", done.stderr
     assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_bench_loader_reports_a_budget_too_small_to_measure_the_ceiling(tmp_path: Path) -> None:
+    done = script("bench_loader.py", "--budget", "0.5", "--json", "loader.json", tmp=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "ceiling - samples/s" in done.stdout and (tmp_path / "loader.json").is_file()
