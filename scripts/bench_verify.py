@@ -21,6 +21,7 @@ Target (issue 4): verify <= 0.8 x collect_env.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
@@ -83,6 +84,7 @@ def timed(argv: list) -> float:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, and no stray arguments
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp_name:
         prefix = build_env(Path(tmp_name))
         python = str(prefix / "bin" / "python")

@@ -47,3 +47,12 @@ def test_bench_loader_reports_a_budget_too_small_to_measure_the_ceiling(tmp_path
     done = script("bench_loader.py", "--budget", "0.5", "--json", "loader.json", tmp=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "ceiling - samples/s" in done.stdout and (tmp_path / "loader.json").is_file()
+
+
+@pytest.mark.parametrize("name", ["bench_verify.py", "bench_lock.py"])
+def test_bench_scripts_without_options_answer_help_and_refuse_arguments(tmp_path: Path, name: str) -> None:
+    helped = script(name, "--help", tmp=tmp_path)
+    assert helped.returncode == 0 and helped.stdout.startswith(f"usage: {name} [-h]")
+    done = script(name, "--runs", "3", tmp=tmp_path)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"{name}: error: unrecognized arguments: --runs 3"
+    assert list(tmp_path.iterdir()) == []
