@@ -153,6 +153,8 @@ BENCH_ARGS ?=
 bench: tools $(TOOLS)/.torch-test
 	$(PY) -m bootstrap bench $(BENCH_ARGS)
 
-## Tuned vs naive loader figures (I/O-latency and CPU-cost workloads), tuning time vs budget, sampler overhead.
+## Tuned vs naive loader figures (I/O-latency and CPU-cost workloads), tuning time vs budget, sampler overhead;
+## BENCH_LOADER_ARGS="--budget 20 --json loader.json" for shorter runs and the figures in a file.
+BENCH_LOADER_ARGS ?=
 bench-loader: tools $(TOOLS)/.torch-test
-	$(PY) scripts/bench_loader.py
+	$(PY) scripts/bench_loader.py $(BENCH_LOADER_ARGS)

@@ -105,3 +105,9 @@ def test_verify_without_an_env_names_the_make_env_that_creates_it(scratch: Path)
     assert done.returncode == 2
     assert "no env at .envs/py39: run `make env ENV=py39` first" in done.stderr
     assert "run `make env` first" in make(scratch, "verify").stderr
+
+
+def test_bench_loader_passes_its_arguments_on(scratch: Path) -> None:
+    (scratch / ".tools" / ".torch-test").write_text("torch==0\n")
+    planned = make(scratch, "-n", "bench-loader", "BENCH_LOADER_ARGS=--budget 20", "TORCH_TEST=torch==0").stdout
+    assert planned.splitlines()[-1] == ".tools/bin/python scripts/bench_loader.py --budget 20"
