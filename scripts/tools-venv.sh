@@ -50,6 +50,11 @@ if ! at_least 3 9; then
   say "'$python' is Python $version; the tools need Python >= 3.9 (set PYTHON=/path/to/python3)"
   exit 2
 fi
+# Debian and Ubuntu ship python3 without ensurepip: its `-m venv` fails, and not for want of a network.
+if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+  say "'$python' cannot create a venv (no ensurepip: on Debian/Ubuntu \`apt install python3-venv\`, or set PYTHON=/path/to/python3)"
+  exit 2
+fi
 
 # A run killed before it finished left the last working venv aside: that one is the venv.
 if [ -d "$old" ]; then

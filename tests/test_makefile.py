@@ -111,3 +111,20 @@ def test_bench_loader_passes_its_arguments_on(scratch: Path) -> None:
     (scratch / ".tools" / ".torch-test").write_text("torch==0\n")
     planned = make(scratch, "-n", "bench-loader", "BENCH_LOADER_ARGS=--budget 20", "TORCH_TEST=torch==0").stdout
     assert planned.splitlines()[-1] == ".tools/bin/python scripts/bench_loader.py --budget 20"
+
+
+def test_a_python_without_ensurepip_is_named_before_the_venv_is_touched(scratch: Path) -> None:
+    """Debian's and Ubuntu's python3 without python3-venv: `-m venv` would fail, and not for want of a network."""
+    (scratch / "shadow" / "ensurepip").mkdir(parents=True)
+    (scratch / "shadow" / "ensurepip" / "__init__.py").write_text("raise ImportError('removed by the distribution')\n")
+    python = scratch / "bin" / "python3"
+    python.parent.mkdir()
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={scratch / 'shadow'} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    (scratch / ".tools" / "working").write_text("the venv make trusted")
+    done = tools_venv(scratch, PYTHON=str(python), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(scratch / "no-wheels"),
+                      PIP_CONFIG_FILE=os.devnull)
+    assert done.returncode == 2
+    assert done.stderr == (f"tools-venv: '{python}' cannot create a venv (no ensurepip: on Debian/Ubuntu "
+                           "`apt install python3-venv`, or set PYTHON=/path/to/python3)\n")
+    assert (scratch / ".tools" / "working").read_text() == "the venv make trusted"
