@@ -44,7 +44,7 @@ help:
 BUNDLE ?=
 env: tools
 	$(CHECK_ENV)
-	$(PY) -m bootstrap env $(ENV) $(if $(BUNDLE),--bundle "$(BUNDLE)") $(ENV_ARGS)
+	$(PY) -m bootstrap env $(ENV)$(if $(BUNDLE), --bundle "$(BUNDLE)") $(ENV_ARGS)
 
 ## Every artifact the lock of $(ENV) installs on this platform, and the lock, in one tar for nodes
 ## without internet; BUNDLE_ARGS="--platform linux-64 -o FILE" for another platform or name.

@@ -128,3 +128,9 @@ def test_a_python_without_ensurepip_is_named_before_the_venv_is_touched(scratch:
     assert done.stderr == (f"tools-venv: '{python}' cannot create a venv (no ensurepip: on Debian/Ubuntu "
                            "`apt install python3-venv`, or set PYTHON=/path/to/python3)\n")
     assert (scratch / ".tools" / "working").read_text() == "the venv make trusted"
+
+
+def test_the_readme_shows_the_command_make_env_runs(scratch: Path) -> None:
+    readme = (REPO / "README.md").read_text().splitlines()
+    shown = readme[readme.index("$ make env ENV_ARGS=--dry-run") + 1]
+    assert make(scratch, "-n", "env", "ENV_ARGS=--dry-run").stdout.splitlines()[-1] == shown
