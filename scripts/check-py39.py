@@ -32,7 +32,12 @@ def grammar_errors(paths: list[Path]) -> list[str]:
 def vermin_errors(paths: list[Path]) -> list[str]:
     argv = [str(Path(sys.executable).with_name("vermin")), "--no-tips", "--violations",
             "--backport", "dataclasses", "-t=3.9-", *map(str, paths)]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        print(f"check-py39: no vermin beside {sys.executable}: run it with the tools venv's python "
+              "(.tools/bin/python scripts/check-py39.py, or `make test`)", file=sys.stderr)
+        raise SystemExit(2) from None
     if proc.returncode == 0:
         return []
     return [line for line in proc.stdout.splitlines() if line.strip()] or [proc.stderr.strip()]
@@ -40,6 +45,10 @@ def vermin_errors(paths: list[Path]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     roots = [Path(a) for a in argv] or [Path(__file__).resolve().parent.parent / "bootstrap"]
+    missing = [str(root) for root in roots if not root.exists()]
+    if missing:
+        print(f"check-py39: no such file or directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
     paths = sorted(p for root in roots for p in ([root] if root.is_file() else root.rglob("*.py")))
     errors = grammar_errors(paths) + vermin_errors(paths)
     for line in errors:

@@ -206,3 +206,15 @@ def test_py39_check_rejects_newer_python(tmp_path: Path, source: str, why: str) 
     done = subprocess.run([sys.executable, str(CHECK), str(path)], capture_output=True, text=True, check=False)
     assert done.returncode == 1
     assert why in done.stdout
+
+
+def test_py39_check_names_what_it_cannot_check(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(CHECK), str(tmp_path / "bootstrp")], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"check-py39: no such file or directory: {tmp_path / 'bootstrp'}\n"
+    bare = tmp_path / "bin" / "python3"  # an interpreter with no vermin beside it
+    bare.parent.mkdir()
+    bare.symlink_to(sys.executable)
+    done = subprocess.run([str(bare), str(CHECK)], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"check-py39: no vermin beside {bare}: run it with the tools venv's python")
