@@ -131,7 +131,7 @@ tools-requirements: tools
 
 ## Remove the tools venv (the next target builds it again).
 clean:
-	rm -rf $(TOOLS) $(TOOLS).old $(TOOLS).lock .pytest_cache
+	rm -rf $(TOOLS) $(TOOLS).old $(TOOLS).trash $(TOOLS).lock .pytest_cache
 
 ## The shareable environment.yml of the default env: requested specs pinned to conda-lock.yml,
 ## no build strings, no paths (`make test` fails when it drifts from the lock).

@@ -21,6 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 reqs="$here/requirements-tools.txt"
 python=${PYTHON:-python3}
 old="$venv.old"
+trash="$venv.trash"
 work=$(mktemp -d)
 
 trap 'rm -rf "$work"' EXIT
@@ -57,6 +58,8 @@ if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
 fi
 
 # A run killed before it finished left the last working venv aside: that one is the venv.
+# One killed while it removed the replaced venv left what it had not removed yet.
+rm -rf "$trash"
 if [ -d "$old" ]; then
   rm -rf "$venv"
   mv "$old" "$venv"
@@ -101,7 +104,7 @@ if [ -d "$venv" ]; then
 fi
 finish() {
   status=$?
-  if [ "$status" -ne 0 ]; then
+  if [ "$status" -ne 0 ] && [ -z "${built:-}" ]; then
     rm -rf "$venv"
     if [ -d "$old" ]; then
       mv "$old" "$venv"
@@ -129,6 +132,12 @@ else
 fi
 
 "$venv/bin/python" -m pip install "${install[@]}"
-rm -rf "$old"
 # The stamp make compares with the requirements (its time, and its content: see the Makefile).
 cp "$reqs" "$venv/.requirements-tools.txt"
+# The new venv is the venv now, whatever interrupts what follows: the replaced one leaves the
+# name `.old` in one rename before its removal starts, so no half-removed copy of it is ever put back.
+built=1
+if [ -d "$old" ]; then
+  mv "$old" "$trash"
+fi
+rm -rf "$trash"

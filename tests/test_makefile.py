@@ -134,3 +134,25 @@ def test_the_readme_shows_the_command_make_env_runs(scratch: Path) -> None:
     readme = (REPO / "README.md").read_text().splitlines()
     shown = readme[readme.index("$ make env ENV_ARGS=--dry-run") + 1]
     assert make(scratch, "-n", "env", "ENV_ARGS=--dry-run").stdout.splitlines()[-1] == shown
+
+
+def test_ctrl_c_while_the_replaced_venv_is_removed_keeps_the_new_one(scratch: Path) -> None:
+    """The last step, removing the replaced venv, takes about a second: Ctrl-C there must not put a
+    half-removed copy of it back in place of the venv just built."""
+    (scratch / "scripts" / "requirements-tools.txt").write_text("")  # installs nothing: no index needed
+    (scratch / ".tools" / "working").write_text("the venv make trusted")
+    shims = scratch / "shims"
+    shims.mkdir()
+    # `rm` of the replaced venv removes one file of it, then the user presses Ctrl-C.
+    (shims / "rm").write_text('#!/bin/sh\nfor a; do case "$a" in *.tools.old|*.tools.trash)\n'
+                              '  [ -d "$a" ] && /bin/rm "$a/working" && kill -INT $PPID && sleep 1 && exit 130;; esac; done\n'
+                              'exec /bin/rm "$@"\n')
+    (shims / "rm").chmod(0o755)
+    done = tools_venv(scratch, PATH=f"{shims}:{os.environ['PATH']}", PYTHON=sys.executable, PIP_NO_INDEX="1",
+                      PIP_CONFIG_FILE=os.devnull)
+    assert done.returncode == 130, done.stderr
+    tools = scratch / ".tools"
+    assert (tools / ".requirements-tools.txt").read_text() == "" and not (tools / "working").exists()
+    assert subprocess.run([str(tools / "bin" / "python"), "-c", ""]).returncode == 0
+    assert "back as it was" not in done.stderr
+    assert not (scratch / ".tools.old").exists()
