@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -110,6 +112,21 @@ def row(name: str, ours_t: list[float], raw_t: list[float]) -> str:
             f"{extra * 1000:>+9.0f} ms{len(ours_t):>6}")
 
 
+@contextlib.contextmanager
+def scratch_dir(parent: Path | None):
+    """A temporary directory removed however the run ends. After Ctrl-C, rattler's install threads
+    write into it for a moment more, so the removal is tried again until they have stopped."""
+    path = tempfile.mkdtemp(prefix="bench-env-", dir=parent)
+    try:
+        yield path
+    finally:
+        for _ in range(50):
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                break
+            time.sleep(0.1)
+
+
 def at_least(low: int):
     """An argparse type: an integer >= `low`, refused before any fixture is built."""
     def parse(text: str) -> int:
@@ -137,7 +154,7 @@ def main(argv: list[str]) -> int:
     if args.dir is not None and not args.dir.is_dir():
         parser.error(f"--dir {args.dir}: no such directory")
     packages, runs = args.packages, args.runs
-    with tempfile.TemporaryDirectory(prefix="bench-env-", dir=args.dir) as tmp_name:
+    with scratch_dir(args.dir) as tmp_name:
         tmp = Path(tmp_name)
         specs = [runnable_python_spec(), pip_spec(), *(package(i) for i in range(packages))]
         if args.big_mb:
@@ -234,4 +251,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        print("\nbench-env: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -223,4 +223,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("\nbench-loader: interrupted", file=sys.stderr)
+        sys.exit(130)

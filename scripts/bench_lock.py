@@ -89,4 +89,8 @@ def time_check_python(runs: int = 7) -> list[float]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("\nbench-lock: interrupted", file=sys.stderr)
+        sys.exit(130)

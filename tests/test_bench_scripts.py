@@ -4,6 +4,7 @@ a bad argument is refused in one line, exit 2, before any fixture is built."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,18 @@ def test_bench_scripts_without_options_answer_help_and_refuse_arguments(tmp_path
     done = script(name, "--runs", "3", tmp=tmp_path)
     assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"{name}: error: unrecognized arguments: --runs 3"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_bench_env_says_so_and_removes_its_fixture(tmp_path: Path) -> None:
+    """Ctrl-C lands while rattler installs: one line, exit 130, and nothing left in $TMPDIR
+    (rattler's threads wrote on while the temporary directory was removed)."""
+    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "bench_env.py"), "--runs", "3"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.stdout is not None and proc.stdout.readline().startswith("fixture env:")
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and stderr.strip() == "bench-env: interrupted", stderr
+    assert list(tmp_path.iterdir()) == []
+
