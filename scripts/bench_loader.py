@@ -70,6 +70,8 @@ class ReplayNvml:
 def one_run(label: str, spec: WorkloadSpec, budget: float) -> Dict[str, Any]:
     started = time.perf_counter()
     result = run_bench(BenchOptions(workload=spec, budget_s=budget, device="cpu"))
+    if result.partial:  # bench turns Ctrl-C into a partial report: here it stops the figures, not just this run
+        raise KeyboardInterrupt
     m = result.metrics
     row = {
         "workload": label, "budget_s": budget, "wall_s": time.perf_counter() - started, "run_s": result.seconds,

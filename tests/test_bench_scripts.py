@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,17 @@ def test_ctrl_c_in_bench_env_says_so_and_removes_its_fixture(tmp_path: Path) -> 
     assert proc.returncode == 130 and stderr.strip() == "bench-env: interrupted", stderr
     assert list(tmp_path.iterdir()) == []
 
+
+@pytest.mark.slow
+def test_ctrl_c_in_bench_loader_stops_it(tmp_path: Path) -> None:
+    """bench turns Ctrl-C into a partial report; bench-loader must stop there, not go on to its next runs."""
+    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "bench_loader.py"), "--budget", "5"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout is not None
+    for _ in range(3):
+        proc.stdout.readline()  # the header: the first bench run starts now
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and stderr.strip() == "bench-loader: interrupted", stderr
