@@ -27,6 +27,9 @@ $(TOOLS)/.requirements-tools.txt: FORCE
 endif
 $(TOOLS)/.requirements-tools.txt: scripts/requirements-tools.txt scripts/tools-venv.sh
 	PYTHON="$(PYTHON)" BUNDLE="$(BUNDLE)" scripts/tools-venv.sh $(TOOLS)
+# The stamps are written once what they stand for is complete: Ctrl-C after that (tools-venv.sh still
+# removing the replaced venv) must not have make delete them and rebuild a working venv next time.
+.PRECIOUS: $(TOOLS)/.requirements-tools.txt $(TOOLS)/.torch-test
 
 FORCE:
 

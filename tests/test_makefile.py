@@ -156,3 +156,22 @@ def test_ctrl_c_while_the_replaced_venv_is_removed_keeps_the_new_one(scratch: Pa
     assert subprocess.run([str(tools / "bin" / "python"), "-c", ""]).returncode == 0
     assert "back as it was" not in done.stderr
     assert not (scratch / ".tools.old").exists()
+
+
+def test_ctrl_c_to_make_at_the_end_of_a_rebuild_keeps_the_stamp(scratch: Path) -> None:
+    """Ctrl-C reaches make too: the stamp, written when the venv was complete, must survive it, or the next
+    run rebuilds a working venv (and fails to, offline)."""
+    (scratch / "scripts" / "requirements-tools.txt").write_text("")  # installs nothing: no index needed
+    shims = scratch / "shims"
+    shims.mkdir()
+    (shims / "rm").write_text('#!/bin/bash\nfor a; do case "$a" in *.tools.old|*.tools.trash)\n'
+                              '  [ -d "$a" ] && kill -INT -- -$(ps -o pgid= $$ | tr -d " ") && sleep 1 && exit 130;; esac; done\n'
+                              'exec /bin/rm "$@"\n')
+    (shims / "rm").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL") and not k.startswith("PIP_")}
+    env.update(PATH=f"{shims}:{os.environ['PATH']}", PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull)
+    done = subprocess.run(["make", "--no-print-directory", "tools", f"PYTHON={sys.executable}"], cwd=scratch, env=env,
+                          capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert done.returncode != 0 and "Deleting file" not in done.stderr, done.stderr
+    assert (scratch / ".tools" / ".requirements-tools.txt").read_text() == ""
+    assert not rebuilds(scratch)
