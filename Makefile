@@ -19,7 +19,8 @@ TORCH_TEST ?= torch==2.13.0
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
 
-# Rebuilt when the requirements or the script are newer than the stamp, and also when the stamp's
+# Rebuilt when the requirements or the script are newer than the stamp (requirements newer but with
+# the stamp's content only have tools-venv.sh bring the stamp's time forward), and also when the stamp's
 # content differs (a checkout synced with older times) or the venv's python no longer runs
 # (its interpreter moved or was removed).
 ifneq ($(shell cmp -s scripts/requirements-tools.txt $(TOOLS)/.requirements-tools.txt && test -x $(PY) && echo ok),ok)

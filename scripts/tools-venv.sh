@@ -65,6 +65,14 @@ if [ -d "$old" ]; then
   mv "$old" "$venv"
 fi
 
+# make calls this when the requirements are newer than the stamp; a checkout or a touch that left
+# their content as it was needs no rebuild (and none that needs the network): the stamp's time catches up.
+if [ -z "${BUNDLE:-}" ] && cmp -s "$reqs" "$venv/.requirements-tools.txt" && [ ! "$0" -nt "$venv/.requirements-tools.txt" ] \
+    && "$venv/bin/python" -c '' 2>/dev/null; then
+  touch "$venv/.requirements-tools.txt"
+  exit 0
+fi
+
 install=(--quiet --disable-pip-version-check --require-hashes --retries 2 --timeout 20 -r "$reqs")
 if [ -n "${BUNDLE:-}" ]; then
   # The same pinned, hash-checked requirements, from the bundle's wheels for this Python and platform.

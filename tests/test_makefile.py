@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,8 @@ def tools_venv(root: Path, **environ: str) -> subprocess.CompletedProcess:
 
 def test_a_refresh_that_cannot_install_puts_the_working_venv_back(scratch: Path) -> None:
     (scratch / ".tools" / "working").write_text("the venv make trusted")
+    stamp = scratch / ".tools" / ".requirements-tools.txt"
+    stamp.write_text(stamp.read_text() + "# the pin before\n")  # the requirements changed since
     done = tools_venv(scratch, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(scratch / "no-wheels"), PIP_CONFIG_FILE=os.devnull)
     assert done.returncode != 0
     assert "the previous .tools is back as it was" in done.stderr.splitlines()[-1], done.stderr
@@ -175,3 +178,20 @@ def test_ctrl_c_to_make_at_the_end_of_a_rebuild_keeps_the_stamp(scratch: Path) -
     assert done.returncode != 0 and "Deleting file" not in done.stderr, done.stderr
     assert (scratch / ".tools" / ".requirements-tools.txt").read_text() == ""
     assert not rebuilds(scratch)
+
+
+def test_requirements_touched_but_unchanged_need_no_rebuild(scratch: Path) -> None:
+    """A checkout that rewrites the file as it was makes it newer than the stamp: offline, a rebuild
+    would fail, and every target with it."""
+    requirements = scratch / "scripts" / "requirements-tools.txt"
+    stamp = scratch / ".tools" / ".requirements-tools.txt"
+    now = time.time()
+    os.utime(scratch / "scripts" / "tools-venv.sh", (now - 200, now - 200))
+    os.utime(stamp, (now - 100, now - 100))
+    os.utime(requirements, (now - 50, now - 50))
+    assert rebuilds(scratch)
+    done = make(scratch, "tools", PIP_NO_INDEX="1", PIP_FIND_LINKS=str(scratch / "no-wheels"), PIP_CONFIG_FILE=os.devnull)
+    assert done.returncode == 0, done.stderr
+    assert not rebuilds(scratch) and (scratch / ".tools" / "bin" / "python").resolve() == Path(sys.executable).resolve()
+    os.utime(scratch / "scripts" / "tools-venv.sh", (now + 10, now + 10))  # a changed script does rebuild
+    assert "tools-venv: could not build" in make(scratch, "tools", PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull).stderr
