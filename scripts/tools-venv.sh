@@ -110,15 +110,17 @@ fi
 if [ -d "$venv" ]; then
   mv "$venv" "$old"
 fi
+# What to try when a step fails: the network behind each step is a different one.
+hint="offline? BUNDLE=FILE from \`make bundle\`, or a PyPI mirror in PIP_INDEX_URL"
 finish() {
   status=$?
   if [ "$status" -ne 0 ] && [ -z "${built:-}" ]; then
     rm -rf "$venv"
     if [ -d "$old" ]; then
       mv "$old" "$venv"
-      say "could not build the tools venv; the previous $venv is back as it was (offline? BUNDLE=FILE from \`make bundle\`, or a PyPI mirror in PIP_INDEX_URL)"
+      say "could not build the tools venv; the previous $venv is back as it was ($hint)"
     else
-      say "could not build the tools venv (offline? BUNDLE=FILE from \`make bundle\`, or a PyPI mirror in PIP_INDEX_URL)"
+      say "could not build the tools venv ($hint)"
     fi
   fi
   rm -rf "$work"
@@ -132,11 +134,14 @@ if at_least 3 10; then
   "$python" -m venv "$venv"
 else
   say "Python $version is older than 3.10; asking uv for a Python 3.11"
+  hint="offline? a PyPI mirror in PIP_INDEX_URL"  # no bundle: it needs a python3 >= 3.10 here
   "$python" -m venv "$work/seed"
   # uv's own pins and hashes, from the same requirements file.
   awk '/^uv==/ { keep = 1 } keep { print } keep && !/\\$/ { exit }' "$reqs" >"$work/uv.txt"
   "$work/seed/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes -r "$work/uv.txt"
+  hint="uv found no Python 3.11 here and could not download one: offline? UV_PYTHON_INSTALL_MIRROR=URL of a python-build-standalone mirror, or PYTHON=/path/to/python3.10-or-newer"
   "$work/seed/bin/uv" venv --quiet --seed --python 3.11 "$venv"
+  hint="offline? a PyPI mirror in PIP_INDEX_URL"
 fi
 
 "$venv/bin/python" -m pip install "${install[@]}"

@@ -195,3 +195,19 @@ def test_requirements_touched_but_unchanged_need_no_rebuild(scratch: Path) -> No
     assert not rebuilds(scratch) and (scratch / ".tools" / "bin" / "python").resolve() == Path(sys.executable).resolve()
     os.utime(scratch / "scripts" / "tools-venv.sh", (now + 10, now + 10))  # a changed script does rebuild
     assert "tools-venv: could not build" in make(scratch, "tools", PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull).stderr
+
+
+@pytest.mark.network  # the seed venv installs the pinned uv from PyPI
+def test_a_39_host_where_uv_finds_no_311_names_the_python_mirror(scratch: Path) -> None:
+    from tests.fixtures.runnable_env import find_interpreter
+
+    python39 = find_interpreter("3.9")
+    if python39 is None:
+        pytest.skip("no Python 3.9 on this machine (PATH or ~/.pyenv/versions)")
+    (scratch / ".tools" / "bin" / "python").unlink()  # its interpreter is gone: a rebuild
+    done = tools_venv(scratch, PYTHON=str(python39.path), UV_PYTHON_PREFERENCE="only-managed", UV_HTTP_RETRIES="0",
+                      UV_PYTHON_INSTALL_DIR=str(scratch / "uv-pythons"), UV_PYTHON_INSTALL_MIRROR="http://127.0.0.1:9/pbs")
+    assert done.returncode != 0
+    assert done.stderr.splitlines()[-1].endswith(
+        "(uv found no Python 3.11 here and could not download one: offline? UV_PYTHON_INSTALL_MIRROR=URL of a "
+        "python-build-standalone mirror, or PYTHON=/path/to/python3.10-or-newer)"), done.stderr
