@@ -12,7 +12,7 @@
 #
 # A venv hard-codes its own path, so the new one is built where it will live:
 # the working one is moved aside first and put back if anything fails (no
-# network, a bad hash, Ctrl-C), so a failed refresh never leaves DIR broken.
+# network, a bad hash, Ctrl-C, a closed terminal), so a failed refresh never leaves DIR broken.
 # Two runs at once take turns (flock, where the system has it).
 set -euo pipefail
 
@@ -129,6 +129,7 @@ finish() {
 trap finish EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+trap 'exit 129' HUP  # the terminal closed (an ssh connection dropped)
 
 if at_least 3 10; then
   "$python" -m venv "$venv"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -211,3 +212,29 @@ def test_a_39_host_where_uv_finds_no_311_names_the_python_mirror(scratch: Path) 
     assert done.stderr.splitlines()[-1].endswith(
         "(uv found no Python 3.11 here and could not download one: offline? UV_PYTHON_INSTALL_MIRROR=URL of a "
         "python-build-standalone mirror, or PYTHON=/path/to/python3.10-or-newer)"), done.stderr
+
+
+def test_a_closed_terminal_mid_install_puts_the_working_venv_back(scratch: Path) -> None:
+    """SIGHUP (an ssh connection dropped) reaches the whole job while pip waits on the index."""
+    import socket
+
+    (scratch / ".tools" / "working").write_text("the venv make trusted")
+    stamp = scratch / ".tools" / ".requirements-tools.txt"
+    stamp.write_text(stamp.read_text() + "# the pin before\n")  # the requirements changed since
+    with socket.socket() as index:  # answers nothing: pip waits
+        index.bind(("127.0.0.1", 0))
+        index.listen(8)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        env.update(PIP_INDEX_URL=f"http://127.0.0.1:{index.getsockname()[1]}/simple", PIP_CONFIG_FILE=os.devnull)
+        proc = subprocess.Popen(["bash", "scripts/tools-venv.sh", ".tools"], cwd=scratch, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        deadline = time.time() + 60
+        while not (scratch / ".tools.old").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(2)  # pip is waiting on the index now
+        os.killpg(proc.pid, signal.SIGHUP)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 129
+    assert "the previous .tools is back as it was" in stderr.splitlines()[-1], stderr
+    assert (scratch / ".tools" / "working").read_text() == "the venv make trusted"
+    assert not (scratch / ".tools.old").exists()
