@@ -138,6 +138,9 @@ def test_the_readme_shows_the_command_make_env_runs(scratch: Path) -> None:
     readme = (REPO / "README.md").read_text().splitlines()
     shown = readme[readme.index("$ make env ENV_ARGS=--dry-run") + 1]
     assert make(scratch, "-n", "env", "ENV_ARGS=--dry-run").stdout.splitlines()[-1] == shown
+    recipe = next(n for n, line in enumerate((REPO / "Makefile").read_text().splitlines(), 1)
+                  if line.startswith("\t$(PY) -m bootstrap env "))
+    assert f"make: *** [Makefile:{recipe}: env] Error 2" in readme  # the line make names when `env` fails
 
 
 def test_ctrl_c_while_the_replaced_venv_is_removed_keeps_the_new_one(scratch: Path) -> None:
