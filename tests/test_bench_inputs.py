@@ -128,7 +128,8 @@ def test_data_dir_gets_a_fresh_directory_that_is_removed(tmp_path):
 
 
 def test_data_dir_on_a_full_disk_is_one_line():
-    from tests.test_bench_outputs import SMALL, can_unshare, in_private_mounts
+    from tests.fixtures.mounts import can_unshare, in_private_mounts
+    from tests.test_bench_outputs import SMALL
 
     if not can_unshare():
         pytest.skip("needs root and unshare -m to mount a private tmpfs")
