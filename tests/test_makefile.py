@@ -143,20 +143,26 @@ def test_the_readme_shows_the_command_make_env_runs(scratch: Path) -> None:
     assert f"make: *** [Makefile:{recipe}: env] Error 2" in readme  # the line make names when `env` fails
 
 
+def interrupting_rm(scratch: Path, instead: str) -> str:
+    """A PATH whose `rm`, asked to remove the replaced venv, runs the shell command `instead` (a Ctrl-C)
+    and exits 130; any other `rm` is the real one."""
+    shims = scratch / "shims"
+    shims.mkdir()
+    (shims / "rm").write_text('#!/bin/bash\nfor a; do case "$a" in *.tools.old|*.tools.trash)\n'
+                              f'  [ -d "$a" ] && {instead} && sleep 1 && exit 130;; esac; done\n'
+                              'exec /bin/rm "$@"\n')
+    (shims / "rm").chmod(0o755)
+    return f"{shims}:{os.environ['PATH']}"
+
+
 def test_ctrl_c_while_the_replaced_venv_is_removed_keeps_the_new_one(scratch: Path) -> None:
     """The last step, removing the replaced venv, takes about a second: Ctrl-C there must not put a
     half-removed copy of it back in place of the venv just built."""
     (scratch / "scripts" / "requirements-tools.txt").write_text("")  # installs nothing: no index needed
     (scratch / ".tools" / "working").write_text("the venv make trusted")
-    shims = scratch / "shims"
-    shims.mkdir()
     # `rm` of the replaced venv removes one file of it, then the user presses Ctrl-C.
-    (shims / "rm").write_text('#!/bin/sh\nfor a; do case "$a" in *.tools.old|*.tools.trash)\n'
-                              '  [ -d "$a" ] && /bin/rm "$a/working" && kill -INT $PPID && sleep 1 && exit 130;; esac; done\n'
-                              'exec /bin/rm "$@"\n')
-    (shims / "rm").chmod(0o755)
-    done = tools_venv(scratch, PATH=f"{shims}:{os.environ['PATH']}", PYTHON=sys.executable, PIP_NO_INDEX="1",
-                      PIP_CONFIG_FILE=os.devnull)
+    path = interrupting_rm(scratch, '/bin/rm "$a/working" && kill -INT $PPID')
+    done = tools_venv(scratch, PATH=path, PYTHON=sys.executable, PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull)
     assert done.returncode == 130, done.stderr
     tools = scratch / ".tools"
     assert (tools / ".requirements-tools.txt").read_text() == "" and not (tools / "working").exists()
@@ -169,14 +175,9 @@ def test_ctrl_c_to_make_at_the_end_of_a_rebuild_keeps_the_stamp(scratch: Path) -
     """Ctrl-C reaches make too: the stamp, written when the venv was complete, must survive it, or the next
     run rebuilds a working venv (and fails to, offline)."""
     (scratch / "scripts" / "requirements-tools.txt").write_text("")  # installs nothing: no index needed
-    shims = scratch / "shims"
-    shims.mkdir()
-    (shims / "rm").write_text('#!/bin/bash\nfor a; do case "$a" in *.tools.old|*.tools.trash)\n'
-                              '  [ -d "$a" ] && kill -INT -- -$(ps -o pgid= $$ | tr -d " ") && sleep 1 && exit 130;; esac; done\n'
-                              'exec /bin/rm "$@"\n')
-    (shims / "rm").chmod(0o755)
+    path = interrupting_rm(scratch, 'kill -INT -- -$(ps -o pgid= $$ | tr -d " ")')  # make's whole group
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL") and not k.startswith("PIP_")}
-    env.update(PATH=f"{shims}:{os.environ['PATH']}", PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull)
+    env.update(PATH=path, PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull)
     done = subprocess.run(["make", "--no-print-directory", "tools", f"PYTHON={sys.executable}"], cwd=scratch, env=env,
                           capture_output=True, text=True, timeout=300, start_new_session=True)
     assert done.returncode != 0 and "Deleting file" not in done.stderr, done.stderr
