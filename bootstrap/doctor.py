@@ -117,17 +117,13 @@ def load_facts(path: Path) -> Facts:
 def save_facts(facts: Facts, path: Path) -> None:
     """Write `facts` atomically (temp file + rename), so a failed run leaves no half file;
     through a symlink, or straight into a FIFO or /dev/stdout."""
-    from bootstrap.fsutil import atomic_write_text, disk_full, out_of_space
+    from bootstrap.fsutil import atomic_write_text, write_failed
 
     target = check_output(path, "--save-facts")
     try:
         atomic_write_text(target, json.dumps(facts.to_dict(), indent=2, sort_keys=True) + "\n")
     except OSError as exc:  # a full disk, a FIFO whose reader went away, ...: the temp file is already gone
-        if out_of_space(exc):
-            raise disk_full(f"writing {path}", {"--save-facts": target.parent}, "the facts are not saved",
-                            "free space or give --save-facts another file") from None
-        raise InputError(path, f"cannot write: {exc.strerror or exc}; the facts are not saved",
-                         "give --save-facts another file") from None
+        raise write_failed(exc, path, "--save-facts", "the facts are not saved", target.parent) from None
 
 
 def gather_facts(*, nvml: Any = None, runner: Runner = run, disk_path: str = ".", with_torch: bool = False,

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from bootstrap.errors import BusyError, DiskFullError, InputError
+from bootstrap.errors import BootstrapError, BusyError, DiskFullError, InputError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -174,6 +174,17 @@ def disk_full(doing: str, places: dict, outcome: str, fix: str) -> DiskFullError
     """The one line for ENOSPC: `no space left on device while DOING on <space_report(places)>;
     OUTCOME (FIX)`, with the free space as it is now that the caller has removed what it half-wrote."""
     return DiskFullError(f"no space left on device while {doing} on {space_report(places)}; {outcome} ({fix})")
+
+
+def write_failed(exc: OSError, path: PathLike, flag: str, outcome: str,
+                 directory: Optional[PathLike] = None) -> BootstrapError:
+    """The one line for an output file (`flag`'s) that could not be written: a DiskFullError (with the free
+    space of `directory`, default its parent) when a disk or quota is full, else an InputError; both say
+    what became of it (`outcome`) and to pick another file."""
+    if out_of_space(exc):
+        return disk_full(f"writing {path}", {flag: directory or Path(path).parent}, outcome,
+                         f"free space or give {flag} another file")
+    return InputError(path, f"cannot write: {exc.strerror or exc}; {outcome}", f"give {flag} another file")
 
 
 def remove_tree(path: PathLike) -> None:

@@ -255,9 +255,9 @@ def switch(layout: Layout, number: int) -> None:
 
 def previous(layout: Layout) -> int:
     """The generation `rollback` switches to: the newest one older than the current one."""
-    current = layout.current()
-    older = [g for g in layout.generations() if current is None or g < current]
-    newer = [g for g in layout.generations() if current is not None and g > current]
+    current, complete = layout.current(), layout.generations()
+    older = [g for g in complete if current is None or g < current]
+    newer = [g for g in complete if current is not None and g > current]
     if not older and newer:  # a second --rollback: two generations are kept, and this is the older one
         raise InputError(layout.stable, f"no earlier generation to roll back to: it points at generation {current}, "
                          f"rolled back from {newer[-1]} already, and only the one before the current is kept",

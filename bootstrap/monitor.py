@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bootstrap.errors import BootstrapError, EXIT_USAGE, InputError
-from bootstrap.fsutil import check_output, disk_full, is_special, out_of_space
+from bootstrap.fsutil import check_output, is_special, write_failed
 from bootstrap.nvml import MIB, Nvml
 
 # nvml.h enums (a stable ABI), so a fake module needs no constants.
@@ -536,8 +536,4 @@ class SampleLog:
         """The one line for a log that cannot be written any more (a full disk); the partial file is removed
         first, so the free space reported is what is left without it."""
         self.discard()
-        outcome = "the log is removed" if not self.direct else "logging stopped"
-        if out_of_space(exc):
-            return disk_full(f"writing {self.path}", {self.flag: self.path.parent}, outcome,
-                             f"free space or give {self.flag} another file")
-        return InputError(self.path, f"cannot write: {exc.strerror or exc}; {outcome}", f"give {self.flag} another file")
+        return write_failed(exc, self.path, self.flag, "the log is removed" if not self.direct else "logging stopped")

@@ -258,8 +258,8 @@ class _Run(WorkerSearch, Outcome):
             raise InputError("--device", f"{self.o.device}: CUDA is not available to this torch "
                              f"({torch.__version__})", "use --device cpu, or install a CUDA build of torch")
         index = self.o.device.partition(":")[2]  # cuda:N, validated as digits
-        if index and int(index) >= torch.cuda.device_count():
-            gpus = torch.cuda.device_count()
+        gpus = torch.cuda.device_count() if index else 0
+        if index and int(index) >= gpus:
             raise InputError("--device", f"{self.o.device}: this torch sees {gpus} GPU{'s' if gpus != 1 else ''} "
                              f"(cuda:0{f' .. cuda:{gpus - 1}' if gpus > 1 else ''})",
                              "pick one of those; CUDA_VISIBLE_DEVICES renumbers them from 0")
