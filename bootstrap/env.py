@@ -2,7 +2,8 @@
 
     lock -> entries for this platform -> plan (envplan) against the current generation
          -> fetch + verify the conda archives (vetted) and pip wheels it installs
-         -> new generation (generations.start: the retired one recycled, else a hard-linked clone)
+         -> new generation (generations.start: the retired one recycled, else the spare a no-op
+            run cloned ahead, else a hard-linked clone)
          -> uv removes what leaves pip, rattler links the conda difference, uv installs
             the pip difference (hash-checked, no resolution), install record
          -> atomic switch of the stable symlink -> the generation before the previous GC'd
@@ -101,8 +102,13 @@ class EnvResult:
     seconds: dict = field(default_factory=dict)
     removed_partials: tuple[str, ...] = ()
     base: Optional[int] = None  # the generation the new one was built from
-    recycled: bool = False  # True: `base` was renamed and updated in place; False: cloned (hard links)
+    made: str = ""  # how its directory was had: generations.Start.made ("recycled", "spare", "clone", "empty")
     notes: tuple[str, ...] = ()  # what the user should know about how the change was made
+    spare: Optional[int] = None  # a run that changed nothing: it made a spare of this generation
+
+    @property
+    def recycled(self) -> bool:
+        return self.made == "recycled"
 
 
 def default_cache_dir() -> Path:
@@ -179,9 +185,11 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     planned_on = _env_state(layout)
     plan, up_to_date = _plan(options, lock)
     if options.dry_run or up_to_date:
-        removed = () if options.dry_run else tuple(str(p) for p in gens.remove_partials_if_idle(layout))
+        t = time.perf_counter()
+        removed, spare = ([], None) if options.dry_run else gens.tidy_if_idle(layout)
+        seconds = {"total": time.perf_counter() - started, **({"spare": time.perf_counter() - t} if spare is not None else {})}
         return EnvResult(options.prefix, options.platform, plan, layout.current(), False, options.dry_run,
-                         {"total": time.perf_counter() - started}, removed)
+                         seconds, tuple(str(p) for p in removed), spare=spare)
     check_runs_here(options.platform)
     layout.check_writable()
 
@@ -203,7 +211,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
         gens.collect_garbage(layout, keep=(new.number, current))
     seconds["total"] = time.perf_counter() - started
     return EnvResult(options.prefix, options.platform, plan, new.number, True, False, seconds, removed,
-                     new.base, new.recycled, tuple(notes))
+                     new.base, new.made, tuple(notes))
 
 
 def check_runs_here(platform: str) -> None:

@@ -11,11 +11,14 @@ medians, and the medians of the per-pair ratio and difference.
 
   fresh create, warm cache   bootstrap env -> new prefix | rattler.install -> new prefix
   no-op rerun                `python -m bootstrap env` (interpreter start included) | rattler.install again
-  first change               pkg07 1.0 -> 1.1 in a new env each run: bootstrap starts from a
-                             hard-linked clone of generation 1 | rattler in place; "clone alone"
-                             times that clone by itself (one directory entry per file), "a copy
-                             instead" `cp -a` of the same generation (what a first change cost
-                             before generations shared files; it grows with the bytes, see --big-mb)
+  first no-op (makes spare)  the same on a new env each run: its first no-op clones generation 1
+                             as the spare the first change starts from (once per env)
+  first change (spare)       pkg07 1.0 -> 1.1 on those envs: bootstrap updates the spare | rattler in place
+  first change (clone)       the same on new envs changed before any no-op run: bootstrap starts
+                             from a hard-linked clone of generation 1; "clone alone" times that
+                             clone by itself (one directory entry per file), "a copy instead"
+                             `cp -a` of the same generation (what a first change cost before
+                             generations shared files; it grows with the bytes, see --big-mb)
   later changes              pkg07 1.1 -> 1.2 -> ...: bootstrap updates the retired generation
                              (two changes behind) | rattler in place (one change behind)
 
@@ -192,8 +195,12 @@ def main(argv: list[str]) -> int:
         stable, raw_prefix = tmp / "stable", tmp / "raw-stable"
         create_or_update(ours(stable))
         raw_install(records["1.0"], raw_prefix, cache / "pkgs", True)
-        argv = [sys.executable, "-m", "bootstrap", "env", "--root", str(project.root), "--prefix", str(stable),
-                "--platform", "linux-64", "--cache-dir", str(cache)]
+
+        def cli(prefix: Path) -> list[str]:
+            return [sys.executable, "-m", "bootstrap", "env", "--root", str(project.root), "--prefix", str(prefix),
+                    "--platform", "linux-64", "--cache-dir", str(cache)]
+
+        argv = cli(stable)
         # As a user's `make env` runs: with the bytecode Python caches (a CI's PYTHONDONTWRITEBYTECODE
         # would have every run compile the modules it imports again); the untimed first run writes it.
         child_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -212,33 +219,50 @@ def main(argv: list[str]) -> int:
             locks[version] = lock_path.read_text()
             create_or_update(ours(tmp / "warm"))
 
-        def change(prefix: Path, version: str, recycled: bool) -> None:
+        def change(prefix: Path, version: str, made: str) -> None:
             lock_path.write_text(locks[version])
             result = create_or_update(ours(prefix))
-            assert result.recycled == recycled, (version, result)
+            assert result.made == made, (version, result)
 
-        # First change of an env (from a hard-linked clone): a new pair of envs per run, created untimed.
+        def new_pair(name: str) -> tuple[Path, Path]:
+            """A bootstrap env and a raw one at the first lock, created untimed."""
+            lock_path.write_text(locks["1.0"])
+            create_or_update(ours(tmp / name))
+            raw_install(records["1.0"], tmp / f"{name}-raw", cache / "pkgs", True)
+            return tmp / name, tmp / f"{name}-raw"
+
+        # First no-op and first change of an env (from the spare that no-op made): new envs per run.
+        first_noop, spare = [], []
+        for i in range(runs):
+            env, raw_env = new_pair(f"spare{i}")
+            first_noop.append(pair(i, lambda: subprocess.run(cli(env), check=True, capture_output=True, cwd=REPO,
+                                                             env=child_env),
+                                   lambda: raw_install(records["1.0"], raw_env, cache / "pkgs", True)))
+            spare.append(pair(i, lambda: change(env, updates[0], made="spare"),
+                              lambda: raw_install(records[updates[0]], raw_env, cache / "pkgs", True)))
+
+        # First change of an env before any no-op run (from a hard-linked clone made then).
         first, clone, copy = [], [], []
         for i in range(runs):
-            lock_path.write_text(locks["1.0"])
-            create_or_update(ours(tmp / f"first{i}"))
-            raw_install(records["1.0"], tmp / f"first-raw{i}", cache / "pkgs", True)
-            first.append(pair(i, lambda: change(tmp / f"first{i}", updates[0], recycled=False),
-                              lambda: raw_install(records[updates[0]], tmp / f"first-raw{i}", cache / "pkgs", True)))
-            current = Path(os.path.realpath(tmp / f"first{i}"))
+            env, raw_env = new_pair(f"first{i}")
+            first.append(pair(i, lambda: change(env, updates[0], made="clone"),
+                              lambda: raw_install(records[updates[0]], raw_env, cache / "pkgs", True)))
+            current = Path(os.path.realpath(env))
             clone.append(timed(lambda: clone_tree(current, tmp / f"clone{i}")))
             copy.append(timed(lambda: subprocess.run(["cp", "-a", str(current), str(tmp / f"copy{i}")], check=True)))
 
         # Later changes: the stable env moves forward one version per run, recycling its retired generation.
-        change(stable, updates[0], recycled=False)
+        change(stable, updates[0], made="spare")  # its no-op runs above made one
         raw_install(records[updates[0]], raw_prefix, cache / "pkgs", True)
-        later = [pair(i, lambda: change(stable, version, recycled=True),
+        later = [pair(i, lambda: change(stable, version, made="recycled"),
                       lambda: raw_install(records[version], raw_prefix, cache / "pkgs", True))
                  for i, version in enumerate(updates[1:])]
 
         print(f"{'scenario':<28}{'bootstrap':>11}{'raw (copies)':>14}{'ratio':>8}{'overhead':>12}{'runs':>6}")
         print(row("fresh create, warm cache", *fresh) + f"   raw with hard links: {fresh_hard:.3f}s")
         print(row("no-op rerun", *noop))
+        print(row("first no-op (makes spare)", *zip(*first_noop)))
+        print(row("first change (spare)", *zip(*spare)))
         print(row("first change (clone)", *zip(*first)) + f"   clone alone: {statistics.median(clone):.3f}s, "
               f"a copy (`cp -a`) instead: {statistics.median(copy):.3f}s")
         print(row("later changes (recycled)", *zip(*later)))

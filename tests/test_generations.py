@@ -41,7 +41,7 @@ def test_first_change_starts_from_a_hard_linked_clone(tmp_path: Path) -> None:
     os.symlink("python3.10", first / "lib" / "python3")  # to a directory: recreated, not walked
     os.symlink("gone", first / "bin" / "dangling")
     new = gens.start(layout)
-    assert (new.number, new.base, new.recycled) == (2, 1, False)
+    assert (new.number, new.base, new.made) == (2, 1, "clone")
     assert marker(new.partial) == "1" and marker(layout.path(1)) == "1"
     for relative in ("conda-meta/marker", "lib/python3.10/site-packages/m.py"):
         assert os.stat(new.partial / relative).st_ino == os.stat(first / relative).st_ino
@@ -109,7 +109,7 @@ def test_rollback_with_one_generation_says_what_to_do_instead(tmp_path: Path) ->
 def test_empty_layout_starts_from_nothing(tmp_path: Path) -> None:
     layout = gens.Layout(tmp_path / ".envs" / "py310")
     new = gens.start(layout)
-    assert (new.number, new.base, new.recycled) == (1, None, False) and list(new.partial.iterdir()) == []
+    assert (new.number, new.base, new.made) == (1, None, "empty") and list(new.partial.iterdir()) == []
 
 
 def test_a_generation_killed_while_being_deleted_is_never_recycled(tmp_path: Path, monkeypatch) -> None:
@@ -204,9 +204,72 @@ def test_a_run_that_changes_nothing_removes_a_killed_changes_leftovers_unless_on
     (layout.gens_dir / "2.partial" / "lib").mkdir(parents=True)
     with open(layout.lock_file, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        assert gens.remove_partials_if_idle(layout) == []
-    assert gens.remove_partials_if_idle(layout) == [layout.gens_dir / "2.partial"]
-    assert layout.generations() == [1] and sorted(p.name for p in layout.gens_dir.iterdir()) == ["1"]
+        assert gens.tidy_if_idle(layout) == ([], None)
+        assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["1", "2.partial"]
+    assert gens.tidy_if_idle(layout) == ([layout.gens_dir / "2.partial"], 1)
+    assert layout.generations() == [1] and sorted(p.name for p in layout.gens_dir.iterdir()) == ["1", "1.spare"]
+
+
+def test_a_run_that_changes_nothing_makes_the_spare_the_first_change_starts_from(tmp_path: Path, monkeypatch) -> None:
+    """The first change would clone the current generation; a no-op run clones it ahead, once."""
+    layout = layout_with(tmp_path, [1], current=1)
+    (layout.path(1) / "lib").mkdir()
+    (layout.path(1) / "lib" / "libx.so").write_bytes(b"x" * 100)
+    assert gens.tidy_if_idle(layout) == ([], 1)
+    spare = layout.gens_dir / "1.spare"
+    assert os.stat(spare / "lib" / "libx.so").st_ino == os.stat(layout.path(1) / "lib" / "libx.so").st_ino
+    assert marker(spare) == "1" and layout.generations() == [1] and layout.current() == 1
+    assert gens.tidy_if_idle(layout) == ([], None)  # once: there is one now
+
+    def no_clone(*_):
+        raise AssertionError("the change cloned although a spare was there")
+
+    monkeypatch.setattr(gens, "clone_tree", no_clone)
+    new = gens.start(layout)
+    assert (new.number, new.base, new.made, new.recycled) == (2, 1, "spare", False)
+    assert marker(new.partial) == "1" and not spare.exists() and layout.spares() == []
+    gens.commit(layout, new.number, new.partial)
+    assert gens.tidy_if_idle(layout) == ([], None)  # 1 is retired now: the next change recycles it
+    assert gens.start(layout).made == "recycled"
+
+
+def test_no_spare_where_the_next_change_would_not_clone(tmp_path: Path, make_read_only) -> None:
+    assert gens.tidy_if_idle(gens.Layout(tmp_path / "none")) == ([], None)  # no env yet
+    two = layout_with(tmp_path / "two", [1, 2], current=2)
+    assert gens.tidy_if_idle(two) == ([], None) and two.spares() == []  # 1 is retired: recycled
+    read_only = layout_with(tmp_path / "ro", [1], current=1)
+    make_read_only(read_only.gens_dir)
+    assert gens.tidy_if_idle(read_only) == ([], None)  # a shared env users may not write: quietly none
+
+
+def test_a_spare_that_cannot_be_made_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    import errno
+
+    layout = layout_with(tmp_path, [1], current=1)
+    real = gens.clone_tree
+
+    def disk_full(source: Path, target: Path) -> None:
+        real(source, target)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(gens, "clone_tree", disk_full)
+    assert gens.tidy_if_idle(layout) == ([], None)
+    assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["1"]
+
+
+def test_a_spare_killed_half_made_is_removed_and_made_again(tmp_path: Path) -> None:
+    layout = layout_with(tmp_path, [1], current=1)
+    (layout.gens_dir / "1.spare.partial" / "conda-meta").mkdir(parents=True)  # SIGKILL while cloning
+    assert layout.spares() == []  # never taken for a spare
+    assert gens.tidy_if_idle(layout) == ([layout.gens_dir / "1.spare.partial"], 1)
+    assert marker(layout.gens_dir / "1.spare") == "1"
+
+
+def test_garbage_collection_drops_a_spare_once_a_generation_is_retired(tmp_path: Path) -> None:
+    layout = layout_with(tmp_path, [1, 2], current=2)
+    shutil.copytree(layout.path(1), layout.gens_dir / "1.spare")  # left by hand, or by an older bootstrap
+    assert gens.collect_garbage(layout, keep=(2, 1)) == []
+    assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["1", "2"]
 
 
 def test_a_prefix_under_a_file_is_refused(tmp_path: Path) -> None:

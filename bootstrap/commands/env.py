@@ -119,9 +119,13 @@ def _summary(env: str, result, options) -> str:
     shown = changes if len(changes) <= 40 else changes[:40] + [f"... and {len(changes) - 40} more (--json lists all)"]
     lines += [f"  {line}" for line in shown]
     lines += [f"note: {note}" for note in result.notes]
+    if result.spare is not None:
+        lines.append(f"made a spare of generation {result.spare} (hard links) for the next change to start from "
+                     f"({result.seconds.get('spare', 0):.2f} s, once)")
     if result.changed:
         if result.base is not None:
-            how = f"by updating retired generation {result.base}" if result.recycled else f"from a clone of generation {result.base}"
+            how = {"recycled": f"by updating retired generation {result.base}",
+                   "spare": f"from the spare of generation {result.base}"}.get(result.made, f"from a clone of generation {result.base}")
             lines.append(f"built {how}; `--rollback` switches back to the previous one")
         python = result.prefix / ("python.exe" if result.platform.startswith("win-") else "bin/python")
         lines.append(f"activate: conda activate {shlex.quote(str(result.prefix))}   or run {shlex.quote(str(python))}")
@@ -137,6 +141,8 @@ def _envelope(result) -> dict:
         "generation": result.generation,
         "base": result.base,
         "recycled": result.recycled,
+        "made": result.made or None,
+        "spare": result.spare,
         "changed": result.changed,
         "dry_run": result.dry_run,
         "plan": result.plan.to_dict(),

@@ -50,8 +50,9 @@ def test_create_from_directory_mirror_then_noop(project: Project, channel: Path,
     (prefix.parent / ".py310.gens" / "2.partial").mkdir()  # a killed change's, whose lock was put back
     capsys.readouterr()
     assert main(env_args(project, "/nonexistent-mirror")) == 0  # nothing to fetch, so no mirror needed
-    assert "is up to date" in capsys.readouterr().out
-    assert generation_dirs(project) == ["1"]
+    out = capsys.readouterr().out
+    assert "is up to date" in out and "made a spare of generation 1 (hard links)" in out
+    assert generation_dirs(project) == ["1", "1.spare"]  # the partial removed; the next change starts from the spare
     assert read_install_record(prefix).generation == generation
     # A no-op starts a fresh interpreter each time (`make env`): it must not load the linker's engines.
     code = ("import json, sys; from bootstrap.cli import main; code = main(sys.argv[1:]); "
@@ -203,6 +204,29 @@ def test_a_change_never_writes_into_the_generation_it_starts_from(project: Proje
     (gens_dir / "3" / "sed.tmp").write_text(text + "edited by sed -i\n")
     os.replace(gens_dir / "3" / "sed.tmp", gens_dir / "3" / replaced)
     assert (gens_dir / "2" / replaced).read_text() == text
+
+
+def test_a_first_change_after_a_noop_starts_from_its_spare(project: Project, channel: Path, wheels: Path,
+                                                           capsys) -> None:
+    """The no-op run clones generation 1 ahead; the change then costs what a recycled one does,
+    and leaves 1 as it was, for --rollback."""
+    gens_dir = prefix_of(project).parent / ".py310.gens"
+    assert env_json(project, channel, capsys)["made"] == "empty"
+    noop = env_json(project, channel, capsys)
+    assert (noop["changed"], noop["spare"], noop["generation"]) == (False, 1, 1) and noop["seconds"]["spare"] > 0
+    assert env_json(project, channel, capsys)["spare"] is None  # once
+    before = tree_state(gens_dir / "1")
+    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma"))
+    assert main(env_args(project, str(channel))) == 0
+    out = capsys.readouterr().out
+    assert "built from the spare of generation 1;" in out
+    assert generation_dirs(project) == ["1", "2"] and tree_state(gens_dir / "1") == before
+    assert_matches_lock(project)
+    prefix = prefix_of(project)
+    assert not (prefix / "share/torchlike").exists()
+    assert run_python(prefix, "import alpha, gamma; print(alpha.__version__)") == "1.0"
+    assert main(["env", "--root", str(project.root), "--rollback"]) == 0
+    assert (prefix / "share/torchlike/build.txt").read_text().startswith("cuda12")
 
 
 @pytest.mark.parametrize("cached_copies", [True, False], ids=["cached-copies", "cache-emptied"])
