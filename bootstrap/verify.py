@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bootstrap.checks import Check, Status, exit_code
 from bootstrap.compat import evaluate
@@ -36,7 +36,7 @@ from bootstrap.doctor import (
     save_facts,
 )
 from bootstrap.drift import env_checks, is_running_in, read_env_state, resolve_prefix
-from bootstrap.errors import InputError
+from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import check_output
 from bootstrap.prefix import python_executable
 from bootstrap.probe import Facts
@@ -73,7 +73,8 @@ class VerifyResult:
 
     @property
     def exit_code(self) -> int:
-        return exit_code(self.checks)
+        """1 when a check failed; 130 (as `bench` and a shell say it) when that is the benchmark, cut short by Ctrl-C."""
+        return EXIT_INTERRUPTED if bench_interrupted(self.checks) else exit_code(self.checks)
 
     def extra(self) -> Dict[str, Any]:
         return {
@@ -88,6 +89,13 @@ class VerifyResult:
 
 
 # --------------------------------------------------------------------------- bench
+
+_INTERRUPTED = " (interrupted)"  # how the bench check's observation ends when Ctrl-C cut the benchmark short
+
+
+def bench_interrupted(checks: Sequence[Check]) -> bool:
+    """Whether the benchmark was cut short (read off the checks, so a rank's checks sent as JSON tell it too)."""
+    return any(c.id == "bench" and c.status is Status.FAIL and c.observed.endswith(_INTERRUPTED) for c in checks)
 
 
 def bench_checks(enabled: bool, inside: bool, budget_s: float, nvml: Any = None,
@@ -120,7 +128,7 @@ def bench_checks(enabled: bool, inside: bool, budget_s: float, nvml: Any = None,
     on_cpu = device.get("type") != "cuda"
     best = result.best.label if result.best is not None else "no winner"
     observed = (f"{device.get('name', '?')} ({device.get('type', '?')}), {result.seconds:.0f} s of a "
-                f"{result.budget_s:g} s budget, best loader: {best}" + (" (interrupted)" if result.partial else ""))
+                f"{result.budget_s:g} s budget, best loader: {best}" + (_INTERRUPTED if result.partial else ""))
     if result.partial:  # Ctrl-C: what was measured is reported, but an acceptance run cut short is no pass
         checks = [Check(cid, Status.FAIL, observed, expected, "run it to the end, or skip it with --no-bench",
                         "; ".join(result.notes))]

@@ -453,6 +453,17 @@ def test_an_interrupted_benchmark_does_not_pass() -> None:
     summary, = bench_checks(True, True, 7.0, bench=lambda options: stopped)
     assert summary.status is Status.FAIL and "(interrupted)" in summary.observed
     assert "--no-bench" in summary.remedy
+    # Exit 130 as `bench` does, so CI tells a Ctrl-C from a failed verdict; any other failure stays 1.
+    from bootstrap.checks import Check
+    from bootstrap.verify import VerifyResult
+
+    def code(*checks) -> int:
+        return VerifyResult(checks, None, None, True, None, "this host").exit_code
+
+    slow = Check("bench.efficiency", Status.FAIL, "0.60", ">= 0.90")
+    assert (code(summary), code(summary, slow)) == (130, 130)
+    done, = bench_checks(True, True, 7.0, bench=lambda options: bench_result("cuda"))
+    assert (code(done), code(done, slow)) == (0, 1)
 
 
 def test_torch_build_read_without_importing_agrees_with_the_import(monkeypatch) -> None:
