@@ -32,6 +32,13 @@ class Mirror:
         if not sep or not canonical or not target:
             raise InputError("--mirror", f"'{text}' is not CANONICAL=URL", "e.g. --mirror conda-forge=http://mirror.internal/conda-forge")
         given = target
+        parts = urlsplit(target) if "://" in target else None
+        if parts is not None and (parts.query or parts.fragment or target.endswith(("?", "#"))):
+            # Package paths are appended to the mirror's: `.../conda-forge?token=x/linux-64/...` fetches nothing.
+            shown = scrub_credentials(parts._replace(query="", fragment="").geturl())  # a query may hold a token too
+            raise InputError(f"--mirror {canonical}={shown}?...", "a mirror URL cannot carry a query string or fragment: "
+                             "package paths are appended to it",
+                             "put a token in the path (https://host/t/TOKEN/conda-forge) or as user:password@host")
         if "://" not in target or target.startswith("file://"):
             # `~` too: no shell expands it after `conda-forge=` (nor in make's ENV_ARGS)
             path = Path(unquote(urlsplit(target).path)) if target.startswith("file://") else Path(target).expanduser()

@@ -26,3 +26,20 @@ def test_a_mirror_directory_may_start_with_a_tilde(monkeypatch, tmp_path) -> Non
     mirror = Mirror.parse("conda-forge=~/mirrors/conda-forge/")
     assert mirror.local_dir == tmp_path / "mirrors" / "conda-forge"
     assert mirror.public() == "https://conda.anaconda.org/conda-forge=~/mirrors/conda-forge/"  # as written
+
+
+def test_a_mirror_url_with_a_query_string_is_refused_without_showing_its_token() -> None:
+    """Package paths are appended to the mirror's: `...conda-forge?token=x/linux-64/pkg.conda` is no package URL."""
+    import pytest
+
+    from bootstrap.errors import InputError
+
+    for target in ("https://mirror.internal/conda-forge?token=SECRET", "https://mirror.internal/cf#x", "http://m/cf?"):
+        with pytest.raises(InputError) as refused:
+            Mirror.parse(f"conda-forge={target}")
+        assert "query string" in str(refused.value) and "/t/TOKEN/" in str(refused.value)
+        assert "SECRET" not in str(refused.value) and str(refused.value).startswith("--mirror conda-forge=http")
+    with pytest.raises(InputError) as refused:
+        Mirror.parse("conda-forge=https://bob:SECRET@mirror.internal/cf?x=1")
+    assert "SECRET" not in str(refused.value)
+    assert Mirror.parse("conda-forge=https://mirror.internal/conda-forge").target == "https://mirror.internal/conda-forge"
