@@ -31,6 +31,7 @@ import posixpath
 import tarfile
 import tempfile
 import threading
+import time
 import urllib.request
 import zipfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -193,6 +194,11 @@ def forget_verified(targets: Sequence[Path]) -> None:
         _stamp_path(target).unlink(missing_ok=True)
 
 
+# A download slower than this for this long is given up, as curl's --speed-limit/--speed-time do:
+# the socket's timeout is per read, which a mirror sending a byte every minute never trips.
+STALL_BYTES, STALL_SECONDS = 60 << 10, 60.0
+
+
 class _Stopped(Exception):
     """Another download of the same run failed, or the run was interrupted: this one is abandoned."""
 
@@ -204,6 +210,7 @@ def _copy_hashing(source: Source, out, entry: LockedPackage, stop: Optional[thre
         with source.open() as data:
             expected = _content_length(data)
             read = getattr(data, "read1", data.read)  # what has arrived: a stop is seen between two network reads
+            window_start, window_bytes = time.monotonic(), 0
             for block in iter(lambda: read(_CHUNK), b""):
                 if stop is not None and stop.is_set():
                     raise _Stopped(entry.filename)
@@ -211,6 +218,13 @@ def _copy_hashing(source: Source, out, entry: LockedPackage, stop: Optional[thre
                 md5.update(block)
                 out.write(block)
                 copied += len(block)
+                window_bytes += len(block)
+                if time.monotonic() - window_start >= STALL_SECONDS:
+                    if window_bytes < STALL_BYTES:
+                        raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: stalled, "
+                                         f"{window_bytes} bytes in the last {STALL_SECONDS:g} s; nothing was installed "
+                                         f"({source.remedy})")
+                    window_start, window_bytes = time.monotonic(), 0
     except (OSError, http.client.HTTPException) as exc:
         if out_of_space(exc):  # writing into the store, not reading the source
             raise

@@ -188,3 +188,33 @@ def test_a_failed_or_interrupted_fetch_does_not_wait_for_the_downloads_under_way
         fetch.fetch_archives(entries, tmp_path)
     assert time.monotonic() - started < 3
     assert not list(tmp_path.glob("archives/*/.part-*"))
+
+
+class _Trickling(_SlowBody):
+    """A mirror that keeps the connection alive with a byte every 20 ms, far under any useful speed."""
+
+    def read(self, n: int) -> bytes:
+        time.sleep(0.02)
+        return b"x"
+
+
+def test_a_stalled_download_is_given_up_with_one_line(tmp_path: Path, monkeypatch) -> None:
+    """Each read returns well inside the socket's timeout, so only a speed floor ends it."""
+    entry = LockedPackage("p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda",
+                          f"{1:064x}")
+    monkeypatch.setattr(fetch, "STALL_SECONDS", 0.3)
+    monkeypatch.setattr(fetch, "_open", lambda url: _Trickling())
+    started = time.monotonic()
+    with pytest.raises(FetchError) as stalled:
+        fetch.fetch_archive(entry, tmp_path)
+    assert time.monotonic() - started < 3
+    assert "cannot fetch p-1.0-0.conda from https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda: stalled, " \
+           in str(stalled.value) and "bytes in the last 0.3 s" in str(stalled.value) and "--mirror" in str(stalled.value)
+    assert not list(tmp_path.glob("archives/*/.part-*"))
+    slow = _SlowBody()  # 50 kB/s for 0.6 s: slow, not stalled
+    slow._left = 30
+    monkeypatch.setattr(fetch, "_open", lambda url: slow)
+    monkeypatch.setattr(fetch, "STALL_BYTES", 4 << 10)
+    with pytest.raises(Exception) as fetched:
+        fetch.fetch_archive(entry, tmp_path)
+    assert "does not match the lock" in str(fetched.value)  # read to its end, then hashed
