@@ -249,7 +249,9 @@ def main(argv: list[str]) -> int:
                               lambda: raw_install(records[updates[0]], raw_env, cache / "pkgs", True)))
             current = Path(os.path.realpath(env))
             clone.append(timed(lambda: clone_tree(current, tmp / f"clone{i}")))
-            copy.append(timed(lambda: subprocess.run(["cp", "-a", str(current), str(tmp / f"copy{i}")], check=True)))
+            copy.append(timed(lambda: subprocess.run(["cp", "-a", str(current), str(tmp / f"copy{i}")], check=True,
+                                                     capture_output=True)))
+            shutil.rmtree(tmp / f"copy{i}")  # a full second env each: 0.3 GB at 15 runs, 8 GB with --big-mb 512
 
         # Later changes: the stable env moves forward one version per run, recycling its retired generation.
         change(stable, updates[0], made="spare")  # its no-op runs above made one
@@ -280,3 +282,16 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         print("\nbench-env: interrupted", file=sys.stderr)
         sys.exit(130)
+    except subprocess.CalledProcessError as exc:  # e.g. `cp -a` on a full --dir: its last words, not a page of them
+        said = exc.stderr if isinstance(exc.stderr, str) else (exc.stderr or b"").decode(errors="replace")
+        last = said.strip().splitlines()[-1:] or [f"exit {exc.returncode}"]
+        print(f"bench-env: {' '.join(map(str, exc.cmd[:3]))} ... failed: {last[0]}", file=sys.stderr)
+        sys.exit(1)
+    except Exception as exc:
+        from bootstrap.fsutil import out_of_space
+
+        if not out_of_space(exc):
+            raise
+        print("bench-env: no space left on device for the fixture, its caches and every run's envs (2.5 GB at the "
+              "defaults): free some, or give --dir a larger file system", file=sys.stderr)
+        sys.exit(1)

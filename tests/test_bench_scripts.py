@@ -60,6 +60,15 @@ def test_bench_scripts_without_options_answer_help_and_refuse_arguments(tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+def test_bench_env_on_a_full_dir_says_so_in_one_line(small_fs) -> None:
+    mount, _ = small_fs
+    done = script("bench_env.py", "--packages", "8", "--runs", "1", "--dir", str(mount), tmp=mount)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "bench-env: no space left on device for the fixture, its caches and every run's envs (2.5 GB at the defaults): "
+        "free some, or give --dir a larger file system"], done.stderr
+    assert list(mount.iterdir()) == []  # its scratch directory removed
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_bench_env_says_so_and_removes_its_fixture(tmp_path: Path) -> None:
     """Ctrl-C lands while rattler installs: one line, exit 130, and nothing left in $TMPDIR
