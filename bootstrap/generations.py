@@ -170,7 +170,10 @@ def tidy_if_idle(layout: Layout) -> tuple[list[Path], Optional[int]]:
     may be its own). Returns what was removed and the generation a spare was made of."""
     try:
         leftovers = any(p.name.endswith((PARTIAL, GARBAGE)) for p in layout.gens_dir.iterdir())
-        spare = wants_spare(layout) and os.access(layout.gens_dir, os.W_OK)
+        # Only its owner's: another user's spare (root's, from `sudo make env`) would be directories
+        # the owner's next change starts from and can neither write into nor remove.
+        spare = wants_spare(layout) and os.access(layout.gens_dir, os.W_OK) and \
+            os.stat(layout.gens_dir).st_uid == os.geteuid()
         if not (leftovers or spare):
             return [], None
         with exclusive(layout, lambda _: None, timeout=0):
@@ -180,9 +183,13 @@ def tidy_if_idle(layout: Layout) -> tuple[list[Path], Optional[int]]:
 
 
 def wants_spare(layout: Layout) -> bool:
-    """Whether the next change would clone: the current generation is the only one, with no spare."""
+    """Whether the next change would clone: the current generation is the only one, with no spare of it."""
     current = layout.current()
-    return current is not None and layout.generations() == [current] and not layout.spares()
+    return current is not None and layout.generations() == [current] and not _spare_of(layout, current).is_dir()
+
+
+def _spare_of(layout: Layout, number: int) -> Path:
+    return layout.gens_dir / f"{number}{SPARE}"
 
 
 def prepare_spare(layout: Layout) -> Optional[int]:
@@ -195,13 +202,28 @@ def prepare_spare(layout: Layout) -> Optional[int]:
     current = layout.current()
     assert current is not None
     building = layout.gens_dir / f"{current}{SPARE}{PARTIAL}"  # a kill leaves a partial: removed as any
+    if not _hard_links_work(layout.path(current), building):  # else every no-op would make every directory, in vain
+        return None
     try:
-        clone_tree(layout.path(current), building)
-        os.rename(building, layout.gens_dir / f"{current}{SPARE}")
+        clone_tree(layout.path(current), building, copy=False)  # hard links or nothing: a no-op copies no GBs
+        os.rename(building, _spare_of(layout, current))
     except OSError:
         remove_tree(building)
         return None
     return current
+
+
+def _hard_links_work(source: Path, probe: Path) -> bool:
+    """Whether a file of `source` can be hard-linked as `probe` (not on FAT, some network file systems)."""
+    sample = next((p for p in sorted((source / "conda-meta").glob("*")) if p.is_file() and not p.is_symlink()), None)
+    if sample is None:
+        return True  # no sample at hand: the clone finds out
+    try:
+        os.link(sample, probe)
+    except OSError:
+        return False
+    os.unlink(probe)
+    return True
 
 
 @dataclass(frozen=True)
@@ -232,10 +254,9 @@ def start(layout: Layout) -> Start:
         # A rename, so a kill at any point leaves either it or a partial.
         os.rename(layout.path(retired[-1]), partial)
         return Start(number, partial, retired[-1], "recycled")
-    spares = layout.spares()
-    if spares:  # a complete clone, whichever generation it was made of: brought to the lock like the rest
-        os.rename(spares[-1], partial)
-        return Start(number, partial, int(spares[-1].name[:-len(SPARE)]), "spare")
+    if current is not None and _spare_of(layout, current).is_dir():  # another's spare is stale: GC'd
+        os.rename(_spare_of(layout, current), partial)
+        return Start(number, partial, current, "spare")
     if current is not None and layout.path(current).is_dir():
         clone_tree(layout.path(current), partial)
         return Start(number, partial, current, "clone")
@@ -243,7 +264,7 @@ def start(layout: Layout) -> Start:
     return Start(number, partial, None, "empty")
 
 
-def clone_tree(source: Path, target: Path, workers: int = min(8, os.cpu_count() or 1)) -> None:
+def clone_tree(source: Path, target: Path, workers: int = min(8, os.cpu_count() or 1), copy: bool = True) -> None:
     """`cp -al`: the same tree, every file a hard link to the source's (a copy where linking fails),
     symlinks recreated. The directories are made first, then `workers` threads make the links:
     link(2) is CPU-bound in the kernel, and two threads on two cores cut 64 ms to 37 ms for the
@@ -265,15 +286,17 @@ def clone_tree(source: Path, target: Path, workers: int = min(8, os.cpu_count() 
                     links.append((entry.path, made))
     chunks = [links[i::workers] for i in range(workers)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(lambda chunk: [_link_or_copy(*pair) for pair in chunk], chunks))
+        list(pool.map(lambda chunk: [_link_or_copy(*pair, copy=copy) for pair in chunk], chunks))
     for directory, out in made_dirs:  # last: a read-only directory must be filled first
         shutil.copymode(directory, out)
 
 
-def _link_or_copy(source: str, target: str) -> None:
+def _link_or_copy(source: str, target: str, copy: bool = True) -> None:
     try:
         os.link(source, target, follow_symlinks=False)
     except OSError:  # a file system without hard links, or a file we may not link (fs.protected_hardlinks)
+        if not copy:
+            raise
         shutil.copy2(source, target)
 
 
@@ -333,8 +356,9 @@ def collect_garbage(layout: Layout, keep: Iterable[Optional[int]]) -> list[int]:
     doomed = [g for g in layout.generations() if g not in kept]
     for number in doomed:
         _delete(layout, layout.path(number))
-    if len(layout.generations()) > 1:
-        for spare in layout.spares():
+    current = layout.current()
+    for spare in layout.spares():  # kept only while it is the next change's start: a clone of the only one
+        if layout.generations() != [current] or spare != _spare_of(layout, current):
             _delete(layout, spare)
     return doomed
 

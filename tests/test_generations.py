@@ -248,8 +248,8 @@ def test_a_spare_that_cannot_be_made_leaves_nothing(tmp_path: Path, monkeypatch)
     layout = layout_with(tmp_path, [1], current=1)
     real = gens.clone_tree
 
-    def disk_full(source: Path, target: Path) -> None:
-        real(source, target)
+    def disk_full(source: Path, target: Path, **options) -> None:
+        real(source, target, **options)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(gens, "clone_tree", disk_full)
@@ -278,3 +278,69 @@ def test_a_prefix_under_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x\n")
     with pytest.raises(InputError, match=f"env: {tmp_path / 'afile'} is not a directory"):
         gens.Layout(tmp_path / "afile" / "sub" / "env").check_writable()
+
+
+def test_a_spare_is_not_kept_once_a_change_recycled_the_generation_it_was_made_of(tmp_path: Path) -> None:
+    """The link removed by hand (to start over): the change recycles generation 1, and its spare
+    would outlive it: holding gen 1's files, stopping the next no-op from making a spare of 2, and
+    sending the next change back to gen 1's packages ("from the spare of generation 1", long gone)."""
+    layout = layout_with(tmp_path, [1], current=1)
+    assert gens.tidy_if_idle(layout) == ([], 1)
+    layout.stable.unlink()
+    new = gens.start(layout)
+    assert new.made == "recycled"
+    (new.partial / "conda-meta" / "marker").write_text("2")
+    gens.commit(layout, new.number, new.partial)
+    gens.collect_garbage(layout, keep=(new.number, None))
+    assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["2"]
+    assert gens.tidy_if_idle(layout) == ([], 2)  # the next no-op makes the spare of the current one
+    assert marker(gens.start(layout).partial) == "2"
+
+
+def test_a_stale_spare_is_never_what_a_change_starts_from(tmp_path: Path) -> None:
+    """A spare of another generation than the current one (a kill between a commit and its garbage
+    collection, or an older bootstrap) is no clone of the current generation."""
+    layout = layout_with(tmp_path, [2], current=2)
+    shutil.copytree(layout.path(2), layout.gens_dir / "1.spare")
+    (layout.gens_dir / "1.spare" / "conda-meta" / "marker").write_text("1")
+    new = gens.start(layout)
+    assert (new.base, new.made, marker(new.partial)) == (2, "clone", "2")
+
+
+def test_a_spare_never_copies_what_it_cannot_hard_link(tmp_path: Path, monkeypatch) -> None:
+    """On a file system without hard links (or files another user owns, fs.protected_hardlinks),
+    the clone falls back to copies: a no-op run would copy the whole env (GBs with CUDA)."""
+    import errno
+
+    layout = layout_with(tmp_path, [1], current=1)
+    (layout.path(1) / "lib").mkdir()
+    (layout.path(1) / "lib" / "libcuda-big.so").write_bytes(b"x" * 4096)
+
+    def no_links(*args, **kwargs):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    copied = []
+    real_copy2 = shutil.copy2
+    monkeypatch.setattr(os, "link", no_links)
+    monkeypatch.setattr(shutil, "copy2", lambda s, t, **kw: (copied.append(s), real_copy2(s, t, **kw))[1])
+    made = []
+    real_mkdir = os.mkdir
+    monkeypatch.setattr(os, "mkdir", lambda path, *a, **kw: (made.append(path), real_mkdir(path, *a, **kw))[1])
+    assert gens.tidy_if_idle(layout) == ([], None)
+    assert copied == [] and sorted(p.name for p in layout.gens_dir.iterdir()) == ["1"]
+    assert [m for m in made if str(layout.gens_dir) in str(m)] == []  # one link tried, not every directory made
+    new = gens.start(layout)  # a change still copies where it must
+    assert new.made == "clone" and copied
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a no-op run by root on another user's env")
+def test_a_noop_run_by_another_user_makes_no_spare_the_owner_cannot_write(tmp_path: Path) -> None:
+    """`sudo make env` on a user's env: root's spare would be root's directories, which the owner's next
+    change starts from, cannot write into (Permission denied) nor remove (every later change fails)."""
+    layout = layout_with(tmp_path, [1], current=1)
+    for directory, _, files in os.walk(tmp_path):
+        os.chown(directory, 65534, 65534)
+        for name in files:
+            os.chown(os.path.join(directory, name), 65534, 65534)
+    assert gens.tidy_if_idle(layout) == ([], None)
+    assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["1"]
