@@ -9,6 +9,7 @@ canonical channel). Credentials in a mirror URL are used but never recorded.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -35,10 +36,12 @@ class Mirror:
         parts = urlsplit(target) if "://" in target else None
         if parts is not None and (parts.query or parts.fragment or target.endswith(("?", "#"))):
             # Package paths are appended to the mirror's: `.../conda-forge?token=x/linux-64/...` fetches nothing.
-            shown = scrub_credentials(parts._replace(query="", fragment="").geturl())  # a query may hold a token too
+            # Scrubbed whole, then cut: an unencoded `#` or `?` in a password splits it where urlsplit looks.
+            shown = re.split(r"[?#]", scrub_credentials(target), maxsplit=1)[0]  # a query may hold a token too
             raise InputError(f"--mirror {canonical}={shown}?...", "a mirror URL cannot carry a query string or fragment: "
                              "package paths are appended to it",
-                             "put a token in the path (https://host/t/TOKEN/conda-forge) or as user:password@host")
+                             "put a token in the path (https://host/t/TOKEN/conda-forge) or as user:password@host "
+                             "(a `#` or `?` in a password written %23 or %3F)")
         if "://" not in target or target.startswith("file://"):
             # `~` too: no shell expands it after `conda-forge=` (nor in make's ENV_ARGS)
             path = Path(unquote(urlsplit(target).path)) if target.startswith("file://") else Path(target).expanduser()

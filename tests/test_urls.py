@@ -43,3 +43,17 @@ def test_a_mirror_url_with_a_query_string_is_refused_without_showing_its_token()
         Mirror.parse("conda-forge=https://bob:SECRET@mirror.internal/cf?x=1")
     assert "SECRET" not in str(refused.value)
     assert Mirror.parse("conda-forge=https://mirror.internal/conda-forge").target == "https://mirror.internal/conda-forge"
+
+
+def test_a_mirror_password_with_a_hash_or_question_mark_is_never_shown() -> None:
+    """Unencoded, `#` or `?` in a password ends the URL's authority: the refusal must not print the
+    part before it (`https://bob:hunter` of `bob:hunter#2@`), which scrubbing the whole URL hid."""
+    import pytest
+
+    from bootstrap.errors import InputError
+
+    for password in ("hunter#2", "hunter?2"):
+        with pytest.raises(InputError) as refused:
+            Mirror.parse(f"conda-forge=https://bob:{password}@mirror.internal/cf")
+        assert "hunter" not in str(refused.value) and "bob" not in str(refused.value), str(refused.value)
+        assert "%23" in str(refused.value)  # says how to write it
