@@ -28,13 +28,13 @@ import http.client
 import json
 import os
 import posixpath
+import queue
 import tarfile
 import tempfile
 import threading
 import time
 import urllib.request
 import zipfile
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, Optional, Sequence
@@ -78,31 +78,58 @@ def fetch_archives(
     """Verified local archives (conda) or wheels (pip) for `entries`, keyed by package name.
 
     What the store lacks is read from `bundle` where it holds it (`bootstrap bundle`), else
-    fetched from its URL after `mirrors`."""
+    fetched from its URL after `mirrors`, `workers` at a time.
 
-    stop = threading.Event()
-
-    def one(entry: LockedPackage) -> tuple[str, Path]:
-        path = fetch_archive(entry, cache_dir, mirrors, bundle, stop)
-        if progress is not None:
-            progress(entry)
-        return entry.name, path
-
+    The first failure, or Ctrl-C, ends the run at once: the downloads under way stop at their
+    next block and the queued ones never start. One stuck in connect() or in a read of a
+    silent server would hold the run for the socket's 60 s timeout, so the workers are daemon
+    threads, waited for `_GRACE_S` and then left to end on their own (its `.part-*` file is
+    removed then, or by `cache --prune` if the process exits first)."""
     if not entries:
         return {}
-    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(entries))))
+    stop = threading.Event()
+    todo: "queue.SimpleQueue[LockedPackage]" = queue.SimpleQueue()
+    for entry in entries:
+        todo.put(entry)
+    done: "queue.SimpleQueue[tuple[LockedPackage, Optional[Path], Optional[BaseException]]]" = queue.SimpleQueue()
+
+    def work() -> None:
+        while not stop.is_set():
+            try:
+                entry = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                path = fetch_archive(entry, cache_dir, mirrors, bundle, stop)
+                if progress is not None:
+                    progress(entry)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                done.put((entry, None, exc))
+                return
+            done.put((entry, path, None))
+
+    threads = [threading.Thread(target=work, name=f"fetch-{i}", daemon=True)
+               for i in range(max(1, min(workers, len(entries))))]
+    for thread in threads:
+        thread.start()
+    fetched: dict[str, Path] = {}
     try:
-        futures = [pool.submit(one, entry) for entry in entries]
-        for done in as_completed(futures):  # the first failure as it happens, not in the entries' order
-            done.result()
-        return dict(future.result() for future in futures)
+        for _ in entries:
+            entry, path, failure = done.get()  # interruptible by Ctrl-C
+            if failure is not None:
+                raise failure
+            assert path is not None
+            fetched[entry.name] = path
     except BaseException:
-        # Ctrl-C, or one that failed: the downloads under way stop at their next block and the
-        # queued ones are cancelled (waited for, a Ctrl-C took as long as every download left).
         stop.set()
+        deadline = time.monotonic() + _GRACE_S
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
         raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # nothing is left to cancel after a success
+    return {entry.name: fetched[entry.name] for entry in entries}
+
+
+_GRACE_S = 2.0  # how long a failed or interrupted fetch waits for its downloads to stop
 
 
 def archive_path(cache_dir: Path, entry: LockedPackage) -> Path:

@@ -218,3 +218,34 @@ def test_a_stalled_download_is_given_up_with_one_line(tmp_path: Path, monkeypatc
     with pytest.raises(Exception) as fetched:
         fetch.fetch_archive(entry, tmp_path)
     assert "does not match the lock" in str(fetched.value)  # read to its end, then hashed
+
+
+@pytest.mark.parametrize("how", ["error", "sigint"])
+def test_a_download_stuck_in_connect_does_not_hold_a_failed_or_interrupted_fetch(tmp_path: Path, monkeypatch,
+                                                                                 how: str) -> None:
+    """A server that never answers holds urlopen() for the socket's 60 s timeout, deaf to the stop
+    flag: the fetch ends anyway, and that download's worker ends on its own later."""
+    import signal
+
+    entries = [LockedPackage(f"p{i}", "1.0", "conda", "linux-64", f"https://conda.anaconda.org/conda-forge/linux-64/p{i}-1.0-0.conda",
+                             f"{i:064x}") for i in range(3)]
+    released = threading.Event()
+
+    def opened(url: str):
+        if url.endswith("/p0-1.0-0.conda"):
+            released.wait(30)  # connect() to a host that drops the SYN
+            raise OSError(110, "Connection timed out")
+        time.sleep(0.2)
+        if how == "sigint":
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, delivered to the main thread as a real one is
+            time.sleep(30)
+        raise OSError(111, "Connection refused")
+
+    monkeypatch.setattr(fetch, "_open", opened)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt if how == "sigint" else FetchError):
+            fetch.fetch_archives(entries, tmp_path, workers=2)
+        assert time.monotonic() - started < 5, "waited for the stuck download"
+    finally:
+        released.set()
