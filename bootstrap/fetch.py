@@ -221,9 +221,33 @@ def forget_verified(targets: Sequence[Path]) -> None:
         _stamp_path(target).unlink(missing_ok=True)
 
 
-# A download slower than this for this long is given up, as curl's --speed-limit/--speed-time do:
-# the socket's timeout is per read, which a mirror sending a byte every minute never trips.
-STALL_BYTES, STALL_SECONDS = 60 << 10, 60.0
+STALL_BYTES, STALL_SECONDS = 60 << 10, 60.0  # 1 kB/s; the socket's timeout is STALL_SECONDS too (`_open`)
+
+
+class _SpeedFloor:
+    """Gives up a download slower than STALL_BYTES per STALL_SECONDS, as curl's --speed-limit and
+    --speed-time do: the socket's timeout is per read, which a mirror sending a byte every few
+    seconds never trips. Judged over windows of STALL_SECONDS, as blocks arrive."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.monotonic()
+        self.bytes = 0
+
+    def stalled(self, arrived: int) -> str:
+        """What is wrong once the window that `arrived` bytes end is too slow; "" while it is not."""
+        now = time.monotonic()
+        if now - self.last >= STALL_SECONDS:
+            # No read blocks that long (the socket's timeout would end it): this process was
+            # stopped (Ctrl-Z, a frozen job), not the server. A new window from here.
+            self.start, self.bytes = now, 0
+        self.last = now
+        self.bytes += arrived
+        if now - self.start < STALL_SECONDS:
+            return ""
+        if self.bytes < STALL_BYTES:
+            return f"stalled, {self.bytes} bytes in the last {now - self.start:.0f} s"
+        self.start, self.bytes = now, 0
+        return ""
 
 
 class _Stopped(Exception):
@@ -237,7 +261,7 @@ def _copy_hashing(source: Source, out, entry: LockedPackage, stop: Optional[thre
         with source.open() as data:
             expected = _content_length(data)
             read = getattr(data, "read1", data.read)  # what has arrived: a stop is seen between two network reads
-            window_start, window_bytes = time.monotonic(), 0
+            floor = _SpeedFloor()
             for block in iter(lambda: read(_CHUNK), b""):
                 if stop is not None and stop.is_set():
                     raise _Stopped(entry.filename)
@@ -245,13 +269,10 @@ def _copy_hashing(source: Source, out, entry: LockedPackage, stop: Optional[thre
                 md5.update(block)
                 out.write(block)
                 copied += len(block)
-                window_bytes += len(block)
-                if time.monotonic() - window_start >= STALL_SECONDS:
-                    if window_bytes < STALL_BYTES:
-                        raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: stalled, "
-                                         f"{window_bytes} bytes in the last {STALL_SECONDS:g} s; nothing was installed "
-                                         f"({source.remedy})")
-                    window_start, window_bytes = time.monotonic(), 0
+                stalled = floor.stalled(len(block))
+                if stalled:
+                    raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: {stalled}; "
+                                     f"nothing was installed ({source.remedy})")
     except (OSError, http.client.HTTPException) as exc:
         if out_of_space(exc):  # writing into the store, not reading the source
             raise
@@ -289,8 +310,8 @@ def _open(url: str):
             manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
             manager.add_password(None, clean, unquote(parts.username), unquote(parts.password or ""))
             opener = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(manager))
-            return opener.open(request, timeout=60)
-        return urllib.request.urlopen(request, timeout=60)
+            return opener.open(request, timeout=STALL_SECONDS)
+        return urllib.request.urlopen(request, timeout=STALL_SECONDS)
     raise FetchError(f"{scrub_credentials(url)}: unsupported URL scheme '{parts.scheme}'")
 
 
