@@ -205,14 +205,6 @@ def main(argv: list[str]) -> int:
                        lambda i: raw_install(records["1.0"], tmp / f"r{i}", cache / "pkgs", True), runs)
         fresh_hard = statistics.median(timed(lambda: raw_install(records["1.0"], tmp / f"h{i}", cache / "pkgs", False))
                                        for i in range(runs))
-        with seal_check_off():  # to size it: the rest of the overhead is bootstrap's bookkeeping
-            unsealed = paired(lambda i: create_or_update(ours(tmp / f"u{i}")),
-                              lambda i: raw_install(records["1.0"], tmp / f"ur{i}", cache / "pkgs", True), runs)
-        for i in range(runs):  # 2 x 21 MB a run: not kept for the scenarios below
-            for name in (f"o{i}", f"r{i}", f"h{i}", f"u{i}", f"ur{i}"):
-                shutil.rmtree(tmp / name, ignore_errors=True)
-            shutil.rmtree(tmp / f".o{i}.gens", ignore_errors=True)
-            shutil.rmtree(tmp / f".u{i}.gens", ignore_errors=True)
 
         stable, raw_prefix = tmp / "stable", tmp / "raw-stable"
         create_or_update(ours(stable))
@@ -241,10 +233,13 @@ def main(argv: list[str]) -> int:
             locks[version] = lock_path.read_text()
             create_or_update(ours(tmp / "warm"))
 
+        steps: dict = {}  # how each kind of change spent its time, run by run
+
         def change(prefix: Path, version: str, made: str) -> None:
             lock_path.write_text(locks[version])
             result = create_or_update(ours(prefix))
             assert result.made == made, (version, result)
+            steps.setdefault(made, []).append(result.seconds)
 
         def new_pair(name: str) -> tuple[Path, Path]:
             """A bootstrap env and a raw one at the first lock, created untimed."""
@@ -282,6 +277,11 @@ def main(argv: list[str]) -> int:
                       lambda: raw_install(records[version], raw_prefix, cache / "pkgs", True))
                  for i, version in enumerate(updates[1:])]
 
+        lock_path.write_text(locks["1.0"])
+        with seal_check_off():  # to size it: the rest of the overhead is bootstrap's bookkeeping; last, so its
+            unsealed = paired(lambda i: create_or_update(ours(tmp / f"u{i}")),  # envs weigh on no other scenario
+                              lambda i: raw_install(records["1.0"], tmp / f"ur{i}", cache / "pkgs", True), runs)
+
         print(f"{'scenario':<28}{'bootstrap':>11}{'raw (copies)':>14}{'ratio':>8}{'overhead':>12}{'runs':>6}")
         print(row("fresh create, warm cache", *fresh) + f"   raw with hard links: {fresh_hard:.3f}s")
         print(row("  the same, seal check off", *unsealed) + "   (sizes the check of the cached copies)")
@@ -293,6 +293,9 @@ def main(argv: list[str]) -> int:
         print(row("later changes (recycled)", *zip(*later)))
         print("ratio, overhead: medians over the pairs, each bootstrap run against the raw run right after it")
         print("bootstrap fresh create, last run: " + ", ".join(f"{k} {v:.3f}s" for k, v in breakdown.items()))
+        for made, runs_seconds in steps.items():  # `link` is rattler's linking and what bootstrap does around it
+            medians = {k: statistics.median(s.get(k, 0.0) for s in runs_seconds) for k in runs_seconds[-1]}
+            print(f"bootstrap change from a {made} generation, medians: " + ", ".join(f"{k} {v:.3f}s" for k, v in medians.items()))
         print(f"no-op rerun includes interpreter start ({bare:.3f} s for `python -c pass`); raw no-op is in-process")
         print(f"disk: bootstrap's env with its rollback generation {du_mb(stable.parent / '.stable.gens'):.1f} MB, "
               f"raw env {du_mb(raw_prefix):.1f} MB")
