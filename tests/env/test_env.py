@@ -422,15 +422,18 @@ def test_an_edited_cached_copy_with_its_mtime_put_back_is_found(project: Project
     assert (fresh / "share/torchlike/build.txt").read_bytes() == original == extracted.read_bytes()
 
 
-def test_a_seal_of_the_older_format_counts_as_none(project: Project, channel: Path) -> None:
-    """Size and mtime only: the copy is extracted again from its checked archive, and sealed anew."""
+@pytest.mark.parametrize("older", ["size-and-mtime", "per-file-table"])
+def test_a_seal_of_an_older_format_counts_as_none(project: Project, channel: Path, older: str) -> None:
+    """Size and mtime only (before the ctime was sealed), or version 2's table of every file: the
+    copy is extracted again from its checked archive, and sealed anew."""
     from bootstrap.env import EnvOptions, Feedback, create_or_update
 
     assert main(env_args(project, str(channel))) == 0
     seals = sorted((project.root / ".cache" / "seals").glob("*.json"))
-    for seal in seals:  # as bootstrap wrote them before the ctime was sealed
-        header, _, body = seal.read_text().partition("\n")
-        seal.write_text(json.dumps({path: stat[:2] for path, stat in json.loads(body).items()}))
+    for seal in seals:  # as an older bootstrap wrote them (the table's contents do not matter: the header does)
+        table = {"share/x": [1, 2, 3]}
+        seal.write_text(json.dumps({path: stat[:2] for path, stat in table.items()}) if older == "size-and-mtime"
+                        else "bootstrap-seal 2\n" + json.dumps(table))
     (extracted,) = (project.root / ".cache").glob("pkgs/torchlike-*/share/torchlike/build.txt")
     extracted.write_text("stale\n")  # what an older seal would no longer vouch for
     messages = []
@@ -439,7 +442,7 @@ def test_a_seal_of_the_older_format_counts_as_none(project: Project, channel: Pa
                      Feedback(notify=messages.append))
     assert not any("edited" in m for m in messages), messages  # not taken for an edit: never linked from
     assert (fresh / "share/torchlike/build.txt").read_text().startswith("cuda12")
-    assert all(seal.read_text().startswith("bootstrap-seal 2\n") for seal in seals)
+    assert all(seal.read_text().startswith("bootstrap-seal 3\n") for seal in seals)
 
 
 def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: Project, channel: Path, monkeypatch) -> None:
@@ -485,6 +488,14 @@ def test_a_warm_cache_links_sealed_copies_without_reading_their_archives(project
     assert (project.root / "third" / "share/bigpkg/f000001.txt").read_text() != "edited\n"
 
 
+def seal_of(project: Project, name: str) -> Path:
+    """The seal of the extracted copy of the locked package `name` (seals are named by the archive's sha256)."""
+    (entry,) = [e for e in read_lock(project.lock_path("py310")).packages if e.name == name and e.manager == "conda"]
+    path = project.root / ".cache" / "seals" / f"{entry.sha256}.json"
+    assert path.is_file()
+    return path
+
+
 def test_an_unsealed_copy_is_left_alone_while_another_run_may_be_linking_from_it(project: Project, channel: Path) -> None:
     """Two envs made at once on one cache: a copy the other run extracted is unsealed until it has linked
     from it; dropped as stale, that run failed with 'No such file or directory' under pkgs/."""
@@ -493,7 +504,7 @@ def test_an_unsealed_copy_is_left_alone_while_another_run_may_be_linking_from_it
     cache = project.root / ".cache"
     assert main(env_args(project, str(channel))) == 0
     (extracted,) = cache.glob("pkgs/bigpkg-*/")
-    (seal,) = [p for p in cache.glob("seals/*.json") if json.loads(p.read_text().partition("\n")[2]).get("share/bigpkg/f000001.txt")]
+    seal = seal_of(project, "bigpkg")
     seal.unlink()  # as it is between the other run's extraction and its seal
     marker = extracted / "marker"
     marker.write_text("the other run's copy\n")
@@ -517,7 +528,7 @@ def test_an_unsealed_copy_kept_for_another_run_is_checked_before_it_is_linked(pr
     cache = project.root / ".cache"
     assert main(env_args(project, str(channel))) == 0
     (extracted,) = cache.glob("pkgs/bigpkg-*/")
-    (seal,) = [p for p in cache.glob("seals/*.json") if json.loads(p.read_text().partition("\n")[2]).get("share/bigpkg/f000001.txt")]
+    seal = seal_of(project, "bigpkg")
     seal.unlink()
     (extracted / "share/bigpkg/f000001.txt").write_text("damaged\n")
     (extracted / "share/bigpkg/f000002.txt").unlink()
