@@ -3,7 +3,7 @@
     .envs/py310            -> .py310.gens/3     the stable path users activate
     .envs/.py310.gens/2/                        the previous generation (--rollback)
     .envs/.py310.gens/3/                        the current one
-    .envs/.py310.gens/3.spare/                  a clone of 3 the next change starts from (see `spare`)
+    .envs/.py310.gens/3.spare/                  a clone of 3 the next change starts from (`prepare_spare`)
     .envs/.py310.gens/4.partial/                a change in progress (SIGKILL leaves it; next run removes it)
     .envs/.py310.gens/1.garbage/                a generation being deleted (likewise)
     .envs/.py310.lock                           flock: one writer at a time
@@ -202,7 +202,8 @@ def prepare_spare(layout: Layout) -> Optional[int]:
     current = layout.current()
     assert current is not None
     building = layout.gens_dir / f"{current}{SPARE}{PARTIAL}"  # a kill leaves a partial: removed as any
-    if not _hard_links_work(layout.path(current), building):  # else every no-op would make every directory, in vain
+    if not _hard_links_work(layout.path(current), layout.gens_dir / f"{current}{SPARE}.probe"):
+        # else every no-op would make every directory of the env, in vain
         return None
     try:
         clone_tree(layout.path(current), building, copy=False)  # hard links or nothing: a no-op copies no GBs
@@ -218,6 +219,8 @@ def _hard_links_work(source: Path, probe: Path) -> bool:
     sample = next((p for p in sorted((source / "conda-meta").glob("*")) if p.is_file() and not p.is_symlink()), None)
     if sample is None:
         return True  # no sample at hand: the clone finds out
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(probe)  # a killed run's
     try:
         os.link(sample, probe)
     except OSError:
@@ -351,7 +354,8 @@ def rollback(layout: Layout) -> int:
 
 def collect_garbage(layout: Layout, keep: Iterable[Optional[int]]) -> list[int]:
     """Delete every complete generation but `keep` (the new current one and the one it replaced),
-    and a spare where a generation is retired (the next change recycles that one instead)."""
+    and every spare but the current generation's while that is the only one (else the next change
+    recycles the retired one, and a spare of another generation is stale)."""
     kept = {g for g in keep if g is not None} | {layout.current()}
     doomed = [g for g in layout.generations() if g not in kept]
     for number in doomed:

@@ -260,9 +260,11 @@ def test_a_spare_that_cannot_be_made_leaves_nothing(tmp_path: Path, monkeypatch)
 def test_a_spare_killed_half_made_is_removed_and_made_again(tmp_path: Path) -> None:
     layout = layout_with(tmp_path, [1], current=1)
     (layout.gens_dir / "1.spare.partial" / "conda-meta").mkdir(parents=True)  # SIGKILL while cloning
+    (layout.gens_dir / "1.spare.probe").write_text("")  # ... or between the probe link and its unlink
     assert layout.spares() == []  # never taken for a spare
     assert gens.tidy_if_idle(layout) == ([layout.gens_dir / "1.spare.partial"], 1)
     assert marker(layout.gens_dir / "1.spare") == "1"
+    assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["1", "1.spare"]
 
 
 def test_garbage_collection_drops_a_spare_once_a_generation_is_retired(tmp_path: Path) -> None:
