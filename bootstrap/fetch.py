@@ -101,19 +101,19 @@ def fetch_archives(
                 return
             try:
                 path = fetch_archive(entry, cache_dir, mirrors, bundle, stop)
-                if progress is not None:
+                if progress is not None and not stop.is_set():  # no progress line after the run's error
                     progress(entry)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 done.put((entry, None, exc))
                 return
             done.put((entry, path, None))
 
-    threads = [threading.Thread(target=work, name=f"fetch-{i}", daemon=True)
-               for i in range(max(1, min(workers, len(entries))))]
-    for thread in threads:
-        thread.start()
+    threads: list = []
     fetched: dict[str, Path] = {}
     try:
+        for i in range(max(1, min(workers, len(entries)))):  # a Ctrl-C in start() stops those already started
+            threads.append(threading.Thread(target=work, name=f"fetch-{i}", daemon=True))
+            threads[-1].start()
         for _ in entries:
             entry, path, failure = done.get()  # interruptible by Ctrl-C
             if failure is not None:
@@ -124,7 +124,8 @@ def fetch_archives(
         stop.set()
         deadline = time.monotonic() + _GRACE_S
         for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():  # started (join() refuses one a Ctrl-C kept from starting)
+                thread.join(max(0.0, deadline - time.monotonic()))
         raise
     return {entry.name: fetched[entry.name] for entry in entries}
 
@@ -232,21 +233,25 @@ class _SpeedFloor:
     def __init__(self) -> None:
         self.start = self.last = time.monotonic()
         self.bytes = 0
+        self.resumed = False  # the window began at a gap taken for a pause
 
     def stalled(self, arrived: int) -> str:
         """What is wrong once the window that `arrived` bytes end is too slow; "" while it is not."""
         now = time.monotonic()
         if now - self.last >= STALL_SECONDS:
-            # No read blocks that long (the socket's timeout would end it): this process was
-            # stopped (Ctrl-Z, a frozen job), not the server. A new window from here.
-            self.start, self.bytes = now, 0
+            # Most likely this process was stopped (Ctrl-Z, a frozen job): a new window from here.
+            # But one read1() of a chunked response reads its framing with several socket reads,
+            # each inside the timeout: a second such gap with little in between is the server.
+            if self.resumed and self.bytes < STALL_BYTES:
+                return f"stalled, {self.bytes + arrived} bytes in the last {now - self.start:.0f} s"
+            self.start, self.bytes, self.resumed = now, 0, True
         self.last = now
         self.bytes += arrived
         if now - self.start < STALL_SECONDS:
             return ""
         if self.bytes < STALL_BYTES:
             return f"stalled, {self.bytes} bytes in the last {now - self.start:.0f} s"
-        self.start, self.bytes = now, 0
+        self.start, self.bytes, self.resumed = now, 0, False
         return ""
 
 
@@ -257,6 +262,8 @@ class _Stopped(Exception):
 def _copy_hashing(source: Source, out, entry: LockedPackage, stop: Optional[threading.Event] = None) -> tuple[str, str]:
     sha256, md5 = hashlib.sha256(), hashlib.md5()
     copied, expected = 0, None
+    if stop is not None and stop.is_set():  # taken from the queue just before the run failed: no connect()
+        raise _Stopped(entry.filename)
     try:
         with source.open() as data:
             expected = _content_length(data)

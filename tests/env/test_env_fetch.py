@@ -19,6 +19,7 @@ from bootstrap import fetch
 from bootstrap.cli import main
 from bootstrap.errors import FetchError
 from bootstrap.lockfile import LockedPackage
+from bootstrap.mirrors import Mirror
 from bootstrap.project import Project
 from tests.fixtures.env_project import CONDA, change_lock, env_args, prefix_of
 
@@ -273,3 +274,76 @@ def test_a_download_paused_by_ctrl_z_is_not_taken_for_a_stalled_one(tmp_path: Pa
     with pytest.raises(Exception) as fetched:
         fetch.fetch_archive(entry, tmp_path)
     assert "does not match the lock" in str(fetched.value)  # read to its end, then hashed
+
+
+class _ChunkTrickle(http.server.BaseHTTPRequestHandler):
+    """A chunked response whose every byte, framing included, comes 50 ms after the last: each
+    socket read returns well inside the timeout, but one read1() of a chunk spans several of them."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for _ in range(12):
+                for byte in b"1\r\nx\r\n":
+                    if self.server.closing.wait(0.05):  # type: ignore[attr-defined]
+                        return
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client gave up
+            pass
+
+
+def test_a_chunked_download_trickling_its_framing_is_given_up_as_stalled(tmp_path: Path, monkeypatch) -> None:
+    """Each read1() takes longer than STALL_SECONDS (http.client reads the chunk's size line and CRLF
+    byte by byte inside it) without any socket read timing out: not a Ctrl-Z, a stalled server."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ChunkTrickle)
+    server.daemon_threads, server.closing = True, threading.Event()  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    monkeypatch.setattr(fetch, "STALL_SECONDS", 0.2)  # the socket's timeout too: 4x each byte's wait
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    entry = LockedPackage("p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda",
+                          f"{1:064x}")
+    try:
+        with pytest.raises(FetchError, match="stalled"):
+            fetch.fetch_archive(entry, tmp_path, [Mirror.parse(f"https://conda.anaconda.org/conda-forge={url}")])
+    finally:
+        server.closing.set()  # type: ignore[attr-defined]
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_ctrl_c_while_the_workers_start_stops_those_already_started(tmp_path: Path, monkeypatch) -> None:
+    """Thread.start() waits on an Event, where a Ctrl-C lands: the workers started before it must be
+    told to stop, not left downloading (and calling `progress`) behind the caller's back."""
+    entries = [LockedPackage(f"p{i}", "1.0", "conda", "linux-64", f"https://conda.anaconda.org/conda-forge/linux-64/p{i}-1.0-0.conda",
+                             f"{i:064x}") for i in range(4)]
+    saw_stop = threading.Event()
+
+    def fetched(entry, cache_dir, mirrors, bundle, stop):
+        if stop.wait(2):
+            saw_stop.set()
+        raise fetch._Stopped(entry.filename)
+
+    real_start, started = threading.Thread.start, []
+
+    def start(self) -> None:
+        if started:
+            raise KeyboardInterrupt
+        started.append(self)
+        real_start(self)
+
+    monkeypatch.setattr(fetch, "fetch_archive", fetched)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        fetch.fetch_archives(entries, tmp_path)
+    monkeypatch.undo()
+    assert saw_stop.wait(3), "the started worker never saw the stop flag"
