@@ -572,14 +572,14 @@ def _seal_path(cache_dir: Path, entry: LockedPackage) -> Path:
 
 
 # A seal's first line, then the JSON of `_fingerprint`. A seal of an older format (without the
-# ctime, or a per-file table that cost 40 % more to check) counts as none: the package is extracted
-# from its checked archive and sealed again.
+# ctime, or version 2's table of every file, slower to check) counts as none: the package is
+# extracted from its checked archive and sealed again.
 _SEAL_HEADER = "bootstrap-seal 3\n"
 
 
 def _fingerprint(directory: Path) -> dict:
-    """How many files and links are under `directory`, and the sha256 of each one's relative path,
-    size, mtime_ns and ctime_ns, in path order.
+    """How many files and links are under `directory`, and one sha256 over a line of each: its
+    relative path, size, mtime_ns and ctime_ns, in path order.
 
     The inode change time is set to now by any write, chmod or utime(), and no call a user
     can make sets it back: an edit that keeps the size and restores the mtime (`cp -p`,
