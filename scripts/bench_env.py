@@ -210,16 +210,18 @@ def main(argv: list[str]) -> int:
         create_or_update(ours(stable))
         raw_install(records["1.0"], raw_prefix, cache / "pkgs", True)
 
-        def cli(prefix: Path) -> list[str]:
-            return [sys.executable, "-m", "bootstrap", "env", "--root", str(project.root), "--prefix", str(prefix),
-                    "--platform", "linux-64", "--cache-dir", str(cache)]
-
-        argv = cli(stable)
         # As a user's `make env` runs: with the bytecode Python caches (a CI's PYTHONDONTWRITEBYTECODE
         # would have every run compile the modules it imports again); the untimed first run writes it.
         child_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        subprocess.run(argv, check=True, capture_output=True, cwd=REPO, env=child_env)
-        noop = paired(lambda i: subprocess.run(argv, check=True, capture_output=True, cwd=REPO, env=child_env),
+
+        def cli(prefix: Path) -> None:
+            """`python -m bootstrap env` on `prefix`, in a new interpreter."""
+            subprocess.run([sys.executable, "-m", "bootstrap", "env", "--root", str(project.root), "--prefix",
+                            str(prefix), "--platform", "linux-64", "--cache-dir", str(cache)],
+                           check=True, capture_output=True, cwd=REPO, env=child_env)
+
+        cli(stable)
+        noop = paired(lambda i: cli(stable),
                       lambda i: raw_install(records["1.0"], raw_prefix, cache / "pkgs", True), runs)
         bare = statistics.median(timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True, env=child_env))
                                  for _ in range(runs))
@@ -252,8 +254,7 @@ def main(argv: list[str]) -> int:
         first_noop, spare = [], []
         for i in range(runs):
             env, raw_env = new_pair(f"spare{i}")
-            first_noop.append(pair(i, lambda: subprocess.run(cli(env), check=True, capture_output=True, cwd=REPO,
-                                                             env=child_env),
+            first_noop.append(pair(i, lambda: cli(env),
                                    lambda: raw_install(records["1.0"], raw_env, cache / "pkgs", True)))
             spare.append(pair(i, lambda: change(env, updates[0], made="spare"),
                               lambda: raw_install(records[updates[0]], raw_env, cache / "pkgs", True)))
