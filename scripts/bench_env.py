@@ -117,6 +117,14 @@ def raw_install(records, prefix: Path, cache: Path, copies: bool) -> None:
                                 config=config))
 
 
+def client_build() -> float:
+    """What raw_install's config costs before linking anything: py-rattler builds a client from it."""
+    from rattler.networking.client import Client
+
+    config = rattler.Config.from_toml("allow-hard-links = false\n")
+    return statistics.median(timed(lambda: Client.from_config(config)) for _ in range(9))
+
+
 def du_mb(path: Path) -> float:
     done = subprocess.run(["du", "-sk", str(path)], check=True, capture_output=True, text=True)
     return int(done.stdout.split()[0]) / 1024
@@ -298,6 +306,8 @@ def main(argv: list[str]) -> int:
             medians = {k: statistics.median(s.get(k, 0.0) for s in runs_seconds) for k in runs_seconds[-1]}
             print(f"bootstrap change from a {made} generation, medians: " + ", ".join(f"{k} {v:.3f}s" for k, v in medians.items()))
         print(f"no-op rerun includes interpreter start ({bare:.3f} s for `python -c pass`); raw no-op is in-process")
+        print(f"raw's rattler.install builds an HTTP client each call ({client_build() * 1000:.1f} ms, TLS set up); "
+              "bootstrap's link step, which never downloads, gives rattler one that cannot (env.link_config)")
         print(f"disk: bootstrap's env with its rollback generation {du_mb(stable.parent / '.stable.gens'):.1f} MB, "
               f"raw env {du_mb(raw_prefix):.1f} MB")
     return 0

@@ -471,6 +471,32 @@ def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: 
     assert sha256_file(archive) == entry.sha256  # checked before the second link, and fetched again
 
 
+@pytest.mark.parametrize("offline", [True, False], ids=["link_config", "rattler-default"])
+def test_the_link_step_never_downloads(tmp_path: Path, channel: Path, offline: bool) -> None:
+    """rattler downloads a package missing from its cache; in bootstrap's link step that is a sealed copy
+    another run dropped under us, which `_link` fetches itself. With `link_config` rattler's client refuses
+    before any request (and needs no TLS set up); with rattler's defaults it goes online."""
+    import asyncio
+
+    import rattler
+
+    from bootstrap.env import link_config
+
+    archive = next(p for p in (channel / "noarch").iterdir() if p.name.startswith("bigpkg-"))
+    record = asyncio.run(rattler.RepoDataRecord.from_package_archive(archive))
+    with serve_directory(channel) as url:
+        record.url = f"{url}/noarch/{archive.name}"
+        config = rattler.Config.from_toml(link_config([record.url]) if offline else "allow-hard-links = false\n")
+        install = rattler.install([record], tmp_path / "prefix", cache_dir=tmp_path / "pkgs", config=config)
+        if offline:
+            with pytest.raises(Exception, match="scheme is not allowed"):
+                asyncio.run(install)
+            assert url.requests == []
+        else:
+            asyncio.run(install)
+            assert url.requests == [f"/noarch/{archive.name}"]
+
+
 def test_a_warm_cache_links_sealed_copies_without_reading_their_archives(project: Project, channel: Path,
                                                                           monkeypatch) -> None:
     import bootstrap.fetch as fetch_module
