@@ -194,7 +194,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     check_runs_here(options.platform)
     layout.check_writable()
 
-    with gens.exclusive(layout, feedback.waiting):
+    with gens.exclusive(layout, feedback.waiting) as env_lock:
         removed = tuple(str(p) for p in gens.remove_partials(layout))
         if _env_state(layout) != planned_on:  # another run changed the env before we got the lock
             plan, up_to_date = _plan(options, lock)
@@ -208,7 +208,7 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
             return EnvResult(options.prefix, options.platform, plan, current, False, False,
                              {"total": time.perf_counter() - started}, removed)
         with cache_lock(options.cache_dir, feedback.waiting, shared=True), _extracting(options.cache_dir):  # no prune meanwhile
-            new, seconds, notes = _build(layout, options, lock, current, plan, feedback)
+            new, seconds, notes = _build(layout, options, lock, current, plan, feedback, env_lock)
         gens.collect_garbage(layout, keep=(new.number, current))
     seconds["total"] = time.perf_counter() - started
     return EnvResult(options.prefix, options.platform, plan, new.number, True, False, seconds, removed,
@@ -233,8 +233,9 @@ class _EditedCache(Exception):
 
 
 def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Optional[int], plan: Plan,
-           feedback: Feedback) -> tuple[gens.Start, dict, list]:
+           feedback: Feedback, env_lock: int) -> tuple[gens.Start, dict, list]:
     """Build the next generation and switch to it; start over once if a cached package was edited.
+    `env_lock` is the descriptor of the env's lock, which this run holds.
 
     What `plan` (against the current generation) installs is fetched first: an unreachable
     channel or index, or a bad archive or wheel, then fails before `gens.start` recycles the
@@ -254,7 +255,7 @@ def _build(layout: gens.Layout, options: EnvOptions, lock: Lock, current: Option
             if current is not None:
                 carry_env_state(layout.path(current), new.partial)
             seconds = {"start": time.perf_counter() - t, "fetch": fetch_seconds}
-            applied, notes = _apply(options, lock, new.partial, new.number, fetched, wheels, feedback)
+            applied, notes = _apply(options, lock, new, fetched, wheels, feedback, env_lock)
             gens.commit(layout, new.number, new.partial)
             return new, {**seconds, **applied}, notes
         except _EditedCache as exc:
@@ -336,20 +337,20 @@ def carry_env_state(current: Path, partial: Path) -> None:
             target.unlink()
 
 
-def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched: dict, wheels: dict,
-           feedback: Feedback) -> tuple[dict, list]:
-    """Bring `partial` to the lock, linking the verified archives `fetched` or sealed copies and
+def _apply(options: EnvOptions, lock: Lock, new: gens.Start, fetched: dict, wheels: dict, feedback: Feedback,
+           env_lock: int) -> tuple[dict, list]:
+    """Bring `new.partial` to the lock, linking the verified archives `fetched` or sealed copies and
     installing the verified `wheels`.
     Its plan can differ from the one shown, made against the current generation: a recycled
     generation is one change further behind."""
-    seconds, notes = {}, []
+    seconds, notes, partial = {}, [], new.partial
     entries = locked_entries(lock, options.platform)
     plan = plan_against(entries, partial)
     conda = [e for e in entries if e.manager == "conda"]
     if plan.pip_remove:  # first: a distribution moving to conda would take the files its conda package links
         t = time.perf_counter()
         feedback.notify(f"pip: removing {len(plan.pip_remove)} distributions")
-        notes += sync_pip(dataclasses.replace(plan, pip_install=()), partial, options, wheels)
+        notes += sync_pip(dataclasses.replace(plan, pip_install=()), partial, options, wheels, held=(env_lock,))
         seconds["pip"] = time.perf_counter() - t
     if plan.link or plan.unlink:
         t = time.perf_counter()
@@ -365,9 +366,9 @@ def _apply(options: EnvOptions, lock: Lock, partial: Path, number: int, fetched:
     if plan.pip_install:
         t = time.perf_counter()
         feedback.notify(f"pip: installing {len(plan.pip_install)} distributions")
-        notes += sync_pip(dataclasses.replace(plan, pip_remove=()), partial, options, wheels)
+        notes += sync_pip(dataclasses.replace(plan, pip_remove=()), partial, options, wheels, held=(env_lock,))
         seconds["pip"] = seconds.get("pip", 0.0) + time.perf_counter() - t
-    _write_record(options, lock, partial, number, fsync=False)  # committed by the generation's rename
+    _write_record(options, lock, partial, new.number, fsync=False)  # committed by the generation's rename
     return seconds, notes
 
 
@@ -742,19 +743,24 @@ def _restore_canonical_urls(prefix: Path, linked: Sequence[LockedPackage]) -> No
 
 # --------------------------------------------------------------------------- pip part
 
-def sync_pip(plan: Plan, partial: Path, options: EnvOptions, wheels: dict) -> list[str]:
+def sync_pip(plan: Plan, partial: Path, options: EnvOptions, wheels: dict, held: Sequence[int] = ()) -> list[str]:
     """uv removes and installs exactly the planned wheels: hash-checked, no resolution, no network.
 
     uv installs the verified local `wheels` (name -> file; fetched here any that a recycled
     generation, one change further behind, needs besides), so it never downloads mid-install;
     then each new distribution gets the lock's URL and the stable path (`_finish_wheel`).
-    Returns notes on the distributions whose metadata alone could be removed (`_drop_unlisted`)."""
+    Returns notes on the distributions whose metadata alone could be removed (`_drop_unlisted`).
+
+    uv inherits `held`, the descriptor of the env's lock. uv runs in a session of its own, so
+    a SIGKILL of bootstrap, or of its process group (a CI job cancelled, `timeout -s KILL`),
+    leaves it writing into `partial`; holding the lock, it keeps the next run waiting until it
+    is done, rather than have that run build a generation of the same number for it to write into."""
     uv = uv_binary(PipOptions())
     python = str(python_executable(partial))
     notes = _drop_unlisted(plan.pip_remove, partial)
     names = sorted({d.name for d in plan.pip_remove if os.path.lexists(d.dist_info)})
     if names:
-        done = _run_uv([uv, "pip", "uninstall", "--python", python, *names], timeout=600)
+        done = _run_uv([uv, "pip", "uninstall", "--python", python, *names], timeout=600, held=held)
         if done.returncode != 0:
             message = _uv_message(done, partial, options.prefix)
             raise ToolError(f"uv pip uninstall failed in {options.prefix}: {message}")
@@ -767,7 +773,7 @@ def sync_pip(plan: Plan, partial: Path, options: EnvOptions, wheels: dict) -> li
                                 encoding="utf-8")
         try:
             done = _run_uv([uv, "pip", "install", "--python", python, "--no-deps", "--require-hashes",
-                            "--link-mode", "copy", "--no-index", "-r", str(requirements)], timeout=3600)
+                            "--link-mode", "copy", "--no-index", "-r", str(requirements)], timeout=3600, held=held)
         finally:
             requirements.unlink()
         if done.returncode != 0:
@@ -797,10 +803,10 @@ def _drop_unlisted(dists: Sequence[InstalledPip], partial: Path) -> list[str]:
     return notes
 
 
-def _run_uv(argv: Sequence[str], timeout: float) -> Completed:
+def _run_uv(argv: Sequence[str], timeout: float, held: Sequence[int]) -> Completed:
     # From /: uv names paths in full, not relative to our working directory (so `_uv_message` can
     # put the stable path in place of the generation's), and reads no uv.toml of whatever project we are in.
-    return run(argv, timeout=timeout, cwd="/")
+    return run(argv, timeout=timeout, cwd="/", pass_fds=held)
 
 
 _UV_PROGRESS = ("Using Python ", "Resolved ", "Prepared ", "Installed ", "Uninstalled ", "Audited ", "+ ", "- ", "~ ")

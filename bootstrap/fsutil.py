@@ -212,11 +212,12 @@ def _make_directories_writable(top: PathLike) -> None:
 
 @contextlib.contextmanager
 def flocked(path: Path, notify: Callable[[str], None], waiting: str, shared: bool = False,
-            timeout: float = 3600.0) -> Iterator[None]:
+            timeout: float = 3600.0) -> Iterator[int]:
     """Hold an flock on `path` (created if need be; only read access is needed, so a read-only
     file such as a spec can be locked), exclusive or shared with other shared holders (`flock -s`).
     Held the other way by someone else: say `waiting` through `notify` and wait for it, up to
-    `timeout` seconds, then BusyError."""
+    `timeout` seconds, then BusyError. Yields the locked file descriptor: a child process that
+    inherits it holds the lock too, until both have exited or it is released."""
     import fcntl
 
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
@@ -238,6 +239,6 @@ def flocked(path: Path, notify: Callable[[str], None], waiting: str, shared: boo
                                 "(`fuser` shows the holder)")
             time.sleep(0.2)
         try:
-            yield
+            yield handle.fileno()
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)

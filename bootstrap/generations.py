@@ -146,12 +146,13 @@ class Layout:
 
 
 @contextlib.contextmanager
-def exclusive(layout: Layout, notify: Callable[[str], None], timeout: float = 3600.0) -> Iterator[None]:
-    """Hold the env's flock; a second run waits (saying so) or fails after `timeout` seconds."""
+def exclusive(layout: Layout, notify: Callable[[str], None], timeout: float = 3600.0) -> Iterator[int]:
+    """Hold the env's flock; a second run waits (saying so) or fails after `timeout` seconds.
+    Yields its file descriptor, for the processes that write into a generation to inherit."""
     layout.stable.parent.mkdir(parents=True, exist_ok=True)
     with flocked(layout.lock_file, notify, f"waiting for another `bootstrap env` on {layout.stable} to finish ...",
-                 timeout=timeout):
-        yield
+                 timeout=timeout) as fd:
+        yield fd
 
 
 def remove_partials(layout: Layout) -> list[Path]:

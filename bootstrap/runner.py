@@ -34,11 +34,13 @@ def run(
     timeout: float = 300.0,
     env: Optional[Mapping[str, str]] = None,
     cwd: Optional[str] = None,
+    pass_fds: Sequence[int] = (),
 ) -> Completed:
     """Run `argv`, return its decoded output; raise ToolError if it cannot start or times out.
 
     A non-zero exit status is returned, not raised: callers know which
-    failures are the user's (bad spec) and which are the tool's.
+    failures are the user's (bad spec) and which are the tool's. The child
+    inherits `pass_fds` (every other descriptor is closed in it).
     """
     full_env = dict(os.environ)
     if env:
@@ -46,7 +48,7 @@ def run(
     try:
         # Its own process group, so a timeout ends whatever it started too (a hung nvidia-smi's children).
         proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, cwd=cwd,
-                                start_new_session=True)
+                                start_new_session=True, pass_fds=tuple(pass_fds))
     except FileNotFoundError as exc:
         raise ToolError(f"{argv[0]}: not found ({exc.strerror}); run `make tools` to install it") from exc
     except OSError as exc:  # not executable, not a program, ...

@@ -931,6 +931,44 @@ def test_two_concurrent_runs(project: Project, big_channel: Path, wheels: Path) 
     assert [p.name for p in (prefix_of(project).parent / ".py310.gens").iterdir()] == ["1"]
 
 
+def test_uv_outliving_a_killed_run_keeps_the_next_run_waiting(project: Project, channel: Path, wheels: Path,
+                                                              tmp_path: Path) -> None:
+    """uv runs in a session of its own: SIGKILL of bootstrap's process group (a cancelled CI job) leaves it
+    installing into the partial generation. It holds the env's lock until it is done, so the next run waits
+    rather than build a generation of the same number for it to write into; then it converges."""
+    import signal
+    import time
+
+    from bootstrap.pip_resolve import PipOptions, uv_binary
+
+    assert main(env_args(project, str(channel))) == 0
+    change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
+    started, go_on = tmp_path / "uv-started", tmp_path / "uv-go-on"
+    uv = tmp_path / "uv"  # the real uv, held at its install until the test says
+    uv.write_text(f'#!/bin/sh\nif [ "$2" = install ]; then : > {started}; while [ ! -e {go_on} ]; do sleep 0.05; done; fi\n'
+                  f'exec {uv_binary(PipOptions())} "$@"\n')
+    uv.chmod(0o755)
+    code = (f"import sys, bootstrap.env as e; e.uv_binary = lambda _: {str(uv)!r}; "
+            "from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))")
+    killed = subprocess.Popen([sys.executable, "-c", code, *env_args(project, str(channel))], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert killed.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    following = env_process(project, channel)
+    try:
+        assert "waiting for another `bootstrap env`" in following.stderr.readline()
+    finally:
+        go_on.touch()
+    out, err = following.communicate(timeout=120)
+    assert following.returncode == 0, err
+    assert_matches_lock(project)
+    assert not list((prefix_of(project).parent / ".py310.gens").glob("*.partial"))
+
+
 def test_export_from_prefix_reads_the_request_bootstrap_recorded(project: Project, channel: Path) -> None:
     from bootstrap.export import portable_from_prefix
 
