@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
+from urllib.parse import urlsplit
 
 from bootstrap import __version__
 from bootstrap import generations as gens
@@ -60,6 +61,8 @@ from bootstrap.spec import read_spec
 from bootstrap.urls import scrub_credentials
 
 if TYPE_CHECKING:
+    import rattler
+
     from bootstrap.bundle import Bundle
 
 Notify = Callable[[str], None]
@@ -390,8 +393,8 @@ def _write_record(options: EnvOptions, lock: Lock, prefix: Path, number: int, fs
 
 # --------------------------------------------------------------------------- conda part
 
-def link_config(conda_urls: Iterable[str]) -> str:
-    """rattler's config for linking the packages at `conda_urls`, as TOML.
+def link_config(conda_urls: Iterable[str]) -> "rattler.Config":
+    """rattler's config for linking the packages at `conda_urls`.
 
     Copies (or copy-on-write clones), never hard links into the package cache: an edit
     inside one env must not reach the cache or any other env.
@@ -399,13 +402,35 @@ def link_config(conda_urls: Iterable[str]) -> str:
     And a client that never goes online. What rattler links was fetched and checked by
     bootstrap (through its mirrors, with its speed floor) or is a sealed copy in the cache;
     rattler downloads only a package missing from there, which in the link step means a
-    sealed copy another run dropped under us, and `_link` fetches that itself. So each
-    channel is sent to a `file://` URL, which rattler's client refuses before any request.
-    A client that never connects needs no TLS set up: building one with verification
-    costs ~5 ms (10 % of a one-package change), without it 10 us."""
-    channels = sorted({_channel_of(url) for url in conda_urls if not url.startswith("file:")})
-    offline = "".join(f'{json.dumps(channel)} = ["file:///dev/null/bootstrap-links-offline"]\n' for channel in channels)
-    return "allow-hard-links = false\ntls-no-verify = true\n" + (f"[mirrors]\n{offline}" if offline else "")
+    sealed copy another run dropped under us, and `_link` fetches that itself. So every
+    host of the lock is sent to a `file://` URL, which rattler's client refuses before any
+    request. A client that never connects needs no TLS set up: building one with
+    verification costs ~5 ms (10 % of a one-package change), without it 10 us. Where
+    rattler's config cannot name a host, it gets the usual client, verification on."""
+    import rattler
+
+    copies = "allow-hard-links = false\n"
+    origins = sorted({origin for origin in map(_origin, conda_urls) if origin is not None})
+    offline = "".join(f'{_toml_string(origin)} = ["file:///dev/null/bootstrap-links-offline"]\n' for origin in origins)
+    try:
+        return rattler.Config.from_toml(f"{copies}tls-no-verify = true\n[mirrors]\n{offline}")
+    except ValueError:  # a host its URL parser refuses (so it could not download from there either)
+        return rattler.Config.from_toml(copies)
+
+
+def _origin(url: str) -> Optional[str]:
+    """`https://user:token@Host:8443/conda-forge/linux-64/x.conda` -> `https://Host:8443`; None for a
+    `file:` URL (rattler reads those itself) or one without a host. Credentials are left out: the
+    HTTP client moves them into a header before rattler's mirror table sees the URL."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}" if parts.scheme != "file" and host else None
+
+
+def _toml_string(text: str) -> str:
+    """`text` as a TOML basic string: `"`, `\\` and control characters escaped, the rest as it is."""
+    return '"' + "".join(f"\\u{ord(c):04x}" if c in '"\\' or ord(c) < 0x20 or ord(c) == 0x7F else c
+                         for c in text) + '"'
 
 
 def _prefetch(plan: Plan, options: EnvOptions, feedback: Feedback) -> tuple[dict, dict]:
@@ -559,7 +584,7 @@ def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Pa
             execute_link_scripts=False,
             show_progress=options.show_progress,
             alternative_target_prefix=options.prefix,
-            config=rattler.Config.from_toml(link_config(e.url for e in conda)),
+            config=link_config(e.url for e in conda),
             package_cache=rattler.PackageCache.new_layered(
                 [pkgs], validation_mode=rattler.ValidationMode.full() if check_unsealed else rattler.ValidationMode.skip()),
         )

@@ -471,11 +471,13 @@ def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: 
     assert sha256_file(archive) == entry.sha256  # checked before the second link, and fetched again
 
 
+@pytest.mark.parametrize("credentials", ["", "user:secret@"], ids=["public", "with-credentials"])
 @pytest.mark.parametrize("offline", [True, False], ids=["link_config", "rattler-default"])
-def test_the_link_step_never_downloads(tmp_path: Path, channel: Path, offline: bool) -> None:
+def test_the_link_step_never_downloads(tmp_path: Path, channel: Path, offline: bool, credentials: str) -> None:
     """rattler downloads a package missing from its cache; in bootstrap's link step that is a sealed copy
     another run dropped under us, which `_link` fetches itself. With `link_config` rattler's client refuses
-    before any request (and needs no TLS set up); with rattler's defaults it goes online."""
+    before any request (and needs no TLS set up); with rattler's defaults it goes online. Credentials in the
+    channel's URL reach rattler's mirror table as a header, not in the URL it matches."""
     import asyncio
 
     import rattler
@@ -485,8 +487,8 @@ def test_the_link_step_never_downloads(tmp_path: Path, channel: Path, offline: b
     archive = next(p for p in (channel / "noarch").iterdir() if p.name.startswith("bigpkg-"))
     record = asyncio.run(rattler.RepoDataRecord.from_package_archive(archive))
     with serve_directory(channel) as url:
-        record.url = f"{url}/noarch/{archive.name}"
-        config = rattler.Config.from_toml(link_config([record.url]) if offline else "allow-hard-links = false\n")
+        record.url = f"{url}/noarch/{archive.name}".replace("http://", f"http://{credentials}")
+        config = link_config([record.url]) if offline else rattler.Config.from_toml("allow-hard-links = false\n")
         install = rattler.install([record], tmp_path / "prefix", cache_dir=tmp_path / "pkgs", config=config)
         if offline:
             with pytest.raises(Exception, match="scheme is not allowed"):
@@ -495,6 +497,24 @@ def test_the_link_step_never_downloads(tmp_path: Path, channel: Path, offline: b
         else:
             asyncio.run(install)
             assert url.requests == [f"/noarch/{archive.name}"]
+
+
+@pytest.mark.parametrize("url", [
+    "https://example.org/ch\U0001F600/noarch/a-1-0.conda",  # outside the BMP: JSON would write a surrogate pair
+    "https://example.org/a-1-0.conda",  # no channel path
+    'https://example.org/ch"\x7f/noarch/a-1-0.conda',  # a quote and DEL, which TOML wants escaped
+    "https://exa mple.org/ch/noarch/a-1-0.conda",  # a host rattler's URL parser refuses
+    "file:///srv/channel/noarch/a-1-0.conda",  # read by rattler itself: no mirror needed
+], ids=["non-BMP", "no-channel-path", "quote-and-DEL", "bad-host", "file"])
+def test_link_config_takes_any_url_a_lock_holds(url: str) -> None:
+    """Each URL the lock accepts gives a config rattler reads; the offline client wherever it can name the host."""
+    from bootstrap.env import link_config
+    from bootstrap.lockfile import LockedPackage, _entry_problem
+
+    assert _entry_problem(LockedPackage("a", "1", "conda", "linux-64", url, "0" * 64, build="0")) is None
+    config = link_config([url])
+    assert config.allow_hard_links is False
+    assert bool(config.tls_no_verify) is (url != "https://exa mple.org/ch/noarch/a-1-0.conda")
 
 
 def test_a_warm_cache_links_sealed_copies_without_reading_their_archives(project: Project, channel: Path,
