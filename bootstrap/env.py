@@ -474,8 +474,8 @@ def link_conda(conda: Sequence[LockedPackage], archives: dict, sealed: set, part
     and applies the difference.
 
     rattler links from its extracted package cache, which it trusts ("fast"
-    validation only checks that each file exists, and cost 5 % of a fresh
-    create; "full" re-hashes everything and doubled the link time). So every
+    validation let a copy through whose file had changed size, py-rattler
+    0.28; "full" re-hashes everything and doubled the link time). So every
     extracted package is sealed after extraction (size, mtime and ctime of
     each file, `_seal`), and rattler is told to skip its own check. A sealed copy
     (`sealed`) is linked by a record that points at the lock's URL: rattler
