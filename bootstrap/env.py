@@ -545,7 +545,10 @@ def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Pa
     rattler is given a record of each package to link (`archives`) and of python (for the
     site-packages of noarch: python ones), and told to leave the others alone: `partial` holds
     them as locked already (`plan_against`), and a record each cost 70 us, 8 ms of a one-package
-    change in a 114-package env. A record is read from the archive of a package to extract; a
+    change in a 114-package env. When python itself is linked, it is given every package:
+    rattler relinks the noarch: python ones if python moved to another minor version, as seen
+    from python's own record, which a stray `lib/python3.X` left by hand cannot hide from it
+    as it can from `_python_moves`. A record is read from the archive of a package to extract; a
     sealed copy linked now (`canonical`), or python already there, is described by its extracted
     copy's index.json (10x cheaper than the archive, 20x than the conda-meta record, whose file
     list a CUDA package makes long). rattler compares by sha256, the lock's, so a package
@@ -578,7 +581,7 @@ def _rattler_install(conda: Sequence[LockedPackage], archives: dict, partial: Pa
         return found
 
     async def install() -> None:
-        wanted = [e for e in conda if e.name in archives or e.name == "python"]
+        wanted = conda if "python" in archives else [e for e in conda if e.name in archives or e.name == "python"]
         records = [await record(e) for e in wanted]
         linking = rattler.install(
             records,

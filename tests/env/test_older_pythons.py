@@ -123,9 +123,9 @@ def test_the_env_python_is_the_one_asked_for(older) -> None:
     assert done.stdout.strip() == older.interpreter.version
 
 
-def test_a_python_minor_upgrade_installs_the_pip_part_into_its_site_packages(tmp_path: Path, capsys) -> None:
-    """3.9 -> 3.10: the new python has a site-packages of its own, empty; the old one's stays behind
-    with the wheels (and sorts after it: `python3.9` > `python3.10`)."""
+def locked_at_39(tmp_path: Path) -> tuple:
+    """A project locked at python 3.9 with `pip` (a noarch: python package) and two wheels, from a channel
+    that also has 3.10: (project, channel, wheels, `env` args). Skips without both interpreters."""
     interpreters = [find_interpreter(short) for short in ("3.9", "3.10")]
     if None in interpreters:
         pytest.skip("needs Python 3.9 and 3.10 on this machine (PATH or ~/.pyenv/versions)")
@@ -136,9 +136,20 @@ def test_a_python_minor_upgrade_installs_the_pip_part_into_its_site_packages(tmp
     relock(project, channel, wheels)
     args = ["env", "--root", str(project.root), "--platform", "linux-64", "--mirror", f"conda-forge={channel}",
             "--cache-dir", str(tmp_path / "cache")]
-    assert main(args) == 0
+    return project, channel, wheels, args
+
+
+def relock_at_310(project, channel: Path, wheels: Path) -> None:
     make_project(project.root, platforms=("linux-64",), conda=("python=3.10.*", "pip"), pip=("alpha", "gamma"))
     relock(project, channel, wheels)
+
+
+def test_a_python_minor_upgrade_installs_the_pip_part_into_its_site_packages(tmp_path: Path, capsys) -> None:
+    """3.9 -> 3.10: the new python has a site-packages of its own, empty; the old one's stays behind
+    with the wheels (and sorts after it: `python3.9` > `python3.10`)."""
+    project, channel, wheels, args = locked_at_39(tmp_path)
+    assert main(args) == 0
+    relock_at_310(project, channel, wheels)
     shutil.rmtree(tmp_path / "cache")  # safe to delete: rattler must not fetch the noarch `pip` it relinks itself
     capsys.readouterr()
     assert main([*args, "--dry-run"]) == 0
@@ -153,3 +164,21 @@ def test_a_python_minor_upgrade_installs_the_pip_part_into_its_site_packages(tmp
     capsys.readouterr()
     assert main(args) == 0
     assert "is up to date" in capsys.readouterr().out  # converged: nothing installed again
+
+
+def test_a_python_minor_upgrade_relinks_noarch_packages_past_a_stray_site_packages(tmp_path: Path) -> None:
+    """A `lib/python3.10` made by hand in the 3.9 env hides the move from the plan, which reads the
+    site-packages folder; rattler, handed every package when python is linked, sees it from python's
+    own record and relinks the noarch: python `pip` into the new site-packages."""
+    from bootstrap.prefix import conda_records
+
+    project, channel, wheels, args = locked_at_39(tmp_path)
+    assert main(args) == 0
+    prefix = project.root / ".envs" / "py310"
+    (prefix / "bin" / "python3.10").write_text("#!/bin/sh\n")
+    (prefix / "lib" / "python3.10" / "site-packages").mkdir(parents=True)
+    relock_at_310(project, channel, wheels)
+    assert main(args) == 0
+    (pip,) = [r for r in conda_records(prefix) if r.name == "pip"]
+    assert {f.split("/")[1] for f in pip.files if f.startswith("lib/")} == {"python3.10"}
+    assert_matches_lock(project)
