@@ -294,6 +294,7 @@ def test_dry_run_prints_the_plan_and_touches_nothing(project: Project, channel: 
     out = capsys.readouterr().out
     assert f"link    python {SHORT}" in out and "pip add alpha 1.1" in out
     assert not (project.root / ".envs").exists()
+    assert not (project.root / ".cache").exists()  # not even the parsed form of the lock is kept
 
 
 def test_rollback(project: Project, channel: Path, wheels: Path, capsys) -> None:
