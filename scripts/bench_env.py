@@ -25,7 +25,7 @@ medians, and the medians of the per-pair ratio and difference.
 
 Updates only move forward: toggling between two locks would hand bootstrap a
 retired generation that is already the target.
-Raw rattler uses our link mode (copies; hard links off, see bootstrap/env.py);
+Raw rattler uses our link mode (copies; hard links off, see bootstrap/install/link.py);
 its default (hard links into the cache) is shown for fresh create.
 Targets (issue 3): overhead <= 10 % over raw rattler; no-op rerun <= 1 s.
 """
@@ -49,10 +49,10 @@ sys.path.insert(0, str(REPO))
 
 import rattler  # noqa: E402
 
-from bootstrap.env import EnvOptions, create_or_update  # noqa: E402
-from bootstrap.generations import clone_tree  # noqa: E402
-from bootstrap.lock import LockOptions, lock_env  # noqa: E402
-from bootstrap.mirrors import Mirror  # noqa: E402
+from bootstrap.install.env import EnvOptions, create_or_update  # noqa: E402
+from bootstrap.install.generations import clone_tree  # noqa: E402
+from bootstrap.lock.solve import LockOptions, lock_env  # noqa: E402
+from bootstrap.lock.mirrors import Mirror  # noqa: E402
 from tests.fixtures.conda_channel import PLACEHOLDER, PackageSpec, build_channel, pip_spec  # noqa: E402
 from tests.fixtures.project import make_project  # noqa: E402
 from tests.fixtures.runnable_env import SHORT, runnable_python_spec  # noqa: E402
@@ -95,14 +95,14 @@ def paired(ours, raw, runs: int) -> tuple[list[float], list[float]]:
 @contextlib.contextmanager
 def seal_check_off():
     """bootstrap trusting its cached copies unchecked (never so outside this script): one lstat a file."""
-    import bootstrap.env
+    import bootstrap.install.env
 
-    real = bootstrap.env._seal_holds
-    bootstrap.env._seal_holds = lambda cache_dir, entry: True
+    real = bootstrap.install.env._seal_holds
+    bootstrap.install.env._seal_holds = lambda cache_dir, entry: True
     try:
         yield
     finally:
-        bootstrap.env._seal_holds = real
+        bootstrap.install.env._seal_holds = real
 
 
 def solved_records(channel: Path, specs: list[str]) -> list:

@@ -1,4 +1,4 @@
-"""Generate bootstrap/compat_data.py from ../shared/reference/cuda_compat.yml.
+"""Generate bootstrap/compat/data.py from ../shared/reference/cuda_compat.yml.
 
 The reference YAML is the researched source of truth (every row has `source`
 and `confidence`); the package ships a normalised copy as a Python module so
@@ -7,7 +7,7 @@ cells are parsed into machine values here, once; the raw text is kept next
 to the parsed value whenever parsing dropped information.
 
 Usage: python scripts/gen_compat_data.py [YAML] [OUT]
-       (defaults: ../shared/reference/cuda_compat.yml, bootstrap/compat_data.py)
+       (defaults: ../shared/reference/cuda_compat.yml, bootstrap/compat/data.py)
        python scripts/gen_compat_data.py --check   # exit 1 if OUT is stale
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_YAML = ROOT.parent / "shared" / "reference" / "cuda_compat.yml"
-DEFAULT_OUT = ROOT / "bootstrap" / "compat_data.py"
+DEFAULT_OUT = ROOT / "bootstrap" / "compat" / "data.py"
 
 _VERSION = re.compile(r"^\s*'?(\d+(?:\.\d+)+)")
 _ARCH_NUMBER = re.compile(r"(\d+)\.(\d+)")

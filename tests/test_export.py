@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from bootstrap.cli import main
-from bootstrap.export import (
+from bootstrap.export.portable import (
     ExportOptions,
     _toposort_names,
     export_env,
@@ -24,13 +24,13 @@ from bootstrap.export import (
     render_environment_yml,
     requested_build,
 )
-from bootstrap.lockfile import Lock, LockedPackage, _conda_lock_inputs, read_lock
+from bootstrap.lock.lockfile import Lock, LockedPackage, _conda_lock_inputs, read_lock
 from bootstrap.project import Project
-from bootstrap.spec import EnvSpec, read_spec
+from bootstrap.lock.spec import EnvSpec, read_spec
 from tests.fixtures.conda_channel import file_url
 from tests.fixtures.project import make_project, write_spec, write_virtual_packages
+from tests.fixtures import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT = REPO.parent / "shared" / "conda-forge-snapshot" / "conda-forge"
 
 
@@ -92,9 +92,9 @@ def test_conda_lock_parses_the_committed_export():
 @pytest.mark.skipif(not SNAPSHOT.is_dir(), reason="../shared/conda-forge-snapshot is not beside the repository")
 def test_snapshot_round_trip_of_the_conda_part():
     """Solving the exported file against the real conda-forge snapshot gives the locked conda closure."""
-    from bootstrap.mirrors import Mirror
-    from bootstrap.solve import solve_conda, to_locked
-    from bootstrap.spec import read_virtual_packages
+    from bootstrap.lock.mirrors import Mirror
+    from bootstrap.lock.conda import solve_conda, to_locked
+    from bootstrap.lock.spec import read_virtual_packages
 
     exported = read_spec(REPO / "environment.yml")
     vpkgs = read_virtual_packages(REPO / "envs" / "virtual-packages.yml")

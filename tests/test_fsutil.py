@@ -10,6 +10,7 @@ import pytest
 
 from bootstrap.errors import ToolError
 from bootstrap.fsutil import free_space, out_of_space
+from tests.fixtures import REPO
 
 
 def test_out_of_space_is_read_from_errno_or_from_an_engine_message_anywhere_in_the_chain() -> None:
@@ -55,7 +56,7 @@ def test_remove_tree_goes_through_read_only_directories_as_a_non_root_user() -> 
     import subprocess
     import sys
 
-    repo = str(Path(__file__).resolve().parent.parent)
+    repo = str(REPO)
     if os.geteuid() == 0:
         python = "/usr/bin/python3"
         if not os.path.exists(python):

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.fixtures import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 REQUIREMENTS = REPO / "scripts" / "requirements-tools.txt"
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")

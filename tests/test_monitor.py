@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from bootstrap.cli import main
-from bootstrap.monitor import (
+from bootstrap.monitor.sampler import (
     COLUMNS,
     GpuSampler,
     NvmlUnavailable,
@@ -25,68 +25,12 @@ from bootstrap.monitor import (
     run_samples,
     sparkline,
 )
-from tests.fixtures.fakes import FakeNvml, FakeNVMLError
+from tests.fixtures.fakes import FakeNvml, FakeNVMLError, RecordedNvml
 from tests.fixtures.mounts import in_private_mounts, needs_unshare
+from tests.fixtures import DATA as ALL_DATA, REPO
 
-DATA = Path(__file__).resolve().parent / "data" / "monitor"
-REPO = Path(__file__).resolve().parent.parent
+DATA = ALL_DATA / "monitor"
 HAS_DRIVER = shutil.which("nvidia-smi") is not None or Path("/proc/driver/nvidia").exists()
-
-
-class RecordedNvml(FakeNvml):
-    """FakeNvml replaying tests/data/monitor/*.json: per-sample frames, processes (format in its README.md)."""
-
-    def __init__(self, recorded, init_error=None):
-        super().__init__(recorded, init_error)
-        self.frame = {}
-
-    @classmethod
-    def load(cls, name, **kwargs):
-        return cls(json.loads((DATA / name).read_text()), **kwargs)
-
-    def nvmlInit(self):
-        self.calls.append(("nvmlInit",))
-        if self.init_error is not None:
-            raise FakeNVMLError(self.init_error)
-
-    def nvmlShutdown(self):
-        self.calls.append(("nvmlShutdown",))
-
-    def __getattr__(self, name):
-        if name in self.recorded.get("missing_functions", ()):
-            raise AttributeError(name)
-        if name == "nvmlDeviceGetCount":
-            return lambda: self._answer(self.recorded[name])
-        if name == "nvmlDeviceGetHandleByIndex":
-            return lambda index: index
-        if name == "nvmlSystemGetProcessName":
-            return lambda pid: self.calls.append((name, pid)) or self._answer(self.recorded[name][str(pid)])
-        if name.startswith("nvmlDevice"):
-            return lambda handle, *args: self._device(handle, name, args)
-        raise AttributeError(name)
-
-    def _device(self, index, name, args):
-        self.calls.append((name, index, args))
-        device = self.recorded["devices"][index]
-        if name == "nvmlDeviceGetUtilizationRates":
-            self.frame[index] = self.frame.get(index, -1) + 1
-        frames = device.get("frames") or [{}]
-        frame = frames[min(self.frame.get(index, 0), len(frames) - 1)]
-        if name in frame:
-            value = frame[name]
-        elif name in device:
-            value = device[name]
-        else:
-            raise FakeNVMLError(3)  # NOT_SUPPORTED
-        value = self._answer(value)
-        if name in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo"):
-            return SimpleNamespace(**value)
-        if "RunningProcesses" in name:
-            return [SimpleNamespace(**p) for p in value]
-        return value
-
-    def count(self, name):
-        return sum(1 for call in self.calls if call[0] == name)
 
 
 def utilization_series(name, device):
@@ -420,7 +364,7 @@ def test_a_full_disk_removes_the_partial_log_and_says_so(tmp_path):
     """Before: a traceback, and FILE.partial left, so the next monitor refused to start ('exists')."""
     small = tmp_path / "small"
     small.mkdir()
-    script = ("import sys\nfrom tests.test_monitor import RecordedNvml\n"
+    script = ("import sys\nfrom tests.fixtures.fakes import RecordedNvml\n"
               "sys.modules['pynvml'] = RecordedNvml.load('h200x2-ddp.json')\nfrom bootstrap.cli import main\n"
               f"sys.exit(main(['monitor', '--count', '500', '--interval', '0.0001', '--csv', '{small}/gpu.csv']))\n")
     done = in_private_mounts(f"mount -t tmpfs -o size=8k tmpfs {small}\n$PY -c \"{script}\" >/dev/null || "

@@ -14,8 +14,8 @@ import pytest
 
 import bootstrap
 from bootstrap.cli import build_parser
+from tests.fixtures import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 CHECK = REPO / "scripts" / "check-py39.py"
 
 
@@ -167,7 +167,7 @@ def test_a_venv_missing_a_dependency_gets_one_line_and_a_bug_its_traceback(tmp_p
                               "venv is partial or damaged; `make clean && make tools` rebuilds it (.tools)\n")
     no_yaml = lock_without("yaml")  # the tools venv's PyYAML: the tools venv's fix, not the env's
     assert no_yaml.returncode == 2 and "needs PyYAML" in no_yaml.stderr and "`make clean && make tools`" in no_yaml.stderr
-    bug = lock_without("bootstrap.solve")
+    bug = lock_without("bootstrap.lock.conda")
     assert bug.returncode == 1 and "Traceback" in bug.stderr and "ModuleNotFoundError" in bug.stderr
     assert list(tmp_path.iterdir()) == [tmp_path / "envs"]  # nothing written
 

@@ -22,8 +22,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from bootstrap.bench.config import BenchOptions
 from bootstrap.bench.results import BenchResult
 from bootstrap.bench.run import ProgressFn, run_bench
-from bootstrap.checks import Check, Status
-from bootstrap.ranks import SEVERITY, check_gpu_of_rank, merge_checks, torchrun_env
+from bootstrap.checks.model import Check, Status
+from bootstrap.checks.ranks import SEVERITY, check_gpu_of_rank, merge_checks, torchrun_env
 
 DDP_SECONDS = 3.0
 

@@ -458,7 +458,7 @@ def rss_bytes() -> Optional[int]:
 
 
 def usable_cpus() -> int:
-    from bootstrap.probe import probe_usable_cpus
+    from bootstrap.compat.probe import probe_usable_cpus
 
     count, _ = probe_usable_cpus()
     return count or os.cpu_count() or 1

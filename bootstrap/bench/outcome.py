@@ -11,7 +11,7 @@ from typing import Any
 
 from bootstrap.bench import measure as ms
 from bootstrap.bench.results import BenchResult
-from bootstrap.checks import Status
+from bootstrap.checks.model import Status
 
 # What a tune stands on: a measurement left out of these (not micro, not scaling) makes it incomplete.
 TUNE_PHASES = ("loader", "ceiling", "naive", "tune", "tuned")
@@ -82,7 +82,7 @@ class Outcome:
 
     def _verdict_facts(self) -> Any:
         from bootstrap.bench import verdicts
-        from bootstrap.probe import HostFacts
+        from bootstrap.compat.probe import HostFacts
 
         host = self.host or HostFacts()
         shm_failure = next((why for _, _, why in self.failures if why.startswith(ms.SHM_FAILURE)), "")

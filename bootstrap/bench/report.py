@@ -1,6 +1,6 @@
 """Renderings of a `BenchResult`: the text report, the JSON envelope, the code snippet, the files.
 
-The JSON report is the `bootstrap.checks` envelope (kind 'bench', the
+The JSON report is the `bootstrap.checks.model` envelope (kind 'bench', the
 verdicts as its checks) with the bench's own payload under `extra`, which
 carries its own schema name and version (`SCHEMA`, `SCHEMA_VERSION`);
 tests/test_bench_report.py pins both layouts.
@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from bootstrap.bench.config import WorkloadSpec, check_directory
 from bootstrap.bench.results import BenchResult, LoaderConfig
-from bootstrap.checks import render_table, to_json
+from bootstrap.checks.model import render_table, to_json
 from bootstrap.errors import InputError
 from bootstrap.fsutil import check_output, write_target, write_together
 

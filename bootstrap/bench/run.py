@@ -252,7 +252,7 @@ class _Run(WorkerSearch, Outcome):
         import torch
 
         from bootstrap.bench.workloads import SyntheticImages, build_store, resolve_model_name
-        from bootstrap.probe import collect_host_facts
+        from bootstrap.compat.probe import collect_host_facts
 
         if self.o.device.startswith("cuda") and not torch.cuda.is_available():
             raise InputError("--device", f"{self.o.device}: CUDA is not available to this torch "

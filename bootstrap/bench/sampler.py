@@ -6,7 +6,7 @@ at lower polling cost"), falling back to polling
 `nvmlDeviceGetUtilizationRates`; SM activity comes from NVML GPM
 (`nvmlGpmSampleGet` twice, then `nvmlGpmMetricsGet(SM_UTIL)`) on GPUs that
 report GPM support (Hopper and newer). All NVML calls go through
-`bootstrap.nvml.Nvml`. The host series is machine-wide CPU busy % from
+`bootstrap.compat.nvml.Nvml`. The host series is machine-wide CPU busy % from
 /proc/stat. The sampler measures its own cost: wall time inside polls and
 its thread's CPU time.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
 from bootstrap.bench.results import SamplerReport, UtilStats
-from bootstrap.nvml import Nvml
+from bootstrap.compat.nvml import Nvml
 
 # nvml.h values (stable ABI): nvmlSamplingType_t, nvmlValueType_t, GPM metric ids and struct version.
 NVML_GPU_UTILIZATION_SAMPLES = 1

@@ -13,7 +13,7 @@ from typing import List, Mapping, Optional, Tuple
 
 from bootstrap.bench.config import Thresholds
 from bootstrap.bench.results import SamplerReport
-from bootstrap.checks import Check, Status
+from bootstrap.checks.model import Check, Status
 
 # Dense (non-sparse) BF16 tensor TFLOP/s by SKU name fragment, most specific first.
 # H100/H200 SXM 989 (bench_method.md [15]); H100 PCIe 756 and A100 312 from NVIDIA's datasheets.
@@ -131,9 +131,9 @@ def start_method_check(f: VerdictFacts, metrics: Mapping[str, Optional[float]]) 
 
 def nofile_check(f: VerdictFacts) -> Check:
     """doctor's `host.nofile` rule (its remedy knows when the hard limit must be raised first), as bench.nofile."""
-    from bootstrap.doctor import LoaderNeeds
-    from bootstrap.doctor import nofile_check as host_nofile_check
-    from bootstrap.probe import HostFacts
+    from bootstrap.checks.doctor import LoaderNeeds
+    from bootstrap.checks.doctor import nofile_check as host_nofile_check
+    from bootstrap.compat.probe import HostFacts
 
     if f.nofile_soft is None:
         return Check("bench.nofile", Status.SKIP, "unknown", "", detail="no resource limits on this OS")

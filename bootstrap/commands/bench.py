@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterator, List
 
 from bootstrap.bench.config import MODELS, RUN_OPTIONS, STORAGES, BenchOptions, ThresholdSet, WorkloadSpec, \
     check_options, flag_name, load_config, parse_threshold_flags
-from bootstrap.checks import exit_code
+from bootstrap.checks.model import exit_code
 from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import disk_full, out_of_space
 

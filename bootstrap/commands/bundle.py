@@ -15,7 +15,7 @@ from bootstrap.project import Project, find_root
 
 TOOLS_REQUIREMENTS = Path(__file__).resolve().parents[2] / "scripts" / "requirements-tools.txt"
 
-BUNDLE_JSON_FORMAT = "bootstrap.bundle-result"
+BUNDLE_JSON_FORMAT = "bootstrap.install.bundle-result"
 BUNDLE_JSON_VERSION = 1
 
 
@@ -38,12 +38,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap.bundle import BundleOptions, make_bundle
+    from bootstrap.install.bundle import BundleOptions, make_bundle
     from bootstrap.commands.env import progress_feedback
-    from bootstrap.env import default_cache_dir
-    from bootstrap.mirrors import parse_mirrors
-    from bootstrap.pip_resolve import PipOptions
-    from bootstrap.spec import host_platform
+    from bootstrap.install.env import default_cache_dir
+    from bootstrap.lock.mirrors import parse_mirrors
+    from bootstrap.lock.pip import PipOptions
+    from bootstrap.lock.spec import host_platform
 
     project = Project(args.root or find_root(Path.cwd()))
     envs = project.resolve_envs(list(dict.fromkeys(args.envs)) or [project.default_env])  # each once, as platforms
@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
 def _tools_targets(project: Project, platforms: tuple, pythons: list) -> tuple:
     """What the nodes' python3 and platform are: the tools venv is built there from these wheels.
     Windows has none: `bootstrap env` runs on POSIX only."""
-    from bootstrap.pip_resolve import target_for
-    from bootstrap.spec import read_virtual_packages
+    from bootstrap.lock.pip import target_for
+    from bootstrap.lock.spec import read_virtual_packages
 
     virtual_packages = read_virtual_packages(project.virtual_packages_path)
     versions = tuple(dict.fromkeys(pythons)) or ("%d.%d" % sys.version_info[:2],)

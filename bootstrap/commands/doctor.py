@@ -30,8 +30,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap.checks import exit_code, render_table, to_json
-    from bootstrap.doctor import DoctorOptions, run_doctor
+    from bootstrap.checks.model import exit_code, render_table, to_json
+    from bootstrap.checks.doctor import DoctorOptions, run_doctor
 
     if args.facts is not None and args.save_facts is not None:
         raise InputError("--save-facts", "does not apply to --facts (the facts are already recorded)",

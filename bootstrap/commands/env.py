@@ -35,10 +35,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap.bundle import Bundle
-    from bootstrap.env import EnvOptions, create_or_update, default_cache_dir, rollback
-    from bootstrap.mirrors import parse_mirrors
-    from bootstrap.spec import host_platform
+    from bootstrap.install.bundle import Bundle
+    from bootstrap.install.env import EnvOptions, create_or_update, default_cache_dir, rollback
+    from bootstrap.lock.mirrors import parse_mirrors
+    from bootstrap.lock.spec import host_platform
 
     project = Project(args.root or find_root(Path.cwd()))
     env = args.env or project.default_env
@@ -84,7 +84,7 @@ def progress_feedback(tty: bool):
 
     The "waiting for another run" notice is printed either way.
     """
-    from bootstrap.env import Feedback
+    from bootstrap.install.env import Feedback
 
     def to_stderr(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -35,7 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap import export
+    from bootstrap.export import portable as export
     from bootstrap.project import Project, find_root
 
     options = export.ExportOptions(name=args.name, channels=tuple(args.channel), platforms=tuple(args.platform))

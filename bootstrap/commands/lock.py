@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(project: Project, envs: list[str], platforms: tuple[str, ...]) -> int:
-    from bootstrap.staleness import check_env
+    from bootstrap.lock.check import check_env
 
     code = EXIT_OK
     for env in envs:
@@ -66,9 +66,9 @@ def _check(project: Project, envs: list[str], platforms: tuple[str, ...]) -> int
 
 
 def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
-    from bootstrap.lock import LockOptions, lock_env
-    from bootstrap.mirrors import parse_mirrors
-    from bootstrap.pip_resolve import PipOptions
+    from bootstrap.lock.solve import LockOptions, lock_env
+    from bootstrap.lock.mirrors import parse_mirrors
+    from bootstrap.lock.pip import PipOptions
 
     options = LockOptions(
         platforms=tuple(args.platform),

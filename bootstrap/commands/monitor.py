@@ -62,7 +62,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap import monitor as core
+    from bootstrap.monitor import sampler as core
     from bootstrap.fsutil import check_output
 
     log_path, fmt = (args.csv, "csv") if args.csv else (args.jsonl, "jsonl") if args.jsonl else (None, "")

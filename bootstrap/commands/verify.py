@@ -36,8 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bootstrap.bench.config import MAX_BUDGET_S
-    from bootstrap.checks import render_table, to_json
-    from bootstrap.verify import BENCH_BUDGET_S, VerifyOptions, run_verify
+    from bootstrap.checks.model import render_table, to_json
+    from bootstrap.checks.verify import BENCH_BUDGET_S, VerifyOptions, run_verify
 
     if args.facts is not None:
         clash = [flag for flag, value in (("--prefix", args.prefix), ("--deep", args.deep),
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             print(render_table(result.checks, show_detail=args.verbose), end="")
 
     if args.distributed:
-        from bootstrap.verify_distributed import run_verify_distributed
+        from bootstrap.checks.distributed import run_verify_distributed
 
         if args.save_facts is not None:
             raise InputError("--save-facts", "records one host's facts; every rank would write the file",

@@ -1,0 +1,72 @@
+"""What every torchrun-launched verb shares: the rank facts torchrun sets, and one rank-0 view
+of every rank's checks (the worst of each, naming its rank).
+
+    torchrun --nproc-per-node N [--nnodes M --rdzv-endpoint HOST:PORT] -m bootstrap VERB --distributed
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from bootstrap.checks.model import Check, Status
+from bootstrap.errors import InputError
+
+SEVERITY = {Status.FAIL: 3, Status.WARN: 2, Status.OK: 1, Status.SKIP: 0}
+
+
+def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, int]:
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE as torchrun sets them, checked before any
+    rendezvous (a RANK beyond WORLD_SIZE would wait there forever); InputError outside torchrun."""
+    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if not environ.get(name, "").strip()]
+    if missing:
+        raise InputError("--distributed", f"{'/'.join(missing)} not set: not started by torchrun",
+                         f"run `torchrun --nproc-per-node N -m bootstrap {verb} --distributed`")
+    values = {name: _integer(environ, name, default) for name, default in
+              (("RANK", None), ("WORLD_SIZE", None), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1"), ("MASTER_PORT", None))}
+    for name, low, high in (("WORLD_SIZE", 1, None), ("RANK", 0, values["WORLD_SIZE"] - 1),
+                            ("LOCAL_WORLD_SIZE", 1, values["WORLD_SIZE"]), ("LOCAL_RANK", 0, values["LOCAL_WORLD_SIZE"] - 1),
+                            ("MASTER_PORT", 1, 65535)):
+        if values[name] < low or (high is not None and values[name] > high):
+            bounds = f"{low}..{high}" if high is not None else f">= {low}"
+            raise InputError(name, f"{values[name]} is outside {bounds}", "let torchrun set the rank variables")
+    return {"rank": values["RANK"], "world_size": values["WORLD_SIZE"], "local_rank": values["LOCAL_RANK"],
+            "local_world_size": values["LOCAL_WORLD_SIZE"]}
+
+
+def check_gpu_of_rank(local_rank: int, gpus: int) -> None:
+    """One process per GPU: a local rank beyond the GPUs CUDA sees is a usage error, said before any
+    rendezvous (torch.cuda.set_device's 'invalid device ordinal' otherwise)."""
+    if local_rank >= gpus:
+        raise InputError("--nproc-per-node", f"LOCAL_RANK {local_rank} but {gpus} GPU(s) visible",
+                         "start one process per GPU: `torchrun --nproc-per-node NUMBER_OF_GPUS ...`")
+
+
+def _integer(environ: Mapping[str, str], name: str, default: Optional[str]) -> int:
+    text = environ.get(name, default)
+    try:
+        return int(str(text))
+    except ValueError:
+        raise InputError(name, f"{text!r} is not an integer", "let torchrun set the rank variables") from None
+
+
+def worst(checks: Sequence[Tuple[int, Check]]) -> Tuple[int, Check]:
+    """The (rank, check) with the worst status; the lowest rank among equals."""
+    return max(checks, key=lambda rc: (SEVERITY[rc[1].status], -rc[0]))
+
+
+def merge_checks(gathered: Sequence[Mapping[str, Any]]) -> List[Check]:
+    """One check per id from every rank's `{"rank", "checks": [Check.to_dict()]}`: the worst
+    rank's, its observation prefixed with the rank, every rank's status in the detail."""
+    by_id: Dict[str, List[Tuple[int, Check]]] = {}
+    for item in sorted(gathered, key=lambda g: g["rank"]):
+        for raw in item["checks"]:
+            check = Check.from_dict(raw)
+            by_id.setdefault(check.id, []).append((item["rank"], check))
+    merged = []
+    for ranked in by_id.values():  # dicts keep the order ids were first seen in
+        rank, check = worst(ranked)
+        statuses = ", ".join(f"rank {r} {c.status.value}" for r, c in ranked)
+        merged.append(replace(check, observed=f"rank {rank}: {check.observed}",
+                              detail="; ".join(x for x in (check.detail, statuses) if x)))
+    return merged

@@ -1,0 +1,229 @@
+"""`verify`: is this env exactly the locked one, and does this machine's NVIDIA stack run it?
+
+    prefix (conda-meta/, dist-info, conda-meta/bootstrap) + lock      -> env.*
+    NVML facts, torch build (imported inside the env, else the lock)  -> nvidia.*, torch.cuda_build, cuda.*
+    torch inside the env: import, CUDA, devices, matmul/conv, pinning -> torch.*
+    host facts (shared with doctor)                                   -> host.*
+    the acceptance benchmark on a small budget                        -> bench.*
+
+It runs inside the env (Python 3.9 possible; stdlib, pyyaml and, lazily,
+torch and pynvml) or from the tools venv with `--prefix`, where the torch
+checks are skipped and the CUDA rules use the env's installed torch
+version. `run_verify` returns a `VerifyResult`; it never prints. The env
+checks live in `bootstrap.checks.env`, the torch checks in `bootstrap.checks.torch`,
+the host and driver checks (shared with doctor) in `bootstrap.checks.doctor`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from bootstrap.checks.model import Check, Status, exit_code
+from bootstrap.compat.rules import evaluate
+from bootstrap.checks.doctor import (
+    LoaderNeeds,
+    conda_subdir,
+    default_lock_path,
+    gather_facts,
+    host_checks,
+    load_facts,
+    lock_torch_target,
+    nvidia_checks,
+    save_facts,
+)
+from bootstrap.checks.env import env_checks, is_running_in, read_env_state, resolve_prefix
+from bootstrap.errors import EXIT_INTERRUPTED, InputError
+from bootstrap.fsutil import check_output
+from bootstrap.install.prefix import python_executable
+from bootstrap.compat.probe import Facts
+from bootstrap.runner import Runner, run
+from bootstrap.checks.torch import check_torch_import, device_checks, find_torch, first_line, installed_torch_target
+
+BENCH_BUDGET_S = 20.0  # the default workload needs ~12 s of setup + windows on 2 cores
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    prefix: Optional[Path] = None  # None: sys.prefix when bootstrap made it, else <root>/.envs/<default env>
+    lock_path: Optional[Path] = None  # None: the lock the env was created from
+    deep: bool = False  # sha256 of every installed file instead of size + change time
+    bench: bool = True
+    bench_budget_s: float = BENCH_BUDGET_S
+    facts_path: Optional[Path] = None  # re-evaluate recorded facts (host/driver/torch rules only)
+    save_facts: Optional[Path] = None
+    root: Optional[Path] = None  # project root; None: found from the prefix or the current directory
+    needs: LoaderNeeds = field(default_factory=LoaderNeeds)
+    gpu: Optional[int] = None  # compute-check this GPU only (a torchrun rank's own); None: every GPU
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    checks: Tuple[Check, ...]
+    prefix: Optional[Path]
+    lock_path: Optional[Path]
+    inside: bool  # verified the interpreter's own env (torch checks ran)
+    facts: Optional[Facts]
+    facts_source: str
+    seconds: Dict[str, float] = field(default_factory=dict)
+    ranks: Tuple[Dict[str, Any], ...] = ()  # `--distributed`: each rank's host and what it runs
+
+    @property
+    def exit_code(self) -> int:
+        """1 when a check failed; 130 (as `bench` and a shell say it) when that is the benchmark, cut short by Ctrl-C."""
+        return EXIT_INTERRUPTED if bench_interrupted(self.checks) else exit_code(self.checks)
+
+    def extra(self) -> Dict[str, Any]:
+        return {
+            "prefix": None if self.prefix is None else str(self.prefix),
+            "lock": None if self.lock_path is None else str(self.lock_path),
+            "inside": self.inside,
+            "facts_source": self.facts_source,
+            "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
+            "facts": None if self.facts is None else self.facts.to_dict(),
+            **({"ranks": list(self.ranks)} if self.ranks else {}),
+        }
+
+
+# --------------------------------------------------------------------------- bench
+
+_INTERRUPTED = " (interrupted)"  # how the bench check's observation ends when Ctrl-C cut the benchmark short
+
+
+def bench_interrupted(checks: Sequence[Check]) -> bool:
+    """Whether the benchmark was cut short (read off the checks, so a rank's checks sent as JSON tell it too)."""
+    return any(c.id == "bench" and c.status is Status.FAIL and c.observed.endswith(_INTERRUPTED) for c in checks)
+
+
+def bench_checks(enabled: bool, inside: bool, budget_s: float, nvml: Any = None,
+                 bench: Optional[Callable[..., Any]] = None) -> List[Check]:
+    """The acceptance benchmark on a small budget, its verdicts as checks (`python -m bootstrap bench --budget S`).
+
+    `bench` is `bootstrap.bench.run_bench` (tests pass a stand-in). On a
+    CPU-only host the figures size the host rather than accept a GPU, so
+    its failures are reported as warnings there.
+    """
+    cid = "bench"
+    expected = "the acceptance benchmark passes"
+    if not enabled:
+        return [Check(cid, Status.SKIP, "--no-bench", expected, detail="skipped on request")]
+    if not inside:
+        return [Check(cid, Status.SKIP, "not inside the env", expected,
+                      detail="run `python -m bootstrap verify` with the env's python to benchmark it")]
+    rerun = f"`python -m bootstrap --debug bench --budget {budget_s:g}` shows the traceback"
+    try:
+        from bootstrap.bench import BenchOptions, run_bench
+    except ImportError as exc:
+        return [Check(cid, Status.SKIP, "bench: not available", expected, detail=str(exc))]
+    try:
+        result = (bench or run_bench)(BenchOptions(budget_s=budget_s, nvml_module=nvml))
+    except InputError as exc:
+        return [Check(cid, Status.FAIL, f"could not start: {exc}", expected, rerun)]
+    except Exception as exc:  # noqa: BLE001 - a crashed bench is a failed check; the rest must still report
+        return [Check(cid, Status.FAIL, f"crashed: {type(exc).__name__}: {first_line(exc)}", expected, rerun)]
+    device = result.device or {}
+    on_cpu = device.get("type") != "cuda"
+    best = result.best.label if result.best is not None else "no winner"
+    observed = (f"{device.get('name', '?')} ({device.get('type', '?')}), {result.seconds:.0f} s of a "
+                f"{result.budget_s:g} s budget, best loader: {best}" + (_INTERRUPTED if result.partial else ""))
+    if result.partial:  # Ctrl-C: what was measured is reported, but an acceptance run cut short is no pass
+        checks = [Check(cid, Status.FAIL, observed, expected, "run it to the end, or skip it with --no-bench",
+                        "; ".join(result.notes))]
+    else:
+        checks = [Check(cid, Status.OK, observed, expected, detail="; ".join(result.notes))]
+    for check in result.checks:
+        if on_cpu and check.status is Status.FAIL:
+            check = Check(check.id, Status.WARN, check.observed, check.expected, check.remedy,
+                          "host run on the CPU: a sizing figure, not a GPU acceptance verdict; " + check.detail)
+        checks.append(check)
+    return checks
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run,
+               torch_module: Any = None) -> VerifyResult:
+    """Every check for one env on this machine (or for recorded facts with `facts_path`)."""
+    if options.facts_path is not None:
+        return replay(options)
+    if options.save_facts is not None:
+        check_output(options.save_facts, "--save-facts")  # a typo fails before the benchmark, not after
+    seconds: Dict[str, float] = {}
+    started = time.perf_counter()
+    prefix = resolve_prefix(options.prefix, options.root)
+    inside = is_running_in(prefix)
+    state = read_env_state(prefix, options.root, options.lock_path)
+    checks = env_checks(state, deep=options.deep, inside=inside, runner=runner)
+    seconds["env"] = _lap(started)
+    facts = gather_facts(nvml=nvml, runner=runner, disk_path=str(prefix if prefix.is_dir() else Path.cwd()))
+    seconds["facts"] = _lap(started, seconds)
+    # torch is imported only inside the env and only with a GPU to test (or when the caller passes one).
+    found = find_torch(bool(facts.nvidia.gpus), torch_module) if inside else None
+    if found is not None:
+        facts = Facts(facts.host, facts.nvidia, found.target, found.how, facts.python, facts.platform)
+    else:
+        facts = Facts(facts.host, facts.nvidia, None, f"verifying {prefix} from another interpreter ({sys.prefix})",
+                      facts.python, facts.platform)
+    seconds["torch_import"] = _lap(started, seconds)
+    locked_target, locked_why = None, "no lock"
+    if state.lock is not None:
+        platform = state.platform or conda_subdir(facts.platform, state.lock.platforms)
+        locked_target, locked_why = lock_torch_target(state.lock, platform)
+    if found is not None:
+        target, target_why = found.target, found.how
+    elif state.record is not None:
+        target, target_why = installed_torch_target(state)
+    else:  # no env yet: judge the build the lock would install, as doctor does
+        target, target_why = locked_target, locked_why
+    checks += nvidia_checks(facts.nvidia, facts.host)
+    if found is not None:
+        checks.append(check_torch_import(found, state if state.record is not None else None))
+    checks += evaluate(facts.nvidia, target) if target is not None else \
+        [Check("torch.cuda_build", Status.SKIP, "no torch", "a torch build", detail=target_why)]
+    if found is not None:
+        checks += device_checks(found.module, facts.nvidia, found.target, locked_target, only=options.gpu)
+    else:
+        checks.append(Check("torch.gpu", Status.SKIP, "not inside the env", "CUDA, matmul, conv and pinned memory",
+                            detail=f"{facts.torch_reason}: run `{python_executable(prefix)} -m bootstrap verify` "
+                                   "for them"))
+    seconds["torch"] = _lap(started, seconds)
+    checks += host_checks(facts.host, facts.nvidia, options.needs)
+    checks += bench_checks(options.bench, inside, options.bench_budget_s, nvml)
+    seconds["bench"] = _lap(started, seconds)
+    if options.save_facts is not None:
+        save_facts(facts, options.save_facts)
+    seconds["total"] = time.perf_counter() - started
+    return VerifyResult(tuple(checks), prefix, state.lock_path, inside, facts, "this host", seconds)
+
+
+def _lap(started: float, seconds: Optional[Dict[str, float]] = None) -> float:
+    return time.perf_counter() - started - sum((seconds or {}).values())
+
+
+def replay(options: VerifyOptions) -> VerifyResult:
+    """`verify --facts FILE`: the host, NVIDIA and CUDA rules on recorded facts; no env, no device, no bench."""
+    from bootstrap.lock.lockfile import read_lock
+
+    facts = load_facts(options.facts_path)
+    source = str(options.facts_path)
+    lock_path = options.lock_path or default_lock_path(options.root)
+    target, why = facts.torch, facts.torch_reason
+    if target is None and lock_path is not None:
+        lock = read_lock(lock_path)
+        target, why = lock_torch_target(lock, conda_subdir(facts.platform, lock.platforms))
+    checks = [Check("env", Status.SKIP, "recorded facts", "the env itself",
+                    detail=f"re-evaluating {source}: the env checks need the env (run verify inside it)")]
+    checks += nvidia_checks(facts.nvidia, facts.host)
+    checks += evaluate(facts.nvidia, target) if target is not None else \
+        [Check("torch.cuda_build", Status.SKIP, "no torch", "a torch build", detail=why or "no lock at hand")]
+    checks.append(Check("torch.gpu", Status.SKIP, "recorded facts", "a live GPU",
+                        detail="CUDA, matmul, conv and pinned memory need the machine itself"))
+    checks += host_checks(facts.host, facts.nvidia, options.needs)
+    checks.append(Check("bench", Status.SKIP, "recorded facts", "the acceptance benchmark",
+                        detail="the benchmark needs the machine itself"))
+    return VerifyResult(tuple(checks), None, lock_path, False, facts, source)
+

@@ -1,0 +1,217 @@
+"""The one NVML chokepoint.
+
+Every NVML call in bootstrap goes through `Nvml`: it imports `pynvml` (the
+`nvidia-ml-py` package) only when first used, initialises NVML once, and
+turns a missing library, a missing driver or an unsupported query into
+`None` plus a reason a person can act on, never a traceback. Tests pass a
+module-like object built from recorded answers instead of `pynvml`.
+
+Shell equivalent of what it gathers: `nvidia-smi -q` (driver, CUDA version,
+and per GPU name, UUID, memory, persistence mode, ECC, retired pages,
+remapped rows) and, with several GPUs, `nvidia-smi topo -m` / `topo -p2p r`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from typing import Any, List, Optional, Sequence, Tuple
+
+from bootstrap.compat.rules import DriverFacts, GpuFacts, PeerFacts
+
+MIB = 1 << 20
+# nvml.h return codes (a stable ABI) -> what they mean for the user.
+NVML_REASONS = {
+    2: "invalid argument",
+    3: "not supported on this GPU",
+    4: "insufficient permissions",
+    6: "not found",
+    9: "NVIDIA driver not loaded (is the nvidia kernel module loaded? `lsmod | grep nvidia`)",
+    12: "NVML library not found (libnvidia-ml.so.1 / nvml.dll): no NVIDIA driver installed",
+    13: "not available in this driver's NVML (driver too old)",
+    15: "GPU is lost (fell off the bus; see `dmesg`)",
+    17: "blocked by the operating system",
+    18: "driver/library version mismatch: reboot, or reload the nvidia kernel module",
+}
+# nvmlPageRetirementCause_t: multiple single-bit ECC errors, double-bit ECC error.
+_RETIREMENT_CAUSES = (0, 1)
+# nvmlGpuP2PCapsIndex_t: P2P reads, NVLink.
+_P2P_CAPS_READ, _P2P_CAPS_NVLINK = 0, 2
+
+
+class Nvml:
+    """Lazy, initialise-once access to NVML that answers `(value, reason)`.
+
+    `module` is `pynvml` or any object with the same functions and an
+    `NVMLError` class whose instances carry the NVML code in `.value`;
+    None imports `pynvml` on first use. Use as a context manager so
+    `nvmlShutdown` runs when NVML was initialised.
+    """
+
+    def __init__(self, module: Any = None, *, os_name: str = "linux") -> None:
+        self._module = module
+        self._os = os_name
+        self._init_reason: Optional[str] = None  # None: not tried yet; '': ready
+
+    def __enter__(self) -> "Nvml":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def init(self) -> str:
+        """Initialise NVML once (`nvmlInit`); '' when ready, else why not."""
+        if self._init_reason is None:
+            self._init_reason = self._first_init()
+        return self._init_reason
+
+    def shutdown(self) -> None:
+        if self._init_reason == "":
+            self._call("nvmlShutdown")
+            self._init_reason = None
+
+    def _first_init(self) -> str:
+        if self._module is None:
+            try:
+                self._module = importlib.import_module("pynvml")
+            except ImportError:
+                return "pynvml is not installed (`pip install nvidia-ml-py`)"
+        _, reason = self._call("nvmlInit")
+        return reason
+
+    def _call(self, name: str, *args: Any) -> Tuple[Any, str]:
+        """Call one NVML function; (result, '') or (None, reason)."""
+        function = getattr(self._module, name, None)
+        if function is None:
+            return None, f"{name} missing from this pynvml (upgrade nvidia-ml-py)"
+        try:
+            return function(*args), ""
+        except self._module.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            return None, NVML_REASONS.get(code, f"NVML error {code}: {exc}")
+        except OSError as exc:  # ctypes could not load the library or a symbol
+            return None, f"NVML library unusable: {exc}"
+
+    def query(self, name: str, *args: Any) -> Tuple[Any, str]:
+        """Call any `pynvml.<name>(*args)` through the chokepoint: (value, "") or (None, reason)."""
+        reason = self.init()
+        return (None, reason) if reason else self._call(name, *args)
+
+    def driver_version(self) -> Tuple[Optional[str], str]:
+        """Driver version string such as '580.95.05' (`nvidia-smi --query-gpu=driver_version`)."""
+        value, reason = self.query("nvmlSystemGetDriverVersion")
+        return (None if value is None else _text(value)), reason
+
+    def cuda_driver_version(self) -> Tuple[Optional[int], str]:
+        """Highest CUDA the driver supports, 1000*major + 10*minor (the `CUDA Version` in `nvidia-smi`).
+
+        `_v2` reads libcuda itself; where libcuda is missing the v1 call
+        still answers the driver's known supported version, so it is the
+        fallback.
+        """
+        value, reason = self.query("nvmlSystemGetCudaDriverVersion_v2")
+        if value:
+            return int(value), ""
+        fallback, fallback_reason = self.query("nvmlSystemGetCudaDriverVersion")
+        if fallback:
+            return int(fallback), f"nvmlSystemGetCudaDriverVersion_v2: {reason}; used v1"
+        return None, reason or fallback_reason or "driver reports CUDA version 0"
+
+    def device_count(self) -> Tuple[Optional[int], str]:
+        """Number of GPUs NVML sees (`nvidia-smi --list-gpus | wc -l`)."""
+        value, reason = self.query("nvmlDeviceGetCount")
+        return (None if value is None else int(value)), reason
+
+    def gpu(self, index: int) -> Tuple[Optional[GpuFacts], str]:
+        """Facts of GPU `index`; a query the GPU does not support leaves its field None, noted in `missing`."""
+        handle, reason = self.query("nvmlDeviceGetHandleByIndex", index)
+        if handle is None:
+            return None, f"GPU {index}: {reason}"
+        missing: List[str] = []
+
+        def ask(field: str, name: str, *args: Any) -> Any:
+            value, why = self._call(name, handle, *args)
+            if why:
+                missing.append(f"{field}: {why}")
+            return value
+
+        name = ask("name", "nvmlDeviceGetName")
+        memory = ask("memory_total_mib", "nvmlDeviceGetMemoryInfo")
+        cc = ask("compute_capability", "nvmlDeviceGetCudaComputeCapability")
+        persistence = ask("persistence_mode", "nvmlDeviceGetPersistenceMode")
+        ecc = ask("ecc_enabled", "nvmlDeviceGetEccMode")
+        retired = [ask("retired_pages", "nvmlDeviceGetRetiredPages", cause) for cause in _RETIREMENT_CAUSES]
+        pending = ask("retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus")
+        remapped = ask("remapped_rows", "nvmlDeviceGetRemappedRows")
+        facts = GpuFacts(
+            index=index,
+            name=_text(name) if name is not None else f"GPU {index}",
+            compute_capability=None if cc is None else (int(cc[0]), int(cc[1])),
+            memory_total_mib=None if memory is None else int(memory.total) // MIB,
+            memory_used_mib=None if memory is None else int(memory.used) // MIB,
+            uuid=_optional_text(ask("uuid", "nvmlDeviceGetUUID")),
+            persistence_mode=None if persistence is None else persistence == 1,
+            ecc_enabled=None if ecc is None else ecc[0] == 1,
+            retired_pages=None if None in retired else sum(len(pages) for pages in retired),
+            retired_pages_pending=None if pending is None else pending == 1,
+            remapped_rows_pending=None if remapped is None else bool(remapped[2]),
+            remapped_rows_failed=None if remapped is None else bool(remapped[3]),
+            missing=_dedupe(missing),
+        )
+        return facts, ""
+
+    def facts(self) -> DriverFacts:
+        """Driver, CUDA version and every GPU in one record (`nvidia-smi -q`)."""
+        reason = self.init()
+        if reason:
+            return DriverFacts(os=self._os, source="nvml", reason=f"NVML: {reason}")
+        driver, driver_reason = self.driver_version()
+        cuda, cuda_reason = self.cuda_driver_version()
+        count, count_reason = self.device_count()
+        gpus = []
+        reasons = [r for r in (driver_reason, cuda_reason, count_reason) if r]
+        for index in range(count or 0):
+            gpu, gpu_reason = self.gpu(index)
+            if gpu is None:
+                reasons.append(gpu_reason)
+            else:
+                gpus.append(gpu)
+        return DriverFacts(
+            os=self._os, driver_version=driver, cuda_driver_version=cuda, gpus=tuple(gpus),
+            source="nvml", reason="; ".join(f"NVML: {r}" for r in reasons), peers=self.peers([g.index for g in gpus]),
+        )
+
+    def peers(self, indices: Sequence[int]) -> Tuple[PeerFacts, ...]:
+        """How each pair of GPUs `indices` reaches the other: P2P reads, NVLink, and the PCIe path."""
+        handles = {index: self.query("nvmlDeviceGetHandleByIndex", index)[0] for index in indices}
+        pairs = itertools.combinations([index for index in indices if handles[index] is not None], 2)
+        found = []
+        for a, b in pairs:
+            missing: List[str] = []
+
+            def ask(field: str, name: str, *args: Any) -> Optional[int]:
+                value, why = self._call(name, handles[a], handles[b], *args)
+                if why:
+                    missing.append(f"{field}: {why}")
+                return None if value is None else int(value)
+
+            found.append(PeerFacts(
+                a, b, read=ask("read", "nvmlDeviceGetP2PStatus", _P2P_CAPS_READ),
+                nvlink=ask("nvlink", "nvmlDeviceGetP2PStatus", _P2P_CAPS_NVLINK),
+                topology=ask("topology", "nvmlDeviceGetTopologyCommonAncestor"), missing=_dedupe(missing),
+            ))
+        return tuple(found)
+
+
+def _text(value: Any) -> str:
+    # pynvml before 11.5 returned bytes; current versions return str.
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _optional_text(value: Any) -> Optional[str]:
+    return None if value is None else _text(value)
+
+
+def _dedupe(items: List[str]) -> Tuple[str, ...]:
+    # Both retirement-cause queries fail with the same reason; report it once.
+    return tuple(dict.fromkeys(items))

@@ -1,0 +1,424 @@
+"""Probes: one small function per fact, each returning a value or None with a reason.
+
+In the style of PyTorch's collect_env.py: probes only gather, the rules in
+`bootstrap.compat.rules` judge, and rendering is a separate step. Subprocesses go
+through the runner passed in and NVML through `bootstrap.compat.nvml`, so every
+probe runs in tests without a GPU. Facts serialise to and from JSON
+(`Facts.to_dict` / `Facts.from_dict`) so a diagnosis can be replayed on
+another machine (`doctor --save-facts FILE`, `--facts FILE`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import multiprocessing
+import os
+import platform
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from bootstrap.compat.rules import DriverFacts, GpuFacts, TorchTarget, driver_tuple
+from bootstrap.errors import InputError, ToolError
+from bootstrap.compat.nvml import Nvml
+from bootstrap.runner import Runner, run
+from bootstrap.compat.typed import FieldError, from_mapping
+
+FACTS_FORMAT = "bootstrap.facts"
+FACTS_VERSION = 1
+SMI_FIELDS = ("name", "driver_version", "compute_cap", "memory.total")
+SMI_TIMEOUT_S = 20.0
+_SMI_ABSENT = {"", "[n/a]", "n/a", "[not supported]", "[unknown error]"}
+_CONTAINER_CGROUP_WORDS = ("docker", "kubepods", "containerd", "libpod", "lxc")
+
+
+# --------------------------------------------------------------------------- GPUs
+
+
+def current_os() -> str:
+    """'linux', 'windows' or 'macos': selects the driver-number series in the rules."""
+    if sys.platform.startswith("win"):
+        return "windows"
+    return "macos" if sys.platform == "darwin" else "linux"
+
+
+def current_platform() -> str:
+    """The compat table's platform key for this machine ('linux_x86_64', 'linux_aarch64', ...)."""
+    machine = platform.machine().lower()
+    arch = "aarch64" if machine in ("aarch64", "arm64") else "x86_64"
+    os_name = current_os()
+    return "macos" if os_name == "macos" else f"{os_name}_{arch}"
+
+
+def probe_gpus(nvml: Any = None, runner: Runner = run, os_name: Optional[str] = None) -> DriverFacts:
+    """Driver and GPUs: NVML first, then `nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total
+    --format=csv,noheader,nounits`. No driver is a DriverFacts with a reason, never an exception.
+
+    `nvml` is the pynvml-like module (None: import pynvml lazily).
+    """
+    os_name = os_name or current_os()
+    with Nvml(nvml, os_name=os_name) as session:
+        from_nvml = session.facts()
+    if from_nvml.has_driver:
+        return from_nvml
+    from_smi = probe_nvidia_smi(runner, os_name)
+    if from_smi.has_driver:
+        return replace(from_smi, reason="; ".join(r for r in (from_nvml.reason, from_smi.reason) if r))
+    return DriverFacts(os=os_name, reason=f"no NVIDIA driver found ({from_nvml.reason}; {from_smi.reason})")
+
+
+def probe_nvidia_smi(runner: Runner = run, os_name: str = "linux") -> DriverFacts:
+    """`nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader,nounits`.
+
+    R470-era nvidia-smi rejects `compute_cap`; the query is then repeated
+    without it and the compute capability stays None. Rows that do not read
+    as a GPU (no driver version) are not taken for one.
+    """
+    fields = SMI_FIELDS
+    answer, reason, refused = _run_smi(runner, fields)
+    note = ""
+    if refused and "compute_cap" in reason:
+        fields = tuple(f for f in SMI_FIELDS if f != "compute_cap")
+        answer, reason, _ = _run_smi(runner, fields)
+        note = "nvidia-smi: this driver's nvidia-smi has no compute_cap field (R470 era)"
+    if answer is None:
+        return DriverFacts(os=os_name, source="nvidia-smi", reason=reason)
+    driver, gpus = parse_nvidia_smi_csv(answer, fields)
+    if not gpus:
+        first = next((line.strip() for line in answer.splitlines() if line.strip()), "no output")
+        return DriverFacts(os=os_name, source="nvidia-smi", reason=f"nvidia-smi: output not understood: {first[:60]!r}")
+    return DriverFacts(os=os_name, driver_version=driver, gpus=tuple(gpus), source="nvidia-smi", reason=note)
+
+
+def _run_smi(runner: Runner, fields: Tuple[str, ...]) -> Tuple[Optional[str], str, bool]:
+    """(its output or None, why not, whether nvidia-smi ran and refused the query)."""
+    argv = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+    try:
+        done = runner(argv, timeout=SMI_TIMEOUT_S)
+    except ToolError as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            return None, "nvidia-smi: not found on PATH", False
+        return None, f"nvidia-smi: {exc}", False
+    if done.returncode != 0:
+        message = (done.stdout.strip() or done.stderr.strip()).splitlines()
+        return None, f"nvidia-smi exit {done.returncode}: {message[0] if message else 'no output'}", True
+    return done.stdout, "", False
+
+
+def parse_nvidia_smi_csv(text: str, fields: Tuple[str, ...] = SMI_FIELDS) -> Tuple[Optional[str], List[GpuFacts]]:
+    """Parse `--format=csv,noheader,nounits` output: (driver version, GPUs in index order). A row
+    with another number of cells or no driver version like 570.124.06 is not a GPU."""
+    driver: Optional[str] = None
+    gpus = []
+    for row in (r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r):
+        values = dict(zip(fields, (_smi_value(cell) for cell in row)))
+        if len(row) != len(fields) or driver_tuple(values.get("driver_version")) is None:
+            continue
+        driver = driver or values.get("driver_version")
+        index = len(gpus)
+        gpus.append(GpuFacts(
+            index=index,
+            name=values.get("name") or f"GPU {index}",
+            compute_capability=_parse_cc(values.get("compute_cap")),
+            memory_total_mib=_parse_int(values.get("memory.total")),
+        ))
+    return driver, gpus
+
+
+def _smi_value(cell: str) -> Optional[str]:
+    cell = cell.strip()
+    return None if cell.lower() in _SMI_ABSENT else cell
+
+
+def _parse_cc(text: Optional[str]) -> Optional[Tuple[int, int]]:
+    if not text or "." not in text:
+        return None
+    major, minor = text.split(".", 1)
+    try:
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def _parse_int(text: Optional[str]) -> Optional[int]:
+    try:
+        return None if text is None else int(float(text))
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- torch
+
+
+def probe_torch(torch_module: Any = None) -> Tuple[Optional[TorchTarget], str]:
+    """The installed torch build (`python -c 'import torch; print(torch.version.cuda)'`); None if no torch.
+
+    The arch list comes from `torch._C._cuda_getArchFlags()`, which unlike
+    `torch.cuda.get_arch_list()` does not return [] without a visible GPU.
+    """
+    torch = torch_module
+    if torch is None:
+        try:
+            import torch as imported  # heavy: only when the env side asks
+        except ImportError:
+            return None, "torch is not installed in this interpreter"
+        torch = imported
+    public, _, local = str(torch.__version__).partition("+")
+    hip = getattr(torch.version, "hip", None)
+    if hip:
+        unknown = f"ROCm build (HIP {hip}): the NVIDIA rules do not apply"
+        return TorchTarget(version=public, cuda=None, variant=local, platform=current_platform(),
+                           source="installed torch", unknown=unknown), ""
+    cuda = getattr(torch.version, "cuda", None)
+    return TorchTarget(
+        version=public,
+        cuda=cuda,
+        arch_list=_torch_arch_list(torch) if cuda else None,
+        variant=local or ("" if cuda else "cpu"),
+        platform=current_platform(),
+        cudnn=_torch_cudnn(torch) if cuda else None,
+        nccl=_torch_nccl(torch) if cuda else None,
+        source="installed torch",
+        confidence="high",
+    ), ""
+
+
+def _torch_arch_list(torch: Any) -> Optional[Tuple[str, ...]]:
+    try:
+        flags = torch._C._cuda_getArchFlags()
+    except (AttributeError, RuntimeError):
+        flags = None
+    if flags:
+        return tuple(str(flags).split())
+    try:
+        listed = torch.cuda.get_arch_list()
+    except (AttributeError, RuntimeError):
+        return None
+    return tuple(listed) or None  # [] means "no visible GPU", not "no kernels"
+
+
+def _torch_cudnn(torch: Any) -> Optional[str]:
+    """91002 -> '9.10.2' (cuDNN 9 encoding); 8902 -> '8.9.2' (cuDNN 8 encoding)."""
+    try:
+        value = torch.backends.cudnn.version()
+    except (AttributeError, RuntimeError, OSError):
+        return None
+    if not value:
+        return None
+    value = int(value)
+    if value >= 90000:
+        return f"{value // 10000}.{(value % 10000) // 100}.{value % 100}"
+    return f"{value // 1000}.{(value % 1000) // 100}.{value % 100}"
+
+
+def _torch_nccl(torch: Any) -> Optional[str]:
+    try:
+        value = torch.cuda.nccl.version()
+    except (AttributeError, RuntimeError, OSError):
+        return None
+    return ".".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
+
+
+# --------------------------------------------------------------------------- host
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """CPU, memory and OS limits a DataLoader depends on. None = not available, see `missing`."""
+
+    cpus_usable: Optional[int] = None
+    cpus_total: Optional[int] = None
+    memory_total_mib: Optional[int] = None
+    memory_available_mib: Optional[int] = None
+    shm_total_mib: Optional[int] = None
+    shm_free_mib: Optional[int] = None
+    disk_path: str = ""
+    disk_free_mib: Optional[int] = None
+    nofile_soft: Optional[int] = None  # -1 = unlimited
+    nofile_hard: Optional[int] = None
+    start_method: Optional[str] = None
+    start_method_explicit: bool = False
+    container_hints: Tuple[str, ...] = ()
+    cuda_visible_devices: Optional[str] = None  # the job's GPUs among NVML's (None: unset, all of them)
+    missing: Tuple[str, ...] = ()
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = dict(self.__dict__)
+        out["container_hints"] = list(self.container_hints)
+        out["missing"] = list(self.missing)
+        return out
+
+    NEGATIVE_OK = ("nofile_soft", "nofile_hard")  # -1 = unlimited
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], path: str = "host") -> "HostFacts":
+        """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
+        return cls(**from_mapping(cls, raw, path))
+
+
+def probe_usable_cpus() -> Tuple[Optional[int], str]:
+    """CPUs this process may run on (`nproc`): the affinity mask, which cgroups and taskset narrow."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if getaffinity is None:
+        count = os.cpu_count()
+        return count, "no CPU affinity on this OS: os.cpu_count()"
+    return len(getaffinity(0)), ""
+
+
+def probe_memory(meminfo: str = "/proc/meminfo") -> Tuple[Optional[Tuple[int, int]], str]:
+    """(total, available) MiB (`grep -E 'MemTotal|MemAvailable' /proc/meminfo`)."""
+    try:
+        text = Path(meminfo).read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        return None, f"{meminfo}: {exc.strerror or exc}"
+    kib = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            kib[key.strip()] = int(parts[0])
+    if "MemTotal" not in kib:
+        return None, f"{meminfo}: no MemTotal line"
+    return (kib["MemTotal"] // 1024, kib.get("MemAvailable", kib.get("MemFree", 0)) // 1024), ""
+
+
+def probe_statvfs(path: str) -> Tuple[Optional[Tuple[int, int]], str]:
+    """(size, free) MiB of the file system holding `path` (`df -m PATH`)."""
+    statvfs = getattr(os, "statvfs", None)
+    if statvfs is None:
+        return None, "os.statvfs is not available on this OS"
+    try:
+        st = statvfs(path)
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror or exc}"
+    return (st.f_frsize * st.f_blocks // (1 << 20), st.f_frsize * st.f_bavail // (1 << 20)), ""
+
+
+def probe_nofile() -> Tuple[Optional[Tuple[int, int]], str]:
+    """(soft, hard) open-file limit (`ulimit -n`, `ulimit -Hn`); -1 means unlimited."""
+    try:
+        import resource  # not on Windows
+    except ImportError:
+        return None, "no resource module on this OS"
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    unlimited = resource.RLIM_INFINITY
+    return ((-1 if soft == unlimited else soft), (-1 if hard == unlimited else hard)), ""
+
+
+def probe_start_method() -> Tuple[Optional[str], bool]:
+    """(multiprocessing start method, whether the program set it explicitly).
+
+    Asks without fixing it: `get_start_method()` without allow_none would
+    set the default for the whole process. The first of
+    `get_all_start_methods()` is the platform default.
+    """
+    explicit = multiprocessing.get_start_method(allow_none=True)
+    if explicit:
+        return explicit, True
+    return multiprocessing.get_all_start_methods()[0], False
+
+
+def probe_container_hints(root: str = "/") -> Tuple[str, ...]:
+    """Signs of a container: /.dockerenv, /run/.containerenv, container words in /proc/1/cgroup."""
+    base = Path(root)
+    hints = [f"/{name}" for name in (".dockerenv", "run/.containerenv") if (base / name).exists()]
+    try:
+        cgroup = (base / "proc/1/cgroup").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        cgroup = ""
+    hints += [f"cgroup:{word}" for word in _CONTAINER_CGROUP_WORDS if word in cgroup]
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        hints.append("env:KUBERNETES_SERVICE_HOST")
+    return tuple(hints)
+
+
+def collect_host_facts(*, root: str = "/", disk_path: str = ".",
+                       environ: Mapping[str, str] = os.environ) -> HostFacts:
+    """Every host probe in one record; each unavailable value is listed in `missing` with its reason."""
+    missing: List[str] = []
+
+    def keep(field: str, found: Tuple[Any, str]) -> Any:
+        value, reason = found
+        if reason:
+            missing.append(f"{field}: {reason}")
+        return value
+
+    cpus = keep("cpus_usable", probe_usable_cpus())
+    memory = keep("memory", probe_memory(str(Path(root) / "proc/meminfo")))
+    shm = keep("shm", probe_statvfs(str(Path(root) / "dev/shm")))
+    disk = keep("disk", probe_statvfs(disk_path))
+    nofile = keep("nofile", probe_nofile())
+    method, explicit = probe_start_method()
+    return HostFacts(
+        cpus_usable=cpus,
+        cpus_total=os.cpu_count(),
+        memory_total_mib=memory[0] if memory else None,
+        memory_available_mib=memory[1] if memory else None,
+        shm_total_mib=shm[0] if shm else None,
+        shm_free_mib=shm[1] if shm else None,
+        disk_path=str(Path(disk_path).resolve()),
+        disk_free_mib=disk[1] if disk else None,
+        nofile_soft=nofile[0] if nofile else None,
+        nofile_hard=nofile[1] if nofile else None,
+        start_method=method,
+        start_method_explicit=explicit,
+        container_hints=probe_container_hints(root),
+        cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
+        missing=tuple(missing),
+    )
+
+
+# --------------------------------------------------------------------------- all facts
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything the rules need, as saved by `doctor --save-facts` and replayed by `--facts`."""
+
+    host: HostFacts
+    nvidia: DriverFacts
+    torch: Optional[TorchTarget] = None
+    torch_reason: str = ""
+    python: str = ""
+    platform: str = ""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "format": FACTS_FORMAT,
+            "version": FACTS_VERSION,
+            "python": self.python,
+            "platform": self.platform,
+            "host": self.host.to_dict(),
+            "nvidia": self.nvidia.to_dict(),
+            "torch": None if self.torch is None else self.torch.to_dict(),
+            "torch_reason": self.torch_reason,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], where: str = "facts") -> "Facts":
+        if raw.get("format") != FACTS_FORMAT or raw.get("version") != FACTS_VERSION:
+            raise InputError(where, f"not a {FACTS_FORMAT} v{FACTS_VERSION} file "
+                             f"(format {raw.get('format')!r}, version {raw.get('version')!r})",
+                             "record it again with `python -m bootstrap doctor --save-facts FILE`")
+        fields = {k: v for k, v in raw.items() if k not in ("format", "version")}
+        try:
+            return cls(**from_mapping(cls, fields))
+        except FieldError as exc:
+            raise InputError(where, str(exc), "fix that field, or record the facts again with "
+                             "`python -m bootstrap doctor --save-facts FILE`") from None
+
+
+def collect_facts(nvml: Any = None, runner: Runner = run, *, with_torch: bool = False,
+                  torch_module: Any = None) -> Facts:
+    """Host, driver/GPU and (inside an env) torch facts of this machine."""
+    torch, torch_reason = (probe_torch(torch_module) if with_torch else (None, "not probed"))
+    return Facts(
+        host=collect_host_facts(),
+        nvidia=probe_gpus(nvml, runner),
+        torch=torch,
+        torch_reason=torch_reason,
+        python=platform.python_version(),
+        platform=current_platform(),
+    )

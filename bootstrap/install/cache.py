@@ -1,0 +1,188 @@
+"""The package cache (`~/.cache/bootstrap`, `--cache-dir`): what it holds, and pruning it.
+
+    archives/<sha256>/<file>     verified conda archives and wheels (fetch.py), with wheels' stamps
+    pkgs/<name-version-build>/   rattler's extracted packages, which envs copy from (and `.lock`s)
+    seals/<sha256>.json          what each extracted package looked like when sealed (env.py; a header line, then JSON)
+    locks/<sha256>.json          parsed locks (lockfile.py)
+
+Envs hold copies, never links into it, so whatever goes costs a download or
+an extraction later, never an env. `prune` keeps what the project's locks
+install, on every platform, and removes the rest: what older locks and other
+projects left behind (the other projects fetch theirs again). It holds the
+cache's flock exclusively; `env` and `bundle` hold it shared while they use
+the cache, so a prune never takes a package from under an install.
+Shell equivalent of the report: `du -sh ~/.cache/bootstrap/*`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+from bootstrap.errors import InputError
+from bootstrap.fsutil import flocked, remove_tree
+from bootstrap.lock.lockfile import LockedPackage, parsed_lock_path, read_lock
+from bootstrap.project import Project
+
+KINDS = ("archives", "pkgs", "seals", "locks")
+_WRITABLE = "pass a --cache-dir you can write; the default is ~/.cache/bootstrap"
+
+
+@dataclass(frozen=True)
+class Usage:
+    kind: str  # one of KINDS
+    entries: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    removed: tuple[Usage, ...]
+    left: tuple[Usage, ...]  # entries it could not remove (another user's, in a shared cache)
+    kept_for: tuple[str, ...]  # the locks whose packages were kept
+
+
+def usage(cache_dir: Path) -> list[Usage]:
+    """Entries and bytes (as allocated on disk, `du`) of each part of the cache."""
+    check_cache_dir(cache_dir)
+    return [Usage(kind, len(entries), sum(_disk_bytes(p) for p in entries))
+            for kind, entries in ((kind, _entries(cache_dir, kind)) for kind in KINDS)]
+
+
+@contextlib.contextmanager
+def cache_lock(cache_dir: Path, notify: Callable[[str], None], shared: bool) -> Iterator[None]:
+    """Runs that use the cache (`env`, `bundle`) hold it shared; `prune` exclusive, so it never takes
+    a package from under an install, of whichever project or prefix."""
+    check_cache_dir(cache_dir)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except PermissionError as exc:
+        raise _unusable(cache_dir, exc) from None
+    _check_writable(cache_dir)
+    waiting = (f"waiting for `bootstrap cache --prune` on {cache_dir} to finish ..." if shared else
+               f"waiting for the runs of `bootstrap env` or `bundle` using {cache_dir} to finish ...")
+    with flocked(cache_dir / ".lock", notify, waiting, shared=shared):
+        yield
+
+
+def prune(cache_dir: Path, keep: Iterable[LockedPackage], lock_texts: Sequence[str]) -> tuple[list, list]:
+    """Remove every entry not needed by `keep` (locked packages) or the parsed form of `lock_texts`:
+    (removed, left: entries it could not remove, e.g. another user's), per kind."""
+    keep = list(keep)
+    hashes = {e.sha256 for e in keep}
+    stems = {e.stem for e in keep if e.manager == "conda"}
+    parsed = {parsed_lock_path(cache_dir, text).name for text in lock_texts}
+    wanted = {
+        "archives": lambda p: p.name in hashes,
+        "pkgs": lambda p: (p.name[:-len(".lock")] if p.name.endswith(".lock") else p.name) in stems,
+        "seals": lambda p: p.name[:-len(".json")] in hashes,
+        "locks": lambda p: p.name in parsed,
+    }
+    removed, left = [], []
+    for kind in KINDS:
+        doomed = [p for p in _entries(cache_dir, kind) if not wanted[kind](p)]
+        if kind == "archives":  # downloads killed runs left in kept entries: nobody fetches while prune holds the flock
+            doomed += [part for p in _entries(cache_dir, kind) if wanted[kind](p) and p.is_dir() and not p.is_symlink()
+                       for part in sorted(p.glob(".part-*"))]
+        sizes = {p: _disk_bytes(p) for p in doomed}
+        for path in doomed:
+            if path.is_dir() and not path.is_symlink():
+                remove_tree(path)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        stayed = [p for p in doomed if os.path.lexists(p)]
+        removed.append(Usage(kind, len(doomed) - len(stayed), sum(sizes[p] for p in doomed if p not in stayed)))
+        left.append(Usage(kind, len(stayed), sum(sizes[p] for p in stayed)))
+    return removed, left
+
+
+def prune_for_project(project: Project, cache_dir: Path, waiting: Callable[[str], None]) -> PruneResult:
+    """`prune` keeping every package of every lock of `project`, on every platform. Refused while an
+    env of the project has no lock: pruning would drop all it installs."""
+    envs = project.resolve_envs([])  # InputError without env specs: not a project
+    missing = [(env, project.lock_path(env)) for env in envs if not project.lock_path(env).is_file()]
+    if missing:
+        env, path = missing[0]
+        raise InputError(path, f"missing: pruning now would drop every package of {env}",
+                         "run `make lock` first, or pass --root for the project whose cache this is")
+    locks = [read_lock(project.lock_path(env)) for env in envs]
+    check_cache_dir(cache_dir)
+    if (cache_dir / "conda-meta").is_dir() or (cache_dir / "pkgs" / "urls.txt").is_file():
+        # conda's own pkgs/ (a Miniconda root given by mistake): pruning it would empty conda's cache
+        raise InputError(f"--cache-dir {cache_dir}", "is a conda installation, not bootstrap's package cache",
+                         "pass the --cache-dir that `make env` uses (default ~/.cache/bootstrap)")
+    if not cache_dir.exists():
+        return PruneResult((), (), tuple(str(lock.path) for lock in locks))
+    with cache_lock(cache_dir, waiting, shared=False):
+        removed, left = prune(cache_dir, [p for lock in locks for p in lock.packages],
+                              [lock.path.read_text(encoding="utf-8") for lock in locks])
+    return PruneResult(tuple(removed), tuple(left), tuple(str(lock.path) for lock in locks))
+
+
+def check_cache_dir(cache_dir: Path) -> None:
+    """InputError, before anything is created, if `cache_dir` is a file or lies under one."""
+    try:
+        dangling = next((p for p in (cache_dir, *cache_dir.parents) if p.is_symlink() and not p.exists()), None)
+        if dangling is not None:  # e.g. to a scratch directory purged since: mkdir would fail on it
+            raise InputError(f"--cache-dir {cache_dir}", f"{dangling} is a symlink to {os.readlink(dangling)}, "
+                             "which does not exist", "create what it points to, or pass another --cache-dir")
+        existing = next(p for p in (cache_dir, *cache_dir.parents) if p.exists())
+        if not existing.is_dir():
+            problem = "not a directory" if existing == cache_dir else f"{existing} is not a directory"
+            raise InputError(f"--cache-dir {cache_dir}", problem,
+                             "pass a directory as --cache-dir; the default is ~/.cache/bootstrap")
+    except PermissionError as exc:  # a directory on the way we may not look into
+        raise _unusable(cache_dir, exc) from None
+
+
+def _check_writable(cache_dir: Path) -> None:
+    """Refuse a cache or part of it that cannot be written (read-only mount, another user's): rattler
+    would fail halfway through a generation, with a message naming neither the cache nor the flag."""
+    for path in (cache_dir, *(cache_dir / kind for kind in KINDS)):
+        if os.path.lexists(path) and not path.is_dir():  # a stray file, a dangling link: a fetch would fail on it
+            raise InputError(f"--cache-dir {cache_dir}", f"{path} is not a directory",
+                             "remove it: what the cache holds is fetched again; or pass another --cache-dir")
+        if path.is_dir() and not os.access(path, os.W_OK):  # access(2) answers EROFS even to root
+            raise InputError(f"--cache-dir {cache_dir}",
+                             f"{path} cannot be written (a read-only file system, or not yours)", _WRITABLE)
+
+
+def _unusable(cache_dir: Path, exc: OSError) -> InputError:
+    return InputError(f"--cache-dir {cache_dir}", f"cannot be used: {exc.strerror}", _WRITABLE)
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _entries(cache_dir: Path, kind: str) -> list[Path]:
+    """The entries of one part that are bootstrap's or rattler's to manage, by their names: anything
+    else (a stray file, a tool's dot-file such as `pkgs/.cache.lock`) is left alone, and a part that
+    is a symlink is never followed."""
+    directory = cache_dir / kind
+    if directory.is_symlink() or not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if _ours(kind, p))
+
+
+def _ours(kind: str, path: Path) -> bool:
+    if kind == "pkgs":  # an extracted package, or rattler's lock file beside it
+        return not path.name.startswith(".") and (path.name.endswith(".lock") or (path / "info").is_dir())
+    name = path.name if kind == "archives" else path.name[:-len(".json")] if path.name.endswith(".json") else ""
+    return bool(_HEX64.fullmatch(name))
+
+
+def _disk_bytes(path: Path) -> int:
+    """Bytes allocated to `path` and everything under it (`du -s`), each inode once."""
+    if not path.is_dir() or path.is_symlink():
+        return os.lstat(path).st_blocks * 512
+    blocks = {}
+    for root, dirs, files in os.walk(path):  # symlinked directories are not followed
+        for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+            info = os.lstat(name)
+            blocks[(info.st_dev, info.st_ino)] = info.st_blocks * 512
+    return sum(blocks.values())

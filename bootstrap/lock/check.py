@@ -1,0 +1,220 @@
+"""`bootstrap lock --check`: does the lock still satisfy the spec? Offline, no solve.
+
+Pixi-style static checks plus conda-lock's content hash:
+
+* the channels and platforms of the lock are those of the spec;
+* on every platform, every conda spec is matched by a locked record and
+  every pip requirement by a locked wheel;
+* the locked records are closed: each record's dependencies are matched by
+  another locked record (a removed record is caught even if nothing names it),
+  and every record is needed: reached from the spec through dependencies;
+* a pip requirement whose marker is false on a platform (`colorama;
+  sys_platform == 'win32'` on linux-64) asks nothing there;
+* the content hash is the one conda-lock computes for the spec and the
+  virtual packages (memoised: see `lockfile.inputs_digest`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from bootstrap.errors import InputError
+from bootstrap.lock.lockfile import (
+    META_INPUTS,
+    Lock,
+    LockedPackage,
+    conda_lock_accepts_hash,
+    inputs_digest,
+    read_lock,
+)
+from bootstrap.lock.pip import marker_environment, pip_requirements
+from bootstrap.project import Project
+from bootstrap.lock.conda import match_specs
+from bootstrap.lock.spec import EnvSpec, read_spec, read_virtual_packages
+
+
+@dataclass(frozen=True)
+class Stale:
+    """One reason the lock no longer matches its inputs."""
+
+    platform: str  # "*" when it concerns the whole lock
+    subject: str  # the spec, record or field concerned
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.platform}: {self.subject}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    env: str
+    lock_path: Path
+    stale: tuple[Stale, ...]
+
+    @property
+    def fresh(self) -> bool:
+        return not self.stale
+
+
+def check_env(project: Project, env: str, platforms: tuple[str, ...] = ()) -> CheckResult:
+    """The lock of `env` against its spec, on `platforms` (default: all of the spec's)."""
+    spec = read_spec(project.spec_path(env))
+    for platform in platforms:
+        if platform not in spec.platforms:
+            raise InputError("--platform", f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
+                             f"check one of them, or add it to `platforms:` in {spec.path.name}")
+    vpkgs_path = project.virtual_packages_path
+    read_virtual_packages(vpkgs_path)  # validates it; the hash below covers its content
+    lock_path = project.lock_path(env)
+    if not lock_path.exists():
+        raise InputError(lock_path, "no lock for this env", f"run `make lock` (bootstrap lock {env})")
+    lock = read_lock(lock_path)
+    stale = static_staleness(spec, lock) + hash_staleness(spec.path, vpkgs_path, lock)
+    if platforms:
+        stale = [s for s in stale if s.platform in platforms or s.platform == "*"]
+    return CheckResult(env, lock_path, tuple(stale))
+
+
+def static_staleness(spec: EnvSpec, lock: Lock) -> list[Stale]:
+    """Every way the locked records fail the spec, without solving."""
+    stale = []
+    if tuple(lock.channels) != tuple(spec.channels):
+        stale.append(Stale("*", "channels", f"lock has {list(lock.channels)}, spec has {list(spec.channels)}"))
+    for platform in sorted(set(spec.platforms) - set(lock.platforms)):
+        stale.append(Stale(platform, "platforms", "in the spec but not locked"))
+    for platform in sorted(set(lock.platforms) - set(spec.platforms)):
+        stale.append(Stale(platform, "platforms", "locked but no longer in the spec"))
+    for platform in spec.platforms:
+        if platform not in lock.platforms:
+            continue
+        conda = lock.for_platform(platform, "conda")
+        pip = lock.for_platform(platform, "pip")
+        requirements = _pip_applying(spec, platform, conda)
+        try:
+            stale += _conda_unsatisfied(platform, spec, conda)
+            stale += _conda_not_closed(platform, conda)
+        except _BadEntry as exc:
+            raise InputError(lock.path, f"{exc} ({platform})", "regenerate it with `make lock`") from None
+        stale += _pip_unsatisfied(platform, requirements, pip)
+        stale += _pip_not_closed(platform, pip)
+        stale += _not_needed(platform, spec, requirements, conda, pip)
+    return stale
+
+
+def hash_staleness(spec_path: Path, vpkgs_path: Path, lock: Lock) -> list[Stale]:
+    """Compare the lock's content_hash with conda-lock's, per platform."""
+    if lock.custom.get(META_INPUTS) == inputs_digest(spec_path, vpkgs_path, lock.content_hash):
+        return []  # inputs byte-identical to those the recorded hashes were computed from
+    return [
+        Stale(platform, "content_hash", f"does not match {spec_path.name} + {vpkgs_path.name} (conda-lock --check-input-hash would relock)")
+        for platform in lock.platforms
+        if not conda_lock_accepts_hash(spec_path, vpkgs_path, platform, lock.content_hash.get(platform, ""))
+    ]
+
+
+class _BadEntry(Exception):
+    """A lock entry rattler cannot parse: `package NAME.field: rattler's reason`."""
+
+
+def _parsed(what: str, make: Callable[[], Any]) -> Any:
+    from rattler.exceptions import InvalidMatchSpecError, InvalidVersionError
+
+    try:
+        return make()
+    except (InvalidVersionError, InvalidMatchSpecError) as exc:
+        raise _BadEntry(f"{what}: {exc}") from None
+
+
+def _record(entry: LockedPackage):
+    from rattler import BuildString, PackageRecord
+
+    return _parsed(f"package {entry.name}.version",
+                   lambda: PackageRecord(entry.name, entry.version, BuildString(entry.build or "0"), 0, entry.platform))
+
+
+def _conda_unsatisfied(platform: str, env_spec: EnvSpec, locked: list[LockedPackage]) -> list[Stale]:
+    records = [_record(p) for p in locked]
+    out = []
+    for text, spec in zip(env_spec.conda, match_specs(env_spec)):
+        if spec.name.normalized.startswith("__"):
+            continue  # a virtual package (`__cuda>=12`) asks the machine, never the lock; the content hash covers those
+        if not any(spec.matches(r) for r in records):
+            have = [p.describe() for p in locked if p.name == spec.name.normalized]
+            out.append(Stale(platform, text, f"not satisfied by the lock (locked: {', '.join(have) or 'nothing'})"))
+    return out
+
+
+def _conda_not_closed(platform: str, locked: list[LockedPackage]) -> list[Stale]:
+    from rattler import MatchSpec
+
+    by_name = {p.name: _record(p) for p in locked}
+    out = []
+    for entry in locked:
+        for name, constraint in entry.dependencies.items():
+            record = by_name.get(name)
+            if record is None:
+                out.append(Stale(platform, f"{name} (needed by {entry.name})", "missing from the lock"))
+            elif constraint != "*" and not _parsed(f"package {entry.name}.dependencies.{name}",
+                                                   lambda: MatchSpec(f"{name} {constraint}")).matches(record):
+                out.append(Stale(platform, f"{name} {constraint} (needed by {entry.name})", f"locked {by_name[name].version} does not match"))
+    return out
+
+
+def _pip_applying(spec: EnvSpec, platform: str, conda: list[LockedPackage]) -> list[tuple[str, Any]]:
+    """(text, Requirement) of the spec's pip entries whose marker holds on `platform` with the
+    locked Python."""
+    python = next((p.version for p in conda if p.name == "python"), "")
+    environment = marker_environment(platform, python)
+    return [(text, req) for text, req in zip(spec.pip, pip_requirements(spec))
+            if req.marker is None or not python or req.marker.evaluate(environment)]
+
+
+def _pip_unsatisfied(platform: str, requirements: list[tuple[str, Any]], locked: list[LockedPackage]) -> list[Stale]:
+    from packaging.utils import canonicalize_name
+
+    versions = {canonicalize_name(p.name): p.version for p in locked}
+    out = []
+    for text, req in requirements:
+        version = versions.get(canonicalize_name(req.name))
+        if version is None:
+            out.append(Stale(platform, f"pip: {text}", "not in the lock"))
+        elif not req.specifier.contains(version, prereleases=True):
+            out.append(Stale(platform, f"pip: {text}", f"locked {version} does not satisfy it"))
+    return out
+
+
+def _not_needed(platform: str, spec: EnvSpec, requirements: list[tuple[str, Any]], conda: list[LockedPackage],
+                pip: list[LockedPackage]) -> list[Stale]:
+    """Records nothing in the spec reaches through dependencies (left over by a hand edit or a
+    merge): an env built from the lock would carry them."""
+    from packaging.utils import canonicalize_name
+
+    out = []
+    roots = {m.name.normalized for m in match_specs(spec)}
+    for manager, locked, names in (("conda", conda, roots), ("pip", pip, {canonicalize_name(r.name) for _, r in requirements})):
+        key = (lambda name: name) if manager == "conda" else canonicalize_name
+        by_name = {key(p.name): p for p in locked}
+        reached, todo = set(), [n for n in names if n in by_name]
+        while todo:
+            name = todo.pop()
+            if name not in reached:
+                reached.add(name)
+                todo += [key(d) for d in by_name[name].dependencies if key(d) in by_name]
+        prefix = "pip: " if manager == "pip" else ""
+        out += [Stale(platform, f"{prefix}{p.describe()}", "locked, but nothing in the spec needs it")
+                for name, p in sorted(by_name.items()) if name not in reached]
+    return out
+
+
+def _pip_not_closed(platform: str, locked: list[LockedPackage]) -> list[Stale]:
+    from packaging.utils import canonicalize_name
+
+    names = {canonicalize_name(p.name) for p in locked}
+    return [
+        Stale(platform, f"pip: {dep} (needed by {entry.name})", "missing from the lock")
+        for entry in locked
+        for dep in entry.dependencies
+        if canonicalize_name(dep) not in names
+    ]

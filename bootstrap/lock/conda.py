@@ -1,0 +1,134 @@
+"""The conda part of a lock: one py-rattler solve per platform.
+
+Equivalent of `pixi`/`conda-lock` solving with explicit virtual packages and
+strict channel priority; the records keep canonical channel URLs even when a
+`--mirror` served the data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Optional, Sequence
+
+from bootstrap.errors import FetchError, InputError, SolveError, one_line
+from bootstrap.lock.lockfile import LockedPackage
+from bootstrap.lock.mirrors import Mirror, mirror_for
+from bootstrap.lock.spec import EnvSpec, VirtualPackage
+from bootstrap.urls import scrub_credentials
+
+
+def match_specs(spec: EnvSpec) -> list:
+    """The spec's conda dependencies as rattler MatchSpecs; bad syntax names the entry."""
+    from rattler import MatchSpec
+
+    out = []
+    for text in spec.conda:
+        try:
+            out.append(MatchSpec(text))
+        except Exception as exc:  # rattler raises InvalidMatchSpecError and friends
+            raise InputError(spec.path, f"dependencies: '{text}' is not a valid conda match spec: {exc}",
+                             "write e.g. `python=3.10.*` or `numpy >=1.26`") from None
+    return out
+
+
+def solve_conda(
+    spec: EnvSpec,
+    platform: str,
+    virtual_packages: Sequence[VirtualPackage],
+    mirrors: Sequence[Mirror] = (),
+    cache_dir: Optional[Path] = None,
+) -> list:
+    """Solve the spec's conda dependencies for one platform; returns rattler RepoDataRecords."""
+    import rattler
+    from rattler.exceptions import SolverError
+
+    specs = match_specs(spec)
+    sources, http_mirrors = _sources(spec.channel_urls, platform, mirrors)
+    client = rattler.Client([rattler.networking.MirrorMiddleware(http_mirrors)]) if http_mirrors else None
+    gateway = rattler.Gateway(cache_dir=cache_dir, client=client)
+    vpkgs = [
+        rattler.GenericVirtualPackage(rattler.PackageName(v.name), rattler.Version(v.version), rattler.BuildString(v.build or "0"))
+        for v in virtual_packages
+    ]
+    try:
+        return asyncio.run(
+            rattler.solve(
+                sources=sources,
+                specs=specs,
+                gateway=gateway,
+                platforms=[platform, "noarch"],
+                virtual_packages=vpkgs,
+                channel_priority=rattler.ChannelPriority.Strict,
+            )
+        )
+    except SolverError as exc:
+        raise SolveError(f"{spec.path}: dependencies: cannot be solved for {platform}: {one_line(exc)} "
+                         "(relax or fix the spec, or check that the channels have the packages)") from None
+    except Exception as exc:  # every rattler fetch/IO/gateway failure
+        raise FetchError(scrub_credentials(_fetch_failure(spec, platform, mirrors, exc))) from None
+
+
+def _sources(channel_urls: Sequence[str], platform: str, mirrors: Sequence[Mirror]):
+    import rattler
+
+    sources: list = []
+    http_mirrors: dict[str, list[str]] = {}
+    for url in channel_urls:
+        mirror = mirror_for(url, mirrors)
+        if mirror is not None and mirror.local_dir is not None:
+            sources.extend(_local_repodata(url, mirror, subdir) for subdir in (platform, "noarch"))
+            continue
+        if mirror is not None:
+            # The middleware rewrites by URL prefix: keep the trailing slash so
+            # `.../conda-forge` does not also capture `.../conda-forge-extra`.
+            http_mirrors[url + "/"] = [mirror.target + "/"]
+        sources.append(rattler.Channel(url))
+    return sources, http_mirrors
+
+
+def _local_repodata(url: str, mirror: Mirror, subdir: str):
+    import rattler
+
+    path = mirror.local_dir / subdir / "repodata.json"
+    if not path.is_file():
+        raise FetchError(
+            f"{path}: not found; a directory mirror of {url} needs <dir>/{subdir}/repodata.json "
+            f"(check --mirror {url}={mirror.target})"
+        )
+    return rattler.SparseRepoData(rattler.Channel(url), subdir, path)
+
+
+def _fetch_failure(spec: EnvSpec, platform: str, mirrors: Sequence[Mirror], exc: BaseException) -> str:
+    used = [m for m in (mirror_for(url, mirrors) for url in spec.channel_urls) if m is not None]
+    if used:
+        served = ", ".join(f"{m.target} (mirror of {m.canonical})" for m in used)
+        return (f"cannot fetch repodata for {platform} from {served}: {_first_line(exc)} "
+                f"(is the mirror up? check --mirror {used[0].canonical}=URL_OR_DIR)")
+    return (f"cannot fetch repodata for {platform} from {', '.join(spec.channel_urls)}: {_first_line(exc)} "
+            f"(offline or behind a firewall? serve the channel from a mirror: --mirror {spec.channel_urls[0]}=URL_OR_DIR)")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def to_locked(record, platform: str) -> LockedPackage:
+    """A solved RepoDataRecord as a lock entry (conda-lock's fields, virtual deps dropped)."""
+    return LockedPackage(
+        name=record.name.source,
+        version=str(record.version),
+        manager="conda",
+        platform=platform,
+        url=record.url,
+        sha256=record.sha256.hex(),
+        md5=record.md5.hex(),
+        build=str(record.build),
+        dependencies=dict(_dependency(d) for d in record.depends if not d.startswith("__")),
+    )
+
+
+def _dependency(depend: str) -> tuple[str, str]:
+    name, _, constraint = depend.strip().partition(" ")
+    return name, constraint.strip() or "*"

@@ -1,0 +1,79 @@
+"""`--mirror CANONICAL=URL`: serve a channel's data from somewhere else.
+
+Air-gapped clusters map canonical channels to an internal mirror; the lock
+keeps the canonical URLs so it works anywhere. A mirror target is either an
+HTTP(S) URL (py-rattler's mirror middleware) or a local directory / file://
+URL holding `<subdir>/repodata.json` (read as sparse repodata bound to the
+canonical channel). Credentials in a mirror URL are used but never recorded.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+from urllib.parse import unquote, urlsplit
+
+from bootstrap.errors import InputError
+from bootstrap.lock.spec import canonical_channel
+from bootstrap.urls import scrub_credentials
+
+
+@dataclass(frozen=True)
+class Mirror:
+    canonical: str
+    target: str  # an http(s) URL, or an absolute directory
+    given: str = ""  # the target as the user wrote it; recorded for local directories
+
+    @classmethod
+    def parse(cls, text: str, base: Optional[Path] = None) -> "Mirror":
+        """`conda-forge=http://mirror/cf`, `https://conda.anaconda.org/conda-forge=../snapshot/conda-forge`."""
+        canonical, sep, target = (part.strip() for part in text.partition("="))
+        if not sep or not canonical or not target:
+            raise InputError("--mirror", f"'{text}' is not CANONICAL=URL", "e.g. --mirror conda-forge=http://mirror.internal/conda-forge")
+        given = target
+        parts = urlsplit(target) if "://" in target else None
+        if parts is not None and (parts.query or parts.fragment or target.endswith(("?", "#"))):
+            # Package paths are appended to the mirror's: `.../conda-forge?token=x/linux-64/...` fetches nothing.
+            # Scrubbed whole, then cut: an unencoded `#` or `?` in a password splits it where urlsplit looks.
+            shown = re.split(r"[?#]", scrub_credentials(target), maxsplit=1)[0]  # a query may hold a token too
+            raise InputError(f"--mirror {canonical}={shown}?...", "a mirror URL cannot carry a query string or fragment: "
+                             "package paths are appended to it",
+                             "put a token in the path (https://host/t/TOKEN/conda-forge) or as user:password@host "
+                             "(a `#` or `?` in a password written %23 or %3F)")
+        if "://" not in target or target.startswith("file://"):
+            # `~` too: no shell expands it after `conda-forge=` (nor in make's ENV_ARGS)
+            path = Path(unquote(urlsplit(target).path)) if target.startswith("file://") else Path(target).expanduser()
+            if not path.is_absolute() and base is not None:
+                path = base / path
+            target = str(path.resolve())
+        return cls(canonical_channel(canonical), target.rstrip("/"), given)
+
+    @property
+    def local_dir(self) -> Optional[Path]:
+        return None if "://" in self.target else Path(self.target)
+
+    def public(self) -> str:
+        """`canonical=target` with any user:password or token removed, safe to write into a lock."""
+        if self.local_dir is not None:
+            # As written on the command line (often relative): no machine paths in a lock.
+            return f"{self.canonical}={self.given or self.local_dir.name}"
+        return f"{self.canonical}={scrub_credentials(self.target)}"
+
+
+
+def parse_mirrors(texts: Sequence[str], base: Optional[Path] = None) -> tuple[Mirror, ...]:
+    """Every `--mirror` given, each channel mirrored once (a second one would be ignored unseen)."""
+    mirrors = tuple(Mirror.parse(text, base) for text in texts)
+    for index, mirror in enumerate(mirrors):
+        if any(other.canonical == mirror.canonical for other in mirrors[:index]):
+            raise InputError("--mirror", f"{mirror.canonical} is mirrored twice", "give one --mirror per channel")
+    return mirrors
+
+
+def mirror_for(channel_url: str, mirrors: Sequence[Mirror]) -> Optional[Mirror]:
+    for mirror in mirrors:
+        if mirror.canonical == channel_url:
+            return mirror
+    return None

@@ -1,0 +1,174 @@
+"""`bootstrap lock`: solve an env for its platforms and write its conda-lock.yml.
+
+    spec + virtual packages --rattler--> conda records per platform
+                            --uv------> pip wheels per platform (in parallel)
+                            --conda-lock writer--> lock (atomic), diff vs the old one
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from bootstrap import __version__
+from bootstrap.errors import InputError, SolveError
+from bootstrap.fsutil import disk_full, flocked, out_of_space, write_target
+from bootstrap.lock.lockfile import (
+    META_INPUTS,
+    META_MIRRORS,
+    META_VERSION,
+    Lock,
+    LockContent,
+    LockedPackage,
+    PlatformDiff,
+    conda_lock_content_hashes,
+    diff_locks,
+    inputs_digest,
+    read_lock,
+    write_lock,
+)
+from bootstrap.lock.mirrors import Mirror
+from bootstrap.lock.pip import PipOptions, pip_requirements, resolve_all, target_for
+from bootstrap.project import Project
+from bootstrap.lock.conda import solve_conda, to_locked
+from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
+
+
+@dataclass(frozen=True)
+class LockOptions:
+    platforms: tuple[str, ...] = ()  # a subset to relock; the others are kept from the old lock
+    mirrors: tuple[Mirror, ...] = ()
+    pip: PipOptions = PipOptions()
+    cache_dir: Optional[Path] = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class LockResult:
+    env: str
+    path: Path
+    written: bool
+    new: bool  # there was no lock before
+    platforms: tuple[str, ...]
+    counts: dict  # platform -> {"conda": n, "pip": n}
+    diffs: tuple[PlatformDiff, ...]
+    seconds: dict = field(default_factory=dict)  # conda_solve, pip_resolve, write
+
+
+def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
+             notify: Callable[[str], None] = lambda message: None) -> LockResult:
+    """Solve `env` and write its lock. Two runs on one env take turns (an flock on the spec), so
+    a `--platform` relock never writes over another's platforms with what it read before."""
+    spec = read_spec(project.spec_path(env))
+    pip_requirements(spec)  # bad syntax fails here, before any solving
+    vpkgs = read_virtual_packages(project.virtual_packages_path)
+    platforms = _platforms_to_solve(spec, options.platforms)
+    waiting = f"waiting for another `bootstrap lock` of {env} to finish"
+    with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
+        lock_path = project.lock_path(env)
+        old = _read_old_lock(lock_path, project.root)
+        if not options.dry_run:
+            _check_writable(lock_path)  # before the solve, which may take a minute
+        seconds = {}
+
+        started = time.perf_counter()
+        conda = {p: solve_conda(spec, p, vpkgs.for_platform(p), options.mirrors, options.cache_dir) for p in platforms}
+        seconds["conda_solve"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        targets = [target_for(p, _python_version(spec, p, records), vpkgs) for p, records in conda.items()] if spec.pip else []
+        pip = resolve_all(spec, targets, options.pip)
+        seconds["pip_resolve"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        packages = [to_locked(r, p) for p, records in conda.items() for r in records]
+        packages += [pkg for entries in pip.values() for pkg in entries]
+        packages += _kept_from(old, spec, platforms)
+        content = _content(spec, vpkgs, lock_path, packages, old, platforms, options)
+        diffs = tuple(diff_locks(old.packages if old else (), content.packages, spec.platforms))
+        if not options.dry_run:
+            try:
+                write_lock(lock_path, content)
+            except OSError as exc:
+                if not out_of_space(exc):
+                    raise
+                raise disk_full(f"writing {lock_path.name}", {"lock": lock_path.parent}, "the lock is unchanged",
+                                "free space and lock again") from None
+        seconds["write"] = time.perf_counter() - started
+
+    counts = {
+        p: {m: sum(1 for x in content.packages if x.platform == p and x.manager == m) for m in ("conda", "pip")}
+        for p in spec.platforms
+    }
+    return LockResult(env, lock_path, not options.dry_run, old is None, platforms, counts, diffs, seconds)
+
+
+def _read_old_lock(lock_path: Path, root: Path) -> Optional[Lock]:
+    """The lock being replaced (for the diff and `--platform`), or None. A broken one is left as it
+    is, and the message says how to relock instead of "regenerate it with `make lock`", which is
+    this very command."""
+    if not lock_path.exists():
+        return None
+    try:
+        return read_lock(lock_path)
+    except InputError as exc:
+        fix = f"left as it is: restore it (e.g. `git checkout {os.path.relpath(lock_path, root)}`) or remove it, then lock again"
+        raise InputError(exc.where, exc.problem, fix) from None
+
+
+def _check_writable(lock_path: Path) -> None:
+    directory = write_target(lock_path).parent
+    if not os.access(directory, os.W_OK):  # access(2) answers EROFS even to root
+        raise InputError(lock_path, f"cannot write in {directory} (no permission, or a read-only file system)",
+                         "lock in a checkout you can write, or pass --root for a copy of the project")
+
+
+def _platforms_to_solve(spec: EnvSpec, requested: tuple[str, ...]) -> tuple[str, ...]:
+    for platform in requested:
+        if platform not in spec.platforms:
+            raise InputError("--platform", f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
+                             f"add it to `platforms:` in {spec.path.name} first")
+    return tuple(requested) or spec.platforms
+
+
+def _python_version(spec: EnvSpec, platform: str, records: list) -> str:
+    for record in records:
+        if record.name.normalized == "python":
+            return str(record.version)
+    raise SolveError(f"{spec.path}: the conda solve for {platform} has no python, which the pip: section needs")
+
+
+def _kept_from(old: Optional[Lock], spec: EnvSpec, solved: tuple[str, ...]) -> list[LockedPackage]:
+    """Entries of platforms not relocked this time (`--platform`), if the spec still lists them."""
+    if old is None:
+        return []
+    keep = set(spec.platforms) - set(solved)
+    return [p for p in old.packages if p.platform in keep]
+
+
+def _content(spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path, packages: list[LockedPackage],
+             old: Optional[Lock], solved: tuple[str, ...], options: LockOptions) -> LockContent:
+    """The lock's metadata. A platform kept from the old lock (`--platform`) keeps its old
+    content_hash, so `lock --check` still sees it stale if the inputs moved since; and the
+    inputs digest, which vouches that every hash was computed from these inputs, is written
+    only when that is so."""
+    computed = conda_lock_content_hashes(spec.path, vpkgs.path)
+    kept = {p: old.content_hash.get(p, "") for p in spec.platforms if p not in solved and old and p in old.platforms}
+    content_hash = {p: computed[p] if p in solved else kept[p] for p in spec.platforms if p in solved or p in kept}
+    custom = {META_VERSION: __version__}
+    if content_hash == computed:
+        custom[META_INPUTS] = inputs_digest(spec.path, vpkgs.path, content_hash)
+    if options.mirrors:
+        custom[META_MIRRORS] = " ".join(m.public() for m in options.mirrors)
+    return LockContent(
+        channels=spec.channels,
+        platforms=tuple(content_hash),
+        sources=(os.path.relpath(spec.path, lock_path.parent),),
+        content_hash=content_hash,
+        custom=custom,
+        packages=tuple(packages),
+    )

@@ -1,0 +1,328 @@
+"""Read and validate env specs (`envs/<env>.yml`) and `envs/virtual-packages.yml`.
+
+Specs use conda's environment.yml format plus conda-lock's `platforms:` key,
+so `conda env create -f`, `conda-lock lock -f` and bootstrap all read the
+same file:
+
+    name: py310
+    channels: [conda-forge]
+    platforms: [linux-64, osx-arm64, win-64]
+    dependencies:
+      - python=3.10.*
+      - pip
+      - pip:
+          - torch==2.10.*
+
+Only parsing and structural checks live here (stdlib + pyyaml), so the env
+side can read specs too; match-spec and PEP 508 syntax are checked where the
+engines are imported (`bootstrap.lock.conda`, `bootstrap.lock.pip`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from bootstrap.errors import InputError, MissingModuleError
+from bootstrap.urls import has_credentials, scrub_credentials
+
+KNOWN_PLATFORMS = ("linux-64", "linux-aarch64", "linux-ppc64le", "osx-64", "osx-arm64", "win-64", "win-arm64")
+SPEC_KEYS = ("name", "channels", "platforms", "dependencies")
+_VIRTUAL_VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z_]+)*")  # "2.28", "12.8", "14.0", "0"
+ANACONDA_ORG = "https://conda.anaconda.org"
+_ENV_NAME = re.compile(r"[^/\\\s:#]+")  # what `conda create -n` accepts (no /, space, :, #)
+
+# Channels teams must not mix in: Anaconda's `defaults` (licence terms and a
+# different ABI from conda-forge) and the deprecated `pytorch`/`nvidia` channels
+# (pytorch stopped publishing at 2.5; the official builds are PyPI wheels).
+FORBIDDEN_CHANNELS = {
+    "defaults": "Anaconda's defaults channel mixes badly with conda-forge",
+    "main": "part of Anaconda's defaults",
+    "r": "part of Anaconda's defaults",
+    "msys2": "part of Anaconda's defaults",
+    "anaconda": "Anaconda's defaults under another name",
+    "pytorch": "deprecated: PyTorch stopped publishing conda packages at 2.5; lock torch from PyPI in the pip: section",
+    "nvidia": "deprecated for PyTorch: the CUDA libraries come with the PyPI torch wheels",
+    "nodefaults": "conda-lock rejects it, and bootstrap never adds defaults",
+}
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One environment as the spec file states it."""
+
+    path: Path
+    name: str
+    channels: tuple[str, ...]
+    platforms: tuple[str, ...]
+    conda: tuple[str, ...]
+    pip: tuple[str, ...] = ()
+
+    @property
+    def channel_urls(self) -> tuple[str, ...]:
+        return tuple(canonical_channel(c) for c in self.channels)
+
+
+@dataclass(frozen=True)
+class VirtualPackage:
+    name: str
+    version: str
+    build: str = ""
+
+
+@dataclass(frozen=True)
+class VirtualPackages:
+    """conda-lock's virtual-packages.yml: the machine each platform is solved for."""
+
+    path: Path
+    by_platform: dict = field(default_factory=dict)  # platform -> tuple[VirtualPackage, ...]
+
+    def for_platform(self, platform: str) -> tuple[VirtualPackage, ...]:
+        if platform not in self.by_platform:
+            raise InputError(
+                self.path,
+                f"subdirs.{platform}: missing",
+                f"add the virtual packages {platform} is solved for (e.g. __glibc, __cuda, __osx)",
+            )
+        return self.by_platform[platform]
+
+    def version_of(self, platform: str, name: str) -> str | None:
+        for vp in self.for_platform(platform):
+            if vp.name == name:
+                return vp.version
+        return None
+
+
+def canonical_channel(channel: str) -> str:
+    """`conda-forge` -> `https://conda.anaconda.org/conda-forge`; URLs lose a trailing slash."""
+    if "://" in channel:
+        return channel.rstrip("/")
+    return f"{ANACONDA_ORG}/{channel.strip('/')}"
+
+
+def load_yaml(path: Path, text: Optional[str] = None) -> Any:
+    """`yaml.safe_load` of `path` (or of `text`, read from it) naming the file and line in errors."""
+    yaml = _yaml(path)
+    if text is None:
+        text = read_text(path)
+    # libyaml recurses in C and crashes the process on deeply nested input (tens of thousands of
+    # `[`); PyYAML's own parser stops with a RecursionError. Real specs and locks have a few dozen.
+    loader = _unique_keys_loader(pure=text.count("[") + text.count("{") > _MANY_BRACKETS or bool(_NESTED_ON_A_LINE.search(text)))
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
+    except RecursionError:
+        raise InputError(path, "nested too deeply to be a spec or a lock", "check what wrote this file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(where, f"malformed YAML: {problem}", "fix the syntax") from None
+
+
+def _yaml(path: Path) -> Any:
+    """The `yaml` module, or one line on the interpreter that lacks it: `verify` and `bench` run
+    inside the created env, which has PyYAML only because the lock lists it."""
+    try:
+        import yaml
+    except ImportError:
+        raise MissingModuleError(f"reading {path} needs PyYAML, which {sys.executable} cannot import", "yaml") from None
+    return yaml
+
+
+_MANY_BRACKETS = 5000
+_NESTED_ON_A_LINE = re.compile(r"(?:[-?:] +){200}")  # `- - - - ...`: block nesting without brackets
+
+
+@functools.lru_cache(maxsize=None)
+def _unique_keys_loader(pure: bool = False) -> type:
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML forbids it; PyYAML
+    keeps the last one silently, so a second `dependencies:` would replace the first). The C
+    loader when PyYAML was built with libyaml (several times faster on a lock of a few hundred
+    entries, same safe semantics), unless `pure`."""
+    import yaml  # load_yaml checked that it is there
+
+    base = yaml.SafeLoader if pure else getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, Hashable) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} is given twice in one mapping", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def read_text(path: Path) -> str:
+    """The file's text, or an InputError naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, "file not found", "check the path or create it") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def read_spec(path: Path) -> EnvSpec:
+    """Parse and structurally validate one env spec file."""
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(path, "expected a mapping with name, channels, platforms, dependencies")
+    unknown = sorted(set(map(str, data)) - set(SPEC_KEYS))
+    if unknown:
+        raise InputError(path, f"unknown key '{unknown[0]}'", f"allowed keys: {', '.join(SPEC_KEYS)}")
+
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name:
+        raise InputError(path, "name: must be a non-empty string")
+    if not is_env_name(name):
+        # `export` writes it as `name:` and into `--pinned` file names (`{name}-{platform}.lock`).
+        raise InputError(path, f"name: {name!r} is not an environment name conda accepts",
+                         "use letters, digits, '.', '-' and '_', e.g. `name: py310`")
+    channels = _string_list(path, data, "channels")
+    if not channels:
+        raise InputError(path, "channels: empty", "add `channels: [conda-forge]`")
+    for channel in channels:
+        check_channel(path, channel)
+    platforms = _string_list(path, data, "platforms")
+    if not platforms:
+        raise InputError(path, "platforms: missing", "add e.g. `platforms: [linux-64, osx-arm64, win-64]`")
+    for platform in platforms:
+        if platform not in KNOWN_PLATFORMS:
+            raise InputError(path, f"platforms: unknown platform '{platform}'", f"use one of {', '.join(KNOWN_PLATFORMS)}")
+    conda, pip = _dependencies(path, data.get("dependencies"))
+    return EnvSpec(path, name, tuple(channels), tuple(platforms), tuple(conda), tuple(pip))
+
+
+def is_env_name(name: str) -> bool:
+    return bool(_ENV_NAME.fullmatch(name)) and name not in (".", "..")
+
+
+def _string_list(path: Path, data: dict, key: str) -> list[str]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise InputError(path, f"{key}: must be a list of strings")
+    out = [v.strip() for v in value]
+    twice = sorted({v for v in out if out.count(v) > 1})
+    if twice:
+        raise InputError(path, f"{key}: '{twice[0]}' is listed twice", "list it once")
+    return out
+
+
+def check_channel(path: object, channel: str) -> None:
+    """Refuse a channel with credentials in it, or one teams must not mix in (FORBIDDEN_CHANNELS)."""
+    if has_credentials(channel):
+        raise InputError(
+            path, f"channels: '{scrub_credentials(channel)}' carries credentials",
+            "keep secrets out of specs: use ~/.netrc, or a --mirror URL on the command line",
+        )
+    key = channel.rstrip("/").rsplit("/", 1)[-1] if channel.startswith(ANACONDA_ORG) else channel
+    if "repo.anaconda.com" in channel:
+        key = "defaults"
+    if key in FORBIDDEN_CHANNELS:
+        raise InputError(path, f"channels: '{channel}' is not allowed: {FORBIDDEN_CHANNELS[key]}", "use conda-forge")
+
+
+def _dependencies(path: Path, deps: Any) -> tuple[list[str], list[str]]:
+    if not isinstance(deps, list) or not deps:
+        raise InputError(path, "dependencies: must be a non-empty list", "list at least `python=3.10.*` and `pip`")
+    conda: list[str] = []
+    pip: list[str] = []
+    for index, item in enumerate(deps):
+        where = f"dependencies[{index}]"
+        if isinstance(item, str) and item.strip():
+            conda.append(item.strip())
+        elif isinstance(item, dict) and list(item) == ["pip"]:
+            pip.extend(_pip_section(path, where, item["pip"]))
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            raise InputError(path, f"{where}: {item!r} is a number, not a conda spec",
+                             "quote it: YAML reads an unquoted 3.10 as the number 3.1")
+        else:
+            raise InputError(path, f"{where}: expected a conda spec string or a `pip:` list, got {item!r}")
+    # `conda-forge::python=3.10.*` names python too
+    names = {re.split(r"[\s=<>!~\[]", spec, maxsplit=1)[0].rsplit("::", 1)[-1].lower() for spec in conda}
+    if pip and "pip" not in names:
+        raise InputError(path, "dependencies: a pip: section needs `pip` in the conda dependencies", "add `- pip`")
+    if pip and "python" not in names:
+        raise InputError(path, "dependencies: a pip: section needs `python`", "add e.g. `- python=3.10.*`")
+    return conda, pip
+
+
+def _pip_section(path: Path, where: str, items: Any) -> list[str]:
+    if not isinstance(items, list):
+        raise InputError(path, f"{where}.pip: must be a list of requirement strings")
+    out = []
+    for index, item in enumerate(items):
+        if not isinstance(item, str) or not item.strip():
+            raise InputError(path, f"{where}.pip[{index}]: must be a requirement string like 'torch==2.10.*'")
+        if item.lstrip().startswith("-"):
+            raise InputError(
+                path, f"{where}.pip[{index}]: pip options ('{item.split()[0]}') are not supported",
+                "list requirements only; mirrors of PyPI go in UV_INDEX_URL",
+            )
+        if has_credentials(item):  # a `name @ URL` would carry them into the lock and the export
+            raise InputError(path, f"{where}.pip[{index}]: '{scrub_credentials(item.strip())}' carries credentials",
+                             "keep secrets out of specs: use ~/.netrc")
+        out.append(item.strip())
+    return out
+
+
+def read_virtual_packages(path: Path) -> VirtualPackages:
+    """Parse conda-lock's virtual-packages.yml (`subdirs: {plat: {packages: {__x: "ver [build]"}}}`)."""
+    data = load_yaml(path)
+    subdirs = data.get("subdirs") if isinstance(data, dict) else None
+    if not isinstance(subdirs, dict) or set(data) != {"subdirs"}:
+        raise InputError(path, "expected exactly one top-level key `subdirs`", "see conda-lock's virtual-packages.yml format")
+    by_platform = {}
+    for platform, entry in subdirs.items():
+        if platform not in KNOWN_PLATFORMS:
+            raise InputError(path, f"subdirs: unknown platform '{platform}'", f"use one of {', '.join(KNOWN_PLATFORMS)}")
+        packages = entry.get("packages") if isinstance(entry, dict) else None
+        if not isinstance(packages, dict) or set(entry) != {"packages"}:
+            raise InputError(path, f"subdirs.{platform}: expected `packages: {{__name: version}}`")
+        by_platform[platform] = tuple(_virtual_package(path, platform, n, v) for n, v in packages.items())
+    return VirtualPackages(path, by_platform)
+
+
+def _virtual_package(path: Path, platform: str, name: Any, value: Any) -> VirtualPackage:
+    where = f"subdirs.{platform}.packages.{name}"
+    if not isinstance(name, str) or not name.startswith("__"):
+        raise InputError(path, f"{where}: virtual package names start with '__'")
+    if isinstance(value, float):
+        raise InputError(path, f"{where}: {value!r} is a number, not a version",
+                         f"quote it: {name}: \"{value}\" (YAML reads an unquoted 12.10 as the number 12.1)")
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise InputError(path, f"{where}: expected a version string like \"12.8\"")
+    version, _, build = str(value).strip().partition(" ")
+    if not _VIRTUAL_VERSION.fullmatch(version):
+        raise InputError(path, f"{where}: '{version}' is not a version", "write it like \"2.28\" or \"12.8\"")
+    return VirtualPackage(name, version, build.strip())
+
+
+def host_platform() -> str:
+    """This machine as a conda platform (subdir): `linux-64`, `osx-arm64`, `win-64`, ..."""
+    import platform
+    import sys
+
+    machine = platform.machine().lower()
+    if sys.platform.startswith("linux"):
+        return {"x86_64": "linux-64", "amd64": "linux-64", "aarch64": "linux-aarch64", "arm64": "linux-aarch64",
+                "ppc64le": "linux-ppc64le"}.get(machine, f"linux-{machine}")
+    if sys.platform == "darwin":
+        return "osx-arm64" if machine == "arm64" else "osx-64"
+    if sys.platform == "win32":
+        return "win-arm64" if machine == "arm64" else "win-64"
+    return f"{sys.platform}-{machine}"

@@ -1,0 +1,208 @@
+"""The budget: what measurements cost, how phases share the time, and a search that never runs past it.
+
+Pure parts are fed numbers; one real run with slow batches (each sample
+sleeps IO_MS, so a batch takes BATCH x IO_MS) checks that the run ends
+within its budget, that --max-workers caps every phase, and that a budget
+too small for a tune is reported as such.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bootstrap.bench import tune
+from bootstrap.bench.budget import Costs, Ledger, advised_budget_s, phase_budget_s, search_s, tuned_s
+from bootstrap.bench.report import dataloader_snippet
+from bootstrap.bench.results import LoaderConfig, Measurement
+from bootstrap.bench.config import WorkloadSpec
+from bootstrap.bench.verdicts import VerdictFacts, tuned_check
+from bootstrap.checks.model import Status
+from tests.fixtures import REPO
+
+
+
+# --------------------------------------------------------------------------- what a measurement costs
+
+
+def test_costs_of_a_measurement():
+    cpu = Costs(batch_size=10, wall_s_per_sample=0.1, cpu_s_per_sample=0.1, cpus=2, step_s=0.2, startup_s=0.1)
+    assert cpu.batch_s == pytest.approx(1.0)
+    assert cpu.period_s(0) == pytest.approx(1.2)                      # load, then step
+    assert cpu.period_s(8) == pytest.approx(0.5)                      # CPU-bound: two CPUs make two batches a second
+    assert cpu.period_s(8, with_step=False) == pytest.approx(0.5)
+    assert cpu.window_s(2) == pytest.approx(4.0)                      # workers: four batch latencies
+    assert cpu.window_s(0) == pytest.approx(3 * 1.2)                  # the main process: three steps
+    assert cpu.least_s(0) == pytest.approx(1.0 + 0.2 + 3.6)           # first batch, one step on it, the window
+    assert cpu.least_s(2) == pytest.approx(1.1 + (2 * 0.2 + 0.5) + 4.0)
+    io = Costs(batch_size=10, wall_s_per_sample=0.1, cpu_s_per_sample=0.001, cpus=2, step_s=0.05)
+    assert io.period_s(8) == pytest.approx(1.0 / 8)                   # sleeping workers are not capped by CPUs
+    assert io.period_s(100) == pytest.approx(0.05)                    # never faster than the step
+
+
+def test_each_phase_gets_its_least_first_then_a_share_of_the_rest():
+    later = [("naive", 0.1, 2.0), ("tune", 0.6, 10.0), ("tuned", 0.3, 5.0)]
+    assert phase_budget_s("naive", 37.0, later) == pytest.approx(2.0 + 20.0 * 0.1)
+    assert phase_budget_s("tuned", 37.0, later[2:]) == pytest.approx(37.0)  # the last phase takes what is left
+    # Less than the phases' least: slices in proportion to it, so the search leaves the tuned windows theirs.
+    assert phase_budget_s("naive", 8.5, later) == pytest.approx(1.0)
+    assert phase_budget_s("tune", 7.5, later[1:]) == pytest.approx(5.0)
+    assert phase_budget_s("tuned", 2.5, later[2:]) == pytest.approx(2.5)
+
+
+def test_search_and_tuned_least_and_the_advice():
+    c = Costs(batch_size=8, wall_s_per_sample=0.05, cpu_s_per_sample=0.001, cpus=2, step_s=0.01)
+    window = c.window_s(4)  # 4 batch latencies = 1.6 s
+    assert search_s(c, (0, 1, 2, 4), reserve=1, overhead_s=0.3) == pytest.approx(5 * (window * 1.4 + 0.3))
+    assert tuned_s(c, 4, 3) == pytest.approx(c.batch_s + c.startup_s + window / 3 + 3 * window)
+    assert advised_budget_s(41.0) == 50.0 and advised_budget_s(45.0) == 50.0 and advised_budget_s(46.0) == 55.0
+    ledger = Ledger()
+    ledger.skip("tune", "w=4", 2.25)
+    ledger.skip("tuned", "window #3", 1.0)
+    assert ledger.needed_s(10.2) == 14.0
+    assert ledger.summary() == "tune: w=4 (~2.2 s); tuned: window #3 (~1.0 s)"
+
+
+# --------------------------------------------------------------------------- the search inside its deadline
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def measured(config, rate, phase="tune"):
+    return Measurement(phase, config.label, config, 10, 80, 1.0, rate, cv=0.01)
+
+
+def test_with_no_time_left_the_winner_is_the_fastest_result_already_known():
+    """Before: the search returned the naive loader (the first prior) untried, though the scaling phase had
+    measured two workers three times faster."""
+    clock = Clock()
+    configs = [LoaderConfig(num_workers=w, persistent_workers=w > 0) for w in (0, 1, 2)]
+    prior = {configs[0]: measured(configs[0], 41.7, "naive"), configs[2]: measured(configs[2], 102.0, "scaling")}
+
+    def measure(config, window):
+        raise AssertionError("nothing fits: nothing may be measured")
+
+    result = tune.successive_halving(configs, measure, deadline=0.5, ceiling_samples_per_s=600.0, early_stop=0.95,
+                                     minimum_noise=0.03, min_window_s=1.0, prior=prior, clock=clock)
+    assert result.winner.config.num_workers == 2
+    assert result.unmeasured == (configs[1],) and result.cost_s > 0.5
+
+
+def test_no_measurement_starts_that_would_end_past_the_deadline():
+    """Before: the first candidate was always measured, whatever the time left."""
+    clock = Clock()
+    configs = [LoaderConfig(num_workers=w) for w in (1, 2)]
+    result = tune.successive_halving(configs, lambda c, w: pytest.fail("measured"), deadline=1.0,
+                                     ceiling_samples_per_s=None, early_stop=0.95, minimum_noise=0.03,
+                                     min_window_s=2.0, clock=clock)
+    assert result.winner is None and result.unmeasured == tuple(configs)
+
+
+def test_the_winner_is_never_slower_than_a_config_measured_in_an_earlier_round():
+    clock = Clock()
+    configs = [LoaderConfig(num_workers=w) for w in (1, 2, 3, 4)]
+    rates = {1: [100.0, 80.0], 2: [99.0, 81.0], 3: [98.0], 4: [10.0]}  # per round; the survivors slow down
+
+    def measure(config, window):
+        clock.now += window
+        return measured(config, rates[config.num_workers].pop(0))
+
+    result = tune.successive_halving(configs, measure, deadline=100.0, ceiling_samples_per_s=None, early_stop=0.95,
+                                     minimum_noise=0.03, clock=clock)
+    assert len(result.rounds) == 2
+    assert result.winner.config.num_workers == 3 and result.winner.samples_per_s == 98.0
+
+
+def test_a_candidate_whose_loader_dies_drops_out():
+    clock = Clock()
+    configs = [LoaderConfig(num_workers=w) for w in (0, 1, 2)]
+
+    def measure(config, window):
+        clock.now += window
+        return None if config.num_workers == 2 else measured(config, 50.0 + config.num_workers)
+
+    result = tune.successive_halving(configs, measure, deadline=100.0, ceiling_samples_per_s=None, early_stop=0.95,
+                                     minimum_noise=0.03, clock=clock)
+    assert result.failed == (configs[2],) and result.winner.config.num_workers in (0, 1)
+    knobs = tune.try_knobs(result.winner, [("prefetch_factor=4", LoaderConfig(num_workers=1, prefetch_factor=4))],
+                           lambda c, w: None, 1.0, 100.0, 0.03, clock=clock)
+    assert knobs.winner is result.winner and math.isnan(knobs.trials[0][3]) and knobs.trials[0][2] is False
+
+
+# --------------------------------------------------------------------------- saying so
+
+
+def test_tuned_verdict_says_when_the_budget_was_too_small():
+    facts = VerdictFacts(device_type="cpu", budget_s=10.0, left_out="tune: w=2 pf=2 nopin (~9.0 s)")
+    complete = {"tune_candidates": 3.0, "tune_candidates_measured": 3.0, "tuned_windows": 3.0}
+    assert tuned_check(complete, facts).status is Status.OK
+    short = tuned_check({**complete, "tune_candidates_measured": 2.0, "budget_needed_s": 50.0}, facts)
+    assert short.status is Status.WARN and short.observed.startswith("budget too small: ~50 s needed, 10 s given")
+    assert short.remedy == "rerun with --budget 50 (or more)" and "w=2 pf=2 nopin" in short.detail
+    # A budget too small for the scaling phase alone is no reason to call the tune incomplete.
+    assert tuned_check({**complete, "budget_needed_s": 50.0}, VerdictFacts(device_type="cpu")).status is Status.OK
+    died = tuned_check({**complete, "tune_candidates_measured": 1.0, "tune_candidates_failed": 2.0}, facts)
+    assert died.status is Status.WARN and "2 failed" in died.observed and "bench.shm" in died.remedy
+    assert tuned_check({}, facts).status is Status.WARN  # no search at all
+    assert tuned_check({}, VerdictFacts(device_type="cpu", partial=True)).status is Status.SKIP
+
+
+def test_a_snippet_from_an_incomplete_search_says_so_first():
+    spec = WorkloadSpec(samples=16, image_size=24, crop_size=16, batch_size=4)
+    snippet = dataloader_snippet(LoaderConfig(num_workers=2), spec, "cpu", caveat="budget too small: ~50 s needed")
+    assert snippet.splitlines()[0] == "# NOT FULLY TUNED: budget too small: ~50 s needed"
+    assert not dataloader_snippet(LoaderConfig(num_workers=2), spec, "cpu").startswith("# NOT")
+
+
+# --------------------------------------------------------------------------- a real run with slow batches
+
+IO_MS, BATCH, BUDGET_S = 40.0, 8, 6.0
+
+
+@pytest.fixture(scope="module")
+def slow_run(tmp_path_factory):
+    """Batches of 8 x 40 ms: far too slow for a full tune in 6 s. Before: 11.9 s, scaling ran w=2 despite
+    --max-workers 1, and the report presented num_workers=0 as the tuned winner."""
+    out = tmp_path_factory.mktemp("bench-slow")
+    argv = [sys.executable, "-m", "bootstrap", "bench", "--device", "cpu", "--samples", "16", "--image-size", "32",
+            "--crop-size", "24", "--batch-size", str(BATCH), "--io-ms", str(IO_MS), "--step-ms", "5",
+            "--max-workers", "1", "--budget", str(BUDGET_S), "--json", "--quiet", "--no-png", "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)
+
+
+def test_slow_batches_stay_inside_the_budget(slow_run):
+    extra = slow_run["extra"]
+    batch_s = BATCH * IO_MS / 1000.0
+    assert extra["seconds"] <= BUDGET_S + batch_s + 0.5, extra["phases"]
+    for phase in extra["phases"]:
+        assert phase["started_s"] <= BUDGET_S + batch_s, phase
+
+
+def test_max_workers_caps_every_phase(slow_run):
+    workers = [m["config"]["num_workers"] for m in slow_run["extra"]["measurements"] if m["config"]]
+    assert workers and max(workers) <= 1
+    assert max(slow_run["extra"]["tuning"]["candidates"] or [0]) <= 1
+
+
+def test_a_budget_too_small_is_reported_with_the_budget_it_needs(slow_run):
+    extra = slow_run["extra"]
+    check = next(c for c in slow_run["checks"] if c["id"] == "bench.tuned")
+    needed = extra["metrics"]["budget_needed_s"]
+    assert check["status"] == "warn" and check["observed"].startswith(f"budget too small: ~{needed:.0f} s needed")
+    assert needed > BUDGET_S and check["remedy"] == f"rerun with --budget {needed:.0f} (or more)"
+    assert any(note.startswith("budget too small for a complete run") for note in extra["notes"])
+    if extra["snippet"]:
+        assert extra["snippet"].startswith("# NOT FULLY TUNED: budget too small")

@@ -1,0 +1,98 @@
+"""The benchmark scripts' command lines (`make bench-env`, `bench-loader`, `bench-verify`, `bench-lock`):
+a bad argument is refused in one line, exit 2, before any fixture is built."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.fixtures import REPO
+
+
+
+def script(name: str, *argv: str, tmp: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "scripts" / name), *argv], cwd=tmp, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp)})
+
+
+@pytest.mark.parametrize("argv, error", [
+    (("--runs", "0"), "argument --runs: expected an integer >= 1, got 0"),
+    (("--packages", "3"), "argument --packages: expected an integer >= 8, got 3"),
+    (("--big-mb", "-1"), "argument --big-mb: expected an integer >= 0, got -1"),
+    (("--dir", "/nonexistent/bench"), "--dir /nonexistent/bench: no such directory"),
+])
+def test_bench_env_refuses_bad_arguments_before_building(tmp_path: Path, argv: tuple, error: str) -> None:
+    done = script("bench_env.py", *argv, tmp=tmp_path)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"bench_env.py: error: {error}", done.stderr
+    assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, error", [
+    (("--budget", "0"), "argument --budget: expected a number > 0 and <= 86,400, got 0.0"),
+    (("--budget", "nan"), "argument --budget: expected a number > 0 and <= 86,400, got nan"),
+    (("--json", "/nonexistent/loader.json"), "--json /nonexistent/loader.json: no directory /nonexistent to write it in"),
+    (("--json", "."), "--json .: a directory; name the file to write"),
+])
+def test_bench_loader_refuses_bad_arguments_before_its_runs(tmp_path: Path, argv: tuple, error: str) -> None:
+    done = script("bench_loader.py", "--budget", "0.5", *argv, tmp=tmp_path)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"bench_loader.py: error: {error}", done.stderr
+    assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_bench_loader_reports_a_budget_too_small_to_measure_the_ceiling(tmp_path: Path) -> None:
+    done = script("bench_loader.py", "--budget", "0.5", "--json", "loader.json", tmp=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "ceiling - samples/s" in done.stdout and (tmp_path / "loader.json").is_file()
+
+
+@pytest.mark.parametrize("name", ["bench_verify.py", "bench_lock.py"])
+def test_bench_scripts_without_options_answer_help_and_refuse_arguments(tmp_path: Path, name: str) -> None:
+    helped = script(name, "--help", tmp=tmp_path)
+    assert helped.returncode == 0 and helped.stdout.startswith(f"usage: {name} [-h]")
+    done = script(name, "--runs", "3", tmp=tmp_path)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"{name}: error: unrecognized arguments: --runs 3"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_env_on_a_full_dir_says_so_in_one_line(small_fs) -> None:
+    mount, _ = small_fs
+    done = script("bench_env.py", "--packages", "8", "--runs", "1", "--dir", str(mount), tmp=mount)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "bench-env: no space left on device for the fixture, its caches and every run's envs (2.5 GB at the defaults): "
+        "free some, or give --dir a larger file system"], done.stderr
+    assert list(mount.iterdir()) == []  # its scratch directory removed
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_bench_env_says_so_and_removes_its_fixture(tmp_path: Path) -> None:
+    """Ctrl-C lands while rattler installs: one line, exit 130, and nothing left in $TMPDIR
+    (rattler's threads wrote on while the temporary directory was removed)."""
+    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "bench_env.py"), "--runs", "3"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.stdout is not None and proc.stdout.readline().startswith("fixture env:")
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and stderr.strip() == "bench-env: interrupted", stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_bench_loader_stops_it(tmp_path: Path) -> None:
+    """bench turns Ctrl-C into a partial report; bench-loader must stop there, not go on to its next runs."""
+    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "bench_loader.py"), "--budget", "5"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout is not None
+    for _ in range(3):
+        proc.stdout.readline()  # the header: the first bench run starts now
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and stderr.strip() == "bench-loader: interrupted", stderr

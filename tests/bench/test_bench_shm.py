@@ -1,0 +1,88 @@
+"""A small /dev/shm (Docker's 64 MB default, here a 1-2 MiB tmpfs): bench reports it, it does not crash.
+
+Real DataLoader workers against a real tmpfs mounted over /dev/shm in a
+private mount namespace (`unshare -m`, root only; skipped elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from bootstrap.bench.config import Thresholds
+from bootstrap.bench.measure import SHM_FAILURE, worker_failure
+from bootstrap.bench.verdicts import VerdictFacts, shm_check
+from bootstrap.checks.model import Status
+from tests.fixtures.mounts import in_private_mounts, needs_unshare
+
+# What torch raises in the main process when a worker could not put its batch in /dev/shm (torch 2.13).
+SHM_ERROR = ("Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+             '  File "collate.py", line 273, in collate_tensor_fn\n'
+             "RuntimeError: unable to allocate shared memory(shm) for file </torch_7210_4011903256_0>: "
+             "No space left on device (28)\n")
+
+
+def test_worker_deaths_are_told_apart():
+    assert worker_failure(RuntimeError(SHM_ERROR)) == (
+        f"{SHM_FAILURE}: RuntimeError: unable to allocate shared memory(shm) for file </torch_7210_4011903256_0>: "
+        "No space left on device (28)")
+    bus = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible that dataloader's "
+                       "workers are out of shared memory. Please try to raise your shared memory limit.")
+    assert worker_failure(bus).startswith(SHM_FAILURE)
+    assert worker_failure(RuntimeError("DataLoader worker (pid 4242) is killed by signal: Terminated. ")) == "terminated"
+    assert worker_failure(RuntimeError("Caught ValueError in DataLoader worker process 1.\nValueError: bad crop")) \
+        == "ValueError: bad crop"
+
+
+def test_a_loader_that_died_of_shm_fails_the_shm_check_with_the_remedy():
+    t = Thresholds()
+    died = shm_check(VerdictFacts(device_type="cpu", shm_free_mib=2.0, shm_need_mib=37.0,
+                                  shm_failure=f"{SHM_FAILURE}: No space left on device"), t)
+    assert died.status is Status.FAIL and "a loader died" in died.observed
+    assert "--shm-size=128m" in died.remedy and "mount -o remount,size=128m /dev/shm" in died.remedy
+    assert "--max-workers" in died.remedy
+    unknown = shm_check(VerdictFacts(device_type="cpu", shm_failure=f"{SHM_FAILURE}: x"), t)
+    assert unknown.status is Status.FAIL  # /dev/shm unreadable, yet a loader died of it
+
+
+@needs_unshare
+def test_a_tiny_dev_shm_is_a_failed_check_not_a_traceback():
+    """Before: RuntimeError 'unable to allocate shared memory' from the scaling phase, exit 1, no report."""
+    done = in_private_mounts("mount -t tmpfs -o size=2m tmpfs /dev/shm\n"
+                             "$PY -m bootstrap bench --budget 8 --quiet --no-png --json --out /tmp "
+                             "--device cpu --samples 16 --image-size 256 --crop-size 224 --batch-size 64 --model tiny")
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    report = json.loads(done.stdout)
+    shm = next(c for c in report["checks"] if c["id"] == "bench.shm")
+    assert shm["status"] == "fail" and "2.00 MiB free" in shm["observed"] and "--shm-size=" in shm["remedy"]
+    assert report["extra"]["best"]["num_workers"] == 0  # /dev/shm capped the search: no worker config ran
+    assert all(m["config"]["num_workers"] == 0 for m in report["extra"]["measurements"] if m["config"])
+
+
+@needs_unshare
+def test_loaders_that_die_of_shm_are_recorded_as_failed_and_the_run_goes_on():
+    """/dev/shm unreadable, so nothing caps the workers: they run and die of it. Each such config is a failed
+    result; the run ends within its budget (a dead loader's workers are killed, not waited 5 s each)."""
+    script = textwrap.dedent("""
+        import dataclasses, sys
+        import bootstrap.compat.probe as probe
+        real = probe.collect_host_facts
+        probe.collect_host_facts = lambda *a, **k: dataclasses.replace(real(*a, **k), shm_free_mib=None,
+                                                                       shm_total_mib=None)
+        from bootstrap.bench import BenchOptions, WorkloadSpec, run_bench
+        from bootstrap.bench.report import envelope_json
+        spec = WorkloadSpec(samples=16, image_size=64, crop_size=64, batch_size=64, model="tiny")
+        print(envelope_json(run_bench(BenchOptions(workload=spec, budget_s=8.0, device="cpu"))))
+    """)
+    done = in_private_mounts("mount -t tmpfs -o size=1m tmpfs /dev/shm\n$PY - <<'EOF'\n" + script + "EOF")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    extra = report["extra"]
+    assert extra["seconds"] <= 8.0 + 1.0
+    died = [note for note in extra["notes"] if "the loader's workers died (out of /dev/shm" in note]
+    assert died and any(note.startswith("scaling ") for note in died) and any(note.startswith("tune ") for note in died)
+    checks = {c["id"]: c for c in report["checks"]}
+    assert checks["bench.shm"]["status"] == "fail" and "a loader died" in checks["bench.shm"]["observed"]
+    assert "failed" in checks["bench.tuned"]["observed"]
+    assert extra["best"]["num_workers"] == 0 and len([m for m in extra["measurements"] if m["phase"] == "tuned"]) == 3

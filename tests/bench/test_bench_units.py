@@ -1,0 +1,437 @@
+"""Pure parts of the bench: config and thresholds, the tuner's search, verdicts, reports, PNG, snippet, aggregation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bootstrap.bench import tune
+from bootstrap.bench.config import BenchOptions, Thresholds, ThresholdSet, WorkloadSpec, load_config, \
+    parse_threshold_flags
+from bootstrap.bench.distributed import aggregate, torchrun_env
+from bootstrap.bench.report import SCHEMA, SCHEMA_VERSION, dataloader_snippet, render_text, to_envelope, write_reports
+from bootstrap.bench.results import BenchResult, LoaderConfig, Measurement, PhaseRecord, SamplerReport, \
+    TuningRecord, UtilStats
+from bootstrap.bench.verdicts import VerdictFacts, efficiency_check, evaluate, shm_check, speedup_check
+from bootstrap.checks.model import FORMAT, FORMAT_VERSION, Check, Status
+from bootstrap.errors import InputError
+from tests.fixtures import DATA as ALL_DATA
+from tests.fixtures.bench import assert_bench_contract, synthetic_result
+
+DATA = ALL_DATA / "bench"
+
+
+# --------------------------------------------------------------------------- config
+
+
+def test_thresholds_default_to_bench_method_and_name_their_source():
+    t = ThresholdSet()
+    assert (t.values.efficiency_pass, t.values.efficiency_warn) == (0.90, 0.75)
+    assert t.to_dict()["efficiency_pass"] == {"value": 0.90, "source": "default"}
+
+
+def test_config_file_then_flags_override(tmp_path):
+    thresholds, options = load_config(DATA / "bench-config.yaml")
+    assert thresholds.values.efficiency_pass == 0.85
+    assert thresholds.source("efficiency_pass") == str(DATA / "bench-config.yaml")
+    assert options == {"budget_s": 60, "batch_size": 128, "cpu_ms": 2.5}
+    flagged = thresholds.override(parse_threshold_flags(["efficiency_pass=0.8"]), "--threshold")
+    assert flagged.values.efficiency_pass == 0.8 and flagged.source("efficiency_pass") == "--threshold"
+    assert flagged.values.efficiency_warn == 0.70
+    json_thresholds, json_options = load_config(DATA / "bench-config.json")
+    assert json_thresholds.values.util_p95_pass == 60 and json_options == {"device": "cpu"}
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("thresholds: {efficiency: 0.9}\n", "unknown threshold 'efficiency'"),
+    ("thresholds: {efficiency_pass: high}\n", "thresholds.efficiency_pass: expected a number"),
+    ("limits: {}\n", "unknown key 'limits'"),
+    ("thresholds: [1]\n", "must be a mapping"),
+    ("thresholds: {efficiency_pass: 0.9\n", "malformed YAML"),
+    # finite numbers in range, a pass bound on the passing side of its warn bound
+    ("thresholds: {efficiency_pass: 5, efficiency_warn: -3}\n", "thresholds.efficiency_pass: expected a number from 0 to 1, got 5"),
+    ("thresholds: {efficiency_pass: true}\n", "thresholds.efficiency_pass: expected a number from 0 to 1, got true"),
+    ("thresholds: {efficiency_pass: .inf}\n", "thresholds.efficiency_pass: expected a number from 0 to 1, got inf"),
+    ("thresholds: {efficiency_pass: 0.5}\n", "thresholds.efficiency_pass: 0.5 is below efficiency_warn 0.75 (from default)"),
+    ("thresholds: {device_idle_pass: 0.3}\n", "thresholds.device_idle_pass: 0.3 is above device_idle_warn 0.25 (from default)"),
+    ("thresholds: {util_p95_pass: 170}\n", "thresholds.util_p95_pass: expected a number from 0 to 100, got 170"),
+])
+def test_bad_config_names_file_and_field(tmp_path, text, problem):
+    path = tmp_path / "bench.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as info:
+        load_config(path)
+    assert problem in str(info.value) and str(info.value).startswith(str(path))
+
+
+def test_cli_options_precedence(tmp_path):
+    from bootstrap.commands.bench import build_options, configure
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(["--config", str(DATA / "bench-config.yaml"), "--batch-size", "32",
+                              "--threshold", "efficiency_warn=0.6"])
+    options = build_options(args)
+    assert options.budget_s == 60 and options.workload.batch_size == 32 and options.workload.cpu_ms == 2.5
+    assert options.thresholds.values.efficiency_pass == 0.85 and options.thresholds.values.efficiency_warn == 0.6
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("options: {budget: 5}\n")
+    with pytest.raises(InputError, match="unknown option 'budget'"):
+        build_options(parser.parse_args(["--config", str(bad)]))
+    with pytest.raises(InputError, match="--threshold"):
+        build_options(parser.parse_args(["--threshold", "efficiency_pass"]))
+
+
+def test_options_validate():
+    with pytest.raises(InputError, match="--storage"):
+        BenchOptions(workload=WorkloadSpec(storage="tape")).validate()
+    with pytest.raises(InputError, match="--budget"):
+        BenchOptions(budget_s=0).validate()
+    with pytest.raises(InputError, match="--crop-size"):
+        WorkloadSpec(image_size=32, crop_size=64).validate()
+
+
+# --------------------------------------------------------------------------- tuner
+
+
+def test_predict_workers_caps():
+    io_bound = tune.predict_workers(wall_s_per_sample=0.010, cpu_s_per_sample=0.0005, ceiling_samples_per_s=1000,
+                                    cpus=2)
+    assert io_bound.predicted == 12 and not io_bound.cpu_bound
+    assert io_bound.cap == 16 and "I/O-bound" in io_bound.cap_reason
+    cpu_bound = tune.predict_workers(wall_s_per_sample=0.004, cpu_s_per_sample=0.004, ceiling_samples_per_s=3000,
+                                     cpus=16)
+    assert cpu_bound.predicted == 15 and cpu_bound.start == 14 and cpu_bound.cap == 16 and cpu_bound.chosen == 14
+    assert tune.worker_candidates(cpu_bound.start, cpu_bound.cap) == (0, 1, 2, 4, 7, 8, 14, 16)
+    small_host = tune.predict_workers(wall_s_per_sample=0.003, cpu_s_per_sample=0.003, ceiling_samples_per_s=4000,
+                                      cpus=2, reserved_cpus=1)
+    assert (small_host.start, small_host.cap) == (1, 2)
+    assert tune.worker_candidates(small_host.start, small_host.cap) == (0, 1, 2)
+    small_shm = tune.predict_workers(wall_s_per_sample=0.004, cpu_s_per_sample=0.004, ceiling_samples_per_s=3000,
+                                     cpus=16, shm_free_bytes=64 << 20, batch_bytes=9_633_792)
+    assert small_shm.cap == 1 and "/dev/shm" in small_shm.cap_reason
+    forced = tune.predict_workers(wall_s_per_sample=0.004, cpu_s_per_sample=0.004, ceiling_samples_per_s=3000,
+                                  cpus=16, max_workers=3)
+    assert forced.cap == 3 and forced.cap_reason == "--max-workers"
+
+
+def test_candidates_and_units():
+    assert tune.worker_candidates(5, 40) == (0, 1, 2, 3, 4, 5, 8, 10)
+    assert tune.worker_candidates(18, 14) == (0, 1, 2, 4, 7, 8, 14)
+    assert tune.worker_candidates(3, 0) == (0,)
+    assert tune.halving_units(8) == 24 and tune.measurements_left(8) == 14 and tune.rounds_left(8) == 3
+
+
+class FakeLoaderModel:
+    """Throughput of a pipeline with W workers of known latency feeding a consumer of known rate, on a fake clock."""
+
+    def __init__(self, per_worker, ceiling, startup_s=0.3):
+        self.per_worker, self.ceiling, self.startup_s = per_worker, ceiling, startup_s
+        self.now = 0.0
+        self.windows = []
+
+    def clock(self):
+        return self.now
+
+    def measure(self, config, window_s):
+        self.windows.append(window_s)
+        self.now += self.startup_s + window_s * 1.33
+        # 0 workers: the main process loads (half a worker's rate, it also steps); more processes cost a little.
+        rate = min(self.ceiling, max(config.num_workers, 0.5) * self.per_worker)
+        rate *= 0.99 if config.num_workers > 6 else 1.0
+        return Measurement("tune", config.label, config, 10, 80, window_s, rate, cv=0.01)
+
+
+def test_successive_halving_picks_a_saturating_count_within_budget():
+    model = FakeLoaderModel(per_worker=100.0, ceiling=450.0)  # W_sat = 5
+    configs = [LoaderConfig(num_workers=w) for w in tune.worker_candidates(5, 16)]
+    result = tune.successive_halving(configs, model.measure, deadline=30.0, ceiling_samples_per_s=1000.0,
+                                     early_stop=0.95, minimum_noise=0.03, reserve_measurements=1,
+                                     clock=model.clock)
+    assert result.winner.config.num_workers >= 5
+    assert result.winner.config.num_workers <= 8  # within noise, fewer workers win
+    assert model.now <= 30.0
+    assert len(result.rounds) == 3 and not result.stopped_early
+    assert model.windows[-1] > model.windows[0]  # windows grow as candidates are halved
+
+
+def test_successive_halving_on_a_tight_budget_decides_on_what_fits():
+    """With room for a few measurements only, the search skips what would overrun and still picks one."""
+    model = FakeLoaderModel(per_worker=100.0, ceiling=450.0, startup_s=0.5)
+    configs = [LoaderConfig(num_workers=w) for w in tune.worker_candidates(5, 16)]
+    result = tune.successive_halving(configs, model.measure, deadline=3.0, ceiling_samples_per_s=1000.0,
+                                     early_stop=0.95, minimum_noise=0.03, min_window_s=0.2, clock=model.clock)
+    assert model.now <= 3.0 + 0.5 + 0.2 * 1.33  # at most the first measurement runs past the estimate
+    assert len(model.windows) < len(configs) and result.winner in result.rounds[0][1]
+
+
+def test_successive_halving_stops_early_at_the_ceiling():
+    model = FakeLoaderModel(per_worker=100.0, ceiling=450.0)
+    configs = [LoaderConfig(num_workers=w) for w in (0, 2, 5, 8)]
+    result = tune.successive_halving(configs, model.measure, deadline=30.0, ceiling_samples_per_s=450.0,
+                                     early_stop=0.95, minimum_noise=0.03, clock=model.clock)
+    assert result.stopped_early and len(result.rounds) == 1 and result.winner.samples_per_s >= 0.95 * 450
+
+
+def test_successive_halving_reuses_prior_measurement():
+    model = FakeLoaderModel(per_worker=100.0, ceiling=450.0)
+    configs = [LoaderConfig(num_workers=w) for w in (0, 1, 2)]
+    prior = {configs[0]: Measurement("naive", "naive", configs[0], 5, 40, 1.0, 40.0)}
+    tune.successive_halving(configs, model.measure, deadline=10.0, ceiling_samples_per_s=None, early_stop=0.95,
+                            minimum_noise=0.03, prior=prior, clock=model.clock)
+    assert len(model.windows) == 2 + 2  # round 1 measures only workers 1 and 2; round 2 the best two
+
+
+def test_knobs_kept_only_above_the_noise_floor():
+    base_config = LoaderConfig(num_workers=4, prefetch_factor=2, pin_memory=True, non_blocking=True)
+    base = Measurement("tune", "base", base_config, 10, 80, 1.0, 100.0, cv=0.01)
+    rates = {"prefetch_factor": 102.0, "pin_memory": 80.0, "non_blocking": 110.0}
+
+    def measure(config, window):
+        changed = [k for k in rates if getattr(config, k) != getattr(base_config, k)]
+        return Measurement("knob", config.label, config, 10, 80, window, rates[changed[-1]], cv=0.01)
+
+    result = tune.try_knobs(base, tune.knob_changes(base_config, cuda=True), measure, 1.0, deadline=1e9,
+                            minimum_noise=0.03)
+    kept = {name.split("=")[0]: keep for name, _, keep, _, _ in result.trials}
+    assert kept == {"prefetch_factor": False, "pin_memory": False, "non_blocking": True}
+    assert result.winner.config.non_blocking is False and result.winner.config.prefetch_factor == 2
+    assert [name for name, _ in tune.knob_changes(base_config, cuda=False)] == ["prefetch_factor=4"]
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def test_efficiency_bands_and_cpu_never_fails():
+    t = Thresholds()
+    cuda = VerdictFacts(device_type="cuda")
+    assert efficiency_check({"efficiency": 0.93}, cuda, t).status is Status.OK
+    assert efficiency_check({"efficiency": 0.80}, cuda, t).status is Status.WARN
+    assert efficiency_check({"efficiency": 0.50, "cores_per_device_needed": 12.0}, cuda, t).status is Status.FAIL
+    assert "12.0 cores" in efficiency_check({"efficiency": 0.50, "cores_per_device_needed": 12.0}, cuda, t).remedy
+    assert efficiency_check({"efficiency": 0.50}, VerdictFacts(device_type="cpu"), t).status is Status.WARN
+    assert efficiency_check({}, cuda, t).status is Status.SKIP
+    assert efficiency_check({"efficiency": 0.80}, cuda, replace(t, efficiency_pass=0.8)).status is Status.OK
+
+
+def test_speedup_against_prediction_and_naive():
+    t = Thresholds()
+    assert speedup_check({"speedup": 4.5, "predicted_speedup": 5.0}, t).status is Status.OK
+    assert speedup_check({"speedup": 3.0, "predicted_speedup": 5.0}, t).status is Status.WARN
+    assert speedup_check({"speedup": 0.9, "predicted_speedup": 5.0}, t).status is Status.FAIL
+
+
+def test_shm_need_against_free():
+    t = Thresholds()
+    assert shm_check(VerdictFacts(device_type="cuda", shm_free_mib=64, shm_need_mib=147), t).status is Status.FAIL
+    warn = shm_check(VerdictFacts(device_type="cuda", shm_free_mib=200, shm_need_mib=147), t)
+    assert warn.status is Status.WARN and "--shm-size=" in warn.remedy
+    assert shm_check(VerdictFacts(device_type="cuda", shm_free_mib=64, shm_need_mib=0), t).status is Status.OK
+    assert shm_check(VerdictFacts(device_type="cuda"), t).status is Status.SKIP
+
+
+def test_nofile_remedy_raises_the_hard_limit_first_when_it_is_low():
+    from bootstrap.bench.verdicts import nofile_check
+
+    low_hard = nofile_check(VerdictFacts(device_type="cpu", nofile_soft=64, nofile_hard=64))
+    assert low_hard.id == "bench.nofile" and low_hard.status is Status.WARN
+    assert low_hard.remedy.startswith("raise the hard limit") and "--ulimit nofile=65536:65536" in low_hard.remedy
+    room = nofile_check(VerdictFacts(device_type="cpu", nofile_soft=1024, nofile_hard=1048576))
+    assert room.remedy.startswith("`ulimit -n 65536`")
+    assert nofile_check(VerdictFacts(device_type="cpu", nofile_soft=65536, nofile_hard=65536)).status is Status.OK
+    assert nofile_check(VerdictFacts(device_type="cpu")).status is Status.SKIP
+
+
+def test_scaling_verdict_names_its_w_and_says_why_it_is_missing():
+    from bootstrap.bench.verdicts import scaling_check
+
+    t = Thresholds()
+    slower = scaling_check({"loader_scaling_efficiency": 0.45, "loader_scaling_workers": 2.0}, VerdictFacts("cpu"), t)
+    assert slower.status is Status.WARN and slower.observed == "S(2) / (2 x S(1)) = 0.45"
+    only_one = scaling_check({"loader_w1_samples_per_s": 40.0}, VerdictFacts("cpu"), t)
+    assert only_one.status is Status.SKIP and only_one.observed == "only S(1) measured"
+
+
+def test_gpu_micro_verdicts_on_recorded_figures():
+    """Matmul against the SKU's dense peak, H2D against the PCIe link (figures as an H200 would report them)."""
+    from bootstrap.bench.verdicts import device_idle_check, h2d_check, matmul_check
+
+    t = Thresholds()
+    h200 = VerdictFacts(device_type="cuda", gpu_name="NVIDIA H200", pcie=(5, 16, 5, 16))
+    assert matmul_check({"matmul_tflops": 760.0}, h200, t).status is Status.OK       # 77% of 989
+    assert matmul_check({"matmul_tflops": 600.0}, h200, t).status is Status.WARN     # 61%
+    assert matmul_check({"matmul_tflops": 500.0}, replace(h200, gpu_name="NVIDIA H100 PCIe"), t).status is Status.WARN
+    assert matmul_check({"matmul_tflops": 90.0}, replace(h200, gpu_name="Tesla T4"), t).status is Status.SKIP
+    assert h2d_check({"h2d_pinned_gb_per_s": 53.0}, h200, t).status is Status.OK     # 84% of 63 GB/s
+    assert h2d_check({"h2d_pinned_gb_per_s": 40.0}, h200, t).status is Status.WARN
+    downtrained = h2d_check({"h2d_pinned_gb_per_s": 26.0}, replace(h200, pcie=(4, 16, 5, 16)), t)
+    assert downtrained.status is Status.FAIL and "Gen5 x16" in downtrained.observed
+    assert device_idle_check({"stall_device_idle_pct": 4.0}, h200, t).status is Status.OK
+    contention = device_idle_check({"stall_device_idle_pct": 12.0, "stall_differential_pct": 40.0}, h200, t)
+    assert contention.status is Status.WARN and "CPU contention" in contention.detail
+
+
+def test_device_idle_gaps_from_cuda_events():
+    """Gaps between one step's end event and the next step's start event, summed; overlaps count as 0."""
+    from bootstrap.bench.measure import _CudaGaps
+
+    class Event:
+        def __init__(self, t_ms):
+            self.t = t_ms
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    gaps = _CudaGaps.__new__(_CudaGaps)
+    gaps.enabled = True
+    gaps.pairs = [(Event(0), Event(10)), (Event(12), Event(20)), (Event(19), Event(30)), (Event(35), Event(40))]
+    assert gaps.idle_s() == pytest.approx((2 + 0 + 5) / 1000.0)
+
+
+def test_every_verdict_on_a_cpu_host_skips_gpu_checks():
+    checks = evaluate({"efficiency": 0.95, "speedup": 4.0, "predicted_speedup": 4.2},
+                      VerdictFacts(device_type="cpu", cpus=2, cpus_total=2, shm_free_mib=1000, shm_need_mib=1),
+                      SamplerReport(reason="no GPU: CPU run"), Thresholds())
+    status = {c.id: c.status for c in checks}
+    for gpu_only in ("bench.h2d", "bench.stall_device_idle", "bench.nvml_util", "bench.gpm_sm_active"):
+        assert status[gpu_only] is Status.SKIP
+    assert status["bench.efficiency"] is Status.OK and status["bench.speedup"] is Status.OK
+
+
+# --------------------------------------------------------------------------- report, PNG, snippet
+
+
+def test_json_contract_on_a_synthetic_result(tmp_path):
+    result = synthetic_result()
+    envelope = json.loads(json.dumps(to_envelope(result)))
+    assert_bench_contract(envelope)
+    assert envelope["extra"]["best"]["num_workers"] == 4 and envelope["extra"]["best"]["label"] == "w=4 pf=2 nopin"
+    assert envelope["extra"]["sampler"]["gpu_utilization_pct"]["p95"] == 99.0
+
+
+def test_reports_written_and_png_opens(tmp_path):
+    from PIL import Image
+
+    written = write_reports(synthetic_result(partial=True), tmp_path / "out")
+    assert [p.name for p in written] == ["bench.json", "bench.png"]
+    assert json.loads(written[0].read_text())["extra"]["partial"] is True
+    with Image.open(written[1]) as image:
+        image.verify()
+    with Image.open(written[1]) as image:
+        assert image.format == "PNG" and image.size[0] == 960 and image.size[1] > 300  # bars + timeline
+    assert not list((tmp_path / "out").glob(".*.tmp"))
+
+
+def test_text_report_has_the_figures_and_the_snippet():
+    text = render_text(synthetic_result(partial=True))
+    assert "[PARTIAL]" in text and "note: a note" in text
+    assert "efficiency 0.95" in text and "2.85x over naive" in text
+    assert "DataLoader(" in text and "num_workers=4," in text
+    assert "GPU util mean 90%" in text
+    assert "H2D" not in text and "D2H" not in text  # a CPU run copies nothing to a device
+    copies = {"h2d_pinned_gb_per_s": 55.3, "h2d_pageable_gb_per_s": 21.04, "d2h_pinned_gb_per_s": 53.9,
+              "d2h_pageable_gb_per_s": None}
+    cuda = dataclasses.replace(synthetic_result(), metrics={**synthetic_result().metrics, **copies})
+    assert "H2D pinned 55.3 / pageable 21.0 GB/s; D2H pinned 53.9 / pageable - GB/s" in render_text(cuda)
+
+
+@pytest.mark.parametrize("config, device", [
+    (LoaderConfig(num_workers=2, prefetch_factor=4, persistent_workers=True), "cpu"),
+    (LoaderConfig(), "cpu"),
+    (LoaderConfig(num_workers=1, pin_memory=True, non_blocking=True, amp_dtype="bfloat16", channels_last=True,
+                  persistent_workers=True), "cuda"),
+])
+def test_snippet_is_python_that_builds_the_loader_and_trains(config, device):
+    """The pasted code runs: it builds a DataLoader over the bench's workload and trains one epoch."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from bootstrap.bench.workloads import MemoryStore, SyntheticImages, build_model, encode_images
+
+    spec = WorkloadSpec(samples=16, image_size=24, crop_size=16, batch_size=4, num_classes=4, epoch_batches=2)
+    snippet = dataloader_snippet(config, spec, device)
+    code = compile(snippet, "<snippet>", "exec")
+    if device == "cuda":
+        assert "torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16)" in snippet
+        assert "memory_format=torch.channels_last" in snippet and "non_blocking=True" in snippet
+        return  # GPU-only to run
+    model = build_model("tiny", spec.num_classes)
+    namespace = {"dataset": SyntheticImages(MemoryStore(*encode_images(spec)), spec), "model": model,
+                 "optimizer": torch.optim.SGD(model.parameters(), lr=0.1), "device": torch.device("cpu")}
+    exec(code, namespace)
+    loader = namespace["loader"]
+    assert isinstance(loader, DataLoader)
+    assert loader.num_workers == config.num_workers and loader.batch_size == 4
+    if config.num_workers:
+        assert loader.prefetch_factor == config.prefetch_factor and loader.persistent_workers
+    assert namespace["loss"].item() > 0 and namespace["images"].dtype == torch.float32
+
+
+# --------------------------------------------------------------------------- distributed aggregation
+
+
+def rank_payload(rank, efficiency, idle, host="node-a", shm_need=300.0, shm_free=1000.0):
+    metrics = {"efficiency": efficiency, "tuned_samples_per_s": 1000 * efficiency, "ceiling_samples_per_s": 1000.0,
+               "stall_device_idle_pct": idle, "stall_host_wait_pct": idle, "shm_need_mib": shm_need}
+    status = "ok" if efficiency >= 0.9 else "warn"
+    return {"rank": rank, "host": host, "ddp_ceiling_samples_per_s": 900.0,
+            "checks": [{"id": "bench.shm", "status": "ok", "observed": "x", "expected": "y"},
+                       {"id": "bench.efficiency", "status": status, "observed": f"{efficiency}", "expected": ">= 0.90"}],
+            "extra": {"metrics": metrics, "best": {"label": "w=4"}, "device": {"shm_free_mib": shm_free}}}
+
+
+def test_aggregate_names_the_worst_rank_and_sums_shm_per_host():
+    own = synthetic_result()
+    gathered = [rank_payload(0, 0.95, 3.0), rank_payload(1, 0.80, 18.0), rank_payload(2, 0.97, 1.0, host="node-b")]
+    result = aggregate(own, gathered, Thresholds())
+    assert result.aggregate["worst_rank"] == 1 and result.aggregate["world_size"] == 3
+    assert result.aggregate["tuned_samples_per_s"] == pytest.approx(2720.0)
+    assert result.aggregate["scaling_efficiency"] == pytest.approx(2720.0 / 3000.0)
+    assert result.aggregate["communication_loss_pct"] == pytest.approx(10.0)
+    by_id = {c.id: c for c in result.checks}
+    assert by_id["bench.worst_rank"].status is Status.WARN and "rank 1" in by_id["bench.worst_rank"].observed
+    assert by_id["bench.efficiency"].observed.startswith("rank 1:")
+    assert "rank 0 ok, rank 1 warn, rank 2 ok" in by_id["bench.efficiency"].detail
+    # node-a: two ranks x 300 MiB = 600 MiB against 1000 MiB free: under 2x, so warn.
+    assert by_id["bench.shm"].status is Status.WARN and "2 local ranks" in by_id["bench.shm"].observed
+    assert len(result.ranks) == 3
+
+
+def test_torchrun_env_required():
+    with pytest.raises(InputError, match="torchrun"):
+        torchrun_env({})
+    assert torchrun_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})["rank"] == 1
+
+
+def test_more_ranks_than_gpus_is_one_line(monkeypatch):
+    """`torchrun --nproc-per-node 8` on a node with fewer GPUs: before, torch.cuda.set_device's traceback
+    ('invalid device ordinal') on the extra ranks; verify --distributed already said it in one line."""
+    import torch
+
+    from bootstrap.bench.distributed import run_distributed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(InputError, match=r"LOCAL_RANK 1 but 1 GPU\(s\) visible.*--nproc-per-node NUMBER_OF_GPUS"):
+        run_distributed(BenchOptions())
+
+
+def test_gpu_utilization_is_judged_only_when_a_tuned_loader_trained():
+    """A budget that left out every training phase (a cold GPU's first steps) leaves NVML's
+    utilization of the set-up alone: no 'the GPU idles' failure."""
+    idle = SamplerReport(gpu=UtilStats("nvmlDeviceGetSamples", 40, 2.0, 0.0, 0.0, 1.0, 9.0))
+    facts = VerdictFacts(device_type="cuda", cpus=16, cpus_total=16, shm_free_mib=1000, shm_need_mib=1)
+    untrained = {c.id: c for c in evaluate({}, facts, idle, Thresholds())}["bench.nvml_util"]
+    assert untrained.status is Status.SKIP and untrained.observed == "no tuned windows ran"
+    trained = {c.id: c for c in evaluate({"tuned_samples_per_s": 100.0}, facts, idle, Thresholds())}["bench.nvml_util"]
+    assert trained.status is Status.FAIL

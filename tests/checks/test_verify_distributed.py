@@ -1,0 +1,136 @@
+"""`verify --distributed`: the cross-rank rules on recorded rank answers, then real torchrun with gloo on this CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bootstrap.checks.model import Status
+from bootstrap.errors import InputError
+from bootstrap.checks.ranks import torchrun_env
+from bootstrap.checks.distributed import all_reduce_check, all_reduce_trial, bus_bandwidth_gb_s, same_env_check
+from tests.fixtures import REPO
+
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+
+
+PACKAGES = "a1b2c3d4e5f6 (31 conda, 24 pip, linux-64)"
+
+
+def rank(number: int, host: str = "node1", packages: str = PACKAGES, driver: str = "570.124.06", ok: bool = True,
+         seconds: float = 0.1) -> dict:
+    return {"rank": number, "host": host, "checks": [], "facts": {"packages": packages, "driver": driver},
+            "all_reduce_ok": ok, "all_reduce_s": seconds}
+
+
+def test_ranks_that_run_the_same_env_agree() -> None:
+    check = same_env_check([rank(1, "node2"), rank(0)])
+    assert check.status is Status.OK
+    assert check.observed == f"2 rank(s) on 2 host(s) agree: the packages installed {PACKAGES}, the NVIDIA driver 570.124.06"
+
+
+def test_a_rank_with_other_packages_fails_and_is_named() -> None:
+    other = "ffff00000000 (29 conda, 24 pip, linux-64)"
+    check = same_env_check([rank(0), rank(1), rank(2, "node3", packages=other, driver="535.183.01")])
+    assert check.status is Status.FAIL
+    assert f"rank 2 on node3 {other}" in check.observed and "rank 2 on node3 535.183.01" in check.observed
+    assert "make env" in check.remedy
+
+
+def test_another_driver_alone_is_a_warning() -> None:
+    check = same_env_check([rank(0), rank(1, "node2", driver="535.183.01")])
+    assert check.status is Status.WARN
+    assert check.observed == "the NVIDIA driver: rank 0 570.124.06, rank 1 on node2 535.183.01"
+    no_driver = same_env_check([rank(0), rank(1, "node2", driver=None)])
+    assert no_driver.observed == "the NVIDIA driver: rank 0 570.124.06, rank 1 on node2 none seen"
+
+
+def test_bus_bandwidth_is_nccl_tests_busbw() -> None:
+    algbw, busbw = bus_bandwidth_gb_s(10**9, 0.5, 4)
+    assert algbw == pytest.approx(2.0) and busbw == pytest.approx(3.0)  # x 2(n-1)/n
+
+
+def test_all_reduce_check_reports_the_slowest_rank_and_fails_a_wrong_sum() -> None:
+    check = all_reduce_check([rank(0, seconds=0.01), rank(1, "node2", seconds=0.02)], "cpu", "gloo")
+    assert check.status is Status.OK
+    assert check.observed == "bus bandwidth 0.84 GB/s (algbw 0.84), 2 ranks, gloo, 16 MiB float32"  # 16 MiB / 0.02 s
+    assert check.detail == "slowest: rank 1 on node2"
+    wrong = all_reduce_check([rank(0), rank(1, ok=False)], "cuda", "nccl")
+    assert wrong.status is Status.FAIL and wrong.observed == "wrong sum on rank(s) 1 of 2"
+    assert "NCCL_DEBUG=INFO" in wrong.remedy
+    assert all_reduce_check([rank(0, seconds=None)], "cpu", "gloo").observed == "sums right; one rank: no bandwidth to measure"
+
+
+def test_outside_torchrun_says_how_to_start_it() -> None:
+    with pytest.raises(InputError, match=r"torchrun --nproc-per-node N -m bootstrap verify --distributed"):
+        torchrun_env({}, "verify")
+    with pytest.raises(InputError, match="MASTER_ADDR/MASTER_PORT not set"):  # RANK set by hand, not torchrun
+        torchrun_env({"RANK": "0", "WORLD_SIZE": "1"}, "verify")
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE: 0 is outside >= 1"),
+    ({"RANK": "x"}, "RANK: 'x' is not an integer"),
+    ({"RANK": "3"}, "RANK: 3 is outside 0..1"),  # would wait at the rendezvous forever
+    ({"RANK": "-1"}, "RANK: -1 is outside 0..1"),
+    ({"MASTER_PORT": "abc"}, "MASTER_PORT: 'abc' is not an integer"),
+    ({"LOCAL_RANK": "2"}, "LOCAL_RANK: 2 is outside 0..1"),
+    ({"MASTER_ADDR": ""}, "MASTER_ADDR not set: not started by torchrun"),
+])
+def test_rank_variables_torchrun_would_never_set_are_refused(changes: dict, words: str) -> None:
+    environ = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": "29500"}
+    assert torchrun_env(environ) == {"rank": 1, "world_size": 2, "local_rank": 1, "local_world_size": 2}
+    with pytest.raises(InputError, match=words):
+        torchrun_env({**environ, **changes})
+
+
+def test_all_reduce_trial_on_a_real_gloo_group_of_one(tmp_path: Path) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=(tmp_path / "store").as_uri(), rank=0, world_size=1)
+    try:
+        assert all_reduce_trial(torch, dist, torch.device("cpu"), 0, 1) == (True, None)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed beside this python")
+def test_torchrun_two_ranks_one_report_and_one_exit_code(tmp_path: Path) -> None:
+    argv = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "bootstrap", "verify", "--distributed",
+            "--json", "--prefix", str(tmp_path / "no-env")]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300)
+    report = json.loads(done.stdout)  # exactly one JSON document: only rank 0 reports
+    checks = {c["id"]: c for c in report["checks"]}
+    assert checks["env.prefix"]["status"] == "fail" and checks["env.prefix"]["observed"].startswith("rank 0: ")
+    assert "rank 0 fail, rank 1 fail" in checks["env.prefix"]["detail"]
+    assert done.returncode == 1  # every rank exits with the aggregate's code, so torchrun does too
+    assert checks["dist.same_env"]["status"] == "ok" and checks["dist.same_env"]["observed"].startswith("2 rank(s) on 1 host")
+    assert [r["rank"] for r in report["extra"]["ranks"]] == [0, 1]
+    reduce = checks["dist.all_reduce"]
+    assert reduce["status"] == "ok" and "2 ranks, gloo, 16 MiB float32" in reduce["observed"]
+    assert float(reduce["observed"].split()[2]) > 0  # "bus bandwidth X GB/s"
+    assert [c["id"] for c in report["checks"]].count("bench") == 1
+
+
+def test_rank_facts_digest_every_package_of_the_install_record(tmp_path: Path) -> None:
+    from bootstrap.install.prefix import InstallRecord, write_install_record
+    from bootstrap.checks.verify import VerifyResult
+    from bootstrap.checks.distributed import rank_facts
+
+    def facts(torch_sha: str) -> dict:
+        (tmp_path / "conda-meta").mkdir(exist_ok=True)
+        write_install_record(tmp_path, record=InstallRecord(
+            lock_path="conda-lock.yml", env="py310", platform="linux-64", content_hash="same-inputs", generation="1",
+            bootstrap_version="0", installed_at="", conda={"python": "aa"}, pip={"torch": {"version": "2.10.0", "sha256": torch_sha}},
+            conda_meta={}))
+        return rank_facts(VerifyResult((), tmp_path, None, False, None, "this host"))
+
+    first, same, other = facts("11"), facts("11"), facts("22")
+    assert first == same and first["packages"].endswith("(1 conda, 1 pip, linux-64)")
+    assert other["packages"] != first["packages"]  # the same lock inputs, another torch wheel

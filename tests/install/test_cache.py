@@ -1,0 +1,176 @@
+"""`bootstrap cache`: what the package cache holds, and `--prune` down to what the project's locks install."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bootstrap.cli import main
+from bootstrap.lock.lockfile import read_lock
+from bootstrap.project import Project
+from tests.fixtures.env_project import CONDA, REPO, change_lock, env_args, prefix_of, run_python
+
+
+def cache_json(project: Project, capsys, *extra: str) -> dict:
+    capsys.readouterr()
+    assert main(["cache", "--root", str(project.root), "--cache-dir", str(project.root / ".cache"), "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_prune_keeps_what_the_locks_install_and_drops_the_rest(project: Project, channel: Path, wheels: Path,
+                                                                capsys) -> None:
+    assert main(env_args(project, str(channel))) == 0
+    old = {e.sha256: e for e in read_lock(project.lock_path("py310")).packages}
+    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma"))
+    assert main(env_args(project, str(channel))) == 0
+    cache = project.root / ".cache"
+    before = cache_json(project, capsys)
+    assert before["removed"] is None and before["usage"]["archives"]["entries"] > 0
+
+    report = cache_json(project, capsys, "--prune")
+    lock = read_lock(project.lock_path("py310"))
+    gone = [e for sha, e in old.items() if sha not in {p.sha256 for p in lock.packages}]
+    assert {e.name for e in gone} == {"torchlike", "alpha", "beta"}  # the first lock's, not the second's
+    assert report["removed"]["archives"]["entries"] == len(gone)
+    assert report["removed"]["pkgs"]["entries"] == 2 and report["removed"]["seals"]["entries"] == 1  # torchlike's
+    assert report["removed"]["locks"]["entries"] == 1  # the first lock's parsed form
+    assert report["kept_for"] == [str(project.lock_path("py310"))]
+    assert {p.name for p in (cache / "archives").iterdir()} == {p.sha256 for p in lock.packages}
+    assert not list((cache / "pkgs").glob("torchlike-*")) and (cache / "pkgs" / ".cache.lock").exists()
+    assert report["usage"]["archives"]["bytes"] < before["usage"]["archives"]["bytes"]
+    # What was kept is all an env of this lock needs: another one builds with no channel at all.
+    assert main([*env_args(project, "/nonexistent-mirror"), "--prefix", str(project.root / "second")]) == 0
+    assert run_python(prefix_of(project), "import alpha; print(alpha.__version__)") == "1.0"  # envs hold copies
+
+
+def start_waiting(argv: list) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bootstrap", *argv], cwd=REPO, stderr=subprocess.PIPE, text=True)
+
+
+def assert_waits(proc: subprocess.Popen, message: str) -> None:
+    try:
+        assert message in proc.stderr.readline()
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_prune_and_installs_wait_for_each_other(project: Project, channel: Path, tmp_path: Path) -> None:
+    """Through the cache's flock: any project's `env` or `bundle` holds it shared, prune exclusive."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with open(cache / ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_SH)  # as a running `bootstrap env`, of any project or prefix, holds it
+        assert_waits(start_waiting(["cache", "--prune", "--root", str(project.root), "--cache-dir", str(cache)]),
+                     "waiting for the runs of `bootstrap env` or `bundle`")
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a prune holds it
+        assert_waits(start_waiting([*env_args(project, str(channel))[:-2], "--cache-dir", str(cache)]),
+                     "waiting for `bootstrap cache --prune`")
+
+
+def test_prune_removes_only_what_is_its_own(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
+    cache = project.root / ".cache"
+    assert main(env_args(project, str(channel))) == 0
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.json").write_text("{}")
+    (cache / "locks" / "deploy.txt").write_text("not a parsed lock")
+    shutil.rmtree(cache / "seals")
+    (cache / "seals").symlink_to(outside)
+    report = cache_json(project, capsys, "--prune")
+    assert (cache / "locks" / "deploy.txt").exists() and (outside / "precious.json").exists()
+    assert report["removed"]["seals"]["entries"] == 0 and report["usage"]["seals"]["entries"] == 0
+
+
+def test_prune_refuses_without_the_locks_it_would_keep(project: Project, tmp_path: Path, capsys) -> None:
+    cache = tmp_path / "cache"
+    (cache / "archives" / ("0" * 64)).mkdir(parents=True)
+    for argv, message in (
+        (["--root", str(tmp_path / "not-a-project")], "no env specs (*.yml) found"),
+        (["--root", str(project.root)], "conda-lock.yml: missing: pruning now would drop every package of py310"),
+    ):
+        if "missing" in message:
+            project.lock_path("py310").unlink()
+        capsys.readouterr()
+        assert main(["cache", "--prune", "--cache-dir", str(cache), *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1
+    assert (cache / "archives" / ("0" * 64)).is_dir()
+    (tmp_path / "a-file").write_text("")
+    assert main(["cache", "--cache-dir", str(tmp_path / "a-file")]) == 2
+    assert f"--cache-dir {tmp_path / 'a-file'}: not a directory" in capsys.readouterr().err
+
+
+def test_prune_refuses_a_conda_installation(project: Project, tmp_path: Path, capsys) -> None:
+    """`--cache-dir ~/miniconda3` by mistake: its pkgs/ is conda's cache, which prune must not empty."""
+    for marker in ("conda-meta/history", "pkgs/urls.txt"):
+        root = tmp_path / marker.split("/")[0] / "miniconda3"
+        (root / marker).parent.mkdir(parents=True)
+        (root / marker).write_text("")
+        extracted = root / "pkgs" / "zlib-1.3.1-hb9d3cd8_2"
+        extracted.mkdir(parents=True)
+        capsys.readouterr()
+        assert main(["cache", "--prune", "--cache-dir", str(root), "--root", str(project.root)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"error: --cache-dir {root}: is a conda installation, not bootstrap's package cache (pass the "
+                       "--cache-dir that `make env` uses (default ~/.cache/bootstrap))")
+        assert extracted.is_dir()
+
+
+def test_prune_removes_downloads_killed_runs_left(project: Project, channel: Path, capsys) -> None:
+    """`archives/<sha256>/.part-*` of a SIGKILLed env or bundle: the next run fetches into a file of its own."""
+    cache = project.root / ".cache"
+    assert main(env_args(project, str(channel))) == 0
+    kept = next((cache / "archives").iterdir())
+    part = kept / ".part-killed1"
+    part.write_bytes(b"x" * 100_000)
+    report = cache_json(project, capsys, "--prune")
+    assert not part.exists() and kept.is_dir() and len(list(kept.iterdir())) >= 1
+    assert report["removed"]["archives"]["bytes"] >= 100_000
+
+
+@pytest.mark.parametrize("kind", ["archives", "pkgs"])
+@pytest.mark.parametrize("stray", ["file", "dangling-link"])
+def test_a_part_of_the_cache_that_is_not_a_directory_is_one_line(project: Project, channel: Path, capsys,
+                                                                 kind: str, stray: str) -> None:
+    """Not a traceback from the fetch (archives) or rattler's vague `File exists` (pkgs)."""
+    cache = project.root / ".cache"
+    cache.mkdir()
+    part = cache / kind
+    if stray == "file":
+        part.write_text("a stray file")
+    else:
+        part.symlink_to(project.root / "gone")
+    capsys.readouterr()
+    for argv in (env_args(project, str(channel)),
+                 ["bundle", "--root", str(project.root), "--platform", "linux-64", "--no-tools", "--mirror",
+                  f"conda-forge={channel}", "--cache-dir", str(cache), "-o", str(project.root / "b.tar")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == (f"error: --cache-dir {cache}: {part} is not a directory (remove it: what the cache "
+                       "holds is fetched again; or pass another --cache-dir)\n")
+    assert not prefix_of(project).exists() and not (project.root / "b.tar").exists()
+
+
+def test_a_cache_dir_linked_to_what_is_gone_is_one_line(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
+    """`~/.cache/bootstrap -> /scratch/me/cache`, and the scratch purged: a traceback from mkdir, before."""
+    link = tmp_path / "cache"
+    link.symlink_to(tmp_path / "purged" / "cache")
+    capsys.readouterr()
+    for cache, argv in ((link, [*env_args(project, str(channel))[:-2], "--cache-dir", str(link)]),
+                        (link / "sub", ["bundle", "--root", str(project.root), "--platform", "linux-64", "--no-tools",
+                                        "--mirror", f"conda-forge={channel}", "--cache-dir", str(link / "sub"),
+                                        "-o", str(tmp_path / "b.tar")])):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --cache-dir {cache}: {link} is a symlink "
+                              f"to {tmp_path / 'purged' / 'cache'}, which does not exist (create what it points to, or ")
+        assert len(err.splitlines()) == 1
+    assert not (tmp_path / "purged").exists() and not prefix_of(project).exists()

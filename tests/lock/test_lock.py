@@ -1,0 +1,357 @@
+"""`bootstrap lock` end to end against the fixture channel and wheelhouse, offline.
+
+The conda part is solved with py-rattler over a local-directory mirror, a
+loopback HTTP mirror and a plain file:// channel; the pip part with uv over
+the wheelhouse. The written lock is then handed to conda-lock itself.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bootstrap.cli import main
+from bootstrap.lock.lockfile import META_MIRRORS, read_lock
+from bootstrap.project import Project
+from tests.fixtures.conda_channel import CANONICAL_CHANNEL, file_url
+from tests.fixtures.project import copy_project, make_project, write_spec, write_virtual_packages, VIRTUAL_PACKAGES
+from tests.fixtures import REPO
+
+CONDA_LOCK = str(Path(sys.executable).with_name("conda-lock"))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return make_project(tmp_path / "proj")
+
+
+def lock_args(project: Project, wheelhouse: Path, *extra: str) -> list[str]:
+    return [
+        "lock", "--root", str(project.root), "--cache-dir", str(project.root / ".cache"),
+        "--pip-find-links", str(wheelhouse), "--pip-no-index", "--pip-offline", *extra,
+    ]
+
+
+def run_lock(project: Project, wheelhouse: Path, *extra: str) -> int:
+    return main(lock_args(project, wheelhouse, *extra))
+
+
+@pytest.fixture(scope="module")
+def locked_once(tmp_path_factory, fixture_channel: Path, wheelhouse: Path) -> Project:
+    """A project locked from the fixture channel used as a directory mirror of conda-forge."""
+    project = make_project(tmp_path_factory.mktemp("locked") / "proj")
+    assert run_lock(project, wheelhouse, "--mirror", f"conda-forge={fixture_channel}") == 0
+    return project
+
+
+@pytest.fixture
+def locked(locked_once: Project, tmp_path: Path) -> Project:
+    """A private copy of `locked_once` that a test may edit."""
+    return copy_project(locked_once, tmp_path / "proj")
+
+
+def entry(lock, platform: str, name: str):
+    (found,) = [p for p in lock.packages if p.platform == platform and p.name == name]
+    return found
+
+
+def test_lock_from_directory_mirror(locked: Project, fixture_channel: Path) -> None:
+    lock = read_lock(locked.lock_path("py310"))
+    assert lock.platforms == ("linux-64", "osx-arm64", "win-64")
+    for platform in lock.platforms:
+        python = entry(lock, platform, "python")
+        assert python.version == "3.10.19"
+        assert python.url == f"{CANONICAL_CHANNEL}/{platform}/{python.filename}"  # canonical, not the mirror
+        assert len(python.sha256) == 64 and len(python.md5) == 32
+        assert entry(lock, platform, "alpha").version == "1.1"
+        assert entry(lock, platform, "beta").version == "2.0"  # pulled in by alpha 1.1
+        assert entry(lock, platform, "alpha").dependencies == {"beta": "*"}
+    # __cuda 12.4 on linux only: the CUDA build exactly where the platform allows it.
+    assert entry(lock, "linux-64", "torchlike").build.startswith("cuda12")
+    assert entry(lock, "win-64", "torchlike").build.startswith("cpu")
+    assert entry(lock, "osx-arm64", "torchlike").build.startswith("cpu")
+    assert all(str(fixture_channel) not in p.url for p in lock.packages)
+    assert lock.custom[META_MIRRORS] == f"{CANONICAL_CHANNEL}={fixture_channel}"
+
+
+def test_lock_over_http_mirror_keeps_canonical_urls_and_no_credentials(
+    project: Project, channel_server, wheelhouse: Path
+) -> None:
+    with_credentials = channel_server.replace("http://", "http://alice:hunter2@")
+    assert run_lock(project, wheelhouse, "--mirror", f"{CANONICAL_CHANNEL}={with_credentials}") == 0
+    text = project.lock_path("py310").read_text()
+    lock = read_lock(project.lock_path("py310"))
+    assert entry(lock, "linux-64", "python").url.startswith(CANONICAL_CHANNEL + "/linux-64/")
+    assert channel_server.requested("linux-64/repodata.json")  # the mirror really served it
+    assert "hunter2" not in text and "alice" not in text
+    assert lock.custom[META_MIRRORS] == f"{CANONICAL_CHANNEL}={channel_server}"
+
+
+def test_lock_from_file_channel(tmp_path: Path, fixture_channel: Path, wheelhouse: Path) -> None:
+    project = make_project(tmp_path / "proj", channels=(file_url(fixture_channel),))
+    assert run_lock(project, wheelhouse) == 0
+    lock = read_lock(project.lock_path("py310"))
+    assert entry(lock, "win-64", "python").url.startswith(file_url(fixture_channel) + "/win-64/")
+
+
+def test_conda_lock_parses_renders_and_accepts_the_hash(locked: Project) -> None:
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    from bootstrap.lock.lockfile import conda_lock_accepts_hash
+
+    path = locked.lock_path("py310")
+    parsed = parse_conda_lock_file(path)
+    assert {p.name for p in parsed.package} >= {"python", "pip", "torchlike", "alpha", "beta", "gamma"}
+    lock = read_lock(path)
+    for platform, value in lock.content_hash.items():
+        assert conda_lock_accepts_hash(locked.spec_path("py310"), locked.virtual_packages_path, platform, value)
+    out = locked.root / "rendered"
+    out.mkdir()
+    done = subprocess.run(
+        [CONDA_LOCK, "render", "-k", "explicit", "-p", "linux-64", "--filename-template", f"{out}/{{platform}}.lock", str(path)],
+        capture_output=True, text=True, check=False, cwd=locked.root,
+    )
+    assert done.returncode == 0, done.stderr
+    rendered = (out / "linux-64.lock").read_text()
+    assert "@EXPLICIT" in rendered
+    assert f"{CANONICAL_CHANNEL}/linux-64/{entry(lock, 'linux-64', 'python').filename}#" in rendered
+
+
+def test_hash_agrees_with_conda_lock_but_not_with_its_defaults(locked: Project) -> None:
+    """Without our virtual-packages.yml conda-lock would compute another hash (its __cuda 11.4 default)."""
+    from conda_lock.content_hash import compute_content_hashes
+    from conda_lock.virtual_package import default_virtual_package_repodata
+
+    from bootstrap.lock.lockfile import _conda_lock_inputs
+
+    lock = read_lock(locked.lock_path("py310"))
+    with _conda_lock_inputs(locked.spec_path("py310"), locked.virtual_packages_path) as (lock_spec, _):
+        defaults = compute_content_hashes(lock_spec, default_virtual_package_repodata())
+    assert defaults["linux-64"] != lock.content_hash["linux-64"]
+
+
+def check(project: Project, capsys, *extra: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(["lock", "--check", "--root", str(project.root), *extra])
+    return code, capsys.readouterr().out
+
+
+def test_check_fresh(locked: Project, capsys) -> None:
+    code, out = check(locked, capsys)
+    assert code == 0, out
+    assert "py310: conda-lock.yml is fresh" in out
+
+
+def test_check_catches_an_edited_spec(locked: Project, capsys) -> None:
+    write_spec(locked.root, conda=("python=3.9.*", "pip", "torchlike"))
+    code, out = check(locked, capsys)
+    assert code == 1
+    for platform in ("linux-64", "osx-arm64", "win-64"):
+        assert f"{platform}: python=3.9.*: not satisfied by the lock (locked: python 3.10.19" in out
+        assert f"{platform}: content_hash: does not match" in out
+
+
+def test_check_catches_an_added_platform(locked: Project, capsys) -> None:
+    write_virtual_packages(locked.root, {**VIRTUAL_PACKAGES, "osx-64": {"__unix": "0", "__osx": "11.0"}})
+    write_spec(locked.root, platforms=("linux-64", "osx-arm64", "win-64", "osx-64"))
+    code, out = check(locked, capsys)
+    assert code == 1
+    assert "osx-64: platforms: in the spec but not locked" in out
+
+
+def test_check_catches_a_removed_platform(locked: Project, capsys) -> None:
+    """A platform dropped from the spec is stale, not a crash in conda-lock's hash (KeyError)."""
+    write_spec(locked.root, platforms=("linux-64", "win-64"))
+    code, out = check(locked, capsys)
+    assert code == 1
+    assert "osx-arm64: platforms: locked but no longer in the spec" in out
+
+
+def test_check_catches_a_removed_record(locked: Project, capsys) -> None:
+    """Removing a dependency nobody names in the spec is caught by the closure check."""
+    path = locked.lock_path("py310")
+    data = yaml.safe_load(path.read_text())
+    data["package"] = [p for p in data["package"] if not (p["name"] == "python_abi" and p["platform"] == "win-64")]
+    path.write_text(yaml.safe_dump(data))
+    code, out = check(locked, capsys)
+    assert code == 1
+    assert "win-64: python_abi (needed by python): missing from the lock" in out
+    assert "linux-64" not in out  # only the platform that lost it
+
+
+def test_check_catches_an_edited_pip_pin(locked: Project, capsys) -> None:
+    path = locked.lock_path("py310")
+    text = path.read_text()
+    data = yaml.safe_load(text)
+    for package in data["package"]:
+        if package["name"] == "alpha" and package["platform"] == "osx-arm64":
+            package["version"] = "0.9"
+    path.write_text(yaml.safe_dump(data))
+    code, out = check(locked, capsys)
+    assert code == 1
+    assert "osx-arm64: pip: alpha>=1: locked 0.9 does not satisfy it" in out
+
+
+def test_check_catches_a_hand_edited_hash(locked: Project, capsys) -> None:
+    path = locked.lock_path("py310")
+    text = path.read_text()
+    lock = read_lock(path)
+    path.write_text(text.replace(lock.content_hash["win-64"], "ab" * 32))
+    code, out = check(locked, capsys)
+    assert code == 1
+    assert out.count("content_hash") == 1 and "win-64: content_hash" in out
+
+
+def test_check_survives_a_comment_edit_in_the_spec(locked: Project, capsys) -> None:
+    """A comment changes the bytes (no memo) but not conda-lock's hash: still fresh."""
+    spec = locked.spec_path("py310")
+    spec.write_text("# a comment\n" + spec.read_text())
+    code, out = check(locked, capsys)
+    assert code == 0, out
+
+
+def test_dry_run_writes_nothing_and_relock_prints_a_diff(locked: Project, wheelhouse: Path, fixture_channel: Path, capsys) -> None:
+    path = locked.lock_path("py310")
+    before = path.read_bytes()
+    write_spec(locked.root, pip=("alpha==1.0", "gamma"))
+    capsys.readouterr()
+    assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert path.read_bytes() == before
+    assert "would write conda-lock.yml" in out
+    assert "~ alpha 1.1 -> 1.0" in out
+    assert "- beta 2.0" in out  # alpha 1.0 does not need beta
+    assert not list(path.parent.glob(".conda-lock.yml*"))  # no temp left behind
+
+
+def test_relock_one_platform_keeps_the_others(locked: Project, wheelhouse: Path, fixture_channel: Path) -> None:
+    before = read_lock(locked.lock_path("py310"))
+    write_spec(locked.root, pip=("alpha==1.0", "gamma"))
+    assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--platform", "win-64") == 0
+    after = read_lock(locked.lock_path("py310"))
+    assert entry(after, "win-64", "alpha").version == "1.0"
+    assert entry(after, "linux-64", "alpha") == entry(before, "linux-64", "alpha")
+
+
+def test_relocking_one_platform_leaves_the_others_stale_hash(locked: Project, wheelhouse: Path, fixture_channel: Path,
+                                                              capsys) -> None:
+    """A platform kept by `--platform` keeps its old content_hash: it was not solved for the new inputs."""
+    write_virtual_packages(locked.root, {**VIRTUAL_PACKAGES, "linux-64": {**VIRTUAL_PACKAGES["linux-64"], "__glibc": "2.17"}})
+    assert check(locked, capsys)[0] == 1
+    assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--platform", "win-64") == 0
+    code, out = check(locked, capsys)
+    assert code == 1 and "linux-64: content_hash: does not match" in out, out
+    assert "win-64" not in out and "osx-arm64" not in out
+    assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}") == 0
+    assert check(locked, capsys)[0] == 0
+
+
+def test_two_relocks_of_one_env_take_turns(locked: Project, wheelhouse: Path, fixture_channel: Path) -> None:
+    """`--platform linux-64` and `--platform win-64` at once: each reads the lock the other wrote."""
+    write_spec(locked.root, pip=("alpha==1.0", "gamma"))
+    runs = [subprocess.Popen([sys.executable, "-m", "bootstrap", *lock_args(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}",
+                                                                        "--platform", platform)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+            for platform in ("linux-64", "win-64")]
+    assert [run.wait(timeout=120) for run in runs] == [0, 0], [run.stderr.read() for run in runs]
+    lock = read_lock(locked.lock_path("py310"))
+    assert entry(lock, "linux-64", "alpha").version == entry(lock, "win-64", "alpha").version == "1.0"
+
+
+def test_a_pip_requirement_whose_marker_is_false_asks_nothing(project: Project, wheelhouse: Path, fixture_channel: Path,
+                                                              capsys) -> None:
+    write_spec(project.root, pip=("alpha>=1", "gamma; sys_platform == 'win32'"))
+    assert run_lock(project, wheelhouse, "--mirror", f"conda-forge={fixture_channel}") == 0
+    lock = read_lock(project.lock_path("py310"))
+    assert [p.platform for p in lock.packages if p.name == "gamma"] == ["win-64"]
+    code, out = check(project, capsys)
+    assert code == 0, out
+
+
+def test_a_virtual_package_in_the_spec_is_not_staleness(project: Project, wheelhouse: Path, fixture_channel: Path,
+                                                         capsys) -> None:
+    """`__cuda>=12` asks the machine (virtual-packages.yml, covered by the content hash), never the lock."""
+    write_spec(project.root, platforms=("linux-64",), conda=("python=3.10.*", "pip", "torchlike", "__cuda>=12"))
+    assert run_lock(project, wheelhouse, "--mirror", f"conda-forge={fixture_channel}") == 0
+    code, out = check(project, capsys)
+    assert code == 0, out
+
+
+def test_check_catches_a_record_nothing_needs(locked: Project, capsys) -> None:
+    write_spec(locked.root, pip=("alpha>=1",))  # gamma stays in the lock
+    code, out = check(locked, capsys)
+    assert code == 1
+    for platform in ("linux-64", "osx-arm64", "win-64"):
+        assert f"{platform}: pip: gamma 0.5: locked, but nothing in the spec needs it" in out
+    assert "beta" not in out  # alpha needs it
+
+
+def test_check_names_a_constraint_it_cannot_parse(locked: Project, capsys) -> None:
+    path = locked.lock_path("py310")
+    data = yaml.safe_load(path.read_text())
+    python = next(p for p in data["package"] if p["name"] == "python" and p["platform"] == "win-64")
+    dependency = sorted(python["dependencies"])[0]
+    python["dependencies"][dependency] = ">>>garbage"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["lock", "--check", "--root", str(locked.root)]) == 2
+    error = capsys.readouterr().err
+    assert f"package python.dependencies.{dependency}: " in error and "(win-64)" in error and error.count("\n") == 1, error
+
+
+def test_check_of_some_platforms_and_the_flags_it_refuses(locked: Project, capsys) -> None:
+    path = locked.lock_path("py310")
+    data = yaml.safe_load(path.read_text())
+    data["package"] = [p for p in data["package"] if not (p["name"] == "python_abi" and p["platform"] == "win-64")]
+    path.write_text(yaml.safe_dump(data))
+    assert check(locked, capsys, "--platform", "win-64")[0] == 1
+    assert check(locked, capsys, "--platform", "linux-64") == (0, "py310: conda-lock.yml is fresh\n")
+    for flags in (("--platform", "linux-32"), ("--mirror", "conda-forge=/nowhere"), ("--dry-run",), ("--pip-offline",),
+                  ("--cache-dir", str(locked.root / "cache"))):
+        assert check(locked, capsys, *flags)[0] == 2
+
+
+def test_check_leaves_no_temporary_directory(locked: Project, tmp_path: Path) -> None:
+    """conda-lock's fake repodata for the content hash is removed, though `python -m bootstrap` skips atexit."""
+    spec = locked.spec_path("py310")
+    spec.write_text("# a comment: the inputs digest no longer vouches, so conda-lock hashes\n" + spec.read_text())
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    done = subprocess.run([sys.executable, "-m", "bootstrap", "lock", "--check", "--root", str(locked.root)], cwd=REPO,
+                          env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert list(tmp.iterdir()) == []
+
+
+def test_committed_locks_are_fresh(capsys) -> None:
+    repo = REPO
+    capsys.readouterr()
+    assert main(["lock", "--check", "--root", str(repo)]) == 0, capsys.readouterr().out
+
+
+def test_parsed_lock_cache_is_named_by_the_lock_bytes(locked: Project, tmp_path: Path, monkeypatch) -> None:
+    import bootstrap.lock.lockfile as lockfile
+
+    path, cache = locked.lock_path("py310"), tmp_path / "cache"
+    parsed = read_lock(path)
+    assert read_lock(path, cache_dir=cache) == parsed  # parsed, and written as JSON
+    (cached,) = (cache / "locks").glob("*.json")
+
+    def no_yaml(*_):
+        raise AssertionError("parsed the YAML again")
+
+    monkeypatch.setattr(lockfile, "load_yaml", no_yaml)
+    assert read_lock(path, cache_dir=cache) == parsed  # from the JSON
+    path.write_text(path.read_text().replace(entry(parsed, "linux-64", "zlibstub").sha256, "ab" * 32))
+    with pytest.raises(AssertionError, match="parsed the YAML again"):
+        read_lock(path, cache_dir=cache)  # any edit is another name: never the stale JSON
+    monkeypatch.undo()
+    edited = read_lock(path, cache_dir=cache)
+    assert entry(edited, "linux-64", "zlibstub").sha256 == "ab" * 32
+    cached.write_text('{"packages": [{"name": "half"}]}')  # a broken cache file: parse again
+    path.write_text(path.read_text().replace("ab" * 32, entry(parsed, "linux-64", "zlibstub").sha256))
+    assert read_lock(path, cache_dir=cache) == parsed

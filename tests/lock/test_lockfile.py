@@ -1,0 +1,69 @@
+"""Reading a conda-lock v1 file: every field a hand edit or a broken tool can get wrong is refused
+by name before anything uses it (names, versions and file names become paths in the cache and env)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import yaml
+
+from bootstrap.errors import InputError
+from bootstrap.lock.lockfile import read_lock
+from tests.fixtures import REPO
+
+COMMITTED = yaml.safe_load((REPO / "conda-lock.yml").read_text())
+
+
+def first(data: dict, manager: str = "conda", platform: str = "linux-64") -> dict:
+    return next(p for p in data["package"] if p["manager"] == manager and p["platform"] == platform)
+
+
+def edited(tmp_path: Path, edit: Callable[[dict], None]) -> Path:
+    data = copy.deepcopy(COMMITTED)
+    edit(data)
+    path = tmp_path / "conda-lock.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def duplicate(data: dict, **changes) -> None:
+    data["package"].append({**first(data), **changes})
+
+
+BROKEN = {
+    "garbage md5": (lambda d: first(d)["hash"].update(md5="qq"), "package[0].hash.md5: 'qq' is not 32 hex digits"),
+    "cut sha256": (lambda d: first(d)["hash"].update(sha256="fe51de61"), "hash.sha256: 'fe51de61' is not 64 hex digits"),
+    "bad version": (lambda d: first(d).update(version="not a version!!"), "version: 'not a version!!' is not a version"),
+    "name as path": (lambda d: first(d).update(name="../../evil"), "name: '../../evil' is not a conda package name"),
+    "name not the file's": (lambda d: first(d).update(name="otherpkg"), "url: the file '_libgcc_mutex-0.1-conda_forge.tar.bz2' is not otherpkg"),
+    "dot-dot url": (lambda d: first(d).update(url="https://conda.anaconda.org/conda-forge/noarch/../../../etc/passwd"), "is not a plain URL"),
+    "wheel not the name's": (lambda d: first(d, "pip").update(name="torch"), "url: the wheel"),
+    "twice, differing": (lambda d: duplicate(d, version="0.2", url=first(d)["url"].replace("0.1", "0.2")), "_libgcc_mutex is listed twice for linux-64 (also package[0])"),
+    "no packages": (lambda d: d.update(package=[]), "metadata.platforms: no packages are locked for linux-64, osx-arm64, win-64"),
+    "no platforms": (lambda d: d["metadata"].update(platforms=[]), "metadata.platforms: empty"),
+    "unlisted platform": (lambda d: first(d).update(platform="linux-aarch64"), "platform: 'linux-aarch64' is not in metadata.platforms"),
+    "dependencies as a list": (lambda d: first(d).update(dependencies=["libgcc"]), "dependencies: expected a mapping"),
+    "custom metadata as a list": (lambda d: d["metadata"].update(custom_metadata=["x"]), "metadata.custom_metadata: expected a mapping"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))
+def test_a_broken_entry_is_named_with_the_fix(tmp_path: Path, case: str) -> None:
+    edit, message = BROKEN[case]
+    with pytest.raises(InputError) as caught:
+        read_lock(edited(tmp_path, edit))
+    assert message in str(caught.value) and "regenerate it with `make lock`" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_exact_repeat_is_dropped_and_hashes_are_read_in_lower_case(tmp_path: Path) -> None:
+    def edit(data: dict) -> None:
+        duplicate(data)
+        first(data)["hash"]["sha256"] = first(data)["hash"]["sha256"].upper()
+
+    lock = read_lock(edited(tmp_path, edit))
+    original = read_lock(REPO / "conda-lock.yml")
+    assert lock.packages == original.packages  # the upper-case copy is the same entry, read once

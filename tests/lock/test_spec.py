@@ -1,0 +1,155 @@
+"""Spec and virtual-packages parsing: good files parse, bad ones name file, field and fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bootstrap.errors import InputError
+from bootstrap.lock.spec import canonical_channel, read_spec, read_virtual_packages
+from tests.fixtures import REPO
+
+
+GOOD = """\
+name: demo
+channels: [conda-forge]
+platforms: [linux-64, win-64]
+dependencies:
+  - python=3.10.*
+  - pip
+  - pip:
+      - torch==2.10.*
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "demo.yml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_committed_specs_parse() -> None:
+    for env, python in (("py310", "python=3.10.*"), ("py39", "python=3.9.*")):
+        spec = read_spec(REPO / "envs" / f"{env}.yml")
+        assert spec.channels == ("conda-forge",)
+        assert spec.platforms == ("linux-64", "osx-arm64", "win-64")
+        assert python in spec.conda and "pip" in spec.conda
+        names = {r.split("=")[0].split(">")[0] for r in spec.pip}
+        assert {"torch", "nvidia-ml-py", "pyyaml", "numpy", "pillow"} <= names
+    vpkgs = read_virtual_packages(REPO / "envs" / "virtual-packages.yml")
+    assert vpkgs.version_of("linux-64", "__glibc") == "2.28"
+    assert vpkgs.version_of("osx-arm64", "__osx") == "14.0"
+    assert vpkgs.version_of("win-64", "__glibc") is None
+
+
+def test_good_spec(tmp_path: Path) -> None:
+    spec = read_spec(write(tmp_path, GOOD))
+    assert spec.name == "demo"
+    assert spec.conda == ("python=3.10.*", "pip")
+    assert spec.pip == ("torch==2.10.*",)
+    assert spec.channel_urls == ("https://conda.anaconda.org/conda-forge",)
+
+
+def test_channel_qualified_python_and_pip_count_for_the_pip_section(tmp_path: Path) -> None:
+    text = GOOD.replace("- python=3.10.*", "- conda-forge::python=3.10.*").replace("- pip\n", "- conda-forge::pip\n")
+    spec = read_spec(write(tmp_path, text))
+    assert spec.conda == ("conda-forge::python=3.10.*", "conda-forge::pip")
+    assert spec.pip == ("torch==2.10.*",)
+
+
+@pytest.mark.parametrize(
+    "text, field, fix",
+    [
+        ("name: [oops\n", "malformed YAML", "fix the syntax"),
+        (GOOD + "prefix: /opt/env\n", "unknown key 'prefix'", "allowed keys"),
+        (GOOD.replace("win-64", "win-32"), "unknown platform 'win-32'", "use one of"),
+        (GOOD.replace("[conda-forge]", "[conda-forge, pytorch]"), "'pytorch' is not allowed", "use conda-forge"),
+        (GOOD.replace("[conda-forge]", "[defaults]"), "'defaults' is not allowed", "use conda-forge"),
+        (GOOD.replace("[conda-forge]", "[nvidia]"), "'nvidia' is not allowed", "use conda-forge"),
+        (GOOD.replace("[conda-forge]", "['https://u:hunter2@repo.example/cf']"), "carries credentials", "~/.netrc"),
+        (GOOD.replace("platforms: [linux-64, win-64]\n", ""), "platforms: missing", "platforms: [linux-64"),
+        (GOOD.replace("  - pip\n  - pip:", "  - pip:"), "needs `pip`", "add `- pip`"),
+        (GOOD.replace("torch==2.10.*", "--index-url https://x"), "pip options", "UV_INDEX_URL"),
+        (GOOD.replace("  - pip\n", "  - 42\n"), "dependencies[1]", ""),
+        (GOOD.replace("[conda-forge]", "['https://repo.example/t/tk-hunter2/conda-forge']"), "carries credentials",
+         "~/.netrc"),
+        (GOOD.replace("python=3.10.*", "3.10"), "dependencies[0]: 3.1 is a number", "quote it"),
+        (GOOD.replace("[linux-64, win-64]", "[linux-64, linux-64]"), "platforms: 'linux-64' is listed twice", "list it once"),
+        (GOOD + "dependencies: [python=3.9.*]\n", "the key 'dependencies' is given twice", "fix the syntax"),
+        (GOOD.replace("name: demo", "name: ../../demo"), "name: '../../demo' is not an environment name", "name: py310"),
+        (GOOD.replace("torch==2.10.*", "torch @ https://u:hunter2@wheels.example/torch-2.10.0-cp310-none-any.whl"),
+         "dependencies[2].pip[0]: 'torch @ https://wheels.example/torch-2.10.0-cp310-none-any.whl' carries credentials",
+         "~/.netrc"),
+    ],
+)
+def test_bad_spec_names_field_and_fix(tmp_path: Path, text: str, field: str, fix: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(InputError) as info:
+        read_spec(path)
+    message = str(info.value)
+    assert message.startswith(str(path))
+    assert field in message
+    assert fix in message
+    assert "hunter2" not in message
+
+
+def test_missing_spec_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="file not found"):
+        read_spec(tmp_path / "nope.yml")
+
+
+def test_a_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    from bootstrap.lock.lockfile import read_lock
+
+    path = tmp_path / "env.yml"
+    path.write_bytes(GOOD.encode() + b"# caf\xe9 in latin-1\n")
+    for read in (read_spec, read_lock, lambda p: read_lock(p, cache_dir=tmp_path / "cache")):
+        with pytest.raises(InputError, match=rf"{path}: not UTF-8 text \(invalid continuation byte at byte \d+\)"):
+            read(path)
+
+
+def test_deeply_nested_yaml_is_refused_not_a_crash(tmp_path: Path) -> None:
+    from bootstrap.lock.lockfile import read_lock
+
+    for text in ("version: 1\nx: " + "[" * 100_000 + "]" * 100_000 + "\n", "- " * 100_000 + "\n"):
+        path = write(tmp_path, text)
+        for read in (read_spec, read_lock):
+            with pytest.raises(InputError, match="nested too deeply"):
+                read(path)
+
+
+def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD + "  - [unclosed\n")
+    with pytest.raises(InputError, match=rf"{path}:\d+: malformed YAML"):
+        read_spec(path)
+
+
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("subdirs:\n  linux-64:\n    packages:\n      cuda: '12'\n", "start with '__'"),
+        ("subdirs:\n  amiga-68k:\n    packages: {}\n", "unknown platform 'amiga-68k'"),
+        ("platforms: [linux-64]\n", "exactly one top-level key"),
+        ("subdirs:\n  linux-64: [__cuda]\n", "subdirs.linux-64"),
+        ("subdirs:\n  linux-64:\n    packages:\n      __glibc: 2.28\n", r"__glibc: 2.28 is a number.*quote it"),
+        ("subdirs:\n  linux-64:\n    packages:\n      __cuda: '12.8!!'\n", r"__cuda: '12.8!!' is not a version"),
+    ],
+)
+def test_bad_virtual_packages(tmp_path: Path, text: str, field: str) -> None:
+    with pytest.raises(InputError, match=field):
+        read_virtual_packages(write(tmp_path, text, "virtual-packages.yml"))
+
+
+def test_virtual_package_build_string(tmp_path: Path) -> None:
+    vp = read_virtual_packages(write(tmp_path, "subdirs:\n  linux-64:\n    packages:\n      __archspec: '1 x86_64'\n"))
+    (only,) = vp.for_platform("linux-64")
+    assert (only.name, only.version, only.build) == ("__archspec", "1", "x86_64")
+    with pytest.raises(InputError, match="subdirs.win-64: missing"):
+        vp.for_platform("win-64")
+
+
+def test_canonical_channel() -> None:
+    assert canonical_channel("conda-forge") == "https://conda.anaconda.org/conda-forge"
+    assert canonical_channel("https://mirror.example/cf/") == "https://mirror.example/cf"
+    assert canonical_channel("file:///srv/channel") == "file:///srv/channel"
