@@ -73,7 +73,6 @@ class _UsageError(Exception):
 # `--json` runs that fail print this envelope on stdout (the one line still goes to stderr),
 # so CI parses every outcome: {"format", "version", "verb", "error": {"type", "message", "exit_code"}}.
 ERROR_JSON_FORMAT = "bootstrap.error"
-ERROR_JSON_VERSION = 1
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a C tool whose reader went away
 
 
@@ -139,8 +138,10 @@ def _early_error(argv: Sequence[str], kind: str, message: str, exit_code: int) -
 
 def _error_envelope(args: argparse.Namespace, kind: str, message: str, exit_code: int) -> None:
     if getattr(args, "json", False):
-        print(json.dumps({"format": ERROR_JSON_FORMAT, "version": ERROR_JSON_VERSION, "verb": args.verb,
-                          "error": {"type": kind, "message": message, "exit_code": exit_code}}))
+        from bootstrap.report import envelope
+
+        print(json.dumps(envelope(ERROR_JSON_FORMAT, {"verb": args.verb, "error": {"type": kind, "message": message,
+                                                                                  "exit_code": exit_code}})))
 
 
 # The verbs the tools venv runs (`make lock`, `make env`, ...); the others run in the team's env.

@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 from bootstrap.errors import EXIT_FAILED, EXIT_OK, InputError
 
 FORMAT = "bootstrap.checks"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # bootstrap.report.FORMATS holds it too; a test keeps the two equal
 
 
 class Status(str, Enum):
@@ -112,14 +112,10 @@ def to_json(checks: Sequence[Check], kind: str, extra: Optional[Mapping[str, Any
     `kind` names the producer ('verify', 'doctor'); `extra` holds
     producer-specific data (facts, timings) and is always present.
     """
-    return {
-        "format": FORMAT,
-        "version": FORMAT_VERSION,
-        "kind": kind,
-        "checks": [c.to_dict() for c in checks],
-        "summary": summary(checks),
-        "extra": dict(extra or {}),
-    }
+    from bootstrap.report import envelope
+
+    return envelope(FORMAT, {"kind": kind, "checks": [c.to_dict() for c in checks], "summary": summary(checks),
+                             "extra": dict(extra or {})})
 
 
 def from_json(envelope: Mapping[str, Any]) -> List[Check]:
