@@ -35,8 +35,8 @@ VERBS = {
 
 
 def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
-    """The parser of every verb; given `argv`, only its verb's options are set up: importing every
-    command module costs a no-op `make env` ~17 ms of its ~0.14 s."""
+    """The parser of every verb; given `argv`, only its verb's options are set up, so that a no-op
+    `make env` does not import every other verb's command module."""
     verb_asked = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     parser = _Parser(
         prog="python -m bootstrap",

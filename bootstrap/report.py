@@ -18,7 +18,7 @@ from typing import Any, Mapping, TypeVar
 # format -> version. What each one carries is pinned by tests/test_report.py.
 FORMATS = {
     "bootstrap.checks": 1,  # verify, doctor, bench: {"kind", "checks", "summary", "extra"}
-    "bootstrap.env": 1,  # env, env --rollback
+    "bootstrap.env": 2,  # env, env --rollback (2: no "spare", "removed" added)
     "bootstrap.lock": 1,  # lock (and lock --dry-run)
     "bootstrap.lock-check": 1,  # lock --check
     "bootstrap.export": 1,  # export

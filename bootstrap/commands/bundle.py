@@ -40,7 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bootstrap.install.bundle import BundleOptions, make_bundle
     from bootstrap.commands.env import progress_feedback
-    from bootstrap.install.env import default_cache_dir
+    from bootstrap.install.cache import default_cache_dir
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.lock.pip import PipOptions
     from bootstrap.lock.spec import host_platform

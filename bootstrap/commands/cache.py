@@ -24,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bootstrap.install.cache import prune_for_project, usage
-    from bootstrap.install.env import default_cache_dir
+    from bootstrap.install.cache import default_cache_dir
 
     cache_dir = (args.cache_dir or default_cache_dir()).absolute()
     pruned = None

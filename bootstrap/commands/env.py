@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shlex
 import sys
@@ -12,9 +11,7 @@ from pathlib import Path
 
 from bootstrap.errors import EXIT_OK
 from bootstrap.project import Project, find_root
-
-ENV_JSON_FORMAT = "bootstrap.env"
-ENV_JSON_VERSION = 1
+from bootstrap.report import dumps
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bootstrap.install.bundle import Bundle
-    from bootstrap.install.env import EnvOptions, create_or_update, default_cache_dir, rollback
+    from bootstrap.install.cache import default_cache_dir
+    from bootstrap.install.env import EnvOptions, create_or_update, rollback
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.lock.spec import host_platform
 
@@ -50,9 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rollback:
         done = rollback(prefix, dry_run=args.dry_run)
         if args.json:
-            print(json.dumps({"format": ENV_JSON_FORMAT, "version": ENV_JSON_VERSION, "prefix": str(prefix),
-                              "rollback": True, "dry_run": done.dry_run, "generation": done.generation,
-                              "was": done.was, "changed": not done.dry_run}))
+            print(dumps("bootstrap.env", done.to_dict()))
         elif done.dry_run:
             print(f"{env}: {prefix} would point at generation {done.generation} (now {done.was}); nothing changed")
         else:
@@ -72,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     with progress_feedback(options.show_progress) as feedback:
         result = create_or_update(options, feedback)
     if args.json:
-        print(json.dumps(_envelope(result), indent=2, sort_keys=True))
+        print(dumps("bootstrap.env", result.to_dict()))
     else:
         print(_summary(env, result, options))
     return EXIT_OK
@@ -108,7 +104,8 @@ def progress_feedback(tty: bool):
 
 def _summary(env: str, result, options) -> str:
     if result.dry_run:
-        head = f"{env}: plan for {result.prefix} [{result.platform}]" + ("" if not result.plan.empty else ": nothing to do")
+        head = f"{env}: plan for {result.prefix} [{result.platform}]" + (
+            f": generation {result.generation} {_built_from(result)}" if result.made else ": nothing to do")
     elif not result.changed:
         head = f"{env}: {result.prefix} is up to date with {options.lock_path.name} [{result.platform}]"
     else:
@@ -119,33 +116,15 @@ def _summary(env: str, result, options) -> str:
     shown = changes if len(changes) <= 40 else changes[:40] + [f"... and {len(changes) - 40} more (--json lists all)"]
     lines += [f"  {line}" for line in shown]
     lines += [f"note: {note}" for note in result.notes]
-    if result.spare is not None:
-        lines.append(f"made a spare of generation {result.spare} (hard links) for the next change to start from "
-                     f"({result.seconds.get('spare', 0):.2f} s, once)")
     if result.changed:
         if result.base is not None:
-            how = {"recycled": f"by updating retired generation {result.base}",
-                   "spare": f"from the spare of generation {result.base}"}.get(result.made, f"from a clone of generation {result.base}")
-            lines.append(f"built {how}; `--rollback` switches back to the previous one")
+            lines.append(f"built {_built_from(result)}; `--rollback` switches back to the previous one")
         python = result.prefix / ("python.exe" if result.platform.startswith("win-") else "bin/python")
         lines.append(f"activate: conda activate {shlex.quote(str(result.prefix))}   or run {shlex.quote(str(python))}")
     return "\n".join(lines)
 
 
-def _envelope(result) -> dict:
-    return {
-        "format": ENV_JSON_FORMAT,
-        "version": ENV_JSON_VERSION,
-        "prefix": str(result.prefix),
-        "platform": result.platform,
-        "generation": result.generation,
-        "base": result.base,
-        "recycled": result.recycled,
-        "made": result.made or None,
-        "spare": result.spare,
-        "changed": result.changed,
-        "dry_run": result.dry_run,
-        "plan": result.plan.to_dict(),
-        "notes": list(result.notes),
-        "seconds": {k: round(v, 4) for k, v in result.seconds.items()},
-    }
+def _built_from(result) -> str:
+    """How the generation is had: the plan's actions are against that directory."""
+    return {"recycled": f"by updating retired generation {result.base}",
+            "clone": f"from a clone of generation {result.base}"}.get(result.made, "as a new env")

@@ -38,9 +38,9 @@ from typing import Callable, Optional
 
 from bootstrap import __version__
 from bootstrap.install.cache import cache_lock
-from bootstrap.install.env import check_mirrors, locked_entries
 from bootstrap.errors import InputError, IntegrityError
-from bootstrap.install.fetch import Source, archive_path, fetch_archives
+from bootstrap.install.fetch import Source, archive_path, check_mirrors, fetch_archives
+from bootstrap.install.plan import locked_entries
 from bootstrap.fsutil import disk_full, out_of_space
 from bootstrap.lock.lockfile import LockedPackage, read_lock
 from bootstrap.lock.mirrors import Mirror
@@ -117,7 +117,7 @@ def _locked(options: BundleOptions) -> tuple[list, list]:
     """What the bundle says of each env, and the artifacts of them all (each once, in a fixed order)."""
     envs, artifacts, locks = [], {}, []
     for env, lock_path in options.locks:
-        lock = read_lock(lock_path, cache_dir=options.cache_dir)
+        lock = read_lock(lock_path)
         locks.append(lock)
         for platform in options.platforms:
             for entry in locked_entries(lock, platform):

@@ -2,8 +2,7 @@
 
     archives/<sha256>/<file>     verified conda archives and wheels (fetch.py), with wheels' stamps
     pkgs/<name-version-build>/   rattler's extracted packages, which envs copy from (and `.lock`s)
-    seals/<sha256>.json          what each extracted package looked like when sealed (env.py; a header line, then JSON)
-    locks/<sha256>.json          parsed locks (lockfile.py)
+    seals/<sha256>.json          what each extracted package looked like when sealed (store.py)
 
 Envs hold copies, never links into it, so whatever goes costs a download or
 an extraction later, never an env. `prune` keeps what the project's locks
@@ -21,14 +20,14 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator
 
 from bootstrap.errors import InputError
 from bootstrap.fsutil import flocked, remove_tree
-from bootstrap.lock.lockfile import LockedPackage, parsed_lock_path, read_lock
+from bootstrap.lock.lockfile import LockedPackage, read_lock
 from bootstrap.project import Project
 
-KINDS = ("archives", "pkgs", "seals", "locks")
+KINDS = ("archives", "pkgs", "seals")
 _WRITABLE = "pass a --cache-dir you can write; the default is ~/.cache/bootstrap"
 
 
@@ -44,6 +43,14 @@ class PruneResult:
     removed: tuple[Usage, ...]
     left: tuple[Usage, ...]  # entries it could not remove (another user's, in a shared cache)
     kept_for: tuple[str, ...]  # the locks whose packages were kept
+
+
+def default_cache_dir() -> Path:
+    """`$BOOTSTRAP_CACHE_DIR`, else `$XDG_CACHE_HOME/bootstrap`, else `~/.cache/bootstrap`."""
+    root = os.environ.get("BOOTSTRAP_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bootstrap"
+    )
+    return Path(root)
 
 
 def usage(cache_dir: Path) -> list[Usage]:
@@ -69,18 +76,16 @@ def cache_lock(cache_dir: Path, notify: Callable[[str], None], shared: bool) -> 
         yield
 
 
-def prune(cache_dir: Path, keep: Iterable[LockedPackage], lock_texts: Sequence[str]) -> tuple[list, list]:
-    """Remove every entry not needed by `keep` (locked packages) or the parsed form of `lock_texts`:
+def prune(cache_dir: Path, keep: Iterable[LockedPackage]) -> tuple[list, list]:
+    """Remove every entry not needed by `keep` (locked packages):
     (removed, left: entries it could not remove, e.g. another user's), per kind."""
     keep = list(keep)
     hashes = {e.sha256 for e in keep}
     stems = {e.stem for e in keep if e.manager == "conda"}
-    parsed = {parsed_lock_path(cache_dir, text).name for text in lock_texts}
     wanted = {
         "archives": lambda p: p.name in hashes,
         "pkgs": lambda p: (p.name[:-len(".lock")] if p.name.endswith(".lock") else p.name) in stems,
         "seals": lambda p: p.name[:-len(".json")] in hashes,
-        "locks": lambda p: p.name in parsed,
     }
     removed, left = [], []
     for kind in KINDS:
@@ -119,8 +124,7 @@ def prune_for_project(project: Project, cache_dir: Path, waiting: Callable[[str]
     if not cache_dir.exists():
         return PruneResult((), (), tuple(str(lock.path) for lock in locks))
     with cache_lock(cache_dir, waiting, shared=False):
-        removed, left = prune(cache_dir, [p for lock in locks for p in lock.packages],
-                              [lock.path.read_text(encoding="utf-8") for lock in locks])
+        removed, left = prune(cache_dir, [p for lock in locks for p in lock.packages])
     return PruneResult(tuple(removed), tuple(left), tuple(str(lock.path) for lock in locks))
 
 

@@ -3,7 +3,7 @@ and refuse unsafe conda archives.
 
 py-rattler does not hash-check `file://` packages, trusts a warm cache, and
 links whatever paths an archive lists (`../x`, absolute paths and escaping
-symlinks included; see ENGINE-NOTES.md and tests/test_fixtures.py). So every
+symlinks included; tests/test_fixtures.py shows each). So every
 archive to be linked passes through here first:
 
     lock URL --mirror rewrite--> download into <cache>/archives/<sha256>/<fn>
@@ -13,12 +13,11 @@ archive to be linked passes through here first:
 
 A stored conda archive is re-hashed before each use and re-fetched if it no
 longer matches, so a corrupted cache heals instead of being installed (rattler
-does not check a local archive; one with a sealed extracted copy is rarely
-read at all); its paths were vetted before it entered the store, so matching
-bytes need no second look. A stored wheel is not re-hashed while its size and
-mtime are those it was verified with (`.<name>.verified` beside it): uv checks
-every wheel's sha256 itself as it installs, and a GB of CUDA wheels took
-0.7 s more to hash again on each create.
+does not check a local archive; one with a sealed extracted copy is not read
+at all); its paths were vetted before it entered the store, so matching bytes
+need no second look. A stored wheel is not re-hashed while its size and mtime
+are those it was verified with (`.<name>.verified` beside it): uv checks every
+wheel's sha256 itself as it installs, and CUDA wheels weigh gigabytes.
 """
 
 from __future__ import annotations
@@ -40,9 +39,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, Optional, Sequence
 from urllib.parse import unquote, urlsplit
 
-from bootstrap.errors import FetchError, IntegrityError
+from bootstrap.errors import FetchError, InputError, IntegrityError
 from bootstrap.fsutil import atomic_write_text, out_of_space, sha256_file
-from bootstrap.lock.lockfile import LockedPackage
+from bootstrap.lock.lockfile import Lock, LockedPackage
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.urls import scrub_credentials
 
@@ -295,6 +294,18 @@ def _content_length(response) -> Optional[int]:
     """The Content-Length an HTTP response promised; None for a file, or a server that did not say."""
     value = getattr(response, "headers", None) and response.headers.get("Content-Length")
     return int(value) if value and value.isdigit() else None
+
+
+def check_mirrors(mirrors: Sequence[Mirror], *locks: Lock) -> None:
+    """Refuse a `--mirror` that serves no URL of the locks (a typo, `conda-froge=...`): ignored, it would
+    leave the run fetching from the channel the user meant to avoid."""
+    packages = [entry for lock in locks for entry in lock.packages]
+    served = {mirror_prefix(entry) for entry in packages}
+    names = " or ".join(dict.fromkeys(lock.path.name for lock in locks))
+    for mirror in mirrors:
+        if not any(mirror_of(entry.url, (mirror,)) for entry in packages):
+            raise InputError(f"--mirror {mirror.public()}", f"no URL of {names} is under {mirror.canonical}",
+                             f"CANONICAL is one of the lock's channels or wheel hosts: {', '.join(sorted(served))}")
 
 
 def mirror_prefix(entry: LockedPackage) -> str:

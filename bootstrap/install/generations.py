@@ -3,7 +3,6 @@
     .envs/py310            -> .py310.gens/3     the stable path users activate
     .envs/.py310.gens/2/                        the previous generation (--rollback)
     .envs/.py310.gens/3/                        the current one
-    .envs/.py310.gens/3.spare/                  a clone of 3 the next change starts from (`prepare_spare`)
     .envs/.py310.gens/4.partial/                a change in progress (SIGKILL leaves it; next run removes it)
     .envs/.py310.gens/1.garbage/                a generation being deleted (likewise)
     .envs/.py310.lock                           flock: one writer at a time
@@ -13,18 +12,13 @@ Packages are linked with the stable path as their prefix (rattler's
 whichever generation the symlink points to. POSIX only: Windows has no
 atomic symlink switch for directories.
 
-Where a change starts from (`start`): two generations are kept, the current
-one and the one before it. A change would make the older of them garbage,
-so instead it is *recycled*: renamed to `<n>.partial` and brought to the new
-lock in place, which costs the difference, not the size of the env. Only
-the first change of an env, when nothing is retired yet, starts from a
+Where a change starts from (`next_start`): two generations are kept, the
+current one and the one before it. A change would make the older of them
+garbage, so instead it is *recycled*: renamed to `<n>.partial` and brought to
+the new lock in place, which costs the difference, not the size of the env.
+Only the first change of an env, when nothing is retired yet, starts from a
 clone of the current generation made of hard links (one directory entry per
-file, no data copied). That clone is the one cost a change has over an
-in-place update (35-66 ms for 5,000 files here, as much as the update
-itself), so a run that finds the env up to date makes it ahead of time, as
-`<n>.spare`, once per env: the no-op has time to spare (its target is a
-second; it takes a tenth), and `make env` is mostly run when nothing
-changed. A first change that comes before any no-op run still clones.
+file, no data copied).
 
 So generations share the inodes of the files they have in common: the
 rollback generation costs the disk of what changed, not a second copy of
@@ -50,8 +44,8 @@ from bootstrap.errors import BusyError, InputError
 from bootstrap.fsutil import flocked, remove_tree
 
 PARTIAL = ".partial"
-SPARE = ".spare"  # `<n>.spare`: a clone of generation n made ahead of the next change
 GARBAGE = ".garbage"  # renamed before deletion: a half-deleted generation never looks complete
+LEFTOVERS = (PARTIAL, GARBAGE, ".spare")  # what killed runs leave, and older bootstraps' ready-made clones
 
 
 @dataclass(frozen=True)
@@ -81,12 +75,6 @@ class Layout:
 
     def path(self, generation: int) -> Path:
         return self.gens_dir / str(generation)
-
-    def spares(self) -> list[Path]:
-        """The complete spares (`<n>.spare`); there is one at most, unless made by hand."""
-        if not self.gens_dir.is_dir():
-            return []
-        return sorted(p for p in self.gens_dir.iterdir() if p.name.endswith(SPARE) and p.name[:-len(SPARE)].isdigit())
 
     def check_managed(self) -> None:
         """Refuse to take over a real directory or file, or a symlink, that bootstrap did not create.
@@ -155,79 +143,27 @@ def exclusive(layout: Layout, notify: Callable[[str], None], timeout: float = 36
         yield fd
 
 
-def remove_partials(layout: Layout) -> list[Path]:
-    """Delete what interrupted runs left behind: half-built and half-deleted generations."""
+def remove_leftovers(layout: Layout) -> list[Path]:
+    """Delete what interrupted runs left behind: half-built and half-deleted generations (and the
+    ready-made clones of an older bootstrap, which no run starts from now)."""
     if not layout.gens_dir.is_dir():
         return []
-    partials = [p for p in layout.gens_dir.iterdir() if p.name.endswith((PARTIAL, GARBAGE))]
-    for path in partials:
+    leftovers = [p for p in layout.gens_dir.iterdir() if p.name.endswith(LEFTOVERS)]
+    for path in leftovers:
         remove_tree(path)
-    return partials
+    return leftovers
 
 
-def tidy_if_idle(layout: Layout) -> tuple[list[Path], Optional[int]]:
-    """For a run that changes nothing: `remove_partials` (the lock was put back after a killed change)
-    and `prepare_spare`, where there is something to do and no other run holds the env (a partial
-    may be its own). Returns what was removed and the generation a spare was made of."""
+def tidy_if_idle(layout: Layout) -> list[Path]:
+    """For a run that changes nothing: `remove_leftovers`, where there are any and no other run holds
+    the env (a partial may be its own). Returns what was removed."""
     try:
-        leftovers = any(p.name.endswith((PARTIAL, GARBAGE)) for p in layout.gens_dir.iterdir())
-        # Only its owner's: another user's spare (root's, from `sudo make env`) would be directories
-        # the owner's next change starts from and can neither write into nor remove.
-        spare = wants_spare(layout) and os.access(layout.gens_dir, os.W_OK) and \
-            os.stat(layout.gens_dir).st_uid == os.geteuid()
-        if not (leftovers or spare):
-            return [], None
+        if not any(p.name.endswith(LEFTOVERS) for p in layout.gens_dir.iterdir()):
+            return []
         with exclusive(layout, lambda _: None, timeout=0):
-            return remove_partials(layout), prepare_spare(layout)
+            return remove_leftovers(layout)
     except (OSError, BusyError):  # no gens dir, a read-only one, or another run at work
-        return [], None
-
-
-def wants_spare(layout: Layout) -> bool:
-    """Whether the next change would clone: the current generation is the only one, with no spare of it."""
-    current = layout.current()
-    return current is not None and layout.generations() == [current] and not _spare_of(layout, current).is_dir()
-
-
-def _spare_of(layout: Layout, number: int) -> Path:
-    return layout.gens_dir / f"{number}{SPARE}"
-
-
-def prepare_spare(layout: Layout) -> Optional[int]:
-    """Clone the current generation as `<n>.spare` for the next change to start from, if it would
-    clone (`wants_spare`); the caller holds the env. Returns n, or None where none was made: one
-    that cannot be made (a full disk) is no failure of a run that changed nothing, and leaves
-    nothing behind."""
-    if not wants_spare(layout):
-        return None
-    current = layout.current()
-    assert current is not None
-    building = layout.gens_dir / f"{current}{SPARE}{PARTIAL}"  # a kill leaves a partial: removed as any
-    if not _hard_links_work(layout.path(current), layout.gens_dir / f"{current}{SPARE}.probe"):
-        # else every no-op would make every directory of the env, in vain
-        return None
-    try:
-        clone_tree(layout.path(current), building, copy=False)  # hard links or nothing: a no-op copies no GBs
-        os.rename(building, _spare_of(layout, current))
-    except OSError:
-        remove_tree(building)
-        return None
-    return current
-
-
-def _hard_links_work(source: Path, probe: Path) -> bool:
-    """Whether a file of `source` can be hard-linked as `probe` (not on FAT, some network file systems)."""
-    sample = next((p for p in sorted((source / "conda-meta").glob("*")) if p.is_file() and not p.is_symlink()), None)
-    if sample is None:
-        return True  # no sample at hand: the clone finds out
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(probe)  # a killed run's
-    try:
-        os.link(sample, probe)
-    except OSError:
-        return False
-    os.unlink(probe)
-    return True
+        return []
 
 
 @dataclass(frozen=True)
@@ -236,43 +172,47 @@ class Start:
 
     number: int  # the generation it becomes
     partial: Path  # `<number>.partial`
-    base: Optional[int]  # the generation it was made from; None: empty
-    made: str  # "recycled": `base` itself, renamed; "spare": its spare; "clone": cloned now; "empty"
+    base: Optional[int]  # the generation it starts from; None: empty
+    made: str  # "recycled": `base` itself, renamed; "clone": a hard-linked clone of `base`; "empty"
 
     @property
     def recycled(self) -> bool:
         return self.made == "recycled"
 
 
-def start(layout: Layout) -> Start:
-    """`<n>.partial` for the next generation: the retired generation renamed, else the current one's
-    spare renamed, else a clone of the current one."""
-    layout.gens_dir.mkdir(parents=True, exist_ok=True)
+def next_start(layout: Layout) -> Start:
+    """Where the next change would start, decided without touching anything: the retired generation,
+    else (the first change of an env) the current one, else nothing."""
     existing = layout.generations()
     number = max(existing, default=0) + 1
     partial = layout.gens_dir / f"{number}{PARTIAL}"
     current = layout.current()
     retired = [g for g in existing if g != current]
-    if retired:
-        # The garbage collector would delete it after this change: reuse it.
-        # A rename, so a kill at any point leaves either it or a partial.
-        os.rename(layout.path(retired[-1]), partial)
+    if retired:  # the garbage collector would delete it after this change: reuse it
         return Start(number, partial, retired[-1], "recycled")
-    if current is not None and _spare_of(layout, current).is_dir():  # another's spare is stale: GC'd
-        os.rename(_spare_of(layout, current), partial)
-        return Start(number, partial, current, "spare")
     if current is not None and layout.path(current).is_dir():
-        clone_tree(layout.path(current), partial)
         return Start(number, partial, current, "clone")
-    partial.mkdir()
     return Start(number, partial, None, "empty")
 
 
-def clone_tree(source: Path, target: Path, workers: int = min(8, os.cpu_count() or 1), copy: bool = True) -> None:
+def start(layout: Layout, chosen: Optional[Start] = None) -> Start:
+    """Make `chosen.partial` (default: `next_start`) from its base: the retired generation renamed
+    (so a kill at any point leaves either it or a partial), a clone of the current one, or empty."""
+    chosen = chosen or next_start(layout)
+    layout.gens_dir.mkdir(parents=True, exist_ok=True)
+    if chosen.made == "recycled":
+        os.rename(layout.path(chosen.base), chosen.partial)
+    elif chosen.made == "clone":
+        clone_tree(layout.path(chosen.base), chosen.partial)
+    else:
+        chosen.partial.mkdir()
+    return chosen
+
+
+def clone_tree(source: Path, target: Path, workers: int = min(8, os.cpu_count() or 1)) -> None:
     """`cp -al`: the same tree, every file a hard link to the source's (a copy where linking fails),
     symlinks recreated. The directories are made first, then `workers` threads make the links:
-    link(2) is CPU-bound in the kernel, and two threads on two cores cut 64 ms to 37 ms for the
-    5,000 files of the bench-env fixture."""
+    link(2) is CPU-bound in the kernel, so each core makes its share."""
     links, made_dirs = [], []
     pending = [(str(source), str(target))]
     while pending:
@@ -290,18 +230,33 @@ def clone_tree(source: Path, target: Path, workers: int = min(8, os.cpu_count() 
                     links.append((entry.path, made))
     chunks = [links[i::workers] for i in range(workers)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(lambda chunk: [_link_or_copy(*pair, copy=copy) for pair in chunk], chunks))
+        list(pool.map(lambda chunk: [_link_or_copy(*pair) for pair in chunk], chunks))
     for directory, out in made_dirs:  # last: a read-only directory must be filled first
         shutil.copymode(directory, out)
 
 
-def _link_or_copy(source: str, target: str, copy: bool = True) -> None:
+def _link_or_copy(source: str, target: str) -> None:
     try:
         os.link(source, target, follow_symlinks=False)
     except OSError:  # a file system without hard links, or a file we may not link (fs.protected_hardlinks)
-        if not copy:
-            raise
         shutil.copy2(source, target)
+
+
+# conda's per-env state that is not a package: requests (`--from-history`), `conda env
+# config vars`, the env's own .condarc. Copied into the new generation from the current
+# one, so that it reads as if the current one had been updated; a copy of its own,
+# since conda (and bootstrap, for the history) append to these files in place.
+ENV_STATE = ("conda-meta/history", "conda-meta/state", ".condarc")
+
+
+def carry_env_state(current: Path, partial: Path) -> None:
+    for relative in ENV_STATE:
+        source, target = current / relative, partial / relative
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            copy_over(source, target)
+        elif target.is_file():
+            target.unlink()
 
 
 def copy_over(source: Path, target: Path) -> None:
@@ -354,17 +309,11 @@ def rollback(layout: Layout) -> int:
 
 
 def collect_garbage(layout: Layout, keep: Iterable[Optional[int]]) -> list[int]:
-    """Delete every complete generation but `keep` (the new current one and the one it replaced),
-    and every spare but the current generation's while that is the only one (else the next change
-    recycles the retired one, and a spare of another generation is stale)."""
+    """Delete every complete generation but `keep` (the new current one and the one it replaced)."""
     kept = {g for g in keep if g is not None} | {layout.current()}
     doomed = [g for g in layout.generations() if g not in kept]
     for number in doomed:
         _delete(layout, layout.path(number))
-    current = layout.current()
-    for spare in layout.spares():  # kept only while it is the next change's start: a clone of the only one
-        if layout.generations() != [current] or spare != _spare_of(layout, current):
-            _delete(layout, spare)
     return doomed
 
 

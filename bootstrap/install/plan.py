@@ -1,17 +1,31 @@
 """Plan, then apply: what `bootstrap env` must change to make a prefix match a lock.
 
-Pure: (locked entries for this platform, what is installed) -> Plan. The
-plan is what `--dry-run` prints and what the tests assert on; applying it
-is `bootstrap.install.env`'s job.
+`make_plan` is pure: (locked entries for this platform, what is installed)
+-> Plan; `plan_against` reads what a prefix holds and calls it. The plan is
+made once, against the directory the change starts from, and is both what
+`--dry-run` prints and what `bootstrap.install.env` applies.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
-from bootstrap.lock.lockfile import LockedPackage
-from bootstrap.install.prefix import InstalledConda, InstalledPip, normalise
+from bootstrap.errors import InputError
+from bootstrap.install.prefix import (
+    InstalledConda,
+    InstalledPip,
+    conda_owned_metadata,
+    conda_packages,
+    conda_records,
+    normalise,
+    pip_distributions,
+    python_version,
+    site_packages,
+)
+from bootstrap.lock.lockfile import Lock, LockedPackage
 
 
 @dataclass(frozen=True)
@@ -32,6 +46,15 @@ class Plan:
         out += [f"pip rm  {p.name} {p.version}" for p in self.pip_remove]
         out += [f"pip add {p.describe()}" for p in self.pip_install]
         return out
+
+    def moved(self, old: Path, new: Path) -> "Plan":
+        """The plan for the same prefix renamed or cloned from `old` to `new`: what it removes, there."""
+        def at_new(path: Path) -> Path:
+            return new / path.relative_to(old)
+
+        return dataclasses.replace(
+            self, unlink=tuple(dataclasses.replace(c, record_path=at_new(c.record_path)) for c in self.unlink),
+            pip_remove=tuple(dataclasses.replace(d, dist_info=at_new(d.dist_info)) for d in self.pip_remove))
 
     def to_dict(self) -> dict:
         return {
@@ -88,3 +111,42 @@ def _same_conda(entry: LockedPackage, have: InstalledConda) -> bool:
     if have.sha256:
         return have.sha256 == entry.sha256
     return (have.version, have.build) == (entry.version, entry.build)
+
+
+def locked_entries(lock: Lock, platform: str) -> list[LockedPackage]:
+    """The lock's entries for `platform`; an InputError naming the fix if it is not locked."""
+    if platform not in lock.platforms:
+        raise InputError(
+            lock.path, f"platform {platform} is not locked (locked: {', '.join(lock.platforms)})",
+            "add it to `platforms:` in the env spec and run `make lock`, or pass --platform",
+        )
+    return lock.for_platform(platform)
+
+
+def plan_against(entries: Sequence[LockedPackage], prefix: Path) -> Plan:
+    """`make_plan` for what `prefix` holds (nothing, if it does not exist). A distribution it would
+    pip-remove may be a conda package's metadata under another name (pytables' `tables-*.egg-info`):
+    only then are all conda records read for the files they own."""
+    moves = _python_moves(entries, prefix)
+    plan = make_plan(entries, conda_packages(prefix), [] if moves else pip_distributions(prefix))
+    if moves:  # rattler relinks each noarch: python package into the new site-packages: from a verified archive
+        planned = {e.name for e in plan.link}
+        relinked = {c.name: c for c in conda_records(prefix) if c.noarch == "python" and c.name not in planned}
+        again = [e for e in entries if e.manager == "conda" and e.name in relinked]
+        plan = dataclasses.replace(plan, link=tuple(sorted((*plan.link, *again), key=lambda e: e.name)),
+                                   unlink=tuple(sorted((*plan.unlink, *(relinked[e.name] for e in again)),
+                                                       key=lambda c: c.name)))
+    if plan.pip_remove:
+        owned = conda_owned_metadata(prefix)
+        plan = dataclasses.replace(plan, pip_remove=tuple(d for d in plan.pip_remove if d.dist_info.name not in owned))
+    return plan
+
+
+def _python_moves(entries: Sequence[LockedPackage], prefix: Path) -> bool:
+    """Whether the lock's python is another minor version than the one whose site-packages `prefix` has:
+    its own site-packages holds no pip distribution yet, so every locked one is installed again
+    (those of the old version stay behind with it, out of the new python's sight, as conda leaves them)."""
+    site = site_packages(prefix)
+    locked = [e.version for e in entries if e.manager == "conda" and e.name == "python"]
+    return site is not None and site.parent.name.startswith("python") and bool(locked) and \
+        python_version(site.parent.name) != python_version(locked[0])

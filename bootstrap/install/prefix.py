@@ -137,8 +137,8 @@ def conda_meta_fingerprint(prefix: Path) -> dict:
 def conda_packages(prefix: Path) -> list[InstalledConda]:
     """Name, version, build and sha256 of each conda package: what `bootstrap env` plans against.
 
-    Parsing the records costs about 0.2 ms per 100 files they list (a CUDA env
-    lists tens of thousands). When conda-meta is still exactly as bootstrap
+    Parsing the records costs in proportion to the files they list, and a CUDA
+    env lists tens of thousands. When conda-meta is still exactly as bootstrap
     left it (same files, sizes and mtimes as in the install record), the
     install record already knows the answer; otherwise every record is parsed.
     The result carries no `files`, `depends` or `url`; `conda_records` does.
@@ -288,8 +288,7 @@ def read_install_record(prefix: Path) -> Optional[InstallRecord]:
 
 
 def write_install_record(prefix: Path, record: InstallRecord, fsync: bool = True) -> None:
-    # One field per line, each value compact: `indent` would switch json to its pure-Python
-    # encoder (1 ms of a one-package change at 114 packages).
+    # One field per line, each value compact: `indent` would switch json to its pure-Python encoder.
     fields = sorted(vars(record).items())
     text = "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in fields) + "\n}\n"
     atomic_write_text(prefix / "conda-meta" / INSTALL_RECORD, text, fsync)

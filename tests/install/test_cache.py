@@ -39,7 +39,6 @@ def test_prune_keeps_what_the_locks_install_and_drops_the_rest(project: Project,
     assert {e.name for e in gone} == {"torchlike", "alpha", "beta"}  # the first lock's, not the second's
     assert report["removed"]["archives"]["entries"] == len(gone)
     assert report["removed"]["pkgs"]["entries"] == 2 and report["removed"]["seals"]["entries"] == 1  # torchlike's
-    assert report["removed"]["locks"]["entries"] == 1  # the first lock's parsed form
     assert report["kept_for"] == [str(project.lock_path("py310"))]
     assert {p.name for p in (cache / "archives").iterdir()} == {p.sha256 for p in lock.packages}
     assert not list((cache / "pkgs").glob("torchlike-*")) and (cache / "pkgs" / ".cache.lock").exists()
@@ -81,11 +80,11 @@ def test_prune_removes_only_what_is_its_own(project: Project, channel: Path, tmp
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "precious.json").write_text("{}")
-    (cache / "locks" / "deploy.txt").write_text("not a parsed lock")
+    (cache / "archives" / "deploy.txt").write_text("not an archive's directory")
     shutil.rmtree(cache / "seals")
     (cache / "seals").symlink_to(outside)
     report = cache_json(project, capsys, "--prune")
-    assert (cache / "locks" / "deploy.txt").exists() and (outside / "precious.json").exists()
+    assert (cache / "archives" / "deploy.txt").exists() and (outside / "precious.json").exists()
     assert report["removed"]["seals"]["entries"] == 0 and report["usage"]["seals"]["entries"] == 0
 
 

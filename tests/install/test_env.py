@@ -51,8 +51,8 @@ def test_create_from_directory_mirror_then_noop(project: Project, channel: Path,
     capsys.readouterr()
     assert main(env_args(project, "/nonexistent-mirror")) == 0  # nothing to fetch, so no mirror needed
     out = capsys.readouterr().out
-    assert "is up to date" in out and "made a spare of generation 1 (hard links)" in out
-    assert generation_dirs(project) == ["1", "1.spare"]  # the partial removed; the next change starts from the spare
+    assert "is up to date" in out
+    assert generation_dirs(project) == ["1"]  # the killed change's partial removed, nothing made
     assert read_install_record(prefix).generation == generation
     # A no-op starts a fresh interpreter each time (`make env`): it must not load the linker's engines.
     code = ("import json, sys; from bootstrap.cli import main; code = main(sys.argv[1:]); "
@@ -143,9 +143,13 @@ def test_later_changes_recycle_the_retired_generation(project: Project, channel:
     change_lock(project, channel, wheels, conda=no_torch, pip=("alpha==1.0",))
     third = env_json(project, channel, capsys)
     assert (third["generation"], third["base"], third["recycled"]) == (3, 1, True)
-    # The plan shown is the change from the current generation (B -> C) ...
-    assert third["plan"] == {"link": [], "unlink": [], "pip_install": [], "pip_remove": [{"name": "gamma", "version": "0.5"}]}
-    # ... while generation 1 was brought from A to C in place: same directory, now C.
+    # The plan is what was applied: generation 1 brought from A to C in place, same directory, now C.
+    assert third["plan"] == {
+        "link": [], "unlink": [{"name": "torchlike", "version": "1.0", "build": "cuda12_1"}],
+        "pip_install": [{"name": "alpha", "version": "1.0"}],
+        "pip_remove": [{"name": "alpha", "version": "1.1"}, {"name": "beta", "version": "2.0"},
+                       {"name": "gamma", "version": "0.5"}],
+    }
     assert generation_dirs(project) == ["2", "3"] and os.stat(gens_dir / "3").st_ino == first_inode
     assert_matches_lock(project)
     prefix = prefix_of(project)
@@ -206,20 +210,39 @@ def test_a_change_never_writes_into_the_generation_it_starts_from(project: Proje
     assert (gens_dir / "2" / replaced).read_text() == text
 
 
-def test_a_first_change_after_a_noop_starts_from_its_spare(project: Project, channel: Path, wheels: Path,
-                                                           capsys) -> None:
-    """The no-op run clones generation 1 ahead; the change then costs what a recycled one does,
-    and leaves 1 as it was, for --rollback."""
+def test_the_plan_a_dry_run_prints_is_the_plan_a_run_applies(project: Project, channel: Path, wheels: Path,
+                                                               capsys) -> None:
+    """Create (from nothing), a first change (from a clone of the current generation), and a later
+    change that recycles the retired generation, two changes behind: each time the dry run names
+    the same generation, start and actions as the run that follows reports."""
+    no_torch = tuple(c for c in CONDA if c != "torchlike")
+    steps = [("create", None), ("clone", dict(conda=no_torch, pip=("alpha==1.0", "gamma"))),
+             ("recycled", dict(conda=no_torch, pip=("alpha==1.0",)))]
+    for made, lock_change in steps:
+        if lock_change is not None:
+            change_lock(project, channel, wheels, **lock_change)
+        dry = env_json(project, channel, capsys, "--dry-run")
+        done = env_json(project, channel, capsys)
+        keys = ("generation", "base", "made", "plan")
+        assert {k: dry[k] for k in keys} == {k: done[k] for k in keys}, made
+        assert (dry["dry_run"], dry["changed"], done["changed"]) == (True, False, True)
+        assert done["made"] == ("empty" if made == "create" else made) and any(done["plan"].values())
+        assert_matches_lock(project)
+    assert env_json(project, channel, capsys, "--dry-run")["plan"] == env_json(project, channel, capsys)["plan"] == \
+        {"link": [], "unlink": [], "pip_install": [], "pip_remove": []}  # up to date: nothing to do either way
+
+
+def test_a_first_change_starts_from_a_clone_and_leaves_the_first_generation_for_rollback(
+        project: Project, channel: Path, wheels: Path, capsys) -> None:
     gens_dir = prefix_of(project).parent / ".py310.gens"
     assert env_json(project, channel, capsys)["made"] == "empty"
     noop = env_json(project, channel, capsys)
-    assert (noop["changed"], noop["spare"], noop["generation"]) == (False, 1, 1) and noop["seconds"]["spare"] > 0
-    assert env_json(project, channel, capsys)["spare"] is None  # once
+    assert (noop["changed"], noop["generation"]) == (False, 1) and generation_dirs(project) == ["1"]  # a no-op makes nothing
     before = tree_state(gens_dir / "1")
     change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma"))
     assert main(env_args(project, str(channel))) == 0
     out = capsys.readouterr().out
-    assert "built from the spare of generation 1;" in out
+    assert "built from a clone of generation 1;" in out
     assert generation_dirs(project) == ["1", "2"] and tree_state(gens_dir / "1") == before
     assert_matches_lock(project)
     prefix = prefix_of(project)
@@ -308,7 +331,7 @@ def test_rollback(project: Project, channel: Path, wheels: Path, capsys) -> None
     assert main(["env", "--root", str(project.root), "--rollback", "--dry-run"]) == 0
     assert f"{prefix} would point at generation 1 (now 2); nothing changed" in capsys.readouterr().out
     assert main(["env", "--root", str(project.root), "--rollback", "--dry-run", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"format": "bootstrap.env", "version": 1, "prefix": str(prefix),
+    assert json.loads(capsys.readouterr().out) == {"format": "bootstrap.env", "version": 2, "prefix": str(prefix),
                                                    "rollback": True, "dry_run": True, "generation": 1, "was": 2,
                                                    "changed": False}
     assert os.readlink(prefix).endswith("/2")
@@ -386,8 +409,8 @@ def test_corrupted_cache_is_healed_not_installed(project: Project, channel: Path
     assert_matches_lock(project)
 
 
-def test_an_edited_cached_copy_found_while_linking_discards_the_generation(project: Project, channel: Path) -> None:
-    """Seals are checked while rattler links from the copies: an edited one costs a second start, not the env."""
+def test_an_edited_cached_copy_is_never_linked(project: Project, channel: Path) -> None:
+    """Seals are checked before rattler links from the copies: an edited one is extracted again from its archive."""
     from bootstrap.install.env import EnvOptions, Feedback, create_or_update
 
     assert main(env_args(project, str(channel))) == 0  # extracts and seals every package
@@ -398,10 +421,10 @@ def test_an_edited_cached_copy_found_while_linking_discards_the_generation(proje
     fresh = project.root / "fresh"
     options = EnvOptions("py310", project.lock_path("py310"), fresh, "linux-64", project.root / ".cache")
     result = create_or_update(options, Feedback(notify=messages.append))
-    assert any("cached copies of torchlike 1.0" in m and "starting over" in m for m in messages), messages
+    assert any("cached copies of torchlike 1.0" in m and "extracting them again" in m for m in messages), messages
     assert (fresh / "share/torchlike/build.txt").read_bytes() == original
     assert extracted.read_bytes() == original and result.generation == 1
-    assert [p.name for p in (project.root / ".fresh.gens").iterdir()] == ["1"]  # nothing left of the first try
+    assert [p.name for p in (project.root / ".fresh.gens").iterdir()] == ["1"]
 
 
 def test_an_edited_cached_copy_with_its_mtime_put_back_is_found(project: Project, channel: Path) -> None:
@@ -448,25 +471,26 @@ def test_a_seal_of_an_older_format_counts_as_none(project: Project, channel: Pat
 
 def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: Project, channel: Path, monkeypatch) -> None:
     """Two envs share a cache: another run may drop an extracted package between our seal check and rattler."""
-    import bootstrap.install.env as env_module
+    from bootstrap.install import store
 
     assert main(env_args(project, str(channel))) == 0
     shutil.rmtree(project.root / ".envs")
-    has_seal = env_module._has_seal
+    sealed_copies = store.sealed_copies
 
-    def check_then_lose_it(cache_dir: Path, entry, *drop: bool) -> bool:
-        sealed = has_seal(cache_dir, entry, *drop)
-        if entry.name == "bigpkg" and sealed:
-            shutil.rmtree(env_module._extracted_dir(cache_dir, entry))
-        return sealed
+    def check_then_lose_it(cache_dir: Path, entries, drop: bool):
+        found = sealed_copies(cache_dir, entries, drop)
+        for entry in entries:
+            if entry.name == "bigpkg" and entry.name in found[0]:
+                shutil.rmtree(store.extracted_dir(cache_dir, entry))
+        return found
 
-    monkeypatch.setattr(env_module, "_has_seal", check_then_lose_it)
+    monkeypatch.setattr(store, "sealed_copies", check_then_lose_it)
     (archive,) = (project.root / ".cache").glob("archives/*/bigpkg-*")
-    archive.write_bytes(archive.read_bytes()[:-10] + b"0123456789")  # unread while the sealed copy stood in
+    archive.write_bytes(archive.read_bytes()[:-10] + b"0123456789")  # unread while the sealed copy stands in
     assert main(env_args(project, str(channel))) == 0
     assert_matches_lock(project)  # canonical URLs in conda-meta, whichever way each package was linked
     (entry,) = [e for e in read_lock(project.lock_path("py310")).for_platform("linux-64", "conda") if e.name == "bigpkg"]
-    assert env_module._seal_holds(project.root / ".cache", entry)  # extracted and sealed again
+    assert store.seal_holds(project.root / ".cache", entry)  # extracted and sealed again
     from bootstrap.fsutil import sha256_file
 
     assert sha256_file(archive) == entry.sha256  # checked before the second link, and fetched again
@@ -483,7 +507,7 @@ def test_the_link_step_never_downloads(tmp_path: Path, channel: Path, offline: b
 
     import rattler
 
-    from bootstrap.install.env import link_config
+    from bootstrap.install.link import link_config
 
     archive = next(p for p in (channel / "noarch").iterdir() if p.name.startswith("bigpkg-"))
     record = asyncio.run(rattler.RepoDataRecord.from_package_archive(archive))
@@ -509,7 +533,7 @@ def test_the_link_step_never_downloads(tmp_path: Path, channel: Path, offline: b
 ], ids=["non-BMP", "no-channel-path", "quote-and-DEL", "bad-host", "file"])
 def test_link_config_takes_any_url_a_lock_holds(url: str) -> None:
     """Each URL the lock accepts gives a config rattler reads; the offline client wherever it can name the host."""
-    from bootstrap.install.env import link_config
+    from bootstrap.install.link import link_config
     from bootstrap.lock.lockfile import LockedPackage, _entry_problem
 
     assert _entry_problem(LockedPackage("a", "1", "conda", "linux-64", url, "0" * 64, build="0")) is None
@@ -591,24 +615,24 @@ def test_an_extracting_file_taken_for_a_killed_runs_is_made_again(tmp_path: Path
     run, which removes it: the run must not go on holding a lock nobody can see."""
     import fcntl
 
-    import bootstrap.install.env as env_module
+    from bootstrap.install import store
 
     real_flock, removed = fcntl.flock, []
 
     def flock_after_another_run_looked(fd, operation):
-        if not removed:  # the other run's `_others_extracting`, in that instant
+        if not removed:  # the other run's `others_extracting`, in that instant
             (found,) = tmp_path.glob(".extracting-*")
             found.unlink()
             removed.append(found.name)
         return real_flock(fd, operation)
 
     monkeypatch.setattr(fcntl, "flock", flock_after_another_run_looked)
-    with env_module._extracting(tmp_path):
+    with store.extracting(tmp_path):
         (held,) = tmp_path.glob(".extracting-*")
         assert held.name != removed[0]
         assert oct(held.stat().st_mode & 0o777) == "0o644"  # another user's run on a shared cache can open it
-        monkeypatch.setattr(env_module, "_HELD", set())  # as another process sees it
-        assert env_module._others_extracting(tmp_path)
+        monkeypatch.setattr(store, "_HELD", set())  # as another process sees it
+        assert store.others_extracting(tmp_path)
     assert not list(tmp_path.glob(".extracting-*"))
 
 
@@ -807,7 +831,7 @@ def test_the_activate_hint_of_a_windows_env_names_its_python_exe(tmp_path: Path)
     from bootstrap.install.env import EnvResult
     from bootstrap.install.plan import Plan
 
-    result = EnvResult(tmp_path / "env", "win-64", Plan(), 1, changed=True, dry_run=False)
+    result = EnvResult(prefix=tmp_path / "env", platform="win-64", plan=Plan(), generation=1, changed=True, dry_run=False)
     assert _summary("py310", result, SimpleNamespace(lock_path=Path("conda-lock.yml"))).endswith(
         f"or run {tmp_path / 'env' / 'python.exe'}")
 
@@ -969,7 +993,7 @@ def test_uv_outliving_a_killed_run_keeps_the_next_run_waiting(project: Project, 
     uv.write_text(f'#!/bin/sh\nif [ "$2" = install ]; then : > {started}; while [ ! -e {go_on} ]; do sleep 0.05; done; fi\n'
                   f'exec {uv_binary(PipOptions())} "$@"\n')
     uv.chmod(0o755)
-    code = (f"import sys, bootstrap.install.env as e; e.uv_binary = lambda _: {str(uv)!r}; "
+    code = (f"import sys, bootstrap.install.pip as p; p.uv_binary = lambda _: {str(uv)!r}; "
             "from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))")
     killed = subprocess.Popen([sys.executable, "-c", code, *env_args(project, str(channel))], cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

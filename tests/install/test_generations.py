@@ -127,7 +127,7 @@ def test_a_generation_killed_while_being_deleted_is_never_recycled(tmp_path: Pat
         gens.collect_garbage(layout, keep=(3, 2))
     monkeypatch.undo()
     assert layout.generations() == [2, 3]  # generation 1 no longer looks complete
-    assert [p.name for p in gens.remove_partials(layout)] == ["1.garbage"]
+    assert [p.name for p in gens.remove_leftovers(layout)] == ["1.garbage"]
     new = gens.start(layout)
     assert (new.base, new.recycled) == (2, True) and marker(new.partial) == "2"
 
@@ -204,74 +204,39 @@ def test_a_run_that_changes_nothing_removes_a_killed_changes_leftovers_unless_on
     (layout.gens_dir / "2.partial" / "lib").mkdir(parents=True)
     with open(layout.lock_file, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        assert gens.tidy_if_idle(layout) == ([], None)
+        assert gens.tidy_if_idle(layout) == []
         assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["1", "2.partial"]
-    assert gens.tidy_if_idle(layout) == ([layout.gens_dir / "2.partial"], 1)
-    assert layout.generations() == [1] and sorted(p.name for p in layout.gens_dir.iterdir()) == ["1", "1.spare"]
+    assert gens.tidy_if_idle(layout) == [layout.gens_dir / "2.partial"]
+    assert layout.generations() == [1] and sorted(p.name for p in layout.gens_dir.iterdir()) == ["1"]
+    assert gens.tidy_if_idle(layout) == []  # nothing to do: nothing made
 
 
-def test_a_run_that_changes_nothing_makes_the_spare_the_first_change_starts_from(tmp_path: Path, monkeypatch) -> None:
-    """The first change would clone the current generation; a no-op run clones it ahead, once."""
-    layout = layout_with(tmp_path, [1], current=1)
-    (layout.path(1) / "lib").mkdir()
-    (layout.path(1) / "lib" / "libx.so").write_bytes(b"x" * 100)
-    assert gens.tidy_if_idle(layout) == ([], 1)
-    spare = layout.gens_dir / "1.spare"
-    assert os.stat(spare / "lib" / "libx.so").st_ino == os.stat(layout.path(1) / "lib" / "libx.so").st_ino
-    assert marker(spare) == "1" and layout.generations() == [1] and layout.current() == 1
-    assert gens.tidy_if_idle(layout) == ([], None)  # once: there is one now
-
-    def no_clone(*_):
-        raise AssertionError("the change cloned although a spare was there")
-
-    monkeypatch.setattr(gens, "clone_tree", no_clone)
+def test_an_older_bootstraps_ready_made_clone_is_removed_and_never_started_from(tmp_path: Path) -> None:
+    """Earlier versions cloned the current generation ahead of a change as `<n>.spare`; none is
+    made now, and one left behind (maybe of another generation than the current) is a leftover."""
+    layout = layout_with(tmp_path, [2], current=2)
+    shutil.copytree(layout.path(2), layout.gens_dir / "1.spare")
+    (layout.gens_dir / "1.spare" / "conda-meta" / "marker").write_text("1")
+    assert gens.tidy_if_idle(layout) == [layout.gens_dir / "1.spare"]
     new = gens.start(layout)
-    assert (new.number, new.base, new.made, new.recycled) == (2, 1, "spare", False)
-    assert marker(new.partial) == "1" and not spare.exists() and layout.spares() == []
-    gens.commit(layout, new.number, new.partial)
-    assert gens.tidy_if_idle(layout) == ([], None)  # 1 is retired now: the next change recycles it
-    assert gens.start(layout).made == "recycled"
+    assert (new.base, new.made, marker(new.partial)) == (2, "clone", "2")
 
 
-def test_no_spare_where_the_next_change_would_not_clone(tmp_path: Path, make_read_only) -> None:
-    assert gens.tidy_if_idle(gens.Layout(tmp_path / "none")) == ([], None)  # no env yet
-    two = layout_with(tmp_path / "two", [1, 2], current=2)
-    assert gens.tidy_if_idle(two) == ([], None) and two.spares() == []  # 1 is retired: recycled
-    read_only = layout_with(tmp_path / "ro", [1], current=1)
-    make_read_only(read_only.gens_dir)
-    assert gens.tidy_if_idle(read_only) == ([], None)  # a shared env users may not write: quietly none
-
-
-def test_a_spare_that_cannot_be_made_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
-    import errno
-
-    layout = layout_with(tmp_path, [1], current=1)
-    real = gens.clone_tree
-
-    def disk_full(source: Path, target: Path, **options) -> None:
-        real(source, target, **options)
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(gens, "clone_tree", disk_full)
-    assert gens.tidy_if_idle(layout) == ([], None)
-    assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["1"]
-
-
-def test_a_spare_killed_half_made_is_removed_and_made_again(tmp_path: Path) -> None:
-    layout = layout_with(tmp_path, [1], current=1)
-    (layout.gens_dir / "1.spare.partial" / "conda-meta").mkdir(parents=True)  # SIGKILL while cloning
-    (layout.gens_dir / "1.spare.probe").write_text("")  # ... or between the probe link and its unlink
-    assert layout.spares() == []  # never taken for a spare
-    assert gens.tidy_if_idle(layout) == ([layout.gens_dir / "1.spare.partial"], 1)
-    assert marker(layout.gens_dir / "1.spare") == "1"
-    assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["1", "1.spare"]
-
-
-def test_garbage_collection_drops_a_spare_once_a_generation_is_retired(tmp_path: Path) -> None:
-    layout = layout_with(tmp_path, [1, 2], current=2)
-    shutil.copytree(layout.path(1), layout.gens_dir / "1.spare")  # left by hand, or by an older bootstrap
-    assert gens.collect_garbage(layout, keep=(2, 1)) == []
-    assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["1", "2"]
+def test_where_the_next_change_starts_is_decided_without_touching_anything(tmp_path: Path) -> None:
+    """`next_start` is what `start` then makes: the plan is made against that base before it exists."""
+    for numbers, current, expected in (([], None, (1, None, "empty")), ([1], 1, (2, 1, "clone")),
+                                       ([1, 2], 2, (3, 1, "recycled")), ([1, 2], 1, (3, 2, "recycled"))):
+        layout = layout_with(tmp_path / f"case{len(numbers)}{current}", numbers, current=current) if numbers \
+            else gens.Layout(tmp_path / "none" / "py310")
+        before = sorted(p.name for p in layout.gens_dir.iterdir()) if layout.gens_dir.is_dir() else None
+        chosen = gens.next_start(layout)
+        assert (chosen.number, chosen.base, chosen.made) == expected
+        after = sorted(p.name for p in layout.gens_dir.iterdir()) if layout.gens_dir.is_dir() else None
+        assert before == after  # nothing made, renamed or cloned
+        made = gens.start(layout, chosen)
+        assert made == chosen and made.partial.is_dir()
+        if chosen.base is not None:
+            assert marker(made.partial) == str(chosen.base)
 
 
 def test_a_prefix_under_a_file_is_refused(tmp_path: Path) -> None:
@@ -282,67 +247,3 @@ def test_a_prefix_under_a_file_is_refused(tmp_path: Path) -> None:
         gens.Layout(tmp_path / "afile" / "sub" / "env").check_writable()
 
 
-def test_a_spare_is_not_kept_once_a_change_recycled_the_generation_it_was_made_of(tmp_path: Path) -> None:
-    """The link removed by hand (to start over): the change recycles generation 1, and its spare
-    would outlive it: holding gen 1's files, stopping the next no-op from making a spare of 2, and
-    sending the next change back to gen 1's packages ("from the spare of generation 1", long gone)."""
-    layout = layout_with(tmp_path, [1], current=1)
-    assert gens.tidy_if_idle(layout) == ([], 1)
-    layout.stable.unlink()
-    new = gens.start(layout)
-    assert new.made == "recycled"
-    (new.partial / "conda-meta" / "marker").write_text("2")
-    gens.commit(layout, new.number, new.partial)
-    gens.collect_garbage(layout, keep=(new.number, None))
-    assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["2"]
-    assert gens.tidy_if_idle(layout) == ([], 2)  # the next no-op makes the spare of the current one
-    assert marker(gens.start(layout).partial) == "2"
-
-
-def test_a_stale_spare_is_never_what_a_change_starts_from(tmp_path: Path) -> None:
-    """A spare of another generation than the current one (a kill between a commit and its garbage
-    collection, or an older bootstrap) is no clone of the current generation."""
-    layout = layout_with(tmp_path, [2], current=2)
-    shutil.copytree(layout.path(2), layout.gens_dir / "1.spare")
-    (layout.gens_dir / "1.spare" / "conda-meta" / "marker").write_text("1")
-    new = gens.start(layout)
-    assert (new.base, new.made, marker(new.partial)) == (2, "clone", "2")
-
-
-def test_a_spare_never_copies_what_it_cannot_hard_link(tmp_path: Path, monkeypatch) -> None:
-    """On a file system without hard links (or files another user owns, fs.protected_hardlinks),
-    the clone falls back to copies: a no-op run would copy the whole env (GBs with CUDA)."""
-    import errno
-
-    layout = layout_with(tmp_path, [1], current=1)
-    (layout.path(1) / "lib").mkdir()
-    (layout.path(1) / "lib" / "libcuda-big.so").write_bytes(b"x" * 4096)
-
-    def no_links(*args, **kwargs):
-        raise OSError(errno.EXDEV, "Invalid cross-device link")
-
-    copied = []
-    real_copy2 = shutil.copy2
-    monkeypatch.setattr(os, "link", no_links)
-    monkeypatch.setattr(shutil, "copy2", lambda s, t, **kw: (copied.append(s), real_copy2(s, t, **kw))[1])
-    made = []
-    real_mkdir = os.mkdir
-    monkeypatch.setattr(os, "mkdir", lambda path, *a, **kw: (made.append(path), real_mkdir(path, *a, **kw))[1])
-    assert gens.tidy_if_idle(layout) == ([], None)
-    assert copied == [] and sorted(p.name for p in layout.gens_dir.iterdir()) == ["1"]
-    assert [m for m in made if str(layout.gens_dir) in str(m)] == []  # one link tried, not every directory made
-    new = gens.start(layout)  # a change still copies where it must
-    assert new.made == "clone" and copied
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a no-op run by root on another user's env")
-def test_a_noop_run_by_another_user_makes_no_spare_the_owner_cannot_write(tmp_path: Path) -> None:
-    """`sudo make env` on a user's env: root's spare would be root's directories, which the owner's next
-    change starts from, cannot write into (Permission denied) nor remove (every later change fails)."""
-    layout = layout_with(tmp_path, [1], current=1)
-    for directory, _, files in os.walk(tmp_path):
-        os.chown(directory, 65534, 65534)
-        for name in files:
-            os.chown(os.path.join(directory, name), 65534, 65534)
-    assert gens.tidy_if_idle(layout) == ([], None)
-    assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["1"]

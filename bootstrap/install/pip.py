@@ -1,0 +1,173 @@
+"""The pip part of a change: uv removes and installs exactly the planned wheels.
+
+Hash-checked, no resolution, no network: uv installs the wheels bootstrap
+fetched and checked into its store (`fetch`), then each new distribution is
+rewritten for the stable path and the lock (`_finish_wheel`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from bootstrap.errors import IntegrityError, ToolError
+from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, remove_tree
+from bootstrap.install.fetch import forget_verified
+from bootstrap.install.plan import Plan
+from bootstrap.install.prefix import InstalledPip, python_executable, site_packages
+from bootstrap.lock.lockfile import LockedPackage
+from bootstrap.lock.pip import PipOptions, uv_binary
+from bootstrap.runner import Completed, run
+from bootstrap.urls import scrub_credentials
+
+
+def remove(dists: Sequence[InstalledPip], partial: Path, stable: Path, held: Sequence[int] = ()) -> list[str]:
+    """uv uninstalls `dists` from `partial`; returns notes on those whose metadata alone could be
+    removed (`_drop_unlisted`). `stable` is the path errors name; `held`: see `install`."""
+    notes = _drop_unlisted(dists, partial)
+    names = sorted({d.name for d in dists if os.path.lexists(d.dist_info)})
+    if names:
+        done = _run_uv([uv_binary(PipOptions()), "pip", "uninstall", "--python", str(python_executable(partial)), *names],
+                       timeout=600, held=held)
+        if done.returncode != 0:
+            raise ToolError(f"uv pip uninstall failed in {stable}: {_uv_message(done, partial, stable)}")
+    return notes
+
+
+def install(entries: Sequence[LockedPackage], partial: Path, stable: Path, wheels: Mapping[str, Path],
+            held: Sequence[int] = ()) -> None:
+    """uv installs `entries` into `partial` from their checked local `wheels` (name -> file), so it
+    never downloads mid-install; then each new distribution gets the lock's URL and the stable
+    path (`_finish_wheel`).
+
+    uv inherits `held`, the descriptor of the env's lock. uv runs in a session of its own, so
+    a SIGKILL of bootstrap, or of its process group (a CI job cancelled, `timeout -s KILL`),
+    leaves it writing into `partial`; holding the lock, it keeps the next run waiting until it
+    is done, rather than have that run build a generation of the same number for it to write into."""
+    if not entries:
+        return
+    local = {wheels[e.name].as_uri(): e for e in entries}
+    requirements = partial / ".bootstrap-requirements.txt"
+    requirements.write_text("".join(f"{e.name} @ {uri} --hash=sha256:{e.sha256}\n" for uri, e in local.items()),
+                            encoding="utf-8")
+    try:
+        done = _run_uv([uv_binary(PipOptions()), "pip", "install", "--python", str(python_executable(partial)),
+                        "--no-deps", "--require-hashes", "--link-mode", "copy", "--no-index", "-r", str(requirements)],
+                       timeout=3600, held=held)
+    finally:
+        requirements.unlink()
+    if done.returncode != 0:
+        forget_verified([wheels[e.name] for e in entries])  # if a stored wheel changed unseen, the next run's hashing finds it
+        raise _pip_failure(_uv_message(done, partial, stable), stable)
+    for dist_info, entry in _installed_from(partial, local):
+        _finish_wheel(dist_info, entry, partial, stable)
+
+
+def _drop_unlisted(dists: Sequence[InstalledPip], partial: Path) -> list[str]:
+    """Remove the metadata of each distribution in `dists` that lists no files to uninstall (a
+    .dist-info without RECORD, an .egg-info without top_level.txt, a distutils .egg-info file, as
+    hand or legacy installs leave them): uv refuses to uninstall those, which would block every
+    later change of the env. Files such a distribution installed, listed nowhere, stay."""
+    notes = []
+    for dist in dists:
+        metadata = dist.dist_info
+        if (metadata / ("RECORD" if metadata.name.endswith(".dist-info") else "top_level.txt")).is_file():
+            continue  # uv's to uninstall
+        if metadata.is_dir():
+            remove_tree(metadata)
+        else:
+            metadata.unlink()
+        notes.append(f"{dist.name} {dist.version}: only its metadata was removed ({metadata.relative_to(partial)}), "
+                     "which lists no files to uninstall; any files it installed are still there")
+    return notes
+
+
+def _run_uv(argv: Sequence[str], timeout: float, held: Sequence[int]) -> Completed:
+    # From /: uv names paths in full, not relative to our working directory (so `_uv_message` can
+    # put the stable path in place of the generation's), and reads no uv.toml of whatever project we are in.
+    return run(argv, timeout=timeout, cwd="/", pass_fds=held)
+
+
+_UV_PROGRESS = ("Using Python ", "Resolved ", "Prepared ", "Installed ", "Uninstalled ", "Audited ", "+ ", "- ", "~ ")
+
+
+def _uv_message(done: Completed, partial: Path, stable: Path) -> str:
+    """uv's stderr on one line: its errors and what caused them, without progress lines, naming the
+    env's stable path rather than the generation being built (which is gone once the run failed)."""
+    lines = [line.strip() for line in _in_env(scrub_credentials(done.stderr), partial, stable).splitlines()]
+    kept = [line[len("error: "):] if line.startswith("error: ") else line
+            for line in lines if line and not line.startswith(_UV_PROGRESS)]
+    return " ".join(kept) or f"exit status {done.returncode}, no message"
+
+
+def _in_env(text: str, partial: Path, stable: Path) -> str:
+    """`text` naming the stable path where it names the generation being built."""
+    return text.replace(str(partial), str(stable))
+
+
+def _pip_failure(message: str, stable: Path):
+    if "hash" in message.lower() and "mismatch" in message.lower():
+        return IntegrityError("a wheel does not match the lock's sha256 (its copy in the package cache damaged on disk?); "
+                              f"nothing was installed, and the next run hashes the cached wheels again: {message}")
+    return ToolError(f"uv pip install failed in {stable}: {message}")
+
+
+def _installed_from(partial: Path, local: dict) -> list:
+    """(dist-info, lock entry) of each distribution uv just installed: its direct_url.json names
+    one of the store's `file://` URLs in `local`. Older ones were finished when they came in."""
+    site = site_packages(partial)
+    found = []
+    for direct_url in site.glob("*.dist-info/direct_url.json") if site is not None else ():
+        try:
+            entry = local.get(json.loads(direct_url.read_text(encoding="utf-8")).get("url"))
+        except ValueError:
+            continue
+        if entry is not None:
+            found.append((direct_url.parent, entry))
+    return found
+
+
+def _finish_wheel(dist_info: Path, entry: LockedPackage, partial: Path, stable: Path) -> None:
+    """Rewrite what uv wrote for the generation and the store, for the stable path and the lock.
+
+    * direct_url.json (PEP 610) names the store's `file://` URL: the lock's URL instead, byte
+      for byte what uv writes when it fetches that URL itself, so that `export` and `verify`
+      see where the wheel comes from.
+    * Entry-point shebangs name the generation (`#!<gen>/bin/python`, or for long paths uv's
+      `#!/bin/sh` + `exec '<gen>/bin/python'` header): the stable path instead.
+
+    RECORD follows the new bytes, as pip's does when it writes the shebang at install time, so
+    `verify --deep` agrees. Only RECORD paths that leave site-packages (`../`) can be scripts,
+    so only those are resolved: a CUDA wheel's RECORD lists thousands of files."""
+    site = dist_info.parent
+    bin_dir = partial.resolve() / "bin"
+    old, new = f"{partial}/bin/".encode(), f"{stable}/bin/".encode()
+    direct_url = f"{dist_info.name}/direct_url.json"
+    record = dist_info / "RECORD"
+    lines = record.read_text(encoding="utf-8").splitlines()
+    for index, line in enumerate(lines):
+        path = line.partition(",")[0]
+        target = site / path
+        if path == direct_url:
+            data = json.dumps({"url": entry.url, "archive_info": {}}, separators=(",", ":")).encode()
+        elif path.startswith("../") and target.resolve().parent == bin_dir and target.is_file():
+            data = target.read_bytes()
+            head, body = data[:1024], data[1024:]
+            if not data.startswith(b"#!") or old not in head:
+                continue
+            data = head.replace(old, new) + body
+        else:
+            continue
+        atomic_write_bytes(target, data, fsync=False)
+        lines[index] = _record_line(path, data)
+    atomic_write_text(record, "\n".join(lines) + "\n", fsync=False)
+
+
+def _record_line(relative: str, data: bytes) -> str:
+    """A RECORD line: path, urlsafe-base64 sha256 without padding, size."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{relative},sha256={digest},{len(data)}"
