@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -12,11 +11,9 @@ from bootstrap.errors import EXIT_OK, InputError
 from bootstrap.commands.cache import size_text
 from bootstrap.commands.lock import add_pip_index_options
 from bootstrap.project import Project, find_root
+from bootstrap.report import dumps
 
 TOOLS_REQUIREMENTS = Path(__file__).resolve().parents[2] / "scripts" / "requirements-tools.txt"
-
-BUNDLE_JSON_FORMAT = "bootstrap.install.bundle-result"
-BUNDLE_JSON_VERSION = 1
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -62,10 +59,7 @@ def run(args: argparse.Namespace) -> int:
     with progress_feedback(sys.stderr.isatty() and not args.json) as feedback:
         result = make_bundle(options, started=feedback.fetch_started, fetched=feedback.fetched, waiting=feedback.waiting)
     if args.json:
-        print(json.dumps({"format": BUNDLE_JSON_FORMAT, "version": BUNDLE_JSON_VERSION, "path": str(result.path),
-                          "envs": list(result.envs), "platforms": list(result.platforms),
-                          "artifacts": result.artifacts, "tools_wheels": result.tools_wheels, "bytes": result.size},
-                         indent=2, sort_keys=True))
+        print(dumps("bootstrap.bundle-result", result.to_dict()))
     else:
         tools = ", ".join(f"Python {t.python_version} on {t.platform}" for t in options.tools) or "--no-tools"
         print(f"{', '.join(result.envs)} [{', '.join(result.platforms)}]: {result.artifacts} conda archives and wheels, "

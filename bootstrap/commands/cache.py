@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from bootstrap.errors import EXIT_OK
 from bootstrap.project import Project, find_root
-
-CACHE_JSON_FORMAT = "bootstrap.cache"
-CACHE_JSON_VERSION = 1
+from bootstrap.report import dumps
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +20,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap.install.cache import prune_for_project, usage
-    from bootstrap.install.cache import default_cache_dir
+    from bootstrap.install.cache import CacheReport, default_cache_dir, prune_for_project, usage
 
     cache_dir = (args.cache_dir or default_cache_dir()).absolute()
     pruned = None
@@ -33,13 +29,7 @@ def run(args: argparse.Namespace) -> int:
         pruned = prune_for_project(project, cache_dir, lambda line: print(line, file=sys.stderr, flush=True))
     now = usage(cache_dir)
     if args.json:
-        print(json.dumps({
-            "format": CACHE_JSON_FORMAT, "version": CACHE_JSON_VERSION, "cache_dir": str(cache_dir),
-            "usage": _by_kind(now),
-            "removed": None if pruned is None else _by_kind(pruned.removed),
-            "left": None if pruned is None else _by_kind(pruned.left),
-            "kept_for": None if pruned is None else list(pruned.kept_for),
-        }, indent=2, sort_keys=True))
+        print(dumps("bootstrap.cache", CacheReport(cache_dir=cache_dir, usage=tuple(now), pruned=pruned).to_dict()))
         return EXIT_OK
     if pruned is not None:
         freed = sum(u.bytes for u in pruned.removed)
@@ -53,10 +43,6 @@ def run(args: argparse.Namespace) -> int:
     for u in now:
         print(f"  {u.kind:9} {u.entries:6} entries  {size_text(u.bytes):>10}")
     return EXIT_OK
-
-
-def _by_kind(usages) -> dict:
-    return {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in usages}
 
 
 def size_text(nbytes: int) -> str:

@@ -46,6 +46,7 @@ from bootstrap.lock.lockfile import LockedPackage, read_lock
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.pip import PipOptions, Target, resolve_pip
 from bootstrap.lock.spec import EnvSpec
+from bootstrap.report import result
 
 FORMAT = "bootstrap.bundle"
 VERSION = 1
@@ -65,7 +66,7 @@ class BundleOptions:
     pip: PipOptions = PipOptions()  # where uv finds the tools' wheels (PyPI by default)
 
 
-@dataclass(frozen=True)
+@result
 class BundleResult:
     path: Path
     envs: tuple[str, ...]
@@ -73,6 +74,10 @@ class BundleResult:
     artifacts: int  # conda archives and wheels of the envs
     tools_wheels: int  # wheels of the tools venv, all Pythons and platforms
     size: int  # bytes of the tar
+
+    def to_dict(self) -> dict:
+        return {"path": str(self.path), "envs": list(self.envs), "platforms": list(self.platforms),
+                "artifacts": self.artifacts, "tools_wheels": self.tools_wheels, "bytes": self.size}
 
 
 def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda total: None,
@@ -109,8 +114,8 @@ def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda 
             raise
         raise disk_full(f"bundling into {options.output}", {"bundle": options.output.parent, "package cache": options.cache_dir},
                         "nothing was written", "free space, or pass -o or --cache-dir on another disk") from None
-    return BundleResult(options.output, tuple(e["env"] for e in envs), options.platforms, len(entries),
-                        len(members) - len(entries), size)
+    return BundleResult(path=options.output, envs=tuple(e["env"] for e in envs), platforms=options.platforms,
+                        artifacts=len(entries), tools_wheels=len(members) - len(entries), size=size)
 
 
 def _locked(options: BundleOptions) -> tuple[list, list]:

@@ -20,12 +20,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Optional
 
 from bootstrap.errors import InputError
 from bootstrap.fsutil import flocked, remove_tree
 from bootstrap.lock.lockfile import LockedPackage, read_lock
 from bootstrap.project import Project
+from bootstrap.report import result
 
 KINDS = ("archives", "pkgs", "seals")
 _WRITABLE = "pass a --cache-dir you can write; the default is ~/.cache/bootstrap"
@@ -38,11 +39,30 @@ class Usage:
     bytes: int
 
 
-@dataclass(frozen=True)
+@result
 class PruneResult:
     removed: tuple[Usage, ...]
     left: tuple[Usage, ...]  # entries it could not remove (another user's, in a shared cache)
     kept_for: tuple[str, ...]  # the locks whose packages were kept
+
+
+@result
+class CacheReport:
+    """What `bootstrap cache` says: the cache's parts now, and what a prune did (None without one)."""
+
+    cache_dir: Path
+    usage: tuple[Usage, ...]
+    pruned: Optional[PruneResult] = None
+
+    def to_dict(self) -> dict:
+        def by_kind(usages) -> dict:
+            return {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in usages}
+
+        pruned = self.pruned
+        return {"cache_dir": str(self.cache_dir), "usage": by_kind(self.usage),
+                "removed": None if pruned is None else by_kind(pruned.removed),
+                "left": None if pruned is None else by_kind(pruned.left),
+                "kept_for": None if pruned is None else list(pruned.kept_for)}
 
 
 def default_cache_dir() -> Path:
@@ -122,10 +142,10 @@ def prune_for_project(project: Project, cache_dir: Path, waiting: Callable[[str]
         raise InputError(f"--cache-dir {cache_dir}", "is a conda installation, not bootstrap's package cache",
                          "pass the --cache-dir that `make env` uses (default ~/.cache/bootstrap)")
     if not cache_dir.exists():
-        return PruneResult((), (), tuple(str(lock.path) for lock in locks))
+        return PruneResult(removed=(), left=(), kept_for=tuple(str(lock.path) for lock in locks))
     with cache_lock(cache_dir, waiting, shared=False):
         removed, left = prune(cache_dir, [p for lock in locks for p in lock.packages])
-    return PruneResult(tuple(removed), tuple(left), tuple(str(lock.path) for lock in locks))
+    return PruneResult(removed=tuple(removed), left=tuple(left), kept_for=tuple(str(lock.path) for lock in locks))
 
 
 def check_cache_dir(cache_dir: Path) -> None:
