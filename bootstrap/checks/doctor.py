@@ -23,12 +23,11 @@ from bootstrap.compat.rules import (
     visible_gpus,
 )
 from bootstrap.errors import InputError
-from bootstrap.fsutil import check_output
+from bootstrap.fsutil import MIB, check_output
 from bootstrap.compat.probe import Facts, HostFacts, collect_host_facts, current_platform, probe_gpus, probe_torch
 from bootstrap.runner import Runner, run
 
-MIB = 1 << 20
-GIB_MIB = 1024
+GIB_MIB = 1024  # MiB in a GiB
 # conda subdir of each compat platform key (macOS: the Apple-silicon subdir unless only osx-64 is locked).
 _SUBDIRS = {"linux_x86_64": "linux-64", "linux_aarch64": "linux-aarch64", "windows_x86_64": "win-64",
             "macos": "osx-arm64"}

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from bootstrap.checks.model import Check, Status
 from bootstrap.compat.rules import DriverFacts, TorchTarget, torch_target_from_lock_entry, visible_gpus
 from bootstrap.checks.env import EnvState
+from bootstrap.fsutil import MIB
 from bootstrap.install.prefix import (
     pip_distributions,
 )
@@ -25,7 +26,7 @@ MATMUL_N = 512
 # Relative to the largest reference value: TF32 (the default for conv, optional for matmul) stays near 1e-3;
 # a miscomputing GPU is off by order 1.
 COMPUTE_RTOL = 1e-2
-PINNED_BYTES = 16 << 20
+PINNED_BYTES = 16 * MIB
 
 
 
@@ -223,7 +224,7 @@ def _library_check(torch: Any, cid: str, found: Optional[str], wanted: Optional[
 def pinned_check(torch: Any, device: str = "cuda:0") -> Check:
     """Page-locked host memory: allocate 16 MiB, copy host -> GPU -> host non-blocking, compare."""
     cid = "torch.pinned_memory"
-    expected = f"{PINNED_BYTES >> 20} MiB pinned, round trip through {device} intact"
+    expected = f"{PINNED_BYTES // MIB} MiB pinned, round trip through {device} intact"
     try:
         host = (torch.arange(PINNED_BYTES, dtype=torch.int32) % 251).to(torch.uint8).pin_memory()
         back = torch.empty_like(host).pin_memory()

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from bootstrap.compat.rules import DriverFacts, GpuFacts, TorchTarget, driver_tuple
 from bootstrap.errors import InputError, ToolError
+from bootstrap.fsutil import MIB
 from bootstrap.compat.nvml import Nvml
 from bootstrap.runner import Runner, run
 from bootstrap.compat.typed import FieldError, from_mapping
@@ -293,7 +294,7 @@ def probe_statvfs(path: str) -> Tuple[Optional[Tuple[int, int]], str]:
         st = statvfs(path)
     except OSError as exc:
         return None, f"{path}: {exc.strerror or exc}"
-    return (st.f_frsize * st.f_blocks // (1 << 20), st.f_frsize * st.f_bavail // (1 << 20)), ""
+    return (st.f_frsize * st.f_blocks // MIB, st.f_frsize * st.f_bavail // MIB), ""
 
 
 def probe_nofile() -> Tuple[Optional[Tuple[int, int]], str]:
