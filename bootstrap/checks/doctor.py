@@ -24,13 +24,11 @@ from bootstrap.compat.rules import (
 )
 from bootstrap.errors import InputError
 from bootstrap.fsutil import MIB, check_output
-from bootstrap.compat.probe import Facts, HostFacts, collect_host_facts, current_platform, probe_gpus, probe_torch
+from bootstrap.compat.probe import Facts, HostFacts, collect_host_facts, probe_gpus, probe_torch
+from bootstrap.platforms import compat_key, conda_subdir, host_platform
 from bootstrap.runner import Runner, run
 
 GIB_MIB = 1024  # MiB in a GiB
-# conda subdir of each compat platform key (macOS: the Apple-silicon subdir unless only osx-64 is locked).
-_SUBDIRS = {"linux_x86_64": "linux-64", "linux_aarch64": "linux-aarch64", "windows_x86_64": "win-64",
-            "macos": "osx-arm64"}
 _SEVERITY = {Status.SKIP: 0, Status.OK: 1, Status.WARN: 2, Status.FAIL: 3}
 # NVIDIA's RMA guidance for page retirement: 60 retired pages (or a pending retirement) warrants service.
 RETIRED_PAGES_WARN = 60
@@ -130,20 +128,13 @@ def gather_facts(*, nvml: Any = None, runner: Runner = run, disk_path: str = "."
     """This host's facts (`collect_facts`, with the disk check on `disk_path`'s file system); torch only on request."""
     torch, torch_reason = probe_torch(torch_module) if with_torch else (None, "not probed (doctor needs no torch)")
     return Facts(host=collect_host_facts(disk_path=disk_path), nvidia=probe_gpus(nvml, runner), torch=torch,
-                 torch_reason=torch_reason, python=_python_version(), platform=current_platform())
+                 torch_reason=torch_reason, python=_python_version(), platform=compat_key(host_platform()))
 
 
 def _python_version() -> str:
     import platform
 
     return platform.python_version()
-
-
-def conda_subdir(platform_key: str, locked: Sequence[str] = ()) -> str:
-    """Compat platform key ('linux_x86_64') -> conda subdir ('linux-64'); macOS prefers what is locked."""
-    if platform_key == "macos" and "osx-arm64" not in locked and "osx-64" in locked:
-        return "osx-64"
-    return _SUBDIRS.get(platform_key, platform_key)
 
 
 # --------------------------------------------------------------------------- lock target
@@ -209,8 +200,7 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
     if options.platform is not None and lock is not None and options.platform not in lock.platforms:
         raise InputError("--platform", f"'{options.platform}' is not locked in {lock_path.name} "
                          f"({', '.join(lock.platforms)})", "pick one of those")
-    platform = options.platform or conda_subdir(facts.platform or current_platform(),
-                                                lock.platforms if lock is not None else ())
+    platform = options.platform or _platform(options.facts_path is None, facts, lock)
     target, why = (None, why) if lock is None else lock_torch_target(lock, platform)
     checks = nvidia_checks(facts.nvidia, facts.host)
     compat_checks = evaluate(facts.nvidia, target) if target is not None else []
@@ -219,6 +209,14 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
                             _variants(lock_path, platform, facts.nvidia) if lock is not None else []))
     checks += host_checks(facts.host, facts.nvidia, options.needs)
     return DoctorResult(tuple(checks), facts, source, target, lock_path, platform)
+
+
+def _platform(here: bool, facts: Facts, lock: Any) -> str:
+    """The locked platform to judge: this host's subdir, or the one recorded facts' compat key stands for
+    (macOS's key names no architecture: the lock decides)."""
+    if here:
+        return host_platform()
+    return conda_subdir(facts.platform or compat_key(host_platform()), lock.platforms if lock is not None else ())
 
 
 def _variants(lock_path: Path, platform: str, nvidia: DriverFacts) -> List[Tuple[str, Path, TorchTarget, Status]]:

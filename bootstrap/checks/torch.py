@@ -20,7 +20,8 @@ from bootstrap.fsutil import MIB
 from bootstrap.install.prefix import (
     pip_distributions,
 )
-from bootstrap.compat.probe import current_platform, probe_torch
+from bootstrap.compat.probe import probe_torch
+from bootstrap.platforms import compat_key, host_platform
 
 MATMUL_N = 512
 # Relative to the largest reference value: TF32 (the default for conv, optional for matmul) stays near 1e-3;
@@ -98,7 +99,7 @@ def _torch_from_version_file() -> Optional[TorchFound]:
     how = "read from torch/version.py (not imported: no NVIDIA GPU to test)"
     unknown = f"ROCm build (HIP {hip}): the NVIDIA rules do not apply" if hip else ""
     target = TorchTarget(version=public, cuda=None if hip else cuda, variant=local or ("" if cuda else "cpu"),
-                         platform=current_platform(), source=f"installed torch, {how}", confidence="high",
+                         platform=compat_key(host_platform()), source=f"installed torch, {how}", confidence="high",
                          unknown=unknown)
     return TorchFound(None, version, str(package.parent.resolve()), target, how)
 

@@ -26,7 +26,6 @@ from bootstrap.checks.model import Check, Status, exit_code
 from bootstrap.compat.rules import evaluate
 from bootstrap.checks.doctor import (
     LoaderNeeds,
-    conda_subdir,
     default_lock_path,
     gather_facts,
     host_checks,
@@ -40,6 +39,7 @@ from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import check_output
 from bootstrap.install.prefix import python_executable
 from bootstrap.compat.probe import Facts
+from bootstrap.platforms import conda_subdir, host_platform
 from bootstrap.runner import Runner, run
 from bootstrap.checks.torch import check_torch_import, device_checks, find_torch, first_line, installed_torch_target
 
@@ -171,7 +171,7 @@ def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run
     seconds["torch_import"] = _lap(started, seconds)
     locked_target, locked_why = None, "no lock"
     if state.lock is not None:
-        platform = state.platform or conda_subdir(facts.platform, state.lock.platforms)
+        platform = state.platform or host_platform()
         locked_target, locked_why = lock_torch_target(state.lock, platform)
     if found is not None:
         target, target_why = found.target, found.how

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.install.bundle import Bundle
     from bootstrap.install.env import EnvOptions, create_or_update, default_cache_dir, rollback
     from bootstrap.lock.mirrors import parse_mirrors
-    from bootstrap.lock.spec import host_platform
+    from bootstrap.platforms import host_platform
 
     project = Project(args.root or find_root(Path.cwd()))
     env = args.env or project.default_env

@@ -15,7 +15,6 @@ import io
 import multiprocessing
 import os
 import platform
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -23,6 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from bootstrap.compat.rules import DriverFacts, GpuFacts, TorchTarget, driver_tuple
 from bootstrap.errors import InputError, ToolError
 from bootstrap.fsutil import MIB
+from bootstrap.platforms import compat_key, host_platform, os_of
 from bootstrap.compat.nvml import Nvml
 from bootstrap.runner import Runner, run
 from bootstrap.compat.typed import FieldError, from_mapping
@@ -38,28 +38,13 @@ _CONTAINER_CGROUP_WORDS = ("docker", "kubepods", "containerd", "libpod", "lxc")
 # --------------------------------------------------------------------------- GPUs
 
 
-def current_os() -> str:
-    """'linux', 'windows' or 'macos': selects the driver-number series in the rules."""
-    if sys.platform.startswith("win"):
-        return "windows"
-    return "macos" if sys.platform == "darwin" else "linux"
-
-
-def current_platform() -> str:
-    """The compat table's platform key for this machine ('linux_x86_64', 'linux_aarch64', ...)."""
-    machine = platform.machine().lower()
-    arch = "aarch64" if machine in ("aarch64", "arm64") else "x86_64"
-    os_name = current_os()
-    return "macos" if os_name == "macos" else f"{os_name}_{arch}"
-
-
 def probe_gpus(nvml: Any = None, runner: Runner = run, os_name: Optional[str] = None) -> DriverFacts:
     """Driver and GPUs: NVML first, then `nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total
     --format=csv,noheader,nounits`. No driver is a DriverFacts with a reason, never an exception.
 
     `nvml` is the pynvml-like module (None: import pynvml lazily).
     """
-    os_name = os_name or current_os()
+    os_name = os_name or os_of(host_platform())
     with Nvml(nvml, os_name=os_name) as session:
         from_nvml = session.facts()
     if from_nvml.has_driver:
@@ -170,7 +155,7 @@ def probe_torch(torch_module: Any = None) -> Tuple[Optional[TorchTarget], str]:
     hip = getattr(torch.version, "hip", None)
     if hip:
         unknown = f"ROCm build (HIP {hip}): the NVIDIA rules do not apply"
-        return TorchTarget(version=public, cuda=None, variant=local, platform=current_platform(),
+        return TorchTarget(version=public, cuda=None, variant=local, platform=compat_key(host_platform()),
                            source="installed torch", unknown=unknown), ""
     cuda = getattr(torch.version, "cuda", None)
     return TorchTarget(
@@ -178,7 +163,7 @@ def probe_torch(torch_module: Any = None) -> Tuple[Optional[TorchTarget], str]:
         cuda=cuda,
         arch_list=_torch_arch_list(torch) if cuda else None,
         variant=local or ("" if cuda else "cpu"),
-        platform=current_platform(),
+        platform=compat_key(host_platform()),
         cudnn=_torch_cudnn(torch) if cuda else None,
         nccl=_torch_nccl(torch) if cuda else None,
         source="installed torch",
@@ -421,5 +406,5 @@ def collect_facts(nvml: Any = None, runner: Runner = run, *, with_torch: bool = 
         torch=torch,
         torch_reason=torch_reason,
         python=platform.python_version(),
-        platform=current_platform(),
+        platform=compat_key(host_platform()),
     )

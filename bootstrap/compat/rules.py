@@ -29,6 +29,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from bootstrap.compat import data
 from bootstrap.checks.model import Check, Status
 from bootstrap.compat.typed import FieldError, from_mapping
+from bootstrap.platforms import compat_key
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 # Jetson / integrated GPUs need code built for exactly their CC (PyTorch's
@@ -38,12 +39,6 @@ IGPU_CCS = frozenset({(5, 3), (6, 2), (7, 2), (8, 7), (10, 1), (11, 0)})
 IGPU_RELAXED_FROM_CUDA = 13020
 IGPU_RELAXED_CCS = frozenset({(7, 2), (8, 7)})
 
-_PLATFORMS = {
-    "linux-64": "linux_x86_64", "linux_x86_64": "linux_x86_64", "linux": "linux_x86_64",
-    "linux-aarch64": "linux_aarch64", "linux_aarch64": "linux_aarch64",
-    "win-64": "windows_x86_64", "windows_x86_64": "windows_x86_64", "win32": "windows_x86_64",
-    "osx-64": "macos", "osx-arm64": "macos", "macos": "macos", "darwin": "macos",
-}
 _ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
 
 
@@ -319,11 +314,6 @@ def cuda_from_tag(tag: str) -> Optional[str]:
     return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
-def normalise_platform(platform: str) -> str:
-    """conda subdir or wheel platform -> the table's key ('linux-64' -> 'linux_x86_64')."""
-    return _PLATFORMS.get(platform.lower(), platform.lower())
-
-
 def _release_key(text: str) -> Tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text))
 
@@ -595,7 +585,7 @@ def torch_target_from_lock_entry(
     local tag.
     """
     public, local = _split_local(version)
-    plat = normalise_platform(platform)
+    plat = compat_key(platform)
     release = find_release(public)
     base = TorchTarget(version=public, cuda=None, platform=plat)
     if plat == "macos":
