@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bootstrap.checks.model import Check, Status
-from bootstrap.compat.rules import (
-    P2P_OK, P2P_STATUS, TOPOLOGY, DriverFacts, GpuFacts, TorchTarget, Visible, evaluate, torch_target_from_lock_entry,
-    visible_gpus,
-)
+from bootstrap.compat.facts import P2P_OK, P2P_STATUS, TOPOLOGY, DriverFacts, GpuFacts, HostFacts, Visible, visible_gpus
+from bootstrap.compat.rules import evaluate
+from bootstrap.compat.target import TorchTarget, lock_torch_target
 from bootstrap.errors import InputError
 from bootstrap.fsutil import MIB, check_output
-from bootstrap.compat.probe import Facts, HostFacts, collect_host_facts, probe_gpus, probe_torch
+from bootstrap.compat.probe import Facts, collect_host_facts, probe_gpus, probe_torch
 from bootstrap.platforms import compat_key, conda_subdir, host_platform
 from bootstrap.runner import Runner, run
 
@@ -138,17 +137,6 @@ def _python_version() -> str:
 
 
 # --------------------------------------------------------------------------- lock target
-
-
-def lock_torch_target(lock: Any, platform: str) -> Tuple[Optional[TorchTarget], str]:
-    """The torch build the lock installs on `platform`, from its torch pip entry; (None, why) without one."""
-    if platform not in lock.platforms:
-        return None, f"{lock.path.name} does not lock {platform} (locked: {', '.join(lock.platforms)})"
-    for entry in lock.for_platform(platform, "pip"):
-        if entry.name.lower() == "torch":
-            return torch_target_from_lock_entry(entry.version, platform, url=entry.url,
-                                                dependencies=entry.dependencies), ""
-    return None, f"{lock.path.name} has no torch pip entry for {platform}"
 
 
 def default_lock_path(root: Optional[Path]) -> Optional[Path]:
@@ -279,7 +267,7 @@ def nvidia_checks(nvidia: DriverFacts, host: Optional[HostFacts] = None) -> List
     if not nvidia.has_driver:
         return [Check("nvidia.driver", Status.SKIP, "no NVIDIA driver (CPU mode)", "an NVIDIA driver",
                       detail=nvidia.reason or "no driver facts")]
-    from bootstrap.compat.rules import cuda_from_int, cuda_supported_by_driver_number
+    from bootstrap.compat.versions import cuda_from_int, cuda_supported_by_driver_number
 
     if nvidia.cuda_driver_version:
         cuda = f"CUDA {cuda_from_int(nvidia.cuda_driver_version)} (reported by the driver)"

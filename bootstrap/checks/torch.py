@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from bootstrap.checks.model import Check, Status
-from bootstrap.compat.rules import DriverFacts, TorchTarget, torch_target_from_lock_entry, visible_gpus
+from bootstrap.compat.facts import DriverFacts, visible_gpus
+from bootstrap.compat.target import TorchTarget, torch_target_from_lock_entry
 from bootstrap.checks.env import EnvState
 from bootstrap.fsutil import MIB
 from bootstrap.install.prefix import (

@@ -17,7 +17,7 @@ import importlib
 import itertools
 from typing import Any, List, Optional, Sequence, Tuple
 
-from bootstrap.compat.rules import DriverFacts, GpuFacts, PeerFacts
+from bootstrap.compat.facts import DriverFacts, GpuFacts, PeerFacts
 from bootstrap.fsutil import MIB
 
 # nvml.h return codes (a stable ABI) -> what they mean for the user.

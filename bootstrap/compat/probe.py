@@ -19,13 +19,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from bootstrap.compat.rules import DriverFacts, GpuFacts, TorchTarget, driver_tuple
+from bootstrap.compat.facts import DriverFacts, GpuFacts, HostFacts
+from bootstrap.compat.nvml import Nvml
+from bootstrap.compat.target import TorchTarget
+from bootstrap.compat.typed import FieldError, from_mapping
+from bootstrap.compat.versions import driver_tuple
 from bootstrap.errors import InputError, ToolError
 from bootstrap.fsutil import MIB
 from bootstrap.platforms import compat_key, host_platform, os_of
-from bootstrap.compat.nvml import Nvml
 from bootstrap.runner import Runner, run
-from bootstrap.compat.typed import FieldError, from_mapping
 
 FACTS_FORMAT = "bootstrap.facts"
 FACTS_VERSION = 1
@@ -208,40 +210,6 @@ def _torch_nccl(torch: Any) -> Optional[str]:
 
 
 # --------------------------------------------------------------------------- host
-
-
-@dataclass(frozen=True)
-class HostFacts:
-    """CPU, memory and OS limits a DataLoader depends on. None = not available, see `missing`."""
-
-    cpus_usable: Optional[int] = None
-    cpus_total: Optional[int] = None
-    memory_total_mib: Optional[int] = None
-    memory_available_mib: Optional[int] = None
-    shm_total_mib: Optional[int] = None
-    shm_free_mib: Optional[int] = None
-    disk_path: str = ""
-    disk_free_mib: Optional[int] = None
-    nofile_soft: Optional[int] = None  # -1 = unlimited
-    nofile_hard: Optional[int] = None
-    start_method: Optional[str] = None
-    start_method_explicit: bool = False
-    container_hints: Tuple[str, ...] = ()
-    cuda_visible_devices: Optional[str] = None  # the job's GPUs among NVML's (None: unset, all of them)
-    missing: Tuple[str, ...] = ()
-
-    def to_dict(self) -> Dict[str, Any]:
-        out = dict(self.__dict__)
-        out["container_hints"] = list(self.container_hints)
-        out["missing"] = list(self.missing)
-        return out
-
-    NEGATIVE_OK = ("nofile_soft", "nofile_hard")  # -1 = unlimited
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], path: str = "host") -> "HostFacts":
-        """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
-        return cls(**from_mapping(cls, raw, path))
 
 
 def probe_usable_cpus() -> Tuple[Optional[int], str]:

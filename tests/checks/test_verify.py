@@ -392,7 +392,7 @@ def test_cpu_only_torch_on_a_gpu_host_fails_with_the_remedy() -> None:
 
 
 def test_no_driver_skips_every_gpu_check_with_the_reason() -> None:
-    from bootstrap.compat.rules import DriverFacts
+    from bootstrap.compat.facts import DriverFacts
 
     target, _ = probe_torch(fake_torch())
     checks = device_checks(cuda_torch(False, 0), DriverFacts(reason="NVML: NVML library not found"), target)
