@@ -32,8 +32,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from bootstrap.checks.model import Check, Status
-from bootstrap.checks.ranks import SEVERITY, check_gpu_of_rank, merge_checks, torchrun_env
+from bootstrap.checks.model import SEVERITY, Check, Status
+from bootstrap.checks.ranks import check_gpu_of_rank, merge_checks, torchrun_env
 from bootstrap.checks.verify import VerifyOptions, VerifyResult, run_verify
 from bootstrap.fsutil import MIB
 

@@ -13,15 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from bootstrap.checks.envstate import EnvState
 from bootstrap.checks.model import Check, Status
 from bootstrap.compat.facts import DriverFacts, visible_gpus
-from bootstrap.compat.target import TorchTarget, torch_target_from_lock_entry
-from bootstrap.checks.env import EnvState
-from bootstrap.fsutil import MIB
-from bootstrap.install.prefix import (
-    pip_distributions,
-)
 from bootstrap.compat.probe import probe_torch
+from bootstrap.compat.target import TorchTarget, torch_target_from_lock_entry
+from bootstrap.fsutil import MIB
+from bootstrap.install.prefix import pip_distributions
 from bootstrap.platforms import compat_key, host_platform
 
 MATMUL_N = 512

@@ -4,14 +4,15 @@ In the style of PyTorch's collect_env.py: probes only gather, the rules in
 `bootstrap.compat.rules` judge, and rendering is a separate step. Subprocesses go
 through the runner passed in and NVML through `bootstrap.compat.nvml`, so every
 probe runs in tests without a GPU. Facts serialise to and from JSON
-(`Facts.to_dict` / `Facts.from_dict`) so a diagnosis can be replayed on
-another machine (`doctor --save-facts FILE`, `--facts FILE`).
+(`save_facts` / `load_facts`) so a diagnosis can be replayed on another
+machine (`doctor --save-facts FILE`, `--facts FILE`).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import multiprocessing
 import os
 import platform
@@ -25,7 +26,7 @@ from bootstrap.compat.target import TorchTarget
 from bootstrap.compat.typed import FieldError, from_mapping
 from bootstrap.compat.versions import driver_tuple
 from bootstrap.errors import InputError, ToolError
-from bootstrap.fsutil import MIB
+from bootstrap.fsutil import MIB, check_output
 from bootstrap.platforms import compat_key, host_platform, os_of
 from bootstrap.runner import Runner, run
 
@@ -364,15 +365,43 @@ class Facts:
                              "`python -m bootstrap doctor --save-facts FILE`") from None
 
 
-def collect_facts(nvml: Any = None, runner: Runner = run, *, with_torch: bool = False,
+def collect_facts(nvml: Any = None, runner: Runner = run, *, disk_path: str = ".", with_torch: bool = False,
                   torch_module: Any = None) -> Facts:
-    """Host, driver/GPU and (inside an env) torch facts of this machine."""
-    torch, torch_reason = (probe_torch(torch_module) if with_torch else (None, "not probed"))
+    """Host (the disk check on `disk_path`'s file system), driver/GPU and, only on request, torch facts of
+    this machine."""
+    torch, torch_reason = probe_torch(torch_module) if with_torch else (None, "not probed (doctor needs no torch)")
     return Facts(
-        host=collect_host_facts(),
+        host=collect_host_facts(disk_path=disk_path),
         nvidia=probe_gpus(nvml, runner),
         torch=torch,
         torch_reason=torch_reason,
         python=platform.python_version(),
         platform=compat_key(host_platform()),
     )
+
+
+def load_facts(path: Path) -> Facts:
+    """Read a `bootstrap.facts` file written by `--save-facts`."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(path, "file not found", "record one with `python -m bootstrap doctor --save-facts FILE`") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputError(path, f"not a readable JSON facts file ({exc})",
+                         "record it again with `python -m bootstrap doctor --save-facts FILE`") from None
+    if not isinstance(raw, dict):
+        raise InputError(path, "not a facts file (expected a JSON object)",
+                         "record it again with `python -m bootstrap doctor --save-facts FILE`")
+    return Facts.from_dict(raw, where=str(path))
+
+
+def save_facts(facts: Facts, path: Path) -> None:
+    """Write `facts` atomically (temp file + rename), so a failed run leaves no half file;
+    through a symlink, or straight into a FIFO or /dev/stdout."""
+    from bootstrap.fsutil import atomic_write_text, write_failed
+
+    target = check_output(path, "--save-facts")
+    try:
+        atomic_write_text(target, json.dumps(facts.to_dict(), indent=2, sort_keys=True) + "\n")
+    except OSError as exc:  # a full disk, a FIFO whose reader went away, ...: the temp file is already gone
+        raise write_failed(exc, path, "--save-facts", "the facts are not saved", target.parent) from None

@@ -458,7 +458,8 @@ def test_an_interrupted_benchmark_does_not_pass() -> None:
     from bootstrap.checks.verify import VerifyResult
 
     def code(*checks) -> int:
-        return VerifyResult(checks, None, None, True, None, "this host").exit_code
+        return VerifyResult(checks=checks, prefix=None, lock_path=None, inside=True, facts=None,
+                            facts_source="this host").exit_code
 
     slow = Check("bench.efficiency", Status.FAIL, "0.60", ">= 0.90")
     assert (code(summary), code(summary, slow)) == (130, 130)
