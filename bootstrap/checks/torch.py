@@ -47,9 +47,9 @@ class TorchFound:
 def find_torch(import_it: bool, torch_module: Any = None) -> TorchFound:
     """Locate the torch this interpreter would import; import it only when `import_it` (or one is given).
 
-    Without a GPU to test, importing torch (1-2 s, and as long again at
-    exit) buys nothing the rules need: the version and CUDA build are plain
-    literals in torch/version.py, the very values `torch.version` exposes.
+    Without a GPU to test, importing torch (a large package, paid for again
+    at exit) buys nothing the rules need: the version and CUDA build are
+    plain literals in torch/version.py, the very values `torch.version` exposes.
     """
     torch_module = torch_module if torch_module is not None else sys.modules.get("torch")  # already paid for
     if torch_module is None and not import_it:

@@ -41,7 +41,7 @@ from bootstrap.project import default_lock_path
 from bootstrap.report import result
 from bootstrap.runner import Runner, run
 
-BENCH_BUDGET_S = 20.0  # the default workload needs ~12 s of setup + windows on 2 cores
+BENCH_BUDGET_S = 20.0  # the default workload's setup and three timed windows fit on a 2-core host
 
 
 @dataclass(frozen=True)
