@@ -16,6 +16,7 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 from bootstrap.errors import BootstrapError, BusyError, DiskFullError, InputError
 
 PathLike = Union[str, "os.PathLike[str]"]
+MIB = 1 << 20  # bytes in a MiB: every *_mib figure (NVML, statvfs, /dev/shm, bench) divides by this one
 
 
 def atomic_write_text(path: PathLike, text: str, fsync: bool = True) -> None:
@@ -123,7 +124,7 @@ def write_together(files: Sequence[Tuple[Path, bytes]]) -> None:
         os.replace(stage, target)
 
 
-def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
+def sha256_file(path: PathLike, chunk: int = MIB) -> str:
     """Hex sha256 of a file, read in chunks (`sha256sum FILE`)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -167,7 +168,7 @@ def space_report(places: dict) -> str:
     for what, path in places.items():
         mount, free = free_space(path)
         mounts.setdefault(mount, (free, []))[1].append(what)
-    return ", ".join(f"{mount} ({' and '.join(whats)}: {free / 2**20:.0f} MB free)" for mount, (free, whats) in mounts.items())
+    return ", ".join(f"{mount} ({' and '.join(whats)}: {free / MIB:.0f} MB free)" for mount, (free, whats) in mounts.items())
 
 
 def disk_full(doing: str, places: dict, outcome: str, fix: str) -> DiskFullError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from bootstrap.errors import InputError
 
@@ -67,3 +68,11 @@ def find_root(start: Path) -> Path:
         if (candidate / "envs").is_dir():
             return candidate
     return start
+
+
+def default_lock_path(root: Optional[Path]) -> Optional[Path]:
+    """The default env's lock (conda-lock.yml) of the project at `root`, or of the one found from the
+    current directory; None when there is none."""
+    project = Project(root or find_root(Path.cwd()))
+    path = project.lock_path(project.default_env)
+    return path if path.is_file() else None

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from bootstrap.bench.results import LoaderConfig, Measurement
+from bootstrap.fsutil import MIB
 
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ class Outcome:
 
     def _verdict_facts(self) -> Any:
         from bootstrap.bench import verdicts
-        from bootstrap.compat.probe import HostFacts
+        from bootstrap.compat.facts import HostFacts
 
         host = self.host or HostFacts()
         shm_failure = next((why for _, _, why in self.failures if why.startswith(ms.SHM_FAILURE)), "")

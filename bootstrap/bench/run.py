@@ -37,8 +37,8 @@ from bootstrap.bench.results import (
 from bootstrap.bench.sampler import UtilSampler
 from bootstrap.bench.search import TUNED_WINDOWS, WorkerSearch
 from bootstrap.errors import InputError
+from bootstrap.fsutil import MIB
 
-MIB = 1 << 20
 # (phase, share of the budget); 'micro' and 'scaling' shares go to 'tune' where they do not apply.
 # Each phase first gets the least it can do its work in (budget.phase_budget_s), then its share of the rest.
 PHASES: Tuple[Tuple[str, float], ...] = (

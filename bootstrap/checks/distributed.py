@@ -32,9 +32,10 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from bootstrap.checks.model import Check, Status
-from bootstrap.checks.ranks import SEVERITY, check_gpu_of_rank, merge_checks, torchrun_env
+from bootstrap.checks.model import SEVERITY, Check, Status
+from bootstrap.checks.ranks import check_gpu_of_rank, merge_checks, torchrun_env
 from bootstrap.checks.verify import VerifyOptions, VerifyResult, run_verify
+from bootstrap.fsutil import MIB
 
 ALL_REDUCE_MIB = {"cuda": 256, "cpu": 16}  # nccl-tests' large-message regime on GPUs; gloo is slow
 ALL_REDUCE_ITERATIONS = {"cuda": 20, "cpu": 5}
@@ -101,7 +102,7 @@ def all_reduce_trial(torch: Any, dist: Any, device: Any, rank: int, world_size: 
     right = bool((probe == world_size * (world_size + 1) / 2).all().item())
     if world_size < 2:
         return right, None
-    data = torch.ones(ALL_REDUCE_MIB[device.type] * 2**20 // 4, dtype=torch.float32, device=device)
+    data = torch.ones(ALL_REDUCE_MIB[device.type] * MIB // 4, dtype=torch.float32, device=device)
     iterations = ALL_REDUCE_ITERATIONS[device.type]
     for _ in range(2):  # NCCL sets up its rings and buffers on the first calls
         dist.all_reduce(data)
@@ -137,7 +138,7 @@ def all_reduce_check(gathered: Sequence[Mapping[str, Any]], device_type: str, ba
         return Check(cid, Status.OK, "sums right; one rank: no bandwidth to measure", expected)
     slowest = max(timed, key=lambda g: g["all_reduce_s"])
     mib = ALL_REDUCE_MIB[device_type]
-    algbw, busbw = bus_bandwidth_gb_s(mib * 2**20, slowest["all_reduce_s"], n)
+    algbw, busbw = bus_bandwidth_gb_s(mib * MIB, slowest["all_reduce_s"], n)
     return Check(cid, Status.OK, f"bus bandwidth {busbw:.2f} GB/s (algbw {algbw:.2f}), {n} ranks, {backend}, "
                  f"{mib} MiB float32", expected, detail=f"slowest: rank {slowest['rank']} on {slowest['host']}")
 

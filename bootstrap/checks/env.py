@@ -3,160 +3,31 @@
     prefix (conda-meta/, dist-info, conda-meta/bootstrap) + lock -> env.prefix, env.lock, env.python,
     env.conda, env.pip, env.extra, env.files, env.freshness
 
-Stdlib only (plus pyyaml for the lock): it runs inside envs on Python 3.9.
+The env's state (`checks.envstate`) comes first; the file scan lives in
+`checks.files`. Stdlib only (plus pyyaml for the lock): it runs inside envs
+on Python 3.9.
 """
 
 from __future__ import annotations
 
-import base64
-import csv
 import importlib.util
-import json
-import os
-import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
-from bootstrap.checks.model import Check, Status
+from bootstrap.checks.envstate import EnvState
+from bootstrap.checks.files import check_files, paths_data
+from bootstrap.checks.model import Check, Status, shown
 from bootstrap.errors import InputError, ToolError
-from bootstrap.fsutil import sha256_file
 from bootstrap.install.prefix import (
     InstalledConda,
     InstalledPip,
-    InstallRecord,
     conda_records,
     metadata_names,
     normalise,
     pip_distributions,
     python_executable,
-    read_install_record,
 )
 from bootstrap.runner import Runner, run
-
-SHOWN = 4  # problems named in `observed`; `detail` lists all of them
-_SKIP_PATH_TYPES = ("directory", "pyc_file")
-
-
-
-# --------------------------------------------------------------------------- the env and its commands
-
-
-@dataclass(frozen=True)
-class EnvCommands:
-    """The exact commands that repair this env, for remedies (`make env` for the project's own envs)."""
-
-    env: str
-    prefix: Path
-    standard: bool  # prefix is <root>/.envs/<env>, so the Makefile targets apply
-    default: bool  # env is the project's default (no ENV=)
-    lock_path: Optional[Path] = None
-
-    def _env_var(self) -> str:
-        return "" if self.default else f" ENV={self.env}"
-
-    @property
-    def update(self) -> str:
-        if self.standard:
-            return f"`make env{self._env_var()}`"
-        lock = f" --lock {self.lock_path}" if self.lock_path else ""
-        return f"`python -m bootstrap env {self.env} --prefix {self.prefix}{lock}`"
-
-    @property
-    def recreate(self) -> str:
-        if self.standard:
-            return f"`make clean-env env{self._env_var()}`"
-        gens = self.prefix.parent / f".{self.prefix.name}.gens"
-        return f"`rm -rf {self.prefix} {gens}` then {self.update}"
-
-    @property
-    def rollback(self) -> str:
-        where = "" if self.standard else f" --prefix {self.prefix}"
-        return f"`python -m bootstrap env {self.env}{where} --rollback`"
-
-
-@dataclass(frozen=True)
-class EnvState:
-    """What verify knows about the env before judging it."""
-
-    prefix: Path
-    record: Optional[InstallRecord]
-    record_mtime: float
-    lock: Any  # bootstrap.lock.lockfile.Lock, or None with `lock_problem`
-    lock_path: Optional[Path]
-    lock_problem: str
-    platform: str
-    commands: EnvCommands
-    project: Any  # bootstrap.project.Project, or None
-    record_problem: str = ""
-
-
-def resolve_prefix(prefix: Optional[Path], root: Optional[Path]) -> Path:
-    """--prefix; else this interpreter's env when `bootstrap env` made it; else <root>/.envs/<default>."""
-    if prefix is not None:
-        return stable_path(Path(os.path.abspath(prefix)))
-    own = Path(sys.prefix)
-    if (own / "conda-meta" / "bootstrap").is_file():
-        return stable_path(own)
-    from bootstrap.project import Project, find_root
-
-    project = Project(root or find_root(Path.cwd()))
-    return project.root.absolute() / ".envs" / project.default_env
-
-
-def stable_path(prefix: Path) -> Path:
-    """`.envs/.py310.gens/3` -> `.envs/py310` when that symlink points at it: the path users activate.
-
-    Python resolves its executable's symlinks, so inside an env `sys.prefix`
-    is the generation directory, not the stable path the remedies must name.
-    """
-    gens = prefix.parent.name
-    if prefix.name.isdigit() and gens.startswith(".") and gens.endswith(".gens"):
-        stable = prefix.parent.parent / gens[1:-len(".gens")]
-        if stable.is_symlink() and os.path.realpath(stable) == os.path.realpath(prefix):
-            return stable
-    return prefix
-
-
-def is_running_in(prefix: Path) -> bool:
-    return os.path.realpath(sys.prefix) == os.path.realpath(prefix)
-
-
-def read_env_state(prefix: Path, root: Optional[Path] = None, lock_path: Optional[Path] = None) -> EnvState:
-    """Everything the env checks need: install record, lock, project, the remedy commands."""
-    from bootstrap.lock.lockfile import read_lock
-    from bootstrap.project import Project, find_root
-
-    record, record_problem = None, ""
-    try:
-        record = read_install_record(prefix) if prefix.is_dir() else None
-    except (ValueError, TypeError) as exc:  # truncated or hand-edited JSON
-        record_problem = f"conda-meta/bootstrap is unreadable ({exc})"
-    record_path = prefix / "conda-meta" / "bootstrap"
-    mtime = record_path.stat().st_mtime if record is not None else 0.0
-    root = root or find_root(prefix.parent)
-    project = Project(root) if (Path(root) / "envs").is_dir() else None
-    env = record.env if record is not None else (project.default_env if project else "py310")
-    if lock_path is None and record is not None and Path(record.lock_path).is_file():
-        lock_path = Path(record.lock_path)
-    if lock_path is None and project is not None and project.lock_path(env).is_file():
-        lock_path = project.lock_path(env)
-    lock, problem = None, ""
-    if lock_path is None:
-        recorded = f" (it was created from {record.lock_path})" if record is not None else ""
-        problem = f"no lock found{recorded}"
-    else:
-        try:
-            lock = read_lock(lock_path)
-        except InputError as exc:
-            problem = str(exc)
-    standard = project is not None and prefix.absolute() == (project.root.absolute() / ".envs" / env)
-    commands = EnvCommands(env, prefix, standard, project is None or env == project.default_env, lock_path)
-    platform = record.platform if record is not None else ""
-    return EnvState(prefix, record, mtime, lock, lock_path, problem, platform, commands, project, record_problem)
-
-
-# --------------------------------------------------------------------------- env checks
 
 
 def env_checks(state: EnvState, *, deep: bool = False, inside: bool = False, runner: Runner = run) -> List[Check]:
@@ -167,7 +38,7 @@ def env_checks(state: EnvState, *, deep: bool = False, inside: bool = False, run
     checks = [prefix_check, check_lock(state)]
     try:
         installed_conda = conda_records(state.prefix)
-        paths = {c.name: _paths_data(c) for c in installed_conda}
+        paths = {c.name: paths_data(c) for c in installed_conda}
     except (ValueError, KeyError, OSError) as exc:  # a truncated or hand-edited conda-meta/*.json
         return checks + [Check("env.conda", Status.FAIL, f"unreadable conda-meta record: {exc}",
                                "valid conda-meta/*.json records", f"recreate the env: {state.commands.recreate}")]
@@ -227,14 +98,6 @@ def check_lock(state: EnvState) -> Check:
                  f"{record.generation} was made from")
 
 
-def _paths_data(record: InstalledConda) -> List[Mapping[str, Any]]:
-    data = json.loads(record.record_path.read_text(encoding="utf-8"))
-    paths = (data.get("paths_data") or {}).get("paths")
-    if paths is None:  # old records: a bare file list, no hashes
-        return [{"_path": p} for p in data.get("files", ())]
-    return paths
-
-
 def check_python(state: EnvState, locked: Sequence[Any], inside: bool, runner: Runner) -> Check:
     """The interpreter runs and is the locked python (`python -V`)."""
     cid = "env.python"
@@ -269,11 +132,6 @@ def _prefix_python_version(prefix: Path, runner: Runner) -> Tuple[Optional[str],
     return done.stdout.strip(), f"{python_executable(prefix).name} in the env"
 
 
-def _shown(items: Sequence[str]) -> str:
-    more = f" (+{len(items) - SHOWN} more)" if len(items) > SHOWN else ""
-    return "; ".join(items[:SHOWN]) + more
-
-
 def check_conda(state: EnvState, locked: Sequence[Any], installed: Sequence[InstalledConda]) -> Check:
     """Every locked conda record is installed with its version, build and sha256 (`ls conda-meta`)."""
     cid = "env.conda"
@@ -290,7 +148,7 @@ def check_conda(state: EnvState, locked: Sequence[Any], installed: Sequence[Inst
             problems.append(f"{entry.name}: other artifact (sha256 {got.sha256[:12]}, lock {entry.sha256[:12]})")
     expected = f"{len(wanted)} locked conda packages (name, version, build, sha256)"
     if problems:
-        return Check(cid, Status.FAIL, _shown(problems), expected,
+        return Check(cid, Status.FAIL, shown(problems), expected,
                      f"install the locked builds: {state.commands.update}", "; ".join(problems))
     return Check(cid, Status.OK, f"{len(wanted)} match", expected)
 
@@ -313,7 +171,7 @@ def check_pip(state: EnvState, locked: Sequence[Any], pip: Sequence[InstalledPip
             problems.append(f"{entry.name}: reinstalled after `bootstrap env` ({_installer(got)})")
     expected = f"{len(wanted)} locked pip distributions (name, version, sha256)"
     if problems:
-        return Check(cid, Status.FAIL, _shown(problems), expected,
+        return Check(cid, Status.FAIL, shown(problems), expected,
                      f"install the locked wheels: {state.commands.update}", "; ".join(problems))
     return Check(cid, Status.OK, f"{len(wanted)} match", expected)
 
@@ -351,123 +209,8 @@ def check_extra(state: EnvState, locked: Sequence[Any], installed: Sequence[Inst
         remedies.append(f"`pip uninstall -y {' '.join(d.name for d in pip_extra)}`")
     remedies.append(f"{state.commands.update} removes what the lock lacks")
     keep = (f"to keep them, add them to envs/{state.record.env}.yml (pip: for PyPI packages) and run `make lock`")
-    return Check(cid, Status.FAIL, f"not in the lock: {_shown(items)}", expected,
+    return Check(cid, Status.FAIL, f"not in the lock: {shown(items)}", expected,
                  " or ".join(remedies) + "; " + keep, "; ".join(items))
-
-
-# --------------------------------------------------------------------------- files
-
-
-@dataclass(frozen=True)
-class FileScan:
-    checked: int
-    hashed: int
-    problems: Tuple[Tuple[str, str, str], ...]  # (owner, path relative to the prefix, what is wrong)
-
-
-def _b64_to_hex(value: str) -> str:
-    return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
-
-
-def _expected_files(prefix: Path, conda_paths: Mapping[str, Sequence[Mapping[str, Any]]],
-                    pip: Sequence[InstalledPip]) -> Iterable[Tuple[str, str, str, Optional[str], Optional[int]]]:
-    """(owner, absolute path, path type, sha256 (hex, or 'b64:' + RECORD's form), size) of every recorded file."""
-    base = str(prefix)
-    for name, entries in conda_paths.items():
-        for entry in entries:
-            kind = entry.get("path_type", "hardlink")
-            if kind in _SKIP_PATH_TYPES:
-                continue
-            digest = entry.get("sha256_in_prefix") or entry.get("sha256")
-            yield (f"conda:{name}", os.path.join(base, entry["_path"]), kind, digest, entry.get("size_in_bytes"))
-    for dist in pip:
-        site = dist.dist_info.parent
-        try:
-            rows = list(csv.reader((dist.dist_info / "RECORD").read_text(encoding="utf-8").splitlines()))
-        except OSError:
-            yield (f"pip:{dist.name}", str(dist.dist_info / "RECORD"), "hardlink", None, None)
-            continue
-        for row in rows:
-            if len(row) < 3 or not row[0] or row[0].endswith(".pyc"):
-                continue
-            algo, _, value = row[1].partition("=")
-            digest = "b64:" + value if algo == "sha256" and value else None  # decoded only if the file is hashed
-            size = int(row[2]) if row[2].isdigit() else None
-            yield (f"pip:{dist.name}", os.path.join(site, row[0]), "hardlink", digest, size)
-
-
-def scan_files(prefix: Path, conda_paths: Mapping[str, Sequence[Mapping[str, Any]]], pip: Sequence[InstalledPip],
-               since: float, deep: bool = False) -> FileScan:
-    """Files changed since install: a missing file, a size that differs, or (when its mtime/ctime is
-    newer than the install record, or always with `deep`) a sha256 that differs from the record.
-
-    Shell equivalent of `deep`: `sha256sum` of every file listed in conda-meta/*.json and */RECORD.
-    """
-    checked = 0
-    problems: List[Tuple[str, str, str]] = []
-    to_hash: List[Tuple[str, str, str]] = []
-    for owner, path, kind, digest, size in _expected_files(prefix, conda_paths, pip):
-        checked += 1
-        if kind == "softlink":
-            if not os.path.lexists(path):
-                problems.append((owner, path, "missing"))
-            continue
-        try:
-            st = os.stat(path)
-        except OSError:
-            problems.append((owner, path, "missing"))
-            continue
-        if size is not None and st.st_size != size:
-            problems.append((owner, path, f"size {st.st_size} != {size}"))
-        elif digest and (deep or max(st.st_mtime, st.st_ctime) > since):
-            to_hash.append((owner, path, _b64_to_hex(digest[4:]) if digest.startswith("b64:") else digest))
-    for (owner, path, digest), actual in zip(to_hash, _hash_all([p for _, p, _ in to_hash])):
-        if actual != digest:
-            problems.append((owner, path, "content differs" if actual else "unreadable"))
-    base = str(prefix)
-    shown = tuple((owner, os.path.relpath(os.path.normpath(path), base), what) for owner, path, what in problems)
-    return FileScan(checked, len(to_hash), shown)
-
-
-def _hash_all(paths: Sequence[str]) -> List[str]:
-    """sha256 of each path ('' if unreadable); threads for many files (hashlib releases the GIL)."""
-    def one(path: str) -> str:
-        try:
-            return sha256_file(path)
-        except OSError:
-            return ""
-
-    if len(paths) < 64:
-        return [one(p) for p in paths]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        return list(pool.map(one, paths, chunksize=32))
-
-
-def check_files(state: EnvState, conda_paths: Mapping[str, Sequence[Mapping[str, Any]]],
-                pip: Sequence[InstalledPip], deep: bool) -> Check:
-    cid = "env.files"
-    mode = "sha256 of every file" if deep else "size, then sha256 of files changed since install"
-    scan = scan_files(state.prefix, conda_paths, pip, state.record_mtime, deep)
-    expected = f"as installed ({mode})"
-    if not scan.problems:
-        return Check(cid, Status.OK, f"{scan.checked} files unchanged ({scan.hashed} hashed)", expected)
-    items = [f"{path} ({owner}, {what})" for owner, path, what in scan.problems]
-    remedy = f"restore them: {state.commands.recreate} recreates the env from the lock (the package cache keeps " \
-             "it quick)"
-    if _older_generation(state.prefix):
-        remedy += f", or {state.commands.rollback} returns to the previous generation if that one is intact"
-    return Check(cid, Status.FAIL, f"{len(items)} of {scan.checked} files changed: {_shown(items)}", expected,
-                 remedy, "; ".join(items))
-
-
-def _older_generation(prefix: Path) -> bool:
-    from bootstrap.install import generations as gens
-
-    layout = gens.Layout(prefix)
-    current = layout.current()
-    return current is not None and any(g < current for g in layout.generations())
 
 
 def check_freshness(state: EnvState) -> Check:
@@ -491,6 +234,7 @@ def check_freshness(state: EnvState) -> Check:
         return Check(cid, Status.FAIL, str(exc), expected, exc.fix or f"fix {spec_path.name}, then `make lock`")
     if stale:
         items = [str(s) for s in stale]
-        return Check(cid, Status.FAIL, f"stale: {_shown(items)}", expected,
+        return Check(cid, Status.FAIL, f"stale: {shown(items)}", expected,
                      f"re-lock and apply: `make lock` then {state.commands.update}", "; ".join(items))
     return Check(cid, Status.OK, f"{spec_path.name} satisfied by {state.lock_path.name} [{state.platform}]", expected)
+

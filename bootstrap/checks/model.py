@@ -27,6 +27,8 @@ class Status(str, Enum):
 
 
 STATUS_ORDER = (Status.OK, Status.WARN, Status.FAIL, Status.SKIP)
+SEVERITY = {Status.SKIP: 0, Status.OK: 1, Status.WARN: 2, Status.FAIL: 3}  # what `worst` ranks by
+SHOWN = 4  # problems a check names in `observed`; its `detail` lists all of them
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,17 @@ def exit_code(checks: Iterable[Check]) -> int:
     return EXIT_FAILED if any(c.status is Status.FAIL for c in checks) else EXIT_OK
 
 
+def worst(checks: Iterable[Check]) -> Status:
+    """The most severe status (skip < ok < warn < fail); skip when there are no checks."""
+    return max((c.status for c in checks), key=SEVERITY.__getitem__, default=Status.SKIP)
+
+
+def shown(items: Sequence[str]) -> str:
+    """The first SHOWN items, '; '-joined, and how many more there are."""
+    more = f" (+{len(items) - SHOWN} more)" if len(items) > SHOWN else ""
+    return "; ".join(items[:SHOWN]) + more
+
+
 def summary(checks: Iterable[Check]) -> Dict[str, int]:
     """Count per status; every status is present, so consumers need no defaults."""
     counts = {status.value: 0 for status in STATUS_ORDER}
@@ -106,16 +119,22 @@ def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
     return "  ".join([*padded, cells[-1]]).rstrip()
 
 
-def to_json(checks: Sequence[Check], kind: str, extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """The versioned envelope `--json` prints; its keys are pinned by a contract test.
+def body(checks: Sequence[Check], kind: str, extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """What a verb's checks put in the envelope: `{"kind", "checks", "summary", "extra"}`.
 
     `kind` names the producer ('verify', 'doctor'); `extra` holds
     producer-specific data (facts, timings) and is always present.
     """
+    return {"kind": kind, "checks": [c.to_dict() for c in checks], "summary": summary(checks),
+            "extra": dict(extra or {})}
+
+
+def to_json(checks: Sequence[Check], kind: str, extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The versioned envelope `--json` prints (`body` in `bootstrap.report`'s envelope); its keys are
+    pinned by a contract test."""
     from bootstrap.report import envelope
 
-    return envelope(FORMAT, {"kind": kind, "checks": [c.to_dict() for c in checks], "summary": summary(checks),
-                             "extra": dict(extra or {})})
+    return envelope(FORMAT, body(checks, kind, extra))
 
 
 def from_json(envelope: Mapping[str, Any]) -> List[Check]:

@@ -9,10 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from bootstrap.checks.model import Check, Status
+from bootstrap.checks.model import SEVERITY, Check
 from bootstrap.errors import InputError
-
-SEVERITY = {Status.FAIL: 3, Status.WARN: 2, Status.OK: 1, Status.SKIP: 0}
 
 
 def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, int]:

@@ -13,19 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from bootstrap.checks.envstate import EnvState
 from bootstrap.checks.model import Check, Status
-from bootstrap.compat.rules import DriverFacts, TorchTarget, torch_target_from_lock_entry, visible_gpus
-from bootstrap.checks.env import EnvState
-from bootstrap.install.prefix import (
-    pip_distributions,
-)
-from bootstrap.compat.probe import current_platform, probe_torch
+from bootstrap.compat.facts import DriverFacts, visible_gpus
+from bootstrap.compat.probe import probe_torch
+from bootstrap.compat.target import TorchTarget, torch_target_from_lock_entry
+from bootstrap.fsutil import MIB
+from bootstrap.install.prefix import pip_distributions
+from bootstrap.platforms import compat_key, host_platform
 
 MATMUL_N = 512
 # Relative to the largest reference value: TF32 (the default for conv, optional for matmul) stays near 1e-3;
 # a miscomputing GPU is off by order 1.
 COMPUTE_RTOL = 1e-2
-PINNED_BYTES = 16 << 20
+PINNED_BYTES = 16 * MIB
 
 
 
@@ -46,9 +47,9 @@ class TorchFound:
 def find_torch(import_it: bool, torch_module: Any = None) -> TorchFound:
     """Locate the torch this interpreter would import; import it only when `import_it` (or one is given).
 
-    Without a GPU to test, importing torch (1-2 s, and as long again at
-    exit) buys nothing the rules need: the version and CUDA build are plain
-    literals in torch/version.py, the very values `torch.version` exposes.
+    Without a GPU to test, importing torch (a large package, paid for again
+    at exit) buys nothing the rules need: the version and CUDA build are
+    plain literals in torch/version.py, the very values `torch.version` exposes.
     """
     torch_module = torch_module if torch_module is not None else sys.modules.get("torch")  # already paid for
     if torch_module is None and not import_it:
@@ -97,7 +98,7 @@ def _torch_from_version_file() -> Optional[TorchFound]:
     how = "read from torch/version.py (not imported: no NVIDIA GPU to test)"
     unknown = f"ROCm build (HIP {hip}): the NVIDIA rules do not apply" if hip else ""
     target = TorchTarget(version=public, cuda=None if hip else cuda, variant=local or ("" if cuda else "cpu"),
-                         platform=current_platform(), source=f"installed torch, {how}", confidence="high",
+                         platform=compat_key(host_platform()), source=f"installed torch, {how}", confidence="high",
                          unknown=unknown)
     return TorchFound(None, version, str(package.parent.resolve()), target, how)
 
@@ -223,7 +224,7 @@ def _library_check(torch: Any, cid: str, found: Optional[str], wanted: Optional[
 def pinned_check(torch: Any, device: str = "cuda:0") -> Check:
     """Page-locked host memory: allocate 16 MiB, copy host -> GPU -> host non-blocking, compare."""
     cid = "torch.pinned_memory"
-    expected = f"{PINNED_BYTES >> 20} MiB pinned, round trip through {device} intact"
+    expected = f"{PINNED_BYTES // MIB} MiB pinned, round trip through {device} intact"
     try:
         host = (torch.arange(PINNED_BYTES, dtype=torch.int32) % 251).to(torch.uint8).pin_memory()
         back = torch.empty_like(host).pin_memory()

@@ -10,40 +10,38 @@ It runs inside the env (Python 3.9 possible; stdlib, pyyaml and, lazily,
 torch and pynvml) or from the tools venv with `--prefix`, where the torch
 checks are skipped and the CUDA rules use the env's installed torch
 version. `run_verify` returns a `VerifyResult`; it never prints. The env
-checks live in `bootstrap.checks.env`, the torch checks in `bootstrap.checks.torch`,
-the host and driver checks (shared with doctor) in `bootstrap.checks.doctor`.
+checks live in `bootstrap.checks.env` and `.files`, the torch checks in
+`bootstrap.checks.torch`, the host and NVIDIA checks (shared with doctor) in
+`bootstrap.checks.host` and `.nvidia`.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from bootstrap.checks import model
+from bootstrap.checks.env import env_checks
+from bootstrap.checks.envstate import is_running_in, read_env_state, resolve_prefix
+from bootstrap.checks.host import LoaderNeeds, host_checks
 from bootstrap.checks.model import Check, Status, exit_code
+from bootstrap.checks.nvidia import nvidia_checks
+from bootstrap.checks.torch import check_torch_import, device_checks, find_torch, first_line, installed_torch_target
+from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
 from bootstrap.compat.rules import evaluate
-from bootstrap.checks.doctor import (
-    LoaderNeeds,
-    conda_subdir,
-    default_lock_path,
-    gather_facts,
-    host_checks,
-    load_facts,
-    lock_torch_target,
-    nvidia_checks,
-    save_facts,
-)
-from bootstrap.checks.env import env_checks, is_running_in, read_env_state, resolve_prefix
+from bootstrap.compat.target import lock_torch_target
 from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import check_output
 from bootstrap.install.prefix import python_executable
-from bootstrap.compat.probe import Facts
+from bootstrap.platforms import conda_subdir, host_platform
+from bootstrap.project import default_lock_path
+from bootstrap.report import result
 from bootstrap.runner import Runner, run
-from bootstrap.checks.torch import check_torch_import, device_checks, find_torch, first_line, installed_torch_target
 
-BENCH_BUDGET_S = 20.0  # the default workload needs ~12 s of setup + windows on 2 cores
+BENCH_BUDGET_S = 20.0  # the default workload's setup and three timed windows fit on a 2-core host
 
 
 @dataclass(frozen=True)
@@ -60,7 +58,7 @@ class VerifyOptions:
     gpu: Optional[int] = None  # compute-check this GPU only (a torchrun rank's own); None: every GPU
 
 
-@dataclass(frozen=True)
+@result
 class VerifyResult:
     checks: Tuple[Check, ...]
     prefix: Optional[Path]
@@ -86,6 +84,10 @@ class VerifyResult:
             "facts": None if self.facts is None else self.facts.to_dict(),
             **({"ranks": list(self.ranks)} if self.ranks else {}),
         }
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The `bootstrap.checks` envelope's body, kind 'verify'."""
+        return model.body(self.checks, "verify", self.extra())
 
 
 # --------------------------------------------------------------------------- bench
@@ -159,19 +161,18 @@ def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run
     state = read_env_state(prefix, options.root, options.lock_path)
     checks = env_checks(state, deep=options.deep, inside=inside, runner=runner)
     seconds["env"] = _lap(started)
-    facts = gather_facts(nvml=nvml, runner=runner, disk_path=str(prefix if prefix.is_dir() else Path.cwd()))
+    facts = collect_facts(nvml, runner, disk_path=str(prefix if prefix.is_dir() else Path.cwd()))
     seconds["facts"] = _lap(started, seconds)
     # torch is imported only inside the env and only with a GPU to test (or when the caller passes one).
     found = find_torch(bool(facts.nvidia.gpus), torch_module) if inside else None
     if found is not None:
-        facts = Facts(facts.host, facts.nvidia, found.target, found.how, facts.python, facts.platform)
+        facts = replace(facts, torch=found.target, torch_reason=found.how)
     else:
-        facts = Facts(facts.host, facts.nvidia, None, f"verifying {prefix} from another interpreter ({sys.prefix})",
-                      facts.python, facts.platform)
+        facts = replace(facts, torch=None, torch_reason=f"verifying {prefix} from another interpreter ({sys.prefix})")
     seconds["torch_import"] = _lap(started, seconds)
     locked_target, locked_why = None, "no lock"
     if state.lock is not None:
-        platform = state.platform or conda_subdir(facts.platform, state.lock.platforms)
+        platform = state.platform or host_platform()
         locked_target, locked_why = lock_torch_target(state.lock, platform)
     if found is not None:
         target, target_why = found.target, found.how
@@ -197,7 +198,8 @@ def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run
     if options.save_facts is not None:
         save_facts(facts, options.save_facts)
     seconds["total"] = time.perf_counter() - started
-    return VerifyResult(tuple(checks), prefix, state.lock_path, inside, facts, "this host", seconds)
+    return VerifyResult(checks=tuple(checks), prefix=prefix, lock_path=state.lock_path, inside=inside, facts=facts,
+                        facts_source="this host", seconds=seconds)
 
 
 def _lap(started: float, seconds: Optional[Dict[str, float]] = None) -> float:
@@ -225,5 +227,6 @@ def replay(options: VerifyOptions) -> VerifyResult:
     checks += host_checks(facts.host, facts.nvidia, options.needs)
     checks.append(Check("bench", Status.SKIP, "recorded facts", "the acceptance benchmark",
                         detail="the benchmark needs the machine itself"))
-    return VerifyResult(tuple(checks), None, lock_path, False, facts, source)
+    return VerifyResult(checks=tuple(checks), prefix=None, lock_path=lock_path, inside=False, facts=facts,
+                        facts_source=source)
 

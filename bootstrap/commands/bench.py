@@ -13,16 +13,15 @@ as they were.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict
 
 from bootstrap.bench.config import MODELS, RUN_OPTIONS, STORAGES, BenchOptions, ThresholdSet, WorkloadSpec, \
     check_options, flag_name, load_config, parse_threshold_flags
 from bootstrap.checks.model import exit_code
+from bootstrap.commands.signals import sigterm_as_interrupt
 from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import disk_full, out_of_space
 
@@ -102,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     check_out(args.out, png=not args.no_png)  # a bad --out costs nothing: it fails before the run
     progress = None if args.quiet else _progress
     reporter = True
-    with _terminate_as_interrupt() as terminated:
+    with sigterm_as_interrupt() as terminated:
         if args.distributed:
             from bootstrap.bench.distributed import run_distributed
 
@@ -130,29 +129,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {', '.join(str(p) for p in written)}" + (" (partial)" if result.partial else ""),
           file=sys.stderr if args.json else sys.stdout, flush=True)
     return code
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[List[int]]:
-    """SIGTERM, how Slurm, Docker and Kubernetes stop a job, ends the run as Ctrl-C does: the phases stop,
-    temporary data is removed and the partial report is written (exit 143). The signals received are
-    yielded; a second one while the run winds down is noted, not raised, so the clean-up finishes."""
-    received: List[int] = []
-
-    def stop(signum: int, frame: Any) -> None:
-        received.append(signum)
-        if len(received) == 1:
-            raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # not the main thread (an embedding program): leave its signals alone
-        yield received
-        return
-    try:
-        yield received
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _not_written(exc: OSError, out: Path, png: bool) -> Exception:

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.install.cache import default_cache_dir
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.lock.pip import PipOptions
-    from bootstrap.lock.spec import host_platform
+    from bootstrap.platforms import host_platform
 
     project = Project(args.root or find_root(Path.cwd()))
     envs = project.resolve_envs(list(dict.fromkeys(args.envs)) or [project.default_env])  # each once, as platforms

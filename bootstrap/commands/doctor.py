@@ -9,7 +9,6 @@ failed, 2 on bad usage.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from bootstrap.errors import InputError
@@ -30,8 +29,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap.checks.model import exit_code, render_table, to_json
     from bootstrap.checks.doctor import DoctorOptions, run_doctor
+    from bootstrap.checks.model import FORMAT, exit_code, render_table
+    from bootstrap.report import dumps
 
     if args.facts is not None and args.save_facts is not None:
         raise InputError("--save-facts", "does not apply to --facts (the facts are already recorded)",
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     result = run_doctor(DoctorOptions(lock_path=args.lock, platform=args.platform, facts_path=args.facts,
                                       save_facts=args.save_facts, root=args.root))
     if args.json:
-        print(json.dumps(to_json(result.checks, "doctor", result.extra()), indent=2, sort_keys=True))
+        print(dumps(FORMAT, result.to_dict()))
     else:
         lock = f"{result.lock_path.name} [{result.platform}]" if result.lock_path else "no lock"
         print(f"doctor: facts from {result.facts_source}; torch build from {lock}")

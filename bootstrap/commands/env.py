@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.install.cache import default_cache_dir
     from bootstrap.install.env import EnvOptions, create_or_update, rollback
     from bootstrap.lock.mirrors import parse_mirrors
-    from bootstrap.lock.spec import host_platform
+    from bootstrap.platforms import host_platform
 
     project = Project(args.root or find_root(Path.cwd()))
     env = args.env or project.default_env

@@ -12,13 +12,11 @@ No NVIDIA driver: one line; exit 0 with --once (a probe), 2 otherwise
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import sys
-import threading
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
+from bootstrap.commands.signals import sigterm_as_interrupt
 from bootstrap.errors import EXIT_OK
 
 _CLEAR = "\x1b[H\x1b[J"  # cursor home, clear to the end of the screen
@@ -83,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     log = None
     try:
         log = core.SampleLog(log_path, fmt, f"--{fmt}") if log_path is not None else None
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             try:
                 for sample in core.run_samples(sampler, args.interval, 1 if args.once else args.count):
                     summary.add(sample)
@@ -114,23 +112,6 @@ def run(args: argparse.Namespace) -> int:
     for note in sampler.notes:
         print(f"note: not available: {note}", file=sys.stderr)
     return EXIT_OK
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """`kill PID` / `timeout 60 ...` stop the monitor like Ctrl-C: summary printed, log kept."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):  # noqa: ARG001 (signal handler signature)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _can_print(text: str) -> bool:

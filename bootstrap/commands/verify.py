@@ -8,7 +8,6 @@ machine's NVIDIA stack run it? Exit 0 when no check failed, 1 when one did,
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from bootstrap.errors import InputError
@@ -36,8 +35,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bootstrap.bench.config import MAX_BUDGET_S
-    from bootstrap.checks.model import render_table, to_json
+    from bootstrap.checks.model import FORMAT, render_table
     from bootstrap.checks.verify import BENCH_BUDGET_S, VerifyOptions, run_verify
+    from bootstrap.report import dumps
 
     if args.facts is not None:
         clash = [flag for flag, value in (("--prefix", args.prefix), ("--deep", args.deep),
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     )
     def render(result) -> None:
         if args.json:
-            print(json.dumps(to_json(result.checks, "verify", result.extra()), indent=2, sort_keys=True))
+            print(dumps(FORMAT, result.to_dict()))
         else:
             print(_header(result))
             print(render_table(result.checks, show_detail=args.verbose), end="")

@@ -17,9 +17,9 @@ import importlib
 import itertools
 from typing import Any, List, Optional, Sequence, Tuple
 
-from bootstrap.compat.rules import DriverFacts, GpuFacts, PeerFacts
+from bootstrap.compat.facts import DriverFacts, GpuFacts, PeerFacts
+from bootstrap.fsutil import MIB
 
-MIB = 1 << 20
 # nvml.h return codes (a stable ABI) -> what they mean for the user.
 NVML_REASONS = {
     2: "invalid argument",

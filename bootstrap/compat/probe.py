@@ -4,27 +4,31 @@ In the style of PyTorch's collect_env.py: probes only gather, the rules in
 `bootstrap.compat.rules` judge, and rendering is a separate step. Subprocesses go
 through the runner passed in and NVML through `bootstrap.compat.nvml`, so every
 probe runs in tests without a GPU. Facts serialise to and from JSON
-(`Facts.to_dict` / `Facts.from_dict`) so a diagnosis can be replayed on
-another machine (`doctor --save-facts FILE`, `--facts FILE`).
+(`save_facts` / `load_facts`) so a diagnosis can be replayed on another
+machine (`doctor --save-facts FILE`, `--facts FILE`).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import multiprocessing
 import os
 import platform
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from bootstrap.compat.rules import DriverFacts, GpuFacts, TorchTarget, driver_tuple
-from bootstrap.errors import InputError, ToolError
+from bootstrap.compat.facts import DriverFacts, GpuFacts, HostFacts
 from bootstrap.compat.nvml import Nvml
-from bootstrap.runner import Runner, run
+from bootstrap.compat.target import TorchTarget
 from bootstrap.compat.typed import FieldError, from_mapping
+from bootstrap.compat.versions import driver_tuple
+from bootstrap.errors import InputError, ToolError
+from bootstrap.fsutil import MIB, check_output
+from bootstrap.platforms import compat_key, host_platform, os_of
+from bootstrap.runner import Runner, run
 
 FACTS_FORMAT = "bootstrap.facts"
 FACTS_VERSION = 1
@@ -37,28 +41,13 @@ _CONTAINER_CGROUP_WORDS = ("docker", "kubepods", "containerd", "libpod", "lxc")
 # --------------------------------------------------------------------------- GPUs
 
 
-def current_os() -> str:
-    """'linux', 'windows' or 'macos': selects the driver-number series in the rules."""
-    if sys.platform.startswith("win"):
-        return "windows"
-    return "macos" if sys.platform == "darwin" else "linux"
-
-
-def current_platform() -> str:
-    """The compat table's platform key for this machine ('linux_x86_64', 'linux_aarch64', ...)."""
-    machine = platform.machine().lower()
-    arch = "aarch64" if machine in ("aarch64", "arm64") else "x86_64"
-    os_name = current_os()
-    return "macos" if os_name == "macos" else f"{os_name}_{arch}"
-
-
 def probe_gpus(nvml: Any = None, runner: Runner = run, os_name: Optional[str] = None) -> DriverFacts:
     """Driver and GPUs: NVML first, then `nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total
     --format=csv,noheader,nounits`. No driver is a DriverFacts with a reason, never an exception.
 
     `nvml` is the pynvml-like module (None: import pynvml lazily).
     """
-    os_name = os_name or current_os()
+    os_name = os_name or os_of(host_platform())
     with Nvml(nvml, os_name=os_name) as session:
         from_nvml = session.facts()
     if from_nvml.has_driver:
@@ -169,7 +158,7 @@ def probe_torch(torch_module: Any = None) -> Tuple[Optional[TorchTarget], str]:
     hip = getattr(torch.version, "hip", None)
     if hip:
         unknown = f"ROCm build (HIP {hip}): the NVIDIA rules do not apply"
-        return TorchTarget(version=public, cuda=None, variant=local, platform=current_platform(),
+        return TorchTarget(version=public, cuda=None, variant=local, platform=compat_key(host_platform()),
                            source="installed torch", unknown=unknown), ""
     cuda = getattr(torch.version, "cuda", None)
     return TorchTarget(
@@ -177,7 +166,7 @@ def probe_torch(torch_module: Any = None) -> Tuple[Optional[TorchTarget], str]:
         cuda=cuda,
         arch_list=_torch_arch_list(torch) if cuda else None,
         variant=local or ("" if cuda else "cpu"),
-        platform=current_platform(),
+        platform=compat_key(host_platform()),
         cudnn=_torch_cudnn(torch) if cuda else None,
         nccl=_torch_nccl(torch) if cuda else None,
         source="installed torch",
@@ -224,40 +213,6 @@ def _torch_nccl(torch: Any) -> Optional[str]:
 # --------------------------------------------------------------------------- host
 
 
-@dataclass(frozen=True)
-class HostFacts:
-    """CPU, memory and OS limits a DataLoader depends on. None = not available, see `missing`."""
-
-    cpus_usable: Optional[int] = None
-    cpus_total: Optional[int] = None
-    memory_total_mib: Optional[int] = None
-    memory_available_mib: Optional[int] = None
-    shm_total_mib: Optional[int] = None
-    shm_free_mib: Optional[int] = None
-    disk_path: str = ""
-    disk_free_mib: Optional[int] = None
-    nofile_soft: Optional[int] = None  # -1 = unlimited
-    nofile_hard: Optional[int] = None
-    start_method: Optional[str] = None
-    start_method_explicit: bool = False
-    container_hints: Tuple[str, ...] = ()
-    cuda_visible_devices: Optional[str] = None  # the job's GPUs among NVML's (None: unset, all of them)
-    missing: Tuple[str, ...] = ()
-
-    def to_dict(self) -> Dict[str, Any]:
-        out = dict(self.__dict__)
-        out["container_hints"] = list(self.container_hints)
-        out["missing"] = list(self.missing)
-        return out
-
-    NEGATIVE_OK = ("nofile_soft", "nofile_hard")  # -1 = unlimited
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], path: str = "host") -> "HostFacts":
-        """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
-        return cls(**from_mapping(cls, raw, path))
-
-
 def probe_usable_cpus() -> Tuple[Optional[int], str]:
     """CPUs this process may run on (`nproc`): the affinity mask, which cgroups and taskset narrow."""
     getaffinity = getattr(os, "sched_getaffinity", None)
@@ -293,7 +248,7 @@ def probe_statvfs(path: str) -> Tuple[Optional[Tuple[int, int]], str]:
         st = statvfs(path)
     except OSError as exc:
         return None, f"{path}: {exc.strerror or exc}"
-    return (st.f_frsize * st.f_blocks // (1 << 20), st.f_frsize * st.f_bavail // (1 << 20)), ""
+    return (st.f_frsize * st.f_blocks // MIB, st.f_frsize * st.f_bavail // MIB), ""
 
 
 def probe_nofile() -> Tuple[Optional[Tuple[int, int]], str]:
@@ -410,15 +365,43 @@ class Facts:
                              "`python -m bootstrap doctor --save-facts FILE`") from None
 
 
-def collect_facts(nvml: Any = None, runner: Runner = run, *, with_torch: bool = False,
+def collect_facts(nvml: Any = None, runner: Runner = run, *, disk_path: str = ".", with_torch: bool = False,
                   torch_module: Any = None) -> Facts:
-    """Host, driver/GPU and (inside an env) torch facts of this machine."""
-    torch, torch_reason = (probe_torch(torch_module) if with_torch else (None, "not probed"))
+    """Host (the disk check on `disk_path`'s file system), driver/GPU and, only on request, torch facts of
+    this machine."""
+    torch, torch_reason = probe_torch(torch_module) if with_torch else (None, "not probed (doctor needs no torch)")
     return Facts(
-        host=collect_host_facts(),
+        host=collect_host_facts(disk_path=disk_path),
         nvidia=probe_gpus(nvml, runner),
         torch=torch,
         torch_reason=torch_reason,
         python=platform.python_version(),
-        platform=current_platform(),
+        platform=compat_key(host_platform()),
     )
+
+
+def load_facts(path: Path) -> Facts:
+    """Read a `bootstrap.facts` file written by `--save-facts`."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(path, "file not found", "record one with `python -m bootstrap doctor --save-facts FILE`") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputError(path, f"not a readable JSON facts file ({exc})",
+                         "record it again with `python -m bootstrap doctor --save-facts FILE`") from None
+    if not isinstance(raw, dict):
+        raise InputError(path, "not a facts file (expected a JSON object)",
+                         "record it again with `python -m bootstrap doctor --save-facts FILE`")
+    return Facts.from_dict(raw, where=str(path))
+
+
+def save_facts(facts: Facts, path: Path) -> None:
+    """Write `facts` atomically (temp file + rename), so a failed run leaves no half file;
+    through a symlink, or straight into a FIFO or /dev/stdout."""
+    from bootstrap.fsutil import atomic_write_text, write_failed
+
+    target = check_output(path, "--save-facts")
+    try:
+        atomic_write_text(target, json.dumps(facts.to_dict(), indent=2, sort_keys=True) + "\n")
+    except OSError as exc:  # a full disk, a FIFO whose reader went away, ...: the temp file is already gone
+        raise write_failed(exc, path, "--save-facts", "the facts are not saved", target.parent) from None

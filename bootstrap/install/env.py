@@ -200,7 +200,7 @@ def _up_to_date(layout: gens.Layout, lock: Lock, entries: list, options: EnvOpti
 def check_runs_here(platform: str) -> None:
     """Refuse an env for another OS before anything is fetched: its python cannot run here to install
     the pip part, and nothing in it would. Another architecture of this OS may run (Rosetta, qemu)."""
-    from bootstrap.lock.spec import host_platform
+    from bootstrap.platforms import host_platform
 
     host = host_platform()
     if platform.split("-")[0] != host.split("-")[0]:

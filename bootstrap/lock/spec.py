@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bootstrap.errors import InputError, MissingModuleError
+from bootstrap.platforms import KNOWN_PLATFORMS
 from bootstrap.urls import has_credentials, scrub_credentials
 
-KNOWN_PLATFORMS = ("linux-64", "linux-aarch64", "linux-ppc64le", "osx-64", "osx-arm64", "win-64", "win-arm64")
 SPEC_KEYS = ("name", "channels", "platforms", "dependencies")
 _VIRTUAL_VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z_]+)*")  # "2.28", "12.8", "14.0", "0"
 ANACONDA_ORG = "https://conda.anaconda.org"
@@ -310,19 +310,3 @@ def _virtual_package(path: Path, platform: str, name: Any, value: Any) -> Virtua
     if not _VIRTUAL_VERSION.fullmatch(version):
         raise InputError(path, f"{where}: '{version}' is not a version", "write it like \"2.28\" or \"12.8\"")
     return VirtualPackage(name, version, build.strip())
-
-
-def host_platform() -> str:
-    """This machine as a conda platform (subdir): `linux-64`, `osx-arm64`, `win-64`, ..."""
-    import platform
-    import sys
-
-    machine = platform.machine().lower()
-    if sys.platform.startswith("linux"):
-        return {"x86_64": "linux-64", "amd64": "linux-64", "aarch64": "linux-aarch64", "arm64": "linux-aarch64",
-                "ppc64le": "linux-ppc64le"}.get(machine, f"linux-{machine}")
-    if sys.platform == "darwin":
-        return "osx-arm64" if machine == "arm64" else "osx-64"
-    if sys.platform == "win32":
-        return "win-arm64" if machine == "arm64" else "win-64"
-    return f"{sys.platform}-{machine}"

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bootstrap.errors import BootstrapError, EXIT_USAGE, InputError
-from bootstrap.fsutil import check_output, is_special, write_failed
-from bootstrap.compat.nvml import MIB, Nvml
+from bootstrap.fsutil import MIB, check_output, is_special, write_failed
+from bootstrap.compat.nvml import Nvml
 
 # nvml.h enums (a stable ABI), so a fake module needs no constants.
 TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU

@@ -17,8 +17,9 @@ import pytest
 
 from bootstrap.checks.model import Status, from_json
 from bootstrap.cli import main
-from bootstrap.compat.rules import DriverFacts, GpuFacts
-from bootstrap.checks.doctor import DoctorOptions, load_facts, run_doctor, save_facts
+from bootstrap.compat.facts import DriverFacts, GpuFacts
+from bootstrap.checks.doctor import DoctorOptions, run_doctor
+from bootstrap.compat.probe import load_facts, save_facts
 from bootstrap.errors import InputError
 from bootstrap.compat.probe import probe_gpus
 from tests.fixtures.fakes import FakeNvml, missing_binary_runner
@@ -299,8 +300,8 @@ def pcie_box(across_sockets: object = 3, nvlink: object = 5) -> FakeNvml:
 
 
 def p2p(nvml: FakeNvml, visible=None):
-    from bootstrap.checks.doctor import nvidia_checks
-    from bootstrap.compat.probe import HostFacts
+    from bootstrap.checks.nvidia import nvidia_checks
+    from bootstrap.compat.facts import HostFacts
 
     nvidia = probe_gpus(nvml=nvml, runner=missing_binary_runner, os_name="linux")
     return by_id(nvidia_checks(nvidia, HostFacts(cuda_visible_devices=visible))).get("nvidia.p2p")
@@ -342,8 +343,8 @@ def test_peer_to_peer_nvml_cannot_answer_is_a_skip_with_its_reason(capsys) -> No
     assert nothing.status is Status.SKIP and nothing.observed == "unknown for 6 GPU pairs"
     assert nothing.detail == "read: not supported on this GPU; nvlink: not supported on this GPU"
     # Facts from nvidia-smi's CSV (no NVML) have no pairs at all.
-    from bootstrap.compat.rules import DriverFacts, GpuFacts
-    from bootstrap.checks.doctor import nvidia_checks
+    from bootstrap.compat.facts import DriverFacts, GpuFacts
+    from bootstrap.checks.nvidia import nvidia_checks
 
     smi = DriverFacts(driver_version="580.95.05", gpus=(GpuFacts(0, "NVIDIA H200"), GpuFacts(1, "NVIDIA H200")),
                       source="nvidia-smi")

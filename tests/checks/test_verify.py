@@ -392,7 +392,7 @@ def test_cpu_only_torch_on_a_gpu_host_fails_with_the_remedy() -> None:
 
 
 def test_no_driver_skips_every_gpu_check_with_the_reason() -> None:
-    from bootstrap.compat.rules import DriverFacts
+    from bootstrap.compat.facts import DriverFacts
 
     target, _ = probe_torch(fake_torch())
     checks = device_checks(cuda_torch(False, 0), DriverFacts(reason="NVML: NVML library not found"), target)
@@ -458,7 +458,8 @@ def test_an_interrupted_benchmark_does_not_pass() -> None:
     from bootstrap.checks.verify import VerifyResult
 
     def code(*checks) -> int:
-        return VerifyResult(checks, None, None, True, None, "this host").exit_code
+        return VerifyResult(checks=checks, prefix=None, lock_path=None, inside=True, facts=None,
+                            facts_source="this host").exit_code
 
     slow = Check("bench.efficiency", Status.FAIL, "0.60", ">= 0.90")
     assert (code(summary), code(summary, slow)) == (130, 130)

@@ -129,7 +129,8 @@ def test_rank_facts_digest_every_package_of_the_install_record(tmp_path: Path) -
             lock_path="conda-lock.yml", env="py310", platform="linux-64", content_hash="same-inputs", generation="1",
             bootstrap_version="0", installed_at="", conda={"python": "aa"}, pip={"torch": {"version": "2.10.0", "sha256": torch_sha}},
             conda_meta={}))
-        return rank_facts(VerifyResult((), tmp_path, None, False, None, "this host"))
+        return rank_facts(VerifyResult(checks=(), prefix=tmp_path, lock_path=None, inside=False, facts=None,
+                                       facts_source="this host"))
 
     first, same, other = facts("11"), facts("11"), facts("22")
     assert first == same and first["packages"].endswith("(1 conda, 1 pip, linux-64)")

@@ -9,17 +9,10 @@ import pytest
 
 from bootstrap.compat import data as compat_data
 from bootstrap.checks.model import Status
-from bootstrap.compat.rules import (
-    DriverFacts,
-    GpuFacts,
-    TorchTarget,
-    cuda_supported_by_driver_number,
-    driver_tuple,
-    evaluate,
-    kernel_for,
-    suggest_builds,
-    torch_target_from_lock_entry,
-)
+from bootstrap.compat.facts import DriverFacts, GpuFacts
+from bootstrap.compat.rules import evaluate
+from bootstrap.compat.target import TorchTarget, suggest_builds, torch_target_from_lock_entry
+from bootstrap.compat.versions import cuda_supported_by_driver_number, driver_tuple, kernel_for
 from tests.fixtures import REPO
 
 REFERENCE_YAML = REPO.parent / "shared" / "reference" / "cuda_compat.yml"
@@ -307,7 +300,7 @@ def test_packaged_data_matches_the_reference_yaml():
     ("MIG-", [], 0),
 ])
 def test_cuda_visible_devices_as_cuda_reads_it(value, indices, devices) -> None:
-    from bootstrap.compat.rules import visible_gpus
+    from bootstrap.compat.facts import visible_gpus
     from bootstrap.compat.probe import probe_gpus
     from tests.fixtures.fakes import FakeNvml, missing_binary_runner
 
@@ -318,7 +311,7 @@ def test_cuda_visible_devices_as_cuda_reads_it(value, indices, devices) -> None:
 
 
 def test_a_long_cuda_visible_devices_is_abridged_in_the_notes() -> None:
-    from bootstrap.compat.rules import visible_gpus
+    from bootstrap.compat.facts import visible_gpus
 
     visible = visible_gpus((), "0," * 60_000)
     assert visible.note == f"CUDA_VISIBLE_DEVICES={'0,' * 50!r}... (120000 characters)"

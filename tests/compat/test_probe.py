@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from bootstrap.checks.model import Status
-from bootstrap.compat.rules import DriverFacts, evaluate, torch_target_from_lock_entry
+from bootstrap.compat.facts import DriverFacts, HostFacts
+from bootstrap.compat.rules import evaluate
+from bootstrap.compat.target import torch_target_from_lock_entry
 from bootstrap.errors import InputError
 from bootstrap.compat.nvml import Nvml
 from bootstrap.compat.probe import (
     Facts,
-    HostFacts,
     collect_facts,
     collect_host_facts,
     parse_nvidia_smi_csv,

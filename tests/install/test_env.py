@@ -757,9 +757,9 @@ def test_platform_not_in_lock(project: Project, channel: Path, capsys) -> None:
 
 def test_an_env_for_another_os_is_refused_before_fetching(project: Project, channel: Path, monkeypatch, capsys) -> None:
     """Its python cannot run here to install the pip part: said before the downloads, not by uv after them."""
-    import bootstrap.lock.spec
+    import bootstrap.platforms
 
-    monkeypatch.setattr(bootstrap.lock.spec, "host_platform", lambda: "osx-arm64")
+    monkeypatch.setattr(bootstrap.platforms, "host_platform", lambda: "osx-arm64")
     capsys.readouterr()
     assert main(env_args(project, str(channel))) == 2
     assert capsys.readouterr().err.startswith("error: --platform linux-64: an env for linux-64 cannot be built on this "

@@ -1,0 +1,145 @@
+"""The NVIDIA checks `doctor` and `verify` share: the driver, each GPU's health, the job's GPUs, peer-to-peer.
+
+    DriverFacts (NVML or nvidia-smi) + the job's CUDA_VISIBLE_DEVICES -> nvidia.driver, nvidia.gpuN,
+    nvidia.visible, nvidia.p2p
+
+Shell equivalent: `nvidia-smi -q`, `nvidia-smi -L`, `nvidia-smi topo -p2p r`. Pure: facts in, checks out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import List, Optional
+
+from bootstrap.checks.model import Check, Status
+from bootstrap.compat.facts import P2P_OK, P2P_STATUS, TOPOLOGY, DriverFacts, GpuFacts, HostFacts, Visible, visible_gpus
+from bootstrap.compat.versions import cuda_from_int, cuda_supported_by_driver_number
+
+# NVIDIA's RMA guidance for page retirement: 60 retired pages (or a pending retirement) warrants service.
+RETIRED_PAGES_WARN = 60
+
+
+def nvidia_checks(nvidia: DriverFacts, host: Optional[HostFacts] = None) -> List[Check]:
+    """The driver, the highest CUDA it supports, each GPU with its health (`nvidia-smi -q`), and for
+    the GPUs of the job (`host`'s CUDA_VISIBLE_DEVICES) which they are and peer-to-peer between them."""
+    if not nvidia.has_driver:
+        return [Check("nvidia.driver", Status.SKIP, "no NVIDIA driver (CPU mode)", "an NVIDIA driver",
+                      detail=nvidia.reason or "no driver facts")]
+    if nvidia.cuda_driver_version:
+        cuda = f"CUDA {cuda_from_int(nvidia.cuda_driver_version)} (reported by the driver)"
+    else:
+        derived = cuda_supported_by_driver_number(nvidia.driver_version or "", nvidia.os)
+        cuda = f"CUDA >= {cuda_from_int(derived)} (from the driver number)" if derived else "CUDA unknown"
+    observed = f"driver {nvidia.driver_version or 'unknown'} ({nvidia.os}), {cuda}, {len(nvidia.gpus)} GPU(s)"
+    checks = [Check("nvidia.driver", Status.OK, observed, "an NVIDIA driver",
+                    detail=f"source: {nvidia.source}" + (f"; {nvidia.reason}" if nvidia.reason else ""))]
+    checks += [gpu_check(gpu, nvidia.os) for gpu in nvidia.gpus]
+    visible = visible_gpus(nvidia.gpus, host.cuda_visible_devices if host else None)
+    return checks + [c for c in (visible_check(nvidia, visible), peer_check(nvidia, visible)) if c is not None]
+
+
+def visible_check(nvidia: DriverFacts, visible: Visible) -> Optional[Check]:
+    """Which of the GPUs CUDA_VISIBLE_DEVICES gives CUDA programs; no row when it is unset."""
+    if not visible.note or not nvidia.gpus:
+        return None
+    cid, expected = "nvidia.visible", "the job's GPUs among those NVML lists"
+    total = f"{len(nvidia.gpus)} GPU(s)"
+    if visible.devices == 0:
+        return Check(cid, Status.WARN, f"{visible.note} leaves CUDA programs none of the {total}", expected,
+                     f"`unset CUDA_VISIBLE_DEVICES`, or name GPUs by index (0-{len(nvidia.gpus) - 1}) or by UUID "
+                     "(`nvidia-smi -L`): the first entry naming none ends the list, a repeated one empties it")
+    named = ", ".join(str(gpu.index) for gpu in visible.gpus) or "one MIG instance"
+    return Check(cid, Status.OK, f"{visible.note}: {named} of {total}", expected)
+
+
+def gpu_check(gpu: GpuFacts, os_name: str = "linux") -> Check:
+    """One GPU: name, compute capability, memory; ECC row remapping / page retirement and persistence mode."""
+    cid = f"nvidia.gpu{gpu.index}"
+    memory = f", {gpu.memory_total_mib} MiB" if gpu.memory_total_mib is not None else ""
+    observed = f"{gpu.name}, CC {gpu.cc_text}{memory}"
+    extras = []
+    if gpu.ecc_enabled is not None:
+        extras.append("ECC on" if gpu.ecc_enabled else "ECC off")
+    if gpu.persistence_mode is not None:
+        extras.append("persistence on" if gpu.persistence_mode else "persistence off")
+    if gpu.retired_pages:
+        extras.append(f"{gpu.retired_pages} retired pages")
+    observed += (" (" + ", ".join(extras) + ")") if extras else ""
+    expected = "healthy: no failed or pending row remaps / page retirements"
+    detail = "; ".join(gpu.missing)
+    if gpu.remapped_rows_failed:
+        return Check(cid, Status.FAIL, observed + ": row remapping failed", expected,
+                     f"this GPU needs service: drain it and open an RMA (`nvidia-smi -q -d ROW_REMAPPER -i {gpu.index}`)",
+                     detail)
+    if gpu.remapped_rows_pending or gpu.retired_pages_pending:
+        return Check(cid, Status.WARN, observed + ": a memory remap/retirement is pending", expected,
+                     f"reset the GPU to apply it: `sudo nvidia-smi -r -i {gpu.index}` (or reboot)", detail)
+    if gpu.retired_pages is not None and gpu.retired_pages >= RETIRED_PAGES_WARN:
+        return Check(cid, Status.WARN, observed, expected + f", fewer than {RETIRED_PAGES_WARN} retired pages",
+                     f"NVIDIA's threshold for service is reached: `nvidia-smi -q -d PAGE_RETIREMENT -i {gpu.index}`",
+                     detail)
+    if gpu.persistence_mode is False and os_name == "linux":
+        return Check(cid, Status.WARN, observed, expected + ", persistence mode on",
+                     "enable persistence so each process does not re-initialise the GPU: "
+                     "`sudo systemctl enable --now nvidia-persistenced` (or `sudo nvidia-smi -pm 1`)", detail)
+    return Check(cid, Status.OK, observed, expected, detail=detail)
+
+
+def peer_check(nvidia: DriverFacts, visible: Visible) -> Optional[Check]:
+    """Peer-to-peer between every two of the job's GPUs (`nvidia-smi topo -p2p r`); None with fewer than two.
+
+    Without it, NCCL and device-to-device copies between that pair go through host memory: the
+    job runs, its gradients' all-reduce slower. A warning, then, not a failure."""
+    indices = {gpu.index for gpu in visible.gpus}
+    if len(indices) < 2:
+        return None
+    cid, expected = "nvidia.p2p", "peer-to-peer between every two of the job's GPUs"
+    note = visible_note(visible)
+    pairs = [p for p in nvidia.peers if p.a in indices and p.b in indices]
+    answered = [p for p in pairs if p.read is not None]
+    total = len(indices) * (len(indices) - 1) // 2
+    why_not_answered = "; ".join(dict.fromkeys(m for p in pairs if p.read is None for m in p.missing)) or \
+        ("no answers in these facts: nvidia-smi's CSV has none (NVML answers it)" if nvidia.source == "nvidia-smi"
+         else "no answers in these facts (saved before bootstrap asked NVML for them?)")
+    if not answered:
+        return Check(cid, Status.SKIP, f"unknown for {_pairs(total)}{note}", expected, detail=why_not_answered)
+    unanswered = f"; {total - len(answered)} not answered" if len(answered) < total else ""
+    without = [p for p in answered if p.read != P2P_OK]
+    if not without:
+        nvlink = sum(1 for p in answered if p.nvlink == P2P_OK)
+        observed = f"{_pairs(len(answered))} peer-to-peer, {nvlink} over NVLink{note}{unanswered}"
+        if unanswered:  # no verdict on the pairs NVML did not answer for
+            return Check(cid, Status.SKIP, observed, expected, detail=why_not_answered)
+        return Check(cid, Status.OK, observed, expected)
+    why = Counter(p.read for p in without).most_common(1)[0][0]
+    shown = ", ".join(f"{p.a}-{p.b}" for p in without[:6]) + (", ..." if len(without) > 6 else "")
+    observed = (f"{len(without)} of {_pairs(len(answered))} without it ({P2P_STATUS.get(why, f'status {why}')}): "
+                f"{shown}{note}{unanswered}")
+    detail = "; ".join(f"{p.a}-{p.b}: {P2P_STATUS.get(p.read, f'status {p.read}')}, "
+                       f"{TOPOLOGY.get(p.topology, 'PCIe path unknown')}"
+                       for p in without[:6])
+    return Check(cid, Status.WARN, observed, expected, _P2P_REMEDIES.get(why, _P2P_REMEDY_OTHER),
+                 f"{detail}; NCCL stages these pairs' traffic through host memory")
+
+
+def _pairs(count: int) -> str:
+    return f"{count} GPU pair" + ("" if count == 1 else "s")
+
+
+_P2P_REMEDY_OTHER = ("`nvidia-smi topo -p2p r` shows every pair; in a VM, P2P needs the GPUs passed through with "
+                     "their PCIe switch and ACS off")
+_P2P_PATH = ("their PCIe path (across CPU sockets, or a root complex without P2P) does not carry it: give a job "
+             "GPUs under one CPU socket (`nvidia-smi topo -m` shows which)")
+_P2P_REMEDIES = {
+    1: _P2P_PATH,  # chipset not supported
+    3: _P2P_PATH,  # PCIe topology not supported
+    2: "these GPUs offer no P2P over PCIe (GeForce boards): nothing to switch on; "
+       "`torchrun ... -m bootstrap verify --distributed` measures what it costs the all-reduce",
+    4: "P2P is switched off in the NVIDIA driver's configuration: look for a registry key among the nvidia "
+       "module's options (`/etc/modprobe.d/`), remove it and reload the module",
+}
+
+
+def visible_note(visible: Visible) -> str:
+    """', CUDA_VISIBLE_DEVICES=...' after a figure that counts the job's GPUs; '' when the variable is unset."""
+    return f", {visible.note}" if visible.note else ""

@@ -1,0 +1,263 @@
+"""Facts about the host and its NVIDIA stack, as plain values (absence is data: None and a reason).
+
+Probes (`bootstrap.compat.probe`, `bootstrap.compat.nvml`) fill them in, or
+a support engineer loads them from a `--save-facts` file: each reads back
+its own `to_dict()` with every field checked (`bootstrap.compat.typed`).
+The rules never ask the machine themselves.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from bootstrap.compat.typed import FieldError, from_mapping
+from bootstrap.compat.versions import cuda_supported_by_driver_number, driver_column, driver_tuple
+from bootstrap.report import result
+
+
+# --------------------------------------------------------------------------- NVIDIA
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """One GPU as NVML (or `nvidia-smi --query-gpu=...`) reports it. None = not reported."""
+
+    index: int
+    name: str
+    compute_capability: Optional[Tuple[int, int]] = None
+    memory_total_mib: Optional[int] = None
+    memory_used_mib: Optional[int] = None
+    uuid: Optional[str] = None
+    persistence_mode: Optional[bool] = None
+    ecc_enabled: Optional[bool] = None
+    retired_pages: Optional[int] = None
+    retired_pages_pending: Optional[bool] = None
+    remapped_rows_pending: Optional[bool] = None
+    remapped_rows_failed: Optional[bool] = None
+    missing: Tuple[str, ...] = ()  # "field: why it is None", e.g. "ecc_enabled: not supported on this GPU"
+
+    @property
+    def cc_text(self) -> str:
+        return "unknown" if self.compute_capability is None else "{}.{}".format(*self.compute_capability)
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = dict(self.__dict__)
+        out["compute_capability"] = None if self.compute_capability is None else list(self.compute_capability)
+        out["missing"] = list(self.missing)
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], path: str = "gpu") -> "GpuFacts":
+        """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
+        return cls(**from_mapping(cls, raw, path)).checked(path)
+
+    def checked(self, path: str) -> "GpuFacts":
+        """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
+        if self.compute_capability is not None and not 1 <= self.compute_capability[0] <= 99:
+            raise FieldError(f"{path}.compute_capability: {self.cc_text} is not a compute capability")
+        return self
+
+
+# nvml.h's nvmlGpuP2PStatus_t and nvmlGpuTopologyLevel_t (a stable ABI, as NVML's return codes).
+P2P_OK = 0
+P2P_STATUS = {
+    1: "chipset not supported",  # NVML_P2P_STATUS_CHIPSET_NOT_SUPPORED
+    2: "GPU not supported",
+    3: "PCIe topology not supported",  # NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED
+    4: "disabled by the driver's registry key",
+    5: "not supported",
+    6: "unknown",
+}
+TOPOLOGY = {0: "same board", 10: "one PCIe switch", 20: "several PCIe switches", 30: "one host bridge",
+            40: "one CPU socket", 50: "across CPU sockets"}
+
+
+@dataclass(frozen=True)
+class PeerFacts:
+    """Two GPUs and how they reach each other, as NVML answers (`nvidia-smi topo -m`, `topo -p2p r`).
+
+    `read` and `nvlink` are nvmlGpuP2PStatus_t answers for P2P reads and for NVLink (0 = yes);
+    `topology` is the PCIe path between them (`TOPOLOGY`); None = not answered, see `missing`."""
+
+    a: int
+    b: int
+    read: Optional[int] = None
+    nvlink: Optional[int] = None
+    topology: Optional[int] = None
+    missing: Tuple[str, ...] = ()
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = dict(self.__dict__)
+        out["missing"] = list(self.missing)
+        return out
+
+    def checked(self, path: str) -> "PeerFacts":
+        """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
+        if self.a >= self.b:
+            raise FieldError(f"{path}: a pair is two GPUs, the lower index first (a < b), got {self.a}-{self.b}")
+        for name in ("read", "nvlink"):
+            value = getattr(self, name)
+            if value is not None and value != P2P_OK and value not in P2P_STATUS:
+                raise FieldError(f"{path}.{name}: {value} is not an NVML P2P status (0-{max(P2P_STATUS)})")
+        if self.topology is not None and self.topology not in TOPOLOGY:
+            raise FieldError(f"{path}.topology: {self.topology} is not an NVML topology level "
+                             f"({', '.join(map(str, TOPOLOGY))})")
+        return self
+
+
+@dataclass(frozen=True)
+class DriverFacts:
+    """The NVIDIA driver and its GPUs. Absence is data: `reason` says why a value is None.
+
+    `cuda_driver_version` is the highest CUDA the driver supports as NVML
+    reports it (1000*major + 10*minor, 12080 == 12.8); `os` selects the
+    driver-number series ('linux' or 'windows').
+    """
+
+    os: str = "linux"
+    driver_version: Optional[str] = None
+    cuda_driver_version: Optional[int] = None
+    gpus: Tuple[GpuFacts, ...] = ()
+    source: str = ""
+    reason: str = ""
+    peers: Tuple[PeerFacts, ...] = ()  # every pair of GPUs, where NVML answered (not nvidia-smi's CSV)
+
+    @property
+    def has_driver(self) -> bool:
+        return bool(self.driver_version) or bool(self.cuda_driver_version)
+
+    def supported_cuda(self) -> Tuple[Optional[int], str]:
+        """The highest CUDA the driver supports (12080 = 12.8), and where that number came from."""
+        if self.cuda_driver_version:
+            return self.cuda_driver_version, "reported by the driver"
+        if self.driver_version:
+            derived = cuda_supported_by_driver_number(self.driver_version, self.os)
+            if derived:
+                return derived, f"at least, derived from the {driver_column(self.os)} driver number (Table 3)"
+        return None, "unknown"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "os": self.os,
+            "driver_version": self.driver_version,
+            "cuda_driver_version": self.cuda_driver_version,
+            "gpus": [g.to_dict() for g in self.gpus],
+            "source": self.source,
+            "reason": self.reason,
+            "peers": [p.to_dict() for p in self.peers],
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], path: str = "nvidia") -> "DriverFacts":
+        """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
+        return cls(**from_mapping(cls, raw, path)).checked(path)
+
+    def checked(self, path: str) -> "DriverFacts":
+        """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
+        if self.driver_version is not None and driver_tuple(self.driver_version) is None:
+            raise FieldError(f"{path}.driver_version: {self.driver_version!r} is not a driver version like '570.124.06'")
+        if self.cuda_driver_version is not None and self.cuda_driver_version < 1000:
+            raise FieldError(f"{path}.cuda_driver_version: {self.cuda_driver_version} is not a CUDA version "
+                             "as NVML gives it (12080 = 12.8)")
+        indices, pairs = {gpu.index for gpu in self.gpus}, set()
+        for number, peer in enumerate(self.peers):
+            where = f"{path}.peers[{number}]"
+            if not {peer.a, peer.b} <= indices:
+                raise FieldError(f"{where}: GPU {peer.b if peer.a in indices else peer.a} is not among the GPUs "
+                                 f"({', '.join(map(str, sorted(indices))) or 'none'})")
+            if (peer.a, peer.b) in pairs:
+                raise FieldError(f"{where}: the pair {peer.a}-{peer.b} is given twice")
+            pairs.add((peer.a, peer.b))
+        return self
+
+
+@result
+class Visible:
+    """What CUDA_VISIBLE_DEVICES leaves a CUDA program of the GPUs NVML lists (NVML ignores it)."""
+
+    gpus: Tuple[GpuFacts, ...]  # the whole GPUs it names, in its order
+    devices: int  # the devices a CUDA program sees: those GPUs, or the one MIG instance it names
+    note: str = ""  # "CUDA_VISIBLE_DEVICES='2,3'" (abridged); "" when the variable is unset
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"gpus": [gpu.index for gpu in self.gpus], "devices": self.devices, "note": self.note}
+
+
+def visible_gpus(gpus: Sequence[GpuFacts], value: Optional[str]) -> Visible:
+    """Read CUDA_VISIBLE_DEVICES as CUDA does (PyTorch's `torch.cuda._parse_visible_devices`
+    models the same rules). The first entry decides what the list holds: indices, `GPU-` UUIDs
+    (a unique prefix is enough) or `MIG-` instances. An index is read as C's strtoul reads it
+    (`1gpu2` is 1); the first entry that names no GPU ends the list, so "" and "-1" hide every
+    GPU; a repeated one empties it. An index counts in NVML's order (PCI bus), which is CUDA's
+    under CUDA_DEVICE_ORDER=PCI_BUS_ID and on a node of one GPU model. A process sees one MIG
+    instance at most (CUDA enumerates only the first), and not as one of NVML's GPUs here."""
+    if value is None:
+        return Visible(gpus=tuple(gpus), devices=len(gpus))
+    note = f"CUDA_VISIBLE_DEVICES={_abridged(value)}"
+    if value.startswith("MIG-"):
+        return Visible(gpus=(), devices=1 if len(value.split(",")[0]) > len("MIG-") else 0, note=note)
+    named: List[GpuFacts] = []
+    for item in value.split(","):
+        gpu = _by_uuid(gpus, item) if value.startswith("GPU-") else _by_index(gpus, item)
+        if gpu is None:
+            break
+        if gpu in named:
+            return Visible(gpus=(), devices=0, note=note)
+        named.append(gpu)
+    return Visible(gpus=tuple(named), devices=len(named), note=note)
+
+
+_STRTOUL = re.compile(r"\s*\+?([0-9]+)")  # C's strtoul: spaces, a sign, ASCII digits, then anything
+
+
+def _by_index(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
+    number = _STRTOUL.match(item)
+    return next((g for g in gpus if number and g.index == int(number.group(1))), None)
+
+
+def _by_uuid(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
+    found = [g for g in gpus if item.startswith("GPU-") and g.uuid and g.uuid.startswith(item)]
+    return found[0] if len(found) == 1 else None
+
+
+def _abridged(value: str, keep: int = 100) -> str:
+    return repr(value) if len(value) <= keep else f"{value[:keep]!r}... ({len(value)} characters)"
+
+
+# --------------------------------------------------------------------------- host
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """CPU, memory and OS limits a DataLoader depends on. None = not available, see `missing`."""
+
+    cpus_usable: Optional[int] = None
+    cpus_total: Optional[int] = None
+    memory_total_mib: Optional[int] = None
+    memory_available_mib: Optional[int] = None
+    shm_total_mib: Optional[int] = None
+    shm_free_mib: Optional[int] = None
+    disk_path: str = ""
+    disk_free_mib: Optional[int] = None
+    nofile_soft: Optional[int] = None  # -1 = unlimited
+    nofile_hard: Optional[int] = None
+    start_method: Optional[str] = None
+    start_method_explicit: bool = False
+    container_hints: Tuple[str, ...] = ()
+    cuda_visible_devices: Optional[str] = None  # the job's GPUs among NVML's (None: unset, all of them)
+    missing: Tuple[str, ...] = ()
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = dict(self.__dict__)
+        out["container_hints"] = list(self.container_hints)
+        out["missing"] = list(self.missing)
+        return out
+
+    NEGATIVE_OK = ("nofile_soft", "nofile_hard")  # -1 = unlimited
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], path: str = "host") -> "HostFacts":
+        """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
+        return cls(**from_mapping(cls, raw, path))

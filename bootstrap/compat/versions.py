@@ -1,0 +1,176 @@
+"""Version arithmetic and the packaged driver and arch tables: pure functions of their arguments.
+
+Driver numbers compare field by field ('570.124.06' -> (570, 124, 6)); CUDA
+versions as NVML encodes them (12.8 -> 12080); arch-list entries as PyTorch
+prints them ('sm_90', 'compute_120'). The tables come from
+`bootstrap.compat.data`, generated from ../shared/reference/cuda_compat.yml
+with every row's source and confidence (cuda_compat.md section 5).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, List, Mapping, Optional, Tuple
+
+from bootstrap.compat import data
+
+# Jetson / integrated GPUs need code built for exactly their CC (PyTorch's
+# DEVICE_REQUIREMENT map encodes the same exclusions).
+IGPU_CCS = frozenset({(5, 3), (6, 2), (7, 2), (8, 7), (10, 1), (11, 0)})
+# PyTorch: "CUDA 13.2 allows SBSA binaries to run on Jetson devices".
+IGPU_RELAXED_FROM_CUDA = 13020
+IGPU_RELAXED_CCS = frozenset({(7, 2), (8, 7)})
+_ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def driver_tuple(text: Optional[str]) -> Optional[Tuple[int, ...]]:
+    """'570.124.06' -> (570, 124, 6): driver numbers compare field by field, not as strings."""
+    if not text:
+        return None
+    try:
+        return tuple(int(part) for part in str(text).strip().split("."))
+    except ValueError:
+        return None
+
+
+def cuda_to_int(text: str) -> int:
+    """'12.8' -> 12080, the encoding cuDriverGetVersion and NVML use."""
+    major, minor = str(text).split(".")[:2]
+    return int(major) * 1000 + int(minor) * 10
+
+
+def cuda_from_int(value: int) -> str:
+    """12080 -> '12.8'."""
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+def cuda_from_tag(tag: str) -> Optional[str]:
+    """'cu126' -> '12.6', 'cu118' -> '11.8'; anything else -> None."""
+    match = re.fullmatch(r"cu(\d+)(\d)", tag)
+    return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
+def release_key(text: str) -> Tuple[int, ...]:
+    """'2.10' -> (2, 10): torch releases compare as numbers."""
+    return tuple(int(p) for p in re.findall(r"\d+", text))
+
+
+def short_source(row: Mapping[str, Any]) -> str:
+    """A row's provenance in one short clause: 'high; https://...'."""
+    first = str(row.get("source", "")).split(";")[0].strip()
+    return f"{row.get('confidence', 'unknown')}; {first}"
+
+
+# --------------------------------------------------------------------------- driver tables
+
+
+def driver_column(os_name: str) -> str:
+    """The driver tables' column for an OS: Windows has its own driver numbers, every other OS Linux's."""
+    return "windows" if os_name == "windows" else "linux"
+
+
+def minor_version_floor(major: int, os_name: str) -> Tuple[Optional[str], Optional[Mapping[str, Any]]]:
+    """The lowest driver that runs any CUDA `major`.x binary (Table 2), per OS series.
+
+    Where the exact number is unknown (Windows 13.x) the branch number
+    ('580') stands in: '580' < '580.88' compares as intended.
+    """
+    for row in data.MINOR_VERSION_FLOORS:
+        if row["cuda_major"] == major:
+            return (row[driver_column(os_name)] or str(row["branch"])), row
+    return None, None
+
+
+def full_support_driver(cuda: int, os_name: str) -> Tuple[Optional[str], Optional[Mapping[str, Any]]]:
+    """The driver bundled with CUDA major.minor GA (Table 3): the floor for full compatibility."""
+    prefix = cuda_from_int(cuda) + "."
+    best: Optional[Tuple[Tuple[int, ...], str, Mapping[str, Any]]] = None
+    for row in data.TOOLKIT_DRIVERS:
+        number = row[driver_column(os_name)]
+        if not (row["cuda"] + ".").startswith(prefix) or driver_tuple(number) is None:
+            continue
+        key = driver_tuple(number)
+        if best is None or key < best[0]:
+            best = (key, number, row)
+    return (best[1], best[2]) if best else (None, None)
+
+
+def cuda_supported_by_driver_number(driver: str, os_name: str) -> Optional[int]:
+    """Highest CUDA a driver number supports, from Table 3 (a lower bound).
+
+    Secondary signal only: NVML's nvmlSystemGetCudaDriverVersion is exact.
+    Windows lists N/A for 13.x, so a Windows driver on the >= 580 branch is
+    credited with 13.0 from the branch rule.
+    """
+    number = driver_tuple(driver)
+    if number is None:
+        return None
+    best = 0
+    for row in data.TOOLKIT_DRIVERS:
+        needed = driver_tuple(row[driver_column(os_name)])
+        if needed is not None and needed <= number:
+            best = max(best, cuda_to_int(row["cuda"]))
+    for row in data.MINOR_VERSION_FLOORS:
+        if (row["branch"],) <= number:
+            best = max(best, row["cuda_major"] * 1000)
+    return best or None
+
+
+# --------------------------------------------------------------------------- arch lists
+
+
+def parse_arch(entry: str) -> Optional[Tuple[str, Tuple[int, int], str]]:
+    """'sm_120' -> ('sm', (12, 0), ''); 'compute_90' -> ('compute', (9, 0), ''); 'sm_90a' -> (..., 'a')."""
+    match = _ARCH.match(entry.strip())
+    if not match:
+        return None
+    return match.group(1), (int(match.group(2)), int(match.group(3))), match.group(4)
+
+
+def sass_runs_on(code: Tuple[int, int], suffix: str, cc: Tuple[int, int], wheel_cuda: int) -> bool:
+    """SASS for X.y runs on X.z with z >= y; 'a' targets and Jetson/iGPU CCs need an exact match."""
+    if code == cc:
+        return True
+    if suffix == "a" or code[0] != cc[0] or code[1] > cc[1]:
+        return False
+    relaxed = wheel_cuda >= IGPU_RELAXED_FROM_CUDA and cc in IGPU_RELAXED_CCS
+    return not ((cc in IGPU_CCS and not relaxed) or code in IGPU_CCS)
+
+
+def ptx_runs_on(code: Tuple[int, int], suffix: str, cc: Tuple[int, int]) -> bool:
+    """PTX compute_XY JIT-compiles for any CC >= X.Y ('a' PTX only for X.Y itself, 'f' within the major)."""
+    if suffix == "a":
+        return code == cc
+    if suffix == "f":
+        return code[0] == cc[0] and code[1] <= cc[1]
+    return code <= cc
+
+
+def kernel_for(cc: Tuple[int, int], arch_list: Iterable[str], wheel_cuda: int) -> Tuple[Optional[str], Optional[str]]:
+    """(best SASS entry, best PTX entry) for a GPU, None where there is none.
+
+    Best = the highest matching target, the one the CUDA loader picks.
+    """
+    sass: List[Tuple[Tuple[int, int], str]] = []
+    ptx: List[Tuple[Tuple[int, int], str]] = []
+    for entry in arch_list:
+        parsed = parse_arch(entry)
+        if parsed is None:
+            continue
+        kind, code, suffix = parsed
+        if kind == "sm" and sass_runs_on(code, suffix, cc, wheel_cuda):
+            sass.append((code, entry))
+        if kind == "compute" and ptx_runs_on(code, suffix, cc):
+            ptx.append((code, entry))
+    return (max(sass)[1] if sass else None), (max(ptx)[1] if ptx else None)
+
+
+def architecture_name(cc: Tuple[int, int]) -> str:
+    for row in data.GPUS:
+        if tuple(row["compute_capability"]) == cc:
+            return str(row["architecture"])
+    return "unknown architecture"
+
