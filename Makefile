@@ -14,7 +14,7 @@ SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
 TORCH_TEST ?= torch==2.13.0
 
-.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader help FORCE
+.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-slow test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader help FORCE
 
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
@@ -111,16 +111,20 @@ $(TOOLS)/.torch-test: $(TOOLS)/.requirements-tools.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_TEST)"
 	echo "$(TORCH_TEST)" > $@
 
-## The offline test suite and the Python 3.9 static check (what CI runs); the first run installs a CPU torch.
+## The offline test suite without the slow tests, and the Python 3.9 static check; the first run installs a CPU torch.
 test: tools $(TOOLS)/.torch-test
 	$(PY) scripts/check-py39.py
 	$(PY) -m pytest -q
+
+## The tests marked slow (CI runs them after `make test`).
+test-slow: tools $(TOOLS)/.torch-test
+	$(PY) -m pytest -q -m "slow and not network and not gpu"
 
 ## The tests that need PyPI.
 test-network: tools $(TOOLS)/.torch-test
 	$(PY) -m pytest -q -m network
 
-## Every test but the GPU ones, slow ones included.
+## Every test but the GPU ones, slow and network ones included.
 test-all: tools $(TOOLS)/.torch-test
 	$(PY) -m pytest -q -m "not gpu"
 
