@@ -24,7 +24,8 @@ from bootstrap.export.portable import (
     render_environment_yml,
     requested_build,
 )
-from bootstrap.lock.lockfile import Lock, LockedPackage, _conda_lock_inputs, read_lock
+from bootstrap.lock.content_hash import _conda_lock_inputs
+from bootstrap.lock.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.project import Project
 from bootstrap.lock.spec import EnvSpec, read_spec
 from tests.fixtures.conda_channel import file_url

@@ -42,7 +42,8 @@ from urllib.parse import urlsplit
 from bootstrap.errors import InputError
 from bootstrap.fsutil import check_output, write_target, write_together
 from bootstrap.install.history import CONDA_NAME, requested_specs, spec_name
-from bootstrap.lock.lockfile import META_INPUTS, Lock, LockedPackage, inputs_digest, read_lock
+from bootstrap.lock.content_hash import inputs_digest
+from bootstrap.lock.lockfile import META_INPUTS, Lock, LockedPackage, read_lock
 from bootstrap.install.prefix import InstalledConda, InstalledPip, conda_records, metadata_names, pip_distributions
 from bootstrap.project import Project
 from bootstrap.lock.spec import ANACONDA_ORG, EnvSpec, check_channel, is_env_name, read_spec

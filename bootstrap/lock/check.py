@@ -11,7 +11,7 @@ Pixi-style static checks plus conda-lock's content hash:
 * a pip requirement whose marker is false on a platform (`colorama;
   sys_platform == 'win32'` on linux-64) asks nothing there;
 * the content hash is the one conda-lock computes for the spec and the
-  virtual packages (memoised: see `lockfile.inputs_digest`).
+  virtual packages (memoised: see `content_hash.inputs_digest`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bootstrap.errors import InputError
-from bootstrap.lock.lockfile import (
-    META_INPUTS,
-    Lock,
-    LockedPackage,
-    conda_lock_accepts_hash,
-    inputs_digest,
-    read_lock,
-)
+from bootstrap.lock.content_hash import conda_lock_accepts_hash, inputs_digest
+from bootstrap.lock.lockfile import META_INPUTS, Lock, LockedPackage, read_lock
 from bootstrap.lock.pip import marker_environment, pip_requirements
 from bootstrap.project import Project
 from bootstrap.lock.conda import match_specs

@@ -17,20 +17,9 @@ from typing import Callable, Optional
 from bootstrap import __version__
 from bootstrap.errors import InputError, SolveError
 from bootstrap.fsutil import disk_full, flocked, out_of_space, write_target
-from bootstrap.lock.lockfile import (
-    META_INPUTS,
-    META_MIRRORS,
-    META_VERSION,
-    Lock,
-    LockContent,
-    LockedPackage,
-    PlatformDiff,
-    conda_lock_content_hashes,
-    diff_locks,
-    inputs_digest,
-    read_lock,
-    write_lock,
-)
+from bootstrap.lock.content_hash import conda_lock_content_hashes, inputs_digest
+from bootstrap.lock.lockfile import META_INPUTS, META_MIRRORS, META_VERSION, Lock, LockedPackage, read_lock
+from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_lock
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.pip import PipOptions, pip_requirements, resolve_all, target_for
 from bootstrap.project import Project

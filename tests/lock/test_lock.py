@@ -102,7 +102,7 @@ def test_lock_from_file_channel(tmp_path: Path, fixture_channel: Path, wheelhous
 def test_conda_lock_parses_renders_and_accepts_the_hash(locked: Project) -> None:
     from conda_lock.lockfile import parse_conda_lock_file
 
-    from bootstrap.lock.lockfile import conda_lock_accepts_hash
+    from bootstrap.lock.content_hash import conda_lock_accepts_hash
 
     path = locked.lock_path("py310")
     parsed = parse_conda_lock_file(path)
@@ -127,7 +127,7 @@ def test_hash_agrees_with_conda_lock_but_not_with_its_defaults(locked: Project) 
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.virtual_package import default_virtual_package_repodata
 
-    from bootstrap.lock.lockfile import _conda_lock_inputs
+    from bootstrap.lock.content_hash import _conda_lock_inputs
 
     lock = read_lock(locked.lock_path("py310"))
     with _conda_lock_inputs(locked.spec_path("py310"), locked.virtual_packages_path) as (lock_spec, _):
