@@ -15,15 +15,9 @@ import pytest
 import yaml
 
 from bootstrap.cli import main
-from bootstrap.export.portable import (
-    ExportOptions,
-    _toposort_names,
-    export_env,
-    portable_channel,
-    portable_from_lock,
-    render_environment_yml,
-    requested_build,
-)
+from bootstrap.export.from_lock import export_env
+from bootstrap.export.portable import ExportOptions, portable_channel, portable_from_lock, requested_build
+from bootstrap.export.render import _toposort_names, render_environment_yml
 from bootstrap.lock.content_hash import _conda_lock_inputs
 from bootstrap.lock.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.project import Project
@@ -166,8 +160,8 @@ def test_pinned_matches_conda_lock_render(locked: Project, tmp_path: Path):
     from conda_lock.conda_lock import render_lockfile_for_platform
     from conda_lock.lockfile import parse_conda_lock_file
 
-    for root in (locked.root, REPO):
-        out = tmp_path / root.name
+    for index, root in enumerate((locked.root, REPO)):
+        out = tmp_path / f"pinned{index}"  # not root.name: a checkout named `proj` is the fixture's name too
         out.mkdir()
         assert export("--root", str(root), "--pinned", "-o", str(out / "{name}-{platform}.lock")) == 0
         lock = read_lock(Project(root).lock_path("py310"))
