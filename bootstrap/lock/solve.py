@@ -91,7 +91,7 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
         lock_path = project.lock_path(env)
         old = _read_old_lock(lock_path, project.root)
         if not options.dry_run:
-            _check_writable(lock_path)  # before the solve, which may take a minute
+            _check_writable(lock_path)  # before the solve, so an unwritable lock fails before the wait
         seconds = {}
 
         started = time.perf_counter()
