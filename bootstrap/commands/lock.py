@@ -64,10 +64,10 @@ def _check(project: Project, envs: list[str], platforms: tuple[str, ...], as_jso
         results.append(result)
         if not as_json:
             _print_check(result, project.root)
-    run = CheckRun(envs=tuple(results))
+    checked = CheckRun(envs=tuple(results))
     if as_json:
-        print(dumps("bootstrap.lock-check", run.to_dict()))
-    return EXIT_OK if run.fresh else EXIT_FAILED
+        print(dumps("bootstrap.lock-check", checked.to_dict()))
+    return EXIT_OK if checked.fresh else EXIT_FAILED
 
 
 def _print_check(result, root: Path) -> None:
