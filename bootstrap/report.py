@@ -19,10 +19,10 @@ from typing import Any, Mapping, TypeVar
 FORMATS = {
     "bootstrap.checks": 1,  # verify, doctor, bench: {"kind", "checks", "summary", "extra"}
     "bootstrap.env": 2,  # env, env --rollback (2: no "spare", "removed" added)
-    "bootstrap.lock": 1,  # lock (and lock --dry-run)
-    "bootstrap.lock-check": 1,  # lock --check
-    "bootstrap.export": 1,  # export
-    "bootstrap.monitor": 1,  # monitor --once / --count
+    "bootstrap.lock": 1,  # lock, lock --dry-run: {"dry_run", "envs": [what moved per platform]}
+    "bootstrap.lock-check": 1,  # lock --check: {"fresh", "envs": [{"stale": [{"platform", "subject", "reason"}]}]}
+    "bootstrap.export": 1,  # export: {"kind", "name", "source", "platforms", "files", "notes"}
+    "bootstrap.monitor": 1,  # monitor --once / --count N: {"available", "samples", "gpus", "last_sample", "log", ...}
     "bootstrap.cache": 1,  # cache, cache --prune
     "bootstrap.bundle-result": 1,  # bundle (the tar's own index is "bootstrap.bundle")
     "bootstrap.error": 1,  # any verb that failed: {"verb", "error": {"type", "message", "exit_code"}}

@@ -15,16 +15,11 @@ import pytest
 import yaml
 
 from bootstrap.cli import main
-from bootstrap.export.portable import (
-    ExportOptions,
-    _toposort_names,
-    export_env,
-    portable_channel,
-    portable_from_lock,
-    render_environment_yml,
-    requested_build,
-)
-from bootstrap.lock.lockfile import Lock, LockedPackage, _conda_lock_inputs, read_lock
+from bootstrap.export.from_lock import export_env
+from bootstrap.export.portable import ExportOptions, portable_channel, portable_from_lock, requested_build
+from bootstrap.export.render import _toposort_names, render_environment_yml
+from bootstrap.lock.content_hash import _conda_lock_inputs
+from bootstrap.lock.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.project import Project
 from bootstrap.lock.spec import EnvSpec, read_spec
 from tests.fixtures.conda_channel import file_url
@@ -165,8 +160,8 @@ def test_pinned_matches_conda_lock_render(locked: Project, tmp_path: Path):
     from conda_lock.conda_lock import render_lockfile_for_platform
     from conda_lock.lockfile import parse_conda_lock_file
 
-    for root in (locked.root, REPO):
-        out = tmp_path / root.name
+    for index, root in enumerate((locked.root, REPO)):
+        out = tmp_path / f"pinned{index}"  # not root.name: a checkout named `proj` is the fixture's name too
         out.mkdir()
         assert export("--root", str(root), "--pinned", "-o", str(out / "{name}-{platform}.lock")) == 0
         lock = read_lock(Project(root).lock_path("py310"))
@@ -184,6 +179,43 @@ def test_pinned_matches_conda_lock_render(locked: Project, tmp_path: Path):
             pip = {line for line in body if line.startswith("# pip ")}
             assert conda == {f"{p.url}#{p.md5}" for p in lock.for_platform(platform, "conda")}
             assert pip == {f"# pip {p.name} @ {p.url}#sha256={p.sha256}" for p in lock.for_platform(platform, "pip")}
+
+
+def test_json_names_each_file_written(locked: Project, tmp_path: Path, capsys):
+    import hashlib
+
+    out = tmp_path / "environment.yml"
+    capsys.readouterr()
+    assert export("--root", str(locked.root), "-o", str(out), "--json") == 0
+    printed, err = capsys.readouterr()
+    data = json.loads(printed)  # stdout holds the envelope only: no "wrote" line
+    assert data == {"format": "bootstrap.export", "version": 1, "kind": "portable", "name": "py310",
+                    "source": "envs/py310.yml pinned to conda-lock.yml", "platforms": ["linux-64", "osx-arm64", "win-64"],
+                    "files": [{"path": str(out), "bytes": out.stat().st_size,
+                               "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}], "notes": data["notes"]}
+    assert data["notes"] == ["some pip packages were locked from local files, not PyPI; the portable file installs them "
+                             "from the teammate's index (use --pinned for the exact artifacts)"]
+    assert err == f"note: {data['notes'][0]}\n"  # notes go to stderr, as without --json
+    template = str(tmp_path / "{name}-{platform}.lock")
+    assert export("--root", str(locked.root), "--pinned", "--platform", "win-64", "--platform", "linux-64",
+                  "-o", template, "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["kind"], data["source"], data["platforms"]) == ("pinned", "conda-lock.yml", ["win-64", "linux-64"])
+    assert [f["path"] for f in data["files"]] == [str(tmp_path / "py310-win-64.lock"), str(tmp_path / "py310-linux-64.lock")]
+
+
+def test_json_from_a_prefix_carries_the_notes_and_stdout_cannot_hold_both(conda_prefix: Path, tmp_path: Path, capsys):
+    out = tmp_path / "shared.yml"
+    assert export("--from-prefix", str(conda_prefix), "-o", str(out), "--json") == 0
+    printed, err = capsys.readouterr()
+    data = json.loads(printed)
+    assert (data["kind"], data["name"], data["source"]) == ("portable", "train", "the environment 'train' (linux-64)")
+    assert "requested conda specs taken from conda-meta/history" in data["notes"]
+    assert [f"note: {note}" for note in data["notes"]] == err.splitlines()  # and on stderr, as without --json
+    assert export("--from-prefix", str(conda_prefix), "-o", "-", "--json") == 2
+    printed, err = capsys.readouterr()
+    assert json.loads(printed)["error"]["message"].startswith("-o -: prints the file itself on stdout")
+    assert err.count("\n") == 1
 
 
 def test_pinned_single_platform_to_stdout(capsys):

@@ -9,23 +9,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from bootstrap.cli import main
-from bootstrap.monitor.sampler import (
-    COLUMNS,
-    GpuSampler,
-    NvmlUnavailable,
-    RunningSummary,
-    _Series,
-    percentile_from_histogram,
-    rows,
-    run_samples,
-    sparkline,
-)
-from tests.fixtures.fakes import FakeNvml, FakeNVMLError, RecordedNvml
+from bootstrap.monitor.log import COLUMNS, rows
+from bootstrap.monitor.sampler import GpuSampler, NvmlUnavailable, run_samples
+from bootstrap.monitor.summary import RunningSummary, _Series, percentile_from_histogram, sparkline
+from tests.fixtures.fakes import RecordedNvml
 from tests.fixtures.mounts import in_private_mounts, needs_unshare
 from tests.fixtures import DATA as ALL_DATA, REPO
 
@@ -320,6 +311,66 @@ def test_once_prints_one_table_without_statistics(h200, capsys):
     out = capsys.readouterr().out
     assert "NVIDIA H200" in out and "summary" not in out and "MEAN" not in out
     assert h200.count("nvmlDeviceGetUtilizationRates") == 2
+
+
+def test_json_prints_only_the_envelope_with_the_run_statistics(h200, tmp_path, capsys):
+    log = tmp_path / "gpu.csv"
+    assert main(["monitor", "--count", "3", "--interval", "0.001", "--csv", str(log), "--json"]) == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)  # stdout is the envelope and nothing else: no table, no summary
+    assert (data["format"], data["version"], data["available"], data["reason"]) == ("bootstrap.monitor", 1, True, None)
+    assert (data["samples"], data["gpu_count"], data["interval_s"], data["duration_s"]) == (3, 2, 0.001, data["duration_s"])
+    first_three = utilization_series("h200x2-ddp.json", 0)[:3]
+    busy = data["gpus"][0]
+    assert busy == {"index": 0, "name": "NVIDIA H200", "samples": 3,
+                    "utilization_mean_pct": round(sum(first_three) / 3, 3), "utilization_p95_pct": max(first_three),
+                    "utilization_max_pct": max(first_three), "memory_used_peak_mib": busy["memory_used_peak_mib"],
+                    "power_mean_w": busy["power_mean_w"], "temperature_max_c": busy["temperature_max_c"]}
+    assert busy["power_mean_w"] == pytest.approx(118 + 5.5 * sum(first_three) / 3, abs=0.001)  # the recording's model
+    assert [row["gpu_utilization_pct"] for row in data["last_sample"]] == [98, 100]  # the third sample, as --jsonl rows
+    assert all(sorted(row) == sorted(COLUMNS) for row in data["last_sample"])
+    assert data["log"] == {"path": str(log), "format": "csv", "rows": 6} and len(log.read_text().splitlines()) == 7
+    assert data["notes"] == []
+    assert err == f"wrote {log} (3 samples)\n"
+
+
+def test_once_with_json(h200, capsys):
+    assert main(["monitor", "--once", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["samples"], data["interval_s"], data["log"]) == (1, None, None)
+    assert [row["gpu_name"] for row in data["last_sample"]] == ["NVIDIA H200", "NVIDIA H200"]
+    assert h200.count("nvmlDeviceGetUtilizationRates") == 2
+
+
+def test_no_driver_with_json(monkeypatch, capsys):
+    """--once is a probe: no GPU is a result (exit 0); a longer run that cannot monitor is an error envelope."""
+    monkeypatch.setitem(sys.modules, "pynvml", RecordedNvml({}, init_error=9))
+    assert main(["monitor", "--once", "--json"]) == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert (data["available"], data["samples"], data["gpus"], data["last_sample"]) == (False, 0, [], [])
+    assert "driver not loaded" in data["reason"] and err == ""
+    assert main(["monitor", "--count", "2", "--json"]) == 2
+    out, err = capsys.readouterr()
+    error = json.loads(out)
+    assert error["format"] == "bootstrap.error" and error["error"]["exit_code"] == 2
+    assert "driver not loaded" in error["error"]["message"] and err.count("\n") == 1
+
+
+def test_ctrl_c_with_json_still_prints_the_envelope(h200, monkeypatch, capsys):
+    import time
+
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        if len(slept) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    assert main(["monitor", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["samples"] == 2 and data["interval_s"] == 1.0
 
 
 def test_unwritable_log_fails_before_nvml(h200, tmp_path, capsys):

@@ -5,6 +5,7 @@
     export --pinned              py310-linux-64.lock, ... : full closure with hashes, one per platform
     export --from-prefix DIR     environment.yml of an existing env (history + pip), same rules
     export -o -                  print instead of writing
+    export --json                write, then print what was written (paths, sizes, sha256) as JSON
 """
 
 from __future__ import annotations
@@ -32,37 +33,52 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", action="append", default=[], metavar="P",
                         help="export only this locked platform (repeatable)")
     parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
+    parser.add_argument("--json", action="store_true",
+                        help="print what was written (each file's path, size and sha256) as JSON; notes go to stderr")
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap.export import portable as export
-    from bootstrap.project import Project, find_root
+    from bootstrap.export.portable import ExportOptions
+    from bootstrap.export.result import write_files
 
-    options = export.ExportOptions(name=args.name, channels=tuple(args.channel), platforms=tuple(args.platform))
+    options = ExportOptions(name=args.name, channels=tuple(args.channel), platforms=tuple(args.platform))
     to_stdout = args.output == "-"
+    if to_stdout and args.json:
+        raise InputError("-o -", "prints the file itself on stdout, where --json prints the envelope",
+                         "write the file with -o FILE, or drop --json")
     output = None if args.output in (None, "-") else Path(args.output)
     if args.from_prefix is not None:
+        from bootstrap.export.from_prefix import export_prefix
+
         if args.env or args.pinned or args.platform:
             raise InputError("--from-prefix", "cannot be combined with ENV, --pinned or --platform",
                              "for an explicit file of an existing env use `conda list --explicit --md5`")
-        result = export.export_prefix(args.from_prefix, options, output)
+        result = export_prefix(args.from_prefix, options, output)
     else:
+        from bootstrap.export.from_lock import export_env, export_pinned
+        from bootstrap.project import Project, find_root
+
         project = Project(args.root or find_root(Path.cwd()))
         env = args.env or project.default_env
         if args.pinned:
             if to_stdout and len(args.platform) != 1:
                 raise InputError("-o -", "--pinned writes one file per platform", "pick one with --platform P to print it")
-            result = export.export_pinned(project, env, options, args.output if not to_stdout else None)
+            result = export_pinned(project, env, options, args.output if not to_stdout else None)
         else:
-            result = export.export_env(project, env, options, output)
+            result = export_env(project, env, options, output)
 
     if to_stdout:
         for text in result.files.values():
             sys.stdout.write(text)
     else:
-        export.write_files(result.files)
-        for path in result.files:
-            print(f"wrote {path}")
+        write_files(result.files)
+        if args.json:
+            from bootstrap.report import dumps
+
+            print(dumps("bootstrap.export", result.to_dict()))
+        else:
+            for path in result.files:
+                print(f"wrote {path}")
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     return EXIT_OK

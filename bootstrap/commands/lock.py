@@ -1,4 +1,9 @@
-"""`python -m bootstrap lock [ENV ...] [--platform P ...] [--mirror CANONICAL=URL ...] [--check] [--dry-run]`."""
+"""`python -m bootstrap lock [ENV ...] [--platform P ...] [--mirror CANONICAL=URL ...] [--check] [--dry-run] [--json]`.
+
+With `--json` stdout holds one envelope (`bootstrap.lock`, or `bootstrap.lock-check`
+with `--check`); progress and notices go to stderr. `--check` keeps its exit
+codes either way: 0 fresh, 1 stale, 2 bad input.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from pathlib import Path
 
 from bootstrap.errors import EXIT_FAILED, EXIT_OK, InputError
 from bootstrap.project import Project, find_root
+from bootstrap.report import dumps
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -19,6 +25,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", action="store_true",
                         help="offline: exit 0 if the locks satisfy the specs, 1 if stale (no solve)")
     parser.add_argument("--dry-run", action="store_true", help="solve and print the diff, write nothing")
+    parser.add_argument("--json", action="store_true",
+                        help="print the result (what moved per platform, or each stale entry) as one JSON envelope")
     parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="repodata cache (default: rattler's)")
     pip = add_pip_index_options(parser.add_argument_group("pip part (uv)"))
@@ -43,30 +51,38 @@ def run(args: argparse.Namespace) -> int:
                    if given]
         if ignored:
             raise InputError(" ".join(ignored), "--check reads no channel and writes nothing", f"drop {' and '.join(ignored)}")
-        return _check(project, envs, tuple(args.platform))
+        return _check(project, envs, tuple(args.platform), args.json)
     return _lock(project, envs, args)
 
 
-def _check(project: Project, envs: list[str], platforms: tuple[str, ...]) -> int:
-    from bootstrap.lock.check import check_env
+def _check(project: Project, envs: list[str], platforms: tuple[str, ...], as_json: bool) -> int:
+    from bootstrap.lock.check import CheckRun, check_env
 
-    code = EXIT_OK
+    results = []
     for env in envs:
         result = check_env(project, env, platforms)
-        name = _relative(result.lock_path, project.root)
-        if result.fresh:
-            print(f"{env}: {name} is fresh")
-            continue
-        code = EXIT_FAILED
-        problems = f"{len(result.stale)} problem{'s' if len(result.stale) > 1 else ''}"
-        print(f"{env}: {name} is stale ({problems}); relock with `make lock`")
-        for stale in result.stale:
-            print(f"  {stale}")
-    return code
+        results.append(result)
+        if not as_json:
+            _print_check(result, project.root)
+    checked = CheckRun(envs=tuple(results))
+    if as_json:
+        print(dumps("bootstrap.lock-check", checked.to_dict()))
+    return EXIT_OK if checked.fresh else EXIT_FAILED
+
+
+def _print_check(result, root: Path) -> None:
+    name = _relative(result.lock_path, root)
+    if result.fresh:
+        print(f"{result.env}: {name} is fresh")
+        return
+    problems = f"{len(result.stale)} problem{'s' if len(result.stale) > 1 else ''}"
+    print(f"{result.env}: {name} is stale ({problems}); relock with `make lock`")
+    for stale in result.stale:
+        print(f"  {stale}")
 
 
 def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
-    from bootstrap.lock.solve import LockOptions, lock_env
+    from bootstrap.lock.solve import LockOptions, LockRun, lock_env
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.lock.pip import PipOptions
 
@@ -77,25 +93,34 @@ def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         dry_run=args.dry_run,
     )
+    results = []
     for env in envs:
         result = lock_env(project, env, options, notify=lambda message: print(message, file=sys.stderr, flush=True))
-        verb = "would write" if args.dry_run else "wrote"
-        timing = ", ".join(f"{k} {v:.2f}s" for k, v in result.seconds.items())
-        print(f"{env}: {verb} {_relative(result.path, project.root)} ({timing})")
-        for diff in result.diffs:
-            counts = result.counts[diff.platform]
-            summary = "unchanged" if diff.empty else f"+{len(diff.added)} -{len(diff.removed)} ~{len(diff.changed)}"
-            print(f"  {diff.platform:<10} {counts['conda']:>3} conda {counts['pip']:>3} pip   {'new' if result.new else summary}")
-            if result.new:
-                continue
-            for line in diff.added:
-                print(f"      + {line}")
-            for line in diff.removed:
-                print(f"      - {line}")
-            for line in diff.changed:
-                print(f"      ~ {line}")
+        results.append(result)
+        if not args.json:
+            _print_lock(result, project.root)
+    if args.json:
+        print(dumps("bootstrap.lock", LockRun(dry_run=args.dry_run, envs=tuple(results)).to_dict()))
     sys.stdout.flush()
     return EXIT_OK
+
+
+def _print_lock(result, root: Path) -> None:
+    verb = "wrote" if result.written else "would write"
+    timing = ", ".join(f"{k} {v:.2f}s" for k, v in result.seconds.items())
+    print(f"{result.env}: {verb} {_relative(result.path, root)} ({timing})")
+    for diff in result.diffs:
+        counts = result.counts[diff.platform]
+        summary = "unchanged" if diff.empty else f"+{len(diff.added)} -{len(diff.removed)} ~{len(diff.changed)}"
+        print(f"  {diff.platform:<10} {counts['conda']:>3} conda {counts['pip']:>3} pip   {'new' if result.new else summary}")
+        if result.new:
+            continue
+        for line in diff.added:
+            print(f"      + {line}")
+        for line in diff.removed:
+            print(f"      - {line}")
+        for line in diff.changed:
+            print(f"      ~ {line}")
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -1,12 +1,14 @@
-"""`python -m bootstrap monitor [--interval S] [--count N] [--csv FILE | --jsonl FILE] [--once]`.
+"""`python -m bootstrap monitor [--interval S] [--count N] [--csv FILE | --jsonl FILE] [--once] [--json]`.
 
 A live table per GPU (utilisation, memory, temperature, power, SM clock,
 processes) with the running mean / p95 utilisation and a sparkline; Ctrl-C
 (or SIGTERM, or --count reached) prints the summary of the whole run and
-exits 0. `--once`: one table, like `nvidia-smi`.
+exits 0. `--once`: one table, like `nvidia-smi`. `--json`: no table; when
+the run ends, its statistics and last sample as one envelope.
 
-No NVIDIA driver: one line; exit 0 with --once (a probe), 2 otherwise
-(a monitor that cannot monitor is a usage error).
+No NVIDIA driver: one line (with --json, an envelope with `"available":
+false`); exit 0 with --once (a probe), 2 otherwise (a monitor that cannot
+monitor is a usage error).
 """
 
 from __future__ import annotations
@@ -57,41 +59,52 @@ def configure(parser: argparse.ArgumentParser) -> None:
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--csv", type=Path, metavar="FILE", help="also log one row per GPU and sample as CSV")
     out.add_argument("--jsonl", type=Path, metavar="FILE", help="also log one JSON object per GPU and sample")
+    parser.add_argument("--json", action="store_true",
+                        help="no table: when the run ends, print its statistics and last sample as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap.monitor import sampler as core
     from bootstrap.fsutil import check_output
+    from bootstrap.monitor.log import SampleLog
+    from bootstrap.monitor.result import monitor_result, unavailable
+    from bootstrap.monitor.sampler import GpuSampler, NvmlUnavailable, run_samples
+    from bootstrap.monitor.summary import SPARK, RunningSummary
+    from bootstrap.report import dumps
 
     log_path, fmt = (args.csv, "csv") if args.csv else (args.jsonl, "jsonl") if args.jsonl else (None, "")
     if log_path is not None:
         check_output(log_path, f"--{fmt}")  # a typo fails before NVML is touched
-    sampler = core.GpuSampler()
+    sampler = GpuSampler()
     try:
         sampler.open()
-    except core.NvmlUnavailable as exc:
+    except NvmlUnavailable as exc:
         if args.once:
-            print(exc)
+            print(dumps("bootstrap.monitor", unavailable(str(exc)).to_dict()) if args.json else exc)
             return EXIT_OK
         raise
 
-    ascii_only = not _can_print(core.SPARK)
+    ascii_only = not _can_print(SPARK)
     live = sys.stdout.isatty() and not args.once
-    summary = core.RunningSummary()
+    summary = RunningSummary()
     log = None
+    rows_logged = 0
     try:
-        log = core.SampleLog(log_path, fmt, f"--{fmt}") if log_path is not None else None
+        log = SampleLog(log_path, fmt, f"--{fmt}") if log_path is not None else None
         with sigterm_as_interrupt():
             try:
-                for sample in core.run_samples(sampler, args.interval, 1 if args.once else args.count):
+                for sample in run_samples(sampler, args.interval, 1 if args.once else args.count):
                     summary.add(sample)
                     if log is not None:
                         log.write(sample)
-                    frame = _frame(core, sample, summary, args, ascii_only, sampler.gpu_count)
+                        rows_logged = log.rows_written
+                    if args.json:
+                        continue
+                    frame = _frame(sample, summary, args, ascii_only, sampler.gpu_count)
                     sys.stdout.write((_CLEAR if live else "") + frame + ("" if live else "\n\n"))
                     sys.stdout.flush()
             except KeyboardInterrupt:
-                sys.stdout.write("\n")
+                if not args.json:
+                    sys.stdout.write("\n")
             except BrokenPipeError:  # `monitor --csv F | head`, a pager quit: the samples taken are kept
                 if log is not None:
                     log.commit()
@@ -105,10 +118,14 @@ def run(args: argparse.Namespace) -> int:
             log.discard()  # an error, not an interruption: the command failed, so nothing is left
         sampler.close()
 
-    if not args.once:
-        print(_summary(core, summary, ascii_only))
+    if args.json:
+        done = monitor_result(summary, None if args.once else args.interval, sampler.gpu_count, sampler.notes,
+                              log_path, fmt or None, rows_logged)
+        print(dumps("bootstrap.monitor", done.to_dict()))
+    elif not args.once:
+        print(_summary(summary, ascii_only))
     if log_path is not None:
-        print(f"wrote {log_path} ({summary.samples} samples)")
+        print(f"wrote {log_path} ({summary.samples} samples)", file=sys.stderr if args.json else sys.stdout)
     for note in sampler.notes:
         print(f"note: not available: {note}", file=sys.stderr)
     return EXIT_OK
@@ -122,9 +139,12 @@ def _can_print(text: str) -> bool:
         return False
 
 
-def _frame(core, sample, summary, args: argparse.Namespace, ascii_only: bool, gpu_count: int) -> str:
+def _frame(sample, summary, args: argparse.Namespace, ascii_only: bool, gpu_count: int) -> str:
+    from bootstrap.monitor.log import rows
+    from bootstrap.monitor.summary import sparkline
+
     stats = {s.index: s for s in summary.per_gpu()}
-    when = core.rows(sample)[0]["timestamp"] if sample.gpus else ""
+    when = rows(sample)[0]["timestamp"] if sample.gpus else ""
     head = f"{when}  {gpu_count} GPU{'s' if gpu_count != 1 else ''}"
     if not args.once:
         head += f", sample {summary.samples} every {args.interval:g} s (Ctrl-C for the summary)"
@@ -141,14 +161,16 @@ def _frame(core, sample, summary, args: argparse.Namespace, ascii_only: bool, gp
         if not args.once:
             s = stats[gpu.index]
             line += (f"  {_pct(s.utilization_mean_pct):>5} {_pct(s.utilization_p95_pct):>5}  "
-                     f"{core.sparkline(s.recent, ascii_only)}")
+                     f"{sparkline(s.recent, ascii_only)}")
         lines.append(line)
         for proc in gpu.processes:
             lines.append(f"{'':>5}pid {proc.pid:<8} {(proc.name or '?')[:24]:<24} {_unit(proc.memory_used_mib, 'MiB'):>12}")
     return "\n".join(lines)
 
 
-def _summary(core, summary, ascii_only: bool) -> str:
+def _summary(summary, ascii_only: bool) -> str:
+    from bootstrap.monitor.summary import sparkline
+
     if not summary.samples:
         return "summary: no sample taken"
     lines = [f"summary: {summary.samples} sample{'s' if summary.samples != 1 else ''} over {summary.duration_s:.{1 if summary.duration_s >= 0.1 else 3}f} s"]
@@ -161,7 +183,7 @@ def _summary(core, summary, ascii_only: bool) -> str:
         ]
         lines.append(f"GPU {s.index} {s.name}: " + "; ".join(parts))
         if s.overview:
-            lines.append(f"  utilization over the run: {core.sparkline(s.overview, ascii_only)}")
+            lines.append(f"  utilization over the run: {sparkline(s.overview, ascii_only)}")
     return "\n".join(lines)
 
 

@@ -11,26 +11,21 @@ Pixi-style static checks plus conda-lock's content hash:
 * a pip requirement whose marker is false on a platform (`colorama;
   sys_platform == 'win32'` on linux-64) asks nothing there;
 * the content hash is the one conda-lock computes for the spec and the
-  virtual packages (memoised: see `lockfile.inputs_digest`).
+  virtual packages (memoised: see `content_hash.inputs_digest`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Dict, Tuple
 
 from bootstrap.errors import InputError
-from bootstrap.lock.lockfile import (
-    META_INPUTS,
-    Lock,
-    LockedPackage,
-    conda_lock_accepts_hash,
-    inputs_digest,
-    read_lock,
-)
+from bootstrap.lock.content_hash import conda_lock_accepts_hash, inputs_digest
+from bootstrap.lock.lockfile import META_INPUTS, Lock, LockedPackage, read_lock
 from bootstrap.lock.pip import marker_environment, pip_requirements
 from bootstrap.project import Project
+from bootstrap.report import result
 from bootstrap.lock.conda import match_specs
 from bootstrap.lock.spec import EnvSpec, read_spec, read_virtual_packages
 
@@ -46,16 +41,40 @@ class Stale:
     def __str__(self) -> str:
         return f"{self.platform}: {self.subject}: {self.reason}"
 
+    def to_dict(self) -> Dict[str, str]:
+        return asdict(self)
 
-@dataclass(frozen=True)
+
+@result
 class CheckResult:
+    """One env's lock against its spec: fresh, or every reason it is stale."""
+
     env: str
     lock_path: Path
-    stale: tuple[Stale, ...]
+    platforms: Tuple[str, ...]  # the platforms checked
+    stale: Tuple[Stale, ...]
 
     @property
     def fresh(self) -> bool:
         return not self.stale
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"env": self.env, "lock_path": str(self.lock_path), "platforms": list(self.platforms),
+                "fresh": self.fresh, "stale": [s.to_dict() for s in self.stale]}
+
+
+@result
+class CheckRun:
+    """`bootstrap lock --check [ENV ...]`: one result per env; fresh when every lock is."""
+
+    envs: Tuple[CheckResult, ...]
+
+    @property
+    def fresh(self) -> bool:
+        return all(env.fresh for env in self.envs)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"fresh": self.fresh, "envs": [env.to_dict() for env in self.envs]}
 
 
 def check_env(project: Project, env: str, platforms: tuple[str, ...] = ()) -> CheckResult:
@@ -74,7 +93,7 @@ def check_env(project: Project, env: str, platforms: tuple[str, ...] = ()) -> Ch
     stale = static_staleness(spec, lock) + hash_staleness(spec.path, vpkgs_path, lock)
     if platforms:
         stale = [s for s in stale if s.platform in platforms or s.platform == "*"]
-    return CheckResult(env, lock_path, tuple(stale))
+    return CheckResult(env=env, lock_path=lock_path, platforms=tuple(platforms) or spec.platforms, stale=tuple(stale))
 
 
 def static_staleness(spec: EnvSpec, lock: Lock) -> list[Stale]:

@@ -1,28 +1,24 @@
-"""conda-lock v1 lock files: a light reader and a writer that uses conda-lock itself.
+"""conda-lock v1 lock files, read: plain YAML into frozen dataclasses, every field checked.
 
-Reading is plain YAML into frozen dataclasses, so the env side (Python 3.9,
-no conda-lock installed) and `lock --check` (which must answer in well under
-a second) never import conda-lock. Writing goes through conda-lock's own
-pydantic models and `write_conda_lock_file`, so the file is exactly what
-`conda-lock render` / `conda-lock install` / `micromamba create -f` expect.
+Reading never imports conda-lock, so the env side (Python 3.9, no conda-lock
+installed) reads locks too, and `lock --check` answers without paying for
+conda-lock's import when its inputs are unchanged. Writing with conda-lock's
+own models is `bootstrap.lock.write`; conda-lock's content hash is
+`bootstrap.lock.content_hash`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import shutil
-import tempfile
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional
 from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError
-from bootstrap.fsutil import atomic_write_text, write_target
+from bootstrap.fsutil import atomic_write_text
 from bootstrap.lock.spec import load_yaml, read_text
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
@@ -86,9 +82,8 @@ def read_lock(path: Path, cache_dir: Optional[Path] = None) -> Lock:
 
     With `cache_dir`, the parsed lock is also kept there as JSON, named by the
     sha256 of the lock's bytes (and of the fields parsed), and read from it
-    next time: YAML costs 3 ms for 30 packages and 12 ms for the project's
-    py310 lock (123 entries), its JSON 0.5 ms. The lock stays the source of
-    truth: any edit to it is another name.
+    next time, since JSON parses much faster than YAML. The lock stays the
+    source of truth: any edit to it is another name.
     """
     text = read_text(path)
     if cache_dir is None:
@@ -270,166 +265,3 @@ def _entry_problem(p: LockedPackage) -> Optional[str]:
 
 def _normalised(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-# --------------------------------------------------------------------------- inputs digest
-
-def inputs_digest(spec_path: Path, virtual_packages_path: Path, content_hash: Mapping[str, str]) -> str:
-    """sha256 binding the exact input bytes to the content hashes computed from them.
-
-    conda-lock's content hash needs conda-lock (0.7 s to import) to recompute.
-    This digest lets `lock --check` skip that when the inputs are byte-for-byte
-    those the hashes were computed from; any edit (or a hand-edited hash)
-    changes the digest and the check falls back to conda-lock's own function.
-    """
-    digest = hashlib.sha256()
-    for part in (spec_path.read_bytes(), virtual_packages_path.read_bytes()):
-        digest.update(hashlib.sha256(part).digest())
-    digest.update(json.dumps(dict(content_hash), sort_keys=True).encode())
-    return digest.hexdigest()
-
-
-def conda_lock_content_hashes(spec_path: Path, virtual_packages_path: Path) -> dict[str, str]:
-    """conda-lock's `content_hash` for a spec, computed by conda-lock's own code, offline."""
-    from conda_lock.content_hash import compute_content_hashes
-
-    with _conda_lock_inputs(spec_path, virtual_packages_path) as (lock_spec, vpr):
-        return compute_content_hashes(lock_spec, vpr)
-
-
-def conda_lock_accepts_hash(spec_path: Path, virtual_packages_path: Path, platform: str, value: str) -> bool:
-    """What `conda-lock lock --check-input-hash` decides for one platform."""
-    from conda_lock.content_hash import backwards_compatible_content_hashes
-
-    with _conda_lock_inputs(spec_path, virtual_packages_path) as (lock_spec, vpr):
-        if platform not in lock_spec.platforms:
-            return False  # a platform the spec no longer lists has no hash (conda-lock raises KeyError)
-        return value in backwards_compatible_content_hashes(lock_spec, vpr, platform)
-
-
-@contextmanager
-def _conda_lock_inputs(spec_path: Path, virtual_packages_path: Path) -> Iterator[tuple]:
-    """conda-lock's view of the spec and the virtual packages, quietly: its warnings (e.g. on pip
-    markers it cannot evaluate) are about its own solver, which bootstrap does not use."""
-    import logging
-    import warnings
-
-    from conda_lock.src_parser import make_lock_spec
-    from conda_lock.virtual_package import virtual_package_repo_from_specification
-
-    logger = logging.getLogger("conda_lock")
-    level, logger.level = logger.level, logging.ERROR
-    try:
-        with tempfile.TemporaryDirectory(prefix="bootstrap-mapping-") as tmp, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            # conda-lock fetches a PyPI<->conda name map from the internet unless given
-            # one; names in a pip: section are never mapped, so an empty map is exact.
-            mapping = Path(tmp, "mapping.json")
-            mapping.write_text("{}")
-            lock_spec = make_lock_spec(src_files=[spec_path], mapping_url=mapping.as_uri())
-            vpr = virtual_package_repo_from_specification(virtual_packages_path)
-        try:
-            yield lock_spec, vpr
-        finally:
-            # conda-lock removes its fake repodata at exit, which `python -m bootstrap` skips (os._exit).
-            shutil.rmtree(vpr.base_path, ignore_errors=True)
-    finally:
-        logger.level = level
-
-
-# --------------------------------------------------------------------------- writing
-
-@dataclass(frozen=True)
-class LockContent:
-    """Everything a lock file holds, independent of conda-lock's models."""
-
-    channels: tuple[str, ...]
-    platforms: tuple[str, ...]
-    sources: tuple[str, ...]
-    content_hash: Mapping[str, str]
-    custom: Mapping[str, str]
-    packages: tuple[LockedPackage, ...]
-
-
-def write_lock(path: Path, content: LockContent) -> None:
-    """Write `content` with conda-lock's writer, atomically (temp file + rename)."""
-    from conda_lock.lockfile import write_conda_lock_file
-
-    lockfile = _to_conda_lock_model(content)
-    path = write_target(path)
-    # conda-lock prints the file's own name into the help header, so the temp
-    # file gets the real name inside a private temp directory beside the target.
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    tmp = tmp_dir / path.name
-    try:
-        write_conda_lock_file(lockfile, tmp, metadata_choices=set())
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-        tmp_dir.rmdir()
-
-
-def _to_conda_lock_model(content: LockContent):
-    from conda_lock.lockfile.v1.models import HashModel, LockMeta
-    from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
-
-    packages = [
-        LockedDependency(
-            name=p.name,
-            version=p.version,
-            manager=p.manager,
-            platform=p.platform,
-            dependencies=dict(p.dependencies),
-            url=p.url,
-            hash=HashModel(md5=p.md5, sha256=p.sha256) if p.md5 else HashModel(sha256=p.sha256),
-            build=p.build,
-            categories={p.category},
-        )
-        for p in content.packages
-    ]
-    meta = LockMeta(
-        content_hash=dict(content.content_hash),
-        channels=list(content.channels),
-        platforms=list(content.platforms),
-        sources=list(content.sources),
-        custom_metadata=dict(content.custom) or None,
-    )
-    return Lockfile(package=packages, metadata=meta)
-
-
-# --------------------------------------------------------------------------- diff
-
-@dataclass(frozen=True)
-class PlatformDiff:
-    platform: str
-    added: tuple[str, ...]
-    removed: tuple[str, ...]
-    changed: tuple[str, ...]
-
-    @property
-    def empty(self) -> bool:
-        return not (self.added or self.removed or self.changed)
-
-
-def diff_locks(old: Sequence[LockedPackage], new: Sequence[LockedPackage], platforms: Iterable[str]) -> list[PlatformDiff]:
-    """Per platform: which packages were added, removed or changed version/build."""
-    out = []
-    for platform in platforms:
-        before = {(p.manager, p.name): p for p in old if p.platform == platform}
-        after = {(p.manager, p.name): p for p in new if p.platform == platform}
-        added = tuple(after[k].describe() for k in sorted(after.keys() - before.keys()))
-        removed = tuple(before[k].describe() for k in sorted(before.keys() - after.keys()))
-        changed = tuple(
-            f"{k[1]} {before[k].version}{_build(before[k])} -> {after[k].version}{_build(after[k])}"
-            for k in sorted(before.keys() & after.keys())
-            if (before[k].version, before[k].build, before[k].sha256) != (after[k].version, after[k].build, after[k].sha256)
-        )
-        out.append(PlatformDiff(platform, added, removed, changed))
-    return out
-
-
-def _build(p: LockedPackage) -> str:
-    return f" ({p.build})" if p.build else ""

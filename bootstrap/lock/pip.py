@@ -4,8 +4,9 @@ For each platform uv is told the target explicitly — `--python-version` from
 the Python the conda solve picked, `--python-platform` from the platform and
 its virtual packages (`__glibc` -> manylinux tag, `__osx` ->
 MACOSX_DEPLOYMENT_TARGET) — so markers are evaluated for the target, not this
-host (pip's `--platform` gets that wrong; see ENGINE-NOTES.md). Shell
-equivalent for linux-64:
+host. (pip's `--platform` evaluates markers for the host: an osx target got a
+linux-only dependency and backtracked to an old torch.) Shell equivalent for
+linux-64:
 
     uv pip compile req.in --python-version 3.10.19 \
         --python-platform x86_64-manylinux_2_28 --only-binary :all: \
@@ -142,7 +143,7 @@ def resolve_pip(
         _raise_for(done, spec, target)
         wheels = _parse_pylock(Path(tmp, "pylock.toml").read_text(encoding="utf-8"), target)
         # pylock.toml carries no dependency edges; uv's annotated output does.
-        # The second run reads only uv's cache (--offline), so it costs milliseconds;
+        # The second run reads only uv's cache (--offline), so it adds little;
         # uv may not serve a `name @ URL` wheel from its cache, so that one asks again online.
         # Without the edges every dependency would be locked as needed by nothing (stale).
         annotate = [*base, "--annotation-style", "line"]

@@ -12,28 +12,18 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from bootstrap import __version__
 from bootstrap.errors import InputError, SolveError
 from bootstrap.fsutil import disk_full, flocked, out_of_space, write_target
-from bootstrap.lock.lockfile import (
-    META_INPUTS,
-    META_MIRRORS,
-    META_VERSION,
-    Lock,
-    LockContent,
-    LockedPackage,
-    PlatformDiff,
-    conda_lock_content_hashes,
-    diff_locks,
-    inputs_digest,
-    read_lock,
-    write_lock,
-)
+from bootstrap.lock.content_hash import conda_lock_content_hashes, inputs_digest
+from bootstrap.lock.lockfile import META_INPUTS, META_MIRRORS, META_VERSION, Lock, LockedPackage, read_lock
+from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_lock
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.pip import PipOptions, pip_requirements, resolve_all, target_for
 from bootstrap.project import Project
+from bootstrap.report import result
 from bootstrap.lock.conda import solve_conda, to_locked
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
 
@@ -47,16 +37,45 @@ class LockOptions:
     dry_run: bool = False
 
 
-@dataclass(frozen=True)
+@result
 class LockResult:
+    """One env locked (or, with `dry_run`, solved): what moved on each of its platforms."""
+
     env: str
     path: Path
     written: bool
     new: bool  # there was no lock before
-    platforms: tuple[str, ...]
-    counts: dict  # platform -> {"conda": n, "pip": n}
-    diffs: tuple[PlatformDiff, ...]
-    seconds: dict = field(default_factory=dict)  # conda_solve, pip_resolve, write
+    platforms: Tuple[str, ...]  # the platforms solved this time; the others were kept (`--platform`)
+    counts: Dict[str, Dict[str, int]]  # every platform of the spec -> {"conda": n, "pip": n}
+    diffs: Tuple[PlatformDiff, ...]  # every platform of the spec, against the lock before
+    seconds: Dict[str, float] = field(default_factory=dict)  # conda_solve, pip_resolve, write
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "env": self.env,
+            "lock_path": str(self.path),
+            "written": self.written,
+            "new": self.new,
+            "solved": list(self.platforms),
+            "platforms": [
+                {"platform": diff.platform, "conda_packages": self.counts[diff.platform]["conda"],
+                 "pip_packages": self.counts[diff.platform]["pip"], "added": list(diff.added),
+                 "removed": list(diff.removed), "changed": list(diff.changed)}
+                for diff in self.diffs
+            ],
+            "seconds": {step: round(value, 3) for step, value in self.seconds.items()},
+        }
+
+
+@result
+class LockRun:
+    """`bootstrap lock [ENV ...]`: one result per env, in the order they were locked."""
+
+    dry_run: bool
+    envs: Tuple[LockResult, ...]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"dry_run": self.dry_run, "envs": [env.to_dict() for env in self.envs]}
 
 
 def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
@@ -72,7 +91,7 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
         lock_path = project.lock_path(env)
         old = _read_old_lock(lock_path, project.root)
         if not options.dry_run:
-            _check_writable(lock_path)  # before the solve, which may take a minute
+            _check_writable(lock_path)  # before the solve, so an unwritable lock fails before the wait
         seconds = {}
 
         started = time.perf_counter()
@@ -104,7 +123,8 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
         p: {m: sum(1 for x in content.packages if x.platform == p and x.manager == m) for m in ("conda", "pip")}
         for p in spec.platforms
     }
-    return LockResult(env, lock_path, not options.dry_run, old is None, platforms, counts, diffs, seconds)
+    return LockResult(env=env, path=lock_path, written=not options.dry_run, new=old is None, platforms=platforms,
+                      counts=counts, diffs=diffs, seconds=seconds)
 
 
 def _read_old_lock(lock_path: Path, root: Path) -> Optional[Lock]:

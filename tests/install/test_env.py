@@ -1015,7 +1015,7 @@ def test_uv_outliving_a_killed_run_keeps_the_next_run_waiting(project: Project, 
 
 
 def test_export_from_prefix_reads_the_request_bootstrap_recorded(project: Project, channel: Path) -> None:
-    from bootstrap.export.portable import portable_from_prefix
+    from bootstrap.export.from_prefix import portable_from_prefix
 
     assert main(env_args(project, str(channel))) == 0
     portable = portable_from_prefix(prefix_of(project))

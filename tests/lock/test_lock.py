@@ -7,6 +7,7 @@ the wheelhouse. The written lock is then handed to conda-lock itself.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -102,7 +103,7 @@ def test_lock_from_file_channel(tmp_path: Path, fixture_channel: Path, wheelhous
 def test_conda_lock_parses_renders_and_accepts_the_hash(locked: Project) -> None:
     from conda_lock.lockfile import parse_conda_lock_file
 
-    from bootstrap.lock.lockfile import conda_lock_accepts_hash
+    from bootstrap.lock.content_hash import conda_lock_accepts_hash
 
     path = locked.lock_path("py310")
     parsed = parse_conda_lock_file(path)
@@ -127,7 +128,7 @@ def test_hash_agrees_with_conda_lock_but_not_with_its_defaults(locked: Project) 
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.virtual_package import default_virtual_package_repodata
 
-    from bootstrap.lock.lockfile import _conda_lock_inputs
+    from bootstrap.lock.content_hash import _conda_lock_inputs
 
     lock = read_lock(locked.lock_path("py310"))
     with _conda_lock_inputs(locked.spec_path("py310"), locked.virtual_packages_path) as (lock_spec, _):
@@ -227,6 +228,51 @@ def test_dry_run_writes_nothing_and_relock_prints_a_diff(locked: Project, wheelh
     assert "~ alpha 1.1 -> 1.0" in out
     assert "- beta 2.0" in out  # alpha 1.0 does not need beta
     assert not list(path.parent.glob(".conda-lock.yml*"))  # no temp left behind
+
+
+def test_lock_with_json_prints_what_moved_per_platform(locked: Project, wheelhouse: Path, fixture_channel: Path,
+                                                        capsys) -> None:
+    path = locked.lock_path("py310")
+    before = path.read_bytes()
+    write_spec(locked.root, pip=("alpha==1.0", "gamma"))
+    capsys.readouterr()
+    assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--dry-run", "--json") == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)  # stdout holds the envelope only
+    assert (data["format"], data["version"], data["dry_run"]) == ("bootstrap.lock", 1, True)
+    (env,) = data["envs"]
+    assert (env["env"], env["lock_path"], env["written"], env["new"]) == ("py310", str(path), False, False)
+    assert env["solved"] == ["linux-64", "osx-arm64", "win-64"] and sorted(env["seconds"]) == ["conda_solve", "pip_resolve", "write"]
+    lock = read_lock(path)
+    for platform in env["platforms"]:
+        assert platform["conda_packages"] == len(lock.for_platform(platform["platform"], "conda"))
+        assert platform["pip_packages"] == len(lock.for_platform(platform["platform"], "pip")) - 1  # beta goes
+        assert (platform["added"], platform["removed"], platform["changed"]) == ([], ["beta 2.0"], ["alpha 1.1 -> 1.0"])
+    assert path.read_bytes() == before
+    assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--platform", "win-64", "--json") == 0
+    (env,) = json.loads(capsys.readouterr().out)["envs"]
+    assert (env["written"], env["solved"]) == (True, ["win-64"])
+    assert [p["changed"] for p in env["platforms"]] == [[], [], ["alpha 1.1 -> 1.0"]]  # the others kept
+
+
+def test_check_with_json_lists_each_stale_entry_and_keeps_the_exit_codes(locked: Project, capsys) -> None:
+    code, out = check(locked, capsys, "--json")
+    fresh = json.loads(out)
+    assert code == 0
+    assert fresh == {"format": "bootstrap.lock-check", "version": 1, "fresh": True, "envs": [{
+        "env": "py310", "lock_path": str(locked.lock_path("py310")), "platforms": ["linux-64", "osx-arm64", "win-64"],
+        "fresh": True, "stale": []}]}
+    path = locked.lock_path("py310")
+    data = yaml.safe_load(path.read_text())
+    data["package"] = [p for p in data["package"] if not (p["name"] == "python_abi" and p["platform"] == "win-64")]
+    path.write_text(yaml.safe_dump(data))
+    code, out = check(locked, capsys, "--json", "--platform", "win-64")
+    stale = json.loads(out)
+    assert code == 1 and stale["fresh"] is False and stale["envs"][0]["platforms"] == ["win-64"]
+    assert {"platform": "win-64", "subject": "python_abi (needed by python)", "reason": "missing from the lock"} in \
+        stale["envs"][0]["stale"]
+    code, out = check(locked, capsys, "--json", "--platform", "linux-32")
+    assert code == 2 and json.loads(out)["error"]["type"] == "InputError"
 
 
 def test_relock_one_platform_keeps_the_others(locked: Project, wheelhouse: Path, fixture_channel: Path) -> None:

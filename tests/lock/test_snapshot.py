@@ -7,7 +7,6 @@ records carry the real, downloadable conda-forge URLs and hashes.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

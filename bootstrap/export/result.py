@@ -1,0 +1,49 @@
+"""What `export` returns (the files to write, and notes) and how it writes them: all or none."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Dict, Mapping, Tuple
+
+from bootstrap.errors import InputError
+from bootstrap.fsutil import check_output, write_together
+from bootstrap.report import result
+
+
+@result
+class ExportResult:
+    """Files to write (path -> text, in order) and notes; nothing is written yet."""
+
+    kind: str  # "portable" (an environment.yml) or "pinned" (explicit files, one per platform)
+    name: str  # the environment's name in the files
+    source: str  # what they were made from, as their header says: "envs/py310.yml pinned to conda-lock.yml"
+    platforms: Tuple[str, ...]
+    files: Mapping[Path, str]
+    notes: Tuple[str, ...] = ()
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The `--json` body: each file by path, size and sha256 (the text itself is the file)."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "source": self.source,
+            "platforms": list(self.platforms),
+            "files": [_file(path, text) for path, text in self.files.items()],
+            "notes": list(self.notes),
+        }
+
+
+def _file(path: Path, text: str) -> Dict[str, Any]:
+    data = text.encode("utf-8")
+    return {"path": str(path), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def write_files(files: Mapping[Path, str]) -> None:
+    """Write every file or none (`fsutil.write_together`). An unwritable target (missing directory,
+    a directory in the way, no permission) is an InputError naming it, and nothing is left behind."""
+    targets = [(check_output(path, "-o"), text.encode("utf-8")) for path, text in files.items()]
+    try:
+        write_together(targets)
+    except OSError as exc:
+        raise InputError(exc.filename or targets[0][0], f"cannot write: {exc.strerror}", "choose another -o") from None

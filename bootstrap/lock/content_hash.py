@@ -1,0 +1,80 @@
+"""conda-lock's `content_hash` of a spec, computed by conda-lock's own code, offline; and the
+digest that lets `lock --check` and `export` trust a recorded hash without importing conda-lock.
+
+The hash covers the channels, the sorted conda and pip specs, the pip
+repositories and the virtual packages (`envs/virtual-packages.yml`), so plain
+`conda-lock lock --check-input-hash` agrees with `bootstrap lock --check`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Mapping
+
+
+def inputs_digest(spec_path: Path, virtual_packages_path: Path, content_hash: Mapping[str, str]) -> str:
+    """sha256 binding the exact input bytes to the content hashes computed from them.
+
+    conda-lock's content hash needs conda-lock, a heavy import, to recompute.
+    This digest lets `lock --check` skip that when the inputs are byte-for-byte
+    those the hashes were computed from; any edit (or a hand-edited hash)
+    changes the digest and the check falls back to conda-lock's own function.
+    """
+    digest = hashlib.sha256()
+    for part in (spec_path.read_bytes(), virtual_packages_path.read_bytes()):
+        digest.update(hashlib.sha256(part).digest())
+    digest.update(json.dumps(dict(content_hash), sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def conda_lock_content_hashes(spec_path: Path, virtual_packages_path: Path) -> dict[str, str]:
+    """conda-lock's `content_hash` for a spec, computed by conda-lock's own code, offline."""
+    from conda_lock.content_hash import compute_content_hashes
+
+    with _conda_lock_inputs(spec_path, virtual_packages_path) as (lock_spec, vpr):
+        return compute_content_hashes(lock_spec, vpr)
+
+
+def conda_lock_accepts_hash(spec_path: Path, virtual_packages_path: Path, platform: str, value: str) -> bool:
+    """What `conda-lock lock --check-input-hash` decides for one platform."""
+    from conda_lock.content_hash import backwards_compatible_content_hashes
+
+    with _conda_lock_inputs(spec_path, virtual_packages_path) as (lock_spec, vpr):
+        if platform not in lock_spec.platforms:
+            return False  # a platform the spec no longer lists has no hash (conda-lock raises KeyError)
+        return value in backwards_compatible_content_hashes(lock_spec, vpr, platform)
+
+
+@contextmanager
+def _conda_lock_inputs(spec_path: Path, virtual_packages_path: Path) -> Iterator[tuple]:
+    """conda-lock's view of the spec and the virtual packages, quietly: its warnings (e.g. on pip
+    markers it cannot evaluate) are about its own solver, which bootstrap does not use."""
+    import logging
+    import warnings
+
+    from conda_lock.src_parser import make_lock_spec
+    from conda_lock.virtual_package import virtual_package_repo_from_specification
+
+    logger = logging.getLogger("conda_lock")
+    level, logger.level = logger.level, logging.ERROR
+    try:
+        with tempfile.TemporaryDirectory(prefix="bootstrap-mapping-") as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # conda-lock fetches a PyPI<->conda name map from the internet unless given
+            # one; names in a pip: section are never mapped, so an empty map is exact.
+            mapping = Path(tmp, "mapping.json")
+            mapping.write_text("{}")
+            lock_spec = make_lock_spec(src_files=[spec_path], mapping_url=mapping.as_uri())
+            vpr = virtual_package_repo_from_specification(virtual_packages_path)
+        try:
+            yield lock_spec, vpr
+        finally:
+            # conda-lock removes its fake repodata at exit, which `python -m bootstrap` skips (os._exit).
+            shutil.rmtree(vpr.base_path, ignore_errors=True)
+    finally:
+        logger.level = level

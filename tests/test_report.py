@@ -1,0 +1,137 @@
+"""The `--json` contract: every verb prints one envelope of a registered format, at its version, with
+the top-level keys pinned here. Renaming or dropping a key bumps the format's version in
+`bootstrap.report.FORMATS` and the pin below, in the same commit.
+
+Each case runs the verb in-process (`bootstrap.cli.main`) against fixture data, offline, and reads
+the whole of stdout as JSON: nothing else may be printed there. To cover another verb, add a `Case`
+to `CASES` (and its format's keys to `KEYS`, if new).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
+
+import pytest
+
+from bootstrap.cli import main
+from bootstrap.project import Project
+from bootstrap.report import FORMATS
+from tests.fixtures import DATA, REPO
+from tests.fixtures.fakes import RecordedNvml
+from tests.fixtures.project import make_project
+
+FACTS = DATA / "verify" / "h200x1-580.159.04.facts.json"
+
+# format -> the keys of its envelope, `format` and `version` included.
+KEYS: Dict[str, FrozenSet[str]] = {
+    "bootstrap.lock": frozenset({"format", "version", "dry_run", "envs"}),
+    "bootstrap.lock-check": frozenset({"format", "version", "fresh", "envs"}),
+    "bootstrap.export": frozenset({"format", "version", "kind", "name", "source", "platforms", "files", "notes"}),
+    "bootstrap.monitor": frozenset({"format", "version", "available", "reason", "interval_s", "samples", "duration_s",
+                                    "gpu_count", "gpus", "last_sample", "log", "notes"}),
+    "bootstrap.checks": frozenset({"format", "version", "kind", "checks", "summary", "extra"}),
+    "bootstrap.cache": frozenset({"format", "version", "cache_dir", "usage", "removed", "left", "kept_for"}),
+    "bootstrap.error": frozenset({"format", "version", "verb", "error"}),
+}
+# format -> {a list in the envelope: the keys of each of its items}, where the items are this format's own.
+ITEM_KEYS: Dict[str, Dict[str, FrozenSet[str]]] = {
+    "bootstrap.lock": {"envs": frozenset({"env", "lock_path", "written", "new", "solved", "platforms", "seconds"})},
+    "bootstrap.lock-check": {"envs": frozenset({"env", "lock_path", "platforms", "fresh", "stale"})},
+    "bootstrap.export": {"files": frozenset({"path", "bytes", "sha256"})},
+    "bootstrap.monitor": {"gpus": frozenset({"index", "name", "samples", "utilization_mean_pct", "utilization_p95_pct",
+                                             "utilization_max_pct", "memory_used_peak_mib", "power_mean_w",
+                                             "temperature_max_c"})},
+}
+# Formats whose verbs have no case here yet; whoever adds one removes the format from this set.
+PENDING = {"bootstrap.env", "bootstrap.bundle-result"}
+
+
+@dataclass(frozen=True)
+class Offline:
+    """What a case's command line may point at: all local, nothing served from the network."""
+
+    locked: Path  # a fixture project with its lock (conda-only, from the fixture channel); read it, don't edit it
+    unlocked: Path  # the same spec, not locked yet: this test's own
+    channel: Path  # the fixture channel, mirrored as conda-forge
+    tmp: Path  # this test's own directory
+
+
+@dataclass(frozen=True)
+class Case:
+    argv: Callable[[Offline], List[str]]  # without --json, which every case gets
+    format: str
+    exit_codes: Tuple[int, ...] = (0,)
+    prepare: Optional[Callable[[pytest.MonkeyPatch], None]] = None  # e.g. a recorded NVML in place of pynvml
+
+
+def recorded_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", RecordedNvml.load("h200x2-ddp.json"))
+
+
+def no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", RecordedNvml({}, init_error=9))
+
+
+def lock_argv(o: Offline, *extra: str) -> List[str]:
+    return ["lock", "--root", str(o.unlocked), "--mirror", f"conda-forge={o.channel}", "--cache-dir", str(o.tmp / "repodata"),
+            *extra]
+
+
+CASES: Dict[str, Case] = {
+    "lock": Case(lambda o: lock_argv(o), "bootstrap.lock"),
+    "lock --dry-run": Case(lambda o: lock_argv(o, "--dry-run"), "bootstrap.lock"),
+    "lock --check": Case(lambda o: ["lock", "--check", "--root", str(o.locked)], "bootstrap.lock-check"),
+    "lock --check, a platform not locked": Case(
+        lambda o: ["lock", "--check", "--root", str(o.locked), "--platform", "linux-aarch64"], "bootstrap.error", (2,)),
+    "export": Case(lambda o: ["export", "--root", str(o.locked), "-o", str(o.tmp / "environment.yml")], "bootstrap.export"),
+    "export --pinned": Case(lambda o: ["export", "--root", str(o.locked), "--pinned", "-o", str(o.tmp / "{platform}.lock")],
+                            "bootstrap.export"),
+    "monitor --once": Case(lambda o: ["monitor", "--once"], "bootstrap.monitor", prepare=recorded_gpus),
+    "monitor --count": Case(lambda o: ["monitor", "--count", "2", "--interval", "0.001", "--csv", str(o.tmp / "gpu.csv")],
+                            "bootstrap.monitor", prepare=recorded_gpus),
+    "monitor --once, no driver": Case(lambda o: ["monitor", "--once"], "bootstrap.monitor", prepare=no_driver),
+    "monitor --count, no driver": Case(lambda o: ["monitor", "--count", "2"], "bootstrap.error", (2,), prepare=no_driver),
+    # A recorded machine may fail a check (exit 1); the envelope is the contract here, not the verdict.
+    "verify --facts": Case(lambda o: ["verify", "--facts", str(FACTS), "--root", str(REPO)], "bootstrap.checks", (0, 1)),
+    "doctor --facts": Case(lambda o: ["doctor", "--facts", str(FACTS), "--root", str(REPO)], "bootstrap.checks", (0, 1)),
+    "cache, empty": Case(lambda o: ["cache", "--cache-dir", str(o.tmp / "cache")], "bootstrap.cache"),
+}
+
+
+@pytest.fixture(scope="module")
+def locked(tmp_path_factory, fixture_channel: Path) -> Project:
+    project = make_project(tmp_path_factory.mktemp("report") / "proj", pip=())
+    assert main(["lock", "--root", str(project.root), "--mirror", f"conda-forge={fixture_channel}",
+                 "--cache-dir", str(project.root.parent / "repodata")]) == 0
+    return project
+
+
+@pytest.mark.parametrize("name", CASES, ids=list(CASES))
+def test_every_verb_prints_one_envelope_of_its_format(name: str, locked: Project, fixture_channel: Path, tmp_path: Path,
+                                                      monkeypatch, capsys) -> None:
+    case = CASES[name]
+    if case.prepare is not None:
+        case.prepare(monkeypatch)
+    offline = Offline(locked=locked.root, unlocked=make_project(tmp_path / "proj", pip=()).root, channel=fixture_channel,
+                      tmp=tmp_path)
+    capsys.readouterr()
+    code = main([*case.argv(offline), "--json"])
+    out, err = capsys.readouterr()
+    assert code in case.exit_codes, err
+    envelope = json.loads(out)  # the whole of stdout
+    assert envelope["format"] == case.format and case.format in FORMATS
+    assert envelope["version"] == FORMATS[case.format]
+    assert set(envelope) == KEYS[case.format]
+    for key, item_keys in ITEM_KEYS.get(case.format, {}).items():
+        for item in envelope[key]:
+            assert set(item) == item_keys, (key, item)
+
+
+def test_every_format_is_pinned_or_pending() -> None:
+    assert set(KEYS) | PENDING == set(FORMATS)
+    assert not set(KEYS) & PENDING
+    assert {case.format for case in CASES.values()} == set(KEYS)  # a pinned format is also run
