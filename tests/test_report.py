@@ -36,6 +36,10 @@ KEYS: Dict[str, FrozenSet[str]] = {
     "bootstrap.checks": frozenset({"format", "version", "kind", "checks", "summary", "extra"}),
     "bootstrap.cache": frozenset({"format", "version", "cache_dir", "usage", "removed", "left", "kept_for"}),
     "bootstrap.error": frozenset({"format", "version", "verb", "error"}),
+    "bootstrap.env": frozenset({"format", "version", "prefix", "platform", "generation", "base", "recycled", "made",
+                                "changed", "dry_run", "plan", "removed", "notes", "seconds"}),
+    "bootstrap.bundle-result": frozenset({"format", "version", "path", "envs", "platforms", "artifacts", "tools_wheels",
+                                          "bytes"}),
 }
 # format -> {a list in the envelope: the keys of each of its items}, where the items are this format's own.
 ITEM_KEYS: Dict[str, Dict[str, FrozenSet[str]]] = {
@@ -47,7 +51,7 @@ ITEM_KEYS: Dict[str, Dict[str, FrozenSet[str]]] = {
                                              "temperature_max_c"})},
 }
 # Formats whose verbs have no case here yet; whoever adds one removes the format from this set.
-PENDING = {"bootstrap.env", "bootstrap.bundle-result"}
+PENDING: set = set()
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,12 @@ def lock_argv(o: Offline, *extra: str) -> List[str]:
             *extra]
 
 
+def from_channel(o: Offline) -> List[str]:
+    """The locked project's linux-64 env, its conda-forge served from the fixture channel."""
+    return ["--root", str(o.locked), "--platform", "linux-64", "--mirror", f"conda-forge={o.channel}",
+            "--cache-dir", str(o.tmp / "cache")]
+
+
 CASES: Dict[str, Case] = {
     "lock": Case(lambda o: lock_argv(o), "bootstrap.lock"),
     "lock --dry-run": Case(lambda o: lock_argv(o, "--dry-run"), "bootstrap.lock"),
@@ -99,6 +109,10 @@ CASES: Dict[str, Case] = {
     "verify --facts": Case(lambda o: ["verify", "--facts", str(FACTS), "--root", str(REPO)], "bootstrap.checks", (0, 1)),
     "doctor --facts": Case(lambda o: ["doctor", "--facts", str(FACTS), "--root", str(REPO)], "bootstrap.checks", (0, 1)),
     "cache, empty": Case(lambda o: ["cache", "--cache-dir", str(o.tmp / "cache")], "bootstrap.cache"),
+    "env --dry-run": Case(lambda o: ["env", *from_channel(o), "--prefix", str(o.tmp / "env"), "--dry-run"],
+                          "bootstrap.env"),
+    "bundle": Case(lambda o: ["bundle", *from_channel(o), "--no-tools", "-o", str(o.tmp / "b.tar")],
+                   "bootstrap.bundle-result"),
 }
 
 

@@ -9,16 +9,13 @@ own models is `bootstrap.lock.write`; conda-lock's content hash is
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError
-from bootstrap.fsutil import atomic_write_text
 from bootstrap.lock.spec import load_yaml, read_text
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
@@ -77,58 +74,9 @@ class Lock:
         ]
 
 
-def read_lock(path: Path, cache_dir: Optional[Path] = None) -> Lock:
-    """Parse a conda-lock v1 file; any structural problem is an InputError naming the field.
-
-    With `cache_dir`, the parsed lock is also kept there as JSON, named by the
-    sha256 of the lock's bytes (and of the fields parsed), and read from it
-    next time, since JSON parses much faster than YAML. The lock stays the
-    source of truth: any edit to it is another name.
-    """
-    text = read_text(path)
-    if cache_dir is None:
-        return _parse(path, text)
-    cached = parsed_lock_path(cache_dir, text)
-    try:
-        return _from_json(path, json.loads(cached.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # not cached yet, or unreadable: parse the YAML again
-    lock = _parse(path, text)
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(cached, json.dumps(_to_json(lock)), fsync=False)
-    except OSError:
-        pass  # a read-only cache only costs the parse next time
-    return lock
-
-
-def parsed_lock_path(cache_dir: Path, text: str) -> Path:
-    """Where `read_lock` keeps the parsed form of a lock whose bytes are `text`."""
-    return cache_dir / "locks" / f"{hashlib.sha256((_PARSED_FIELDS + text).encode()).hexdigest()}.json"
-
-
-# What the JSON form holds, and under which checks it was accepted: a field added to the
-# dataclasses, or a stricter check (bump _CHECKS), changes every cached name.
-_CHECKS = 2
-_PARSED_FIELDS = repr([_CHECKS] + [f.name for f in fields(Lock)] + [f.name for f in fields(LockedPackage)])
-
-
-def _to_json(lock: Lock) -> dict:
-    out = asdict(lock)
-    del out["path"]
-    return out
-
-
-def _from_json(path: Path, data: dict) -> Lock:
-    return Lock(
-        path=path,
-        content_hash=data["content_hash"],
-        channels=tuple(data["channels"]),
-        platforms=tuple(data["platforms"]),
-        sources=tuple(data["sources"]),
-        custom=data["custom"],
-        packages=tuple(LockedPackage(**entry) for entry in data["packages"]),
-    )
+def read_lock(path: Path) -> Lock:
+    """Parse a conda-lock v1 file; any structural problem is an InputError naming the field."""
+    return _parse(path, read_text(path))
 
 
 def _parse(path: Path, text: str) -> Lock:

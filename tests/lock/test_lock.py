@@ -377,27 +377,3 @@ def test_committed_locks_are_fresh(capsys) -> None:
     repo = REPO
     capsys.readouterr()
     assert main(["lock", "--check", "--root", str(repo)]) == 0, capsys.readouterr().out
-
-
-def test_parsed_lock_cache_is_named_by_the_lock_bytes(locked: Project, tmp_path: Path, monkeypatch) -> None:
-    import bootstrap.lock.lockfile as lockfile
-
-    path, cache = locked.lock_path("py310"), tmp_path / "cache"
-    parsed = read_lock(path)
-    assert read_lock(path, cache_dir=cache) == parsed  # parsed, and written as JSON
-    (cached,) = (cache / "locks").glob("*.json")
-
-    def no_yaml(*_):
-        raise AssertionError("parsed the YAML again")
-
-    monkeypatch.setattr(lockfile, "load_yaml", no_yaml)
-    assert read_lock(path, cache_dir=cache) == parsed  # from the JSON
-    path.write_text(path.read_text().replace(entry(parsed, "linux-64", "zlibstub").sha256, "ab" * 32))
-    with pytest.raises(AssertionError, match="parsed the YAML again"):
-        read_lock(path, cache_dir=cache)  # any edit is another name: never the stale JSON
-    monkeypatch.undo()
-    edited = read_lock(path, cache_dir=cache)
-    assert entry(edited, "linux-64", "zlibstub").sha256 == "ab" * 32
-    cached.write_text('{"packages": [{"name": "half"}]}')  # a broken cache file: parse again
-    path.write_text(path.read_text().replace("ab" * 32, entry(parsed, "linux-64", "zlibstub").sha256))
-    assert read_lock(path, cache_dir=cache) == parsed
