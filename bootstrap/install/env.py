@@ -129,13 +129,18 @@ class Change:
         return self.plan if self.base is None else self.plan.moved(self.base, self.start.partial)
 
 
-def plan_change(layout: gens.Layout, entries: list) -> Change:
-    """The start the next change takes (`generations.next_start`) and the plan against what it holds."""
+def plan_change(layout: gens.Layout, entries: list) -> Optional[Change]:
+    """None when the current generation holds exactly `entries`; else where the next change starts
+    (`generations.next_start`) and the plan against what that directory holds."""
+    current = layout.current()
+    against_current = plan_against(entries, layout.path(current)) if current is not None else None
+    if against_current is not None and layout.path(current).is_dir() and against_current.empty:
+        return None
     start = gens.next_start(layout)
     if start.base is None:
         return Change(start, make_plan(entries, (), ()), None)
     base = layout.path(start.base)
-    return Change(start, plan_against(entries, base), base)
+    return Change(start, against_current if start.base == current else plan_against(entries, base), base)
 
 
 def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> EnvResult:
@@ -151,23 +156,21 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     layout = gens.Layout(options.prefix)
     layout.check_managed()
     if options.dry_run:
-        change = None if _up_to_date(layout, lock, entries, options) else plan_change(layout, entries)
-        return _result(options, started, change, dry_run=True)
-    if _up_to_date(layout, lock, entries, options):  # without waiting for the env's lock: the common case
+        return _result(options, started, plan_change(layout, entries), dry_run=True)
+    if _recorded(lock, options) and plan_change(layout, entries) is None:  # the common case, without the env's lock
         return _result(options, started, removed=gens.tidy_if_idle(layout))
     check_runs_here(options.platform)
     layout.check_writable()
     with gens.exclusive(layout, feedback.waiting) as env_lock:
         removed = gens.remove_leftovers(layout)
         current = layout.current()
-        if _up_to_date(layout, lock, entries, options):  # another run got there first
+        change = plan_change(layout, entries)  # again: another run may have changed the env meanwhile
+        if change is None:
+            if not _recorded(lock, options):
+                # Same packages, another lock (e.g. a loosened spec that resolved the
+                # same): refresh the record in place rather than build a generation.
+                _write_record(options, lock, entries, layout.path(current), current)
             return _result(options, started, removed=removed)
-        if current is not None and plan_against(entries, layout.path(current)).empty:
-            # Same packages, another lock (e.g. a loosened spec that resolved the
-            # same): refresh the record in place rather than build a generation.
-            _write_record(options, lock, entries, layout.path(current), current)
-            return _result(options, started, removed=removed)
-        change = plan_change(layout, entries)
         with cache_lock(options.cache_dir, feedback.waiting, shared=True), store.extracting(options.cache_dir):
             seconds, notes = _build(layout, change, options, lock, entries, feedback, env_lock)
         gens.collect_garbage(layout, keep=(change.start.number, current))
@@ -187,14 +190,10 @@ def _result(options: EnvOptions, started: float, change: Optional[Change] = None
                      made=change.start.made, seconds=seconds, removed=tuple(map(str, removed)), notes=tuple(notes))
 
 
-def _up_to_date(layout: gens.Layout, lock: Lock, entries: list, options: EnvOptions) -> bool:
-    """Whether the current generation holds exactly `entries` and was recorded from this lock."""
-    current = layout.current()
-    if current is None or not layout.path(current).is_dir():
-        return False
-    record = read_install_record(options.prefix)
-    return record is not None and record.content_hash == lock.content_hash.get(options.platform, "") and \
-        plan_against(entries, options.prefix).empty
+def _recorded(lock: Lock, options: EnvOptions) -> bool:
+    """Whether the env's install record says it was made from this lock (its content hash)."""
+    record = read_install_record(options.prefix) if options.prefix.exists() else None
+    return record is not None and record.content_hash == lock.content_hash.get(options.platform, "")
 
 
 def check_runs_here(platform: str) -> None:
