@@ -3,7 +3,7 @@
 A loader measurement pays for its first batch (one process makes a whole
 batch, after the workers start), a warm-up that drains the batches the
 workers loaded meanwhile, then a window of at least `floor_steps` steps
-(`measure.WindowPlan`: a rate needs a few steps, its CV needs thirds) and,
+(`window.WindowPlan`: a rate needs a few steps, its CV needs thirds) and,
 with workers, of a few batch latencies (they deliver in bursts).
 In steady state a step comes every `period_s`: the main process alone
 loads a batch and then steps; W workers deliver W batches per batch
@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import List, Sequence, Tuple
 
-FLOOR_STEPS = 3          # measure.WindowPlan.floor_steps
+FLOOR_STEPS = 3          # window.WindowPlan.floor_steps
 MIN_WINDOW_BATCHES = 4   # a worker window spans four batch latencies (run._min_window)
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from bootstrap.bench import measure as ms
+from bootstrap.bench.device import peak_memory_mib
 from bootstrap.bench.results import BenchResult
+from bootstrap.bench.stream import SHM_FAILURE
 from bootstrap.checks.model import Status
+from bootstrap.fsutil import MIB
 
 # What a tune stands on: a measurement left out of these (not micro, not scaling) makes it incomplete.
 TUNE_PHASES = ("loader", "ceiling", "naive", "tune", "tuned")
@@ -59,7 +61,7 @@ class Outcome:
             m["feedable_samples_per_s"] = max(1, self.cpus - 1) / c
             if self.o.target_rate:
                 m["cores_needed_for_target"] = self.o.target_rate * c
-        m["peak_memory_mib"] = ms.peak_memory_mib(self.device) if self.device is not None else None
+        m["peak_memory_mib"] = peak_memory_mib(self.device) if self.device is not None else None
         m["tuning_seconds"] = self.tuning.seconds or None
         m["tuning_budget_s"] = self.tuning.budget_s or None
         m["sampler_overhead_pct"] = self.sampler_report.overhead_pct
@@ -76,16 +78,16 @@ class Outcome:
         if p is not None and p.cap_reason.startswith("/dev/shm") and p.cap < p.predicted:
             workers = max(workers, min(p.predicted, self.cpus))
         for _, config, why in self.failures:
-            if why.startswith(ms.SHM_FAILURE):
+            if why.startswith(SHM_FAILURE):
                 workers, prefetch = max(workers, config.num_workers), max(prefetch, config.prefetch_factor)
-        return workers * prefetch * self.batch_bytes / ms.MIB
+        return workers * prefetch * self.batch_bytes / MIB
 
     def _verdict_facts(self) -> Any:
         from bootstrap.bench import verdicts
         from bootstrap.compat.facts import HostFacts
 
         host = self.host or HostFacts()
-        shm_failure = next((why for _, _, why in self.failures if why.startswith(ms.SHM_FAILURE)), "")
+        shm_failure = next((why for _, _, why in self.failures if why.startswith(SHM_FAILURE)), "")
         return verdicts.VerdictFacts(
             device_type=self.device_info.get("type", "cpu"), gpu_name=self.device_info.get("name", ""),
             cpus=self.cpus, cpus_total=host.cpus_total, shm_free_mib=host.shm_free_mib,

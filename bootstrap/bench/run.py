@@ -27,15 +27,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from bootstrap.bench import measure as ms
 from bootstrap.bench.budget import FLOOR_STEPS, MIN_WINDOW_BATCHES, Costs, Ledger
 from bootstrap.bench.config import BenchOptions
+from bootstrap.bench.device import Device, Trainer, h2d_bandwidth, matmul_tflops
+from bootstrap.bench.host import host_busy_pct
 from bootstrap.bench.outcome import Outcome
 from bootstrap.bench.results import (
     BenchResult, LoaderConfig, Measurement, PhaseRecord, SamplerReport, TuningRecord,
 )
 from bootstrap.bench.sampler import UtilSampler
 from bootstrap.bench.search import TUNED_WINDOWS, WorkerSearch
+from bootstrap.bench.stream import BatchStream, make_loader, worker_failure
+from bootstrap.bench.window import WindowPlan, measure_loader_only, run_window
 from bootstrap.errors import InputError
 from bootstrap.fsutil import MIB
 
@@ -48,7 +51,7 @@ PHASES: Tuple[Tuple[str, float], ...] = (
 OPTIONAL_PHASES = ("scaling",)  # runs only when the phases after it still get their least
 BARRIER_PHASES = ("ceiling", "naive", "tune", "tuned")
 NOISY_HOST_PCT = 20.0
-BASE_PLAN = ms.WindowPlan()
+BASE_PLAN = WindowPlan()
 
 
 @dataclass(frozen=True)
@@ -114,14 +117,14 @@ class _Run(WorkerSearch, Outcome):
         self.sampler: Optional[UtilSampler] = None
         self.sampler_report = SamplerReport(reason="not started")
         self.tmpdir: Optional[str] = None
-        self.trainers: Dict[Tuple[Optional[str], bool], ms.Trainer] = {}
+        self.trainers: Dict[Tuple[Optional[str], bool], Trainer] = {}
         self.step_config = LoaderConfig()
         self.ceiling: Optional[Measurement] = None
         self.naive: Optional[Measurement] = None
         self.cpu_bound: Optional[bool] = None
         self.pcie: Optional[Tuple[int, int, int, int]] = None
         self.host: Any = None             # probe.HostFacts, once set up
-        self.device: Optional[ms.Device] = None
+        self.device: Optional[Device] = None
         self.batch_bytes = 0
         self.cpus = 1
         self.cudnn_benchmark: Optional[bool] = None
@@ -248,7 +251,7 @@ class _Run(WorkerSearch, Outcome):
         import platform
 
         # Before this process does anything heavy: how busy is the host already (other jobs)?
-        self.metrics["host_busy_before_pct"] = _host_busy_pct(0.25)
+        self.metrics["host_busy_before_pct"] = host_busy_pct(0.25)
         import torch
 
         from bootstrap.bench.workloads import SyntheticImages, build_store, resolve_model_name
@@ -263,7 +266,7 @@ class _Run(WorkerSearch, Outcome):
             raise InputError("--device", f"{self.o.device}: this torch sees {gpus} GPU{'s' if gpus != 1 else ''} "
                              f"(cuda:0{f' .. cuda:{gpus - 1}' if gpus > 1 else ''})",
                              "pick one of those; CUDA_VISIBLE_DEVICES renumbers them from 0")
-        self.device = ms.Device(self.o.device)
+        self.device = Device(self.o.device)
         self.host = collect_host_facts()
         self.cpus = self.o.cpus or self.host.cpus_usable or 1
         self.model_name, model_reason = resolve_model_name(self.spec.model, self.device.type)
@@ -313,7 +316,7 @@ class _Run(WorkerSearch, Outcome):
         """The batch the ceiling keeps on the device, made without the workload's extra costs (they do not
         change its pixels); its decode time plus those costs prices the first measurements."""
         started = time.perf_counter()
-        stream = ms.BatchStream(ms.make_loader(decode_only, self.spec.batch_size, LoaderConfig(), seed=self.spec.seed))
+        stream = BatchStream(make_loader(decode_only, self.spec.batch_size, LoaderConfig(), seed=self.spec.seed))
         self.sample_images, self.sample_labels = next(stream)
         stream.close()
         decode = (time.perf_counter() - started) / self.spec.batch_size
@@ -347,10 +350,10 @@ class _Run(WorkerSearch, Outcome):
     def _micro(self, deadline: float) -> str:
         if not self._affords("matmul and copies", 1.0 if self.device.is_cuda else 0.2):
             return self._skipped("the matmul")
-        tflops, how = ms.matmul_tflops(self.device, deadline)
+        tflops, how = matmul_tflops(self.device, deadline)
         self.metrics["matmul_tflops"] = tflops
         if self.device.is_cuda and self.sampler is not None:
-            copies, self.pcie = ms.h2d_bandwidth(self.device, during=self.sampler.pcie_link)
+            copies, self.pcie = h2d_bandwidth(self.device, during=self.sampler.pcie_link)
             self.metrics.update(copies)
             self.device_info["pcie"] = list(self.pcie) if self.pcie else None
             import torch
@@ -360,10 +363,10 @@ class _Run(WorkerSearch, Outcome):
 
     # ------------------------------------------------------------------ measurements
 
-    def _trainer(self, config: LoaderConfig) -> ms.Trainer:
+    def _trainer(self, config: LoaderConfig) -> Trainer:
         key = (config.amp_dtype, config.channels_last)
         if key not in self.trainers:
-            self.trainers[key] = ms.Trainer(self.model_name, self.spec.num_classes, self.device,
+            self.trainers[key] = Trainer(self.model_name, self.spec.num_classes, self.device,
                                             replace(LoaderConfig(), amp_dtype=config.amp_dtype,
                                                     channels_last=config.channels_last),
                                             step_s=self.spec.step_ms / 1000.0)
@@ -387,13 +390,13 @@ class _Run(WorkerSearch, Outcome):
         self.say(m.phase, f"{m.label}: {m.samples_per_s:,.1f} samples/s over {m.seconds:.2f} s ({m.steps} steps)")
         return m
 
-    def _plan(self, window_s: float) -> ms.WindowPlan:
+    def _plan(self, window_s: float) -> WindowPlan:
         # Workers started together deliver in bursts of num_workers batches; a window several batch
         # latencies long (`_min_window`) bounds that error, a longer warm-up does not.
         return BASE_PLAN.scaled(max(window_s, 0.05))
 
     @staticmethod
-    def _fit_steps(plan: ms.WindowPlan, period_s: float) -> ms.WindowPlan:
+    def _fit_steps(plan: WindowPlan, period_s: float) -> WindowPlan:
         """A plan whose step minimums fit its seconds at `period_s` a step: with slow steps, 100 steps
         (bench_method.md) would stretch each window to `max_factor` x its length and past its budget."""
         if period_s <= 0:
@@ -402,7 +405,7 @@ class _Run(WorkerSearch, Outcome):
                        warmup_steps=max(1, min(plan.warmup_steps, int(plan.warmup_s / period_s))))
 
     def _loader_plan(self, config: LoaderConfig, window_s: float, deadline: float,
-                     with_step: bool) -> Tuple[ms.WindowPlan, float]:
+                     with_step: bool) -> Tuple[WindowPlan, float]:
         """(plan, deadline) for one loader measurement. It may run for its least (budget.Costs.least_s)
         even past the phase's deadline (whoever started it checked that it fits the budget), never past
         the run's end. When its first batch, warm-up and window would end past that, the warm-up shrinks
@@ -432,15 +435,15 @@ class _Run(WorkerSearch, Outcome):
             drop_page_cache(self.store)
         stream = None
         try:
-            stream = ms.BatchStream(ms.make_loader(self.dataset, self.spec.batch_size, config, seed=self.spec.seed))
+            stream = BatchStream(make_loader(self.dataset, self.spec.batch_size, config, seed=self.spec.seed))
             plan, deadline = self._loader_plan(config, window_s, deadline, with_step)
             if with_step:
                 trainer = self._trainer(config)
-                m = ms.run_window(lambda: next(stream), trainer.step, self.device, plan, deadline, phase=phase,
+                m = run_window(lambda: next(stream), trainer.step, self.device, plan, deadline, phase=phase,
                                   label=config.label, config=config, batch_size=self.spec.batch_size,
                                   clock_zero=self.zero, first_batch_s=stream.first_batch_s)
             else:
-                m = ms.measure_loader_only(lambda: next(stream), plan, deadline, phase=phase,
+                m = measure_loader_only(lambda: next(stream), plan, deadline, phase=phase,
                                            label=f"loader {config.label}", config=config,
                                            batch_size=self.spec.batch_size, clock_zero=self.zero,
                                            first_batch_s=stream.first_batch_s)
@@ -458,7 +461,7 @@ class _Run(WorkerSearch, Outcome):
 
     def _worker_failure(self, phase: str, config: LoaderConfig, exc: RuntimeError) -> None:
         """A loader whose workers died is a result about that config, not the end of the run."""
-        why = ms.worker_failure(exc)
+        why = worker_failure(exc)
         if why == "terminated":  # the job is being stopped (Slurm signals every process): stop like Ctrl-C
             raise KeyboardInterrupt from exc
         self.failures.append((phase, config, why))
@@ -519,7 +522,7 @@ class _Run(WorkerSearch, Outcome):
         window_s = (deadline - time.perf_counter()) / (1.4 * slots)
         images, labels = trainer.to_device(self.sample_images, self.sample_labels, non_blocking=False)
         plan = replace(self._plan(window_s), floor_steps=5, min_steps=max(5, self._plan(window_s).min_steps))
-        m = ms.run_window(lambda: None, lambda _: trainer.step_on_device(images, labels), self.device,
+        m = run_window(lambda: None, lambda _: trainer.step_on_device(images, labels), self.device,
                           plan, deadline, phase="ceiling", label=f"ceiling {config.label}",
                           config=config, batch_size=self.spec.batch_size, clock_zero=self.zero)
         return self._record(m)
@@ -532,7 +535,7 @@ class _Run(WorkerSearch, Outcome):
             return None
         batch = (self.sample_images.pin_memory(), self.sample_labels.pin_memory())
         window = (deadline - time.perf_counter()) / 1.4
-        m = ms.run_window(lambda: batch, trainer.step, self.device, self._plan(window), deadline,
+        m = run_window(lambda: batch, trainer.step, self.device, self._plan(window), deadline,
                           phase="ceiling_h2d", label=f"ceiling+h2d {config.label}", config=config,
                           batch_size=self.spec.batch_size, clock_zero=self.zero)
         return self._record(m)
@@ -575,20 +578,6 @@ class _Run(WorkerSearch, Outcome):
     def measurements_of(self, *phases: str) -> List[Measurement]:
         return [m for m in self.measurements if m.phase in phases]
 
-
-
-def _host_busy_pct(seconds: float) -> Optional[float]:
-    """Machine-wide CPU busy % over `seconds` while this process sleeps (/proc/stat; None where absent)."""
-    from bootstrap.bench.sampler import read_proc_stat
-
-    first = read_proc_stat()
-    if first is None:
-        return None
-    time.sleep(seconds)
-    second = read_proc_stat()
-    if second is None or second[1] <= first[1]:
-        return None
-    return 100.0 * (second[0] - first[0]) / (second[1] - first[1])
 
 
 def _cuda_uuid(torch: Any, index: Optional[int]) -> Optional[str]:

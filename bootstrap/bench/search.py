@@ -16,10 +16,13 @@ import time
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Tuple
 
-from bootstrap.bench import measure as ms
 from bootstrap.bench import tune
 from bootstrap.bench.budget import FLOOR_STEPS
+from bootstrap.bench.host import child_pids, rss_bytes, workers_pss_kib
 from bootstrap.bench.results import LoaderConfig, Measurement, TuningRecord
+from bootstrap.bench.stream import BatchStream, make_loader
+from bootstrap.bench.window import WindowPlan, run_window, warm_up
+from bootstrap.fsutil import MIB
 
 TUNED_WINDOWS = 3
 
@@ -35,9 +38,9 @@ class WorkerSearch:
                 wall_s_per_sample=self.metrics["wall_s_per_sample"] or 0.0,
                 cpu_s_per_sample=self.metrics["cpu_s_per_sample"] or 0.0,
                 ceiling_samples_per_s=self.ceiling.samples_per_s, cpus=self.cpus,
-                reserved_cpus=2 if self.device.is_cuda else 1, shm_free_bytes=None if shm is None else shm * ms.MIB,
-                batch_bytes=self.batch_bytes, mem_available_bytes=None if mem is None else mem * ms.MIB,
-                worker_bytes=ms.rss_bytes(), max_workers=self.o.max_workers)
+                reserved_cpus=2 if self.device.is_cuda else 1, shm_free_bytes=None if shm is None else shm * MIB,
+                batch_bytes=self.batch_bytes, mem_available_bytes=None if mem is None else mem * MIB,
+                worker_bytes=rss_bytes(), max_workers=self.o.max_workers)
             self.cpu_bound = self.prediction.cpu_bound
         return self.prediction
 
@@ -189,7 +192,7 @@ class WorkerSearch:
             return self._skipped("a tuned window")
         stream = None
         try:
-            stream = ms.BatchStream(ms.make_loader(self.dataset, self.spec.batch_size, config, seed=self.spec.seed))
+            stream = BatchStream(make_loader(self.dataset, self.spec.batch_size, config, seed=self.spec.seed))
             count = self._measure_tuned(stream, config, deadline)
         except RuntimeError as exc:
             if not workers:
@@ -208,9 +211,9 @@ class WorkerSearch:
         trainer = self._trainer(config)
         period = self.costs.period_s(config.num_workers)
         plan = self._fit_steps(self._plan((deadline - time.perf_counter()) / (TUNED_WINDOWS + 0.5)), period)
-        ms.warm_up(lambda: next(stream), trainer.step, self.device, plan, deadline)
-        pids = ms.child_pids() if config.num_workers else []
-        pss_start = ms.workers_pss_kib(pids)
+        warm_up(lambda: next(stream), trainer.step, self.device, plan, deadline)
+        pids = child_pids() if config.num_workers else []
+        pss_start = workers_pss_kib(pids)
         if self.sampler is not None:
             self.sampler.gpm_begin()
         count = 0
@@ -221,8 +224,8 @@ class WorkerSearch:
                 continue
             left = deadline - time.perf_counter()
             window = max(self._min_window(config), left / (TUNED_WINDOWS - index) / 1.05)
-            plan = self._fit_steps(replace(plan, window_s=window, min_steps=ms.WindowPlan().scaled(window).min_steps), period)
-            m = self._record(ms.run_window(
+            plan = self._fit_steps(replace(plan, window_s=window, min_steps=WindowPlan().scaled(window).min_steps), period)
+            m = self._record(run_window(
                 lambda: next(stream), trainer.step, self.device, plan, deadline, phase="tuned",
                 label=f"tuned #{index + 1} {config.label}", config=config, batch_size=self.spec.batch_size,
                 clock_zero=self.zero, first_batch_s=stream.first_batch_s, warmup=False))
@@ -231,7 +234,7 @@ class WorkerSearch:
                 self.sampler.stat_window(m.started_s, m.started_s + m.seconds)
         if self.sampler is not None:
             self.sampler.gpm_end()
-        pss_end = ms.workers_pss_kib(pids)
+        pss_end = workers_pss_kib(pids)
         if pss_start and pss_end is not None and count:
             self.metrics["worker_pss_growth_pct"] = 100.0 * (pss_end - pss_start) / pss_start
             self.metrics["worker_pss_mib"] = pss_end / 1024.0

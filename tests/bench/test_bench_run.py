@@ -197,7 +197,7 @@ def test_workers_a_stop_signal_killed_shut_down_without_a_traceback():
         import multiprocessing.process as mp, os, signal, subprocess, sys, time
         from torch.utils.data import DataLoader
         from torch.utils.data._utils.signal_handling import _error_if_any_worker_fails
-        from bootstrap.bench.measure import BatchStream
+        from bootstrap.bench.stream import BatchStream
         stream = BatchStream(DataLoader(list(range(64)), batch_size=4, num_workers=2))
         signal.signal(signal.SIGCHLD, lambda *_: None)  # torch hears of the death only in the shutdown below
         victim = stream._iterator._workers[0].pid

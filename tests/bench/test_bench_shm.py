@@ -10,7 +10,7 @@ import json
 import textwrap
 
 from bootstrap.bench.config import Thresholds
-from bootstrap.bench.measure import SHM_FAILURE, worker_failure
+from bootstrap.bench.stream import SHM_FAILURE, worker_failure
 from bootstrap.bench.verdicts import VerdictFacts, shm_check
 from bootstrap.checks.model import Status
 from tests.fixtures.mounts import in_private_mounts, needs_unshare
