@@ -23,7 +23,7 @@ from typing import Any
 _HOMES = {
     "BenchOptions": "config", "Thresholds": "config", "ThresholdSet": "config", "WorkloadSpec": "config",
     "load_config": "config", "BenchResult": "results", "LoaderConfig": "results", "Measurement": "results",
-    "Progress": "run", "run_bench": "run",
+    "Progress": "state", "run_bench": "run",
 }
 __all__ = sorted(_HOMES)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import List, Sequence, Tuple
 
 FLOOR_STEPS = 3          # window.WindowPlan.floor_steps
-MIN_WINDOW_BATCHES = 4   # a worker window spans four batch latencies (run._min_window)
+MIN_WINDOW_BATCHES = 4   # a worker window spans four batch latencies (trials.min_window_s)
 
 
 @dataclass(frozen=True)

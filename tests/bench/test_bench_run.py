@@ -171,18 +171,18 @@ def test_sigterm_ends_the_run_like_ctrl_c_and_removes_the_sample_files(tmp_path)
 def test_a_stop_as_the_run_ends_still_cleans_up_and_reports(tmp_path, monkeypatch):
     """Ctrl-C or SIGTERM while the run cleans up (a job's time limit at the end of its budget): before, the
     KeyboardInterrupt escaped run_bench, so no report, 'interrupted', and the sample files left in --data-dir."""
+    import bootstrap.bench.run as bench_run
     from bootstrap.bench import BenchOptions, run_bench
-    from bootstrap.bench.run import _Run
 
-    cleanup, calls = _Run.cleanup, []
+    clean_up, calls = bench_run.clean_up, []
 
-    def stopped_while_cleaning_up(self):
+    def stopped_while_cleaning_up(state):
         calls.append(1)
         if len(calls) == 1:
             raise KeyboardInterrupt  # the signal lands at the first line of the clean-up
-        cleanup(self)
+        clean_up(state)
 
-    monkeypatch.setattr(_Run, "cleanup", stopped_while_cleaning_up)
+    monkeypatch.setattr(bench_run, "clean_up", stopped_while_cleaning_up)
     spec = WorkloadSpec(samples=16, image_size=32, crop_size=24, batch_size=8, model="tiny", storage="files")
     result = run_bench(BenchOptions(workload=spec, budget_s=2.0, device="cpu", data_dir=tmp_path))
     assert result.partial and result.checks
