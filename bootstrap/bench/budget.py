@@ -90,7 +90,7 @@ def tuned_s(costs: Costs, workers: int, windows: int) -> float:
 
 
 def advised_budget_s(needed_s: float) -> float:
-    """What to advise for --budget: the estimate plus a tenth for its error, in whole 5 s."""
+    """What to advise for --budget: the estimate plus a tenth for its error, rounded up to a round number."""
     return float(5 * math.ceil(needed_s * 1.1 / 5))
 
 
@@ -126,6 +126,6 @@ class Ledger:
         return float(math.ceil(spent_s + self.missing_s))
 
     def summary(self, phases: Sequence[str] = ()) -> str:
-        """'scaling: loader w=2 (~4.1 s); tune: w=1 (~8.6 s)', of `phases` only when given."""
+        """'PHASE: WHAT (~SECONDS s); ...' for each measurement left out, of `phases` only when given."""
         return "; ".join(f"{phase}: {what} (~{seconds:.1f} s)" for phase, what, seconds in self.skipped
                          if not phases or phase in phases)

@@ -44,8 +44,8 @@ class BatchStream:
     def close(self, kill: bool = False) -> None:
         """Drop the iterator (and, with persistent workers, the loader holding it): that shuts the workers
         down. `kill` (after a failure) terminates them first: a worker whose batch could not be sent stays
-        stuck, and torch's shutdown then waits 5 s for each at garbage collection, inside whatever is being
-        timed by then."""
+        stuck, and torch's shutdown then waits out its worker-status timeout for each at garbage collection,
+        inside whatever is being timed by then."""
         iterator, self._iterator, self.loader = self._iterator, None, None
         if kill:
             for worker in getattr(iterator, "_workers", None) or ():  # torch's own list of processes

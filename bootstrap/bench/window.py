@@ -72,7 +72,7 @@ class _CudaGaps:
             self.pairs.append((start, event))
 
     def idle_s(self) -> Optional[float]:
-        """Call after a synchronize: milliseconds between step i's end and step i+1's start, summed."""
+        """Call after a synchronize: the gaps between step i's end and step i+1's start, summed, in seconds."""
         if not self.enabled:
             return None
         gaps = [max(0.0, self.pairs[i][1].elapsed_time(self.pairs[i + 1][0])) for i in range(len(self.pairs) - 1)]
