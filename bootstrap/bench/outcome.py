@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 from bootstrap.bench.device import peak_memory_mib
 from bootstrap.bench.results import BenchResult
 from bootstrap.bench.schedule import needed_s
+from bootstrap.bench.search import least_prediction
 from bootstrap.bench.state import RunState
 from bootstrap.bench.stream import SHM_FAILURE
 from bootstrap.checks.model import Status
@@ -84,13 +85,14 @@ def _predicted_speedup(state: RunState, ceiling: Optional[float], naive: Optiona
 
 def shm_need_mib(state: RunState) -> float:
     """/dev/shm the loader needs: workers x prefetch x batch. The workers are the winner's, or, when
-    /dev/shm itself capped the search or killed a loader, the count the run wanted."""
+    /dev/shm itself capped the search or killed a loader, the count the run wanted. A run the budget
+    stopped before its prediction still wanted one worker: /dev/shm too small for that is a finding."""
     best = state.best
     workers = best.num_workers if best else 0
     prefetch = best.prefetch_factor if best else 2
-    prediction = state.prediction
-    if prediction is not None and prediction.cap_reason.startswith("/dev/shm") and prediction.cap < prediction.predicted:
-        workers = max(workers, min(prediction.predicted, state.cpus))
+    wanted = state.prediction or least_prediction(state)
+    if wanted is not None and wanted.cap_reason.startswith("/dev/shm") and wanted.cap < wanted.predicted:
+        workers = max(workers, min(wanted.predicted, state.cpus))
     for failure in state.failures:
         if failure.why.startswith(SHM_FAILURE):
             workers = max(workers, failure.config.num_workers)

@@ -36,6 +36,20 @@ def predict(state: RunState) -> Any:
     return state.prediction
 
 
+def least_prediction(state: RunState) -> Any:
+    """The prediction before anything was measured: W* = 1 (every prediction asks for at least one
+    worker) under the caps the host's facts alone set (--max-workers, /dev/shm, RAM). None before
+    set-up. Unlike `predict`, it changes nothing in the state."""
+    if state.host is None or not state.batch_bytes:
+        return None
+    shm_mib, memory_mib = state.host.shm_free_mib, state.host.memory_available_mib
+    return tune.predict_workers(
+        wall_s_per_sample=0.0, cpu_s_per_sample=0.0, ceiling_samples_per_s=0.0, cpus=state.cpus,
+        shm_free_bytes=None if shm_mib is None else shm_mib * MIB, batch_bytes=state.batch_bytes,
+        mem_available_bytes=None if memory_mib is None else memory_mib * MIB, worker_bytes=rss_bytes(),
+        max_workers=state.options.max_workers)
+
+
 def candidate(state: RunState, workers: int) -> LoaderConfig:
     """A worker count as the tuner (and the scaling phase, on a CPU) tries it."""
     cuda = state.is_cuda

@@ -9,10 +9,14 @@ from __future__ import annotations
 import json
 import textwrap
 
-from bootstrap.bench.config import Thresholds
+from bootstrap.bench.config import BenchOptions, Thresholds
+from bootstrap.bench.outcome import shm_need_mib
+from bootstrap.bench.state import new_state
 from bootstrap.bench.stream import SHM_FAILURE, worker_failure
 from bootstrap.bench.verdicts import VerdictFacts, shm_check
 from bootstrap.checks.model import Status
+from bootstrap.compat.facts import HostFacts
+from bootstrap.fsutil import MIB
 from tests.fixtures.mounts import in_private_mounts, needs_unshare
 
 # What torch raises in the main process when a worker could not put its batch in /dev/shm (torch 2.13).
@@ -45,6 +49,20 @@ def test_a_loader_that_died_of_shm_fails_the_shm_check_with_the_remedy():
     assert unknown.status is Status.FAIL  # /dev/shm unreadable, yet a loader died of it
 
 
+def test_a_dev_shm_too_small_for_one_worker_is_a_need_before_anything_was_measured():
+    """On a busy host the budget can end before the loader and ceiling phases predict the workers; a
+    /dev/shm that cannot hold one worker's batches is still a need the run reports (before: 0 MiB, ok)."""
+    state = new_state(BenchOptions(device="cpu", budget_s=5.0))
+    state.host, state.cpus, state.batch_bytes = HostFacts(shm_free_mib=2, memory_available_mib=4096), 2, 9 * MIB
+    assert state.prediction is None and state.best is None
+    assert shm_need_mib(state) == 1 * 2 * 9  # one worker, prefetch 2, a 9 MiB batch
+    state.host = HostFacts(shm_free_mib=1024, memory_available_mib=4096)
+    assert shm_need_mib(state) == 0.0  # room for workers: the need is the winner's, and none was chosen
+    state.host = HostFacts(shm_free_mib=2, memory_available_mib=4096)
+    state.options = BenchOptions(device="cpu", budget_s=5.0, max_workers=0)
+    assert shm_need_mib(state) == 0.0  # --max-workers 0: the run never wanted a worker
+
+
 @needs_unshare
 def test_a_tiny_dev_shm_is_a_failed_check_not_a_traceback():
     """Before: RuntimeError 'unable to allocate shared memory' from the scaling phase, exit 1, no report."""
@@ -56,8 +74,14 @@ def test_a_tiny_dev_shm_is_a_failed_check_not_a_traceback():
     report = json.loads(done.stdout)
     shm = next(c for c in report["checks"] if c["id"] == "bench.shm")
     assert shm["status"] == "fail" and "2.00 MiB free" in shm["observed"] and "--shm-size=" in shm["remedy"]
-    assert report["extra"]["best"]["num_workers"] == 0  # /dev/shm capped the search: no worker config ran
-    assert all(m["config"]["num_workers"] == 0 for m in report["extra"]["measurements"] if m["config"])
+    extra = report["extra"]
+    assert all(m["config"]["num_workers"] == 0 for m in extra["measurements"] if m["config"])
+    tune = next(p for p in extra["phases"] if p["name"] == "tune")
+    if tune["status"] == "done":  # /dev/shm capped the search: no worker config ran
+        assert extra["best"]["num_workers"] == 0 and extra["tuning"]["cap"] == 0
+        assert extra["tuning"]["cap_reason"].startswith("/dev/shm")
+    else:  # a busy host: set-up took the budget before the tune; nothing was chosen
+        assert extra["best"] is None and tune["note"].startswith("skipped")
 
 
 @needs_unshare
