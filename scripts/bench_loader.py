@@ -36,10 +36,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bootstrap.bench import BenchOptions, WorkloadSpec, run_bench  # noqa: E402  (after sys.path)
-from bootstrap.bench import measure as ms  # noqa: E402
+from bootstrap.bench.device import Device, Trainer  # noqa: E402
+from bootstrap.bench.host import usable_cpus  # noqa: E402
 from bootstrap.bench.config import OPTION_RULES, check_value  # noqa: E402
 from bootstrap.bench.results import LoaderConfig  # noqa: E402
 from bootstrap.bench.sampler import UtilSampler  # noqa: E402
+from bootstrap.bench.stream import BatchStream, make_loader  # noqa: E402
+from bootstrap.bench.window import WindowPlan, measure_loader_only, run_window, warm_up  # noqa: E402
 from bootstrap.bench.workloads import SyntheticImages, build_store, drop_page_cache  # noqa: E402
 from bootstrap.errors import InputError  # noqa: E402
 
@@ -104,18 +107,18 @@ def sampler_ab(spec: WorkloadSpec, workers: int, seconds: float, rounds: int = 3
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, ms.usable_cpus() // 2))
+    torch.set_num_threads(max(1, usable_cpus() // 2))
     store = build_store(spec, None)
     dataset = SyntheticImages(store, spec)
-    device = ms.Device("cpu")
+    device = Device("cpu")
     config = LoaderConfig(num_workers=workers, persistent_workers=workers > 0)
-    trainer = ms.Trainer("tiny", spec.num_classes, device, config, step_s=spec.step_ms / 1000)
-    stream = ms.BatchStream(ms.make_loader(dataset, spec.batch_size, config))
-    plan = ms.WindowPlan().scaled(seconds)
+    trainer = Trainer("tiny", spec.num_classes, device, config, step_s=spec.step_ms / 1000)
+    stream = BatchStream(make_loader(dataset, spec.batch_size, config))
+    plan = WindowPlan().scaled(seconds)
     rates: Dict[str, List[float]] = {"off": [], "on 0.2 s": [], "on 0.02 s": []}
     cpu: Dict[str, List[float]] = {"on 0.2 s": [], "on 0.02 s": []}
     try:
-        ms.warm_up(lambda: next(stream), trainer.step, device, plan, time.perf_counter() + 5)
+        warm_up(lambda: next(stream), trainer.step, device, plan, time.perf_counter() + 5)
         for _ in range(rounds):
             for mode in rates:
                 sampler = None
@@ -123,9 +126,9 @@ def sampler_ab(spec: WorkloadSpec, workers: int, seconds: float, rounds: int = 3
                     interval = 0.2 if "0.2 s" in mode else 0.02
                     sampler = UtilSampler(nvml_module=ReplayNvml(), device_index=0, interval_s=interval).start()
                 zero = time.perf_counter()
-                m = ms.run_window(lambda: next(stream), trainer.step, device, plan, zero + 2 * seconds,
-                                  phase="ab", label=mode, config=config, batch_size=spec.batch_size,
-                                  clock_zero=zero, warmup=False)
+                m = run_window(lambda: next(stream), trainer.step, device, plan, zero + 2 * seconds,
+                               phase="ab", label=mode, config=config, batch_size=spec.batch_size,
+                               clock_zero=zero, warmup=False)
                 rates[mode].append(m.samples_per_s)
                 if sampler is not None:
                     cpu[mode].append(sampler.stop().overhead_pct)
@@ -149,12 +152,12 @@ def w2_rates(seconds: float) -> List[Dict[str, Any]]:
             for cold in ((False, True) if storage != "memory" else (False,)):
                 if cold:
                     drop_page_cache(store)
-                stream = ms.BatchStream(ms.make_loader(dataset, spec.batch_size, LoaderConfig()))
+                stream = BatchStream(make_loader(dataset, spec.batch_size, LoaderConfig()))
                 zero = time.perf_counter()
-                m = ms.measure_loader_only(lambda s=stream: next(s), replace(ms.WindowPlan().scaled(seconds), warmup_steps=0,
-                                                                         warmup_s=0.0),
-                                           zero + 2 * seconds, phase="w2", label=storage, config=LoaderConfig(),
-                                           batch_size=spec.batch_size, clock_zero=zero, first_batch_s=None)
+                m = measure_loader_only(lambda s=stream: next(s), replace(WindowPlan().scaled(seconds), warmup_steps=0,
+                                                                      warmup_s=0.0),
+                                        zero + 2 * seconds, phase="w2", label=storage, config=LoaderConfig(),
+                                        batch_size=spec.batch_size, clock_zero=zero, first_batch_s=None)
                 stream.close()
                 rows.append({"storage": storage, "cache": "cold" if cold else "warm", "samples_per_s": m.samples_per_s})
     return rows
@@ -184,7 +187,7 @@ def main() -> int:
         parser.error(f"--json {args.json}: no directory {args.json.parent} to write it in")
     if args.json is not None and args.json.is_dir():
         parser.error(f"--json {args.json}: a directory; name the file to write")
-    print(f"bench-loader: {ms.usable_cpus()} usable CPUs; budgets {args.budget:g} s per workload; CPU device; "
+    print(f"bench-loader: {usable_cpus()} usable CPUs; budgets {args.budget:g} s per workload; CPU device; "
           f"load average before: {_loadavg()}")
     print(f"  I/O workload: io_ms={IO.io_ms:g} per sample, step_ms={IO.step_ms:g} per batch of {IO.batch_size}")
     print(f"  CPU workload: cpu_ms={CPU.cpu_ms:g} per sample (+ JPEG decode), step_ms={CPU.step_ms:g} per batch of "

@@ -18,12 +18,12 @@ from typing import Any
 
 # Each public name and the module it lives in, imported on first use (PEP 562): every
 # `python -m bootstrap` start imports `bootstrap.bench.config` to build its parser, and
-# must not pay for the runner, the tuner and the sampler on the way (a `make env` no-op
-# spent ~30 ms of its ~0.17 s there).
+# must not pay for the runner, the tuner and the sampler on the way (they were a
+# noticeable share of a `make env` no-op).
 _HOMES = {
     "BenchOptions": "config", "Thresholds": "config", "ThresholdSet": "config", "WorkloadSpec": "config",
     "load_config": "config", "BenchResult": "results", "LoaderConfig": "results", "Measurement": "results",
-    "Progress": "run", "run_bench": "run",
+    "Progress": "state", "run_bench": "run",
 }
 __all__ = sorted(_HOMES)
 

@@ -3,7 +3,7 @@
 A loader measurement pays for its first batch (one process makes a whole
 batch, after the workers start), a warm-up that drains the batches the
 workers loaded meanwhile, then a window of at least `floor_steps` steps
-(`measure.WindowPlan`: a rate needs a few steps, its CV needs thirds) and,
+(`window.WindowPlan`: a rate needs a few steps, its CV needs thirds) and,
 with workers, of a few batch latencies (they deliver in bursts).
 In steady state a step comes every `period_s`: the main process alone
 loads a batch and then steps; W workers deliver W batches per batch
@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass, field
 from typing import List, Sequence, Tuple
 
-FLOOR_STEPS = 3          # measure.WindowPlan.floor_steps
-MIN_WINDOW_BATCHES = 4   # a worker window spans four batch latencies (run._min_window)
+FLOOR_STEPS = 3          # window.WindowPlan.floor_steps
+MIN_WINDOW_BATCHES = 4   # a worker window spans four batch latencies (trials.min_window_s)
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def tuned_s(costs: Costs, workers: int, windows: int) -> float:
 
 
 def advised_budget_s(needed_s: float) -> float:
-    """What to advise for --budget: the estimate plus a tenth for its error, in whole 5 s."""
+    """What to advise for --budget: the estimate plus a tenth for its error, rounded up to a round number."""
     return float(5 * math.ceil(needed_s * 1.1 / 5))
 
 
@@ -126,6 +126,6 @@ class Ledger:
         return float(math.ceil(spent_s + self.missing_s))
 
     def summary(self, phases: Sequence[str] = ()) -> str:
-        """'scaling: loader w=2 (~4.1 s); tune: w=1 (~8.6 s)', of `phases` only when given."""
+        """'PHASE: WHAT (~SECONDS s); ...' for each measurement left out, of `phases` only when given."""
         return "; ".join(f"{phase}: {what} (~{seconds:.1f} s)" for phase, what, seconds in self.skipped
                          if not phases or phase in phases)

@@ -34,7 +34,7 @@ def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None
     import torch.distributed as dist
 
     from bootstrap.bench import report
-    from bootstrap.bench.measure import usable_cpus
+    from bootstrap.bench.host import usable_cpus
 
     ranks = torchrun_env(os.environ)
     cuda = options.device != "cpu" and torch.cuda.is_available()
@@ -68,7 +68,7 @@ def ddp_ceiling(result: BenchResult, options: BenchOptions, dist: Any) -> Option
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    from bootstrap.bench.measure import Device, Trainer
+    from bootstrap.bench.device import Device, Trainer
     from bootstrap.bench.results import LoaderConfig
 
     spec = options.workload

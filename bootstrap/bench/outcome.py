@@ -1,125 +1,152 @@
-"""A bench run's result: derived metrics, verdicts, notes and the snippet, as one `BenchResult`.
+"""A run's result, computed from its state once the phases are over (or cut short).
 
-A mixin of `run._Run`, kept apart so each module stays readable: it reads
-the run's measurements and state once the phases are over (or cut short).
+`build_result` derives the metrics (tuned median and spread, efficiency,
+stalls, speedup and its prediction, sizing figures), the /dev/shm the
+loader needs, the verdicts, the closing notes and the snippet, and returns
+them as one frozen `BenchResult`.
 """
 
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Any, Dict, List, Optional
 
-from bootstrap.bench import measure as ms
+from bootstrap.bench.device import peak_memory_mib
 from bootstrap.bench.results import BenchResult
+from bootstrap.bench.schedule import needed_s
+from bootstrap.bench.search import least_prediction
+from bootstrap.bench.state import RunState
+from bootstrap.bench.stream import SHM_FAILURE
 from bootstrap.checks.model import Status
+from bootstrap.fsutil import MIB
 
 # What a tune stands on: a measurement left out of these (not micro, not scaling) makes it incomplete.
 TUNE_PHASES = ("loader", "ceiling", "naive", "tune", "tuned")
 
 
-class Outcome:
-    """`_Run.result()` and what it derives (see the module docstring)."""
+def derived_metrics(state: RunState) -> Dict[str, Optional[float]]:
+    """The figures computed from the measurements, added to `state.metrics` (which it returns)."""
+    m = state.metrics
+    tuned = state.measurements_of("tuned")
+    ceiling = m.get("ceiling_samples_per_s")
+    naive = m.get("naive_samples_per_s")
+    cpu_s, wall_s = m.get("cpu_s_per_sample"), m.get("wall_s_per_sample")
+    rates: List[float] = [w.samples_per_s for w in tuned]
+    if tuned:
+        median = statistics.median(rates)
+        m["tuned_samples_per_s"] = median
+        m["tuned_min_samples_per_s"], m["tuned_max_samples_per_s"] = min(rates), max(rates)
+        m["tuned_spread_pct"] = 100.0 * (max(rates) - min(rates)) / median
+        m["stall_host_wait_pct"] = statistics.median(w.host_wait_pct for w in tuned)
+        m["time_to_first_batch_s"] = tuned[0].first_batch_s
+        idle = [100.0 * w.device_idle_s / w.seconds for w in tuned if w.device_idle_s is not None and w.seconds]
+        m["stall_device_idle_pct"] = statistics.median(idle) if idle else None
+    tuned_rate = m.get("tuned_samples_per_s")
+    if tuned_rate and ceiling:
+        m["efficiency"] = tuned_rate / ceiling
+        m["stall_differential_pct"] = max(0.0, 100.0 * (1.0 - tuned_rate / ceiling))
+    if tuned_rate and naive:
+        m["speedup"] = tuned_rate / naive
+    _predicted_speedup(state, ceiling, naive, cpu_s, wall_s)
+    if tuned and state.naive is not None:
+        spread = statistics.pstdev(rates) / statistics.mean(rates) if len(rates) > 1 else 0.0
+        m["speedup_noise"] = max(state.thresholds.noise_floor_min, 2 * max(state.naive.cv, spread))
+    if cpu_s:
+        m["cores_per_device_needed"] = ceiling * cpu_s if ceiling else None
+        m["workers_per_device_needed"] = ceiling * wall_s if ceiling and wall_s else None
+        m["feedable_samples_per_s"] = max(1, state.cpus - 1) / cpu_s
+        if state.options.target_rate:
+            m["cores_needed_for_target"] = state.options.target_rate * cpu_s
+    m["peak_memory_mib"] = peak_memory_mib(state.device) if state.device is not None else None
+    m["tuning_seconds"] = state.tuning.seconds or None
+    m["tuning_budget_s"] = state.tuning.budget_s or None
+    m["sampler_overhead_pct"] = state.sampler_report.overhead_pct
+    m["tuned_windows"] = float(len(tuned))
+    if state.ledger.skipped:
+        m["budget_needed_s"] = needed_s(state)
+    return m
 
-    def _derived(self) -> None:
-        m = self.metrics
-        tuned = self.measurements_of("tuned")
-        ceiling = m.get("ceiling_samples_per_s")
-        naive = m.get("naive_samples_per_s")
-        c, l = m.get("cpu_s_per_sample"), m.get("wall_s_per_sample")
-        if tuned:
-            rates = [w.samples_per_s for w in tuned]
-            m["tuned_samples_per_s"] = statistics.median(rates)
-            m["tuned_min_samples_per_s"], m["tuned_max_samples_per_s"] = min(rates), max(rates)
-            m["tuned_spread_pct"] = 100.0 * (max(rates) - min(rates)) / statistics.median(rates) if rates else None
-            m["stall_host_wait_pct"] = statistics.median(w.host_wait_pct for w in tuned)
-            m["time_to_first_batch_s"] = tuned[0].first_batch_s
-            idle = [100.0 * w.device_idle_s / w.seconds for w in tuned if w.device_idle_s is not None and w.seconds]
-            m["stall_device_idle_pct"] = statistics.median(idle) if idle else None
-        best = m.get("tuned_samples_per_s")
-        if best and ceiling:
-            m["efficiency"] = best / ceiling
-            m["stall_differential_pct"] = max(0.0, 100.0 * (1.0 - best / ceiling))
-        if best and naive:
-            m["speedup"] = best / naive
-        if ceiling and naive and l and self.best is not None and self.best.num_workers:
-            bounds = [ceiling, self.best.num_workers / l]
-            step_cpu = m.get("step_cpu_s_per_sample")
-            if c is not None and step_cpu is not None and c + step_cpu > 0:
-                bounds.append(self.cpus / (c + step_cpu))
-            m["predicted_samples_per_s"] = min(bounds)
-            m["predicted_speedup"] = min(bounds) / naive
-        elif self.best is not None and naive:
-            m["predicted_speedup"] = 1.0  # no workers won: the tuned loop is the naive pipeline
-        if tuned and self.naive is not None:
-            spread = statistics.pstdev(rates) / statistics.mean(rates) if len(rates) > 1 else 0.0
-            m["speedup_noise"] = max(self.t.noise_floor_min, 2 * max(self.naive.cv, spread))
-        if c:
-            m["cores_per_device_needed"] = ceiling * c if ceiling else None
-            m["workers_per_device_needed"] = ceiling * l if ceiling and l else None
-            m["feedable_samples_per_s"] = max(1, self.cpus - 1) / c
-            if self.o.target_rate:
-                m["cores_needed_for_target"] = self.o.target_rate * c
-        m["peak_memory_mib"] = ms.peak_memory_mib(self.device) if self.device is not None else None
-        m["tuning_seconds"] = self.tuning.seconds or None
-        m["tuning_budget_s"] = self.tuning.budget_s or None
-        m["sampler_overhead_pct"] = self.sampler_report.overhead_pct
-        m["tuned_windows"] = float(len(tuned))
-        if self.ledger.skipped:
-            m["budget_needed_s"] = self._needed_s()
 
-    def _shm_need_mib(self) -> float:
-        """/dev/shm the loader needs: workers x prefetch x batch. The workers are the winner's, or, when
-        /dev/shm itself capped the search or killed a loader, the count the run wanted."""
-        workers = self.best.num_workers if self.best else 0
-        prefetch = self.best.prefetch_factor if self.best else 2
-        p = self.prediction
-        if p is not None and p.cap_reason.startswith("/dev/shm") and p.cap < p.predicted:
-            workers = max(workers, min(p.predicted, self.cpus))
-        for _, config, why in self.failures:
-            if why.startswith(ms.SHM_FAILURE):
-                workers, prefetch = max(workers, config.num_workers), max(prefetch, config.prefetch_factor)
-        return workers * prefetch * self.batch_bytes / ms.MIB
+def _predicted_speedup(state: RunState, ceiling: Optional[float], naive: Optional[float],
+                       cpu_s: Optional[float], wall_s: Optional[float]) -> None:
+    """What the winner should reach: the least of the ceiling, W / l, and the CPUs over the CPU cost
+    of a sample (loading plus stepping), against naive."""
+    m, best = state.metrics, state.best
+    if ceiling and naive and wall_s and best is not None and best.num_workers:
+        bounds = [ceiling, best.num_workers / wall_s]
+        step_cpu_s = m.get("step_cpu_s_per_sample")
+        if cpu_s is not None and step_cpu_s is not None and cpu_s + step_cpu_s > 0:
+            bounds.append(state.cpus / (cpu_s + step_cpu_s))
+        m["predicted_samples_per_s"] = min(bounds)
+        m["predicted_speedup"] = min(bounds) / naive
+    elif best is not None and naive:
+        m["predicted_speedup"] = 1.0  # no workers won: the tuned loop is the naive pipeline
 
-    def _verdict_facts(self) -> Any:
-        from bootstrap.bench import verdicts
-        from bootstrap.compat.facts import HostFacts
 
-        host = self.host or HostFacts()
-        shm_failure = next((why for _, _, why in self.failures if why.startswith(ms.SHM_FAILURE)), "")
-        return verdicts.VerdictFacts(
-            device_type=self.device_info.get("type", "cpu"), gpu_name=self.device_info.get("name", ""),
-            cpus=self.cpus, cpus_total=host.cpus_total, shm_free_mib=host.shm_free_mib,
-            shm_need_mib=self.metrics["shm_need_mib"], shm_failure=shm_failure,
-            start_method=host.start_method or "", start_method_explicit=host.start_method_explicit,
-            nofile_soft=host.nofile_soft, nofile_hard=host.nofile_hard,
-            workers=self.best.num_workers if self.best else None, cpu_bound=self.cpu_bound, pcie=self.pcie,
-            budget_s=self.o.budget_s, partial=self.interrupted, left_out=self.ledger.summary(TUNE_PHASES))
+def shm_need_mib(state: RunState) -> float:
+    """/dev/shm the loader needs: workers x prefetch x batch. The workers are the winner's, or, when
+    /dev/shm itself capped the search or killed a loader, the count the run wanted. A run the budget
+    stopped before its prediction still wanted one worker: /dev/shm too small for that is a finding."""
+    best = state.best
+    workers = best.num_workers if best else 0
+    prefetch = best.prefetch_factor if best else 2
+    wanted = state.prediction or least_prediction(state)
+    if wanted is not None and wanted.cap_reason.startswith("/dev/shm") and wanted.cap < wanted.predicted:
+        workers = max(workers, min(wanted.predicted, state.cpus))
+    for failure in state.failures:
+        if failure.why.startswith(SHM_FAILURE):
+            workers = max(workers, failure.config.num_workers)
+            prefetch = max(prefetch, failure.config.prefetch_factor)
+    return workers * prefetch * state.batch_bytes / MIB
 
-    def _closing_notes(self) -> None:
-        for phase, config, why in self.failures:
-            self.notes.append(f"{phase} {config.label}: the loader's workers died ({why}); that config counts as failed")
-        needed = self.metrics.get("budget_needed_s")
-        if needed is not None:
-            self.notes.append(f"budget too small for a complete run: left out {self.ledger.summary()}; "
-                              f"~{needed:.0f} s would cover them (--budget {needed:.0f})")
-        if self.interrupted:
-            self.notes.append("interrupted (Ctrl-C or SIGTERM): partial report of the phases measured so far")
 
-    def result(self) -> BenchResult:
-        from bootstrap.bench import verdicts
-        from bootstrap.bench.report import dataloader_snippet
+def verdict_facts(state: RunState) -> Any:
+    """What the verdicts judge besides the metrics: the host, the winner, how complete the run was."""
+    from bootstrap.bench import verdicts
+    from bootstrap.compat.facts import HostFacts
 
-        self._derived()
-        self.metrics["shm_need_mib"] = self._shm_need_mib()
-        checks = verdicts.evaluate(self.metrics, self._verdict_facts(), self.sampler_report, self.t) \
-            if self.device_info else []
-        self._closing_notes()
-        untuned = next((c for c in checks if c.id == "bench.tuned" and c.status is not Status.OK), None)
-        snippet = dataloader_snippet(self.best, self.spec, self.device_info.get("type", "cpu"),
-                                     caveat=untuned.observed if untuned else "") if self.best else ""
-        return BenchResult(
-            device=dict(self.device_info), workload=self.spec.to_dict(), budget_s=self.o.budget_s,
-            thresholds=self.o.thresholds.to_dict(), phases=tuple(self.phases), measurements=tuple(self.measurements),
-            metrics=dict(self.metrics), tuning=self.tuning, sampler=self.sampler_report, checks=tuple(checks),
-            best=self.best, snippet=snippet, notes=tuple(self.notes), partial=self.interrupted,
-            seconds=self.finished_s or self.elapsed())
+    host = state.host or HostFacts()
+    shm_failure = next((f.why for f in state.failures if f.why.startswith(SHM_FAILURE)), "")
+    return verdicts.VerdictFacts(
+        device_type=state.device_info.get("type", "cpu"), gpu_name=state.device_info.get("name", ""),
+        cpus=state.cpus, cpus_total=host.cpus_total, shm_free_mib=host.shm_free_mib,
+        shm_need_mib=state.metrics["shm_need_mib"], shm_failure=shm_failure,
+        start_method=host.start_method or "", start_method_explicit=host.start_method_explicit,
+        nofile_soft=host.nofile_soft, nofile_hard=host.nofile_hard,
+        workers=state.best.num_workers if state.best else None, cpu_bound=state.cpu_bound, pcie=state.pcie,
+        budget_s=state.options.budget_s, partial=state.interrupted, left_out=state.ledger.summary(TUNE_PHASES))
+
+
+def closing_notes(state: RunState) -> List[str]:
+    """Notes on what went wrong or was left out, after the run's own notes."""
+    notes = [f"{f.phase} {f.config.label}: the loader's workers died ({f.why}); that config counts as failed"
+             for f in state.failures]
+    needed = state.metrics.get("budget_needed_s")
+    if needed is not None:
+        notes.append(f"budget too small for a complete run: left out {state.ledger.summary()}; "
+                     f"~{needed:.0f} s would cover them (--budget {needed:.0f})")
+    if state.interrupted:
+        notes.append("interrupted (Ctrl-C or SIGTERM): partial report of the phases measured so far")
+    return notes
+
+
+def build_result(state: RunState) -> BenchResult:
+    """The frozen result of the run as it stands (complete, cut short by the budget, or interrupted)."""
+    from bootstrap.bench import verdicts
+    from bootstrap.bench.report import dataloader_snippet
+
+    derived_metrics(state)
+    state.metrics["shm_need_mib"] = shm_need_mib(state)
+    checks = verdicts.evaluate(state.metrics, verdict_facts(state), state.sampler_report, state.thresholds) \
+        if state.device_info else []
+    state.notes.extend(closing_notes(state))
+    untuned = next((c for c in checks if c.id == "bench.tuned" and c.status is not Status.OK), None)
+    snippet = dataloader_snippet(state.best, state.workload, state.device_info.get("type", "cpu"),
+                                 caveat=untuned.observed if untuned else "") if state.best else ""
+    options = state.options
+    return BenchResult(
+        device=dict(state.device_info), workload=state.workload.to_dict(), budget_s=options.budget_s,
+        thresholds=options.thresholds.to_dict(), phases=tuple(state.phase_records),
+        measurements=tuple(state.measurements), metrics=dict(state.metrics), tuning=state.tuning,
+        sampler=state.sampler_report, checks=tuple(checks), best=state.best, snippet=snippet,
+        notes=tuple(state.notes), partial=state.interrupted, seconds=state.elapsed_at_end_s or state.elapsed_s())

@@ -100,6 +100,13 @@ def test_duplicate_config_keys_are_refused(tmp_path):
         load_config(path)
 
 
+def test_run_flags_reach_the_options():
+    """The slow-batch budget test (test_bench_budget) sets these in the library; the flags carry them there."""
+    options = build(["--max-workers", "1", "--budget", "6", "--io-ms", "40", "--step-ms", "5", "--device", "cpu"])
+    assert (options.max_workers, options.budget_s, options.device) == (1, 6.0, "cpu")
+    assert (options.workload.io_ms, options.workload.step_ms) == (40.0, 5.0)
+
+
 def test_library_callers_get_the_same_checks_named_by_flag():
     with pytest.raises(InputError, match="^--num-classes: expected an integer"):
         WorkloadSpec(num_classes=0).validate()

@@ -21,7 +21,7 @@ from bootstrap.bench import report
 from bootstrap.errors import InputError
 from tests.fixtures.mounts import in_private_mounts, needs_unshare
 from tests.fixtures import REPO
-from tests.fixtures.bench import SMALL, bench, synthetic_result
+from tests.fixtures.bench import SMALL, assert_bench_contract, bench, synthetic_result
 
 
 # --------------------------------------------------------------------------- before the run
@@ -64,6 +64,23 @@ def test_read_only_out_fails_before_the_run():
 
 
 # --------------------------------------------------------------------------- after the run
+
+
+def test_cli_prints_the_report_it_writes(tmp_path):
+    """`bench --json`: the envelope on stdout is bench.json, in the pinned layout, beside a PNG that opens; the
+    command costs its run plus start-up and report writing."""
+    from PIL import Image
+
+    started = time.perf_counter()
+    done = bench("--budget", "2", "--json", "--quiet", "--out", str(tmp_path), *SMALL)
+    wall = time.perf_counter() - started
+    assert done.returncode in (0, 1), done.stderr
+    envelope = json.loads(done.stdout)
+    assert_bench_contract(envelope)
+    assert json.loads((tmp_path / "bench.json").read_text()) == envelope
+    with Image.open(tmp_path / "bench.png") as image:
+        assert image.format == "PNG" and image.size[1] > 300
+    assert wall <= envelope["extra"]["seconds"] + 15.0  # interpreter and torch start-up, report writing
 
 
 @needs_unshare

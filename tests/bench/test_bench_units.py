@@ -279,7 +279,7 @@ def test_gpu_micro_verdicts_on_recorded_figures():
 
 def test_device_idle_gaps_from_cuda_events():
     """Gaps between one step's end event and the next step's start event, summed; overlaps count as 0."""
-    from bootstrap.bench.measure import _CudaGaps
+    from bootstrap.bench.window import _CudaGaps
 
     class Event:
         def __init__(self, t_ms):

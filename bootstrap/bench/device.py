@@ -1,0 +1,164 @@
+"""The device side of a run: the torch device, the training step, and the device micro-benchmarks (L2).
+
+`Trainer` is one model and optimizer whose `step` is a full
+forward/backward/update; the micro-benchmarks time a square matmul and
+host<->device copies (`nvidia-smi` has no equivalent; nccl-tests and
+`bandwidthTest` are the closest).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from bootstrap.bench.results import LoaderConfig
+from bootstrap.fsutil import MIB
+
+
+class Device:
+    """The torch device a run uses, with its synchronisation."""
+
+    def __init__(self, name: str) -> None:
+        import torch
+
+        if name == "auto":
+            name = "cuda" if torch.cuda.is_available() else "cpu"
+        self.torch_device = torch.device(name)
+        if self.torch_device.type == "cuda" and self.torch_device.index is None:
+            self.torch_device = torch.device("cuda", torch.cuda.current_device())
+        self.is_cuda = self.torch_device.type == "cuda"
+
+    @property
+    def type(self) -> str:
+        return self.torch_device.type
+
+    def sync(self) -> None:
+        if self.is_cuda:
+            import torch
+
+            torch.cuda.synchronize(self.torch_device)
+
+
+class Trainer:
+    """One model + SGD optimizer; `step` is a full forward/backward/update on one batch.
+
+    Images arrive as uint8 and are scaled on the device (4x less to copy);
+    `step_s` adds a known sleep per step (a stand-in for a slower device,
+    used by tests and the loader figures).
+    """
+
+    def __init__(self, model_name: str, num_classes: int, device: Device, config: LoaderConfig,
+                 step_s: float = 0.0) -> None:
+        import torch
+
+        from bootstrap.bench.workloads import build_model
+
+        self.device = device
+        self.config = config
+        self.step_s = step_s
+        model = build_model(model_name, num_classes).to(device.torch_device)
+        if config.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model.train()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.amp_dtype = getattr(torch, config.amp_dtype) if config.amp_dtype else None
+
+    def to_device(self, images: Any, labels: Any, non_blocking: bool) -> Tuple[Any, Any]:
+        import torch
+
+        images = images.to(self.device.torch_device, non_blocking=non_blocking)
+        labels = labels.to(self.device.torch_device, non_blocking=non_blocking)
+        if self.config.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return images.float().div_(255), labels
+
+    def step_on_device(self, images: Any, labels: Any) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        with torch.autocast(device_type=self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            loss = F.cross_entropy(self.model(images), labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        if self.step_s:
+            time.sleep(self.step_s)
+
+    def step(self, batch: Tuple[Any, Any]) -> None:
+        images, labels = self.to_device(batch[0], batch[1], self.config.non_blocking)
+        self.step_on_device(images, labels)
+
+
+
+def matmul_tflops(device: Device, deadline: float) -> Tuple[Optional[float], str]:
+    """Square-matmul TFLOP/s: bf16 8192^3 on CUDA (MAMF-style warm-up then timed loop), fp32 1024^3 on CPU."""
+    import torch
+
+    if device.is_cuda:
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        n, warm, timed = 8192, 50, 100
+    else:
+        dtype, n, warm, timed = torch.float32, 1024, 2, 10
+    a = torch.randn(n, n, device=device.torch_device, dtype=dtype)
+    b = torch.randn(n, n, device=device.torch_device, dtype=dtype)
+    for _ in range(warm):
+        torch.mm(a, b)
+    device.sync()
+    started = time.perf_counter()
+    done = 0
+    while done < timed and time.perf_counter() < deadline:
+        torch.mm(a, b)
+        done += 1
+    device.sync()
+    seconds = time.perf_counter() - started
+    dtype_name = str(dtype).replace("torch.", "")
+    return (2.0 * n ** 3 * done / seconds / 1e12 if done else None), f"{dtype_name} {n}^3 x {done}"
+
+
+def h2d_bandwidth(device: Device, nbytes: int = 256 * MIB, repeats: int = 10,
+                  during: Optional[Callable[[], Any]] = None) -> Tuple[Dict[str, Optional[float]], Any]:
+    """Host<->device GB/s (1e9 B/s), pinned and pageable (CUDA only), and what `during()` returned.
+
+    `during` runs while the pinned host-to-device copies are in flight: read
+    the PCIe link there, because idle links train down.
+    """
+    import torch
+
+    out: Dict[str, Optional[float]] = {}
+    seen: Any = None
+    if not device.is_cuda:
+        return out, seen
+    target = torch.empty(nbytes, dtype=torch.uint8, device=device.torch_device)
+    for pinned in (True, False):
+        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+        name = "pinned" if pinned else "pageable"
+        for direction in ("h2d", "d2h"):
+            source, sink = (host, target) if direction == "h2d" else (target, host)
+            sink.copy_(source, non_blocking=pinned)
+            device.sync()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(repeats):
+                sink.copy_(source, non_blocking=pinned)
+            end.record()
+            if pinned and direction == "h2d" and during is not None:
+                seen = during()
+            device.sync()
+            out[f"{direction}_{name}_gb_per_s"] = nbytes * repeats / (start.elapsed_time(end) / 1000.0) / 1e9
+    return out, seen
+
+
+def peak_memory_mib(device: Device) -> Optional[float]:
+    """CUDA: torch's peak allocated bytes on the device; CPU: this process's peak RSS."""
+    if device.is_cuda:
+        import torch
+
+        return torch.cuda.max_memory_allocated(device.torch_device) / MIB
+    try:
+        import resource  # not on Windows
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / MIB if sys.platform == "darwin" else peak / 1024.0  # macOS: bytes; Linux: KiB
+

@@ -1,0 +1,106 @@
+"""Loader streams: a DataLoader over the workload, its batches forever, and why its workers died.
+
+Shell equivalents: none; `dmesg` and `df /dev/shm` show what a worker that
+died of /dev/shm left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+import warnings
+from typing import Any, Iterator
+
+from bootstrap.bench.results import LoaderConfig
+
+
+class BatchStream:
+    """Batches from a DataLoader forever (epoch after epoch); the first batch's latency is kept."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        started = time.perf_counter()
+        with _quiet_worker_count():
+            self._iterator: Any = iter(loader)
+        try:
+            self._first: Any = next(self._iterator)
+        except BaseException:
+            self.close(kill=True)
+            raise
+        self.first_batch_s = time.perf_counter() - started
+
+    def __next__(self) -> Any:
+        if self._first is not None:
+            batch, self._first = self._first, None
+            return batch
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            with _quiet_worker_count():
+                self._iterator = iter(self.loader)
+            return next(self._iterator)
+
+    def close(self, kill: bool = False) -> None:
+        """Drop the iterator (and, with persistent workers, the loader holding it): that shuts the workers
+        down. `kill` (after a failure) terminates them first: a worker whose batch could not be sent stays
+        stuck, and torch's shutdown then waits out its worker-status timeout for each at garbage collection,
+        inside whatever is being timed by then."""
+        iterator, self._iterator, self.loader = self._iterator, None, None
+        if kill:
+            for worker in getattr(iterator, "_workers", None) or ():  # torch's own list of processes
+                if worker.is_alive():
+                    worker.terminate()
+        # Shut the workers down now, not when the iterator is collected: an interrupted or failed iterator
+        # sits in a reference cycle with its traceback, and a worker that a signal killed (Slurm signals
+        # every process of the job) makes torch's SIGCHLD handler raise inside that later shutdown, a
+        # traceback after the report. Here it is expected: the workers are gone either way.
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            with contextlib.suppress(RuntimeError):
+                shutdown()
+        if kill:
+            gc.collect()  # the failed iterator sits in a reference cycle with its traceback: collect it now
+
+
+def make_loader(dataset: Any, batch_size: int, config: LoaderConfig, *, seed: int = 0) -> Any:
+    import torch
+    from torch.utils.data import DataLoader
+
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    with _quiet_worker_count():
+        return DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, generator=generator,
+                          **config.dataloader_kwargs())
+
+
+@contextlib.contextmanager
+def _quiet_worker_count() -> Iterator[None]:
+    """Silence DataLoader's 'will create N worker processes' warning: the tuner tries more workers than
+    CPUs on purpose for I/O-latency work (sleeping workers do not compete for cores), and reports why."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        yield
+
+
+# --------------------------------------------------------------------------- loaders that die
+
+SHM_FAILURE = "out of /dev/shm"
+# How a worker that ran out of /dev/shm surfaces: torch's allocation error re-raised in the main process,
+# or the SIGBUS a write past a full tmpfs gets ("killed by signal: Bus error", PyTorch #5040).
+_SHM_SIGNS = ("shared memory", "(shm)", "/dev/shm", "Bus error", "No space left on device")
+_STOP_SIGNS = ("killed by signal: Terminated", "killed by signal: Interrupt")
+
+
+def worker_failure(exc: BaseException) -> str:
+    """One line on why a DataLoader's workers died: 'out of /dev/shm: ...', 'terminated' (a signal
+    stopped them: the job is being stopped), else the error's own last line (the worker's exception)."""
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    last = lines[-1] if lines else type(exc).__name__
+    if any(sign in text for sign in _STOP_SIGNS):
+        return "terminated"
+    if any(sign in text for sign in _SHM_SIGNS):
+        return f"{SHM_FAILURE}: {last}"
+    return last
+

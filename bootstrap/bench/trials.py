@@ -1,0 +1,143 @@
+"""One measurement of a loader config inside a run: its model, its window plan, its window.
+
+Every phase that times a DataLoader goes through `measure_loader`: it sizes
+the window to what the phase's deadline leaves (never past the run's end),
+builds the loader, and turns workers that died into a recorded failure of
+that config instead of the end of the run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Optional, Tuple
+
+from bootstrap.bench.budget import FLOOR_STEPS, MIN_WINDOW_BATCHES
+from bootstrap.bench.device import Trainer
+from bootstrap.bench.results import LoaderConfig, Measurement
+from bootstrap.bench.state import LoaderFailure, RunState
+from bootstrap.bench.stream import BatchStream, make_loader, worker_failure
+from bootstrap.bench.window import WindowPlan, measure_loader_only, run_window
+
+BASE_PLAN = WindowPlan()
+
+
+def trainer_for(state: RunState, config: LoaderConfig) -> Trainer:
+    """The model for `config`'s step settings (AMP, channels_last), built once and reused."""
+    key = (config.amp_dtype, config.channels_last)
+    if key not in state.trainers:
+        trainer = Trainer(state.model_name, state.workload.num_classes, state.device,
+                          replace(LoaderConfig(), amp_dtype=config.amp_dtype, channels_last=config.channels_last),
+                          step_s=state.workload.step_ms / 1000.0)
+        state.trainers[key] = trainer
+        # The first step of a fresh model pays for lazy initialisation (CUDA context and modules, autograd,
+        # cuDNN autotune, which is slow on a cold GPU); the second is what budgets are priced with
+        # until the ceiling is measured.
+        trainer.step(state.sample_batch)
+        state.device.sync()
+        started = time.perf_counter()
+        trainer.step(state.sample_batch)
+        state.device.sync()
+        if state.costs is not None and not state.costs.step_s:
+            state.costs = replace(state.costs, step_s=time.perf_counter() - started)
+    trainer = state.trainers[key]
+    trainer.config = replace(trainer.config, non_blocking=config.non_blocking)
+    return trainer
+
+
+def window_plan(window_s: float) -> WindowPlan:
+    # Workers started together deliver in bursts of num_workers batches; a window several batch
+    # latencies long (`min_window_s`) bounds that error, a longer warm-up does not.
+    return BASE_PLAN.scaled(max(window_s, 0.05))
+
+
+def fit_steps(plan: WindowPlan, period_s: float) -> WindowPlan:
+    """A plan whose step minimums fit its seconds at `period_s` a step: with slow steps, 100 steps
+    (bench_method.md) would stretch each window to `max_factor` x its length and past its budget."""
+    if period_s <= 0:
+        return plan
+    return replace(plan, min_steps=max(plan.floor_steps, min(plan.min_steps, int(plan.window_s / period_s))),
+                   warmup_steps=max(1, min(plan.warmup_steps, int(plan.warmup_s / period_s))))
+
+
+def min_window_s(state: RunState, config: Optional[LoaderConfig]) -> float:
+    """Workers started together deliver in bursts, one per batch latency (batch x l): a window of
+    four latencies bounds that error to about a quarter of a burst. 0 for the main process alone."""
+    if config is None or not config.num_workers or state.costs is None:
+        return 0.0
+    return MIN_WINDOW_BATCHES * state.costs.batch_s
+
+
+def startup_guess_s(state: RunState) -> float:
+    """Seconds a measurement costs beyond its window: the slowest first batch seen so far (a floor
+    while none was)."""
+    firsts = [m.first_batch_s for m in state.measurements if m.first_batch_s is not None]
+    return max([0.1] + firsts)
+
+
+def _loader_plan(state: RunState, config: LoaderConfig, window_s: float, deadline: float,
+                 with_step: bool) -> Tuple[WindowPlan, float]:
+    """(plan, deadline) for one loader measurement. It may run for its least (budget.Costs.least_s)
+    even past the phase's deadline (whoever started it checked that it fits the budget), never past
+    the run's end. When its first batch, warm-up and window would end past that, the warm-up shrinks
+    to the burst of batches already loaded and the window to the time left: slow batches must not
+    carry a measurement far past the budget."""
+    costs, workers = state.costs, config.num_workers
+    now = time.perf_counter()
+    deadline = min(state.run_deadline, max(deadline, now + costs.least_s(workers, with_step)))
+    period_s = costs.period_s(workers, with_step)
+    plan = fit_steps(window_plan(max(window_s, min_window_s(state, config))), period_s)
+    first_s = costs.batch_s + (costs.startup_s if workers else 0.0)
+    expected_s = first_s + max(plan.warmup_s, plan.warmup_steps * period_s) \
+        + max(plan.window_s, plan.min_steps * period_s)
+    if now + expected_s <= deadline:
+        return plan, deadline
+    window = max(costs.window_s(workers, with_step), deadline - now - first_s - costs.warm_s(workers, with_step))
+    return replace(plan, warmup_steps=1 + workers, warmup_s=0.0, window_s=window, min_steps=FLOOR_STEPS), deadline
+
+
+def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadline: float, phase: str,
+                   with_step: bool) -> Optional[Measurement]:
+    """Build a loader with `config`, warm up, time one window (with or without the training step).
+
+    None when its workers died (out of /dev/shm, killed): that config failed, the run goes on.
+    """
+    spec = state.workload
+    if spec.cold_cache:
+        from bootstrap.bench.workloads import drop_page_cache
+
+        drop_page_cache(state.store)
+    stream = None
+    try:
+        stream = BatchStream(make_loader(state.dataset, spec.batch_size, config, seed=spec.seed))
+        plan, deadline = _loader_plan(state, config, window_s, deadline, with_step)
+        if with_step:
+            trainer = trainer_for(state, config)
+            measured = run_window(lambda: next(stream), trainer.step, state.device, plan, deadline, phase=phase,
+                                  label=config.label, config=config, batch_size=spec.batch_size,
+                                  clock_zero=state.clock_zero, first_batch_s=stream.first_batch_s)
+        else:
+            measured = measure_loader_only(lambda: next(stream), plan, deadline, phase=phase,
+                                           label=f"loader {config.label}", config=config,
+                                           batch_size=spec.batch_size, clock_zero=state.clock_zero,
+                                           first_batch_s=stream.first_batch_s)
+    except RuntimeError as exc:
+        if not config.num_workers:
+            raise
+        if stream is not None:
+            stream.close(kill=True)
+        record_worker_failure(state, phase, config, exc)
+        return None
+    finally:
+        if stream is not None:
+            stream.close()
+    return state.record(measured)
+
+
+def record_worker_failure(state: RunState, phase: str, config: LoaderConfig, exc: RuntimeError) -> None:
+    """A loader whose workers died is a result about that config, not the end of the run."""
+    why = worker_failure(exc)
+    if why == "terminated":  # the job is being stopped (Slurm signals every process): stop like Ctrl-C
+        raise KeyboardInterrupt from exc
+    state.failures.append(LoaderFailure(phase, config, why))
+    state.say(phase, f"{config.label}: failed: {why}")
