@@ -51,7 +51,7 @@ def rss_bytes() -> Optional[int]:
 
 
 def usable_cpus() -> int:
-    from bootstrap.compat.probe import probe_usable_cpus
+    from bootstrap.compat.host import probe_usable_cpus
 
     count, _ = probe_usable_cpus()
     return count or os.cpu_count() or 1

@@ -36,7 +36,7 @@ def set_up(state: RunState) -> None:
     import torch
 
     from bootstrap.bench.workloads import SyntheticImages, build_store, resolve_model_name
-    from bootstrap.compat.probe import collect_host_facts
+    from bootstrap.compat.host import collect_host_facts
 
     options, spec = state.options, state.workload
     _check_device(torch, options.device)

@@ -13,20 +13,19 @@ from __future__ import annotations
 import csv
 import io
 import json
-import multiprocessing
-import os
 import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from bootstrap.compat.facts import DriverFacts, GpuFacts, HostFacts
+from bootstrap.compat.host import collect_host_facts
 from bootstrap.compat.nvml import Nvml
 from bootstrap.compat.target import TorchTarget
 from bootstrap.compat.typed import FieldError, from_mapping
 from bootstrap.compat.versions import driver_tuple
 from bootstrap.errors import InputError, ToolError
-from bootstrap.fsutil import MIB, check_output
+from bootstrap.fsutil import check_output
 from bootstrap.platforms import compat_key, host_platform, os_of
 from bootstrap.runner import Runner, run
 
@@ -35,7 +34,6 @@ FACTS_VERSION = 1
 SMI_FIELDS = ("name", "driver_version", "compute_cap", "memory.total")
 SMI_TIMEOUT_S = 20.0
 _SMI_ABSENT = {"", "[n/a]", "n/a", "[not supported]", "[unknown error]"}
-_CONTAINER_CGROUP_WORDS = ("docker", "kubepods", "containerd", "libpod", "lxc")
 
 
 # --------------------------------------------------------------------------- GPUs
@@ -208,121 +206,6 @@ def _torch_nccl(torch: Any) -> Optional[str]:
     except (AttributeError, RuntimeError, OSError):
         return None
     return ".".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
-
-
-# --------------------------------------------------------------------------- host
-
-
-def probe_usable_cpus() -> Tuple[Optional[int], str]:
-    """CPUs this process may run on (`nproc`): the affinity mask, which cgroups and taskset narrow."""
-    getaffinity = getattr(os, "sched_getaffinity", None)
-    if getaffinity is None:
-        count = os.cpu_count()
-        return count, "no CPU affinity on this OS: os.cpu_count()"
-    return len(getaffinity(0)), ""
-
-
-def probe_memory(meminfo: str = "/proc/meminfo") -> Tuple[Optional[Tuple[int, int]], str]:
-    """(total, available) MiB (`grep -E 'MemTotal|MemAvailable' /proc/meminfo`)."""
-    try:
-        text = Path(meminfo).read_text(encoding="ascii", errors="replace")
-    except OSError as exc:
-        return None, f"{meminfo}: {exc.strerror or exc}"
-    kib = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            kib[key.strip()] = int(parts[0])
-    if "MemTotal" not in kib:
-        return None, f"{meminfo}: no MemTotal line"
-    return (kib["MemTotal"] // 1024, kib.get("MemAvailable", kib.get("MemFree", 0)) // 1024), ""
-
-
-def probe_statvfs(path: str) -> Tuple[Optional[Tuple[int, int]], str]:
-    """(size, free) MiB of the file system holding `path` (`df -m PATH`)."""
-    statvfs = getattr(os, "statvfs", None)
-    if statvfs is None:
-        return None, "os.statvfs is not available on this OS"
-    try:
-        st = statvfs(path)
-    except OSError as exc:
-        return None, f"{path}: {exc.strerror or exc}"
-    return (st.f_frsize * st.f_blocks // MIB, st.f_frsize * st.f_bavail // MIB), ""
-
-
-def probe_nofile() -> Tuple[Optional[Tuple[int, int]], str]:
-    """(soft, hard) open-file limit (`ulimit -n`, `ulimit -Hn`); -1 means unlimited."""
-    try:
-        import resource  # not on Windows
-    except ImportError:
-        return None, "no resource module on this OS"
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    unlimited = resource.RLIM_INFINITY
-    return ((-1 if soft == unlimited else soft), (-1 if hard == unlimited else hard)), ""
-
-
-def probe_start_method() -> Tuple[Optional[str], bool]:
-    """(multiprocessing start method, whether the program set it explicitly).
-
-    Asks without fixing it: `get_start_method()` without allow_none would
-    set the default for the whole process. The first of
-    `get_all_start_methods()` is the platform default.
-    """
-    explicit = multiprocessing.get_start_method(allow_none=True)
-    if explicit:
-        return explicit, True
-    return multiprocessing.get_all_start_methods()[0], False
-
-
-def probe_container_hints(root: str = "/") -> Tuple[str, ...]:
-    """Signs of a container: /.dockerenv, /run/.containerenv, container words in /proc/1/cgroup."""
-    base = Path(root)
-    hints = [f"/{name}" for name in (".dockerenv", "run/.containerenv") if (base / name).exists()]
-    try:
-        cgroup = (base / "proc/1/cgroup").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        cgroup = ""
-    hints += [f"cgroup:{word}" for word in _CONTAINER_CGROUP_WORDS if word in cgroup]
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        hints.append("env:KUBERNETES_SERVICE_HOST")
-    return tuple(hints)
-
-
-def collect_host_facts(*, root: str = "/", disk_path: str = ".",
-                       environ: Mapping[str, str] = os.environ) -> HostFacts:
-    """Every host probe in one record; each unavailable value is listed in `missing` with its reason."""
-    missing: List[str] = []
-
-    def keep(field: str, found: Tuple[Any, str]) -> Any:
-        value, reason = found
-        if reason:
-            missing.append(f"{field}: {reason}")
-        return value
-
-    cpus = keep("cpus_usable", probe_usable_cpus())
-    memory = keep("memory", probe_memory(str(Path(root) / "proc/meminfo")))
-    shm = keep("shm", probe_statvfs(str(Path(root) / "dev/shm")))
-    disk = keep("disk", probe_statvfs(disk_path))
-    nofile = keep("nofile", probe_nofile())
-    method, explicit = probe_start_method()
-    return HostFacts(
-        cpus_usable=cpus,
-        cpus_total=os.cpu_count(),
-        memory_total_mib=memory[0] if memory else None,
-        memory_available_mib=memory[1] if memory else None,
-        shm_total_mib=shm[0] if shm else None,
-        shm_free_mib=shm[1] if shm else None,
-        disk_path=str(Path(disk_path).resolve()),
-        disk_free_mib=disk[1] if disk else None,
-        nofile_soft=nofile[0] if nofile else None,
-        nofile_hard=nofile[1] if nofile else None,
-        start_method=method,
-        start_method_explicit=explicit,
-        container_hints=probe_container_hints(root),
-        cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
-        missing=tuple(missing),
-    )
 
 
 # --------------------------------------------------------------------------- all facts

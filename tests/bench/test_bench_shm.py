@@ -92,7 +92,7 @@ def test_a_tiny_dev_shm_is_a_failed_check_not_a_traceback():
 # /dev/shm unreadable, so nothing caps the workers: they run and die of it.
 DYING_LOADERS = textwrap.dedent("""
     import dataclasses, json, sys
-    import bootstrap.compat.probe as probe
+    import bootstrap.compat.host as probe
     real = probe.collect_host_facts
     probe.collect_host_facts = lambda *a, **k: dataclasses.replace(real(*a, **k), shm_free_mib=None,
                                                                    shm_total_mib=None)

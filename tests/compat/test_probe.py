@@ -17,19 +17,15 @@ from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import torch_target_from_lock_entry
 from bootstrap.errors import InputError
 from bootstrap.compat.nvml import Nvml
-from bootstrap.compat.probe import (
-    Facts,
-    collect_facts,
+from bootstrap.compat.host import (
     collect_host_facts,
-    parse_nvidia_smi_csv,
     probe_container_hints,
-    probe_gpus,
     probe_memory,
     probe_nofile,
     probe_start_method,
     probe_statvfs,
-    probe_torch,
 )
+from bootstrap.compat.probe import Facts, collect_facts, parse_nvidia_smi_csv, probe_gpus, probe_torch
 
 from tests.fixtures.fakes import DATA, FakeNvml, fake_runner, fake_torch, missing_binary_runner
 SMI_ARGV = ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total",
