@@ -8,12 +8,14 @@ checkout is read or touched."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -193,3 +195,71 @@ def test_every_link_finds_a_file_in_the_repository(page: Path) -> None:
 def test_the_readme_links_every_page_of_docs() -> None:
     linked = {(REPO / target).resolve() for target in relative_links(README)}
     assert set(PAGES[1:]) <= linked
+
+
+# docs/PERFORMANCE.md, and scripts/bench_report.py that writes it (`make bench-report`).
+
+def bench_report():
+    """scripts/bench_report.py as a module (scripts/ is no package)."""
+    spec = importlib.util.spec_from_file_location("bench_report", REPO / "scripts" / "bench_report.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_report"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake(tmp: Path, name: str, code: str) -> str:
+    script = tmp / f"{name}.py"
+    script.write_text(code)
+    return str(script)
+
+
+def test_a_failing_or_hanging_benchmark_is_reported_in_the_page(tmp_path: Path) -> None:
+    report = bench_report()
+    report.BENCHMARKS = (
+        replace(report.BENCHMARKS[0], script=fake(tmp_path, "fails", "import sys\nprint('half a table')\n"
+                                                  "sys.exit('Traceback (most recent call last):\\nRuntimeError: no PyPI')\n")),
+        replace(report.BENCHMARKS[1], script=fake(tmp_path, "hangs", "import time\ntime.sleep(60)\n"), timeout_s=0.5),
+        replace(report.BENCHMARKS[2], script=fake(tmp_path, "works", "print('verify / collect_env = 0.25')\n"
+                                                  "print('  verify   0.50 s')\nprint('  collect_env   2.00 s')\n"), args=()),
+        report.BENCHMARKS[3],
+    )
+    page = tmp_path / "PERFORMANCE.md"
+    page.write_text(f"# Performance\n\n{report.KEPT}\n\n## Earlier measurements\n\nkept as it was\n")
+    only = [arg for bench in report.BENCHMARKS[:3] for arg in ("--only", bench.name)]
+    assert report.main(["--out", str(page), *only]) == 1
+    text = page.read_text()
+    assert "half a table" in text and "It failed (exit 1)" in text and "RuntimeError: no PyPI" in text
+    assert "did not finish" in text and "no answer after 0.5 s" in text
+    assert "a ratio of 0.25: met" in text
+    assert text.endswith(f"{report.KEPT}\n\n## Earlier measurements\n\nkept as it was\n")
+    assert "Not measured yet" in text  # the fourth benchmark, not chosen
+
+
+def test_only_measures_one_section_and_keeps_the_others(tmp_path: Path) -> None:
+    report = bench_report()
+    report.BENCHMARKS = tuple(replace(b, script=fake(tmp_path, b.name, f"print('{b.name} run 1')\n"), args=())
+                              for b in report.BENCHMARKS)
+    page = tmp_path / "PERFORMANCE.md"
+    report.main(["--out", str(page)])
+    before = page.read_text()
+    Path(report.BENCHMARKS[1].script).write_text(f"print('{report.BENCHMARKS[1].name} run 2')\n")
+    report.main(["--out", str(page), "--only", report.BENCHMARKS[1].name])
+    after = page.read_text()
+    sections = [report.previous_sections(text)[0] for text in (before, after)]
+    assert [name for name in sections[0] if sections[0][name] != sections[1][name]] == [report.BENCHMARKS[1].name]
+    assert "run 2" in sections[1][report.BENCHMARKS[1].name]
+
+
+def test_the_committed_figures_are_read_by_the_script_that_wrote_them() -> None:
+    """Each section of docs/PERFORMANCE.md that ran to exit 0 holds output its reader parses: a changed
+    output format of a benchmark script shows here once the page is written again."""
+    report = bench_report()
+    sections, kept = report.previous_sections((REPO / "docs" / "PERFORMANCE.md").read_text())
+    assert "Earlier measurements (before the restructuring)" in kept
+    for bench in report.BENCHMARKS:
+        text = sections[bench.name]
+        if ", exit 0;" not in text:
+            continue
+        printed = re.search(r"^```console\n\$ [^\n]*\n(.*?)^```$", text, re.MULTILINE | re.DOTALL).group(1)
+        assert bench.read(printed).startswith("Target"), bench.name
