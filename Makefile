@@ -14,7 +14,7 @@ SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
 TORCH_TEST ?= torch==2.13.0
 
-.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-slow test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader help FORCE
+.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-slow test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader bench-report help FORCE
 
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
@@ -166,3 +166,9 @@ bench: tools $(TOOLS)/.torch-test
 BENCH_LOADER_ARGS ?=
 bench-loader: tools $(TOOLS)/.torch-test
 	$(PY) scripts/bench_loader.py $(BENCH_LOADER_ARGS)
+
+## Run the benchmark scripts (bench-lock, -env, -verify, -loader) and write docs/PERFORMANCE.md: their figures,
+## the command behind each, the machine; BENCH_REPORT_ARGS="--only env" measures one and keeps the others.
+BENCH_REPORT_ARGS ?=
+bench-report: tools $(TOOLS)/.torch-test
+	$(PY) scripts/bench_report.py $(BENCH_REPORT_ARGS)

@@ -134,15 +134,6 @@ def test_a_python_without_ensurepip_is_named_before_the_venv_is_touched(scratch:
     assert (scratch / ".tools" / "working").read_text() == "the venv make trusted"
 
 
-def test_the_readme_shows_the_command_make_env_runs(scratch: Path) -> None:
-    readme = (REPO / "README.md").read_text().splitlines()
-    shown = readme[readme.index("$ make env ENV_ARGS=--dry-run") + 1]
-    assert make(scratch, "-n", "env", "ENV_ARGS=--dry-run").stdout.splitlines()[-1] == shown
-    recipe = next(n for n, line in enumerate((REPO / "Makefile").read_text().splitlines(), 1)
-                  if line.startswith("\t$(PY) -m bootstrap env "))
-    assert f"make: *** [Makefile:{recipe}: env] Error 2" in readme  # the line make names when `env` fails
-
-
 def interrupting_rm(scratch: Path, instead: str) -> str:
     """A PATH whose `rm`, asked to remove the replaced venv, runs the shell command `instead` (a Ctrl-C)
     and exits 130; any other `rm` is the real one."""
