@@ -111,22 +111,27 @@ $(TOOLS)/.torch-test: $(TOOLS)/.requirements-tools.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_TEST)"
 	echo "$(TORCH_TEST)" > $@
 
-## The offline test suite without the slow tests, and the Python 3.9 static check; the first run installs a CPU torch.
+# One pytest worker per core, up to four: the suite waits on engines and subprocesses one test at a
+# time, and its tests hold whatever else the machine is doing.
+PYTEST := $(PY) -m pytest -q -n auto --maxprocesses 4
+
+## The offline test suite without the slow tests, ruff, and the Python 3.9 static check; the first run installs a CPU torch.
 test: tools $(TOOLS)/.torch-test
+	$(TOOLS)/bin/ruff check --quiet .
 	$(PY) scripts/check-py39.py
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 ## The tests marked slow (CI runs them after `make test`).
 test-slow: tools $(TOOLS)/.torch-test
-	$(PY) -m pytest -q -m "slow and not network and not gpu"
+	$(PYTEST) -m "slow and not network and not gpu"
 
 ## The tests that need PyPI.
 test-network: tools $(TOOLS)/.torch-test
-	$(PY) -m pytest -q -m network
+	$(PYTEST) -m network
 
 ## Every test but the GPU ones, slow and network ones included.
 test-all: tools $(TOOLS)/.torch-test
-	$(PY) -m pytest -q -m "not gpu"
+	$(PYTEST) -m "not gpu"
 
 ## Solve and write times of `lock` against the snapshot, and `lock --check`.
 bench-lock: tools

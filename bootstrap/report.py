@@ -38,18 +38,18 @@ def result(cls: type[T]) -> type[T]:
     positional_init = cls.__init__
 
     @functools.wraps(positional_init)
-    def __init__(self: Any, **fields: Any) -> None:
+    def __init__(self: Any, **fields: Any) -> None:  # noqa: N807 (the constructor it replaces)
         positional_init(self, **fields)
 
     cls.__init__ = __init__  # type: ignore[method-assign]
     return cls
 
 
-def envelope(format: str, body: Mapping[str, Any]) -> dict:
-    """`{"format": format, "version": FORMATS[format], **body}`."""
-    return {"format": format, "version": FORMATS[format], **body}
+def envelope(format_name: str, body: Mapping[str, Any]) -> dict:
+    """`{"format": format_name, "version": FORMATS[format_name], **body}`."""
+    return {"format": format_name, "version": FORMATS[format_name], **body}
 
 
-def dumps(format: str, body: Mapping[str, Any]) -> str:
+def dumps(format_name: str, body: Mapping[str, Any]) -> str:
     """The envelope as the JSON `--json` prints: indented, keys sorted, no NaN."""
-    return json.dumps(envelope(format, body), indent=2, sort_keys=True, allow_nan=False)
+    return json.dumps(envelope(format_name, body), indent=2, sort_keys=True, allow_nan=False)

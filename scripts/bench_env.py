@@ -47,8 +47,8 @@ import rattler  # noqa: E402
 
 from bootstrap.install.env import EnvOptions, create_or_update  # noqa: E402
 from bootstrap.install.generations import clone_tree  # noqa: E402
-from bootstrap.lock.solve import LockOptions, lock_env  # noqa: E402
 from bootstrap.lock.mirrors import Mirror  # noqa: E402
+from bootstrap.lock.solve import LockOptions, lock_env  # noqa: E402
 from tests.fixtures.conda_channel import PLACEHOLDER, PackageSpec, build_channel, pip_spec  # noqa: E402
 from tests.fixtures.project import make_project  # noqa: E402
 from tests.fixtures.runnable_env import SHORT, runnable_python_spec  # noqa: E402
@@ -94,7 +94,7 @@ def seal_check_off():
     from bootstrap.install import store
 
     real = store.seal_holds
-    store.seal_holds = lambda cache_dir, entry: True
+    store.seal_holds = lambda _cache_dir, _entry: True
     try:
         yield
     finally:
@@ -236,8 +236,8 @@ def main(argv: list[str]) -> int:
                            check=True, capture_output=True, cwd=REPO, env=child_env)
 
         cli(stable)
-        noop = paired(lambda i: cli(stable),
-                      lambda i: raw_install(records["1.0"], raw_prefix, cache / "pkgs", True), runs)
+        noop = paired(lambda _i: cli(stable),
+                      lambda _i: raw_install(records["1.0"], raw_prefix, cache / "pkgs", True), runs)
         bare = statistics.median(timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True, env=child_env))
                                  for _ in range(runs))
 

@@ -36,9 +36,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bootstrap.bench import BenchOptions, WorkloadSpec, run_bench  # noqa: E402  (after sys.path)
+from bootstrap.bench.config import OPTION_RULES, check_value  # noqa: E402
 from bootstrap.bench.device import Device, Trainer  # noqa: E402
 from bootstrap.bench.host import usable_cpus  # noqa: E402
-from bootstrap.bench.config import OPTION_RULES, check_value  # noqa: E402
 from bootstrap.bench.results import LoaderConfig  # noqa: E402
 from bootstrap.bench.sampler import UtilSampler  # noqa: E402
 from bootstrap.bench.stream import BatchStream, make_loader  # noqa: E402

@@ -24,8 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bootstrap.lock.solve import LockOptions, lock_env  # noqa: E402  (after sys.path)
 from bootstrap.lock.mirrors import Mirror  # noqa: E402
+from bootstrap.lock.solve import LockOptions, lock_env  # noqa: E402  (after sys.path)
 from bootstrap.project import Project  # noqa: E402
 
 SNAPSHOT = REPO.parent / "shared" / "conda-forge-snapshot" / "conda-forge"

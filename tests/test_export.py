@@ -20,11 +20,11 @@ from bootstrap.export.portable import ExportOptions, portable_channel, portable_
 from bootstrap.export.render import _toposort_names, render_environment_yml
 from bootstrap.lock.content_hash import _conda_lock_inputs
 from bootstrap.lock.lockfile import Lock, LockedPackage, read_lock
-from bootstrap.project import Project
 from bootstrap.lock.spec import EnvSpec, read_spec
+from bootstrap.project import Project
+from tests.fixtures import REPO
 from tests.fixtures.conda_channel import file_url
 from tests.fixtures.project import make_project, write_spec, write_virtual_packages
-from tests.fixtures import REPO
 
 SNAPSHOT = REPO.parent / "shared" / "conda-forge-snapshot" / "conda-forge"
 
@@ -87,8 +87,8 @@ def test_conda_lock_parses_the_committed_export():
 @pytest.mark.skipif(not SNAPSHOT.is_dir(), reason="../shared/conda-forge-snapshot is not beside the repository")
 def test_snapshot_round_trip_of_the_conda_part():
     """Solving the exported file against the real conda-forge snapshot gives the locked conda closure."""
-    from bootstrap.lock.mirrors import Mirror
     from bootstrap.lock.conda import solve_conda, to_locked
+    from bootstrap.lock.mirrors import Mirror
     from bootstrap.lock.spec import read_virtual_packages
 
     exported = read_spec(REPO / "environment.yml")
@@ -117,6 +117,7 @@ def locked(tmp_path_factory, fixture_channel: Path, wheelhouse: Path) -> Project
     return project
 
 
+@pytest.mark.slow
 def test_round_trip_through_conda_lock_and_our_lock(locked: Project, fixture_channel: Path, wheelhouse: Path,
                                                     tmp_path: Path):
     out = tmp_path / "environment.yml"
@@ -138,6 +139,7 @@ def test_round_trip_through_conda_lock_and_our_lock(locked: Project, fixture_cha
     assert {(p.platform, p.name, p.build) for p in after.packages} == {(p.platform, p.name, p.build) for p in before.packages}
 
 
+@pytest.mark.slow
 def test_a_build_the_spec_asks_for_survives_the_round_trip(fixture_channel: Path, wheelhouse: Path, tmp_path: Path):
     """`torchlike * cpu*`: the team ruled out the CUDA build the solver prefers on linux; an export
     that dropped the build would hand conda users exactly that build."""

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.fixtures import REPO
 
 REQUIREMENTS = REPO / "scripts" / "requirements-tools.txt"
@@ -76,6 +77,7 @@ def tools_venv(root: Path, **environ: str) -> subprocess.CompletedProcess:
                           timeout=300, env={**env, **environ})
 
 
+@pytest.mark.slow
 def test_a_refresh_that_cannot_install_puts_the_working_venv_back(scratch: Path) -> None:
     (scratch / ".tools" / "working").write_text("the venv make trusted")
     stamp = scratch / ".tools" / ".requirements-tools.txt"
@@ -146,6 +148,7 @@ def interrupting_rm(scratch: Path, instead: str) -> str:
     return f"{shims}:{os.environ['PATH']}"
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_replaced_venv_is_removed_keeps_the_new_one(scratch: Path) -> None:
     """The last step, removing the replaced venv, takes about a second: Ctrl-C there must not put a
     half-removed copy of it back in place of the venv just built."""
@@ -162,6 +165,7 @@ def test_ctrl_c_while_the_replaced_venv_is_removed_keeps_the_new_one(scratch: Pa
     assert not (scratch / ".tools.old").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_make_at_the_end_of_a_rebuild_keeps_the_stamp(scratch: Path) -> None:
     """Ctrl-C reaches make too: the stamp, written when the venv was complete, must survive it, or the next
     run rebuilds a working venv (and fails to, offline)."""
@@ -176,6 +180,7 @@ def test_ctrl_c_to_make_at_the_end_of_a_rebuild_keeps_the_stamp(scratch: Path) -
     assert not rebuilds(scratch)
 
 
+@pytest.mark.slow
 def test_requirements_touched_but_unchanged_need_no_rebuild(scratch: Path) -> None:
     """A checkout that rewrites the file as it was makes it newer than the stamp: offline, a rebuild
     would fail, and every target with it."""
@@ -209,6 +214,7 @@ def test_a_39_host_where_uv_finds_no_311_names_the_python_mirror(scratch: Path) 
         "python-build-standalone mirror, or PYTHON=/path/to/python3.10-or-newer)"), done.stderr
 
 
+@pytest.mark.slow
 def test_a_closed_terminal_mid_install_puts_the_working_venv_back(scratch: Path) -> None:
     """SIGHUP (an ssh connection dropped) reaches the whole job while pip waits on the index."""
     import socket

@@ -16,9 +16,10 @@ from bootstrap.cli import main
 from bootstrap.monitor.log import COLUMNS, rows
 from bootstrap.monitor.sampler import GpuSampler, NvmlUnavailable, run_samples
 from bootstrap.monitor.summary import RunningSummary, _Series, percentile_from_histogram, sparkline
+from tests.fixtures import DATA as ALL_DATA
+from tests.fixtures import REPO
 from tests.fixtures.fakes import RecordedNvml
 from tests.fixtures.mounts import in_private_mounts, needs_unshare
-from tests.fixtures import DATA as ALL_DATA, REPO
 
 DATA = ALL_DATA / "monitor"
 HAS_DRIVER = shutil.which("nvidia-smi") is not None or Path("/proc/driver/nvidia").exists()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import json
+import pkgutil
 import shutil
 import subprocess
 import sys

@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+
 from tests.fixtures import REPO
 
 README = REPO / "README.md"

@@ -22,7 +22,7 @@ from bootstrap.bench.trials import measure_loader, trainer_for, window_plan
 from bootstrap.bench.window import run_window
 
 
-def checks(state: RunState, deadline: float) -> str:
+def checks(state: RunState, _deadline: float) -> str:
     missing = "; ".join(state.host.missing)
     return f"host facts collected{': ' + missing if missing else ''}"
 

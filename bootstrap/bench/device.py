@@ -75,7 +75,7 @@ class Trainer:
 
     def step_on_device(self, images: Any, labels: Any) -> None:
         import torch
-        import torch.nn.functional as F
+        import torch.nn.functional as F  # noqa: N812 (PyTorch's own spelling)
 
         with torch.autocast(device_type=self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
             loss = F.cross_entropy(self.model(images), labels)

@@ -106,7 +106,7 @@ class TuningRecord:
             "cap": self.cap,
             "cap_reason": self.cap_reason,
             "candidates": list(self.candidates),
-            "rounds": [{"window_s": w, "results": [{"label": l, "samples_per_s": r} for l, r in res]}
+            "rounds": [{"window_s": w, "results": [{"label": label, "samples_per_s": r} for label, r in res]}
                        for w, res in self.rounds],
             "knobs": [{"knob": k, "tried": t, "kept": kept, "gain": g, "noise_floor": n}
                       for k, t, kept, g, n in self.knobs],

@@ -142,5 +142,5 @@ def new_state(options: BenchOptions, progress: Optional[ProgressFn] = None, *,
     """A fresh run of `options` (validated): its budget starts now."""
     options = options.validate()
     zero = time.perf_counter()
-    return RunState(options=options, progress=progress or (lambda event: None), barrier=barrier, rank=dict(rank or {}),
+    return RunState(options=options, progress=progress or (lambda _event: None), barrier=barrier, rank=dict(rank or {}),
                     clock_zero=zero, run_deadline=zero + options.budget_s)

@@ -63,8 +63,8 @@ def evaluate(metrics: Mapping[str, Optional[float]], facts: VerdictFacts, sample
         matmul_check(metrics, facts, t), h2d_check(metrics, facts, t), tuned_check(metrics, facts),
         efficiency_check(metrics, facts, t), device_idle_check(metrics, facts, t), speedup_check(metrics, t),
         util_check(sampler, facts, t, trained=metrics.get("tuned_samples_per_s") is not None),
-        sm_active_check(sampler, facts, t), pss_check(metrics, t),
-        scaling_check(metrics, facts, t),
+        sm_active_check(sampler, t), pss_check(metrics, t),
+        scaling_check(metrics, t),
     ]
 
 
@@ -282,7 +282,7 @@ def util_check(s: SamplerReport, f: VerdictFacts, t: Thresholds, trained: bool =
     return Check(cid, Status.OK, observed, expected, detail=detail)
 
 
-def sm_active_check(s: SamplerReport, f: VerdictFacts, t: Thresholds) -> Check:
+def sm_active_check(s: SamplerReport, t: Thresholds) -> Check:
     cid = "bench.gpm_sm_active"
     if s.gpm_sm_active is None:
         return Check(cid, Status.SKIP, "not measured", "", detail=s.gpm_reason or "CPU run")
@@ -306,7 +306,7 @@ def pss_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
                  "" if status is Status.OK else "keep the dataset index in numpy/Arrow arrays, not lists/dicts (PyTorch #13246)")
 
 
-def scaling_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thresholds) -> Check:
+def scaling_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
     cid = "bench.loader_scaling"
     eff = m.get("loader_scaling_efficiency")
     if eff is None:

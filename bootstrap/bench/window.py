@@ -158,7 +158,7 @@ def measure_loader_only(next_batch: Callable[[], Any], plan: WindowPlan, deadlin
                         first_batch_s: Optional[float]) -> Measurement:
     """Iterate the loader with no training step: its own samples/s and (with 0 workers) CPU-s per sample."""
     cpu = _NullDevice()
-    return run_window(next_batch, lambda batch: None, cpu, plan, deadline, phase=phase, label=label,
+    return run_window(next_batch, lambda _batch: None, cpu, plan, deadline, phase=phase, label=label,
                       config=config, batch_size=batch_size, clock_zero=clock_zero, first_batch_s=first_batch_s)
 
 

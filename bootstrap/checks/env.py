@@ -225,8 +225,8 @@ def check_freshness(state: EnvState) -> Check:
     if importlib.util.find_spec("rattler") is None:
         return Check(cid, Status.SKIP, "py-rattler is not importable here (env side)", expected,
                      detail="run `make lock-check` from the tools venv")
-    from bootstrap.lock.spec import read_spec
     from bootstrap.lock.check import static_staleness
+    from bootstrap.lock.spec import read_spec
 
     try:
         stale = [s for s in static_staleness(read_spec(spec_path), state.lock) if s.platform in ("*", state.platform)]

@@ -187,8 +187,8 @@ def device_checks(torch: Any, nvidia: DriverFacts, target: Optional[TorchTarget]
     checks = [Check("torch.cuda_available", Status.OK, f"True (CUDA {torch.version.cuda})", "True")]
     count = int(torch.cuda.device_count())
     checks.append(_count_check(count, visible, visible_note, len(nvidia.gpus)))
-    checks.append(_library_check(torch, "torch.cudnn", target.cudnn, (locked or target).cudnn, target))
-    checks.append(_library_check(torch, "torch.nccl", target.nccl, (locked or target).nccl, target))
+    checks.append(_library_check("torch.cudnn", target.cudnn, (locked or target).cudnn, target))
+    checks.append(_library_check("torch.nccl", target.nccl, (locked or target).nccl, target))
     checks.append(pinned_check(torch, f"cuda:{only or 0}"))
     for index in range(count) if only is None else [only]:
         checks += compute_checks(torch, index)
@@ -206,7 +206,7 @@ def _count_check(count: int, visible: int, note: str, nvml: int) -> Check:
     return Check(cid, Status.FAIL, str(count), expected, remedy)
 
 
-def _library_check(torch: Any, cid: str, found: Optional[str], wanted: Optional[str], target: TorchTarget) -> Check:
+def _library_check(cid: str, found: Optional[str], wanted: Optional[str], target: TorchTarget) -> Check:
     name = "cuDNN" if cid.endswith("cudnn") else "NCCL"
     if name == "NCCL" and not sys.platform.startswith("linux"):
         return Check(cid, Status.SKIP, "n/a", "NCCL", detail="torch ships NCCL on Linux only")

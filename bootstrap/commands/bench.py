@@ -18,8 +18,18 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict
 
-from bootstrap.bench.config import MODELS, RUN_OPTIONS, STORAGES, BenchOptions, ThresholdSet, WorkloadSpec, \
-    check_options, flag_name, load_config, parse_threshold_flags
+from bootstrap.bench.config import (
+    MODELS,
+    RUN_OPTIONS,
+    STORAGES,
+    BenchOptions,
+    ThresholdSet,
+    WorkloadSpec,
+    check_options,
+    flag_name,
+    load_config,
+    parse_threshold_flags,
+)
 from bootstrap.checks.model import exit_code
 from bootstrap.commands.signals import sigterm_as_interrupt
 from bootstrap.errors import EXIT_INTERRUPTED, InputError

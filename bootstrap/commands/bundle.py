@@ -7,9 +7,9 @@ import re
 import sys
 from pathlib import Path
 
-from bootstrap.errors import EXIT_OK, InputError
 from bootstrap.commands.cache import size_text
 from bootstrap.commands.lock import add_pip_index_options
+from bootstrap.errors import EXIT_OK, InputError
 from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
 
@@ -35,8 +35,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap.install.bundle import BundleOptions, make_bundle
     from bootstrap.commands.env import progress_feedback
+    from bootstrap.install.bundle import BundleOptions, make_bundle
     from bootstrap.install.cache import default_cache_dir
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.lock.pip import PipOptions

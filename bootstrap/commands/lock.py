@@ -82,9 +82,9 @@ def _print_check(result, root: Path) -> None:
 
 
 def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
-    from bootstrap.lock.solve import LockOptions, LockRun, lock_env
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.lock.pip import PipOptions
+    from bootstrap.lock.solve import LockOptions, LockRun, lock_env
 
     options = LockOptions(
         platforms=tuple(args.platform),

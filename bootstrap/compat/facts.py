@@ -16,7 +16,6 @@ from bootstrap.compat.typed import FieldError, from_mapping
 from bootstrap.compat.versions import cuda_supported_by_driver_number, driver_column, driver_tuple
 from bootstrap.report import result
 
-
 # --------------------------------------------------------------------------- NVIDIA
 
 

@@ -189,10 +189,10 @@ class Nvml:
         for a, b in pairs:
             missing: List[str] = []
 
-            def ask(field: str, name: str, *args: Any) -> Optional[int]:
-                value, why = self._call(name, handles[a], handles[b], *args)
+            def ask(field: str, name: str, *args: Any) -> Optional[int]:  # called in this iteration only
+                value, why = self._call(name, handles[a], handles[b], *args)  # noqa: B023
                 if why:
-                    missing.append(f"{field}: {why}")
+                    missing.append(f"{field}: {why}")  # noqa: B023
                 return None if value is None else int(value)
 
             found.append(PeerFacts(

@@ -31,8 +31,14 @@ from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.target import TorchTarget, driver_fit, suggest_builds
 from bootstrap.compat.versions import (
-    architecture_name, cuda_from_int, cuda_to_int, driver_column, full_support_driver, kernel_for,
-    minor_version_floor, short_source,
+    architecture_name,
+    cuda_from_int,
+    cuda_to_int,
+    driver_column,
+    full_support_driver,
+    kernel_for,
+    minor_version_floor,
+    short_source,
 )
 
 

@@ -17,7 +17,13 @@ from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts
 from bootstrap.compat.typed import FieldError, from_mapping
 from bootstrap.compat.versions import (
-    cuda_from_tag, cuda_to_int, driver_tuple, kernel_for, minor_version_floor, release_key, short_source,
+    cuda_from_tag,
+    cuda_to_int,
+    driver_tuple,
+    kernel_for,
+    minor_version_floor,
+    release_key,
+    short_source,
 )
 from bootstrap.platforms import compat_key
 from bootstrap.report import result

@@ -12,8 +12,18 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from bootstrap.errors import InputError
-from bootstrap.export.portable import (ExportOptions, Line, PortableEnv, canonical_pip, channel_prefix, check_options,
-                                       conda_line, portable_channel, portable_channels, requested_build)
+from bootstrap.export.portable import (
+    ExportOptions,
+    Line,
+    PortableEnv,
+    canonical_pip,
+    channel_prefix,
+    check_options,
+    conda_line,
+    portable_channel,
+    portable_channels,
+    requested_build,
+)
 from bootstrap.export.render import render_environment_yml
 from bootstrap.export.result import ExportResult
 from bootstrap.install.history import requested_specs, spec_name

@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from bootstrap import __version__
-from bootstrap.install.cache import cache_lock
 from bootstrap.errors import InputError, IntegrityError
+from bootstrap.fsutil import disk_full, out_of_space
+from bootstrap.install.cache import cache_lock
 from bootstrap.install.fetch import Source, archive_path, check_mirrors, fetch_archives
 from bootstrap.install.plan import locked_entries
-from bootstrap.fsutil import disk_full, out_of_space
 from bootstrap.lock.lockfile import LockedPackage, read_lock
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.pip import PipOptions, Target, resolve_pip
@@ -80,9 +80,9 @@ class BundleResult:
                 "artifacts": self.artifacts, "tools_wheels": self.tools_wheels, "bytes": self.size}
 
 
-def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda total: None,
+def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda _total: None,
                 fetched: Optional[Callable[[LockedPackage], None]] = None,
-                waiting: Callable[[str], None] = lambda line: None) -> BundleResult:
+                waiting: Callable[[str], None] = lambda _line: None) -> BundleResult:
     """Fetch and verify every artifact the locks install on `options.platforms`, and the tools
     venv's wheels, into the store; then write the tar beside `options.output` and rename it
     there: a failure leaves no half-written bundle."""
@@ -297,8 +297,8 @@ class Bundle:
                       "the bundle is damaged: make it again with `make bundle`",
                       mismatch="the bundle was damaged, or bundle.json edited: make it again with `make bundle`")
 
-    def lacks(self, entry: LockedPackage) -> str:
-        """What to add to the error when the bundle has no `entry` and its URL fails too."""
+    def lacks(self) -> str:
+        """What to add to the error when the bundle lacks an artifact and its URL fails too."""
         made_from = ", ".join(f"{e['lock']} [{', '.join(map(str, e['platforms']))}]" for e in self.index.get("envs", []))
         return (f"; it is not in the bundle {self.path} either, made from {made_from or 'no lock'}: "
                 "make the bundle again from this lock with `make bundle`")

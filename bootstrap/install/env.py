@@ -33,7 +33,8 @@ from bootstrap.install import generations as gens
 from bootstrap.install import pip, store
 from bootstrap.install.cache import cache_lock, check_cache_dir
 from bootstrap.install.fetch import check_mirrors, fetch_archives
-from bootstrap.install.history import COMMAND as HISTORY_COMMAND, append_request
+from bootstrap.install.history import COMMAND as HISTORY_COMMAND
+from bootstrap.install.history import append_request
 from bootstrap.install.link import LinkTarget, link_conda
 from bootstrap.install.plan import Plan, locked_entries, make_plan, plan_against
 from bootstrap.install.prefix import (
@@ -64,8 +65,8 @@ class Feedback:
 
     notify: Notify = _quiet  # one line per stage
     waiting: Notify = _quiet  # another run holds the env and we wait for it
-    fetch_started: Callable[[int], None] = lambda total: None
-    fetched: Callable[[LockedPackage], None] = lambda entry: None
+    fetch_started: Callable[[int], None] = lambda _total: None
+    fetched: Callable[[LockedPackage], None] = lambda _entry: None
 
 
 @dataclass(frozen=True)

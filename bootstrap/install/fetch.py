@@ -165,7 +165,7 @@ def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirro
     target.parent.mkdir(parents=True, exist_ok=True)
     source = bundle.source(entry) if bundle is not None else None
     if source is None:
-        source = url_source(entry, mirrors, also=bundle.lacks(entry) if bundle is not None else "")
+        source = url_source(entry, mirrors, also=bundle.lacks() if bundle is not None else "")
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
     try:
         with os.fdopen(fd, "wb") as out:

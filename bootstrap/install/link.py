@@ -54,7 +54,7 @@ def link_conda(conda: Sequence[LockedPackage], to_link: Sequence[LockedPackage],
         try:
             _rattler_install(conda, to_link, from_archives, target, full_validation)
             break
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever rattler failed with, a vanished copy may be the cause
             from_copies = [e for e in to_link if e.name not in from_archives]
             if attempt == 1 and from_copies:
                 from_archives.update(fetch(from_copies))

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
 
 from bootstrap.errors import InputError
+from bootstrap.lock.conda import match_specs
 from bootstrap.lock.content_hash import conda_lock_accepts_hash, inputs_digest
 from bootstrap.lock.lockfile import META_INPUTS, Lock, LockedPackage, read_lock
 from bootstrap.lock.pip import marker_environment, pip_requirements
+from bootstrap.lock.spec import EnvSpec, read_spec, read_virtual_packages
 from bootstrap.project import Project
 from bootstrap.report import result
-from bootstrap.lock.conda import match_specs
-from bootstrap.lock.spec import EnvSpec, read_spec, read_virtual_packages
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ def _conda_not_closed(platform: str, locked: list[LockedPackage]) -> list[Stale]
             if record is None:
                 out.append(Stale(platform, f"{name} (needed by {entry.name})", "missing from the lock"))
             elif constraint != "*" and not _parsed(f"package {entry.name}.dependencies.{name}",
-                                                   lambda: MatchSpec(f"{name} {constraint}")).matches(record):
+                                                   lambda: MatchSpec(f"{name} {constraint}")).matches(record):  # noqa: B023
                 out.append(Stale(platform, f"{name} {constraint} (needed by {entry.name})", f"locked {by_name[name].version} does not match"))
     return out
 

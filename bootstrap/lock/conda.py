@@ -26,7 +26,7 @@ def match_specs(spec: EnvSpec) -> list:
     for text in spec.conda:
         try:
             out.append(MatchSpec(text))
-        except Exception as exc:  # rattler raises InvalidMatchSpecError and friends
+        except Exception as exc:  # noqa: BLE001 - rattler raises InvalidMatchSpecError and friends
             raise InputError(spec.path, f"dependencies: '{text}' is not a valid conda match spec: {exc}",
                              "write e.g. `python=3.10.*` or `numpy >=1.26`") from None
     return out
@@ -65,7 +65,7 @@ def solve_conda(
     except SolverError as exc:
         raise SolveError(f"{spec.path}: dependencies: cannot be solved for {platform}: {one_line(exc)} "
                          "(relax or fix the spec, or check that the channels have the packages)") from None
-    except Exception as exc:  # every rattler fetch/IO/gateway failure
+    except Exception as exc:  # noqa: BLE001 - every rattler fetch/IO/gateway failure
         raise FetchError(scrub_credentials(_fetch_failure(spec, platform, mirrors, exc))) from None
 
 

@@ -25,8 +25,8 @@ from typing import Mapping, Optional, Sequence
 
 from bootstrap.errors import FetchError, InputError, SolveError, ToolError, one_line
 from bootstrap.lock.lockfile import LockedPackage
-from bootstrap.runner import Runner, run
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
+from bootstrap.runner import Runner, run
 from bootstrap.urls import has_credentials, scrub_credentials
 
 _ARCH = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "osx-64": "x86_64", "osx-arm64": "aarch64"}

@@ -17,15 +17,15 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from bootstrap import __version__
 from bootstrap.errors import InputError, SolveError
 from bootstrap.fsutil import disk_full, flocked, out_of_space, write_target
+from bootstrap.lock.conda import solve_conda, to_locked
 from bootstrap.lock.content_hash import conda_lock_content_hashes, inputs_digest
 from bootstrap.lock.lockfile import META_INPUTS, META_MIRRORS, META_VERSION, Lock, LockedPackage, read_lock
-from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_lock
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.pip import PipOptions, pip_requirements, resolve_all, target_for
+from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
+from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_lock
 from bootstrap.project import Project
 from bootstrap.report import result
-from bootstrap.lock.conda import solve_conda, to_locked
-from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class LockRun:
 
 
 def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
-             notify: Callable[[str], None] = lambda message: None) -> LockResult:
+             notify: Callable[[str], None] = lambda _message: None) -> LockResult:
     """Solve `env` and write its lock. Two runs on one env take turns (an flock on the spec), so
     a `--platform` relock never writes over another's platforms with what it read before."""
     spec = read_spec(project.spec_path(env))

@@ -24,8 +24,6 @@ from bootstrap.bench.verdicts import VerdictFacts, tuned_check
 from bootstrap.checks.model import Status
 from tests.fixtures.bench import run_after_setup
 
-
-
 # --------------------------------------------------------------------------- what a measurement costs
 
 
@@ -178,6 +176,7 @@ def slow_run():
     return json.loads(envelope_json(result))
 
 
+@pytest.mark.slow
 def test_slow_batches_stay_inside_the_budget(slow_run):
     extra = slow_run["extra"]
     batch_s = BATCH * IO_MS / 1000.0
@@ -187,12 +186,14 @@ def test_slow_batches_stay_inside_the_budget(slow_run):
         assert phase["started_s"] <= budget_end_s + batch_s, phase
 
 
+@pytest.mark.slow  # the budget's arithmetic is the unit tests' above; this is a whole run
 def test_max_workers_caps_every_phase(slow_run):
     workers = [m["config"]["num_workers"] for m in slow_run["extra"]["measurements"] if m["config"]]
     assert workers and max(workers) <= 1
     assert max(slow_run["extra"]["tuning"]["candidates"] or [0]) <= 1
 
 
+@pytest.mark.slow  # the budget's arithmetic is the unit tests' above; this is a whole run
 def test_a_budget_too_small_is_reported_with_the_budget_it_needs(slow_run):
     extra = slow_run["extra"]
     check = next(c for c in slow_run["checks"] if c["id"] == "bench.tuned")

@@ -120,6 +120,7 @@ def test_library_callers_get_the_same_checks_named_by_flag():
 # --------------------------------------------------------------------------- --data-dir at run time
 
 
+@pytest.mark.slow
 def test_data_dir_gets_a_fresh_directory_that_is_removed(tmp_path):
     """Before: the samples went to DIR/samples/000000.jpg..., overwriting a user's files there, and stayed."""
     from tests.fixtures.bench import SMALL, bench
@@ -135,8 +136,8 @@ def test_data_dir_gets_a_fresh_directory_that_is_removed(tmp_path):
 
 
 def test_data_dir_on_a_full_disk_is_one_line():
-    from tests.fixtures.mounts import can_unshare, in_private_mounts
     from tests.fixtures.bench import SMALL
+    from tests.fixtures.mounts import can_unshare, in_private_mounts
 
     if not can_unshare():
         pytest.skip("needs root and unshare -m to mount a private tmpfs")

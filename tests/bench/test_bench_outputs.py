@@ -9,20 +9,15 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from bootstrap.bench import report
 from bootstrap.errors import InputError
-from tests.fixtures.mounts import in_private_mounts, needs_unshare
-from tests.fixtures import REPO
 from tests.fixtures.bench import SMALL, assert_bench_contract, bench, synthetic_result
-
+from tests.fixtures.mounts import in_private_mounts, needs_unshare
 
 # --------------------------------------------------------------------------- before the run
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from bootstrap.bench.config import BenchOptions, WorkloadSpec
-from tests.fixtures.bench import assert_bench_contract, run_after_setup, run_every_phase
 from tests.fixtures import REPO
+from tests.fixtures.bench import assert_bench_contract, run_after_setup, run_every_phase
 
 IO_MS, STEP_MS, BATCH = 15.0, 40.0, 8
 BUDGET_S = 16.0
@@ -68,6 +68,7 @@ def step_ms(metrics) -> float:
     return max(STEP_MS, 1000.0 * BATCH / metrics["ceiling_samples_per_s"])
 
 
+@pytest.mark.slow
 def test_tuner_saturates_the_consumer(io_every_phase):
     extra = io_every_phase[0]["extra"]
     assert extra["metrics"]["tune_candidates_measured"] == extra["metrics"]["tune_candidates"]
@@ -171,6 +172,7 @@ def test_the_scaling_phase_judges_w_workers_against_one(io_every_phase):
     assert ids["bench.loader_scaling"] in ("ok", "warn")
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_and_writes_a_partial_report(tmp_path):
     """SIGINT after the first measurement: exit 130, the table so far on stdout, bench.json marked partial."""
     # A job started in the background by a non-interactive shell inherits SIGINT ignored, and Python keeps
@@ -198,6 +200,7 @@ def test_ctrl_c_prints_and_writes_a_partial_report(tmp_path):
     assert (tmp_path / "bench.png").exists()
 
 
+@pytest.mark.slow
 def test_sigterm_ends_the_run_like_ctrl_c_and_removes_the_sample_files(tmp_path):
     """Slurm, Docker and Kubernetes stop jobs with SIGTERM: before, exit 143 with no report and the
     temporary sample files left behind."""
@@ -274,6 +277,7 @@ def test_workers_a_stop_signal_killed_shut_down_without_a_traceback():
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed beside this python")
 def test_torchrun_two_ranks_one_aggregated_report(tmp_path):
     argv = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "bootstrap", "bench",

@@ -195,14 +195,14 @@ def test_gpm_sm_activity_between_two_samples():
     _, report = run_sampler(fake, gpm=True)
     assert report.gpm_sm_active == pytest.approx(0.715)
     assert fake.freed == 2
-    assert sm_active_check(report, VerdictFacts(device_type="cuda"), Thresholds()).status is Status.WARN
+    assert sm_active_check(report, Thresholds()).status is Status.WARN
 
 
 def test_gpm_unsupported_is_a_reason():
     fake = FakePynvml(start_us=0, errors={"nvmlGpmQueryDeviceSupport": 3})
     _, report = run_sampler(fake, gpm=True, seconds=0.05)
     assert report.gpm_sm_active is None and "GPM not supported" in report.gpm_reason
-    assert sm_active_check(report, VerdictFacts(device_type="cuda"), Thresholds()).status is Status.SKIP
+    assert sm_active_check(report, Thresholds()).status is Status.SKIP
 
 
 def test_pcie_link_read_through_nvml():

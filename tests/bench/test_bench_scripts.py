@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.fixtures import REPO
 
+from tests.fixtures import REPO
 
 
 def script(name: str, *argv: str, tmp: Path) -> subprocess.CompletedProcess:

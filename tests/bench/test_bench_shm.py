@@ -68,6 +68,7 @@ def test_a_dev_shm_too_small_for_one_worker_is_a_need_before_anything_was_measur
     assert shm_need_mib(state) == 0.0  # --max-workers 0: the run never wanted a worker
 
 
+@pytest.mark.slow
 @needs_unshare
 def test_a_tiny_dev_shm_is_a_failed_check_not_a_traceback():
     """Before: RuntimeError 'unable to allocate shared memory' from the scaling phase, exit 1, no report."""
@@ -115,6 +116,7 @@ def died_of_shm(extra: dict) -> list:
     return [note for note in extra["notes"] if "the loader's workers died (out of /dev/shm" in note]
 
 
+@pytest.mark.slow
 @needs_unshare
 def test_loaders_that_die_of_shm_are_recorded_as_failed_and_the_run_goes_on():
     """Each config whose workers died is a failed result and the run goes on; the dead loader's workers are

@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import argparse
+import dataclasses
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from bootstrap.bench import tune
-from bootstrap.bench.config import BenchOptions, Thresholds, ThresholdSet, WorkloadSpec, load_config, \
-    parse_threshold_flags
+from bootstrap.bench.config import (
+    BenchOptions,
+    Thresholds,
+    ThresholdSet,
+    WorkloadSpec,
+    load_config,
+    parse_threshold_flags,
+)
 from bootstrap.bench.distributed import aggregate, torchrun_env
-from bootstrap.bench.report import SCHEMA, SCHEMA_VERSION, dataloader_snippet, render_text, to_envelope, write_reports
-from bootstrap.bench.results import BenchResult, LoaderConfig, Measurement, PhaseRecord, SamplerReport, \
-    TuningRecord, UtilStats
+from bootstrap.bench.report import dataloader_snippet, render_text, to_envelope, write_reports
+from bootstrap.bench.results import (
+    LoaderConfig,
+    Measurement,
+    SamplerReport,
+    UtilStats,
+)
 from bootstrap.bench.verdicts import VerdictFacts, efficiency_check, evaluate, shm_check, speedup_check
-from bootstrap.checks.model import FORMAT, FORMAT_VERSION, Check, Status
+from bootstrap.checks.model import Status
 from bootstrap.errors import InputError
 from tests.fixtures import DATA as ALL_DATA
 from tests.fixtures.bench import assert_bench_contract, synthetic_result
@@ -252,9 +260,9 @@ def test_scaling_verdict_names_its_w_and_says_why_it_is_missing():
     from bootstrap.bench.verdicts import scaling_check
 
     t = Thresholds()
-    slower = scaling_check({"loader_scaling_efficiency": 0.45, "loader_scaling_workers": 2.0}, VerdictFacts("cpu"), t)
+    slower = scaling_check({"loader_scaling_efficiency": 0.45, "loader_scaling_workers": 2.0}, t)
     assert slower.status is Status.WARN and slower.observed == "S(2) / (2 x S(1)) = 0.45"
-    only_one = scaling_check({"loader_w1_samples_per_s": 40.0}, VerdictFacts("cpu"), t)
+    only_one = scaling_check({"loader_w1_samples_per_s": 40.0}, t)
     assert only_one.status is Status.SKIP and only_one.observed == "only S(1) measured"
 
 

@@ -15,15 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from bootstrap.checks.doctor import DoctorOptions, run_doctor
 from bootstrap.checks.model import Status, from_json
 from bootstrap.cli import main
 from bootstrap.compat.facts import DriverFacts, GpuFacts
-from bootstrap.checks.doctor import DoctorOptions, run_doctor
-from bootstrap.compat.probe import load_facts, save_facts
+from bootstrap.compat.probe import load_facts, probe_gpus, save_facts
 from bootstrap.errors import InputError
-from bootstrap.compat.probe import probe_gpus
-from tests.fixtures.fakes import FakeNvml, missing_binary_runner
 from tests.fixtures import REPO
+from tests.fixtures.fakes import FakeNvml, missing_binary_runner
 
 LOCK = REPO / "conda-lock.yml"
 FACTS = REPO / "tests" / "data" / "verify"
@@ -343,8 +342,8 @@ def test_peer_to_peer_nvml_cannot_answer_is_a_skip_with_its_reason(capsys) -> No
     assert nothing.status is Status.SKIP and nothing.observed == "unknown for 6 GPU pairs"
     assert nothing.detail == "read: not supported on this GPU; nvlink: not supported on this GPU"
     # Facts from nvidia-smi's CSV (no NVML) have no pairs at all.
-    from bootstrap.compat.facts import DriverFacts, GpuFacts
     from bootstrap.checks.nvidia import nvidia_checks
+    from bootstrap.compat.facts import DriverFacts, GpuFacts
 
     smi = DriverFacts(driver_version="580.95.05", gpus=(GpuFacts(0, "NVIDIA H200"), GpuFacts(1, "NVIDIA H200")),
                       source="nvidia-smi")

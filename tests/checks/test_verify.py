@@ -23,13 +23,13 @@ from types import SimpleNamespace
 import pytest
 
 from bootstrap.checks.model import Status, from_json
-from bootstrap.cli import main
-from bootstrap.compat.rules import evaluate
-from bootstrap.lock.pip import PipOptions, uv_binary
-from bootstrap.compat.probe import probe_torch
-from bootstrap.project import Project
 from bootstrap.checks.torch import compute_checks, device_checks
 from bootstrap.checks.verify import VerifyOptions, run_verify
+from bootstrap.cli import main
+from bootstrap.compat.probe import probe_torch
+from bootstrap.compat.rules import evaluate
+from bootstrap.lock.pip import PipOptions, uv_binary
+from bootstrap.project import Project
 from tests.fixtures.env_project import CONDA, PIP, REPO, env_args, relock
 from tests.fixtures.fakes import FakeNvml, fake_torch
 from tests.fixtures.project import make_project, write_spec

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.checks.model import Status
-from bootstrap.errors import InputError
-from bootstrap.checks.ranks import torchrun_env
 from bootstrap.checks.distributed import all_reduce_check, all_reduce_trial, bus_bandwidth_gb_s, same_env_check
+from bootstrap.checks.model import Status
+from bootstrap.checks.ranks import torchrun_env
+from bootstrap.errors import InputError
 from tests.fixtures import REPO
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -100,6 +100,7 @@ def test_all_reduce_trial_on_a_real_gloo_group_of_one(tmp_path: Path) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed beside this python")
 def test_torchrun_two_ranks_one_report_and_one_exit_code(tmp_path: Path) -> None:
     argv = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "bootstrap", "verify", "--distributed",
@@ -119,9 +120,9 @@ def test_torchrun_two_ranks_one_report_and_one_exit_code(tmp_path: Path) -> None
 
 
 def test_rank_facts_digest_every_package_of_the_install_record(tmp_path: Path) -> None:
-    from bootstrap.install.prefix import InstallRecord, write_install_record
-    from bootstrap.checks.verify import VerifyResult
     from bootstrap.checks.distributed import rank_facts
+    from bootstrap.checks.verify import VerifyResult
+    from bootstrap.install.prefix import InstallRecord, write_install_record
 
     def facts(torch_sha: str) -> dict:
         (tmp_path / "conda-meta").mkdir(exist_ok=True)

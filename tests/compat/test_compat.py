@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 
-from bootstrap.compat import data as compat_data
 from bootstrap.checks.model import Status
+from bootstrap.compat import data as compat_data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget, suggest_builds, torch_target_from_lock_entry

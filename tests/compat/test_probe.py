@@ -13,10 +13,6 @@ import pytest
 
 from bootstrap.checks.model import Status
 from bootstrap.compat.facts import DriverFacts, HostFacts
-from bootstrap.compat.rules import evaluate
-from bootstrap.compat.target import torch_target_from_lock_entry
-from bootstrap.errors import InputError
-from bootstrap.compat.nvml import Nvml
 from bootstrap.compat.host import (
     collect_host_facts,
     probe_container_hints,
@@ -25,9 +21,13 @@ from bootstrap.compat.host import (
     probe_start_method,
     probe_statvfs,
 )
+from bootstrap.compat.nvml import Nvml
 from bootstrap.compat.probe import Facts, collect_facts, parse_nvidia_smi_csv, probe_gpus, probe_torch
-
+from bootstrap.compat.rules import evaluate
+from bootstrap.compat.target import torch_target_from_lock_entry
+from bootstrap.errors import InputError
 from tests.fixtures.fakes import DATA, FakeNvml, fake_runner, fake_torch, missing_binary_runner
+
 SMI_ARGV = ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total",
             "--format=csv,noheader,nounits"]
 

@@ -211,6 +211,7 @@ def tools_venv(bundle_path: Path, venv: Path):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_tools_wheels_that_do_not_cover_the_requirements_leave_the_venv_alone(tmp_path: Path) -> None:
     tag = "cp%d%d-linux-64" % sys.version_info[:2]
     partial = tmp_path / "partial.tar"
@@ -252,7 +253,7 @@ def test_a_gzipped_bundle_says_to_gunzip_it(project: Project, channel: Path, tmp
     assert env_from(project, zipped) == 2
     fix = re.search(r"it is gzip-compressed: `(.*)` first", capsys.readouterr().err).group(1)
     assert "gunzip" in fix
-    subprocess.run(fix, shell=True, cwd=tmp_path, check=True)  # what it says works
+    subprocess.run(fix, shell=True, cwd=tmp_path, check=True)  # noqa: S602 - the command line it prints works
     assert Bundle.open(tmp_path / "b.tar").index["envs"][0]["env"] == "py310"
 
 

@@ -18,12 +18,20 @@ from pathlib import Path
 import pytest
 
 from bootstrap.cli import main
-from bootstrap.lock.lockfile import read_lock
 from bootstrap.install.prefix import INSTALL_RECORD, conda_records, read_install_record
+from bootstrap.lock.lockfile import read_lock
 from bootstrap.project import Project
 from tests.fixtures.conda_channel import corrupt_archive_after_index, serve_directory
-from tests.fixtures.env_project import (CONDA, REPO, assert_matches_lock, change_lock, env_args, prefix_of, relock,
-                                        run_python)
+from tests.fixtures.env_project import (
+    CONDA,
+    REPO,
+    assert_matches_lock,
+    change_lock,
+    env_args,
+    prefix_of,
+    relock,
+    run_python,
+)
 from tests.fixtures.project import copy_project, make_project, write_spec
 from tests.fixtures.runnable_env import SHORT, build_runnable_channel
 
@@ -927,7 +935,8 @@ def env_process(project: Project, channel: Path) -> subprocess.Popen:
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("recycled", [False, True], ids=["first-change", "recycled-generation"])
+@pytest.mark.parametrize("recycled", [pytest.param(False, marks=pytest.mark.slow, id="first-change"),
+                                      pytest.param(True, id="recycled-generation")])
 def test_sigkill_mid_install_keeps_the_previous_generation(project: Project, big_channel: Path, wheels: Path,
                                                            recycled: bool) -> None:
     import signal

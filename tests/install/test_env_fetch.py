@@ -15,9 +15,9 @@ from typing import Iterator
 
 import pytest
 
-from bootstrap.install import fetch
 from bootstrap.cli import main
 from bootstrap.errors import FetchError
+from bootstrap.install import fetch
 from bootstrap.lock.lockfile import LockedPackage
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.project import Project
@@ -222,7 +222,7 @@ def test_a_stalled_download_is_given_up_with_one_line(tmp_path: Path, monkeypatc
     assert "does not match the lock" in str(fetched.value)  # read to its end, then hashed
 
 
-@pytest.mark.parametrize("how", ["error", "sigint"])
+@pytest.mark.parametrize("how", ["error", pytest.param("sigint", marks=pytest.mark.slow)])
 def test_a_download_stuck_in_connect_does_not_hold_a_failed_or_interrupted_fetch(tmp_path: Path, monkeypatch,
                                                                                  how: str) -> None:
     """A server that never answers holds urlopen() for the socket's 60 s timeout, deaf to the stop

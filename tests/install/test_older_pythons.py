@@ -37,7 +37,7 @@ def pure_pyyaml() -> WheelSpec:
     return WheelSpec("PyYAML", yaml.__version__, files={f"yaml/{p.name}": p.read_bytes() for p in source.glob("*.py")})
 
 
-@pytest.fixture(scope="module", params=["3.9", "3.10"])
+@pytest.fixture(scope="module", params=["3.9", pytest.param("3.10", marks=pytest.mark.slow)])  # 3.9 is the floor
 def older(request, tmp_path_factory) -> SimpleNamespace:
     """A project whose env `pyXY` runs Python `request.param`, created by `bootstrap env`."""
     interpreter = find_interpreter(request.param)
@@ -144,6 +144,7 @@ def relock_at_310(project, channel: Path, wheels: Path) -> None:
     relock(project, channel, wheels)
 
 
+@pytest.mark.slow
 def test_a_python_minor_upgrade_installs_the_pip_part_into_its_site_packages(tmp_path: Path, capsys) -> None:
     """3.9 -> 3.10: the new python has a site-packages of its own, empty; the old one's stays behind
     with the wheels (and sorts after it: `python3.9` > `python3.10`)."""
@@ -166,6 +167,7 @@ def test_a_python_minor_upgrade_installs_the_pip_part_into_its_site_packages(tmp
     assert "is up to date" in capsys.readouterr().out  # converged: nothing installed again
 
 
+@pytest.mark.slow
 def test_a_python_minor_upgrade_relinks_noarch_packages_past_a_stray_site_packages(tmp_path: Path) -> None:
     """A `lib/python3.10` made by hand in the 3.9 env hides the move from the plan, which reads the
     site-packages folder; rattler, handed every package when python is linked, sees it from python's

@@ -19,9 +19,9 @@ import yaml
 from bootstrap.cli import main
 from bootstrap.lock.lockfile import META_MIRRORS, read_lock
 from bootstrap.project import Project
-from tests.fixtures.conda_channel import CANONICAL_CHANNEL, file_url
-from tests.fixtures.project import copy_project, make_project, write_spec, write_virtual_packages, VIRTUAL_PACKAGES
 from tests.fixtures import REPO
+from tests.fixtures.conda_channel import CANONICAL_CHANNEL, file_url
+from tests.fixtures.project import VIRTUAL_PACKAGES, copy_project, make_project, write_spec, write_virtual_packages
 
 CONDA_LOCK = str(Path(sys.executable).with_name("conda-lock"))
 
@@ -80,6 +80,7 @@ def test_lock_from_directory_mirror(locked: Project, fixture_channel: Path) -> N
     assert lock.custom[META_MIRRORS] == f"{CANONICAL_CHANNEL}={fixture_channel}"
 
 
+@pytest.mark.slow
 def test_lock_over_http_mirror_keeps_canonical_urls_and_no_credentials(
     project: Project, channel_server, wheelhouse: Path
 ) -> None:
@@ -230,6 +231,7 @@ def test_dry_run_writes_nothing_and_relock_prints_a_diff(locked: Project, wheelh
     assert not list(path.parent.glob(".conda-lock.yml*"))  # no temp left behind
 
 
+@pytest.mark.slow
 def test_lock_with_json_prints_what_moved_per_platform(locked: Project, wheelhouse: Path, fixture_channel: Path,
                                                         capsys) -> None:
     path = locked.lock_path("py310")
@@ -284,6 +286,7 @@ def test_relock_one_platform_keeps_the_others(locked: Project, wheelhouse: Path,
     assert entry(after, "linux-64", "alpha") == entry(before, "linux-64", "alpha")
 
 
+@pytest.mark.slow
 def test_relocking_one_platform_leaves_the_others_stale_hash(locked: Project, wheelhouse: Path, fixture_channel: Path,
                                                               capsys) -> None:
     """A platform kept by `--platform` keeps its old content_hash: it was not solved for the new inputs."""
@@ -297,6 +300,7 @@ def test_relocking_one_platform_leaves_the_others_stale_hash(locked: Project, wh
     assert check(locked, capsys)[0] == 0
 
 
+@pytest.mark.slow
 def test_two_relocks_of_one_env_take_turns(locked: Project, wheelhouse: Path, fixture_channel: Path) -> None:
     """`--platform linux-64` and `--platform win-64` at once: each reads the lock the other wrote."""
     write_spec(locked.root, pip=("alpha==1.0", "gamma"))
@@ -309,6 +313,7 @@ def test_two_relocks_of_one_env_take_turns(locked: Project, wheelhouse: Path, fi
     assert entry(lock, "linux-64", "alpha").version == entry(lock, "win-64", "alpha").version == "1.0"
 
 
+@pytest.mark.slow
 def test_a_pip_requirement_whose_marker_is_false_asks_nothing(project: Project, wheelhouse: Path, fixture_channel: Path,
                                                               capsys) -> None:
     write_spec(project.root, pip=("alpha>=1", "gamma; sys_platform == 'win32'"))

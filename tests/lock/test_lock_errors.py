@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.project import make_project, write_spec
 from tests.fixtures import REPO
-
+from tests.fixtures.project import make_project, write_spec
 
 
 def bootstrap(*args: str, cwd: Path) -> subprocess.CompletedProcess:

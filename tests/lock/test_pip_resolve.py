@@ -8,8 +8,15 @@ from types import SimpleNamespace
 import pytest
 
 from bootstrap.errors import InputError, SolveError
-from bootstrap.lock.pip import (PipOptions, marker_environment, parse_via_annotations, pip_requirements, resolve_all,
-                                   resolve_pip, target_for)
+from bootstrap.lock.pip import (
+    PipOptions,
+    marker_environment,
+    parse_via_annotations,
+    pip_requirements,
+    resolve_all,
+    resolve_pip,
+    target_for,
+)
 from bootstrap.lock.spec import EnvSpec, VirtualPackage, VirtualPackages
 
 VPKGS = VirtualPackages(

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.conda import solve_conda, to_locked
+from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.spec import read_spec, read_virtual_packages
 from tests.fixtures import REPO
 

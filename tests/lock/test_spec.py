@@ -10,7 +10,6 @@ from bootstrap.errors import InputError
 from bootstrap.lock.spec import canonical_channel, read_spec, read_virtual_packages
 from tests.fixtures import REPO
 
-
 GOOD = """\
 name: demo
 channels: [conda-forge]
