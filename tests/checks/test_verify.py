@@ -30,7 +30,8 @@ from bootstrap.compat.probe import probe_torch
 from bootstrap.compat.rules import evaluate
 from bootstrap.lock.pip import PipOptions, uv_binary
 from bootstrap.project import Project
-from tests.fixtures.env_project import CONDA, PIP, REPO, env_args, relock
+from tests.fixtures import REPO
+from tests.fixtures.env_project import CONDA, PIP, env_args, relock
 from tests.fixtures.fakes import FakeNvml, fake_torch
 from tests.fixtures.project import make_project, write_spec
 from tests.fixtures.runnable_env import build_runnable_channel

@@ -24,7 +24,8 @@ import pytest
 from bootstrap.cli import main
 from bootstrap.lock.lockfile import read_lock
 from bootstrap.project import Project
-from tests.fixtures.env_project import CONDA, REPO, assert_matches_lock, change_lock, prefix_of, relock, run_python
+from tests.fixtures import REPO
+from tests.fixtures.env_project import CONDA, assert_matches_lock, change_lock, prefix_of, relock, run_python
 from tests.fixtures.wheels import build_wheel
 
 

@@ -14,7 +14,8 @@ import pytest
 from bootstrap.cli import main
 from bootstrap.lock.lockfile import read_lock
 from bootstrap.project import Project
-from tests.fixtures.env_project import CONDA, REPO, change_lock, env_args, prefix_of, run_python
+from tests.fixtures import REPO
+from tests.fixtures.env_project import CONDA, change_lock, env_args, prefix_of, run_python
 
 
 def cache_json(project: Project, capsys, *extra: str) -> dict:

@@ -21,10 +21,10 @@ from bootstrap.cli import main
 from bootstrap.install.prefix import INSTALL_RECORD, conda_records, read_install_record
 from bootstrap.lock.lockfile import read_lock
 from bootstrap.project import Project
+from tests.fixtures import REPO
 from tests.fixtures.conda_channel import corrupt_archive_after_index, serve_directory
 from tests.fixtures.env_project import (
     CONDA,
-    REPO,
     assert_matches_lock,
     change_lock,
     env_args,

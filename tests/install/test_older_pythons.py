@@ -22,8 +22,9 @@ import yaml
 
 from bootstrap.checks.model import Status, from_json
 from bootstrap.cli import main
+from tests.fixtures import REPO
 from tests.fixtures.conda_channel import build_channel, pip_spec, zlibstub_spec
-from tests.fixtures.env_project import REPO, assert_matches_lock, relock
+from tests.fixtures.env_project import assert_matches_lock, relock
 from tests.fixtures.project import make_project
 from tests.fixtures.runnable_env import find_interpreter, runnable_python_spec
 from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
