@@ -55,7 +55,8 @@ def check_output(path: PathLike, flag: str) -> Path:
         return target
     parent = target.parent
     if not parent.exists():
-        raise InputError(path, f"cannot write: directory {parent} does not exist", f"create it or give {flag} another file")
+        raise InputError(path, f"cannot write: directory {parent} does not exist",
+                         f"create it or give {flag} another file")
     if not parent.is_dir():
         raise InputError(path, f"cannot write: {parent} is not a directory", f"give {flag} another file")
     if not os.access(parent, os.W_OK):
@@ -168,7 +169,8 @@ def space_report(places: dict) -> str:
     for what, path in places.items():
         mount, free = free_space(path)
         mounts.setdefault(mount, (free, []))[1].append(what)
-    return ", ".join(f"{mount} ({' and '.join(whats)}: {free / MIB:.0f} MB free)" for mount, (free, whats) in mounts.items())
+    return ", ".join(f"{mount} ({' and '.join(whats)}: {free / MIB:.0f} MB free)"
+                     for mount, (free, whats) in mounts.items())
 
 
 def disk_full(doing: str, places: dict, outcome: str, fix: str) -> DiskFullError:

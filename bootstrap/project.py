@@ -53,7 +53,8 @@ class Project:
         """The envs a command acts on: those requested (checked to exist) or all of them."""
         known = self.env_names()
         if not known:
-            raise InputError(self.envs_dir, "no env specs (*.yml) found", "run from the project root or pass --root DIR")
+            raise InputError(self.envs_dir, "no env specs (*.yml) found",
+                             "run from the project root or pass --root DIR")
         for env in requested:
             if env not in known:
                 raise InputError(

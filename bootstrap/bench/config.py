@@ -234,7 +234,8 @@ def parse_threshold_flags(pairs: Sequence[str]) -> Dict[str, str]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
-            raise InputError("--threshold", f"{pair!r} is not NAME=VALUE", "write e.g. --threshold efficiency_pass=0.85")
+            raise InputError("--threshold", f"{pair!r} is not NAME=VALUE",
+                             "write e.g. --threshold efficiency_pass=0.85")
         out[name.strip()] = value.strip()
     return out
 
@@ -362,7 +363,8 @@ def load_config(path: Path, thresholds: Optional[ThresholdSet] = None) -> Tuple[
             raise InputError(f"{where}: {key}", "must be a mapping of name: value", f"e.g. {key}: {{name: value}}")
     unknown = sorted(set(raw_options) - set(OPTION_RULES))
     if unknown:
-        raise InputError(f"{where}: options", f"unknown option {unknown[0]!r}", f"use one of: {', '.join(OPTION_RULES)}")
+        raise InputError(f"{where}: options", f"unknown option {unknown[0]!r}",
+                         f"use one of: {', '.join(OPTION_RULES)}")
     base = thresholds or ThresholdSet()
     options = check_options(raw_options, lambda name: f"{where}: options.{name}")
     return base.override(raw_thresholds, where), options

@@ -127,7 +127,8 @@ def aggregate(own: BenchResult, gathered: Sequence[Mapping[str, Any]], threshold
     if summary["ddp_ceiling_samples_per_s"] and ceiling:
         summary["communication_loss_pct"] = 100.0 * (1.0 - summary["ddp_ceiling_samples_per_s"] / ceiling)
     checks = merge_checks(gathered)
-    checks = [_shm_across_ranks(rows, thresholds, shm_check, VerdictFacts) if c.id == "bench.shm" else c for c in checks]
+    checks = [_shm_across_ranks(rows, thresholds, shm_check, VerdictFacts) if c.id == "bench.shm" else c
+              for c in checks]
     checks.insert(0, _worst_rank_check(worst, checks, summary))
     return replace(own, checks=tuple(checks), aggregate=summary, ranks=tuple(gathered))
 

@@ -134,7 +134,8 @@ def dataloader_snippet(config: LoaderConfig, spec: WorkloadSpec, device_type: st
         f"    pin_memory={config.pin_memory},",
     ]
     if config.num_workers:
-        lines += [f"    prefetch_factor={config.prefetch_factor},", f"    persistent_workers={config.persistent_workers},"]
+        lines += [f"    prefetch_factor={config.prefetch_factor},",
+                  f"    persistent_workers={config.persistent_workers},"]
     lines.append(")")
     if device_type == "cuda":
         lines.append("torch.backends.cudnn.benchmark = True")
@@ -171,7 +172,8 @@ def render_text(result: BenchResult, *, verbose: bool = False) -> str:
         f"bench: {d.get('type', '?')} ({d.get('name', '?')}), torch {d.get('torch', '?')}, "
         f"{d.get('cpus_usable', '?')} CPUs, model {d.get('model', '?')}, batch {w.get('batch_size')} x "
         f"3x{w.get('crop_size')}x{w.get('crop_size')} uint8 from {w.get('storage')}"
-        f" (cpu_ms {w.get('cpu_ms'):g}, io_ms {w.get('io_ms'):g}); {result.seconds:.1f} s of a {result.budget_s:g} s budget"
+        f" (cpu_ms {w.get('cpu_ms'):g}, io_ms {w.get('io_ms'):g}); "
+        f"{result.seconds:.1f} s of a {result.budget_s:g} s budget"
         + ("  [PARTIAL]" if result.partial else ""),
     ]
     lines += [f"note: {note}" for note in result.notes]
@@ -208,12 +210,15 @@ def _headline(m: Dict[str, Optional[float]]) -> List[str]:
         f"naive   {_num(m.get('naive_samples_per_s'))} samples/s; tuned {_num(m.get('tuned_samples_per_s'))} samples/s "
         f"(min {_num(m.get('tuned_min_samples_per_s'))}, max {_num(m.get('tuned_max_samples_per_s'))})",
         f"efficiency {_num(m.get('efficiency'), '.2f')}; speedup {_num(m.get('speedup'), '.2f')}x over naive "
-        f"(predicted {_num(m.get('predicted_speedup'), '.2f')}x); stall: host wait {_num(m.get('stall_host_wait_pct'), '.1f')}%, "
-        f"differential {_num(m.get('stall_differential_pct'), '.1f')}%, device idle {_num(m.get('stall_device_idle_pct'), '.1f')}%",
+        f"(predicted {_num(m.get('predicted_speedup'), '.2f')}x); "
+        f"stall: host wait {_num(m.get('stall_host_wait_pct'), '.1f')}%, "
+        f"differential {_num(m.get('stall_differential_pct'), '.1f')}%, "
+        f"device idle {_num(m.get('stall_device_idle_pct'), '.1f')}%",
     ]
     c = m.get("cpu_s_per_sample")
     if c:
-        sizing = (f"sizing: c = {c * 1000:.2f} ms CPU and l = {_num((m.get('wall_s_per_sample') or 0) * 1000, '.2f')} ms wall "
+        sizing = (f"sizing: c = {c * 1000:.2f} ms CPU "
+                  f"and l = {_num((m.get('wall_s_per_sample') or 0) * 1000, '.2f')} ms wall "
                   f"per sample; this host can feed ~{_num(m.get('feedable_samples_per_s'), ',.0f')} samples/s; "
                   f"the ceiling needs ~{_num(m.get('cores_per_device_needed'), '.1f')} loader cores "
                   f"and ~{_num(m.get('workers_per_device_needed'), '.1f')} workers in flight")

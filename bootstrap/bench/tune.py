@@ -83,7 +83,8 @@ def predict_workers(*, wall_s_per_sample: float, cpu_s_per_sample: float, ceilin
                      f"{IO_WORKERS_PER_CPU} x {cpus} CPUs, at most {IO_WORKERS_MAX}"))
     if shm_free_bytes is not None and batch_bytes > 0:
         caps.append((int(shm_free_bytes // (2 * prefetch * batch_bytes)),
-                     f"/dev/shm: {shm_free_bytes >> 20} MiB free / (2 x prefetch {prefetch} x {batch_bytes >> 10} KiB batch)"))
+                     f"/dev/shm: {shm_free_bytes >> 20} MiB free "
+                     f"/ (2 x prefetch {prefetch} x {batch_bytes >> 10} KiB batch)"))
     if max_workers is None and mem_available_bytes and worker_bytes:
         caps.append((int(mem_available_bytes * 0.5 // worker_bytes),
                      f"RAM: half of {mem_available_bytes >> 20} MiB available / {worker_bytes >> 20} MiB per worker"))
@@ -226,7 +227,8 @@ def successive_halving(configs: Sequence[LoaderConfig], measure: Measure, deadli
         unmeasured = unmeasured or ([] if rounds else left_out)
         known = []
         rounds.append((window, tuple(measured)))
-        next_cost = window * eta * MEASURE_OVERHEAD + search.per_measurement  # the next round's windows are eta x longer
+        # the next round's windows are eta x longer
+        next_cost = window * eta * MEASURE_OVERHEAD + search.per_measurement
         reached = [m for m in measured if ceiling_samples_per_s
                    and m.samples_per_s >= early_stop * ceiling_samples_per_s]
         if reached or len(measured) <= 2 or left_out or clock() + next_cost > deadline:

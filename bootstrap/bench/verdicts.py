@@ -113,7 +113,8 @@ def affinity_check(f: VerdictFacts) -> Check:
     if f.local_ranks > 1:
         observed += f", {f.cpus} per rank"
     if f.workers and f.cpu_bound and f.workers > f.cpus:
-        return Check(cid, Status.WARN, observed + f", {f.workers} CPU-bound workers", "CPU-bound workers <= usable CPUs",
+        return Check(cid, Status.WARN, observed + f", {f.workers} CPU-bound workers",
+                     "CPU-bound workers <= usable CPUs",
                      f"cap the workers: --max-workers {f.cpus}",
                      "PyTorch warns past sched_getaffinity (#46867); throughput falls past the core count")
     return Check(cid, Status.OK, observed, "workers fit the usable CPUs")
@@ -147,15 +148,18 @@ def matmul_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Threshold
     if tflops is None:
         return Check(cid, Status.SKIP, "not measured", "")
     if f.device_type != "cuda":
-        return Check(cid, Status.SKIP, f"{tflops:.3f} TFLOP/s (CPU, fp32)", "", detail="CPU run: no dense peak to compare")
+        return Check(cid, Status.SKIP, f"{tflops:.3f} TFLOP/s (CPU, fp32)", "",
+                     detail="CPU run: no dense peak to compare")
     peak = dense_peak_tflops(f.gpu_name)
     if peak is None:
-        return Check(cid, Status.SKIP, f"{tflops:.0f} TFLOP/s", "", detail=f"dense peak of {f.gpu_name!r} unknown: report only")
+        return Check(cid, Status.SKIP, f"{tflops:.0f} TFLOP/s", "",
+                     detail=f"dense peak of {f.gpu_name!r} unknown: report only")
     ratio = tflops / peak
     status = _band(ratio, t.matmul_pass, t.matmul_warn)
     return Check(cid, status, f"{tflops:.0f} TFLOP/s = {ratio:.0%} of {peak:.0f} dense",
                  f">= {t.matmul_pass:.0%} (warn {t.matmul_warn:.0%})",
-                 "" if status is Status.OK else "check clocks and power (`nvidia-smi -q -d CLOCK,POWER,PERFORMANCE`), then `dcgmi diag -r 2`",
+                 "" if status is Status.OK
+                 else "check clocks and power (`nvidia-smi -q -d CLOCK,POWER,PERFORMANCE`), then `dcgmi diag -r 2`",
                  "MAMF reaches 80-87% on A100/H100")
 
 
@@ -171,7 +175,8 @@ def h2d_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thresholds) 
     observed = f"{pinned:.1f} GB/s pinned on PCIe Gen{gen} x{width} ({link:.1f} GB/s)"
     if gen < max_gen or width < max_width:
         return Check(cid, Status.FAIL, observed + f", link can do Gen{max_gen} x{max_width}",
-                     "link at its maximum under load", "reseat the GPU / check BIOS PCIe settings; `nvidia-smi -q -d PCIE`",
+                     "link at its maximum under load",
+                     "reseat the GPU / check BIOS PCIe settings; `nvidia-smi -q -d PCIE`",
                      "downtrained link (DCGM `pcie`)")
     ratio = pinned / link if link else 0.0
     status = _band(ratio, t.h2d_pass, t.h2d_warn)
@@ -210,17 +215,20 @@ def efficiency_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thres
     if eff is None:
         return Check(cid, Status.SKIP, "not measured", "", detail="needs the ceiling and tuned phases")
     status = _band(eff, t.efficiency_pass, t.efficiency_warn)
-    observed = f"{eff:.2f} (tuned {m.get('tuned_samples_per_s') or 0:.0f} / ceiling {m.get('ceiling_samples_per_s') or 0:.0f} samples/s)"
+    observed = (f"{eff:.2f} (tuned {m.get('tuned_samples_per_s') or 0:.0f} "
+                f"/ ceiling {m.get('ceiling_samples_per_s') or 0:.0f} samples/s)")
     expected = f">= {t.efficiency_pass:.2f} (warn {t.efficiency_warn:.2f})"
     cores = m.get("cores_per_device_needed")
     remedy = ""
     if status is not Status.OK:
-        remedy = (f"the loader needs ~{cores:.1f} cores at the ceiling rate: give the job more CPUs, cut per-sample work "
-                  "(pre-resize, --storage packed), or decode on the GPU (DALI)") if cores else "give the loader more CPUs"
+        remedy = (f"the loader needs ~{cores:.1f} cores at the ceiling rate: give the job more CPUs, "
+                  "cut per-sample work (pre-resize, --storage packed), or decode on the GPU (DALI)"
+                  if cores else "give the loader more CPUs")
     detail = "differential method: 1 - efficiency is the data-stall fraction"
     if f.device_type != "cuda" and status is Status.FAIL:
         status = Status.WARN
-        detail = "CPU run: the step and the loader workers share the cores, so a low figure is expected; never a fail here"
+        detail = ("CPU run: the step and the loader workers share the cores, so a low figure is expected; "
+                  "never a fail here")
     return Check(cid, status, observed, expected, remedy, detail)
 
 
@@ -260,7 +268,8 @@ def speedup_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
                      "workers deliver less than their measured cost predicts: look for thread oversubscription "
                      "(OMP_NUM_THREADS=1 in workers) or a slow collate",
                      "predicted = min(ceiling, W / l, CPUs / (c + step CPU)) / naive")
-    return Check(cid, Status.OK, observed, expected, detail="predicted = min(ceiling, W / l, CPUs / (c + step CPU)) / naive")
+    return Check(cid, Status.OK, observed, expected,
+                 detail="predicted = min(ceiling, W / l, CPUs / (c + step CPU)) / naive")
 
 
 def util_check(s: SamplerReport, f: VerdictFacts, t: Thresholds, trained: bool = True) -> Check:
@@ -269,14 +278,17 @@ def util_check(s: SamplerReport, f: VerdictFacts, t: Thresholds, trained: bool =
     cid = "bench.nvml_util"
     g = s.gpu
     if not trained:
-        return Check(cid, Status.SKIP, "no tuned windows ran", "", detail="see bench.tuned for what the budget left out")
+        return Check(cid, Status.SKIP, "no tuned windows ran", "",
+                     detail="see bench.tuned for what the budget left out")
     if g is None or not g.count or g.p95 is None or g.p5 is None:
-        return Check(cid, Status.SKIP, "no samples", "", detail=s.reason or ("CPU run" if f.device_type != "cuda" else ""))
+        return Check(cid, Status.SKIP, "no samples", "",
+                     detail=s.reason or ("CPU run" if f.device_type != "cuda" else ""))
     observed = f"mean {g.mean:.0f}%, p5 {g.p5:.0f}%, p50 {g.p50:.0f}%, p95 {g.p95:.0f}% ({g.count} samples)"
     expected = f"p95 >= {t.util_p95_pass:.0f}%, p5 >= {t.util_p5_pass:.0f}%"
     detail = f"{g.source}; supporting evidence only: 'a kernel ran during the sample period'"
     if g.p95 < t.util_p95_pass:
-        return Check(cid, Status.FAIL, observed, expected, "the GPU idles: see bench.efficiency and bench.stall_device_idle", detail)
+        return Check(cid, Status.FAIL, observed, expected,
+                     "the GPU idles: see bench.efficiency and bench.stall_device_idle", detail)
     if g.p5 < t.util_p5_pass:
         return Check(cid, Status.WARN, observed, expected, "idle bursts: a deeper prefetch or more workers", detail)
     return Check(cid, Status.OK, observed, expected, detail=detail)
@@ -299,11 +311,13 @@ def pss_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
     cid = "bench.worker_pss"
     growth = m.get("worker_pss_growth_pct")
     if growth is None:
-        return Check(cid, Status.SKIP, "not measured", "", detail="no loader workers, or /proc/PID/smaps_rollup unavailable")
+        return Check(cid, Status.SKIP, "not measured", "",
+                     detail="no loader workers, or /proc/PID/smaps_rollup unavailable")
     status = _band(growth / 100.0, t.pss_growth_pass, t.pss_growth_warn, higher_is_better=False)
     return Check(cid, status, f"{growth:+.1f}% over the tuned windows",
                  f"< {t.pss_growth_pass:.0%} (warn {t.pss_growth_warn:.0%})",
-                 "" if status is Status.OK else "keep the dataset index in numpy/Arrow arrays, not lists/dicts (PyTorch #13246)")
+                 "" if status is Status.OK
+                 else "keep the dataset index in numpy/Arrow arrays, not lists/dicts (PyTorch #13246)")
 
 
 def scaling_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
@@ -318,5 +332,6 @@ def scaling_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
     status = Status.OK if eff >= t.loader_scaling_pass else Status.WARN
     return Check(cid, status, f"S({workers:.0f}) / ({workers:.0f} x S(1)) = {eff:.2f}",
                  f">= {t.loader_scaling_pass:.2f} at W = min(8, CPUs - 1), at least 2",
-                 "" if status is Status.OK else "suspect thread oversubscription: set OMP_NUM_THREADS=1 / cv2.setNumThreads(0) in workers",
+                 "" if status is Status.OK
+                 else "suspect thread oversubscription: set OMP_NUM_THREADS=1 / cv2.setNumThreads(0) in workers",
                  "S(W): loader-only samples/s with W workers; below 1 / W, W workers deliver less than one")

@@ -132,7 +132,8 @@ def all_reduce_check(gathered: Sequence[Mapping[str, Any]], device_type: str, ba
     wrong = [g["rank"] for g in gathered if not g["all_reduce_ok"]]
     if wrong:
         return Check(cid, Status.FAIL, f"wrong sum on rank(s) {', '.join(map(str, sorted(wrong)))} of {n}", expected,
-                     f"`NCCL_DEBUG=INFO torchrun ... -m bootstrap verify --distributed` shows the {backend} transport in use")
+                     "`NCCL_DEBUG=INFO torchrun ... -m bootstrap verify --distributed` "
+                     f"shows the {backend} transport in use")
     timed = [g for g in gathered if g["all_reduce_s"]]
     if not timed:
         return Check(cid, Status.OK, "sums right; one rank: no bandwidth to measure", expected)

@@ -71,7 +71,8 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
     if options.save_facts is not None:
         check_output(options.save_facts, "--save-facts")  # before nvidia-smi may take its time
     if options.root is not None and not options.root.is_dir():
-        raise InputError("--root", f"{options.root} is not a directory", "give the project's directory (the one with envs/)")
+        raise InputError("--root", f"{options.root} is not a directory",
+                         "give the project's directory (the one with envs/)")
     if options.facts_path is not None:
         facts, source = load_facts(options.facts_path), str(options.facts_path)
     else:

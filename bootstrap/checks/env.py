@@ -143,7 +143,8 @@ def check_conda(state: EnvState, locked: Sequence[Any], installed: Sequence[Inst
         if got is None:
             problems.append(f"{entry.describe()} missing")
         elif (got.version, got.build) != (entry.version, entry.build):
-            problems.append(f"{entry.name}: {got.version} {got.build} installed, lock has {entry.version} {entry.build}")
+            problems.append(f"{entry.name}: {got.version} {got.build} installed, "
+                            f"lock has {entry.version} {entry.build}")
         elif got.sha256 and got.sha256 != entry.sha256:
             problems.append(f"{entry.name}: other artifact (sha256 {got.sha256[:12]}, lock {entry.sha256[:12]})")
     expected = f"{len(wanted)} locked conda packages (name, version, build, sha256)"

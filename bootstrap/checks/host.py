@@ -148,7 +148,8 @@ def _shm_remedy(host: HostFacts, size_gib: int) -> str:
         return (f"mount a memory-backed volume at /dev/shm (`emptyDir: {{medium: Memory, sizeLimit: {size_gib}Gi}}`), "
                 + lower)
     if host.container_hints:
-        return f"start the container with `docker run --ipc=host ...` or `docker run --shm-size={size_gib}g ...`, " + lower
+        return (f"start the container with `docker run --ipc=host ...` or `docker run --shm-size={size_gib}g ...`, "
+                + lower)
     return f"grow it: `sudo mount -o remount,size={size_gib}G /dev/shm`, " + lower
 
 

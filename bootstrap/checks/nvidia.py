@@ -69,7 +69,8 @@ def gpu_check(gpu: GpuFacts, os_name: str = "linux") -> Check:
     detail = "; ".join(gpu.missing)
     if gpu.remapped_rows_failed:
         return Check(cid, Status.FAIL, observed + ": row remapping failed", expected,
-                     f"this GPU needs service: drain it and open an RMA (`nvidia-smi -q -d ROW_REMAPPER -i {gpu.index}`)",
+                     "this GPU needs service: drain it and open an RMA "
+                     f"(`nvidia-smi -q -d ROW_REMAPPER -i {gpu.index}`)",
                      detail)
     if gpu.remapped_rows_pending or gpu.retired_pages_pending:
         return Check(cid, Status.WARN, observed + ": a memory remap/retirement is pending", expected,

@@ -16,14 +16,17 @@ from bootstrap.errors import InputError
 def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, int]:
     """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE as torchrun sets them, checked before any
     rendezvous (a RANK beyond WORLD_SIZE would wait there forever); InputError outside torchrun."""
-    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if not environ.get(name, "").strip()]
+    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+               if not environ.get(name, "").strip()]
     if missing:
         raise InputError("--distributed", f"{'/'.join(missing)} not set: not started by torchrun",
                          f"run `torchrun --nproc-per-node N -m bootstrap {verb} --distributed`")
     values = {name: _integer(environ, name, default) for name, default in
-              (("RANK", None), ("WORLD_SIZE", None), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1"), ("MASTER_PORT", None))}
+              (("RANK", None), ("WORLD_SIZE", None), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1"),
+               ("MASTER_PORT", None))}
     for name, low, high in (("WORLD_SIZE", 1, None), ("RANK", 0, values["WORLD_SIZE"] - 1),
-                            ("LOCAL_WORLD_SIZE", 1, values["WORLD_SIZE"]), ("LOCAL_RANK", 0, values["LOCAL_WORLD_SIZE"] - 1),
+                            ("LOCAL_WORLD_SIZE", 1, values["WORLD_SIZE"]),
+                            ("LOCAL_RANK", 0, values["LOCAL_WORLD_SIZE"] - 1),
                             ("MASTER_PORT", 1, 65535)):
         if values[name] < low or (high is not None and values[name] > high):
             bounds = f"{low}..{high}" if high is not None else f">= {low}"

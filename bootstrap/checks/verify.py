@@ -71,7 +71,8 @@ class VerifyResult:
 
     @property
     def exit_code(self) -> int:
-        """1 when a check failed; 130 (as `bench` and a shell say it) when that is the benchmark, cut short by Ctrl-C."""
+        """1 when a check failed; 130 (as `bench` and a shell say it) when that is the benchmark,
+        cut short by Ctrl-C."""
         return EXIT_INTERRUPTED if bench_interrupted(self.checks) else exit_code(self.checks)
 
     def extra(self) -> Dict[str, Any]:

@@ -1,4 +1,5 @@
-"""`python -m bootstrap bundle [ENV ...] [--platform P ...] [--mirror CANONICAL=URL ...] [--tools-python X.Y ...] [--no-tools] [-o FILE] [--json]`."""
+"""`python -m bootstrap bundle [ENV ...] [--platform P ...] [--mirror CANONICAL=URL ...]
+[--tools-python X.Y ...] [--no-tools] [-o FILE] [--json]`."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="the bundle to write (default: bundle-ENV-PLATFORM.tar here)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="package cache (default: ~/.cache/bootstrap)")
     parser.add_argument("--tools-python", action="append", default=[], metavar="X.Y",
-                        help="bundle the tools venv's wheels for this python3 of the nodes (repeatable; default: this one's)")
+                        help="bundle the tools venv's wheels for this python3 of the nodes "
+                             "(repeatable; default: this one's)")
     parser.add_argument("--no-tools", action="store_true",
                         help="leave the tools venv's wheels out (the nodes have one, or reach a PyPI mirror)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -57,12 +59,14 @@ def run(args: argparse.Namespace) -> int:
         pip=PipOptions(find_links=tuple(args.pip_find_links), no_index=args.pip_no_index),
     )
     with progress_feedback(sys.stderr.isatty() and not args.json) as feedback:
-        result = make_bundle(options, started=feedback.fetch_started, fetched=feedback.fetched, waiting=feedback.waiting)
+        result = make_bundle(options, started=feedback.fetch_started, fetched=feedback.fetched,
+                             waiting=feedback.waiting)
     if args.json:
         print(dumps("bootstrap.bundle-result", result.to_dict()))
     else:
         tools = ", ".join(f"Python {t.python_version} on {t.platform}" for t in options.tools) or "--no-tools"
-        print(f"{', '.join(result.envs)} [{', '.join(result.platforms)}]: {result.artifacts} conda archives and wheels, "
+        print(f"{', '.join(result.envs)} [{', '.join(result.platforms)}]: "
+              f"{result.artifacts} conda archives and wheels, "
               f"{result.tools_wheels} wheels of the tools venv ({tools}), {size_text(result.size)} in {result.path}")
         print(f"on the node: make env BUNDLE={result.path.name}   "
               f"(or python -m bootstrap env --bundle {result.path.name})")

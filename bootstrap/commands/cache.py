@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
         if stuck:
             print(f"could not remove {', '.join(f'{u.entries} {u.kind}' for u in stuck)} "
                   f"({size_text(sum(u.bytes for u in stuck))}): another user's? ask them, or their admin, to prune")
-    print(f"{cache_dir}: {size_text(sum(u.bytes for u in now))}" + ("" if cache_dir.exists() else " (does not exist yet)"))
+    print(f"{cache_dir}: {size_text(sum(u.bytes for u in now))}"
+          + ("" if cache_dir.exists() else " (does not exist yet)"))
     for u in now:
         print(f"  {u.kind:9} {u.entries:6} entries  {size_text(u.bytes):>10}")
     return EXIT_OK

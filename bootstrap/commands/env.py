@@ -1,4 +1,5 @@
-"""`python -m bootstrap env [ENV] [--lock FILE] [--prefix DIR] [--platform P] [--mirror C=URL ...] [--bundle FILE] [--dry-run] [--rollback] [--json]`."""
+"""`python -m bootstrap env [ENV] [--lock FILE] [--prefix DIR] [--platform P] [--mirror C=URL ...]
+[--bundle FILE] [--dry-run] [--rollback] [--json]`."""
 
 from __future__ import annotations
 
@@ -99,7 +100,8 @@ def progress_feedback(tty: bool):
         def fetched(entry) -> None:
             progress.update(task["id"], advance=1, description=f"fetched {entry.name}")
 
-        yield Feedback(notify=progress.console.print, waiting=progress.console.print, fetch_started=started, fetched=fetched)
+        yield Feedback(notify=progress.console.print, waiting=progress.console.print, fetch_started=started,
+                       fetched=fetched)
 
 
 def _summary(env: str, result, options) -> str:

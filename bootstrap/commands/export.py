@@ -25,7 +25,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pinned", action="store_true",
                         help="the full closure of each platform with hashes, as conda-lock's explicit files")
     parser.add_argument("--from-prefix", type=Path, metavar="DIR",
-                        help="export an existing environment (its conda-meta/history and pip packages) instead of a lock")
+                        help="export an existing environment (its conda-meta/history and pip packages) "
+                             "instead of a lock")
     parser.add_argument("--name", help="the `name:` to write (default: the spec's, or the prefix's directory name)")
     parser.add_argument("--channel", action="append", default=[], metavar="C",
                         help="write this channel (a name or an http(s) URL) instead of the recorded ones (repeatable), "
@@ -62,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
         env = args.env or project.default_env
         if args.pinned:
             if to_stdout and len(args.platform) != 1:
-                raise InputError("-o -", "--pinned writes one file per platform", "pick one with --platform P to print it")
+                raise InputError("-o -", "--pinned writes one file per platform",
+                                 "pick one with --platform P to print it")
             result = export_pinned(project, env, options, args.output if not to_stdout else None)
         else:
             result = export_env(project, env, options, output)

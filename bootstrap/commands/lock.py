@@ -47,10 +47,12 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         ignored = [flag for flag, given in (("--mirror", args.mirror), ("--dry-run", args.dry_run),
                                             ("--cache-dir", args.cache_dir), ("--pip-offline", args.pip_offline),
-                                            ("--pip-find-links", args.pip_find_links), ("--pip-no-index", args.pip_no_index))
+                                            ("--pip-find-links", args.pip_find_links),
+                                            ("--pip-no-index", args.pip_no_index))
                    if given]
         if ignored:
-            raise InputError(" ".join(ignored), "--check reads no channel and writes nothing", f"drop {' and '.join(ignored)}")
+            raise InputError(" ".join(ignored), "--check reads no channel and writes nothing",
+                             f"drop {' and '.join(ignored)}")
         return _check(project, envs, tuple(args.platform), args.json)
     return _lock(project, envs, args)
 
@@ -112,7 +114,8 @@ def _print_lock(result, root: Path) -> None:
     for diff in result.diffs:
         counts = result.counts[diff.platform]
         summary = "unchanged" if diff.empty else f"+{len(diff.added)} -{len(diff.removed)} ~{len(diff.changed)}"
-        print(f"  {diff.platform:<10} {counts['conda']:>3} conda {counts['pip']:>3} pip   {'new' if result.new else summary}")
+        print(f"  {diff.platform:<10} {counts['conda']:>3} conda {counts['pip']:>3} pip   "
+              f"{'new' if result.new else summary}")
         if result.new:
             continue
         for line in diff.added:

@@ -148,7 +148,8 @@ def _frame(sample, summary, args: argparse.Namespace, ascii_only: bool, gpu_coun
     head = f"{when}  {gpu_count} GPU{'s' if gpu_count != 1 else ''}"
     if not args.once:
         head += f", sample {summary.samples} every {args.interval:g} s (Ctrl-C for the summary)"
-    columns = f"{'GPU':>3}  {'NAME':<26} {'UTIL':>5}  {'MEMORY USED/TOTAL':>20}  {'TEMP':>5}  {'POWER/LIMIT':>13}  {'SM CLOCK':>9}"
+    columns = (f"{'GPU':>3}  {'NAME':<26} {'UTIL':>5}  {'MEMORY USED/TOTAL':>20}  {'TEMP':>5}  "
+               f"{'POWER/LIMIT':>13}  {'SM CLOCK':>9}")
     if not args.once:
         columns += f"  {'MEAN':>5} {'P95':>5}  RECENT"
     lines = [head, columns]
@@ -164,7 +165,8 @@ def _frame(sample, summary, args: argparse.Namespace, ascii_only: bool, gpu_coun
                      f"{sparkline(s.recent, ascii_only)}")
         lines.append(line)
         for proc in gpu.processes:
-            lines.append(f"{'':>5}pid {proc.pid:<8} {(proc.name or '?')[:24]:<24} {_unit(proc.memory_used_mib, 'MiB'):>12}")
+            lines.append(f"{'':>5}pid {proc.pid:<8} {(proc.name or '?')[:24]:<24} "
+                         f"{_unit(proc.memory_used_mib, 'MiB'):>12}")
     return "\n".join(lines)
 
 
@@ -173,10 +175,12 @@ def _summary(summary, ascii_only: bool) -> str:
 
     if not summary.samples:
         return "summary: no sample taken"
-    lines = [f"summary: {summary.samples} sample{'s' if summary.samples != 1 else ''} over {summary.duration_s:.{1 if summary.duration_s >= 0.1 else 3}f} s"]
+    lines = [f"summary: {summary.samples} sample{'s' if summary.samples != 1 else ''} over "
+             f"{summary.duration_s:.{1 if summary.duration_s >= 0.1 else 3}f} s"]
     for s in summary.per_gpu():
         parts = [
-            f"utilization mean {_pct(s.utilization_mean_pct)}, p95 {_pct(s.utilization_p95_pct)}, max {_pct(s.utilization_max_pct)}",
+            f"utilization mean {_pct(s.utilization_mean_pct)}, p95 {_pct(s.utilization_p95_pct)}, "
+            f"max {_pct(s.utilization_max_pct)}",
             f"memory peak {_unit(s.memory_used_peak_mib, 'MiB')}",
             f"power mean {_unit(_round(s.power_mean_w, 1), 'W')}",
             f"temperature max {_unit(s.temperature_max_c, 'C')}",

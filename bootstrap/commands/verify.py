@@ -1,4 +1,5 @@
-"""`python -m bootstrap verify [--prefix DIR] [--lock FILE] [--json] [--deep] [--no-bench] [--facts FILE] [--distributed] ...`.
+"""`python -m bootstrap verify [--prefix DIR] [--lock FILE] [--json] [--deep] [--no-bench] [--facts FILE]
+[--distributed] ...`.
 
 Inside the env (`make verify`): is it exactly the locked env, and does this
 machine's NVIDIA stack run it? Exit 0 when no check failed, 1 when one did,
@@ -41,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.facts is not None:
         clash = [flag for flag, value in (("--prefix", args.prefix), ("--deep", args.deep),
-                                          ("--save-facts", args.save_facts), ("--distributed", args.distributed)) if value]
+                                          ("--save-facts", args.save_facts), ("--distributed", args.distributed))
+                 if value]
         if clash:
             raise InputError(clash[0], "does not apply to --facts, which re-evaluates recorded facts without the env",
                              f"drop {clash[0]} or --facts")

@@ -156,7 +156,8 @@ class DriverFacts:
     def checked(self, path: str) -> "DriverFacts":
         """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
         if self.driver_version is not None and driver_tuple(self.driver_version) is None:
-            raise FieldError(f"{path}.driver_version: {self.driver_version!r} is not a driver version like '570.124.06'")
+            raise FieldError(f"{path}.driver_version: {self.driver_version!r} "
+                             "is not a driver version like '570.124.06'")
         if self.cuda_driver_version is not None and self.cuda_driver_version < 1000:
             raise FieldError(f"{path}.cuda_driver_version: {self.cuda_driver_version} is not a CUDA version "
                              "as NVML gives it (12080 = 12.8)")

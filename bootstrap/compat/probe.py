@@ -268,7 +268,8 @@ def load_facts(path: Path) -> Facts:
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError(path, "file not found", "record one with `python -m bootstrap doctor --save-facts FILE`") from None
+        raise InputError(path, "file not found",
+                         "record one with `python -m bootstrap doctor --save-facts FILE`") from None
     except (OSError, ValueError, RecursionError) as exc:
         raise InputError(path, f"not a readable JSON facts file ({exc})",
                          "record it again with `python -m bootstrap doctor --save-facts FILE`") from None

@@ -65,7 +65,8 @@ class TorchTarget:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], path: str = "torch") -> "TorchTarget":
-        """Read back `to_dict()`; a field of the wrong type, or a version that is none, is a FieldError naming `path`."""
+        """Read back `to_dict()`; a field of the wrong type, or a version that is none, is a FieldError
+        naming `path`."""
         return cls(**from_mapping(cls, raw, path)).checked(path)
 
     def checked(self, path: str) -> "TorchTarget":

@@ -50,7 +50,8 @@ def export_pinned(project: Project, env: str, options: ExportOptions = ExportOpt
     template = template or "{name}-{platform}.lock"
     if "{platform}" not in template and len(platforms) > 1:
         raise InputError("-o", f"'{template}' would hold {len(platforms)} platforms in one file",
-                         f"put {{platform}} in the name, e.g. -o '{name}-{{platform}}.lock', or pick one with --platform")
+                         f"put {{platform}} in the name, e.g. -o '{name}-{{platform}}.lock', "
+                         "or pick one with --platform")
     files: Dict[Path, str] = {}
     for platform in platforms:
         path = Path(template.replace("{platform}", platform).replace("{name}", name))
@@ -77,7 +78,8 @@ def _refuse_inputs(paths: Iterable[Path], project: Project, spec: EnvSpec, lock:
         target = write_target(path)
         for source, what in inputs.items():
             if target.exists() and source.exists() and os.path.samefile(target, source):
-                raise InputError(path, f"is the {what} this export is made from", "give -o another file, e.g. environment.yml")
+                raise InputError(path, f"is the {what} this export is made from",
+                                 "give -o another file, e.g. environment.yml")
 
 
 def _spec_and_lock(project: Project, env: str) -> Tuple[EnvSpec, Lock, List[str]]:

@@ -127,13 +127,15 @@ def _pip_lines(prefix: Path, records: Sequence[InstalledConda]) -> Tuple[Tuple[L
         # No REQUESTED files, or every one has it (an install with --no-deps from a full
         # lock marks everything requested): the distributions nothing else requires.
         needed = {canonical_pip(r) for d in dists for r in d.requires}
-        chosen, how = [d for d in dists if canonical_pip(d.name) not in needed], "the distributions nothing else requires"
+        chosen, how = ([d for d in dists if canonical_pip(d.name) not in needed],
+                       "the distributions nothing else requires")
     notes.append(f"requested pip packages taken from {how}")
     lines = []
     for dist in sorted(chosen, key=lambda d: canonical_pip(d.name)):
         line = _pip_dist_line(dist)
         if line is None:
-            notes.append(f"pip: {dist.name} {dist.version} was installed from a local path and is left out (not portable)")
+            notes.append(f"pip: {dist.name} {dist.version} was installed from a local path "
+                         "and is left out (not portable)")
         else:
             lines.append(line)
     return tuple(lines), notes

@@ -86,7 +86,8 @@ def check_options(options: ExportOptions) -> None:
     for channel in options.channels:
         parts = urlsplit(channel)
         if not channel.strip() or any(c.isspace() for c in channel) or ("://" in channel and not parts.netloc):
-            raise InputError("--channel", f"{channel!r} is not a channel", "give a channel name (conda-forge) or an http(s) URL")
+            raise InputError("--channel", f"{channel!r} is not a channel",
+                             "give a channel name (conda-forge) or an http(s) URL")
         check_channel("--channel", channel)
 
 
@@ -106,7 +107,8 @@ def portable_from_lock(spec: EnvSpec, lock: Lock, options: ExportOptions = Expor
 def chosen_platforms(lock: Lock, requested: Sequence[str]) -> Tuple[str, ...]:
     for platform in requested:
         if platform not in lock.platforms:
-            raise InputError("--platform", f"'{platform}' is not locked in {lock.path.name} ({', '.join(lock.platforms)})",
+            raise InputError("--platform",
+                             f"'{platform}' is not locked in {lock.path.name} ({', '.join(lock.platforms)})",
                              "add it to the spec's platforms and relock, or pick a locked one")
     return tuple(requested) or tuple(lock.platforms)
 
@@ -123,7 +125,8 @@ def _pin_conda(text: str, lock: Lock, platforms: Sequence[str]) -> Line:
     for platform in platforms:
         found = [p for p in lock.for_platform(platform, "conda") if p.name == name]
         if not found:
-            raise InputError(lock.path, f"{platform}: '{text}' is not locked", "the lock is stale: relock with `make lock`")
+            raise InputError(lock.path, f"{platform}: '{text}' is not locked",
+                             "the lock is stale: relock with `make lock`")
         versions[platform] = found[0].version
     return conda_line(prefix + name, versions, requested_build(text))
 
@@ -229,7 +232,8 @@ def _platform_groups(versions: Mapping[str, str]) -> List[Tuple[List[str], str]]
         if len({versions[p] for p in same_os}) == 1:
             groups.append((same_os, f'sys_platform == "{os_name}"'))
         else:
-            groups += [([p], f'sys_platform == "{os_name}" and platform_machine == "{_MARKER_ENV[p][1]}"') for p in same_os]
+            groups += [([p], f'sys_platform == "{os_name}" and platform_machine == "{_MARKER_ENV[p][1]}"')
+                       for p in same_os]
     return groups
 
 

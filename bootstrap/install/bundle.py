@@ -112,7 +112,8 @@ def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda 
     except OSError as exc:
         if not out_of_space(exc):
             raise
-        raise disk_full(f"bundling into {options.output}", {"bundle": options.output.parent, "package cache": options.cache_dir},
+        raise disk_full(f"bundling into {options.output}",
+                        {"bundle": options.output.parent, "package cache": options.cache_dir},
                         "nothing was written", "free space, or pass -o or --cache-dir on another disk") from None
     return BundleResult(path=options.output, envs=tuple(e["env"] for e in envs), platforms=options.platforms,
                         artifacts=len(entries), tools_wheels=len(members) - len(entries), size=size)
@@ -277,7 +278,8 @@ class Bundle:
         except (tarfile.TarError, OSError, ValueError) as exc:
             if _gzipped(path):  # gunzip takes only a name it knows the suffix of (.gz, .tgz)
                 name = path.name if path.name.endswith((".gz", ".tgz")) else f"{path.name}.gz"
-                remedy = f"it is gzip-compressed: `{'' if name == path.name else f'mv {path.name} {name} && '}gunzip {name}` first"
+                rename = "" if name == path.name else f"mv {path.name} {name} && "
+                remedy = f"it is gzip-compressed: `{rename}gunzip {name}` first"
             raise InputError(path, f"not a readable bundle ({exc})", remedy) from None
         if not isinstance(index, dict) or index.get("format") != FORMAT:
             raise InputError(path, f"no {INDEX} of format '{FORMAT}' in it", remedy)
@@ -299,7 +301,8 @@ class Bundle:
 
     def lacks(self) -> str:
         """What to add to the error when the bundle lacks an artifact and its URL fails too."""
-        made_from = ", ".join(f"{e['lock']} [{', '.join(map(str, e['platforms']))}]" for e in self.index.get("envs", []))
+        made_from = ", ".join(f"{e['lock']} [{', '.join(map(str, e['platforms']))}]"
+                              for e in self.index.get("envs", []))
         return (f"; it is not in the bundle {self.path} either, made from {made_from or 'no lock'}: "
                 "make the bundle again from this lock with `make bundle`")
 

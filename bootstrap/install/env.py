@@ -149,7 +149,8 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     started = time.perf_counter()
     if os.name == "nt":
         raise InputError("bootstrap env", "generations need POSIX symlinks and flock; Windows is not supported yet",
-                         f"install the lock with `micromamba create -f {options.lock_path.name}` or `conda-lock install`")
+                         f"install the lock with `micromamba create -f {options.lock_path.name}` "
+                         "or `conda-lock install`")
     check_cache_dir(options.cache_dir)
     lock = read_lock(options.lock_path)
     check_mirrors(options.mirrors, lock)
@@ -299,8 +300,8 @@ def _disk_full(layout: gens.Layout, options: EnvOptions, created: bool, started:
     is free now that any partial generation is gone, and that the env is as it was."""
     outcome = ("nothing was created" if created else
                "the env is unchanged and the half-built generation removed" if started else "the env is unchanged")
-    return disk_full(f"building {options.prefix}", {"env": layout.gens_dir, "package cache": options.cache_dir}, outcome,
-                     "free space, or move the env with --prefix or the package cache with --cache-dir")
+    return disk_full(f"building {options.prefix}", {"env": layout.gens_dir, "package cache": options.cache_dir},
+                     outcome, "free space, or move the env with --prefix or the package cache with --cache-dir")
 
 
 def _requested_conda_specs(lock: Lock) -> list[str]:

@@ -176,7 +176,8 @@ def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirro
                 f"(fetched from {scrub_credentials(source.label)}); nothing was installed. {source.mismatch}"
             )
         if entry.md5 and md5 != entry.md5:
-            raise IntegrityError(f"{entry.filename}: md5 {md5} does not match the lock's {entry.md5}; nothing was installed")
+            raise IntegrityError(f"{entry.filename}: md5 {md5} does not match the lock's {entry.md5}; "
+                                 "nothing was installed")
         if entry.manager == "conda":  # a wheel is uv's to unpack, as when uv fetched it
             check_archive_paths(Path(tmp), entry.filename)
         os.replace(tmp, target)
@@ -277,12 +278,13 @@ def _copy_hashing(source: Source, out, entry: LockedPackage, stop: Optional[thre
                 copied += len(block)
                 stalled = floor.stalled(len(block))
                 if stalled:
-                    raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: {stalled}; "
-                                     f"nothing was installed ({source.remedy})")
+                    raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: "
+                                     f"{stalled}; nothing was installed ({source.remedy})")
     except (OSError, http.client.HTTPException) as exc:
         if out_of_space(exc):  # writing into the store, not reading the source
             raise
-        raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: {exc} ({source.remedy})") from None
+        raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: "
+                         f"{exc} ({source.remedy})") from None
     if expected is not None and copied < expected:
         # http.client ends a short body quietly; hashing it would blame the lock or the mirror's bytes.
         raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: connection closed "
@@ -372,7 +374,8 @@ def _check_member(filename: str, member) -> None:
         base = "" if member.islnk() else posixpath.dirname(member.name)
         target = member.linkname if member.linkname.startswith("/") else posixpath.join(base, member.linkname)
         if _escapes(target):
-            raise IntegrityError(f"{filename}: refused: link '{member.name}' -> '{member.linkname}' points outside the prefix")
+            raise IntegrityError(f"{filename}: refused: link '{member.name}' -> '{member.linkname}' "
+                                 "points outside the prefix")
 
 
 def _check_paths_json(label: str, data: bytes) -> None:

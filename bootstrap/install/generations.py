@@ -293,7 +293,8 @@ def previous(layout: Layout) -> int:
     if not older and newer:  # a second --rollback: two generations are kept, and this is the older one
         raise InputError(layout.stable, f"no earlier generation to roll back to: it points at generation {current}, "
                          f"rolled back from {newer[-1]} already, and only the one before the current is kept",
-                         "`make env` goes forward to the lock again; for an older lock, check it out and run `make env`")
+                         "`make env` goes forward to the lock again; "
+                         "for an older lock, check it out and run `make env`")
     if not older:
         raise InputError(layout.stable, "no earlier generation to roll back to (there is none after the first install, "
                          "and a change that failed while installing uses up the retired one)",

@@ -108,7 +108,8 @@ def _rattler_install(conda: Sequence[LockedPackage], to_link: Sequence[LockedPac
             alternative_target_prefix=target.stable,
             config=link_config(e.url for e in conda),
             package_cache=rattler.PackageCache.new_layered(
-                [pkgs], validation_mode=rattler.ValidationMode.full() if full_validation else rattler.ValidationMode.skip()),
+                [pkgs],
+                validation_mode=rattler.ValidationMode.full() if full_validation else rattler.ValidationMode.skip()),
         )
 
     asyncio.run(install())

@@ -30,8 +30,8 @@ def remove(dists: Sequence[InstalledPip], partial: Path, stable: Path, held: Seq
     notes = _drop_unlisted(dists, partial)
     names = sorted({d.name for d in dists if os.path.lexists(d.dist_info)})
     if names:
-        done = _run_uv([uv_binary(PipOptions()), "pip", "uninstall", "--python", str(python_executable(partial)), *names],
-                       timeout=600, held=held)
+        done = _run_uv([uv_binary(PipOptions()), "pip", "uninstall", "--python", str(python_executable(partial)),
+                        *names], timeout=600, held=held)
         if done.returncode != 0:
             raise ToolError(f"uv pip uninstall failed in {stable}: {_uv_message(done, partial, stable)}")
     return notes
@@ -60,7 +60,8 @@ def install(entries: Sequence[LockedPackage], partial: Path, stable: Path, wheel
     finally:
         requirements.unlink()
     if done.returncode != 0:
-        forget_verified([wheels[e.name] for e in entries])  # if a stored wheel changed unseen, the next run's hashing finds it
+        # if a stored wheel changed unseen, the next run's hashing finds it
+        forget_verified([wheels[e.name] for e in entries])
         raise _pip_failure(_uv_message(done, partial, stable), stable)
     for dist_info, entry in _installed_from(partial, local):
         _finish_wheel(dist_info, entry, partial, stable)
@@ -110,7 +111,8 @@ def _in_env(text: str, partial: Path, stable: Path) -> str:
 
 def _pip_failure(message: str, stable: Path):
     if "hash" in message.lower() and "mismatch" in message.lower():
-        return IntegrityError("a wheel does not match the lock's sha256 (its copy in the package cache damaged on disk?); "
+        return IntegrityError("a wheel does not match the lock's sha256 "
+                              "(its copy in the package cache damaged on disk?); "
                               f"nothing was installed, and the next run hashes the cached wheels again: {message}")
     return ToolError(f"uv pip install failed in {stable}: {message}")
 

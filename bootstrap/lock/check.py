@@ -82,7 +82,8 @@ def check_env(project: Project, env: str, platforms: tuple[str, ...] = ()) -> Ch
     spec = read_spec(project.spec_path(env))
     for platform in platforms:
         if platform not in spec.platforms:
-            raise InputError("--platform", f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
+            raise InputError("--platform",
+                             f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
                              f"check one of them, or add it to `platforms:` in {spec.path.name}")
     vpkgs_path = project.virtual_packages_path
     read_virtual_packages(vpkgs_path)  # validates it; the hash below covers its content
@@ -127,7 +128,8 @@ def hash_staleness(spec_path: Path, vpkgs_path: Path, lock: Lock) -> list[Stale]
     if lock.custom.get(META_INPUTS) == inputs_digest(spec_path, vpkgs_path, lock.content_hash):
         return []  # inputs byte-identical to those the recorded hashes were computed from
     return [
-        Stale(platform, "content_hash", f"does not match {spec_path.name} + {vpkgs_path.name} (conda-lock --check-input-hash would relock)")
+        Stale(platform, "content_hash",
+              f"does not match {spec_path.name} + {vpkgs_path.name} (conda-lock --check-input-hash would relock)")
         for platform in lock.platforms
         if not conda_lock_accepts_hash(spec_path, vpkgs_path, platform, lock.content_hash.get(platform, ""))
     ]
@@ -177,7 +179,8 @@ def _conda_not_closed(platform: str, locked: list[LockedPackage]) -> list[Stale]
                 out.append(Stale(platform, f"{name} (needed by {entry.name})", "missing from the lock"))
             elif constraint != "*" and not _parsed(f"package {entry.name}.dependencies.{name}",
                                                    lambda: MatchSpec(f"{name} {constraint}")).matches(record):  # noqa: B023
-                out.append(Stale(platform, f"{name} {constraint} (needed by {entry.name})", f"locked {by_name[name].version} does not match"))
+                out.append(Stale(platform, f"{name} {constraint} (needed by {entry.name})",
+                                 f"locked {by_name[name].version} does not match"))
     return out
 
 
@@ -212,7 +215,8 @@ def _not_needed(platform: str, spec: EnvSpec, requirements: list[tuple[str, Any]
 
     out = []
     roots = {m.name.normalized for m in match_specs(spec)}
-    for manager, locked, names in (("conda", conda, roots), ("pip", pip, {canonicalize_name(r.name) for _, r in requirements})):
+    for manager, locked, names in (("conda", conda, roots),
+                                   ("pip", pip, {canonicalize_name(r.name) for _, r in requirements})):
         key = (lambda name: name) if manager == "conda" else canonicalize_name
         by_name = {key(p.name): p for p in locked}
         reached, todo = set(), [n for n in names if n in by_name]

@@ -48,7 +48,8 @@ def solve_conda(
     client = rattler.Client([rattler.networking.MirrorMiddleware(http_mirrors)]) if http_mirrors else None
     gateway = rattler.Gateway(cache_dir=cache_dir, client=client)
     vpkgs = [
-        rattler.GenericVirtualPackage(rattler.PackageName(v.name), rattler.Version(v.version), rattler.BuildString(v.build or "0"))
+        rattler.GenericVirtualPackage(rattler.PackageName(v.name), rattler.Version(v.version),
+                                      rattler.BuildString(v.build or "0"))
         for v in virtual_packages
     ]
     try:
@@ -106,7 +107,8 @@ def _fetch_failure(spec: EnvSpec, platform: str, mirrors: Sequence[Mirror], exc:
         return (f"cannot fetch repodata for {platform} from {served}: {_first_line(exc)} "
                 f"(is the mirror up? check --mirror {used[0].canonical}=URL_OR_DIR)")
     return (f"cannot fetch repodata for {platform} from {', '.join(spec.channel_urls)}: {_first_line(exc)} "
-            f"(offline or behind a firewall? serve the channel from a mirror: --mirror {spec.channel_urls[0]}=URL_OR_DIR)")
+            "(offline or behind a firewall? serve the channel from a mirror: "
+            f"--mirror {spec.channel_urls[0]}=URL_OR_DIR)")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -38,7 +38,8 @@ class Mirror:
             # Package paths are appended to the mirror's: `.../conda-forge?token=x/linux-64/...` fetches nothing.
             # Scrubbed whole, then cut: an unencoded `#` or `?` in a password splits it where urlsplit looks.
             shown = re.split(r"[?#]", scrub_credentials(target), maxsplit=1)[0]  # a query may hold a token too
-            raise InputError(f"--mirror {canonical}={shown}?...", "a mirror URL cannot carry a query string or fragment: "
+            raise InputError(f"--mirror {canonical}={shown}?...",
+                             "a mirror URL cannot carry a query string or fragment: "
                              "package paths are appended to it",
                              "put a token in the path (https://host/t/TOKEN/conda-forge) or as user:password@host "
                              "(a `#` or `?` in a password written %23 or %3F)")

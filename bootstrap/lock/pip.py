@@ -147,7 +147,8 @@ def resolve_pip(
         # uv may not serve a `name @ URL` wheel from its cache, so that one asks again online.
         # Without the edges every dependency would be locked as needed by nothing (stale).
         annotate = [*base, "--annotation-style", "line"]
-        annotated = runner(annotate if options.offline else [*annotate, "--offline"], env=target.env, cwd=tmp, timeout=120)
+        annotated = runner(annotate if options.offline else [*annotate, "--offline"], env=target.env, cwd=tmp,
+                           timeout=120)
         if annotated.returncode != 0 and not options.offline:
             annotated = runner(annotate, env=target.env, cwd=tmp, timeout=600)
         _raise_for(annotated, spec, target)
@@ -196,7 +197,8 @@ def _parse_pylock(text: str, target: Target) -> list[tuple[str, str, str, str]]:
             at = f" at {archive['url']}" if archive.get("url") else ""
             raise SolveError(f"{package['name']} {package.get('version')}: no wheel for {target.python_platform}{at}")
         if has_credentials(wheel["url"]):  # uv drops user:password@ itself, not anaconda.org's /t/TOKEN/
-            raise SolveError(f"{package['name']} {package['version']}: the wheel's URL {scrub_credentials(wheel['url'])} "
+            raise SolveError(f"{package['name']} {package['version']}: "
+                             f"the wheel's URL {scrub_credentials(wheel['url'])} "
                              "carries a token, which the lock (committed, shared) would hold (serve the index "
                              "without one in its URL; uv reads credentials from ~/.netrc)")
         out.append((package["name"], package["version"], wheel["url"], wheel["hashes"]["sha256"]))

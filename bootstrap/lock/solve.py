@@ -99,7 +99,8 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
         seconds["conda_solve"] = time.perf_counter() - started
 
         started = time.perf_counter()
-        targets = [target_for(p, _python_version(spec, p, records), vpkgs) for p, records in conda.items()] if spec.pip else []
+        targets = ([target_for(p, _python_version(spec, p, records), vpkgs) for p, records in conda.items()]
+                   if spec.pip else [])
         pip = resolve_all(spec, targets, options.pip)
         seconds["pip_resolve"] = time.perf_counter() - started
 
@@ -136,7 +137,8 @@ def _read_old_lock(lock_path: Path, root: Path) -> Optional[Lock]:
     try:
         return read_lock(lock_path)
     except InputError as exc:
-        fix = f"left as it is: restore it (e.g. `git checkout {os.path.relpath(lock_path, root)}`) or remove it, then lock again"
+        fix = (f"left as it is: restore it (e.g. `git checkout {os.path.relpath(lock_path, root)}`) "
+               "or remove it, then lock again")
         raise InputError(exc.where, exc.problem, fix) from None
 
 
@@ -150,7 +152,8 @@ def _check_writable(lock_path: Path) -> None:
 def _platforms_to_solve(spec: EnvSpec, requested: tuple[str, ...]) -> tuple[str, ...]:
     for platform in requested:
         if platform not in spec.platforms:
-            raise InputError("--platform", f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
+            raise InputError("--platform",
+                             f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
                              f"add it to `platforms:` in {spec.path.name} first")
     return tuple(requested) or spec.platforms
 

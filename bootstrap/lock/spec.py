@@ -112,7 +112,8 @@ def load_yaml(path: Path, text: Optional[str] = None) -> Any:
         text = read_text(path)
     # libyaml recurses in C and crashes the process on deeply nested input (tens of thousands of
     # `[`); PyYAML's own parser stops with a RecursionError. Real specs and locks have a few dozen.
-    loader = _unique_keys_loader(pure=text.count("[") + text.count("{") > _MANY_BRACKETS or bool(_NESTED_ON_A_LINE.search(text)))
+    loader = _unique_keys_loader(pure=text.count("[") + text.count("{") > _MANY_BRACKETS
+                                 or bool(_NESTED_ON_A_LINE.search(text)))
     try:
         return yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
     except RecursionError:
@@ -200,7 +201,8 @@ def read_spec(path: Path) -> EnvSpec:
         raise InputError(path, "platforms: missing", "add e.g. `platforms: [linux-64, osx-arm64, win-64]`")
     for platform in platforms:
         if platform not in KNOWN_PLATFORMS:
-            raise InputError(path, f"platforms: unknown platform '{platform}'", f"use one of {', '.join(KNOWN_PLATFORMS)}")
+            raise InputError(path, f"platforms: unknown platform '{platform}'",
+                             f"use one of {', '.join(KNOWN_PLATFORMS)}")
     conda, pip = _dependencies(path, data.get("dependencies"))
     return EnvSpec(path, name, tuple(channels), tuple(platforms), tuple(conda), tuple(pip))
 
@@ -285,11 +287,13 @@ def read_virtual_packages(path: Path) -> VirtualPackages:
     data = load_yaml(path)
     subdirs = data.get("subdirs") if isinstance(data, dict) else None
     if not isinstance(subdirs, dict) or set(data) != {"subdirs"}:
-        raise InputError(path, "expected exactly one top-level key `subdirs`", "see conda-lock's virtual-packages.yml format")
+        raise InputError(path, "expected exactly one top-level key `subdirs`",
+                         "see conda-lock's virtual-packages.yml format")
     by_platform = {}
     for platform, entry in subdirs.items():
         if platform not in KNOWN_PLATFORMS:
-            raise InputError(path, f"subdirs: unknown platform '{platform}'", f"use one of {', '.join(KNOWN_PLATFORMS)}")
+            raise InputError(path, f"subdirs: unknown platform '{platform}'",
+                             f"use one of {', '.join(KNOWN_PLATFORMS)}")
         packages = entry.get("packages") if isinstance(entry, dict) else None
         if not isinstance(packages, dict) or set(entry) != {"packages"}:
             raise InputError(path, f"subdirs.{platform}: expected `packages: {{__name: version}}`")

@@ -91,7 +91,8 @@ class PlatformDiff:
         return not (self.added or self.removed or self.changed)
 
 
-def diff_locks(old: Sequence[LockedPackage], new: Sequence[LockedPackage], platforms: Iterable[str]) -> list[PlatformDiff]:
+def diff_locks(old: Sequence[LockedPackage], new: Sequence[LockedPackage],
+               platforms: Iterable[str]) -> list[PlatformDiff]:
     """Per platform: which packages were added, removed or changed version/build."""
     out = []
     for platform in platforms:
@@ -102,7 +103,8 @@ def diff_locks(old: Sequence[LockedPackage], new: Sequence[LockedPackage], platf
         changed = tuple(
             f"{k[1]} {before[k].version}{_build(before[k])} -> {after[k].version}{_build(after[k])}"
             for k in sorted(before.keys() & after.keys())
-            if (before[k].version, before[k].build, before[k].sha256) != (after[k].version, after[k].build, after[k].sha256)
+            if (before[k].version, before[k].build, before[k].sha256)
+               != (after[k].version, after[k].build, after[k].sha256)
         )
         out.append(PlatformDiff(platform, added, removed, changed))
     return out

@@ -49,7 +49,8 @@ class MonitorResult:
 
 
 def monitor_result(summary: RunningSummary, interval_s: Optional[float], gpu_count: int, notes: Tuple[str, ...],
-                   log_path: Optional[Path] = None, log_format: Optional[str] = None, log_rows: int = 0) -> MonitorResult:
+                   log_path: Optional[Path] = None, log_format: Optional[str] = None,
+                   log_rows: int = 0) -> MonitorResult:
     """The result of a run whose samples went into `summary`."""
     return MonitorResult(available=True, reason=None, interval_s=interval_s, samples=summary.samples,
                          duration_s=summary.duration_s, gpu_count=gpu_count, gpus=tuple(summary.per_gpu()),
