@@ -102,7 +102,8 @@ def seal_check_off():
 
 
 def solved_records(channel: Path, specs: list[str]) -> list:
-    return asyncio.run(rattler.solve(sources=[rattler.Channel(channel.as_uri())], specs=[rattler.MatchSpec(s) for s in specs],
+    return asyncio.run(rattler.solve(sources=[rattler.Channel(channel.as_uri())],
+                                     specs=[rattler.MatchSpec(s) for s in specs],
                                      platforms=["linux-64", "noarch"], virtual_packages=[]))
 
 
@@ -127,8 +128,10 @@ def verdicts(fresh, noop, first, later) -> str:
         return statistics.median(o / r for o, r in zip(*pairs))
 
     checks = [("fresh create", ratio(fresh), 1.15, "x"), ("no-op", statistics.median(noop[0]), 0.3, " s"),
-              ("first change", ratio(tuple(zip(*first))), 2.0, "x"), ("later changes", ratio(tuple(zip(*later))), 2.0, "x")]
-    return "targets: " + "; ".join(f"{name} {value:.2f}{unit} <= {limit:g}{unit} {'met' if value <= limit else 'MISSED'}"
+              ("first change", ratio(tuple(zip(*first))), 2.0, "x"),
+              ("later changes", ratio(tuple(zip(*later))), 2.0, "x")]
+    return "targets: " + "; ".join(f"{name} {value:.2f}{unit} <= {limit:g}{unit} "
+                                   f"{'met' if value <= limit else 'MISSED'}"
                                    for name, value, limit, unit in checks)
 
 
@@ -190,7 +193,8 @@ def main(argv: list[str]) -> int:
         tmp = Path(tmp_name)
         specs = [runnable_python_spec(), pip_spec(), *(package(i) for i in range(packages))]
         if args.big_mb:
-            specs.append(PackageSpec("bigdata", "1.0", noarch="generic", files={"lib/libbig.so": bytes(args.big_mb << 20)}))
+            specs.append(PackageSpec("bigdata", "1.0", noarch="generic",
+                                     files={"lib/libbig.so": bytes(args.big_mb << 20)}))
         updates = [f"1.{k}" for k in range(1, runs + 2)]  # 1.1 for first changes, then `runs` later ones
         channel = build_channel(tmp / "channel", specs + [package(7, v) for v in updates])
         names = [f"pkg{i:02d}" for i in range(packages)] + (["bigdata"] if args.big_mb else [])
@@ -238,7 +242,8 @@ def main(argv: list[str]) -> int:
         cli(stable)
         noop = paired(lambda _i: cli(stable),
                       lambda _i: raw_install(records["1.0"], raw_prefix, cache / "pkgs", True), runs)
-        bare = statistics.median(timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True, env=child_env))
+        bare = statistics.median(timed(lambda: subprocess.run([sys.executable, "-c", "pass"],
+                                                              check=True, env=child_env))
                                  for _ in range(runs))
 
         # Every version locked once (not timed) and extracted + sealed once, so neither side pays extraction below.
@@ -301,7 +306,8 @@ def main(argv: list[str]) -> int:
         print("bootstrap fresh create, last run: " + ", ".join(f"{k} {v:.3f}s" for k, v in breakdown.items()))
         for made, runs_seconds in steps.items():  # `link` is rattler's linking and what bootstrap does around it
             medians = {k: statistics.median(s.get(k, 0.0) for s in runs_seconds) for k in runs_seconds[-1]}
-            print(f"bootstrap change from a {made} generation, medians: " + ", ".join(f"{k} {v:.3f}s" for k, v in medians.items()))
+            print(f"bootstrap change from a {made} generation, medians: "
+                  + ", ".join(f"{k} {v:.3f}s" for k, v in medians.items()))
         print(f"no-op rerun includes interpreter start ({bare:.3f} s for `python -c pass`); raw no-op is in-process")
         print(f"raw's rattler.install builds an HTTP client each call ({client_build() * 1000:.1f} ms, TLS set up); "
               "bootstrap's link step, which never downloads, gives rattler one that cannot (env.link_config)")

@@ -81,7 +81,8 @@ def one_run(label: str, spec: WorkloadSpec, budget: float) -> Dict[str, Any]:
         "naive": m.get("naive_samples_per_s"), "tuned": m.get("tuned_samples_per_s"),
         "ceiling": m.get("ceiling_samples_per_s"), "speedup": m.get("speedup"),
         "predicted": m.get("predicted_speedup"), "workers": result.best.num_workers if result.best else None,
-        "w_star": result.tuning.predicted_workers, "tune_s": result.tuning.seconds, "tune_budget_s": result.tuning.budget_s,
+        "w_star": result.tuning.predicted_workers, "tune_s": result.tuning.seconds,
+        "tune_budget_s": result.tuning.budget_s,
         "c_ms": 1000 * (m.get("cpu_s_per_sample") or 0), "l_ms": 1000 * (m.get("wall_s_per_sample") or 0),
         "sampler_pct": result.sampler.overhead_pct, "sampler_polls": result.sampler.polls,
         "efficiency": m.get("efficiency"),
@@ -200,8 +201,10 @@ def main() -> int:
     print(header)
     for r in runs:
         print(f"{r['workload']:<12} {r['budget_s']:>6.0f} {_f(r['naive'], '>8.1f')} {_f(r['tuned'], '>8.1f')} "
-              f"{_f(r['w_star'], '>3')} {_f(r['workers'], '>3')} {_f(r['speedup'], '>6.2f')}x {_f(r['predicted'], '>6.2f')}x "
-              f"{_f(r['ratio'], '>5.2f')} {_f(r['efficiency'], '>5.2f')} {r['tune_s']:>5.1f}/{r['tune_budget_s']:<5.1f} "
+              f"{_f(r['w_star'], '>3')} {_f(r['workers'], '>3')} "
+              f"{_f(r['speedup'], '>6.2f')}x {_f(r['predicted'], '>6.2f')}x "
+              f"{_f(r['ratio'], '>5.2f')} {_f(r['efficiency'], '>5.2f')} "
+              f"{r['tune_s']:>5.1f}/{r['tune_budget_s']:<5.1f} "
               f"{r['run_s']:>5.1f}/{r['budget_s']:<5.0f} {r['sampler_pct']:>7.2f}% {r['tuned_check']:>5}")
     print("  ratio = measured speedup / speedup predicted from measured costs (target >= 0.8); "
           "tune s / run s = time used / budget (target: inside); sampler = its thread's CPU / wall (target < 1%); "

@@ -58,7 +58,8 @@ def package(index: int) -> PackageSpec:
 
 
 def build_env(tmp: Path) -> Path:
-    channel = build_channel(tmp / "channel", [runnable_python_spec(), pip_spec(), *(package(i) for i in range(PACKAGES))])
+    channel = build_channel(tmp / "channel",
+                            [runnable_python_spec(), pip_spec(), *(package(i) for i in range(PACKAGES))])
     bulk = {f"bulkwheel/sub{i // 500:02d}/m{i:05d}.py": f"X = {i}\n" for i in range(WHEEL_FILES)}
     wheels = build_wheelhouse(tmp / "wheels", [WheelSpec("bulkwheel", "1.0", files=bulk), WheelSpec("gamma", "0.5")])
     conda = (f"python={SHORT}.*", "pip", *[f"pkg{i:02d}" for i in range(PACKAGES)])
