@@ -123,10 +123,12 @@ def test_round_trip_through_conda_lock_and_our_lock(locked: Project, fixture_cha
     out = tmp_path / "environment.yml"
     assert export("--root", str(locked.root), "-o", str(out)) == 0
     data = yaml.safe_load(out.read_text())
-    assert data["dependencies"] == ["python=3.10.19", "pip=25.0", "torchlike=1.0", {"pip": ["alpha==1.1", "gamma==0.5"]}]
+    assert data["dependencies"] == ["python=3.10.19", "pip=25.0", "torchlike=1.0",
+                                    {"pip": ["alpha==1.1", "gamma==0.5"]}]
 
     parsed = conda_lock_parse(out, locked.virtual_packages_path)
-    assert all(deps[("pip", "alpha")] == "==1.1" and deps[("conda", "torchlike")] == "1.0.*" for deps in parsed.values())
+    assert all(deps[("pip", "alpha")] == "==1.1" and deps[("conda", "torchlike")] == "1.0.*"
+               for deps in parsed.values())
 
     again = Project(tmp_path / "again")
     (again.root / "envs").mkdir(parents=True)
@@ -136,7 +138,8 @@ def test_round_trip_through_conda_lock_and_our_lock(locked: Project, fixture_cha
     before, after = read_lock(locked.lock_path("py310")), read_lock(again.lock_path("py310"))
     assert versions(after) == versions(before)
     # Builds are not pinned, yet the same machine description picks the same ones (CUDA on linux).
-    assert {(p.platform, p.name, p.build) for p in after.packages} == {(p.platform, p.name, p.build) for p in before.packages}
+    assert ({(p.platform, p.name, p.build) for p in after.packages}
+            == {(p.platform, p.name, p.build) for p in before.packages})
 
 
 @pytest.mark.slow
@@ -192,18 +195,20 @@ def test_json_names_each_file_written(locked: Project, tmp_path: Path, capsys):
     printed, err = capsys.readouterr()
     data = json.loads(printed)  # stdout holds the envelope only: no "wrote" line
     assert data == {"format": "bootstrap.export", "version": 1, "kind": "portable", "name": "py310",
-                    "source": "envs/py310.yml pinned to conda-lock.yml", "platforms": ["linux-64", "osx-arm64", "win-64"],
+                    "source": "envs/py310.yml pinned to conda-lock.yml",
+                    "platforms": ["linux-64", "osx-arm64", "win-64"],
                     "files": [{"path": str(out), "bytes": out.stat().st_size,
                                "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}], "notes": data["notes"]}
-    assert data["notes"] == ["some pip packages were locked from local files, not PyPI; the portable file installs them "
-                             "from the teammate's index (use --pinned for the exact artifacts)"]
+    assert data["notes"] == ["some pip packages were locked from local files, not PyPI; the portable file "
+                             "installs them from the teammate's index (use --pinned for the exact artifacts)"]
     assert err == f"note: {data['notes'][0]}\n"  # notes go to stderr, as without --json
     template = str(tmp_path / "{name}-{platform}.lock")
     assert export("--root", str(locked.root), "--pinned", "--platform", "win-64", "--platform", "linux-64",
                   "-o", template, "--json") == 0
     data = json.loads(capsys.readouterr().out)
     assert (data["kind"], data["source"], data["platforms"]) == ("pinned", "conda-lock.yml", ["win-64", "linux-64"])
-    assert [f["path"] for f in data["files"]] == [str(tmp_path / "py310-win-64.lock"), str(tmp_path / "py310-linux-64.lock")]
+    assert [f["path"] for f in data["files"]] == [str(tmp_path / "py310-win-64.lock"),
+                                                  str(tmp_path / "py310-linux-64.lock")]
 
 
 def test_json_from_a_prefix_carries_the_notes_and_stdout_cannot_hold_both(conda_prefix: Path, tmp_path: Path, capsys):
@@ -246,7 +251,8 @@ def synthetic(packages, platforms=("linux-64", "osx-arm64", "win-64")) -> Lock:
                       "0" * 32 if manager == "conda" else None, "h0" if manager == "conda" else None)
         for manager, name, by_platform in packages for platform, version in by_platform.items()
     )
-    return Lock(Path("conda-lock.yml"), {p: "x" for p in platforms}, ("conda-forge",), tuple(platforms), (), {}, entries)
+    return Lock(Path("conda-lock.yml"), {p: "x" for p in platforms}, ("conda-forge",), tuple(platforms), (), {},
+                entries)
 
 
 def test_versions_that_differ_per_platform(tmp_path: Path):
@@ -298,7 +304,8 @@ def test_two_platforms_of_one_os_get_a_machine_marker():
     lock = synthetic([("conda", "python", {"osx-64": "3.10.19", "osx-arm64": "3.10.19", "linux-64": "3.10.19"}),
                       ("pip", "numpy", {"osx-64": "2.2.5", "osx-arm64": "2.2.6", "linux-64": "2.2.6"})],
                      platforms=("linux-64", "osx-64", "osx-arm64"))
-    spec = EnvSpec(Path("envs/py310.yml"), "py310", ("conda-forge",), lock.platforms, ("python",), ("numpy; python_version >= '3'",))
+    spec = EnvSpec(Path("envs/py310.yml"), "py310", ("conda-forge",), lock.platforms, ("python",),
+                   ("numpy; python_version >= '3'",))
     pip = [line.text for line in portable_from_lock(spec, lock).pip]
     assert pip == [
         'numpy==2.2.6; (python_version >= \'3\') and (sys_platform == "linux")',
@@ -329,10 +336,12 @@ def write_record(prefix: Path, name: str, version: str, build: str, depends=(), 
     (meta / f"{name}-{version}-{build}.json").write_text(json.dumps(record))
 
 
-def write_dist(prefix: Path, name: str, version: str, installer="pip", requested=False, requires=(), direct_url=None) -> str:
+def write_dist(prefix: Path, name: str, version: str, installer="pip", requested=False, requires=(),
+               direct_url=None) -> str:
     info = prefix / "lib" / "python3.10" / "site-packages" / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}\nA description: with colons\n".format(
+    metadata = "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}\nA description: with colons\n"
+    (info / "METADATA").write_text(metadata.format(
         name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)))
     (info / "INSTALLER").write_text(installer + "\n")
     if requested:
@@ -368,11 +377,13 @@ def conda_prefix(tmp_path: Path) -> Path:
         "==> 2026-01-07 09:00:00 <==\n# cmd: /opt/conda/bin/conda remove ffmpeg\n# remove specs: ['ffmpeg']\n"
     )
     write_dist(prefix, "pip", "26.0", installer="conda")  # conda's own pip: not a pip package
-    write_dist(prefix, "torch", "2.10.0", requested=True, requires=["filelock", "sympy>=1.13", "triton==3.6.0; extra == 'x'"])
+    write_dist(prefix, "torch", "2.10.0", requested=True,
+               requires=["filelock", "sympy>=1.13", "triton==3.6.0; extra == 'x'"])
     write_dist(prefix, "filelock", "3.20.0", requires=[])
     write_dist(prefix, "sympy", "1.14.0", requires=["mpmath<1.4"])
     write_dist(prefix, "mpmath", "1.3.0")
-    write_dist(prefix, "mylab", "0.1", requested=True, direct_url={"url": "file:///home/ana/mylab", "dir_info": {"editable": True}})
+    write_dist(prefix, "mylab", "0.1", requested=True,
+               direct_url={"url": "file:///home/ana/mylab", "dir_info": {"editable": True}})
     return prefix
 
 
@@ -386,7 +397,8 @@ def test_from_prefix_uses_history_and_requested_pip(conda_prefix: Path, tmp_path
         "name": "train",
         "channels": ["conda-forge"],
         "platforms": ["linux-64"],
-        "dependencies": ["conda-forge::numpy=2.2.6", "pip=26.0", "python=3.10.19", {"pip": ["torch==2.10.0"]}],  # no tables
+        # no tables
+        "dependencies": ["conda-forge::numpy=2.2.6", "pip=26.0", "python=3.10.19", {"pip": ["torch==2.10.0"]}],
     }
     assert "/home/ana" not in text and "secret" not in text and "tk-1" not in text and "prefix" not in text
     err = capsys.readouterr().err
@@ -420,11 +432,13 @@ def test_from_prefix_installed_by_rattler(tmp_path: Path, fixture_channel: Path,
     import rattler
 
     def vp(name, version):
-        return rattler.GenericVirtualPackage(rattler.PackageName(name), rattler.Version(version), rattler.BuildString("0"))
+        return rattler.GenericVirtualPackage(rattler.PackageName(name), rattler.Version(version),
+                                             rattler.BuildString("0"))
 
     records = asyncio.run(rattler.solve(
         sources=[rattler.Channel(file_url(fixture_channel))], specs=["python=3.10", "pip", "torchlike"],
-        platforms=["linux-64", "noarch"], virtual_packages=[vp("__unix", "0"), vp("__glibc", "2.28"), vp("__cuda", "12.4")],
+        platforms=["linux-64", "noarch"],
+        virtual_packages=[vp("__unix", "0"), vp("__glibc", "2.28"), vp("__cuda", "12.4")],
     ))
     prefix = tmp_path / "env"
     requested = [rattler.MatchSpec(s) for s in ("python=3.10", "pip", "torchlike")]
@@ -445,7 +459,8 @@ def test_from_prefix_installed_by_rattler(tmp_path: Path, fixture_channel: Path,
     assert export("--from-prefix", str(prefix), "--channel", "conda-forge", "-o", "-") == 0
     data = yaml.safe_load(capsys.readouterr().out)
     assert data["channels"] == ["conda-forge"] and data["platforms"] == ["linux-64"]
-    assert data["dependencies"] == ["pip=25.0", "python=3.10.19", "torchlike=1.0", {"pip": ["alpha==1.1", "gamma==0.5"]}]
+    assert data["dependencies"] == ["pip=25.0", "python=3.10.19", "torchlike=1.0",
+                                    {"pip": ["alpha==1.1", "gamma==0.5"]}]
 
 
 # --------------------------------------------------------------------------- bad input

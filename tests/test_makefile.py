@@ -96,7 +96,8 @@ def test_a_python_that_does_not_run_is_named(scratch: Path) -> None:
     broken.chmod(0o755)
     done = tools_venv(scratch, PYTHON=str(broken))
     assert done.returncode == 2
-    assert done.stderr == f"tools-venv: '{broken}' does not run (fake python: broken install); set PYTHON=/path/to/python3\n"
+    assert done.stderr == (f"tools-venv: '{broken}' does not run (fake python: broken install); "
+                           "set PYTHON=/path/to/python3\n")
     assert (scratch / ".tools" / ".requirements-tools.txt").exists()  # untouched
 
 
@@ -191,7 +192,8 @@ def test_requirements_touched_but_unchanged_need_no_rebuild(scratch: Path) -> No
     os.utime(stamp, (now - 100, now - 100))
     os.utime(requirements, (now - 50, now - 50))
     assert rebuilds(scratch)
-    done = make(scratch, "tools", PIP_NO_INDEX="1", PIP_FIND_LINKS=str(scratch / "no-wheels"), PIP_CONFIG_FILE=os.devnull)
+    done = make(scratch, "tools", PIP_NO_INDEX="1", PIP_FIND_LINKS=str(scratch / "no-wheels"),
+                PIP_CONFIG_FILE=os.devnull)
     assert done.returncode == 0, done.stderr
     assert not rebuilds(scratch) and (scratch / ".tools" / "bin" / "python").resolve() == Path(sys.executable).resolve()
     os.utime(scratch / "scripts" / "tools-venv.sh", (now + 10, now + 10))  # a changed script does rebuild

@@ -320,7 +320,8 @@ def test_json_prints_only_the_envelope_with_the_run_statistics(h200, tmp_path, c
     out, err = capsys.readouterr()
     data = json.loads(out)  # stdout is the envelope and nothing else: no table, no summary
     assert (data["format"], data["version"], data["available"], data["reason"]) == ("bootstrap.monitor", 1, True, None)
-    assert (data["samples"], data["gpu_count"], data["interval_s"], data["duration_s"]) == (3, 2, 0.001, data["duration_s"])
+    assert ((data["samples"], data["gpu_count"], data["interval_s"], data["duration_s"])
+            == (3, 2, 0.001, data["duration_s"]))
     first_three = utilization_series("h200x2-ddp.json", 0)[:3]
     busy = data["gpus"][0]
     assert busy == {"index": 0, "name": "NVIDIA H200", "samples": 3,
@@ -427,7 +428,8 @@ def test_a_full_disk_removes_the_partial_log_and_says_so(tmp_path):
 
 
 def test_csv_and_jsonl_are_exclusive(h200, tmp_path):
-    assert main(["monitor", "--csv", str(tmp_path / "a"), "--jsonl", str(tmp_path / "b")]) == 2  # argparse's usage error, returned (a --json run gets its envelope)
+    # argparse's usage error, returned (a --json run gets its envelope)
+    assert main(["monitor", "--csv", str(tmp_path / "a"), "--jsonl", str(tmp_path / "b")]) == 2
 
 
 @pytest.mark.parametrize("init_error, words", [(12, "NVML library not found"), (9, "driver not loaded")])

@@ -108,7 +108,8 @@ def test_a_usage_error_of_a_json_run_still_prints_the_envelope(capsys) -> None:
     assert err.startswith("usage: python -m bootstrap bench") and err.endswith(
         "python -m bootstrap bench: error: argument --budget: invalid float value: 'abc'\n")
     assert json.loads(out) == {"format": "bootstrap.error", "version": 1, "verb": "bench", "error": {
-        "type": "UsageError", "message": "python -m bootstrap bench: error: argument --budget: invalid float value: 'abc'",
+        "type": "UsageError",
+        "message": "python -m bootstrap bench: error: argument --budget: invalid float value: 'abc'",
         "exit_code": 2}}
     assert main(["env", "--frobnicate"]) == 2  # without --json: argparse's two lines, nothing on stdout
     out, err = capsys.readouterr()
@@ -157,7 +158,8 @@ def test_a_venv_missing_a_dependency_gets_one_line_and_a_bug_its_traceback(tmp_p
     shutil.copytree(REPO / "envs", tmp_path / "envs")
 
     def lock_without(module: str) -> subprocess.CompletedProcess:
-        code = f"import sys; sys.modules[{module!r}] = None; from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))"
+        code = (f"import sys; sys.modules[{module!r}] = None; "
+                "from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))")
         return subprocess.run([sys.executable, "-c", code, "lock", "--root", str(tmp_path)],
                               capture_output=True, text=True, cwd=REPO, timeout=120)
 
@@ -166,7 +168,8 @@ def test_a_venv_missing_a_dependency_gets_one_line_and_a_bug_its_traceback(tmp_p
     assert damaged.stderr == (f"error: {sys.executable} cannot import rattler, which `bootstrap lock` needs: the tools "
                               "venv is partial or damaged; `make clean && make tools` rebuilds it (.tools)\n")
     no_yaml = lock_without("yaml")  # the tools venv's PyYAML: the tools venv's fix, not the env's
-    assert no_yaml.returncode == 2 and "needs PyYAML" in no_yaml.stderr and "`make clean && make tools`" in no_yaml.stderr
+    assert (no_yaml.returncode == 2 and "needs PyYAML" in no_yaml.stderr
+            and "`make clean && make tools`" in no_yaml.stderr)
     bug = lock_without("bootstrap.lock.conda")
     assert bug.returncode == 1 and "Traceback" in bug.stderr and "ModuleNotFoundError" in bug.stderr
     assert list(tmp_path.iterdir()) == [tmp_path / "envs"]  # nothing written
@@ -175,7 +178,8 @@ def test_a_venv_missing_a_dependency_gets_one_line_and_a_bug_its_traceback(tmp_p
 def test_an_env_missing_a_module_is_told_to_lock_it_not_to_rebuild_the_tools_venv(tmp_path: Path) -> None:
     """`bench` runs in the team's env: a torch missing there belongs in the env's spec and lock."""
     code = "import sys; sys.modules['torch'] = None; from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))"
-    done = subprocess.run([sys.executable, "-c", code, "bench", "--json", "--budget", "5", "--out", str(tmp_path / "out")],
+    done = subprocess.run([sys.executable, "-c", code, "bench", "--json", "--budget", "5",
+                           "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     last = done.stderr.splitlines()[-1]  # after bench's progress lines
     assert done.returncode == 2 and done.stderr.count("error:") == 1 and "Traceback" not in done.stderr, done.stderr

@@ -81,8 +81,8 @@ def no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def lock_argv(o: Offline, *extra: str) -> List[str]:
-    return ["lock", "--root", str(o.unlocked), "--mirror", f"conda-forge={o.channel}", "--cache-dir", str(o.tmp / "repodata"),
-            *extra]
+    return ["lock", "--root", str(o.unlocked), "--mirror", f"conda-forge={o.channel}",
+            "--cache-dir", str(o.tmp / "repodata"), *extra]
 
 
 def from_channel(o: Offline) -> List[str]:
@@ -97,17 +97,23 @@ CASES: Dict[str, Case] = {
     "lock --check": Case(lambda o: ["lock", "--check", "--root", str(o.locked)], "bootstrap.lock-check"),
     "lock --check, a platform not locked": Case(
         lambda o: ["lock", "--check", "--root", str(o.locked), "--platform", "linux-aarch64"], "bootstrap.error", (2,)),
-    "export": Case(lambda o: ["export", "--root", str(o.locked), "-o", str(o.tmp / "environment.yml")], "bootstrap.export"),
-    "export --pinned": Case(lambda o: ["export", "--root", str(o.locked), "--pinned", "-o", str(o.tmp / "{platform}.lock")],
+    "export": Case(lambda o: ["export", "--root", str(o.locked), "-o", str(o.tmp / "environment.yml")],
+                   "bootstrap.export"),
+    "export --pinned": Case(lambda o: ["export", "--root", str(o.locked), "--pinned",
+                                       "-o", str(o.tmp / "{platform}.lock")],
                             "bootstrap.export"),
     "monitor --once": Case(lambda o: ["monitor", "--once"], "bootstrap.monitor", prepare=recorded_gpus),
-    "monitor --count": Case(lambda o: ["monitor", "--count", "2", "--interval", "0.001", "--csv", str(o.tmp / "gpu.csv")],
+    "monitor --count": Case(lambda o: ["monitor", "--count", "2", "--interval", "0.001",
+                                       "--csv", str(o.tmp / "gpu.csv")],
                             "bootstrap.monitor", prepare=recorded_gpus),
     "monitor --once, no driver": Case(lambda o: ["monitor", "--once"], "bootstrap.monitor", prepare=no_driver),
-    "monitor --count, no driver": Case(lambda o: ["monitor", "--count", "2"], "bootstrap.error", (2,), prepare=no_driver),
+    "monitor --count, no driver": Case(lambda o: ["monitor", "--count", "2"], "bootstrap.error", (2,),
+                                       prepare=no_driver),
     # A recorded machine may fail a check (exit 1); the envelope is the contract here, not the verdict.
-    "verify --facts": Case(lambda o: ["verify", "--facts", str(FACTS), "--root", str(REPO)], "bootstrap.checks", (0, 1)),
-    "doctor --facts": Case(lambda o: ["doctor", "--facts", str(FACTS), "--root", str(REPO)], "bootstrap.checks", (0, 1)),
+    "verify --facts": Case(lambda o: ["verify", "--facts", str(FACTS), "--root", str(REPO)],
+                           "bootstrap.checks", (0, 1)),
+    "doctor --facts": Case(lambda o: ["doctor", "--facts", str(FACTS), "--root", str(REPO)],
+                           "bootstrap.checks", (0, 1)),
     "cache, empty": Case(lambda o: ["cache", "--cache-dir", str(o.tmp / "cache")], "bootstrap.cache"),
     "env --dry-run": Case(lambda o: ["env", *from_channel(o), "--prefix", str(o.tmp / "env"), "--dry-run"],
                           "bootstrap.env"),
@@ -130,8 +136,8 @@ def test_every_verb_prints_one_envelope_of_its_format(name: str, locked: Project
     case = CASES[name]
     if case.prepare is not None:
         case.prepare(monkeypatch)
-    offline = Offline(locked=locked.root, unlocked=make_project(tmp_path / "proj", pip=()).root, channel=fixture_channel,
-                      tmp=tmp_path)
+    offline = Offline(locked=locked.root, unlocked=make_project(tmp_path / "proj", pip=()).root,
+                      channel=fixture_channel, tmp=tmp_path)
     capsys.readouterr()
     code = main([*case.argv(offline), "--json"])
     out, err = capsys.readouterr()

@@ -65,10 +65,12 @@ def test_config_options_are_checked_and_named_by_file_and_field(tmp_path, option
     (["--device", "cuda:x"], "--device: 'cuda:x' is not auto, cpu, cuda or cuda:N"),
     (["--cold-cache"], "--cold-cache: only applies to files on disk"),
     (["--storage", "files", "--data-dir", "/etc/passwd"], "--data-dir: /etc/passwd is not a directory"),
-    (["--storage", "packed", "--data-dir", "/etc/passwd/x"], "--data-dir: cannot create /etc/passwd/x: /etc/passwd is not"),
+    (["--storage", "packed", "--data-dir", "/etc/passwd/x"],
+     "--data-dir: cannot create /etc/passwd/x: /etc/passwd is not"),
     (["--threshold", "efficiency_pass=nan"], "--threshold efficiency_pass: expected a number from 0 to 1, got nan"),
     (["--threshold", "efficiency_pass=1e400"], "--threshold efficiency_pass: expected a number from 0 to 1, got inf"),
-    (["--threshold", "efficiency_warn=0.95"], "--threshold efficiency_warn: 0.95 is above efficiency_pass 0.9 (from default)"),
+    (["--threshold", "efficiency_warn=0.95"],
+     "--threshold efficiency_warn: 0.95 is above efficiency_pass 0.9 (from default)"),
 ])
 def test_flags_are_finite_and_in_range(argv, problem):
     with pytest.raises(InputError) as info:
@@ -145,8 +147,9 @@ def test_data_dir_on_a_full_disk_is_one_line():
                              f"$PY -m bootstrap bench --budget 5 --quiet --out /tmp --no-png {' '.join(SMALL)} "
                              "--storage packed --data-dir /mnt/bench-data")
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == ("error: --data-dir: cannot write the sample files (--storage packed) in /mnt/bench-data: No "
-                                   "space left on device (give --data-dir a directory with room to write)")
+    assert done.stderr.strip() == ("error: --data-dir: cannot write the sample files (--storage packed) "
+                                   "in /mnt/bench-data: No space left on device "
+                                   "(give --data-dir a directory with room to write)")
 
 
 def test_a_gpu_index_this_host_lacks_is_one_line(monkeypatch):

@@ -35,7 +35,8 @@ def test_bench_env_refuses_bad_arguments_before_building(tmp_path: Path, argv: t
 @pytest.mark.parametrize("argv, error", [
     (("--budget", "0"), "argument --budget: expected a number > 0 and <= 86,400, got 0.0"),
     (("--budget", "nan"), "argument --budget: expected a number > 0 and <= 86,400, got nan"),
-    (("--json", "/nonexistent/loader.json"), "--json /nonexistent/loader.json: no directory /nonexistent to write it in"),
+    (("--json", "/nonexistent/loader.json"),
+     "--json /nonexistent/loader.json: no directory /nonexistent to write it in"),
     (("--json", "."), "--json .: a directory; name the file to write"),
 ])
 def test_bench_loader_refuses_bad_arguments_before_its_runs(tmp_path: Path, argv: tuple, error: str) -> None:

@@ -38,7 +38,8 @@ def test_worker_deaths_are_told_apart():
     bus = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible that dataloader's "
                        "workers are out of shared memory. Please try to raise your shared memory limit.")
     assert worker_failure(bus).startswith(SHM_FAILURE)
-    assert worker_failure(RuntimeError("DataLoader worker (pid 4242) is killed by signal: Terminated. ")) == "terminated"
+    assert worker_failure(RuntimeError("DataLoader worker (pid 4242) is killed by signal: Terminated. ")) \
+        == "terminated"
     assert worker_failure(RuntimeError("Caught ValueError in DataLoader worker process 1.\nValueError: bad crop")) \
         == "ValueError: bad crop"
 

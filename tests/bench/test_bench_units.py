@@ -63,11 +63,14 @@ def test_config_file_then_flags_override(tmp_path):
     ("thresholds: [1]\n", "must be a mapping"),
     ("thresholds: {efficiency_pass: 0.9\n", "malformed YAML"),
     # finite numbers in range, a pass bound on the passing side of its warn bound
-    ("thresholds: {efficiency_pass: 5, efficiency_warn: -3}\n", "thresholds.efficiency_pass: expected a number from 0 to 1, got 5"),
+    ("thresholds: {efficiency_pass: 5, efficiency_warn: -3}\n",
+     "thresholds.efficiency_pass: expected a number from 0 to 1, got 5"),
     ("thresholds: {efficiency_pass: true}\n", "thresholds.efficiency_pass: expected a number from 0 to 1, got true"),
     ("thresholds: {efficiency_pass: .inf}\n", "thresholds.efficiency_pass: expected a number from 0 to 1, got inf"),
-    ("thresholds: {efficiency_pass: 0.5}\n", "thresholds.efficiency_pass: 0.5 is below efficiency_warn 0.75 (from default)"),
-    ("thresholds: {device_idle_pass: 0.3}\n", "thresholds.device_idle_pass: 0.3 is above device_idle_warn 0.25 (from default)"),
+    ("thresholds: {efficiency_pass: 0.5}\n",
+     "thresholds.efficiency_pass: 0.5 is below efficiency_warn 0.75 (from default)"),
+    ("thresholds: {device_idle_pass: 0.3}\n",
+     "thresholds.device_idle_pass: 0.3 is above device_idle_warn 0.25 (from default)"),
     ("thresholds: {util_p95_pass: 170}\n", "thresholds.util_p95_pass: expected a number from 0 to 100, got 170"),
 ])
 def test_bad_config_names_file_and_field(tmp_path, text, problem):
@@ -390,7 +393,8 @@ def rank_payload(rank, efficiency, idle, host="node-a", shm_need=300.0, shm_free
     status = "ok" if efficiency >= 0.9 else "warn"
     return {"rank": rank, "host": host, "ddp_ceiling_samples_per_s": 900.0,
             "checks": [{"id": "bench.shm", "status": "ok", "observed": "x", "expected": "y"},
-                       {"id": "bench.efficiency", "status": status, "observed": f"{efficiency}", "expected": ">= 0.90"}],
+                       {"id": "bench.efficiency", "status": status, "observed": f"{efficiency}",
+                        "expected": ">= 0.90"}],
             "extra": {"metrics": metrics, "best": {"label": "w=4"}, "device": {"shm_free_mib": shm_free}}}
 
 

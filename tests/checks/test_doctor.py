@@ -148,18 +148,27 @@ def _gpu0(facts: dict) -> dict:
 
 
 EDITED_FACTS = {
-    "cc as text": (lambda f: _gpu0(f).update(compute_capability="8.6"), "nvidia.gpus[0].compute_capability: expected a list of 2 integers, got '8.6'"),
-    "cc cut": (lambda f: _gpu0(f).update(compute_capability=[8]), "nvidia.gpus[0].compute_capability: expected a list of 2 integers"),
-    "cc impossible": (lambda f: _gpu0(f).update(compute_capability=[-1, 99]), "nvidia.gpus[0].compute_capability[0]: -1 is negative"),
-    "cuda as text": (lambda f: f["nvidia"].update(cuda_driver_version="12.2"), "nvidia.cuda_driver_version: expected an integer, got '12.2'"),
-    "cuda impossible": (lambda f: f["nvidia"].update(cuda_driver_version=12), "nvidia.cuda_driver_version: 12 is not a CUDA version"),
-    "driver banana": (lambda f: f["nvidia"].update(driver_version="banana"), "nvidia.driver_version: 'banana' is not a driver version"),
+    "cc as text": (lambda f: _gpu0(f).update(compute_capability="8.6"),
+                   "nvidia.gpus[0].compute_capability: expected a list of 2 integers, got '8.6'"),
+    "cc cut": (lambda f: _gpu0(f).update(compute_capability=[8]),
+               "nvidia.gpus[0].compute_capability: expected a list of 2 integers"),
+    "cc impossible": (lambda f: _gpu0(f).update(compute_capability=[-1, 99]),
+                      "nvidia.gpus[0].compute_capability[0]: -1 is negative"),
+    "cuda as text": (lambda f: f["nvidia"].update(cuda_driver_version="12.2"),
+                     "nvidia.cuda_driver_version: expected an integer, got '12.2'"),
+    "cuda impossible": (lambda f: f["nvidia"].update(cuda_driver_version=12),
+                        "nvidia.cuda_driver_version: 12 is not a CUDA version"),
+    "driver banana": (lambda f: f["nvidia"].update(driver_version="banana"),
+                      "nvidia.driver_version: 'banana' is not a driver version"),
     "gpus of text": (lambda f: f["nvidia"].update(gpus=["a"]), "nvidia.gpus[0]: expected an object, got 'a'"),
     "gpu without name": (lambda f: f["nvidia"].update(gpus=[{"index": 0}]), "nvidia.gpus[0].name: missing"),
     "torch as text": (lambda f: f.update(torch="2.10"), "torch: expected an object, got '2.10'"),
-    "torch cuda banana": (lambda f: f.update(torch={"version": "2.10.0", "cuda": "banana"}), "torch.cuda: 'banana' is not a CUDA version"),
-    "torch version banana": (lambda f: f.update(torch={"version": "banana", "cuda": None}), "torch.version: 'banana' is not a torch version"),
-    "memory as text": (lambda f: f["host"].update(memory_total_mib="24GB"), "host.memory_total_mib: expected an integer, got '24GB'"),
+    "torch cuda banana": (lambda f: f.update(torch={"version": "2.10.0", "cuda": "banana"}),
+                          "torch.cuda: 'banana' is not a CUDA version"),
+    "torch version banana": (lambda f: f.update(torch={"version": "banana", "cuda": None}),
+                             "torch.version: 'banana' is not a torch version"),
+    "memory as text": (lambda f: f["host"].update(memory_total_mib="24GB"),
+                       "host.memory_total_mib: expected an integer, got '24GB'"),
     "negative cpus": (lambda f: f["host"].update(cpus_usable=-4), "host.cpus_usable: -4 is negative"),
     "unknown field": (lambda f: f["host"].update(gpu_count=8), "host.gpu_count: unknown field"),
     "no host": (lambda f: f.update(host=None), "host: expected an object, got None"),
@@ -316,7 +325,8 @@ def test_gpu_pairs_without_peer_to_peer_are_named_with_the_way_out() -> None:
     assert "through host memory" in across.detail
     # The job's GPUs decide: two under one socket are fine, one GPU has no pair to check.
     job = p2p(pcie_box(), visible="1,0")
-    assert job.status is Status.OK and job.observed == "1 GPU pair peer-to-peer, 0 over NVLink, CUDA_VISIBLE_DEVICES='1,0'"
+    assert (job.status is Status.OK
+            and job.observed == "1 GPU pair peer-to-peer, 0 over NVLink, CUDA_VISIBLE_DEVICES='1,0'")
     assert p2p(pcie_box(), visible="2") is None
     geforce = p2p(pcie_box(across_sockets=2))
     assert geforce.status is Status.WARN and "GeForce" in geforce.remedy and "--distributed" in geforce.remedy
@@ -348,7 +358,8 @@ def test_peer_to_peer_nvml_cannot_answer_is_a_skip_with_its_reason(capsys) -> No
     smi = DriverFacts(driver_version="580.95.05", gpus=(GpuFacts(0, "NVIDIA H200"), GpuFacts(1, "NVIDIA H200")),
                       source="nvidia-smi")
     skip = by_id(nvidia_checks(smi))["nvidia.p2p"]
-    assert skip.status is Status.SKIP and skip.detail == "no answers in these facts: nvidia-smi's CSV has none (NVML answers it)"
+    assert (skip.status is Status.SKIP
+            and skip.detail == "no answers in these facts: nvidia-smi's CSV has none (NVML answers it)")
     old = json.loads(H200.read_text())  # saved before facts had peers
     del old["nvidia"]["peers"]
     from bootstrap.compat.probe import Facts
@@ -358,7 +369,8 @@ def test_peer_to_peer_nvml_cannot_answer_is_a_skip_with_its_reason(capsys) -> No
 
 
 def test_old_driver_fails_with_the_upgrade(tmp_path: Path, capsys) -> None:
-    facts = write_facts(tmp_path / "r470.json", [GpuFacts(0, "Tesla V100-SXM2-16GB", (7, 0), 16384)], "470.182.03", 11040)
+    facts = write_facts(tmp_path / "r470.json", [GpuFacts(0, "Tesla V100-SXM2-16GB", (7, 0), 16384)],
+                        "470.182.03", 11040)
     code, _, checks = doctor_json(capsys, "--facts", str(facts))
     assert code == 1
     assert checks["cuda.driver"].status is Status.FAIL
@@ -376,7 +388,8 @@ def test_gpu_without_kernels_names_another_lock_variant(tmp_path: Path, capsys) 
     entry = "- name: torch\n  version: 2.8.0\n  manager: pip\n  platform: linux-64\n"
     assert entry in py39.read_text()
     py39.write_text(py39.read_text().replace(entry, entry.replace("2.8.0", "2.8.0+cu126")))
-    facts = write_facts(tmp_path / "p100.json", [GpuFacts(0, "Tesla P100-PCIE-16GB", (6, 0), 16384)], "580.95.05", 13000)
+    facts = write_facts(tmp_path / "p100.json", [GpuFacts(0, "Tesla P100-PCIE-16GB", (6, 0), 16384)],
+                        "580.95.05", 13000)
     capsys.readouterr()
     assert main(["doctor", "--json", "--root", str(root), "--facts", str(facts)]) == 1
     checks = by_id(from_json(json.loads(capsys.readouterr().out)))
@@ -451,7 +464,8 @@ def test_this_machine_without_driver_is_a_skip_not_a_crash(capsys) -> None:
 
 def test_a_platform_the_lock_lacks_or_a_missing_root_is_bad_usage(tmp_path: Path, capsys) -> None:
     assert main(["doctor", "--facts", str(H200), "--lock", str(LOCK), "--platform", "plan9-64"]) == 2
-    assert "--platform: 'plan9-64' is not locked in conda-lock.yml (linux-64, osx-arm64, win-64)" in capsys.readouterr().err
+    assert ("--platform: 'plan9-64' is not locked in conda-lock.yml (linux-64, osx-arm64, win-64)"
+            in capsys.readouterr().err)
     assert main(["doctor", "--facts", str(H200), "--root", str(tmp_path / "nowhere")]) == 2
     assert "--root: " in capsys.readouterr().err
 

@@ -38,7 +38,8 @@ from tests.fixtures.runnable_env import build_runnable_channel
 from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
 
 ENV_IDS = ("env.prefix", "env.lock", "env.python", "env.conda", "env.pip", "env.extra", "env.files", "env.freshness")
-GPU_IDS = ("torch.cuda_available", "torch.device_count", "torch.cudnn", "torch.nccl", "torch.pinned_memory", "torch.gpu")
+GPU_IDS = ("torch.cuda_available", "torch.device_count", "torch.cudnn", "torch.nccl", "torch.pinned_memory",
+           "torch.gpu")
 CHECK_KEYS = {"id", "status", "observed", "expected", "remedy", "detail"}
 EXTRA_KEYS = {"prefix", "lock", "inside", "facts_source", "seconds", "facts"}
 
@@ -55,7 +56,8 @@ def wheels(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def locked(tmp_path_factory, channel: Path, wheels: Path) -> Project:
-    project = make_project(tmp_path_factory.mktemp("verifyproj") / "proj", platforms=("linux-64",), conda=CONDA, pip=PIP)
+    project = make_project(tmp_path_factory.mktemp("verifyproj") / "proj", platforms=("linux-64",), conda=CONDA,
+                           pip=PIP)
     relock(project, channel, wheels)
     return project
 
@@ -368,7 +370,8 @@ def test_device_count_against_nvml_and_cuda_visible_devices() -> None:
     assert count_check(8, {}).status is Status.OK
     assert count_check(2, {"CUDA_VISIBLE_DEVICES": "0,1"}).status is Status.OK
     assert count_check(2, {"CUDA_VISIBLE_DEVICES": "7gpu,+3"}).status is Status.OK  # read as strtoul reads them
-    assert count_check(1, {"CUDA_VISIBLE_DEVICES": "MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000001,MIG-x"}).status is Status.OK
+    mig = count_check(1, {"CUDA_VISIBLE_DEVICES": "MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000001,MIG-x"})
+    assert mig.status is Status.OK
     missing = count_check(7, {})
     assert missing.status is Status.FAIL and "nvidia-smi -L" in missing.remedy
     hidden = count_check(1, {"CUDA_VISIBLE_DEVICES": "0,1"})

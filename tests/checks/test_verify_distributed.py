@@ -30,7 +30,8 @@ def rank(number: int, host: str = "node1", packages: str = PACKAGES, driver: str
 def test_ranks_that_run_the_same_env_agree() -> None:
     check = same_env_check([rank(1, "node2"), rank(0)])
     assert check.status is Status.OK
-    assert check.observed == f"2 rank(s) on 2 host(s) agree: the packages installed {PACKAGES}, the NVIDIA driver 570.124.06"
+    assert check.observed == (f"2 rank(s) on 2 host(s) agree: the packages installed {PACKAGES}, "
+                              "the NVIDIA driver 570.124.06")
 
 
 def test_a_rank_with_other_packages_fails_and_is_named() -> None:
@@ -62,7 +63,8 @@ def test_all_reduce_check_reports_the_slowest_rank_and_fails_a_wrong_sum() -> No
     wrong = all_reduce_check([rank(0), rank(1, ok=False)], "cuda", "nccl")
     assert wrong.status is Status.FAIL and wrong.observed == "wrong sum on rank(s) 1 of 2"
     assert "NCCL_DEBUG=INFO" in wrong.remedy
-    assert all_reduce_check([rank(0, seconds=None)], "cpu", "gloo").observed == "sums right; one rank: no bandwidth to measure"
+    alone = all_reduce_check([rank(0, seconds=None)], "cpu", "gloo")
+    assert alone.observed == "sums right; one rank: no bandwidth to measure"
 
 
 def test_outside_torchrun_says_how_to_start_it() -> None:
@@ -111,7 +113,8 @@ def test_torchrun_two_ranks_one_report_and_one_exit_code(tmp_path: Path) -> None
     assert checks["env.prefix"]["status"] == "fail" and checks["env.prefix"]["observed"].startswith("rank 0: ")
     assert "rank 0 fail, rank 1 fail" in checks["env.prefix"]["detail"]
     assert done.returncode == 1  # every rank exits with the aggregate's code, so torchrun does too
-    assert checks["dist.same_env"]["status"] == "ok" and checks["dist.same_env"]["observed"].startswith("2 rank(s) on 1 host")
+    assert (checks["dist.same_env"]["status"] == "ok"
+            and checks["dist.same_env"]["observed"].startswith("2 rank(s) on 1 host"))
     assert [r["rank"] for r in report["extra"]["ranks"]] == [0, 1]
     reduce = checks["dist.all_reduce"]
     assert reduce["status"] == "ok" and "2 ranks, gloo, 16 MiB float32" in reduce["observed"]
@@ -128,8 +131,8 @@ def test_rank_facts_digest_every_package_of_the_install_record(tmp_path: Path) -
         (tmp_path / "conda-meta").mkdir(exist_ok=True)
         write_install_record(tmp_path, record=InstallRecord(
             lock_path="conda-lock.yml", env="py310", platform="linux-64", content_hash="same-inputs", generation="1",
-            bootstrap_version="0", installed_at="", conda={"python": "aa"}, pip={"torch": {"version": "2.10.0", "sha256": torch_sha}},
-            conda_meta={}))
+            bootstrap_version="0", installed_at="", conda={"python": "aa"},
+            pip={"torch": {"version": "2.10.0", "sha256": torch_sha}}, conda_meta={}))
         return rank_facts(VerifyResult(checks=(), prefix=tmp_path, lock_path=None, inside=False, facts=None,
                                        facts_source="this host"))
 

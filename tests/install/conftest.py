@@ -52,5 +52,6 @@ def blob_sources(tmp_path_factory) -> tuple:
     root = tmp_path_factory.mktemp("blob")
     channel = build_runnable_channel(root / "channel", extra=[
         PackageSpec("blobpkg", "1.0", noarch="generic", files={"lib/libblob.so": BLOB})])
-    wheels = build_wheelhouse(root / "wheels", [*standard_wheels(), WheelSpec("blobwheel", "1.0", files={"blobwheel/blob.bin": BLOB})])
+    wheels = build_wheelhouse(root / "wheels",
+                              [*standard_wheels(), WheelSpec("blobwheel", "1.0", files={"blobwheel/blob.bin": BLOB})])
     return channel, wheels

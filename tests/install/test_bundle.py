@@ -169,9 +169,11 @@ INDEX_V1 = '{"format": "bootstrap.bundle", "version": 1, '
     ({"bundle.json": (INDEX_V1 + '"artifacts": [{"url": "x"}]}').encode()}, "artifacts[0].sha256 is not a string"),
     ({"bundle.json": (INDEX_V1 + '"artifacts": [{"sha256": ["x"], "member": "m"}]}').encode()},
      "artifacts[0].sha256 is not a string"),
-    ({"bundle.json": (INDEX_V1 + '"artifacts": [], "envs": ["py310"]}').encode()}, "`envs` is not a list of {env, lock"),
+    ({"bundle.json": (INDEX_V1 + '"artifacts": [], "envs": ["py310"]}').encode()},
+     "`envs` is not a list of {env, lock"),
     ({"bundle.json": (INDEX_V1 + '"artifacts": [{"sha256": "ab", "member": "artifacts/ab/x.conda"}]}').encode()},
-     "damaged: 1 of the 1 artifacts its bundle.json lists are not in it, e.g. 'artifacts/ab/x.conda' (a truncated copy?)"),
+     "damaged: 1 of the 1 artifacts its bundle.json lists are not in it, "
+     "e.g. 'artifacts/ab/x.conda' (a truncated copy?)"),
 ], ids=["missing", "not-a-tar", "no-index", "other-version", "artifacts-not-a-list", "no-sha256", "sha256-a-list",
         "envs-not-dicts", "truncated"])
 def test_a_file_that_is_not_a_bundle_gets_one_line(project: Project, tmp_path: Path, capsys, members, message) -> None:
@@ -202,7 +204,8 @@ def test_the_tools_venv_is_built_offline_from_a_bundle(project: Project, channel
     done = tools_venv(output, venv)
     assert done.returncode == 0, done.stderr
     check = "import rattler, conda_lock, rich, yaml; print('ok')"
-    assert subprocess.run([str(venv / "bin" / "python"), "-c", check], capture_output=True, text=True).stdout.strip() == "ok"
+    imported = subprocess.run([str(venv / "bin" / "python"), "-c", check], capture_output=True, text=True)
+    assert imported.stdout.strip() == "ok"
     assert (venv / "bin" / "uv").exists()
 
 
@@ -290,12 +293,14 @@ def test_a_directory_we_may_not_look_into_is_one_line(project: Project, tmp_path
     assert main(["bundle", "--root", str(project.root), "--no-tools", "-o", str(tmp_path / "locked" / "b.tar")]) == 2
     assert main(["cache", "--cache-dir", str(tmp_path / "locked" / "cache")]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"error: -o: {tmp_path / 'locked' / 'b.tar'}: Permission denied (pass -o in a directory you can write)",
+    assert err == [f"error: -o: {tmp_path / 'locked' / 'b.tar'}: Permission denied "
+                   "(pass -o in a directory you can write)",
                    f"error: --cache-dir {tmp_path / 'locked' / 'cache'}: cannot be used: Permission denied "
                    "(pass a --cache-dir you can write; the default is ~/.cache/bootstrap)"]
 
 
-def test_a_killed_runs_leftover_is_removed_and_a_live_ones_kept(project: Project, channel: Path, tmp_path: Path) -> None:
+def test_a_killed_runs_leftover_is_removed_and_a_live_ones_kept(project: Project, channel: Path,
+                                                                tmp_path: Path) -> None:
     import fcntl
 
     output = tmp_path / "b.tar"

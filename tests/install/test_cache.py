@@ -20,7 +20,8 @@ from tests.fixtures.env_project import CONDA, change_lock, env_args, prefix_of, 
 
 def cache_json(project: Project, capsys, *extra: str) -> dict:
     capsys.readouterr()
-    assert main(["cache", "--root", str(project.root), "--cache-dir", str(project.root / ".cache"), "--json", *extra]) == 0
+    assert main(["cache", "--root", str(project.root), "--cache-dir", str(project.root / ".cache"), "--json",
+                 *extra]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -28,7 +29,8 @@ def test_prune_keeps_what_the_locks_install_and_drops_the_rest(project: Project,
                                                                 capsys) -> None:
     assert main(env_args(project, str(channel))) == 0
     old = {e.sha256: e for e in read_lock(project.lock_path("py310")).packages}
-    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma"))
+    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"),
+                pip=("alpha==1.0", "gamma"))
     assert main(env_args(project, str(channel))) == 0
     cache = project.root / ".cache"
     before = cache_json(project, capsys)
@@ -159,7 +161,8 @@ def test_a_part_of_the_cache_that_is_not_a_directory_is_one_line(project: Projec
     assert not prefix_of(project).exists() and not (project.root / "b.tar").exists()
 
 
-def test_a_cache_dir_linked_to_what_is_gone_is_one_line(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
+def test_a_cache_dir_linked_to_what_is_gone_is_one_line(project: Project, channel: Path, tmp_path: Path,
+                                                        capsys) -> None:
     """`~/.cache/bootstrap -> /scratch/me/cache`, and the scratch purged: a traceback from mkdir, before."""
     link = tmp_path / "cache"
     link.symlink_to(tmp_path / "purged" / "cache")
@@ -171,6 +174,7 @@ def test_a_cache_dir_linked_to_what_is_gone_is_one_line(project: Project, channe
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: --cache-dir {cache}: {link} is a symlink "
-                              f"to {tmp_path / 'purged' / 'cache'}, which does not exist (create what it points to, or ")
+                              f"to {tmp_path / 'purged' / 'cache'}, which does not exist "
+                              "(create what it points to, or ")
         assert len(err.splitlines()) == 1
     assert not (tmp_path / "purged").exists() and not prefix_of(project).exists()

@@ -64,7 +64,8 @@ def test_create_from_directory_mirror_then_noop(project: Project, channel: Path,
     assert read_install_record(prefix).generation == generation
     # A no-op starts a fresh interpreter each time (`make env`): it must not load the linker's engines.
     code = ("import json, sys; from bootstrap.cli import main; code = main(sys.argv[1:]); "
-            "print(json.dumps([code, sorted(m for m in ('asyncio', 'rattler', 'bootstrap.bench.run') if m in sys.modules)]))")
+            "print(json.dumps([code, sorted(m for m in ('asyncio', 'rattler', 'bootstrap.bench.run') "
+            "if m in sys.modules)]))")
     done = subprocess.run([sys.executable, "-c", code, *env_args(project, "/nonexistent-mirror")],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
     assert json.loads(done.stdout.splitlines()[-1]) == [0, []], done.stderr
@@ -80,7 +81,8 @@ def test_create_over_http_mirror(project: Project, channel: Path) -> None:
 def test_lock_change_applies_only_the_difference(project: Project, channel: Path, wheels: Path, capsys) -> None:
     assert main(env_args(project, str(channel))) == 0
     prefix = prefix_of(project)
-    write_spec(project.root, platforms=("linux-64",), conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma"))
+    write_spec(project.root, platforms=("linux-64",), conda=tuple(c for c in CONDA if c != "torchlike"),
+               pip=("alpha==1.0", "gamma"))
     relock(project, channel, wheels)
     capsys.readouterr()
     assert main(env_args(project, str(channel), "--json")) == 0
@@ -116,7 +118,8 @@ def test_a_package_moved_between_pip_and_conda_is_installed_once(locked_once: Pr
     project = copy_project(locked_once, tmp_path / "proj")
     relock(project, channel, wheels)
     assert main(env_args(project, str(channel))) == 0
-    show = "import gamma, importlib.metadata as m; print(sorted(d.version for d in m.distributions() if d.metadata['Name'] == 'gamma'), gamma.__file__)"
+    show = ("import gamma, importlib.metadata as m; "
+            "print(sorted(d.version for d in m.distributions() if d.metadata['Name'] == 'gamma'), gamma.__file__)")
     for conda, pip, versions in (((*CONDA, "gamma"), ("alpha",), "['0.6']"), (CONDA, ("alpha", "gamma"), "['0.5']")):
         change_lock(project, channel, wheels, conda=conda, pip=pip)
         assert main(env_args(project, str(channel))) == 0
@@ -146,7 +149,8 @@ def test_later_changes_recycle_the_retired_generation(project: Project, channel:
     change_lock(project, channel, wheels, conda=no_torch, pip=("alpha==1.0", "gamma"))
     second = env_json(project, channel, capsys)
     assert (second["generation"], second["base"], second["recycled"]) == (2, 1, False)
-    (prefix_of(project) / "conda-meta" / "state").write_text('{"env_vars": {"FOO": "1"}}\n')  # conda env config vars set
+    # conda env config vars set
+    (prefix_of(project) / "conda-meta" / "state").write_text('{"env_vars": {"FOO": "1"}}\n')
 
     change_lock(project, channel, wheels, conda=no_torch, pip=("alpha==1.0",))
     third = env_json(project, channel, capsys)
@@ -190,7 +194,8 @@ def test_a_change_never_writes_into_the_generation_it_starts_from(project: Proje
     # First change (from a clone of 1): a conda package removed, a wheel swapped for another
     # version with the same paths, a history entry appended, conda's state carried.
     before = tree_state(gens_dir / "1")
-    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma"))
+    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"),
+                pip=("alpha==1.0", "gamma"))
     assert env_json(project, channel, capsys)["recycled"] is False
     assert tree_state(gens_dir / "1") == before
     # Later change (1 recycled into 3): both back, while 2 is the one in use.
@@ -245,9 +250,11 @@ def test_a_first_change_starts_from_a_clone_and_leaves_the_first_generation_for_
     gens_dir = prefix_of(project).parent / ".py310.gens"
     assert env_json(project, channel, capsys)["made"] == "empty"
     noop = env_json(project, channel, capsys)
-    assert (noop["changed"], noop["generation"]) == (False, 1) and generation_dirs(project) == ["1"]  # a no-op makes nothing
+    # a no-op makes nothing
+    assert (noop["changed"], noop["generation"]) == (False, 1) and generation_dirs(project) == ["1"]
     before = tree_state(gens_dir / "1")
-    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma"))
+    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"),
+                pip=("alpha==1.0", "gamma"))
     assert main(env_args(project, str(channel))) == 0
     out = capsys.readouterr().out
     assert "built from a clone of generation 1;" in out
@@ -269,7 +276,8 @@ def test_a_change_leaves_the_packages_it_keeps_alone(project: Project, channel: 
     assert main(env_args(project, str(channel))) == 0
     if not cached_copies:
         shutil.rmtree(project.root / ".cache" / "pkgs")
-    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma"))
+    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"),
+                pip=("alpha==1.0", "gamma"))
     assert env_json(project, channel, capsys)["generation"] == 2
     assert_matches_lock(project)
     kept = conda_records(gens_dir / "2")
@@ -281,7 +289,8 @@ def test_a_change_leaves_the_packages_it_keeps_alone(project: Project, channel: 
     assert cached_copies or not any((project.root / ".cache" / "pkgs").glob("*/info"))  # nothing extracted again
 
 
-def test_a_change_after_rollback_keeps_the_generation_rolled_back_to(project: Project, channel: Path, wheels: Path, capsys) -> None:
+def test_a_change_after_rollback_keeps_the_generation_rolled_back_to(project: Project, channel: Path, wheels: Path,
+                                                                     capsys) -> None:
     assert main(env_args(project, str(channel))) == 0
     change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
     assert main(env_args(project, str(channel))) == 0
@@ -296,7 +305,8 @@ def test_a_change_after_rollback_keeps_the_generation_rolled_back_to(project: Pr
     assert run_python(prefix_of(project), "import alpha; print(alpha.__version__)") == "1.1"
 
 
-def test_planning_reads_the_install_record_until_conda_meta_changes(project: Project, channel: Path, monkeypatch) -> None:
+def test_planning_reads_the_install_record_until_conda_meta_changes(project: Project, channel: Path,
+                                                                    monkeypatch) -> None:
     import bootstrap.install.prefix as prefix_module
 
     assert main(env_args(project, str(channel))) == 0
@@ -374,7 +384,8 @@ def test_conda_archive_with_wrong_bytes_is_refused(project: Project, channel: Pa
     assert not list((prefix.parent / ".py310.gens").glob("*.partial"))
 
 
-def test_pip_wheel_with_wrong_bytes_is_refused(project: Project, channel: Path, wheels: Path, tmp_path: Path, capsys) -> None:
+def test_pip_wheel_with_wrong_bytes_is_refused(project: Project, channel: Path, wheels: Path, tmp_path: Path,
+                                               capsys) -> None:
     from tests.fixtures.wheels import build_wheel
 
     served = tmp_path / "served-wheels"
@@ -397,7 +408,8 @@ def test_pip_wheel_with_wrong_bytes_is_refused(project: Project, channel: Path, 
     err = capsys.readouterr().err
     assert "gamma-0.5-py3-none-any.whl: sha256" in err and "does not match the lock's" in err
     assert os.readlink(prefix) == before
-    assert run_python(prefix, "import gamma, os; print(os.path.exists(os.path.join(os.path.dirname(gamma.__file__), 'evil.py')))") == "False"
+    probe = "import gamma, os; print(os.path.exists(os.path.join(os.path.dirname(gamma.__file__), 'evil.py')))"
+    assert run_python(prefix, probe) == "False"
 
 
 def test_corrupted_cache_is_healed_not_installed(project: Project, channel: Path) -> None:
@@ -477,7 +489,8 @@ def test_a_seal_of_an_older_format_counts_as_none(project: Project, channel: Pat
     assert all(seal.read_text().startswith("bootstrap-seal 3\n") for seal in seals)
 
 
-def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: Project, channel: Path, monkeypatch) -> None:
+def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: Project, channel: Path,
+                                                                       monkeypatch) -> None:
     """Two envs share a cache: another run may drop an extracted package between our seal check and rattler."""
     from bootstrap.install import store
 
@@ -497,7 +510,8 @@ def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: 
     archive.write_bytes(archive.read_bytes()[:-10] + b"0123456789")  # unread while the sealed copy stands in
     assert main(env_args(project, str(channel))) == 0
     assert_matches_lock(project)  # canonical URLs in conda-meta, whichever way each package was linked
-    (entry,) = [e for e in read_lock(project.lock_path("py310")).for_platform("linux-64", "conda") if e.name == "bigpkg"]
+    (entry,) = [e for e in read_lock(project.lock_path("py310")).for_platform("linux-64", "conda")
+                if e.name == "bigpkg"]
     assert store.seal_holds(project.root / ".cache", entry)  # extracted and sealed again
     from bootstrap.fsutil import sha256_file
 
@@ -575,7 +589,8 @@ def seal_of(project: Project, name: str) -> Path:
     return path
 
 
-def test_an_unsealed_copy_is_left_alone_while_another_run_may_be_linking_from_it(project: Project, channel: Path) -> None:
+def test_an_unsealed_copy_is_left_alone_while_another_run_may_be_linking_from_it(project: Project,
+                                                                                 channel: Path) -> None:
     """Two envs made at once on one cache: a copy the other run extracted is unsealed until it has linked
     from it; dropped as stale, that run failed with 'No such file or directory' under pkgs/."""
     import fcntl
@@ -812,9 +827,9 @@ def test_a_prefix_too_long_for_a_binary_placeholder_says_to_shorten_it(locked_on
     capsys.readouterr()
     assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: --prefix {prefix}: is {len(str(prefix))} bytes long, longer than a package's binary "
-                          "files leave room for: failed to link binpkg-1.0") and err.endswith("choose a shorter --prefix; "
-                                                                                     "conda-forge's packages have room for 255 bytes)\n")
+    assert (err.startswith(f"error: --prefix {prefix}: is {len(str(prefix))} bytes long, "
+                           "longer than a package's binary files leave room for: failed to link binpkg-1.0")
+            and err.endswith("choose a shorter --prefix; conda-forge's packages have room for 255 bytes)\n"))
     assert not prefix.exists()
     assert main(env_args(project, str(channel), "--prefix", str(tmp_path / "short"))) == 0
 
@@ -839,7 +854,8 @@ def test_the_activate_hint_of_a_windows_env_names_its_python_exe(tmp_path: Path)
     from bootstrap.install.env import EnvResult
     from bootstrap.install.plan import Plan
 
-    result = EnvResult(prefix=tmp_path / "env", platform="win-64", plan=Plan(), generation=1, changed=True, dry_run=False)
+    result = EnvResult(prefix=tmp_path / "env", platform="win-64", plan=Plan(), generation=1, changed=True,
+                       dry_run=False)
     assert _summary("py310", result, SimpleNamespace(lock_path=Path("conda-lock.yml"))).endswith(
         f"or run {tmp_path / 'env' / 'python.exe'}")
 
@@ -885,12 +901,13 @@ def test_a_cache_dir_that_is_a_file_is_refused_before_anything_is_created(projec
     cache.write_text("x\n")
     capsys.readouterr()
     assert main([*env_args(project, str(channel)), "--cache-dir", str(cache)]) == 2
-    assert capsys.readouterr().err == f"error: --cache-dir {cache}: not a directory (pass a directory as --cache-dir; " \
-                                      "the default is ~/.cache/bootstrap)\n"
+    assert capsys.readouterr().err == f"error: --cache-dir {cache}: not a directory " \
+                                      "(pass a directory as --cache-dir; the default is ~/.cache/bootstrap)\n"
     assert not (project.root / ".envs").exists()
 
 
-def test_a_read_only_package_cache_is_named_with_the_flag(project: Project, channel: Path, make_read_only, capsys) -> None:
+def test_a_read_only_package_cache_is_named_with_the_flag(project: Project, channel: Path, make_read_only,
+                                                          capsys) -> None:
     """Found before a generation is started: rattler would fail to lock its cache halfway, naming neither."""
     assert main(env_args(project, str(channel))) == 0
     cache = project.root / ".cache"
@@ -915,8 +932,9 @@ def test_an_env_directory_that_cannot_be_written_is_one_line(project: Project, c
     make_read_only(prefix.parent)
     capsys.readouterr()
     assert main(env_args(project, str(channel))) == 2
-    assert capsys.readouterr().err == f"error: {prefix}: {prefix.parent} cannot be written (a read-only file system, or " \
-                                      "not yours) (make it writable, or choose a --prefix you can write)\n"
+    assert capsys.readouterr().err == f"error: {prefix}: {prefix.parent} cannot be written " \
+                                      "(a read-only file system, or not yours) " \
+                                      "(make it writable, or choose a --prefix you can write)\n"
     assert main(["env", "--root", str(project.root), "--rollback"]) == 2
     assert f"error: {prefix}: {prefix.parent} cannot be written" in capsys.readouterr().err
     assert os.readlink(prefix).endswith("/2") and generation_dirs(project) == ["1", "2"]
@@ -999,7 +1017,8 @@ def test_uv_outliving_a_killed_run_keeps_the_next_run_waiting(project: Project, 
     change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
     started, go_on = tmp_path / "uv-started", tmp_path / "uv-go-on"
     uv = tmp_path / "uv"  # the real uv, held at its install until the test says
-    uv.write_text(f'#!/bin/sh\nif [ "$2" = install ]; then : > {started}; while [ ! -e {go_on} ]; do sleep 0.05; done; fi\n'
+    uv.write_text(f'#!/bin/sh\nif [ "$2" = install ]; then : > {started}; '
+                  f'while [ ! -e {go_on} ]; do sleep 0.05; done; fi\n'
                   f'exec {uv_binary(PipOptions())} "$@"\n')
     uv.chmod(0o755)
     code = (f"import sys, bootstrap.install.pip as p; p.uv_binary = lambda _: {str(uv)!r}; "
@@ -1029,7 +1048,8 @@ def test_export_from_prefix_reads_the_request_bootstrap_recorded(project: Projec
     assert main(env_args(project, str(channel))) == 0
     portable = portable_from_prefix(prefix_of(project))
     conda = sorted(line.text for line in portable.conda)
-    assert conda == sorted(["bigpkg=1.0", "pip=25.0", f"python={sys.version_info[0]}.{sys.version_info[1]}.{sys.version_info[2]}",
+    assert conda == sorted(["bigpkg=1.0", "pip=25.0",
+                            f"python={sys.version_info[0]}.{sys.version_info[1]}.{sys.version_info[2]}",
                             "torchlike=1.0", "zlibstub=1.3.1"])
     # The fixture wheels were installed from file:// URLs, which export does not pass on as PyPI pins.
     assert portable.pip == () and any("alpha" in note for note in portable.notes), portable.notes
@@ -1063,7 +1083,8 @@ def test_pip_entry_points_run_through_the_stable_path(tmp_path: Path, channel: P
         "delta/__init__.py": "def main():\n    print('delta ok')\n",
         "delta-1.0.dist-info/entry_points.txt": "[console_scripts]\ndelta = delta:main\n",
     })
-    project = make_project(tmp_path / "proj", platforms=("linux-64",), conda=(f"python={SHORT}.*", "pip"), pip=("delta",))
+    project = make_project(tmp_path / "proj", platforms=("linux-64",), conda=(f"python={SHORT}.*", "pip"),
+                           pip=("delta",))
     relock(project, channel, wheels)
     prefix = project.root / ("p" * 120 if long_path else "short") / "py310"
     assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 0
@@ -1116,7 +1137,8 @@ def test_a_full_disk_leaves_the_env_as_it_was(locked_once: Project, blob_sources
     resize("64m")
     assert main(args) == 0
     assert_matches_lock(project)
-    blob = next(prefix.glob("lib/python*/site-packages/blobwheel/blob.bin")) if where.startswith("pip") else prefix / "lib/libblob.so"
+    blob = (next(prefix.glob("lib/python*/site-packages/blobwheel/blob.bin")) if where.startswith("pip")
+            else prefix / "lib/libblob.so")
     assert blob.read_bytes() == blob_bytes
 
 

@@ -88,7 +88,8 @@ def test_a_conda_packages_egg_info_under_another_name_stays(project: Project, wh
     site = f"lib/python{SHORT}/site-packages"
     egg_info = f"{site}/tables-3.9-py{SHORT}.egg-info"
     pytables = PackageSpec("pytables", "3.9", noarch="generic", files={
-        f"{egg_info}/PKG-INFO": "Metadata-Version: 1.1\nName: tables\nVersion: 3.9\n", f"{site}/tables/__init__.py": ""})
+        f"{egg_info}/PKG-INFO": "Metadata-Version: 1.1\nName: tables\nVersion: 3.9\n",
+        f"{site}/tables/__init__.py": ""})
     channel = build_runnable_channel(tmp_path / "channel", extra=[pytables])
     change_lock(project, channel, wheels, conda=(*CONDA, "pytables"))
     assert main(env_args(project, str(channel))) == 0

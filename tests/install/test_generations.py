@@ -63,7 +63,8 @@ def test_clone_copies_where_hard_links_fail(tmp_path: Path, monkeypatch) -> None
     monkeypatch.setattr(os, "link", no_links)
     new = gens.start(layout)
     assert marker(new.partial) == "1"
-    assert os.stat(new.partial / "conda-meta" / "marker").st_ino != os.stat(layout.path(1) / "conda-meta" / "marker").st_ino
+    assert (os.stat(new.partial / "conda-meta" / "marker").st_ino
+            != os.stat(layout.path(1) / "conda-meta" / "marker").st_ino)
 
 
 def test_copy_over_never_writes_through_a_shared_inode(tmp_path: Path) -> None:
@@ -178,7 +179,8 @@ def test_an_env_inside_a_generation_of_another_is_refused(tmp_path: Path, inside
 
     outer = layout_with(tmp_path, [1], current=1)
     inner = gens.Layout(outer.stable.parent / inside)
-    with pytest.raises(InputError, match=f"is inside {outer.path(1)}, a generation of the env {outer.stable},") as caught:
+    with pytest.raises(InputError,
+                       match=f"is inside {outer.path(1)}, a generation of the env {outer.stable},") as caught:
         inner.check_managed()
     assert f"choose a --prefix outside {outer.stable}" in str(caught.value)
     gens.Layout(outer.stable.parent / "sibling").check_managed()  # beside it is fine

@@ -98,7 +98,8 @@ def test_export_and_doctor_answer_as_on_the_tools_python(older, tmp_path: Path, 
     assert theirs.read_text() == ours.read_text() and "python=" in ours.read_text()
 
     job = json.loads(H200.read_text())  # a job given two of the node's GPUs, by UUID and by index
-    job["host"]["cuda_visible_devices"] = "GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b06,GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b07,1"
+    job["host"]["cuda_visible_devices"] = ("GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b06,"
+                                           "GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b07,1")
     (tmp_path / "job.json").write_text(json.dumps(job))
     for facts in (H200, tmp_path / "job.json"):
         capsys.readouterr()
@@ -119,7 +120,8 @@ def test_monitor_without_nvml_says_so_in_one_line(older) -> None:
 
 def test_the_env_python_is_the_one_asked_for(older) -> None:
     assert older.project.lock_path(older.name).is_file()
-    done = subprocess.run([str(older.prefix / "bin" / "python"), "-c", "import platform, yaml; print(platform.python_version())"],
+    done = subprocess.run([str(older.prefix / "bin" / "python"), "-c",
+                           "import platform, yaml; print(platform.python_version())"],
                           capture_output=True, text=True, check=True)
     assert done.stdout.strip() == older.interpreter.version
 
@@ -133,7 +135,8 @@ def locked_at_39(tmp_path: Path) -> tuple:
     channel = build_channel(tmp_path / "channel", [*(runnable_python_spec(interpreter=i) for i in interpreters),
                                                    pip_spec(), zlibstub_spec("linux-64")])
     wheels = build_wheelhouse(tmp_path / "wheels", standard_wheels())
-    project = make_project(tmp_path / "proj", platforms=("linux-64",), conda=("python=3.9.*", "pip"), pip=("alpha", "gamma"))
+    project = make_project(tmp_path / "proj", platforms=("linux-64",), conda=("python=3.9.*", "pip"),
+                           pip=("alpha", "gamma"))
     relock(project, channel, wheels)
     args = ["env", "--root", str(project.root), "--platform", "linux-64", "--mirror", f"conda-forge={channel}",
             "--cache-dir", str(tmp_path / "cache")]
@@ -160,7 +163,8 @@ def test_a_python_minor_upgrade_installs_the_pip_part_into_its_site_packages(tmp
     assert main(args) == 0
     assert_matches_lock(project)  # conda-meta names the lock's URLs, the relinked pip's too
     prefix = project.root / ".envs" / "py310"
-    done = subprocess.run([str(prefix / "bin" / "python"), "-c", "import sys, alpha, gamma; print(sys.version_info[:2])"],
+    done = subprocess.run([str(prefix / "bin" / "python"), "-c",
+                           "import sys, alpha, gamma; print(sys.version_info[:2])"],
                           capture_output=True, text=True, check=False)
     assert done.stdout.strip() == "(3, 10)", done.stderr
     capsys.readouterr()

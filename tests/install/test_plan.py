@@ -36,7 +36,8 @@ def test_a_distribution_conda_installed_is_never_pip_removed() -> None:
 
 
 def test_a_distribution_the_lock_moves_to_conda_is_pip_removed() -> None:
-    """gamma was a wheel, the lock now has it from conda: the wheel's files and metadata go before conda links its own."""
+    """gamma was a wheel, the lock now has it from conda: the wheel's files and metadata go before conda
+    links its own."""
     locked = [LockedPackage("gamma", "0.6", "conda", "noarch", "https://conda.example/noarch/gamma-0.6-h0_0.conda",
                             "c" * 64, build="h0_0")]
     plan = make_plan(locked, [], [dist("gamma", "0.5", "b" * 64, "gamma-0.5.dist-info")])

@@ -115,7 +115,8 @@ def test_conda_lock_parses_renders_and_accepts_the_hash(locked: Project) -> None
     out = locked.root / "rendered"
     out.mkdir()
     done = subprocess.run(
-        [CONDA_LOCK, "render", "-k", "explicit", "-p", "linux-64", "--filename-template", f"{out}/{{platform}}.lock", str(path)],
+        [CONDA_LOCK, "render", "-k", "explicit", "-p", "linux-64", "--filename-template", f"{out}/{{platform}}.lock",
+         str(path)],
         capture_output=True, text=True, check=False, cwd=locked.root,
     )
     assert done.returncode == 0, done.stderr
@@ -217,7 +218,8 @@ def test_check_survives_a_comment_edit_in_the_spec(locked: Project, capsys) -> N
     assert code == 0, out
 
 
-def test_dry_run_writes_nothing_and_relock_prints_a_diff(locked: Project, wheelhouse: Path, fixture_channel: Path, capsys) -> None:
+def test_dry_run_writes_nothing_and_relock_prints_a_diff(locked: Project, wheelhouse: Path, fixture_channel: Path,
+                                                         capsys) -> None:
     path = locked.lock_path("py310")
     before = path.read_bytes()
     write_spec(locked.root, pip=("alpha==1.0", "gamma"))
@@ -244,14 +246,16 @@ def test_lock_with_json_prints_what_moved_per_platform(locked: Project, wheelhou
     assert (data["format"], data["version"], data["dry_run"]) == ("bootstrap.lock", 1, True)
     (env,) = data["envs"]
     assert (env["env"], env["lock_path"], env["written"], env["new"]) == ("py310", str(path), False, False)
-    assert env["solved"] == ["linux-64", "osx-arm64", "win-64"] and sorted(env["seconds"]) == ["conda_solve", "pip_resolve", "write"]
+    assert (env["solved"] == ["linux-64", "osx-arm64", "win-64"]
+            and sorted(env["seconds"]) == ["conda_solve", "pip_resolve", "write"])
     lock = read_lock(path)
     for platform in env["platforms"]:
         assert platform["conda_packages"] == len(lock.for_platform(platform["platform"], "conda"))
         assert platform["pip_packages"] == len(lock.for_platform(platform["platform"], "pip")) - 1  # beta goes
         assert (platform["added"], platform["removed"], platform["changed"]) == ([], ["beta 2.0"], ["alpha 1.1 -> 1.0"])
     assert path.read_bytes() == before
-    assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--platform", "win-64", "--json") == 0
+    assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--platform", "win-64",
+                    "--json") == 0
     (env,) = json.loads(capsys.readouterr().out)["envs"]
     assert (env["written"], env["solved"]) == (True, ["win-64"])
     assert [p["changed"] for p in env["platforms"]] == [[], [], ["alpha 1.1 -> 1.0"]]  # the others kept
@@ -290,7 +294,8 @@ def test_relock_one_platform_keeps_the_others(locked: Project, wheelhouse: Path,
 def test_relocking_one_platform_leaves_the_others_stale_hash(locked: Project, wheelhouse: Path, fixture_channel: Path,
                                                               capsys) -> None:
     """A platform kept by `--platform` keeps its old content_hash: it was not solved for the new inputs."""
-    write_virtual_packages(locked.root, {**VIRTUAL_PACKAGES, "linux-64": {**VIRTUAL_PACKAGES["linux-64"], "__glibc": "2.17"}})
+    write_virtual_packages(locked.root, {**VIRTUAL_PACKAGES,
+                                         "linux-64": {**VIRTUAL_PACKAGES["linux-64"], "__glibc": "2.17"}})
     assert check(locked, capsys)[0] == 1
     assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--platform", "win-64") == 0
     code, out = check(locked, capsys)
@@ -304,8 +309,9 @@ def test_relocking_one_platform_leaves_the_others_stale_hash(locked: Project, wh
 def test_two_relocks_of_one_env_take_turns(locked: Project, wheelhouse: Path, fixture_channel: Path) -> None:
     """`--platform linux-64` and `--platform win-64` at once: each reads the lock the other wrote."""
     write_spec(locked.root, pip=("alpha==1.0", "gamma"))
-    runs = [subprocess.Popen([sys.executable, "-m", "bootstrap", *lock_args(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}",
-                                                                        "--platform", platform)],
+    runs = [subprocess.Popen([sys.executable, "-m", "bootstrap",
+                              *lock_args(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}",
+                                         "--platform", platform)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
             for platform in ("linux-64", "win-64")]
     assert [run.wait(timeout=120) for run in runs] == [0, 0], [run.stderr.read() for run in runs]
@@ -351,7 +357,8 @@ def test_check_names_a_constraint_it_cannot_parse(locked: Project, capsys) -> No
     path.write_text(yaml.safe_dump(data))
     assert main(["lock", "--check", "--root", str(locked.root)]) == 2
     error = capsys.readouterr().err
-    assert f"package python.dependencies.{dependency}: " in error and "(win-64)" in error and error.count("\n") == 1, error
+    assert (f"package python.dependencies.{dependency}: " in error and "(win-64)" in error
+            and error.count("\n") == 1), error
 
 
 def test_check_of_some_platforms_and_the_flags_it_refuses(locked: Project, capsys) -> None:

@@ -99,7 +99,8 @@ def test_bad_match_spec(root: Path, wheelhouse: Path, fixture_channel: Path) -> 
 
 def test_unreachable_mirror_names_url_and_option(root: Path, wheelhouse: Path) -> None:
     done = lock(root, "--mirror", "conda-forge=http://u:hunter2@127.0.0.1:9/conda-forge", wheelhouse=wheelhouse)
-    assert_clean_failure(done, "http://127.0.0.1:9/conda-forge (mirror of https://conda.anaconda.org/conda-forge)", "check --mirror")
+    assert_clean_failure(done, "http://127.0.0.1:9/conda-forge (mirror of https://conda.anaconda.org/conda-forge)",
+                         "check --mirror")
     assert "hunter2" not in done.stderr
     assert not (root / "conda-lock.yml").exists()
 
@@ -114,9 +115,10 @@ def test_bad_mirror_syntax(root: Path, wheelhouse: Path) -> None:
 
 
 def test_a_channel_mirrored_twice(root: Path, fixture_channel: Path, wheelhouse: Path) -> None:
-    done = lock(root, "--mirror", f"conda-forge={fixture_channel}", "--mirror", f"https://conda.anaconda.org/conda-forge/={root}",
-                wheelhouse=wheelhouse)
-    assert_clean_failure(done, "--mirror: https://conda.anaconda.org/conda-forge is mirrored twice", "one --mirror per channel")
+    done = lock(root, "--mirror", f"conda-forge={fixture_channel}",
+                "--mirror", f"https://conda.anaconda.org/conda-forge/={root}", wheelhouse=wheelhouse)
+    assert_clean_failure(done, "--mirror: https://conda.anaconda.org/conda-forge is mirrored twice",
+                         "one --mirror per channel")
 
 
 def test_corrupt_existing_lock_is_left_alone(root: Path, fixture_channel: Path, wheelhouse: Path) -> None:
@@ -124,7 +126,8 @@ def test_corrupt_existing_lock_is_left_alone(root: Path, fixture_channel: Path, 
     path.write_text("version: 1\nmetadata: {}\npackage: []\n")
     before = files(root)
     done = lock(root, "--mirror", f"conda-forge={fixture_channel}", wheelhouse=wheelhouse)
-    assert_clean_failure(done, "conda-lock.yml", "metadata.content_hash", "restore it (e.g. `git checkout conda-lock.yml`) or remove it")
+    assert_clean_failure(done, "conda-lock.yml", "metadata.content_hash",
+                         "restore it (e.g. `git checkout conda-lock.yml`) or remove it")
     assert files(root) == before
     check = bootstrap("lock", "--check", cwd=root)
     assert_clean_failure(check, "conda-lock.yml", "metadata.content_hash")
@@ -163,7 +166,8 @@ def test_a_checkout_it_cannot_write_is_refused_before_solving(root: Path, fixtur
     assert not (tmp_path / "cache").exists()  # refused before the solve
 
 
-def test_a_full_disk_leaves_the_lock_as_it_was(fixture_channel: Path, wheelhouse: Path, tmp_path: Path, small_fs) -> None:
+def test_a_full_disk_leaves_the_lock_as_it_was(fixture_channel: Path, wheelhouse: Path, tmp_path: Path,
+                                               small_fs) -> None:
     mount, _ = small_fs
     root = make_project(mount / "proj").root
     argv = ("lock", "--cache-dir", str(tmp_path / "cache"), "--mirror", f"conda-forge={fixture_channel}",

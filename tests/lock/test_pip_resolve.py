@@ -32,7 +32,8 @@ VPKGS = VirtualPackages(
 
 
 def spec(*pip: str) -> EnvSpec:
-    return EnvSpec(Path("envs/t.yml"), "t", ("conda-forge",), ("linux-64", "osx-arm64", "win-64"), ("python", "pip"), pip)
+    return EnvSpec(Path("envs/t.yml"), "t", ("conda-forge",), ("linux-64", "osx-arm64", "win-64"), ("python", "pip"),
+                   pip)
 
 
 @pytest.mark.parametrize(
@@ -61,7 +62,8 @@ def test_parse_via_annotations() -> None:
         "nvidia-cublas-cu12==12.8.4.1  # via nvidia-cudnn-cu12, torch\n"
     )
     assert parse_via_annotations(text) == {
-        "alpha": {"beta"}, "gamma": {"beta"}, "nvidia-cudnn-cu12": {"nvidia-cublas-cu12"}, "torch": {"nvidia-cublas-cu12"},
+        "alpha": {"beta"}, "gamma": {"beta"}, "nvidia-cudnn-cu12": {"nvidia-cublas-cu12"},
+        "torch": {"nvidia-cublas-cu12"},
     }
 
 
@@ -147,7 +149,8 @@ def test_dependency_edges_of_a_url_wheel_uv_cannot_serve_offline() -> None:
     pylock = (f'lock-version = "1.0"\n[[packages]]\nname = "alpha"\nversion = "1.1"\n'
               f'archive = {{ url = "{url}", hashes = {{ sha256 = "{"ab" * 32}" }} }}\n'
               f'[[packages]]\nname = "beta"\nversion = "2.0"\n'
-              f'wheels = [{{ url = "https://example.org/w/beta-2.0-py3-none-any.whl", hashes = {{ sha256 = "{"cd" * 32}" }} }}]\n')
+              f'wheels = [{{ url = "https://example.org/w/beta-2.0-py3-none-any.whl", '
+              f'hashes = {{ sha256 = "{"cd" * 32}" }} }}]\n')
     calls = []
 
     def runner(argv, env=None, cwd=None, timeout=None):
@@ -157,7 +160,8 @@ def test_dependency_edges_of_a_url_wheel_uv_cannot_serve_offline() -> None:
         elif "--offline" in argv:
             return SimpleNamespace(returncode=2, stdout="", stderr=f"error: Failed to download `alpha @ {url}`")
         else:
-            return SimpleNamespace(returncode=0, stdout=f"alpha @ {url}  # via -r requirements.in\nbeta==2.0  # via alpha\n",
+            return SimpleNamespace(returncode=0,
+                                   stdout=f"alpha @ {url}  # via -r requirements.in\nbeta==2.0  # via alpha\n",
                                    stderr="")
         return SimpleNamespace(returncode=0, stdout="", stderr="")
 
@@ -170,8 +174,10 @@ def test_uv_errors_lose_index_tokens() -> None:
     from bootstrap.errors import FetchError
 
     def runner(argv, env=None, cwd=None, timeout=None):
-        return SimpleNamespace(returncode=2, stdout="", stderr="error: Failed to fetch: `alpha`\n  cause: HTTP status client "
-                               "error (403 Forbidden) for url (https://pypi.anaconda.org/t/tk-hunter2/team/simple/alpha/)")
+        return SimpleNamespace(returncode=2, stdout="",
+                               stderr="error: Failed to fetch: `alpha`\n  cause: HTTP status client "
+                                      "error (403 Forbidden) for url "
+                                      "(https://pypi.anaconda.org/t/tk-hunter2/team/simple/alpha/)")
 
     with pytest.raises(FetchError) as caught:
         resolve_pip(spec("alpha"), target_for("linux-64", "3.10.19", VPKGS), PipOptions(uv="uv"), runner=runner)
