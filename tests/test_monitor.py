@@ -405,7 +405,7 @@ def test_a_linked_log_stays_linked_and_a_fifo_is_streamed_to(h200, tmp_path):
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
 def test_a_log_that_cannot_be_written_is_one_line(h200, capsys):
-    """/dev/full answers every write with ENOSPC. Before: a traceback from the discard's close, exit 1."""
+    """/dev/full answers every write with ENOSPC: one line and exit 2, no traceback from closing the log."""
     assert main(["monitor", "--count", "3", "--interval", "0.001", "--csv", "/dev/full"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: no space left on device while writing /dev/full")
@@ -414,7 +414,7 @@ def test_a_log_that_cannot_be_written_is_one_line(h200, capsys):
 
 @needs_unshare
 def test_a_full_disk_removes_the_partial_log_and_says_so(tmp_path):
-    """Before: a traceback, and FILE.partial left, so the next monitor refused to start ('exists')."""
+    """A full disk under the log: one line, and no FILE.partial left for the next monitor to refuse to start on."""
     small = tmp_path / "small"
     small.mkdir()
     script = ("import sys\nfrom tests.fixtures.fakes import RecordedNvml\n"

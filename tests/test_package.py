@@ -87,7 +87,7 @@ def test_output_to_a_full_disk_is_one_line() -> None:
 
 
 def test_ctrl_c_while_the_verb_is_still_loading_is_one_line() -> None:
-    """Before the verb runs (its modules importing): no traceback either, and with --json the envelope."""
+    """Ctrl-C while the verb's modules are still importing: no traceback either, and with --json the envelope."""
     code = ("import runpy, bootstrap.cli as cli\n"
             "def interrupted(argv=None):\n    raise KeyboardInterrupt\n"
             "cli.build_parser = interrupted\n"

@@ -81,8 +81,8 @@ def measured(config, rate, phase="tune"):
 
 
 def test_with_no_time_left_the_winner_is_the_fastest_result_already_known():
-    """Before: the search returned the naive loader (the first prior) untried, though the scaling phase had
-    measured two workers three times faster."""
+    """With no time left to measure, the winner is the fastest configuration measured already (the scaling
+    phase's two workers), not the first prior (the naive loader)."""
     clock = Clock()
     configs = [LoaderConfig(num_workers=w, persistent_workers=w > 0) for w in (0, 1, 2)]
     prior = {configs[0]: measured(configs[0], 41.7, "naive"), configs[2]: measured(configs[2], 102.0, "scaling")}
@@ -97,7 +97,7 @@ def test_with_no_time_left_the_winner_is_the_fastest_result_already_known():
 
 
 def test_no_measurement_starts_that_would_end_past_the_deadline():
-    """Before: the first candidate was always measured, whatever the time left."""
+    """No candidate is measured whose window would end past the deadline, the first one included."""
     clock = Clock()
     configs = [LoaderConfig(num_workers=w) for w in (1, 2)]
     result = tune.successive_halving(configs, lambda c, w: pytest.fail("measured"), deadline=1.0,
@@ -169,8 +169,8 @@ IO_MS, BATCH, BUDGET_S = 40.0, 8, 6.0
 
 @pytest.fixture(scope="module")
 def slow_run():
-    """Batches of 8 x 40 ms: far too slow for a full tune in 6 s. Before: 11.9 s, scaling ran w=2 despite
-    --max-workers 1, and the report presented num_workers=0 as the tuned winner."""
+    """Batches of 8 x 40 ms: far too slow for a full tune in 6 s. The run stays inside its budget, no phase
+    goes past --max-workers 1, and the report does not present num_workers=0 as the tuned winner."""
     spec = WorkloadSpec(samples=16, image_size=32, crop_size=24, batch_size=BATCH, io_ms=IO_MS, step_ms=5.0)
     result = run_after_setup(BenchOptions(workload=spec, budget_s=BUDGET_S, device="cpu", max_workers=1))
     return json.loads(envelope_json(result))

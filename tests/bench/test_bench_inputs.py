@@ -124,7 +124,8 @@ def test_library_callers_get_the_same_checks_named_by_flag():
 
 @pytest.mark.slow
 def test_data_dir_gets_a_fresh_directory_that_is_removed(tmp_path):
-    """Before: the samples went to DIR/samples/000000.jpg..., overwriting a user's files there, and stayed."""
+    """--data-dir DIR: the samples go to a fresh directory of their own inside DIR, removed after the run;
+    a user's files in DIR are never overwritten."""
     from tests.fixtures.bench import SMALL, bench
 
     data = tmp_path / "data"

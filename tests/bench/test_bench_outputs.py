@@ -38,7 +38,7 @@ def test_out_is_checked_before_any_work(tmp_path, make, problem):
 
 
 def test_cli_refuses_an_existing_file_as_out_at_once(tmp_path):
-    """Before: FileExistsError traceback after the whole run (~10 s)."""
+    """An --out that is a file is refused before the run, in one line; the file is kept."""
     target = tmp_path / "file"
     target.write_text("keep")
     started = time.perf_counter()
@@ -85,7 +85,7 @@ def test_cli_prints_the_report_it_writes(tmp_path):
 
 @needs_unshare
 def test_full_disk_after_the_run_prints_the_report_and_keeps_the_old_pair():
-    """Before: ENOSPC traceback from the PNG after bench.json had been replaced; no report printed."""
+    """A full disk after the run: the report is printed, and the old bench.json and bench.png are kept as a pair."""
     done = in_private_mounts(
         "mkdir -p /mnt/bench-full && mount -t tmpfs -o size=4k tmpfs /mnt/bench-full\n"
         "echo '{}' > /mnt/bench-full/bench.json\n"

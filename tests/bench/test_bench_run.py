@@ -250,9 +250,8 @@ def test_a_stop_as_the_run_ends_still_cleans_up_and_reports(tmp_path, monkeypatc
 
 
 def test_workers_a_stop_signal_killed_shut_down_without_a_traceback():
-    """Slurm signals every process of the job, the loader's workers too. Before: the stream dropped its
-    iterator and torch shut it down in __del__, where its SIGCHLD handler raised 'DataLoader worker ... is
-    killed by signal: Terminated': a traceback ('Exception ignored in ... __del__') after the partial report."""
+    """Slurm signals every process of the job, the loader's workers too: the stream shuts its iterator down
+    itself, so no 'DataLoader worker ... is killed by signal' traceback follows the partial report."""
     script = textwrap.dedent("""
         import multiprocessing.process as mp, os, signal, subprocess, sys, time
         from torch.utils.data import DataLoader

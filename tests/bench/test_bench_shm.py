@@ -72,7 +72,7 @@ def test_a_dev_shm_too_small_for_one_worker_is_a_need_before_anything_was_measur
 @pytest.mark.slow
 @needs_unshare
 def test_a_tiny_dev_shm_is_a_failed_check_not_a_traceback():
-    """Before: RuntimeError 'unable to allocate shared memory' from the scaling phase, exit 1, no report."""
+    """A /dev/shm too small for the workers is a failed bench.shm check in a full report, not a RuntimeError."""
     done = in_private_mounts("mount -t tmpfs -o size=2m tmpfs /dev/shm\n"
                              "$PY -m bootstrap bench --budget 8 --quiet --no-png --json --out /tmp "
                              "--device cpu --samples 16 --image-size 256 --crop-size 224 --batch-size 64 --model tiny")

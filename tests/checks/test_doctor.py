@@ -135,7 +135,7 @@ def test_an_unwritable_save_facts_path_fails_before_any_probe(tmp_path: Path, ca
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
 def test_facts_that_cannot_be_saved_are_one_line() -> None:
-    """/dev/full answers every write with ENOSPC, as a full disk does. Before: two chained tracebacks, exit 1."""
+    """/dev/full answers every write with ENOSPC, as a full disk does: one DiskFullError naming the flag."""
     from bootstrap.errors import DiskFullError
 
     with pytest.raises(DiskFullError, match=r"^no space left on device while writing /dev/full .*--save-facts"):

@@ -448,8 +448,8 @@ def test_bench_verdicts_become_checks() -> None:
 
 
 def test_an_interrupted_benchmark_does_not_pass() -> None:
-    """Ctrl-C during verify's benchmark: run_bench returns what it measured. Before: the bench check was ok
-    ('(interrupted)') and verify could exit 0, so `python -m bootstrap verify && train` went on to train."""
+    """Ctrl-C during verify's benchmark: run_bench returns what it measured, and the bench check fails
+    ('(interrupted)'), so `python -m bootstrap verify && train` does not go on to train."""
     from bootstrap.checks.verify import bench_checks
 
     stopped = bench_result("cuda")
