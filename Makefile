@@ -13,6 +13,9 @@ SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # Tests of the env-side code (verify, bench) run on a CPU torch in the tools venv.
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
 TORCH_TEST ?= torch==2.13.0
+# Where the CPU build comes from: PyPI's Linux torch is the CUDA build, which pulls ~2.7 GB of
+# nvidia wheels. Where this index is unreachable (a PyPI mirror only), the default index is used.
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-slow test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader bench-report help FORCE
 
@@ -108,7 +111,14 @@ ifneq ($(shell cat $(TOOLS)/.torch-test 2>/dev/null),$(TORCH_TEST))
 $(TOOLS)/.torch-test: FORCE
 endif
 $(TOOLS)/.torch-test: $(TOOLS)/.requirements-tools.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_TEST)"
+	@if $(PY) -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' "$(TORCH_CPU_INDEX)/" \
+	    2>/dev/null; then \
+	  echo "installing $(TORCH_TEST), a CPU build, from $(TORCH_CPU_INDEX)"; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --index-url "$(TORCH_CPU_INDEX)" "$(TORCH_TEST)"; \
+	else \
+	  echo "$(TORCH_CPU_INDEX) is unreachable: installing $(TORCH_TEST) from the default index"; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_TEST)"; \
+	fi
 	echo "$(TORCH_TEST)" > $@
 
 # One pytest worker per core, up to four: the suite waits on engines and subprocesses one test at a
