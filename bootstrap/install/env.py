@@ -118,6 +118,16 @@ class EnvResult:
 
 
 @dataclass(frozen=True)
+class Run:
+    """What one run works from: its options, the lock and its entries for the platform, how it reports."""
+
+    options: EnvOptions
+    lock: Lock
+    entries: list
+    feedback: Feedback
+
+
+@dataclass(frozen=True)
 class Change:
     """Where a change starts and what it applies there, decided once (`plan_change`)."""
 
@@ -167,14 +177,15 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
         removed = gens.remove_leftovers(layout)
         current = layout.current()
         change = plan_change(layout, entries)  # again: another run may have changed the env meanwhile
+        run = Run(options, lock, entries, feedback)
         if change is None:
             if not _recorded(lock, options):
                 # Same packages, another lock (e.g. a loosened spec that resolved the
                 # same): refresh the record in place rather than build a generation.
-                _write_record(options, lock, entries, layout.path(current), current)
+                _write_record(run, layout.path(current), current)
             return _result(options, started, removed=removed)
         with cache_lock(options.cache_dir, feedback.waiting, shared=True), store.extracting(options.cache_dir):
-            seconds, notes = _build(layout, change, options, lock, entries, feedback, env_lock)
+            seconds, notes = _build(layout, change, run, env_lock)
         gens.collect_garbage(layout, keep=(change.start.number, current))
     return _result(options, started, change, seconds=seconds, removed=removed, notes=notes)
 
@@ -211,22 +222,23 @@ def check_runs_here(platform: str) -> None:
                          f"bundle --platform {platform}`; --dry-run shows the plan here")
 
 
-def _build(layout: gens.Layout, change: Change, options: EnvOptions, lock: Lock, entries: list,
-           feedback: Feedback, env_lock: int) -> tuple[dict, list]:
-    """Fetch what `change` needs, then build the generation it describes and switch to it.
-    `env_lock` is the descriptor of the env's lock, which this run holds.
+def _build(layout: gens.Layout, change: Change, run: Run, env_lock: int) -> tuple[dict, list]:
+    """Fetch what `change` needs, then build the generation it describes and switch to it; the
+    seconds each step took, and notes for the user. `env_lock` is the descriptor of the env's lock,
+    which this run holds.
 
     The fetch comes first: an unreachable channel or index, or a bad archive or wheel, fails before
     the retired generation is recycled, so `--rollback` still has it."""
-    plan, current, seconds = change.plan, layout.current(), {}
+    options, plan, current, seconds = run.options, change.plan, layout.current(), {}
     first = current is None
     t = time.perf_counter()
     full_validation = store.others_extracting(options.cache_dir)
     sealed, edited = store.sealed_copies(options.cache_dir, plan.link, drop=not full_validation)
     if edited:
-        feedback.notify(f"cached copies of {', '.join(edited)} were edited: extracting them again from their archives")
+        run.feedback.notify(f"cached copies of {', '.join(edited)} were edited: "
+                            "extracting them again from their archives")
     try:
-        fetched = _fetch([*(e for e in plan.link if e.name not in sealed), *plan.pip_install], options, feedback)
+        fetched = _fetch([*(e for e in plan.link if e.name not in sealed), *plan.pip_install], options, run.feedback)
     except Exception as exc:
         if out_of_space(exc):  # the package cache's file system
             raise _disk_full(layout, options, created=first, started=False) from exc
@@ -238,7 +250,7 @@ def _build(layout: gens.Layout, change: Change, options: EnvOptions, lock: Lock,
         if current is not None:
             gens.carry_env_state(layout.path(current), partial)
         seconds["start"] = time.perf_counter() - t
-        notes = _apply(change, entries, fetched, full_validation, options, lock, seconds, env_lock, feedback)
+        notes = _apply(change, fetched, full_validation, run, seconds, held=(env_lock,))
         gens.commit(layout, change.start.number, partial)
     except BaseException as exc:
         _discard(layout, partial, first)
@@ -248,34 +260,35 @@ def _build(layout: gens.Layout, change: Change, options: EnvOptions, lock: Lock,
     return seconds, notes
 
 
-def _apply(change: Change, entries: list, fetched: dict, full_validation: bool, options: EnvOptions, lock: Lock,
-           seconds: dict, env_lock: int, feedback: Feedback) -> list:
-    """Bring the started generation to the lock by the change's plan; returns notes for the user."""
-    partial, notes = change.start.partial, []
+def _apply(change: Change, fetched: dict, full_validation: bool, run: Run, seconds: dict,
+           held: Sequence[int]) -> list:
+    """Bring the started generation to the lock by the change's plan, adding each step's time to
+    `seconds`; returns notes for the user. uv inherits `held` (see `pip.install`)."""
+    options, notify, partial, notes = run.options, run.feedback.notify, change.start.partial, []
     plan = change.plan_in_partial()
     if plan.pip_remove:  # first: a distribution moving to conda would take the files its conda package links
         t = time.perf_counter()
-        feedback.notify(f"pip: removing {len(plan.pip_remove)} distributions")
-        notes += pip.remove(plan.pip_remove, partial, options.prefix, held=(env_lock,))
+        notify(f"pip: removing {len(plan.pip_remove)} distributions")
+        notes += pip.remove(plan.pip_remove, partial, options.prefix, held=held)
         seconds["pip"] = time.perf_counter() - t
     if plan.link or plan.unlink:
         t = time.perf_counter()
-        feedback.notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
+        notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
         target = LinkTarget(partial, options.prefix, options.platform, options.cache_dir, options.show_progress)
-        link_conda([e for e in entries if e.manager == "conda"], plan.link,
+        link_conda([e for e in run.entries if e.manager == "conda"], plan.link,
                    {e.name: fetched[e.name] for e in plan.link if e.name in fetched}, target,
                    fetch=lambda more: _fetch(more, options), full_validation=full_validation)
-        requested = _requested_conda_specs(lock)
+        requested = _requested_conda_specs(run.lock)
         if requested:
             append_request(partial / "conda-meta" / "history", requested,
                            f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})")
         seconds["link"] = time.perf_counter() - t
     if plan.pip_install:
         t = time.perf_counter()
-        feedback.notify(f"pip: installing {len(plan.pip_install)} distributions")
-        pip.install(plan.pip_install, partial, options.prefix, fetched, held=(env_lock,))
+        notify(f"pip: installing {len(plan.pip_install)} distributions")
+        pip.install(plan.pip_install, partial, options.prefix, fetched, held=held)
         seconds["pip"] = seconds.get("pip", 0.0) + time.perf_counter() - t
-    _write_record(options, lock, entries, partial, change.start.number, fsync=False)  # committed by the rename
+    _write_record(run, partial, change.start.number, fsync=False)  # committed by the generation's rename
     return notes
 
 
@@ -316,13 +329,13 @@ def _requested_conda_specs(lock: Lock) -> list[str]:
     return []
 
 
-def _write_record(options: EnvOptions, lock: Lock, entries: list, prefix: Path, number: int,
-                  fsync: bool = True) -> None:
+def _write_record(run: Run, prefix: Path, number: int, fsync: bool = True) -> None:
+    options, entries = run.options, run.entries
     write_install_record(prefix, fsync=fsync, record=InstallRecord(
         lock_path=str(options.lock_path),
         env=options.env,
         platform=options.platform,
-        content_hash=lock.content_hash.get(options.platform, ""),
+        content_hash=run.lock.content_hash.get(options.platform, ""),
         generation=str(number),
         bootstrap_version=__version__,
         installed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
