@@ -269,17 +269,22 @@ def test_live_table_and_summary_on_screen(h200, capsys):
     assert "utilization over the run: ▁" in summary
 
 
-def test_ctrl_c_prints_the_summary_and_keeps_the_log(h200, tmp_path, monkeypatch, capsys):
+def ctrl_c_at_sleep(n, monkeypatch):
+    """Ctrl-C as the monitor's `n`th wait between samples begins."""
     import time
 
     slept = []
 
     def sleep(seconds):
         slept.append(seconds)
-        if len(slept) == 4:
+        if len(slept) == n:
             raise KeyboardInterrupt
 
     monkeypatch.setattr(time, "sleep", sleep)
+
+
+def test_ctrl_c_prints_the_summary_and_keeps_the_log(h200, tmp_path, monkeypatch, capsys):
+    ctrl_c_at_sleep(4, monkeypatch)
     out = tmp_path / "gpu.csv"
     assert main(["monitor", "--csv", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -360,16 +365,7 @@ def test_no_driver_with_json(monkeypatch, capsys):
 
 
 def test_ctrl_c_with_json_still_prints_the_envelope(h200, monkeypatch, capsys):
-    import time
-
-    slept = []
-
-    def sleep(seconds):
-        slept.append(seconds)
-        if len(slept) == 2:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(time, "sleep", sleep)
+    ctrl_c_at_sleep(2, monkeypatch)
     assert main(["monitor", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["samples"] == 2 and data["interval_s"] == 1.0
