@@ -4,6 +4,7 @@
     envs/virtual-packages.yml    the virtual packages each platform is solved for
     conda-lock.yml               lock of the default env
     envs/<env>.conda-lock.yml    locks of the other envs
+    envs/<env>.<variant>.conda-lock.yml   the env's other torch variants (the first is in the env's lock)
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ class Project:
         if env == self.default_env:
             return self.root / "conda-lock.yml"
         return self.envs_dir / f"{env}{LOCK_SUFFIX}"
+
+    def variant_lock_path(self, env: str, variant: Optional[str]) -> Path:
+        """The lock of one variant of `env`: None (or the default variant) is the env's own lock."""
+        if variant is None:
+            return self.lock_path(env)
+        clash = self.spec_path(f"{env}.{variant}")
+        if clash.exists():
+            raise InputError(clash, f"an env named '{env}.{variant}' would share its lock with variant "
+                             f"'{variant}' of {env}", "rename the env or the variant")
+        return self.envs_dir / f"{env}.{variant}{LOCK_SUFFIX}"
 
     def env_names(self) -> list[str]:
         """Every env that has a spec in envs/, default first."""

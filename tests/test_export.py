@@ -18,7 +18,7 @@ from bootstrap.cli import main
 from bootstrap.export.from_lock import export_env
 from bootstrap.export.portable import ExportOptions, portable_channel, portable_from_lock, requested_build
 from bootstrap.export.render import _toposort_names, render_environment_yml
-from bootstrap.lock.content_hash import _conda_lock_inputs
+from bootstrap.lock.content_hash import conda_lock_inputs
 from bootstrap.lock.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.lock.spec import EnvSpec, read_spec
 from bootstrap.project import Project
@@ -40,7 +40,7 @@ def versions(lock: Lock, platforms=None) -> dict:
 
 def conda_lock_parse(path: Path, vpkgs: Path):
     """conda-lock's own parser (make_lock_spec, offline with an empty PyPI mapping)."""
-    with _conda_lock_inputs(path, vpkgs) as (lock_spec, _):
+    with conda_lock_inputs(path, vpkgs) as (lock_spec, _):
         return {
             platform: {(d.manager, d.name): d.version for d in deps}
             for platform, deps in lock_spec.dependencies.items()

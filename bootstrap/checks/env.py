@@ -230,7 +230,8 @@ def check_freshness(state: EnvState) -> Check:
     from bootstrap.lock.spec import read_spec
 
     try:
-        stale = [s for s in static_staleness(read_spec(spec_path), state.lock) if s.platform in ("*", state.platform)]
+        spec = read_spec(spec_path).for_lock(state.lock)
+        stale = [s for s in static_staleness(spec, state.lock) if s.platform in ("*", state.platform)]
     except InputError as exc:  # the spec itself is malformed: say so, keep the other checks
         return Check(cid, Status.FAIL, str(exc), expected, exc.fix or f"fix {spec_path.name}, then `make lock`")
     if stale:

@@ -1,4 +1,5 @@
-"""`python -m bootstrap lock [ENV ...] [--platform P ...] [--mirror CANONICAL=URL ...] [--check] [--dry-run] [--json]`.
+"""`python -m bootstrap lock [ENV ...] [--variant V ...] [--platform P ...] [--mirror CANONICAL=URL ...]
+[--index NAME=URL ...] [--check] [--dry-run] [--json]`.
 
 With `--json` stdout holds one envelope (`bootstrap.lock`, or `bootstrap.lock-check`
 with `--check`); progress and notices go to stderr. `--check` keeps its exit
@@ -20,6 +21,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("envs", nargs="*", metavar="ENV", help="envs to lock (default: every envs/*.yml)")
     parser.add_argument("--platform", action="append", default=[], metavar="P",
                         help="relock (or --check) only this platform (repeatable); the others are kept")
+    parser.add_argument("--variant", action="append", default=[], metavar="V",
+                        help="relock (or --check) only this variant of the env's torch builds (repeatable)")
     parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
                         help="serve a channel from an HTTP mirror or a local directory; the lock keeps canonical URLs")
     parser.add_argument("--check", action="store_true",
@@ -31,6 +34,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", type=Path, default=None, help="repodata cache (default: rattler's)")
     pip = add_pip_index_options(parser.add_argument_group("pip part (uv)"))
     pip.add_argument("--pip-offline", action="store_true", help="use only uv's cache and --pip-find-links")
+    pip.add_argument("--index", action="append", default=[], metavar="NAME=URL",
+                     help="serve the spec's pip index NAME (or `pypi`, the default index) from URL, which may carry "
+                          "credentials: used, never written (repeatable)")
 
 
 def add_pip_index_options(group):
@@ -48,24 +54,25 @@ def run(args: argparse.Namespace) -> int:
         ignored = [flag for flag, given in (("--mirror", args.mirror), ("--dry-run", args.dry_run),
                                             ("--cache-dir", args.cache_dir), ("--pip-offline", args.pip_offline),
                                             ("--pip-find-links", args.pip_find_links),
-                                            ("--pip-no-index", args.pip_no_index))
+                                            ("--pip-no-index", args.pip_no_index), ("--index", args.index))
                    if given]
         if ignored:
             raise InputError(" ".join(ignored), "--check reads no channel and writes nothing",
                              f"drop {' and '.join(ignored)}")
-        return _check(project, envs, tuple(args.platform), args.json)
+        return _check(project, envs, tuple(args.platform), tuple(args.variant), args.json)
     return _lock(project, envs, args)
 
 
-def _check(project: Project, envs: list[str], platforms: tuple[str, ...], as_json: bool) -> int:
+def _check(project: Project, envs: list[str], platforms: tuple[str, ...], variants: tuple[str, ...],
+           as_json: bool) -> int:
     from bootstrap.lock.check import CheckRun, check_env
 
     results = []
     for env in envs:
-        result = check_env(project, env, platforms)
-        results.append(result)
-        if not as_json:
-            _print_check(result, project.root)
+        for result in check_env(project, env, platforms, variants):
+            results.append(result)
+            if not as_json:
+                _print_check(result, project.root)
     checked = CheckRun(envs=tuple(results))
     if as_json:
         print(dumps("bootstrap.lock-check", checked.to_dict()))
@@ -75,10 +82,10 @@ def _check(project: Project, envs: list[str], platforms: tuple[str, ...], as_jso
 def _print_check(result, root: Path) -> None:
     name = _relative(result.lock_path, root)
     if result.fresh:
-        print(f"{result.env}: {name} is fresh")
+        print(f"{_title(result)}: {name} is fresh")
         return
     problems = f"{len(result.stale)} problem{'s' if len(result.stale) > 1 else ''}"
-    print(f"{result.env}: {name} is stale ({problems}); relock with `make lock`")
+    print(f"{_title(result)}: {name} is stale ({problems}); relock with `make lock`")
     for stale in result.stale:
         print(f"  {stale}")
 
@@ -91,16 +98,20 @@ def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
     options = LockOptions(
         platforms=tuple(args.platform),
         mirrors=parse_mirrors(args.mirror, base=Path.cwd()),
-        pip=PipOptions(tuple(args.pip_find_links), args.pip_no_index, args.pip_offline),
+        variants=tuple(args.variant),
+        pip=PipOptions(tuple(args.pip_find_links), args.pip_no_index, args.pip_offline,
+                       indexes=parse_indexes(args.index)),
         cache_dir=args.cache_dir,
         dry_run=args.dry_run,
     )
+    _check_index_names(project, envs, options.pip.indexes)
     results = []
     for env in envs:
-        result = lock_env(project, env, options, notify=lambda message: print(message, file=sys.stderr, flush=True))
-        results.append(result)
-        if not args.json:
-            _print_lock(result, project.root)
+        for result in lock_env(project, env, options,
+                               notify=lambda message: print(message, file=sys.stderr, flush=True)):
+            results.append(result)
+            if not args.json:
+                _print_lock(result, project.root)
     if args.json:
         print(dumps("bootstrap.lock", LockRun(dry_run=args.dry_run, envs=tuple(results)).to_dict()))
     sys.stdout.flush()
@@ -110,7 +121,7 @@ def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
 def _print_lock(result, root: Path) -> None:
     verb = "wrote" if result.written else "would write"
     timing = ", ".join(f"{k} {v:.2f}s" for k, v in result.seconds.items())
-    print(f"{result.env}: {verb} {_relative(result.path, root)} ({timing})")
+    print(f"{_title(result)}: {verb} {_relative(result.path, root)} ({timing})")
     for diff in result.diffs:
         counts = result.counts[diff.platform]
         summary = "unchanged" if diff.empty else f"+{len(diff.added)} -{len(diff.removed)} ~{len(diff.changed)}"
@@ -124,6 +135,38 @@ def _print_lock(result, root: Path) -> None:
             print(f"      - {line}")
         for line in diff.changed:
             print(f"      ~ {line}")
+
+
+def _title(result) -> str:
+    """`py310`, or `py310 [cu130]` for one variant of it."""
+    return f"{result.env} [{result.variant}]" if result.variant else result.env
+
+
+def parse_indexes(texts: list[str]) -> dict[str, str]:
+    """`--index NAME=URL` as name -> URL; the URL is scrubbed wherever it is shown."""
+    from bootstrap.urls import scrub_credentials
+
+    out = {}
+    for text in texts:
+        name, sep, url = (part.strip() for part in text.partition("="))
+        if not sep or not name or "://" not in url:
+            raise InputError("--index", f"'{scrub_credentials(text)}' is not NAME=URL",
+                             "e.g. --index pytorch-cu126=https://mirror.internal/whl/cu126")
+        if name in out:
+            raise InputError("--index", f"index '{name}' is given twice", "give one --index per name")
+        out[name] = url.rstrip("/")
+    return out
+
+
+def _check_index_names(project: Project, envs: list[str], indexes: dict[str, str]) -> None:
+    from bootstrap.lock.spec import read_spec
+    from bootstrap.lock.variants import PYPI
+
+    known = {PYPI}.union(*(read_spec(project.spec_path(env)).indexes for env in envs))
+    for name in indexes:
+        if name not in known:
+            raise InputError("--index", f"no spec of {', '.join(envs)} names the index '{name}'",
+                             f"name one of {', '.join(sorted(known))}")
 
 
 def _relative(path: Path, root: Path) -> str:

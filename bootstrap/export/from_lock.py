@@ -99,7 +99,7 @@ def _check_fresh(project: Project, env: str, spec: EnvSpec, lock: Lock) -> List[
     try:
         from bootstrap.lock.check import check_env
 
-        result = check_env(project, env)
+        result = next(r for r in check_env(project, env) if r.lock_path == lock.path)
     except ImportError as exc:
         vpkgs = project.virtual_packages_path
         if vpkgs.exists() and lock.custom.get(META_INPUTS) == inputs_digest(spec.path, vpkgs, lock.content_hash):

@@ -23,9 +23,10 @@ from typing import Any, Callable, Dict, Tuple
 from bootstrap.errors import InputError
 from bootstrap.lock.conda import match_specs
 from bootstrap.lock.content_hash import conda_lock_accepts_hash, inputs_digest
-from bootstrap.lock.lockfile import META_INPUTS, Lock, LockedPackage, read_lock
+from bootstrap.lock.lockfile import META_INPUTS, META_TORCH_INDEX, META_VARIANT, Lock, LockedPackage, read_lock
 from bootstrap.lock.pip import marker_environment, pip_requirements
-from bootstrap.lock.spec import EnvSpec, read_spec, read_virtual_packages
+from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
+from bootstrap.lock.variants import variant_locks
 from bootstrap.project import Project
 from bootstrap.report import result
 
@@ -50,6 +51,7 @@ class CheckResult:
     """One env's lock against its spec: fresh, or every reason it is stale."""
 
     env: str
+    variant: str  # "" when the spec declares no variants
     lock_path: Path
     platforms: Tuple[str, ...]  # the platforms checked
     stale: Tuple[Stale, ...]
@@ -59,8 +61,8 @@ class CheckResult:
         return not self.stale
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"env": self.env, "lock_path": str(self.lock_path), "platforms": list(self.platforms),
-                "fresh": self.fresh, "stale": [s.to_dict() for s in self.stale]}
+        return {"env": self.env, "variant": self.variant or None, "lock_path": str(self.lock_path),
+                "platforms": list(self.platforms), "fresh": self.fresh, "stale": [s.to_dict() for s in self.stale]}
 
 
 @result
@@ -77,24 +79,34 @@ class CheckRun:
         return {"fresh": self.fresh, "envs": [env.to_dict() for env in self.envs]}
 
 
-def check_env(project: Project, env: str, platforms: tuple[str, ...] = ()) -> CheckResult:
-    """The lock of `env` against its spec, on `platforms` (default: all of the spec's)."""
+def check_env(project: Project, env: str, platforms: Tuple[str, ...] = (),
+              variants: Tuple[str, ...] = ()) -> Tuple[CheckResult, ...]:
+    """The locks of `env` (one per variant) against its spec, on `platforms` (default: all of the spec's)."""
     spec = read_spec(project.spec_path(env))
     for platform in platforms:
         if platform not in spec.platforms:
             raise InputError("--platform",
                              f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
                              f"check one of them, or add it to `platforms:` in {spec.path.name}")
-    vpkgs_path = project.virtual_packages_path
-    read_virtual_packages(vpkgs_path)  # validates it; the hash below covers its content
-    lock_path = project.lock_path(env)
+    vpkgs = read_virtual_packages(project.virtual_packages_path)  # the hash below covers its content
+    return tuple(_check_lock(env, spec.for_variant(variant), vpkgs.for_variant(variant), path, platforms)
+                 for variant, path in variant_locks(project, env, spec, variants)
+                 if not platforms or set(platforms) & set(spec.for_variant(variant).platforms))
+
+
+def _check_lock(env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path,
+                platforms: Tuple[str, ...]) -> CheckResult:
+    variant = spec.variant.name if spec.variant else ""
     if not lock_path.exists():
-        raise InputError(lock_path, "no lock for this env", f"run `make lock` (bootstrap lock {env})")
+        which = f"variant '{variant}' of this env" if variant else "this env"
+        raise InputError(lock_path, f"no lock for {which}", f"run `make lock` (bootstrap lock {env})")
     lock = read_lock(lock_path)
-    stale = static_staleness(spec, lock) + hash_staleness(spec.path, vpkgs_path, lock)
+    stale = static_staleness(spec, lock) + _variant_staleness(spec, lock) + hash_staleness(spec, vpkgs, lock)
+    platforms = tuple(p for p in platforms if p in spec.platforms)
     if platforms:
         stale = [s for s in stale if s.platform in platforms or s.platform == "*"]
-    return CheckResult(env=env, lock_path=lock_path, platforms=tuple(platforms) or spec.platforms, stale=tuple(stale))
+    return CheckResult(env=env, variant=variant, lock_path=lock_path, platforms=platforms or spec.platforms,
+                       stale=tuple(stale))
 
 
 def static_staleness(spec: EnvSpec, lock: Lock) -> list[Stale]:
@@ -123,16 +135,31 @@ def static_staleness(spec: EnvSpec, lock: Lock) -> list[Stale]:
     return stale
 
 
-def hash_staleness(spec_path: Path, vpkgs_path: Path, lock: Lock) -> list[Stale]:
+def hash_staleness(spec: EnvSpec, vpkgs: VirtualPackages, lock: Lock) -> list[Stale]:
     """Compare the lock's content_hash with conda-lock's, per platform."""
-    if lock.custom.get(META_INPUTS) == inputs_digest(spec_path, vpkgs_path, lock.content_hash):
+    variant = spec.variant.name if spec.variant else ""
+    if lock.custom.get(META_INPUTS) == inputs_digest(spec.path, vpkgs.path, lock.content_hash, variant):
         return []  # inputs byte-identical to those the recorded hashes were computed from
     return [
         Stale(platform, "content_hash",
-              f"does not match {spec_path.name} + {vpkgs_path.name} (conda-lock --check-input-hash would relock)")
+              f"does not match {spec.path.name} + {vpkgs.path.name} (conda-lock --check-input-hash would relock)")
         for platform in lock.platforms
-        if not conda_lock_accepts_hash(spec_path, vpkgs_path, platform, lock.content_hash.get(platform, ""))
+        if not conda_lock_accepts_hash(spec, vpkgs, platform, lock.content_hash.get(platform, ""))
     ]
+
+
+def _variant_staleness(spec: EnvSpec, lock: Lock) -> list[Stale]:
+    """The lock holds the variant the spec names at its path, from the index the spec names."""
+    variant = spec.variant.name if spec.variant else ""
+    locked_variant, locked_index = lock.custom.get(META_VARIANT, ""), lock.custom.get(META_TORCH_INDEX, "")
+    stale = []
+    if locked_variant != variant:
+        stale.append(Stale("*", "variant", f"lock holds {locked_variant or 'no variant'}, "
+                                           f"spec expects {variant or 'none'}"))
+    if locked_index != (spec.torch_index or ""):
+        stale.append(Stale("*", "torch index", f"locked from {locked_index or 'the default index'}, "
+                                               f"spec names {spec.torch_index or 'the default index'}"))
+    return stale
 
 
 class _BadEntry(Exception):

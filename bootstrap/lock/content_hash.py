@@ -16,8 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from bootstrap.lock.spec import EnvSpec, VirtualPackages
 
-def inputs_digest(spec_path: Path, virtual_packages_path: Path, content_hash: Mapping[str, str]) -> str:
+
+def inputs_digest(spec_path: Path, virtual_packages_path: Path, content_hash: Mapping[str, str],
+                  variant: str = "") -> str:
     """sha256 binding the exact input bytes to the content hashes computed from them.
 
     conda-lock's content hash needs conda-lock, a heavy import, to recompute.
@@ -29,30 +32,54 @@ def inputs_digest(spec_path: Path, virtual_packages_path: Path, content_hash: Ma
     for part in (spec_path.read_bytes(), virtual_packages_path.read_bytes()):
         digest.update(hashlib.sha256(part).digest())
     digest.update(json.dumps(dict(content_hash), sort_keys=True).encode())
+    if variant:  # one spec, several locks: a variant's lock copied over another's is not fresh
+        digest.update(f"variant={variant}".encode())
     return digest.hexdigest()
 
 
-def conda_lock_content_hashes(spec_path: Path, virtual_packages_path: Path) -> dict[str, str]:
-    """conda-lock's `content_hash` for a spec, computed by conda-lock's own code, offline."""
+def conda_lock_content_hashes(spec: EnvSpec, vpkgs: VirtualPackages) -> dict[str, str]:
+    """conda-lock's `content_hash` for a spec (or one variant of it), computed by conda-lock's own code, offline."""
     from conda_lock.content_hash import compute_content_hashes
 
-    with _conda_lock_inputs(spec_path, virtual_packages_path) as (lock_spec, vpr):
+    with _input_files(spec, vpkgs) as paths, conda_lock_inputs(*paths) as (lock_spec, vpr):
         return compute_content_hashes(lock_spec, vpr)
 
 
-def conda_lock_accepts_hash(spec_path: Path, virtual_packages_path: Path, platform: str, value: str) -> bool:
+def conda_lock_accepts_hash(spec: EnvSpec, vpkgs: VirtualPackages, platform: str, value: str) -> bool:
     """What `conda-lock lock --check-input-hash` decides for one platform."""
     from conda_lock.content_hash import backwards_compatible_content_hashes
 
-    with _conda_lock_inputs(spec_path, virtual_packages_path) as (lock_spec, vpr):
+    with _input_files(spec, vpkgs) as paths, conda_lock_inputs(*paths) as (lock_spec, vpr):
         if platform not in lock_spec.platforms:
             return False  # a platform the spec no longer lists has no hash (conda-lock raises KeyError)
         return value in backwards_compatible_content_hashes(lock_spec, vpr, platform)
 
 
 @contextmanager
-def _conda_lock_inputs(spec_path: Path, virtual_packages_path: Path) -> Iterator[tuple]:
-    """conda-lock's view of the spec and the virtual packages, quietly: its warnings (e.g. on pip
+def _input_files(spec: EnvSpec, vpkgs: VirtualPackages) -> Iterator[tuple[Path, Path]]:
+    """The spec and virtual-packages files conda-lock reads: the project's own, or for a variant that
+    differs from the spec as written, the spec and machines it is locked from, written out as
+    conda-lock would read them if they were files of the project."""
+    if spec.variant is None or spec.variant.as_written:
+        yield spec.path, vpkgs.path
+        return
+    import yaml
+
+    pip = [{"pip": list(spec.pip)}] if spec.pip else []
+    effective = {"name": spec.name, "channels": list(spec.channels), "platforms": list(spec.platforms),
+                 "dependencies": [*spec.conda, *pip]}
+    machines = {"subdirs": {p: {"packages": {v.name: f"{v.version} {v.build}".strip() for v in
+                                             vpkgs.for_platform(p)}} for p in spec.platforms}}
+    with tempfile.TemporaryDirectory(prefix="bootstrap-variant-") as tmp:
+        spec_path, vpkgs_path = Path(tmp, spec.path.name), Path(tmp, vpkgs.path.name)
+        spec_path.write_text(yaml.safe_dump(effective, sort_keys=False), encoding="utf-8")
+        vpkgs_path.write_text(yaml.safe_dump(machines, sort_keys=False), encoding="utf-8")
+        yield spec_path, vpkgs_path
+
+
+@contextmanager
+def conda_lock_inputs(spec_path: Path, virtual_packages_path: Path) -> Iterator[tuple]:
+    """conda-lock's view of a spec file and a virtual-packages file, quietly: its warnings (e.g. on pip
     markers it cannot evaluate) are about its own solver, which bootstrap does not use."""
     import logging
     import warnings

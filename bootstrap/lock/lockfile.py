@@ -17,11 +17,13 @@ from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError
 from bootstrap.lock.spec import load_yaml, read_text
+from bootstrap.lock.variants import META_VARIANT  # noqa: F401 (with the other keys bootstrap adds)
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
 META_VERSION = "bootstrap.version"
 META_MIRRORS = "bootstrap.mirrors"
 META_INPUTS = "bootstrap.inputs-sha256"
+META_TORCH_INDEX = "bootstrap.torch-index"  # the URL the variant's torch family came from (absent: the default)
 _REGENERATE = "regenerate it with `make lock`"
 
 

@@ -19,13 +19,14 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from bootstrap.errors import FetchError, InputError, SolveError, ToolError, one_line
 from bootstrap.lock.lockfile import LockedPackage
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
+from bootstrap.lock.variants import PYPI, torch_family
 from bootstrap.runner import Runner, run
 from bootstrap.urls import has_credentials, scrub_credentials
 
@@ -42,9 +43,15 @@ class PipOptions:
     no_index: bool = False
     offline: bool = False
     uv: Optional[str] = None  # path to the uv binary; default: beside this interpreter, then PATH
+    indexes: Mapping[str, str] = field(default_factory=dict)  # `--index NAME=URL`: over the spec's `pip-indexes:`
 
-    def index_args(self) -> list[str]:
-        args = []
+    def index_url(self, spec: EnvSpec, name: str) -> Optional[str]:
+        """Where index `name` is served: `--index` first (it may carry credentials), then the spec."""
+        return self.indexes.get(name) or spec.indexes.get(name)
+
+    def index_args(self, spec: EnvSpec) -> list[str]:
+        default = self.index_url(spec, PYPI)
+        args = ["--default-index", default] if default else []
         for link in self.find_links:
             args += ["--find-links", link]
         if self.no_index:
@@ -130,15 +137,14 @@ def resolve_pip(
     if not spec.pip:
         return []
     uv = uv_binary(options)
-    base = [
-        uv, "pip", "compile", "requirements.in", "--quiet",
-        "--python-version", target.python_version,
-        "--python-platform", target.python_platform,
-        "--only-binary", ":all:", "--no-header",
-        *options.index_args(),
-    ]
     with tempfile.TemporaryDirectory(prefix="bootstrap-pip-") as tmp:
-        Path(tmp, "requirements.in").write_text("\n".join(spec.pip) + "\n", encoding="utf-8")
+        base = [
+            uv, "pip", "compile", _write_input(Path(tmp), spec, options), "--quiet",
+            "--python-version", target.python_version,
+            "--python-platform", target.python_platform,
+            "--only-binary", ":all:", "--no-header",
+            *options.index_args(spec),
+        ]
         done = runner([*base, "--format", "pylock.toml", "-o", "pylock.toml"], env=target.env, cwd=tmp, timeout=600)
         _raise_for(done, spec, target)
         wheels = _parse_pylock(Path(tmp, "pylock.toml").read_text(encoding="utf-8"), target)
@@ -165,6 +171,35 @@ def resolve_pip(
         )
         for name, version, url, sha256 in wheels
     ]
+
+
+_INPUT_PROJECT = "bootstrap-lock-input"
+
+
+def _write_input(directory: Path, spec: EnvSpec, options: PipOptions) -> str:
+    """The requirements uv compiles, written in `directory`; returns the file name. A variant whose
+    torch family comes from its own index needs a pyproject.toml: only there can uv tie packages to
+    an index (`tool.uv.sources`), and an `explicit` index serves nothing else, so numpy and the
+    rest still come from the default index."""
+    url = options.index_url(spec, spec.variant.index) if spec.torch_index else None
+    if not url:
+        directory.joinpath("requirements.in").write_text("\n".join(spec.pip) + "\n", encoding="utf-8")
+        return "requirements.in"
+    index = spec.variant.index
+    lines = [
+        "[project]", f'name = "{_INPUT_PROJECT}"', 'version = "0"',
+        "dependencies = [", *(f"  {_toml_string(r)}," for r in spec.pip), "]",
+        "", "[[tool.uv.index]]", f'name = "{index}"', f"url = {_toml_string(url)}", "explicit = true",
+        "", "[tool.uv.sources]", *(f'{name} = {{ index = "{index}" }}' for name in torch_family(spec.pip)),
+    ]
+    directory.joinpath("pyproject.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return "pyproject.toml"
+
+
+def _toml_string(text: str) -> str:
+    import json
+
+    return json.dumps(text)  # a JSON string is a TOML basic string
 
 
 def _raise_for(done, spec: EnvSpec, target: Target) -> None:
@@ -238,7 +273,7 @@ def parse_via_annotations(text: str) -> dict[str, set[str]]:
         child = match.group("name").lower()
         for parent in match.group("parents").split(","):
             parent = parent.strip()
-            if parent and not parent.startswith("-r"):
+            if parent and not parent.startswith(("-r", _INPUT_PROJECT)):
                 edges.setdefault(parent.lower(), set()).add(child)
     return edges
 

@@ -19,10 +19,20 @@ from bootstrap.errors import InputError, SolveError
 from bootstrap.fsutil import disk_full, flocked, out_of_space, write_target
 from bootstrap.lock.conda import solve_conda, to_locked
 from bootstrap.lock.content_hash import conda_lock_content_hashes, inputs_digest
-from bootstrap.lock.lockfile import META_INPUTS, META_MIRRORS, META_VERSION, Lock, LockedPackage, read_lock
+from bootstrap.lock.lockfile import (
+    META_INPUTS,
+    META_MIRRORS,
+    META_TORCH_INDEX,
+    META_VARIANT,
+    META_VERSION,
+    Lock,
+    LockedPackage,
+    read_lock,
+)
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.pip import PipOptions, pip_requirements, resolve_all, target_for
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
+from bootstrap.lock.variants import variant_locks
 from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_lock
 from bootstrap.project import Project
 from bootstrap.report import result
@@ -31,6 +41,7 @@ from bootstrap.report import result
 @dataclass(frozen=True)
 class LockOptions:
     platforms: tuple[str, ...] = ()  # a subset to relock; the others are kept from the old lock
+    variants: tuple[str, ...] = ()  # a subset of the spec's variants to relock; default: every one
     mirrors: tuple[Mirror, ...] = ()
     pip: PipOptions = PipOptions()
     cache_dir: Optional[Path] = None
@@ -42,6 +53,7 @@ class LockResult:
     """One env locked (or, with `dry_run`, solved): what moved on each of its platforms."""
 
     env: str
+    variant: str  # "" when the spec declares no variants
     path: Path
     written: bool
     new: bool  # there was no lock before
@@ -53,6 +65,7 @@ class LockResult:
     def to_dict(self) -> Dict[str, Any]:
         return {
             "env": self.env,
+            "variant": self.variant or None,
             "lock_path": str(self.path),
             "written": self.written,
             "new": self.new,
@@ -69,7 +82,7 @@ class LockResult:
 
 @result
 class LockRun:
-    """`bootstrap lock [ENV ...]`: one result per env, in the order they were locked."""
+    """`bootstrap lock [ENV ...]`: one result per env (per variant of it), in the order they were locked."""
 
     dry_run: bool
     envs: Tuple[LockResult, ...]
@@ -79,53 +92,63 @@ class LockRun:
 
 
 def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
-             notify: Callable[[str], None] = lambda _message: None) -> LockResult:
-    """Solve `env` and write its lock. Two runs on one env take turns (an flock on the spec), so
-    a `--platform` relock never writes over another's platforms with what it read before."""
+             notify: Callable[[str], None] = lambda _message: None) -> Tuple[LockResult, ...]:
+    """Solve `env` and write its lock, one per variant. Two runs on one env take turns (an flock on
+    the spec), so a `--platform` relock never writes over another's platforms with what it read before."""
     spec = read_spec(project.spec_path(env))
     pip_requirements(spec)  # bad syntax fails here, before any solving
     vpkgs = read_virtual_packages(project.virtual_packages_path)
-    platforms = _platforms_to_solve(spec, options.platforms)
+    _check_platforms(spec, options.platforms)
+    locks = variant_locks(project, env, spec, options.variants)
     waiting = f"waiting for another `bootstrap lock` of {env} to finish"
     with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
-        lock_path = project.lock_path(env)
-        old = _read_old_lock(lock_path, project.root)
-        if not options.dry_run:
-            _check_writable(lock_path)  # before the solve, so an unwritable lock fails before the wait
-        seconds = {}
+        return tuple(_lock_variant(project, env, spec.for_variant(variant), vpkgs.for_variant(variant), path, options)
+                     for variant, path in locks
+                     if not options.platforms or set(options.platforms) & set(spec.for_variant(variant).platforms))
 
-        started = time.perf_counter()
-        conda = {p: solve_conda(spec, p, vpkgs.for_platform(p), options.mirrors, options.cache_dir) for p in platforms}
-        seconds["conda_solve"] = time.perf_counter() - started
 
-        started = time.perf_counter()
-        targets = ([target_for(p, _python_version(spec, p, records), vpkgs) for p, records in conda.items()]
-                   if spec.pip else [])
-        pip = resolve_all(spec, targets, options.pip)
-        seconds["pip_resolve"] = time.perf_counter() - started
+def _lock_variant(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path,
+                  options: LockOptions) -> LockResult:
+    """Solve one variant (`spec` is what it is locked from) and write its lock."""
+    platforms = tuple(p for p in spec.platforms if not options.platforms or p in options.platforms)
+    old = _read_old_lock(lock_path, project.root)
+    if not options.dry_run:
+        _check_writable(lock_path)  # before the solve, so an unwritable lock fails before the wait
+    seconds = {}
 
-        started = time.perf_counter()
-        packages = [to_locked(r, p) for p, records in conda.items() for r in records]
-        packages += [pkg for entries in pip.values() for pkg in entries]
-        packages += _kept_from(old, spec, platforms)
-        content = _content(spec, vpkgs, lock_path, packages, old, platforms, options)
-        diffs = tuple(diff_locks(old.packages if old else (), content.packages, spec.platforms))
-        if not options.dry_run:
-            try:
-                write_lock(lock_path, content)
-            except OSError as exc:
-                if not out_of_space(exc):
-                    raise
-                raise disk_full(f"writing {lock_path.name}", {"lock": lock_path.parent}, "the lock is unchanged",
-                                "free space and lock again") from None
-        seconds["write"] = time.perf_counter() - started
+    started = time.perf_counter()
+    conda = {p: solve_conda(spec, p, vpkgs.for_platform(p), options.mirrors, options.cache_dir) for p in platforms}
+    seconds["conda_solve"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    targets = ([target_for(p, _python_version(spec, p, records), vpkgs) for p, records in conda.items()]
+               if spec.pip else [])
+    pip = resolve_all(spec, targets, options.pip)
+    seconds["pip_resolve"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    packages = [to_locked(r, p) for p, records in conda.items() for r in records]
+    packages += [pkg for entries in pip.values() for pkg in entries]
+    packages += _kept_from(old, spec, platforms)
+    content = _content(spec, vpkgs, lock_path, packages, old, platforms, options)
+    diffs = tuple(diff_locks(old.packages if old else (), content.packages, spec.platforms))
+    if not options.dry_run:
+        try:
+            write_lock(lock_path, content)
+        except OSError as exc:
+            if not out_of_space(exc):
+                raise
+            raise disk_full(f"writing {lock_path.name}", {"lock": lock_path.parent}, "the lock is unchanged",
+                            "free space and lock again") from None
+    seconds["write"] = time.perf_counter() - started
 
     counts = {
         p: {m: sum(1 for x in content.packages if x.platform == p and x.manager == m) for m in ("conda", "pip")}
         for p in spec.platforms
     }
-    return LockResult(env=env, path=lock_path, written=not options.dry_run, new=old is None, platforms=platforms,
-                      counts=counts, diffs=diffs, seconds=seconds)
+    return LockResult(env=env, variant=spec.variant.name if spec.variant else "", path=lock_path,
+                      written=not options.dry_run, new=old is None, platforms=platforms, counts=counts, diffs=diffs,
+                      seconds=seconds)
 
 
 def _read_old_lock(lock_path: Path, root: Path) -> Optional[Lock]:
@@ -149,13 +172,12 @@ def _check_writable(lock_path: Path) -> None:
                          "lock in a checkout you can write, or pass --root for a copy of the project")
 
 
-def _platforms_to_solve(spec: EnvSpec, requested: tuple[str, ...]) -> tuple[str, ...]:
+def _check_platforms(spec: EnvSpec, requested: tuple[str, ...]) -> None:
     for platform in requested:
         if platform not in spec.platforms:
             raise InputError("--platform",
                              f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
                              f"add it to `platforms:` in {spec.path.name} first")
-    return tuple(requested) or spec.platforms
 
 
 def _python_version(spec: EnvSpec, platform: str, records: list) -> str:
@@ -179,12 +201,17 @@ def _content(spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path, packages: l
     content_hash, so `lock --check` still sees it stale if the inputs moved since; and the
     inputs digest, which vouches that every hash was computed from these inputs, is written
     only when that is so."""
-    computed = conda_lock_content_hashes(spec.path, vpkgs.path)
+    computed = {p: value for p, value in conda_lock_content_hashes(spec, vpkgs).items() if p in spec.platforms}
     kept = {p: old.content_hash.get(p, "") for p in spec.platforms if p not in solved and old and p in old.platforms}
     content_hash = {p: computed[p] if p in solved else kept[p] for p in spec.platforms if p in solved or p in kept}
     custom = {META_VERSION: __version__}
+    variant = spec.variant.name if spec.variant else ""
     if content_hash == computed:
-        custom[META_INPUTS] = inputs_digest(spec.path, vpkgs.path, content_hash)
+        custom[META_INPUTS] = inputs_digest(spec.path, vpkgs.path, content_hash, variant)
+    if variant:
+        custom[META_VARIANT] = variant
+    if spec.torch_index:
+        custom[META_TORCH_INDEX] = spec.torch_index
     if options.mirrors:
         custom[META_MIRRORS] = " ".join(m.public() for m in options.mirrors)
     return LockContent(

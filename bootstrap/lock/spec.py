@@ -24,15 +24,16 @@ import functools
 import re
 import sys
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from bootstrap.errors import InputError, MissingModuleError
+from bootstrap.lock.variants import META_VARIANT, PYPI, Variant, effective_pip, read_indexes, read_variants
 from bootstrap.platforms import KNOWN_PLATFORMS
 from bootstrap.urls import has_credentials, scrub_credentials
 
-SPEC_KEYS = ("name", "channels", "platforms", "dependencies")
+SPEC_KEYS = ("name", "channels", "platforms", "dependencies", "pip-indexes", "variants")
 _VIRTUAL_VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z_]+)*")  # "2.28", "12.8", "14.0", "0"
 ANACONDA_ORG = "https://conda.anaconda.org"
 _ENV_NAME = re.compile(r"[^/\\\s:#]+")  # what `conda create -n` accepts (no /, space, :, #)
@@ -62,10 +63,31 @@ class EnvSpec:
     platforms: tuple[str, ...]
     conda: tuple[str, ...]
     pip: tuple[str, ...] = ()
+    indexes: Mapping[str, str] = field(default_factory=dict)  # `pip-indexes:` name -> URL
+    variants: tuple[Variant, ...] = ()  # none: one build of torch, locked as the spec says
+    variant: Optional[Variant] = None  # set on the spec one variant is locked from (`for_variant`)
 
     @property
     def channel_urls(self) -> tuple[str, ...]:
         return tuple(canonical_channel(c) for c in self.channels)
+
+    @property
+    def torch_index(self) -> Optional[str]:
+        """The URL the torch family comes from, when the variant names an index other than the default."""
+        if self.variant is None or self.variant.index == PYPI:
+            return None
+        return self.indexes[self.variant.index]
+
+    def for_lock(self, lock: Any) -> "EnvSpec":
+        """What `lock` (a `lockfile.Lock`) was locked from: the variant its metadata names, if the spec has it."""
+        name = lock.custom.get(META_VARIANT, "")
+        return self.for_variant(next((v for v in self.variants if v.name == name), None))
+
+    def for_variant(self, variant: Optional[Variant]) -> "EnvSpec":
+        """What `variant` is locked from: the torch pin applied, its platforms only (None: this spec)."""
+        if variant is None:
+            return self
+        return replace(self, platforms=variant.platforms, pip=effective_pip(self.pip, variant), variant=variant)
 
 
 @dataclass(frozen=True)
@@ -90,6 +112,22 @@ class VirtualPackages:
                 f"add the virtual packages {platform} is solved for (e.g. __glibc, __cuda, __osx)",
             )
         return self.by_platform[platform]
+
+    def for_variant(self, variant: Optional[Variant]) -> "VirtualPackages":
+        """The machines `variant` is solved for: its overrides applied where the package can exist."""
+        if variant is None or not variant.virtual_packages:
+            return self
+        by_platform = {}
+        for platform in variant.platforms:
+            base = {vp.name: vp for vp in self.for_platform(platform)}
+            for name, version in variant.virtual_packages.items():
+                if version is None:
+                    base.pop(name, None)
+                else:
+                    number, _, build = version.partition(" ")
+                    base[name] = VirtualPackage(name, number, build.strip())
+            by_platform[platform] = tuple(base.values())
+        return replace(self, by_platform=by_platform)
 
     def version_of(self, platform: str, name: str) -> str | None:
         for vp in self.for_platform(platform):
@@ -204,7 +242,9 @@ def read_spec(path: Path) -> EnvSpec:
             raise InputError(path, f"platforms: unknown platform '{platform}'",
                              f"use one of {', '.join(KNOWN_PLATFORMS)}")
     conda, pip = _dependencies(path, data.get("dependencies"))
-    return EnvSpec(path, name, tuple(channels), tuple(platforms), tuple(conda), tuple(pip))
+    indexes = read_indexes(path, data.get("pip-indexes"))
+    variants = read_variants(path, data.get("variants"), tuple(platforms), indexes, tuple(pip))
+    return EnvSpec(path, name, tuple(channels), tuple(platforms), tuple(conda), tuple(pip), indexes, variants)
 
 
 def is_env_name(name: str) -> bool:
@@ -273,7 +313,8 @@ def _pip_section(path: Path, where: str, items: Any) -> list[str]:
         if item.lstrip().startswith("-"):
             raise InputError(
                 path, f"{where}.pip[{index}]: pip options ('{item.split()[0]}') are not supported",
-                "list requirements only; mirrors of PyPI go in UV_INDEX_URL",
+                "list requirements only: an index for torch goes in `pip-indexes:` and a variant's `index:`, "
+                "a mirror of PyPI in `pip-indexes: {pypi: URL}` or UV_DEFAULT_INDEX",
             )
         if has_credentials(item):  # a `name @ URL` would carry them into the lock and the export
             raise InputError(path, f"{where}.pip[{index}]: '{scrub_credentials(item.strip())}' carries credentials",

@@ -105,13 +105,15 @@ def test_conda_lock_parses_renders_and_accepts_the_hash(locked: Project) -> None
     from conda_lock.lockfile import parse_conda_lock_file
 
     from bootstrap.lock.content_hash import conda_lock_accepts_hash
+    from bootstrap.lock.spec import read_spec, read_virtual_packages
 
     path = locked.lock_path("py310")
     parsed = parse_conda_lock_file(path)
     assert {p.name for p in parsed.package} >= {"python", "pip", "torchlike", "alpha", "beta", "gamma"}
     lock = read_lock(path)
     for platform, value in lock.content_hash.items():
-        assert conda_lock_accepts_hash(locked.spec_path("py310"), locked.virtual_packages_path, platform, value)
+        assert conda_lock_accepts_hash(read_spec(locked.spec_path("py310")),
+                                       read_virtual_packages(locked.virtual_packages_path), platform, value)
     out = locked.root / "rendered"
     out.mkdir()
     done = subprocess.run(
@@ -130,10 +132,10 @@ def test_hash_agrees_with_conda_lock_but_not_with_its_defaults(locked: Project) 
     from conda_lock.content_hash import compute_content_hashes
     from conda_lock.virtual_package import default_virtual_package_repodata
 
-    from bootstrap.lock.content_hash import _conda_lock_inputs
+    from bootstrap.lock.content_hash import conda_lock_inputs
 
     lock = read_lock(locked.lock_path("py310"))
-    with _conda_lock_inputs(locked.spec_path("py310"), locked.virtual_packages_path) as (lock_spec, _):
+    with conda_lock_inputs(locked.spec_path("py310"), locked.virtual_packages_path) as (lock_spec, _):
         defaults = compute_content_hashes(lock_spec, default_virtual_package_repodata())
     assert defaults["linux-64"] != lock.content_hash["linux-64"]
 
@@ -266,7 +268,8 @@ def test_check_with_json_lists_each_stale_entry_and_keeps_the_exit_codes(locked:
     fresh = json.loads(out)
     assert code == 0
     assert fresh == {"format": "bootstrap.lock-check", "version": 1, "fresh": True, "envs": [{
-        "env": "py310", "lock_path": str(locked.lock_path("py310")), "platforms": ["linux-64", "osx-arm64", "win-64"],
+        "env": "py310", "variant": None, "lock_path": str(locked.lock_path("py310")),
+        "platforms": ["linux-64", "osx-arm64", "win-64"],
         "fresh": True, "stale": []}]}
     path = locked.lock_path("py310")
     data = yaml.safe_load(path.read_text())

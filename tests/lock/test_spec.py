@@ -69,7 +69,7 @@ def test_channel_qualified_python_and_pip_count_for_the_pip_section(tmp_path: Pa
         (GOOD.replace("[conda-forge]", "['https://u:hunter2@repo.example/cf']"), "carries credentials", "~/.netrc"),
         (GOOD.replace("platforms: [linux-64, win-64]\n", ""), "platforms: missing", "platforms: [linux-64"),
         (GOOD.replace("  - pip\n  - pip:", "  - pip:"), "needs `pip`", "add `- pip`"),
-        (GOOD.replace("torch==2.10.*", "--index-url https://x"), "pip options", "UV_INDEX_URL"),
+        (GOOD.replace("torch==2.10.*", "--index-url https://x"), "pip options", "pip-indexes:"),
         (GOOD.replace("  - pip\n", "  - 42\n"), "dependencies[1]", ""),
         (GOOD.replace("[conda-forge]", "['https://repo.example/t/tk-hunter2/conda-forge']"), "carries credentials",
          "~/.netrc"),

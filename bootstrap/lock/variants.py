@@ -1,0 +1,239 @@
+"""Torch builds locked side by side: a spec's `pip-indexes:` and `variants:` keys.
+
+conda and conda-lock ignore both keys, so the spec stays an environment.yml:
+
+    pip-indexes:                 # name -> simple-index URL; `pypi` (the default index) needs no entry
+      pytorch-cu126: https://download.pytorch.org/whl/cu126
+    variants:                    # the first is the default, locked in the env's usual lock file
+      - name: cu128              # the spec as written
+      - name: cu126
+        index: pytorch-cu126     # where the torch family (torch, torchvision, torchaudio) comes from
+        torch: "==2.10.*"        # replaces the spec's torch requirement (optional)
+        virtual-packages: {__cuda: "12.6"}   # over envs/virtual-packages.yml; null removes one
+        platforms: [linux-64]    # default: every platform of the spec that can have these packages
+
+Each variant is locked into its own conda-lock file (`Project.variant_lock_path`)
+from its *effective* spec: the spec with the torch pin applied, solved for the
+virtual packages with the overrides applied. A spec without `variants:` has
+none, and everything behaves as it did before variants existed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from bootstrap.errors import InputError
+from bootstrap.platforms import os_of
+from bootstrap.urls import has_credentials, scrub_credentials
+
+META_VARIANT = "bootstrap.variant"  # a lock's custom_metadata key: which variant it holds (absent: none declared)
+PYPI = "pypi"  # the default index: PyPI, or UV_DEFAULT_INDEX / UV_INDEX_URL, or `pip-indexes: {pypi: URL}`
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
+VARIANT_KEYS = ("name", "index", "torch", "virtual-packages", "platforms")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # no dot: it separates env and variant in lock file names
+_VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z_]+)*")
+_SPECIFIER_START = re.compile(r"\s*(==|!=|<=|>=|<|>|~=|===)")
+# The OS families on which each virtual package can exist; a package not listed exists everywhere.
+_VIRTUAL_OS = {"__cuda": ("linux", "windows"), "__glibc": ("linux",), "__linux": ("linux",),
+               "__osx": ("macos",), "__unix": ("linux", "macos"), "__win": ("windows",)}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One torch build of an env: the platforms it is locked for and what differs from the spec."""
+
+    name: str
+    platforms: Tuple[str, ...]
+    index: str = PYPI
+    torch: str = ""  # a PEP 440 specifier replacing the spec's torch requirement; "" keeps it
+    virtual_packages: Mapping[str, Optional[str]] = field(default_factory=dict)  # None: removed
+    default: bool = False
+
+    @property
+    def as_written(self) -> bool:
+        """The spec as written: conda-lock's own content hash of the spec file holds for this lock."""
+        return not self.torch and not self.virtual_packages and self.index == PYPI
+
+
+def read_indexes(path: Path, value: Any) -> Dict[str, str]:
+    """`pip-indexes:` as name -> URL (without a trailing slash)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(path, "pip-indexes: expected a mapping of name: URL",
+                         "e.g. `pip-indexes: {pytorch-cu126: https://download.pytorch.org/whl/cu126}`")
+    out = {}
+    for name, url in value.items():
+        where = f"pip-indexes.{name}"
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise InputError(path, f"pip-indexes: {_excerpt(name)} is not an index name",
+                             "use letters, digits, '-' and '_'")
+        if not isinstance(url, str) or not re.match(r"(https?|file)://\S+$", url.strip()):
+            raise InputError(path, f"{where}: {_excerpt(url)} is not an index URL",
+                             "give the simple index, e.g. https://download.pytorch.org/whl/cu126")
+        if has_credentials(url):
+            raise InputError(path, f"{where}: '{scrub_credentials(url.strip())}' carries credentials",
+                             f"keep secrets out of specs: ~/.netrc, or `--index {name}=URL` on the command line")
+        out[name] = url.strip().rstrip("/")
+    return out
+
+
+def read_variants(path: Path, value: Any, platforms: Tuple[str, ...], indexes: Mapping[str, str],
+                  pip: Tuple[str, ...]) -> Tuple[Variant, ...]:
+    """`variants:` checked against the spec's platforms, indexes and pip section."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise InputError(path, "variants: expected a non-empty list of `- name: ...` entries",
+                         "or drop the key for one build of torch")
+    if not any(_requirement_name(p) == "torch" for p in pip):
+        raise InputError(path, "variants: the pip: section has no torch requirement for the variants to vary",
+                         "add e.g. `- torch==2.10.*` under `pip:`")
+    variants = tuple(_variant(path, i, raw, platforms, indexes) for i, raw in enumerate(value))
+    names = [v.name for v in variants]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InputError(path, f"variants: two variants are named '{twice[0]}'", "give each its own name")
+    return (replace(variants[0], default=True),) + variants[1:]
+
+
+def _variant(path: Path, index: int, raw: Any, spec_platforms: Tuple[str, ...],
+             indexes: Mapping[str, str]) -> Variant:
+    where = f"variants[{index}]"
+    if not isinstance(raw, dict):
+        raise InputError(path, f"{where}: expected a mapping with a name", "e.g. `- name: cu128`")
+    unknown = sorted(set(map(str, raw)) - set(VARIANT_KEYS))
+    if unknown:
+        raise InputError(path, f"{where}: unknown key '{_excerpt(unknown[0])}'", f"allowed: {', '.join(VARIANT_KEYS)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InputError(path, f"{where}.name: {_excerpt(name)} is not a variant name",
+                         "use letters, digits, '-' and '_' (e.g. cu128, cpu)")
+    where = f"variants[{index}] ({name})"
+    index_name = raw.get("index", PYPI)
+    if index_name != PYPI and index_name not in indexes:
+        known = ", ".join([PYPI, *indexes])
+        raise InputError(path, f"{where}.index: unknown index {_excerpt(index_name)}",
+                         f"name one of {known}, or add it under `pip-indexes:`")
+    virtual = _virtual_packages(path, where, raw.get("virtual-packages"))
+    return Variant(name=name, platforms=_platforms(path, where, raw.get("platforms"), spec_platforms, virtual),
+                   index=index_name, torch=_torch_pin(path, where, raw.get("torch")), virtual_packages=virtual)
+
+
+def _torch_pin(path: Path, where: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(path, f"{where}.torch: expected a version pin like \"==2.10.*\"")
+    pin = value.strip()
+    pin = pin if _SPECIFIER_START.match(pin) else f"=={pin}"
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        SpecifierSet(pin)
+    except InvalidSpecifier:
+        raise InputError(path, f"{where}.torch: {_excerpt(value)} is not a version pin",
+                         "write e.g. \"==2.10.*\" or \">=2.11,<2.15\"") from None
+    return pin
+
+
+def _virtual_packages(path: Path, where: str, value: Any) -> Dict[str, Optional[str]]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(path, f"{where}.virtual-packages: expected a mapping like {{__cuda: \"12.6\"}}")
+    out: Dict[str, Optional[str]] = {}
+    for name, version in value.items():
+        if not isinstance(name, str) or not name.startswith("__"):
+            raise InputError(path, f"{where}.virtual-packages: {_excerpt(name)} is not a virtual package",
+                             "their names start with '__', e.g. __cuda")
+        if isinstance(version, float):
+            raise InputError(path, f"{where}.virtual-packages.{name}: {version!r} is a number",
+                             f"quote it: {name}: \"{version}\" (YAML reads 12.10 as 12.1)")
+        if version is not None and not (isinstance(version, (str, int)) and not isinstance(version, bool)
+                                        and _VERSION.fullmatch(str(version).split(" ")[0])):
+            raise InputError(path, f"{where}.virtual-packages.{name}: {_excerpt(version)} is not a version",
+                             "write it like \"12.8\", or null to solve without it")
+        out[name] = None if version is None else str(version)
+    return out
+
+
+def _platforms(path: Path, where: str, value: Any, spec_platforms: Tuple[str, ...],
+               virtual: Mapping[str, Optional[str]]) -> Tuple[str, ...]:
+    """The variant's platforms: those named, else every platform of the spec that can have its
+    virtual packages (a `__cuda` variant is not locked for macOS)."""
+    wanted = [name for name, version in virtual.items() if version is not None]
+    possible = tuple(p for p in spec_platforms if all(_can_have(p, name) for name in wanted))
+    if value is None:
+        if not possible:
+            raise InputError(path, f"{where}.virtual-packages: no platform of the spec can have "
+                             f"{', '.join(wanted)} ({', '.join(spec_platforms)})",
+                             "add a platform that can, or drop the virtual package")
+        return possible
+    if not isinstance(value, list) or not value or not all(isinstance(p, str) for p in value):
+        raise InputError(path, f"{where}.platforms: expected a non-empty list of the spec's platforms")
+    for platform in value:
+        if platform not in spec_platforms:
+            raise InputError(path, f"{where}.platforms: '{_excerpt(platform)}' is not among the spec's platforms",
+                             f"use some of {', '.join(spec_platforms)}")
+        if platform not in possible:
+            missing = next(name for name in wanted if not _can_have(platform, name))
+            raise InputError(path, f"{where}.platforms: {platform} cannot have {missing}",
+                             "drop the platform or the virtual package")
+    return tuple(p for p in spec_platforms if p in value)
+
+
+def _can_have(platform: str, virtual_package: str) -> bool:
+    return os_of(platform) in _VIRTUAL_OS.get(virtual_package, (os_of(platform),))
+
+
+def effective_pip(pip: Tuple[str, ...], variant: Variant) -> Tuple[str, ...]:
+    """The spec's pip: section with the variant's torch pin in place of the torch requirement's
+    (its extras and marker kept)."""
+    if not variant.torch:
+        return pip
+    out = []
+    for text in pip:
+        if _requirement_name(text) == "torch":
+            from packaging.requirements import Requirement
+
+            requirement = Requirement(text)
+            extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+            marker = f"; {requirement.marker}" if requirement.marker else ""
+            text = f"torch{extras}{variant.torch}{marker}"
+        out.append(text)
+    return tuple(out)
+
+
+def torch_family(pip: Tuple[str, ...]) -> Tuple[str, ...]:
+    """The torch packages the spec lists (they come from the variant's index together)."""
+    names = {_requirement_name(p) for p in pip}
+    return tuple(name for name in TORCH_FAMILY if name in names)
+
+
+def _requirement_name(text: str) -> str:
+    return re.split(r"[\s\[=<>!~;@(]", text.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _excerpt(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def variant_locks(project: Any, env: str, spec: Any, names: Tuple[str, ...] = ()) -> list:
+    """(variant, lock path) of each variant of `env` (`spec` read from its file), default first;
+    a spec without variants has one lock, `(None, project.lock_path(env))`. `names` picks some."""
+    if not spec.variants:
+        if names:
+            raise InputError(spec.path, f"variants: none declared, so there is no variant '{_excerpt(names[0])}'",
+                             "drop --variant, or declare variants in the spec")
+        return [(None, project.lock_path(env))]
+    known = [v.name for v in spec.variants]
+    for name in names:
+        if name not in known:
+            raise InputError("--variant", f"{env} has no variant '{_excerpt(name)}'", f"known: {', '.join(known)}")
+    return [(v, project.lock_path(env) if v.default else project.variant_lock_path(env, v.name))
+            for v in spec.variants if not names or v.name in names]
