@@ -143,6 +143,7 @@ def resolve_pip(
             "--python-version", target.python_version,
             "--python-platform", target.python_platform,
             "--only-binary", ":all:", "--no-header",
+            "--no-python-downloads",  # nothing is built, so no interpreter of that version is needed
             *options.index_args(spec),
         ]
         done = runner([*base, "--format", "pylock.toml", "-o", "pylock.toml"], env=target.env, cwd=tmp, timeout=600)

@@ -107,7 +107,7 @@ def _variant(path: Path, index: int, raw: Any, spec_platforms: Tuple[str, ...],
         raise InputError(path, f"{where}: expected a mapping with a name", "e.g. `- name: cu128`")
     unknown = sorted(set(map(str, raw)) - set(VARIANT_KEYS))
     if unknown:
-        raise InputError(path, f"{where}: unknown key '{_excerpt(unknown[0])}'", f"allowed: {', '.join(VARIANT_KEYS)}")
+        raise InputError(path, f"{where}: unknown key {_excerpt(unknown[0])}", f"allowed: {', '.join(VARIANT_KEYS)}")
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InputError(path, f"{where}.name: {_excerpt(name)} is not a variant name",
@@ -129,7 +129,8 @@ def _torch_pin(path: Path, where: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InputError(path, f"{where}.torch: expected a version pin like \"==2.10.*\"")
     pin = value.strip()
-    pin = pin if _SPECIFIER_START.match(pin) else f"=={pin}"
+    if not _SPECIFIER_START.match(pin):
+        pin = f"=={pin}" if pin[:1].isdigit() else "?"  # a bare version means ==
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     try:
@@ -177,7 +178,7 @@ def _platforms(path: Path, where: str, value: Any, spec_platforms: Tuple[str, ..
         raise InputError(path, f"{where}.platforms: expected a non-empty list of the spec's platforms")
     for platform in value:
         if platform not in spec_platforms:
-            raise InputError(path, f"{where}.platforms: '{_excerpt(platform)}' is not among the spec's platforms",
+            raise InputError(path, f"{where}.platforms: {_excerpt(platform)} is not among the spec's platforms",
                              f"use some of {', '.join(spec_platforms)}")
         if platform not in possible:
             missing = next(name for name in wanted if not _can_have(platform, name))
@@ -228,12 +229,12 @@ def variant_locks(project: Any, env: str, spec: Any, names: Tuple[str, ...] = ()
     a spec without variants has one lock, `(None, project.lock_path(env))`. `names` picks some."""
     if not spec.variants:
         if names:
-            raise InputError(spec.path, f"variants: none declared, so there is no variant '{_excerpt(names[0])}'",
+            raise InputError(spec.path, f"variants: none declared, so there is no variant {_excerpt(names[0])}",
                              "drop --variant, or declare variants in the spec")
         return [(None, project.lock_path(env))]
     known = [v.name for v in spec.variants]
     for name in names:
         if name not in known:
-            raise InputError("--variant", f"{env} has no variant '{_excerpt(name)}'", f"known: {', '.join(known)}")
+            raise InputError("--variant", f"{env} has no variant {_excerpt(name)}", f"known: {', '.join(known)}")
     return [(v, project.lock_path(env) if v.default else project.variant_lock_path(env, v.name))
             for v in spec.variants if not names or v.name in names]

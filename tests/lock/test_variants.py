@@ -1,0 +1,277 @@
+"""Torch variants in a spec: parsed and refused in one line, and locked side by side, offline.
+
+The example spec (examples/pytorch-index) is locked against a fixture PyTorch
+index and a fixture PyPI served on loopback: wheels with local version labels
+(+cpu, +cu126) and their dependencies, the conda part from the fixture channel.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+
+from bootstrap.cli import main
+from bootstrap.errors import InputError
+from bootstrap.lock.lockfile import read_lock
+from bootstrap.lock.spec import read_spec, read_virtual_packages
+from bootstrap.project import Project
+from tests.fixtures import REPO
+from tests.fixtures.conda_channel import serve_directory
+from tests.fixtures.wheels import WheelSpec, build_simple_index
+
+EXAMPLE = REPO / "examples" / "pytorch-index"
+CONDA_LOCK = str(Path(sys.executable).with_name("conda-lock"))
+
+BASE = """\
+name: demo
+channels: [conda-forge]
+platforms: [linux-64, osx-arm64, win-64]
+dependencies:
+  - python=3.10.*
+  - pip
+  - pip:
+      - torch==2.10.*
+      - numpy
+"""
+
+
+def spec_with(tmp_path: Path, extra: str, base: str = BASE) -> Path:
+    path = tmp_path / "demo.yml"
+    path.write_text(base + extra)
+    return path
+
+
+# --------------------------------------------------------------------------- the spec
+
+
+def test_a_spec_without_variants_has_none_and_locks_as_written(tmp_path: Path) -> None:
+    spec = read_spec(spec_with(tmp_path, ""))
+    assert spec.variants == () and spec.indexes == {} and spec.for_variant(None) is spec
+    assert spec.torch_index is None
+
+
+def test_variants_parse_with_their_platforms_pins_and_indexes() -> None:
+    spec = read_spec(EXAMPLE / "envs" / "torch.yml")
+    cpu, cu126 = spec.variants
+    assert (cpu.name, cpu.default, cpu.platforms) == ("cpu", True, ("linux-64", "osx-arm64", "win-64"))
+    assert (cu126.name, cu126.default, cu126.platforms) == ("cu126", False, ("linux-64", "win-64"))  # no macOS CUDA
+    assert spec.for_variant(cu126).torch_index == "https://download.pytorch.org/whl/cu126"
+    assert cpu.virtual_packages == {"__cuda": None} and not cpu.as_written
+
+
+def test_a_torch_pin_replaces_the_spec_requirement_keeping_marker_and_extras(tmp_path: Path) -> None:
+    base = BASE.replace("torch==2.10.*", "torch[opt]==2.10.*; sys_platform != 'darwin'")
+    spec = read_spec(spec_with(tmp_path, "variants:\n  - name: a\n  - name: b\n    torch: 2.14.*\n", base))
+    effective = spec.for_variant(spec.variants[1])
+    assert effective.pip == ('torch[opt]==2.14.*; sys_platform != "darwin"', "numpy")
+    assert spec.for_variant(spec.variants[0]).pip == spec.pip
+
+
+def test_virtual_package_overrides_apply_per_platform() -> None:
+    spec = read_spec(EXAMPLE / "envs" / "torch.yml")
+    vpkgs = read_virtual_packages(EXAMPLE / "envs" / "virtual-packages.yml")
+    cpu, cu126 = spec.variants
+    assert vpkgs.for_variant(cu126).version_of("linux-64", "__cuda") == "12.6"
+    assert vpkgs.for_variant(cu126).version_of("linux-64", "__glibc") == "2.28"  # the rest as the file says
+    assert vpkgs.for_variant(cpu).version_of("win-64", "__cuda") is None
+    assert vpkgs.for_variant(cpu).version_of("osx-arm64", "__osx") == "14.0"
+
+
+# Each bad `variants:` / `pip-indexes:` block, the field the message names, and a word of its fix.
+BAD = [
+    ("variants:\n  - name: a\n    index: nowhere\n", "variants[0] (a).index: unknown index 'nowhere'", "pip-indexes"),
+    ("variants:\n  - name: a\n  - name: a\n", "two variants are named 'a'", "its own name"),
+    ("pip-indexes:\n  x: https://u:hunter2@host/simple\nvariants:\n  - name: a\n", "carries credentials", "--index"),
+    ("variants:\n  - name: a\n    virtual-packages: {__cuda: '12.6'}\n    platforms: [osx-arm64]\n",
+     "osx-arm64 cannot have __cuda", "drop the platform"),
+    ("variants:\n  - name: a.b\n", "is not a variant name", "letters"),
+    ("variants:\n  - name: a\n    colour: red\n", "unknown key 'colour'", "allowed"),
+    ("variants:\n  - name: a\n    torch: '=>2'\n", "is not a version pin", "==2.10"),
+    ("variants:\n  - name: a\n    virtual-packages: {__cuda: 12.10}\n", "is a number", "quote it"),
+    ("variants:\n  - name: a\n    virtual-packages: {cuda: '12'}\n", "is not a virtual package", "'__'"),
+    ("variants:\n  - name: a\n    platforms: [linux-aarch64]\n", "not among the spec's platforms", "linux-64"),
+    ("variants: []\n", "non-empty list", "drop the key"),
+    ("variants:\n  - cu128\n", "expected a mapping", "name: cu128"),
+    ("pip-indexes: [https://x]\n", "pip-indexes: expected a mapping", "pytorch-cu126"),
+    ("pip-indexes:\n  x: not-a-url\n", "is not an index URL", "https://"),
+]
+
+
+@pytest.mark.parametrize(("extra", "problem", "fix"), BAD, ids=[b[1][:40] for b in BAD])
+def test_a_bad_variant_is_one_line_naming_file_field_and_fix(tmp_path: Path, extra: str, problem: str,
+                                                              fix: str) -> None:
+    path = spec_with(tmp_path, extra)
+    with pytest.raises(InputError) as caught:
+        read_spec(path)
+    message = str(caught.value)
+    assert message.startswith(str(path)) and problem in message and fix in message
+    assert "\n" not in message and "hunter2" not in message
+
+
+def test_variants_need_a_torch_to_vary(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no torch requirement"):
+        read_spec(spec_with(tmp_path, "variants:\n  - name: a\n", BASE.replace("torch==2.10.*", "numpy>=1")))
+
+
+def test_a_cuda_variant_on_a_mac_only_spec_fits_no_platform(tmp_path: Path) -> None:
+    base = BASE.replace("[linux-64, osx-arm64, win-64]", "[osx-arm64]")
+    with pytest.raises(InputError, match=r"no platform of the spec can have __cuda \(osx-arm64\)"):
+        read_spec(spec_with(tmp_path, "variants:\n  - name: a\n    virtual-packages: {__cuda: '12.8'}\n", base))
+
+
+@pytest.mark.parametrize(("platforms", "virtual"), list(itertools.product(
+    [("linux-64",), ("osx-arm64",), ("win-64",), ("linux-64", "osx-arm64", "win-64"), ("osx-arm64", "win-64")],
+    ["{__cuda: '12.8'}", "{__cuda: null}", "{__glibc: '2.17'}", "{__osx: '13.0'}", "{__win: '0'}"])))
+def test_a_variant_covers_exactly_the_platforms_that_can_have_its_packages(tmp_path: Path, platforms, virtual) -> None:
+    base = BASE.replace("[linux-64, osx-arm64, win-64]", f"[{', '.join(platforms)}]")
+    os_of = {"linux-64": "linux", "osx-arm64": "osx", "win-64": "win"}
+    allowed = {"__cuda": {"linux", "win"}, "__glibc": {"linux"}, "__osx": {"osx"}, "__win": {"win"}}
+    name, _, value = virtual.strip("{}").partition(": ")
+    fitting = tuple(p for p in platforms if value == "null" or os_of[p] in allowed[name])
+    path = spec_with(tmp_path, f"variants:\n  - name: v\n    virtual-packages: {virtual}\n", base)
+    if not fitting:
+        with pytest.raises(InputError, match="no platform of the spec can have"):
+            read_spec(path)
+    else:
+        assert read_spec(path).variants[0].platforms == fitting
+
+
+# --------------------------------------------------------------------------- locked side by side
+
+CUDA_RUNTIME = "nvidia-cuda-runtime-cu12"
+
+
+@pytest.fixture(scope="module")
+def indexes(tmp_path_factory) -> Iterator[dict]:
+    """A fixture PyPI and two fixture PyTorch indexes on loopback. The torch index also carries a
+    numpy, as download.pytorch.org does: it must not be taken from there."""
+    root = tmp_path_factory.mktemp("indexes")
+    build_simple_index(root / "pypi", [WheelSpec("numpy", "2.0"), WheelSpec(CUDA_RUNTIME, "12.6.77"),
+                                       WheelSpec("torch", "2.10.0", requires=("numpy",))])
+    build_simple_index(root / "cpu", [WheelSpec("torch", "2.10.0+cpu", requires=("numpy",)),
+                                      WheelSpec("numpy", "1.99")])
+    build_simple_index(root / "cu126", [WheelSpec("torch", "2.10.0+cu126",
+                                                  requires=("numpy", f"{CUDA_RUNTIME}==12.6.77"))])
+    with serve_directory(root) as url:
+        yield {"pypi": f"{url}/pypi", "pytorch-cpu": f"{url}/cpu", "pytorch-cu126": f"{url}/cu126"}
+
+
+@pytest.fixture(scope="module")
+def example_locked(tmp_path_factory, fixture_channel: Path, indexes: dict) -> Project:
+    root = tmp_path_factory.mktemp("example") / "proj"
+    shutil.copytree(EXAMPLE, root)
+    assert main(lock_argv(root, fixture_channel, indexes)) == 0
+    return Project(root)
+
+
+def lock_argv(root: Path, channel: Path, indexes: dict, *extra: str) -> list:
+    overrides = [arg for name, url in indexes.items() for arg in ("--index", f"{name}={url}")]
+    return ["lock", "--root", str(root), "--cache-dir", str(root / ".cache"),
+            "--mirror", f"conda-forge={channel}", *overrides, *extra]
+
+
+def pip_entries(path: Path, platform: str) -> dict:
+    return {p.name: p for p in read_lock(path).for_platform(platform, "pip")}
+
+
+def test_each_variant_is_locked_from_its_own_index(example_locked: Project, indexes: dict) -> None:
+    default, cu126 = example_locked.lock_path("torch"), example_locked.variant_lock_path("torch", "cu126")
+    for platform in ("linux-64", "osx-arm64", "win-64"):
+        pip = pip_entries(default, platform)
+        assert pip["torch"].version == "2.10.0+cpu" and pip["torch"].url.startswith(indexes["pytorch-cpu"])
+        assert pip["numpy"].url.startswith(indexes["pypi"])  # the torch index is explicit: only torch from it
+    for platform in ("linux-64", "win-64"):
+        pip = pip_entries(cu126, platform)
+        assert pip["torch"].version == "2.10.0+cu126" and pip["torch"].url.startswith(indexes["pytorch-cu126"])
+        assert pip[CUDA_RUNTIME].version == "12.6.77" and pip[CUDA_RUNTIME].url.startswith(indexes["pypi"])
+    assert read_lock(cu126).platforms == ("linux-64", "win-64")
+    assert read_lock(cu126).custom["bootstrap.variant"] == "cu126"
+    assert read_lock(cu126).custom["bootstrap.torch-index"] == "https://download.pytorch.org/whl/cu126"
+
+
+def test_conda_lock_parses_and_renders_every_variant(example_locked: Project, tmp_path: Path) -> None:
+    import subprocess
+
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    for path in (example_locked.lock_path("torch"), example_locked.variant_lock_path("torch", "cu126")):
+        assert {p.name for p in parse_conda_lock_file(path).package} >= {"python", "torch", "numpy"}
+        done = subprocess.run([CONDA_LOCK, "render", "-k", "explicit", "-p", "linux-64", "--filename-template",
+                               f"{tmp_path}/{path.stem}-{{platform}}.lock", str(path)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+
+
+def test_check_covers_each_variant_and_names_the_stale_one(example_locked: Project, tmp_path: Path,
+                                                           capsys) -> None:
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    capsys.readouterr()
+    assert main(["lock", "--check", "--root", str(project.root), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(e["variant"], e["fresh"]) for e in report["envs"]] == [("cpu", True), ("cu126", True)]
+    spec = project.spec_path("torch")
+    data = yaml.safe_load(spec.read_text())
+    data["variants"][1]["virtual-packages"]["__cuda"] = "12.4"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert main(["lock", "--check", "--root", str(project.root)]) == 1
+    out = capsys.readouterr().out
+    assert "torch [cpu]: envs/torch.conda-lock.yml is fresh" in out
+    assert "torch [cu126]: envs/torch.cu126.conda-lock.yml is stale" in out and "content_hash" in out
+
+
+def test_a_lock_copied_over_another_variant_is_stale(example_locked: Project, tmp_path: Path, capsys) -> None:
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    shutil.copy(project.lock_path("torch"), project.variant_lock_path("torch", "cu126"))
+    capsys.readouterr()
+    assert main(["lock", "--check", "--root", str(project.root), "--variant", "cu126"]) == 1
+    assert "variant: lock holds cpu, spec expects cu126" in capsys.readouterr().out
+
+
+def test_relocking_one_variant_names_it_and_leaves_the_other(example_locked: Project, tmp_path: Path,
+                                                             fixture_channel: Path, indexes: dict, capsys) -> None:
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    default_before = project.lock_path("torch").read_bytes()
+    project.variant_lock_path("torch", "cu126").unlink()
+    capsys.readouterr()
+    assert main(lock_argv(project.root, fixture_channel, indexes, "--variant", "cu126", "--dry-run")) == 0
+    assert "torch [cu126]: would write envs/torch.cu126.conda-lock.yml" in capsys.readouterr().out
+    assert not project.variant_lock_path("torch", "cu126").exists()
+    assert main(lock_argv(project.root, fixture_channel, indexes, "--variant", "cu126")) == 0
+    out = capsys.readouterr().out
+    assert "torch [cu126]: wrote envs/torch.cu126.conda-lock.yml" in out and "[cpu]" not in out
+    assert project.lock_path("torch").read_bytes() == default_before
+    assert main(["lock", "--check", "--root", str(project.root)]) == 0
+
+
+def test_index_credentials_are_used_but_never_written_or_shown(example_locked: Project, tmp_path: Path,
+                                                               fixture_channel: Path, indexes: dict, capsys) -> None:
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    secret = {name: url.replace("http://", "http://alice:hunter2@") for name, url in indexes.items()}
+    capsys.readouterr()
+    assert main(lock_argv(project.root, fixture_channel, secret, "--variant", "cu126")) == 0
+    out = capsys.readouterr()
+    text = project.variant_lock_path("torch", "cu126").read_text()
+    assert "hunter2" not in text + out.out + out.err and "alice" not in text
+    assert pip_entries(project.variant_lock_path("torch", "cu126"), "linux-64")["torch"].version == "2.10.0+cu126"
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--variant", "rocm"], "torch has no variant 'rocm'"),
+    (["--index", "elsewhere=http://127.0.0.1:9/simple"], "names the index 'elsewhere'"),
+    (["--index", "pytorch-cpu"], "is not NAME=URL"),
+])
+def test_bad_variant_options_are_one_line_and_exit_2(example_locked: Project, fixture_channel: Path, indexes: dict,
+                                                     capsys, argv: list, problem: str) -> None:
+    before = {p: p.read_bytes() for p in example_locked.root.glob("envs/*.conda-lock.yml")}
+    capsys.readouterr()
+    assert main(lock_argv(example_locked.root, fixture_channel, {}, *argv)) == 2
+    err = capsys.readouterr().err
+    assert problem in err and len(err.strip().splitlines()) == 1
+    assert before == {p: p.read_bytes() for p in example_locked.root.glob("envs/*.conda-lock.yml")}
