@@ -10,7 +10,7 @@ linux-64:
 
     uv pip compile req.in --python-version 3.10.19 \
         --python-platform x86_64-manylinux_2_28 --only-binary :all: \
-        --format pylock.toml -o pylock.toml
+        --no-python-downloads --format pylock.toml -o pylock.toml
 """
 
 from __future__ import annotations
@@ -135,6 +135,9 @@ def resolve_pip(
         "--python-version", target.python_version,
         "--python-platform", target.python_platform,
         "--only-binary", ":all:", "--no-header",
+        # Binaries only, so no Python is ever run: without this flag uv would still try to
+        # download a managed CPython of the target's version when this machine lacks one.
+        "--no-python-downloads",
         *options.index_args(),
     ]
     with tempfile.TemporaryDirectory(prefix="bootstrap-pip-") as tmp:

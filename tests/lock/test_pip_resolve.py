@@ -170,6 +170,19 @@ def test_dependency_edges_of_a_url_wheel_uv_cannot_serve_offline() -> None:
     assert len(calls) == 3
 
 
+def test_uv_never_downloads_a_python() -> None:
+    """`--only-binary :all:` runs no Python of the target's version; without the flag uv would
+    fetch one wherever this machine lacks it (or retry, offline)."""
+    calls = []
+
+    def runner(argv, env=None, cwd=None, timeout=None):
+        calls.append(argv)
+        return recorded_uv(archive_lock(SIX))(argv, env=env, cwd=cwd, timeout=timeout)
+
+    resolve_pip(spec(f"six @ {SIX}"), target_for("linux-64", "3.10.19", VPKGS), runner=runner)
+    assert len(calls) == 2 and all("--no-python-downloads" in argv for argv in calls)
+
+
 def test_uv_errors_lose_index_tokens() -> None:
     from bootstrap.errors import FetchError
 
