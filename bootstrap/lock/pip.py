@@ -25,6 +25,7 @@ from typing import Mapping, Optional, Sequence
 
 from bootstrap.errors import FetchError, InputError, SolveError, ToolError, one_line
 from bootstrap.lock.lockfile import LockedPackage
+from bootstrap.lock.pip_wheels import best_wheel, tag_ranks
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
 from bootstrap.runner import Runner, run
 from bootstrap.urls import has_credentials, scrub_credentials
@@ -190,12 +191,14 @@ def _parse_pylock(text: str, target: Target) -> list[tuple[str, str, str, str]]:
     else:
         import tomli as tomllib
 
+    ranks = tag_ranks(target)
     out = []
     for package in tomllib.loads(text).get("packages", []):
-        # With --python-platform uv lists only wheels usable on the target, best first; a
+        # With --python-platform uv lists only wheels usable on the target, but in no order that
+        # favours it (py3-none-any before manylinux_2_28, macosx_11_0 before macosx_14_0); a
         # requirement `name @ URL` comes as an `archive` instead, whatever the target.
         wheels, archive = package.get("wheels") or [], package.get("archive") or {}
-        wheel = wheels[0] if wheels else archive
+        wheel = best_wheel(wheels, ranks) if wheels else archive
         if not wheels and not (_lockable_url(archive.get("url", "")) and _fits(archive["url"], target)):
             at = f" at {archive['url']}" if archive.get("url") else ""
             raise SolveError(f"{package['name']} {package.get('version')}: no wheel for {target.python_platform}{at}")
