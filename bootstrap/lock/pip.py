@@ -25,7 +25,7 @@ from typing import Mapping, Optional, Sequence
 
 from bootstrap.errors import FetchError, InputError, SolveError, ToolError, one_line
 from bootstrap.lock.lockfile import LockedPackage
-from bootstrap.lock.pip_wheels import best_wheel, tag_ranks
+from bootstrap.lock.pip_wheels import best_wheel, dependency_specifiers, read_metadata_all, tag_ranks
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
 from bootstrap.runner import Runner, run
 from bootstrap.urls import has_credentials, scrub_credentials
@@ -127,7 +127,8 @@ def resolve_pip(
     options: PipOptions = PipOptions(),
     runner: Runner = run,
 ) -> list[LockedPackage]:
-    """Resolve `spec.pip` for `target`: each wheel's URL and sha256, with dependency edges."""
+    """Resolve `spec.pip` for `target`: each wheel's URL and sha256, with dependency edges, each
+    constrained as the parent's METADATA says (`'*'` where it cannot be read)."""
     if not spec.pip:
         return []
     uv = uv_binary(options)
@@ -157,6 +158,8 @@ def resolve_pip(
             annotated = runner(annotate, env=target.env, cwd=tmp, timeout=600)
         _raise_for(annotated, spec, target)
         edges = parse_via_annotations(annotated.stdout)
+    metadata = read_metadata_all({name: url for name, _, url, _ in wheels}, options.offline)
+    environment = marker_environment(target.platform, target.python_version)
     return [
         LockedPackage(
             name=name,
@@ -165,7 +168,7 @@ def resolve_pip(
             platform=target.platform,
             url=url,
             sha256=sha256,
-            dependencies={child: "*" for child in sorted(edges.get(name, ()))},
+            dependencies=dependency_specifiers(edges.get(name, ()), metadata.get(name), environment),
         )
         for name, version, url, sha256 in wheels
     ]

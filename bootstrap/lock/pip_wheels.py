@@ -1,14 +1,19 @@
-"""The wheels of a pip lock entry: which one a target gets.
+"""The wheels of a pip lock entry: which one a target gets, and what its METADATA requires.
 
 A package's wheels are ranked the way pip ranks them on the target machine
 (`pip debug --verbose` lists that machine's tags, best first); the lock keeps
-the best.
+the best. A parent's `Requires-Dist` gives each dependency edge its version
+specifier, as conda-lock writes them. Shell equivalent of reading one wheel's
+requirements from an index that serves PEP 658 metadata:
+
+    curl -s https://files.pythonhosted.org/.../torch-2.8.0-...whl.metadata | grep ^Requires-Dist
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
     from packaging.tags import Tag
@@ -20,6 +25,9 @@ _MACHINE = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "osx-64": "x86_64"
 # manylinux's names from before PEP 600, each an alias of the glibc it stands for.
 _LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 _GLIBC = re.compile(r"manylinux_(?P<major>\d+)_(?P<minor>\d+)")
+_METADATA_TIMEOUT_S = 15
+_METADATA_WORKERS = 8
+_METADATA_MAX_BYTES = 4 << 20
 
 
 # --------------------------------------------------------------------------- the best wheel
@@ -93,3 +101,107 @@ def wheel_filename(url: str) -> str:
     from urllib.parse import unquote, urlsplit
 
     return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+
+
+# --------------------------------------------------------------------------- Requires-Dist
+
+
+def read_metadata_all(urls: Mapping[str, str], offline: bool) -> dict[str, Optional[str]]:
+    """Each wheel's METADATA text by package name, None where it cannot be read; read in threads,
+    as each is a request to the index."""
+    if not urls:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(_METADATA_WORKERS, len(urls))) as pool:
+        futures = {name: pool.submit(read_metadata, url, offline) for name, url in urls.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def read_metadata(url: str, offline: bool) -> Optional[str]:
+    """The METADATA of the wheel at `url`: from the archive for `file://`, from the index's
+    `<url>.metadata` (PEP 658) for http(s) unless offline; None where neither answers."""
+    from urllib.parse import urlsplit
+    from urllib.request import url2pathname
+
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return _metadata_in_archive(url2pathname(parts.path))
+    if parts.scheme in ("http", "https") and not offline:
+        return _metadata_beside(url)
+    return None
+
+
+def _metadata_in_archive(path: str) -> Optional[str]:
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
+            return archive.read(names[0]).decode("utf-8", "replace") if len(names) == 1 else None
+    except (OSError, zipfile.BadZipFile):
+        return None
+
+
+def _metadata_beside(url: str) -> Optional[str]:
+    """GET `<wheel url>.metadata` (PEP 658), sending no credentials of its own (no ~/.netrc):
+    a locked URL carries none, and the metadata only refines an edge uv already resolved."""
+    import http.client
+    from urllib.parse import urlsplit, urlunsplit
+    from urllib.request import urlopen
+
+    parts = urlsplit(url)
+    metadata_url = urlunsplit(parts._replace(path=parts.path + ".metadata", fragment=""))
+    try:
+        with urlopen(metadata_url, timeout=_METADATA_TIMEOUT_S) as response:
+            return response.read(_METADATA_MAX_BYTES).decode("utf-8", "replace")
+    except (OSError, ValueError, http.client.HTTPException):  # 404, offline, timeout: the edge stays '*'
+        return None
+
+
+def dependency_specifiers(children: Iterable[str], metadata: Optional[str],
+                          environment: Mapping[str, str]) -> dict[str, str]:
+    """Each child (as uv names it) -> the specifier the parent's `Requires-Dist` gives it on the
+    target, e.g. `==12.8.4.1`; `'*'` without one or without the parent's METADATA.
+
+    Lines whose marker holds without extras count first; a child that only an extra brings
+    (uv resolved `parent[extra]`) takes the lines that hold under one of the parent's extras.
+    """
+    from email.parser import HeaderParser
+
+    headers = HeaderParser().parsestr(metadata or "")
+    requirements = [r for r in map(_requirement, headers.get_all("Requires-Dist") or []) if r is not None]
+    base = dict(environment, extra="")
+    with_extras = [dict(environment, extra=extra) for extra in headers.get_all("Provides-Extra") or []]
+    return {child: _specifier_of(child, requirements, ([base], with_extras)) for child in sorted(children)}
+
+
+def _specifier_of(child: str, requirements: list, stages: Sequence[Sequence[Mapping[str, str]]]) -> str:
+    from packaging.utils import canonicalize_name
+
+    name = canonicalize_name(child)
+    for environments in stages:
+        holding = [r.specifier for r in requirements
+                   if canonicalize_name(r.name) == name and _holds(r.marker, environments)]
+        if holding:
+            combined = holding[0]
+            for specifier in holding[1:]:
+                combined &= specifier
+            return str(combined) or "*"
+    return "*"
+
+
+def _holds(marker, environments: Sequence[Mapping[str, str]]) -> bool:
+    from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
+
+    try:
+        return marker is None or any(marker.evaluate(dict(e)) for e in environments)
+    except (UndefinedComparison, UndefinedEnvironmentName):  # a marker packaging cannot decide
+        return False
+
+
+def _requirement(text: str):
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        return Requirement(text)
+    except InvalidRequirement:  # one bad line in someone's METADATA leaves that edge '*'
+        return None
