@@ -10,7 +10,7 @@ linux-64:
 
     uv pip compile req.in --python-version 3.10.19 \
         --python-platform x86_64-manylinux_2_28 --only-binary :all: \
-        --format pylock.toml -o pylock.toml
+        --no-python-downloads --format pylock.toml -o pylock.toml
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Mapping, Optional, Sequence
 
 from bootstrap.errors import FetchError, InputError, SolveError, ToolError, one_line
 from bootstrap.lock.lockfile import LockedPackage
+from bootstrap.lock.pip_wheels import best_wheel, dependency_specifiers, read_metadata_all, tag_ranks
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
 from bootstrap.lock.variants import PYPI, torch_family
 from bootstrap.runner import Runner, run
@@ -133,7 +134,8 @@ def resolve_pip(
     options: PipOptions = PipOptions(),
     runner: Runner = run,
 ) -> list[LockedPackage]:
-    """Resolve `spec.pip` for `target`: each wheel's URL and sha256, with dependency edges."""
+    """Resolve `spec.pip` for `target`: each wheel's URL and sha256, with dependency edges, each
+    constrained as the parent's METADATA says (`'*'` where it cannot be read)."""
     if not spec.pip:
         return []
     uv = uv_binary(options)
@@ -160,6 +162,8 @@ def resolve_pip(
             annotated = runner(annotate, env=target.env, cwd=tmp, timeout=600)
         _raise_for(annotated, spec, target)
         edges = parse_via_annotations(annotated.stdout)
+    metadata = read_metadata_all({name: url for name, _, url, _ in wheels}, options.offline)
+    environment = marker_environment(target.platform, target.python_version)
     return [
         LockedPackage(
             name=name,
@@ -168,7 +172,7 @@ def resolve_pip(
             platform=target.platform,
             url=url,
             sha256=sha256,
-            dependencies={child: "*" for child in sorted(edges.get(name, ()))},
+            dependencies=dependency_specifiers(edges.get(name, ()), metadata.get(name), environment),
         )
         for name, version, url, sha256 in wheels
     ]
@@ -223,12 +227,14 @@ def _parse_pylock(text: str, target: Target) -> list[tuple[str, str, str, str]]:
     else:
         import tomli as tomllib
 
+    ranks = tag_ranks(target)
     out = []
     for package in tomllib.loads(text).get("packages", []):
-        # With --python-platform uv lists only wheels usable on the target, best first; a
+        # With --python-platform uv lists only wheels usable on the target, but in no order that
+        # favours it (py3-none-any before manylinux_2_28, macosx_11_0 before macosx_14_0); a
         # requirement `name @ URL` comes as an `archive` instead, whatever the target.
         wheels, archive = package.get("wheels") or [], package.get("archive") or {}
-        wheel = wheels[0] if wheels else archive
+        wheel = best_wheel(wheels, ranks) if wheels else archive
         if not wheels and not (_lockable_url(archive.get("url", "")) and _fits(archive["url"], target)):
             at = f" at {archive['url']}" if archive.get("url") else ""
             raise SolveError(f"{package['name']} {package.get('version')}: no wheel for {target.python_platform}{at}")

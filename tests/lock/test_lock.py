@@ -71,7 +71,7 @@ def test_lock_from_directory_mirror(locked: Project, fixture_channel: Path) -> N
         assert len(python.sha256) == 64 and len(python.md5) == 32
         assert entry(lock, platform, "alpha").version == "1.1"
         assert entry(lock, platform, "beta").version == "2.0"  # pulled in by alpha 1.1
-        assert entry(lock, platform, "alpha").dependencies == {"beta": "*"}
+        assert entry(lock, platform, "alpha").dependencies == {"beta": ">=2"}  # alpha 1.1 requires `beta>=2`
     # __cuda 12.4 on linux only: the CUDA build exactly where the platform allows it.
     assert entry(lock, "linux-64", "torchlike").build.startswith("cuda12")
     assert entry(lock, "win-64", "torchlike").build.startswith("cpu")

@@ -74,7 +74,7 @@ def test_offline_resolution_from_a_wheelhouse(wheelhouse: Path) -> None:
     for platform in ("linux-64", "win-64"):
         by_name = {p.name: p for p in result[platform]}
         assert set(by_name) == {"alpha", "beta", "gamma"}
-        assert by_name["alpha"].version == "1.1" and by_name["alpha"].dependencies == {"beta": "*"}
+        assert by_name["alpha"].version == "1.1" and by_name["alpha"].dependencies == {"beta": ">=2"}
         assert by_name["beta"].url.startswith("file://") and len(by_name["beta"].sha256) == 64
         assert {p.platform for p in result[platform]} == {platform}
 
@@ -117,6 +117,12 @@ def test_requirements_that_cannot_be_locked_by_hash_are_named() -> None:
     assert "is not a valid requirement" in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.fixture
+def index_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No wheel's METADATA can be fetched, so recorded uv output with made-up index URLs asks no one."""
+    monkeypatch.setattr("bootstrap.lock.pip.read_metadata_all", lambda urls, offline: {})
+
+
 def recorded_uv(pylock: str):
     """A runner standing in for `uv pip compile`: writes `pylock` where uv would, annotates nothing."""
     def runner(argv, env=None, cwd=None, timeout=None):
@@ -132,6 +138,7 @@ def archive_lock(url: str) -> str:
             f'archive = {{ url = "{url}", hashes = {{ sha256 = "{"ab" * 32}" }} }}\n')
 
 
+@pytest.mark.usefixtures("index_unreachable")
 def test_a_wheel_url_is_locked_where_its_tags_fit() -> None:
     linux, mac = (target_for(p, "3.10.19", VPKGS) for p in ("linux-64", "osx-arm64"))
     (six,) = resolve_pip(spec(f"six @ {SIX}"), mac, runner=recorded_uv(archive_lock(SIX)))
@@ -142,6 +149,7 @@ def test_a_wheel_url_is_locked_where_its_tags_fit() -> None:
         resolve_pip(spec(f"markupsafe @ {LINUX_ONLY}"), mac, runner=recorded_uv(archive_lock(LINUX_ONLY)))
 
 
+@pytest.mark.usefixtures("index_unreachable")
 def test_dependency_edges_of_a_url_wheel_uv_cannot_serve_offline() -> None:
     """uv's cache may not answer the offline annotation run for `name @ URL`: ask again online, so
     the lock keeps `alpha -> beta` instead of a beta that nothing needs."""
@@ -168,6 +176,20 @@ def test_dependency_edges_of_a_url_wheel_uv_cannot_serve_offline() -> None:
     alpha, beta = resolve_pip(spec(f"alpha @ {url}"), target_for("linux-64", "3.10.19", VPKGS), runner=runner)
     assert (alpha.name, alpha.dependencies) == ("alpha", {"beta": "*"})
     assert len(calls) == 3
+
+
+@pytest.mark.usefixtures("index_unreachable")
+def test_uv_never_downloads_a_python() -> None:
+    """`--only-binary :all:` runs no Python of the target's version; without the flag uv would
+    fetch one wherever this machine lacks it (or retry, offline)."""
+    calls = []
+
+    def runner(argv, env=None, cwd=None, timeout=None):
+        calls.append(argv)
+        return recorded_uv(archive_lock(SIX))(argv, env=env, cwd=cwd, timeout=timeout)
+
+    resolve_pip(spec(f"six @ {SIX}"), target_for("linux-64", "3.10.19", VPKGS), runner=runner)
+    assert len(calls) == 2 and all("--no-python-downloads" in argv for argv in calls)
 
 
 def test_uv_errors_lose_index_tokens() -> None:
