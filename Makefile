@@ -17,7 +17,7 @@ TORCH_TEST ?= torch==2.13.0
 # nvidia wheels. Where this index is unreachable (a PyPI mirror only), the default index is used.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-check lock-from-snapshot test test-slow test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader bench-report help FORCE
+.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader bench-report help FORCE
 
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
@@ -101,6 +101,10 @@ lock: tools
 lock-from-snapshot: tools
 	$(PY) -m bootstrap lock --mirror https://conda.anaconda.org/conda-forge=$(SNAPSHOT) $(LOCK_ARGS)
 	$(PY) -m bootstrap export -o environment.yml
+
+## Lock examples/pytorch-index (cpu and cu126 variants from download.pytorch.org; needs that index).
+lock-example: tools
+	$(PY) -m bootstrap lock --root examples/pytorch-index $(LOCK_ARGS)
 
 ## Offline: do the committed locks still satisfy the specs?
 lock-check: tools
