@@ -43,7 +43,8 @@ KEYS: Dict[str, FrozenSet[str]] = {
 }
 # format -> {a list in the envelope: the keys of each of its items}, where the items are this format's own.
 ITEM_KEYS: Dict[str, Dict[str, FrozenSet[str]]] = {
-    "bootstrap.lock": {"envs": frozenset({"env", "variant", "lock_path", "written", "new", "solved", "platforms", "seconds"})},
+    "bootstrap.lock": {"envs": frozenset({"env", "variant", "lock_path", "written", "new", "solved", "platforms",
+                                          "seconds"})},
     "bootstrap.lock-check": {"envs": frozenset({"env", "variant", "lock_path", "platforms", "fresh", "stale"})},
     "bootstrap.export": {"files": frozenset({"path", "bytes", "sha256"})},
     "bootstrap.monitor": {"gpus": frozenset({"index", "name", "samples", "utilization_mean_pct", "utilization_p95_pct",
