@@ -1,10 +1,13 @@
 """`make bench-lock`: where the time of `bootstrap lock` goes, and how fast `--check` is.
 
-Locks both envs x 3 platforms against the shared conda-forge snapshot (as a
+Relocks both envs x 3 platforms against the shared conda-forge snapshot (as a
 mirror of conda-forge) into a scratch copy of the project, twice: with a cold
-uv cache, then warm. Prints conda solve / pip resolution / write per run, and
-the wall time of `python -m bootstrap lock --check` (interpreter start
-included) over several runs. Needs PyPI for the pip part.
+uv cache, then warm. Then, each from the committed locks again, a one-package
+`lock --update numpy` beside a full relock (`lock --upgrade`). Prints conda
+solve / pip resolution / write per run and how many lock entries moved (one
+per package and platform), and the wall time of `python -m bootstrap lock
+--check` (interpreter start included) over several runs. Needs PyPI for the
+pip part.
 
 Targets (issue 2): conda solve + write <= 1 s for all six; --check <= 0.5 s.
 """
@@ -29,6 +32,7 @@ from bootstrap.lock.solve import LockOptions, lock_env  # noqa: E402  (after sys
 from bootstrap.project import Project  # noqa: E402
 
 SNAPSHOT = REPO.parent / "shared" / "conda-forge-snapshot" / "conda-forge"
+UPDATED = "numpy"  # a pip package both envs lock: `lock --update` moves it alone
 
 
 def scratch_project(tmp: Path) -> Project:
@@ -38,15 +42,25 @@ def scratch_project(tmp: Path) -> Project:
     return Project(root)
 
 
-def lock_all(project: Project, label: str) -> dict:
-    options = LockOptions(mirrors=(Mirror.parse(f"conda-forge={SNAPSHOT}"),))
-    totals = {"conda_solve": 0.0, "pip_resolve": 0.0, "write": 0.0}
+def restore_locks(project: Project) -> None:
+    """The committed locks again, so each relock below starts from the same ones."""
     for env in project.env_names():
-        result = lock_env(project, env, options)
-        for key, value in result.seconds.items():
-            totals[key] += value
+        shutil.copy(REPO / project.lock_path(env).relative_to(project.root), project.lock_path(env))
+
+
+def lock_all(project: Project, label: str, **moves) -> dict:
+    """Relock every env (`moves`: LockOptions' update / upgrade); print where the time went."""
+    options = LockOptions(mirrors=(Mirror.parse(f"conda-forge={SNAPSHOT}"),), **moves)
+    totals = {"conda_solve": 0.0, "pip_resolve": 0.0, "write": 0.0}
+    moved = 0
+    for env in project.env_names():
+        for result in lock_env(project, env, options):
+            for key, value in result.seconds.items():
+                totals[key] += value
+            moved += sum(len(d.added) + len(d.removed) + len(d.changed) for d in result.diffs)
     print(f"{label:<22} conda solve {totals['conda_solve']:6.3f} s   pip resolve {totals['pip_resolve']:6.2f} s   "
-          f"write {totals['write']:6.3f} s   conda solve + write {totals['conda_solve'] + totals['write']:6.3f} s")
+          f"write {totals['write']:6.3f} s   conda solve + write {totals['conda_solve'] + totals['write']:6.3f} s   "
+          f"moved {moved:3d} entries")
     return totals
 
 
@@ -71,6 +85,11 @@ def main() -> int:
         print("bootstrap lock, 2 envs x 3 platforms, conda part from the snapshot mirror, pip part from PyPI")
         lock_all(project, "cold uv cache")
         lock_all(project, "warm uv cache")
+        restore_locks(project)
+        lock_all(project, f"lock --update {UPDATED}", update=(UPDATED,))
+        restore_locks(project)
+        lock_all(project, "lock --upgrade", upgrade=True)
+        restore_locks(project)
         baseline = min(time_check_python())
         times = time_check(project)
         print(f"lock --check (2 envs)  median {statistics.median(times):.3f} s  min {min(times):.3f} s  "

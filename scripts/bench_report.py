@@ -73,7 +73,19 @@ def read_lock(out: str) -> str:
             f"{cold:.2f} s, also pays for one-time imports). The pip part ({pip:.1f} s warm) is "
             f"uv waiting on PyPI, the network's time rather than bootstrap's, and has no target. `lock --check` took "
             f"{check:.2f} s (median, interpreter start included: {bare:.1f}x a bare `python -c pass`), "
-            f"{_verdict(check, 0.5)}.")
+            f"{_verdict(check, 0.5)}.{_update_said(out)}")
+
+
+def _update_said(out: str) -> str:
+    """The one-package `lock --update` beside the full relock, where the output has them."""
+    rows = [re.search(rf"^lock ({flag})\s+conda solve\s+([\d.]+) s\s+pip resolve\s+([\d.]+) s\s+write\s+([\d.]+) s"
+                      r".*moved\s+(\d+) entries", out, re.MULTILINE)
+            for flag in (r"--update \S+", "--upgrade")]
+    if not all(rows):
+        return ""
+    said = [f"`lock {row.group(1)}`: conda solve + write {float(row.group(2)) + float(row.group(4)):.2f} s, "
+            f"pip {float(row.group(3)):.1f} s, {row.group(5)} lock entries moved" for row in rows]
+    return f" A one-package update, {said[0]}; beside it a full relock, {said[1]}."
 
 
 def _env_targets(out: str) -> dict:

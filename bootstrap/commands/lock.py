@@ -1,5 +1,5 @@
 """`python -m bootstrap lock [ENV ...] [--variant V ...] [--platform P ...] [--mirror CANONICAL=URL ...]
-[--index NAME=URL ...] [--check] [--dry-run] [--json]`.
+[--index NAME=URL ...] [--update PKG ... | --upgrade] [--check] [--dry-run] [--json]`.
 
 With `--json` stdout holds one envelope (`bootstrap.lock`, or `bootstrap.lock-check`
 with `--check`); progress and notices go to stderr. `--check` keeps its exit
@@ -25,6 +25,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="relock (or --check) only this variant of the env's torch builds (repeatable)")
     parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
                         help="serve a channel from an HTTP mirror or a local directory; the lock keeps canonical URLs")
+    moves = parser.add_argument_group("what a relock may move (default: only what the spec's changes need)")
+    moves.add_argument("--update", nargs="+", action="extend", default=[], metavar="PKG",
+                       help="move these conda or pip packages (and what they need) to the newest the spec allows; "
+                            "every other locked version is kept if the spec allows it (name ENVs before --update)")
+    moves.add_argument("--upgrade", action="store_true",
+                       help="solve from scratch: every package may move to the newest the spec allows")
     parser.add_argument("--check", action="store_true",
                         help="offline: exit 0 if the locks satisfy the specs, 1 if stale (no solve)")
     parser.add_argument("--dry-run", action="store_true", help="solve and print the diff, write nothing")
@@ -54,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         ignored = [flag for flag, given in (("--mirror", args.mirror), ("--dry-run", args.dry_run),
                                             ("--cache-dir", args.cache_dir), ("--pip-offline", args.pip_offline),
                                             ("--pip-find-links", args.pip_find_links),
-                                            ("--pip-no-index", args.pip_no_index), ("--index", args.index))
+                                            ("--pip-no-index", args.pip_no_index), ("--index", args.index),
+                                            ("--update", args.update), ("--upgrade", args.upgrade))
                    if given]
         if ignored:
             raise InputError(" ".join(ignored), "--check reads no channel and writes nothing",
@@ -93,7 +100,7 @@ def _print_check(result, root: Path) -> None:
 def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.lock.pip import PipOptions
-    from bootstrap.lock.solve import LockOptions, LockRun, lock_env
+    from bootstrap.lock.solve import LockOptions, LockRun, check_update, lock_env
 
     options = LockOptions(
         platforms=tuple(args.platform),
@@ -103,8 +110,11 @@ def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
                        indexes=parse_indexes(args.index)),
         cache_dir=args.cache_dir,
         dry_run=args.dry_run,
+        update=tuple(args.update),
+        upgrade=args.upgrade,
     )
     _check_index_names(project, envs, options.pip.indexes)
+    check_update(project, envs, options)  # every env before any is written
     results = []
     for env in envs:
         for result in lock_env(project, env, options,

@@ -38,8 +38,12 @@ def solve_conda(
     virtual_packages: Sequence[VirtualPackage],
     mirrors: Sequence[Mirror] = (),
     cache_dir: Optional[Path] = None,
+    prefer: Sequence[LockedPackage] = (),
 ) -> list:
-    """Solve the spec's conda dependencies for one platform; returns rattler RepoDataRecords."""
+    """Solve the spec's conda dependencies for one platform; returns rattler RepoDataRecords.
+
+    `prefer`: locked entries the solver keeps where the spec still allows them (rattler's
+    `locked_packages`; pixi's and `conda-lock --update`'s way of moving only what must move)."""
     import rattler
     from rattler.exceptions import SolverError
 
@@ -53,21 +57,47 @@ def solve_conda(
         for v in virtual_packages
     ]
     try:
-        return asyncio.run(
-            rattler.solve(
-                sources=sources,
-                specs=specs,
-                gateway=gateway,
-                platforms=[platform, "noarch"],
-                virtual_packages=vpkgs,
-                channel_priority=rattler.ChannelPriority.Strict,
-            )
-        )
+        return asyncio.run(_solve(sources, specs, gateway, platform, vpkgs, prefer))
     except SolverError as exc:
         raise SolveError(f"{spec.path}: dependencies: cannot be solved for {platform}: {one_line(exc)} "
                          "(relax or fix the spec, or check that the channels have the packages)") from None
     except Exception as exc:  # noqa: BLE001 - every rattler fetch/IO/gateway failure
         raise FetchError(scrub_credentials(_fetch_failure(spec, platform, mirrors, exc))) from None
+
+
+async def _solve(sources: list, specs: list, gateway, platform: str, vpkgs: list,
+                 prefer: Sequence[LockedPackage]) -> list:
+    import rattler
+
+    return await rattler.solve(
+        sources=sources,
+        specs=specs,
+        gateway=gateway,
+        platforms=[platform, "noarch"],
+        locked_packages=await _channel_records(sources, gateway, platform, prefer) if prefer else None,
+        virtual_packages=vpkgs,
+        channel_priority=rattler.ChannelPriority.Strict,
+    )
+
+
+async def _channel_records(sources: list, gateway, platform: str, entries: Sequence[LockedPackage]) -> list:
+    """The channels' records of the locked `entries`, matched by sha256 (the bytes the lock vouches
+    for: the URL differs when a mirror or another spelling of the channel served them); an entry
+    the channels no longer have is left out.
+
+    Taken from the repodata, not rebuilt from the lock: rattler adds a preferred record to the
+    candidates as it is given, so one rebuilt from the lock would be chosen even once the channel
+    has dropped it, and without what the lock does not keep (virtual dependencies such as
+    `__glibc >=2.17`, `constrains`), so the solve would no longer check them."""
+    import rattler
+
+    names = sorted({entry.name for entry in entries})
+    channels = [s for s in sources if isinstance(s, rattler.Channel)]
+    found = ([r for rs in await gateway.query(channels, [platform, "noarch"], names, recursive=False) for r in rs]
+             if channels else [])
+    found += [r for s in sources if isinstance(s, rattler.SparseRepoData) for n in names for r in s.load_records(n)]
+    wanted = {entry.sha256 for entry in entries}
+    return [r for r in found if r.sha256 is not None and r.sha256.hex() in wanted]
 
 
 def _sources(channel_urls: Sequence[str], platform: str, mirrors: Sequence[Mirror]):

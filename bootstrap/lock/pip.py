@@ -133,9 +133,11 @@ def resolve_pip(
     target: Target,
     options: PipOptions = PipOptions(),
     runner: Runner = run,
+    prefer: Sequence[LockedPackage] = (),
 ) -> list[LockedPackage]:
     """Resolve `spec.pip` for `target`: each wheel's URL and sha256, with dependency edges, each
-    constrained as the parent's METADATA says (`'*'` where it cannot be read)."""
+    constrained as the parent's METADATA says (`'*'` where it cannot be read).
+    `prefer`: locked wheels whose versions uv keeps where the requirements still allow them."""
     if not spec.pip:
         return []
     uv = uv_binary(options)
@@ -148,6 +150,7 @@ def resolve_pip(
             "--no-python-downloads",  # nothing is built, so no interpreter of that version is needed
             *options.index_args(spec),
         ]
+        _write_preferences(Path(tmp), prefer)
         done = runner([*base, "--format", "pylock.toml", "-o", "pylock.toml"], env=target.env, cwd=tmp, timeout=600)
         _raise_for(done, spec, target)
         wheels = _parse_pylock(Path(tmp, "pylock.toml").read_text(encoding="utf-8"), target)
@@ -155,13 +158,13 @@ def resolve_pip(
         # The second run reads only uv's cache (--offline), so it adds little;
         # uv may not serve a `name @ URL` wheel from its cache, so that one asks again online.
         # Without the edges every dependency would be locked as needed by nothing (stale).
-        annotate = [*base, "--annotation-style", "line"]
+        annotate = [*base, "--annotation-style", "line", *_pinned_output(Path(tmp), wheels)]
         annotated = runner(annotate if options.offline else [*annotate, "--offline"], env=target.env, cwd=tmp,
                            timeout=120)
         if annotated.returncode != 0 and not options.offline:
             annotated = runner(annotate, env=target.env, cwd=tmp, timeout=600)
         _raise_for(annotated, spec, target)
-        edges = parse_via_annotations(annotated.stdout)
+        edges = parse_via_annotations(Path(tmp, _ANNOTATED).read_text(encoding="utf-8"))
     metadata = read_metadata_all({name: url for name, _, url, _ in wheels}, options.offline)
     environment = marker_environment(target.platform, target.python_version)
     return [
@@ -179,6 +182,30 @@ def resolve_pip(
 
 
 _INPUT_PROJECT = "bootstrap-lock-input"
+_ANNOTATED = "annotated.txt"
+
+
+def _write_preferences(directory: Path, prefer: Sequence[LockedPackage]) -> None:
+    """Seed uv's output file with the locked versions. Like pip-compile, `uv pip compile -o FILE`
+    keeps each version FILE names while the requirements allow it (`--upgrade-package` is the
+    same as leaving it out), and uv (0.13) reads a pylock.toml there as well as a requirements file."""
+    if not prefer:
+        return
+    lines = ['lock-version = "1.0"', 'created-by = "bootstrap"']
+    for package in prefer:
+        lines += ["", "[[packages]]", f"name = {_toml_string(package.name)}",
+                  f"version = {_toml_string(package.version)}"]
+    directory.joinpath("pylock.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _pinned_output(directory: Path, wheels: Sequence[tuple]) -> list[str]:
+    """uv arguments that make the annotation run resolve the versions the pylock run chose: its
+    output file, written beforehand with them, holds its preferences, which the same requirements
+    always allow. Otherwise it would pick the newest versions, not the preferred ones, and the
+    edges would be those of other versions."""
+    directory.joinpath(_ANNOTATED).write_text("".join(f"{wheel[0]}=={wheel[1]}\n" for wheel in wheels),
+                                              encoding="utf-8")
+    return ["-o", _ANNOTATED]
 
 
 def _write_input(directory: Path, spec: EnvSpec, options: PipOptions) -> str:
@@ -290,12 +317,16 @@ def resolve_all(
     targets: Sequence[Target],
     options: PipOptions = PipOptions(),
     runner: Runner = run,
+    prefer: Optional[Mapping[str, Sequence[LockedPackage]]] = None,
 ) -> dict[str, list[LockedPackage]]:
-    """Resolve every target in parallel threads (each is a uv subprocess waiting on the network)."""
+    """Resolve every target in parallel threads (each is a uv subprocess waiting on the network);
+    `prefer`: by platform, the locked wheels to keep (see `resolve_pip`)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    prefer = prefer or {}
     with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
-        futures = {t.platform: pool.submit(resolve_pip, spec, t, options, runner) for t in targets}
+        futures = {t.platform: pool.submit(resolve_pip, spec, t, options, runner, prefer.get(t.platform, ()))
+                   for t in targets}
         return {platform: future.result() for platform, future in futures.items()}
 
 

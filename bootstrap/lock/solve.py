@@ -12,7 +12,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from bootstrap import __version__
 from bootstrap.errors import InputError, SolveError
@@ -46,6 +46,10 @@ class LockOptions:
     pip: PipOptions = PipOptions()
     cache_dir: Optional[Path] = None
     dry_run: bool = False
+    # A relock keeps every locked version the spec still allows (conda-lock's `--update`, `uv pip
+    # compile -P`), except those of `update` (conda or pip names); `upgrade` keeps none.
+    update: tuple[str, ...] = ()
+    upgrade: bool = False
 
 
 @result
@@ -97,6 +101,7 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
     the spec), so a `--platform` relock never writes over another's platforms with what it read before."""
     spec = read_spec(project.spec_path(env))
     pip_requirements(spec)  # bad syntax fails here, before any solving
+    check_update(project, (env,), options)
     vpkgs = read_virtual_packages(project.virtual_packages_path)
     _check_platforms(spec, options.platforms)
     locks = variant_locks(project, env, spec, options.variants)
@@ -117,13 +122,15 @@ def _lock_variant(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPacka
     seconds = {}
 
     started = time.perf_counter()
-    conda = {p: solve_conda(spec, p, vpkgs.for_platform(p), options.mirrors, options.cache_dir) for p in platforms}
+    conda = {p: solve_conda(spec, p, vpkgs.for_platform(p), options.mirrors, options.cache_dir,
+                            _preferred(old, p, "conda", options))
+             for p in platforms}
     seconds["conda_solve"] = time.perf_counter() - started
 
     started = time.perf_counter()
     targets = ([target_for(p, _python_version(spec, p, records), vpkgs) for p, records in conda.items()]
                if spec.pip else [])
-    pip = resolve_all(spec, targets, options.pip)
+    pip = resolve_all(spec, targets, options.pip, prefer={p: _preferred(old, p, "pip", options) for p in platforms})
     seconds["pip_resolve"] = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -149,6 +156,41 @@ def _lock_variant(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPacka
     return LockResult(env=env, variant=spec.variant.name if spec.variant else "", path=lock_path,
                       written=not options.dry_run, new=old is None, platforms=platforms, counts=counts, diffs=diffs,
                       seconds=seconds)
+
+
+def check_update(project: Project, envs: Sequence[str], options: LockOptions) -> None:
+    """Each `--update` name must be locked in some lock of each env (of the variants being
+    locked): a name in none would move nothing, most likely a typo. Checked for every env before
+    any is locked, so bad input writes nothing."""
+    if options.update and options.upgrade:
+        raise InputError("--update", "--upgrade already moves every package",
+                         "give --update PKG to move some, or --upgrade to move all")
+    for env in envs if options.update else ():
+        spec = read_spec(project.spec_path(env))
+        locks = [_read_old_lock(path, project.root) for _, path in variant_locks(project, env, spec, options.variants)]
+        locked = [p for lock in locks if lock is not None for p in lock.packages]
+        for name in options.update:
+            if not any(_named(p, (name,)) for p in locked):
+                raise InputError("--update", f"'{name}' is in no lock of {env}",
+                                 "name a conda or pip package its lock holds, or lock it first without --update")
+
+
+def _preferred(old: Optional[Lock], platform: str, manager: str, options: LockOptions) -> list[LockedPackage]:
+    """The old lock's entries of `platform` that its solve keeps where the spec still allows them:
+    all but those `--update` names; none with `--upgrade` or without an old lock."""
+    if old is None or options.upgrade:
+        return []
+    return [p for p in old.for_platform(platform, manager) if not _named(p, options.update)]
+
+
+def _named(entry: LockedPackage, names: Sequence[str]) -> bool:
+    """Whether `names` name the entry: conda names compare case-blind, pip names PEP 503-normalised
+    (`PyYAML`, `typing_extensions`), since conda tells `_` from `-` and pip does not."""
+    from packaging.utils import canonicalize_name
+
+    if entry.manager == "pip":
+        return canonicalize_name(entry.name) in {canonicalize_name(n) for n in names}
+    return entry.name.lower() in {n.lower() for n in names}
 
 
 def _read_old_lock(lock_path: Path, root: Path) -> Optional[Lock]:

@@ -167,10 +167,9 @@ def test_dependency_edges_of_a_url_wheel_uv_cannot_serve_offline() -> None:
             Path(cwd, "pylock.toml").write_text(pylock)
         elif "--offline" in argv:
             return SimpleNamespace(returncode=2, stdout="", stderr=f"error: Failed to download `alpha @ {url}`")
-        else:
-            return SimpleNamespace(returncode=0,
-                                   stdout=f"alpha @ {url}  # via -r requirements.in\nbeta==2.0  # via alpha\n",
-                                   stderr="")
+        else:  # uv writes its `-o FILE`, and nothing on stdout with --quiet
+            Path(cwd, argv[argv.index("-o") + 1]).write_text(
+                f"alpha @ {url}  # via -r requirements.in\nbeta==2.0  # via alpha\n")
         return SimpleNamespace(returncode=0, stdout="", stderr="")
 
     alpha, beta = resolve_pip(spec(f"alpha @ {url}"), target_for("linux-64", "3.10.19", VPKGS), runner=runner)
