@@ -34,6 +34,10 @@ class InputError(BootstrapError):
         super().__init__(text)
 
 
+class HostError(BootstrapError):
+    """This machine cannot run what the lock installs: its glibc or macOS is older than the lock needs."""
+
+
 class SolveError(BootstrapError):
     """The conda or pip part cannot be satisfied; carries the solver's explanation."""
 

@@ -1,16 +1,20 @@
-"""Host probes: the CPUs, memory, disk, /dev/shm, open-file limit and container this process runs in.
+"""Host probes: the CPUs, memory, disk, /dev/shm, open-file limit, C library, macOS release and
+container this process runs in.
 
 One small function per fact, each returning a value or None with a reason, read from /proc,
 statvfs and the os module (`nproc; free -m; df -m /dev/shm .; ulimit -n`); `collect_host_facts`
 gathers them into a `HostFacts` for the host rules (bootstrap.checks.host) and the benchmark.
+The C library and macOS release are what `bootstrap env` holds against a lock's floor
+(bootstrap.install.floor).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import platform
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from bootstrap.compat.facts import HostFacts
 from bootstrap.fsutil import MIB
@@ -77,6 +81,27 @@ def probe_start_method() -> Tuple[Optional[str], bool]:
     if explicit:
         return explicit, True
     return multiprocessing.get_all_start_methods()[0], False
+
+
+def probe_glibc(confstr: Optional[Callable[[str], Optional[str]]] = None) -> Tuple[Optional[str], str]:
+    """The glibc this process runs on, "2.36" (`getconf GNU_LIBC_VERSION`); None on musl or off Linux."""
+    confstr = confstr or getattr(os, "confstr", None)
+    if confstr is None:
+        return None, "no os.confstr on this OS"
+    try:
+        answer = confstr("CS_GNU_LIBC_VERSION")
+    except (ValueError, OSError):  # the name unknown to this OS, or refused by its C library (musl)
+        answer = None
+    name, _, version = (answer or "").partition(" ")
+    if name != "glibc" or not version:
+        return None, f"the C library is not glibc (CS_GNU_LIBC_VERSION: {answer!r})"
+    return version, ""
+
+
+def probe_macos(mac_ver: Callable[[], Tuple[str, Any, str]] = platform.mac_ver) -> Tuple[Optional[str], str]:
+    """The macOS release, "14.5" (`sw_vers -productVersion`); None off macOS."""
+    release = mac_ver()[0]
+    return (release, "") if release else (None, "not macOS")
 
 
 def probe_container_hints(root: str = "/") -> Tuple[str, ...]:

@@ -64,7 +64,8 @@ def render_explicit(lock: Lock, platform: str, header: Sequence[str] = ()) -> st
 
 
 def _toposorted(packages: List[LockedPackage]) -> List[LockedPackage]:
-    """conda-lock's order: conda's `toposort` over dependency names (ties alphabetical)."""
+    """conda-lock's order: conda's `toposort` over dependency names (ties alphabetical). Those of
+    virtual packages (`__glibc`) stay in the graph, as in conda-lock's: they move a record a level down."""
     by_name = {p.name: p for p in packages}
     order = _toposort_names({p.name: set(p.dependencies) for p in packages})
     return [by_name[n] for n in order if n in by_name]

@@ -1,6 +1,7 @@
 """`bootstrap env`: create or update an environment from a lock, without conda.
 
     lock -> its entries for this platform
+         -> this host against the glibc / macOS those entries need (`floor.check_host`)
          -> the current generation is the lock's env already: a no-op
          -> where the change starts (`generations.next_start`: the retired generation, else a
             hard-linked clone of the current one, else nothing) and the plan against it, made once
@@ -33,6 +34,7 @@ from bootstrap.install import generations as gens
 from bootstrap.install import pip, store
 from bootstrap.install.cache import cache_lock, check_cache_dir
 from bootstrap.install.fetch import check_mirrors, fetch_archives
+from bootstrap.install.floor import HostSystem, check_host, probe_host_system
 from bootstrap.install.history import COMMAND as HISTORY_COMMAND
 from bootstrap.install.history import append_request
 from bootstrap.install.link import LinkTarget, link_conda
@@ -154,8 +156,10 @@ def plan_change(layout: gens.Layout, entries: list) -> Optional[Change]:
     return Change(start, against_current if start.base == current else plan_against(entries, base), base)
 
 
-def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> EnvResult:
-    """Make `options.prefix` exactly the lock's env for `options.platform`."""
+def create_or_update(options: EnvOptions, feedback: Feedback = Feedback(),
+                     host: Optional[HostSystem] = None) -> EnvResult:
+    """Make `options.prefix` exactly the lock's env for `options.platform`; `host` is this machine
+    (probed when None) as held against the glibc or macOS the lock needs."""
     started = time.perf_counter()
     if os.name == "nt":
         raise InputError("bootstrap env", "generations need POSIX symlinks and flock; Windows is not supported yet",
@@ -165,6 +169,8 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback()) -> En
     lock = read_lock(options.lock_path)
     check_mirrors(options.mirrors, lock)
     entries = locked_entries(lock, options.platform)
+    # Before any download: an env whose programs cannot start here is not worth fetching.
+    check_host(lock, options.platform, host or probe_host_system())
     layout = gens.Layout(options.prefix)
     layout.check_managed()
     if options.dry_run:

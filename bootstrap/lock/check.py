@@ -7,7 +7,9 @@ Pixi-style static checks plus conda-lock's content hash:
   every pip requirement by a locked wheel;
 * the locked records are closed: each record's dependencies are matched by
   another locked record (a removed record is caught even if nothing names it),
-  and every record is needed: reached from the spec through dependencies;
+  and every record is needed: reached from the spec through dependencies; a
+  dependency on a virtual package (`__glibc >=2.17`) asks the machine, never
+  the lock (`bootstrap env` checks the host against it);
 * a pip requirement whose marker is false on a platform (`colorama;
   sys_platform == 'win32'` on linux-64) asks nothing there;
 * the content hash is the one conda-lock computes for the spec and the
@@ -23,7 +25,15 @@ from typing import Any, Callable, Dict, Tuple
 from bootstrap.errors import InputError
 from bootstrap.lock.conda import match_specs
 from bootstrap.lock.content_hash import conda_lock_accepts_hash, inputs_digest
-from bootstrap.lock.lockfile import META_INPUTS, META_TORCH_INDEX, META_VARIANT, Lock, LockedPackage, read_lock
+from bootstrap.lock.lockfile import (
+    META_INPUTS,
+    META_TORCH_INDEX,
+    META_VARIANT,
+    Lock,
+    LockedPackage,
+    is_virtual,
+    read_lock,
+)
 from bootstrap.lock.pip import marker_environment, pip_requirements
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
 from bootstrap.lock.variants import variant_locks
@@ -201,6 +211,8 @@ def _conda_not_closed(platform: str, locked: list[LockedPackage]) -> list[Stale]
     out = []
     for entry in locked:
         for name, constraint in entry.dependencies.items():
+            if is_virtual(name):
+                continue  # asked of the machine that installs the lock (`bootstrap env` checks it), never locked
             record = by_name.get(name)
             if record is None:
                 out.append(Stale(platform, f"{name} (needed by {entry.name})", "missing from the lock"))
@@ -251,7 +263,7 @@ def _not_needed(platform: str, spec: EnvSpec, requirements: list[tuple[str, Any]
             name = todo.pop()
             if name not in reached:
                 reached.add(name)
-                todo += [key(d) for d in by_name[name].dependencies if key(d) in by_name]
+                todo += [key(d) for d in by_name[name].locked_dependencies if key(d) in by_name]
         prefix = "pip: " if manager == "pip" else ""
         out += [Stale(platform, f"{prefix}{p.describe()}", "locked, but nothing in the spec needs it")
                 for name, p in sorted(by_name.items()) if name not in reached]

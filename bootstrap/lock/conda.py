@@ -147,7 +147,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def to_locked(record, platform: str) -> LockedPackage:
-    """A solved RepoDataRecord as a lock entry (conda-lock's fields, virtual deps dropped)."""
+    """A solved RepoDataRecord as a lock entry: conda-lock's fields, and every dependency as conda-lock
+    writes it, those on virtual packages (`__glibc >=2.17,<3.0.a0`) included."""
     return LockedPackage(
         name=record.name.source,
         version=str(record.version),
@@ -157,7 +158,7 @@ def to_locked(record, platform: str) -> LockedPackage:
         sha256=record.sha256.hex(),
         md5=record.md5.hex(),
         build=str(record.build),
-        dependencies=dict(_dependency(d) for d in record.depends if not d.startswith("__")),
+        dependencies=dict(_dependency(d) for d in record.depends),
     )
 
 

@@ -27,6 +27,12 @@ META_TORCH_INDEX = "bootstrap.torch-index"  # the URL the variant's torch family
 _REGENERATE = "regenerate it with `make lock`"
 
 
+def is_virtual(name: str) -> bool:
+    """Whether `name` is a virtual package (`__glibc`, `__osx`, `__cuda`): the machine provides it, no
+    lock entry does, so conda-lock keeps it among a record's dependencies but never locks it."""
+    return name.startswith("__")
+
+
 @dataclass(frozen=True)
 class LockedPackage:
     """One entry of a lock's `package:` list."""
@@ -53,6 +59,16 @@ class LockedPackage:
             if self.filename.endswith(suffix):
                 return self.filename[: -len(suffix)]
         return self.filename
+
+    @property
+    def locked_dependencies(self) -> Mapping[str, str]:
+        """The dependencies other entries of the lock satisfy: those on virtual packages left out."""
+        return {name: spec for name, spec in self.dependencies.items() if not is_virtual(name)}
+
+    @property
+    def virtual_dependencies(self) -> Mapping[str, str]:
+        """The dependencies the machine must satisfy: `{"__glibc": ">=2.17,<3.0.a0"}`."""
+        return {name: spec for name, spec in self.dependencies.items() if is_virtual(name)}
 
     def describe(self) -> str:
         """`python 3.10.19 h3c07f61_3_cpython` or `torch 2.10.0`."""

@@ -16,6 +16,8 @@ from bootstrap.compat.facts import DriverFacts, HostFacts
 from bootstrap.compat.host import (
     collect_host_facts,
     probe_container_hints,
+    probe_glibc,
+    probe_macos,
     probe_memory,
     probe_nofile,
     probe_start_method,
@@ -268,6 +270,42 @@ def test_start_method_probe_does_not_fix_the_method():
 def test_nofile_limits():
     (soft, hard), reason = probe_nofile()
     assert reason == "" and (hard == -1 or soft <= hard)
+
+
+def answers(value=None, error=None):
+    """A stand-in for os.confstr that answers `value` (or raises `error`) for CS_GNU_LIBC_VERSION."""
+    def confstr(name):
+        assert name == "CS_GNU_LIBC_VERSION"
+        if error is not None:
+            raise error
+        return value
+    return confstr
+
+
+@pytest.mark.parametrize("confstr, expected", [
+    (answers("glibc 2.17"), "2.17"),
+    (answers("glibc 2.39"), "2.39"),
+    (answers(None), None),  # musl: no answer
+    (answers(error=OSError(22, "Invalid argument")), None),  # musl: the C library refuses the name
+    (answers(error=ValueError("unrecognized configuration name")), None),  # macOS: Python does not know it
+    (answers("uClibc 1.0"), None),
+])
+def test_probe_glibc(confstr, expected):
+    version, reason = probe_glibc(confstr)
+    assert version == expected and bool(reason) is (expected is None)
+
+
+def test_probe_glibc_here():
+    version, reason = probe_glibc()
+    if sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION"):
+        assert version == os.confstr("CS_GNU_LIBC_VERSION").split()[1] and reason == ""
+    else:
+        assert version is None and reason
+
+
+def test_probe_macos():
+    assert probe_macos(lambda: ("12.7.6", ("", "", ""), "arm64")) == ("12.7.6", "")
+    assert probe_macos(lambda: ("", ("", "", ""), "")) == (None, "not macOS")
 
 
 def test_host_facts_on_a_fake_root(tmp_path):

@@ -78,6 +78,19 @@ def test_create_over_http_mirror(project: Project, channel: Path) -> None:
     assert_matches_lock(project)
 
 
+def test_records_that_need_glibc_and_unix_install_and_keep_those_dependencies(project: Project,
+                                                                             channel: Path) -> None:
+    """zlibstub depends on `__glibc >=2.17,<3.0.a0` and `__unix`: the lock keeps them, nothing tries to
+    fetch or link them, and the env's conda-meta record lists them as conda's would."""
+    lock = read_lock(project.lock_path("py310"))
+    (zlib,) = [p for p in lock.for_platform("linux-64", "conda") if p.name == "zlibstub"]
+    assert zlib.virtual_dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": "*"}
+    assert main(env_args(project, str(channel))) == 0
+    assert_matches_lock(project)
+    (record,) = prefix_of(project).glob("conda-meta/zlibstub-*.json")
+    assert {"__glibc >=2.17,<3.0.a0", "__unix"} <= set(json.loads(record.read_text())["depends"])
+
+
 def test_lock_change_applies_only_the_difference(project: Project, channel: Path, wheels: Path, capsys) -> None:
     assert main(env_args(project, str(channel))) == 0
     prefix = prefix_of(project)
