@@ -216,7 +216,7 @@ def _conda_not_closed(platform: str, locked: list[LockedPackage]) -> list[Stale]
             record = by_name.get(name)
             if record is None:
                 out.append(Stale(platform, f"{name} (needed by {entry.name})", "missing from the lock"))
-            elif constraint != "*" and not _parsed(f"package {entry.name}.dependencies.{name}",
+            elif constraint not in ("", "*") and not _parsed(f"package {entry.name}.dependencies.{name}",
                                                    lambda: MatchSpec(f"{name} {constraint}")).matches(record):  # noqa: B023
                 out.append(Stale(platform, f"{name} {constraint} (needed by {entry.name})",
                                  f"locked {by_name[name].version} does not match"))

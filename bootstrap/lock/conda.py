@@ -87,8 +87,8 @@ async def _channel_records(sources: list, gateway, platform: str, entries: Seque
 
     Taken from the repodata, not rebuilt from the lock: rattler adds a preferred record to the
     candidates as it is given, so one rebuilt from the lock would be chosen even once the channel
-    has dropped it, and without what the lock does not keep (virtual dependencies such as
-    `__glibc >=2.17`, `constrains`), so the solve would no longer check them."""
+    has dropped it, and without what the lock does not keep (`constrains`, the build part of a
+    dependency), so the solve would no longer check them."""
     import rattler
 
     names = sorted({entry.name for entry in entries})
@@ -158,10 +158,19 @@ def to_locked(record, platform: str) -> LockedPackage:
         sha256=record.sha256.hex(),
         md5=record.md5.hex(),
         build=str(record.build),
-        dependencies=dict(_dependency(d) for d in record.depends),
+        dependencies=_dependencies(record.depends),
     )
 
 
-def _dependency(depend: str) -> tuple[str, str]:
-    name, _, constraint = depend.strip().partition(" ")
-    return name, constraint.strip() or "*"
+def _dependencies(depends) -> dict[str, str]:
+    """name -> version constraint, as conda-lock writes them: the build part dropped
+    (`python_abi 3.10.* *_cp310` -> `3.10.*`), `''` for none, two specs of one name joined."""
+    from rattler import MatchSpec
+
+    out: dict[str, str] = {}
+    for depend in depends:
+        spec = MatchSpec(depend)
+        version = str(spec.version) if spec.version is not None else ""
+        name = depend.strip().split(" ", 1)[0]
+        out[name] = ",".join(v for v in (out.get(name, ""), version) if v)
+    return out

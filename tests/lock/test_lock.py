@@ -156,7 +156,7 @@ def test_records_keep_their_virtual_package_dependencies_and_stay_fresh(locked: 
     """conda-lock writes `__glibc`/`__unix` among a record's dependencies; they ask the machine, so
     no record is missing for them."""
     lock = read_lock(locked.lock_path("py310"))
-    assert entry(lock, "linux-64", "zlibstub").dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": "*"}
+    assert entry(lock, "linux-64", "zlibstub").dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": ""}
     assert entry(lock, "linux-64", "python").virtual_dependencies == {"__glibc": ">=2.17"}
     assert entry(lock, "osx-arm64", "python").virtual_dependencies == {"__osx": ">=11.0"}
     assert entry(lock, "win-64", "zlibstub").dependencies == {}
@@ -168,16 +168,18 @@ def test_to_locked_keeps_every_dependency_as_conda_lock_writes_it() -> None:
 
     from bootstrap.lock.conda import to_locked
 
-    depends = ["__glibc >=2.17,<3.0.a0", "__unix", "libgcc >=14", "python_abi 3.10.* *_cp310"]
+    depends = ["__glibc >=2.17,<3.0.a0", "__unix", "libgcc >=14", "python_abi 3.10.* *_cp310", "pip >=24 py_0",
+               "libgcc <15"]
     record = RepoDataRecord(
         PackageRecord("libfoo", "1.0", BuildString("h0_0"), 0, "linux-64", depends=depends,
                       sha256=bytes(32), md5=bytes(16)),
         "libfoo-1.0-h0_0.conda", f"{CANONICAL_CHANNEL}/linux-64/libfoo-1.0-h0_0.conda", CANONICAL_CHANNEL)
     locked = to_locked(record, "linux-64")
-    assert locked.dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": "*", "libgcc": ">=14",
-                                   "python_abi": "3.10.* *_cp310"}
-    assert locked.locked_dependencies == {"libgcc": ">=14", "python_abi": "3.10.* *_cp310"}
-    assert locked.virtual_dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": "*"}
+    # conda-lock's conda solver: the version part of each MatchSpec, '' for none, one name's specs merged
+    assert locked.dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": "", "libgcc": ">=14,<15",
+                                   "python_abi": "3.10.*", "pip": ">=24"}
+    assert locked.locked_dependencies == {"libgcc": ">=14,<15", "python_abi": "3.10.*", "pip": ">=24"}
+    assert locked.virtual_dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": ""}
 
 
 def test_check_catches_an_edited_spec(locked: Project, capsys) -> None:
