@@ -107,9 +107,12 @@ def check_env(project: Project, env: str, platforms: Tuple[str, ...] = (),
 def _check_lock(env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path,
                 platforms: Tuple[str, ...]) -> CheckResult:
     variant = spec.variant.name if spec.variant else ""
+    if not lock_path.exists() and variant and not spec.variant.default:
+        # A variant just added to the spec: stale, like a platform just added.
+        return CheckResult(env=env, variant=variant, lock_path=lock_path, platforms=platforms or spec.platforms,
+                           stale=(Stale("*", lock_path.name, "not locked yet"),))
     if not lock_path.exists():
-        which = f"variant '{variant}' of this env" if variant else "this env"
-        raise InputError(lock_path, f"no lock for {which}", f"run `make lock` (bootstrap lock {env})")
+        raise InputError(lock_path, "no lock for this env", f"run `make lock` (bootstrap lock {env})")
     lock = read_lock(lock_path)
     stale = static_staleness(spec, lock) + _variant_staleness(spec, lock) + hash_staleness(spec, vpkgs, lock)
     platforms = tuple(p for p in platforms if p in spec.platforms)

@@ -163,14 +163,15 @@ def to_locked(record, platform: str) -> LockedPackage:
 
 
 def _dependencies(depends) -> dict[str, str]:
-    """name -> version constraint, as conda-lock writes them: the build part dropped
-    (`python_abi 3.10.* *_cp310` -> `3.10.*`), `''` for none, two specs of one name joined."""
-    from rattler import MatchSpec
+    """name -> version constraint, by conda-lock's own rule (its conda solver's): the version part
+    of each match spec (`python_abi 3.10.* *_cp310` -> `3.10.*`, `libgcc 15.2.0 h0_1` -> `15.2.0`),
+    `''` for none, the specs of one name merged. conda's MatchSpec, which conda-lock vendors, spells
+    an exact version as written where rattler's would write `==15.2.0`."""
+    from conda_lock.interfaces.vendored_conda import MatchSpec
 
-    out: dict[str, str] = {}
+    specs: dict[str, list] = {}
     for depend in depends:
         spec = MatchSpec(depend)
-        version = str(spec.version) if spec.version is not None else ""
-        name = depend.strip().split(" ", 1)[0]
-        out[name] = ",".join(v for v in (out.get(name, ""), version) if v)
-    return out
+        specs.setdefault(spec.name, []).append(spec)
+    merged = {name: same[0] if len(same) == 1 else MatchSpec.merge(same)[0] for name, same in specs.items()}
+    return {name: spec.version.spec_str if spec.version is not None else "" for name, spec in merged.items()}

@@ -100,14 +100,17 @@ def diff_locks(old: Sequence[LockedPackage], new: Sequence[LockedPackage],
         after = {(p.manager, p.name): p for p in new if p.platform == platform}
         added = tuple(after[k].describe() for k in sorted(after.keys() - before.keys()))
         removed = tuple(before[k].describe() for k in sorted(before.keys() - after.keys()))
-        changed = tuple(
-            f"{k[1]} {before[k].version}{_build(before[k])} -> {after[k].version}{_build(after[k])}"
-            for k in sorted(before.keys() & after.keys())
-            if (before[k].version, before[k].build, before[k].sha256)
-               != (after[k].version, after[k].build, after[k].sha256)
-        )
+        changed = tuple(_change(k[1], before[k], after[k]) for k in sorted(before.keys() & after.keys())
+                        if before[k].sha256 != after[k].sha256)
         out.append(PlatformDiff(platform, added, removed, changed))
     return out
+
+
+def _change(name: str, before: LockedPackage, after: LockedPackage) -> str:
+    """`numpy 2.2.5 -> 2.2.6`; for one version and build, the file that changed (another wheel of it)."""
+    if (before.version, before.build) == (after.version, after.build):
+        return f"{name} {after.version}: {before.filename} -> {after.filename}"
+    return f"{name} {before.version}{_build(before)} -> {after.version}{_build(after)}"
 
 
 def _build(p: LockedPackage) -> str:

@@ -169,16 +169,17 @@ def test_to_locked_keeps_every_dependency_as_conda_lock_writes_it() -> None:
     from bootstrap.lock.conda import to_locked
 
     depends = ["__glibc >=2.17,<3.0.a0", "__unix", "libgcc >=14", "python_abi 3.10.* *_cp310", "pip >=24 py_0",
-               "libgcc <15"]
+               "libgcc <15", "_libgcc_mutex 0.1 conda_forge"]
     record = RepoDataRecord(
         PackageRecord("libfoo", "1.0", BuildString("h0_0"), 0, "linux-64", depends=depends,
                       sha256=bytes(32), md5=bytes(16)),
         "libfoo-1.0-h0_0.conda", f"{CANONICAL_CHANNEL}/linux-64/libfoo-1.0-h0_0.conda", CANONICAL_CHANNEL)
     locked = to_locked(record, "linux-64")
     # conda-lock's conda solver: the version part of each MatchSpec, '' for none, one name's specs merged
-    assert locked.dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": "", "libgcc": ">=14,<15",
-                                   "python_abi": "3.10.*", "pip": ">=24"}
-    assert locked.locked_dependencies == {"libgcc": ">=14,<15", "python_abi": "3.10.*", "pip": ">=24"}
+    assert locked.dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": "", "libgcc": "<15,>=14",
+                                   "python_abi": "3.10.*", "pip": ">=24", "_libgcc_mutex": "0.1"}
+    assert locked.locked_dependencies == {"libgcc": "<15,>=14", "python_abi": "3.10.*", "pip": ">=24",
+                                          "_libgcc_mutex": "0.1"}
     assert locked.virtual_dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": ""}
 
 

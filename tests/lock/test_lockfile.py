@@ -75,3 +75,23 @@ def test_an_exact_repeat_is_dropped_and_hashes_are_read_in_lower_case(tmp_path: 
     lock = read_lock(edited(tmp_path, edit))
     original = read_lock(REPO / "conda-lock.yml")
     assert lock.packages == original.packages  # the upper-case copy is the same entry, read once
+
+
+def test_the_relock_diff_names_versions_and_for_another_wheel_of_one_version_the_files() -> None:
+    from bootstrap.lock.lockfile import LockedPackage
+    from bootstrap.lock.write import diff_locks
+
+    def wheel(version: str, tag: str, sha: str) -> LockedPackage:
+        return LockedPackage("numpy", version, "pip", "osx-arm64",
+                             f"https://files.example/numpy-{version}-cp310-cp310-{tag}.whl", sha * 64)
+
+    old = [wheel("2.2.6", "macosx_11_0_arm64", "a"),
+           LockedPackage("six", "1", "pip", "osx-arm64", "https://files.example/six-1-py3-none-any.whl", "c" * 64)]
+    (same_version,) = diff_locks(old, [wheel("2.2.6", "macosx_14_0_arm64", "b")], ["osx-arm64"])
+    assert same_version.changed == ("numpy 2.2.6: numpy-2.2.6-cp310-cp310-macosx_11_0_arm64.whl -> "
+                                    "numpy-2.2.6-cp310-cp310-macosx_14_0_arm64.whl",)
+    assert same_version.removed == ("six 1",)
+    (newer,) = diff_locks(old[:1], [wheel("2.3.0", "macosx_14_0_arm64", "b")], ["osx-arm64"])
+    assert newer.changed == ("numpy 2.2.6 -> 2.3.0",)
+    (unchanged,) = diff_locks(old, old, ["osx-arm64"])
+    assert unchanged.empty
