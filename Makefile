@@ -81,9 +81,11 @@ verify:
 	@test -x .envs/$(ENV)/bin/python || { echo "no env at .envs/$(ENV): run \`make env$(if $(filter-out py310,$(ENV)), ENV=$(ENV))\` first" >&2; exit 2; }
 	PYTHONPATH="$(CURDIR)" .envs/$(ENV)/bin/python -m bootstrap verify $(VERIFY_ARGS)
 
-## Host only, before any env exists: driver, max CUDA, GPUs, and whether the lock's torch build fits.
+## Host only, before any env exists: driver, max CUDA, GPUs, and which torch variant of $(ENV) runs here
+## (the one `make env` installs); DOCTOR_ARGS="--facts FILE" judges a host recorded with --save-facts.
 doctor: tools
-	$(PY) -m bootstrap doctor $(DOCTOR_ARGS)
+	$(CHECK_ENV)
+	$(PY) -m bootstrap doctor --env $(ENV) $(DOCTOR_ARGS)
 
 ## `env` vs raw rattler.install, side by side; BENCH_ENV_ARGS="--packages 112" for a ~20,000-file env.
 BENCH_ENV_ARGS ?=
