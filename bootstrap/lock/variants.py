@@ -228,12 +228,12 @@ def variant_locks(project: Any, env: str, spec: Any, names: Tuple[str, ...] = ()
     a spec without variants has one lock, `(None, project.lock_path(env))`. `names` picks some."""
     if not spec.variants:
         if names:
-            raise InputError(spec.path, f"variants: none declared, so there is no variant '{_excerpt(names[0])}'",
+            raise InputError(spec.path, f"variants: none declared, so there is no variant {_excerpt(names[0])}",
                              "drop --variant, or declare variants in the spec")
         return [(None, project.lock_path(env))]
     known = [v.name for v in spec.variants]
     for name in names:
         if name not in known:
-            raise InputError("--variant", f"{env} has no variant '{_excerpt(name)}'", f"known: {', '.join(known)}")
+            raise InputError("--variant", f"{env} has no variant {_excerpt(name)}", f"known: {', '.join(known)}")
     return [(v, project.lock_path(env) if v.default else project.variant_lock_path(env, v.name))
             for v in spec.variants if not names or v.name in names]
