@@ -37,7 +37,7 @@ KEYS: Dict[str, FrozenSet[str]] = {
     "bootstrap.cache": frozenset({"format", "version", "cache_dir", "usage", "removed", "left", "kept_for"}),
     "bootstrap.error": frozenset({"format", "version", "verb", "error"}),
     "bootstrap.env": frozenset({"format", "version", "prefix", "platform", "generation", "base", "recycled", "made",
-                                "changed", "dry_run", "plan", "removed", "notes", "seconds"}),
+                                "changed", "dry_run", "plan", "removed", "notes", "seconds", "variant"}),
     "bootstrap.bundle-result": frozenset({"format", "version", "path", "envs", "platforms", "artifacts", "tools_wheels",
                                           "bytes"}),
 }
@@ -57,6 +57,8 @@ PICK = {("pick",): frozenset({"variants", "chosen", "chosen_lock", "status", "wh
         ("pick", "variants", "*"): frozenset({"name", "lock", "default", "torch", "cuda", "status", "reasons"})}
 DOCTOR = {("extra",): frozenset({"facts_source", "lock", "platform", "target", "facts", "env", "pick"}),
           **{("extra", *path): keys for path, keys in PICK.items()}}
+ENV_VARIANT = {("variant",): frozenset({"name", "lock", "how", "why", "facts_source", "pick"}),
+               **{("variant", *path): keys for path, keys in PICK.items()}}
 # Formats whose verbs have no case here yet; whoever adds one removes the format from this set.
 PENDING: set = set()
 
@@ -124,7 +126,7 @@ CASES: Dict[str, Case] = {
                            "bootstrap.checks", (0, 1), nested=DOCTOR),
     "cache, empty": Case(lambda o: ["cache", "--cache-dir", str(o.tmp / "cache")], "bootstrap.cache"),
     "env --dry-run": Case(lambda o: ["env", *from_channel(o), "--prefix", str(o.tmp / "env"), "--dry-run"],
-                          "bootstrap.env"),
+                          "bootstrap.env", nested=ENV_VARIANT),
     "bundle": Case(lambda o: ["bundle", *from_channel(o), "--no-tools", "-o", str(o.tmp / "b.tar")],
                    "bootstrap.bundle-result"),
 }
