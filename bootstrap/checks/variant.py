@@ -1,7 +1,7 @@
 """The locked variants of an env as candidates for the pick, and the checks that carry it.
 
     envs/<env>.yml `variants:` + each variant's lock -> [Candidate]   (`env_candidates`)
-    Pick (`compat.pick`) -> lock.variant (doctor)
+    Pick (`compat.pick`) -> lock.variant (doctor), env.variant (verify: the installed one vs the pick)
 
 Reading the locks is the I/O here; the pick itself is pure. Stdlib and pyyaml only: verify runs
 this inside the env.
@@ -10,10 +10,11 @@ this inside the env.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
-from bootstrap.checks.model import Check
-from bootstrap.compat.pick import Candidate, Pick
+from bootstrap.checks.model import Check, Status
+from bootstrap.compat.facts import DriverFacts
+from bootstrap.compat.pick import Candidate, Pick, Verdict, pick_variant
 from bootstrap.compat.target import lock_torch_target
 from bootstrap.errors import InputError
 from bootstrap.lock.variants import META_VARIANT, variant_locks
@@ -61,3 +62,56 @@ def variant_check(pick: Pick, env: str, installed: str = "") -> Check:
     if installed and installed != chosen.name:
         observed += f"; installed: {installed}"
     return Check(cid, pick.status, observed, expected, pick.remedy, pick.why)
+
+
+def installed_variant_check(state: Any, nvidia: DriverFacts) -> Optional[Check]:
+    """env.variant for verify: the variant the env was installed from, against the pick for this host;
+    None when the env's spec declares no variants (or there is no env or project to tell)."""
+    from bootstrap.lock.spec import read_spec
+
+    if state.record is None or state.project is None:
+        return None
+    spec_path = state.project.spec_path(state.record.env)
+    if not spec_path.is_file():
+        return None
+    expected = "the variant picked for this host"
+    try:
+        spec = read_spec(spec_path)
+    except (InputError, ImportError) as exc:  # a spec with a torch pin needs `packaging`, which an env may lack
+        return Check("env.variant", Status.SKIP, f"cannot read the variants of {spec_path.name}", expected,
+                     detail=str(exc))
+    if not spec.variants:
+        return None
+    installed = state.record.variant or (state.lock.custom.get(META_VARIANT, "") if state.lock else "")
+    pick = pick_variant(nvidia, env_candidates(state.project, state.record.env, spec, state.platform))
+    return judge_installed(pick, installed, Path(state.record.lock_path).name, state.commands.switch)
+
+
+def judge_installed(pick: Pick, installed: str, lock_name: str, switch_to: Callable[[str], str]) -> Check:
+    """env.variant: ok when the installed variant is the pick; fail when it will not run here but
+    another locked variant does; warn when it runs but another is the pick (newer torch, no caveat),
+    or when it is no variant of the spec any more."""
+    cid, expected = "env.variant", "the variant picked for this host"
+    observed = f"{installed or '(none recorded)'} from {lock_name}"
+    verdict = pick.find(installed) if installed else None
+    chosen = pick.chosen
+    switch = "" if chosen is None else f"{switch_to(chosen.candidate.name)} installs it in place"
+    if verdict is None:
+        return Check(cid, Status.WARN, observed + ": not a variant of the spec", expected,
+                     switch or pick.remedy, pick.why)
+    if verdict is chosen:
+        return Check(cid, Status.OK, observed + f": {verdict.build}, the pick for this host", expected,
+                     detail=pick.why)
+    if verdict.status is Status.FAIL:
+        if chosen is not None and chosen.runs:
+            return Check(cid, Status.FAIL, observed + f": will not run here ({verdict.reasons[0]}); "
+                         f"this host should run {chosen.candidate.label}", expected, switch, pick.why)
+        return Check(cid, Status.WARN, observed + ": no locked variant runs here", expected, pick.remedy, pick.why)
+    if chosen is None or verdict.status is Status.SKIP:
+        return Check(cid, Status.SKIP, observed + ": not judged", expected, detail=_reason(verdict) or pick.why)
+    return Check(cid, Status.WARN, observed + f": runs, but {chosen.candidate.label} is the pick for this host",
+                 expected, f"{switch}, or keep this one with VARIANT={installed}", pick.why)
+
+
+def _reason(verdict: Verdict) -> str:
+    return verdict.reasons[0] if verdict.reasons else ""

@@ -13,11 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bootstrap.checks.model import Status
 from bootstrap.cli import main
 from bootstrap.install.prefix import read_install_record
 from bootstrap.project import Project
+from bootstrap.runner import run
 from tests.fixtures import DATA
 from tests.fixtures.env_project import CONDA, PIP, env_args, prefix_of, relock, run_python
+from tests.fixtures.fakes import FakeNvml, missing_binary_runner
 from tests.fixtures.project import copy_project, make_project
 from tests.fixtures.variants import facts_file
 from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
@@ -143,3 +146,35 @@ def test_a_spec_without_variants_has_no_variant_to_name(tmp_path: Path, channel:
     project = make_project(tmp_path / "plain", platforms=("linux-64",), conda=CONDA, pip=PIP)
     assert main(env_args(project, str(channel), "--variant", "cpu")) == 2
     assert "variants: none declared, so there is no variant 'cpu'" in capsys.readouterr().err
+
+
+def no_smi(argv, timeout=300.0, **kwargs):
+    """The real runner, except nvidia-smi, which this machine may have."""
+    return missing_binary_runner(argv) if "nvidia-smi" in argv[0] else run(argv, timeout=timeout, **kwargs)
+
+
+def env_variant(project: Project, nvml: FakeNvml):
+    from bootstrap.checks.verify import VerifyOptions, run_verify
+
+    result = run_verify(VerifyOptions(prefix=prefix_of(project), root=project.root, bench=False), nvml=nvml,
+                        runner=no_smi)
+    return next(c for c in result.checks if c.id == "env.variant")
+
+
+def test_verify_reports_the_installed_variant_and_fails_when_another_should_run(project: Project, channel: Path,
+                                                                                 no_gpu: Path, capsys) -> None:
+    env_json(project, channel, capsys, "--facts", str(no_gpu))
+    here = env_variant(project, FakeNvml({}, init_error=12))
+    assert here.status is Status.OK
+    assert here.observed == "cpu from conda-lock.yml: torch 2.10.0+cpu (CPU build), the pick for this host"
+    gpu = env_variant(project, FakeNvml.load("h200x8-580.95.05.json"))
+    assert gpu.status is Status.FAIL and gpu.observed.startswith("cpu from conda-lock.yml: will not run here "
+                                                                 "(torch.cuda_build: ")
+    assert gpu.observed.endswith("; this host should run cu128")
+    assert gpu.remedy == "`make env VARIANT=cu128` installs it in place"
+    env_json(project, channel, capsys, "--variant", "cu128", "--facts", str(no_gpu))
+    cpu_host = env_variant(project, FakeNvml({}, init_error=12))  # runs, but a CPU host is better off with cpu
+    assert cpu_host.status is Status.WARN
+    assert cpu_host.observed == "cu128 from py310.cu128.conda-lock.yml: runs, but cpu is the pick for this host"
+    assert cpu_host.remedy == "`make env VARIANT=cpu` installs it in place, or keep this one with VARIANT=cu128"
+    assert env_variant(project, FakeNvml.load("h200x8-580.95.05.json")).status is Status.OK
