@@ -40,6 +40,8 @@ FORCE:
 # The env targets take ENV from make's command line or the environment: a shell's own ENV
 # (POSIX sh's startup file, e.g. ENV=~/.shrc) or an empty one must not become a path to remove.
 CHECK_ENV = @case "$(ENV)" in ""|*/*|.*|*[!A-Za-z0-9_.-]*) echo "ENV='$(ENV)' is not an env name such as py310 or py39 (the shell's ENV variable? pass ENV=py310 to make)" >&2; exit 2;; esac
+# A variant is named like an env, without dots (they separate env and variant in lock file names).
+CHECK_VARIANT = @case "$(VARIANT)" in ""|-*|*[!A-Za-z0-9_-]*) echo "VARIANT='$(VARIANT)' is not a variant name such as auto or cu128" >&2; exit 2;; esac
 
 ## Every target with a line of help (`make help`).
 help:
@@ -47,11 +49,14 @@ help:
 	  /^[a-z][a-z-]*:/ { if (text != "") printf "  %-19s %s\n", substr($$1, 1, length($$1) - 1), text; text = "" }' $(MAKEFILE_LIST)
 
 ## Create or update .envs/$(ENV) from its lock (ENV=py39 for the other env); ENV_ARGS="--dry-run" prints the plan.
+## VARIANT=NAME installs that torch variant of the spec (default auto: the one `make doctor` picks for this host).
 ## BUNDLE=FILE takes the artifacts from a bundle `make bundle` wrote: no channel or index needed.
 BUNDLE ?=
+VARIANT ?= auto
 env: tools
 	$(CHECK_ENV)
-	$(PY) -m bootstrap env $(ENV)$(if $(BUNDLE), --bundle "$(BUNDLE)") $(ENV_ARGS)
+	$(CHECK_VARIANT)
+	$(PY) -m bootstrap env $(ENV) --variant $(VARIANT)$(if $(BUNDLE), --bundle "$(BUNDLE)") $(ENV_ARGS)
 
 ## Every artifact the lock of $(ENV) installs on this platform, and the lock, in one tar for nodes
 ## without internet; BUNDLE_ARGS="--platform linux-64 -o FILE" for another platform or name.
@@ -81,9 +86,11 @@ verify:
 	@test -x .envs/$(ENV)/bin/python || { echo "no env at .envs/$(ENV): run \`make env$(if $(filter-out py310,$(ENV)), ENV=$(ENV))\` first" >&2; exit 2; }
 	PYTHONPATH="$(CURDIR)" .envs/$(ENV)/bin/python -m bootstrap verify $(VERIFY_ARGS)
 
-## Host only, before any env exists: driver, max CUDA, GPUs, and whether the lock's torch build fits.
+## Host only, before any env exists: driver, max CUDA, GPUs, and which torch variant of $(ENV) runs here
+## (the one `make env` installs); DOCTOR_ARGS="--facts FILE" judges a host recorded with --save-facts.
 doctor: tools
-	$(PY) -m bootstrap doctor $(DOCTOR_ARGS)
+	$(CHECK_ENV)
+	$(PY) -m bootstrap doctor --env $(ENV) $(DOCTOR_ARGS)
 
 ## `env` vs raw rattler.install, side by side; BENCH_ENV_ARGS="--packages 112" for a ~20,000-file env.
 BENCH_ENV_ARGS ?=

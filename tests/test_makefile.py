@@ -114,6 +114,16 @@ def test_verify_without_an_env_names_the_make_env_that_creates_it(scratch: Path)
     assert "run `make env` first" in make(scratch, "verify").stderr
 
 
+def test_env_passes_the_variant_on_and_refuses_one_that_is_no_name(scratch: Path) -> None:
+    planned = make(scratch, "-n", "env").stdout.splitlines()[-1]
+    assert planned == ".tools/bin/python -m bootstrap env py310 --variant auto "
+    planned = make(scratch, "-n", "env", "VARIANT=cu130", "ENV_ARGS=--force").stdout.splitlines()[-1]
+    assert planned == ".tools/bin/python -m bootstrap env py310 --variant cu130 --force"
+    for bad in ("", "--force", "cu 130", "py310.cu130", "a;id"):
+        done = make(scratch, "env", f"VARIANT={bad}")
+        assert done.returncode == 2 and f"VARIANT='{bad}' is not a variant name" in done.stderr, bad
+
+
 def test_bench_loader_passes_its_arguments_on(scratch: Path) -> None:
     (scratch / ".tools" / ".torch-test").write_text("torch==0\n")
     planned = make(scratch, "-n", "bench-loader", "BENCH_LOADER_ARGS=--budget 20", "TORCH_TEST=torch==0").stdout

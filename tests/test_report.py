@@ -37,7 +37,7 @@ KEYS: Dict[str, FrozenSet[str]] = {
     "bootstrap.cache": frozenset({"format", "version", "cache_dir", "usage", "removed", "left", "kept_for"}),
     "bootstrap.error": frozenset({"format", "version", "verb", "error"}),
     "bootstrap.env": frozenset({"format", "version", "prefix", "platform", "generation", "base", "recycled", "made",
-                                "changed", "dry_run", "plan", "removed", "notes", "seconds"}),
+                                "changed", "dry_run", "plan", "removed", "notes", "seconds", "variant"}),
     "bootstrap.bundle-result": frozenset({"format", "version", "path", "envs", "platforms", "artifacts", "tools_wheels",
                                           "bytes"}),
 }
@@ -51,6 +51,14 @@ ITEM_KEYS: Dict[str, Dict[str, FrozenSet[str]]] = {
                                              "utilization_max_pct", "memory_used_peak_mib", "power_mean_w",
                                              "temperature_max_c"})},
 }
+# Objects nested in an envelope, by their path ("*": each item of a list): the keys each holds, where
+# a case names them (a null there is fine: an env without variants has no pick).
+PICK = {("pick",): frozenset({"variants", "chosen", "chosen_lock", "status", "why", "remedy", "others"}),
+        ("pick", "variants", "*"): frozenset({"name", "lock", "default", "torch", "cuda", "status", "reasons"})}
+DOCTOR = {("extra",): frozenset({"facts_source", "lock", "platform", "target", "facts", "env", "pick"}),
+          **{("extra", *path): keys for path, keys in PICK.items()}}
+ENV_VARIANT = {("variant",): frozenset({"name", "lock", "how", "why", "facts_source", "pick"}),
+               **{("variant", *path): keys for path, keys in PICK.items()}}
 # Formats whose verbs have no case here yet; whoever adds one removes the format from this set.
 PENDING: set = set()
 
@@ -71,6 +79,7 @@ class Case:
     format: str
     exit_codes: Tuple[int, ...] = (0,)
     prepare: Optional[Callable[[pytest.MonkeyPatch], None]] = None  # e.g. a recorded NVML in place of pynvml
+    nested: Optional[Dict[Tuple[str, ...], FrozenSet[str]]] = None  # keys of nested objects (see DOCTOR)
 
 
 def recorded_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,10 +123,10 @@ CASES: Dict[str, Case] = {
     "verify --facts": Case(lambda o: ["verify", "--facts", str(FACTS), "--root", str(REPO)],
                            "bootstrap.checks", (0, 1)),
     "doctor --facts": Case(lambda o: ["doctor", "--facts", str(FACTS), "--root", str(REPO)],
-                           "bootstrap.checks", (0, 1)),
+                           "bootstrap.checks", (0, 1), nested=DOCTOR),
     "cache, empty": Case(lambda o: ["cache", "--cache-dir", str(o.tmp / "cache")], "bootstrap.cache"),
     "env --dry-run": Case(lambda o: ["env", *from_channel(o), "--prefix", str(o.tmp / "env"), "--dry-run"],
-                          "bootstrap.env"),
+                          "bootstrap.env", nested=ENV_VARIANT),
     "bundle": Case(lambda o: ["bundle", *from_channel(o), "--no-tools", "-o", str(o.tmp / "b.tar")],
                    "bootstrap.bundle-result"),
 }
@@ -150,6 +159,20 @@ def test_every_verb_prints_one_envelope_of_its_format(name: str, locked: Project
     for key, item_keys in ITEM_KEYS.get(case.format, {}).items():
         for item in envelope[key]:
             assert set(item) == item_keys, (key, item)
+    for path, keys in (case.nested or {}).items():
+        for found in objects_at(envelope, path):
+            assert set(found) == keys, (path, found)
+
+
+def objects_at(value: object, path: Tuple[str, ...]) -> List[dict]:
+    """The objects at `path` in `value` ("*": every item of a list), leaving out nulls."""
+    if value is None:
+        return []
+    if not path:
+        return [value]
+    head, rest = path[0], path[1:]
+    items = value if head == "*" else [value[head]]
+    return [found for item in items for found in objects_at(item, rest)]
 
 
 def test_every_format_is_pinned_or_pending() -> None:

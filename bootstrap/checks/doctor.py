@@ -1,12 +1,18 @@
-"""`doctor`: will the locked torch build run on this host? Host only, no torch needed.
+"""`doctor`: which locked torch build of the env runs on this host? Host only, no torch needed.
 
-    facts: NVML / nvidia-smi, /proc, statvfs (or a recorded `--facts FILE`)   (`compat.probe`)
-      + target: the lock's torch pip entry for this platform                 (`compat.target`)
-      -> checks: nvidia.* (`checks.nvidia`), cuda.* (`compat.rules`), lock.torch, host.* (`checks.host`)
+    facts: NVML / nvidia-smi, /proc, statvfs (or a recorded `--facts FILE`)     (`compat.probe`)
+      + targets: each variant lock's torch pip entry for this platform         (`checks.variant`)
+      -> the pick: every variant judged, the one to install                    (`compat.pick`)
+      -> checks: nvidia.* (`checks.nvidia`), cuda.* (`compat.rules`) and lock.torch for one lock,
+         lock.variant (the pick, when the spec declares variants), host.* (`checks.host`)
 
 Shell equivalent of the facts: `nvidia-smi -q; nproc; free -m; df -m /dev/shm .; ulimit -n`.
-What is doctor's own is the `lock.torch` verdict: which lock variant of the
-project fits this host. Nothing here prints.
+
+The cuda.* checks and `lock.torch` judge the lock of the installed variant
+(at <root>/.envs/<env>), else the one `make env` would install (the pick),
+else the default: so doctor fails exactly when the env that is, or would be,
+installed will not run here. A spec without variants has one lock, judged as
+it always was; `--lock FILE` judges that lock alone. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -19,21 +25,24 @@ from bootstrap.checks import model
 from bootstrap.checks.host import LoaderNeeds, host_checks
 from bootstrap.checks.model import Check, Status, worst
 from bootstrap.checks.nvidia import nvidia_checks
+from bootstrap.checks.variant import env_candidates, lock_candidate, variant_check
 from bootstrap.compat.facts import DriverFacts
+from bootstrap.compat.pick import Candidate, Pick, pick_variant
 from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
 from bootstrap.compat.rules import evaluate
-from bootstrap.compat.target import TorchTarget, lock_torch_target
+from bootstrap.compat.target import TorchTarget
 from bootstrap.errors import InputError
 from bootstrap.fsutil import check_output
+from bootstrap.lock.variants import variant_locks
 from bootstrap.platforms import compat_key, conda_subdir, host_platform
-from bootstrap.project import default_lock_path
 from bootstrap.report import result
 from bootstrap.runner import Runner, run
 
 
 @dataclass(frozen=True)
 class DoctorOptions:
-    lock_path: Optional[Path] = None  # None: the project's default lock (conda-lock.yml), if any
+    lock_path: Optional[Path] = None  # judge this one lock; None: the env's variants (or its one lock), if any
+    env: Optional[str] = None  # the project's env whose variants to judge; None: the default env
     platform: Optional[str] = None  # conda subdir to read from the lock; None: the facts' platform
     facts_path: Optional[Path] = None  # re-evaluate recorded facts instead of probing this host
     save_facts: Optional[Path] = None
@@ -47,8 +56,11 @@ class DoctorResult:
     facts: Facts
     facts_source: str  # "this host" or the recorded file
     target: Optional[TorchTarget]
-    lock_path: Optional[Path]
+    lock_path: Optional[Path]  # the lock `lock.torch` judged
     platform: str
+    env: Optional[str] = None  # None with --lock
+    pick: Optional[Pick] = None  # every lock of the env judged, and the one to install
+    variants: bool = False  # the env's spec declares variants (lock.variant carries the pick)
 
     def extra(self) -> Dict[str, Any]:
         return {
@@ -57,6 +69,8 @@ class DoctorResult:
             "platform": self.platform,
             "target": None if self.target is None else self.target.to_dict(),
             "facts": self.facts.to_dict(),
+            "env": self.env,
+            "pick": None if self.pick is None else self.pick.to_dict(),
         }
 
     def to_dict(self) -> Dict[str, Any]:
@@ -64,41 +78,142 @@ class DoctorResult:
         return model.body(self.checks, "doctor", self.extra())
 
 
-def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run) -> DoctorResult:
-    """Gather (or load) the facts, evaluate them against the lock's torch build, return every check."""
-    from bootstrap.lock.lockfile import read_lock
+@dataclass(frozen=True)
+class Subject:
+    """What doctor judges: one lock (`--lock`), or the locks of an env of the project."""
 
+    env: Optional[str]
+    paths: Tuple[Path, ...]  # the locks, the default first; none: no lock at hand
+    project: Any = None  # bootstrap.project.Project, when the locks are an env's
+    spec: Any = None  # the env's spec, when it declares variants
+    installed: str = ""  # the variant installed at <root>/.envs/<env>, when the spec declares variants
+
+
+def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run) -> DoctorResult:
+    """Gather (or load) the facts, judge every locked variant of the env on them, and return every check
+    for the one `lock.torch` judges: the installed variant, else the pick, else the default."""
+    facts, source = _facts(options, nvml, runner)
+    subject = doctor_subject(options)
+    lock, why = _first_lock(subject)
+    if options.platform is not None and lock is not None and options.platform not in lock.platforms:
+        raise InputError("--platform", f"'{options.platform}' is not locked in {lock.path.name} "
+                         f"({', '.join(lock.platforms)})", "pick one of those")
+    platform = options.platform or _platform(options.facts_path is None, facts, lock)
+    pick = None if lock is None else pick_variant(facts.nvidia, _candidates(subject, platform))
+    judged = None if pick is None else _judged(pick, subject.installed)
+    target, why = (None, why) if judged is None else (judged.target, judged.why)
+    lock_path = judged.lock_path if judged is not None else (subject.paths[0] if subject.paths else None)
+    checks = nvidia_checks(facts.nvidia, facts.host)
+    compat_checks = evaluate(facts.nvidia, target) if target is not None else []
+    checks += compat_checks
+    where = f"{lock_path.name if lock_path else 'no lock'} [{platform}]"
+    checks.append(fit_check(target, why, compat_checks, where, facts.nvidia, _switch(pick, judged, subject)))
+    if subject.spec is not None and pick is not None:
+        checks.append(variant_check(pick, subject.env, subject.installed))
+    checks += host_checks(facts.host, facts.nvidia, options.needs)
+    return DoctorResult(checks=tuple(checks), facts=facts, facts_source=source, target=target, lock_path=lock_path,
+                        platform=platform, env=subject.env, pick=pick, variants=subject.spec is not None)
+
+
+def _facts(options: DoctorOptions, nvml: Any, runner: Runner) -> Tuple[Facts, str]:
+    """This host's facts, or the recorded ones; saved when asked (the path checked before probing)."""
     if options.save_facts is not None:
         check_output(options.save_facts, "--save-facts")  # before nvidia-smi may take its time
     if options.root is not None and not options.root.is_dir():
         raise InputError("--root", f"{options.root} is not a directory",
                          "give the project's directory (the one with envs/)")
     if options.facts_path is not None:
-        facts, source = load_facts(options.facts_path), str(options.facts_path)
-    else:
-        facts, source = collect_facts(nvml, runner), "this host"
+        return load_facts(options.facts_path), str(options.facts_path)
+    facts = collect_facts(nvml, runner)
     if options.save_facts is not None:
         save_facts(facts, options.save_facts)
-    lock_path = options.lock_path or default_lock_path(options.root)
-    lock, why = None, "no lock at hand: pass --lock FILE or run from the project"
-    if lock_path is not None:
-        try:
-            lock = read_lock(lock_path)
-        except ImportError:  # a bare host python3 without pyyaml still gets the driver and GPU report
-            why = f"cannot read {lock_path.name}: pyyaml is not installed here (`make tools` and use .tools/bin/python)"
-    if options.platform is not None and lock is not None and options.platform not in lock.platforms:
-        raise InputError("--platform", f"'{options.platform}' is not locked in {lock_path.name} "
-                         f"({', '.join(lock.platforms)})", "pick one of those")
-    platform = options.platform or _platform(options.facts_path is None, facts, lock)
-    target, why = (None, why) if lock is None else lock_torch_target(lock, platform)
-    checks = nvidia_checks(facts.nvidia, facts.host)
-    compat_checks = evaluate(facts.nvidia, target) if target is not None else []
-    checks += compat_checks
-    checks.append(fit_check(target, why, compat_checks, lock_path, platform, facts.nvidia,
-                            _variants(lock_path, platform, facts.nvidia) if lock is not None else []))
-    checks += host_checks(facts.host, facts.nvidia, options.needs)
-    return DoctorResult(checks=tuple(checks), facts=facts, facts_source=source, target=target, lock_path=lock_path,
-                        platform=platform)
+    return facts, "this host"
+
+
+def doctor_subject(options: DoctorOptions) -> Subject:
+    """`--lock FILE`; else the locks of `--env` (default: the project's default env): each variant's
+    when its spec declares them, else its one lock, if it exists."""
+    from bootstrap.project import Project, find_root
+
+    if options.lock_path is not None:
+        if options.env is not None:
+            raise InputError("--env", "does not apply to --lock FILE, which names the lock to judge",
+                             "drop one of them")
+        return Subject(env=None, paths=(options.lock_path,))
+    project = Project(options.root or find_root(Path.cwd()))
+    env = options.env or project.default_env
+    if options.env is not None:
+        project.resolve_envs([env])
+    spec = _declared_variants(project, env)
+    if spec is None:
+        path = project.lock_path(env)
+        return Subject(env=env, paths=(path,) if path.is_file() else (), project=project)
+    paths = tuple(path for _, path in variant_locks(project, env, spec))
+    installed = _installed_variant(project, env, spec) if options.facts_path is None else ""
+    return Subject(env=env, paths=paths, project=project, spec=spec, installed=installed)
+
+
+def _declared_variants(project: Any, env: str) -> Any:
+    """The env's spec when it declares variants; None without them, without a spec, or without pyyaml."""
+    from bootstrap.lock.spec import read_spec
+
+    if not project.spec_path(env).is_file():
+        return None
+    try:
+        spec = read_spec(project.spec_path(env))
+    except ImportError:  # a bare host python3: the lock's check says why it cannot be read
+        return None
+    return spec if spec.variants else None
+
+
+def _installed_variant(project: Any, env: str, spec: Any) -> str:
+    """The variant the env at <root>/.envs/<env> was installed from ("" when none is, or it is none of the spec's)."""
+    from bootstrap.install.prefix import read_install_record
+
+    try:
+        record = read_install_record(project.root / ".envs" / env)
+    except (OSError, ValueError, TypeError):
+        return ""
+    names = {v.name for v in spec.variants}
+    return record.variant if record is not None and record.variant in names else ""
+
+
+def _first_lock(subject: Subject) -> Tuple[Any, str]:
+    """The first lock of the subject that exists, read (it decides the platform), or why there is none."""
+    from bootstrap.lock.lockfile import read_lock
+
+    existing = [p for p in subject.paths if p.is_file() or subject.project is None]
+    if not existing:
+        return None, "no lock at hand: pass --lock FILE or run from the project" if not subject.paths else \
+            f"not locked yet: no {subject.paths[0].name} (`make lock`)"
+    try:
+        return read_lock(existing[0]), ""
+    except ImportError:  # a bare host python3 without pyyaml still gets the driver and GPU report
+        return None, (f"cannot read {existing[0].name}: pyyaml is not installed here "
+                      "(`make tools` and use .tools/bin/python)")
+
+
+def _candidates(subject: Subject, platform: str) -> List[Candidate]:
+    if subject.spec is not None:
+        return env_candidates(subject.project, subject.env, subject.spec, platform)
+    return [lock_candidate(subject.paths[0], platform)]
+
+
+def _judged(pick: Pick, installed: str) -> Candidate:
+    """The lock `lock.torch` judges: the installed variant, else the one `make env` installs (the pick),
+    else the default."""
+    verdict = (pick.find(installed) if installed else None) or pick.chosen or pick.verdicts[0]
+    return verdict.candidate
+
+
+def _switch(pick: Optional[Pick], judged: Optional[Candidate], subject: Subject) -> str:
+    """When the judged lock is not the pick: the variant that runs here and the command that installs it."""
+    if pick is None or pick.chosen is None or judged is None or pick.chosen.candidate is judged:
+        return ""
+    chosen = pick.chosen
+    env = "" if subject.project is None or subject.env == subject.project.default_env else f" ENV={subject.env}"
+    return (f"variant {chosen.candidate.label} {'runs' if chosen.status is Status.OK else 'runs with a caveat'} "
+            f"here ({chosen.build}, from {chosen.candidate.lock_path.name}): `make env{env}` installs it")
 
 
 def _platform(here: bool, facts: Facts, lock: Any) -> str:
@@ -109,39 +224,11 @@ def _platform(here: bool, facts: Facts, lock: Any) -> str:
     return conda_subdir(facts.platform or compat_key(host_platform()), lock.platforms if lock is not None else ())
 
 
-def _variants(lock_path: Path, platform: str, nvidia: DriverFacts) -> List[Tuple[str, Path, TorchTarget, Status]]:
-    """Every lock of the project evaluated on these facts: which one fits this host."""
-    from bootstrap.lock.lockfile import read_lock
-
-    out = []
-    for env, path in lock_variants(lock_path):
-        try:
-            target, _ = lock_torch_target(read_lock(path), platform)
-        except (InputError, ImportError):
-            continue
-        if target is not None:
-            out.append((env, path, target, worst(evaluate(nvidia, target))))
-    return out
-
-
-def lock_variants(lock_path: Path) -> List[Tuple[str, Path]]:
-    """(env, lock path) of every env of the project that holds `lock_path`, default env first."""
-    from bootstrap.project import Project, find_root
-
-    project = Project(find_root(lock_path.resolve().parent))
-    out = []
-    for env in project.env_names() if project.envs_dir.is_dir() else []:
-        path = project.lock_path(env)
-        if path.is_file():
-            out.append((env, path))
-    return out
-
-
-def fit_check(target: Optional[TorchTarget], why: str, compat_checks: Sequence[Check], lock_path: Optional[Path],
-              platform: str, nvidia: DriverFacts, variants: Sequence[Tuple[str, Path, TorchTarget, Status]]) -> Check:
-    """The verdict doctor exists for: will the locked torch build run here, and if not, what to change."""
+def fit_check(target: Optional[TorchTarget], why: str, compat_checks: Sequence[Check], where: str,
+              nvidia: DriverFacts, switch: str = "") -> Check:
+    """The verdict doctor exists for: will the locked torch build run here, and if not, what to change
+    (`switch`: another variant of the env that runs here)."""
     cid = "lock.torch"
-    where = f"{lock_path.name if lock_path else 'no lock'} [{platform}]"
     if target is None:
         return Check(cid, Status.SKIP, f"no torch target ({where})", "the lock's torch build", detail=why)
     status = worst(compat_checks)
@@ -157,12 +244,8 @@ def fit_check(target: Optional[TorchTarget], why: str, compat_checks: Sequence[C
         return Check(cid, Status.OK, observed + ": runs here", expected, detail=target.source)
     failing = [c for c in compat_checks if c.status is status]
     remedy = "; ".join(f"{c.id}: {c.remedy}" for c in failing if c.remedy)
+    if switch:
+        remedy = f"{switch}; or {remedy}" if remedy else switch
     if status is Status.FAIL:
-        here = lock_path.resolve() if lock_path is not None else None
-        fitting = [v for v in variants if v[3] in (Status.OK, Status.WARN) and v[1].resolve() != here]
-        if fitting:
-            env, path, other, _ = fitting[0]
-            remedy = (f"another lock variant fits this host: `make env ENV={env}` (torch {other.label}, "
-                      f"{'CUDA ' + other.cuda if other.cuda else 'CPU'}, from {path.name}); or " + remedy)
         return Check(cid, Status.FAIL, observed + ": will not run here", expected, remedy, detail=target.source)
     return Check(cid, Status.WARN, observed + ": runs with caveats", expected, remedy, detail=target.source)

@@ -45,6 +45,12 @@ class EnvCommands:
         gens = self.prefix.parent / f".{self.prefix.name}.gens"
         return f"`rm -rf {self.prefix} {gens}` then {self.update}"
 
+    def switch(self, variant: str) -> str:
+        """The command that installs `variant` of the env's spec in place of the one installed."""
+        if self.standard:
+            return f"`make env{self._env_var()} VARIANT={variant}`"
+        return f"`python -m bootstrap env {self.env} --prefix {self.prefix} --variant {variant}`"
+
     @property
     def rollback(self) -> str:
         where = "" if self.standard else f" --prefix {self.prefix}"

@@ -1,6 +1,7 @@
 """`verify`: is this env exactly the locked one, and does this machine's NVIDIA stack run it?
 
     prefix (conda-meta/, dist-info, conda-meta/bootstrap) + lock      -> env.*
+    the installed variant vs the pick among the spec's variants       -> env.variant
     NVML facts, torch build (imported inside the env, else the lock)  -> nvidia.*, torch.cuda_build, cuda.*
     torch inside the env: import, CUDA, devices, matmul/conv, pinning -> torch.*
     host facts (shared with doctor)                                   -> host.*
@@ -30,6 +31,7 @@ from bootstrap.checks.host import LoaderNeeds, host_checks
 from bootstrap.checks.model import Check, Status, exit_code
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.checks.torch import check_torch_import, device_checks, find_torch, first_line, installed_torch_target
+from bootstrap.checks.variant import installed_variant_check
 from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import lock_torch_target
@@ -164,6 +166,7 @@ def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run
     seconds["env"] = _lap(started)
     facts = collect_facts(nvml, runner, disk_path=str(prefix if prefix.is_dir() else Path.cwd()))
     seconds["facts"] = _lap(started, seconds)
+    checks += [c for c in (installed_variant_check(state, facts.nvidia),) if c is not None]
     # torch is imported only inside the env and only with a GPU to test (or when the caller passes one).
     found = find_torch(bool(facts.nvidia.gpus), torch_module) if inside else None
     if found is not None:

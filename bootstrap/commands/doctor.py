@@ -1,9 +1,11 @@
-"""`python -m bootstrap doctor [--lock FILE] [--platform SUBDIR] [--json] [--facts FILE] [--save-facts FILE]`.
+"""`python -m bootstrap doctor [--env NAME | --lock FILE] [--platform SUBDIR] [--json] [--facts FILE]
+[--save-facts FILE]`.
 
 Host only, any Python >= 3.9, no torch: the NVIDIA driver, the highest CUDA
-it supports, every GPU with its compute capability, and whether the locked
-torch build will run here (and if not, what to change). Exit 1 when a check
-failed, 2 on bad usage.
+it supports, every GPU with its compute capability, whether the locked
+torch build will run here (and if not, what to change), and which of the
+env's torch variants `make env` installs here. Exit 1 when a check failed,
+2 on bad usage.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from bootstrap.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", default=None, metavar="NAME",
+                        help="env whose torch variants to judge (default: the project's default env)")
     parser.add_argument("--lock", type=Path, default=None,
-                        help="lock whose torch build to check (default: the project's conda-lock.yml)")
+                        help="judge this one lock instead of the env's (e.g. a lock from elsewhere)")
     parser.add_argument("--platform", default=None,
                         help="locked platform to read (default: this host's, or the recorded facts')")
     parser.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
@@ -36,12 +40,21 @@ def run(args: argparse.Namespace) -> int:
     if args.facts is not None and args.save_facts is not None:
         raise InputError("--save-facts", "does not apply to --facts (the facts are already recorded)",
                          "drop one of them")
-    result = run_doctor(DoctorOptions(lock_path=args.lock, platform=args.platform, facts_path=args.facts,
-                                      save_facts=args.save_facts, root=args.root))
+    result = run_doctor(DoctorOptions(lock_path=args.lock, env=args.env, platform=args.platform,
+                                      facts_path=args.facts, save_facts=args.save_facts, root=args.root))
     if args.json:
         print(dumps(FORMAT, result.to_dict()))
     else:
         lock = f"{result.lock_path.name} [{result.platform}]" if result.lock_path else "no lock"
         print(f"doctor: facts from {result.facts_source}; torch build from {lock}")
         print(render_table(result.checks, show_detail=args.verbose), end="")
+        if result.variants and result.pick is not None:
+            print("\n".join(_variant_lines(result)))
     return exit_code(result.checks)
+
+
+def _variant_lines(result) -> list:
+    """Every variant's verdict, the pick starred, and why."""
+    *rows, why = result.pick.lines()
+    install = f"; `make env ENV={result.env}` installs it" if result.pick.chosen is not None else ""
+    return [f"variants of {result.env} on this host [{result.platform}]:", *(f"  {row}" for row in rows), why + install]

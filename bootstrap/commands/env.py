@@ -1,5 +1,5 @@
-"""`python -m bootstrap env [ENV] [--lock FILE] [--prefix DIR] [--platform P] [--mirror C=URL ...]
-[--bundle FILE] [--dry-run] [--rollback] [--json]`."""
+"""`python -m bootstrap env [ENV] [--variant auto|NAME [--force]] [--facts FILE] [--lock FILE] [--prefix DIR]
+[--platform P] [--mirror C=URL ...] [--bundle FILE] [--dry-run] [--rollback] [--json]`."""
 
 from __future__ import annotations
 
@@ -10,14 +10,20 @@ import shlex
 import sys
 from pathlib import Path
 
-from bootstrap.errors import EXIT_OK
+from bootstrap.errors import EXIT_OK, InputError
 from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env", nargs="?", default=None, help="env to create (default: the project's default, py310)")
-    parser.add_argument("--lock", type=Path, default=None, help="lock file (default: the env's lock in the project)")
+    parser.add_argument("--variant", default="auto", metavar="auto|NAME",
+                        help="torch variant to install (default auto: the one `doctor` picks for this host)")
+    parser.add_argument("--force", action="store_true", help="install --variant NAME even where it will not run")
+    parser.add_argument("--facts", type=Path, default=None, metavar="FILE",
+                        help="pick the variant for facts recorded with `doctor --save-facts` instead of this host's")
+    parser.add_argument("--lock", type=Path, default=None,
+                        help="lock file (default: the lock of the env's variant in the project)")
     parser.add_argument("--prefix", type=Path, default=None, help="where the env lives (default: .envs/ENV)")
     parser.add_argument("--platform", default=None, help="locked platform to install (default: this machine's)")
     parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
@@ -36,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.install.bundle import Bundle
     from bootstrap.install.cache import default_cache_dir
     from bootstrap.install.env import EnvOptions, create_or_update, rollback
+    from bootstrap.install.variant import VariantRequest, choose_variant
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.platforms import host_platform
 
@@ -43,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     env = args.env or project.default_env
     if args.lock is None:
         project.resolve_envs([env])
+    _check_variant_flags(args)
     # abspath, not Path.absolute(): `--prefix ../envs/x` from a directory deleted later must not leave
     # `<cwd>/../envs/x` (which then resolves no more) in every shebang and text file of the env.
     prefix = Path(os.path.abspath(args.prefix or project.root / ".envs" / env))
@@ -55,16 +63,20 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"{env}: {prefix} now points at generation {done.generation}")
         return EXIT_OK
+    platform = args.platform or host_platform()
+    choice = None if args.lock is not None else choose_variant(
+        VariantRequest(project, env, platform, args.variant, args.force, args.facts))
     options = EnvOptions(
         env=env,
-        lock_path=(args.lock or project.lock_path(env)).absolute(),
+        lock_path=(args.lock or choice.lock_path).absolute(),
         prefix=prefix,
-        platform=args.platform or host_platform(),
+        platform=platform,
         cache_dir=(args.cache_dir or default_cache_dir()).absolute(),
         mirrors=parse_mirrors(args.mirror, base=Path.cwd()),
         bundle=Bundle.open(args.bundle.absolute()) if args.bundle is not None else None,
         dry_run=args.dry_run,
         show_progress=sys.stderr.isatty() and not args.json,
+        variant=choice,
     )
     with progress_feedback(options.show_progress) as feedback:
         result = create_or_update(options, feedback)
@@ -73,6 +85,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_summary(env, result, options))
     return EXIT_OK
+
+
+def _check_variant_flags(args: argparse.Namespace) -> None:
+    if args.lock is not None and (args.variant != "auto" or args.facts is not None):
+        flag = "--facts" if args.variant == "auto" else "--variant"
+        raise InputError(flag, "does not apply to --lock FILE, which names the lock to install", "drop one of them")
+    if args.force and args.variant == "auto":
+        raise InputError("--force", "applies to --variant NAME only (auto installs a variant that runs here)",
+                         "name the variant: --variant NAME --force")
 
 
 @contextlib.contextmanager
@@ -113,7 +134,7 @@ def _summary(env: str, result, options) -> str:
     else:
         head = (f"{env}: {result.prefix} -> generation {result.generation} from {options.lock_path.name} "
                 f"[{result.platform}] in {result.seconds.get('total', 0):.2f} s")
-    lines = [head]
+    lines = [head, *_variant_lines(result.variant, result.dry_run)]
     changes = result.plan.lines()
     shown = changes if len(changes) <= 40 else changes[:40] + [f"... and {len(changes) - 40} more (--json lists all)"]
     lines += [f"  {line}" for line in shown]
@@ -124,6 +145,16 @@ def _summary(env: str, result, options) -> str:
         python = result.prefix / ("python.exe" if result.platform.startswith("win-") else "bin/python")
         lines.append(f"activate: conda activate {shlex.quote(str(result.prefix))}   or run {shlex.quote(str(python))}")
     return "\n".join(lines)
+
+
+def _variant_lines(choice, dry_run: bool) -> list:
+    """Which variant, and why; a dry run shows every variant's verdict too."""
+    if choice is None or not choice.name:
+        return []
+    lines = [f"variant {choice.name} ({choice.lock_path.name}, {choice.how}): {choice.why}"]
+    if dry_run and choice.pick is not None:
+        lines += [f"  {line}" for line in choice.pick.lines()[:-1]]
+    return lines
 
 
 def _built_from(result) -> str:

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from bootstrap import __version__
 from bootstrap.errors import DiskFullError, InputError
@@ -49,6 +49,7 @@ from bootstrap.install.prefix import (
 from bootstrap.lock.lockfile import Lock, LockedPackage, read_lock
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.spec import read_spec
+from bootstrap.lock.variants import META_VARIANT
 from bootstrap.report import result
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class EnvOptions:
     bundle: Optional[Bundle] = None  # read artifacts the store lacks from this first (`bootstrap bundle`)
     dry_run: bool = False
     show_progress: bool = False
+    variant: Any = None  # install.variant.VariantChoice: the variant `lock_path` holds, and why it was chosen
 
 
 @result
@@ -97,6 +99,7 @@ class EnvResult:
     seconds: dict = field(default_factory=dict)
     removed: tuple[str, ...] = ()  # what killed runs had left, removed by this one
     notes: tuple[str, ...] = ()  # what the user should know about how the change was made
+    variant: Any = None  # install.variant.VariantChoice, None with --lock
 
     @property
     def recycled(self) -> bool:
@@ -116,6 +119,7 @@ class EnvResult:
             "removed": list(self.removed),
             "notes": list(self.notes),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
+            "variant": None if self.variant is None else self.variant.to_dict(),
         }
 
 
@@ -203,10 +207,11 @@ def _result(options: EnvOptions, started: float, change: Optional[Change] = None
     if change is None:
         return EnvResult(prefix=options.prefix, platform=options.platform, plan=Plan(),
                          generation=gens.Layout(options.prefix).current(), changed=False, dry_run=dry_run,
-                         seconds=seconds, removed=tuple(map(str, removed)))
+                         seconds=seconds, removed=tuple(map(str, removed)), variant=options.variant)
     return EnvResult(prefix=options.prefix, platform=options.platform, plan=change.plan,
                      generation=change.start.number, changed=not dry_run, dry_run=dry_run, base=change.start.base,
-                     made=change.start.made, seconds=seconds, removed=tuple(map(str, removed)), notes=tuple(notes))
+                     made=change.start.made, seconds=seconds, removed=tuple(map(str, removed)), notes=tuple(notes),
+                     variant=options.variant)
 
 
 def _recorded(lock: Lock, options: EnvOptions) -> bool:
@@ -348,6 +353,7 @@ def _write_record(run: Run, prefix: Path, number: int, fsync: bool = True) -> No
         conda={e.name: e.sha256 for e in entries if e.manager == "conda"},
         pip={normalise(e.name): {"version": e.version, "sha256": e.sha256} for e in entries if e.manager == "pip"},
         conda_meta=conda_meta_fingerprint(prefix),
+        variant=options.variant.name if options.variant is not None else run.lock.custom.get(META_VARIANT, ""),
     ))
 
 

@@ -7,7 +7,7 @@ env, Python 3.9, no rattler) compares it with the lock.
     <site-packages>/<dist>.dist-info/              one per pip distribution
         direct_url.json                            PEP 610: the locked URL + sha256
     <site-packages>/<dist>.egg-info[/PKG-INFO]     one per distribution of a legacy install (setup.py, distutils)
-    conda-meta/bootstrap                           what `bootstrap env` installed, from which lock (JSON)
+    conda-meta/bootstrap                           what `bootstrap env` installed, from which lock and variant (JSON)
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ class InstallRecord:
     pip: dict = field(default_factory=dict)  # normalised name -> {"version": ..., "sha256": ...}
     version: int = INSTALL_RECORD_VERSION
     conda_meta: dict = field(default_factory=dict)  # conda_meta_fingerprint() once everything was written
+    variant: str = ""  # the spec's variant `lock_path` holds ("" when the spec declares none)
 
 
 def normalise(name: str) -> str:

@@ -1,0 +1,243 @@
+"""Which locked torch variant of an env to install on this host: each one judged, one picked.
+
+    NVIDIA facts + [Candidate(variant, lock path, torch target)] -> Pick(verdict of each, the chosen one, why)
+
+Every candidate is judged by the compat rules (`compat.rules.evaluate`). The
+pick is the newest torch that runs fully (every check ok); else one that runs
+with a caveat (warn); else none, with the remedy. On a tie in torch version
+the default variant wins, then the newer CUDA. Without an NVIDIA GPU the CUDA
+libraries are dead weight: a CPU build is picked when a variant locks one,
+else the default variant, which runs on the CPU.
+
+Every GPU the driver lists must run the pick, whatever CUDA_VISIBLE_DEVICES
+says in this shell: the env outlives the variable, and a MIG instance has its
+parent GPU's compute capability. A candidate the packaged tables do not know
+is not judged (skip); it is picked only when nothing else runs and it is the
+default, so tables older than a lock never block an install. Nothing here
+does I/O: `bootstrap.checks.variant` reads the locks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from bootstrap.checks.model import Check, Status, worst
+from bootstrap.compat.facts import DriverFacts
+from bootstrap.compat.rules import evaluate
+from bootstrap.compat.target import TorchTarget, suggest_builds
+from bootstrap.compat.versions import cuda_to_int, release_key
+from bootstrap.report import result
+
+RUNS = (Status.OK, Status.WARN)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One lock of an env as the pick sees it: the variant, its lock, the torch it installs here."""
+
+    name: str  # the variant's name; "" for an env that declares none
+    lock_path: Path
+    target: Optional[TorchTarget]  # None: nothing to judge, `why` says why (not locked here, no torch entry)
+    why: str = ""
+    default: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.name or self.lock_path.name
+
+
+@result
+class Verdict:
+    """One candidate judged on this host: its status and, when it is not ok, the reasons."""
+
+    candidate: Candidate
+    status: Status
+    reasons: Tuple[str, ...] = ()
+    checks: Tuple[Check, ...] = ()
+
+    @property
+    def runs(self) -> bool:
+        return self.status in RUNS
+
+    @property
+    def build(self) -> str:
+        """'torch 2.10.0+cu126 (CUDA 12.6)', 'torch 2.10.0+cpu (CPU build)', or why there is none."""
+        target = self.candidate.target
+        if target is None:
+            return "no torch to judge"
+        return f"torch {target.label} ({'CUDA ' + target.cuda if target.cuda else 'CPU build'})"
+
+    def to_dict(self) -> Dict[str, Any]:
+        target = self.candidate.target
+        return {"name": self.candidate.name or None, "lock": str(self.candidate.lock_path),
+                "default": self.candidate.default, "torch": None if target is None else target.label,
+                "cuda": None if target is None else target.cuda, "status": self.status.value,
+                "reasons": list(self.reasons)}
+
+
+@result
+class Pick:
+    """Every candidate's verdict, the one to install (None: none runs here), why, and the way out."""
+
+    verdicts: Tuple[Verdict, ...]
+    chosen: Optional[Verdict]
+    why: str
+    remedy: str = ""
+
+    @property
+    def status(self) -> Status:
+        """The chosen one's status; fail when none runs, skip when nothing could be judged."""
+        if self.chosen is not None:
+            return self.chosen.status
+        return Status.FAIL if any(v.status is Status.FAIL for v in self.verdicts) else Status.SKIP
+
+    @property
+    def others(self) -> Tuple[Verdict, ...]:
+        """The other candidates that would run here too."""
+        return tuple(v for v in self.verdicts if v.runs and v is not self.chosen)
+
+    def find(self, name: str) -> Optional[Verdict]:
+        return next((v for v in self.verdicts if v.candidate.name == name), None)
+
+    def to_dict(self) -> Dict[str, Any]:
+        chosen = self.chosen.candidate if self.chosen is not None else None
+        return {"variants": [v.to_dict() for v in self.verdicts],
+                "chosen": None if chosen is None else chosen.name or None,
+                "chosen_lock": None if chosen is None else str(chosen.lock_path),
+                "status": self.status.value, "why": self.why, "remedy": self.remedy,
+                "others": [v.candidate.label for v in self.others]}
+
+    def lines(self) -> List[str]:
+        """One line per candidate, the chosen one starred, then why: for people."""
+        rows = [(v.candidate.label, v.build, v.status.value, v.candidate.lock_path.name) for v in self.verdicts]
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        out = []
+        for verdict, row in zip(self.verdicts, rows):
+            cells = "  ".join(cell.ljust(width) for cell, width in zip(row, widths))
+            reason = f"  {verdict.reasons[0]}" if verdict.reasons else ""
+            out.append(f"{'*' if verdict is self.chosen else ' '} {cells}{reason}".rstrip())
+        return out + [f"pick: {self.why}"]
+
+
+def judge(nvidia: DriverFacts, candidate: Candidate) -> Verdict:
+    """One candidate's verdict: the worst of its compat checks on these facts."""
+    target = candidate.target
+    if target is None:
+        return Verdict(candidate=candidate, status=Status.SKIP, reasons=(candidate.why,))
+    checks = tuple(evaluate(nvidia, target))
+    if target.unknown:
+        return Verdict(candidate=candidate, status=Status.SKIP, reasons=(target.unknown,), checks=checks)
+    status = worst(checks)
+    if status is Status.OK:
+        return Verdict(candidate=candidate, status=status, checks=checks)
+    reasons = tuple(f"{c.id}: {c.detail or c.observed}" if status is Status.SKIP else f"{c.id}: {c.observed}"
+                    for c in checks if c.status is status)
+    return Verdict(candidate=candidate, status=status, reasons=reasons, checks=checks)
+
+
+def pick_variant(nvidia: DriverFacts, candidates: Sequence[Candidate]) -> Pick:
+    """Judge every candidate on these facts and name the one to install, and why."""
+    verdicts = tuple(judge(nvidia, c) for c in candidates)
+    chosen, why = _without_gpu(verdicts) if not nvidia.gpus else _with_gpus(verdicts)
+    if chosen is None:
+        return _none_chosen(nvidia, verdicts)
+    if len(verdicts) == 1:
+        why = f"{chosen.candidate.label}: the env's only lock, " + (
+            "runs here" if chosen.status is Status.OK else f"runs with a caveat ({chosen.reasons[0]})")
+    caveats = "; ".join(f"{c.id}: {c.remedy}" for c in chosen.checks if c.status is Status.WARN and c.remedy)
+    return Pick(verdicts=verdicts, chosen=chosen, why=why + _default_note(chosen, verdicts),
+                remedy=caveats if chosen.status is Status.WARN else "")
+
+
+def _none_chosen(nvidia: DriverFacts, verdicts: Tuple[Verdict, ...]) -> Pick:
+    """Nothing runs: the default when the tables cannot judge it (they may be older than the lock),
+    else no pick, with the remedy."""
+    unjudged = next((v for v in verdicts if v.candidate.default and v.status is Status.SKIP
+                     and v.candidate.target is not None), None)
+    if unjudged is not None:
+        return Pick(verdicts=verdicts, chosen=unjudged,
+                    why=f"{unjudged.candidate.label}, the default: not judged ({unjudged.reasons[0]})")
+    return Pick(verdicts=verdicts, chosen=None, why=_none_runs(verdicts), remedy=_remedy(nvidia, verdicts))
+
+
+def _ranked(verdicts: Sequence[Verdict]) -> List[Verdict]:
+    """Fully running first, then the newest torch, the default, the newest CUDA, the order declared."""
+    order = {id(v): i for i, v in enumerate(verdicts)}
+
+    def key(v: Verdict) -> tuple:
+        target = v.candidate.target
+        newest = tuple(-n for n in release_key(target.version)) if target is not None else ()
+        cuda = -cuda_to_int(target.cuda) if target is not None and target.cuda else 0
+        return (v.status is not Status.OK, newest, not v.candidate.default, cuda, order[id(v)])
+
+    return sorted(verdicts, key=key)
+
+
+def _with_gpus(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:
+    runs = _ranked([v for v in verdicts if v.runs])
+    if not runs:
+        return None, ""
+    chosen = runs[0]
+    if chosen.status is Status.OK:
+        return chosen, f"{chosen.candidate.label}: the newest torch that runs fully on this driver and every GPU"
+    return chosen, (f"{chosen.candidate.label}: no variant runs fully here; it runs with a caveat "
+                    f"({chosen.reasons[0]})")
+
+
+def _without_gpu(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:
+    runs = [v for v in verdicts if v.runs]
+    cpu = _ranked([v for v in runs if _cpu_build(v)])
+    default = next((v for v in runs if v.candidate.default), None)
+    if default is not None and _cpu_build(default):
+        return default, f"{default.candidate.label}: no NVIDIA GPU here, and the default variant is a CPU build"
+    if cpu:
+        return cpu[0], f"{cpu[0].candidate.label}: no NVIDIA GPU here, and a CPU build needs no CUDA libraries"
+    if default is not None:
+        return default, (f"{default.candidate.label}: no NVIDIA GPU here and no CPU build locked: "
+                         "the default variant, which runs on the CPU")
+    if runs:
+        best = _ranked(runs)[0]
+        return best, f"{best.candidate.label}: no NVIDIA GPU here; the newest torch locked for this platform"
+    return None, ""
+
+
+def _cpu_build(verdict: Verdict) -> bool:
+    return verdict.candidate.target is not None and verdict.candidate.target.cuda is None
+
+
+def _default_note(chosen: Verdict, verdicts: Sequence[Verdict]) -> str:
+    """Why not the default, when another was picked."""
+    default = next((v for v in verdicts if v.candidate.default), None)
+    if default is None or default is chosen:
+        return ""
+    if default.status is Status.FAIL:
+        return f"; the default {default.candidate.label} will not run here ({default.reasons[0]})"
+    if default.status is Status.WARN:
+        return f"; the default {default.candidate.label} runs with a caveat ({default.reasons[0]})"
+    if default.status is Status.SKIP:
+        return f"; the default {default.candidate.label} is not judged ({default.reasons[0]})"
+    return f"; the default {default.candidate.label} runs too ({default.build})"
+
+
+def _none_runs(verdicts: Sequence[Verdict]) -> str:
+    if not any(v.candidate.target is not None for v in verdicts):
+        return "no variant is locked for this platform: " + "; ".join(
+            f"{v.candidate.label}: {v.reasons[0]}" for v in verdicts)
+    failing = [f"{v.candidate.label}: {v.reasons[0]}" for v in verdicts if v.status is Status.FAIL]
+    return "no locked variant runs here: " + "; ".join(failing)
+
+
+def _remedy(nvidia: DriverFacts, verdicts: Sequence[Verdict]) -> str:
+    """The default's remedies (those `lock.torch` gives), and a torch build that would run here."""
+    judged = [v for v in verdicts if v.status is Status.FAIL]
+    if not judged:
+        return "lock the env for this platform: `make lock`"
+    near = next((v for v in judged if v.candidate.default), judged[0])
+    remedies = [f"{c.id}: {c.remedy}" for c in near.checks if c.status is Status.FAIL and c.remedy]
+    ccs = [g.compute_capability for g in nvidia.gpus if g.compute_capability]
+    suggestions = suggest_builds(ccs, near.candidate.target, nvidia)
+    if suggestions:
+        remedies.append(f"or declare a variant with {suggestions[0].text} in the spec and run `make lock`")
+    return "; ".join(remedies)

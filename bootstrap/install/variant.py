@@ -1,0 +1,125 @@
+"""Which lock `bootstrap env` installs: the variant `--variant` names, or doctor's pick for this host.
+
+    --variant auto (default): the pick (`compat.pick`) on this host's NVIDIA facts (or `--facts FILE`)
+    --variant NAME: that variant, refused when it will not run here (unless --force)
+    a spec without variants: its one lock, and no facts are gathered
+
+Everything is decided before anything is fetched: a refusal costs no download.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from bootstrap.checks.model import Status
+from bootstrap.checks.variant import env_candidates
+from bootstrap.compat.pick import Pick, Verdict, pick_variant
+from bootstrap.errors import InputError
+from bootstrap.lock.spec import read_spec
+from bootstrap.lock.variants import variant_locks
+from bootstrap.project import Project
+from bootstrap.report import result
+from bootstrap.runner import Runner, run
+
+AUTO = "auto"
+_RUNS = {Status.OK: "runs", Status.WARN: "runs with a caveat", Status.SKIP: "is not judged"}
+
+
+@dataclass(frozen=True)
+class VariantRequest:
+    project: Project
+    env: str
+    platform: str  # the locked platform to install
+    name: str = AUTO  # `--variant`
+    force: bool = False  # install a named variant even where it will not run
+    facts_path: Optional[Path] = None  # judge recorded facts (`doctor --save-facts`) instead of this host's
+
+
+@result
+class VariantChoice:
+    """The lock to install, which variant it holds, how it was chosen and why."""
+
+    name: str  # "" when the spec declares no variants
+    lock_path: Path
+    how: str  # "only" (no variants declared), "auto", "named", "forced"
+    why: str
+    pick: Optional[Pick] = None
+    facts_source: str = ""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"name": self.name or None, "lock": str(self.lock_path), "how": self.how, "why": self.why,
+                "facts_source": self.facts_source or None,
+                "pick": None if self.pick is None else self.pick.to_dict()}
+
+
+def choose_variant(request: VariantRequest, *, nvml: Any = None, runner: Runner = run) -> VariantChoice:
+    """The lock of `request.env` to install (see the module's docstring); an InputError when the named
+    variant is unknown, not locked (for this platform), or will not run here without `force`, and when
+    `auto` finds no variant that runs."""
+    project, env = request.project, request.env
+    spec = read_spec(project.spec_path(env))
+    named = () if request.name == AUTO else (request.name,)
+    locks = variant_locks(project, env, spec, named)  # an unknown name is an InputError naming the known ones
+    if not spec.variants:
+        return VariantChoice(name="", lock_path=locks[0][1], how="only", why="the env declares no variants")
+    if named and request.force:
+        variant, path = locks[0]
+        _check_locked(path, variant.name, variant.platforms, request.platform)
+        return VariantChoice(name=variant.name, lock_path=path, how="forced", why="asked for with --force")
+    nvidia, source = _driver_facts(request, nvml, runner)
+    pick = pick_variant(nvidia, env_candidates(project, env, spec, request.platform))
+    if named:
+        return _named(pick, request, locks[0][0].platforms, source)
+    if pick.chosen is None:
+        raise InputError("--variant auto", f"no locked variant of {env} runs on this host: {pick.why}",
+                         (pick.remedy + "; " if pick.remedy else "") + "`--variant NAME --force` installs one anyway")
+    chosen = pick.chosen.candidate
+    return VariantChoice(name=chosen.name, lock_path=chosen.lock_path, how="auto", why=pick.why, pick=pick,
+                         facts_source=source)
+
+
+def _named(pick: Pick, request: VariantRequest, platforms: tuple, source: str) -> VariantChoice:
+    """The variant asked for, if it is locked here and will run."""
+    verdict = next(v for v in pick.verdicts if v.candidate.name == request.name)  # variant_locks knew the name
+    path = verdict.candidate.lock_path
+    _check_locked(path, request.name, platforms, request.platform)
+    if verdict.candidate.target is None:
+        raise InputError(f"--variant {request.name}", verdict.reasons[0], "run `make lock`")
+    if verdict.status is Status.FAIL:
+        raise InputError(f"--variant {request.name}", f"{verdict.build} will not run on this host "
+                         f"({verdict.reasons[0]})", _instead(pick, verdict))
+    return VariantChoice(name=request.name, lock_path=path, how="named", pick=pick, facts_source=source,
+                         why=f"asked for; {verdict.build} {_RUNS[verdict.status]} here")
+
+
+def _check_locked(path: Path, name: str, platforms: tuple, platform: str) -> None:
+    """A variant with no lock yet, or none for this platform, is one line naming the fix."""
+    if not path.is_file():
+        raise InputError(f"--variant {name}", f"not locked yet: {path} is missing", "run `make lock`")
+    if platform not in platforms:
+        raise InputError(f"--variant {name}", f"not locked for {platform} (its platforms: {', '.join(platforms)})",
+                         "pick another variant, or add the platform to it and run `make lock`")
+
+
+def _instead(pick: Pick, refused: Verdict) -> str:
+    chosen = pick.chosen
+    if chosen is not None and chosen is not refused:
+        return (f"{chosen.candidate.label} would run: `--variant {chosen.candidate.name}` (or auto); "
+                "--force installs the other anyway")
+    return "no locked variant runs here; --force installs it anyway"
+
+
+def _driver_facts(request: VariantRequest, nvml: Any, runner: Runner) -> tuple:
+    """This host's NVIDIA facts (NVML, else nvidia-smi), or those recorded in `request.facts_path`; none
+    for an env of another OS (`--platform`, a dry run), whose machine this host says nothing about."""
+    from bootstrap.compat.facts import DriverFacts
+    from bootstrap.compat.probe import load_facts, probe_gpus
+    from bootstrap.platforms import host_platform, os_of
+
+    if request.facts_path is not None:
+        return load_facts(request.facts_path).nvidia, str(request.facts_path)
+    if os_of(request.platform) != os_of(host_platform()):
+        return DriverFacts(reason=f"no facts of a {request.platform} machine"), f"none ({request.platform})"
+    return probe_gpus(nvml, runner), "this host"

@@ -1,0 +1,180 @@
+"""`bootstrap env --variant auto|NAME`: a spec with two torch variants, `cpu` (the default) and `cu128`,
+whose locks differ only in the `torch` wheel; real installs, as in test_env.py.
+
+The pick is made on recorded facts (`--facts FILE`): a host without a GPU, and the recorded H200 node,
+so that no test depends on the GPUs of the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bootstrap.checks.model import Status
+from bootstrap.cli import main
+from bootstrap.install.prefix import read_install_record
+from bootstrap.project import Project
+from bootstrap.runner import run
+from tests.fixtures import DATA
+from tests.fixtures.env_project import CONDA, PIP, env_args, prefix_of, relock, run_python
+from tests.fixtures.fakes import FakeNvml, missing_binary_runner
+from tests.fixtures.project import copy_project, make_project
+from tests.fixtures.variants import facts_file
+from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
+
+H200 = DATA / "verify" / "h200x8-580.95.05.facts.json"
+VARIANTS = [{"name": "cpu", "torch": "==2.10.0+cpu"}, {"name": "cu128", "torch": "==2.10.0+cu128"}]
+CPU_TORCH, CUDA_TORCH = {"name": "torch", "version": "2.10.0+cpu"}, {"name": "torch", "version": "2.10.0+cu128"}
+
+
+@pytest.fixture(scope="module")
+def torch_wheels(tmp_path_factory) -> Path:
+    """The standard wheels and two builds of a pure-Python `torch`, told apart by their local version."""
+    return build_wheelhouse(tmp_path_factory.mktemp("torch-wheels"), [
+        *standard_wheels(), WheelSpec("torch", "2.10.0+cpu"), WheelSpec("torch", "2.10.0+cu128")])
+
+
+@pytest.fixture(scope="module")
+def variants_once(tmp_path_factory, channel: Path, torch_wheels: Path) -> Project:
+    project = make_project(tmp_path_factory.mktemp("variants") / "proj", platforms=("linux-64",), conda=CONDA,
+                           pip=(*PIP, "torch"))
+    spec = yaml.safe_load(project.spec_path("py310").read_text())
+    project.spec_path("py310").write_text(yaml.safe_dump({**spec, "variants": VARIANTS}, sort_keys=False))
+    relock(project, channel, torch_wheels)
+    return project
+
+
+@pytest.fixture
+def project(variants_once: Project, tmp_path: Path) -> Project:
+    return copy_project(variants_once, tmp_path / "proj")
+
+
+@pytest.fixture(scope="module")
+def no_gpu(tmp_path_factory) -> Path:
+    return facts_file(tmp_path_factory.mktemp("facts") / "no-gpu.json", [], driver=None)
+
+
+def env_json(project: Project, channel: Path, capsys, *extra: str) -> dict:
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--json", *extra)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def installed(project: Project) -> tuple:
+    record = read_install_record(prefix_of(project))
+    return record.variant, Path(record.lock_path).name, run_python(prefix_of(project), "import torch; "
+                                                                   "print(torch.__version__)")
+
+
+def test_auto_installs_the_pick_and_a_switch_applies_only_the_difference(project: Project, channel: Path,
+                                                                          no_gpu: Path, capsys) -> None:
+    first = env_json(project, channel, capsys, "--facts", str(no_gpu))
+    assert first["variant"]["name"] == "cpu" and first["variant"]["how"] == "auto"
+    assert first["variant"]["why"].startswith("cpu: no NVIDIA GPU here, and the default variant is a CPU build")
+    assert first["variant"]["pick"]["chosen"] == "cpu" and CPU_TORCH in first["plan"]["pip_install"]
+    assert installed(project) == ("cpu", "conda-lock.yml", "2.10.0+cpu")
+    switched = env_json(project, channel, capsys, "--variant", "auto", "--facts", str(H200))
+    assert switched["variant"]["name"] == "cu128" and switched["variant"]["lock"].endswith("py310.cu128.conda-lock.yml")
+    assert switched["plan"] == {"link": [], "unlink": [], "pip_install": [CUDA_TORCH], "pip_remove": [CPU_TORCH]}
+    assert (switched["generation"], switched["base"]) == (2, 1)
+    assert installed(project) == ("cu128", "py310.cu128.conda-lock.yml", "2.10.0+cu128")
+    again = env_json(project, channel, capsys, "--facts", str(H200))
+    assert not again["changed"] and again["variant"]["name"] == "cu128"
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--rollback")) == 0
+    assert installed(project) == ("cpu", "conda-lock.yml", "2.10.0+cpu")
+    back = env_json(project, channel, capsys, "--variant", "cu128", "--facts", str(no_gpu))  # runs on the CPU too
+    assert back["variant"]["how"] == "named" and back["variant"]["why"].startswith("asked for; torch 2.10.0+cu128")
+    # The generation rolled back from is recycled, and it holds cu128 already: nothing to apply.
+    assert (back["made"], back["base"], back["generation"]) == ("recycled", 2, 3)
+    assert back["plan"] == {"link": [], "unlink": [], "pip_install": [], "pip_remove": []}
+    assert installed(project) == ("cu128", "py310.cu128.conda-lock.yml", "2.10.0+cu128")
+
+
+def test_dry_run_says_which_variant_and_why(project: Project, channel: Path, capsys) -> None:
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--dry-run", "--facts", str(H200))) == 0
+    out = capsys.readouterr().out
+    assert "\nvariant cu128 (py310.cu128.conda-lock.yml, auto): cu128: the newest torch that runs fully" in out
+    assert "the default cpu will not run here (torch.cuda_build: torch 2.10.0+cpu is a CPU build" in out
+    assert "\n    cpu    torch 2.10.0+cpu (CPU build)    fail  conda-lock.yml" in out
+    assert "\n  * cu128  torch 2.10.0+cu128 (CUDA 12.8)  ok    py310.cu128.conda-lock.yml" in out
+    assert not prefix_of(project).exists()
+
+
+def test_a_variant_that_will_not_run_here_is_refused_before_any_download(project: Project, channel: Path,
+                                                                         capsys) -> None:
+    capsys.readouterr()
+    cache = project.root / ".cache"
+    assert main(env_args(project, "/nonexistent-mirror", "--variant", "cpu", "--facts", str(H200))) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --variant cpu: torch 2.10.0+cpu (CPU build) will not run "
+                                                   "on this host (torch.cuda_build: ")
+    assert "(cu128 would run: `--variant cu128` (or auto); --force installs the other anyway)" in err
+    assert not prefix_of(project).exists() and not cache.exists()
+    forced = env_json(project, channel, capsys, "--variant", "cpu", "--force")
+    assert forced["variant"]["how"] == "forced" and installed(project)[0] == "cpu"
+
+
+def test_unknown_or_unlocked_variants_and_mixed_flags_are_one_line(project: Project, channel: Path, capsys) -> None:
+    lock = str(project.lock_path("py310"))
+    cases = [
+        (["--variant", "cu999"], "error: --variant: py310 has no variant 'cu999' (known: cpu, cu128)"),
+        (["--force"], "error: --force: applies to --variant NAME only"),
+        (["--variant", "cu128", "--lock", lock], "error: --variant: does not apply to --lock"),
+        (["--facts", str(H200), "--lock", lock], "error: --facts: does not apply to --lock"),
+    ]
+    for extra, words in cases:
+        capsys.readouterr()
+        assert main(env_args(project, str(channel), *extra)) == 2, extra
+        err = capsys.readouterr().err
+        assert err.startswith(words) and err.count("\n") == 1, err
+    project.variant_lock_path("py310", "cu128").unlink()
+    for extra in (["--variant", "cu128", "--facts", str(H200)], ["--variant", "cu128", "--force"]):
+        assert main(env_args(project, str(channel), *extra)) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --variant cu128: not locked yet: ") and err.rstrip().endswith("(run `make lock`)")
+    assert main(env_args(project, str(channel), "--facts", str(H200))) == 2  # auto: the cu128 lock is all that runs
+    assert "no locked variant of py310 runs on this host" in capsys.readouterr().err
+    assert not prefix_of(project).exists()
+
+
+def test_a_spec_without_variants_has_no_variant_to_name(tmp_path: Path, channel: Path, capsys) -> None:
+    project = make_project(tmp_path / "plain", platforms=("linux-64",), conda=CONDA, pip=PIP)
+    assert main(env_args(project, str(channel), "--variant", "cpu")) == 2
+    assert "variants: none declared, so there is no variant 'cpu'" in capsys.readouterr().err
+
+
+def no_smi(argv, timeout=300.0, **kwargs):
+    """The real runner, except nvidia-smi, which this machine may have."""
+    return missing_binary_runner(argv) if "nvidia-smi" in argv[0] else run(argv, timeout=timeout, **kwargs)
+
+
+def env_variant(project: Project, nvml: FakeNvml):
+    from bootstrap.checks.verify import VerifyOptions, run_verify
+
+    result = run_verify(VerifyOptions(prefix=prefix_of(project), root=project.root, bench=False), nvml=nvml,
+                        runner=no_smi)
+    return next(c for c in result.checks if c.id == "env.variant")
+
+
+def test_verify_reports_the_installed_variant_and_fails_when_another_should_run(project: Project, channel: Path,
+                                                                                 no_gpu: Path, capsys) -> None:
+    env_json(project, channel, capsys, "--facts", str(no_gpu))
+    here = env_variant(project, FakeNvml({}, init_error=12))
+    assert here.status is Status.OK
+    assert here.observed == "cpu from conda-lock.yml: torch 2.10.0+cpu (CPU build), the pick for this host"
+    gpu = env_variant(project, FakeNvml.load("h200x8-580.95.05.json"))
+    assert gpu.status is Status.FAIL and gpu.observed.startswith("cpu from conda-lock.yml: will not run here "
+                                                                 "(torch.cuda_build: ")
+    assert gpu.observed.endswith("; this host should run cu128")
+    assert gpu.remedy == "`make env VARIANT=cu128` installs it in place"
+    env_json(project, channel, capsys, "--variant", "cu128", "--facts", str(no_gpu))
+    cpu_host = env_variant(project, FakeNvml({}, init_error=12))  # runs, but a CPU host is better off with cpu
+    assert cpu_host.status is Status.WARN
+    assert cpu_host.observed == "cu128 from py310.cu128.conda-lock.yml: runs, but cpu is the pick for this host"
+    assert cpu_host.remedy == "`make env VARIANT=cpu` installs it in place, or keep this one with VARIANT=cu128"
+    assert env_variant(project, FakeNvml.load("h200x8-580.95.05.json")).status is Status.OK
