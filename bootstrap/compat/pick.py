@@ -132,8 +132,8 @@ def judge(nvidia: DriverFacts, candidate: Candidate) -> Verdict:
     status = worst(checks)
     if status is Status.OK:
         return Verdict(candidate=candidate, status=status, checks=checks)
-    reasons = tuple(f"{c.id}: {c.detail or c.observed}" if status is Status.SKIP else f"{c.id}: {c.observed}"
-                    for c in checks if c.status is status)
+    reasons = tuple(f"{c.id}: {c.detail or c.observed}" if status is Status.SKIP
+                    else f"{c.id}: {c.observed}, needs {c.expected}" for c in checks if c.status is status)
     return Verdict(candidate=candidate, status=status, reasons=reasons, checks=checks)
 
 

@@ -105,6 +105,8 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
     vpkgs = read_virtual_packages(project.virtual_packages_path)
     _check_platforms(spec, options.platforms)
     locks = variant_locks(project, env, spec, options.variants)
+    for variant, _ in locks:
+        pip_requirements(spec.for_variant(variant))  # and each variant's torch pin
     waiting = f"waiting for another `bootstrap lock` of {env} to finish"
     with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
         return tuple(_lock_variant(project, env, spec.for_variant(variant), vpkgs.for_variant(variant), path, options)

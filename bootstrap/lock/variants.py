@@ -35,7 +35,12 @@ TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 VARIANT_KEYS = ("name", "index", "torch", "virtual-packages", "platforms")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # no dot: it separates env and variant in lock file names
 _VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z_]+)*")
-_SPECIFIER_START = re.compile(r"\s*(==|!=|<=|>=|<|>|~=|===)")
+# PEP 440 specifier clauses (`==2.10.*`, `>=2.11,<2.15`), checked without `packaging`, which the env side lacks;
+# the lock checks the requirement it makes from them in full.
+_SPECIFIER = re.compile(r"(===|==|!=|<=|>=|<|>|~=)\s*[0-9][0-9A-Za-z.*+!_-]*(\s*,\s*(===|==|!=|<=|>=|<|>|~=)\s*"
+                        r"[0-9][0-9A-Za-z.*+!_-]*)*")
+# `name[extras] specifier ; marker`: the parts of a requirement the torch pin keeps
+_REQUIREMENT = re.compile(r"(?P<name>[A-Za-z0-9._-]+)\s*(?P<extras>\[[^\]]*\])?[^;]*(?P<marker>;.*)?", re.S)
 # The OS families on which each virtual package can exist; a package not listed exists everywhere.
 _VIRTUAL_OS = {"__cuda": ("linux", "windows"), "__glibc": ("linux",), "__linux": ("linux",),
                "__osx": ("macos",), "__unix": ("linux", "macos"), "__win": ("windows",)}
@@ -129,15 +134,11 @@ def _torch_pin(path: Path, where: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InputError(path, f"{where}.torch: expected a version pin like \"==2.10.*\"")
     pin = value.strip()
-    if not _SPECIFIER_START.match(pin):
-        pin = f"=={pin}" if pin[:1].isdigit() else "?"  # a bare version means ==
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-    try:
-        SpecifierSet(pin)
-    except InvalidSpecifier:
+    if pin[:1].isdigit():
+        pin = f"=={pin}"  # a bare version means ==
+    if not _SPECIFIER.fullmatch(pin):
         raise InputError(path, f"{where}.torch: {_excerpt(value)} is not a version pin",
-                         "write e.g. \"==2.10.*\" or \">=2.11,<2.15\"") from None
+                         "write e.g. \"==2.10.*\" or \">=2.11,<2.15\"")
     return pin
 
 
@@ -198,13 +199,9 @@ def effective_pip(pip: Tuple[str, ...], variant: Variant) -> Tuple[str, ...]:
         return pip
     out = []
     for text in pip:
-        if _requirement_name(text) == "torch":
-            from packaging.requirements import Requirement
-
-            requirement = Requirement(text)
-            extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
-            marker = f"; {requirement.marker}" if requirement.marker else ""
-            text = f"torch{extras}{variant.torch}{marker}"
+        match = _REQUIREMENT.fullmatch(text.strip())
+        if match and _requirement_name(text) == "torch":
+            text = f"{match['name']}{match['extras'] or ''}{variant.torch}{match['marker'] or ''}"
         out.append(text)
     return tuple(out)
 

@@ -15,7 +15,7 @@ from bootstrap.cli import main
 from bootstrap.install.prefix import InstallRecord, write_install_record
 from tests.fixtures import REPO
 from tests.fixtures.fakes import FakeNvml, missing_binary_runner
-from tests.fixtures.variants import R570, facts_file, variant_project
+from tests.fixtures.variants import R570, facts_file, plain_project, variant_project
 
 PASCAL = ("NVIDIA GeForce GTX 1080", (6, 1))
 H200 = ("NVIDIA H200", (9, 0))
@@ -149,10 +149,11 @@ def test_env_picks_the_env_and_lock_judges_one_lock(tmp_path: Path, capsys) -> N
     assert "--env: does not apply to --lock FILE" in capsys.readouterr().err
 
 
-def test_a_spec_without_variants_is_judged_as_before(capsys) -> None:
+def test_a_spec_without_variants_is_judged_as_before(tmp_path: Path, capsys) -> None:
+    project = plain_project(tmp_path / "proj")
     facts = REPO / "tests" / "data" / "verify" / "rtx3090-535.183.01.facts.json"
-    _, by_root, extra = doctor(capsys, REPO, "--facts", str(facts))
-    _, by_lock, _ = doctor(capsys, REPO, "--facts", str(facts), "--lock", str(REPO / "conda-lock.yml"))
+    _, by_root, extra = doctor(capsys, project.root, "--facts", str(facts))
+    _, by_lock, _ = doctor(capsys, project.root, "--facts", str(facts), "--lock", str(project.lock_path("py310")))
     assert by_root == by_lock and "lock.variant" not in by_root
-    assert extra["pick"]["chosen"] is None and extra["pick"]["chosen_lock"] == str(REPO / "conda-lock.yml")
+    assert extra["pick"]["chosen"] is None and extra["pick"]["chosen_lock"] == str(project.lock_path("py310"))
     assert extra["pick"]["why"].startswith("conda-lock.yml: the env's only lock, runs with a caveat")

@@ -70,7 +70,7 @@ def test_a_torch_pin_replaces_the_spec_requirement_keeping_marker_and_extras(tmp
     base = BASE.replace("torch==2.10.*", "torch[opt]==2.10.*; sys_platform != 'darwin'")
     spec = read_spec(spec_with(tmp_path, "variants:\n  - name: a\n  - name: b\n    torch: 2.14.*\n", base))
     effective = spec.for_variant(spec.variants[1])
-    assert effective.pip == ('torch[opt]==2.14.*; sys_platform != "darwin"', "numpy")
+    assert effective.pip == ("torch[opt]==2.14.*; sys_platform != 'darwin'", "numpy")
     assert spec.for_variant(spec.variants[0]).pip == spec.pip
 
 
