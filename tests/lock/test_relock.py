@@ -130,6 +130,7 @@ def test_a_relock_moves_only_what_the_spec_needs_then_update_then_upgrade(mirror
     assert main(["lock", "--check", "--root", str(mirrored.project.root)]) == 0
 
 
+@pytest.mark.slow
 def test_what_the_channel_or_index_dropped_is_not_preferred(tmp_path: Path, capsys) -> None:
     """Over a file:// channel (rattler's gateway, not the directory mirror's repodata file): the
     rest is still preferred over the newer versions published beside."""
@@ -147,6 +148,7 @@ def test_what_the_channel_or_index_dropped_is_not_preferred(tmp_path: Path, caps
     }
 
 
+@pytest.mark.slow
 def test_a_kept_wheel_keeps_its_own_dependencies(tmp_path: Path, capsys) -> None:
     """alpha 1.0 needs nothing, the newer 1.1 needs beta: the edges are those of the version kept."""
     fixture = Fixture(tmp_path, mirror=True, pip=("alpha==1.0", "gamma"))

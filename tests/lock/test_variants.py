@@ -234,6 +234,7 @@ def test_a_lock_copied_over_another_variant_is_stale(example_locked: Project, tm
     assert "variant: lock holds cpu, spec expects cu126" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_relocking_one_variant_names_it_and_leaves_the_other(example_locked: Project, tmp_path: Path,
                                                              fixture_channel: Path, indexes: dict, capsys) -> None:
     project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
