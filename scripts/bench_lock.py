@@ -1,15 +1,17 @@
 """`make bench-lock`: where the time of `bootstrap lock` goes, and how fast `--check` is.
 
-Relocks both envs x 3 platforms against the shared conda-forge snapshot (as a
-mirror of conda-forge) into a scratch copy of the project, twice: with a cold
-uv cache, then warm. Then, each from the committed locks again, a one-package
-`lock --update numpy` beside a full relock (`lock --upgrade`). Prints conda
+Relocks every env and torch variant (py310: cu128 x 3 platforms and cu130 on
+linux-64; py39: cu128 x 3 platforms) against the shared conda-forge snapshot
+(as a mirror of conda-forge) into a scratch copy of the project, twice: with a
+cold uv cache, then warm, printing each variant's conda and pip time. Then,
+each from the committed locks again, a one-package `lock --update numpy`
+beside a full relock (`lock --upgrade`). Prints conda
 solve / pip resolution / write per run and how many lock entries moved (one
 per package and platform), and the wall time of `python -m bootstrap lock
 --check` (interpreter start included) over several runs. Needs PyPI for the
 pip part.
 
-Targets (issue 2): conda solve + write <= 1 s for all six; --check <= 0.5 s.
+Targets (issue 2): conda solve + write <= 1 s for all six; --check <= 0.5 s with every variant present.
 """
 
 from __future__ import annotations
@@ -44,12 +46,14 @@ def scratch_project(tmp: Path) -> Project:
 
 def restore_locks(project: Project) -> None:
     """The committed locks again, so each relock below starts from the same ones."""
-    for env in project.env_names():
-        shutil.copy(REPO / project.lock_path(env).relative_to(project.root), project.lock_path(env))
+    shutil.copy(REPO / "conda-lock.yml", project.root / "conda-lock.yml")
+    for path in (REPO / "envs").glob("*.conda-lock.yml"):
+        shutil.copy(path, project.envs_dir / path.name)
 
 
-def lock_all(project: Project, label: str, **moves) -> dict:
-    """Relock every env (`moves`: LockOptions' update / upgrade); print where the time went."""
+def lock_all(project: Project, label: str, per_variant: bool = False, **moves) -> dict:
+    """Relock every env (`moves`: LockOptions' update / upgrade); print where the time went, and with
+    `per_variant` each variant's share."""
     options = LockOptions(mirrors=(Mirror.parse(f"conda-forge={SNAPSHOT}"),), **moves)
     totals = {"conda_solve": 0.0, "pip_resolve": 0.0, "write": 0.0}
     moved = 0
@@ -58,6 +62,9 @@ def lock_all(project: Project, label: str, **moves) -> dict:
             for key, value in result.seconds.items():
                 totals[key] += value
             moved += sum(len(d.added) + len(d.removed) + len(d.changed) for d in result.diffs)
+            if per_variant:
+                print(f"  variant {env} [{result.variant}] ({len(result.platforms)} platforms): conda solve "
+                      f"{result.seconds['conda_solve']:.3f} s, pip resolve {result.seconds['pip_resolve']:.2f} s")
     print(f"{label:<22} conda solve {totals['conda_solve']:6.3f} s   pip resolve {totals['pip_resolve']:6.2f} s   "
           f"write {totals['write']:6.3f} s   conda solve + write {totals['conda_solve'] + totals['write']:6.3f} s   "
           f"moved {moved:3d} entries")
@@ -82,9 +89,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-lock-") as tmp:
         os.environ["UV_CACHE_DIR"] = str(Path(tmp, "uv-cache"))
         project = scratch_project(Path(tmp))
-        print("bootstrap lock, 2 envs x 3 platforms, conda part from the snapshot mirror, pip part from PyPI")
+        print("bootstrap lock, every env and variant (7 platform locks), conda part from the snapshot mirror, "
+              "pip part from PyPI")
         lock_all(project, "cold uv cache")
-        lock_all(project, "warm uv cache")
+        lock_all(project, "warm uv cache", per_variant=True)
         restore_locks(project)
         lock_all(project, f"lock --update {UPDATED}", update=(UPDATED,))
         restore_locks(project)
@@ -92,7 +100,8 @@ def main() -> int:
         restore_locks(project)
         baseline = min(time_check_python())
         times = time_check(project)
-        print(f"lock --check (2 envs)  median {statistics.median(times):.3f} s  min {min(times):.3f} s  "
+        variants = len(list(project.envs_dir.glob("*.conda-lock.yml"))) + 1
+        print(f"lock --check ({variants} locks)  median {statistics.median(times):.3f} s  min {min(times):.3f} s  "
               f"max {max(times):.3f} s over {len(times)} runs; bare `python -c pass` {baseline:.3f} s "
               f"-> check costs {statistics.median(times) / baseline:.1f}x an empty interpreter start")
     return 0
