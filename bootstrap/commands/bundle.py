@@ -1,4 +1,4 @@
-"""`python -m bootstrap bundle [ENV ...] [--platform P ...] [--mirror CANONICAL=URL ...]
+"""`python -m bootstrap bundle [ENV ...] [--variant V ...] [--platform P ...] [--mirror CANONICAL=URL ...]
 [--tools-python X.Y ...] [--no-tools] [-o FILE] [--json]`."""
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("envs", nargs="*", metavar="ENV", help="envs to bundle (default: the project's default, py310)")
     parser.add_argument("--platform", action="append", default=[], metavar="P",
                         help="locked platform to bundle (repeatable; default: this machine's)")
+    parser.add_argument("--variant", action="append", default=[], metavar="V",
+                        help="torch variant to bundle (repeatable; default: each env's default variant); "
+                             "on the node `make env BUNDLE=FILE VARIANT=V`")
     parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
                         help="fetch URLs under CANONICAL from an HTTP mirror or a local directory")
     parser.add_argument("-o", "--output", type=Path, default=None,
@@ -49,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     platforms = tuple(dict.fromkeys(args.platform)) or (host_platform(),)
     output = args.output or Path(f"bundle-{'+'.join(envs)}-{'+'.join(platforms)}.tar")
     options = BundleOptions(
-        locks=tuple((env, project.lock_path(env).absolute()) for env in envs),
+        locks=_locks(project, envs, tuple(dict.fromkeys(args.variant))),
         platforms=platforms,
         output=output.absolute(),
         cache_dir=(args.cache_dir or default_cache_dir()).absolute(),
@@ -71,6 +74,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"on the node: make env BUNDLE={result.path.name}   "
               f"(or python -m bootstrap env --bundle {result.path.name})")
     return EXIT_OK
+
+
+def _locks(project: Project, envs: list, variants: tuple) -> tuple:
+    """(env, lock path) of each lock to bundle: the variants named, else each env's default one."""
+    from bootstrap.lock.spec import read_spec
+    from bootstrap.lock.variants import variant_locks
+
+    out = []
+    for env in envs:
+        locks = variant_locks(project, env, read_spec(project.spec_path(env)), variants)
+        out += [(env, path.absolute()) for _, path in (locks if variants else locks[:1])]
+    return tuple(out)
 
 
 def _tools_targets(project: Project, platforms: tuple, pythons: list) -> tuple:

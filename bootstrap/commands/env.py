@@ -66,6 +66,12 @@ def run(args: argparse.Namespace) -> int:
     platform = args.platform or host_platform()
     choice = None if args.lock is not None else choose_variant(
         VariantRequest(project, env, platform, args.variant, args.force, args.facts))
+    bundle = Bundle.open(args.bundle.absolute()) if args.bundle is not None else None
+    if bundle is not None and choice is not None and not bundle.has_lock(choice.lock_path):
+        held = ", ".join(Path(e["lock"]).name for e in bundle.index["envs"])
+        raise InputError(args.bundle, f"holds {held}, not {choice.lock_path.name} (variant {choice.name or 'none'}, "
+                         f"{choice.how})", f"bundle it: `bootstrap bundle {env} --variant {choice.name}`, "
+                         "or install one the bundle holds with --variant NAME")
     options = EnvOptions(
         env=env,
         lock_path=(args.lock or choice.lock_path).absolute(),
@@ -73,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         platform=platform,
         cache_dir=(args.cache_dir or default_cache_dir()).absolute(),
         mirrors=parse_mirrors(args.mirror, base=Path.cwd()),
-        bundle=Bundle.open(args.bundle.absolute()) if args.bundle is not None else None,
+        bundle=bundle,
         dry_run=args.dry_run,
         show_progress=sys.stderr.isatty() and not args.json,
         variant=choice,

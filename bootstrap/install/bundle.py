@@ -289,6 +289,10 @@ class Bundle:
         _check_index(path, index, members)
         return cls(path, index, members)
 
+    def has_lock(self, lock_path: Path) -> bool:
+        """Whether the bundle was made from a lock of this name (one per env and variant)."""
+        return any(Path(env["lock"]).name == lock_path.name for env in self.index["envs"])
+
     def source(self, entry: LockedPackage) -> Optional[Source]:
         """Where `entry`'s bytes are in the bundle, by the lock's sha256; None if it has none."""
         member = self._by_sha256.get(entry.sha256)

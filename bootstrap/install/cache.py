@@ -126,16 +126,25 @@ def prune(cache_dir: Path, keep: Iterable[LockedPackage]) -> tuple[list, list]:
     return removed, left
 
 
+def _lock_paths(project: Project, env: str) -> list:
+    """Every lock of `env`: one per torch variant its spec declares."""
+    from bootstrap.lock.spec import read_spec
+    from bootstrap.lock.variants import variant_locks
+
+    return [path for _, path in variant_locks(project, env, read_spec(project.spec_path(env)))]
+
+
 def prune_for_project(project: Project, cache_dir: Path, waiting: Callable[[str], None]) -> PruneResult:
     """`prune` keeping every package of every lock of `project`, on every platform. Refused while an
     env of the project has no lock: pruning would drop all it installs."""
     envs = project.resolve_envs([])  # InputError without env specs: not a project
-    missing = [(env, project.lock_path(env)) for env in envs if not project.lock_path(env).is_file()]
+    paths = [(env, path) for env in envs for path in _lock_paths(project, env)]
+    missing = [(env, path) for env, path in paths if not path.is_file()]
     if missing:
         env, path = missing[0]
-        raise InputError(path, f"missing: pruning now would drop every package of {env}",
+        raise InputError(path, f"missing: pruning now would drop every package of {env} it installs",
                          "run `make lock` first, or pass --root for the project whose cache this is")
-    locks = [read_lock(project.lock_path(env)) for env in envs]
+    locks = [read_lock(path) for _, path in paths]
     check_cache_dir(cache_dir)
     if (cache_dir / "conda-meta").is_dir() or (cache_dir / "pkgs" / "urls.txt").is_file():
         # conda's own pkgs/ (a Miniconda root given by mistake): pruning it would empty conda's cache

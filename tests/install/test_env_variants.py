@@ -8,6 +8,7 @@ so that no test depends on the GPUs of the machine it runs on.
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import yaml
 from bootstrap.checks.model import Status
 from bootstrap.cli import main
 from bootstrap.install.prefix import read_install_record
+from bootstrap.lock.lockfile import read_lock
 from bootstrap.project import Project
 from bootstrap.runner import run
 from tests.fixtures import DATA
@@ -178,3 +180,41 @@ def test_verify_reports_the_installed_variant_and_fails_when_another_should_run(
     assert cpu_host.observed == "cu128 from py310.cu128.conda-lock.yml: runs, but cpu is the pick for this host"
     assert cpu_host.remedy == "`make env VARIANT=cpu` installs it in place, or keep this one with VARIANT=cu128"
     assert env_variant(project, FakeNvml.load("h200x8-580.95.05.json")).status is Status.OK
+
+
+def test_a_bundle_holds_the_variants_named_and_env_installs_only_those(project: Project, channel: Path, no_gpu: Path,
+                                                                      tmp_path: Path, capsys) -> None:
+    output = tmp_path / "cu128.tar"
+    capsys.readouterr()
+    assert main(["bundle", "--root", str(project.root), "--platform", "linux-64", "--variant", "cu128",
+                 "--mirror", f"conda-forge={channel}", "--cache-dir", str(tmp_path / "bundle-cache"),
+                 "-o", str(output), "--no-tools"]) == 0
+    with tarfile.open(output) as tar:
+        index = json.loads(tar.extractfile("bundle.json").read())
+    assert [e["lock"] for e in index["envs"]] == ["locks/py310/py310.cu128.conda-lock.yml"]
+    from_bundle = ["env", "--root", str(project.root), "--platform", "linux-64", "--bundle", str(output),
+                   "--cache-dir", str(project.root / ".cache"), "--facts", str(no_gpu)]
+    capsys.readouterr()
+    assert main(from_bundle) == 2  # no GPU: the pick is cpu, which the bundle does not hold
+    err = capsys.readouterr().err
+    assert "holds py310.cu128.conda-lock.yml, not conda-lock.yml (variant cpu, auto)" in err
+    assert "--variant cpu" in err and len(err.strip().splitlines()) == 1
+    assert not prefix_of(project).exists()
+    assert main([*from_bundle, "--variant", "cu128"]) == 0
+    assert installed(project) == ("cu128", "py310.cu128.conda-lock.yml", "2.10.0+cu128")
+    assert main(["bundle", "--root", str(project.root), "--variant", "rocm", "-o", str(tmp_path / "x.tar")]) == 2
+    assert "py310 has no variant 'rocm'" in capsys.readouterr().err and not (tmp_path / "x.tar").exists()
+
+
+def test_prune_keeps_what_every_variant_installs(project: Project, channel: Path, no_gpu: Path, capsys) -> None:
+    env_json(project, channel, capsys, "--facts", str(no_gpu))
+    env_json(project, channel, capsys, "--variant", "cu128", "--facts", str(no_gpu))
+    capsys.readouterr()
+    assert main(["cache", "--prune", "--json", "--root", str(project.root), "--cache-dir",
+                 str(project.root / ".cache")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kept_for"] == [str(project.lock_path("py310")), str(project.variant_lock_path("py310", "cu128"))]
+    kept = {p.name for p in (project.root / ".cache" / "archives").iterdir()}
+    for path in report["kept_for"]:
+        torch = next(e for e in read_lock(Path(path)).packages if e.name == "torch")
+        assert torch.sha256 in kept  # both builds of torch stay: either variant reinstalls offline
