@@ -126,18 +126,32 @@ def read_metadata(url: str, offline: bool) -> Optional[str]:
     if parts.scheme == "file":
         return _metadata_in_archive(url2pathname(parts.path))
     if parts.scheme in ("http", "https") and not offline:
-        return _metadata_beside(url)
+        return _metadata_beside(url) or _metadata_in_remote_archive(url)
     return None
 
 
-def _metadata_in_archive(path: str) -> Optional[str]:
+def _metadata_in_archive(path_or_file) -> Optional[str]:
     import zipfile
 
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(path_or_file) as archive:
             names = [n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
             return archive.read(names[0]).decode("utf-8", "replace") if len(names) == 1 else None
     except (OSError, zipfile.BadZipFile):
+        return None
+
+
+def _metadata_in_remote_archive(url: str) -> Optional[str]:
+    """The METADATA member of the wheel at `url`, read with Range requests (its tail, central
+    directory and that member: a few hundred KB of a 900 MB torch wheel), where the index serves
+    no `.metadata` file; None where the server takes no Range requests."""
+    import http.client
+
+    from bootstrap.lock.remote_zip import RemoteFile
+
+    try:
+        return _metadata_in_archive(RemoteFile(url, _METADATA_TIMEOUT_S))
+    except (OSError, ValueError, http.client.HTTPException):
         return None
 
 

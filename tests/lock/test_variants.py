@@ -276,3 +276,53 @@ def test_bad_variant_options_are_one_line_and_exit_2(example_locked: Project, fi
     err = capsys.readouterr().err
     assert problem in err and len(err.strip().splitlines()) == 1
     assert before == {p: p.read_bytes() for p in example_locked.root.glob("envs/*.conda-lock.yml")}
+
+
+# --------------------------------------------------------------------------- the committed locks
+
+
+def committed_locks() -> list:
+    from bootstrap.lock.variants import variant_locks
+
+    project = Project(REPO)
+    return [(env, variant, path) for env in project.env_names()
+            for variant, path in variant_locks(project, env, read_spec(project.spec_path(env)))]
+
+
+@pytest.mark.parametrize(("env", "variant", "path"), committed_locks(),
+                         ids=[f"{e}-{v.name if v else ''}" for e, v, _ in committed_locks()])
+def test_conda_lock_accepts_each_committed_lock_and_its_hash(env: str, variant, path: Path) -> None:
+    """conda-lock's own `--check-input-hash` rule on every platform, and its parser and renderer."""
+    from conda_lock.conda_lock import render_lockfile_for_platform
+    from conda_lock.content_hash import compute_content_hashes
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    from bootstrap.lock.content_hash import conda_lock_accepts_hash, conda_lock_inputs
+
+    spec = read_spec(Project(REPO).spec_path(env))
+    vpkgs = read_virtual_packages(Project(REPO).virtual_packages_path)
+    lock = read_lock(path)
+    assert lock.custom["bootstrap.variant"] == variant.name and lock.platforms == variant.platforms
+    parsed = parse_conda_lock_file(path)
+    for platform in lock.platforms:
+        assert conda_lock_accepts_hash(spec.for_variant(variant), vpkgs.for_variant(variant), platform,
+                                       lock.content_hash[platform])
+        rendered = render_lockfile_for_platform(lockfile=parsed, include_dev_dependencies=True, extras=None,
+                                                kind="explicit", platform=platform,
+                                                suppress_warning_for_pip_and_explicit=True)
+        assert len([line for line in rendered if line.startswith("https://")]) == len(lock.for_platform(platform,
+                                                                                                         "conda"))
+    if variant.as_written:  # the default as written: conda-lock's hash of the very spec file
+        with conda_lock_inputs(spec.path, vpkgs.path) as (lock_spec, vpr):
+            assert {p: h for p, h in compute_content_hashes(lock_spec, vpr).items() if p in lock.platforms} == \
+                dict(lock.content_hash)
+
+
+def test_the_committed_cu130_variant_is_torch_2_14_on_cuda_13() -> None:
+    project = Project(REPO)
+    pip = {p.name: p for p in read_lock(project.variant_lock_path("py310", "cu130")).for_platform("linux-64", "pip")}
+    assert pip["torch"].version.startswith("2.14.") and pip["torch"].url.startswith("https://files.pythonhosted.org/")
+    assert pip["torch"].dependencies["cuda-toolkit"].startswith("==13.0")  # the wheel's own Requires-Dist pin
+    default = {p.name: p for p in read_lock(project.lock_path("py310")).for_platform("linux-64", "pip")}
+    assert default["torch"].version.startswith("2.10.") and default["torch"].dependencies[
+        "nvidia-cuda-runtime-cu12"] == "==12.8.90"
