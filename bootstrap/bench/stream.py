@@ -22,7 +22,12 @@ class BatchStream:
         self.loader = loader
         started = time.perf_counter()
         with _quiet_worker_count():
-            self._iterator: Any = iter(loader)
+            try:
+                self._iterator: Any = iter(loader)
+            except OSError as exc:  # the loader's queues and locks live in /dev/shm too: a full one fails here
+                if not getattr(loader, "num_workers", 0):
+                    raise
+                raise RuntimeError(f"DataLoader workers could not start: {exc}") from exc
         try:
             self._first: Any = next(self._iterator)
         except BaseException:

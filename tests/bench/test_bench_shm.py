@@ -44,6 +44,26 @@ def test_worker_deaths_are_told_apart():
         == "ValueError: bad crop"
 
 
+class _LoaderWithoutShm:
+    """A DataLoader whose queues cannot be made: /dev/shm is full before any worker starts."""
+
+    def __init__(self, num_workers: int) -> None:
+        self.num_workers = num_workers
+
+    def __iter__(self):
+        raise OSError(28, "No space left on device")
+
+
+def test_a_loader_whose_queues_find_no_shm_is_a_worker_failure_not_a_traceback():
+    from bootstrap.bench.stream import BatchStream
+
+    with pytest.raises(RuntimeError) as caught:
+        BatchStream(_LoaderWithoutShm(num_workers=2))
+    assert worker_failure(caught.value).startswith(f"{SHM_FAILURE}: DataLoader workers could not start")
+    with pytest.raises(OSError):  # without workers nothing is in /dev/shm: a real error, not a config's failure
+        BatchStream(_LoaderWithoutShm(num_workers=0))
+
+
 def test_a_loader_that_died_of_shm_fails_the_shm_check_with_the_remedy():
     t = Thresholds()
     died = shm_check(VerdictFacts(device_type="cpu", shm_free_mib=2.0, shm_need_mib=37.0,
