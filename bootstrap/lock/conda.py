@@ -8,8 +8,10 @@ strict channel priority; the records keep canonical channel URLs even when a
 from __future__ import annotations
 
 import asyncio
+import base64
 from pathlib import Path
 from typing import Optional, Sequence
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from bootstrap.errors import FetchError, InputError, SolveError, one_line
 from bootstrap.lock.lockfile import LockedPackage
@@ -49,7 +51,7 @@ def solve_conda(
 
     specs = match_specs(spec)
     sources, http_mirrors = _sources(spec.channel_urls, platform, mirrors)
-    client = rattler.Client([rattler.networking.MirrorMiddleware(http_mirrors)]) if http_mirrors else None
+    client = _mirror_client(http_mirrors) if http_mirrors else None
     gateway = rattler.Gateway(cache_dir=cache_dir, client=client)
     vpkgs = [
         rattler.GenericVirtualPackage(rattler.PackageName(v.name), rattler.Version(v.version),
@@ -116,6 +118,38 @@ def _sources(channel_urls: Sequence[str], platform: str, mirrors: Sequence[Mirro
             http_mirrors[url + "/"] = [mirror.target + "/"]
         sources.append(rattler.Channel(url))
     return sources, http_mirrors
+
+
+def _mirror_client(http_mirrors: dict[str, list[str]]):
+    """A rattler client that fetches from the mirrors, sending each one's `user:password@` as Basic auth.
+
+    rattler drops the userinfo of a mirror URL (the request goes out without it: 401), so it is taken
+    out here and sent as a header, only to requests for that mirror's host and path. A `/t/TOKEN/`
+    path segment needs nothing: the rewritten URL keeps it."""
+    import rattler
+
+    rewrites: dict[str, list[str]] = {}
+    logins: list[tuple[str, str, dict[str, str]]] = []
+    for canonical, (target,) in http_mirrors.items():
+        parts = urlsplit(target)
+        if parts.username is None:
+            rewrites[canonical] = [target]
+            continue
+        login = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        header = {"Authorization": "Basic " + base64.b64encode(login).decode("ascii")}
+        logins.append((parts.hostname or "", parts.path, header))
+        rewrites[canonical] = [urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))]
+
+    def headers(host: str, path: str) -> Optional[dict[str, str]]:
+        # rattler passes the host without its port: the path prefix narrows it to that mirror.
+        return next((header for login_host, prefix, header in logins
+                     if host.lower() == login_host and path.startswith(prefix)), None)
+
+    # Order matters: the header callback must see the mirror's URL, i.e. run after the rewrite.
+    middlewares = [rattler.networking.MirrorMiddleware(rewrites)]
+    if logins:
+        middlewares.append(rattler.networking.AddHeadersMiddleware(headers))
+    return rattler.Client(middlewares)
 
 
 def _local_repodata(url: str, mirror: Mirror, subdir: str):

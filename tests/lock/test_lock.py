@@ -423,3 +423,35 @@ def test_committed_locks_are_fresh(capsys) -> None:
     repo = REPO
     capsys.readouterr()
     assert main(["lock", "--check", "--root", str(repo)]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("door", ["basic-auth", "token"])
+def test_lock_fetches_from_a_private_mirror_and_records_no_credential(
+    project: Project, fixture_channel: Path, wheelhouse: Path, capfd, door: str
+) -> None:
+    """The mirror's `user:password@` reaches the server (rattler drops it from the URL: 401 before),
+    its `/t/TOKEN/` too; neither reaches the lock nor the output."""
+    from tests.fixtures.conda_channel import serve_directory
+
+    login, token = ("alice:hunter2", None) if door == "basic-auth" else (None, "tk-SECRET")
+    with serve_directory(fixture_channel, login=login, token=token) as server:
+        target = server.replace("http://", "http://alice:hunter2@") if login else f"{server}/t/{token}"
+        code = run_lock(project, wheelhouse, "--mirror", f"conda-forge={target}")
+        out, err = capfd.readouterr()
+        assert code == 0, err
+        assert server.requested("/linux-64/repodata.json")
+    text = project.lock_path("py310").read_text()
+    for secret in ("hunter2", "alice", "tk-SECRET"):
+        assert secret not in text and secret not in out + err
+    assert entry(read_lock(project.lock_path("py310")), "linux-64", "python").url.startswith(CANONICAL_CHANNEL)
+
+
+def test_lock_from_a_private_mirror_with_a_wrong_password_shows_no_password(
+    project: Project, fixture_channel: Path, wheelhouse: Path, capfd
+) -> None:
+    from tests.fixtures.conda_channel import serve_directory
+
+    with serve_directory(fixture_channel, login="alice:hunter2") as server:
+        code = run_lock(project, wheelhouse, "--mirror", "conda-forge=" + server.replace("http://", "http://alice:WRONGPW@"))
+    out, err = capfd.readouterr()
+    assert code != 0 and "401" in err and "WRONGPW" not in out + err and "alice" not in out + err, err
