@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 
 from bootstrap import __version__
 from bootstrap.errors import EXIT_INTERRUPTED, EXIT_USAGE, BootstrapError, DiskFullError, MissingModuleError
+from bootstrap.urls import scrub_credentials
 
 # verb -> (module under bootstrap.commands, one-line help)
 VERBS = {
@@ -81,8 +82,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = build_parser(argv).parse_args(argv)
     except _UsageError as exc:
-        print(exc, file=sys.stderr)
-        return _early_error(argv, "UsageError", str(exc), EXIT_USAGE)
+        message = scrub_credentials(str(exc))  # argparse quotes a rejected value as given
+        print(message, file=sys.stderr)
+        return _early_error(argv, "UsageError", message, EXIT_USAGE)
     except KeyboardInterrupt:  # while the verb's modules were still loading
         print("interrupted", file=sys.stderr)
         return _early_error(argv, "KeyboardInterrupt", "interrupted", EXIT_INTERRUPTED)
@@ -121,7 +123,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _error(args: argparse.Namespace, exc: BootstrapError) -> int:
     """One line on stderr (and the error envelope on stdout with --json); the exit code."""
-    message = str(exc)
+    # The last guard: a message that interpolated a user-given URL must not show its secrets.
+    message = scrub_credentials(str(exc))
     if isinstance(exc, MissingModuleError):
         message += f": {_install_fix(args.verb, exc.name or '')}"
     print(f"error: {message}", file=sys.stderr)

@@ -154,13 +154,13 @@ def _title(result) -> str:
 
 def parse_indexes(texts: list[str]) -> dict[str, str]:
     """`--index NAME=URL` as name -> URL; the URL is scrubbed wherever it is shown."""
-    from bootstrap.urls import scrub_credentials
+    from bootstrap.urls import scrub_argument
 
     out = {}
     for text in texts:
         name, sep, url = (part.strip() for part in text.partition("="))
         if not sep or not name or "://" not in url:
-            raise InputError("--index", f"'{scrub_credentials(text)}' is not NAME=URL",
+            raise InputError("--index", f"'{scrub_argument(text)}' is not NAME=URL",
                              "e.g. --index pytorch-cu126=https://mirror.internal/whl/cu126")
         if name in out:
             raise InputError("--index", f"index '{name}' is given twice", "give one --index per name")

@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError
 from bootstrap.lock.spec import canonical_channel
-from bootstrap.urls import scrub_credentials
+from bootstrap.urls import scrub_argument, scrub_credentials
 
 
 @dataclass(frozen=True)
@@ -31,13 +31,13 @@ class Mirror:
         """`conda-forge=http://mirror/cf`, `https://conda.anaconda.org/conda-forge=../snapshot/conda-forge`."""
         canonical, sep, target = (part.strip() for part in text.partition("="))
         if not sep or not canonical or not target:
-            raise InputError("--mirror", f"'{text}' is not CANONICAL=URL", "e.g. --mirror conda-forge=http://mirror.internal/conda-forge")
+            raise InputError("--mirror", f"'{scrub_argument(text)}' is not CANONICAL=URL", "e.g. --mirror conda-forge=http://mirror.internal/conda-forge")
         given = target
         parts = urlsplit(target) if "://" in target else None
         if parts is not None and (parts.query or parts.fragment or target.endswith(("?", "#"))):
             # Package paths are appended to the mirror's: `.../conda-forge?token=x/linux-64/...` fetches nothing.
             # Scrubbed whole, then cut: an unencoded `#` or `?` in a password splits it where urlsplit looks.
-            shown = re.split(r"[?#]", scrub_credentials(target), maxsplit=1)[0]  # a query may hold a token too
+            shown = re.split(r"[?#]", scrub_argument(target), maxsplit=1)[0]  # a query may hold a token too
             raise InputError(f"--mirror {canonical}={shown}?...",
                              "a mirror URL cannot carry a query string or fragment: "
                              "package paths are appended to it",
@@ -69,7 +69,8 @@ def parse_mirrors(texts: Sequence[str], base: Optional[Path] = None) -> tuple[Mi
     mirrors = tuple(Mirror.parse(text, base) for text in texts)
     for index, mirror in enumerate(mirrors):
         if any(other.canonical == mirror.canonical for other in mirrors[:index]):
-            raise InputError("--mirror", f"{mirror.canonical} is mirrored twice", "give one --mirror per channel")
+            raise InputError("--mirror", f"{scrub_argument(mirror.canonical)} is mirrored twice",
+                             "give one --mirror per channel")
     return mirrors
 
 
