@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 from bootstrap.errors import InputError
 from bootstrap.lock.spec import load_yaml, read_text
 from bootstrap.lock.variants import META_VARIANT  # noqa: F401 (with the other keys bootstrap adds)
+from bootstrap.urls import has_credentials, scrub_credentials
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
 META_VERSION = "bootstrap.version"
@@ -133,6 +134,7 @@ def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[Lo
     locked platform with at least one package."""
     seen: dict = {}
     for index, entry in enumerate(entries):
+        _refuse_credentials(path, f"package[{index}].url", entry.get("url") if isinstance(entry, dict) else None)
         package = _package(path, index, entry)
         if package.platform not in platforms:
             raise InputError(path, f"package[{index}].platform: {package.platform!r} is not in metadata.platforms "
@@ -164,8 +166,17 @@ def _list(path: Path, data: dict, key: str) -> list:
 
 def _channel_url(path: Path, entry: Any) -> str:
     if isinstance(entry, dict) and isinstance(entry.get("url"), str):
+        _refuse_credentials(path, "metadata.channels", entry["url"])
         return entry["url"]
     raise InputError(path, f"metadata.channels: bad entry {entry!r}", _REGENERATE)
+
+
+def _refuse_credentials(path: Path, where: str, url: Any) -> None:
+    """A lock is shared (committed, bundled into a node's cache, exported): it must hold no
+    `user:password@` or `/t/TOKEN/`, which the spec reader and the writer refuse too."""
+    if isinstance(url, str) and has_credentials(url):
+        raise InputError(path, f"{where}: '{scrub_credentials(url)}' carries credentials",
+                         "keep secrets out of locks: ~/.netrc or --mirror")
 
 
 def _package(path: Path, index: int, entry: Any) -> LockedPackage:

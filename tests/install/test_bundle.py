@@ -353,3 +353,13 @@ def test_a_symlinked_lock_goes_in_as_its_bytes(project: Project, channel: Path, 
     with tarfile.open(output) as tar:
         member = tar.getmember("locks/py310/conda-lock.yml")
         assert member.isfile() and tar.extractfile(member).read() == real.read_bytes()
+
+
+def test_a_lock_with_credentials_is_not_bundled(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
+    lock = project.lock_path("py310")
+    lock.write_text(lock.read_text().replace("url: https://conda.anaconda.org/",
+                                             "url: https://bob:PW-SECRET@conda.anaconda.org/", 1))
+    code = bundle(project, channel, tmp_path / "b.tar", tmp_path / "cache")
+    err = capsys.readouterr().err
+    assert code == 2 and "carries credentials" in err and "PW-SECRET" not in err, err
+    assert not (tmp_path / "b.tar").exists() and not (tmp_path / "cache" / "locks").exists()

@@ -95,3 +95,26 @@ def test_the_relock_diff_names_versions_and_for_another_wheel_of_one_version_the
     assert newer.changed == ("numpy 2.2.6 -> 2.3.0",)
     (unchanged,) = diff_locks(old, old, ["osx-arm64"])
     assert unchanged.empty
+
+
+CREDENTIALS = {
+    "conda url with a password": (lambda d: first(d).update(url=first(d)["url"].replace("https://", "https://bob:PW-SECRET@")),
+                                  "package[0].url"),
+    "conda url with a token": (lambda d: first(d).update(url=first(d)["url"].replace(".org/", ".org/t/TK-SECRET/")),
+                               "package[0].url"),
+    "wheel url with a password": (lambda d: first(d, "pip").update(url=first(d, "pip")["url"].replace(
+        "https://", "https://bob:PW-SECRET@")), "].url"),
+    "channel with a token": (lambda d: d["metadata"]["channels"][0].update(
+        url="https://conda.anaconda.org/t/TK-SECRET/conda-forge"), "metadata.channels"),
+}
+
+
+@pytest.mark.parametrize("case", CREDENTIALS, ids=list(CREDENTIALS))
+def test_a_lock_carrying_credentials_is_refused_without_showing_them(tmp_path: Path, case: str) -> None:
+    """A lock is committed, bundled into caches and exported: `bundle` copied such URLs into locks/*.json."""
+    edit, where = CREDENTIALS[case]
+    with pytest.raises(InputError) as caught:
+        read_lock(edited(tmp_path, edit))
+    message = str(caught.value)
+    assert where in message and "carries credentials" in message and "keep secrets out of locks" in message
+    assert "PW-SECRET" not in message and "TK-SECRET" not in message and "bob" not in message
