@@ -38,7 +38,7 @@ from bootstrap.install.floor import HostSystem, check_host, probe_host_system
 from bootstrap.install.history import COMMAND as HISTORY_COMMAND
 from bootstrap.install.history import append_request
 from bootstrap.install.link import LinkTarget, link_conda
-from bootstrap.install.plan import Plan, locked_entries, make_plan, plan_against
+from bootstrap.install.plan import Change, Plan, locked_entries, plan_change
 from bootstrap.install.prefix import (
     InstallRecord,
     conda_meta_fingerprint,
@@ -133,33 +133,6 @@ class Run:
     feedback: Feedback
 
 
-@dataclass(frozen=True)
-class Change:
-    """Where a change starts and what it applies there, decided once (`plan_change`)."""
-
-    start: gens.Start
-    plan: Plan  # against `base`
-    base: Optional[Path]  # the directory the change starts from (None: empty)
-
-    def plan_in_partial(self) -> Plan:
-        """The plan, naming what it removes where the base is once renamed or cloned to the partial."""
-        return self.plan if self.base is None else self.plan.moved(self.base, self.start.partial)
-
-
-def plan_change(layout: gens.Layout, entries: list) -> Optional[Change]:
-    """None when the current generation holds exactly `entries`; else where the next change starts
-    (`generations.next_start`) and the plan against what that directory holds."""
-    current = layout.current()
-    against_current = plan_against(entries, layout.path(current)) if current is not None else None
-    if against_current is not None and layout.path(current).is_dir() and against_current.empty:
-        return None
-    start = gens.next_start(layout)
-    if start.base is None:
-        return Change(start, make_plan(entries, (), ()), None)
-    base = layout.path(start.base)
-    return Change(start, against_current if start.base == current else plan_against(entries, base), base)
-
-
 def create_or_update(options: EnvOptions, feedback: Feedback = Feedback(),
                      host: Optional[HostSystem] = None) -> EnvResult:
     """Make `options.prefix` exactly the lock's env for `options.platform`; `host` is this machine
@@ -178,8 +151,8 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback(),
     layout = gens.Layout(options.prefix)
     layout.check_managed()
     if options.dry_run:
-        return _result(options, started, plan_change(layout, entries), dry_run=True)
-    if _recorded(lock, options) and plan_change(layout, entries) is None:  # the common case, without the env's lock
+        return _result(options, started, _dry_run_change(layout, entries, feedback), dry_run=True)
+    if _unchanged_unlocked(lock, options, layout, entries):  # the common case, without the env's lock
         return _result(options, started, removed=gens.tidy_if_idle(layout))
     check_runs_here(options.platform)
     layout.check_writable()
@@ -212,6 +185,31 @@ def _result(options: EnvOptions, started: float, change: Optional[Change] = None
                      generation=change.start.number, changed=not dry_run, dry_run=dry_run, base=change.start.base,
                      made=change.start.made, seconds=seconds, removed=tuple(map(str, removed)), notes=tuple(notes),
                      variant=options.variant)
+
+
+# What a read of the env without its lock may meet while another run switches it: the generation
+# being read renamed (recycled) or deleted under it, so a listed file or the directory is gone.
+_RACED = (OSError, ValueError)
+
+
+def _unchanged_unlocked(lock: Lock, options: EnvOptions, layout: gens.Layout, entries: list) -> bool:
+    """Whether the env is the lock's already, read without the env's lock so that runs with nothing
+    to do never wait. A read that races another run's switch answers False, never raises: the caller
+    then takes the lock and reads again, where nothing moves."""
+    try:
+        return _recorded(lock, options) and plan_change(layout, entries) is None
+    except _RACED:
+        return False
+
+
+def _dry_run_change(layout: gens.Layout, entries: list, feedback: Feedback) -> Optional[Change]:
+    """`plan_change` for --dry-run, which takes no lock to read; if another run switches the env
+    mid-read, read the new generation, and after a few such races wait for the lock instead."""
+    for _ in range(3):
+        with contextlib.suppress(*_RACED):
+            return plan_change(layout, entries)
+    with gens.exclusive(layout, feedback.waiting):
+        return plan_change(layout, entries)
 
 
 def _recorded(lock: Lock, options: EnvOptions) -> bool:

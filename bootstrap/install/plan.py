@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from bootstrap.errors import InputError
+from bootstrap.install import generations as gens
 from bootstrap.install.prefix import (
     InstalledConda,
     InstalledPip,
@@ -150,3 +151,30 @@ def _python_moves(entries: Sequence[LockedPackage], prefix: Path) -> bool:
     locked = [e.version for e in entries if e.manager == "conda" and e.name == "python"]
     return site is not None and site.parent.name.startswith("python") and bool(locked) and \
         python_version(site.parent.name) != python_version(locked[0])
+
+
+@dataclass(frozen=True)
+class Change:
+    """Where a change starts and what it applies there, decided once (`plan_change`)."""
+
+    start: gens.Start
+    plan: Plan  # against `base`
+    base: Optional[Path]  # the directory the change starts from (None: empty)
+
+    def plan_in_partial(self) -> Plan:
+        """The plan, naming what it removes where the base is once renamed or cloned to the partial."""
+        return self.plan if self.base is None else self.plan.moved(self.base, self.start.partial)
+
+
+def plan_change(layout: gens.Layout, entries: list) -> Optional[Change]:
+    """None when the current generation holds exactly `entries`; else where the next change starts
+    (`generations.next_start`) and the plan against what that directory holds."""
+    current = layout.current()
+    against_current = plan_against(entries, layout.path(current)) if current is not None else None
+    if against_current is not None and layout.path(current).is_dir() and against_current.empty:
+        return None
+    start = gens.next_start(layout)
+    if start.base is None:
+        return Change(start, make_plan(entries, (), ()), None)
+    base = layout.path(start.base)
+    return Change(start, against_current if start.base == current else plan_against(entries, base), base)

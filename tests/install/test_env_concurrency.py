@@ -1,0 +1,104 @@
+"""Runs of `bootstrap env` on one prefix at once: each waits for the other or finds nothing to do,
+none dies of the other's switch, and the env is always one lock's exactly."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import bootstrap.install.env as env_module
+from bootstrap.cli import main
+from bootstrap.install.prefix import conda_records, pip_distributions, read_install_record
+from bootstrap.lock.lockfile import read_lock
+from bootstrap.project import Project
+from tests.fixtures import REPO
+from tests.fixtures.env_project import change_lock, env_args, prefix_of
+
+
+def _raced_once(monkeypatch) -> list:
+    """`plan_change` failing once as a read does when another run recycles the generation under it."""
+    calls: list = []
+    real = env_module.plan_change
+
+    def plan_change(layout, entries):
+        calls.append(layout.current())
+        if len(calls) == 1:
+            raise FileNotFoundError(2, "No such file or directory", str(layout.gens_dir / "1/conda-meta/x.json"))
+        return real(layout, entries)
+
+    monkeypatch.setattr(env_module, "plan_change", plan_change)
+    return calls
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_a_read_that_races_a_switch_reads_again(project: Project, channel: Path, monkeypatch, capsys,
+                                                dry_run: bool) -> None:
+    """The lock-free read of an env another run is switching may fail; it must never be the run's
+    traceback: the run reads again (under the env's lock) and finds the env up to date."""
+    assert main(env_args(project, str(channel))) == 0
+    capsys.readouterr()
+    calls = _raced_once(monkeypatch)
+    assert main(env_args(project, str(channel), *(["--dry-run"] if dry_run else []))) == 0
+    out, err = capsys.readouterr()
+    assert len(calls) == 2 and err == "", (out, err)
+    assert ("plan for" in out and "nothing to do" in out) if dry_run else "is up to date" in out, out
+
+
+def _env_process(project: Project, channel: Path, lock: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bootstrap", *env_args(project, str(channel), "--lock", str(lock))],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _assert_is_one_locks_env(project: Project, locks: dict) -> Path:
+    """The env holds exactly the packages of the lock its install record names, one of `locks`."""
+    prefix = prefix_of(project)
+    lock_path = Path(read_install_record(prefix).lock_path)
+    assert lock_path in locks.values()
+    lock = read_lock(lock_path)
+    installed = conda_records(prefix)
+    assert {(c.name, c.version, c.sha256) for c in installed} == \
+        {(p.name, p.version, p.sha256) for p in lock.for_platform("linux-64", "conda")}
+    names = {c.name for c in installed}
+    assert {(d.name, d.version) for d in pip_distributions(prefix) if d.name not in names} == \
+        {(p.name, p.version) for p in lock.for_platform("linux-64", "pip")}
+    return lock_path
+
+
+def _pairs(project: Project, channel: Path, wheels: Path, pairs: int) -> None:
+    """`pairs` times: two runs on the one prefix, one with each of two locks, in random order and
+    staggered so that one often reads the env while the other switches it."""
+    locks = {}
+    for name, pip in (("a", ("alpha", "gamma")), ("b", ("alpha==1.0", "gamma"))):
+        change_lock(project, channel, wheels, pip=pip)
+        locks[name] = project.lock_path("py310").with_name(f"{name}.conda-lock.yml")
+        shutil.copy(project.lock_path("py310"), locks[name])
+    assert main(env_args(project, str(channel), "--lock", str(locks["a"]))) == 0
+    rng = random.Random(21)
+    for index in range(pairs):
+        order = rng.sample(["a", "b"], 2)
+        first = _env_process(project, channel, locks[order[0]])
+        time.sleep(rng.uniform(0.0, 0.6))
+        second = _env_process(project, channel, locks[order[1]])
+        for process in (first, second):
+            out, err = process.communicate(timeout=120)
+            assert "Traceback" not in err and process.returncode == 0, (index, out, err)
+            # The one line a run may print besides its result: that it waited for the other.
+            assert all("waiting for another `bootstrap env`" in line for line in err.splitlines()), (index, err)
+        _assert_is_one_locks_env(project, locks)
+    assert main(env_args(project, str(channel), "--lock", str(locks["b"]))) == 0
+    assert _assert_is_one_locks_env(project, locks) == locks["b"]
+
+
+def test_three_pairs_of_runs_on_one_prefix(project: Project, channel: Path, wheels: Path) -> None:
+    _pairs(project, channel, wheels, 3)
+
+
+@pytest.mark.slow
+def test_twenty_pairs_of_runs_on_one_prefix(project: Project, channel: Path, wheels: Path) -> None:
+    _pairs(project, channel, wheels, 20)
