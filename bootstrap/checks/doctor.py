@@ -104,7 +104,7 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
     target, why = (None, why) if judged is None else (judged.target, judged.why)
     lock_path = judged.lock_path if judged is not None else (subject.paths[0] if subject.paths else None)
     checks = nvidia_checks(facts.nvidia, facts.host)
-    compat_checks = evaluate(facts.nvidia, target) if target is not None else []
+    compat_checks = evaluate(facts.nvidia, target, facts.visible()) if target is not None else []
     checks += compat_checks
     where = f"{lock_path.name if lock_path else 'no lock'} [{platform}]"
     checks.append(fit_check(target, why, compat_checks, where, facts.nvidia, _switch(pick, judged, subject)))

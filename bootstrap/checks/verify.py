@@ -187,7 +187,7 @@ def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run
     checks += nvidia_checks(facts.nvidia, facts.host)
     if found is not None:
         checks.append(check_torch_import(found, state if state.record is not None else None))
-    checks += evaluate(facts.nvidia, target) if target is not None else \
+    checks += evaluate(facts.nvidia, target, facts.visible()) if target is not None else \
         [Check("torch.cuda_build", Status.SKIP, "no torch", "a torch build", detail=target_why)]
     if found is not None:
         checks += device_checks(found.module, facts.nvidia, found.target, locked_target, only=options.gpu)
@@ -224,7 +224,7 @@ def replay(options: VerifyOptions) -> VerifyResult:
     checks = [Check("env", Status.SKIP, "recorded facts", "the env itself",
                     detail=f"re-evaluating {source}: the env checks need the env (run verify inside it)")]
     checks += nvidia_checks(facts.nvidia, facts.host)
-    checks += evaluate(facts.nvidia, target) if target is not None else \
+    checks += evaluate(facts.nvidia, target, facts.visible()) if target is not None else \
         [Check("torch.cuda_build", Status.SKIP, "no torch", "a torch build", detail=why or "no lock at hand")]
     checks.append(Check("torch.gpu", Status.SKIP, "recorded facts", "a live GPU",
                         detail="CUDA, matmul, conv and pinned memory need the machine itself"))

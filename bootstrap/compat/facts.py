@@ -36,6 +36,7 @@ class GpuFacts:
     remapped_rows_pending: Optional[bool] = None
     remapped_rows_failed: Optional[bool] = None
     missing: Tuple[str, ...] = ()  # "field: why it is None", e.g. "ecc_enabled: not supported on this GPU"
+    mig_uuids: Tuple[str, ...] = ()  # its MIG instances (`nvidia-smi -L`), so CUDA_VISIBLE_DEVICES=MIG-... finds it
 
     @property
     def cc_text(self) -> str:
@@ -45,6 +46,10 @@ class GpuFacts:
         out = dict(self.__dict__)
         out["compute_capability"] = None if self.compute_capability is None else list(self.compute_capability)
         out["missing"] = list(self.missing)
+        if self.mig_uuids:
+            out["mig_uuids"] = list(self.mig_uuids)
+        else:  # files without MIG stay as they were written before the field existed
+            del out["mig_uuids"]
         return out
 
     @classmethod
@@ -180,9 +185,20 @@ class Visible:
     gpus: Tuple[GpuFacts, ...]  # the whole GPUs it names, in its order
     devices: int  # the devices a CUDA program sees: those GPUs, or the one MIG instance it names
     note: str = ""  # "CUDA_VISIBLE_DEVICES='2,3'" (abridged); "" when the variable is unset
+    mig: bool = False  # it names MIG instances: one device, a slice of one GPU (`parent`, if known)
+    parent: Optional[GpuFacts] = None  # the GPU holding the MIG instance it names, where the facts tell
 
     def to_dict(self) -> Dict[str, Any]:
         return {"gpus": [gpu.index for gpu in self.gpus], "devices": self.devices, "note": self.note}
+
+    def split(self, gpus: Sequence[GpuFacts]) -> Tuple[Tuple[GpuFacts, ...], Tuple[GpuFacts, ...]]:
+        """(the GPUs whose code the job runs, the others): a MIG instance runs its parent's compute
+        capability; one whose parent the facts do not tell leaves every GPU in the first."""
+        if self.mig and self.devices:
+            shown = (self.parent,) if self.parent is not None else tuple(gpus)
+        else:
+            shown = self.gpus
+        return shown, tuple(g for g in gpus if g not in shown)
 
 
 def visible_gpus(gpus: Sequence[GpuFacts], value: Optional[str]) -> Visible:
@@ -192,12 +208,16 @@ def visible_gpus(gpus: Sequence[GpuFacts], value: Optional[str]) -> Visible:
     (`1gpu2` is 1); the first entry that names no GPU ends the list, so "" and "-1" hide every
     GPU; a repeated one empties it. An index counts in NVML's order (PCI bus), which is CUDA's
     under CUDA_DEVICE_ORDER=PCI_BUS_ID and on a node of one GPU model. A process sees one MIG
-    instance at most (CUDA enumerates only the first), and not as one of NVML's GPUs here."""
+    instance at most (CUDA enumerates only the first), and not as one of NVML's GPUs here; its
+    parent is the GPU listing that UUID, or the `GPU-` UUID inside an R450-era `MIG-GPU-<uuid>/gi/ci`."""
     if value is None:
         return Visible(gpus=tuple(gpus), devices=len(gpus))
     note = f"CUDA_VISIBLE_DEVICES={_abridged(value)}"
     if value.startswith("MIG-"):
-        return Visible(gpus=(), devices=1 if len(value.split(",")[0]) > len("MIG-") else 0, note=note)
+        first = value.split(",")[0]
+        if len(first) <= len("MIG-"):
+            return Visible(gpus=(), devices=0, note=note, mig=True)
+        return Visible(gpus=(), devices=1, note=note, mig=True, parent=_mig_parent(gpus, first))
     named: List[GpuFacts] = []
     for item in value.split(","):
         gpu = _by_uuid(gpus, item) if value.startswith("GPU-") else _by_index(gpus, item)
@@ -220,6 +240,12 @@ def _by_index(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
 def _by_uuid(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
     found = [g for g in gpus if item.startswith("GPU-") and g.uuid and g.uuid.startswith(item)]
     return found[0] if len(found) == 1 else None
+
+
+def _mig_parent(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
+    if item.startswith("MIG-GPU-"):
+        return _by_uuid(gpus, item[len("MIG-"):].split("/")[0])
+    return next((g for g in gpus if item in g.mig_uuids), None)
 
 
 def _abridged(value: str, keep: int = 100) -> str:

@@ -157,8 +157,25 @@ class Nvml:
             remapped_rows_pending=None if remapped is None else bool(remapped[2]),
             remapped_rows_failed=None if remapped is None else bool(remapped[3]),
             missing=_dedupe(missing),
+            mig_uuids=self._mig_uuids(handle),
         )
         return facts, ""
+
+    def _mig_uuids(self, handle: Any) -> Tuple[str, ...]:
+        """The UUIDs of the GPU's MIG instances (`nvidia-smi -L`); () when MIG is off or not offered.
+
+        Not listed in `missing`: most GPUs have no MIG, and saying so on each would bury the rest."""
+        mode, _ = self._call("nvmlDeviceGetMigMode", handle)
+        if not mode or mode[0] != 1:
+            return ()
+        slots, _ = self._call("nvmlDeviceGetMaxMigDeviceCount", handle)
+        uuids = []
+        for slot in range(int(slots or 0)):
+            instance, _ = self._call("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+            uuid = None if instance is None else self._call("nvmlDeviceGetUUID", instance)[0]
+            if uuid:  # an empty slot answers NOT_FOUND
+                uuids.append(_text(uuid))
+        return tuple(uuids)
 
     def facts(self) -> DriverFacts:
         """Driver, CUDA version and every GPU in one record (`nvidia-smi -q`)."""

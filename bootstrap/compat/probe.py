@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from bootstrap.compat.facts import DriverFacts, GpuFacts, HostFacts
+from bootstrap.compat.facts import DriverFacts, GpuFacts, HostFacts, Visible, visible_gpus
 from bootstrap.compat.host import collect_host_facts
 from bootstrap.compat.nvml import Nvml
 from bootstrap.compat.target import TorchTarget
@@ -221,6 +221,10 @@ class Facts:
     torch_reason: str = ""
     python: str = ""
     platform: str = ""
+
+    def visible(self) -> Visible:
+        """The GPUs this run's CUDA_VISIBLE_DEVICES leaves it, among those the driver lists."""
+        return visible_gpus(self.nvidia.gpus, self.host.cuda_visible_devices)
 
     def to_dict(self) -> Dict[str, Any]:
         return {

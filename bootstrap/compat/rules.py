@@ -20,6 +20,10 @@ Rules (see cuda_compat.md section 5):
     image is available").
   * a CPU-only torch on a host with NVIDIA GPUs fails.
   * no driver / no GPU is a skip with the reason, never an exception.
+  * doctor and verify judge the GPUs CUDA_VISIBLE_DEVICES leaves the job
+    (`visible`); the others get a skip row saying what they would get. The
+    variant pick passes none and judges every GPU the driver lists: an
+    installed env outlives the variable.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks.model import Check, Status
 from bootstrap.compat import data
-from bootstrap.compat.facts import DriverFacts, GpuFacts
+from bootstrap.compat.facts import DriverFacts, GpuFacts, Visible
 from bootstrap.compat.target import TorchTarget, driver_fit, suggest_builds
 from bootstrap.compat.versions import (
     architecture_name,
@@ -42,16 +46,32 @@ from bootstrap.compat.versions import (
 )
 
 
-def evaluate(facts: DriverFacts, target: TorchTarget) -> List[Check]:
-    """Every CUDA-stack check for one host and one torch build."""
+def evaluate(facts: DriverFacts, target: TorchTarget, visible: Optional[Visible] = None) -> List[Check]:
+    """Every CUDA-stack check for one host and one torch build: the kernel images for the GPUs
+    `visible` leaves the job (None: every GPU the driver lists)."""
     checks = [check_torch_build(facts, target), check_driver(facts, target)]
     if not facts.gpus:
         reason = facts.reason or "the driver reports no GPU"
         checks.append(Check("cuda.arch", Status.SKIP, "no NVIDIA GPU", "a GPU to match against the arch list",
                             detail=reason))
+    judged, hidden = visible.split(facts.gpus) if visible is not None else (facts.gpus, ())
+    if facts.gpus and not judged:
+        checks.append(Check("cuda.arch", Status.SKIP, f"no GPU visible to this job ({visible.note})",
+                            "a GPU to match against the arch list",
+                            detail=f"{len(facts.gpus)} GPU(s) hidden; `unset CUDA_VISIBLE_DEVICES` to use them"))
     for gpu in facts.gpus:
-        checks.append(check_gpu_arch(gpu, facts, target))
+        check = check_gpu_arch(gpu, facts, target)
+        checks.append(check if gpu in judged else _hidden(check, visible))
     return checks
+
+
+def _hidden(check: Check, visible: Optional[Visible]) -> Check:
+    """A GPU the job does not see: its verdict as information, not as this run's failure."""
+    note = visible.note if visible is not None else "CUDA_VISIBLE_DEVICES"
+    would = f"would be {check.status.value}" + (f" ({check.remedy})" if check.remedy else "")
+    return Check(check.id, Status.SKIP, f"{check.observed} [not visible: {note}]", check.expected,
+                 detail=(f"{would}; doctor's variant pick still judges this GPU, as an env outlives "
+                         "CUDA_VISIBLE_DEVICES"))
 
 
 def check_torch_build(facts: DriverFacts, target: TorchTarget) -> Check:
