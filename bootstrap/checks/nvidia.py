@@ -15,6 +15,12 @@ from bootstrap.checks.model import Check, Status
 from bootstrap.compat.facts import P2P_OK, P2P_STATUS, TOPOLOGY, DriverFacts, GpuFacts, HostFacts, Visible, visible_gpus
 from bootstrap.compat.versions import cuda_from_int, cuda_supported_by_driver_number
 
+# A loaded driver that lists no GPU: a CUDA torch would quietly train on the CPU.
+NO_GPU_REMEDY = ("the driver is loaded but lists no GPU: usually a GPU it does not support or one that fell off "
+                 "the bus. `nvidia-smi` shows what it sees; `sudo dmesg | grep -i nvrm` says why a GPU was not "
+                 "taken (RmInitAdapter failed, fallen off the bus, not supported); a GPU newer than the driver "
+                 "needs a newer driver")
+
 # NVIDIA's RMA guidance for page retirement: 60 retired pages (or a pending retirement) warrants service.
 RETIRED_PAGES_WARN = 60
 
@@ -31,8 +37,10 @@ def nvidia_checks(nvidia: DriverFacts, host: Optional[HostFacts] = None) -> List
         derived = cuda_supported_by_driver_number(nvidia.driver_version or "", nvidia.os)
         cuda = f"CUDA >= {cuda_from_int(derived)} (from the driver number)" if derived else "CUDA unknown"
     observed = f"driver {nvidia.driver_version or 'unknown'} ({nvidia.os}), {cuda}, {len(nvidia.gpus)} GPU(s)"
-    checks = [Check("nvidia.driver", Status.OK, observed, "an NVIDIA driver",
-                    detail=f"source: {nvidia.source}" + (f"; {nvidia.reason}" if nvidia.reason else ""))]
+    detail = f"source: {nvidia.source}" + (f"; {nvidia.reason}" if nvidia.reason else "")
+    if not nvidia.gpus:
+        return [Check("nvidia.driver", Status.WARN, observed, "an NVIDIA driver with its GPUs", NO_GPU_REMEDY, detail)]
+    checks = [Check("nvidia.driver", Status.OK, observed, "an NVIDIA driver", detail=detail)]
     checks += [gpu_check(gpu, nvidia.os) for gpu in nvidia.gpus]
     visible = visible_gpus(nvidia.gpus, host.cuda_visible_devices if host else None)
     return checks + [c for c in (visible_check(nvidia, visible), peer_check(nvidia, visible)) if c is not None]
