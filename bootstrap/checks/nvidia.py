@@ -29,21 +29,52 @@ def nvidia_checks(nvidia: DriverFacts, host: Optional[HostFacts] = None) -> List
     """The driver, the highest CUDA it supports, each GPU with its health (`nvidia-smi -q`), and for
     the GPUs of the job (`host`'s CUDA_VISIBLE_DEVICES) which they are and peer-to-peer between them."""
     if not nvidia.has_driver:
-        return [Check("nvidia.driver", Status.SKIP, "no NVIDIA driver (CPU mode)", "an NVIDIA driver",
-                      detail=nvidia.reason or "no driver facts")]
+        return [no_driver_check(nvidia, host)]
     if nvidia.cuda_driver_version:
         cuda = f"CUDA {cuda_from_int(nvidia.cuda_driver_version)} (reported by the driver)"
     else:
         derived = cuda_supported_by_driver_number(nvidia.driver_version or "", nvidia.os)
         cuda = f"CUDA >= {cuda_from_int(derived)} (from the driver number)" if derived else "CUDA unknown"
-    observed = f"driver {nvidia.driver_version or 'unknown'} ({nvidia.os}), {cuda}, {len(nvidia.gpus)} GPU(s)"
-    detail = f"source: {nvidia.source}" + (f"; {nvidia.reason}" if nvidia.reason else "")
+    observed = f"driver {nvidia.driver_version or 'unknown'} ({nvidia.os_label}), {cuda}, {len(nvidia.gpus)} GPU(s)"
+    detail = "; ".join(part for part in (f"source: {nvidia.source}", nvidia.reason, _where(nvidia)) if part)
     if not nvidia.gpus:
         return [Check("nvidia.driver", Status.WARN, observed, "an NVIDIA driver with its GPUs", NO_GPU_REMEDY, detail)]
     checks = [Check("nvidia.driver", Status.OK, observed, "an NVIDIA driver", detail=detail)]
     checks += [gpu_check(gpu, nvidia.os) for gpu in nvidia.gpus]
     visible = visible_gpus(nvidia.gpus, host.cuda_visible_devices if host else None)
     return checks + [c for c in (visible_check(nvidia, visible), peer_check(nvidia, visible)) if c is not None]
+
+
+def no_driver_check(nvidia: DriverFacts, host: Optional[HostFacts]) -> Check:
+    """No driver answers: CPU mode, unless the kernel still shows NVIDIA GPUs (a container started
+    without them, or a driver without its libraries) or this is a Jetson, whose NVML is often absent."""
+    cid, expected, why = "nvidia.driver", "an NVIDIA driver", nvidia.reason or "no driver facts"
+    if nvidia.jetson:
+        return Check(cid, Status.SKIP, f"Jetson ({nvidia.jetson}): no NVML answer", expected,
+                     detail=f"the integrated GPU's driver comes with JetPack and NVML is often absent there; {why}")
+    if not nvidia.gpu_signs:
+        return Check(cid, Status.SKIP, "no NVIDIA driver (CPU mode)", expected, detail=why)
+    shown = ", ".join(nvidia.gpu_signs[:4]) + (", ..." if len(nvidia.gpu_signs) > 4 else "")
+    contained = host is not None and bool(host.container_hints)
+    return Check(cid, Status.FAIL, f"no NVIDIA driver answers, yet the kernel shows NVIDIA GPUs ({shown})",
+                 "an NVIDIA driver for the GPUs the kernel shows",
+                 _NO_GPUS_PASSED if contained else _NO_USER_SPACE,
+                 f"{why}" + (f"; container: {', '.join(host.container_hints)}" if contained and host else ""))
+
+
+_NO_GPUS_PASSED = ("this container was started without the GPUs: `docker run --gpus all ...` (podman: "
+                   "`--device nvidia.com/gpu=all`), which needs the NVIDIA Container Toolkit on the host "
+                   "(`sudo nvidia-ctk runtime configure --runtime=docker`); Kubernetes: request `nvidia.com/gpu` "
+                   "in the pod's resources")
+_NO_USER_SPACE = ("the kernel module is loaded but its libraries (libnvidia-ml.so.1, nvidia-smi) are missing or "
+                  "not on the loader path: install the driver utilities of the loaded module's version "
+                  "(`cat /proc/driver/nvidia/version`); in a container, start it with `--gpus all`")
+
+
+def _where(nvidia: DriverFacts) -> str:
+    if nvidia.wsl:
+        return f"WSL2 ({nvidia.wsl}): the Windows driver, judged by NVIDIA's Windows driver table"
+    return f"Jetson: {nvidia.jetson}; the driver comes with JetPack" if nvidia.jetson else ""
 
 
 def visible_check(nvidia: DriverFacts, visible: Visible) -> Optional[Check]:

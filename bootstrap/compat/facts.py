@@ -127,6 +127,15 @@ class DriverFacts:
     source: str = ""
     reason: str = ""
     peers: Tuple[PeerFacts, ...] = ()  # every pair of GPUs, where NVML answered (not nvidia-smi's CSV)
+    # Written only when set, so files from before them read and write back the same:
+    wsl: str = ""  # why this is WSL2 ('/proc/sys/kernel/osrelease: ...'): the driver is Windows' (os 'windows')
+    jetson: str = ""  # the L4T release ('R36 (release), REVISION: 4.0, ...'): the driver comes with JetPack
+    gpu_signs: Tuple[str, ...] = ()  # no driver, yet GPUs the kernel shows: /proc/driver/nvidia/gpus/*, /dev/nvidia0
+
+    @property
+    def os_label(self) -> str:
+        """'linux', 'windows, WSL2', 'linux, Jetson': the driver series and where it was seen."""
+        return self.os + (", WSL2" if self.wsl else "") + (", Jetson" if self.jetson else "")
 
     @property
     def has_driver(self) -> bool:
@@ -151,6 +160,8 @@ class DriverFacts:
             "source": self.source,
             "reason": self.reason,
             "peers": [p.to_dict() for p in self.peers],
+            **{k: v for k, v in (("wsl", self.wsl), ("jetson", self.jetson), ("gpu_signs", list(self.gpu_signs)))
+               if v},
         }
 
     @classmethod

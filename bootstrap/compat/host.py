@@ -118,6 +118,51 @@ def probe_container_hints(root: str = "/") -> Tuple[str, ...]:
     return tuple(hints)
 
 
+def probe_wsl(root: str = "/", environ: Mapping[str, str] = os.environ) -> str:
+    """Why this looks like WSL, '' if it does not (`grep -i microsoft /proc/sys/kernel/osrelease`). Under
+    WSL2 the GPU belongs to the Windows driver, whose numbers NVML reports."""
+    base = Path(root)
+    try:
+        release = (base / "proc/sys/kernel/osrelease").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        release = ""
+    if "microsoft" in release.lower():
+        return f"/proc/sys/kernel/osrelease: {release[:80]}"
+    if environ.get("WSL_DISTRO_NAME"):
+        return f"WSL_DISTRO_NAME={environ['WSL_DISTRO_NAME'][:40]}"
+    if (base / "usr/lib/wsl/lib/libcuda.so").exists():
+        return "/usr/lib/wsl/lib/libcuda.so"
+    return ""
+
+
+def probe_jetson(root: str = "/") -> str:
+    """The L4T release of a Jetson (`head -1 /etc/nv_tegra_release`), '' elsewhere: its GPU driver
+    comes with JetPack and is not upgraded on its own."""
+    try:
+        text = (Path(root) / "etc/nv_tegra_release").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    first = next((line.strip("# \t") for line in text.splitlines() if line.strip("# \t")), "")
+    return first[:120] or "/etc/nv_tegra_release"
+
+
+def probe_gpu_signs(root: str = "/") -> Tuple[str, ...]:
+    """NVIDIA GPUs the kernel shows whether or not a driver library answers (`ls /proc/driver/nvidia/gpus
+    /dev/nvidia*`): a container started without `--gpus` still sees the host's /proc/driver/nvidia."""
+    base = Path(root)
+    signs = [f"/proc/driver/nvidia/gpus/{p.name}" for p in _listed(base / "proc/driver/nvidia/gpus")]
+    signs += [f"/dev/{p.name}" for p in _listed(base / "dev")
+              if p.name.startswith("nvidia") and p.name[len("nvidia"):].isdigit()]
+    return tuple(signs)
+
+
+def _listed(folder: Path) -> List[Path]:
+    try:
+        return sorted(folder.iterdir())
+    except OSError:
+        return []
+
+
 def collect_host_facts(*, root: str = "/", disk_path: str = ".",
                        environ: Mapping[str, str] = os.environ) -> HostFacts:
     """Every host probe in one record; each unavailable value is listed in `missing` with its reason."""

@@ -13,13 +13,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from bootstrap.compat.facts import DriverFacts, GpuFacts, HostFacts, Visible, visible_gpus
-from bootstrap.compat.host import collect_host_facts
+from bootstrap.compat.host import collect_host_facts, probe_gpu_signs, probe_jetson, probe_wsl
 from bootstrap.compat.nvml import Nvml
 from bootstrap.compat.target import TorchTarget
 from bootstrap.compat.typed import FieldError, from_mapping
@@ -39,21 +40,27 @@ _SMI_ABSENT = {"", "[n/a]", "n/a", "[not supported]", "[unknown error]"}
 # --------------------------------------------------------------------------- GPUs
 
 
-def probe_gpus(nvml: Any = None, runner: Runner = run, os_name: Optional[str] = None) -> DriverFacts:
+def probe_gpus(nvml: Any = None, runner: Runner = run, os_name: Optional[str] = None, *, root: str = "/",
+               environ: Mapping[str, str] = os.environ) -> DriverFacts:
     """Driver and GPUs: NVML first, then `nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total
     --format=csv,noheader,nounits`. No driver is a DriverFacts with a reason, never an exception.
 
-    `nvml` is the pynvml-like module (None: import pynvml lazily).
+    `nvml` is the pynvml-like module (None: import pynvml lazily). Under WSL the driver is the Windows
+    host's, so its number is read in the Windows series; on a Jetson the L4T release is noted; without
+    a driver, the GPUs the kernel still shows are (a container started without `--gpus`).
     """
-    os_name = os_name or os_of(host_platform())
+    wsl = probe_wsl(root, environ)
+    os_name = "windows" if wsl else os_name or os_of(host_platform())
+    signs = {"wsl": wsl, "jetson": probe_jetson(root)}
     with Nvml(nvml, os_name=os_name) as session:
         from_nvml = session.facts()
     if from_nvml.has_driver:
-        return from_nvml
+        return replace(from_nvml, **signs)
     from_smi = probe_nvidia_smi(runner, os_name)
     if from_smi.has_driver:
-        return replace(from_smi, reason="; ".join(r for r in (from_nvml.reason, from_smi.reason) if r))
-    return DriverFacts(os=os_name, reason=f"no NVIDIA driver found ({from_nvml.reason}; {from_smi.reason})")
+        return replace(from_smi, reason="; ".join(r for r in (from_nvml.reason, from_smi.reason) if r), **signs)
+    return DriverFacts(os=os_name, reason=f"no NVIDIA driver found ({from_nvml.reason}; {from_smi.reason})",
+                       gpu_signs=probe_gpu_signs(root), **signs)
 
 
 def probe_nvidia_smi(runner: Runner = run, os_name: str = "linux") -> DriverFacts:

@@ -105,7 +105,8 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
     if target.cuda is None:
         return Check(cid, Status.SKIP, _driver_text(facts), "n/a: torch is a CPU build", detail=target.source)
     if not facts.has_driver:
-        return Check(cid, Status.SKIP, "no NVIDIA driver (CPU mode)", f"a driver for CUDA {target.cuda}",
+        observed = "no NVIDIA driver answers" if facts.gpu_signs else "no NVIDIA driver (CPU mode)"
+        return Check(cid, Status.SKIP, observed, f"a driver for CUDA {target.cuda}",
                      detail=facts.reason or "no driver facts")
     wheel = cuda_to_int(target.cuda)
     supported, how = facts.supported_cuda()
@@ -123,15 +124,15 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
     if driver_fit(facts, wheel) is Status.FAIL:
         alternative = _driver_alternative(facts, target)
         return Check(cid, Status.FAIL, observed, expected + f" (CUDA {wheel // 1000}.x needs driver >= {floor})",
-                     remedy=f"upgrade the NVIDIA driver to {upgrade}{alternative}",
+                     remedy=_upgrade_driver(facts, upgrade, wheel) + alternative,
                      detail=detail + "; data-center GPUs on Linux may use the cuda-compat forward-compatibility "
                      "package instead (not GeForce)")
     return Check(
         cid, Status.WARN, observed, expected,
         remedy=(f"runs through CUDA minor-version compatibility (driver >= {floor}): prebuilt SASS kernels work, "
                 "but PTX JIT fails (CUDA_ERROR_UNSUPPORTED_PTX_VERSION) and newer-driver features may fail "
-                f"(cudaErrorCallRequiresNewerDriver); for full support upgrade the NVIDIA driver to "
-                f"{_full_text(wheel, full, facts.os)}"),
+                f"(cudaErrorCallRequiresNewerDriver); for full support: "
+                f"{_upgrade_driver(facts, _full_text(wheel, full, facts.os), wheel)}"),
         detail=detail,
     )
 
@@ -139,7 +140,16 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
 def _driver_text(facts: DriverFacts) -> str:
     if not facts.has_driver:
         return "no NVIDIA driver"
-    return f"driver {facts.driver_version or 'unknown'} ({facts.os})"
+    return f"driver {facts.driver_version or 'unknown'} ({facts.os_label})"
+
+
+def _upgrade_driver(facts: DriverFacts, to: str, wheel: int) -> str:
+    """How to get a newer driver: on a Jetson it comes with JetPack, not from NVIDIA's driver downloads."""
+    if facts.jetson:
+        return (f"this Jetson's driver comes with JetPack ({facts.jetson}) and cannot be upgraded on its own: "
+                f"install the torch build made for this JetPack (NVIDIA's PyTorch for Jetson wheels), or flash a "
+                f"newer JetPack (its driver must report CUDA {cuda_from_int(wheel)} or newer)")
+    return f"upgrade the NVIDIA driver to {to}"
 
 
 def _full_text(wheel: int, full: Optional[str], os_name: str) -> str:
@@ -221,8 +231,8 @@ def _ptx_check(cid: str, observed: str, expected: str, gpu: GpuFacts, ptx: str,
         full, _ = full_support_driver(wheel, facts.os)
         return Check(cid, Status.FAIL, observed, expected,
                      remedy=(f"PTX from CUDA {target.cuda} needs a driver that fully supports it "
-                             f"(CUDA_ERROR_UNSUPPORTED_PTX_VERSION otherwise): upgrade the NVIDIA driver to "
-                             f"{_full_text(wheel, full, facts.os)}{native}"),
+                             f"(CUDA_ERROR_UNSUPPORTED_PTX_VERSION otherwise): "
+                             f"{_upgrade_driver(facts, _full_text(wheel, full, facts.os), wheel)}{native}"),
                      detail=data.CAVEATS["ptx_jit_needs_full_driver"]["text"])
     return Check(cid, Status.WARN, observed, expected,
                  remedy=("expect a slow first run while the driver JIT-compiles PTX (cached in ~/.nv/ComputeCache; "
