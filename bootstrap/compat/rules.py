@@ -33,7 +33,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 from bootstrap.checks.model import Check, Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts, Visible
-from bootstrap.compat.target import TorchTarget, driver_fit, suggest_builds
+from bootstrap.compat.target import TorchTarget, driver_fit, suggest_builds, unlisted_builds
 from bootstrap.compat.versions import (
     architecture_name,
     cuda_from_int,
@@ -168,8 +168,21 @@ def _driver_alternative(facts: DriverFacts, target: TorchTarget) -> str:
     ccs = [g.compute_capability for g in facts.gpus if g.compute_capability]
     suggestions = suggest_builds(ccs, target, facts)
     if not suggestions:
-        return f"; no torch build in the packaged table ({target.platform}) runs on this driver and these GPUs"
+        unlisted = _unlisted(target, facts)
+        return (f"; no torch build in the packaged table ({target.platform}) "
+                f"{'is known to run' if unlisted else 'runs'} on this driver and these GPUs{unlisted}")
     return f", or lock a torch build with a CUDA this driver supports: {suggestions[0].text}"
+
+
+def _unlisted(target: TorchTarget, facts: DriverFacts) -> str:
+    """Builds the driver runs but whose arch list the table lacks here: 'unknown', not 'none runs'."""
+    unlisted = unlisted_builds(target, facts)
+    if not unlisted:
+        return ""
+    tags = ", ".join(dict.fromkeys(s.tag for s in unlisted))
+    return (f"; {unlisted[0].text} runs on this driver, but the packaged "
+            f"{target.platform} arch lists have no row for {tags}: install it and check "
+            "`python -c 'import torch; print(torch.cuda.get_arch_list())'`")
 
 
 def _driver_detail(floor_row: Optional[Mapping[str, Any]], full_row: Optional[Mapping[str, Any]], os_name: str) -> str:
@@ -195,7 +208,7 @@ def check_gpu_arch(gpu: GpuFacts, facts: DriverFacts, target: TorchTarget) -> Ch
         return Check(cid, Status.SKIP, observed, expected,
                      detail="compute capability not reported (nvidia-smi of R470-era drivers has no compute_cap)")
     if not target.arch_list:
-        return Check(cid, Status.SKIP, observed, expected, detail=(
+        return Check(cid, Status.SKIP, observed, expected, detail="; ".join(target.notes) or (
             "torch arch list unknown: get_arch_list() returns [] without a visible GPU up to at least 2.11; "
             "torch._C._cuda_getArchFlags() does not need one"))
     cc = gpu.compute_capability
@@ -250,6 +263,6 @@ def _no_kernel_remedy(cc: Tuple[int, int], facts: DriverFacts, target: TorchTarg
     else:
         hints.insert(0, f"no torch build in the packaged table (torch {data.TORCH_RELEASES[0]['release']}-"
                         f"{data.TORCH_RELEASES[-1]['release']}, {target.platform}) has SASS for CC {cc[0]}.{cc[1]}"
-                        " that this driver runs")
+                        " that this driver runs" + _unlisted(target, facts))
     return "; ".join(hints)
 

@@ -165,12 +165,22 @@ def _variant_row(release: Optional[Mapping[str, Any]], tag: str) -> Optional[Map
 
 def _from_variant(base: TorchTarget, variant: Mapping[str, Any], source: str) -> TorchTarget:
     notes = () if variant.get("ptx_known", True) else (f"PTX in this build unknown: {variant.get('ptx_note', '')}",)
+    arch_list = variant_arch_list(variant, base.platform)
+    arch_source = short_source(variant)
+    if base.platform == "windows_x86_64":
+        # One Windows table is documented, for a span of releases: say so wherever it is applied.
+        windows = data.WINDOWS_ARCH_LISTS
+        arch_source = (f"the Windows list, documented for {windows['applies_to']}, applied to torch {base.version} "
+                       f"as no per-release list is known ({short_source(windows)})")
+        if arch_list is None:
+            notes += (f"the packaged Windows arch lists have no {variant['tag']} row "
+                      f"(only {', '.join(sorted(windows['sass']))}): its kernels on Windows are unknown",)
     return replace(
         base,
         cuda=variant["cuda"],
         variant=variant["tag"],
-        arch_list=variant_arch_list(variant, base.platform),
-        source=f"{source}; arch list: {short_source(variant)}",
+        arch_list=arch_list,
+        source=f"{source}; arch list: {arch_source}",
         confidence=variant["confidence"],
         notes=notes,
     )
@@ -284,6 +294,20 @@ def suggest_builds(
         )
         for _, release, variant in ranked
     ]
+
+
+def unlisted_builds(near: TorchTarget, facts: Optional[DriverFacts] = None) -> List[Suggestion]:
+    """Builds this driver runs whose arch list the packaged table lacks on `near`'s platform (Windows
+    cu118, cu121, cu124), newest first: whether they run on the GPUs is unknown, not 'no'."""
+    found = []
+    for release in reversed(data.TORCH_RELEASES):
+        for variant in release["variants"]:
+            if variant_arch_list(variant, near.platform) is None and \
+                    driver_fit(facts, cuda_to_int(variant["cuda"])) is not Status.FAIL:
+                found.append(Suggestion(pin=f"{release['versions'][-1]}+{variant['tag']}", tag=variant["tag"],
+                                        cuda=variant["cuda"], index_url=f"{PYTORCH_INDEX}/{variant['tag']}",
+                                        confidence=variant["confidence"]))
+    return found
 
 
 def _status_rank(variant: Mapping[str, Any]) -> int:
