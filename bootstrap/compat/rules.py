@@ -149,6 +149,8 @@ def _upgrade_driver(facts: DriverFacts, to: str, wheel: int) -> str:
         return (f"this Jetson's driver comes with JetPack ({facts.jetson}) and cannot be upgraded on its own: "
                 f"install the torch build made for this JetPack (NVIDIA's PyTorch for Jetson wheels), or flash a "
                 f"newer JetPack (its driver must report CUDA {cuda_from_int(wheel)} or newer)")
+    if facts.wsl:
+        return f"upgrade the Windows host's NVIDIA driver (WSL2 uses it; install no Linux driver inside WSL) to {to}"
     return f"upgrade the NVIDIA driver to {to}"
 
 
