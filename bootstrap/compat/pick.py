@@ -140,7 +140,9 @@ def judge(nvidia: DriverFacts, candidate: Candidate) -> Verdict:
 def pick_variant(nvidia: DriverFacts, candidates: Sequence[Candidate]) -> Pick:
     """Judge every candidate on these facts and name the one to install, and why."""
     verdicts = tuple(judge(nvidia, c) for c in candidates)
-    chosen, why = _without_gpu(verdicts) if not nvidia.gpus else _with_gpus(verdicts)
+    # GPUs the kernel shows without a driver (a container started without --gpus) are still the host's
+    # GPUs: a CPU build picked there would outlive the fix, `--gpus all`.
+    chosen, why = _without_gpu(verdicts) if not nvidia.gpus and not nvidia.gpu_signs else _with_gpus(verdicts)
     if chosen is None:
         return _none_chosen(nvidia, verdicts)
     if len(verdicts) == 1:

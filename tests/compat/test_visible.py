@@ -125,3 +125,11 @@ def test_nvml_lists_each_gpus_mig_instances_so_a_mig_uuid_finds_its_parent() -> 
     assert "mig_uuids" not in saved["nvidia"]["gpus"][0] and saved["nvidia"]["gpus"][3]["mig_uuids"] == [mig]
     replayed = Facts.from_dict(json.loads(json.dumps(saved)))
     assert replayed.visible().parent.index == 3 and replayed.visible().devices == 1
+
+
+def test_a_container_started_without_gpus_is_not_picked_a_cpu_build() -> None:
+    cpu = TorchTarget(version="2.9.0", cuda=None, variant="cpu", source="test")
+    candidates = [Candidate("cu126", Path("a.lock"), CU126, default=True), Candidate("cpu", Path("b.lock"), cpu)]
+    assert pick_variant(DriverFacts(), candidates).chosen.candidate.name == "cpu"  # truly no GPU
+    signs = DriverFacts(gpu_signs=("/proc/driver/nvidia/gpus/0000:17:00.0",))
+    assert pick_variant(signs, candidates).chosen.candidate.name == "cu126"
