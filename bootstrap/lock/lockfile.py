@@ -17,7 +17,11 @@ from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError
 from bootstrap.lock.spec import load_yaml, read_text
-from bootstrap.lock.variants import META_VARIANT  # noqa: F401 (with the other keys bootstrap adds)
+from bootstrap.lock.variants import (
+    META_VARIANT,  # noqa: F401 (with the other keys bootstrap adds)
+    _excerpt,
+)
+from bootstrap.urls import scrub_credentials
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
 META_VERSION = "bootstrap.version"
@@ -110,7 +114,7 @@ def _parse(path: Path, text: str) -> Lock:
     content_hash = _mapping(path, meta, "content_hash", "metadata.")
     if not all(isinstance(v, str) for v in content_hash.values()):
         raise InputError(path, "metadata.content_hash: every value must be a string", _REGENERATE)
-    platforms = tuple(str(p) for p in _list(path, meta, "platforms"))
+    platforms = tuple(_word(path, "metadata.platforms", p) for p in _list(path, meta, "platforms"))
     if not platforms:
         raise InputError(path, "metadata.platforms: empty", _REGENERATE)
     custom = meta.get("custom_metadata") or {}
@@ -164,8 +168,17 @@ def _list(path: Path, data: dict, key: str) -> list:
 
 def _channel_url(path: Path, entry: Any) -> str:
     if isinstance(entry, dict) and isinstance(entry.get("url"), str):
-        return entry["url"]
-    raise InputError(path, f"metadata.channels: bad entry {entry!r}", _REGENERATE)
+        return _word(path, "metadata.channels", entry["url"])
+    raise InputError(path, f"metadata.channels: bad entry {_excerpt(scrub_credentials(str(entry)))}", _REGENERATE)
+
+
+def _word(path: Path, where: str, value: Any) -> str:
+    """A platform or channel URL as the lock's entries and the host name it: a string without spaces
+    (`'linux-64 '` would lock packages no host ever asks for)."""
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise InputError(path, f"{where}: {_excerpt(scrub_credentials(str(value)))} is not a platform or URL "
+                         "(a string without spaces)", _REGENERATE)
+    return value
 
 
 def _package(path: Path, index: int, entry: Any) -> LockedPackage:

@@ -29,7 +29,15 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from bootstrap.errors import InputError, MissingModuleError
-from bootstrap.lock.variants import META_VARIANT, PYPI, Variant, effective_pip, read_indexes, read_variants
+from bootstrap.lock.variants import (
+    META_VARIANT,
+    PYPI,
+    Variant,
+    _excerpt,
+    effective_pip,
+    read_indexes,
+    read_variants,
+)
 from bootstrap.platforms import KNOWN_PLATFORMS
 from bootstrap.urls import has_credentials, scrub_credentials
 
@@ -257,7 +265,13 @@ def _string_list(path: Path, data: dict, key: str) -> list[str]:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise InputError(path, f"{key}: must be a list of strings")
-    out = [v.strip() for v in value]
+    for v in value:
+        if v != v.strip():
+            # conda-lock reads this file too (its content hash), taking the name as written:
+            # were it stripped here only, one platform would have two names and the lock no hash.
+            raise InputError(path, f"{key}: {_excerpt(scrub_credentials(v))} has spaces around it",
+                             "drop the spaces inside the quotes")
+    out = list(value)
     twice = sorted({v for v in out if out.count(v) > 1})
     if twice:
         raise InputError(path, f"{key}: '{twice[0]}' is listed twice", "list it once")

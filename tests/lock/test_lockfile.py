@@ -95,3 +95,16 @@ def test_the_relock_diff_names_versions_and_for_another_wheel_of_one_version_the
     assert newer.changed == ("numpy 2.2.6 -> 2.3.0",)
     (unchanged,) = diff_locks(old, old, ["osx-arm64"])
     assert unchanged.empty
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d["metadata"].update(platforms=[f"{p} " for p in d["metadata"]["platforms"]]),
+    lambda d: [p.update(platform=f"{p['platform']} ") for p in d["package"]]
+    and d["metadata"].update(platforms=[f"{p} " for p in d["metadata"]["platforms"]]),
+    lambda d: d["metadata"]["channels"][0].update(url=" https://u:secret@conda.anaconda.org/conda-forge"),
+])
+def test_a_platform_or_channel_with_spaces_is_refused(tmp_path: Path, edit) -> None:
+    with pytest.raises(InputError) as caught:
+        read_lock(edited(tmp_path, edit))
+    message = str(caught.value)
+    assert "without spaces" in message and "secret" not in message
