@@ -237,9 +237,39 @@ def _entry_problem(p: LockedPackage) -> Optional[str]:
         expected = f"{p.name}-{p.version}-{p.build}"
         if p.stem != expected or p.filename == p.stem:
             return f"url: the file {p.filename!r} is not {p.name} {p.version} {p.build} ({expected}.conda or .tar.bz2)"
-    elif p.filename.endswith(".whl") and _normalised(unquote(p.filename).split("-", 1)[0]) != _normalised(p.name):
-        return f"url: the wheel {p.filename!r} is not {p.name}'s"
+    else:
+        return _pip_url_problem(p)
     return None
+
+
+_SDIST_SUFFIXES = (".tar.gz", ".zip")
+
+
+def _pip_url_problem(p: LockedPackage) -> Optional[str]:
+    """A pip entry is installed from its URL: an http(s) URL, or a file URL (`--pip-find-links DIR`
+    locks those), of a wheel or sdist whose file name is this entry's name and version, so a hand
+    edit cannot point the installer at `file:///etc/passwd` or at another package's file."""
+    parts = urlsplit(p.url)
+    remote = parts.scheme in ("http", "https") and parts.netloc
+    local = parts.scheme == "file" and parts.netloc in ("", "localhost")
+    if not (remote or local):
+        return f"url: {_excerpt(scrub_credentials(p.url))} is not an http(s) or file URL"
+    filename = unquote(parts.path.rsplit("/", 1)[-1])
+    if filename.endswith(".whl") and len(filename.split("-")) in (5, 6):  # PEP 427: name-ver[-build]-py-abi-plat
+        name, version = filename.split("-")[:2]
+    elif filename.endswith(_SDIST_SUFFIXES):
+        stem = filename[: -len(next(s for s in _SDIST_SUFFIXES if filename.endswith(s)))]
+        name, _, version = stem.rpartition("-")
+    else:
+        return f"url: {_excerpt(filename)} is not a wheel or sdist (.whl, .tar.gz, .zip)"
+    if _normalised(name) != _normalised(p.name) or _loose_version(version) != _loose_version(p.version):
+        return f"url: the file {_excerpt(filename)} is not {p.name} {p.version}'s"
+    return None
+
+
+def _loose_version(version: str) -> str:
+    """Separators and case aside (a wheel's file name writes `-` as `_`), the version as written."""
+    return re.sub(r"[-_.]+", ".", version).lower()
 
 
 def _normalised(name: str) -> str:
