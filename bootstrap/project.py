@@ -60,8 +60,23 @@ class Project:
         )
         return sorted(names, key=lambda n: n != self.default_env)
 
-    def resolve_envs(self, requested: list[str]) -> list[str]:
+    def env_or_default(self, env: Optional[str], where: str = "ENV") -> str:
+        """The env a command names, or the default env when it names none. An empty name (`env ''`,
+        an unset `$ENV` in a script) is a mistake, never a way to say "the default"."""
+        if env is None:
+            return self.default_env
+        self._check_env_name(env, where)
+        return env
+
+    def _check_env_name(self, env: str, where: str) -> None:
+        if not env.strip():
+            raise InputError(where, f"empty env name {env!r}",
+                             f"name an env (e.g. {self.default_env}) or leave {where} out for the default")
+
+    def resolve_envs(self, requested: list[str], where: str = "ENV") -> list[str]:
         """The envs a command acts on: those requested (checked to exist) or all of them."""
+        for env in requested:
+            self._check_env_name(env, where)
         known = self.env_names()
         if not known:
             raise InputError(self.envs_dir, "no env specs (*.yml) found",

@@ -141,9 +141,9 @@ def doctor_subject(options: DoctorOptions) -> Subject:
                              "drop one of them")
         return Subject(env=None, paths=(options.lock_path,))
     project = Project(options.root or find_root(Path.cwd()))
-    env = options.env or project.default_env
+    env = project.env_or_default(options.env, "--env")
     if options.env is not None:
-        project.resolve_envs([env])
+        project.resolve_envs([env], "--env")
     spec = _declared_variants(project, env)
     if spec is None:
         path = project.lock_path(env)

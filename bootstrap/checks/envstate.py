@@ -109,6 +109,10 @@ def read_env_state(prefix: Path, root: Optional[Path] = None, lock_path: Optiona
     from bootstrap.lock.lockfile import read_lock
     from bootstrap.project import Project, find_root
 
+    # A lock named on the command line is the user's input: unreadable, it is bad usage (exit 2).
+    # A lock found through the install record or the project is the env's state: unreadable, it
+    # is a failed env.lock check with its remedy, and the other checks still run.
+    explicit_lock = read_lock(lock_path) if lock_path is not None else None
     record, record_problem = None, ""
     try:
         record = read_install_record(prefix) if prefix.is_dir() else None
@@ -123,11 +127,11 @@ def read_env_state(prefix: Path, root: Optional[Path] = None, lock_path: Optiona
         lock_path = Path(record.lock_path)
     if lock_path is None and project is not None and project.lock_path(env).is_file():
         lock_path = project.lock_path(env)
-    lock, problem = None, ""
+    lock, problem = explicit_lock, ""
     if lock_path is None:
         recorded = f" (it was created from {record.lock_path})" if record is not None else ""
         problem = f"no lock found{recorded}"
-    else:
+    elif lock is None:
         try:
             lock = read_lock(lock_path)
         except InputError as exc:

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.platforms import host_platform
 
     project = Project(args.root or find_root(Path.cwd()))
-    env = args.env or project.default_env
+    env = project.env_or_default(args.env)
     if args.lock is None:
         project.resolve_envs([env])
     _check_variant_flags(args)

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if args.from_prefix is not None:
         from bootstrap.export.from_prefix import export_prefix
 
-        if args.env or args.pinned or args.platform:
+        if args.env is not None or args.pinned or args.platform:
             raise InputError("--from-prefix", "cannot be combined with ENV, --pinned or --platform",
                              "for an explicit file of an existing env use `conda list --explicit --md5`")
         result = export_prefix(args.from_prefix, options, output)
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         from bootstrap.project import Project, find_root
 
         project = Project(args.root or find_root(Path.cwd()))
-        env = args.env or project.default_env
+        env = project.env_or_default(args.env)
         if args.pinned:
             if to_stdout and len(args.platform) != 1:
                 raise InputError("-o -", "--pinned writes one file per platform",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from bootstrap.errors import InputError
 from bootstrap.lock.conda import match_specs
@@ -36,7 +36,7 @@ from bootstrap.lock.lockfile import (
 )
 from bootstrap.lock.pip import marker_environment, pip_requirements
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
-from bootstrap.lock.variants import variant_locks
+from bootstrap.lock.variants import Variant, variant_locks
 from bootstrap.project import Project
 from bootstrap.report import result
 
@@ -98,10 +98,22 @@ def check_env(project: Project, env: str, platforms: Tuple[str, ...] = (),
             raise InputError("--platform",
                              f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
                              f"check one of them, or add it to `platforms:` in {spec.path.name}")
+    locks = variant_locks(project, env, spec, variants)
+    check_syntax(spec, [variant for variant, _ in locks])
     vpkgs = read_virtual_packages(project.virtual_packages_path)  # the hash below covers its content
     return tuple(_check_lock(env, spec.for_variant(variant), vpkgs.for_variant(variant), path, platforms)
-                 for variant, path in variant_locks(project, env, spec, variants)
+                 for variant, path in locks
                  if not platforms or set(platforms) & set(spec.for_variant(variant).platforms))
+
+
+def check_syntax(spec: EnvSpec, variants: Sequence[Optional[Variant]]) -> None:
+    """Every conda match spec and pip requirement of the spec, each variant's torch pin too, parses:
+    a bad one is named (InputError) before anything reads a lock, solves or fetches."""
+    match_specs(spec)
+    pip_requirements(spec)
+    for variant in variants:
+        if variant is not None:
+            pip_requirements(spec.for_variant(variant))
 
 
 def _check_lock(env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path,

@@ -17,7 +17,10 @@ from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError
 from bootstrap.lock.spec import load_yaml, read_text
-from bootstrap.lock.variants import META_VARIANT  # noqa: F401 (with the other keys bootstrap adds)
+from bootstrap.lock.variants import (
+    META_VARIANT,  # noqa: F401 (with the other keys bootstrap adds)
+    _excerpt,
+)
 from bootstrap.urls import has_credentials, scrub_credentials
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
@@ -111,7 +114,7 @@ def _parse(path: Path, text: str) -> Lock:
     content_hash = _mapping(path, meta, "content_hash", "metadata.")
     if not all(isinstance(v, str) for v in content_hash.values()):
         raise InputError(path, "metadata.content_hash: every value must be a string", _REGENERATE)
-    platforms = tuple(str(p) for p in _list(path, meta, "platforms"))
+    platforms = tuple(_word(path, "metadata.platforms", p) for p in _list(path, meta, "platforms"))
     if not platforms:
         raise InputError(path, "metadata.platforms: empty", _REGENERATE)
     custom = meta.get("custom_metadata") or {}
@@ -166,9 +169,19 @@ def _list(path: Path, data: dict, key: str) -> list:
 
 def _channel_url(path: Path, entry: Any) -> str:
     if isinstance(entry, dict) and isinstance(entry.get("url"), str):
-        _refuse_credentials(path, "metadata.channels", entry["url"])
-        return entry["url"]
-    raise InputError(path, f"metadata.channels: bad entry {entry!r}", _REGENERATE)
+        url = _word(path, "metadata.channels", entry["url"])
+        _refuse_credentials(path, "metadata.channels", url)
+        return url
+    raise InputError(path, f"metadata.channels: bad entry {_excerpt(scrub_credentials(str(entry)))}", _REGENERATE)
+
+
+def _word(path: Path, where: str, value: Any) -> str:
+    """A platform or channel URL as the lock's entries and the host name it: a string without spaces
+    (`'linux-64 '` would lock packages no host ever asks for)."""
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise InputError(path, f"{where}: {_excerpt(scrub_credentials(str(value)))} is not a platform or URL "
+                         "(a string without spaces)", _REGENERATE)
+    return value
 
 
 def _refuse_credentials(path: Path, where: str, url: Any) -> None:
@@ -235,9 +248,39 @@ def _entry_problem(p: LockedPackage) -> Optional[str]:
         expected = f"{p.name}-{p.version}-{p.build}"
         if p.stem != expected or p.filename == p.stem:
             return f"url: the file {p.filename!r} is not {p.name} {p.version} {p.build} ({expected}.conda or .tar.bz2)"
-    elif p.filename.endswith(".whl") and _normalised(unquote(p.filename).split("-", 1)[0]) != _normalised(p.name):
-        return f"url: the wheel {p.filename!r} is not {p.name}'s"
+    else:
+        return _pip_url_problem(p)
     return None
+
+
+_SDIST_SUFFIXES = (".tar.gz", ".zip")
+
+
+def _pip_url_problem(p: LockedPackage) -> Optional[str]:
+    """A pip entry is installed from its URL: an http(s) URL, or a file URL (`--pip-find-links DIR`
+    locks those), of a wheel or sdist whose file name is this entry's name and version, so a hand
+    edit cannot point the installer at `file:///etc/passwd` or at another package's file."""
+    parts = urlsplit(p.url)
+    remote = parts.scheme in ("http", "https") and parts.netloc
+    local = parts.scheme == "file" and parts.netloc in ("", "localhost")
+    if not (remote or local):
+        return f"url: {_excerpt(scrub_credentials(p.url))} is not an http(s) or file URL"
+    filename = unquote(parts.path.rsplit("/", 1)[-1])
+    if filename.endswith(".whl") and len(filename.split("-")) in (5, 6):  # PEP 427: name-ver[-build]-py-abi-plat
+        name, version = filename.split("-")[:2]
+    elif filename.endswith(_SDIST_SUFFIXES):
+        stem = filename[: -len(next(s for s in _SDIST_SUFFIXES if filename.endswith(s)))]
+        name, _, version = stem.rpartition("-")
+    else:
+        return f"url: {_excerpt(filename)} is not a wheel or sdist (.whl, .tar.gz, .zip)"
+    if _normalised(name) != _normalised(p.name) or _loose_version(version) != _loose_version(p.version):
+        return f"url: the file {_excerpt(filename)} is not {p.name} {p.version}'s"
+    return None
+
+
+def _loose_version(version: str) -> str:
+    """Separators and case aside (a wheel's file name writes `-` as `_`), the version as written."""
+    return re.sub(r"[-_.]+", ".", version).lower()
 
 
 def _normalised(name: str) -> str:

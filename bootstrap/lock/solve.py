@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from bootstrap import __version__
 from bootstrap.errors import InputError, SolveError
 from bootstrap.fsutil import disk_full, flocked, out_of_space, write_target
+from bootstrap.lock.check import check_syntax
 from bootstrap.lock.conda import solve_conda, to_locked
 from bootstrap.lock.content_hash import conda_lock_content_hashes, inputs_digest
 from bootstrap.lock.lockfile import (
@@ -30,7 +31,7 @@ from bootstrap.lock.lockfile import (
     read_lock,
 )
 from bootstrap.lock.mirrors import Mirror
-from bootstrap.lock.pip import PipOptions, pip_requirements, resolve_all, target_for
+from bootstrap.lock.pip import PipOptions, resolve_all, target_for
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
 from bootstrap.lock.variants import variant_locks
 from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_lock
@@ -100,13 +101,11 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
     """Solve `env` and write its lock, one per variant. Two runs on one env take turns (an flock on
     the spec), so a `--platform` relock never writes over another's platforms with what it read before."""
     spec = read_spec(project.spec_path(env))
-    pip_requirements(spec)  # bad syntax fails here, before any solving
+    locks = variant_locks(project, env, spec, options.variants)
+    check_syntax(spec, [variant for variant, _ in locks])  # before any solving
     check_update(project, (env,), options)
     vpkgs = read_virtual_packages(project.virtual_packages_path)
     _check_platforms(spec, options.platforms)
-    locks = variant_locks(project, env, spec, options.variants)
-    for variant, _ in locks:
-        pip_requirements(spec.for_variant(variant))  # and each variant's torch pin
     waiting = f"waiting for another `bootstrap lock` of {env} to finish"
     with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
         return tuple(_lock_variant(project, env, spec.for_variant(variant), vpkgs.for_variant(variant), path, options)

@@ -27,15 +27,25 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
+from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError, MissingModuleError
-from bootstrap.lock.variants import META_VARIANT, PYPI, Variant, effective_pip, read_indexes, read_variants
+from bootstrap.lock.variants import (
+    META_VARIANT,
+    PYPI,
+    Variant,
+    _excerpt,
+    effective_pip,
+    read_indexes,
+    read_variants,
+)
 from bootstrap.platforms import KNOWN_PLATFORMS
 from bootstrap.urls import has_credentials, scrub_credentials
 
 SPEC_KEYS = ("name", "channels", "platforms", "dependencies", "pip-indexes", "variants")
 _VIRTUAL_VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z_]+)*")  # "2.28", "12.8", "14.0", "0"
 ANACONDA_ORG = "https://conda.anaconda.org"
+_CHANNEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
 _ENV_NAME = re.compile(r"[^/\\\s:#]+")  # what `conda create -n` accepts (no /, space, :, #)
 
 # Channels teams must not mix in: Anaconda's `defaults` (licence terms and a
@@ -257,7 +267,13 @@ def _string_list(path: Path, data: dict, key: str) -> list[str]:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise InputError(path, f"{key}: must be a list of strings")
-    out = [v.strip() for v in value]
+    for v in value:
+        if v != v.strip():
+            # conda-lock reads this file too (its content hash), taking the name as written:
+            # were it stripped here only, one platform would have two names and the lock no hash.
+            raise InputError(path, f"{key}: {_excerpt(scrub_credentials(v))} has spaces around it",
+                             "drop the spaces inside the quotes")
+    out = list(value)
     twice = sorted({v for v in out if out.count(v) > 1})
     if twice:
         raise InputError(path, f"{key}: '{twice[0]}' is listed twice", "list it once")
@@ -271,11 +287,25 @@ def check_channel(path: object, channel: str) -> None:
             path, f"channels: '{scrub_credentials(channel)}' carries credentials",
             "keep secrets out of specs: use ~/.netrc, or a --mirror URL on the command line",
         )
+    if not _channel_syntax_ok(channel):
+        raise InputError(path, f"channels: {_excerpt(channel)} is not a channel",
+                         "give a channel name (conda-forge, nvidia/label/cuda-12.4.0) or an http(s) or file URL")
     key = channel.rstrip("/").rsplit("/", 1)[-1] if channel.startswith(ANACONDA_ORG) else channel
     if "repo.anaconda.com" in channel:
         key = "defaults"
     if key in FORBIDDEN_CHANNELS:
         raise InputError(path, f"channels: '{channel}' is not allowed: {FORBIDDEN_CHANNELS[key]}", "use conda-forge")
+
+
+def _channel_syntax_ok(channel: str) -> bool:
+    """What rattler's Channel parses to the channel meant: a name (with label path) or an http(s) or
+    file URL with a host or path; rattler would take `conda forge` as `conda%20forge`."""
+    if "://" not in channel:
+        return bool(_CHANNEL_NAME.fullmatch(channel))
+    parts = urlsplit(channel)
+    if any(c.isspace() for c in channel) or parts.scheme not in ("http", "https", "file"):
+        return False
+    return bool(parts.netloc) if parts.scheme != "file" else bool(parts.path.strip("/"))
 
 
 def _dependencies(path: Path, deps: Any) -> tuple[list[str], list[str]]:

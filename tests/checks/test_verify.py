@@ -213,6 +213,27 @@ def test_no_env_yet_exits_1_with_make_env(locked: Project, tmp_path: Path, capsy
     assert prefix.remedy == "create it: `make env`"
 
 
+@pytest.mark.parametrize("text", ["version: [", "[]\n", "version: 2\n", "version: 1\nmetadata: {}\npackage: []\n",
+                                  "\udcff", None])
+def test_a_lock_given_that_cannot_be_read_is_bad_usage(locked: Project, tmp_path: Path, capsys, text) -> None:
+    """`--lock FILE` is input like every other verb's: unreadable, one line and exit 2. The same file
+    found as the env's own lock is the env's state: a failed check (env.lock once the env exists), exit 1."""
+    root = tmp_path / "proj"
+    shutil.copytree(locked.root, root)
+    bad = root / "conda-lock.yml"
+    if text is None:
+        bad.unlink()
+    else:
+        bad.write_bytes(text.encode("utf-8", "surrogateescape"))
+    capsys.readouterr()
+    assert main(["verify", "--root", str(root), "--no-bench", "--lock", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and str(bad) in err and "Traceback" not in err
+    if text is not None:
+        assert main(["verify", "--root", str(root), "--no-bench", "--json"]) == 1  # no env yet: env.prefix fails
+        assert {c.id for c in from_json(json.loads(capsys.readouterr().out))} >= {"env.prefix"}
+
+
 def test_a_directory_bootstrap_did_not_make(tmp_path: Path) -> None:
     (tmp_path / "conda-meta").mkdir()
     check = verify(tmp_path)["env.prefix"]

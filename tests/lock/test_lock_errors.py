@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bootstrap.cli import main
 from tests.fixtures import REPO
 from tests.fixtures.project import make_project, write_spec
 
@@ -135,6 +136,30 @@ def test_corrupt_existing_lock_is_left_alone(root: Path, fixture_channel: Path, 
 
 def test_check_without_lock(root: Path) -> None:
     assert_clean_failure(bootstrap("lock", "--check", cwd=root), "no lock for this env", "make lock")
+
+
+SYNTAX = {
+    "match spec": (dict(conda=("python=3.10.*", "pip", "torchlike >=>1")), "is not a valid conda match spec"),
+    "pip requirement": (dict(pip=("alpha>=>1",)), "pip: 'alpha>=>1' is not a valid requirement"),
+    "pip file URL": (dict(pip=("alpha @ file:///tmp/alpha-1.0-py3-none-any.whl",)), "only a wheel over http(s)"),
+    "channel with a space": (dict(channels=("conda forge",)), "channels: 'conda forge' is not a channel"),
+    "channel URL without host": (dict(channels=("https://",)), "channels: 'https://' is not a channel"),
+    "channel of another scheme": (dict(channels=("ftp://x.org/c",)), "is not a channel"),
+    "channel '::'": (dict(channels=("::",)), "is not a channel"),
+}
+
+
+@pytest.mark.parametrize("with_lock", [False, True])
+@pytest.mark.parametrize("case", SYNTAX)
+def test_check_names_a_syntax_error_before_the_lock(root: Path, capsys, case: str, with_lock: bool) -> None:
+    """`lock --check` names a bad match spec, requirement or channel as `lock` does, lock or no lock."""
+    spec, phrase = SYNTAX[case]
+    write_spec(root, **spec)
+    if with_lock:
+        (root / "conda-lock.yml").write_text("version: 1\n")
+    assert main(["lock", "--check", "--root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and phrase in err, err
 
 
 def test_debug_shows_the_traceback(root: Path, wheelhouse: Path) -> None:

@@ -44,7 +44,7 @@ BROKEN = {
                             "url: the file '_libgcc_mutex-0.1-conda_forge.tar.bz2' is not otherpkg"),
     "dot-dot url": (lambda d: first(d).update(url="https://conda.anaconda.org/conda-forge/noarch/../../../etc/passwd"),
                     "is not a plain URL"),
-    "wheel not the name's": (lambda d: first(d, "pip").update(name="torch"), "url: the wheel"),
+    "wheel not the name's": (lambda d: first(d, "pip").update(name="torch"), "url: the file"),
     "twice, differing": (lambda d: duplicate(d, version="0.2", url=first(d)["url"].replace("0.1", "0.2")),
                          "_libgcc_mutex is listed twice for linux-64 (also package[0])"),
     "no packages": (lambda d: d.update(package=[]),
@@ -118,3 +118,60 @@ def test_a_lock_carrying_credentials_is_refused_without_showing_them(tmp_path: P
     message = str(caught.value)
     assert where in message and "carries credentials" in message and "keep secrets out of locks" in message
     assert "PW-SECRET" not in message and "TK-SECRET" not in message and "bob" not in message
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d["metadata"].update(platforms=[f"{p} " for p in d["metadata"]["platforms"]]),
+    lambda d: [p.update(platform=f"{p['platform']} ") for p in d["package"]]
+    and d["metadata"].update(platforms=[f"{p} " for p in d["metadata"]["platforms"]]),
+    lambda d: d["metadata"]["channels"][0].update(url=" https://u:hunter2@conda.anaconda.org/conda-forge"),
+])
+def test_a_platform_or_channel_with_spaces_is_refused(tmp_path: Path, edit) -> None:
+    with pytest.raises(InputError) as caught:
+        read_lock(edited(tmp_path, edit))
+    message = str(caught.value)
+    assert "without spaces" in message and "hunter2" not in message
+
+
+WHEEL = "cuda_bindings-12.9.4-cp310-cp310-manylinux_2_28_x86_64.whl"  # the first pip entry: cuda-bindings 12.9.4
+PIP_URLS_REFUSED = [
+    "file:///etc/passwd", "file:///etc/", "https://example.org/etc/passwd", "ftp://example.org/" + WHEEL,
+    "s3://bucket/" + WHEEL, "https:///" + WHEEL, "file://otherhost/wheels/" + WHEEL,
+    "https://u:hunter2@example.org/" + WHEEL.replace("12.9.4", "12.9.5"),  # another version
+    "file:///w/" + WHEEL.replace("cuda_bindings", "cuda_pathfinder"),  # another package
+    "https://example.org/cuda_bindings-12.9.4.whl",  # not a wheel file name
+    "https://example.org/cuda-bindings-12.9.3.tar.gz", "https://example.org/cuda_pathfinder-12.9.4.zip",
+    "https://example.org/cuda_bindings-12.9.4.exe",
+]
+PIP_URLS_ACCEPTED = [
+    "file:///tmp/wheelhouse/" + WHEEL, "file://localhost/w/" + WHEEL, "http://mirror.local/simple/" + WHEEL,
+    "https://example.org/Cuda.Bindings-12.9.4-py3-none-any.whl", "https://example.org/cuda_bindings-12.9.4.tar.gz",
+    "https://example.org/cuda-bindings-12.9.4.zip", "https://example.org/" + WHEEL + "#sha256=" + "a" * 64,
+]
+
+
+@pytest.mark.parametrize("url", PIP_URLS_REFUSED)
+def test_a_pip_url_that_is_not_the_entrys_wheel_or_sdist_is_refused(tmp_path: Path, url: str) -> None:
+    with pytest.raises(InputError) as caught:
+        read_lock(edited(tmp_path, lambda d: first(d, "pip").update(url=url)))
+    message = str(caught.value)
+    assert "].url: " in message and "hunter2" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("url", PIP_URLS_ACCEPTED)
+def test_a_pip_url_of_the_entrys_own_file_is_read(tmp_path: Path, url: str) -> None:
+    lock = read_lock(edited(tmp_path, lambda d: first(d, "pip").update(url=url)))
+    assert url in {p.url for p in lock.packages}
+
+
+@pytest.mark.parametrize("argv", [["lock", "--check"], ["env", "--dry-run"], ["export", "-o", "-"]])
+def test_every_lock_reader_refuses_a_pip_url_of_another_file(tmp_path: Path, capsys, argv: list) -> None:
+    from bootstrap.cli import main
+    from tests.fixtures.variants import plain_project
+
+    project = plain_project(tmp_path / "proj")
+    path = project.lock_path("py310")
+    path.write_text(path.read_text().replace(first(COMMITTED, "pip")["url"], "file:///etc/passwd"))
+    assert main([*argv, "--root", str(project.root)]) == 2
+    out, err = capsys.readouterr()
+    assert "url: 'passwd' is not a wheel or sdist" in err and err.count("\n") == 1 and "root:" not in out

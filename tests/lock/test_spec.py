@@ -154,3 +154,17 @@ def test_canonical_channel() -> None:
     assert canonical_channel("conda-forge") == "https://conda.anaconda.org/conda-forge"
     assert canonical_channel("https://mirror.example/cf/") == "https://mirror.example/cf"
     assert canonical_channel("file:///srv/channel") == "file:///srv/channel"
+
+
+@pytest.mark.parametrize("key, value", [("platforms", "linux-64 "), ("platforms", " win-64"),
+                                        ("channels", "conda-forge "), ("channels", " https://x.org/c")])
+def test_a_name_with_spaces_around_it_is_refused_not_stripped(tmp_path: Path, key: str, value: str) -> None:
+    """conda-lock hashes the file as written: a name stripped here only would be two names, and
+    the lock writer would find no content hash for the stripped one."""
+    text = GOOD.replace("channels: [conda-forge]", "channels: [conda-forge, other]")
+    text = text.replace("[linux-64, win-64]" if key == "platforms" else "[conda-forge, other]",
+                        f"[{value!r}]" if key == "platforms" else f"[conda-forge, {value!r}]")
+    with pytest.raises(InputError) as caught:
+        read_spec(write(tmp_path, text))
+    message = str(caught.value)
+    assert f"{key}: " in message and "has spaces around it" in message and "secret" not in message
