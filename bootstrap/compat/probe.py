@@ -24,7 +24,7 @@ from bootstrap.compat.nvml import Nvml
 from bootstrap.compat.target import TorchTarget
 from bootstrap.compat.typed import FieldError, from_mapping
 from bootstrap.compat.versions import driver_tuple
-from bootstrap.errors import InputError, ToolError
+from bootstrap.errors import InputError, ToolError, excerpt
 from bootstrap.fsutil import check_output
 from bootstrap.platforms import compat_key, host_platform, os_of
 from bootstrap.runner import Runner, run
@@ -238,7 +238,7 @@ class Facts:
     def from_dict(cls, raw: Mapping[str, Any], where: str = "facts") -> "Facts":
         if raw.get("format") != FACTS_FORMAT or raw.get("version") != FACTS_VERSION:
             raise InputError(where, f"not a {FACTS_FORMAT} v{FACTS_VERSION} file "
-                             f"(format {raw.get('format')!r}, version {raw.get('version')!r})",
+                             f"(format {excerpt(raw.get('format'))}, version {excerpt(raw.get('version'))})",
                              "record it again with `python -m bootstrap doctor --save-facts FILE`")
         fields = {k: v for k, v in raw.items() if k not in ("format", "version")}
         try:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 from urllib.parse import unquote, urlsplit
 
-from bootstrap.errors import InputError
+from bootstrap.errors import InputError, excerpt
 from bootstrap.lock.spec import load_yaml, read_text
 from bootstrap.lock.variants import META_VARIANT  # noqa: F401 (with the other keys bootstrap adds)
 
@@ -102,7 +102,7 @@ def _parse(path: Path, text: str) -> Lock:
     if not isinstance(data, dict):
         raise InputError(path, "not a conda-lock file (expected a mapping)", _REGENERATE)
     if data.get("version") != 1:
-        raise InputError(path, f"version: expected 1, found {data.get('version')!r}", _REGENERATE)
+        raise InputError(path, f"version: expected 1, found {excerpt(data.get('version'))}", _REGENERATE)
     meta = _mapping(path, data, "metadata")
     entries = data.get("package")
     if not isinstance(entries, list):
@@ -135,8 +135,8 @@ def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[Lo
     for index, entry in enumerate(entries):
         package = _package(path, index, entry)
         if package.platform not in platforms:
-            raise InputError(path, f"package[{index}].platform: {package.platform!r} is not in metadata.platforms "
-                             f"({', '.join(platforms)})", _REGENERATE)
+            raise InputError(path, f"package[{index}].platform: {excerpt(package.platform)} is not in "
+                             f"metadata.platforms ({', '.join(platforms)})", _REGENERATE)
         key = (package.platform, package.manager, _normalised(package.name))
         if key in seen and seen[key][1] != package:
             raise InputError(path, f"package[{index}]: {package.name} is listed twice for {package.platform} "
@@ -165,7 +165,7 @@ def _list(path: Path, data: dict, key: str) -> list:
 def _channel_url(path: Path, entry: Any) -> str:
     if isinstance(entry, dict) and isinstance(entry.get("url"), str):
         return entry["url"]
-    raise InputError(path, f"metadata.channels: bad entry {entry!r}", _REGENERATE)
+    raise InputError(path, f"metadata.channels: bad entry {excerpt(entry)}", _REGENERATE)
 
 
 def _package(path: Path, index: int, entry: Any) -> LockedPackage:
@@ -193,7 +193,7 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
     except (KeyError, TypeError, AttributeError) as exc:
         raise InputError(path, f"{where}: missing or malformed field {exc}", _REGENERATE) from None
     if manager not in ("conda", "pip"):
-        raise InputError(path, f"{where}.manager: expected conda or pip, found {manager!r}", _REGENERATE)
+        raise InputError(path, f"{where}.manager: expected conda or pip, found {excerpt(manager)}", _REGENERATE)
     if manager == "conda" and not package.md5:
         raise InputError(path, f"{where}.hash.md5: missing (conda-lock requires it)", _REGENERATE)
     problem = _entry_problem(package)
@@ -212,20 +212,21 @@ def _entry_problem(p: LockedPackage) -> Optional[str]:
     file names end up in paths of the package cache and the env, so they are held to their grammar."""
     for kind, value in (("sha256", p.sha256), ("md5", p.md5)):
         if value is not None and not re.fullmatch(f"[0-9a-f]{{{_HEX_DIGITS[kind]}}}", value):
-            return f"hash.{kind}: {value!r} is not {_HEX_DIGITS[kind]} hex digits"
+            return f"hash.{kind}: {excerpt(value)} is not {_HEX_DIGITS[kind]} hex digits"
     if not _NAME[p.manager].fullmatch(p.name):
-        return f"name: {p.name!r} is not a {p.manager} package name"
+        return f"name: {excerpt(p.name)} is not a {p.manager} package name"
     if not _VERSION.fullmatch(p.version):
-        return f"version: {p.version!r} is not a version"
+        return f"version: {excerpt(p.version)} is not a version"
     parts = urlsplit(p.url)
     if not parts.scheme or any(segment in ("..", ".") for segment in unquote(parts.path).split("/")):
-        return f"url: {p.url!r} is not a plain URL of the package's file"
+        return f"url: {excerpt(p.url)} is not a plain URL of the package's file"
     if p.manager == "conda":
         expected = f"{p.name}-{p.version}-{p.build}"
         if p.stem != expected or p.filename == p.stem:
-            return f"url: the file {p.filename!r} is not {p.name} {p.version} {p.build} ({expected}.conda or .tar.bz2)"
+            return (f"url: the file {excerpt(p.filename)} is not {p.name} {p.version} {excerpt(p.build)} "
+                    f"({excerpt(expected)}.conda or .tar.bz2)")
     elif p.filename.endswith(".whl") and _normalised(unquote(p.filename).split("-", 1)[0]) != _normalised(p.name):
-        return f"url: the wheel {p.filename!r} is not {p.name}'s"
+        return f"url: the wheel {excerpt(p.filename)} is not {p.name}'s"
     return None
 
 

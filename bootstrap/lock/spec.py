@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from bootstrap.errors import InputError, MissingModuleError
+from bootstrap.errors import InputError, MissingModuleError, excerpt
 from bootstrap.lock.variants import META_VARIANT, PYPI, Variant, effective_pip, read_indexes, read_variants
 from bootstrap.platforms import KNOWN_PLATFORMS
 from bootstrap.urls import has_credentials, scrub_credentials
@@ -194,7 +194,7 @@ def _unique_keys_loader(pure: bool = False) -> type:
                 key = self.construct_object(key_node, deep=deep)
                 if isinstance(key, Hashable) and key in seen:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"the key {key!r} is given twice in one mapping", key_node.start_mark)
+                        None, None, f"the key {excerpt(key)} is given twice in one mapping", key_node.start_mark)
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
@@ -220,14 +220,14 @@ def read_spec(path: Path) -> EnvSpec:
         raise InputError(path, "expected a mapping with name, channels, platforms, dependencies")
     unknown = sorted(set(map(str, data)) - set(SPEC_KEYS))
     if unknown:
-        raise InputError(path, f"unknown key '{unknown[0]}'", f"allowed keys: {', '.join(SPEC_KEYS)}")
+        raise InputError(path, f"unknown key {excerpt(unknown[0])}", f"allowed keys: {', '.join(SPEC_KEYS)}")
 
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name:
         raise InputError(path, "name: must be a non-empty string")
     if not is_env_name(name):
         # `export` writes it as `name:` and into `--pinned` file names (`{name}-{platform}.lock`).
-        raise InputError(path, f"name: {name!r} is not an environment name conda accepts",
+        raise InputError(path, f"name: {excerpt(name)} is not an environment name conda accepts",
                          "use letters, digits, '.', '-' and '_', e.g. `name: py310`")
     channels = _string_list(path, data, "channels")
     if not channels:
@@ -239,7 +239,7 @@ def read_spec(path: Path) -> EnvSpec:
         raise InputError(path, "platforms: missing", "add e.g. `platforms: [linux-64, osx-arm64, win-64]`")
     for platform in platforms:
         if platform not in KNOWN_PLATFORMS:
-            raise InputError(path, f"platforms: unknown platform '{platform}'",
+            raise InputError(path, f"platforms: unknown platform {excerpt(platform)}",
                              f"use one of {', '.join(KNOWN_PLATFORMS)}")
     conda, pip = _dependencies(path, data.get("dependencies"))
     indexes = read_indexes(path, data.get("pip-indexes"))
@@ -260,7 +260,7 @@ def _string_list(path: Path, data: dict, key: str) -> list[str]:
     out = [v.strip() for v in value]
     twice = sorted({v for v in out if out.count(v) > 1})
     if twice:
-        raise InputError(path, f"{key}: '{twice[0]}' is listed twice", "list it once")
+        raise InputError(path, f"{key}: {excerpt(twice[0])} is listed twice", "list it once")
     return out
 
 
@@ -268,14 +268,15 @@ def check_channel(path: object, channel: str) -> None:
     """Refuse a channel with credentials in it, or one teams must not mix in (FORBIDDEN_CHANNELS)."""
     if has_credentials(channel):
         raise InputError(
-            path, f"channels: '{scrub_credentials(channel)}' carries credentials",
+            path, f"channels: {excerpt(scrub_credentials(channel), 200)} carries credentials",
             "keep secrets out of specs: use ~/.netrc, or a --mirror URL on the command line",
         )
     key = channel.rstrip("/").rsplit("/", 1)[-1] if channel.startswith(ANACONDA_ORG) else channel
     if "repo.anaconda.com" in channel:
         key = "defaults"
     if key in FORBIDDEN_CHANNELS:
-        raise InputError(path, f"channels: '{channel}' is not allowed: {FORBIDDEN_CHANNELS[key]}", "use conda-forge")
+        raise InputError(path, f"channels: {excerpt(channel)} is not allowed: {FORBIDDEN_CHANNELS[key]}",
+                         "use conda-forge")
 
 
 def _dependencies(path: Path, deps: Any) -> tuple[list[str], list[str]]:
@@ -290,10 +291,10 @@ def _dependencies(path: Path, deps: Any) -> tuple[list[str], list[str]]:
         elif isinstance(item, dict) and list(item) == ["pip"]:
             pip.extend(_pip_section(path, where, item["pip"]))
         elif isinstance(item, (int, float)) and not isinstance(item, bool):
-            raise InputError(path, f"{where}: {item!r} is a number, not a conda spec",
+            raise InputError(path, f"{where}: {excerpt(item)} is a number, not a conda spec",
                              "quote it: YAML reads an unquoted 3.10 as the number 3.1")
         else:
-            raise InputError(path, f"{where}: expected a conda spec string or a `pip:` list, got {item!r}")
+            raise InputError(path, f"{where}: expected a conda spec string or a `pip:` list, got {excerpt(item)}")
     # `conda-forge::python=3.10.*` names python too
     names = {re.split(r"[\s=<>!~\[]", spec, maxsplit=1)[0].rsplit("::", 1)[-1].lower() for spec in conda}
     if pip and "pip" not in names:
@@ -312,13 +313,13 @@ def _pip_section(path: Path, where: str, items: Any) -> list[str]:
             raise InputError(path, f"{where}.pip[{index}]: must be a requirement string like 'torch==2.10.*'")
         if item.lstrip().startswith("-"):
             raise InputError(
-                path, f"{where}.pip[{index}]: pip options ('{item.split()[0]}') are not supported",
+                path, f"{where}.pip[{index}]: pip options ({excerpt(item.split()[0])}) are not supported",
                 "list requirements only: an index for torch goes in `pip-indexes:` and a variant's `index:`, "
                 "a mirror of PyPI in `pip-indexes: {pypi: URL}` or UV_DEFAULT_INDEX",
             )
         if has_credentials(item):  # a `name @ URL` would carry them into the lock and the export
-            raise InputError(path, f"{where}.pip[{index}]: '{scrub_credentials(item.strip())}' carries credentials",
-                             "keep secrets out of specs: use ~/.netrc")
+            raise InputError(path, f"{where}.pip[{index}]: {excerpt(scrub_credentials(item.strip()), 200)} "
+                             "carries credentials", "keep secrets out of specs: use ~/.netrc")
         out.append(item.strip())
     return out
 
@@ -333,7 +334,7 @@ def read_virtual_packages(path: Path) -> VirtualPackages:
     by_platform = {}
     for platform, entry in subdirs.items():
         if platform not in KNOWN_PLATFORMS:
-            raise InputError(path, f"subdirs: unknown platform '{platform}'",
+            raise InputError(path, f"subdirs: unknown platform {excerpt(platform)}",
                              f"use one of {', '.join(KNOWN_PLATFORMS)}")
         packages = entry.get("packages") if isinstance(entry, dict) else None
         if not isinstance(packages, dict) or set(entry) != {"packages"}:
@@ -347,11 +348,11 @@ def _virtual_package(path: Path, platform: str, name: Any, value: Any) -> Virtua
     if not isinstance(name, str) or not name.startswith("__"):
         raise InputError(path, f"{where}: virtual package names start with '__'")
     if isinstance(value, float):
-        raise InputError(path, f"{where}: {value!r} is a number, not a version",
+        raise InputError(path, f"{where}: {excerpt(value)} is a number, not a version",
                          f"quote it: {name}: \"{value}\" (YAML reads an unquoted 12.10 as the number 12.1)")
     if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise InputError(path, f"{where}: expected a version string like \"12.8\"")
     version, _, build = str(value).strip().partition(" ")
     if not _VIRTUAL_VERSION.fullmatch(version):
-        raise InputError(path, f"{where}: '{version}' is not a version", "write it like \"2.28\" or \"12.8\"")
+        raise InputError(path, f"{where}: {excerpt(version)} is not a version", "write it like \"2.28\" or \"12.8\"")
     return VirtualPackage(name, version, build.strip())

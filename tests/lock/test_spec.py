@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bootstrap.errors import InputError
-from bootstrap.lock.spec import canonical_channel, read_spec, read_virtual_packages
+from bootstrap.lock.spec import _dependencies, canonical_channel, read_spec, read_virtual_packages
 from tests.fixtures import REPO
 
 GOOD = """\
@@ -154,3 +154,18 @@ def test_canonical_channel() -> None:
     assert canonical_channel("conda-forge") == "https://conda.anaconda.org/conda-forge"
     assert canonical_channel("https://mirror.example/cf/") == "https://mirror.example/cf"
     assert canonical_channel("file:///srv/channel") == "file:///srv/channel"
+
+
+def test_a_bad_value_is_quoted_as_a_short_excerpt(tmp_path: Path) -> None:
+    # What YAML aliases build: 7 levels of 10 references to one list, 10**7 strings from a few
+    # hundred bytes of file; quoted whole, the message alone would be a hundred megabytes.
+    bomb: list = ["x" * 10]
+    for _ in range(7):
+        bomb = [bomb] * 10
+    with pytest.raises(InputError) as info:
+        _dependencies(tmp_path / "demo.yml", [bomb, "python=3.10.*"])
+    assert "dependencies[0]: expected a conda spec string or a `pip:` list, got [[[" in str(info.value)
+    assert len(info.value.problem) < 150
+    with pytest.raises(InputError) as info:
+        _dependencies(tmp_path / "demo.yml", ["python=3.10.*", {"pip": ["x" * 100_000, ["y"] * 100_000]}])
+    assert len(info.value.problem) < 150
