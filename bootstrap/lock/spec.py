@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from bootstrap.errors import InputError, MissingModuleError, excerpt
+from bootstrap.fsutil import read_input_text
 from bootstrap.lock.variants import META_VARIANT, PYPI, Variant, effective_pip, read_indexes, read_variants
 from bootstrap.platforms import KNOWN_PLATFORMS
 from bootstrap.urls import has_credentials, scrub_credentials
@@ -202,15 +203,8 @@ def _unique_keys_loader(pure: bool = False) -> type:
 
 
 def read_text(path: Path) -> str:
-    """The file's text, or an InputError naming it."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, "file not found", "check the path or create it") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    """The file's text, bounded (`fsutil.read_input_text`), or an InputError naming it."""
+    return read_input_text(path)
 
 
 def read_spec(path: Path) -> EnvSpec:
