@@ -16,8 +16,8 @@ from typing import Any, Mapping, Optional
 from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError, excerpt
-from bootstrap.lock.spec import load_yaml, read_text
 from bootstrap.lock.variants import META_VARIANT  # noqa: F401 (with the other keys bootstrap adds)
+from bootstrap.lock.yamlfile import load_yaml, read_text
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
 META_VERSION = "bootstrap.version"

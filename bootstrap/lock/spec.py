@@ -20,17 +20,14 @@ engines are imported (`bootstrap.lock.conda`, `bootstrap.lock.pip`).
 
 from __future__ import annotations
 
-import functools
 import re
-import sys
-from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from bootstrap.errors import InputError, MissingModuleError, excerpt
-from bootstrap.fsutil import read_input_text
+from bootstrap.errors import InputError, excerpt
 from bootstrap.lock.variants import META_VARIANT, PYPI, Variant, effective_pip, read_indexes, read_variants
+from bootstrap.lock.yamlfile import load_yaml, read_text  # noqa: F401 (read_text: for lockfile)
 from bootstrap.platforms import KNOWN_PLATFORMS
 from bootstrap.urls import has_credentials, scrub_credentials
 
@@ -142,69 +139,6 @@ def canonical_channel(channel: str) -> str:
     if "://" in channel:
         return channel.rstrip("/")
     return f"{ANACONDA_ORG}/{channel.strip('/')}"
-
-
-def load_yaml(path: Path, text: Optional[str] = None) -> Any:
-    """`yaml.safe_load` of `path` (or of `text`, read from it) naming the file and line in errors."""
-    yaml = _yaml(path)
-    if text is None:
-        text = read_text(path)
-    # libyaml recurses in C and crashes the process on deeply nested input (tens of thousands of
-    # `[`); PyYAML's own parser stops with a RecursionError. Real specs and locks have a few dozen.
-    loader = _unique_keys_loader(pure=text.count("[") + text.count("{") > _MANY_BRACKETS
-                                 or bool(_NESTED_ON_A_LINE.search(text)))
-    try:
-        return yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
-    except RecursionError:
-        raise InputError(path, "nested too deeply to be a spec or a lock", "check what wrote this file") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(where, f"malformed YAML: {problem}", "fix the syntax") from None
-
-
-def _yaml(path: Path) -> Any:
-    """The `yaml` module, or one line on the interpreter that lacks it: `verify` and `bench` run
-    inside the created env, which has PyYAML only because the lock lists it."""
-    try:
-        import yaml
-    except ImportError:
-        raise MissingModuleError(f"reading {path} needs PyYAML, which {sys.executable} cannot import", "yaml") from None
-    return yaml
-
-
-_MANY_BRACKETS = 5000
-_NESTED_ON_A_LINE = re.compile(r"(?:[-?:] +){200}")  # `- - - - ...`: block nesting without brackets
-
-
-@functools.lru_cache(maxsize=None)
-def _unique_keys_loader(pure: bool = False) -> type:
-    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML forbids it; PyYAML
-    keeps the last one silently, so a second `dependencies:` would replace the first). The C
-    loader when PyYAML was built with libyaml (several times faster on a lock of a few hundred
-    entries, same safe semantics), unless `pure`."""
-    import yaml  # load_yaml checked that it is there
-
-    base = yaml.SafeLoader if pure else getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
-        def construct_mapping(self, node, deep=False):
-            seen = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                if isinstance(key, Hashable) and key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"the key {excerpt(key)} is given twice in one mapping", key_node.start_mark)
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
-    return UniqueKeyLoader
-
-
-def read_text(path: Path) -> str:
-    """The file's text, bounded (`fsutil.read_input_text`), or an InputError naming it."""
-    return read_input_text(path)
 
 
 def read_spec(path: Path) -> EnvSpec:
