@@ -7,6 +7,7 @@ to be read alone on one line: it names the file, the field and the fix.
 from __future__ import annotations
 
 import re
+import reprlib
 
 # Exit codes shared by every verb.
 EXIT_OK = 0
@@ -80,3 +81,25 @@ def one_line(text: str) -> str:
     the lines joined, a line's own trailing colon kept (`...dependencies: Because ...`)."""
     parts = (_TREE.sub("", line).strip() for line in str(text).splitlines())
     return " ".join(part for part in parts if part)
+
+
+EXCERPT_CHARS = 60  # of a bad value quoted in a message
+
+
+def _bounded_repr() -> reprlib.Repr:
+    bounded = reprlib.Repr()
+    bounded.maxlevel = 2
+    bounded.maxtuple = bounded.maxlist = bounded.maxdict = bounded.maxset = bounded.maxfrozenset = 4
+    bounded.maxstring = bounded.maxother = bounded.maxlong = 4 * EXCERPT_CHARS  # cut again below
+    return bounded
+
+
+_REPR = _bounded_repr()
+
+
+def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
+    """`repr(value)` cut to `limit` characters, for a bad value quoted in a message. The walk is
+    bounded as well as the text: a YAML value built of aliases is a few bytes of file that expand
+    to gigabytes under `repr`, and a message quotes enough of a value to find it, never all of it."""
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -42,6 +42,43 @@ def is_special(path: PathLike) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+# The most bytes read of a spec, a lock or a facts file: the committed locks are about 100 KB,
+# so no real input comes near, and an endless file (/dev/zero, a FIFO) cannot fill memory.
+MAX_INPUT_BYTES = 16 * MIB
+
+
+def read_input_text(path: PathLike, fix_missing: str = "check the path or create it") -> str:
+    """The UTF-8 text of an input file, or an InputError naming it: a missing file, a directory,
+    anything but a regular file (a FIFO, /dev/zero, a terminal), more than MAX_INPUT_BYTES."""
+    try:
+        # O_NONBLOCK: opening a FIFO nobody writes to returns at once instead of waiting for a writer
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise InputError(path, "file not found", fix_missing) from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InputError(path, "is a directory, not a file", "name the file")
+        if not stat.S_ISREG(mode):
+            raise InputError(path, "not a regular file (a FIFO, a device, ...)", "name the file itself")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(path, f"larger than {MAX_INPUT_BYTES // MIB} MiB, far more than a spec, a lock or "
+                         "a facts file holds", "check what wrote it")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # as open() in text mode reads it
+
+
 def check_output(path: PathLike, flag: str) -> Path:
     """The file an output option (`--save-facts`, `--out`, `--csv`) will write, checked before any
     work is done so a typo costs nothing; creates nothing. A symlink is followed; a FIFO or

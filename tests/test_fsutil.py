@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.errors import ToolError
-from bootstrap.fsutil import free_space, out_of_space
+from bootstrap.errors import InputError, ToolError
+from bootstrap.fsutil import MAX_INPUT_BYTES, free_space, out_of_space, read_input_text
 from tests.fixtures import REPO
 
 
@@ -80,3 +80,27 @@ def test_a_write_to_a_symlink_replaces_its_target_and_keeps_the_link(tmp_path: P
     atomic_write_text(link, "new")
     assert link.is_symlink() and shared.read_text() == "new"
     assert sorted(p.name for p in shared.parent.iterdir()) == ["conda-lock.yml"]  # no temp file left
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "too-big", "not-utf8", "missing"])
+def test_an_input_file_is_read_bounded_and_only_when_regular(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "demo.yml"
+    if kind == "fifo":
+        os.mkfifo(path)  # nobody writes: a blocking open or read would wait forever
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")  # endless: a plain read fills memory
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "too-big":
+        path.write_bytes(b"#" * (MAX_INPUT_BYTES + 1))
+    elif kind == "not-utf8":
+        path.write_bytes(b"name: \xff\n")
+    expected = {"fifo": "not a regular file", "dev-zero": "not a regular file", "directory": "is a directory",
+                "too-big": "larger than 16 MiB", "not-utf8": "not UTF-8 text", "missing": "file not found"}[kind]
+    with pytest.raises(InputError) as info:
+        read_input_text(path)
+    assert str(info.value).startswith(f"{path}: {expected}")
+
+
+def test_an_input_file_reads_as_text_mode_would() -> None:
+    assert read_input_text(REPO / "envs" / "py39.yml") == (REPO / "envs" / "py39.yml").read_text(encoding="utf-8")

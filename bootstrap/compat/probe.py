@@ -25,8 +25,8 @@ from bootstrap.compat.nvml import Nvml
 from bootstrap.compat.target import TorchTarget
 from bootstrap.compat.typed import FieldError, from_mapping
 from bootstrap.compat.versions import driver_tuple
-from bootstrap.errors import InputError, ToolError
-from bootstrap.fsutil import check_output
+from bootstrap.errors import InputError, ToolError, excerpt
+from bootstrap.fsutil import check_output, read_input_text
 from bootstrap.platforms import compat_key, host_platform, os_of
 from bootstrap.runner import Runner, run
 
@@ -249,7 +249,7 @@ class Facts:
     def from_dict(cls, raw: Mapping[str, Any], where: str = "facts") -> "Facts":
         if raw.get("format") != FACTS_FORMAT or raw.get("version") != FACTS_VERSION:
             raise InputError(where, f"not a {FACTS_FORMAT} v{FACTS_VERSION} file "
-                             f"(format {raw.get('format')!r}, version {raw.get('version')!r})",
+                             f"(format {excerpt(raw.get('format'))}, version {excerpt(raw.get('version'))})",
                              "record it again with `python -m bootstrap doctor --save-facts FILE`")
         fields = {k: v for k, v in raw.items() if k not in ("format", "version")}
         try:
@@ -277,11 +277,8 @@ def collect_facts(nvml: Any = None, runner: Runner = run, *, disk_path: str = ".
 def load_facts(path: Path) -> Facts:
     """Read a `bootstrap.facts` file written by `--save-facts`."""
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "file not found",
-                         "record one with `python -m bootstrap doctor --save-facts FILE`") from None
-    except (OSError, ValueError, RecursionError) as exc:
+        raw = json.loads(read_input_text(path, "record one with `python -m bootstrap doctor --save-facts FILE`"))
+    except (ValueError, RecursionError) as exc:
         raise InputError(path, f"not a readable JSON facts file ({exc})",
                          "record it again with `python -m bootstrap doctor --save-facts FILE`") from None
     if not isinstance(raw, dict):

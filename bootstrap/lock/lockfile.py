@@ -15,12 +15,9 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 from urllib.parse import unquote, urlsplit
 
-from bootstrap.errors import InputError
-from bootstrap.lock.spec import load_yaml, read_text
-from bootstrap.lock.variants import (
-    META_VARIANT,  # noqa: F401 (with the other keys bootstrap adds)
-    _excerpt,
-)
+from bootstrap.errors import InputError, excerpt
+from bootstrap.lock.variants import META_VARIANT  # noqa: F401 (with the other keys bootstrap adds)
+from bootstrap.lock.yamlfile import load_yaml, read_text
 from bootstrap.urls import has_credentials, scrub_credentials
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
@@ -106,7 +103,7 @@ def _parse(path: Path, text: str) -> Lock:
     if not isinstance(data, dict):
         raise InputError(path, "not a conda-lock file (expected a mapping)", _REGENERATE)
     if data.get("version") != 1:
-        raise InputError(path, f"version: expected 1, found {data.get('version')!r}", _REGENERATE)
+        raise InputError(path, f"version: expected 1, found {excerpt(data.get('version'))}", _REGENERATE)
     meta = _mapping(path, data, "metadata")
     entries = data.get("package")
     if not isinstance(entries, list):
@@ -140,8 +137,8 @@ def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[Lo
         _refuse_credentials(path, f"package[{index}].url", entry.get("url") if isinstance(entry, dict) else None)
         package = _package(path, index, entry)
         if package.platform not in platforms:
-            raise InputError(path, f"package[{index}].platform: {package.platform!r} is not in metadata.platforms "
-                             f"({', '.join(platforms)})", _REGENERATE)
+            raise InputError(path, f"package[{index}].platform: {excerpt(package.platform)} is not in "
+                             f"metadata.platforms ({', '.join(platforms)})", _REGENERATE)
         key = (package.platform, package.manager, _normalised(package.name))
         if key in seen and seen[key][1] != package:
             raise InputError(path, f"package[{index}]: {package.name} is listed twice for {package.platform} "
@@ -172,14 +169,14 @@ def _channel_url(path: Path, entry: Any) -> str:
         url = _word(path, "metadata.channels", entry["url"])
         _refuse_credentials(path, "metadata.channels", url)
         return url
-    raise InputError(path, f"metadata.channels: bad entry {_excerpt(scrub_credentials(str(entry)))}", _REGENERATE)
+    raise InputError(path, f"metadata.channels: bad entry {excerpt(scrub_credentials(str(entry)))}", _REGENERATE)
 
 
 def _word(path: Path, where: str, value: Any) -> str:
     """A platform or channel URL as the lock's entries and the host name it: a string without spaces
     (`'linux-64 '` would lock packages no host ever asks for)."""
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-        raise InputError(path, f"{where}: {_excerpt(scrub_credentials(str(value)))} is not a platform or URL "
+        raise InputError(path, f"{where}: {excerpt(scrub_credentials(str(value)))} is not a platform or URL "
                          "(a string without spaces)", _REGENERATE)
     return value
 
@@ -217,7 +214,7 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
     except (KeyError, TypeError, AttributeError) as exc:
         raise InputError(path, f"{where}: missing or malformed field {exc}", _REGENERATE) from None
     if manager not in ("conda", "pip"):
-        raise InputError(path, f"{where}.manager: expected conda or pip, found {manager!r}", _REGENERATE)
+        raise InputError(path, f"{where}.manager: expected conda or pip, found {excerpt(manager)}", _REGENERATE)
     if manager == "conda" and not package.md5:
         raise InputError(path, f"{where}.hash.md5: missing (conda-lock requires it)", _REGENERATE)
     problem = _entry_problem(package)
@@ -236,18 +233,19 @@ def _entry_problem(p: LockedPackage) -> Optional[str]:
     file names end up in paths of the package cache and the env, so they are held to their grammar."""
     for kind, value in (("sha256", p.sha256), ("md5", p.md5)):
         if value is not None and not re.fullmatch(f"[0-9a-f]{{{_HEX_DIGITS[kind]}}}", value):
-            return f"hash.{kind}: {value!r} is not {_HEX_DIGITS[kind]} hex digits"
+            return f"hash.{kind}: {excerpt(value)} is not {_HEX_DIGITS[kind]} hex digits"
     if not _NAME[p.manager].fullmatch(p.name):
-        return f"name: {p.name!r} is not a {p.manager} package name"
+        return f"name: {excerpt(p.name)} is not a {p.manager} package name"
     if not _VERSION.fullmatch(p.version):
-        return f"version: {p.version!r} is not a version"
+        return f"version: {excerpt(p.version)} is not a version"
     parts = urlsplit(p.url)
     if not parts.scheme or any(segment in ("..", ".") for segment in unquote(parts.path).split("/")):
-        return f"url: {p.url!r} is not a plain URL of the package's file"
+        return f"url: {excerpt(p.url)} is not a plain URL of the package's file"
     if p.manager == "conda":
         expected = f"{p.name}-{p.version}-{p.build}"
         if p.stem != expected or p.filename == p.stem:
-            return f"url: the file {p.filename!r} is not {p.name} {p.version} {p.build} ({expected}.conda or .tar.bz2)"
+            return (f"url: the file {excerpt(p.filename)} is not {p.name} {p.version} {excerpt(p.build)} "
+                    f"({excerpt(expected)}.conda or .tar.bz2)")
     else:
         return _pip_url_problem(p)
     return None
@@ -264,7 +262,7 @@ def _pip_url_problem(p: LockedPackage) -> Optional[str]:
     remote = parts.scheme in ("http", "https") and parts.netloc
     local = parts.scheme == "file" and parts.netloc in ("", "localhost")
     if not (remote or local):
-        return f"url: {_excerpt(scrub_credentials(p.url))} is not an http(s) or file URL"
+        return f"url: {excerpt(scrub_credentials(p.url))} is not an http(s) or file URL"
     filename = unquote(parts.path.rsplit("/", 1)[-1])
     if filename.endswith(".whl") and len(filename.split("-")) in (5, 6):  # PEP 427: name-ver[-build]-py-abi-plat
         name, version = filename.split("-")[:2]
@@ -272,9 +270,9 @@ def _pip_url_problem(p: LockedPackage) -> Optional[str]:
         stem = filename[: -len(next(s for s in _SDIST_SUFFIXES if filename.endswith(s)))]
         name, _, version = stem.rpartition("-")
     else:
-        return f"url: {_excerpt(filename)} is not a wheel or sdist (.whl, .tar.gz, .zip)"
+        return f"url: {excerpt(filename)} is not a wheel or sdist (.whl, .tar.gz, .zip)"
     if _normalised(name) != _normalised(p.name) or _loose_version(version) != _loose_version(p.version):
-        return f"url: the file {_excerpt(filename)} is not {p.name} {p.version}'s"
+        return f"url: the file {excerpt(filename)} is not {p.name} {p.version}'s"
     return None
 
 

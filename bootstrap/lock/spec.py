@@ -20,25 +20,15 @@ engines are imported (`bootstrap.lock.conda`, `bootstrap.lock.pip`).
 
 from __future__ import annotations
 
-import functools
 import re
-import sys
-from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit
 
-from bootstrap.errors import InputError, MissingModuleError
-from bootstrap.lock.variants import (
-    META_VARIANT,
-    PYPI,
-    Variant,
-    _excerpt,
-    effective_pip,
-    read_indexes,
-    read_variants,
-)
+from bootstrap.errors import InputError, excerpt
+from bootstrap.lock.variants import META_VARIANT, PYPI, Variant, effective_pip, read_indexes, read_variants
+from bootstrap.lock.yamlfile import load_yaml, read_text  # noqa: F401 (read_text: for lockfile)
 from bootstrap.platforms import KNOWN_PLATFORMS
 from bootstrap.urls import has_credentials, scrub_credentials
 
@@ -153,76 +143,6 @@ def canonical_channel(channel: str) -> str:
     return f"{ANACONDA_ORG}/{channel.strip('/')}"
 
 
-def load_yaml(path: Path, text: Optional[str] = None) -> Any:
-    """`yaml.safe_load` of `path` (or of `text`, read from it) naming the file and line in errors."""
-    yaml = _yaml(path)
-    if text is None:
-        text = read_text(path)
-    # libyaml recurses in C and crashes the process on deeply nested input (tens of thousands of
-    # `[`); PyYAML's own parser stops with a RecursionError. Real specs and locks have a few dozen.
-    loader = _unique_keys_loader(pure=text.count("[") + text.count("{") > _MANY_BRACKETS
-                                 or bool(_NESTED_ON_A_LINE.search(text)))
-    try:
-        return yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
-    except RecursionError:
-        raise InputError(path, "nested too deeply to be a spec or a lock", "check what wrote this file") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(where, f"malformed YAML: {problem}", "fix the syntax") from None
-
-
-def _yaml(path: Path) -> Any:
-    """The `yaml` module, or one line on the interpreter that lacks it: `verify` and `bench` run
-    inside the created env, which has PyYAML only because the lock lists it."""
-    try:
-        import yaml
-    except ImportError:
-        raise MissingModuleError(f"reading {path} needs PyYAML, which {sys.executable} cannot import", "yaml") from None
-    return yaml
-
-
-_MANY_BRACKETS = 5000
-_NESTED_ON_A_LINE = re.compile(r"(?:[-?:] +){200}")  # `- - - - ...`: block nesting without brackets
-
-
-@functools.lru_cache(maxsize=None)
-def _unique_keys_loader(pure: bool = False) -> type:
-    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML forbids it; PyYAML
-    keeps the last one silently, so a second `dependencies:` would replace the first). The C
-    loader when PyYAML was built with libyaml (several times faster on a lock of a few hundred
-    entries, same safe semantics), unless `pure`."""
-    import yaml  # load_yaml checked that it is there
-
-    base = yaml.SafeLoader if pure else getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
-        def construct_mapping(self, node, deep=False):
-            seen = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                if isinstance(key, Hashable) and key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"the key {key!r} is given twice in one mapping", key_node.start_mark)
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
-    return UniqueKeyLoader
-
-
-def read_text(path: Path) -> str:
-    """The file's text, or an InputError naming it."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, "file not found", "check the path or create it") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-
-
 def read_spec(path: Path) -> EnvSpec:
     """Parse and structurally validate one env spec file."""
     data = load_yaml(path)
@@ -230,14 +150,14 @@ def read_spec(path: Path) -> EnvSpec:
         raise InputError(path, "expected a mapping with name, channels, platforms, dependencies")
     unknown = sorted(set(map(str, data)) - set(SPEC_KEYS))
     if unknown:
-        raise InputError(path, f"unknown key '{unknown[0]}'", f"allowed keys: {', '.join(SPEC_KEYS)}")
+        raise InputError(path, f"unknown key {excerpt(unknown[0])}", f"allowed keys: {', '.join(SPEC_KEYS)}")
 
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name:
         raise InputError(path, "name: must be a non-empty string")
     if not is_env_name(name):
         # `export` writes it as `name:` and into `--pinned` file names (`{name}-{platform}.lock`).
-        raise InputError(path, f"name: {name!r} is not an environment name conda accepts",
+        raise InputError(path, f"name: {excerpt(name)} is not an environment name conda accepts",
                          "use letters, digits, '.', '-' and '_', e.g. `name: py310`")
     channels = _string_list(path, data, "channels")
     if not channels:
@@ -249,7 +169,7 @@ def read_spec(path: Path) -> EnvSpec:
         raise InputError(path, "platforms: missing", "add e.g. `platforms: [linux-64, osx-arm64, win-64]`")
     for platform in platforms:
         if platform not in KNOWN_PLATFORMS:
-            raise InputError(path, f"platforms: unknown platform '{platform}'",
+            raise InputError(path, f"platforms: unknown platform {excerpt(platform)}",
                              f"use one of {', '.join(KNOWN_PLATFORMS)}")
     conda, pip = _dependencies(path, data.get("dependencies"))
     indexes = read_indexes(path, data.get("pip-indexes"))
@@ -271,12 +191,12 @@ def _string_list(path: Path, data: dict, key: str) -> list[str]:
         if v != v.strip():
             # conda-lock reads this file too (its content hash), taking the name as written:
             # were it stripped here only, one platform would have two names and the lock no hash.
-            raise InputError(path, f"{key}: {_excerpt(scrub_credentials(v))} has spaces around it",
+            raise InputError(path, f"{key}: {excerpt(scrub_credentials(v))} has spaces around it",
                              "drop the spaces inside the quotes")
     out = list(value)
     twice = sorted({v for v in out if out.count(v) > 1})
     if twice:
-        raise InputError(path, f"{key}: '{twice[0]}' is listed twice", "list it once")
+        raise InputError(path, f"{key}: {excerpt(twice[0])} is listed twice", "list it once")
     return out
 
 
@@ -284,17 +204,18 @@ def check_channel(path: object, channel: str) -> None:
     """Refuse a channel with credentials in it, or one teams must not mix in (FORBIDDEN_CHANNELS)."""
     if has_credentials(channel):
         raise InputError(
-            path, f"channels: '{scrub_credentials(channel)}' carries credentials",
+            path, f"channels: {excerpt(scrub_credentials(channel), 200)} carries credentials",
             "keep secrets out of specs: use ~/.netrc, or a --mirror URL on the command line",
         )
     if not _channel_syntax_ok(channel):
-        raise InputError(path, f"channels: {_excerpt(channel)} is not a channel",
+        raise InputError(path, f"channels: {excerpt(channel)} is not a channel",
                          "give a channel name (conda-forge, nvidia/label/cuda-12.4.0) or an http(s) or file URL")
     key = channel.rstrip("/").rsplit("/", 1)[-1] if channel.startswith(ANACONDA_ORG) else channel
     if "repo.anaconda.com" in channel:
         key = "defaults"
     if key in FORBIDDEN_CHANNELS:
-        raise InputError(path, f"channels: '{channel}' is not allowed: {FORBIDDEN_CHANNELS[key]}", "use conda-forge")
+        raise InputError(path, f"channels: {excerpt(channel)} is not allowed: {FORBIDDEN_CHANNELS[key]}",
+                         "use conda-forge")
 
 
 def _channel_syntax_ok(channel: str) -> bool:
@@ -320,10 +241,10 @@ def _dependencies(path: Path, deps: Any) -> tuple[list[str], list[str]]:
         elif isinstance(item, dict) and list(item) == ["pip"]:
             pip.extend(_pip_section(path, where, item["pip"]))
         elif isinstance(item, (int, float)) and not isinstance(item, bool):
-            raise InputError(path, f"{where}: {item!r} is a number, not a conda spec",
+            raise InputError(path, f"{where}: {excerpt(item)} is a number, not a conda spec",
                              "quote it: YAML reads an unquoted 3.10 as the number 3.1")
         else:
-            raise InputError(path, f"{where}: expected a conda spec string or a `pip:` list, got {item!r}")
+            raise InputError(path, f"{where}: expected a conda spec string or a `pip:` list, got {excerpt(item)}")
     # `conda-forge::python=3.10.*` names python too
     names = {re.split(r"[\s=<>!~\[]", spec, maxsplit=1)[0].rsplit("::", 1)[-1].lower() for spec in conda}
     if pip and "pip" not in names:
@@ -342,13 +263,13 @@ def _pip_section(path: Path, where: str, items: Any) -> list[str]:
             raise InputError(path, f"{where}.pip[{index}]: must be a requirement string like 'torch==2.10.*'")
         if item.lstrip().startswith("-"):
             raise InputError(
-                path, f"{where}.pip[{index}]: pip options ('{item.split()[0]}') are not supported",
+                path, f"{where}.pip[{index}]: pip options ({excerpt(item.split()[0])}) are not supported",
                 "list requirements only: an index for torch goes in `pip-indexes:` and a variant's `index:`, "
                 "a mirror of PyPI in `pip-indexes: {pypi: URL}` or UV_DEFAULT_INDEX",
             )
         if has_credentials(item):  # a `name @ URL` would carry them into the lock and the export
-            raise InputError(path, f"{where}.pip[{index}]: '{scrub_credentials(item.strip())}' carries credentials",
-                             "keep secrets out of specs: use ~/.netrc")
+            raise InputError(path, f"{where}.pip[{index}]: {excerpt(scrub_credentials(item.strip()), 200)} "
+                             "carries credentials", "keep secrets out of specs: use ~/.netrc")
         out.append(item.strip())
     return out
 
@@ -363,7 +284,7 @@ def read_virtual_packages(path: Path) -> VirtualPackages:
     by_platform = {}
     for platform, entry in subdirs.items():
         if platform not in KNOWN_PLATFORMS:
-            raise InputError(path, f"subdirs: unknown platform '{platform}'",
+            raise InputError(path, f"subdirs: unknown platform {excerpt(platform)}",
                              f"use one of {', '.join(KNOWN_PLATFORMS)}")
         packages = entry.get("packages") if isinstance(entry, dict) else None
         if not isinstance(packages, dict) or set(entry) != {"packages"}:
@@ -377,11 +298,11 @@ def _virtual_package(path: Path, platform: str, name: Any, value: Any) -> Virtua
     if not isinstance(name, str) or not name.startswith("__"):
         raise InputError(path, f"{where}: virtual package names start with '__'")
     if isinstance(value, float):
-        raise InputError(path, f"{where}: {value!r} is a number, not a version",
+        raise InputError(path, f"{where}: {excerpt(value)} is a number, not a version",
                          f"quote it: {name}: \"{value}\" (YAML reads an unquoted 12.10 as the number 12.1)")
     if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise InputError(path, f"{where}: expected a version string like \"12.8\"")
     version, _, build = str(value).strip().partition(" ")
     if not _VIRTUAL_VERSION.fullmatch(version):
-        raise InputError(path, f"{where}: '{version}' is not a version", "write it like \"2.28\" or \"12.8\"")
+        raise InputError(path, f"{where}: {excerpt(version)} is not a version", "write it like \"2.28\" or \"12.8\"")
     return VirtualPackage(name, version, build.strip())

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from bootstrap.errors import InputError
+from bootstrap.errors import InputError, excerpt
 from bootstrap.platforms import os_of
 from bootstrap.urls import has_credentials, scrub_credentials
 
@@ -74,13 +74,13 @@ def read_indexes(path: Path, value: Any) -> Dict[str, str]:
     for name, url in value.items():
         where = f"pip-indexes.{name}"
         if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise InputError(path, f"pip-indexes: {_excerpt(name)} is not an index name",
+            raise InputError(path, f"pip-indexes: {excerpt(name)} is not an index name",
                              "use letters, digits, '-' and '_'")
         if not isinstance(url, str) or not re.match(r"(https?|file)://\S+$", url.strip()):
-            raise InputError(path, f"{where}: {_excerpt(url)} is not an index URL",
+            raise InputError(path, f"{where}: {excerpt(url)} is not an index URL",
                              "give the simple index, e.g. https://download.pytorch.org/whl/cu126")
         if has_credentials(url):
-            raise InputError(path, f"{where}: '{scrub_credentials(url.strip())}' carries credentials",
+            raise InputError(path, f"{where}: {excerpt(scrub_credentials(url.strip()), 200)} carries credentials",
                              f"keep secrets out of specs: ~/.netrc, or `--index {name}=URL` on the command line")
         out[name] = url.strip().rstrip("/")
     return out
@@ -101,7 +101,7 @@ def read_variants(path: Path, value: Any, platforms: Tuple[str, ...], indexes: M
     names = [v.name for v in variants]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise InputError(path, f"variants: two variants are named '{twice[0]}'", "give each its own name")
+        raise InputError(path, f"variants: two variants are named {excerpt(twice[0])}", "give each its own name")
     return (replace(variants[0], default=True),) + variants[1:]
 
 
@@ -112,16 +112,16 @@ def _variant(path: Path, index: int, raw: Any, spec_platforms: Tuple[str, ...],
         raise InputError(path, f"{where}: expected a mapping with a name", "e.g. `- name: cu128`")
     unknown = sorted(set(map(str, raw)) - set(VARIANT_KEYS))
     if unknown:
-        raise InputError(path, f"{where}: unknown key {_excerpt(unknown[0])}", f"allowed: {', '.join(VARIANT_KEYS)}")
+        raise InputError(path, f"{where}: unknown key {excerpt(unknown[0])}", f"allowed: {', '.join(VARIANT_KEYS)}")
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InputError(path, f"{where}.name: {_excerpt(name)} is not a variant name",
+        raise InputError(path, f"{where}.name: {excerpt(name)} is not a variant name",
                          "use letters, digits, '-' and '_' (e.g. cu128, cpu)")
     where = f"variants[{index}] ({name})"
     index_name = raw.get("index", PYPI)
     if index_name != PYPI and index_name not in indexes:
         known = ", ".join([PYPI, *indexes])
-        raise InputError(path, f"{where}.index: unknown index {_excerpt(index_name)}",
+        raise InputError(path, f"{where}.index: unknown index {excerpt(index_name)}",
                          f"name one of {known}, or add it under `pip-indexes:`")
     virtual = _virtual_packages(path, where, raw.get("virtual-packages"))
     return Variant(name=name, platforms=_platforms(path, where, raw.get("platforms"), spec_platforms, virtual),
@@ -137,7 +137,7 @@ def _torch_pin(path: Path, where: str, value: Any) -> str:
     if pin[:1].isdigit():
         pin = f"=={pin}"  # a bare version means ==
     if not _SPECIFIER.fullmatch(pin):
-        raise InputError(path, f"{where}.torch: {_excerpt(value)} is not a version pin",
+        raise InputError(path, f"{where}.torch: {excerpt(value)} is not a version pin",
                          "write e.g. \"==2.10.*\" or \">=2.11,<2.15\"")
     return pin
 
@@ -150,14 +150,14 @@ def _virtual_packages(path: Path, where: str, value: Any) -> Dict[str, Optional[
     out: Dict[str, Optional[str]] = {}
     for name, version in value.items():
         if not isinstance(name, str) or not name.startswith("__"):
-            raise InputError(path, f"{where}.virtual-packages: {_excerpt(name)} is not a virtual package",
+            raise InputError(path, f"{where}.virtual-packages: {excerpt(name)} is not a virtual package",
                              "their names start with '__', e.g. __cuda")
         if isinstance(version, float):
-            raise InputError(path, f"{where}.virtual-packages.{name}: {version!r} is a number",
+            raise InputError(path, f"{where}.virtual-packages.{name}: {excerpt(version)} is a number",
                              f"quote it: {name}: \"{version}\" (YAML reads 12.10 as 12.1)")
         if version is not None and not (isinstance(version, (str, int)) and not isinstance(version, bool)
                                         and _VERSION.fullmatch(str(version).split(" ")[0])):
-            raise InputError(path, f"{where}.virtual-packages.{name}: {_excerpt(version)} is not a version",
+            raise InputError(path, f"{where}.virtual-packages.{name}: {excerpt(version)} is not a version",
                              "write it like \"12.8\", or null to solve without it")
         out[name] = None if version is None else str(version)
     return out
@@ -179,7 +179,7 @@ def _platforms(path: Path, where: str, value: Any, spec_platforms: Tuple[str, ..
         raise InputError(path, f"{where}.platforms: expected a non-empty list of the spec's platforms")
     for platform in value:
         if platform not in spec_platforms:
-            raise InputError(path, f"{where}.platforms: {_excerpt(platform)} is not among the spec's platforms",
+            raise InputError(path, f"{where}.platforms: {excerpt(platform)} is not among the spec's platforms",
                              f"use some of {', '.join(spec_platforms)}")
         if platform not in possible:
             missing = next(name for name in wanted if not _can_have(platform, name))
@@ -216,22 +216,18 @@ def _requirement_name(text: str) -> str:
     return re.split(r"[\s\[=<>!~;@(]", text.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
-def _excerpt(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
 
 def variant_locks(project: Any, env: str, spec: Any, names: Tuple[str, ...] = ()) -> list:
     """(variant, lock path) of each variant of `env` (`spec` read from its file), default first;
     a spec without variants has one lock, `(None, project.lock_path(env))`. `names` picks some."""
     if not spec.variants:
         if names:
-            raise InputError(spec.path, f"variants: none declared, so there is no variant {_excerpt(names[0])}",
+            raise InputError(spec.path, f"variants: none declared, so there is no variant {excerpt(names[0])}",
                              "drop --variant, or declare variants in the spec")
         return [(None, project.lock_path(env))]
     known = [v.name for v in spec.variants]
     for name in names:
         if name not in known:
-            raise InputError("--variant", f"{env} has no variant {_excerpt(name)}", f"known: {', '.join(known)}")
+            raise InputError("--variant", f"{env} has no variant {excerpt(name)}", f"known: {', '.join(known)}")
     return [(v, project.lock_path(env) if v.default else project.variant_lock_path(env, v.name))
             for v in spec.variants if not names or v.name in names]

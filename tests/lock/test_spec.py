@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bootstrap.errors import InputError
-from bootstrap.lock.spec import canonical_channel, read_spec, read_virtual_packages
+from bootstrap.lock.spec import _dependencies, canonical_channel, read_spec, read_virtual_packages
 from tests.fixtures import REPO
 
 GOOD = """\
@@ -116,8 +116,31 @@ def test_deeply_nested_yaml_is_refused_not_a_crash(tmp_path: Path) -> None:
     for text in ("version: 1\nx: " + "[" * 100_000 + "]" * 100_000 + "\n", "- " * 100_000 + "\n"):
         path = write(tmp_path, text)
         for read in (read_spec, read_lock):
-            with pytest.raises(InputError, match="nested too deeply"):
+            with pytest.raises(InputError, match=rf"{path}:\d+: nested more than 100 levels deep"):
                 read(path)
+
+
+def _alias_bomb(levels: int) -> str:
+    """conda-lock's `version: 1` then `levels` of 10 aliases each: 10**levels strings in a few hundred bytes."""
+    lines = ["version: 1", "a0: &a0 [xxxxxxxxxx]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    (_alias_bomb(9), r":7: more than 200000 values, aliases expanded"),
+    ("version: 1\na: &a x\nb: [" + ", ".join(["*a"] * 101) + "]\n", r":3: more than 100 aliases"),
+    ("version: 1\nname: " + "x" * 70_000 + "\n", r":2: a value of 70000 characters \(at most 65536\)"),
+    ("- x\n" * 200_001, r":200000: more than 200000 values"),
+    ("version: 1\nwhen: 2020-13-45\n", r": a value YAML cannot read: month must be in 1..12"),
+], ids=["alias-bomb", "aliases", "long-scalar", "many-nodes", "bad-date"])
+def test_yaml_beyond_the_limits_is_refused_before_it_is_built(tmp_path: Path, text: str, problem: str) -> None:
+    from bootstrap.lock.lockfile import read_lock
+
+    path = write(tmp_path, text)
+    for read in (read_spec, read_lock):
+        with pytest.raises(InputError, match=f"^{path}{problem}"):
+            read(path)
 
 
 def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
@@ -168,3 +191,18 @@ def test_a_name_with_spaces_around_it_is_refused_not_stripped(tmp_path: Path, ke
         read_spec(write(tmp_path, text))
     message = str(caught.value)
     assert f"{key}: " in message and "has spaces around it" in message and "secret" not in message
+
+
+def test_a_bad_value_is_quoted_as_a_short_excerpt(tmp_path: Path) -> None:
+    # What YAML aliases build: 7 levels of 10 references to one list, 10**7 strings from a few
+    # hundred bytes of file; quoted whole, the message alone would be a hundred megabytes.
+    bomb: list = ["x" * 10]
+    for _ in range(7):
+        bomb = [bomb] * 10
+    with pytest.raises(InputError) as info:
+        _dependencies(tmp_path / "demo.yml", [bomb, "python=3.10.*"])
+    assert "dependencies[0]: expected a conda spec string or a `pip:` list, got [[[" in str(info.value)
+    assert len(info.value.problem) < 150
+    with pytest.raises(InputError) as info:
+        _dependencies(tmp_path / "demo.yml", ["python=3.10.*", {"pip": ["x" * 100_000, ["y"] * 100_000]}])
+    assert len(info.value.problem) < 150

@@ -1,0 +1,125 @@
+"""YAML input files (specs, locks, virtual-packages.yml, bench configs) read with bounds.
+
+Every limit is far from any real file (the committed locks are about 100 KB,
+1,600 lines, 3,600 YAML nodes, no alias; conda-lock writes no alias), and
+beyond it the file is refused in one line before it costs time or memory:
+
+- at most 16 MiB read, of a regular file only (`fsutil.read_input_text`);
+- at most 100 aliases (`*name`), and at most 200,000 nodes counted as the
+  data will be, each alias counting the nodes it repeats: 1.5 KB of nested
+  aliases expand to 10**8 nodes;
+- at most 100 levels of nesting (a real lock has 5);
+- scalars (strings, numbers, keys) of at most 64 KiB.
+
+The counting walks libyaml's events (a few ms for a lock) before the file is
+loaded; PyYAML's own composer and constructor would have built it first.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any, Optional
+
+from bootstrap.errors import InputError, MissingModuleError, excerpt
+from bootstrap.fsutil import read_input_text
+
+MAX_ALIASES = 100
+MAX_NODES = 200_000
+MAX_DEPTH = 100
+MAX_SCALAR_CHARS = 64 * 1024
+
+
+def load_yaml(path: Path, text: Optional[str] = None) -> Any:
+    """`yaml.safe_load` of `path` (or of `text`, read from it) naming the file and line in errors."""
+    yaml = _yaml(path)
+    if text is None:
+        text = read_text(path)
+    loader = _unique_keys_loader()
+    try:
+        _check_bounds(yaml, path, text, loader)
+        return yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
+    except RecursionError:
+        raise InputError(path, "nested too deeply to be a spec or a lock", "check what wrote this file") from None
+    except (ValueError, OverflowError) as exc:  # `2020-13-45` read as a date, an integer of 5,000 digits
+        raise InputError(path, f"a value YAML cannot read: {str(exc)[:80]}", "quote it if it is a string") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(where, f"malformed YAML: {problem}", "fix the syntax") from None
+
+
+def _yaml(path: Path) -> Any:
+    """The `yaml` module, or one line on the interpreter that lacks it: `verify` and `bench` run
+    inside the created env, which has PyYAML only because the lock lists it."""
+    try:
+        import yaml
+    except ImportError:
+        raise MissingModuleError(f"reading {path} needs PyYAML, which {sys.executable} cannot import", "yaml") from None
+    return yaml
+
+
+def _check_bounds(yaml: Any, path: Path, text: str, loader: type) -> None:
+    """Refuse, before anything is built, what breaks the limits of the module docstring. Stopping
+    at the first event past a limit matters: libyaml takes minutes over 200,000 nested `[`, and its
+    composer recurses in C and crashes the process on them."""
+    aliases = nodes = 0
+    sizes: dict = {}  # anchor -> the nodes an alias to it repeats
+    opened: list = []  # (anchor, nodes before it) of each collection being read
+    for event in yaml.parse(text, Loader=loader):
+        problem = ""
+        if isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            nodes += sizes.get(event.anchor, 1)
+            if aliases > MAX_ALIASES:
+                problem = f"more than {MAX_ALIASES} aliases (*name)"
+        elif isinstance(event, yaml.ScalarEvent):
+            nodes += 1
+            sizes[event.anchor] = 1
+            if len(event.value) > MAX_SCALAR_CHARS:
+                problem = f"a value of {len(event.value)} characters (at most {MAX_SCALAR_CHARS})"
+        elif isinstance(event, yaml.CollectionStartEvent):
+            opened.append((event.anchor, nodes))
+            nodes += 1
+            if len(opened) > MAX_DEPTH:
+                problem = f"nested more than {MAX_DEPTH} levels deep"
+        elif isinstance(event, yaml.CollectionEndEvent):
+            anchor, before = opened.pop()
+            sizes[anchor] = nodes - before
+        if nodes > MAX_NODES and not problem:
+            problem = f"more than {MAX_NODES} values, aliases expanded"
+        if problem:
+            raise InputError(f"{path}:{event.start_mark.line + 1}", f"{problem}: too large to be a spec or a lock",
+                             "check what wrote this file")
+
+
+@functools.lru_cache(maxsize=None)
+def _unique_keys_loader() -> type:
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML forbids it; PyYAML
+    keeps the last one silently, so a second `dependencies:` would replace the first). The C
+    loader when PyYAML was built with libyaml (several times faster on a lock of a few hundred
+    entries, same safe semantics)."""
+    import yaml  # load_yaml checked that it is there
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, Hashable) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {excerpt(key)} is given twice in one mapping", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def read_text(path: Path) -> str:
+    """The file's text, bounded (`fsutil.read_input_text`), or an InputError naming it."""
+    return read_input_text(path)
