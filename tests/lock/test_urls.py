@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.urls import has_credentials, scrub_credentials
 
@@ -57,3 +59,19 @@ def test_a_mirror_password_with_a_hash_or_question_mark_is_never_shown() -> None
             Mirror.parse(f"conda-forge=https://bob:{password}@mirror.internal/cf")
         assert "hunter" not in str(refused.value) and "bob" not in str(refused.value), str(refused.value)
         assert "%23" in str(refused.value)  # says how to write it
+
+
+@pytest.mark.parametrize("text", ["x" * 200_000, "a://" + "x" * 200_000, "x@" * 100_000, "/t/" + "x" * 200_000,
+                                  "https://" + "u" * 200_000, "bob:" + "p" * 200_000 + "@host"])
+def test_scrubbing_a_long_value_takes_linear_time(text: str) -> None:
+    """A spec or lock value of 64 KB (the reader's limit) is scrubbed before any message: a pattern that
+    rescans the rest of the text from every position would take minutes on it."""
+    import time
+
+    from bootstrap.urls import scrub_argument
+
+    started = time.perf_counter()
+    for _ in range(5):
+        scrub_credentials(text)
+        scrub_argument(text)
+    assert time.perf_counter() - started < 1.0
