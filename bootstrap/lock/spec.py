@@ -21,6 +21,7 @@ engines are imported (`bootstrap.lock.conda`, `bootstrap.lock.pip`).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -194,7 +195,7 @@ def _string_list(path: Path, data: dict, key: str) -> list[str]:
             raise InputError(path, f"{key}: {excerpt(scrub_credentials(v))} has spaces around it",
                              "drop the spaces inside the quotes")
     out = list(value)
-    twice = sorted({v for v in out if out.count(v) > 1})
+    twice = sorted(v for v, n in Counter(out).items() if n > 1)
     if twice:
         raise InputError(path, f"{key}: {excerpt(twice[0])} is listed twice", "list it once")
     return out

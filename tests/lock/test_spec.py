@@ -206,3 +206,16 @@ def test_a_bad_value_is_quoted_as_a_short_excerpt(tmp_path: Path) -> None:
     with pytest.raises(InputError) as info:
         _dependencies(tmp_path / "demo.yml", ["python=3.10.*", {"pip": ["x" * 100_000, ["y"] * 100_000]}])
     assert len(info.value.problem) < 150
+
+
+def test_a_long_list_with_a_name_twice_is_named_without_quadratic_work(tmp_path: Path) -> None:
+    """150,000 channels (within the reader's node limit): the duplicate is found by counting once, not
+    by rescanning the list for each entry, which took minutes."""
+    import time
+
+    channels = [f"https://host/c{i}" for i in range(150_000)] + ["https://host/c7"]
+    path = write(tmp_path, GOOD.replace("channels: [conda-forge]", f"channels: [{', '.join(channels)}]"))
+    started = time.perf_counter()
+    with pytest.raises(InputError, match=r"channels: 'https://host/c7' is listed twice"):
+        read_spec(path)
+    assert time.perf_counter() - started < 2
