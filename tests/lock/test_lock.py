@@ -427,7 +427,7 @@ def test_committed_locks_are_fresh(capsys) -> None:
     assert main(["lock", "--check", "--root", str(repo)]) == 0, capsys.readouterr().out
 
 
-@pytest.mark.parametrize("door", ["basic-auth", "token"])
+@pytest.mark.parametrize("door", ["basic-auth", pytest.param("token", marks=pytest.mark.slow)])
 def test_lock_fetches_from_a_private_mirror_and_records_no_credential(
     project: Project, fixture_channel: Path, wheelhouse: Path, capfd, door: str
 ) -> None:

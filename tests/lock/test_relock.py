@@ -105,6 +105,7 @@ def torchlike_build(platform: str) -> str:
     return "cuda12_1" if platform == "linux-64" else "cpu_0"
 
 
+@pytest.mark.slow
 def test_a_relock_moves_only_what_the_spec_needs_then_update_then_upgrade(mirrored: Fixture, capsys) -> None:
     path = mirrored.project.lock_path("py310")
     before = {(p.platform, p.manager, p.name): p for p in read_lock(path).packages}
