@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError, excerpt
 from bootstrap.lock.variants import META_VARIANT, PYPI, Variant, effective_pip, read_indexes, read_variants
-from bootstrap.lock.yamlfile import load_yaml, read_text  # noqa: F401 (read_text: for lockfile)
+from bootstrap.lock.yamlfile import load_yaml
 from bootstrap.platforms import KNOWN_PLATFORMS
 from bootstrap.urls import has_credentials, scrub_credentials
 
