@@ -29,7 +29,6 @@ Targets (issue 19): fresh create <= 1.15x raw, no-op rerun <= 0.3 s whole proces
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import shutil
@@ -45,6 +44,7 @@ sys.path.insert(0, str(REPO))
 
 import rattler  # noqa: E402
 
+from bootstrap import aio  # noqa: E402
 from bootstrap.install.env import EnvOptions, create_or_update  # noqa: E402
 from bootstrap.install.generations import clone_tree  # noqa: E402
 from bootstrap.lock.mirrors import Mirror  # noqa: E402
@@ -102,7 +102,7 @@ def seal_check_off():
 
 
 def solved_records(channel: Path, specs: list[str]) -> list:
-    return asyncio.run(rattler.solve(sources=[rattler.Channel(channel.as_uri())],
+    return aio.run(rattler.solve(sources=[rattler.Channel(channel.as_uri())],
                                      specs=[rattler.MatchSpec(s) for s in specs],
                                      platforms=["linux-64", "noarch"], virtual_packages=[]))
 
@@ -110,7 +110,7 @@ def solved_records(channel: Path, specs: list[str]) -> list:
 def raw_install(records, prefix: Path, cache: Path, copies: bool) -> None:
     config = rattler.Config.from_toml("allow-hard-links = false\n") if copies else None
     # installed_packages=None: rattler reads the prefix's conda-meta itself, faster than handing it records
-    asyncio.run(rattler.install(records, prefix, cache_dir=cache, show_progress=False, execute_link_scripts=False,
+    aio.run(rattler.install(records, prefix, cache_dir=cache, show_progress=False, execute_link_scripts=False,
                                 config=config))
 
 

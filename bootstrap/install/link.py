@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
 from urllib.parse import urlsplit
 
+from bootstrap import aio
 from bootstrap.errors import InputError, ToolError
 from bootstrap.fsutil import atomic_write_text
 from bootstrap.install import store
@@ -80,7 +81,6 @@ def _rattler_install(conda: Sequence[LockedPackage], to_link: Sequence[LockedPac
     """rattler.install of `conda` into `target.partial`. A record is read from the archive of a package
     to extract, else from its extracted copy's index.json (cheaper than the archive or the conda-meta
     record, whose file list a CUDA package makes long), else from the record the generation holds."""
-    import asyncio
 
     import rattler
 
@@ -112,7 +112,7 @@ def _rattler_install(conda: Sequence[LockedPackage], to_link: Sequence[LockedPac
                 validation_mode=rattler.ValidationMode.full() if full_validation else rattler.ValidationMode.skip()),
         )
 
-    asyncio.run(install())
+    aio.run(install())
 
 
 def _from_copy(entry: LockedPackage, cache_dir: Path):

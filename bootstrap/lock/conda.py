@@ -7,12 +7,12 @@ strict channel priority; the records keep canonical channel URLs even when a
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from pathlib import Path
 from typing import Optional, Sequence
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from bootstrap import aio
 from bootstrap.errors import FetchError, InputError, SolveError, one_line
 from bootstrap.lock.lockfile import LockedPackage
 from bootstrap.lock.mirrors import Mirror, mirror_for
@@ -59,7 +59,7 @@ def solve_conda(
         for v in virtual_packages
     ]
     try:
-        return asyncio.run(_solve(sources, specs, gateway, platform, vpkgs, prefer))
+        return aio.run(_solve(sources, specs, gateway, platform, vpkgs, prefer))
     except SolverError as exc:
         raise SolveError(f"{spec.path}: dependencies: cannot be solved for {platform}: {one_line(exc)} "
                          "(relax or fix the spec, or check that the channels have the packages)") from None
