@@ -59,12 +59,12 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser, but a usage error is raised (as `_UsageError`, after the usage lines) rather
-    than exiting, so that a `--json` run still gets its error envelope. Subparsers are of this class too."""
+    """argparse's parser, but a usage error is raised (as `_UsageError`) rather than exiting, so that a
+    `--json` run still gets its error envelope; and it is one line, as every other bad input is, pointing
+    at `--help` instead of printing the usage above it. Subparsers are of this class too."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        raise _UsageError(f"{self.prog}: error: {message}")
+        raise _UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 class _UsageError(Exception):
@@ -83,7 +83,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = build_parser(argv).parse_args(argv)
     except _UsageError as exc:
         message = scrub_credentials(str(exc))  # argparse quotes a rejected value as given
-        print(message, file=sys.stderr)
+        print(f"error: {message}", file=sys.stderr)
         return _early_error(argv, "UsageError", message, EXIT_USAGE)
     except KeyboardInterrupt:  # while the verb's modules were still loading
         print("interrupted", file=sys.stderr)

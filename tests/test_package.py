@@ -105,15 +105,16 @@ def test_a_usage_error_of_a_json_run_still_prints_the_envelope(capsys) -> None:
 
     assert main(["bench", "--json", "--budget", "abc"]) == 2
     out, err = capsys.readouterr()
-    assert err.startswith("usage: python -m bootstrap bench") and err.endswith(
-        "python -m bootstrap bench: error: argument --budget: invalid float value: 'abc'\n")
+    assert err == ("error: argument --budget: invalid float value: 'abc' "
+                   "(see `python -m bootstrap bench --help`)\n")
     assert json.loads(out) == {"format": "bootstrap.error", "version": 1, "verb": "bench", "error": {
         "type": "UsageError",
-        "message": "python -m bootstrap bench: error: argument --budget: invalid float value: 'abc'",
+        "message": "argument --budget: invalid float value: 'abc' (see `python -m bootstrap bench --help`)",
         "exit_code": 2}}
-    assert main(["env", "--frobnicate"]) == 2  # without --json: argparse's two lines, nothing on stdout
+    assert main(["env", "--frobnicate"]) == 2  # without --json: one line, nothing on stdout
     out, err = capsys.readouterr()
-    assert out == "" and err.splitlines()[-1] == "python -m bootstrap: error: unrecognized arguments: --frobnicate"
+    assert out == "" and err == ("error: unrecognized arguments: --frobnicate "
+                                  "(see `python -m bootstrap --help`)\n")
 
 
 def test_a_reader_that_goes_away_gets_no_traceback() -> None:

@@ -31,6 +31,7 @@ from bootstrap.bench.config import (
     parse_threshold_flags,
 )
 from bootstrap.checks.model import exit_code
+from bootstrap.commands import argtypes
 from bootstrap.commands.signals import sigterm_as_interrupt
 from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import disk_full, out_of_space
@@ -42,7 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", dest="budget_s", type=float, metavar="SECONDS",
                         help="time for all measured phases (default 120)")
     parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
-    parser.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
+    parser.add_argument("--out", type=argtypes.path, default=Path("."), metavar="DIR",
                         help="where bench.json and bench.png go (default: .)")
     parser.add_argument("--no-png", action="store_true", help="do not draw bench.png")
     parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
@@ -50,7 +51,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="show each verdict's evidence")
     parser.add_argument("--distributed", action="store_true",
                         help="under torchrun: every rank runs the phases, rank 0 reports")
-    parser.add_argument("--config", type=Path, metavar="FILE",
+    parser.add_argument("--config", type=argtypes.path, metavar="FILE",
                         help="YAML/JSON file with `thresholds:` and `options:` mappings")
     parser.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
                         help="override one verdict threshold, e.g. efficiency_pass=0.85 (repeatable)")
@@ -67,7 +68,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--storage", choices=STORAGES, help="memory (default), files (one per sample) or packed (memmap)")
     load.add_argument("--cold-cache", action="store_true", default=None,
                       help="files/packed: evict our files from the page cache before each phase")
-    load.add_argument("--data-dir", type=Path,
+    load.add_argument("--data-dir", type=argtypes.path,
                       help="files/packed: the file system to test; a directory made there holds them and is "
                            "removed at the end (default: the temp dir)")
     tuner = parser.add_argument_group("tuner and sizing")

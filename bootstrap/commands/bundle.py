@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+from bootstrap.commands import argtypes
 from bootstrap.commands.cache import size_text
 from bootstrap.commands.lock import add_pip_index_options
 from bootstrap.errors import EXIT_OK, InputError
@@ -19,16 +20,17 @@ TOOLS_REQUIREMENTS = Path(__file__).resolve().parents[2] / "scripts" / "requirem
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("envs", nargs="*", metavar="ENV", help="envs to bundle (default: the project's default, py310)")
-    parser.add_argument("--platform", action="append", default=[], metavar="P",
+    parser.add_argument("--platform", type=argtypes.platform, action="append", default=[], metavar="P",
                         help="locked platform to bundle (repeatable; default: this machine's)")
     parser.add_argument("--variant", action="append", default=[], metavar="V",
                         help="torch variant to bundle (repeatable; default: each env's default variant); "
                              "on the node `make env BUNDLE=FILE VARIANT=V`")
     parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
                         help="fetch URLs under CANONICAL from an HTTP mirror or a local directory")
-    parser.add_argument("-o", "--output", type=Path, default=None,
+    parser.add_argument("-o", "--output", type=argtypes.path, default=None,
                         help="the bundle to write (default: bundle-ENV-PLATFORM.tar here)")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="package cache (default: ~/.cache/bootstrap)")
+    parser.add_argument("--cache-dir", type=argtypes.path, default=None,
+                        help="package cache (default: ~/.cache/bootstrap)")
     parser.add_argument("--tools-python", action="append", default=[], metavar="X.Y",
                         help="bundle the tools venv's wheels for this python3 of the nodes "
                              "(repeatable; default: this one's)")
@@ -36,7 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="leave the tools venv's wheels out (the nodes have one, or reach a PyPI mirror)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_pip_index_options(parser.add_argument_group("the tools venv's wheels (uv)"))
-    parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
+    parser.add_argument("--root", type=argtypes.directory, default=None,
+                        help="project root (default: nearest dir with envs/)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bootstrap.commands import argtypes
 from bootstrap.errors import EXIT_OK
 from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
@@ -14,9 +15,11 @@ from bootstrap.report import dumps
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prune", action="store_true",
                         help="remove what no lock of this project installs (old locks, other projects)")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="package cache (default: ~/.cache/bootstrap)")
+    parser.add_argument("--cache-dir", type=argtypes.path, default=None,
+                        help="package cache (default: ~/.cache/bootstrap)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
+    parser.add_argument("--root", type=argtypes.directory, default=None,
+                        help="project root (default: nearest dir with envs/)")
 
 
 def run(args: argparse.Namespace) -> int:

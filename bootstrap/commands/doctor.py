@@ -11,24 +11,25 @@ env's torch variants `make env` installs here. Exit 1 when a check failed,
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from bootstrap.commands import argtypes
 from bootstrap.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default=None, metavar="NAME",
                         help="env whose torch variants to judge (default: the project's default env)")
-    parser.add_argument("--lock", type=Path, default=None,
+    parser.add_argument("--lock", type=argtypes.path, default=None,
                         help="judge this one lock instead of the env's (e.g. a lock from elsewhere)")
-    parser.add_argument("--platform", default=None,
+    parser.add_argument("--platform", type=argtypes.platform, default=None,
                         help="locked platform to read (default: this host's, or the recorded facts')")
     parser.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
-    parser.add_argument("--facts", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--facts", type=argtypes.path, default=None, metavar="FILE",
                         help="evaluate facts recorded with --save-facts instead of probing this host")
-    parser.add_argument("--save-facts", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--save-facts", type=argtypes.path, default=None, metavar="FILE",
                         help="write the gathered facts (JSON) to reproduce this diagnosis elsewhere")
-    parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
+    parser.add_argument("--root", type=argtypes.directory, default=None,
+                        help="project root (default: nearest dir with envs/)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show each check's evidence")
 
 

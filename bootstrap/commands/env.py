@@ -10,6 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from bootstrap.commands import argtypes
 from bootstrap.errors import EXIT_OK, InputError
 from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
@@ -20,22 +21,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", default="auto", metavar="auto|NAME",
                         help="torch variant to install (default auto: the one `doctor` picks for this host)")
     parser.add_argument("--force", action="store_true", help="install --variant NAME even where it will not run")
-    parser.add_argument("--facts", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--facts", type=argtypes.path, default=None, metavar="FILE",
                         help="pick the variant for facts recorded with `doctor --save-facts` instead of this host's")
-    parser.add_argument("--lock", type=Path, default=None,
+    parser.add_argument("--lock", type=argtypes.path, default=None,
                         help="lock file (default: the lock of the env's variant in the project)")
-    parser.add_argument("--prefix", type=Path, default=None, help="where the env lives (default: .envs/ENV)")
-    parser.add_argument("--platform", default=None, help="locked platform to install (default: this machine's)")
+    parser.add_argument("--prefix", type=argtypes.path, default=None, help="where the env lives (default: .envs/ENV)")
+    parser.add_argument("--platform", type=argtypes.platform, default=None,
+                        help="locked platform to install (default: this machine's)")
     parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
                         help="fetch URLs under CANONICAL from an HTTP mirror or a local directory")
-    parser.add_argument("--bundle", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--bundle", type=argtypes.path, default=None, metavar="FILE",
                         help="take the artifacts from this bundle (`bootstrap bundle`): no channel or index needed")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="package cache (default: ~/.cache/bootstrap)")
+    parser.add_argument("--cache-dir", type=argtypes.path, default=None,
+                        help="package cache (default: ~/.cache/bootstrap)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan (with --rollback: the generation it would switch to); change nothing")
     parser.add_argument("--rollback", action="store_true", help="switch back to the previous generation")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
+    parser.add_argument("--root", type=argtypes.directory, default=None,
+                        help="project root (default: nearest dir with envs/)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bootstrap.commands import argtypes
 from bootstrap.errors import EXIT_OK, InputError
 
 
@@ -24,16 +25,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "'-' prints to stdout")
     parser.add_argument("--pinned", action="store_true",
                         help="the full closure of each platform with hashes, as conda-lock's explicit files")
-    parser.add_argument("--from-prefix", type=Path, metavar="DIR",
+    parser.add_argument("--from-prefix", type=argtypes.path, metavar="DIR",
                         help="export an existing environment (its conda-meta/history and pip packages) "
                              "instead of a lock")
     parser.add_argument("--name", help="the `name:` to write (default: the spec's, or the prefix's directory name)")
     parser.add_argument("--channel", action="append", default=[], metavar="C",
                         help="write this channel (a name or an http(s) URL) instead of the recorded ones (repeatable), "
                              "e.g. the one teammates install from when the lock was made from a local mirror")
-    parser.add_argument("--platform", action="append", default=[], metavar="P",
+    parser.add_argument("--platform", type=argtypes.platform, action="append", default=[], metavar="P",
                         help="export only this locked platform (repeatable)")
-    parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
+    parser.add_argument("--root", type=argtypes.directory, default=None,
+                        help="project root (default: nearest dir with envs/)")
     parser.add_argument("--json", action="store_true",
                         help="print what was written (each file's path, size and sha256) as JSON; notes go to stderr")
 

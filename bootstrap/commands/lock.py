@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bootstrap.commands import argtypes
 from bootstrap.errors import EXIT_FAILED, EXIT_OK, InputError
 from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
@@ -19,7 +20,7 @@ from bootstrap.report import dumps
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("envs", nargs="*", metavar="ENV", help="envs to lock (default: every envs/*.yml)")
-    parser.add_argument("--platform", action="append", default=[], metavar="P",
+    parser.add_argument("--platform", type=argtypes.platform, action="append", default=[], metavar="P",
                         help="relock (or --check) only this platform (repeatable); the others are kept")
     parser.add_argument("--variant", action="append", default=[], metavar="V",
                         help="relock (or --check) only this variant of the env's torch builds (repeatable)")
@@ -36,8 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="solve and print the diff, write nothing")
     parser.add_argument("--json", action="store_true",
                         help="print the result (what moved per platform, or each stale entry) as one JSON envelope")
-    parser.add_argument("--root", type=Path, default=None, help="project root (default: nearest dir with envs/)")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="repodata cache (default: rattler's)")
+    parser.add_argument("--root", type=argtypes.directory, default=None,
+                        help="project root (default: nearest dir with envs/)")
+    parser.add_argument("--cache-dir", type=argtypes.path, default=None, help="repodata cache (default: rattler's)")
     pip = add_pip_index_options(parser.add_argument_group("pip part (uv)"))
     pip.add_argument("--pip-offline", action="store_true", help="use only uv's cache and --pip-find-links")
     pip.add_argument("--index", action="append", default=[], metavar="NAME=URL",
@@ -47,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def add_pip_index_options(group):
     """Where uv looks for wheels besides PyPI (or UV_INDEX_URL): `lock` and `bundle`."""
-    group.add_argument("--pip-find-links", action="append", default=[], metavar="DIR_OR_URL",
+    group.add_argument("--pip-find-links", type=argtypes.find_links, action="append", default=[], metavar="DIR_OR_URL",
                        help="also look for wheels here (repeatable)")
     group.add_argument("--pip-no-index", action="store_true", help="do not use PyPI / UV_INDEX_URL")
     return group

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import List, Optional
 
+from bootstrap.commands import argtypes
 from bootstrap.commands.signals import sigterm_as_interrupt
 from bootstrap.errors import EXIT_OK
 
@@ -57,8 +57,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--once", action="store_true",
                         help="print one sample and exit; exit 0 even without a driver")
     out = parser.add_mutually_exclusive_group()
-    out.add_argument("--csv", type=Path, metavar="FILE", help="also log one row per GPU and sample as CSV")
-    out.add_argument("--jsonl", type=Path, metavar="FILE", help="also log one JSON object per GPU and sample")
+    out.add_argument("--csv", type=argtypes.path, metavar="FILE", help="also log one row per GPU and sample as CSV")
+    out.add_argument("--jsonl", type=argtypes.path, metavar="FILE", help="also log one JSON object per GPU and sample")
     parser.add_argument("--json", action="store_true",
                         help="no table: when the run ends, print its statistics and last sample as JSON")
 

@@ -9,26 +9,28 @@ machine's NVIDIA stack run it? Exit 0 when no check failed, 1 when one did,
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from bootstrap.commands import argtypes
 from bootstrap.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prefix", type=Path, default=None,
+    parser.add_argument("--prefix", type=argtypes.path, default=None,
                         help="env to verify (default: this interpreter's env if bootstrap made it, else .envs/py310)")
-    parser.add_argument("--lock", type=Path, default=None, help="lock to compare with (default: the env's own)")
+    parser.add_argument("--lock", type=argtypes.path, default=None,
+                        help="lock to compare with (default: the env's own)")
     parser.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
     parser.add_argument("--deep", action="store_true",
                         help="sha256 every installed file (default: size, and sha256 of files changed since install)")
     parser.add_argument("--no-bench", dest="bench", action="store_false", help="skip the acceptance benchmark")
     parser.add_argument("--bench-budget", type=float, default=None, metavar="SECONDS",
                         help="time for the short benchmark (default 20)")
-    parser.add_argument("--facts", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--facts", type=argtypes.path, default=None, metavar="FILE",
                         help="re-evaluate the host, driver and torch rules on facts recorded with --save-facts")
-    parser.add_argument("--save-facts", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--save-facts", type=argtypes.path, default=None, metavar="FILE",
                         help="write the gathered facts (host, NVIDIA, torch) for `--facts` elsewhere")
-    parser.add_argument("--root", type=Path, default=None, help="project root (default: found from the env)")
+    parser.add_argument("--root", type=argtypes.directory, default=None,
+                        help="project root (default: found from the env)")
     parser.add_argument("--distributed", action="store_true",
                         help="under torchrun: every rank verifies, all-reduce checked and timed, one report on rank 0")
     parser.add_argument("-v", "--verbose", action="store_true", help="show each check's evidence")

@@ -269,6 +269,8 @@ class Bundle:
         of one, is an InputError."""
         remedy = "pass a file `bootstrap bundle` wrote"
         try:
+            if path.exists() and not path.is_file():  # tarfile would wait on a FIFO and read /dev/zero
+                raise InputError(path, "not a regular file (a directory, a FIFO, a device, ...)", remedy)
             with tarfile.open(path, "r:") as tar:
                 members = {m.name: (m.offset_data, m.size) for m in tar if m.isfile()}
                 found = tar.extractfile(INDEX) if INDEX in members else None

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError, excerpt
-from bootstrap.lock.variants import META_VARIANT  # noqa: F401 (with the other keys bootstrap adds)
+from bootstrap.lock.variants import META_VARIANT
 from bootstrap.lock.yamlfile import load_yaml, read_text
 from bootstrap.urls import has_credentials, scrub_credentials
 
@@ -114,17 +114,23 @@ def _parse(path: Path, text: str) -> Lock:
     platforms = tuple(_word(path, "metadata.platforms", p) for p in _list(path, meta, "platforms"))
     if not platforms:
         raise InputError(path, "metadata.platforms: empty", _REGENERATE)
-    custom = meta.get("custom_metadata") or {}
-    if not isinstance(custom, dict):
-        raise InputError(path, "metadata.custom_metadata: expected a mapping of names to strings", _REGENERATE)
+    custom = _strings(path, "metadata.custom_metadata", meta.get("custom_metadata") or {})
+    if META_VARIANT in custom:
+        _word(path, f"metadata.custom_metadata.{META_VARIANT}", custom[META_VARIANT])
+    if META_INPUTS in custom and not re.fullmatch("[0-9a-f]{64}", custom[META_INPUTS]):
+        raise InputError(path, f"metadata.custom_metadata.{META_INPUTS}: {excerpt(custom[META_INPUTS])} is not "
+                         "64 hex digits", _REGENERATE)
+    sources = _list(path, meta, "sources")
+    if not all(isinstance(s, str) for s in sources):
+        raise InputError(path, "metadata.sources: every entry must be a file name", _REGENERATE)
     packages = _packages(path, entries, platforms)
     return Lock(
         path=path,
         content_hash=dict(content_hash),
         channels=tuple(_channel_url(path, c) for c in _list(path, meta, "channels")),
         platforms=platforms,
-        sources=tuple(str(s) for s in _list(path, meta, "sources")),
-        custom=dict(custom),
+        sources=tuple(sources),
+        custom=custom,
         packages=packages,
     )
 
@@ -164,7 +170,17 @@ def _list(path: Path, data: dict, key: str) -> list:
     return value
 
 
+def _strings(path: Path, where: str, value: Any) -> dict:
+    """A mapping of strings to strings (conda-lock's type for custom_metadata and dependencies)."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise InputError(path, f"{where}: expected a mapping of names to strings", _REGENERATE)
+    return dict(value)
+
+
 def _channel_url(path: Path, entry: Any) -> str:
+    used = entry.get("used_env_vars", []) if isinstance(entry, dict) else []
+    if not isinstance(used, list) or not all(isinstance(v, str) for v in used):
+        raise InputError(path, "metadata.channels: used_env_vars must be a list of variable names", _REGENERATE)
     if isinstance(entry, dict) and isinstance(entry.get("url"), str):
         url = _word(path, "metadata.channels", entry["url"])
         _refuse_credentials(path, "metadata.channels", url)
@@ -193,9 +209,9 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
     where = f"package[{index}]"
     if not isinstance(entry, dict):
         raise InputError(path, f"{where}: not a mapping", _REGENERATE)
-    dependencies = entry.get("dependencies") or {}
-    if not isinstance(dependencies, dict):
-        raise InputError(path, f"{where}.dependencies: expected a mapping of name to constraint", _REGENERATE)
+    dependencies = _strings(path, f"{where}.dependencies", entry.get("dependencies", {}))
+    if not isinstance(entry.get("category", "main"), str) or not isinstance(entry.get("optional", False), bool):
+        raise InputError(path, f"{where}: category must be a string and optional true or false", _REGENERATE)
     try:
         hashes = entry["hash"] or {}
         manager = entry["manager"]
@@ -208,8 +224,8 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
             sha256=str(hashes["sha256"]).lower(),
             md5=str(hashes["md5"]).lower() if hashes.get("md5") else None,
             build=entry.get("build"),
-            dependencies={str(k): str(v) for k, v in dependencies.items()},
-            category=str(entry.get("category", "main")),
+            dependencies=dependencies,
+            category=entry.get("category", "main"),
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise InputError(path, f"{where}: missing or malformed field {exc}", _REGENERATE) from None

@@ -9,7 +9,9 @@ beyond it the file is refused in one line before it costs time or memory:
   data will be, each alias counting the nodes it repeats: 1.5 KB of nested
   aliases expand to 10**8 nodes;
 - at most 100 levels of nesting (a real lock has 5);
-- scalars (strings, numbers, keys) of at most 64 KiB.
+- scalars (strings, numbers, keys) of at most 64 KiB, without control
+  characters (YAML writes them only as escapes such as "\0"; in a name, URL or
+  path they can only do harm).
 
 The counting walks libyaml's events (a few ms for a lock) before the file is
 loaded; PyYAML's own composer and constructor would have built it first.
@@ -18,6 +20,7 @@ loaded; PyYAML's own composer and constructor would have built it first.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Hashable
 from pathlib import Path
@@ -30,6 +33,7 @@ MAX_ALIASES = 100
 MAX_NODES = 200_000
 MAX_DEPTH = 100
 MAX_SCALAR_CHARS = 64 * 1024
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # all but tab and line ends
 
 
 def load_yaml(path: Path, text: Optional[str] = None) -> Any:
@@ -81,6 +85,9 @@ def _check_bounds(yaml: Any, path: Path, text: str, loader: type) -> None:
             sizes[event.anchor] = 1
             if len(event.value) > MAX_SCALAR_CHARS:
                 problem = f"a value of {len(event.value)} characters (at most {MAX_SCALAR_CHARS})"
+            elif _CONTROL.search(event.value):
+                raise InputError(f"{path}:{event.start_mark.line + 1}",
+                                 f"the value {excerpt(event.value)} holds a control character", "remove it")
         elif isinstance(event, yaml.CollectionStartEvent):
             opened.append((event.anchor, nodes))
             nodes += 1

@@ -1,0 +1,42 @@
+"""argparse `type=` converters the verbs share: a bad value is a usage error naming its option."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from bootstrap.platforms import KNOWN_PLATFORMS
+from bootstrap.urls import scrub_argument
+
+_SUBDIR = re.compile(r"[a-z0-9]+-[a-z0-9_]+")  # conda's `<os>-<arch>`: linux-64, osx-arm64, freebsd13-amd64
+
+
+def path(text: str) -> Path:
+    """A path; an empty one would silently mean the current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (give a file or directory)")
+    return Path(text)
+
+
+def directory(text: str) -> Path:
+    """An existing directory (`--root`)."""
+    found = path(text)
+    if not found.is_dir():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a directory")
+    return found
+
+
+def platform(text: str) -> str:
+    if not _SUBDIR.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"'{scrub_argument(text)}' is not a conda platform "
+                                         f"({', '.join(KNOWN_PLATFORMS)}, ...)")
+    return text
+
+
+def find_links(text: str) -> str:
+    """`--pip-find-links`: a directory of wheels, or an http(s)/file URL of an index page."""
+    scheme = text.partition("://")[0] if "://" in text else ""
+    if scheme in ("http", "https", "file") or (not scheme and text.strip() and Path(text).is_dir()):
+        return text
+    raise argparse.ArgumentTypeError(f"'{scrub_argument(text)}' is neither a directory nor an http(s) or file URL")
