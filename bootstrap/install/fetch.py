@@ -202,7 +202,7 @@ def url_source(entry: LockedPackage, mirrors: Sequence[Mirror], also: str = "") 
         remedy = f"offline? serve it from a mirror: --mirror {mirror_prefix(entry)}=URL_OR_DIR"
     else:  # the mirror given is what failed: offering a mirror would send the user round in a circle
         remedy = f"the mirror lacks it or is down: sync it from {mirror.canonical}, or fix --mirror {mirror.public()}"
-    return Source(url, lambda: _open(url), remedy + also,
+    return Source(url, lambda: _open(url), scrub_credentials(remedy) + also,
                   ranged=(lambda start: _open(url, start)) if urlsplit(url).scheme in ("http", "https") else None,
                   size=lambda: _size(url))
 
