@@ -6,8 +6,9 @@ links whatever paths an archive lists (`../x`, absolute paths and escaping
 symlinks included; tests/test_fixtures.py shows each). So every
 archive to be linked passes through here first:
 
-    lock URL --mirror rewrite--> download into <cache>/archives/<sha256>/<fn>
-             --sha256 (and md5) against the lock--> paths checked --> file:// URL for rattler
+    lock URL --mirror rewrite--> download into <cache>/archives/<sha256>/.part-<fn>
+             (retried, resumed with Range) --sha256 (and md5) against the lock-->
+             paths checked --> renamed to <fn> --> file:// URL for rattler
 
 (with `--bundle`, a bundle's member stands in for the URL where it holds the artifact)
 
@@ -110,8 +111,8 @@ def fetch_archives(
     The first failure, or Ctrl-C, ends the run at once: the downloads under way stop at their
     next block and the queued ones never start. One stuck in connect() or in a read of a
     silent server would hold the run for the socket's 60 s timeout, so the workers are daemon
-    threads, waited for `_GRACE_S` and then left to end on their own (its `.part-*` file is
-    removed then, or by `cache --prune` if the process exits first)."""
+    threads, waited for `_GRACE_S` and then left to end on their own (its `.part-<fn>` is kept
+    for the next run to resume; `cache --prune` removes partials)."""
     if not entries:
         return {}
     watch = watch or Watch()
