@@ -125,7 +125,7 @@ def progress_feedback(tty: bool, quiet: bool = False):
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True), TransferSpeedColumn(),
                TimeRemainingColumn())
     with Progress(*columns, transient=True) as progress:
         task, count = {}, {"done": 0, "of": 0}
