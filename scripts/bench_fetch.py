@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bootstrap.install import fetch  # noqa: E402
+from bootstrap.install import download, fetch  # noqa: E402
 from bootstrap.lock.lockfile import LockedPackage  # noqa: E402
 
 DROP_EVERY = 5
@@ -93,7 +93,7 @@ def serve(files: dict, rate: float):
 def fetched_in(entries: list, scratch: Path, retries: list) -> float:
     store = Path(tempfile.mkdtemp(dir=scratch))
     started = time.perf_counter()
-    fetch.fetch_archives(entries, store, watch=fetch.Watch(retrying=retries.append))
+    fetch.fetch_archives(entries, store, watch=download.Watch(retrying=retries.append))
     return time.perf_counter() - started
 
 
@@ -119,7 +119,7 @@ def main(argv: list) -> int:
     server.shutdown()
     ratio = statistics.median(flaky) / statistics.median(clean)
     print(f"bench-fetch: {args.archives} archives of {args.mb} MB from a loopback server at {args.rate_mb:g} MB/s "
-          f"a connection, 4 downloads at once, retry waits {fetch.RETRY_DELAYS_S} s, median of {args.runs} runs")
+          f"a connection, 4 downloads at once, retry waits {download.RETRY_DELAYS_S} s, median of {args.runs} runs")
     print(f"clean server                     {statistics.median(clean):6.2f} s   "
           f"(min {min(clean):.2f}, max {max(clean):.2f})")
     print(f"drops 1 in {DROP_EVERY} GETs mid-file         {statistics.median(flaky):6.2f} s   "

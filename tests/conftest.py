@@ -76,9 +76,9 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch, _tool_cache_dirs: dict) -> No
 @pytest.fixture(autouse=True)
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     """A download's retries without their waits: the tests serve from loopback."""
-    from bootstrap.install import fetch
+    from bootstrap.install import download
 
-    monkeypatch.setattr(fetch, "RETRY_DELAYS_S", (0.0,) * len(fetch.RETRY_DELAYS_S))
+    monkeypatch.setattr(download, "RETRY_DELAYS_S", (0.0,) * len(download.RETRY_DELAYS_S))
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 
 from bootstrap.cli import main
 from bootstrap.errors import FetchError
-from bootstrap.install import fetch
+from bootstrap.install import download, fetch
 from bootstrap.lock.lockfile import LockedPackage
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.project import Project
@@ -191,7 +191,7 @@ def test_a_failed_or_interrupted_fetch_does_not_wait_for_the_downloads_under_way
             raise failure
         return _SlowBody()
 
-    monkeypatch.setattr(fetch, "_open", opened)
+    monkeypatch.setattr(download, "open_url", opened)
     started = time.monotonic()
     with pytest.raises((FetchError, KeyboardInterrupt)):
         fetch.fetch_archives(entries, tmp_path)
@@ -211,8 +211,8 @@ def test_a_stalled_download_is_given_up_with_one_line(tmp_path: Path, monkeypatc
     """Each read returns well inside the socket's timeout, so only a speed floor ends it."""
     entry = LockedPackage("p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda",
                           f"{1:064x}")
-    monkeypatch.setattr(fetch, "STALL_SECONDS", 0.3)
-    monkeypatch.setattr(fetch, "_open", lambda url, start=0: _Trickling())
+    monkeypatch.setattr(download, "STALL_SECONDS", 0.3)
+    monkeypatch.setattr(download, "open_url", lambda url, start=0: _Trickling())
     started = time.monotonic()
     with pytest.raises(FetchError) as stalled:
         fetch.fetch_archive(entry, tmp_path)
@@ -223,8 +223,8 @@ def test_a_stalled_download_is_given_up_with_one_line(tmp_path: Path, monkeypatc
     assert not [p for p in tmp_path.glob("archives/*/*") if not p.name.startswith(".part-p")]  # kept to resume
     slow = _SlowBody()  # 50 kB/s for 0.6 s: slow, not stalled
     slow._left = 30
-    monkeypatch.setattr(fetch, "_open", lambda url, start=0: slow)
-    monkeypatch.setattr(fetch, "STALL_BYTES", 4 << 10)
+    monkeypatch.setattr(download, "open_url", lambda url, start=0: slow)
+    monkeypatch.setattr(download, "STALL_BYTES", 4 << 10)
     with pytest.raises(Exception) as fetched:
         fetch.fetch_archive(entry, tmp_path)
     assert "does not match the lock" in str(fetched.value)  # read to its end, then hashed
@@ -251,7 +251,7 @@ def test_a_download_stuck_in_connect_does_not_hold_a_failed_or_interrupted_fetch
             time.sleep(30)
         raise OSError(111, "Connection refused")
 
-    monkeypatch.setattr(fetch, "_open", opened)
+    monkeypatch.setattr(download, "open_url", opened)
     started = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt if how == "sigint" else FetchError):
@@ -275,8 +275,8 @@ def test_a_download_paused_by_ctrl_z_is_not_taken_for_a_stalled_one(tmp_path: Pa
             clock[0] += steps.pop(0)
             return b"x" * (16 << 10)
 
-    monkeypatch.setattr(fetch.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(fetch, "_open", lambda url, start=0: Body())
+    monkeypatch.setattr(download.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(download, "open_url", lambda url, start=0: Body())
     entry = LockedPackage("p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda",
                           f"{1:064x}")
     with pytest.raises(Exception) as fetched:
@@ -316,7 +316,7 @@ def test_a_chunked_download_trickling_its_framing_is_given_up_as_stalled(tmp_pat
     server.daemon_threads, server.closing = True, threading.Event()  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    monkeypatch.setattr(fetch, "STALL_SECONDS", 0.2)  # the socket's timeout too: 4x each byte's wait
+    monkeypatch.setattr(download, "STALL_SECONDS", 0.2)  # the socket's timeout too: 4x each byte's wait
     url = f"http://127.0.0.1:{server.server_address[1]}"
     entry = LockedPackage("p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda",
                           f"{1:064x}")
@@ -339,7 +339,7 @@ def test_a_ctrl_c_while_the_workers_start_stops_those_already_started(tmp_path: 
     def fetched(entry, cache_dir, mirrors, bundle, stop, watch):
         if stop.wait(2):
             saw_stop.set()
-        raise fetch._Stopped(entry.filename)
+        raise download.Stopped(entry.filename)
 
     real_start, started = threading.Thread.start, []
 

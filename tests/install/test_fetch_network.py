@@ -16,7 +16,7 @@ from typing import Iterator, Optional
 import pytest
 
 from bootstrap.errors import FetchError, IntegrityError
-from bootstrap.install import fetch
+from bootstrap.install import download, fetch
 from bootstrap.lock.lockfile import LockedPackage
 
 DATA = os.urandom(3 << 20)  # several of fetch's blocks, so a cut and a resume land mid-file
@@ -98,7 +98,7 @@ def test_a_connection_cut_mid_file_is_resumed_with_a_range_request(tmp_path: Pat
     said: list = []
     with flaky_server({f"/{NAME}": DATA}, drops=1) as server:
         entry = entry_for(server.url)
-        path = fetch.fetch_archive(entry, tmp_path, watch=fetch.Watch(retrying=said.append))
+        path = fetch.fetch_archive(entry, tmp_path, watch=download.Watch(retrying=said.append))
     assert path.read_bytes() == DATA
     assert gets(server) == [None, f"bytes={len(DATA) // 2}-"]
     assert said == [f"{NAME}: connection closed after {len(DATA) // 2} of {len(DATA)} bytes from "
@@ -123,7 +123,7 @@ def test_a_download_given_up_is_resumed_by_the_next_run(tmp_path: Path) -> None:
 def test_503_twice_then_served(tmp_path: Path) -> None:
     said: list = []
     with flaky_server({f"/{NAME}": DATA}, fail=(503, 503)) as server:
-        path = fetch.fetch_archive(entry_for(server.url), tmp_path, watch=fetch.Watch(retrying=said.append))
+        path = fetch.fetch_archive(entry_for(server.url), tmp_path, watch=download.Watch(retrying=said.append))
     assert path.read_bytes() == DATA
     assert said == [f"{NAME}: HTTP Error 503: Service Unavailable from {server.url}/{NAME}; retrying ({n} of 4)"
                     for n in (2, 3)]
@@ -147,7 +147,7 @@ def test_a_resumed_file_that_does_not_hash_is_fetched_whole_once(tmp_path: Path)
         part = fetch.archive_path(tmp_path, entry).with_name(f".part-{NAME}")
         part.parent.mkdir(parents=True)
         part.write_bytes(b"\0" * 1000)
-        path = fetch.fetch_archive(entry, tmp_path, watch=fetch.Watch(retrying=said.append))
+        path = fetch.fetch_archive(entry, tmp_path, watch=download.Watch(retrying=said.append))
     assert path.read_bytes() == DATA
     assert gets(server) == ["bytes=1000-", None]
     assert said == [f"{NAME}: the resumed download does not match the lock's sha256; fetching it whole again"]
@@ -174,7 +174,7 @@ def test_a_server_that_keeps_failing_is_named_once_without_credentials(tmp_path:
     with flaky_server({f"/{NAME}": DATA}, fail=(500,) * 10) as server:
         entry = entry_for(server.url.replace("http://", "http://bob:s3cret@"))
         with pytest.raises(FetchError) as failed:
-            fetch.fetch_archive(entry, tmp_path, watch=fetch.Watch(retrying=said.append))
+            fetch.fetch_archive(entry, tmp_path, watch=download.Watch(retrying=said.append))
     assert len(gets(server)) == 4
     message = str(failed.value)
     assert message == (f"cannot fetch {NAME} from {server.url}/{NAME}: HTTP Error 500: Internal Server Error, 4 "
