@@ -301,7 +301,8 @@ class Bundle:
         offset, size = self._members[member]
         return Source(f"{self.path}:{member}", lambda: _Slice(self.path, offset, size),
                       "the bundle is damaged: make it again with `make bundle`",
-                      mismatch="the bundle was damaged, or bundle.json edited: make it again with `make bundle`")
+                      mismatch="the bundle was damaged, or bundle.json edited: make it again with `make bundle`",
+                      size=lambda: size)
 
     def lacks(self) -> str:
         """What to add to the error when the bundle lacks an artifact and its URL fails too."""
