@@ -17,7 +17,7 @@ TORCH_TEST ?= torch==2.13.0
 # nvidia wheels. Where this index is unreachable (a PyPI mirror only), the default index is used.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock tools-requirements clean export monitor bench-verify bench bench-loader bench-report help FORCE
+.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench bench-loader bench-report help FORCE
 
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
@@ -158,6 +158,10 @@ test-all: tools $(TOOLS)/.torch-test
 bench-lock: tools
 	$(PY) scripts/bench_lock.py
 
+## Time to fetch archives from a loopback server that cuts 1 GET in 5 mid-file, against a clean one.
+bench-fetch: tools
+	$(PY) scripts/bench_fetch.py
+
 ## Re-pin the tools venv (needs PyPI).
 tools-requirements: tools
 	$(TOOLS)/bin/uv pip compile scripts/requirements-tools.in --universal --python-version 3.10 \
@@ -193,7 +197,7 @@ BENCH_LOADER_ARGS ?=
 bench-loader: tools $(TOOLS)/.torch-test
 	$(PY) scripts/bench_loader.py $(BENCH_LOADER_ARGS)
 
-## Run the benchmark scripts (bench-lock, -env, -verify, -loader) and write docs/PERFORMANCE.md: their figures,
+## Run the benchmark scripts (bench-lock, -env, -verify, -loader, -fetch) and write docs/PERFORMANCE.md: their figures,
 ## the command behind each, the machine; BENCH_REPORT_ARGS="--only env" measures one and keeps the others.
 BENCH_REPORT_ARGS ?=
 bench-report: tools $(TOOLS)/.torch-test

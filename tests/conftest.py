@@ -73,6 +73,14 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch, _tool_cache_dirs: dict) -> No
         monkeypatch.setenv(name, value)
 
 
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A download's retries without their waits: the tests serve from loopback."""
+    from bootstrap.install import download
+
+    monkeypatch.setattr(download, "RETRY_DELAYS_S", (0.0,) * len(download.RETRY_DELAYS_S))
+
+
 @pytest.fixture
 def small_fs(tmp_path: Path):
     """A 4 MiB tmpfs, and a function that resizes it. Needs mount(2): root here."""

@@ -64,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
         tools_requirements=TOOLS_REQUIREMENTS,
         pip=PipOptions(find_links=tuple(args.pip_find_links), no_index=args.pip_no_index),
     )
-    with progress_feedback(sys.stderr.isatty() and not args.json) as feedback:
+    with progress_feedback(sys.stderr.isatty(), quiet=args.json) as feedback:
         result = make_bundle(options, started=feedback.fetch_started, fetched=feedback.fetched,
-                             waiting=feedback.waiting)
+                             waiting=feedback.waiting, watch=feedback.watch)
     if args.json:
         print(dumps("bootstrap.bundle-result", result.to_dict()))
     else:

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         show_progress=sys.stderr.isatty() and not args.json,
         variant=choice,
     )
-    with progress_feedback(options.show_progress) as feedback:
+    with progress_feedback(sys.stderr.isatty(), quiet=args.json) as feedback:
         result = create_or_update(options, feedback)
     if args.json:
         print(dumps("bootstrap.env", result.to_dict()))
@@ -106,33 +106,96 @@ def _check_variant_flags(args: argparse.Namespace) -> None:
                          "name the variant: --variant NAME --force")
 
 
-@contextlib.contextmanager
-def progress_feedback(tty: bool):
-    """Rich progress for downloads on a TTY (rattler draws its own for linking); quiet otherwise.
+PLAIN_EVERY_S = 5.0  # a progress line this often when stderr is a log (CI, Slurm, `| tee`), not a terminal
 
-    The "waiting for another run" notice is printed either way.
-    """
+
+@contextlib.contextmanager
+def progress_feedback(tty: bool, quiet: bool = False):
+    """How downloads show on stderr: on a TTY a bar with bytes, speed and ETA (rattler draws its own
+    for linking); elsewhere the total before the first download and a plain line every
+    `PLAIN_EVERY_S`; with `quiet` (`--json`) neither. Retries and the "waiting for another run"
+    notice are printed either way."""
     from bootstrap.install.env import Feedback
+    from bootstrap.install.fetch import Watch
 
     def to_stderr(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    if not tty:
-        yield Feedback(waiting=to_stderr)
+    if quiet or not tty:
+        meter = None if quiet else _PlainMeter(to_stderr)
+        watch = Watch(retrying=to_stderr) if meter is None else Watch(meter.sized, meter.moved, to_stderr)
+        yield Feedback(waiting=to_stderr, watch=watch,
+                       fetched=meter.fetched if meter is not None else Feedback.fetched)
         return
-    from rich.progress import Progress
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    with Progress(transient=True) as progress:
-        task = {}
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True), TransferSpeedColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, transient=True) as progress:
+        task, count = {}, {"done": 0, "of": 0}
 
         def started(total: int) -> None:
-            task["id"] = progress.add_task("fetching packages and wheels", total=total)
+            count["of"] = total
+            task["id"] = progress.add_task(f"fetching {total} packages and wheels", total=None)
+
+        def sized(nbytes: int, files: int, unknown: int) -> None:
+            progress.console.print(_size_line(nbytes, files, unknown))
+            progress.update(task["id"], total=nbytes or None)
+
+        def moved(nbytes: int) -> None:
+            progress.update(task["id"], advance=nbytes)
 
         def fetched(entry) -> None:
-            progress.update(task["id"], advance=1, description=f"fetched {entry.name}")
+            count["done"] += 1
+            progress.update(task["id"], description=f"fetched {count['done']} of {count['of']}: {entry.name}")
 
         yield Feedback(notify=progress.console.print, waiting=progress.console.print, fetch_started=started,
-                       fetched=fetched)
+                       fetched=fetched, watch=Watch(sized, moved, progress.console.print))
+
+
+def _size_line(nbytes: int, files: int, unknown: int) -> str:
+    from bootstrap.commands.cache import size_text
+
+    return (f"fetching {files} file{'s' if files != 1 else ''}, {size_text(nbytes)}"
+            + (f" ({unknown} of unknown size)" if unknown else ""))
+
+
+class _PlainMeter:
+    """Download progress as plain lines, for a log: the total, then bytes done every `PLAIN_EVERY_S`."""
+
+    def __init__(self, emit) -> None:
+        import threading
+
+        self.emit, self.lock = emit, threading.Lock()
+        self.total = self.done = self.files = self.fetched_files = 0
+        self.started = self.last = None
+
+    def sized(self, nbytes: int, files: int, unknown: int) -> None:
+        self.total, self.files = nbytes, files
+        self.emit(_size_line(nbytes, files, unknown))
+
+    def fetched(self, _entry) -> None:
+        with self.lock:
+            self.fetched_files += 1
+
+    def moved(self, nbytes: int) -> None:
+        import time
+
+        from bootstrap.commands.cache import size_text
+
+        with self.lock:
+            now = time.monotonic()
+            if self.started is None:
+                self.started = self.last = now
+            self.done += nbytes
+            if now - self.last < PLAIN_EVERY_S:
+                return
+            self.last = now
+            speed = self.done / max(now - self.started, 1e-9)
+            of = f" of {size_text(self.total)}" if self.total else ""
+            files = f", {self.fetched_files} of {self.files} files" if self.files else ""
+            line = f"fetched {size_text(max(self.done, 0))}{of}, {size_text(int(speed))}/s{files}"
+        self.emit(line)
 
 
 def _summary(env: str, result, options) -> str:

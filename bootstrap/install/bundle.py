@@ -40,7 +40,7 @@ from bootstrap import __version__
 from bootstrap.errors import InputError, IntegrityError
 from bootstrap.fsutil import disk_full, out_of_space
 from bootstrap.install.cache import cache_lock
-from bootstrap.install.fetch import Source, archive_path, check_mirrors, fetch_archives
+from bootstrap.install.fetch import Source, Watch, archive_path, check_mirrors, fetch_archives
 from bootstrap.install.plan import locked_entries
 from bootstrap.lock.lockfile import LockedPackage, read_lock
 from bootstrap.lock.mirrors import Mirror
@@ -82,7 +82,7 @@ class BundleResult:
 
 def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda _total: None,
                 fetched: Optional[Callable[[LockedPackage], None]] = None,
-                waiting: Callable[[str], None] = lambda _line: None) -> BundleResult:
+                waiting: Callable[[str], None] = lambda _line: None, watch: Optional[Watch] = None) -> BundleResult:
     """Fetch and verify every artifact the locks install on `options.platforms`, and the tools
     venv's wheels, into the store; then write the tar beside `options.output` and rename it
     there: a failure leaves no half-written bundle."""
@@ -95,7 +95,7 @@ def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda 
     started(len(unique))
     try:
         with cache_lock(options.cache_dir, waiting, shared=True):  # no prune between the fetch and the tar
-            fetch_archives(unique, options.cache_dir, options.mirrors, progress=fetched)  # into the store, verified
+            fetch_archives(unique, options.cache_dir, options.mirrors, progress=fetched, watch=watch)  # verified
             index = {
                 "format": FORMAT,
                 "version": VERSION,
@@ -303,7 +303,8 @@ class Bundle:
         offset, size = self._members[member]
         return Source(f"{self.path}:{member}", lambda: _Slice(self.path, offset, size),
                       "the bundle is damaged: make it again with `make bundle`",
-                      mismatch="the bundle was damaged, or bundle.json edited: make it again with `make bundle`")
+                      mismatch="the bundle was damaged, or bundle.json edited: make it again with `make bundle`",
+                      size=lambda: size)
 
     def lacks(self) -> str:
         """What to add to the error when the bundle lacks an artifact and its URL fails too."""

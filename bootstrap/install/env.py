@@ -33,7 +33,7 @@ from bootstrap.fsutil import disk_full, out_of_space, remove_tree
 from bootstrap.install import generations as gens
 from bootstrap.install import pip, store
 from bootstrap.install.cache import cache_lock, check_cache_dir
-from bootstrap.install.fetch import check_mirrors, fetch_archives
+from bootstrap.install.fetch import Watch, check_mirrors, fetch_archives
 from bootstrap.install.floor import HostSystem, check_host, probe_host_system
 from bootstrap.install.history import COMMAND as HISTORY_COMMAND
 from bootstrap.install.history import append_request
@@ -70,6 +70,7 @@ class Feedback:
     waiting: Notify = _quiet  # another run holds the env and we wait for it
     fetch_started: Callable[[int], None] = lambda _total: None
     fetched: Callable[[LockedPackage], None] = lambda _entry: None
+    watch: Watch = Watch()  # bytes to fetch, bytes as they arrive, retries
 
 
 @dataclass(frozen=True)
@@ -306,7 +307,8 @@ def _fetch(entries: list, options: EnvOptions, feedback: Optional[Feedback] = No
     if entries and feedback is not None:
         feedback.fetch_started(len(entries))
     return fetch_archives(entries, options.cache_dir, options.mirrors, bundle=options.bundle,
-                          progress=feedback.fetched if feedback is not None else None)
+                          progress=feedback.fetched if feedback is not None else None,
+                          watch=feedback.watch if feedback is not None else None)
 
 
 def _discard(layout: gens.Layout, partial: Path, first: bool) -> None:

@@ -6,8 +6,9 @@ links whatever paths an archive lists (`../x`, absolute paths and escaping
 symlinks included; tests/test_fixtures.py shows each). So every
 archive to be linked passes through here first:
 
-    lock URL --mirror rewrite--> download into <cache>/archives/<sha256>/<fn>
-             --sha256 (and md5) against the lock--> paths checked --> file:// URL for rattler
+    lock URL --mirror rewrite--> download into <cache>/archives/<sha256>/.part-<fn>
+             (retried, resumed with Range) --sha256 (and md5) against the lock-->
+             paths checked --> renamed to <fn> --> file:// URL for rattler
 
 (with `--bundle`, a bundle's member stands in for the URL where it holds the artifact)
 
@@ -22,25 +23,23 @@ wheel's sha256 itself as it installs, and CUDA wheels weigh gigabytes.
 
 from __future__ import annotations
 
-import hashlib
-import http.client
 import json
 import os
 import posixpath
 import queue
 import tarfile
-import tempfile
 import threading
 import time
-import urllib.request
 import zipfile
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Callable, Optional, Sequence
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from urllib.parse import urlsplit
 
-from bootstrap.errors import FetchError, InputError, IntegrityError
-from bootstrap.fsutil import atomic_write_text, out_of_space, sha256_file
+from bootstrap.errors import InputError, IntegrityError
+from bootstrap.fsutil import atomic_write_text, sha256_file
+from bootstrap.install import download
+from bootstrap.install.download import Download, Source, Watch, partial
 from bootstrap.lock.lockfile import Lock, LockedPackage
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.urls import scrub_credentials
@@ -49,7 +48,7 @@ if TYPE_CHECKING:
     from bootstrap.install.bundle import Bundle
 
 Progress = Callable[[LockedPackage], None]
-_CHUNK = 1 << 20
+SIZE_WORKERS = 16  # HEAD requests at once when sizing a fetch: each waits mostly on a round trip
 
 
 def mirror_of(url: str, mirrors: Sequence[Mirror]) -> Optional[Mirror]:
@@ -73,6 +72,7 @@ def fetch_archives(
     progress: Optional[Progress] = None,
     workers: int = 4,
     bundle: Optional["Bundle"] = None,
+    watch: Optional[Watch] = None,
 ) -> dict[str, Path]:
     """Verified local archives (conda) or wheels (pip) for `entries`, keyed by package name.
 
@@ -82,10 +82,13 @@ def fetch_archives(
     The first failure, or Ctrl-C, ends the run at once: the downloads under way stop at their
     next block and the queued ones never start. One stuck in connect() or in a read of a
     silent server would hold the run for the socket's 60 s timeout, so the workers are daemon
-    threads, waited for `_GRACE_S` and then left to end on their own (its `.part-*` file is
-    removed then, or by `cache --prune` if the process exits first)."""
+    threads, waited for `_GRACE_S` and then left to end on their own (its `.part-<fn>` is kept
+    for the next run to resume; `cache --prune` removes partials)."""
     if not entries:
         return {}
+    watch = watch or Watch()
+    if watch.sized is not None:
+        _announce_size(entries, cache_dir, mirrors, bundle, watch.sized)
     stop = threading.Event()
     todo: "queue.SimpleQueue[LockedPackage]" = queue.SimpleQueue()
     for entry in entries:
@@ -99,7 +102,7 @@ def fetch_archives(
             except queue.Empty:
                 return
             try:
-                path = fetch_archive(entry, cache_dir, mirrors, bundle, stop)
+                path = fetch_archive(entry, cache_dir, mirrors, bundle, stop, watch)
                 if progress is not None and not stop.is_set():  # no progress line after the run's error
                     progress(entry)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
@@ -132,19 +135,25 @@ def fetch_archives(
 _GRACE_S = 2.0  # how long a failed or interrupted fetch waits for its downloads to stop
 
 
+def _announce_size(entries: Sequence[LockedPackage], cache_dir: Path, mirrors: Sequence[Mirror],
+                   bundle: Optional["Bundle"], sized: Callable[[int, int, int], None]) -> None:
+    """Tell `sized` what the fetch will download: those not in the store, sized by a HEAD request each
+    (a lock records no sizes), `SIZE_WORKERS` at a time; a stored artifact that no longer hashes right
+    is fetched again unannounced."""
+    pending = [entry for entry in entries if not archive_path(cache_dir, entry).is_file()]
+    sources = [(bundle.source(entry) if bundle is not None else None) or url_source(entry, mirrors)
+               for entry in pending]
+    if not sources:
+        return
+    with ThreadPoolExecutor(max_workers=min(SIZE_WORKERS, len(sources))) as pool:
+        sizes = list(pool.map(lambda source: source.size(), sources))
+    sized(sum(size for size in sizes if size is not None), len(sizes), sum(size is None for size in sizes))
+
+
 def archive_path(cache_dir: Path, entry: LockedPackage) -> Path:
     """Where the archive store keeps `entry`'s archive: `<cache>/archives/<sha256>/<fn>`."""
     return cache_dir / "archives" / entry.sha256 / entry.filename
 
-
-@dataclass(frozen=True)
-class Source:
-    """Where an artifact's bytes are read from, and what to say if they cannot be."""
-
-    label: str  # a URL or `bundle.tar:artifacts/<sha256>/<fn>`; credentials are scrubbed when shown
-    open: Callable[[], BinaryIO]
-    remedy: str  # if it cannot be read
-    mismatch: str = "A mirror serving other bytes, or a lock edited by hand: relock or fix the mirror"
 
 
 def url_source(entry: LockedPackage, mirrors: Sequence[Mirror], also: str = "") -> Source:
@@ -154,11 +163,15 @@ def url_source(entry: LockedPackage, mirrors: Sequence[Mirror], also: str = "") 
         remedy = f"offline? serve it from a mirror: --mirror {mirror_prefix(entry)}=URL_OR_DIR"
     else:  # the mirror given is what failed: offering a mirror would send the user round in a circle
         remedy = f"the mirror lacks it or is down: sync it from {mirror.canonical}, or fix --mirror {mirror.public()}"
-    return Source(url, lambda: _open(url), remedy + also)
+    network = urlsplit(url).scheme in ("http", "https")
+    return Source(url, lambda: download.open_url(url), scrub_credentials(remedy) + also,
+                  ranged=(lambda start: download.open_url(url, start)) if network else None,
+                  size=lambda: download.size_of(url))
 
 
 def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirror] = (),
-                  bundle: Optional["Bundle"] = None, stop: Optional[threading.Event] = None) -> Path:
+                  bundle: Optional["Bundle"] = None, stop: Optional[threading.Event] = None,
+                  watch: Optional[Watch] = None) -> Path:
     target = archive_path(cache_dir, entry)
     if target.is_file() and _still_verified(target, entry):
         return target
@@ -166,26 +179,33 @@ def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirro
     source = bundle.source(entry) if bundle is not None else None
     if source is None:
         source = url_source(entry, mirrors, also=bundle.lacks() if bundle is not None else "")
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            sha256, md5 = _copy_hashing(source, out, entry, stop)
+    with partial(target) as part:
+        getting = Download(source, part, entry, stop, watch or Watch())
+        sha256, md5 = getting.run(whole=False)
+        if getting.resumed and (sha256 != entry.sha256 or (entry.md5 and md5 != entry.md5)):
+            # A partial from an earlier run may hold other bytes (a mirror that changed, a disk error):
+            # one fetch from the first byte tells that apart from a wrong artifact.
+            getting.watch.retrying(f"{entry.filename}: the resumed download does not match the lock's sha256; "
+                                   "fetching it whole again")
+            sha256, md5 = getting.run(whole=True)
         if sha256 != entry.sha256:
+            part.keep = False
             raise IntegrityError(
                 f"{entry.filename}: sha256 {sha256} does not match the lock's {entry.sha256} "
                 f"(fetched from {scrub_credentials(source.label)}); nothing was installed. {source.mismatch}"
             )
         if entry.md5 and md5 != entry.md5:
+            part.keep = False
             raise IntegrityError(f"{entry.filename}: md5 {md5} does not match the lock's {entry.md5}; "
                                  "nothing was installed")
         if entry.manager == "conda":  # a wheel is uv's to unpack, as when uv fetched it
-            check_archive_paths(Path(tmp), entry.filename)
-        os.replace(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+            part.keep = False  # refused, it is no partial to resume
+            check_archive_paths(part.path, entry.filename)
+        os.replace(part.path, target)
     if entry.manager == "pip":
         _stamp(target)
     return target
+
 
 
 def _still_verified(target: Path, entry: LockedPackage) -> bool:
@@ -222,81 +242,6 @@ def forget_verified(targets: Sequence[Path]) -> None:
         _stamp_path(target).unlink(missing_ok=True)
 
 
-STALL_BYTES, STALL_SECONDS = 60 << 10, 60.0  # 1 kB/s; the socket's timeout is STALL_SECONDS too (`_open`)
-
-
-class _SpeedFloor:
-    """Gives up a download slower than STALL_BYTES per STALL_SECONDS, as curl's --speed-limit and
-    --speed-time do: the socket's timeout is per read, which a mirror sending a byte every few
-    seconds never trips. Judged over windows of STALL_SECONDS, as blocks arrive."""
-
-    def __init__(self) -> None:
-        self.start = self.last = time.monotonic()
-        self.bytes = 0
-        self.resumed = False  # the window began at a gap taken for a pause
-
-    def stalled(self, arrived: int) -> str:
-        """What is wrong once the window that `arrived` bytes end is too slow; "" while it is not."""
-        now = time.monotonic()
-        if now - self.last >= STALL_SECONDS:
-            # Most likely this process was stopped (Ctrl-Z, a frozen job): a new window from here.
-            # But one read1() of a chunked response reads its framing with several socket reads,
-            # each inside the timeout: a second such gap with little in between is the server.
-            if self.resumed and self.bytes < STALL_BYTES:
-                return f"stalled, {self.bytes + arrived} bytes in the last {now - self.start:.0f} s"
-            self.start, self.bytes, self.resumed = now, 0, True
-        self.last = now
-        self.bytes += arrived
-        if now - self.start < STALL_SECONDS:
-            return ""
-        if self.bytes < STALL_BYTES:
-            return f"stalled, {self.bytes} bytes in the last {now - self.start:.0f} s"
-        self.start, self.bytes, self.resumed = now, 0, False
-        return ""
-
-
-class _Stopped(Exception):
-    """Another download of the same run failed, or the run was interrupted: this one is abandoned."""
-
-
-def _copy_hashing(source: Source, out, entry: LockedPackage, stop: Optional[threading.Event] = None) -> tuple[str, str]:
-    sha256, md5 = hashlib.sha256(), hashlib.md5()
-    copied, expected = 0, None
-    if stop is not None and stop.is_set():  # taken from the queue just before the run failed: no connect()
-        raise _Stopped(entry.filename)
-    try:
-        with source.open() as data:
-            expected = _content_length(data)
-            read = getattr(data, "read1", data.read)  # what has arrived: a stop is seen between two network reads
-            floor = _SpeedFloor()
-            for block in iter(lambda: read(_CHUNK), b""):
-                if stop is not None and stop.is_set():
-                    raise _Stopped(entry.filename)
-                sha256.update(block)
-                md5.update(block)
-                out.write(block)
-                copied += len(block)
-                stalled = floor.stalled(len(block))
-                if stalled:
-                    raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: "
-                                     f"{stalled}; nothing was installed ({source.remedy})")
-    except (OSError, http.client.HTTPException) as exc:
-        if out_of_space(exc):  # writing into the store, not reading the source
-            raise
-        raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: "
-                         f"{exc} ({source.remedy})") from None
-    if expected is not None and copied < expected:
-        # http.client ends a short body quietly; hashing it would blame the lock or the mirror's bytes.
-        raise FetchError(f"cannot fetch {entry.filename} from {scrub_credentials(source.label)}: connection closed "
-                         f"after {copied} of {expected} bytes; nothing was installed (run again to retry)")
-    return sha256.hexdigest(), md5.hexdigest()
-
-
-def _content_length(response) -> Optional[int]:
-    """The Content-Length an HTTP response promised; None for a file, or a server that did not say."""
-    value = getattr(response, "headers", None) and response.headers.get("Content-Length")
-    return int(value) if value and value.isdigit() else None
-
 
 def check_mirrors(mirrors: Sequence[Mirror], *locks: Lock) -> None:
     """Refuse a `--mirror` that serves no URL of the locks (a typo, `conda-froge=...`): ignored, it would
@@ -316,23 +261,6 @@ def mirror_prefix(entry: LockedPackage) -> str:
         return entry.url.rsplit("/", 2)[0]
     parts = urlsplit(entry.url)
     return f"{parts.scheme}://{parts.netloc}" if parts.netloc else entry.url.rsplit("/", 1)[0]
-
-
-def _open(url: str):
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        return open(unquote(parts.path), "rb")
-    if parts.scheme in ("http", "https"):
-        request = urllib.request.Request(url, headers={"User-Agent": "bootstrap"})
-        if parts.username:
-            clean = url.replace(f"{parts.username}:{parts.password}@" if parts.password else f"{parts.username}@", "")
-            request = urllib.request.Request(clean, headers={"User-Agent": "bootstrap"})
-            manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
-            manager.add_password(None, clean, unquote(parts.username), unquote(parts.password or ""))
-            opener = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(manager))
-            return opener.open(request, timeout=STALL_SECONDS)
-        return urllib.request.urlopen(request, timeout=STALL_SECONDS)
-    raise FetchError(f"{scrub_credentials(url)}: unsupported URL scheme '{parts.scheme}'")
 
 
 # --------------------------------------------------------------------------- archive safety

@@ -60,6 +60,8 @@ def test_an_env_is_created_from_a_bundle_alone(project: Project, channel: Path, 
     assert "make env BUNDLE=py310.tar" in capsys.readouterr().out
     shutil.rmtree(served)  # the wheels' index is gone too
     assert env_from(project, output) == 0
+    sized = capsys.readouterr().err.splitlines()[0]  # each member's size read off the tar, no HEAD to a channel
+    assert sized.startswith("fetching ") and "unknown size" not in sized, sized
     assert_matches_lock(project)
     assert run_python(prefix_of(project), "import alpha, gamma; print('ok')") == "ok"
 

@@ -31,6 +31,7 @@ from tests.fixtures.env_project import (
     prefix_of,
     relock,
     run_python,
+    without_progress,
 )
 from tests.fixtures.project import copy_project, make_project, write_spec
 from tests.fixtures.runnable_env import SHORT, build_runnable_channel
@@ -839,7 +840,7 @@ def test_a_prefix_too_long_for_a_binary_placeholder_says_to_shorten_it(locked_on
     prefix = tmp_path / ("d" * 200) / ("e" * 60) / "env"
     capsys.readouterr()
     assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 2
-    err = capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
     assert (err.startswith(f"error: --prefix {prefix}: is {len(str(prefix))} bytes long, "
                            "longer than a package's binary files leave room for: failed to link binpkg-1.0")
             and err.endswith("choose a shorter --prefix; conda-forge's packages have room for 255 bytes)\n"))
@@ -1140,7 +1141,7 @@ def test_a_full_disk_leaves_the_env_as_it_was(locked_once: Project, blob_sources
     capsys.readouterr()
 
     assert main(args) == 2
-    error = capsys.readouterr().err
+    error = without_progress(capsys.readouterr().err)
     assert error.startswith("error: no space left on device") and error.count("\n") == 1, error
     assert f"{mount} (env" in error and "the env is unchanged" in error, error
     assert os.readlink(prefix) == before
@@ -1165,7 +1166,7 @@ def test_a_full_disk_on_a_fresh_create_leaves_nothing_half_built(locked_once: Pr
     args = [*env_args(project, str(channel)), "--cache-dir", str(mount.parent / "cache")]
     capsys.readouterr()
     assert main(args) == 2
-    error = capsys.readouterr().err
+    error = without_progress(capsys.readouterr().err)
     assert error.startswith("error: no space left on device") and "nothing was created" in error, error
     assert not os.path.lexists(prefix_of(project)) and not (project.root / ".envs" / ".py310.gens").exists()
     resize("64m")

@@ -17,11 +17,13 @@ import pytest
 
 from bootstrap.cli import main
 from bootstrap.errors import FetchError
-from bootstrap.install import fetch
+from bootstrap.install import download, fetch
 from bootstrap.lock.lockfile import LockedPackage
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.project import Project
-from tests.fixtures.env_project import CONDA, change_lock, env_args, prefix_of
+from tests.fixtures.env_project import CONDA, change_lock, env_args, prefix_of, without_progress
+
+CHANNEL = "https://conda.anaconda.org/conda-forge"
 
 
 class _CutShort(http.server.SimpleHTTPRequestHandler):
@@ -101,7 +103,8 @@ def test_a_failed_download_stops_the_others_at_once(project: Project, channel: P
         server.server_close()
     assert "error: cannot fetch torchlike-1.0-cuda12_1.conda" in capsys.readouterr().err
     assert took < 3, f"{took:.1f} s: the other downloads were waited for"
-    assert not list((project.root / ".cache" / "archives").glob("*/*"))  # none finished, no .part-* left
+    # none finished; what had arrived is kept for the next run to resume
+    assert all(p.name.startswith(".part-") for p in (project.root / ".cache" / "archives").glob("*/*"))
     assert not os.path.lexists(prefix_of(project)) and not (prefix_of(project).parent / ".py310.gens").exists()
 
 
@@ -118,11 +121,16 @@ def test_a_download_cut_short_is_a_network_error_not_a_hash_mismatch(project: Pr
         assert main(env_args(project, url)) == 2
     archive = next(channel.glob("linux-64/zlibstub-*.tar.bz2"))
     size = archive.stat().st_size
-    assert capsys.readouterr().err == (f"error: cannot fetch {archive.name} from {url}/linux-64/{archive.name}: "
-                                       f"connection closed after {size // 2} of {size} bytes; nothing was installed "
-                                       "(run again to retry)\n")
+    source = f"{url}/linux-64/{archive.name}"
+    cut = f"connection closed after {size // 2} of {size} bytes"
+    assert without_progress(capsys.readouterr().err) == "".join(
+        f"{archive.name}: {cut} from {source}; retrying ({attempt} of 4)\n" for attempt in (2, 3, 4)
+    ) + (f"error: cannot fetch {archive.name} from {source}: {cut}, 4 attempts; nothing was installed (the mirror "
+         f"lacks it or is down: sync it from {CHANNEL}, or fix --mirror {CHANNEL}={url})\n")
     assert os.readlink(prefix) == before
-    assert not list((project.root / ".cache" / "archives").glob("*/.part-*"))
+    # what arrived is kept for the next run to resume, under a name no reader takes for the archive
+    assert [p.name for p in (project.root / ".cache" / "archives").glob("*/*") if "zlibstub" in p.name] == \
+        [f".part-{archive.name}"]
 
 
 def test_a_mirror_that_lacks_a_file_is_named_as_the_one_to_sync(project: Project, channel: Path, tmp_path: Path,
@@ -131,7 +139,7 @@ def test_a_mirror_that_lacks_a_file_is_named_as_the_one_to_sync(project: Project
     empty.mkdir()
     capsys.readouterr()
     assert main(env_args(project, str(empty))) == 2
-    err = capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
     assert f"from {empty.as_uri()}/" in err and "No such file" in err
     assert err.strip().endswith("(the mirror lacks it or is down: sync it from https://conda.anaconda.org/conda-forge, "
                                 f"or fix --mirror https://conda.anaconda.org/conda-forge={empty})")
@@ -177,18 +185,18 @@ def test_a_failed_or_interrupted_fetch_does_not_wait_for_the_downloads_under_way
     entries = [LockedPackage(f"p{i}", "1.0", "conda", "linux-64", f"https://conda.anaconda.org/conda-forge/linux-64/p{i}-1.0-0.conda",
                              f"{i:064x}") for i in range(4)]
 
-    def opened(url: str):
+    def opened(url: str, start: int = 0):
         if url.endswith("/p0-1.0-0.conda"):
             time.sleep(0.2)  # the others are under way
             raise failure
         return _SlowBody()
 
-    monkeypatch.setattr(fetch, "_open", opened)
+    monkeypatch.setattr(download, "open_url", opened)
     started = time.monotonic()
     with pytest.raises((FetchError, KeyboardInterrupt)):
         fetch.fetch_archives(entries, tmp_path)
     assert time.monotonic() - started < 3
-    assert not list(tmp_path.glob("archives/*/.part-*"))
+    assert not [p for p in tmp_path.glob("archives/*/*") if not p.name.startswith(".part-p")]  # kept to resume
 
 
 class _Trickling(_SlowBody):
@@ -203,8 +211,8 @@ def test_a_stalled_download_is_given_up_with_one_line(tmp_path: Path, monkeypatc
     """Each read returns well inside the socket's timeout, so only a speed floor ends it."""
     entry = LockedPackage("p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda",
                           f"{1:064x}")
-    monkeypatch.setattr(fetch, "STALL_SECONDS", 0.3)
-    monkeypatch.setattr(fetch, "_open", lambda url: _Trickling())
+    monkeypatch.setattr(download, "STALL_SECONDS", 0.3)
+    monkeypatch.setattr(download, "open_url", lambda url, start=0: _Trickling())
     started = time.monotonic()
     with pytest.raises(FetchError) as stalled:
         fetch.fetch_archive(entry, tmp_path)
@@ -212,11 +220,11 @@ def test_a_stalled_download_is_given_up_with_one_line(tmp_path: Path, monkeypatc
     assert "cannot fetch p-1.0-0.conda from https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda: stalled, " \
            in str(stalled.value) and " bytes in the last 0 s; nothing was installed" in str(stalled.value) \
         and "--mirror" in str(stalled.value)
-    assert not list(tmp_path.glob("archives/*/.part-*"))
+    assert not [p for p in tmp_path.glob("archives/*/*") if not p.name.startswith(".part-p")]  # kept to resume
     slow = _SlowBody()  # 50 kB/s for 0.6 s: slow, not stalled
     slow._left = 30
-    monkeypatch.setattr(fetch, "_open", lambda url: slow)
-    monkeypatch.setattr(fetch, "STALL_BYTES", 4 << 10)
+    monkeypatch.setattr(download, "open_url", lambda url, start=0: slow)
+    monkeypatch.setattr(download, "STALL_BYTES", 4 << 10)
     with pytest.raises(Exception) as fetched:
         fetch.fetch_archive(entry, tmp_path)
     assert "does not match the lock" in str(fetched.value)  # read to its end, then hashed
@@ -233,7 +241,7 @@ def test_a_download_stuck_in_connect_does_not_hold_a_failed_or_interrupted_fetch
                              f"{i:064x}") for i in range(3)]
     released = threading.Event()
 
-    def opened(url: str):
+    def opened(url: str, start: int = 0):
         if url.endswith("/p0-1.0-0.conda"):
             released.wait(30)  # connect() to a host that drops the SYN
             raise OSError(110, "Connection timed out")
@@ -243,7 +251,7 @@ def test_a_download_stuck_in_connect_does_not_hold_a_failed_or_interrupted_fetch
             time.sleep(30)
         raise OSError(111, "Connection refused")
 
-    monkeypatch.setattr(fetch, "_open", opened)
+    monkeypatch.setattr(download, "open_url", opened)
     started = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt if how == "sigint" else FetchError):
@@ -267,8 +275,8 @@ def test_a_download_paused_by_ctrl_z_is_not_taken_for_a_stalled_one(tmp_path: Pa
             clock[0] += steps.pop(0)
             return b"x" * (16 << 10)
 
-    monkeypatch.setattr(fetch.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(fetch, "_open", lambda url: Body())
+    monkeypatch.setattr(download.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(download, "open_url", lambda url, start=0: Body())
     entry = LockedPackage("p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda",
                           f"{1:064x}")
     with pytest.raises(Exception) as fetched:
@@ -308,7 +316,7 @@ def test_a_chunked_download_trickling_its_framing_is_given_up_as_stalled(tmp_pat
     server.daemon_threads, server.closing = True, threading.Event()  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    monkeypatch.setattr(fetch, "STALL_SECONDS", 0.2)  # the socket's timeout too: 4x each byte's wait
+    monkeypatch.setattr(download, "STALL_SECONDS", 0.2)  # the socket's timeout too: 4x each byte's wait
     url = f"http://127.0.0.1:{server.server_address[1]}"
     entry = LockedPackage("p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda",
                           f"{1:064x}")
@@ -328,10 +336,10 @@ def test_a_ctrl_c_while_the_workers_start_stops_those_already_started(tmp_path: 
                              f"{i:064x}") for i in range(4)]
     saw_stop = threading.Event()
 
-    def fetched(entry, cache_dir, mirrors, bundle, stop):
+    def fetched(entry, cache_dir, mirrors, bundle, stop, watch):
         if stop.wait(2):
             saw_stop.set()
-        raise fetch._Stopped(entry.filename)
+        raise download.Stopped(entry.filename)
 
     real_start, started = threading.Thread.start, []
 
