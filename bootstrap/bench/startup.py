@@ -165,7 +165,8 @@ def _first_user_step(state: RunState) -> None:
         else:
             where = f"the built-in step ({state.model_name}) on --dataset {user.dataset}" \
                 if isinstance(user.dataset, str) else f"the built-in step ({state.model_name})"
-        fix = "" if user.step is not None else "the built-in step takes (images, labels) batches; give --step"
+        fix = "" if user.step is not None else \
+            "the built-in step takes (images, labels) batches, labels below num_classes; or give --step"
         raise InputError(where, f"failed on the first batch: {describe_error(exc)}", fix) from None
 
 

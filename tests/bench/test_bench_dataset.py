@@ -233,6 +233,19 @@ BAD_DATASETS = textwrap.dedent('''
     def stream():
         return Stream()
 
+    def words():
+        return [("a sentence", 0)] * 32
+
+    def good():
+        return torch.utils.data.TensorDataset(torch.zeros(32, 3, 16, 16, dtype=torch.uint8),
+                                              torch.zeros(32, dtype=torch.long))
+
+    def failing_step(model, batch, device):
+        raise ValueError("expected a dict batch")
+
+    def not_a_module():
+        return 5
+
     def not_a_dataset():
         return 42
 
@@ -258,6 +271,12 @@ BAD_DATASETS = textwrap.dedent('''
      "could not load one batch: RuntimeError: stack expects each tensor to be equal size"),
     (["--dataset", "bad_inputs:ragged", "--collate", "bad_inputs:value"], "--collate bad_inputs:value",
      "is a int, not a callable"),
+    (["--dataset", "bad_inputs:words"], "the built-in step (tiny) on --dataset bad_inputs:words",
+     "failed on the first batch: AttributeError: 'tuple' object has no attribute 'to'"),
+    (["--dataset", "bad_inputs:good", "--step", "bad_inputs:failing_step"],
+     "--step bad_inputs:failing_step", "failed on the first batch: ValueError: expected a dict batch"),
+    (["--dataset", "bad_inputs:good", "--model", "bad_inputs:not_a_module"], "--model bad_inputs:not_a_module",
+     "returned int, not a torch.nn.Module"),
     (["--dataset", "nocolon"], "--dataset nocolon", "is not MODULE:NAME"),
     (["--collate", "bad_inputs:value"], "--collate", "only applies to your own dataset"),
     (["--dataset", "bad_inputs:ragged", "--cpu-ms", "5"], "--cpu-ms", "describes the synthetic images"),
@@ -273,3 +292,20 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, capsys, cl
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith(f"error: {where}: {problem}"), err
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_dataset_named_by_reference_travels_to_spawned_workers_as_its_name(tmp_path, clean_imports):
+    """Under spawn DataLoader pickles the dataset: a `--dataset` one pickles as MODULE:FACTORY (and its
+    --path) and the factory builds it again where it is unpickled, so the object itself never travels."""
+    import pickle
+
+    from bootstrap.bench.user import NamedDataset, import_ref
+
+    root = write_image_folder(tmp_path, module="user_images_pickled")
+    built = import_ref("user_images_pickled:make", "--dataset", [str(root)])()
+    built.unpicklable = lambda: None  # a closure: pickling the object itself would fail
+    named = NamedDataset("user_images_pickled:make", [str(root)], built)
+    copy = pickle.loads(pickle.dumps(named))
+    assert copy.dataset is None and len(copy) == 2 * PER_CLASS
+    image, label = copy[PER_CLASS]
+    assert tuple(image.shape) == (3, SIDE, SIDE) and label == 1
