@@ -133,6 +133,8 @@ def _user_workload(args: argparse.Namespace) -> Any:
             if value is not None:
                 raise InputError(flag, "only applies to your own dataset", "add --dataset MODULE:FACTORY")
         return None
+    if getattr(args, "distributed", False):  # its DDP ceiling builds the built-in model, not the user's
+        raise InputError("--distributed", "does not measure --dataset yet", "run bench --dataset without torchrun")
     refs = {name: check_ref(value, f"--{name}") if value is not None else None
             for name, value in (("dataset", dataset), ("collate", args.collate), ("model", model_ref),
                                 ("step", args.step))}

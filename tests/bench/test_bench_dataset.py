@@ -278,6 +278,7 @@ BAD_DATASETS = textwrap.dedent('''
     (["--dataset", "bad_inputs:good", "--model", "bad_inputs:not_a_module"], "--model bad_inputs:not_a_module",
      "returned int, not a torch.nn.Module"),
     (["--dataset", "nocolon"], "--dataset nocolon", "is not MODULE:NAME"),
+    (["--dataset", "bad_inputs:good", "--distributed"], "--distributed", "does not measure --dataset yet"),
     (["--collate", "bad_inputs:value"], "--collate", "only applies to your own dataset"),
     (["--dataset", "bad_inputs:ragged", "--cpu-ms", "5"], "--cpu-ms", "describes the synthetic images"),
 ])
