@@ -1,7 +1,9 @@
 """`python -m bootstrap bench [--budget S] [--device D] [--config FILE] [--threshold NAME=VALUE ...] [--json] ...`.
 
-Runs the acceptance benchmark, prints the report (or the JSON envelope
-with `--json`), writes bench.json and bench.png into `--out`, and exits 1
+Runs the acceptance benchmark (on the synthetic images, or with `--dataset
+MODULE:FACTORY` on the team's own Dataset: `bench.user`), prints the
+report (or the JSON envelope with `--json`), writes bench.json and
+bench.png into `--out`, and exits 1
 when a verdict fails, 130 when interrupted (143 for SIGTERM; both after
 writing the partial report). Settings come from the defaults, then
 `--config FILE`'s `options`, then the flags. `--out` is checked before the
@@ -100,7 +102,7 @@ def build_options(args: argparse.Namespace) -> BenchOptions:
         names.update({name: f"{args.config}: options.{name}" for name in file_options})
     user = _user_workload(args)
     flags = {name: getattr(args, name) for name in RUN_OPTIONS + _WORKLOAD_OPTIONS
-             if getattr(args, name, None) is not None and not (name == "model" and user and user.model)}
+             if getattr(args, name, None) is not None and not (name == "model" and user is not None and user.model)}
     settings.update(check_options(flags, flag_name))
     names.update({name: flag_name(name) for name in flags})
     if args.threshold:
