@@ -5,7 +5,8 @@ Library first: `run_bench(BenchOptions(...))` returns a frozen
 verdicts as `Check`s, the winning `DataLoader(...)` as code); `report`
 renders it as text, JSON (`bench.json`) and PNG (`bench.png`);
 `distributed.run_distributed` runs it on every torchrun rank and
-aggregates on rank 0. Method and thresholds:
+aggregates on rank 0. `tune_loader(dataset, batch_size=...)` tunes a
+training script's own DataLoader and returns its keyword arguments. Method and thresholds:
 ../shared/reference/bench_method.md.
 
 Importing this package does not import torch, numpy, Pillow or pynvml.
@@ -23,7 +24,7 @@ from typing import Any
 _HOMES = {
     "BenchOptions": "config", "Thresholds": "config", "ThresholdSet": "config", "WorkloadSpec": "config",
     "load_config": "config", "BenchResult": "results", "LoaderConfig": "results", "Measurement": "results",
-    "Progress": "state", "run_bench": "run",
+    "Progress": "state", "run_bench": "run", "tune_loader": "script", "UserWorkload": "user",
 }
 __all__ = sorted(_HOMES)
 

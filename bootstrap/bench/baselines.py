@@ -72,7 +72,10 @@ def ceiling(state: RunState, deadline: float) -> str:
     if state.is_cuda:
         import torch
 
-        if torch.cuda.is_bf16_supported():
+        if state.user_parts is not None:
+            state.notes.append("the user's workload: its step is measured as given (AMP and channels_last "
+                               "are not tried)")
+        elif torch.cuda.is_bf16_supported():
             configs.append(LoaderConfig(amp_dtype="bfloat16", channels_last=True))
         else:
             state.notes.append("bf16 autocast not supported on this GPU: AMP not tuned")
@@ -109,10 +112,10 @@ def _resident(state: RunState, config: LoaderConfig, slots: int, deadline: float
     if not state.affords(f"ceiling {config.label}", 10 * state.costs.step_s):
         return None
     window_s = (deadline - time.perf_counter()) / (1.4 * slots)
-    images, labels = trainer.to_device(*state.sample_batch, non_blocking=False)
+    resident = trainer.prepare(state.sample_batch, non_blocking=False)
     plan = replace(window_plan(window_s), floor_steps=5, min_steps=max(5, window_plan(window_s).min_steps))
     return state.record(run_window(
-        lambda: None, lambda _: trainer.step_on_device(images, labels), state.device, plan, deadline,
+        lambda: None, lambda _: trainer.run(resident), state.device, plan, deadline,
         phase="ceiling", label=f"ceiling {config.label}", config=config, batch_size=state.workload.batch_size,
         clock_zero=state.clock_zero))
 
@@ -123,8 +126,9 @@ def _with_copy(state: RunState, deadline: float) -> Optional[Measurement]:
     trainer = trainer_for(state, config)
     if not state.affords(f"ceiling+h2d {config.label}", 10 * state.costs.step_s):
         return None
-    images, labels = state.sample_batch
-    batch = (images.pin_memory(), labels.pin_memory())
+    from bootstrap.bench.user import map_tensors
+
+    batch = map_tensors(lambda t: t.pin_memory(), state.sample_batch)
     window_s = (deadline - time.perf_counter()) / 1.4
     return state.record(run_window(
         lambda: batch, trainer.step, state.device, window_plan(window_s), deadline, phase="ceiling_h2d",

@@ -298,6 +298,7 @@ class BenchOptions:
     data_dir: Optional[Path] = None      # files/packed: a fresh directory is made (and removed) in it; None: TMPDIR
     nvml_module: Any = None              # pynvml stand-in for tests (None: the real pynvml)
     sampler_interval_s: float = 0.2
+    user: Any = None                     # user.UserWorkload: the team's own dataset (None: the synthetic images)
 
     def validate(self, names: Optional[Mapping[str, str]] = None) -> "BenchOptions":
         """The workload's fields and this run's, named as `names` spells them (else by flag)."""

@@ -49,7 +49,8 @@ class Trainer:
     """
 
     def __init__(self, model_name: str, num_classes: int, device: Device, config: LoaderConfig,
-                 step_s: float = 0.0) -> None:
+                 step_s: float = 0.0, model_factory: Optional[Callable[[], Any]] = None,
+                 step_fn: Optional[Callable[..., Any]] = None) -> None:
         import torch
 
         from bootstrap.bench.workloads import build_model
@@ -57,7 +58,9 @@ class Trainer:
         self.device = device
         self.config = config
         self.step_s = step_s
-        model = build_model(model_name, num_classes).to(device.torch_device)
+        self.step_fn = step_fn
+        model = model_factory() if model_factory is not None else build_model(model_name, num_classes)
+        model = model.to(device.torch_device)
         if config.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model.train()
@@ -71,7 +74,30 @@ class Trainer:
         labels = labels.to(self.device.torch_device, non_blocking=non_blocking)
         if self.config.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
-        return images.float().div_(255), labels
+        return (images.float().div_(255) if images.dtype == torch.uint8 else images.float()), labels
+
+    def prepare(self, batch: Any, non_blocking: bool) -> Any:
+        """`batch` on the device as the step takes it: (scaled images, labels) for the built-in step;
+        for a user's step, every tensor in it moved (`user.map_tensors`)."""
+        if self.step_fn is None:
+            return self.to_device(batch[0], batch[1], non_blocking)
+        from bootstrap.bench.user import map_tensors
+
+        return map_tensors(lambda t: t.to(self.device.torch_device, non_blocking=non_blocking), batch)
+
+    def run(self, prepared: Any) -> None:
+        """One step on a batch `prepare` returned: the built-in one, or the user's (whose loss, when it
+        returns one, gets the backward pass and the update)."""
+        if self.step_fn is None:
+            self.step_on_device(*prepared)
+            return
+        loss = self.step_fn(self.model, prepared, self.device.torch_device)
+        if loss is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+        if self.step_s:
+            time.sleep(self.step_s)
 
     def step_on_device(self, images: Any, labels: Any) -> None:
         import torch
@@ -85,9 +111,8 @@ class Trainer:
         if self.step_s:
             time.sleep(self.step_s)
 
-    def step(self, batch: Tuple[Any, Any]) -> None:
-        images, labels = self.to_device(batch[0], batch[1], self.config.non_blocking)
-        self.step_on_device(images, labels)
+    def step(self, batch: Any) -> None:
+        self.run(self.prepare(batch, self.config.non_blocking))
 
 
 

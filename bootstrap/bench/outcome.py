@@ -141,11 +141,15 @@ def build_result(state: RunState) -> BenchResult:
         if state.device_info else []
     state.notes.extend(closing_notes(state))
     untuned = next((c for c in checks if c.id == "bench.tuned" and c.status is not Status.OK), None)
-    snippet = dataloader_snippet(state.best, state.workload, state.device_info.get("type", "cpu"),
-                                 caveat=untuned.observed if untuned else "") if state.best else ""
     options = state.options
+    user = options.user.describe() if options.user is not None else None
+    snippet = dataloader_snippet(state.best, state.workload, state.device_info.get("type", "cpu"),
+                                 caveat=untuned.observed if untuned else "", user=user) if state.best else ""
+    workload = state.workload.to_dict()
+    if user is not None:
+        workload["user"] = user
     return BenchResult(
-        device=dict(state.device_info), workload=state.workload.to_dict(), budget_s=options.budget_s,
+        device=dict(state.device_info), workload=workload, budget_s=options.budget_s,
         thresholds=options.thresholds.to_dict(), phases=tuple(state.phase_records),
         measurements=tuple(state.measurements), metrics=dict(state.metrics), tuning=state.tuning,
         sampler=state.sampler_report, checks=tuple(checks), best=state.best, snippet=snippet,

@@ -110,14 +110,19 @@ def write_reports(result: BenchResult, out_dir: Path, *, png: bool = True) -> Li
 # --------------------------------------------------------------------------- snippet
 
 
-def dataloader_snippet(config: LoaderConfig, spec: WorkloadSpec, device_type: str, caveat: str = "") -> str:
+def dataloader_snippet(config: LoaderConfig, spec: WorkloadSpec, device_type: str, caveat: str = "",
+                       user: Optional[Dict[str, Any]] = None) -> str:
     """The winning DataLoader call and loop settings as Python to paste (it runs as is; tests exec it).
 
     Expects `dataset`, `model`, `optimizer` and `device` to exist; the
     bench's samples are uint8 images, scaled to float on the device.
     `caveat` (why the tune was not complete) heads it, so a partial search
-    is not pasted as a tuned one.
+    is not pasted as a tuned one. For the user's own workload (`user`, as
+    `UserWorkload.describe` gives it) it is the DataLoader call alone: the
+    loop is theirs.
     """
+    if user is not None:
+        return _user_snippet(config, spec, user, caveat)
     nb = config.non_blocking
     lines = ([f"# NOT FULLY TUNED: {caveat}"] if caveat else []) + [
         "# Measured best by `python -m bootstrap bench`; expects `dataset`, `model`, `optimizer`, `device`.",
@@ -165,14 +170,31 @@ def _num(value: Optional[float], fmt: str = ",.1f", unit: str = "") -> str:
     return "-" if value is None else f"{value:{fmt}}{unit}"
 
 
+def _user_snippet(config: LoaderConfig, spec: WorkloadSpec, user: Dict[str, Any], caveat: str) -> str:
+    lines = ([f"# NOT FULLY TUNED: {caveat}"] if caveat else []) + [
+        "# Measured best by `python -m bootstrap bench`; expects `dataset` (and `collate_fn` if you use one).",
+        "from torch.utils.data import DataLoader", "", "loader = DataLoader(", "    dataset,",
+        f"    batch_size={spec.batch_size},", "    shuffle=True,", "    drop_last=True,"]
+    if "collate" in user:
+        lines.append("    collate_fn=collate_fn,")
+    lines += [f"    {name}={value!r}," for name, value in config.dataloader_kwargs().items()]
+    return "\n".join(lines + [")"]) + "\n"
+
+
+def _workload_line(w: Dict[str, Any]) -> str:
+    user = w.get("user")
+    if user:
+        return f"batch {w.get('batch_size')} from dataset {user.get('dataset')}"
+    return (f"batch {w.get('batch_size')} x 3x{w.get('crop_size')}x{w.get('crop_size')} uint8 from {w.get('storage')}"
+            f" (cpu_ms {w.get('cpu_ms'):g}, io_ms {w.get('io_ms'):g})")
+
+
 def render_text(result: BenchResult, *, verbose: bool = False) -> str:
     """The human report: header, measurements, headline figures, tuner, sampler, sizing, verdicts, snippet."""
     d, w, m = result.device, result.workload, result.metrics
     lines = [
         f"bench: {d.get('type', '?')} ({d.get('name', '?')}), torch {d.get('torch', '?')}, "
-        f"{d.get('cpus_usable', '?')} CPUs, model {d.get('model', '?')}, batch {w.get('batch_size')} x "
-        f"3x{w.get('crop_size')}x{w.get('crop_size')} uint8 from {w.get('storage')}"
-        f" (cpu_ms {w.get('cpu_ms'):g}, io_ms {w.get('io_ms'):g}); "
+        f"{d.get('cpus_usable', '?')} CPUs, model {d.get('model', '?')}, {_workload_line(w)}; "
         f"{result.seconds:.1f} s of a {result.budget_s:g} s budget"
         + ("  [PARTIAL]" if result.partial else ""),
     ]

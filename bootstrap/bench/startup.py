@@ -44,9 +44,12 @@ def set_up(state: RunState) -> None:
     state.host = collect_host_facts()
     state.cpus = options.cpus or state.host.cpus_usable or 1
     state.model_name, model_reason = resolve_model_name(spec.model, state.device.type)
-    state.store = _build_store(state, build_store)
-    state.dataset = SyntheticImages(state.store, spec)
-    _sample_batch(state, SyntheticImages(state.store, replace(spec, cpu_ms=0.0, io_ms=0.0)))
+    if options.user is not None:
+        model_reason = _set_up_user(state, model_reason)
+    else:
+        state.store = _build_store(state, build_store)
+        state.dataset = SyntheticImages(state.store, spec)
+        _sample_batch(state, SyntheticImages(state.store, replace(spec, cpu_ms=0.0, io_ms=0.0)))
     uuid, name = None, "CPU"
     index = state.device.torch_device.index if state.is_cuda else None
     if state.is_cuda:
@@ -121,6 +124,50 @@ def _sample_batch(state: RunState, decode_only: Any) -> None:
     state.sample_batch = (images, labels)
     state.costs = Costs(spec.batch_size, decode_s + extra_cpu_s + extra_io_s, decode_s + extra_cpu_s, state.cpus)
     state.batch_bytes = int(images.numel() * images.element_size() + labels.numel() * labels.element_size())
+
+
+def _set_up_user(state: RunState, model_reason: str) -> str:
+    """The user's dataset, collate, model and step (`user.resolve`: one batch made here, so a dataset that
+    cannot feed the run fails now, in one line), then one training step on that batch. Returns what the
+    report says of the model."""
+    from bootstrap.bench.user import resolve, tensors
+
+    user, spec = state.options.user, state.workload
+    parts = resolve(user, spec.batch_size, spec.seed)
+    state.user_parts, state.dataset, state.collate_fn = parts, parts.dataset, parts.collate_fn
+    state.sample_batch = parts.first_batch
+    decode_s = parts.first_batch_s / spec.batch_size
+    state.costs = Costs(spec.batch_size, decode_s, decode_s, state.cpus)
+    state.batch_bytes = sum(t.numel() * t.element_size() for t in tensors(parts.first_batch))
+    if parts.model_factory is not None:
+        state.model_name = user.model if isinstance(user.model, str) else type(user.model).__name__
+        model_reason = "the user's model"
+    _first_user_step(state)
+    return model_reason
+
+
+def _first_user_step(state: RunState) -> None:
+    """Build the model and run one step on the first batch: a batch the model or step cannot take is
+    one line naming the step, not a traceback from the middle of the run."""
+    from bootstrap.bench.trials import trainer_for
+    from bootstrap.bench.user import describe_error
+
+    user = state.options.user
+    try:
+        trainer_for(state, LoaderConfig())
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (the user's model or step, or the built-in step on their batch)
+        if user.step is not None:
+            where = f"--step {user.step}" if isinstance(user.step, str) else "step"
+        elif user.model is not None:
+            where = f"--model {user.model}" if isinstance(user.model, str) else "model"
+        else:
+            where = f"the built-in step ({state.model_name}) on --dataset {user.dataset}" \
+                if isinstance(user.dataset, str) else f"the built-in step ({state.model_name})"
+        fix = "" if user.step is not None else \
+            "the built-in step takes (images, labels) batches, labels below num_classes; or give --step"
+        raise InputError(where, f"failed on the first batch: {describe_error(exc)}", fix) from None
 
 
 def _build_store(state: RunState, build_store: Callable[..., Any]) -> Any:

@@ -58,7 +58,9 @@ class RunState:
     cpus: int = 1
     model_name: str = ""
     store: Any = None                        # workloads.MemoryStore / files / packed
-    dataset: Any = None                      # workloads.SyntheticImages
+    dataset: Any = None                      # workloads.SyntheticImages, or the user's (user.resolve)
+    collate_fn: Any = None                   # the user's --collate, else DataLoader's default
+    user_parts: Any = None                   # user.UserParts when the run measures the user's workload
     sample_batch: Optional[Tuple[Any, Any]] = None  # (images, labels) the ceiling keeps on the device
     batch_bytes: int = 0
     sampler: Any = None                      # sampler.UtilSampler while it runs

@@ -68,7 +68,8 @@ class BatchStream:
             gc.collect()  # the failed iterator sits in a reference cycle with its traceback: collect it now
 
 
-def make_loader(dataset: Any, batch_size: int, config: LoaderConfig, *, seed: int = 0) -> Any:
+def make_loader(dataset: Any, batch_size: int, config: LoaderConfig, *, seed: int = 0,
+                collate_fn: Any = None) -> Any:
     import torch
     from torch.utils.data import DataLoader
 
@@ -76,7 +77,7 @@ def make_loader(dataset: Any, batch_size: int, config: LoaderConfig, *, seed: in
     generator.manual_seed(seed)
     with _quiet_worker_count():
         return DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, generator=generator,
-                          **config.dataloader_kwargs())
+                          collate_fn=collate_fn, **config.dataloader_kwargs())
 
 
 @contextlib.contextmanager

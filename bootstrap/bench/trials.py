@@ -28,7 +28,9 @@ def trainer_for(state: RunState, config: LoaderConfig) -> Trainer:
     if key not in state.trainers:
         trainer = Trainer(state.model_name, state.workload.num_classes, state.device,
                           replace(LoaderConfig(), amp_dtype=config.amp_dtype, channels_last=config.channels_last),
-                          step_s=state.workload.step_ms / 1000.0)
+                          step_s=state.workload.step_ms / 1000.0,
+                          model_factory=getattr(state.user_parts, "model_factory", None),
+                          step_fn=getattr(state.user_parts, "step_fn", None))
         state.trainers[key] = trainer
         # The first step of a fresh model pays for lazy initialisation (CUDA context and modules, autograd,
         # cuDNN autotune, which is slow on a cold GPU); the second is what budgets are priced with
@@ -109,7 +111,8 @@ def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadl
         drop_page_cache(state.store)
     stream = None
     try:
-        stream = BatchStream(make_loader(state.dataset, spec.batch_size, config, seed=spec.seed))
+        stream = BatchStream(make_loader(state.dataset, spec.batch_size, config, seed=spec.seed,
+                                         collate_fn=state.collate_fn))
         plan, deadline = _loader_plan(state, config, window_s, deadline, with_step)
         if with_step:
             trainer = trainer_for(state, config)

@@ -1,7 +1,9 @@
 """`python -m bootstrap bench [--budget S] [--device D] [--config FILE] [--threshold NAME=VALUE ...] [--json] ...`.
 
-Runs the acceptance benchmark, prints the report (or the JSON envelope
-with `--json`), writes bench.json and bench.png into `--out`, and exits 1
+Runs the acceptance benchmark (on the synthetic images, or with `--dataset
+MODULE:FACTORY` on the team's own Dataset: `bench.user`), prints the
+report (or the JSON envelope with `--json`), writes bench.json and
+bench.png into `--out`, and exits 1
 when a verdict fails, 130 when interrupted (143 for SIGTERM; both after
 writing the partial report). Settings come from the defaults, then
 `--config FILE`'s `options`, then the flags. `--out` is checked before the
@@ -55,8 +57,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="YAML/JSON file with `thresholds:` and `options:` mappings")
     parser.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
                         help="override one verdict threshold, e.g. efficiency_pass=0.85 (repeatable)")
+    own = parser.add_argument_group("your own workload (docs/benchmark.md, \"Your own dataset\")")
+    own.add_argument("--dataset", metavar="MODULE:FACTORY",
+                     help="measure your map-style Dataset: FACTORY() returns it (instead of the synthetic images)")
+    own.add_argument("--collate", metavar="MODULE:FN", help="with --dataset: the DataLoader's collate_fn")
+    own.add_argument("--step", metavar="MODULE:FN",
+                     help="with --dataset: the training step, FN(model, batch, device) -> loss or None")
+    own.add_argument("--path", action="append", default=[], metavar="DIR",
+                     help="import those modules from DIR too (repeatable; default: the working directory)")
     load = parser.add_argument_group("workload")
-    load.add_argument("--model", choices=MODELS, help="auto: ResNet-50 on a GPU with torchvision, else a small CNN")
+    load.add_argument("--model", metavar="NAME|MODULE:FACTORY",
+                      help=f"{', '.join(MODELS)} (auto: ResNet-50 on a GPU with torchvision, else a small CNN), "
+                           "or with --dataset your FACTORY() returning an nn.Module")
     load.add_argument("--batch-size", type=int)
     load.add_argument("--samples", type=int, help="distinct samples stored (default 512)")
     load.add_argument("--epoch-batches", type=int, help="batches per epoch, cycling over the samples (default 1000)")
@@ -89,15 +101,47 @@ def build_options(args: argparse.Namespace) -> BenchOptions:
         thresholds, file_options = load_config(args.config, thresholds)
         settings.update(file_options)
         names.update({name: f"{args.config}: options.{name}" for name in file_options})
+    user = _user_workload(args)
     flags = {name: getattr(args, name) for name in RUN_OPTIONS + _WORKLOAD_OPTIONS
-             if getattr(args, name, None) is not None}
+             if getattr(args, name, None) is not None and not (name == "model" and user is not None and user.model)}
     settings.update(check_options(flags, flag_name))
     names.update({name: flag_name(name) for name in flags})
     if args.threshold:
         thresholds = thresholds.override(parse_threshold_flags(args.threshold), "--threshold")
     workload = WorkloadSpec(**{k: v for k, v in settings.items() if k in _WORKLOAD_OPTIONS})
     run_settings = {k: v for k, v in settings.items() if k in RUN_OPTIONS}
-    return BenchOptions(workload=workload, thresholds=thresholds, **run_settings).validate(names)
+    if user is not None:
+        synthetic = [name for name in flags if name in _SYNTHETIC_ONLY]
+        if synthetic:
+            raise InputError(flag_name(synthetic[0]), "describes the synthetic images, not --dataset's",
+                             f"drop {flag_name(synthetic[0])} when measuring your own dataset")
+    return BenchOptions(workload=workload, thresholds=thresholds, user=user, **run_settings).validate(names)
+
+
+# What only the synthetic workload has: refused beside --dataset rather than silently ignored.
+_SYNTHETIC_ONLY = ("samples", "epoch_batches", "image_size", "crop_size", "cpu_ms", "io_ms", "storage",
+                   "cold_cache", "jpeg_quality", "data_dir")
+
+
+def _user_workload(args: argparse.Namespace) -> Any:
+    """--dataset and its companions as a `UserWorkload`, or None for the synthetic images."""
+    from bootstrap.bench.user import UserWorkload, check_ref
+
+    model = getattr(args, "model", None)
+    model_ref = model if model is not None and ":" in model else None
+    dataset = getattr(args, "dataset", None)
+    if dataset is None:
+        for flag, value in (("--collate", getattr(args, "collate", None)), ("--step", getattr(args, "step", None)),
+                            ("--model", model_ref), ("--path", (getattr(args, "path", None) or [None])[0])):
+            if value is not None:
+                raise InputError(flag, "only applies to your own dataset", "add --dataset MODULE:FACTORY")
+        return None
+    if getattr(args, "distributed", False):  # its DDP ceiling builds the built-in model, not the user's
+        raise InputError("--distributed", "does not measure --dataset yet", "run bench --dataset without torchrun")
+    refs = {name: check_ref(value, f"--{name}") if value is not None else None
+            for name, value in (("dataset", dataset), ("collate", args.collate), ("model", model_ref),
+                                ("step", args.step))}
+    return UserWorkload(paths=tuple(args.path), **refs)
 
 
 def _progress(event: Any) -> None:

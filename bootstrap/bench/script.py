@@ -1,0 +1,52 @@
+"""`tune_loader`: a training script tunes its own DataLoader in two lines.
+
+    from bootstrap.bench import tune_loader
+    kwargs, report = tune_loader(dataset, batch_size=64, budget=60, device="cuda")
+    loader = DataLoader(dataset, batch_size=64, shuffle=True, **kwargs)
+
+It runs the whole bench (`run_bench`) on the dataset object in this
+process; see `user` for what the dataset, collate, model and step may be.
+Workers: with `fork` (Linux's default) they inherit the dataset as it is;
+with `spawn` (macOS, Windows) DataLoader pickles it, so it must be
+picklable (no lambdas or open handles in its attributes).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from bootstrap.bench.user import UserWorkload
+
+
+def tune_loader(dataset: Any, *, batch_size: int, budget: float = 60.0, device: str = "auto",
+                collate_fn: Optional[Callable[..., Any]] = None, model: Any = None,
+                step: Optional[Callable[..., Any]] = None, max_workers: Optional[int] = None,
+                progress: Optional[Callable[[Any], None]] = None) -> Tuple[Dict[str, Any], Any]:
+    """Tune `DataLoader(dataset, ...)` for this host: (DataLoader keyword arguments, BenchResult).
+
+    The keyword arguments are num_workers, pin_memory and, with workers,
+    prefetch_factor and persistent_workers: pass them with your own
+    batch_size, shuffle and collate_fn. `model` is an nn.Module (copied,
+    never trained in place) or a zero-argument factory; `step` is
+    `step(model, batch, device) -> loss or None` (`bootstrap.bench.user`);
+    without them the built-in model trains on (images, labels) batches.
+    When the budget ran out before the tuner picked a configuration
+    (`report.best` is None; `report.checks` says what was left out), the
+    arguments are the fastest loader's it measured, else num_workers=0.
+    Shell equivalent: `python -m bootstrap bench --dataset MODULE:FACTORY`.
+    """
+    from bootstrap.bench.config import BenchOptions, WorkloadSpec
+    from bootstrap.bench.results import LoaderConfig
+    from bootstrap.bench.run import run_bench
+
+    options = BenchOptions(workload=WorkloadSpec(batch_size=batch_size), budget_s=budget, device=device,
+                           max_workers=max_workers,
+                           user=UserWorkload(dataset, collate=collate_fn, model=model, step=step))
+    result = run_bench(options, progress)
+    config = result.best or _best_measured(result) or LoaderConfig()
+    return config.dataloader_kwargs(), result
+
+
+def _best_measured(result: Any) -> Any:
+    loaders = [m for m in result.measurements if m.phase in ("naive", "tune", "tuned") and m.config is not None]
+    return max(loaders, key=lambda m: m.samples_per_s).config if loaders else None

@@ -1,0 +1,263 @@
+"""The team's own training input: their Dataset, collate function, model and training step.
+
+`bench --dataset MODULE:FACTORY [--collate MODULE:FN] [--model MODULE:FACTORY]
+[--step MODULE:FN] [--path DIR ...]` names them by import path
+(`UserWorkload` holds the names); `tune_loader(dataset, ...)` takes the
+objects themselves. `resolve` turns either into `UserParts` in the main
+process and refuses, with one InputError line naming the reference, what
+cannot be used: an import that fails, a missing attribute, a factory that
+raises or returns no map-style Dataset, an empty dataset, samples that do
+not collate into one batch.
+
+What each reference is:
+
+* dataset factory: called with no arguments, returns a map-style
+  `torch.utils.data.Dataset` (or any object with `__len__` and
+  `__getitem__`). An `IterableDataset` is refused: the bench shuffles and
+  the workers split the work by index, which an iterable stream does not
+  allow.
+* collate: `DataLoader(collate_fn=...)`, called with a list of samples.
+* model factory: called with no arguments, returns an `nn.Module`.
+* step: `step(model, batch, device) -> loss or None`; the batch arrives
+  on the device already (tensors in tuples, lists and dicts moved). A loss
+  gets `backward()` and an SGD update from the bench; None means the step
+  did its own update.
+
+Workers: under `fork` (Linux's default) they inherit the dataset. Under
+`spawn`/`forkserver` (macOS, Windows) DataLoader pickles it; a dataset
+named by reference travels as that reference and is rebuilt in each
+worker (`NamedDataset`), one handed to `tune_loader` must be picklable.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
+
+from bootstrap.errors import InputError
+
+REF_FLAGS = (("dataset", "--dataset"), ("collate", "--collate"), ("model", "--model"), ("step", "--step"))
+
+
+@dataclass(frozen=True)
+class UserWorkload:
+    """What the run measures instead of the synthetic images: 'MODULE:NAME' references (the CLI) or the
+    objects themselves (`tune_loader`). `paths` are prepended to sys.path before importing."""
+
+    dataset: Any
+    collate: Any = None
+    model: Any = None
+    step: Any = None
+    paths: Tuple[str, ...] = ()
+
+    def describe(self) -> Dict[str, Any]:
+        """The report's account of it: each reference as given, objects by their type."""
+        out: Dict[str, Any] = {}
+        for name, _ in REF_FLAGS:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value if isinstance(value, str) else f"<{type(value).__name__} object>"
+        if self.paths:
+            out["paths"] = list(self.paths)
+        return out
+
+
+@dataclass
+class UserParts:
+    """A `UserWorkload` resolved in the main process, its first batch already made."""
+
+    dataset: Any
+    collate_fn: Optional[Callable[..., Any]]
+    model_factory: Optional[Callable[[], Any]]
+    step_fn: Optional[Callable[..., Any]]
+    first_batch: Any
+    first_batch_s: float
+
+
+def check_ref(text: str, flag: str) -> str:
+    """`text` if it reads MODULE:NAME (NAME may be dotted), else an InputError naming `flag`."""
+    module, sep, name = text.partition(":")
+    if not sep or not module.strip() or not name.strip() or ":" in name:
+        raise InputError(f"{flag} {text}", "is not MODULE:NAME", f"e.g. {flag} my_data:make_dataset")
+    return text
+
+
+def import_ref(ref: str, flag: str, paths: Sequence[str] = ()) -> Any:
+    """The object `ref` ('MODULE:NAME') names, importing MODULE with `paths` first on sys.path."""
+    check_ref(ref, flag)
+    add_paths(paths)
+    module_name, _, attr = ref.partition(":")
+    where = f"{flag} {ref}"
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as exc:  # noqa: BLE001 (a user module's import may raise anything; SystemExit too)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise InputError(where, f"cannot import {module_name}: {describe_error(exc)}",
+                         "run from the directory that holds it or add --path DIR") from None
+    value: Any = module
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            raise InputError(where, f"{module_name} has no attribute {attr!r}",
+                             f"check the name after ':' ({getattr(module, '__file__', module_name)})")
+        value = getattr(value, part)
+    return value
+
+
+def add_paths(paths: Sequence[str]) -> None:
+    for path in reversed([str(Path(p).absolute()) for p in paths]):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+
+
+def describe_error(exc: BaseException) -> str:
+    """'TypeName: first line of its message' (the type alone when it has none)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _call(factory: Any, where: str) -> Any:
+    if not callable(factory):
+        raise InputError(where, f"is a {type(factory).__name__}, not a callable", "name a function or class")
+    try:
+        return factory()
+    except BaseException as exc:  # noqa: BLE001 (whatever the user's factory raises is its problem, reported)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise InputError(where, f"raised {describe_error(exc)}") from None
+
+
+class NamedDataset:
+    """A dataset built by a factory named 'MODULE:FACTORY': it pickles as that name (plus the --path
+    directories) and is rebuilt where it is unpickled, so spawned workers never pickle the object."""
+
+    def __init__(self, ref: str, paths: Sequence[str], dataset: Any) -> None:
+        self.ref = ref
+        self.paths = tuple(paths)
+        self.dataset = dataset
+        self.length = len(dataset)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Any:
+        if self.dataset is None:
+            self.dataset = import_ref(self.ref, "--dataset", self.paths)()
+        return self.dataset[index]
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["dataset"] = None
+        return state
+
+
+def check_dataset(dataset: Any, where: str, batch_size: int) -> int:
+    """The dataset's length; an InputError for what is no map-style Dataset or holds too few samples."""
+    from torch.utils.data import IterableDataset
+
+    if isinstance(dataset, IterableDataset):
+        raise InputError(where, f"returned an IterableDataset ({type(dataset).__name__}): bench tunes map-style "
+                                "datasets (shuffled, split across workers by index)",
+                         "return a Dataset with __len__ and __getitem__")
+    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        raise InputError(where, f"returned {type(dataset).__name__}, not a torch.utils.data.Dataset",
+                         "return an object with __len__ and __getitem__")
+    try:
+        length = len(dataset)
+    except Exception as exc:  # noqa: BLE001 (the user's __len__)
+        raise InputError(where, f"len(dataset) raised {describe_error(exc)}") from None
+    if length == 0:
+        raise InputError(where, "returned an empty dataset (length 0)", "point it at the data it should load")
+    if length < batch_size:
+        raise InputError(where, f"has {length} samples, fewer than one batch ({batch_size})",
+                         "give a smaller --batch-size")
+    return length
+
+
+def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
+    """Import and build every part, then collate one batch in this process (num_workers=0)."""
+    import time
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    add_paths(user.paths)
+    collate_fn = _part(user.collate, "--collate", user.paths)
+    model_factory = _model_factory(user.model, user.paths)
+    step_fn = _part(user.step, "--step", user.paths)
+    if isinstance(user.dataset, str):
+        where = f"--dataset {user.dataset}"
+        built = _call(import_ref(user.dataset, "--dataset", user.paths), where)
+        check_dataset(built, where, batch_size)
+        dataset: Any = NamedDataset(user.dataset, user.paths, built)
+    else:
+        where = f"dataset {type(user.dataset).__name__}"
+        check_dataset(user.dataset, where, batch_size)
+        dataset = user.dataset
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    started = time.perf_counter()
+    try:
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, generator=generator,
+                            collate_fn=collate_fn)
+        first = next(iter(loader))
+    except Exception as exc:  # noqa: BLE001 (the user's __getitem__ or collate)
+        by = f" with --collate {user.collate}" if isinstance(user.collate, str) else ""
+        raise InputError(where, f"could not load one batch{by}: {describe_error(exc)}") from None
+    return UserParts(dataset, collate_fn, model_factory, step_fn, first, time.perf_counter() - started)
+
+
+def _part(value: Any, flag: str, paths: Sequence[str]) -> Optional[Callable[..., Any]]:
+    if value is None:
+        return None
+    found = import_ref(value, flag, paths) if isinstance(value, str) else value
+    if not callable(found):
+        raise InputError(f"{flag} {value}", f"is a {type(found).__name__}, not a callable")
+    return found
+
+
+def _model_factory(value: Any, paths: Sequence[str]) -> Optional[Callable[[], Any]]:
+    """A zero-argument callable building the model. A module given as an object is copied for each build,
+    so the bench's training steps never change the caller's weights."""
+    if value is None:
+        return None
+    import torch.nn as nn
+
+    if isinstance(value, nn.Module):
+        return lambda: copy.deepcopy(value)
+    factory = _part(value, "--model", paths)
+    where = f"--model {value}" if isinstance(value, str) else f"model {type(value).__name__}"
+
+    def build() -> Any:
+        model = _call(factory, where)
+        if not isinstance(model, nn.Module):
+            raise InputError(where, f"returned {type(model).__name__}, not a torch.nn.Module")
+        return model
+
+    return build
+
+
+def map_tensors(fn: Callable[[Any], Any], batch: Any) -> Any:
+    """`batch` with `fn` applied to every tensor in it (through tuples, lists, dicts and namedtuples)."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return {key: map_tensors(fn, value) for key, value in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(map_tensors(fn, value) for value in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(map_tensors(fn, value) for value in batch)
+    return batch
+
+
+def tensors(batch: Any) -> Iterator[Any]:
+    """Every tensor in `batch` (as `map_tensors` walks it)."""
+    found = []
+    map_tensors(found.append, batch)
+    return iter(found)

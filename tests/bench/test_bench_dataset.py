@@ -1,0 +1,312 @@
+"""The team's own training input: `bench --dataset MODULE:FACTORY` and `tune_loader(dataset, ...)`.
+
+The dataset is an image folder the test writes into tmp_path (small PNGs in
+one subfolder per class) and a module that decodes them with Pillow, run
+through real DataLoader workers on this CPU. Bad input is one line on
+stderr naming the reference, exit 2, and nothing in --out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures import REPO
+
+BATCH, PER_CLASS, SIDE = 8, 32, 16
+
+DATASET_MODULE = '''
+import os
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "images")
+
+
+class ImageFolder(Dataset):
+    """ROOT/CLASS/NAME.png -> (uint8 CHW tensor, class index)."""
+
+    def __init__(self, root=ROOT):
+        classes = sorted(os.listdir(root))
+        self.items = [(os.path.join(root, name, file), label) for label, name in enumerate(classes)
+                      for file in sorted(os.listdir(os.path.join(root, name)))]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, index):
+        path, label = self.items[index]
+        with Image.open(path) as image:
+            pixels = np.array(image.convert("RGB"), dtype=np.uint8)
+        return torch.from_numpy(pixels).permute(2, 0, 1).contiguous(), label
+
+
+def make():
+    return ImageFolder()
+
+
+def _touch(name):
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".calls"), "a") as handle:
+        handle.write(str(os.getpid()) + "\\n")
+
+
+def collate(samples):
+    _touch("collate")
+    images = torch.stack([image for image, _ in samples])
+    return {"images": images, "labels": torch.tensor([label for _, label in samples])}
+
+
+def model():
+    _touch("model")
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * {side} * {side}, 2))
+
+
+def step(model, batch, device):
+    _touch("step")
+    assert batch["images"].device.type == device.type
+    logits = model(batch["images"].float() / 255)
+    return torch.nn.functional.cross_entropy(logits, batch["labels"])
+'''.replace("{side}", str(SIDE))
+
+
+def write_image_folder(root: Path, module: str = "user_images") -> Path:
+    """`root/images/{cat,dog}/N.png` and `root/MODULE.py` (the dataset above); returns root."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name in ("cat", "dog"):
+        folder = root / "images" / name
+        folder.mkdir(parents=True)
+        for index in range(PER_CLASS):
+            pixels = rng.integers(0, 256, size=(SIDE, SIDE, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / f"{index:03d}.png")
+    (root / f"{module}.py").write_text(DATASET_MODULE)
+    return root
+
+
+def bench_cli(argv, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bootstrap", "bench", "--device", "cpu", "--quiet", "--no-png",
+                           "--batch-size", str(BATCH), *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def bench_here(argv, capsys) -> tuple:
+    """(exit code, the JSON report's `extra`) of `bench ARGV --json` run in this process."""
+    from bootstrap.cli import main
+
+    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--json", "--batch-size", str(BATCH), *argv])
+    captured = capsys.readouterr()
+    assert code in (0, 1), captured.err
+    return code, json.loads(captured.out)["extra"]
+
+
+@pytest.fixture
+def clean_imports(monkeypatch):
+    """sys.path and the modules a test imports from tmp_path are put back afterwards."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith(("user_", "bad_inputs")):
+            del sys.modules[name]
+
+
+def calls(root: Path, name: str) -> list:
+    """The pids that called the user's `name` (one line per call), [] when it never was."""
+    path = root / f"{name}.calls"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_bench_reports_on_the_users_dataset(tmp_path, capsys, clean_imports):
+    """`bench --dataset MODULE:FACTORY --path DIR`: the report is about that dataset (its batch, the built-in
+    model on it) and bench.json is written."""
+    root = write_image_folder(tmp_path / "project", module="user_images")
+    out = tmp_path / "out"
+    _, report = bench_here(["--path", str(root), "--dataset", "user_images:make", "--budget", "3",
+                            "--out", str(out)], capsys)
+    assert report["workload"]["user"] == {"dataset": "user_images:make", "paths": [str(root)]}
+    assert report["workload"]["batch_size"] == BATCH
+    assert report["device"]["model"] == "tiny"
+    assert (out / "bench.json").is_file()
+
+
+def test_collate_model_and_step_are_the_users(tmp_path, capsys, clean_imports):
+    """--collate, --model and --step: each is called (its call file grows) and the report names them."""
+    root = write_image_folder(tmp_path / "lib", module="user_parts")
+    _, report = bench_here(["--path", str(root), "--dataset", "user_parts:make", "--collate", "user_parts:collate",
+                            "--model", "user_parts:model", "--step", "user_parts:step", "--budget", "3",
+                            "--out", str(tmp_path / "out")], capsys)
+    assert report["device"]["model"] == "user_parts:model"
+    assert report["workload"]["user"]["collate"] == "user_parts:collate"
+    assert calls(root, "collate") and calls(root, "model") and len(calls(root, "step")) >= 2
+
+
+def test_tune_loader_returns_dataloader_kwargs_for_an_object(tmp_path, clean_imports):
+    """Two lines in a training script: the dataset object in, DataLoader keyword arguments and the report
+    out; the arguments build a working DataLoader over that dataset."""
+    from torch.utils.data import DataLoader
+
+    from bootstrap.bench import tune_loader
+
+    root = write_image_folder(tmp_path, module="user_images_api")
+    sys.path.insert(0, str(root))
+    import user_images_api
+
+    dataset = user_images_api.make()
+    kwargs, report = tune_loader(dataset, batch_size=BATCH, budget=3, device="cpu")
+    assert {"num_workers", "pin_memory"} <= set(kwargs) <= {"num_workers", "pin_memory", "prefetch_factor",
+                                                             "persistent_workers"}
+    assert report.workload["user"] == {"dataset": "<ImageFolder object>"}
+    images, labels = next(iter(DataLoader(dataset, batch_size=BATCH, **kwargs)))
+    assert tuple(images.shape) == (BATCH, 3, SIDE, SIDE) and labels.shape == (BATCH,)
+
+
+@pytest.mark.slow
+def test_the_cli_tunes_the_users_folder_with_real_workers(tmp_path):
+    """The module found in the working directory (no --path); with a budget that reaches the tuner, loaders
+    with workers are measured, the user's collate runs in those workers, and the snippet is the
+    DataLoader call to paste."""
+    root = write_image_folder(tmp_path / "project", module="user_parts")
+    done = bench_cli(["--dataset", "user_parts:make", "--collate", "user_parts:collate", "--model",
+                      "user_parts:model", "--step", "user_parts:step", "--budget", "15", "--out",
+                      str(tmp_path / "out"), "--json"], cwd=root)
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads(done.stdout)["extra"]
+    assert report["workload"]["user"]["dataset"] == "user_parts:make"
+    assert any(m["config"] and m["config"]["num_workers"] for m in report["measurements"])
+    assert len(set(calls(root, "collate"))) > 1, "the collate function never ran in a worker"
+    if report["snippet"]:
+        assert "collate_fn=collate_fn," in report["snippet"] and f"batch_size={BATCH}," in report["snippet"]
+
+
+@pytest.mark.slow
+def test_tune_loader_measures_workers_on_the_dataset_object(tmp_path, clean_imports):
+    from bootstrap.bench import tune_loader
+
+    root = write_image_folder(tmp_path, module="user_images_workers")
+    sys.path.insert(0, str(root))
+    import user_images_workers
+
+    kwargs, report = tune_loader(user_images_workers.make(), batch_size=BATCH, budget=12, device="cpu")
+    assert any(m.config is not None and m.config.num_workers for m in report.measurements)
+    assert report.best is None or kwargs == report.best.dataloader_kwargs()
+
+
+BAD_DATASETS = textwrap.dedent('''
+    import torch
+    from torch.utils.data import Dataset, IterableDataset
+
+    class Empty(Dataset):
+        def __len__(self):
+            return 0
+
+        def __getitem__(self, index):
+            raise IndexError(index)
+
+    class Ragged(Dataset):
+        def __len__(self):
+            return 32
+
+        def __getitem__(self, index):
+            return torch.zeros(index + 1)
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    def empty():
+        return Empty()
+
+    def ragged():
+        return Ragged()
+
+    def stream():
+        return Stream()
+
+    def words():
+        return [("a sentence", 0)] * 32
+
+    def good():
+        return torch.utils.data.TensorDataset(torch.zeros(32, 3, 16, 16, dtype=torch.uint8),
+                                              torch.zeros(32, dtype=torch.long))
+
+    def failing_step(model, batch, device):
+        raise ValueError("expected a dict batch")
+
+    def not_a_module():
+        return 5
+
+    def not_a_dataset():
+        return 42
+
+    def raises():
+        raise FileNotFoundError("no such folder: /data/train\\nsecond line")
+
+    value = 3
+''')
+
+
+@pytest.mark.parametrize("argv, where, problem", [
+    (["--dataset", "no_such_module:make"], "--dataset no_such_module:make",
+     "cannot import no_such_module: ModuleNotFoundError: No module named 'no_such_module'"),
+    (["--dataset", "bad_inputs:missing"], "--dataset bad_inputs:missing", "bad_inputs has no attribute 'missing'"),
+    (["--dataset", "bad_inputs:raises"], "--dataset bad_inputs:raises",
+     "raised FileNotFoundError: no such folder: /data/train"),
+    (["--dataset", "bad_inputs:not_a_dataset"], "--dataset bad_inputs:not_a_dataset",
+     "returned int, not a torch.utils.data.Dataset"),
+    (["--dataset", "bad_inputs:value"], "--dataset bad_inputs:value", "is a int, not a callable"),
+    (["--dataset", "bad_inputs:empty"], "--dataset bad_inputs:empty", "returned an empty dataset (length 0)"),
+    (["--dataset", "bad_inputs:stream"], "--dataset bad_inputs:stream", "returned an IterableDataset (Stream)"),
+    (["--dataset", "bad_inputs:ragged"], "--dataset bad_inputs:ragged",
+     "could not load one batch: RuntimeError: stack expects each tensor to be equal size"),
+    (["--dataset", "bad_inputs:ragged", "--collate", "bad_inputs:value"], "--collate bad_inputs:value",
+     "is a int, not a callable"),
+    (["--dataset", "bad_inputs:words"], "the built-in step (tiny) on --dataset bad_inputs:words",
+     "failed on the first batch: AttributeError: 'tuple' object has no attribute 'to'"),
+    (["--dataset", "bad_inputs:good", "--step", "bad_inputs:failing_step"],
+     "--step bad_inputs:failing_step", "failed on the first batch: ValueError: expected a dict batch"),
+    (["--dataset", "bad_inputs:good", "--model", "bad_inputs:not_a_module"], "--model bad_inputs:not_a_module",
+     "returned int, not a torch.nn.Module"),
+    (["--dataset", "nocolon"], "--dataset nocolon", "is not MODULE:NAME"),
+    (["--dataset", "bad_inputs:good", "--distributed"], "--distributed", "does not measure --dataset yet"),
+    (["--collate", "bad_inputs:value"], "--collate", "only applies to your own dataset"),
+    (["--dataset", "bad_inputs:ragged", "--cpu-ms", "5"], "--cpu-ms", "describes the synthetic images"),
+])
+def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, capsys, clean_imports, argv, where, problem):
+    from bootstrap.cli import main
+
+    (tmp_path / "bad_inputs.py").write_text(BAD_DATASETS)
+    out = tmp_path / "out"
+    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--batch-size", str(BATCH), "--budget", "5",
+                 "--out", str(out), "--path", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith(f"error: {where}: {problem}"), err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_dataset_named_by_reference_travels_to_spawned_workers_as_its_name(tmp_path, clean_imports):
+    """Under spawn DataLoader pickles the dataset: a `--dataset` one pickles as MODULE:FACTORY (and its
+    --path) and the factory builds it again where it is unpickled, so the object itself never travels."""
+    import pickle
+
+    from bootstrap.bench.user import NamedDataset, import_ref
+
+    root = write_image_folder(tmp_path, module="user_images_pickled")
+    built = import_ref("user_images_pickled:make", "--dataset", [str(root)])()
+    built.unpicklable = lambda: None  # a closure: pickling the object itself would fail
+    named = NamedDataset("user_images_pickled:make", [str(root)], built)
+    copy = pickle.loads(pickle.dumps(named))
+    assert copy.dataset is None and len(copy) == 2 * PER_CLASS
+    image, label = copy[PER_CLASS]
+    assert tuple(image.shape) == (3, SIDE, SIDE) and label == 1
