@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
-from bootstrap.errors import InputError
+from bootstrap.errors import InputError, excerpt
 
 MODELS = ("auto", "tiny", "resnet18", "resnet50")
 STORAGES = ("memory", "files", "packed")
@@ -83,8 +83,8 @@ def _shown(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, str):
-        return f"{value!r} (text)"
-    return repr(value)
+        return f"{excerpt(value)} (text)"
+    return excerpt(value)
 
 
 def check_value(value: Any, rule: Rule, where: str) -> Any:
@@ -104,7 +104,8 @@ def check_value(value: Any, rule: Rule, where: str) -> Any:
             raise bad
         return Path(value)
     numeric = int if rule.kind == "int" else (int, float)
-    if isinstance(value, bool) or not isinstance(value, numeric) or not math.isfinite(value):
+    infinite = isinstance(value, float) and not math.isfinite(value)  # an int of any size is finite
+    if isinstance(value, bool) or not isinstance(value, numeric) or infinite:
         raise bad
     if rule.low is not None and (value <= rule.low if rule.above else value < rule.low):
         raise bad

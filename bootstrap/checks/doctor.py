@@ -17,6 +17,7 @@ it always was; `--lock FILE` judges that lock alone. Nothing here prints.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -147,7 +148,7 @@ def doctor_subject(options: DoctorOptions) -> Subject:
     spec = _declared_variants(project, env)
     if spec is None:
         path = project.lock_path(env)
-        return Subject(env=env, paths=(path,) if path.is_file() else (), project=project)
+        return Subject(env=env, paths=(path,) if os.path.lexists(path) else (), project=project)
     paths = tuple(path for _, path in variant_locks(project, env, spec))
     installed = _installed_variant(project, env, spec) if options.facts_path is None else ""
     return Subject(env=env, paths=paths, project=project, spec=spec, installed=installed)
@@ -157,7 +158,7 @@ def _declared_variants(project: Any, env: str) -> Any:
     """The env's spec when it declares variants; None without them, without a spec, or without pyyaml."""
     from bootstrap.lock.spec import read_spec
 
-    if not project.spec_path(env).is_file():
+    if not os.path.lexists(project.spec_path(env)):  # anything else in its place is read, and refused
         return None
     try:
         spec = read_spec(project.spec_path(env))
@@ -182,7 +183,7 @@ def _first_lock(subject: Subject) -> Tuple[Any, str]:
     """The first lock of the subject that exists, read (it decides the platform), or why there is none."""
     from bootstrap.lock.lockfile import read_lock
 
-    existing = [p for p in subject.paths if p.is_file() or subject.project is None]
+    existing = [p for p in subject.paths if os.path.lexists(p) or subject.project is None]
     if not existing:
         return None, "no lock at hand: pass --lock FILE or run from the project" if not subject.paths else \
             f"not locked yet: no {subject.paths[0].name} (`make lock`)"

@@ -9,6 +9,7 @@ this inside the env.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
@@ -39,7 +40,7 @@ def lock_candidate(path: Path, platform: str, name: Optional[str] = None, defaul
     None: the variant its metadata records."""
     from bootstrap.lock.lockfile import read_lock
 
-    if not path.is_file():
+    if not os.path.lexists(path):  # a FIFO, a device or a dangling link in its place is read, and refused
         return Candidate(name or "", path, None, f"not locked yet: no {path.name} (`make lock`)", default)
     try:
         lock = read_lock(path)

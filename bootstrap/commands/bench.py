@@ -125,7 +125,7 @@ _SYNTHETIC_ONLY = ("samples", "epoch_batches", "image_size", "crop_size", "cpu_m
 
 def _user_workload(args: argparse.Namespace) -> Any:
     """--dataset and its companions as a `UserWorkload`, or None for the synthetic images."""
-    from bootstrap.bench.user import UserWorkload, check_ref
+    from bootstrap.bench.user import UserWorkload, check_ref, import_ref
 
     model = getattr(args, "model", None)
     model_ref = model if model is not None and ":" in model else None
@@ -141,6 +141,9 @@ def _user_workload(args: argparse.Namespace) -> Any:
     refs = {name: check_ref(value, f"--{name}") if value is not None else None
             for name, value in (("dataset", dataset), ("collate", args.collate), ("model", model_ref),
                                 ("step", args.step))}
+    for name, ref in refs.items():  # a name that does not import is refused before the run says anything
+        if ref is not None:
+            import_ref(ref, f"--{name}", args.path)
     return UserWorkload(paths=tuple(args.path), **refs)
 
 

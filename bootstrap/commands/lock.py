@@ -116,6 +116,10 @@ def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
         upgrade=args.upgrade,
     )
     _check_index_names(project, envs, options.pip.indexes)
+    if options.cache_dir is not None:  # before the solve: rattler would report it as a failed fetch
+        from bootstrap.install.cache import check_cache_dir
+
+        check_cache_dir(options.cache_dir)
     check_update(project, envs, options)  # every env before any is written
     results = []
     for env in envs:
@@ -161,9 +165,9 @@ def parse_indexes(texts: list[str]) -> dict[str, str]:
     out = {}
     for text in texts:
         name, sep, url = (part.strip() for part in text.partition("="))
-        if not sep or not name or "://" not in url:
+        if not sep or not name or url.partition("://")[0] not in ("http", "https", "file"):
             raise InputError("--index", f"'{scrub_argument(text)}' is not NAME=URL",
-                             "e.g. --index pytorch-cu126=https://mirror.internal/whl/cu126")
+                             "an http(s) or file URL, e.g. --index pytorch-cu126=https://mirror.internal/whl/cu126")
         if name in out:
             raise InputError("--index", f"index '{name}' is given twice", "give one --index per name")
         out[name] = url.rstrip("/")

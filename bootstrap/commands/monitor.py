@@ -19,7 +19,7 @@ from typing import List, Optional
 
 from bootstrap.commands import argtypes
 from bootstrap.commands.signals import sigterm_as_interrupt
-from bootstrap.errors import EXIT_OK
+from bootstrap.errors import EXIT_OK, excerpt
 
 _CLEAR = "\x1b[H\x1b[J"  # cursor home, clear to the end of the screen
 
@@ -30,14 +30,14 @@ MAX_INTERVAL_S = 86400.0  # a day between samples; more is a typo, and sleep() o
 def _positive_float(text: str) -> float:
     value = _number(float, text, f"seconds, > 0 and <= {MAX_INTERVAL_S:g}")
     if not 0 < value <= MAX_INTERVAL_S:
-        raise argparse.ArgumentTypeError(f"must be > 0 and <= {MAX_INTERVAL_S:g} s, got {text}")
+        raise argparse.ArgumentTypeError(f"must be > 0 and <= {MAX_INTERVAL_S:g} s, got {excerpt(text)}")
     return value
 
 
 def _positive_int(text: str) -> int:
     value = _number(int, text, "a whole number >= 1")
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {excerpt(text)}")
     return value
 
 

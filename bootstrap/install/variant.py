@@ -9,6 +9,7 @@ Everything is decided before anything is fetched: a refusal costs no download.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -17,6 +18,7 @@ from bootstrap.checks.model import Status
 from bootstrap.checks.variant import env_candidates
 from bootstrap.compat.pick import Pick, Verdict, pick_variant
 from bootstrap.errors import InputError
+from bootstrap.lock.lockfile import read_lock
 from bootstrap.lock.spec import read_spec
 from bootstrap.lock.variants import variant_locks
 from bootstrap.project import Project
@@ -69,10 +71,14 @@ def choose_variant(request: VariantRequest, *, nvml: Any = None, runner: Runner 
         _check_locked(path, variant.name, variant.platforms, request.platform)
         return VariantChoice(name=variant.name, lock_path=path, how="forced", why="asked for with --force")
     nvidia, source = _driver_facts(request, nvml, runner)
-    pick = pick_variant(nvidia, env_candidates(project, env, spec, request.platform))
+    candidates = env_candidates(project, env, spec, request.platform)
+    pick = pick_variant(nvidia, candidates)
     if named:
         return _named(pick, request, locks[0][0].platforms, source)
     if pick.chosen is None:
+        for candidate in candidates:  # a lock that cannot be read is the problem, reported as itself
+            if candidate.target is None and os.path.lexists(candidate.lock_path):
+                read_lock(candidate.lock_path)
         raise InputError("--variant auto", f"no locked variant of {env} runs on this host: {pick.why}",
                          (pick.remedy + "; " if pick.remedy else "") + "`--variant NAME --force` installs one anyway")
     chosen = pick.chosen.candidate

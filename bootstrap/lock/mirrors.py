@@ -43,11 +43,21 @@ class Mirror:
                              "package paths are appended to it",
                              "put a token in the path (https://host/t/TOKEN/conda-forge) or as user:password@host "
                              "(a `#` or `?` in a password written %23 or %3F)")
-        if "://" not in target or target.startswith("file://"):
+        scheme = target.partition("://")[0] if "://" in target else ""
+        if scheme not in ("", "http", "https", "file"):
+            raise InputError(f"--mirror {canonical}={scrub_argument(target)}", f"'{scheme}' is not a scheme "
+                             "rattler fetches from", "give an http(s) URL, a file:// URL or a directory")
+        if not scheme or scheme == "file":
             # `~` too: no shell expands it after `conda-forge=` (nor in make's ENV_ARGS)
             path = Path(unquote(urlsplit(target).path)) if target.startswith("file://") else Path(target).expanduser()
             if not path.is_absolute() and base is not None:
                 path = base / path
+            if not scheme and _host_like(target) and not path.exists():
+                # `bob:pw@host/cf`, `mirror.internal/t/TOKEN/cf`: read as a directory, its secrets would
+                # end up in the "not found" error, which only scrubs what has a scheme
+                raise InputError(f"--mirror {canonical}={scrub_argument(target)}",
+                                 "looks like a URL without its scheme, and is no directory",
+                                 "put https:// in front of it (or ./ in front of a directory)")
             target = str(path.resolve())
         return cls(canonical_channel(canonical), target.rstrip("/"), given)
 
@@ -62,6 +72,12 @@ class Mirror:
             return f"{self.canonical}={self.given or self.local_dir.name}"
         return f"{self.canonical}={scrub_credentials(self.target)}"
 
+
+
+def _host_like(target: str) -> bool:
+    """Whether a target's first segment reads as `user@host`, `host.domain` or `host:port`."""
+    first = target.split("/", 1)[0]
+    return "@" in first or ":" in first or "." in first.strip(".")
 
 
 def parse_mirrors(texts: Sequence[str], base: Optional[Path] = None) -> tuple[Mirror, ...]:

@@ -39,6 +39,8 @@ def _mirror_arguments(url: str) -> list[list[str]]:
         [f"conda-forge={url}?x=1"],  # a query string
         [f"conda-forge={url}#frag"],  # a fragment
         [f"{url}=/mirror/a", f"{url}=/mirror/b"],  # mirrored twice
+        [f"conda-forge={url.split('://', 1)[1]}"],  # no scheme: no directory either
+        [f"conda-forge=ftp://{url.split('://', 1)[1]}"],  # a scheme rattler does not fetch
     ]
 
 
