@@ -320,7 +320,9 @@ def _cli_cases() -> List[Any]:
                     if option in argv:  # the base's own value replaced
                         del argv[argv.index(option):argv.index(option) + 2]
                     named = (option, value) if value.strip() else (option,)  # the option, or the file it names
-                    cases.append(pytest.param(argv + [option, value], named, id=f"{verb} {option} {value!r}"[:80]))
+                    marks = () if len(cases) % 3 == 0 else (pytest.mark.slow,)  # as the mutations: a share by default
+                    cases.append(pytest.param(argv + [option, value], named, id=f"{verb} {option} {value!r}"[:80],
+                                              marks=marks))
     for argv, named in _BY_HAND:
         cases.append(pytest.param(argv, (named,), id=" ".join(map(repr, argv))[:80]))
     return cases
@@ -346,6 +348,7 @@ def test_bad_argument_is_one_line_and_exit_2(tmp_path: Path, argv: List[str], na
     assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded() -> None:
     """Every raw file of the corpus (the alias bombs, the endless and the huge ones) through every
     verb in one fresh interpreter: its peak RSS bounds what any one input costs."""
