@@ -17,7 +17,7 @@ TORCH_TEST ?= torch==2.13.0
 # nvidia wheels. Where this index is unreachable (a PyPI mirror only), the default index is used.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench bench-loader bench-report help FORCE
+.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench bench-loader bench-report gpu-check help FORCE
 
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
@@ -207,3 +207,9 @@ bench-loader: tools $(TOOLS)/.torch-test
 BENCH_REPORT_ARGS ?=
 bench-report: tools $(TOOLS)/.torch-test
 	$(PY) scripts/bench_report.py $(BENCH_REPORT_ARGS)
+
+## On a lent GPU machine with its own CUDA torch (no conda, no tools venv): doctor, verify's torch checks,
+## bench on the built-in workload and an image folder, monitor, a 1-GPU torchrun all-reduce, in <= 8 min;
+## every output in OUT=DIR (default ./gpu-check-DATE) with summary.txt; PYTHON= the interpreter with torch.
+gpu-check:
+	PYTHON="$(PYTHON)" scripts/gpu-check.sh
