@@ -44,7 +44,7 @@ def test_the_gpu_check_completes_on_a_cpu_host_into_one_folder(tmp_path):
     assert done.returncode in (0, 1), done.stderr
     rows = summary(out)
     assert tuple(rows) == STEPS, (out / "summary.txt").read_text()
-    for step, (rc, seconds, verdict, note) in rows.items():
+    for step, (rc, seconds, verdict, _) in rows.items():
         assert rc == "-" or int(rc) >= 0
         assert float(seconds) >= 0.0
         if verdict != "skipped":
