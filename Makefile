@@ -17,7 +17,7 @@ TORCH_TEST ?= torch==2.13.0
 # nvidia wheels. Where this index is unreachable (a PyPI mirror only), the default index is used.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench bench-loader bench-report help FORCE
+.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench bench-loader bench-report gpu-check help FORCE
 
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
@@ -40,6 +40,8 @@ FORCE:
 # The env targets take ENV from make's command line or the environment: a shell's own ENV
 # (POSIX sh's startup file, e.g. ENV=~/.shrc) or an empty one must not become a path to remove.
 CHECK_ENV = @case "$(ENV)" in ""|*/*|.*|*[!A-Za-z0-9_.-]*) echo "ENV='$(ENV)' is not an env name such as py310 or py39 (the shell's ENV variable? pass ENV=py310 to make)" >&2; exit 2;; esac
+# `verify` and `bench` run in the env they accept, on its own torch: one line when it is not there yet.
+NEED_ENV = @test -x .envs/$(ENV)/bin/python || { echo "no env at .envs/$(ENV): run \`make env$(if $(filter-out py310,$(ENV)), ENV=$(ENV))\` first" >&2; exit 2; }
 # A variant is named like an env, without dots (they separate env and variant in lock file names).
 CHECK_VARIANT = @case "$(VARIANT)" in ""|-*|*[!A-Za-z0-9_-]*) echo "VARIANT='$(VARIANT)' is not a variant name such as auto or cu128" >&2; exit 2;; esac
 
@@ -83,7 +85,7 @@ clean-env:
 VERIFY_ARGS ?=
 verify:
 	$(CHECK_ENV)
-	@test -x .envs/$(ENV)/bin/python || { echo "no env at .envs/$(ENV): run \`make env$(if $(filter-out py310,$(ENV)), ENV=$(ENV))\` first" >&2; exit 2; }
+	$(NEED_ENV)
 	PYTHONPATH="$(CURDIR)" .envs/$(ENV)/bin/python -m bootstrap verify $(VERIFY_ARGS)
 
 ## Host only, before any env exists: driver, max CUDA, GPUs, and which torch variant of $(ENV) runs here
@@ -186,10 +188,13 @@ monitor: tools
 bench-verify: tools $(TOOLS)/.torch-test
 	$(PY) scripts/bench_verify.py
 
-## The GPU-utilisation acceptance benchmark in this interpreter, e.g. BENCH_ARGS="--budget 60 --device cuda:0 --out results/".
+## Inside the env, as `verify`: the GPU-utilisation acceptance benchmark on the env's own torch,
+## e.g. BENCH_ARGS="--budget 60 --device cuda:0 --out results/" (--device auto: cuda, else mps, else cpu).
 BENCH_ARGS ?=
-bench: tools $(TOOLS)/.torch-test
-	$(PY) -m bootstrap bench $(BENCH_ARGS)
+bench:
+	$(CHECK_ENV)
+	$(NEED_ENV)
+	PYTHONPATH="$(CURDIR)" .envs/$(ENV)/bin/python -m bootstrap bench $(BENCH_ARGS)
 
 ## Tuned vs naive loader figures (I/O-latency and CPU-cost workloads), tuning time vs budget, sampler overhead;
 ## BENCH_LOADER_ARGS="--budget 20 --json loader.json" for shorter runs and the figures in a file.
@@ -202,3 +207,9 @@ bench-loader: tools $(TOOLS)/.torch-test
 BENCH_REPORT_ARGS ?=
 bench-report: tools $(TOOLS)/.torch-test
 	$(PY) scripts/bench_report.py $(BENCH_REPORT_ARGS)
+
+## On a lent GPU machine with its own CUDA torch (no conda, no tools venv): doctor, verify's torch checks,
+## bench on the built-in workload and an image folder, monitor, a 1-GPU torchrun all-reduce, in <= 8 min;
+## every output in OUT=DIR (default ./gpu-check-DATE) with summary.txt; PYTHON= the interpreter with torch.
+gpu-check:
+	PYTHON="$(PYTHON)" scripts/gpu-check.sh

@@ -8,15 +8,21 @@ each from the committed locks again, a one-package `lock --update numpy`
 beside a full relock (`lock --upgrade`). Prints conda
 solve / pip resolution / write per run and how many lock entries moved (one
 per package and platform), and the wall time of `python -m bootstrap lock
---check` (interpreter start included) over several runs. Needs PyPI for the
-pip part.
+--check` (interpreter start included) over several runs, on the committed
+locks as they are and again after a cosmetic edit of every spec and of
+virtual-packages.yml (a comment, the keys reordered, blank lines: nothing
+that is locked changes, so the check must stay on its fast path). Needs PyPI
+for the pip part; `--check-only` times the two `--check` cases alone,
+offline.
 
-Targets (issue 2): conda solve + write <= 1 s for all six; --check <= 0.5 s with every variant present.
+Targets (issue 2): conda solve + write <= 1 s for all six; --check <= 0.5 s with every variant present
+(issue 23: after a cosmetic edit too).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -71,6 +77,27 @@ def lock_all(project: Project, label: str, per_variant: bool = False, **moves) -
     return totals
 
 
+def cosmetic_edit(project: Project) -> None:
+    """Every spec and virtual-packages.yml said differently, meaning the same: a comment on top, the
+    top-level keys in reverse order, a blank line between entries. (The rewritten YAML is written by
+    hand from the parsed data so that no YAML writer's choices decide what counts as cosmetic.)"""
+    import yaml
+
+    for path in [*project.envs_dir.glob("*.yml"), project.virtual_packages_path]:
+        if path.name.endswith(".conda-lock.yml"):
+            continue
+        data = yaml.safe_load(path.read_text())
+        parts = [f"{json.dumps(key)}: {json.dumps(value)}" for key, value in reversed(list(data.items()))]
+        path.write_text("# a comment, and the keys in another order: nothing locked changes\n\n"
+                        + "\n\n".join(parts) + "\n")
+
+
+def report_check(label: str, times: list[float], baseline: float) -> None:
+    print(f"{label}  median {statistics.median(times):.3f} s  min {min(times):.3f} s  max {max(times):.3f} s "
+          f"over {len(times)} runs; bare `python -c pass` {baseline:.3f} s -> check costs "
+          f"{statistics.median(times) / baseline:.1f}x an empty interpreter start")
+
+
 def time_check(project: Project, runs: int = 7) -> list[float]:
     times = []
     for _ in range(runs):
@@ -82,28 +109,31 @@ def time_check(project: Project, runs: int = 7) -> list[float]:
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, and no stray arguments
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check-only", action="store_true",
+                        help="time `lock --check` alone (as committed, then after a cosmetic edit); offline")
+    args = parser.parse_args()
     if not SNAPSHOT.is_dir():
         print(f"bench-lock: {SNAPSHOT} not found (the shared snapshot sits beside the repository)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-lock-") as tmp:
         os.environ["UV_CACHE_DIR"] = str(Path(tmp, "uv-cache"))
         project = scratch_project(Path(tmp))
-        print("bootstrap lock, every env and variant (7 platform locks), conda part from the snapshot mirror, "
-              "pip part from PyPI")
-        lock_all(project, "cold uv cache")
-        lock_all(project, "warm uv cache", per_variant=True)
-        restore_locks(project)
-        lock_all(project, f"lock --update {UPDATED}", update=(UPDATED,))
-        restore_locks(project)
-        lock_all(project, "lock --upgrade", upgrade=True)
-        restore_locks(project)
+        if not args.check_only:
+            print("bootstrap lock, every env and variant (7 platform locks), conda part from the snapshot mirror, "
+                  "pip part from PyPI")
+            lock_all(project, "cold uv cache")
+            lock_all(project, "warm uv cache", per_variant=True)
+            restore_locks(project)
+            lock_all(project, f"lock --update {UPDATED}", update=(UPDATED,))
+            restore_locks(project)
+            lock_all(project, "lock --upgrade", upgrade=True)
+            restore_locks(project)
         baseline = min(time_check_python())
-        times = time_check(project)
         variants = len(list(project.envs_dir.glob("*.conda-lock.yml"))) + 1
-        print(f"lock --check ({variants} locks)  median {statistics.median(times):.3f} s  min {min(times):.3f} s  "
-              f"max {max(times):.3f} s over {len(times)} runs; bare `python -c pass` {baseline:.3f} s "
-              f"-> check costs {statistics.median(times) / baseline:.1f}x an empty interpreter start")
+        report_check(f"lock --check ({variants} locks)", time_check(project), baseline)
+        cosmetic_edit(project)
+        report_check(f"lock --check after a cosmetic edit ({variants} locks)", time_check(project), baseline)
     return 0
 
 

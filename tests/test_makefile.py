@@ -114,6 +114,16 @@ def test_verify_without_an_env_names_the_make_env_that_creates_it(scratch: Path)
     assert "run `make env` first" in make(scratch, "verify").stderr
 
 
+def test_bench_runs_in_the_env_it_accepts_and_names_a_missing_one(scratch: Path) -> None:
+    done = make(scratch, "bench", ENV="py39")
+    assert done.returncode == 2
+    assert "no env at .envs/py39: run `make env ENV=py39` first" in done.stderr
+    (scratch / ".envs" / "py310" / "bin").mkdir(parents=True)
+    (scratch / ".envs" / "py310" / "bin" / "python").symlink_to(sys.executable)
+    planned = make(scratch, "-n", "bench", "BENCH_ARGS=--budget 60 --device mps").stdout.splitlines()[-1]
+    assert planned == f'PYTHONPATH="{scratch}" .envs/py310/bin/python -m bootstrap bench --budget 60 --device mps'
+
+
 def test_env_passes_the_variant_on_and_refuses_one_that_is_no_name(scratch: Path) -> None:
     planned = make(scratch, "-n", "env").stdout.splitlines()[-1]
     assert planned == ".tools/bin/python -m bootstrap env py310 --variant auto "

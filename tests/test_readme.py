@@ -274,6 +274,12 @@ def test_the_lock_reading_sets_a_one_package_update_beside_a_full_relock() -> No
                      (("cold uv cache", 0), ("warm uv cache", 0), ("lock --update numpy", 6), ("lock --upgrade", 40))]
                     + ["lock --check (2 envs)  median 0.241 s  min 0.215 s  max 0.283 s over 7 runs; bare `python -c "
                        "pass` 0.012 s -> check costs 19.5x an empty interpreter start"])
+    assert "cosmetic edit of every spec" not in report.read_lock(out)  # output from before that timing still reads
+    out += ("\nlock --check after a cosmetic edit (2 envs)  median 0.252 s  min 0.22 s  max 0.3 s over 7 runs; bare "
+            "`python -c pass` 0.012 s -> check costs 21.0x an empty interpreter start")
+    assert "`lock --check` took 0.24 s" in report.read_lock(out)
+    assert "after a cosmetic edit of every spec and virtual-packages.yml (a comment, keys reordered, blank lines) " \
+           "0.25 s, met" in report.read_lock(out)
     assert report.read_lock(out).endswith(
         "A one-package update, `lock --update numpy`: conda solve + write 0.42 s, pip 61.2 s, 6 lock entries moved; "
         "beside it a full relock, `lock --upgrade`: conda solve + write 0.42 s, pip 61.2 s, 40 lock entries moved.")

@@ -291,7 +291,7 @@ class BenchOptions:
 
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     budget_s: float = 120.0
-    device: str = "auto"                 # auto | cpu | cuda | cuda:N
+    device: str = "auto"                 # auto | cpu | cuda | cuda:N | mps
     thresholds: ThresholdSet = field(default_factory=ThresholdSet)
     max_workers: Optional[int] = None    # hard cap on the worker search (None: derived from the host)
     cpus: Optional[int] = None           # usable CPUs for this process (torchrun: affinity / local ranks)
@@ -307,8 +307,9 @@ class BenchOptions:
         self.workload.validate(names)
         check_options({name: getattr(self, name) for name in RUN_OPTIONS if getattr(self, name) is not None}, where)
         device = self.device
-        if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
-            raise InputError(where("device"), f"{device!r} is not auto, cpu, cuda or cuda:N", "e.g. --device cuda:0")
+        if not (device in ("auto", "cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit())):
+            raise InputError(where("device"), f"{device!r} is not auto, cpu, cuda, cuda:N or mps",
+                             "e.g. --device cuda:0")
         if self.data_dir is not None:
             if self.workload.storage == "memory":
                 raise InputError(where("data_dir"), "only used by --storage files or packed",

@@ -16,28 +16,54 @@ from bootstrap.bench.results import LoaderConfig
 from bootstrap.fsutil import MIB
 
 
+def pick_device(requested: str, cuda_available: bool, mps_available: bool) -> Tuple[str, str]:
+    """(torch device name, why): `auto` is the first of cuda, mps (Apple silicon), cpu this torch can
+    use; any other name is kept as asked (`_check_device` in startup refuses one that is absent)."""
+    if requested != "auto":
+        return requested, "asked for"
+    if cuda_available:
+        return "cuda", "auto: CUDA is available"
+    if mps_available:
+        return "mps", "auto: no CUDA; Apple MPS is available"
+    return "cpu", "auto: neither CUDA nor Apple MPS is available"
+
+
+def mps_available(torch: Any) -> bool:
+    """`torch.backends.mps.is_available()`, False on a torch built without the MPS backend."""
+    backend = getattr(getattr(torch, "backends", None), "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
 class Device:
     """The torch device a run uses, with its synchronisation."""
 
     def __init__(self, name: str) -> None:
         import torch
 
-        if name == "auto":
-            name = "cuda" if torch.cuda.is_available() else "cpu"
+        name, self.reason = pick_device(name, torch.cuda.is_available(), mps_available(torch))
         self.torch_device = torch.device(name)
         if self.torch_device.type == "cuda" and self.torch_device.index is None:
             self.torch_device = torch.device("cuda", torch.cuda.current_device())
         self.is_cuda = self.torch_device.type == "cuda"
+        self.is_mps = self.torch_device.type == "mps"
 
     @property
     def type(self) -> str:
         return self.torch_device.type
 
-    def sync(self) -> None:
-        if self.is_cuda:
-            import torch
+    @property
+    def is_accelerator(self) -> bool:
+        """A device other than the host's CPU: the step does not compete with the loader for cores."""
+        return self.is_cuda or self.is_mps
 
+    def sync(self) -> None:
+        """Wait for the device's queued work, so that a timer read after it counts that work."""
+        import torch
+
+        if self.is_cuda:
             torch.cuda.synchronize(self.torch_device)
+        elif self.is_mps:
+            torch.mps.synchronize()
 
 
 class Trainer:
@@ -175,7 +201,8 @@ def h2d_bandwidth(device: Device, nbytes: int = 256 * MIB, repeats: int = 10,
 
 
 def peak_memory_mib(device: Device) -> Optional[float]:
-    """CUDA: torch's peak allocated bytes on the device; CPU: this process's peak RSS."""
+    """CUDA: torch's peak allocated bytes on the device; CPU, and MPS (memory the host shares): this
+    process's peak RSS."""
     if device.is_cuda:
         import torch
 

@@ -2,48 +2,133 @@
 
 Pillow is in the env's lock and matplotlib is not, so the chart is drawn
 with `PIL.ImageDraw`: horizontal bars (one per measured window, coloured by
-phase, the ceiling as a dashed line) and, when the sampler collected
-samples, a timeline of GPU utilisation and host CPU busy % over shaded
-phase bands.
+phase) on a samples/s axis with the ceiling (dashed) and the tuned rate
+(solid) marked and labelled, and, when the sampler collected samples, a
+timeline of GPU utilisation and host CPU busy % over shaded phase bands.
+
+`layout` places every mark as data (`Chart`), measured with the font that
+draws it, so a test can check that each label lies inside the image and that
+the marks are there without reading pixels; `render_png` only paints it.
 """
 
 from __future__ import annotations
 
 import io
-from typing import Any, List, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Sequence, Tuple
 
 from bootstrap.bench.results import BenchResult
 
 WIDTH = 960
 ROW = 16
 MAX_BARS = 40
+MARGIN = 10
+TIMELINE_HEIGHT = 260
 COLOURS = {
     "ceiling": (90, 90, 90), "ceiling_h2d": (140, 140, 140), "loader": (170, 120, 200), "naive": (214, 96, 77),
     "scaling": (200, 160, 220), "tune": (240, 180, 80), "knob": (250, 210, 120), "tuned": (60, 150, 90),
 }
 GPU_LINE = (40, 140, 60)
 HOST_LINE = (60, 100, 200)
+TUNED_LINE = (30, 110, 60)
+GREY = (80, 80, 80)
+Colour = Tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Text:
+    x: int
+    y: int
+    text: str
+    role: str  # what it says: "title", "x-axis", "ceiling", "tuned", "bar-label", ...
+    fill: Colour = (0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Shape:
+    kind: str  # "rect" | "line" | "dashed" | "dot"
+    points: Tuple[int, ...]  # rect/dot: x0, y0, x1, y1; line/dashed: x0, y0, x1, y1, ...
+    role: str
+    fill: Optional[Colour] = None
+    outline: Optional[Colour] = None
+    width: int = 1
+
+
+@dataclass
+class Chart:
+    width: int
+    height: int
+    font: Any
+    texts: List[Text] = field(default_factory=list)
+    shapes: List[Shape] = field(default_factory=list)
+
+    def text(self, x: int, y: int, text: str, role: str, fill: Colour = (0, 0, 0)) -> None:
+        """A label at (x, y), moved left where it would run past the right edge."""
+        x = max(0, min(x, self.width - MARGIN // 2 - self.text_width(text)))
+        self.texts.append(Text(x, y, text, role, fill))
+
+    def text_width(self, text: str) -> int:
+        left, _, right, _ = self.font.getbbox(text)
+        return int(right - left) + 1
+
+    def text_box(self, item: Text) -> Tuple[int, int, int, int]:
+        """Where `item` lands in the image (left, top, right, bottom)."""
+        left, top, right, bottom = self.font.getbbox(item.text)
+        return item.x + int(left), item.y + int(top), item.x + int(right), item.y + int(bottom)
+
+    def roles(self) -> List[str]:
+        return [t.role for t in self.texts] + [s.role for s in self.shapes]
+
+
+def chart_height(bars: int, timeline: bool) -> int:
+    """The image's height for `bars` rows (at most MAX_BARS), with or without the utilisation timeline."""
+    return 32 + ROW * max(1, min(bars, MAX_BARS)) + 56 + (TIMELINE_HEIGHT if timeline else 0)
+
+
+def layout(result: BenchResult, font: Any = None) -> Chart:
+    """Every mark of the chart, placed; `font` measures the labels (default: Pillow's default font)."""
+    if font is None:
+        from PIL import ImageFont
+
+        font = ImageFont.load_default()
+    bars = _bars(result)
+    timeline = bool(result.sampler.gpu_timeline or result.sampler.host_timeline)
+    chart = Chart(WIDTH, chart_height(len(bars), timeline), font)
+    title = f"bootstrap bench: {result.device.get('type', '?')} {result.device.get('name', '')}"
+    chart.text(MARGIN, 8, title + ("  (partial)" if result.partial else ""), "title")
+    bottom = _place_bars(chart, bars, result, top=32)
+    if timeline:
+        _place_timeline(chart, result, top=bottom + 56, height=TIMELINE_HEIGHT - 20)
+    return chart
 
 
 def render_png(result: BenchResult) -> bytes:
     """The chart as PNG bytes."""
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
 
-    bars = _bars(result)
-    timeline = bool(result.sampler.gpu_timeline or result.sampler.host_timeline)
-    bar_height = 40 + ROW * max(1, len(bars)) + 30
-    height = bar_height + (260 if timeline else 0)
-    image = Image.new("RGB", (WIDTH, height), "white")
+    chart = layout(result)
+    image = Image.new("RGB", (chart.width, chart.height), "white")
     draw = ImageDraw.Draw(image)
-    font = ImageFont.load_default()
-    title = f"bootstrap bench: {result.device.get('type', '?')} {result.device.get('name', '')}"
-    draw.text((10, 8), title + ("  (partial)" if result.partial else ""), fill="black", font=font)
-    _draw_bars(draw, font, bars, result, top=32)
-    if timeline:
-        _draw_timeline(draw, font, result, top=bar_height + 10, height=230)
+    for shape in chart.shapes:
+        _paint(draw, shape)
+    for item in chart.texts:
+        draw.text((item.x, item.y), item.text, fill=item.fill, font=chart.font)
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def _paint(draw: Any, shape: Shape) -> None:
+    if shape.kind == "rect":
+        draw.rectangle(list(shape.points), fill=shape.fill, outline=shape.outline)
+    elif shape.kind == "dot":
+        draw.ellipse(list(shape.points), fill=shape.fill)
+    elif shape.kind == "dashed":
+        x0, y0, x1, y1 = shape.points
+        for y in range(y0, y1, 6):
+            draw.line([x0, y, x1, min(y + 3, y1)], fill=shape.fill, width=shape.width)
+    else:
+        draw.line(list(shape.points), fill=shape.fill, width=shape.width)
 
 
 def _bars(result: BenchResult) -> List[Tuple[str, str, float]]:
@@ -56,26 +141,44 @@ def _bars(result: BenchResult) -> List[Tuple[str, str, float]]:
     return bars
 
 
-def _draw_bars(draw: Any, font: Any, bars: Sequence[Tuple[str, str, float]], result: BenchResult, top: int) -> None:
-    left, right = 300, WIDTH - 110
-    peak = max([b[2] for b in bars] + [result.metrics.get("ceiling_samples_per_s") or 0.0, 1e-9])
+def _fit(chart: Chart, text: str, width: int) -> str:
+    """`text`, cut to `width` pixels with an ellipsis: a long label must not run into its bar."""
+    if chart.text_width(text) <= width:
+        return text
+    while text and chart.text_width(text + "...") > width:
+        text = text[:-1]
+    return text + "..."
+
+
+def _place_bars(chart: Chart, bars: Sequence[Tuple[str, str, float]], result: BenchResult, top: int) -> int:
+    """The bars, their rates, the ceiling and tuned marks, and the axis; returns the bars' bottom."""
+    left, right = 300, WIDTH - 120
+    ceiling = result.metrics.get("ceiling_samples_per_s")
+    tuned = result.metrics.get("tuned_samples_per_s")
+    peak = max([b[2] for b in bars] + [ceiling or 0.0, tuned or 0.0, 1e-9])
+
+    def x_of(rate: float) -> int:
+        return left + int((right - left) * max(0.0, rate) / peak)
+
     for row, (phase, label, rate) in enumerate(bars):
         y = top + row * ROW
-        draw.text((10, y + 2), label[:46], fill="black", font=font)
-        length = int((right - left) * rate / peak)
-        draw.rectangle([left, y + 2, left + max(1, length), y + ROW - 3], fill=COLOURS.get(phase, (120, 120, 120)))
-        draw.text((left + length + 6, y + 2), f"{rate:,.0f}/s", fill="black", font=font)
-    ceiling = result.metrics.get("ceiling_samples_per_s")
+        chart.text(MARGIN, y + 2, _fit(chart, label, left - 2 * MARGIN), "bar-label")
+        chart.shapes.append(Shape("rect", (left, y + 2, max(left + 1, x_of(rate)), y + ROW - 3), "bar",
+                                  fill=COLOURS.get(phase, (120, 120, 120))))
+        chart.text(x_of(rate) + 6, y + 2, f"{rate:,.0f}/s", "bar-rate")
     bottom = top + ROW * max(1, len(bars))
-    if ceiling:
-        x = left + int((right - left) * ceiling / peak)
-        for y in range(top, bottom, 6):
-            draw.line([x, y, x, y + 3], fill=(0, 0, 0))
-        draw.text((x - 40, bottom + 4), "ceiling", fill="black", font=font)
-    draw.text((left, bottom + 16), "samples/s (longer is faster)", fill=(80, 80, 80), font=font)
+    chart.shapes.append(Shape("line", (left, bottom, right, bottom), "x-axis", fill=GREY))
+    marks = [(tuned, "tuned", TUNED_LINE, "line"), (ceiling, "ceiling", (0, 0, 0), "dashed")]
+    for row, (rate, name, colour, kind) in enumerate(marks):
+        if rate:
+            chart.shapes.append(Shape(kind, (x_of(rate), top, x_of(rate), bottom), name, fill=colour, width=2))
+            text = f"{name} {rate:,.0f} samples/s"
+            chart.text(x_of(rate) - chart.text_width(text) // 2, bottom + 4 + 13 * row, text, name, colour)
+    chart.text(left, bottom + 32, "throughput (samples/s; longer is faster)", "x-axis", GREY)
+    return bottom
 
 
-def _draw_timeline(draw: Any, font: Any, result: BenchResult, top: int, height: int) -> None:
+def _place_timeline(chart: Chart, result: BenchResult, top: int, height: int) -> None:
     left, right = 60, WIDTH - 20
     bottom = top + height - 30
     span = max([result.seconds, 1e-3] + [t for t, _ in result.sampler.gpu_timeline + result.sampler.host_timeline])
@@ -89,18 +192,20 @@ def _draw_timeline(draw: Any, font: Any, result: BenchResult, top: int, height: 
     shades = [(245, 245, 245), (232, 236, 244)]
     for index, phase in enumerate(result.phases):
         x0, x1 = x_of(phase.started_s), x_of(phase.started_s + phase.seconds)
-        draw.rectangle([x0, top + 16, max(x0 + 1, x1), bottom], fill=shades[index % 2])
-        draw.text((x0 + 2, top + 18), phase.name[:8], fill=(90, 90, 90), font=font)
-    draw.rectangle([left, top + 16, right, bottom], outline=(0, 0, 0))
+        chart.shapes.append(Shape("rect", (x0, top + 16, max(x0 + 1, x1), bottom), "phase", fill=shades[index % 2]))
+        chart.text(x0 + 2, top + 18, phase.name[:8], "phase-label", (90, 90, 90))
+    chart.shapes.append(Shape("rect", (left, top + 16, right, bottom), "frame", outline=(0, 0, 0)))
     for percent in (0, 50, 100):
-        draw.text((10, y_of(percent) - 6), f"{percent}%", fill="black", font=font)
-    for series, colour in ((result.sampler.host_timeline, HOST_LINE), (result.sampler.gpu_timeline, GPU_LINE)):
+        chart.text(MARGIN, y_of(percent) - 6, f"{percent}%", "y-tick")
+    for series, colour, role in ((result.sampler.host_timeline, HOST_LINE, "host-busy"),
+                                 (result.sampler.gpu_timeline, GPU_LINE, "gpu-utilization")):
         points = [(x_of(t), y_of(v)) for t, v in series]
         if len(points) > 1:
-            draw.line(points, fill=colour, width=2)
+            chart.shapes.append(Shape("line", tuple(c for p in points for c in p), role, fill=colour, width=2))
         elif points:
-            draw.ellipse([points[0][0] - 2, points[0][1] - 2, points[0][0] + 2, points[0][1] + 2], fill=colour)
-    draw.text((left, top), "utilisation over time:", fill="black", font=font)
-    draw.text((left + 150, top), "GPU utilization.gpu", fill=GPU_LINE, font=font)
-    draw.text((left + 290, top), "host CPU busy", fill=HOST_LINE, font=font)
-    draw.text((left, bottom + 8), f"seconds since start (0 - {span:.0f} s)", fill=(80, 80, 80), font=font)
+            (x, y), = points
+            chart.shapes.append(Shape("dot", (x - 2, y - 2, x + 2, y + 2), role, fill=colour))
+    chart.text(left, top, "utilisation (%) over time:", "y-axis")
+    chart.text(left + 180, top, "GPU utilization.gpu (%)", "legend", GPU_LINE)
+    chart.text(left + 350, top, "host CPU busy (%)", "legend", HOST_LINE)
+    chart.text(left, bottom + 8, f"time since start (s), 0 to {span:.0f}", "x-axis", GREY)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from bootstrap.bench.budget import Costs
-from bootstrap.bench.device import Device
+from bootstrap.bench.device import Device, mps_available
 from bootstrap.bench.host import host_busy_pct
 from bootstrap.bench.results import LoaderConfig
 from bootstrap.bench.sampler import UtilSampler
@@ -50,7 +50,7 @@ def set_up(state: RunState) -> None:
         state.store = _build_store(state, build_store)
         state.dataset = SyntheticImages(state.store, spec)
         _sample_batch(state, SyntheticImages(state.store, replace(spec, cpu_ms=0.0, io_ms=0.0)))
-    uuid, name = None, "CPU"
+    uuid, name = None, "Apple MPS" if state.device.is_mps else "CPU"
     index = state.device.torch_device.index if state.is_cuda else None
     if state.is_cuda:
         state.saved_cudnn_benchmark = torch.backends.cudnn.benchmark
@@ -61,7 +61,8 @@ def set_up(state: RunState) -> None:
                                 interval_s=options.sampler_interval_s, clock_zero=state.clock_zero).start()
     host = state.host
     state.device_info = {
-        "type": state.device.type, "name": name, "index": state.device.torch_device.index,
+        "type": state.device.type, "device_reason": state.device.reason, "name": name,
+        "index": state.device.torch_device.index,
         "torch": torch.__version__, "cuda": getattr(torch.version, "cuda", None),
         "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
         "cpus_usable": state.cpus, "cpus_total": host.cpus_total,
@@ -71,13 +72,16 @@ def set_up(state: RunState) -> None:
         "model": state.model_name, "model_reason": model_reason, "batch_mib": state.batch_bytes / MIB,
         "rank": dict(state.rank),
     }
-    if not state.is_cuda:
+    if not state.device.is_accelerator:
         _share_cpus_with_workers(state, torch)
     _notes_on_the_host(state)
 
 
 def _check_device(torch: Any, device: str) -> None:
     """One line, before anything is built, for a device this torch cannot use."""
+    if device == "mps" and not mps_available(torch):
+        raise InputError("--device", f"mps: Apple MPS is not available to this torch ({torch.__version__})",
+                         "MPS needs Apple silicon and macOS 12.3+; use --device cpu or --device auto")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError("--device", f"{device}: CUDA is not available to this torch ({torch.__version__})",
                          "use --device cpu, or install a CUDA build of torch")

@@ -215,10 +215,11 @@ class SyntheticImages:
 
 
 def resolve_model_name(name: str, device_type: str) -> Tuple[str, str]:
-    """('tiny'|'resnet18'|'resnet50', why): `auto` is ResNet-50 on a GPU when torchvision is installed."""
+    """('tiny'|'resnet18'|'resnet50', why): `auto` is ResNet-50 on a GPU (CUDA or Apple MPS) when
+    torchvision is installed."""
     if name != "auto":
         return name, "asked for"
-    if device_type != "cuda":
+    if device_type not in ("cuda", "mps"):
         return "tiny", "auto: CPU run, small CNN"
     try:
         import torchvision  # noqa: F401  (probe only)

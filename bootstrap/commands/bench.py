@@ -44,7 +44,8 @@ _WORKLOAD_OPTIONS = tuple(f.name for f in fields(WorkloadSpec))
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", dest="budget_s", type=float, metavar="SECONDS",
                         help="time for all measured phases (default 120)")
-    parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    parser.add_argument("--device",
+                        help="auto (default: cuda, else mps, else cpu), cpu, cuda, cuda:N or mps (Apple silicon)")
     parser.add_argument("--out", type=argtypes.path, default=Path("."), metavar="DIR",
                         help="where bench.json and bench.png go (default: .)")
     parser.add_argument("--no-png", action="store_true", help="do not draw bench.png")

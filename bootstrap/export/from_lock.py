@@ -103,7 +103,7 @@ def _check_fresh(project: Project, env: str, spec: EnvSpec, lock: Lock) -> List[
     except ImportError as exc:
         vpkgs = project.virtual_packages_path
         if vpkgs.exists() and lock.custom.get(META_INPUTS) == inputs_digest(spec.path, vpkgs, lock.content_hash):
-            return []  # spec and virtual packages byte-identical to those the lock was made from
+            return []  # spec and virtual packages (as parsed) identical to those the lock was made from
         missing = exc.name or "conda-lock"
         return [f"{spec.path.name} changed since {lock.path.name} was written and {missing} is not installed "
                 "here to check it; run `python -m bootstrap lock --check` in the tools venv"]

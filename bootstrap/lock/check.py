@@ -164,7 +164,7 @@ def hash_staleness(spec: EnvSpec, vpkgs: VirtualPackages, lock: Lock) -> list[St
     """Compare the lock's content_hash with conda-lock's, per platform."""
     variant = spec.variant.name if spec.variant else ""
     if lock.custom.get(META_INPUTS) == inputs_digest(spec.path, vpkgs.path, lock.content_hash, variant):
-        return []  # inputs byte-identical to those the recorded hashes were computed from
+        return []  # inputs (as parsed) identical to those the recorded hashes were computed from
     return [
         Stale(platform, "content_hash",
               f"does not match {spec.path.name} + {vpkgs.path.name} (conda-lock --check-input-hash would relock)")

@@ -14,27 +14,49 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
+from bootstrap.lock.yamlfile import load_yaml
 
 
 def inputs_digest(spec_path: Path, virtual_packages_path: Path, content_hash: Mapping[str, str],
                   variant: str = "") -> str:
-    """sha256 binding the exact input bytes to the content hashes computed from them.
+    """sha256 binding the inputs' parsed content to the content hashes computed from them.
 
     conda-lock's content hash needs conda-lock, a heavy import, to recompute.
-    This digest lets `lock --check` skip that when the inputs are byte-for-byte
-    those the hashes were computed from; any edit (or a hand-edited hash)
-    changes the digest and the check falls back to conda-lock's own function.
+    This digest lets `lock --check` skip that when the inputs say what they
+    said when the hashes were computed. It covers the parsed YAML, not the
+    bytes: a comment, whitespace or a reordered mapping key changes nothing
+    that is locked, and must not cost the slow path on every run until a
+    relock. Any other edit (a list reordered included: channel order is
+    priority) or a hand-edited hash changes the digest, and the check falls
+    back to conda-lock's own function, which stays the authority.
     """
     digest = hashlib.sha256()
-    for part in (spec_path.read_bytes(), virtual_packages_path.read_bytes()):
-        digest.update(hashlib.sha256(part).digest())
+    for path in (spec_path, virtual_packages_path):
+        digest.update(hashlib.sha256(normalised_yaml(path)).digest())
     digest.update(json.dumps(dict(content_hash), sort_keys=True).encode())
     if variant:  # one spec, several locks: a variant's lock copied over another's is not fresh
         digest.update(f"variant={variant}".encode())
     return digest.hexdigest()
+
+
+def normalised_yaml(path: Path) -> bytes:
+    """The YAML file's data as canonical JSON: mapping keys sorted, lists in order, each scalar
+    tagged with its type (`1` and `"1"` stay apart), comments and layout gone."""
+    return json.dumps(_canonical(load_yaml(path)), separators=(",", ":")).encode()
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        items = [[_canonical(k), _canonical(v)] for k, v in value.items()]
+        return ["map", sorted(items, key=lambda item: json.dumps(item[0]))]
+    if isinstance(value, list):
+        return ["list", [_canonical(v) for v in value]]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return [type(value).__name__, value]
+    return [type(value).__name__, str(value)]  # a date, bytes, a set: what YAML's safe loader builds besides
 
 
 def conda_lock_content_hashes(spec: EnvSpec, vpkgs: VirtualPackages) -> dict[str, str]:

@@ -62,7 +62,7 @@ def test_config_options_are_checked_and_named_by_file_and_field(tmp_path, option
     (["--target-rate", "-5"], "--target-rate: expected a number > 0 and <= 1,000,000,000,000, got -5.0"),
     (["--crop-size", "1", "--image-size", "1"], "--image-size: expected an integer from 16 to 8,192, got 1"),
     (["--max-workers", "-1"], "--max-workers: expected an integer from 0 to 1,024, got -1"),
-    (["--device", "cuda:x"], "--device: 'cuda:x' is not auto, cpu, cuda or cuda:N"),
+    (["--device", "cuda:x"], "--device: 'cuda:x' is not auto, cpu, cuda, cuda:N or mps"),
     (["--cold-cache"], "--cold-cache: only applies to files on disk"),
     (["--storage", "files", "--data-dir", "/etc/passwd"], "--data-dir: /etc/passwd is not a directory"),
     (["--storage", "packed", "--data-dir", "/etc/passwd/x"],

@@ -73,13 +73,13 @@ def test_cli_prints_the_report_it_writes(tmp_path):
     envelope = json.loads(done.stdout)
     assert_bench_contract(envelope)
     assert json.loads((tmp_path / "bench.json").read_text()) == envelope
-    from bootstrap.bench.plot import MAX_BARS, ROW, WIDTH
+    from bootstrap.bench.plot import WIDTH, chart_height
 
     extra = envelope["extra"]  # the chart has a row per measurement and a timeline where the sampler had one,
-    rows = max(1, min(len(extra["measurements"]), MAX_BARS))  # however many a busy host left time for
+    rows = len(extra["measurements"])  # however many a busy host left time for
     timeline = bool(extra["sampler"]["gpu_timeline"] or extra["sampler"]["host_timeline"])
     with Image.open(tmp_path / "bench.png") as image:
-        assert image.format == "PNG" and image.size == (WIDTH, 70 + ROW * rows + (260 if timeline else 0))
+        assert image.format == "PNG" and image.size == (WIDTH, chart_height(rows, timeline))
     assert wall <= envelope["extra"]["seconds"] + 15.0  # interpreter and torch start-up, report writing
 
 

@@ -253,6 +253,40 @@ def test_check_survives_a_comment_edit_in_the_spec(locked: Project, capsys) -> N
     assert code == 0, out
 
 
+def check_in_a_process(project: Project) -> tuple[int, bool]:
+    """`lock --check` in a fresh interpreter: (exit code, whether it imported conda-lock, the slow path)."""
+    probe = ("import sys; from bootstrap.cli import main; code = main(sys.argv[1:]); "
+             "print(code, 'conda_lock' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe, "lock", "--check", "--root", str(project.root)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    code, slow = done.stdout.split()[-2:]
+    return int(code), slow == "True"
+
+
+COSMETIC_EDITS = {
+    "a comment": lambda text: "# why this env exists\n" + text.replace("\n", "  # trailing\n", 1),
+    "reordered keys": lambda text: yaml.safe_dump(dict(reversed(list(yaml.safe_load(text).items()))),
+                                                  sort_keys=False),
+    "whitespace": lambda text: "\n\n" + text.replace("\n", "\n\n") + "\n   \n",
+    "flow style": lambda text: yaml.safe_dump(yaml.safe_load(text), default_flow_style=True),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(COSMETIC_EDITS))
+def test_an_edit_that_changes_nothing_locked_stays_on_the_fast_path(locked: Project, edit: str) -> None:
+    for path in (locked.spec_path("py310"), locked.virtual_packages_path):
+        path.write_text(COSMETIC_EDITS[edit](path.read_text()))
+    assert check_in_a_process(locked) == (0, False)
+
+
+def test_an_edit_of_what_is_locked_leaves_the_fast_path(locked: Project) -> None:
+    # A reordered list is content (channel order is priority): conda-lock, the authority, decides it is fresh.
+    write_spec(locked.root, pip=("gamma", "alpha>=1"))
+    assert check_in_a_process(locked) == (0, True)
+    write_spec(locked.root, conda=("python=3.9.*", "pip", "torchlike"))
+    assert check_in_a_process(locked) == (1, True)
+
+
 def test_dry_run_writes_nothing_and_relock_prints_a_diff(locked: Project, wheelhouse: Path, fixture_channel: Path,
                                                          capsys) -> None:
     path = locked.lock_path("py310")
