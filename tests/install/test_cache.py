@@ -94,6 +94,7 @@ def test_prune_removes_only_what_is_its_own(project: Project, channel: Path, tmp
 def test_prune_refuses_without_the_locks_it_would_keep(project: Project, tmp_path: Path, capsys) -> None:
     cache = tmp_path / "cache"
     (cache / "archives" / ("0" * 64)).mkdir(parents=True)
+    (tmp_path / "not-a-project").mkdir()
     for argv, message in (
         (["--root", str(tmp_path / "not-a-project")], "no env specs (*.yml) found"),
         (["--root", str(project.root)], "conda-lock.yml: missing: pruning now would drop every package of py310"),
