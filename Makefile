@@ -22,18 +22,30 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
 
-# Rebuilt when the requirements or the script are newer than the stamp (requirements newer but with
-# the stamp's content only have tools-venv.sh bring the stamp's time forward), and also when the stamp's
-# content differs (a checkout synced with older times) or the venv's python no longer runs
-# (its interpreter moved or was removed).
-ifneq ($(shell cmp -s scripts/requirements-tools.txt $(TOOLS)/.requirements-tools.txt && test -x $(PY) && echo ok),ok)
+# Rebuilt when the content of the requirements or of the script differs from the stamps the venv holds,
+# or the venv's python no longer runs (its interpreter moved or was removed); never for a time alone:
+# a checkout or a touch that leaves the content as it was must not cost a rebuild (nor a network).
+ifneq ($(shell cmp -s scripts/requirements-tools.txt $(TOOLS)/.requirements-tools.txt \
+  && cmp -s scripts/tools-venv.sh $(TOOLS)/.tools-venv.sh && test -x $(PY) && echo ok),ok)
 $(TOOLS)/.requirements-tools.txt: FORCE
 endif
-$(TOOLS)/.requirements-tools.txt: scripts/requirements-tools.txt scripts/tools-venv.sh
+$(TOOLS)/.requirements-tools.txt:
 	PYTHON="$(PYTHON)" BUNDLE="$(BUNDLE)" scripts/tools-venv.sh $(TOOLS)
 # The stamps are written once what they stand for is complete: Ctrl-C after that (tools-venv.sh still
 # removing the replaced venv) must not have make delete them and rebuild a working venv next time.
-.PRECIOUS: $(TOOLS)/.requirements-tools.txt $(TOOLS)/.torch-test
+.PRECIOUS: $(TOOLS)/.requirements-tools.txt $(TOOLS)/.requirements-test.txt $(TOOLS)/.torch-test
+
+# What only the tests and the torch benchmarks need (pytest, ruff, numpy, ...): installed into the
+# tools venv by those targets, never by `make env` or `make lock`. Its stamp is the file's content;
+# a rebuilt venv (a newer tools stamp) installs it again.
+ifneq ($(shell cmp -s scripts/requirements-test.txt $(TOOLS)/.requirements-test.txt && echo ok),ok)
+$(TOOLS)/.requirements-test.txt: FORCE
+endif
+$(TOOLS)/.requirements-test.txt: $(TOOLS)/.requirements-tools.txt
+	@echo "installing $$(grep -c '^[A-Za-z0-9]' scripts/requirements-test.txt) pinned, hash-checked test packages from scripts/requirements-test.txt" >&2
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps --retries 2 --timeout 20 \
+	  -r scripts/requirements-test.txt
+	cp scripts/requirements-test.txt $@
 
 FORCE:
 
@@ -126,34 +138,37 @@ endif
 $(TOOLS)/.torch-test: $(TOOLS)/.requirements-tools.txt
 	@if $(PY) -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' "$(TORCH_CPU_INDEX)/" \
 	    2>/dev/null; then \
-	  echo "installing $(TORCH_TEST), a CPU build, from $(TORCH_CPU_INDEX)"; \
+	  echo "installing $(TORCH_TEST), a CPU build, from $(TORCH_CPU_INDEX)" >&2; \
 	  $(PY) -m pip install --quiet --disable-pip-version-check --index-url "$(TORCH_CPU_INDEX)" "$(TORCH_TEST)"; \
 	else \
-	  echo "$(TORCH_CPU_INDEX) is unreachable: installing $(TORCH_TEST) from the default index"; \
+	  echo "$(TORCH_CPU_INDEX) is unreachable: installing $(TORCH_TEST) from the default index" >&2; \
 	  $(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_TEST)"; \
 	fi
 	echo "$(TORCH_TEST)" > $@
+
+# The test requirements and the CPU torch: what the test targets and the torch benchmarks add.
+TEST_TOOLS := $(TOOLS)/.requirements-test.txt $(TOOLS)/.torch-test
 
 # One pytest worker per core, up to four: the suite waits on engines and subprocesses one test at a
 # time, and its tests hold whatever else the machine is doing.
 PYTEST := $(PY) -m pytest -q -n auto --maxprocesses 4
 
 ## The offline test suite without the slow tests, ruff, and the Python 3.9 static check; the first run installs a CPU torch.
-test: tools $(TOOLS)/.torch-test
+test: tools $(TEST_TOOLS)
 	$(TOOLS)/bin/ruff check --quiet .
 	$(PY) scripts/check-py39.py
 	$(PYTEST)
 
 ## The tests marked slow (CI runs them after `make test`).
-test-slow: tools $(TOOLS)/.torch-test
+test-slow: tools $(TEST_TOOLS)
 	$(PYTEST) -m "slow and not network and not gpu"
 
 ## The tests that need PyPI.
-test-network: tools $(TOOLS)/.torch-test
+test-network: tools $(TEST_TOOLS)
 	$(PYTEST) -m network
 
 ## Every test but the GPU ones, slow and network ones included.
-test-all: tools $(TOOLS)/.torch-test
+test-all: tools $(TEST_TOOLS)
 	$(PYTEST) -m "not gpu"
 
 ## Solve and write times of `lock` against the snapshot, and `lock --check`.
@@ -164,10 +179,11 @@ bench-lock: tools
 bench-fetch: tools
 	$(PY) scripts/bench_fetch.py
 
-## Re-pin the tools venv (needs PyPI).
+## Re-pin the tools venv and the test requirements (needs PyPI).
+TOOLS_COMPILE = $(TOOLS)/bin/uv pip compile --universal --python-version 3.10 --generate-hashes --no-header
 tools-requirements: tools
-	$(TOOLS)/bin/uv pip compile scripts/requirements-tools.in --universal --python-version 3.10 \
-	  --generate-hashes --no-header -o scripts/requirements-tools.txt
+	$(TOOLS_COMPILE) scripts/requirements-tools.in --excludes scripts/requirements-unused.txt -o scripts/requirements-tools.txt
+	$(TOOLS_COMPILE) scripts/requirements-test.in -c scripts/requirements-tools.txt -o scripts/requirements-test.txt
 
 ## Remove the tools venv (the next target builds it again).
 clean:
@@ -185,7 +201,7 @@ monitor: tools
 	$(PY) -m bootstrap monitor $(MONITOR_ARGS)
 
 ## `verify --no-bench` against `python -m torch.utils.collect_env`, same interpreter and torch, median of 7 runs.
-bench-verify: tools $(TOOLS)/.torch-test
+bench-verify: tools $(TEST_TOOLS)
 	$(PY) scripts/bench_verify.py
 
 ## Inside the env, as `verify`: the GPU-utilisation acceptance benchmark on the env's own torch,
@@ -199,13 +215,13 @@ bench:
 ## Tuned vs naive loader figures (I/O-latency and CPU-cost workloads), tuning time vs budget, sampler overhead;
 ## BENCH_LOADER_ARGS="--budget 20 --json loader.json" for shorter runs and the figures in a file.
 BENCH_LOADER_ARGS ?=
-bench-loader: tools $(TOOLS)/.torch-test
+bench-loader: tools $(TEST_TOOLS)
 	$(PY) scripts/bench_loader.py $(BENCH_LOADER_ARGS)
 
 ## Run the benchmark scripts (bench-lock, -env, -verify, -loader, -fetch) and write docs/PERFORMANCE.md: their figures,
 ## the command behind each, the machine; BENCH_REPORT_ARGS="--only env" measures one and keeps the others.
 BENCH_REPORT_ARGS ?=
-bench-report: tools $(TOOLS)/.torch-test
+bench-report: tools $(TEST_TOOLS)
 	$(PY) scripts/bench_report.py $(BENCH_REPORT_ARGS)
 
 ## On a lent GPU machine with its own CUDA torch (no conda, no tools venv): doctor, verify's torch checks,

@@ -19,6 +19,7 @@ set -euo pipefail
 venv=${1:?usage: tools-venv.sh DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 reqs="$here/requirements-tools.txt"
+script="$here/tools-venv.sh"
 python=${PYTHON:-python3}
 old="$venv.old"
 trash="$venv.trash"
@@ -26,13 +27,19 @@ work=$(mktemp -d)
 
 trap 'rm -rf "$work"' EXIT
 say() { echo "tools-venv: $*" >&2; }
+# Built from these requirements by this script: the stamps hold both as they were, so a checkout or a
+# touch that leaves their content as it was needs no rebuild (and none that needs the network).
+up_to_date() {
+  [ -z "${BUNDLE:-}" ] && cmp -s "$reqs" "$venv/.requirements-tools.txt" && cmp -s "$script" "$venv/.tools-venv.sh" \
+    && "$venv/bin/python" -c '' 2>/dev/null
+}
 
 if command -v flock >/dev/null; then
   exec 9>"$venv.lock"
   if ! flock -n 9; then
     say "waiting for another tools-venv.sh building $venv ..."
     flock 9
-    if [ -z "${BUNDLE:-}" ] && cmp -s "$reqs" "$venv/.requirements-tools.txt" && "$venv/bin/python" -c '' 2>/dev/null; then
+    if up_to_date; then
       exit 0  # the other run just built it from these requirements
     fi
   fi
@@ -65,15 +72,17 @@ if [ -d "$old" ]; then
   mv "$old" "$venv"
 fi
 
-# make calls this when the requirements are newer than the stamp; a checkout or a touch that left
-# their content as it was needs no rebuild (and none that needs the network): the stamp's time catches up.
-if [ -z "${BUNDLE:-}" ] && cmp -s "$reqs" "$venv/.requirements-tools.txt" && [ ! "$0" -nt "$venv/.requirements-tools.txt" ] \
-    && "$venv/bin/python" -c '' 2>/dev/null; then
-  touch "$venv/.requirements-tools.txt"
+if up_to_date; then
   exit 0
 fi
 
-install=(--quiet --disable-pip-version-check --require-hashes --retries 2 --timeout 20 -r "$reqs")
+# --no-deps: the file pins every package the tools import, each with its hashes, and leaves out on
+# purpose the dependencies (most of conda-lock's tree) they never import (scripts/requirements-unused.txt).
+# --no-compile: Python writes the bytecode of what is imported on first use; compiling every module
+# up front would store it for conda-lock's vendored conda and poetry too, which the tools barely touch.
+install=(--quiet --disable-pip-version-check --require-hashes --no-deps --no-compile --retries 2 --timeout 20
+  -r "$reqs")
+count=$(grep -c '^[A-Za-z0-9]' "$reqs" || true)
 if [ -n "${BUNDLE:-}" ]; then
   # The same pinned, hash-checked requirements, from the bundle's wheels for this Python and platform.
   if ! at_least 3 10; then
@@ -98,7 +107,7 @@ if [ -n "${BUNDLE:-}" ]; then
   fi
   # Before the working venv is moved aside: do the wheels cover the requirements, hashes included?
   "$python" -m venv "$work/probe"
-  if ! "$work/probe/bin/python" -m pip download --quiet --disable-pip-version-check --require-hashes -r "$reqs" \
+  if ! "$work/probe/bin/python" -m pip download --quiet --disable-pip-version-check --require-hashes --no-deps -r "$reqs" \
       --no-index --find-links "$work/tools/$tag" -d "$work/checked" >"$work/probe.log" 2>&1; then
     say "the wheels in $BUNDLE for $tag do not install $reqs (made from another checkout, or a truncated copy?): make the bundle again; $venv is unchanged. pip said: $(tail -n 1 "$work/probe.log")"
     exit 2
@@ -132,6 +141,7 @@ trap 'exit 143' TERM
 trap 'exit 129' HUP  # the terminal closed (an ssh connection dropped)
 
 if at_least 3 10; then
+  say "creating the venv $venv (Python $version)"
   "$python" -m venv "$venv"
 else
   say "Python $version is older than 3.10; asking uv for a Python 3.11"
@@ -139,14 +149,20 @@ else
   "$python" -m venv "$work/seed"
   # uv's own pins and hashes, from the same requirements file.
   awk '/^uv==/ { keep = 1 } keep { print } keep && !/\\$/ { exit }' "$reqs" >"$work/uv.txt"
-  "$work/seed/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes -r "$work/uv.txt"
+  say "installing uv into a seed venv"
+  "$work/seed/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$work/uv.txt"
   hint="uv found no Python 3.11 here and could not download one: offline? UV_PYTHON_INSTALL_MIRROR=URL of a python-build-standalone mirror, or PYTHON=/path/to/python3.10-or-newer"
+  say "creating the venv $venv (Python 3.11, from uv)"
   "$work/seed/bin/uv" venv --quiet --seed --python 3.11 "$venv"
   hint="offline? a PyPI mirror in PIP_INDEX_URL"
 fi
 
+# The venv module seeds setuptools up to Python 3.11; nothing in the tools imports it.
+"$venv/bin/python" -m pip uninstall --quiet --disable-pip-version-check --yes setuptools 2>/dev/null || true
+say "installing $count pinned, hash-checked packages from ${reqs#"$here/"}${BUNDLE:+ (the wheels in $BUNDLE)}"
 "$venv/bin/python" -m pip install "${install[@]}"
-# The stamp make compares with the requirements (its time, and its content: see the Makefile).
+# The stamps make compares, by content, with the requirements and this script (see the Makefile).
+cp "$script" "$venv/.tools-venv.sh"
 cp "$reqs" "$venv/.requirements-tools.txt"
 # The new venv is the venv now, whatever interrupts what follows: the replaced one leaves the
 # name `.old` in one rename before its removal starts, so no half-removed copy of it is ever put back.

@@ -18,18 +18,21 @@ import pytest
 from tests.fixtures import REPO
 
 REQUIREMENTS = REPO / "scripts" / "requirements-tools.txt"
+TEST_REQUIREMENTS = REPO / "scripts" / "requirements-test.txt"
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 
 
 @pytest.fixture
 def scratch(tmp_path: Path) -> Path:
-    """The Makefile and scripts, and a `.tools` that looks built (its python: this interpreter)."""
+    """The Makefile and scripts, and a `.tools` that looks built (its python: this interpreter), without
+    the test requirements and torch."""
     shutil.copy(REPO / "Makefile", tmp_path)
     shutil.copytree(REPO / "scripts", tmp_path / "scripts")
     (tmp_path / ".tools" / "bin").mkdir(parents=True)
     (tmp_path / ".tools" / "bin" / "python").symlink_to(sys.executable)
     shutil.copy(REQUIREMENTS, tmp_path / ".tools" / ".requirements-tools.txt")
+    shutil.copy(REPO / "scripts" / "tools-venv.sh", tmp_path / ".tools" / ".tools-venv.sh")
     return tmp_path
 
 
@@ -201,23 +204,32 @@ def test_ctrl_c_to_make_at_the_end_of_a_rebuild_keeps_the_stamp(scratch: Path) -
     assert not rebuilds(scratch)
 
 
-@pytest.mark.slow
-def test_requirements_touched_but_unchanged_need_no_rebuild(scratch: Path) -> None:
-    """A checkout that rewrites the file as it was makes it newer than the stamp: offline, a rebuild
-    would fail, and every target with it."""
-    requirements = scratch / "scripts" / "requirements-tools.txt"
-    stamp = scratch / ".tools" / ".requirements-tools.txt"
-    now = time.time()
-    os.utime(scratch / "scripts" / "tools-venv.sh", (now - 200, now - 200))
-    os.utime(stamp, (now - 100, now - 100))
-    os.utime(requirements, (now - 50, now - 50))
+def test_requirements_or_script_touched_but_unchanged_need_no_rebuild(scratch: Path) -> None:
+    """A checkout that rewrites the files as they were makes them newer than the stamps: offline, a
+    rebuild would fail, and every target with it; nor may it install the test torch again."""
+    shutil.copy(TEST_REQUIREMENTS, scratch / ".tools" / ".requirements-test.txt")
+    (scratch / ".tools" / ".torch-test").write_text("torch==0\n")
+    later = time.time() + 100
+    for name in ("requirements-tools.txt", "requirements-test.txt", "tools-venv.sh"):
+        os.utime(scratch / "scripts" / name, (later, later))
+    assert not rebuilds(scratch)
+    assert make(scratch, "-n", "test", "TORCH_TEST=torch==0").stdout.splitlines()[0].startswith(".tools/bin/ruff")
+    script = scratch / "scripts" / "tools-venv.sh"
+    script.write_text(script.read_text() + "# another step\n")  # a changed script does rebuild
     assert rebuilds(scratch)
-    done = make(scratch, "tools", PIP_NO_INDEX="1", PIP_FIND_LINKS=str(scratch / "no-wheels"),
-                PIP_CONFIG_FILE=os.devnull)
-    assert done.returncode == 0, done.stderr
-    assert not rebuilds(scratch) and (scratch / ".tools" / "bin" / "python").resolve() == Path(sys.executable).resolve()
-    os.utime(scratch / "scripts" / "tools-venv.sh", (now + 10, now + 10))  # a changed script does rebuild
-    assert "tools-venv: could not build" in make(scratch, "tools", PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull).stderr
+
+
+def test_only_the_test_targets_install_the_test_requirements(scratch: Path) -> None:
+    (scratch / ".tools" / ".torch-test").write_text("torch==0\n")
+    planned = make(scratch, "-n", "test", "TORCH_TEST=torch==0").stdout
+    assert "-r scripts/requirements-test.txt" in planned and "cp scripts/requirements-test.txt" in planned
+    for target in ("env", "lock", "lock-check", "doctor"):
+        assert "requirements-test" not in make(scratch, "-n", target).stdout, target
+    shutil.copy(TEST_REQUIREMENTS, scratch / ".tools" / ".requirements-test.txt")
+    assert "requirements-test" not in make(scratch, "-n", "test", "TORCH_TEST=torch==0").stdout
+    stamp = scratch / ".tools" / ".requirements-test.txt"
+    stamp.write_text(stamp.read_text() + "# another pin\n")
+    assert "-r scripts/requirements-test.txt" in make(scratch, "-n", "test", "TORCH_TEST=torch==0").stdout
 
 
 @pytest.mark.network  # the seed venv installs the pinned uv from PyPI

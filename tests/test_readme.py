@@ -66,6 +66,8 @@ def scratch(tmp_path_factory) -> Path:
     (root / ".tools" / "bin").mkdir(parents=True)
     (root / ".tools" / "bin" / "python").symlink_to(sys.executable)
     shutil.copy(REPO / "scripts" / "requirements-tools.txt", root / ".tools" / ".requirements-tools.txt")
+    shutil.copy(REPO / "scripts" / "tools-venv.sh", root / ".tools" / ".tools-venv.sh")
+    shutil.copy(REPO / "scripts" / "requirements-test.txt", root / ".tools" / ".requirements-test.txt")
     (root / ".tools" / ".torch-test").write_text("torch==0\n")
     return root
 

@@ -1,9 +1,9 @@
 """`python -m bootstrap lock [ENV ...] [--variant V ...] [--platform P ...] [--mirror CANONICAL=URL ...]
-[--index NAME=URL ...] [--update PKG ... | --upgrade] [--check] [--dry-run] [--json]`.
+[--index NAME=URL ...] [--update PKG ... | --upgrade] [--check] [--dry-run] [--json] [--quiet]`.
 
 With `--json` stdout holds one envelope (`bootstrap.lock`, or `bootstrap.lock-check`
-with `--check`); progress and notices go to stderr. `--check` keeps its exit
-codes either way: 0 fresh, 1 stale, 2 bad input.
+with `--check`); progress and notices go to stderr, and `--quiet` drops the progress
+lines. `--check` keeps its exit codes either way: 0 fresh, 1 stale, 2 bad input.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="solve and print the diff, write nothing")
     parser.add_argument("--json", action="store_true",
                         help="print the result (what moved per platform, or each stale entry) as one JSON envelope")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress lines on stderr (each solve and resolve as it starts)")
     parser.add_argument("--root", type=argtypes.directory, default=None,
                         help="project root (default: nearest dir with envs/)")
     parser.add_argument("--cache-dir", type=argtypes.path, default=None, help="repodata cache (default: rattler's)")
@@ -123,8 +125,8 @@ def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
     check_update(project, envs, options)  # every env before any is written
     results = []
     for env in envs:
-        for result in lock_env(project, env, options,
-                               notify=lambda message: print(message, file=sys.stderr, flush=True)):
+        for result in lock_env(project, env, options, notify=_to_stderr,
+                               progress=(lambda _message: None) if args.quiet else _to_stderr):
             results.append(result)
             if not args.json:
                 _print_lock(result, project.root)
@@ -132,6 +134,10 @@ def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
         print(dumps("bootstrap.lock", LockRun(dry_run=args.dry_run, envs=tuple(results)).to_dict()))
     sys.stdout.flush()
     return EXIT_OK
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _print_lock(result, root: Path) -> None:

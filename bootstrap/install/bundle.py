@@ -32,7 +32,7 @@ import os
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -210,12 +210,13 @@ def tools_tag(target: Target) -> str:
 
 
 def tools_wheels(requirements: Path, target: Target, pip: PipOptions) -> list[LockedPackage]:
-    """The wheels `pip install -r requirements` picks on `target`: uv resolves the file's pins for the
-    target's Python and platform (pip's `download --platform` evaluates markers for this host), and
-    each wheel must carry one of the file's hashes, so the node's `--require-hashes` install takes it."""
+    """The wheels `pip install --no-deps -r requirements` picks on `target`: uv resolves the file's pins for
+    the target's Python and platform (pip's `download --platform` evaluates markers for this host), and
+    each wheel must carry one of the file's hashes, so the node's `--require-hashes` install takes it.
+    No dependencies beyond the pins: the file leaves out on purpose what the tools never import."""
     pins, hashes = _read_requirements(requirements)
     spec = EnvSpec(path=requirements, name="tools", channels=(), platforms=(target.platform,), conda=(), pip=pins)
-    wheels = resolve_pip(spec, target, pip)
+    wheels = resolve_pip(spec, target, replace(pip, no_deps=True))
     for wheel in wheels:
         if wheel.sha256 not in hashes:
             raise IntegrityError(f"{requirements}: uv picked {wheel.filename} for {tools_tag(target)}, whose sha256 is "

@@ -45,6 +45,7 @@ class PipOptions:
     offline: bool = False
     uv: Optional[str] = None  # path to the uv binary; default: beside this interpreter, then PATH
     indexes: Mapping[str, str] = field(default_factory=dict)  # `--index NAME=URL`: over the spec's `pip-indexes:`
+    no_deps: bool = False  # the requirements name every package already (a hash-pinned file)
 
     def index_url(self, spec: EnvSpec, name: str) -> Optional[str]:
         """Where index `name` is served: `--index` first (it may carry credentials), then the spec."""
@@ -148,6 +149,7 @@ def resolve_pip(
             "--python-platform", target.python_platform,
             "--only-binary", ":all:", "--no-header",
             "--no-python-downloads",  # nothing is built, so no interpreter of that version is needed
+            *(["--no-deps"] if options.no_deps else []),
             *options.index_args(spec),
         ]
         _write_preferences(Path(tmp), prefer)

@@ -97,9 +97,11 @@ class LockRun:
 
 
 def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
-             notify: Callable[[str], None] = lambda _message: None) -> Tuple[LockResult, ...]:
+             notify: Callable[[str], None] = lambda _message: None,
+             progress: Callable[[str], None] = lambda _message: None) -> Tuple[LockResult, ...]:
     """Solve `env` and write its lock, one per variant. Two runs on one env take turns (an flock on
-    the spec), so a `--platform` relock never writes over another's platforms with what it read before."""
+    the spec), so a `--platform` relock never writes over another's platforms with what it read before.
+    `notify`: why the run waits; `progress`: one line as each long phase (a solve, a resolve) starts."""
     spec = read_spec(project.spec_path(env))
     locks = variant_locks(project, env, spec, options.variants)
     check_syntax(spec, [variant for variant, _ in locks])  # before any solving
@@ -108,13 +110,14 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
     _check_platforms(spec, options.platforms)
     waiting = f"waiting for another `bootstrap lock` of {env} to finish"
     with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
-        return tuple(_lock_variant(project, env, spec.for_variant(variant), vpkgs.for_variant(variant), path, options)
+        return tuple(_lock_variant(project, env, spec.for_variant(variant), vpkgs.for_variant(variant), path, options,
+                                   progress)
                      for variant, path in locks
                      if not options.platforms or set(options.platforms) & set(spec.for_variant(variant).platforms))
 
 
 def _lock_variant(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path,
-                  options: LockOptions) -> LockResult:
+                  options: LockOptions, progress: Callable[[str], None]) -> LockResult:
     """Solve one variant (`spec` is what it is locked from) and write its lock."""
     platforms = tuple(p for p in spec.platforms if not options.platforms or p in options.platforms)
     old = _read_old_lock(lock_path, project.root)
@@ -122,15 +125,20 @@ def _lock_variant(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPacka
         _check_writable(lock_path)  # before the solve, so an unwritable lock fails before the wait
     seconds = {}
 
+    title = f"{env} [{spec.variant.name}]" if spec.variant else env
     started = time.perf_counter()
-    conda = {p: solve_conda(spec, p, vpkgs.for_platform(p), options.mirrors, options.cache_dir,
-                            _preferred(old, p, "conda", options))
-             for p in platforms}
+    conda = {}
+    for p in platforms:
+        progress(f"{title} {p}: solving the conda part ...")
+        conda[p] = solve_conda(spec, p, vpkgs.for_platform(p), options.mirrors, options.cache_dir,
+                               _preferred(old, p, "conda", options))
     seconds["conda_solve"] = time.perf_counter() - started
 
     started = time.perf_counter()
     targets = ([target_for(p, _python_version(spec, p, records), vpkgs) for p, records in conda.items()]
                if spec.pip else [])
+    if targets:  # uv resolves the platforms side by side: one line for them all
+        progress(f"{title} {', '.join(t.platform for t in targets)}: resolving the pip part with uv ...")
     pip = resolve_all(spec, targets, options.pip, prefer={p: _preferred(old, p, "pip", options) for p in platforms})
     seconds["pip_resolve"] = time.perf_counter() - started
 

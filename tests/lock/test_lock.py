@@ -302,6 +302,30 @@ def test_dry_run_writes_nothing_and_relock_prints_a_diff(locked: Project, wheelh
     assert not list(path.parent.glob(".conda-lock.yml*"))  # no temp left behind
 
 
+def test_lock_says_each_long_phase_on_stderr_and_quiet_says_none(locked: Project, wheelhouse: Path,
+                                                                 fixture_channel: Path, capsys) -> None:
+    """A relock is silent for as long as rattler solves and uv resolves: each phase says it is starting,
+    on stderr only, so stdout and --json read as before; --quiet drops those lines."""
+    write_spec(locked.root, pip=("alpha==1.0", "gamma"))
+    mirror = ("--mirror", f"conda-forge={fixture_channel}", "--dry-run")
+    capsys.readouterr()
+    assert run_lock(locked, wheelhouse, *mirror) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        "py310 linux-64: solving the conda part ...",
+        "py310 osx-arm64: solving the conda part ...",
+        "py310 win-64: solving the conda part ...",
+        "py310 linux-64, osx-arm64, win-64: resolving the pip part with uv ...",
+    ]
+    assert "solving" not in out and "would write conda-lock.yml" in out
+    assert run_lock(locked, wheelhouse, *mirror, "--quiet") == 0
+    quiet_out, quiet_err = capsys.readouterr()
+    assert quiet_err == "" and quiet_out.splitlines()[1:] == out.splitlines()[1:]  # the first line: timings
+    assert run_lock(locked, wheelhouse, *mirror, "--json", "--quiet") == 0
+    json_out, json_err = capsys.readouterr()
+    assert json_err == "" and json.loads(json_out)["format"] == "bootstrap.lock"
+
+
 @pytest.mark.slow
 def test_lock_with_json_prints_what_moved_per_platform(locked: Project, wheelhouse: Path, fixture_channel: Path,
                                                         capsys) -> None:
