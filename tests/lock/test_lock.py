@@ -302,6 +302,7 @@ def test_dry_run_writes_nothing_and_relock_prints_a_diff(locked: Project, wheelh
     assert not list(path.parent.glob(".conda-lock.yml*"))  # no temp left behind
 
 
+@pytest.mark.slow  # three real solves and uv resolutions
 def test_lock_says_each_long_phase_on_stderr_and_quiet_says_none(locked: Project, wheelhouse: Path,
                                                                  fixture_channel: Path, capsys) -> None:
     """A relock is silent for as long as rattler solves and uv resolves: each phase says it is starting,
