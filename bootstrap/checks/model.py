@@ -114,7 +114,9 @@ def render_table(checks: Sequence[Check], *, show_detail: bool = False) -> str:
         if show_detail and check.detail:
             lines.append(f"       {check.detail}")
     counts = summary(checks)
-    lines.append(", ".join(f"{n} {status}" for status, n in counts.items()))
+    # only bench can be inconclusive: the other commands' tables keep their four counts
+    lines.append(", ".join(f"{n} {status}" for status, n in counts.items()
+                           if n or status != Status.INCONCLUSIVE.value))
     return "\n".join(lines) + "\n"
 
 
