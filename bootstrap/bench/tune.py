@@ -303,8 +303,12 @@ def confirmed(search: _Search, pool: List[Measurement], count: int, window: floa
             pool = [m for m in pool if m.config != earlier.config]
             continue
         pairs.append((earlier, second))
-    merged = {a.config: pooled(a, b) for a, b in pairs}
-    return [merged.get(m.config, m) for m in pool], repeat_noise(pairs)
+    # A result from an earlier phase (naive, or the scaling phase's estimate without the step) is replaced,
+    # not pooled: only two windows of the tuner's own measurement measure the same thing.
+    same = [(a, b) for a, b in pairs if a.phase == b.phase]
+    merged = {b.config: b for _, b in pairs}
+    merged.update({a.config: pooled(a, b) for a, b in same})
+    return [merged.get(m.config, m) for m in pool], repeat_noise(same)
 
 
 def measurements_left(count: int, eta: int = ETA) -> int:
