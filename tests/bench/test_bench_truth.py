@@ -2,7 +2,7 @@
 
 Pure parts are fed numbers: the schedule's allowances, the order the
 candidates are measured in, the confirmation pass and the pick, the
-verdicts on a saturated or noisy host. Two slow tests run the real bench on
+verdicts on a saturated or noisy host. A slow test runs the real bench on
 a 2-CPU host with a busy process beside it.
 """
 
@@ -203,18 +203,13 @@ def test_budget_60_completes_every_phase_beside_a_busy_process(tmp_path: Path):
     assert tune_started <= 0.25 * 60 + 1.0, extra["phases"]  # set-up and the phases before the tuner
     assert extra["seconds"] <= 60 + 3.0
     # bench.tuned ok: every candidate, the prediction among them, was measured or known from an earlier phase
-    assert extra["metrics"]["tune_candidates_measured"] == len(extra["tuning"]["candidates"])
-
-
-@pytest.mark.slow
-def test_the_tuned_figure_agrees_with_a_re_measure_or_the_verdicts_say_they_cannot_decide(tmp_path: Path):
-    report = bench_beside_a_busy_process(tmp_path, "--budget", "40", "--cpu-ms", "2")
-    metrics, checks = report["extra"]["metrics"], {c["id"]: c for c in report["checks"]}
-    assert metrics["recheck_samples_per_s"] is not None
+    metrics = extra["metrics"]
+    assert metrics["tune_candidates_measured"] == len(extra["tuning"]["candidates"])
+    # the tuned figure against an independent re-measure: it agrees within the noise, or the verdicts say so
     recheck = checks["bench.recheck"]
     if recheck["status"] == "ok":
         assert abs(metrics["recheck_gap_pct"]) <= 100 * metrics["recheck_noise"]
     else:
-        assert recheck["status"] == "inconclusive" and "rerun" in recheck["remedy"]
-    if (metrics.get("tuned_over_ceiling") or 0) > 1.0 and metrics["efficiency"] is None:
+        assert recheck["status"] == "inconclusive" and "rerun" in recheck["remedy"], recheck
+    if metrics["efficiency"] is None:
         assert checks["bench.efficiency"]["observed"].startswith("measurement error")
