@@ -212,8 +212,8 @@ bench:
 	$(NEED_ENV)
 	PYTHONPATH="$(CURDIR)" .envs/$(ENV)/bin/python -m bootstrap bench $(BENCH_ARGS)
 
-## Tuned vs naive loader figures (I/O-latency and CPU-cost workloads), tuning time vs budget, sampler overhead;
-## BENCH_LOADER_ARGS="--budget 20 --json loader.json" for shorter runs and the figures in a file.
+## The tuned loader against naive, the fixed advice and an exhaustive grid, interleaved (bench's --io-ms 5 and
+## --cpu-ms 5 workloads; several minutes); BENCH_LOADER_ARGS="--quick --json loader.json" for a shorter run.
 BENCH_LOADER_ARGS ?=
 bench-loader: tools $(TEST_TOOLS)
 	$(PY) scripts/bench_loader.py $(BENCH_LOADER_ARGS)

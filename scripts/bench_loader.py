@@ -1,22 +1,21 @@
-"""`make bench-loader`: what the bench's DataLoader tuner buys, and what its sampler costs, on this host.
+"""`make bench-loader`: is the bench's DataLoader pick the best one, against what people do instead?
 
-In one run, side by side:
-  * the I/O-latency workload (each sample waits --io-ms, each step --step-ms
-    as a stand-in device) and the CPU-cost workload (each sample spends
-    --cpu-ms of CPU on top of the JPEG decode): naive (num_workers=0) vs
-    tuned samples/s, the speedup, and the speedup predicted from the costs
-    the bench measured (ratio target >= 0.8);
-  * tuning time against the tuner's budget, and each run's wall time
-    against its budget (target: inside);
-  * the utilisation sampler's overhead: its thread's CPU time over wall
-    time while the bench runs, and an A/B of the tuned pipeline with the
-    sampler off and on (NVML answered by a replaying stand-in here, since
-    this host has no GPU: the driver's own call cost is not in it)
-    (target < 1 % of step time);
-  * W2: loader-only samples/s from memory, many small files and one packed
-    file, warm and cold page cache.
+Per workload (bench's own: its default images with --io-ms 5, an I/O
+latency per sample, and with --cpu-ms 5, a CPU cost per sample), side by
+side, all measured interleaved in the same run after `bench` tuned:
+  * naive: num_workers=0, no pinning;
+  * the fixed advice people follow: workers = CPUs, pin_memory,
+    prefetch_factor 2, persistent workers;
+  * the best point of an exhaustive grid (workers {0, 1, 2, 4, 8, 12, 16}
+    x pin_memory x prefetch_factor {2, 4});
+  * the tuned pick, against the grid's best (target: within 5 %), and the
+    time the tuner took.
+Every config is measured once per round, rounds in rotated order, and its
+rate is the median over rounds. Then the utilisation sampler's overhead
+(NVML replayed, no GPU here) and W2: loader-only samples/s from memory, many
+small files and one packed file, warm and cold page cache.
 
-Usage: python scripts/bench_loader.py [--budget S] [--json FILE]
+Usage: python scripts/bench_loader.py [--budget S] [--quick] [--rounds N] [--window S] [--json FILE]
 """
 
 from __future__ import annotations
@@ -27,10 +26,11 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -43,11 +43,15 @@ from bootstrap.bench.results import LoaderConfig  # noqa: E402
 from bootstrap.bench.sampler import UtilSampler  # noqa: E402
 from bootstrap.bench.stream import BatchStream, make_loader  # noqa: E402
 from bootstrap.bench.window import WindowPlan, measure_loader_only, run_window, warm_up  # noqa: E402
-from bootstrap.bench.workloads import SyntheticImages, build_store, drop_page_cache  # noqa: E402
+from bootstrap.bench.workloads import SyntheticImages, build_store, drop_page_cache, resolve_model_name  # noqa: E402
 from bootstrap.errors import InputError  # noqa: E402
 
+# bench's own workloads: its defaults, with the per-sample cost the issue names
+WORKLOADS = (("I/O latency", replace(WorkloadSpec(), io_ms=5.0)), ("CPU cost", replace(WorkloadSpec(), cpu_ms=5.0)))
+GRID_WORKERS = (0, 1, 2, 4, 8, 12, 16)
+QUICK_WORKERS = (0, 1, 2, 4)
+# the sampler A/B keeps the small workload it always had: it times the sampler, not the loader
 IO = WorkloadSpec(samples=256, image_size=64, crop_size=56, batch_size=16, io_ms=10.0, step_ms=20.0, model="tiny")
-CPU = WorkloadSpec(samples=256, image_size=64, crop_size=56, batch_size=16, cpu_ms=3.0, step_ms=10.0, model="tiny")
 
 
 class ReplayNvml:
@@ -70,25 +74,86 @@ class ReplayNvml:
         return 1, [SimpleNamespace(timeStamp=now, sampleValue=SimpleNamespace(uiVal=97))]
 
 
-def one_run(label: str, spec: WorkloadSpec, budget: float) -> Dict[str, Any]:
+def tuned_run(label: str, spec: WorkloadSpec, budget: float) -> Dict[str, Any]:
+    """`bench` on this workload: its pick, tuned rate, how long tuning took, whether the tune was complete."""
     started = time.perf_counter()
     result = run_bench(BenchOptions(workload=spec, budget_s=budget, device="cpu"))
     if result.partial:  # bench turns Ctrl-C into a partial report: here it stops the figures, not just this run
         raise KeyboardInterrupt
     m = result.metrics
-    row = {
+    return {
         "workload": label, "budget_s": budget, "wall_s": time.perf_counter() - started, "run_s": result.seconds,
-        "naive": m.get("naive_samples_per_s"), "tuned": m.get("tuned_samples_per_s"),
-        "ceiling": m.get("ceiling_samples_per_s"), "speedup": m.get("speedup"),
-        "predicted": m.get("predicted_speedup"), "workers": result.best.num_workers if result.best else None,
-        "w_star": result.tuning.predicted_workers, "tune_s": result.tuning.seconds,
-        "tune_budget_s": result.tuning.budget_s,
-        "c_ms": 1000 * (m.get("cpu_s_per_sample") or 0), "l_ms": 1000 * (m.get("wall_s_per_sample") or 0),
-        "sampler_pct": result.sampler.overhead_pct, "sampler_polls": result.sampler.polls,
-        "efficiency": m.get("efficiency"),
-        "tuned_check": next((c.status.value for c in result.checks if c.id == "bench.tuned"), "-"),
+        "best": result.best, "tuned": m.get("tuned_samples_per_s"), "recheck": m.get("recheck_samples_per_s"),
+        "tune_s": result.tuning.seconds, "w_star": result.tuning.predicted_workers,
+        "sampler_pct": result.sampler.overhead_pct,
+        "checks": {c.id: c.status.value for c in result.checks},
     }
-    row["ratio"] = row["speedup"] / row["predicted"] if row["speedup"] and row["predicted"] else None
+
+
+def grid(workers: Sequence[int]) -> List[LoaderConfig]:
+    """workers x pin_memory x prefetch_factor {2, 4} (prefetch only with workers), persistent workers."""
+    out = []
+    for w in workers:
+        for pin in (False, True):
+            for prefetch in ((2, 4) if w else (2,)):
+                out.append(LoaderConfig(num_workers=w, pin_memory=pin, prefetch_factor=prefetch,
+                                        persistent_workers=w > 0))
+    return out
+
+
+def interleaved(spec: WorkloadSpec, configs: Sequence[LoaderConfig], rounds: int, window_s: float) -> Dict[Any, float]:
+    """Samples/s of each config with the training step, the median over `rounds` rounds, each round in a
+    rotated order so a host whose load drifts favours none of them."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, usable_cpus() // 2))  # as bench does on a CPU host
+    store = build_store(spec, None)
+    dataset = SyntheticImages(store, spec)
+    device = Device("cpu")
+    model, _ = resolve_model_name(spec.model, "cpu")
+    trainer = Trainer(model, spec.num_classes, device, LoaderConfig(), step_s=spec.step_ms / 1000)
+    rates: Dict[Any, List[float]] = {c: [] for c in configs}
+    # Every config gets the same seconds: a step floor would stretch the slow ones' windows and the round
+    plan = replace(WindowPlan().scaled(window_s), min_steps=WindowPlan().floor_steps)
+    try:
+        for index in range(rounds):
+            shift = index * len(configs) // max(1, rounds)
+            for config in list(configs[shift:]) + list(configs[:shift]):
+                stream = BatchStream(make_loader(dataset, spec.batch_size, config, seed=spec.seed))
+                try:
+                    zero = time.perf_counter()
+                    m = run_window(lambda s=stream: next(s), trainer.step, device, plan, zero + 3 * window_s + 5,
+                                   phase="grid", label=config.label, config=config, batch_size=spec.batch_size,
+                                   clock_zero=zero)
+                    rates[config].append(m.samples_per_s)
+                finally:
+                    stream.close()
+    finally:
+        torch.set_num_threads(threads)
+    return {c: statistics.median(r) for c, r in rates.items() if r}
+
+
+def compare(label: str, spec: WorkloadSpec, budget: float, workers: Sequence[int], rounds: int,
+            window_s: float) -> Dict[str, Any]:
+    """Tune with bench, then naive, the fixed advice, the grid and the tuned pick, interleaved."""
+    row = tuned_run(label, spec, budget)
+    cpus = usable_cpus()
+    naive = LoaderConfig()
+    advice = LoaderConfig(num_workers=cpus, pin_memory=True, prefetch_factor=2, persistent_workers=True)
+    best = row["best"]
+    # the pick as the grid spells it (non_blocking and the step settings do not change a CPU loader)
+    pick = None if best is None else LoaderConfig(num_workers=best.num_workers, pin_memory=best.pin_memory,
+                                                  prefetch_factor=best.prefetch_factor if best.num_workers else 2,
+                                                  persistent_workers=best.num_workers > 0)
+    configs = list(dict.fromkeys([naive, advice, *grid(workers), *([pick] if pick else [])]))
+    rates = interleaved(spec, configs, rounds, window_s)
+    top = max(rates, key=rates.__getitem__)
+    row.update(naive=rates.get(naive), advice=rates.get(advice), grid_best=rates[top], grid_label=top.label,
+               pick=rates.get(pick) if pick else None, pick_label=pick.label if pick else "-",
+               configs=len(configs), grid={c.label: r for c, r in rates.items()})
+    row["pick_vs_best"] = row["pick"] / row["grid_best"] if row["pick"] else None
+    row.pop("best")
     return row
 
 
@@ -179,54 +244,74 @@ def budget(text: str) -> float:
         raise argparse.ArgumentTypeError(exc.problem) from None
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
 def main() -> int:
+    # A CPU host has no device to pin for: the grid still spans pin_memory (as the advice names it), and
+    # torch's warning that it does nothing here would repeat for every such loader.
+    warnings.filterwarnings("ignore", message="'pin_memory' argument is set as true")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", type=budget, default=40.0, help="bench budget per workload (s)")
+    parser.add_argument("--budget", type=budget, default=60.0, help="bench budget per workload (s)")
+    parser.add_argument("--quick", action="store_true",
+                        help="workers {0, 1, 2, 4} only, one-second windows, two rounds; no sampler A/B or W2")
+    parser.add_argument("--rounds", type=positive_int, help="grid rounds (default 2)")
+    parser.add_argument("--window", type=budget, help="grid window seconds (default 1.5, --quick 1)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if args.json is not None and not args.json.parent.is_dir():
         parser.error(f"--json {args.json}: no directory {args.json.parent} to write it in")
     if args.json is not None and args.json.is_dir():
         parser.error(f"--json {args.json}: a directory; name the file to write")
-    print(f"bench-loader: {usable_cpus()} usable CPUs; budgets {args.budget:g} s per workload; CPU device; "
-          f"load average before: {_loadavg()}")
-    print(f"  I/O workload: io_ms={IO.io_ms:g} per sample, step_ms={IO.step_ms:g} per batch of {IO.batch_size}")
-    print(f"  CPU workload: cpu_ms={CPU.cpu_ms:g} per sample (+ JPEG decode), step_ms={CPU.step_ms:g} per batch of "
-          f"{CPU.batch_size}")
-    runs = [one_run("I/O latency", IO, args.budget), one_run("CPU cost", CPU, args.budget),
-            one_run("I/O latency", IO, args.budget / 2)]
+    workers = QUICK_WORKERS if args.quick else GRID_WORKERS
+    rounds = args.rounds or 2
+    window_s = args.window or (1.0 if args.quick else 1.5)
+    print(f"bench-loader: {usable_cpus()} usable CPUs; bench budget {args.budget:g} s per workload; CPU device; "
+          f"grid workers {{{', '.join(map(str, workers))}}} x pin x prefetch {{2, 4}}, {rounds} interleaved rounds "
+          f"of {window_s:g} s windows; load average before: {_loadavg()}")
+    for label, spec in WORKLOADS:
+        print(f"  {label}: bench's workload with cpu_ms={spec.cpu_ms:g}, io_ms={spec.io_ms:g} per sample, "
+              f"batch {spec.batch_size} x {spec.crop_size}px, model {spec.model}")
+    runs = [compare(label, spec, args.budget, workers, rounds, window_s) for label, spec in WORKLOADS]
     print()
-    header = (f"{'workload':<12} {'budget':>6} {'naive/s':>8} {'tuned/s':>8} {'W*':>3} {'W':>3} {'speedup':>7} "
-              f"{'predict':>7} {'ratio':>5} {'eff':>5} {'tune s':>11} {'run s':>11} {'sampler':>8} {'tuned':>5}")
-    print(header)
+    print(f"{'workload':<12} {'naive/s':>8} {'advice/s':>8} {'grid best/s':>11} {'grid best config':<24} "
+          f"{'tuned/s':>8} {'tuned pick':<24} {'pick/best':>9} {'tune s':>7} {'bench.tuned':>11}")
     for r in runs:
-        print(f"{r['workload']:<12} {r['budget_s']:>6.0f} {_f(r['naive'], '>8.1f')} {_f(r['tuned'], '>8.1f')} "
-              f"{_f(r['w_star'], '>3')} {_f(r['workers'], '>3')} "
-              f"{_f(r['speedup'], '>6.2f')}x {_f(r['predicted'], '>6.2f')}x "
-              f"{_f(r['ratio'], '>5.2f')} {_f(r['efficiency'], '>5.2f')} "
-              f"{r['tune_s']:>5.1f}/{r['tune_budget_s']:<5.1f} "
-              f"{r['run_s']:>5.1f}/{r['budget_s']:<5.0f} {r['sampler_pct']:>7.2f}% {r['tuned_check']:>5}")
-    print("  ratio = measured speedup / speedup predicted from measured costs (target >= 0.8); "
-          "tune s / run s = time used / budget (target: inside); sampler = its thread's CPU / wall (target < 1%); "
-          "tuned = bench.tuned (warn: the budget was too small for a complete tune)")
-    for r in runs[:2]:
-        print(f"  {r['workload']}: c = {r['c_ms']:.2f} ms CPU, l = {r['l_ms']:.2f} ms wall per sample; "
-              f"ceiling {_f(r['ceiling'], '.0f')} samples/s")
-
-    ab = sampler_ab(IO, runs[0]["workers"] or 1, seconds=2.0)
-    print()
-    print(f"sampler A/B on the tuned I/O pipeline (w={runs[0]['workers']}, replayed NVML): "
-          f"off {ab['off']:.1f}/s, on@0.2s {ab['on 0.2 s']:.1f}/s ({ab['on 0.2 s'] / ab['off'] - 1:+.1%}), "
-          f"on@0.02s {ab['on 0.02 s']:.1f}/s ({ab['on 0.02 s'] / ab['off'] - 1:+.1%}); "
-          f"sampler CPU {ab['cpu% on 0.2 s']:.2f}% / {ab['cpu% on 0.02 s']:.2f}% of wall")
-
-    w2 = w2_rates(seconds=1.5)
-    print()
-    print("W2, loader only, num_workers=0: " + "; ".join(
-        f"{row['storage']} ({row['cache']}) {row['samples_per_s']:.0f}/s" for row in w2))
+        print(f"{r['workload']:<12} {_f(r['naive'], '>8.1f')} {_f(r['advice'], '>8.1f')} "
+              f"{_f(r['grid_best'], '>11.1f')} {r['grid_label']:<24} {_f(r['pick'], '>8.1f')} {r['pick_label']:<24} "
+              f"{_f(r['pick_vs_best'], '>9.2f')} {_f(r['tune_s'], '>7.1f')} {r['checks'].get('bench.tuned', '-'):>11}")
+    print("  every rate: samples/s with the training step, median of the interleaved rounds; advice = workers = "
+          "CPUs, pin_memory, prefetch_factor 2, persistent; pick/best = the tuned pick's rate / the grid's best "
+          "(target >= 0.95); tune s = the tuner's own time inside bench's budget")
+    for r in runs:
+        print(f"  {r['workload']}: bench's own figures: tuned {_f(r['tuned'], '.1f')}/s, re-measured "
+              f"{_f(r['recheck'], '.1f')}/s, W* = {r['w_star']}, run {r['run_s']:.1f} s of {r['budget_s']:g} s; "
+              f"verdicts: " + ", ".join(f"{cid[6:]} {status}" for cid, status in r['checks'].items()
+                                        if cid in ("bench.efficiency", "bench.speedup", "bench.recheck")))
+    out: Dict[str, Any] = {"runs": runs}
+    if not args.quick:
+        tuned_workers = next((int(r["pick_label"].split()[0][2:]) for r in runs if r["pick_label"].startswith("w=")), 1)
+        ab = sampler_ab(IO, max(1, tuned_workers), seconds=2.0)
+        print()
+        print(f"sampler A/B on a small I/O pipeline (w={max(1, tuned_workers)}, replayed NVML): "
+              f"off {ab['off']:.1f}/s, on@0.2s {ab['on 0.2 s']:.1f}/s ({ab['on 0.2 s'] / ab['off'] - 1:+.1%}), "
+              f"on@0.02s {ab['on 0.02 s']:.1f}/s ({ab['on 0.02 s'] / ab['off'] - 1:+.1%}); "
+              f"sampler CPU {ab['cpu% on 0.2 s']:.2f}% / {ab['cpu% on 0.02 s']:.2f}% of wall")
+        w2 = w2_rates(seconds=1.5)
+        print()
+        print("W2, loader only, num_workers=0: " + "; ".join(
+            f"{row['storage']} ({row['cache']}) {row['samples_per_s']:.0f}/s" for row in w2))
+        out.update(sampler_ab=ab, w2=w2)
     print(f"load average after: {_loadavg()}")
     if args.json:
-        args.json.write_text(json.dumps({"runs": runs, "sampler_ab": ab, "w2": w2}, indent=2) + "\n")
+        args.json.write_text(json.dumps(out, indent=2, default=str) + "\n")
     return 0
 
 

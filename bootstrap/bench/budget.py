@@ -108,6 +108,24 @@ def phase_budget_s(name: str, remaining_s: float, later: Sequence[Tuple[str, flo
     return least + (remaining_s - floor) * share
 
 
+# Phases before the tuner: together (with set-up) at most PRE_TUNE_SHARE of the budget, so that the
+# search and the tuned windows, which the verdicts stand on, keep the rest on a slow or busy host.
+PRE_TUNE_PHASES = ("checks", "micro", "loader", "ceiling", "naive", "scaling")
+PRE_TUNE_SHARE = 0.25
+
+
+def allowance_s(name: str, elapsed_s: float, budget_s: float, later: Sequence[Tuple[str, float, float]]) -> float:
+    """Seconds for phase `name`, `elapsed_s` into a run of `budget_s`: its slice of what is left
+    (`phase_budget_s` over `later`), and for a phase before the tuner no more than its slice of what is
+    left of the pre-tuning share (PRE_TUNE_SHARE of the budget, set-up included)."""
+    share = phase_budget_s(name, max(0.0, budget_s - elapsed_s), later)
+    if name not in PRE_TUNE_PHASES:
+        return share
+    before = [item for item in later if item[0] in PRE_TUNE_PHASES]
+    left_s = max(0.0, PRE_TUNE_SHARE * budget_s - elapsed_s)
+    return min(share, phase_budget_s(name, left_s, before))
+
+
 @dataclass
 class Ledger:
     """Measurements left out because the budget could not pay for them, with what each would cost."""

@@ -147,6 +147,8 @@ class Thresholds:
     loader_scaling_pass: float = 0.60    # CPU-only: S(W) / (W x S(1)); below: warn
     noise_floor_min: float = 0.03        # a difference is real above max(this, 2 x CV)
     early_stop_efficiency: float = 0.95  # the tuner stops once a candidate reaches this
+    host_saturated_pct: float = 90.0     # others' CPU busy % before the run >= this: rate verdicts inconclusive
+    noise_inconclusive: float = 0.15     # tuned windows' spread or re-measure gap above this: inconclusive
 
     @classmethod
     def names(cls) -> Tuple[str, ...]:
@@ -217,9 +219,11 @@ _FRACTION = _number(0, 1)
 THRESHOLD_RULES: Dict[str, Rule] = {name: _FRACTION for name in (
     "efficiency_pass", "efficiency_warn", "device_idle_pass", "device_idle_warn", "speedup_pass_fraction",
     "sm_active_pass", "sm_active_warn", "pss_growth_pass", "pss_growth_warn", "matmul_pass", "matmul_warn",
-    "h2d_pass", "h2d_warn", "loader_scaling_pass", "noise_floor_min", "early_stop_efficiency")}
+    "h2d_pass", "h2d_warn", "loader_scaling_pass", "noise_floor_min", "early_stop_efficiency",
+    "noise_inconclusive")}
 THRESHOLD_RULES.update(util_p95_pass=_number(0, 100), util_p5_pass=_number(0, 100),
-                       shm_pass_factor=_number(0, 100), shm_warn_factor=_number(0, 100))
+                       host_saturated_pct=_number(0, 100), shm_pass_factor=_number(0, 100),
+                       shm_warn_factor=_number(0, 100))
 # (pass bound, warn bound, higher is better)
 THRESHOLD_PAIRS: Tuple[Tuple[str, str, bool], ...] = (
     ("efficiency_pass", "efficiency_warn", True), ("device_idle_pass", "device_idle_warn", False),

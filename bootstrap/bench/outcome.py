@@ -43,8 +43,8 @@ def derived_metrics(state: RunState) -> Dict[str, Optional[float]]:
         m["stall_device_idle_pct"] = statistics.median(idle) if idle else None
     tuned_rate = m.get("tuned_samples_per_s")
     if tuned_rate and ceiling:
-        m["efficiency"] = tuned_rate / ceiling
-        m["stall_differential_pct"] = max(0.0, 100.0 * (1.0 - tuned_rate / ceiling))
+        _efficiency(state, tuned_rate, ceiling, rates)
+    _recheck(state, rates)
     if tuned_rate and naive:
         m["speedup"] = tuned_rate / naive
     _predicted_speedup(state, ceiling, naive, cpu_s, wall_s)
@@ -65,6 +65,33 @@ def derived_metrics(state: RunState) -> Dict[str, Optional[float]]:
     if state.ledger.skipped:
         m["budget_needed_s"] = needed_s(state)
     return m
+
+
+def _efficiency(state: RunState, tuned_rate: float, ceiling: float, rates: List[float]) -> None:
+    """Tuned / ceiling; above 1 by more than the noise it is a measurement error (the host's load
+    changed between the two), reported as `tuned_over_ceiling` with no efficiency."""
+    m = state.metrics
+    ratio = tuned_rate / ceiling
+    spread = statistics.pstdev(rates) / statistics.mean(rates) if len(rates) > 1 else 0.0
+    noise = max(state.thresholds.noise_floor_min, 2 * max(state.ceiling.cv if state.ceiling else 0.0, spread))
+    m["tuned_over_ceiling"] = ratio
+    if ratio > 1.0 + noise:
+        m["efficiency"], m["stall_differential_pct"] = None, None
+        return
+    m["efficiency"] = min(1.0, ratio)
+    m["stall_differential_pct"] = max(0.0, 100.0 * (1.0 - ratio))
+
+
+def _recheck(state: RunState, rates: List[float]) -> None:
+    """The independent re-measure of the winner against the tuned median, and the noise to judge it by."""
+    m = state.metrics
+    again = state.measurements_of("recheck")
+    if not again or not rates:
+        return
+    m["recheck_samples_per_s"] = again[-1].samples_per_s
+    m["recheck_gap_pct"] = 100.0 * (again[-1].samples_per_s / m["tuned_samples_per_s"] - 1.0)
+    spread = (max(rates) - min(rates)) / statistics.median(rates)
+    m["recheck_noise"] = max(state.thresholds.noise_floor_min, spread, 2 * again[-1].cv)
 
 
 def _predicted_speedup(state: RunState, ceiling: Optional[float], naive: Optional[float],

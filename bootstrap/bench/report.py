@@ -225,13 +225,21 @@ def _measurement_table(result: BenchResult) -> str:
     return "\n".join(out)
 
 
+def _efficiency(m: Dict[str, Optional[float]]) -> str:
+    over = m.get("tuned_over_ceiling")
+    if m.get("efficiency") is None and over is not None:
+        return f"- (tuned {over:.2f}x the ceiling: a measurement error, see bench.efficiency)"
+    return _num(m.get("efficiency"), ".2f")
+
+
 def _headline(m: Dict[str, Optional[float]]) -> List[str]:
     lines = [
         f"ceiling {_num(m.get('ceiling_samples_per_s'))} samples/s (batch resident on the device)"
         + (f", with the copy {_num(m.get('ceiling_h2d_samples_per_s'))}" if m.get("ceiling_h2d_samples_per_s") else ""),
         f"naive   {_num(m.get('naive_samples_per_s'))} samples/s; tuned {_num(m.get('tuned_samples_per_s'))} samples/s "
-        f"(min {_num(m.get('tuned_min_samples_per_s'))}, max {_num(m.get('tuned_max_samples_per_s'))})",
-        f"efficiency {_num(m.get('efficiency'), '.2f')}; speedup {_num(m.get('speedup'), '.2f')}x over naive "
+        f"(min {_num(m.get('tuned_min_samples_per_s'))}, max {_num(m.get('tuned_max_samples_per_s'))}); "
+        f"re-measured {_num(m.get('recheck_samples_per_s'))} samples/s with a fresh loader",
+        f"efficiency {_efficiency(m)}; speedup {_num(m.get('speedup'), '.2f')}x over naive "
         f"(predicted {_num(m.get('predicted_speedup'), '.2f')}x); "
         f"stall: host wait {_num(m.get('stall_host_wait_pct'), '.1f')}%, "
         f"differential {_num(m.get('stall_differential_pct'), '.1f')}%, "

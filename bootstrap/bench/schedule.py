@@ -15,12 +15,13 @@ import time
 from typing import Callable, List, Tuple
 
 from bootstrap.bench.baselines import ceiling_least_s
-from bootstrap.bench.budget import advised_budget_s, phase_budget_s, search_s, tuned_s
+from bootstrap.bench.budget import PRE_TUNE_PHASES, PRE_TUNE_SHARE, advised_budget_s, allowance_s, search_s, tuned_s
 from bootstrap.bench.results import PhaseRecord
 from bootstrap.bench.search import likely_winner, scaling_counts, search_counts
 from bootstrap.bench.state import RunState
 from bootstrap.bench.trials import startup_guess_s
-from bootstrap.bench.tuned import TUNED_WINDOWS
+from bootstrap.bench.tune import CONFIRM
+from bootstrap.bench.tuned import RECHECK_WINDOWS, TUNED_WINDOWS
 
 Phase = Callable[[RunState, float], str]
 
@@ -61,10 +62,11 @@ def minimum_s(state: RunState, name: str) -> float:
     if name == "scaling":
         return sum(costs.least_s(w, with_step=False) for w in scaling_counts(state))
     if name == "tune":
-        return search_s(costs, search_counts(state), reserve=3 if state.is_cuda else 1,
+        counts = search_counts(state)
+        return search_s(costs, counts, reserve=(3 if state.is_cuda else 1) + min(CONFIRM, len(counts)),
                         overhead_s=startup_guess_s(state))
     if name == "tuned":
-        return tuned_s(costs, likely_winner(state), TUNED_WINDOWS)
+        return tuned_s(costs, likely_winner(state), TUNED_WINDOWS + RECHECK_WINDOWS)
     return 0.0
 
 
@@ -77,7 +79,7 @@ def run_phase(state: RunState, name: str, later: List[Tuple[str, float]], body: 
     started = time.perf_counter()
     remaining_s = max(0.0, state.run_deadline - started)
     least = [(phase, weight, minimum_s(state, phase)) for phase, weight in later]
-    budget_s = phase_budget_s(name, remaining_s, least)
+    budget_s = allowance_s(name, started - state.clock_zero, state.options.budget_s, least)
     try:
         state.say(name, f"start ({budget_s:.1f} s of {remaining_s:.1f} s left)")
         note = _cannot_start(state, name, remaining_s, least) or body(state, started + budget_s)
@@ -93,10 +95,15 @@ def _cannot_start(state: RunState, name: str, remaining_s: float, least: List[Tu
     """Why phase `name` does not run at all ('' when it runs): the budget is spent, or it is optional
     and would leave the phases after it less than their least."""
     floor_s, own_s = sum(seconds for _, _, seconds in least), least[0][2]
+    pre_left_s = PRE_TUNE_SHARE * state.options.budget_s - state.elapsed_s()
+    pre_floor_s = sum(seconds for phase, _, seconds in least if phase in PRE_TUNE_PHASES)
     if remaining_s <= 0 and name != "checks":
         why = "skipped: the budget is spent"
     elif name in OPTIONAL_PHASES and own_s > 0 and remaining_s < floor_s:
         why = f"skipped: the phases from here need ~{floor_s:.1f} s, {remaining_s:.1f} s left; the tuner comes first"
+    elif name in OPTIONAL_PHASES and own_s > 0 and pre_left_s < pre_floor_s:
+        why = (f"skipped: {PRE_TUNE_SHARE:.0%} of the budget goes to the phases before the tuner, "
+               f"{max(0.0, pre_left_s):.1f} s of it left; the tuner comes first")
     else:
         return ""
     state.ledger.skip(name, f"the {name} phase", own_s)

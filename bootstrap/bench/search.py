@@ -151,7 +151,7 @@ def tune_phase(state: RunState, deadline: float) -> str:
     started = time.perf_counter()
     cuda, limits = state.is_cuda, state.thresholds
     counts = tune.worker_candidates(prediction.start, prediction.cap)
-    configs = [candidate(state, w) for w in counts]
+    configs = [candidate(state, w) for w in tune.measure_order(counts, prediction.chosen)]
     state.say("tune", f"predicted W* = {prediction.predicted} (cap {prediction.cap}: {prediction.cap_reason}); "
                       f"candidates {', '.join(map(str, counts))}")
 
@@ -165,9 +165,11 @@ def tune_phase(state: RunState, deadline: float) -> str:
     search = tune.successive_halving(
         configs, measure, deadline, ceiling_samples_per_s=state.ceiling.samples_per_s,
         early_stop=limits.early_stop_efficiency, minimum_noise=limits.noise_floor_min,
-        reserve_measurements=3 if cuda else 1, min_window_s=max(0.2, min_window_s(state, configs[-1])),
-        overhead_s=startup_guess_s(state), prior=_priors(state, configs))
+        reserve_measurements=(3 if cuda else 1) + min(tune.CONFIRM, len(configs)),
+        min_window_s=max(0.2, min_window_s(state, max(configs, key=lambda c: c.num_workers))),
+        overhead_s=startup_guess_s(state), prior=_priors(state, configs), confirm=tune.CONFIRM)
     _account_search(state, search, configs)
+    state.metrics["tune_repeat_noise"] = search.noise
     if search.winner is None:
         return "skipped: no candidate could be measured"
     state.best = search.winner.config

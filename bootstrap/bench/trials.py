@@ -78,14 +78,18 @@ def startup_guess_s(state: RunState) -> float:
 
 
 def _loader_plan(state: RunState, config: LoaderConfig, window_s: float, deadline: float,
-                 with_step: bool) -> Tuple[WindowPlan, float]:
+                 with_step: bool, stretch: bool = True) -> Tuple[WindowPlan, float]:
     """(plan, deadline) for one loader measurement. It may run for its least (budget.Costs.least_s)
     even past the phase's deadline (whoever started it checked that it fits the budget), never past
     the run's end. When its first batch, warm-up and window would end past that, the warm-up shrinks
     to the burst of batches already loaded and the window to the time left: slow batches must not
-    carry a measurement far past the budget."""
+    carry a measurement far past the budget. Without `stretch` (costs still a guess) the window keeps
+    to the phase's deadline once it has its floor of steps."""
     costs, workers = state.costs, config.num_workers
     now = time.perf_counter()
+    if not stretch:
+        return replace(fit_steps(window_plan(window_s), 0.0), warmup_steps=1 + workers, warmup_s=0.0,
+                       min_steps=FLOOR_STEPS), min(state.run_deadline, deadline)
     deadline = min(state.run_deadline, max(deadline, now + costs.least_s(workers, with_step)))
     period_s = costs.period_s(workers, with_step)
     plan = fit_steps(window_plan(max(window_s, min_window_s(state, config))), period_s)
@@ -99,7 +103,7 @@ def _loader_plan(state: RunState, config: LoaderConfig, window_s: float, deadlin
 
 
 def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadline: float, phase: str,
-                   with_step: bool) -> Optional[Measurement]:
+                   with_step: bool, stretch: bool = True) -> Optional[Measurement]:
     """Build a loader with `config`, warm up, time one window (with or without the training step).
 
     None when its workers died (out of /dev/shm, killed): that config failed, the run goes on.
@@ -113,7 +117,7 @@ def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadl
     try:
         stream = BatchStream(make_loader(state.dataset, spec.batch_size, config, seed=spec.seed,
                                          collate_fn=state.collate_fn))
-        plan, deadline = _loader_plan(state, config, window_s, deadline, with_step)
+        plan, deadline = _loader_plan(state, config, window_s, deadline, with_step, stretch)
         if with_step:
             trainer = trainer_for(state, config)
             measured = run_window(lambda: next(stream), trainer.step, state.device, plan, deadline, phase=phase,

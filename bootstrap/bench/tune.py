@@ -16,6 +16,12 @@
    early once a candidate reaches the early-stop efficiency. Results the
    run already has (the naive phase, the scaling phase) count in the first
    round, and the winner is never a config slower than one measured.
+   Before the pick, the top CONFIRM candidates are measured once more, in
+   the reverse of their ranking (A B C, then C B A), and each one's two
+   windows are pooled: a host whose load drifts, or a rate first measured in
+   a short window of an earlier phase, cannot decide the winner alone, and
+   the gap between a config's two windows is the measured noise the pick
+   uses.
 4. Knobs on the winner (pin_memory, prefetch_factor, non_blocking), each
    kept only when its gain is above the noise floor max(3 %, 2 x CV).
 
@@ -39,7 +45,10 @@ ETA = 2
 MEASURE_OVERHEAD = 1.4
 IO_WORKERS_PER_CPU = 8
 IO_WORKERS_MAX = 64
-PICK_NOISE_CAP = 0.10
+# A cheaper config wins only within the measured noise, and never when it is this much slower:
+# the tuned pick must stay within a few percent of the best the candidates reached.
+PICK_NOISE_CAP = 0.05
+CONFIRM = 3
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,16 @@ def worker_candidates(predicted: int, cap: int) -> Tuple[int, ...]:
     return tuple(sorted(v for v in values if 0 <= v <= cap))
 
 
+def measure_order(counts: Sequence[int], predicted: int) -> Tuple[int, ...]:
+    """`counts` in the order the first round measures them: the prediction first, then the others by
+    distance from it (in doublings), fewer workers first on a tie. A deadline that cuts the round short
+    leaves out the candidates furthest from the prediction, never the prediction itself."""
+    def distance(w: int) -> Tuple[float, int]:
+        return abs(math.log2(w + 1) - math.log2(predicted + 1)), w
+
+    return tuple(sorted(counts, key=distance))
+
+
 def halving_units(count: int, eta: int = ETA) -> float:
     """Window units (first-round windows) successive halving spends on `count` candidates.
 
@@ -123,16 +142,37 @@ def noise_floor(a: Measurement, b: Measurement, minimum: float) -> float:
     return max(minimum, 2.0 * max(a.cv, b.cv))
 
 
-def pick(measurements: Sequence[Measurement], minimum_noise: float) -> Measurement:
+def pick(measurements: Sequence[Measurement], minimum_noise: float, noise: Optional[float] = None) -> Measurement:
     """The fastest, except that a cheaper config (fewer workers) within the noise of it wins.
 
-    The noise allowance is capped at PICK_NOISE_CAP: a noisy pair of windows
-    must not hand the win to a config that is plainly slower.
+    `noise` is the measured noise between repeated windows of the same
+    configs (`repeat_noise`); without it, twice the windows' own CV. Either
+    is capped at PICK_NOISE_CAP: a noisy pair of windows must not hand the
+    win to a config that is plainly slower.
     """
     best = max(measurements, key=lambda m: m.samples_per_s)
-    close = [m for m in measurements if m.samples_per_s >= best.samples_per_s
-             * (1.0 - min(PICK_NOISE_CAP, noise_floor(m, best, minimum_noise)))]
+
+    def band(m: Measurement) -> float:
+        measured = noise_floor(m, best, minimum_noise) if noise is None else max(minimum_noise, noise)
+        return min(PICK_NOISE_CAP, measured)
+
+    close = [m for m in measurements if m.samples_per_s >= best.samples_per_s * (1.0 - band(m))]
     return min(close, key=lambda m: (m.config.num_workers if m.config else 0, -m.samples_per_s))
+
+
+def pooled(first: Measurement, second: Measurement) -> Measurement:
+    """Two windows of one config as one: samples over seconds, so a short window weighs little."""
+    seconds = first.seconds + second.seconds
+    samples = first.samples + second.samples
+    return replace(second, steps=first.steps + second.steps, samples=samples, seconds=seconds,
+                   samples_per_s=samples / seconds if seconds > 0 else 0.0, cv=max(first.cv, second.cv))
+
+
+def repeat_noise(pairs: Sequence[Tuple[Measurement, Measurement]]) -> Optional[float]:
+    """The relative gap between two windows of the same config, the largest over `pairs` (None: no pair)."""
+    gaps = [abs(a.samples_per_s - b.samples_per_s) / (a.samples_per_s + b.samples_per_s)
+            for a, b in pairs if a.samples_per_s + b.samples_per_s > 0]
+    return max(gaps) if gaps else None
 
 
 @dataclass(frozen=True)
@@ -144,6 +184,7 @@ class SearchResult:
     unmeasured: Tuple[LoaderConfig, ...] = ()  # first-round candidates the deadline left out
     failed: Tuple[LoaderConfig, ...] = ()      # candidates whose loader died (measure returned None)
     cost_s: float = 0.0                  # what one first-round measurement was expected to cost
+    noise: Optional[float] = None        # the gap between repeated windows of the confirmed configs
 
 
 Measure = Callable[[LoaderConfig, float], Optional[Measurement]]
@@ -193,7 +234,7 @@ def successive_halving(configs: Sequence[LoaderConfig], measure: Measure, deadli
                        ceiling_samples_per_s: Optional[float], early_stop: float, minimum_noise: float,
                        reserve_measurements: int = 0, min_window_s: float = 0.0, overhead_s: float = 0.25,
                        prior: Optional[Dict[LoaderConfig, Measurement]] = None, eta: int = ETA,
-                       clock: Callable[[], float] = time.perf_counter) -> SearchResult:
+                       confirm: int = 0, clock: Callable[[], float] = time.perf_counter) -> SearchResult:
     """Successive halving over `configs`, finishing by `deadline` (a `clock()` value).
 
     Each round's window is sized from the time left: (remaining - the fixed
@@ -209,6 +250,8 @@ def successive_halving(configs: Sequence[LoaderConfig], measure: Measure, deadli
     rates). A config whose `measure` returns None (its loader died) drops
     out. The winner is picked over every config's latest result, priors
     included, so it is never a config slower than one already measured.
+    With `confirm`, the top `confirm` configs are measured once more, in
+    reverse order, while that still ends by the deadline (`confirmed`).
     """
     search = _Search(measure, clock, overhead_s)
     survivors = list(configs)
@@ -232,11 +275,40 @@ def successive_halving(configs: Sequence[LoaderConfig], measure: Measure, deadli
         reached = [m for m in measured if ceiling_samples_per_s
                    and m.samples_per_s >= early_stop * ceiling_samples_per_s]
         if reached or len(measured) <= 2 or left_out or clock() + next_cost > deadline:
-            pool = reached or list(search.latest.values())
-            return SearchResult(pick(pool, minimum_noise) if pool else None, tuple(rounds), bool(reached),
-                                search.per_measurement, tuple(unmeasured), tuple(search.failed), first_cost)
+            pool, noise = reached, None
+            if not reached:
+                pool, noise = confirmed(search, list(search.latest.values()), confirm, window, deadline)
+            return SearchResult(pick(pool, minimum_noise, noise) if pool else None, tuple(rounds), bool(reached),
+                                search.per_measurement, tuple(unmeasured), tuple(search.failed), first_cost, noise)
         ranked = sorted(measured, key=lambda m: m.samples_per_s, reverse=True)
         survivors = [m.config for m in ranked[:math.ceil(len(ranked) / eta)] if m.config is not None]
+
+
+def confirmed(search: _Search, pool: List[Measurement], count: int, window: float,
+              deadline: float) -> Tuple[List[Measurement], Optional[float]]:
+    """`pool` with its fastest `count` configs measured again, slowest of them first (the reverse of
+    their ranking), each pooled with its earlier window; and the noise those pairs show."""
+    ranked = sorted(pool, key=lambda m: m.samples_per_s, reverse=True)
+    cost = window * MEASURE_OVERHEAD + search.per_measurement
+    # As many as the time left pays for, the fastest always among them: the others are its rivals.
+    fits = int(max(0.0, deadline - search.clock()) // cost) if cost > 0 else count
+    again = [m for m in ranked[:min(count, fits)] if m.config is not None][::-1] if count > 1 else []
+    pairs: List[Tuple[Measurement, Measurement]] = []
+    for earlier in again:
+        if search.clock() + cost > deadline:
+            break
+        second = search.measure(earlier.config, window)
+        if second is None:
+            search.failed.append(earlier.config)
+            pool = [m for m in pool if m.config != earlier.config]
+            continue
+        pairs.append((earlier, second))
+    # A result from an earlier phase (naive, or the scaling phase's estimate without the step) is replaced,
+    # not pooled: only two windows of the tuner's own measurement measure the same thing.
+    same = [(a, b) for a, b in pairs if a.phase == b.phase]
+    merged = {b.config: b for _, b in pairs}
+    merged.update({a.config: pooled(a, b) for a, b in same})
+    return [merged.get(m.config, m) for m in pool], repeat_noise(same)
 
 
 def measurements_left(count: int, eta: int = ETA) -> int:

@@ -4,6 +4,12 @@ Each rule reads the flat `metrics` mapping a run produced (names carry
 units) and the facts it needs, and returns one Check; a metric that was not
 measured (no GPU, no workers, interrupted) is a `skip` with the reason.
 The thresholds used are quoted in each check's `expected`.
+
+A verdict on a rate is only as good as the rate: when the host was
+saturated by other processes, or the tuned windows and an independent
+re-measure of the winner disagree by more than `noise_inconclusive`, the
+rate verdicts (`RATE_CHECKS`) become `inconclusive`, with the reason and
+what to do, instead of a pass, warn or fail they cannot stand on.
 """
 
 from __future__ import annotations
@@ -55,17 +61,69 @@ def dense_peak_tflops(gpu_name: str) -> Optional[float]:
     return None
 
 
+# Verdicts on the loader's measured rates: what a saturated or noisy host leaves undecided.
+RATE_CHECKS = ("bench.efficiency", "bench.stall_device_idle", "bench.speedup", "bench.nvml_util",
+               "bench.gpm_sm_active", "bench.loader_scaling")
+
+
 def evaluate(metrics: Mapping[str, Optional[float]], facts: VerdictFacts, sampler: SamplerReport,
              t: Thresholds) -> List[Check]:
     """Every bench verdict, in report order."""
-    return [
+    checks = [
         shm_check(facts, t), affinity_check(facts), start_method_check(facts, metrics), nofile_check(facts),
         matmul_check(metrics, facts, t), h2d_check(metrics, facts, t), tuned_check(metrics, facts),
-        efficiency_check(metrics, facts, t), device_idle_check(metrics, facts, t), speedup_check(metrics, t),
+        recheck_check(metrics, t), efficiency_check(metrics, facts, t), device_idle_check(metrics, facts, t),
+        speedup_check(metrics, t),
         util_check(sampler, facts, t, trained=metrics.get("tuned_samples_per_s") is not None),
         sm_active_check(sampler, t), pss_check(metrics, t),
         scaling_check(metrics, t),
     ]
+    return undecided(checks, inconclusive_reason(metrics, t))
+
+
+def inconclusive_reason(m: Mapping[str, Optional[float]], t: Thresholds) -> Tuple[str, str]:
+    """(why, what to do) when the rates cannot separate pass from fail; ('', '') when they can."""
+    busy = m.get("host_busy_before_pct")
+    if busy is not None and busy >= t.host_saturated_pct:
+        return (f"host saturated: {busy:.0f}% CPU busy from other processes before the run",
+                "rerun when the host is quiet (`uptime`, `top`: load below the CPU count), or on a node of its own")
+    spread = m.get("tuned_spread_pct")
+    if spread is not None and spread / 100.0 > t.noise_inconclusive:
+        return (f"too noisy: the tuned windows spread {spread:.0f}% (> {t.noise_inconclusive:.0%})",
+                "rerun on a quieter host, or with a longer --budget for longer windows")
+    gap = m.get("recheck_gap_pct")
+    if gap is not None and abs(gap) / 100.0 > t.noise_inconclusive:
+        return (f"not repeatable: an independent re-measure of the winner differs by {gap:+.0f}% "
+                f"(> {t.noise_inconclusive:.0%})", "rerun on a quieter host, or with a longer --budget")
+    return "", ""
+
+
+def undecided(checks: List[Check], reason: Tuple[str, str]) -> List[Check]:
+    """The rate checks (RATE_CHECKS) that judged ok/warn/fail turned `inconclusive` for `reason`."""
+    why, remedy = reason
+    if not why:
+        return checks
+    judged = (Status.OK, Status.WARN, Status.FAIL)
+    return [replace(c, status=Status.INCONCLUSIVE, observed=f"{c.observed}; {why}", remedy=remedy,
+                    detail=f"would be {c.status.value}; {c.detail}".rstrip("; "))
+            if c.id in RATE_CHECKS and c.status in judged else c for c in checks]
+
+
+def recheck_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
+    """The tuned figure against an independent re-measure of the same config (a fresh loader)."""
+    cid = "bench.recheck"
+    tuned, again, noise = m.get("tuned_samples_per_s"), m.get("recheck_samples_per_s"), m.get("recheck_noise")
+    if tuned is None or again is None:
+        return Check(cid, Status.SKIP, "not measured", "", detail="needs the tuned windows and time for one more")
+    noise = noise or t.noise_floor_min
+    gap = again / tuned - 1.0
+    observed = f"tuned {tuned:.0f}, re-measured {again:.0f} samples/s ({gap:+.1%})"
+    expected = f"within the measured noise ({noise:.0%})"
+    if abs(gap) <= noise:
+        return Check(cid, Status.OK, observed, expected, detail="a fresh loader of the winner, after the tuned windows")
+    return Check(cid, Status.INCONCLUSIVE, observed + "; the two disagree beyond the noise", expected,
+                 "the host's load changed during the run: rerun on a quiet host, or with a longer --budget",
+                 "a fresh loader of the winner, after the tuned windows; the rates are not repeatable")
 
 
 def _mib(value: float) -> str:
@@ -211,7 +269,14 @@ def tuned_check(m: Mapping[str, Optional[float]], f: VerdictFacts) -> Check:
 
 def efficiency_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thresholds) -> Check:
     cid = "bench.efficiency"
-    eff = m.get("efficiency")
+    eff, over = m.get("efficiency"), m.get("tuned_over_ceiling")
+    if eff is None and over is not None:
+        return Check(cid, Status.INCONCLUSIVE,
+                     f"measurement error: tuned {m.get('tuned_samples_per_s') or 0:.0f} above the ceiling "
+                     f"{m.get('ceiling_samples_per_s') or 0:.0f} samples/s ({over:.2f}x, beyond the noise)",
+                     f">= {t.efficiency_pass:.2f} (warn {t.efficiency_warn:.2f}); tuned <= ceiling",
+                     "the host's load changed between the ceiling and the tuned windows: rerun on a quiet host",
+                     "a loader cannot beat its own step on a resident batch; no efficiency is reported")
     if eff is None:
         return Check(cid, Status.SKIP, "not measured", "", detail="needs the ceiling and tuned phases")
     status = _band(eff, t.efficiency_pass, t.efficiency_warn)

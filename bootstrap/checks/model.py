@@ -18,16 +18,20 @@ FORMAT_VERSION = 1  # bootstrap.report.FORMATS holds it too; a test keeps the tw
 
 
 class Status(str, Enum):
-    """A check's verdict. `skip` is for absent hardware or facts, never for errors."""
+    """A check's verdict. `skip` is for absent hardware or facts, never for errors; `inconclusive` is
+    for a measurement that ran but cannot decide (a saturated or noisy host): it names why and what
+    to do, and, like a warning, does not fail the run."""
 
     OK = "ok"
     WARN = "warn"
     FAIL = "fail"
     SKIP = "skip"
+    INCONCLUSIVE = "inconclusive"
 
 
-STATUS_ORDER = (Status.OK, Status.WARN, Status.FAIL, Status.SKIP)
-SEVERITY = {Status.SKIP: 0, Status.OK: 1, Status.WARN: 2, Status.FAIL: 3}  # what `worst` ranks by
+STATUS_ORDER = (Status.OK, Status.WARN, Status.FAIL, Status.SKIP, Status.INCONCLUSIVE)
+# what `worst` ranks by: an undecided measurement says more than ok, less than a warning with a fix
+SEVERITY = {Status.SKIP: 0, Status.OK: 1, Status.INCONCLUSIVE: 2, Status.WARN: 3, Status.FAIL: 4}
 SHOWN = 4  # problems a check names in `observed`; its `detail` lists all of them
 
 
@@ -70,12 +74,12 @@ class Check:
 
 
 def exit_code(checks: Iterable[Check]) -> int:
-    """1 when any check failed, else 0 (warnings and skips do not fail a run)."""
+    """1 when any check failed, else 0 (warnings, inconclusive checks and skips do not fail a run)."""
     return EXIT_FAILED if any(c.status is Status.FAIL for c in checks) else EXIT_OK
 
 
 def worst(checks: Iterable[Check]) -> Status:
-    """The most severe status (skip < ok < warn < fail); skip when there are no checks."""
+    """The most severe status (skip < ok < inconclusive < warn < fail); skip when there are no checks."""
     return max((c.status for c in checks), key=SEVERITY.__getitem__, default=Status.SKIP)
 
 
@@ -110,7 +114,9 @@ def render_table(checks: Sequence[Check], *, show_detail: bool = False) -> str:
         if show_detail and check.detail:
             lines.append(f"       {check.detail}")
     counts = summary(checks)
-    lines.append(", ".join(f"{n} {status}" for status, n in counts.items()))
+    # only bench can be inconclusive: the other commands' tables keep their four counts
+    lines.append(", ".join(f"{n} {status}" for status, n in counts.items()
+                           if n or status != Status.INCONCLUSIVE.value))
     return "\n".join(lines) + "\n"
 
 

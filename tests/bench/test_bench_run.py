@@ -116,7 +116,8 @@ def test_run_stays_inside_its_budget_and_reports_what_it_left_out(io_run):
             assert ids["bench.tuned"] == "warn"
             assert not extra["snippet"] or extra["snippet"].startswith("# NOT FULLY TUNED")
     if phases["scaling"]["status"] == "done":
-        assert ids["bench.loader_scaling"] in ("ok", "warn") and metrics["loader_scaling_efficiency"] is not None
+        assert ids["bench.loader_scaling"] in ("ok", "warn", "inconclusive")
+        assert metrics["loader_scaling_efficiency"] is not None
     else:  # the optional phase gave way to the tuner
         assert phases["scaling"]["note"].startswith("skipped: ") and ids["bench.loader_scaling"] == "skip"
         assert metrics["budget_needed_s"] is not None
@@ -143,7 +144,7 @@ def test_report_contract_files_and_snippet(io_every_phase):
     assert extra["thresholds"]["efficiency_pass"] == {"value": 0.9, "source": "default"}
     assert any("share" in note for note in extra["notes"])  # CPU mode says the cores are shared
     ids = {c["id"]: c["status"] for c in envelope["checks"]}
-    assert ids["bench.nvml_util"] == "skip" and ids["bench.loader_scaling"] in ("ok", "warn")
+    assert ids["bench.nvml_util"] == "skip" and ids["bench.loader_scaling"] in ("ok", "warn", "inconclusive")
     for key in ("cpu_s_per_sample", "feedable_samples_per_s", "loader_scaling_efficiency", "sampler_overhead_pct"):
         assert extra["metrics"][key] is not None, key
     assert ids["bench.tuned"] == "ok"
@@ -169,7 +170,7 @@ def test_the_scaling_phase_judges_w_workers_against_one(io_every_phase):
     assert extra["metrics"]["loader_scaling_workers"] == verdict_w
     assert extra["metrics"]["loader_scaling_efficiency"] > 0
     ids = {c["id"]: c["status"] for c in io_every_phase[0]["checks"]}
-    assert ids["bench.loader_scaling"] in ("ok", "warn")
+    assert ids["bench.loader_scaling"] in ("ok", "warn", "inconclusive")
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ a bad argument is refused in one line, exit 2, before any fixture is built."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,9 +16,9 @@ import pytest
 from tests.fixtures import REPO
 
 
-def script(name: str, *argv: str, tmp: Path) -> subprocess.CompletedProcess:
+def script(name: str, *argv: str, tmp: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "scripts" / name), *argv], cwd=tmp, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp)})
+                          text=True, timeout=timeout, env={**os.environ, "TMPDIR": str(tmp)})
 
 
 @pytest.mark.parametrize("argv, error", [
@@ -46,10 +47,15 @@ def test_bench_loader_refuses_bad_arguments_before_its_runs(tmp_path: Path, argv
 
 
 @pytest.mark.slow
-def test_bench_loader_reports_a_budget_too_small_to_measure_the_ceiling(tmp_path: Path) -> None:
-    done = script("bench_loader.py", "--budget", "0.5", "--json", "loader.json", tmp=tmp_path)
+def test_bench_loader_compares_the_pick_with_the_advice_and_the_grid(tmp_path: Path) -> None:
+    done = script("bench_loader.py", "--quick", "--budget", "8", "--rounds", "1", "--window", "0.2",
+                  "--json", "loader.json", tmp=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert "ceiling - samples/s" in done.stdout and (tmp_path / "loader.json").is_file()
+    assert "naive/s advice/s grid best/s" in " ".join(done.stdout.split())
+    runs = json.loads((tmp_path / "loader.json").read_text())["runs"]
+    assert [r["workload"] for r in runs] == ["I/O latency", "CPU cost"]
+    for run in runs:
+        assert run["grid_best"] >= max(rate for rate in run["grid"].values()) and run["configs"] >= 14
 
 
 @pytest.mark.parametrize("name", ["bench_verify.py", "bench_lock.py"])

@@ -30,7 +30,7 @@ CHECKS = [
 
 
 def test_status_values_are_the_documented_words():
-    assert [s.value for s in Status] == ["ok", "warn", "fail", "skip"]
+    assert [s.value for s in Status] == ["ok", "warn", "fail", "skip", "inconclusive"]
 
 
 @pytest.mark.parametrize(
@@ -40,6 +40,7 @@ def test_status_values_are_the_documented_words():
         ([Status.OK, Status.WARN, Status.SKIP], 0),
         ([Status.OK, Status.FAIL], 1),
         ([Status.SKIP, Status.SKIP], 0),
+        ([Status.OK, Status.INCONCLUSIVE, Status.WARN], 0),
     ],
 )
 def test_exit_code_is_one_only_when_a_check_failed(statuses, code):
@@ -47,8 +48,8 @@ def test_exit_code_is_one_only_when_a_check_failed(statuses, code):
 
 
 def test_summary_counts_every_status_even_when_zero():
-    assert summary(CHECKS) == {"ok": 1, "warn": 1, "fail": 1, "skip": 1}
-    assert summary([]) == {"ok": 0, "warn": 0, "fail": 0, "skip": 0}
+    assert summary(CHECKS) == {"ok": 1, "warn": 1, "fail": 1, "skip": 1, "inconclusive": 0}
+    assert summary([]) == {"ok": 0, "warn": 0, "fail": 0, "skip": 0, "inconclusive": 0}
 
 
 def test_table_columns_are_aligned_and_remedies_follow_their_row():
@@ -79,7 +80,7 @@ def test_json_envelope_contract():
     assert envelope["kind"] == "doctor"
     assert list(envelope["checks"][0]) == ["id", "status", "observed", "expected", "remedy", "detail"]
     assert envelope["checks"][0]["status"] == "warn"
-    assert envelope["summary"] == {"ok": 1, "warn": 1, "fail": 1, "skip": 1}
+    assert envelope["summary"] == {"ok": 1, "warn": 1, "fail": 1, "skip": 1, "inconclusive": 0}
     assert envelope["extra"] == {"facts": {"driver": "535.183.01"}}
     assert to_json([], "verify")["extra"] == {}
 
