@@ -265,6 +265,9 @@ def test_bad_usage_exits_2(tmp_path: Path, capsys) -> None:
 # --------------------------------------------------------------------------- a real run inside the env
 
 
+STATUSES = ("ok", "warn", "fail", "skip", "inconclusive")  # every one counted in the summary, even at 0
+
+
 def assert_envelope(envelope: dict) -> None:
     """The `--json` contract: versioned envelope, string fields, consistent summary."""
     assert set(envelope) == {"format", "version", "kind", "checks", "summary", "extra"}
@@ -273,9 +276,9 @@ def assert_envelope(envelope: dict) -> None:
     assert len(ids) == len(set(ids))
     for check in envelope["checks"]:
         assert set(check) == CHECK_KEYS and all(isinstance(v, str) for v in check.values())
-        assert check["status"] in ("ok", "warn", "fail", "skip")
+        assert check["status"] in STATUSES
     counts = Counter(c["status"] for c in envelope["checks"])
-    assert envelope["summary"] == {s: counts.get(s, 0) for s in ("ok", "warn", "fail", "skip")}
+    assert envelope["summary"] == {s: counts.get(s, 0) for s in STATUSES}
     assert set(envelope["extra"]) == EXTRA_KEYS
     assert envelope["extra"]["facts"]["format"] == "bootstrap.facts"
     assert_remedies(from_json(envelope))
