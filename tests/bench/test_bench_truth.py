@@ -22,7 +22,8 @@ from bootstrap.bench.config import Thresholds
 from bootstrap.bench.host import usable_cpus
 from bootstrap.bench.results import LoaderConfig, Measurement, SamplerReport
 from bootstrap.bench.schedule import PHASES
-from bootstrap.bench.verdicts import RATE_CHECKS, VerdictFacts, efficiency_check, evaluate, recheck_check
+from bootstrap.bench.trust import RATE_CHECKS, recheck_check
+from bootstrap.bench.verdicts import VerdictFacts, efficiency_check, evaluate
 from bootstrap.checks.model import Status, exit_code, summary
 from tests.fixtures import REPO
 

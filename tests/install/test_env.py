@@ -1003,6 +1003,7 @@ def test_sigkill_mid_install_keeps_the_previous_generation(project: Project, big
     assert os.readlink(prefix) == before
 
 
+@pytest.mark.slow  # test_env_concurrency's three staggered pairs run by default
 def test_two_concurrent_runs(project: Project, big_channel: Path, wheels: Path) -> None:
     write_spec(project.root, platforms=("linux-64",), conda=(*CONDA, "hugepkg"), pip=("alpha", "gamma"))
     relock(project, big_channel, wheels)

@@ -85,6 +85,7 @@ def test_specifiers_from_the_index_metadata_file(served: ServedUrl) -> None:
     assert served.requested("/parent-1.0-py3-none-any.whl.metadata")
 
 
+@pytest.mark.slow  # reads every wheel's metadata by HTTP range requests
 @pytest.mark.parametrize("served", [False], indirect=True)
 def test_an_index_without_metadata_files_leaves_each_edge_unconstrained(served: ServedUrl) -> None:
     locked = locked_dependencies(PipOptions(find_links=(f"{served}/",), no_index=True))

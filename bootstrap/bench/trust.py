@@ -1,0 +1,65 @@
+"""Whether the measured rates can carry a verdict.
+
+A verdict on a rate is only as good as the rate: when the host was
+saturated by other processes, or the tuned windows and an independent
+re-measure of the winner disagree by more than `noise_inconclusive`, the
+rate verdicts (`RATE_CHECKS`) become `inconclusive`, with the reason and
+what to do, instead of a pass, warn or fail they cannot stand on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import List, Mapping, Optional, Tuple
+
+from bootstrap.bench.config import Thresholds
+from bootstrap.checks.model import Check, Status
+
+# Verdicts on the loader's measured rates: what a saturated or noisy host leaves undecided.
+RATE_CHECKS = ("bench.efficiency", "bench.stall_device_idle", "bench.speedup", "bench.nvml_util",
+               "bench.gpm_sm_active", "bench.loader_scaling")
+
+
+def inconclusive_reason(m: Mapping[str, Optional[float]], t: Thresholds) -> Tuple[str, str]:
+    """(why, what to do) when the rates cannot separate pass from fail; ('', '') when they can."""
+    busy = m.get("host_busy_before_pct")
+    if busy is not None and busy >= t.host_saturated_pct:
+        return (f"host saturated: {busy:.0f}% CPU busy from other processes before the run",
+                "rerun when the host is quiet (`uptime`, `top`: load below the CPU count), or on a node of its own")
+    spread = m.get("tuned_spread_pct")
+    if spread is not None and spread / 100.0 > t.noise_inconclusive:
+        return (f"too noisy: the tuned windows spread {spread:.0f}% (> {t.noise_inconclusive:.0%})",
+                "rerun on a quieter host, or with a longer --budget for longer windows")
+    gap = m.get("recheck_gap_pct")
+    if gap is not None and abs(gap) / 100.0 > t.noise_inconclusive:
+        return (f"not repeatable: an independent re-measure of the winner differs by {gap:+.0f}% "
+                f"(> {t.noise_inconclusive:.0%})", "rerun on a quieter host, or with a longer --budget")
+    return "", ""
+
+
+def undecided(checks: List[Check], reason: Tuple[str, str]) -> List[Check]:
+    """The rate checks (RATE_CHECKS) that judged ok/warn/fail turned `inconclusive` for `reason`."""
+    why, remedy = reason
+    if not why:
+        return checks
+    judged = (Status.OK, Status.WARN, Status.FAIL)
+    return [replace(c, status=Status.INCONCLUSIVE, observed=f"{c.observed}; {why}", remedy=remedy,
+                    detail=f"would be {c.status.value}; {c.detail}".rstrip("; "))
+            if c.id in RATE_CHECKS and c.status in judged else c for c in checks]
+
+
+def recheck_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
+    """The tuned figure against an independent re-measure of the same config (a fresh loader)."""
+    cid = "bench.recheck"
+    tuned, again, noise = m.get("tuned_samples_per_s"), m.get("recheck_samples_per_s"), m.get("recheck_noise")
+    if tuned is None or again is None:
+        return Check(cid, Status.SKIP, "not measured", "", detail="needs the tuned windows and time for one more")
+    noise = noise or t.noise_floor_min
+    gap = again / tuned - 1.0
+    observed = f"tuned {tuned:.0f}, re-measured {again:.0f} samples/s ({gap:+.1%})"
+    expected = f"within the measured noise ({noise:.0%})"
+    if abs(gap) <= noise:
+        return Check(cid, Status.OK, observed, expected, detail="a fresh loader of the winner, after the tuned windows")
+    return Check(cid, Status.INCONCLUSIVE, observed + "; the two disagree beyond the noise", expected,
+                 "the host's load changed during the run: rerun on a quiet host, or with a longer --budget",
+                 "a fresh loader of the winner, after the tuned windows; the rates are not repeatable")
