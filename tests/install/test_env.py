@@ -967,7 +967,8 @@ def env_process(project: Project, channel: Path) -> subprocess.Popen:
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("recycled", [pytest.param(False, marks=pytest.mark.slow, id="first-change"),
+@pytest.mark.slow  # test_env_concurrency and the full-disk tests keep the previous env by default
+@pytest.mark.parametrize("recycled", [pytest.param(False, id="first-change"),
                                       pytest.param(True, id="recycled-generation")])
 def test_sigkill_mid_install_keeps_the_previous_generation(project: Project, big_channel: Path, wheels: Path,
                                                            recycled: bool) -> None:

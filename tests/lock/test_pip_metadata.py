@@ -72,6 +72,7 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServedUrl
         yield url
 
 
+@pytest.mark.slow  # a real uv resolution
 def test_specifiers_from_the_archive_of_a_find_links_wheel(tmp_path: Path) -> None:
     wheelhouse = build_wheelhouse(tmp_path, WHEELS)
     locked = locked_dependencies(PipOptions(find_links=(str(wheelhouse),), no_index=True, offline=True))

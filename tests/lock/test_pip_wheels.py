@@ -87,6 +87,7 @@ def test_platform_tags() -> None:
     assert mac[:3] == ["macosx_14_0_arm64", "macosx_14_0_universal2", "macosx_13_0_arm64"]
 
 
+@pytest.mark.slow  # a real uv resolution
 def test_uv_lists_the_pure_wheel_first_and_the_lock_keeps_the_platform_one(tmp_path: Path) -> None:
     """Real uv, offline, from a wheelhouse: uv's pylock.toml puts `py3-none-any` before the
     macOS and manylinux wheels; the lock keeps the one pip would install on the target."""

@@ -251,6 +251,7 @@ def test_relocking_one_variant_names_it_and_leaves_the_other(example_locked: Pro
     assert main(["lock", "--check", "--root", str(project.root)]) == 0
 
 
+@pytest.mark.slow  # a real uv resolution
 def test_index_credentials_are_used_but_never_written_or_shown(example_locked: Project, tmp_path: Path,
                                                                fixture_channel: Path, indexes: dict, capsys) -> None:
     project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
