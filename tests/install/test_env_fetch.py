@@ -21,6 +21,7 @@ from bootstrap.install import download, fetch
 from bootstrap.lock.lockfile import LockedPackage
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.project import Project
+from tests.fixtures.conda_channel import running
 from tests.fixtures.env_project import CONDA, change_lock, env_args, prefix_of, without_progress
 
 CHANNEL = "https://conda.anaconda.org/conda-forge"
@@ -48,14 +49,8 @@ class _CutShort(http.server.SimpleHTTPRequestHandler):
 def cutting_server(root: Path) -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_CutShort, directory=str(root)))
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with running(server) as url:
+        yield url
 
 
 class _Trickle(http.server.SimpleHTTPRequestHandler):

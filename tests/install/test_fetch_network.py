@@ -18,6 +18,7 @@ import pytest
 from bootstrap.errors import FetchError, IntegrityError
 from bootstrap.install import download, fetch
 from bootstrap.lock.lockfile import LockedPackage
+from tests.fixtures.conda_channel import running
 
 DATA = os.urandom(3 << 20)  # several of fetch's blocks, so a cut and a resume land mid-file
 NAME = "p-1.0-py3-none-any.whl"  # a wheel: no conda archive check, only the hash
@@ -75,15 +76,9 @@ def flaky_server(files: dict, ranges: bool = True, drops: int = 0, fail: tuple =
     server.files, server.ranges, server.drops = files, ranges, drops  # type: ignore[attr-defined]
     server.fail, server.login = list(fail), login  # type: ignore[attr-defined]
     server.log, server.lock = [], threading.Lock()  # type: ignore[attr-defined]
-    server.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with running(server) as url:
+        server.url = url  # type: ignore[attr-defined]
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def entry_for(url: str, data: bytes = DATA) -> LockedPackage:

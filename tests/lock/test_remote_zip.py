@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import http.server
 import re
-import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -13,6 +12,7 @@ import pytest
 
 from bootstrap.lock.pip_wheels import read_metadata
 from bootstrap.lock.remote_zip import RangeError, RemoteFile
+from tests.fixtures.conda_channel import running
 from tests.fixtures.wheels import build_wheel
 
 
@@ -52,13 +52,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 def serve(root: Path, ranges: bool) -> Iterator[tuple[str, type]]:
     handler = type("Handler", (_Handler,), {"root": root, "ranges": ranges, "sent": 0})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", handler
-    finally:
-        server.shutdown()
-        server.server_close()
+    with running(server) as url:
+        yield url, handler
 
 
 @pytest.fixture(scope="module")
