@@ -66,7 +66,7 @@ def search_counts(state: RunState) -> Tuple[int, ...]:
     """The tuner's worker candidates: from the prediction once known, else as if W* were the CPUs."""
     prediction = predict(state)
     if prediction is not None:
-        return tune.worker_candidates(prediction.start, prediction.cap)
+        return tune.worker_candidates(prediction.start, prediction.cap, io_bound=not prediction.cpu_bound)
     return tune.worker_candidates(max(1, state.cpus - 1), _worker_cap(state))
 
 
@@ -150,7 +150,7 @@ def tune_phase(state: RunState, deadline: float) -> str:
         return "skipped: needs the loader and ceiling phases"
     started = time.perf_counter()
     cuda, limits = state.is_cuda, state.thresholds
-    counts = tune.worker_candidates(prediction.start, prediction.cap)
+    counts = tune.worker_candidates(prediction.start, prediction.cap, io_bound=not prediction.cpu_bound)
     configs = [candidate(state, w) for w in tune.measure_order(counts, prediction.chosen)]
     state.say("tune", f"predicted W* = {prediction.predicted} (cap {prediction.cap}: {prediction.cap_reason}); "
                       f"candidates {', '.join(map(str, counts))}")
@@ -167,7 +167,8 @@ def tune_phase(state: RunState, deadline: float) -> str:
         early_stop=limits.early_stop_efficiency, minimum_noise=limits.noise_floor_min,
         reserve_measurements=(3 if cuda else 1) + min(tune.CONFIRM, len(configs)),
         min_window_s=max(0.2, min_window_s(state, max(configs, key=lambda c: c.num_workers))),
-        overhead_s=startup_guess_s(state), prior=_priors(state, configs), confirm=tune.CONFIRM)
+        overhead_s=startup_guess_s(state), prior=_priors(state, configs), confirm=tune.CONFIRM,
+        prefer_fewer=prediction.cpu_bound)
     _account_search(state, search, configs)
     state.metrics["tune_repeat_noise"] = search.noise
     if search.winner is None:

@@ -8,7 +8,7 @@
    affinity, never past it; I/O-latency work, where sleeping workers do not
    compete for cores: up to 8 x CPUs. /dev/shm and RAM cap both.
 2. Candidates {0, W/2, W, 1.5 W, 2 W} around that start W, plus powers of
-   two, capped.
+   two, capped; I/O-bound, {0, W/2, W, 2 W, 4 W} and powers of two.
 3. Successive halving with eta = 2: each round measures every survivor for
    the round's window, keeps the best half; windows double per round and are
    sized from the time left, and a measurement that would end past the
@@ -21,7 +21,8 @@
    windows are pooled: a host whose load drifts, or a rate first measured in
    a short window of an earlier phase, cannot decide the winner alone, and
    the gap between a config's two windows is the measured noise the pick
-   uses.
+   uses. CPU-bound, a cheaper config within that noise wins; I/O-bound,
+   the fastest does (a sleeping worker is not a core).
 4. Knobs on the winner (pin_memory, prefetch_factor, non_blocking), each
    kept only when its gain is above the noise floor max(3 %, 2 x CV).
 
@@ -103,12 +104,18 @@ def predict_workers(*, wall_s_per_sample: float, cpu_s_per_sample: float, ceilin
                             cpu_bound=cpu_bound)
 
 
-def worker_candidates(predicted: int, cap: int) -> Tuple[int, ...]:
-    """{0, W*/2, W*, 1.5 W*, 2 W*} plus powers of two up to min(cap, 2 W*), all within [0, cap]."""
+def worker_candidates(predicted: int, cap: int, io_bound: bool = False) -> Tuple[int, ...]:
+    """{0, W*/2, W*, 1.5 W*, 2 W*} plus powers of two up to min(cap, 2 W*), all within [0, cap].
+
+    I/O-bound work reaches further, {0, W*/2, W*, 2 W*, 4 W*} plus powers of two up to 4 W*: a sleeping
+    worker costs memory, not a core, and the latency the prediction was made from grows on a busy host,
+    so the best count sits further above W* than the CPU-bound one can.
+    """
     w = max(1, min(predicted, cap)) if cap > 0 else 0
-    values = {0, math.ceil(w / 2), w, math.ceil(1.5 * w), 2 * w}
+    top = (4 if io_bound else 2) * w
+    values = {0, math.ceil(w / 2), w, top} | ({2 * w} if io_bound else {math.ceil(1.5 * w)})
     power = 1
-    while power <= min(cap, 2 * w):
+    while power <= min(cap, top):
         values.add(power)
         power *= 2
     return tuple(sorted(v for v in values if 0 <= v <= cap))
@@ -142,15 +149,21 @@ def noise_floor(a: Measurement, b: Measurement, minimum: float) -> float:
     return max(minimum, 2.0 * max(a.cv, b.cv))
 
 
-def pick(measurements: Sequence[Measurement], minimum_noise: float, noise: Optional[float] = None) -> Measurement:
+def pick(measurements: Sequence[Measurement], minimum_noise: float, noise: Optional[float] = None,
+         prefer_fewer: bool = True) -> Measurement:
     """The fastest, except that a cheaper config (fewer workers) within the noise of it wins.
 
     `noise` is the measured noise between repeated windows of the same
     configs (`repeat_noise`); without it, twice the windows' own CV. Either
     is capped at PICK_NOISE_CAP: a noisy pair of windows must not hand the
-    win to a config that is plainly slower.
+    win to a config that is plainly slower. Without `prefer_fewer` (I/O-bound
+    work, where a worker is not a core) the fastest wins outright: the
+    cheaper config inside the noise band is as often the one whose window
+    was lucky as the one that is as fast.
     """
     best = max(measurements, key=lambda m: m.samples_per_s)
+    if not prefer_fewer:
+        return best
 
     def band(m: Measurement) -> float:
         measured = noise_floor(m, best, minimum_noise) if noise is None else max(minimum_noise, noise)
@@ -234,7 +247,8 @@ def successive_halving(configs: Sequence[LoaderConfig], measure: Measure, deadli
                        ceiling_samples_per_s: Optional[float], early_stop: float, minimum_noise: float,
                        reserve_measurements: int = 0, min_window_s: float = 0.0, overhead_s: float = 0.25,
                        prior: Optional[Dict[LoaderConfig, Measurement]] = None, eta: int = ETA,
-                       confirm: int = 0, clock: Callable[[], float] = time.perf_counter) -> SearchResult:
+                       confirm: int = 0, prefer_fewer: bool = True,
+                       clock: Callable[[], float] = time.perf_counter) -> SearchResult:
     """Successive halving over `configs`, finishing by `deadline` (a `clock()` value).
 
     Each round's window is sized from the time left: (remaining - the fixed
@@ -250,8 +264,10 @@ def successive_halving(configs: Sequence[LoaderConfig], measure: Measure, deadli
     rates). A config whose `measure` returns None (its loader died) drops
     out. The winner is picked over every config's latest result, priors
     included, so it is never a config slower than one already measured.
-    With `confirm`, the top `confirm` configs are measured once more, in
-    reverse order, while that still ends by the deadline (`confirmed`).
+    A further round starts only when all of it and the reserved windows
+    still fit. With `confirm`, the top `confirm` configs are measured once
+    more, in reverse order, while that still leaves the reserved windows
+    beyond them (`confirmed`). `prefer_fewer` goes to `pick`.
     """
     search = _Search(measure, clock, overhead_s)
     survivors = list(configs)
@@ -270,16 +286,19 @@ def successive_halving(configs: Sequence[LoaderConfig], measure: Measure, deadli
         unmeasured = unmeasured or ([] if rounds else left_out)
         known = []
         rounds.append((window, tuple(measured)))
-        # the next round's windows are eta x longer
+        # the next round's windows are eta x longer, and the reserved ones would be too
         next_cost = window * eta * MEASURE_OVERHEAD + search.per_measurement
+        next_round_s = (math.ceil(len(measured) / eta) + reserve_measurements) * next_cost
         reached = [m for m in measured if ceiling_samples_per_s
                    and m.samples_per_s >= early_stop * ceiling_samples_per_s]
-        if reached or len(measured) <= 2 or left_out or clock() + next_cost > deadline:
+        if reached or len(measured) <= 2 or left_out or clock() + next_round_s > deadline:
             pool, noise = reached, None
             if not reached:
-                pool, noise = confirmed(search, list(search.latest.values()), confirm, window, deadline)
-            return SearchResult(pick(pool, minimum_noise, noise) if pool else None, tuple(rounds), bool(reached),
-                                search.per_measurement, tuple(unmeasured), tuple(search.failed), first_cost, noise)
+                after_s = max(0, reserve_measurements - confirm) * (window * MEASURE_OVERHEAD + search.per_measurement)
+                pool, noise = confirmed(search, list(search.latest.values()), confirm, window, deadline - after_s)
+            winner = pick(pool, minimum_noise, noise, prefer_fewer) if pool else None
+            return SearchResult(winner, tuple(rounds), bool(reached), search.per_measurement, tuple(unmeasured),
+                                tuple(search.failed), first_cost, noise)
         ranked = sorted(measured, key=lambda m: m.samples_per_s, reverse=True)
         survivors = [m.config for m in ranked[:math.ceil(len(ranked) / eta)] if m.config is not None]
 

@@ -87,6 +87,8 @@ def _measure_tuned(state: RunState, stream: Any, config: LoaderConfig, deadline:
     trainer = trainer_for(state, config)
     workers = config.num_workers
     period_s = state.costs.period_s(workers)
+    # The recheck builds a fresh loader: it needs its first batch and warm-up as well as a window.
+    deadline -= state.costs.least_s(workers) - state.costs.window_s(workers)
     plan = fit_steps(window_plan((deadline - time.perf_counter()) / (TUNED_WINDOWS + RECHECK_WINDOWS + 0.5)),
                      period_s)
     warm_up(lambda: next(stream), trainer.step, state.device, plan, deadline)

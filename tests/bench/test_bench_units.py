@@ -136,6 +136,9 @@ def test_candidates_and_units():
     assert tune.worker_candidates(5, 40) == (0, 1, 2, 3, 4, 5, 8, 10)
     assert tune.worker_candidates(18, 14) == (0, 1, 2, 4, 7, 8, 14)
     assert tune.worker_candidates(3, 0) == (0,)
+    # I/O-bound reaches 4 W*: sleeping workers cost memory, not cores
+    assert tune.worker_candidates(5, 16, io_bound=True) == (0, 1, 2, 3, 4, 5, 8, 10, 16)
+    assert tune.worker_candidates(5, 40, io_bound=True) == (0, 1, 2, 3, 4, 5, 8, 10, 16, 20)
     assert tune.halving_units(8) == 24 and tune.measurements_left(8) == 14 and tune.rounds_left(8) == 3
 
 
@@ -170,6 +173,27 @@ def test_successive_halving_picks_a_saturating_count_within_budget():
     assert model.now <= 30.0
     assert len(result.rounds) == 3 and not result.stopped_early
     assert model.windows[-1] > model.windows[0]  # windows grow as candidates are halved
+
+
+def test_a_further_round_starts_only_when_it_and_the_reserved_windows_fit():
+    """The knobs and confirmations after the search keep their time: a round that would eat it is not run."""
+    model = FakeLoaderModel(per_worker=100.0, ceiling=450.0, startup_s=0.3)
+    configs = [LoaderConfig(num_workers=w) for w in tune.worker_candidates(5, 16)]
+    deadline, reserve = 14.0, 4
+    result = tune.successive_halving(configs, model.measure, deadline=deadline, ceiling_samples_per_s=None,
+                                     early_stop=0.95, minimum_noise=0.03, reserve_measurements=reserve,
+                                     min_window_s=0.5, confirm=tune.CONFIRM, clock=model.clock)
+    last_window = result.rounds[-1][0]
+    knobs_s = (reserve - tune.CONFIRM) * (last_window * tune.MEASURE_OVERHEAD + result.overhead_s)
+    assert deadline - model.now >= knobs_s  # the knob window still fits after the search
+    assert result.winner is not None
+
+
+def test_io_bound_search_takes_the_fastest_not_the_cheapest_in_the_noise_band():
+    pool = [Measurement("tune", f"w={w}", LoaderConfig(num_workers=w), 10, 80, 2.0, rate, cv=0.04)
+            for w, rate in ((4, 560.0), (8, 575.0), (16, 580.0))]
+    assert tune.pick(pool, 0.03).config.num_workers == 4  # CPU-bound: within the noise, fewer workers win
+    assert tune.pick(pool, 0.03, prefer_fewer=False).config.num_workers == 16
 
 
 def test_successive_halving_on_a_tight_budget_decides_on_what_fits():
