@@ -11,17 +11,23 @@ side, all measured interleaved in the same run after `bench` tuned:
   * the tuned pick, against the grid's best (target: within 5 %), and the
     time the tuner took.
 Every config is measured once per round, rounds in rotated order, and its
-rate is the median over rounds. Then the utilisation sampler's overhead
+rate is the median over rounds. The grid's rounds only choose its best
+point: the largest of some thirty noisy medians is biased high (the
+winner's curse), so naive, the advice, the grid's best and the tuned pick
+are then measured again, side by side in fresh interleaved rounds, and
+those rounds give every figure in the table. Then the utilisation sampler's overhead
 (NVML replayed, no GPU here) and W2: loader-only samples/s from memory, many
 small files and one packed file, warm and cold page cache.
 
-Usage: python scripts/bench_loader.py [--budget S] [--quick] [--rounds N] [--window S] [--json FILE]
+Usage: python scripts/bench_loader.py [--budget S] [--quick] [--rounds N] [--final-rounds N] [--window S]
+                                      [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 import tempfile
@@ -45,6 +51,21 @@ from bootstrap.bench.stream import BatchStream, make_loader  # noqa: E402
 from bootstrap.bench.window import WindowPlan, measure_loader_only, run_window, warm_up  # noqa: E402
 from bootstrap.bench.workloads import SyntheticImages, build_store, drop_page_cache, resolve_model_name  # noqa: E402
 from bootstrap.errors import InputError  # noqa: E402
+
+# Set by Ctrl-C. The KeyboardInterrupt it raises can land in a finaliser (a DataLoader iterator's __del__
+# joining its workers), where Python reports and drops it: the flag still stops the run at the next config.
+INTERRUPTED: List[int] = []
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    INTERRUPTED.append(signum)
+    raise KeyboardInterrupt
+
+
+def stop_if_interrupted() -> None:
+    if INTERRUPTED:
+        raise KeyboardInterrupt
+
 
 # bench's own workloads: its defaults, with the per-sample cost the issue names
 WORKLOADS = (("I/O latency", replace(WorkloadSpec(), io_ms=5.0)), ("CPU cost", replace(WorkloadSpec(), cpu_ms=5.0)))
@@ -120,6 +141,7 @@ def interleaved(spec: WorkloadSpec, configs: Sequence[LoaderConfig], rounds: int
         for index in range(rounds):
             shift = index * len(configs) // max(1, rounds)
             for config in list(configs[shift:]) + list(configs[:shift]):
+                stop_if_interrupted()
                 stream = BatchStream(make_loader(dataset, spec.batch_size, config, seed=spec.seed))
                 try:
                     zero = time.perf_counter()
@@ -135,9 +157,11 @@ def interleaved(spec: WorkloadSpec, configs: Sequence[LoaderConfig], rounds: int
 
 
 def compare(label: str, spec: WorkloadSpec, budget: float, workers: Sequence[int], rounds: int,
-            window_s: float) -> Dict[str, Any]:
-    """Tune with bench, then naive, the fixed advice, the grid and the tuned pick, interleaved."""
+            final_rounds: int, window_s: float) -> Dict[str, Any]:
+    """Tune with bench; the grid (and naive, the advice, the pick) interleaved to choose the grid's best;
+    then naive, the advice, the grid's best and the pick again in fresh rounds, which give the figures."""
     row = tuned_run(label, spec, budget)
+    stop_if_interrupted()
     cpus = usable_cpus()
     naive = LoaderConfig()
     advice = LoaderConfig(num_workers=cpus, pin_memory=True, prefetch_factor=2, persistent_workers=True)
@@ -149,9 +173,12 @@ def compare(label: str, spec: WorkloadSpec, budget: float, workers: Sequence[int
     configs = list(dict.fromkeys([naive, advice, *grid(workers), *([pick] if pick else [])]))
     rates = interleaved(spec, configs, rounds, window_s)
     top = max(rates, key=rates.__getitem__)
-    row.update(naive=rates.get(naive), advice=rates.get(advice), grid_best=rates[top], grid_label=top.label,
-               pick=rates.get(pick) if pick else None, pick_label=pick.label if pick else "-",
-               configs=len(configs), grid={c.label: r for c, r in rates.items()})
+    final = interleaved(spec, list(dict.fromkeys([naive, advice, top, *([pick] if pick else [])])), final_rounds,
+                        window_s)
+    row.update(naive=final.get(naive), advice=final.get(advice), grid_best=final[top], grid_label=top.label,
+               grid_best_selection=rates[top], pick=final.get(pick) if pick else None,
+               pick_label=pick.label if pick else "-", configs=len(configs),
+               grid={c.label: r for c, r in rates.items()})
     row["pick_vs_best"] = row["pick"] / row["grid_best"] if row["pick"] else None
     row.pop("best")
     return row
@@ -187,6 +214,7 @@ def sampler_ab(spec: WorkloadSpec, workers: int, seconds: float, rounds: int = 3
         warm_up(lambda: next(stream), trainer.step, device, plan, time.perf_counter() + 5)
         for _ in range(rounds):
             for mode in rates:
+                stop_if_interrupted()
                 sampler = None
                 if mode != "off":
                     interval = 0.2 if "0.2 s" in mode else 0.02
@@ -216,6 +244,7 @@ def w2_rates(seconds: float) -> List[Dict[str, Any]]:
             store = build_store(spec, Path(tmp) / storage)
             dataset = SyntheticImages(store, spec)
             for cold in ((False, True) if storage != "memory" else (False,)):
+                stop_if_interrupted()
                 if cold:
                     drop_page_cache(store)
                 stream = BatchStream(make_loader(dataset, spec.batch_size, LoaderConfig()))
@@ -258,11 +287,14 @@ def main() -> int:
     # A CPU host has no device to pin for: the grid still spans pin_memory (as the advice names it), and
     # torch's warning that it does nothing here would repeat for every such loader.
     warnings.filterwarnings("ignore", message="'pin_memory' argument is set as true")
+    signal.signal(signal.SIGINT, _interrupt)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=budget, default=60.0, help="bench budget per workload (s)")
     parser.add_argument("--quick", action="store_true",
                         help="workers {0, 1, 2, 4} only, one-second windows, two rounds; no sampler A/B or W2")
     parser.add_argument("--rounds", type=positive_int, help="grid rounds (default 2)")
+    parser.add_argument("--final-rounds", type=positive_int,
+                        help="fresh rounds of naive, advice, the grid's best and the pick (default 6, --quick 3)")
     parser.add_argument("--window", type=budget, help="grid window seconds (default 1.5, --quick 1)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
@@ -272,14 +304,16 @@ def main() -> int:
         parser.error(f"--json {args.json}: a directory; name the file to write")
     workers = QUICK_WORKERS if args.quick else GRID_WORKERS
     rounds = args.rounds or 2
+    final_rounds = args.final_rounds or (3 if args.quick else 6)
     window_s = args.window or (1.0 if args.quick else 1.5)
     print(f"bench-loader: {usable_cpus()} usable CPUs; bench budget {args.budget:g} s per workload; CPU device; "
           f"grid workers {{{', '.join(map(str, workers))}}} x pin x prefetch {{2, 4}}, {rounds} interleaved rounds "
-          f"of {window_s:g} s windows; load average before: {_loadavg()}")
+          f"of {window_s:g} s windows to choose its best, then {final_rounds} fresh rounds of naive, advice, "
+          f"the grid's best and the pick; load average before: {_loadavg()}")
     for label, spec in WORKLOADS:
         print(f"  {label}: bench's workload with cpu_ms={spec.cpu_ms:g}, io_ms={spec.io_ms:g} per sample, "
               f"batch {spec.batch_size} x {spec.crop_size}px, model {spec.model}")
-    runs = [compare(label, spec, args.budget, workers, rounds, window_s) for label, spec in WORKLOADS]
+    runs = [compare(label, spec, args.budget, workers, rounds, final_rounds, window_s) for label, spec in WORKLOADS]
     print()
     print(f"{'workload':<12} {'naive/s':>8} {'advice/s':>8} {'grid best/s':>11} {'grid best config':<24} "
           f"{'tuned/s':>8} {'tuned pick':<24} {'pick/best':>9} {'tune s':>7} {'bench.tuned':>11}")
@@ -287,12 +321,13 @@ def main() -> int:
         print(f"{r['workload']:<12} {_f(r['naive'], '>8.1f')} {_f(r['advice'], '>8.1f')} "
               f"{_f(r['grid_best'], '>11.1f')} {r['grid_label']:<24} {_f(r['pick'], '>8.1f')} {r['pick_label']:<24} "
               f"{_f(r['pick_vs_best'], '>9.2f')} {_f(r['tune_s'], '>7.1f')} {r['checks'].get('bench.tuned', '-'):>11}")
-    print("  every rate: samples/s with the training step, median of the interleaved rounds; advice = workers = "
+    print("  every rate: samples/s with the training step, median of the fresh interleaved rounds; advice = workers = "
           "CPUs, pin_memory, prefetch_factor 2, persistent; pick/best = the tuned pick's rate / the grid's best "
           "(target >= 0.95); tune s = the tuner's own time inside bench's budget")
     for r in runs:
         print(f"  {r['workload']}: bench's own figures: tuned {_f(r['tuned'], '.1f')}/s, re-measured "
               f"{_f(r['recheck'], '.1f')}/s, W* = {r['w_star']}, run {r['run_s']:.1f} s of {r['budget_s']:g} s; "
+              f"the grid's best in its own rounds {r['grid_best_selection']:.1f}/s; "
               f"verdicts: " + ", ".join(f"{cid[6:]} {status}" for cid, status in r['checks'].items()
                                         if cid in ("bench.efficiency", "bench.speedup", "bench.recheck")))
     out: Dict[str, Any] = {"runs": runs}

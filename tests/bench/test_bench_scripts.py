@@ -39,6 +39,7 @@ def test_bench_env_refuses_bad_arguments_before_building(tmp_path: Path, argv: t
     (("--json", "/nonexistent/loader.json"),
      "--json /nonexistent/loader.json: no directory /nonexistent to write it in"),
     (("--json", "."), "--json .: a directory; name the file to write"),
+    (("--final-rounds", "0"), "argument --final-rounds: expected an integer >= 1, got 0"),
 ])
 def test_bench_loader_refuses_bad_arguments_before_its_runs(tmp_path: Path, argv: tuple, error: str) -> None:
     done = script("bench_loader.py", "--budget", "0.5", *argv, tmp=tmp_path)
@@ -48,14 +49,17 @@ def test_bench_loader_refuses_bad_arguments_before_its_runs(tmp_path: Path, argv
 
 @pytest.mark.slow
 def test_bench_loader_compares_the_pick_with_the_advice_and_the_grid(tmp_path: Path) -> None:
-    done = script("bench_loader.py", "--quick", "--budget", "8", "--rounds", "1", "--window", "0.2",
-                  "--json", "loader.json", tmp=tmp_path, timeout=600)
+    done = script("bench_loader.py", "--quick", "--budget", "8", "--rounds", "1", "--final-rounds", "1",
+                  "--window", "0.2", "--json", "loader.json", tmp=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "naive/s advice/s grid best/s" in " ".join(done.stdout.split())
     runs = json.loads((tmp_path / "loader.json").read_text())["runs"]
     assert [r["workload"] for r in runs] == ["I/O latency", "CPU cost"]
     for run in runs:
-        assert run["grid_best"] >= max(rate for rate in run["grid"].values()) and run["configs"] >= 14
+        # the grid's rounds choose its best point; fresh rounds measure it beside the pick
+        assert run["grid_best_selection"] == max(run["grid"].values()) and run["configs"] >= 14
+        assert run["grid"][run["grid_label"]] == run["grid_best_selection"]
+        assert run["pick_vs_best"] == pytest.approx(run["pick"] / run["grid_best"])
 
 
 @pytest.mark.parametrize("name", ["bench_verify.py", "bench_lock.py"])
