@@ -180,7 +180,8 @@ def read_loader(out: str) -> str:
     sampler_said = (f"; the utilisation sampler's thread at bench's 0.2 s polling {float(sampler.group(1)):.2f} % "
                     f"of wall, {_verdict(float(sampler.group(1)), 1.0)}" if sampler else "")
     return (f"Target (issue 22): on bench's own workloads, the tuned pick within 5 % of the best point of an "
-            f"exhaustive grid measured interleaved in the same run; the utilisation sampler's thread < 1 % of wall "
+            f"exhaustive grid measured interleaved in the same run (the grid's rounds choose its best; "
+            f"fresh interleaved rounds measure it beside the pick); the utilisation sampler's thread < 1 % of wall "
             f"time. Measured: {'; '.join(parts)}. So: {ratio_said}{sampler_said}.")
 
 
