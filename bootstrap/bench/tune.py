@@ -157,9 +157,8 @@ def pick(measurements: Sequence[Measurement], minimum_noise: float, noise: Optio
     configs (`repeat_noise`); without it, twice the windows' own CV. Either
     is capped at PICK_NOISE_CAP: a noisy pair of windows must not hand the
     win to a config that is plainly slower. Without `prefer_fewer` (I/O-bound
-    work, where a worker is not a core) the fastest wins outright: the
-    cheaper config inside the noise band is as often the one whose window
-    was lucky as the one that is as fast.
+    work: a worker is not a core) the fastest wins; the cheaper config in
+    the band is as often the lucky window as the equally fast one.
     """
     best = max(measurements, key=lambda m: m.samples_per_s)
     if not prefer_fewer:
