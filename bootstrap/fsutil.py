@@ -200,13 +200,13 @@ def free_space(path: PathLike) -> tuple[Path, int]:
 
 
 def space_report(places: dict) -> str:
-    """`/ (env and package cache: 812 MB free), /tmp (bundle: 3 MB free)` for {what: path}: each
+    """`/ (env and package cache: 812 MiB free), /tmp (bundle: 3 MiB free)` for {what: path}: each
     file system once, with what lives on it."""
     mounts: dict = {}  # mount point -> (bytes free, what lives there)
     for what, path in places.items():
         mount, free = free_space(path)
         mounts.setdefault(mount, (free, []))[1].append(what)
-    return ", ".join(f"{mount} ({' and '.join(whats)}: {free / MIB:.0f} MB free)"
+    return ", ".join(f"{mount} ({' and '.join(whats)}: {free / MIB:.0f} MiB free)"
                      for mount, (free, whats) in mounts.items())
 
 

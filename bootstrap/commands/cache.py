@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def size_text(nbytes: int) -> str:
-    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+    """Binary units, labelled as such: the terminal's progress bar (rich) counts in MiB too."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"
     return f"{nbytes} B"

@@ -126,6 +126,8 @@ def progress_feedback(tty: bool, quiet: bool = False):
         watch = Watch(retrying=to_stderr) if meter is None else Watch(meter.sized, meter.moved, to_stderr)
         yield Feedback(waiting=to_stderr, watch=watch,
                        fetched=meter.fetched if meter is not None else Feedback.fetched)
+        if meter is not None:
+            meter.finish()
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
@@ -181,8 +183,6 @@ class _PlainMeter:
     def moved(self, nbytes: int) -> None:
         import time
 
-        from bootstrap.commands.cache import size_text
-
         with self.lock:
             now = time.monotonic()
             if self.started is None:
@@ -191,11 +191,25 @@ class _PlainMeter:
             if now - self.last < PLAIN_EVERY_S:
                 return
             self.last = now
-            speed = self.done / max(now - self.started, 1e-9)
-            of = f" of {size_text(self.total)}" if self.total else ""
-            files = f", {self.fetched_files} of {self.files} files" if self.files else ""
-            line = f"fetched {size_text(max(self.done, 0))}{of}, {size_text(int(speed))}/s{files}"
+            line = self._line(now)
         self.emit(line)
+
+    def finish(self) -> None:
+        """The last line, once the downloads are done: a log's reader sees where the bytes ended."""
+        import time
+
+        with self.lock:
+            line = None if self.started is None else self._line(time.monotonic()) + " (done)"
+        if line:
+            self.emit(line)
+
+    def _line(self, now: float) -> str:
+        from bootstrap.commands.cache import size_text
+
+        speed = self.done / max(now - self.started, 1e-9)
+        of = f" of {size_text(self.total)}" if self.total else ""
+        files = f", {self.fetched_files} of {self.files} files" if self.files else ""
+        return f"fetched {size_text(max(self.done, 0))}{of}, {size_text(int(speed))}/s{files}"
 
 
 def _summary(env: str, result, options) -> str:

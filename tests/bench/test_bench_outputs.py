@@ -96,7 +96,7 @@ def test_full_disk_after_the_run_prints_the_report_and_keeps_the_old_pair():
     assert "STATUS  CHECK" in done.stdout and "bench.efficiency" in done.stdout  # the report, printed anyway
     assert done.stderr.strip().splitlines() == [
         "error: no space left on device while writing bench.json and bench.png on /mnt/bench-full "
-        "(--out: 0 MB free); bench.json and bench.png not written (any from an earlier run are left as they "
+        "(--out: 0 MiB free); bench.json and bench.png not written (any from an earlier run are left as they "
         "were); the report is above (free space or give --out another directory)"]
 
 

@@ -191,6 +191,17 @@ def test_a_4xx_is_not_retried_and_netrc_is_honoured(tmp_path: Path, monkeypatch)
         assert fetch.fetch_archive(entry, tmp_path / "b").read_bytes() == DATA
 
 
+def test_a_log_ends_on_a_done_line_even_between_progress_lines(tmp_path: Path, capsys) -> None:
+    from bootstrap.commands import env as env_command
+
+    with flaky_server({f"/{NAME}": DATA}) as server:
+        with env_command.progress_feedback(tty=False) as feedback:
+            fetch.fetch_archives([entry_for(server.url)], tmp_path, progress=feedback.fetched, watch=feedback.watch)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("fetching 1 file, ") and lines[-1].endswith(", 1 of 1 files (done)"), lines
+    assert len(lines) == 2  # PLAIN_EVERY_S had not passed: the total, then the done line only
+
+
 def test_a_log_gets_the_total_then_a_line_every_few_seconds(tmp_path: Path, monkeypatch, capsys) -> None:
     from bootstrap.commands import env as env_command
 
@@ -205,7 +216,9 @@ def test_a_log_gets_the_total_then_a_line_every_few_seconds(tmp_path: Path, monk
         lines = capsys.readouterr().err.splitlines()
         with env_command.progress_feedback(tty=False, quiet=True) as feedback:  # --json
             fetch.fetch_archives(entries, tmp_path / "again", progress=feedback.fetched, watch=feedback.watch)
-    assert lines[0] == f"fetching 2 files, {(len(DATA) + 1000) / 2**20:.1f} MB"
-    assert len(lines) > 2 and all(line.startswith("fetched ") and " of 3.0 MB, " in line and "/s" in line
+    assert lines[0] == f"fetching 2 files, {(len(DATA) + 1000) / 2**20:.1f} MiB"
+    assert len(lines) > 2 and all(line.startswith("fetched ") and " of 3.0 MiB, " in line and "/s" in line
                                   for line in lines[1:])
+    # the last line says where the bytes ended, however long since the one before
+    assert lines[-1].startswith("fetched 3.0 MiB of 3.0 MiB, ") and lines[-1].endswith(", 2 of 2 files (done)")
     assert capsys.readouterr().err == ""
