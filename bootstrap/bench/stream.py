@@ -10,7 +10,7 @@ import contextlib
 import gc
 import time
 import warnings
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from bootstrap.bench.results import LoaderConfig
 
@@ -96,6 +96,19 @@ SHM_FAILURE = "out of /dev/shm"
 # or the SIGBUS a write past a full tmpfs gets ("killed by signal: Bus error", PyTorch #5040).
 _SHM_SIGNS = ("shared memory", "(shm)", "/dev/shm", "Bus error", "No space left on device")
 _STOP_SIGNS = ("killed by signal: Terminated", "killed by signal: Interrupt")
+
+
+def sample_failure(exc: BaseException, workers: int) -> Optional[str]:
+    """The dataset's own error in one line ('ValueError: corrupt JPEG') when `exc` came from loading
+    samples: raised in the main process, or re-raised from a worker (torch quotes the worker's
+    'Original Traceback'). None when the workers died (out of /dev/shm, killed) or were stopped."""
+    text = str(exc)
+    if any(sign in text for sign in _SHM_SIGNS + _STOP_SIGNS) or (workers and "Original Traceback" not in text):
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if workers and lines:
+        return lines[-1]
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def worker_failure(exc: BaseException) -> str:

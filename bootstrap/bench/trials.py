@@ -16,8 +16,9 @@ from bootstrap.bench.budget import FLOOR_STEPS, MIN_WINDOW_BATCHES
 from bootstrap.bench.device import Trainer
 from bootstrap.bench.results import LoaderConfig, Measurement
 from bootstrap.bench.state import LoaderFailure, RunState
-from bootstrap.bench.stream import BatchStream, make_loader, worker_failure
+from bootstrap.bench.stream import BatchStream, make_loader, sample_failure, worker_failure
 from bootstrap.bench.window import WindowPlan, measure_loader_only, run_window
+from bootstrap.errors import InputError
 
 BASE_PLAN = WindowPlan()
 
@@ -128,17 +129,36 @@ def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadl
                                            label=f"loader {config.label}", config=config,
                                            batch_size=spec.batch_size, clock_zero=state.clock_zero,
                                            first_batch_s=stream.first_batch_s)
-    except RuntimeError as exc:
-        if not config.num_workers:
-            raise
-        if stream is not None:
-            stream.close(kill=True)
-        record_worker_failure(state, phase, config, exc)
+    except Exception as exc:  # noqa: BLE001 (the user's samples may raise anything: see `loader_failed`)
+        loader_failed(state, phase, config, exc, stream)
         return None
     finally:
         if stream is not None:
             stream.close()
     return state.record(measured)
+
+
+def loader_failed(state: RunState, phase: str, config: LoaderConfig, exc: Exception, stream: Optional[BatchStream]):
+    """What `exc`, raised while a loader of `config` ran, means for the run; returns only when it is a
+    result about that config (its workers died: `record_worker_failure`), else raises.
+
+    A sample of the user's dataset that fails to load (or collate) in the middle of the run is one line
+    naming the dataset, not a traceback: bench reads every sample, in shuffled order, so the first batch
+    passing does not mean the rest will. The built-in workload's errors are bench's own: re-raised."""
+    if stream is not None:
+        stream.close(kill=True)
+    why = None
+    if state.user_parts is not None and not isinstance(exc, InputError):
+        why = sample_failure(exc, config.num_workers)
+    if why is None:
+        if not isinstance(exc, RuntimeError) or not config.num_workers:
+            raise exc
+        record_worker_failure(state, phase, config, exc)
+        return
+    user = state.options.user
+    where = f"--dataset {user.dataset}" if isinstance(user.dataset, str) else "dataset"
+    raise InputError(where, f"a sample failed to load while bench measured {config.label}: {why}",
+                     "fix that sample, or make __getitem__ skip what it cannot read") from None
 
 
 def record_worker_failure(state: RunState, phase: str, config: LoaderConfig, exc: RuntimeError) -> None:

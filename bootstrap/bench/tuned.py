@@ -20,7 +20,7 @@ from bootstrap.bench.host import child_pids, workers_pss_kib
 from bootstrap.bench.results import LoaderConfig
 from bootstrap.bench.state import RunState
 from bootstrap.bench.stream import BatchStream, make_loader
-from bootstrap.bench.trials import fit_steps, min_window_s, record_worker_failure, trainer_for, window_plan
+from bootstrap.bench.trials import fit_steps, loader_failed, min_window_s, trainer_for, window_plan
 from bootstrap.bench.window import WindowPlan, run_window, warm_up
 
 TUNED_WINDOWS = 3
@@ -58,12 +58,8 @@ def _tuned_windows(state: RunState, deadline: float) -> str:
         stream.close()
         stream = None
         rechecked = _recheck(state, config, deadline) if count else ""
-    except RuntimeError as exc:
-        if not workers:
-            raise
-        if stream is not None:
-            stream.close(kill=True)
-        record_worker_failure(state, "tuned", config, exc)
+    except Exception as exc:  # noqa: BLE001 (the user's samples may raise anything: see `loader_failed`)
+        loader_failed(state, "tuned", config, exc, stream)
         return f"failed: {state.failures[-1].why}"
     finally:
         if stream is not None:

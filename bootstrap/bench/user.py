@@ -157,15 +157,18 @@ class NamedDataset:
 
 def check_dataset(dataset: Any, where: str, batch_size: int) -> int:
     """The dataset's length; an InputError for what is no map-style Dataset or holds too few samples."""
-    from torch.utils.data import IterableDataset
+    from torch.utils.data import Dataset, IterableDataset
 
     if isinstance(dataset, IterableDataset):
         raise InputError(where, f"returned an IterableDataset ({type(dataset).__name__}): bench tunes map-style "
                                 "datasets (shuffled, split across workers by index)",
                          "return a Dataset with __len__ and __getitem__")
-    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
-        raise InputError(where, f"returned {type(dataset).__name__}, not a torch.utils.data.Dataset",
-                         "return an object with __len__ and __getitem__")
+    missing = [name for name in ("__len__", "__getitem__") if not hasattr(dataset, name)]
+    if missing:
+        # torch's Dataset base class defines neither __len__ nor a working __getitem__: a subclass must
+        what = "a torch.utils.data.Dataset" if isinstance(dataset, Dataset) else "an object"
+        raise InputError(where, f"returned {type(dataset).__name__}, {what} without {' or '.join(missing)}: "
+                                "bench shuffles the samples by index", "give it __len__ and __getitem__")
     try:
         length = len(dataset)
     except Exception as exc:  # noqa: BLE001 (the user's __len__)
@@ -207,7 +210,8 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
         first = next(iter(loader))
     except Exception as exc:  # noqa: BLE001 (the user's __getitem__ or collate)
         by = f" with --collate {user.collate}" if isinstance(user.collate, str) else ""
-        raise InputError(where, f"could not load one batch{by}: {describe_error(exc)}") from None
+        fix = "fix --collate" if by else "give every sample one shape, or a --collate MODULE:FN that pads them"
+        raise InputError(where, f"could not load one batch{by}: {describe_error(exc)}", fix) from None
     return UserParts(dataset, collate_fn, model_factory, step_fn, first, time.perf_counter() - started)
 
 

@@ -224,8 +224,37 @@ BAD_DATASETS = textwrap.dedent('''
         def __iter__(self):
             return iter(range(10))
 
+    class NoLength(Dataset):
+        def __getitem__(self, index):
+            return torch.zeros(3, 16, 16, dtype=torch.uint8), 0
+
+    class Corrupt(Dataset):
+        """Sample 20 is a truncated file, read in the main process (when in_workers is False) or in a
+        DataLoader worker only: the first batch loads, a later one does not."""
+
+        def __init__(self, in_workers):
+            self.in_workers = in_workers
+
+        def __len__(self):
+            return 32
+
+        def __getitem__(self, index):
+            in_worker = torch.utils.data.get_worker_info() is not None
+            if index == 20 and in_worker == self.in_workers:
+                raise OSError("image file is truncated (sample 20)")
+            return torch.zeros(3, 16, 16, dtype=torch.uint8), 0
+
     def empty():
         return Empty()
+
+    def no_length():
+        return NoLength()
+
+    def corrupt():
+        return Corrupt(in_workers=False)
+
+    def corrupt_in_workers():
+        return Corrupt(in_workers=True)
 
     def ragged():
         return Ragged()
@@ -263,7 +292,9 @@ BAD_DATASETS = textwrap.dedent('''
     (["--dataset", "bad_inputs:raises"], "--dataset bad_inputs:raises",
      "raised FileNotFoundError: no such folder: /data/train"),
     (["--dataset", "bad_inputs:not_a_dataset"], "--dataset bad_inputs:not_a_dataset",
-     "returned int, not a torch.utils.data.Dataset"),
+     "returned int, an object without __len__ or __getitem__: bench shuffles the samples by index"),
+    (["--dataset", "bad_inputs:no_length"], "--dataset bad_inputs:no_length",
+     "returned NoLength, a torch.utils.data.Dataset without __len__"),
     (["--dataset", "bad_inputs:value"], "--dataset bad_inputs:value", "is a int, not a callable"),
     (["--dataset", "bad_inputs:empty"], "--dataset bad_inputs:empty", "returned an empty dataset (length 0)"),
     (["--dataset", "bad_inputs:stream"], "--dataset bad_inputs:stream", "returned an IterableDataset (Stream)"),
@@ -292,6 +323,26 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, capsys, cl
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith(f"error: {where}: {problem}"), err
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("factory, config", [("corrupt", "w=0 nopin"), ("corrupt_in_workers", "w=")])
+def test_a_sample_that_fails_mid_run_is_one_line_naming_the_dataset(tmp_path, capsys, clean_imports, factory,
+                                                                     config):
+    """The first batch loaded, a later sample does not (in the main process, or in a worker, whose error
+    torch re-raises with the worker's traceback quoted): one line with the sample's own error, exit 2."""
+    from bootstrap.cli import main
+
+    (tmp_path / "bad_inputs.py").write_text(BAD_DATASETS)
+    out = tmp_path / "out"
+    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--batch-size", str(BATCH), "--budget", "10",
+                 "--out", str(out), "--path", str(tmp_path), "--dataset", f"bad_inputs:{factory}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: --dataset bad_inputs:{factory}: a sample failed to load while bench measured "
+                          f"{config}"), err
+    assert err.rstrip().endswith("OSError: image file is truncated (sample 20) (fix that sample, or make "
+                                 "__getitem__ skip what it cannot read)"), err
     assert not out.exists() or not any(out.iterdir())
 
 
