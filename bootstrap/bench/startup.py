@@ -172,8 +172,9 @@ def _first_user_step(state: RunState) -> None:
         else:
             where = f"the built-in step ({state.model_name}) on --dataset {user.dataset}" \
                 if isinstance(user.dataset, str) else f"the built-in step ({state.model_name})"
-        fix = "" if user.step is not None else \
-            "the built-in step takes (images, labels) batches, labels below num_classes; or give --step"
+        fix = "" if user.step is not None else (
+            f"the built-in step takes (images, labels) batches: images N x 3 x H x W, labels below "
+            f"{state.workload.num_classes}; or give --step MODULE:FN")
         raise InputError(where, f"failed on the first batch: {describe_error(exc)}", fix) from None
 
 

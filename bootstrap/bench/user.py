@@ -210,7 +210,8 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
         first = next(iter(loader))
     except Exception as exc:  # noqa: BLE001 (the user's __getitem__ or collate)
         by = f" with --collate {user.collate}" if isinstance(user.collate, str) else ""
-        fix = "fix --collate" if by else "give every sample one shape, or a --collate MODULE:FN that pads them"
+        fix = "fix --collate" if by else \
+            "return tensors of one shape from __getitem__, or give a --collate MODULE:FN that makes the batch"
         raise InputError(where, f"could not load one batch{by}: {describe_error(exc)}", fix) from None
     return UserParts(dataset, collate_fn, model_factory, step_fn, first, time.perf_counter() - started)
 
