@@ -15,10 +15,13 @@ as they were.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Iterator, Optional
 
 from bootstrap.bench.config import (
     MODELS,
@@ -156,11 +159,11 @@ def _progress(event: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from bootstrap.bench.report import check_out, envelope_json, render_text, write_reports
 
-    options = build_options(args)
-    check_out(args.out, png=not args.no_png)  # a bad --out costs nothing: it fails before the run
     progress = None if args.quiet else _progress
     reporter = True
-    with sigterm_as_interrupt() as terminated:
+    with stdout_kept_for(args.json), sigterm_as_interrupt() as terminated:
+        options = build_options(args)  # imports --dataset's module: what it prints is the user's output
+        check_out(args.out, png=not args.no_png)  # a bad --out costs nothing: it fails before the run
         if args.distributed:
             from bootstrap.bench.distributed import run_distributed
 
@@ -188,6 +191,36 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {', '.join(str(p) for p in written)}" + (" (partial)" if result.partial else ""),
           file=sys.stderr if args.json else sys.stdout, flush=True)
     return code
+
+
+@contextlib.contextmanager
+def stdout_kept_for(json_out: bool) -> Iterator[None]:
+    """With --json, stdout carries the report alone: whatever the user's dataset, model or step print
+    (here, or in DataLoader workers, which inherit the file descriptor) goes to stderr until the run ends."""
+    if not json_out:
+        yield
+        return
+    sys.stdout.flush()
+    out_fd, err_fd = _fileno(sys.stdout), _fileno(sys.stderr)
+    saved = os.dup(out_fd) if out_fd is not None and err_fd is not None else None
+    if saved is not None:
+        os.dup2(err_fd, out_fd)
+    real, sys.stdout = sys.stdout, sys.stderr
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stdout = real
+        if saved is not None:
+            os.dup2(saved, out_fd)
+            os.close(saved)
+
+
+def _fileno(stream: Any) -> Optional[int]:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):  # a test's captured stream has no descriptor
+        return None
 
 
 def _not_written(exc: OSError, out: Path, png: bool) -> Exception:

@@ -189,6 +189,48 @@ def test_the_cli_tunes_the_users_folder_with_real_workers(tmp_path):
         assert "collate_fn=collate_fn," in report["snippet"] and f"batch_size={BATCH}," in report["snippet"]
 
 
+CHATTY = textwrap.dedent('''
+    import torch
+    from torch.utils.data import Dataset
+
+    print("chatty: imported")
+
+
+    class Chatty(Dataset):
+        def __init__(self):
+            print("chatty: loading 64 samples")
+
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, index):
+            worker = torch.utils.data.get_worker_info()
+            print(f"chatty: sample {index} in {'a worker' if worker else 'the main process'}")
+            return torch.zeros(3, 16, 16, dtype=torch.uint8), index % 2
+
+
+    def make():
+        return Chatty()
+''')
+
+
+def test_json_stdout_stays_the_report_when_the_dataset_prints(tmp_path):
+    """`--json` is for a program to read: what the user's module prints on import, in its factory and in
+    __getitem__ (in the main process and in workers, which inherit the descriptor) goes to stderr."""
+    (tmp_path / "user_chatty.py").write_text(CHATTY)
+    done = bench_cli(["--dataset", "user_chatty:make", "--budget", "4", "--max-workers", "1", "--out",
+                      str(tmp_path / "out"), "--json"], cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads(done.stdout)["extra"]  # nothing but the envelope on stdout
+    assert "chatty: imported" in done.stderr and "chatty: loading 64 samples" in done.stderr
+    assert "in the main process" in done.stderr
+    if any(m["config"] and m["config"]["num_workers"] for m in report["measurements"]):
+        assert "chatty: sample" in done.stderr and "in a worker" in done.stderr
+    refused = bench_cli(["--dataset", "user_chatty:missing", "--json"], cwd=tmp_path)
+    assert refused.returncode == 2 and json.loads(refused.stdout)["error"]["exit_code"] == 2
+    assert "chatty: imported" in refused.stderr
+
+
 @pytest.mark.slow
 def test_tune_loader_measures_workers_on_the_dataset_object(tmp_path, clean_imports):
     from bootstrap.bench import tune_loader
