@@ -138,7 +138,8 @@ def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadl
     return state.record(measured)
 
 
-def loader_failed(state: RunState, phase: str, config: LoaderConfig, exc: Exception, stream: Optional[BatchStream]):
+def loader_failed(state: RunState, phase: str, config: LoaderConfig, exc: Exception,
+                  stream: Optional[BatchStream]) -> None:
     """What `exc`, raised while a loader of `config` ran, means for the run; returns only when it is a
     result about that config (its workers died: `record_worker_failure`), else raises.
 
