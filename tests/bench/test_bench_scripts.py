@@ -59,7 +59,10 @@ def test_bench_loader_compares_the_pick_with_the_advice_and_the_grid(tmp_path: P
         # the grid's rounds choose its best point; fresh rounds measure it beside the pick
         assert run["grid_best_selection"] == max(run["grid"].values()) and run["configs"] >= 14
         assert run["grid"][run["grid_label"]] == run["grid_best_selection"]
-        assert run["pick_vs_best"] == pytest.approx(run["pick"] / run["grid_best"])
+        if run["pick_label"] == "-":  # a busy host: bench's 8 s ran out before its tuner picked
+            assert run["pick"] is None and run["pick_vs_best"] is None
+        else:
+            assert run["pick_vs_best"] == pytest.approx(run["pick"] / run["grid_best"])
 
 
 @pytest.mark.parametrize("name", ["bench_verify.py", "bench_lock.py"])
