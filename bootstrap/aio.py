@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Coroutine, TypeVar
 
 T = TypeVar("T")
@@ -11,11 +12,29 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run(coro)`, closing `coro` when it never got to run.
 
     A Ctrl-C between making a coroutine and the loop starting it leaves it unawaited, and
-    Python then prints a RuntimeWarning under the one line that says "interrupted"."""
+    Python then prints a RuntimeWarning under the one line that says "interrupted". One that
+    lands inside the event loop's constructor leaves a loop without its `_thread_id`, whose
+    `__del__` then fails when it is collected: that report is dropped too (`_quiet_half_built_loops`)."""
     import asyncio  # not at the top: the verbs that never reach rattler do without it
 
     try:
         return asyncio.run(coro)
-    except BaseException:
+    except BaseException as exc:
         coro.close()
+        if isinstance(exc, KeyboardInterrupt) and not isinstance(sys.unraisablehook, _QuietHalfBuiltLoops):
+            sys.unraisablehook = _QuietHalfBuiltLoops(sys.unraisablehook)
         raise
+
+
+class _QuietHalfBuiltLoops:
+    """An unraisable hook that drops the AttributeError of a half-built event loop's `__del__` and
+    passes every other report on to the hook it replaced."""
+
+    def __init__(self, previous: Any) -> None:
+        self.previous = previous
+
+    def __call__(self, unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, AttributeError) and \
+                getattr(unraisable.object, "__qualname__", "") == "BaseEventLoop.__del__":
+            return
+        self.previous(unraisable)

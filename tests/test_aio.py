@@ -30,3 +30,35 @@ def test_interrupt_before_the_loop_starts_leaves_no_unawaited_warning(monkeypatc
             aio.run(_answer())
         gc.collect()
     assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+
+
+def test_interrupt_inside_the_loops_constructor_prints_nothing_more(tmp_path) -> None:
+    """Ctrl-C landing in BaseEventLoop.__init__, before it sets `_thread_id`: the half-built loop's __del__
+    fails when collected; that report must not follow the one "interrupted" line. Other reports still show."""
+    import subprocess
+    import sys
+
+    from tests.fixtures import REPO
+
+    code = (
+        "import asyncio, gc, sys\n"
+        "from asyncio import base_events\n"
+        "from bootstrap import aio\n"
+        "def interrupted(self):\n"
+        "    self._closed = False  # as far as the constructor got when the signal landed\n"
+        "    raise KeyboardInterrupt\n"
+        "base_events.BaseEventLoop.__init__ = interrupted\n"
+        "async def answer(): return 42\n"
+        "try:\n"
+        "    aio.run(answer())\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', file=sys.stderr)\n"
+        "gc.collect()\n"
+        "class Loud:\n"
+        "    def __del__(self): raise ValueError('still reported')\n"
+        "Loud()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    lines = done.stderr.splitlines()
+    assert lines[0] == "interrupted" and "BaseEventLoop.__del__" not in done.stderr, done.stderr
+    assert "ValueError: still reported" in done.stderr
