@@ -55,26 +55,34 @@ def test_set_up_past_the_quarter_leaves_the_phases_before_the_tuner_nothing_beyo
     assert given["tune"] + given["tuned"] == pytest.approx(40.0)
 
 
+class FakeMeasure:
+    """`measure` for the search on a fake clock: a window costs its seconds with warm-up plus 0.1 s of
+    start-up; `rate(workers)` gives each window's rate; `order` the worker counts measured, in order."""
+
+    def __init__(self, rate):
+        self.rate, self.now, self.order = rate, 0.0, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def __call__(self, config, window_s):
+        self.order.append(config.num_workers)
+        self.now += window_s * tune.MEASURE_OVERHEAD + 0.1
+        rate = self.rate(config.num_workers)
+        return Measurement("tune", config.label, config, 10, int(rate * window_s), window_s, rate, cv=0.01)
+
+
 def test_the_prediction_is_measured_first_and_a_short_deadline_never_leaves_it_out():
     counts = tune.worker_candidates(10, 16)
     order = tune.measure_order(counts, 10)
     assert 10 in counts and order[0] == 10 and sorted(order) == list(counts)
     assert order.index(8) < order.index(2) < order.index(0)  # nearest (in doublings) first
 
-    class Clock:
-        now = 0.0
-
-    measured = []
-
-    def measure(config, window):
-        measured.append(config.num_workers)
-        Clock.now += window * tune.MEASURE_OVERHEAD + 0.1
-        return Measurement("tune", config.label, config, 10, 80, window, 100.0 + config.num_workers, cv=0.01)
-
+    measure = FakeMeasure(lambda workers: 100.0 + workers)
     configs = [LoaderConfig(num_workers=w) for w in order]
     result = tune.successive_halving(configs, measure, deadline=3.0, ceiling_samples_per_s=None, early_stop=0.95,
-                                     minimum_noise=0.03, min_window_s=0.5, clock=lambda: Clock.now)
-    assert measured[0] == 10 and 1 < len(result.unmeasured) < len(configs)
+                                     minimum_noise=0.03, min_window_s=0.5, clock=measure.clock)
+    assert measure.order[0] == 10 and 1 < len(result.unmeasured) < len(configs)
     assert all(c.num_workers != 10 for c in result.unmeasured)
 
 
@@ -102,21 +110,13 @@ def test_a_prior_from_a_quiet_moment_does_not_decide_the_winner():
     busy. Re-measuring the top three in reverse order, interleaved, shows the worker config is the faster."""
     fresh = {0: [100.0] * 3, 1: [150.0, 160.0, 155.0], 2: [140.0, 150.0, 145.0]}
 
-    class Clock:
-        now = 0.0
-
-    order = []
-
-    def measure(config, window_s):
-        order.append(config.num_workers)
-        Clock.now += window_s * tune.MEASURE_OVERHEAD + 0.1
-        return window(config.num_workers, fresh[config.num_workers].pop(0), seconds=window_s)
-
+    measure = FakeMeasure(lambda workers: fresh[workers].pop(0))
+    order = measure.order
     configs = [LoaderConfig(num_workers=w, persistent_workers=w > 0) for w in (1, 2, 0)]
     prior = {configs[2]: window(0, 170.0, cv=0.2, seconds=0.8, phase="naive")}
     result = tune.successive_halving(configs, measure, deadline=60.0, ceiling_samples_per_s=None, early_stop=0.95,
                                      minimum_noise=0.03, prior=prior, reserve_measurements=tune.CONFIRM,
-                                     confirm=tune.CONFIRM, clock=lambda: Clock.now)
+                                     confirm=tune.CONFIRM, clock=measure.clock)
     assert result.winner.config.num_workers == 1
     assert order[:2] == [1, 2] and 0 in order  # round one measures the new ones; naive's prior is re-measured
     confirmations = order[-3:]
