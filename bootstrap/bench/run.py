@@ -13,8 +13,10 @@ slice of the budget and `outcome` computes the result from the state.
 A measurement starts only when it ends inside the budget, and what the
 budget could not pay for is reported with the budget a complete run would
 need. Ctrl-C (and SIGTERM, through the CLI) ends the run where it is: the
-result is marked `partial` and holds what was measured. Nothing here
-prints; progress goes to the callback the caller passes.
+result is marked `partial` and holds what was measured. A run still going
+well past its budget is stuck (`watchdog`): it stops, and raises one
+InputError naming the dataset. Nothing here prints; progress goes to the
+callback the caller passes.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from bootstrap.bench.results import BenchResult, PhaseRecord
 from bootstrap.bench.schedule import Phase, applicable_phases, run_phase
 from bootstrap.bench.startup import clean_up, set_up
 from bootstrap.bench.state import Progress, ProgressFn, RunState, new_state
+from bootstrap.bench.trials import dataset_where
 from bootstrap.bench.tuned import tuned
+from bootstrap.bench.watchdog import Stalled, give_up_s, watchdog
+from bootstrap.errors import InputError
 
 __all__ = ["PHASE_FUNCTIONS", "Progress", "ProgressFn", "run_bench", "run_phases", "run_scheduled_phases"]
 
@@ -48,16 +53,22 @@ def run_bench(options: BenchOptions, progress: Optional[ProgressFn] = None, *,
     number of times on every rank.
     """
     state = new_state(options, progress, barrier=barrier, rank=rank)
+    stalled = False
     try:
-        run_phases(state)
+        with watchdog(give_up_s(state.options.budget_s)):
+            run_phases(state)
     except KeyboardInterrupt:
         mark_interrupted(state)
+    except Stalled:
+        stalled = True
     finally:
         try:
             clean_up(state)
         except KeyboardInterrupt:  # the stop came as the run ended (a job's time limit): the clean-up still finishes
             mark_interrupted(state)
             clean_up(state)
+    if stalled:
+        raise stalled_error(state)
     return build_result(state)
 
 
@@ -81,3 +92,15 @@ def mark_interrupted(state: RunState) -> None:
     if not state.phase_records or state.phase_records[-1].status != "interrupted":
         state.phase_records.append(PhaseRecord(state.current_phase, state.elapsed_s(), 0.0, 0.0, "interrupted",
                                                "interrupted here"))
+
+
+def stalled_error(state: RunState) -> InputError:
+    """The one line for a run the watchdog stopped: where it was, and what usually holds a run."""
+    budget_s = state.options.budget_s
+    over = f"still running {state.elapsed_s() - budget_s:.0f} s past its {budget_s:g} s budget, " \
+           f"in the {state.current_phase} phase: stopped"
+    if state.options.user is None:
+        return InputError(f"bench --budget {budget_s:g}", over, "give it a larger --budget")
+    return InputError(dataset_where(state), f"{over}; a __getitem__, collate or step that never returns?",
+                      "time one sample by hand; a dataset this slow needs a larger --budget or a smaller "
+                      "--batch-size")

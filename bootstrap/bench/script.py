@@ -33,6 +33,8 @@ def tune_loader(dataset: Any, *, batch_size: int, budget: float = 60.0, device: 
     When the budget ran out before the tuner picked a configuration
     (`report.best` is None; `report.checks` says what was left out), the
     arguments are the fastest loader's it measured, else num_workers=0.
+    A sample that fails, or a run still stuck well past its budget (a
+    sample that never returns: `bench.watchdog`), raises InputError.
     Shell equivalent: `python -m bootstrap bench --dataset MODULE:FACTORY`.
     """
     from bootstrap.bench.config import BenchOptions, WorkloadSpec

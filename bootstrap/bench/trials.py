@@ -132,10 +132,20 @@ def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadl
     except Exception as exc:  # noqa: BLE001 (the user's samples may raise anything: see `loader_failed`)
         loader_failed(state, phase, config, exc, stream)
         return None
+    except BaseException:
+        stop_workers(stream)
+        raise
     finally:
         if stream is not None:
             stream.close()
     return state.record(measured)
+
+
+def stop_workers(stream: Optional[BatchStream]) -> None:
+    """Ctrl-C or a stalled run: terminate the workers now, whatever they are doing. A graceful shutdown
+    waits out a timeout for each worker stuck in a sample."""
+    if stream is not None:
+        stream.close(kill=True)
 
 
 def loader_failed(state: RunState, phase: str, config: LoaderConfig, exc: Exception,
@@ -146,8 +156,7 @@ def loader_failed(state: RunState, phase: str, config: LoaderConfig, exc: Except
     A sample of the user's dataset that fails to load (or collate) in the middle of the run is one line
     naming the dataset, not a traceback: bench reads every sample, in shuffled order, so the first batch
     passing does not mean the rest will. The built-in workload's errors are bench's own: re-raised."""
-    if stream is not None:
-        stream.close(kill=True)
+    stop_workers(stream)
     why = None
     if state.user_parts is not None and not isinstance(exc, InputError):
         why = sample_failure(exc, config.num_workers)
@@ -156,10 +165,14 @@ def loader_failed(state: RunState, phase: str, config: LoaderConfig, exc: Except
             raise exc
         record_worker_failure(state, phase, config, exc)
         return
-    user = state.options.user
-    where = f"--dataset {user.dataset}" if isinstance(user.dataset, str) else "dataset"
-    raise InputError(where, f"a sample failed to load while bench measured {config.label}: {why}",
+    raise InputError(dataset_where(state), f"a sample failed to load while bench measured {config.label}: {why}",
                      "fix that sample, or make __getitem__ skip what it cannot read") from None
+
+
+def dataset_where(state: RunState) -> str:
+    """How a message names the user's dataset: the --dataset reference, else 'dataset' (tune_loader)."""
+    dataset = state.options.user.dataset
+    return f"--dataset {dataset}" if isinstance(dataset, str) else "dataset"
 
 
 def record_worker_failure(state: RunState, phase: str, config: LoaderConfig, exc: RuntimeError) -> None:

@@ -20,7 +20,7 @@ from bootstrap.bench.host import child_pids, workers_pss_kib
 from bootstrap.bench.results import LoaderConfig
 from bootstrap.bench.state import RunState
 from bootstrap.bench.stream import BatchStream, make_loader
-from bootstrap.bench.trials import fit_steps, loader_failed, min_window_s, trainer_for, window_plan
+from bootstrap.bench.trials import fit_steps, loader_failed, min_window_s, stop_workers, trainer_for, window_plan
 from bootstrap.bench.window import WindowPlan, run_window, warm_up
 
 TUNED_WINDOWS = 3
@@ -61,6 +61,9 @@ def _tuned_windows(state: RunState, deadline: float) -> str:
     except Exception as exc:  # noqa: BLE001 (the user's samples may raise anything: see `loader_failed`)
         loader_failed(state, "tuned", config, exc, stream)
         return f"failed: {state.failures[-1].why}"
+    except BaseException:
+        stop_workers(stream)
+        raise
     finally:
         if stream is not None:
             stream.close()
