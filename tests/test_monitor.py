@@ -312,6 +312,73 @@ def test_a_reader_that_goes_away_keeps_the_log(h200, tmp_path, monkeypatch):
     assert h200.count("nvmlShutdown") == 1
 
 
+def test_a_second_signal_while_the_log_is_renamed_does_not_leave_it_half_done(h200, tmp_path, monkeypatch):
+    """`timeout` signals the whole process group: a SIGTERM that lands while the log is committed (after
+    Ctrl-C or the first SIGTERM) is only noted, so FILE is written and no FILE.partial is left."""
+    import os
+    import signal
+
+    from bootstrap.monitor.log import SampleLog
+
+    ctrl_c_at_sleep(2, monkeypatch)
+    commit = SampleLog.commit
+
+    def commit_under_fire(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler runs between bytecodes, soon after the kill
+            pass
+        commit(self)
+
+    monkeypatch.setattr(SampleLog, "commit", commit_under_fire)
+    out = tmp_path / "gpu.csv"
+    assert main(["monitor", "--csv", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 1 + 4
+    assert not list(tmp_path.glob("*.partial"))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGHUP")
+def test_a_terminal_that_hangs_up_keeps_the_log(tmp_path):
+    """SIGHUP (a closed terminal, a dropped ssh session) ends a real monitor process as Ctrl-C does: the
+    summary, FILE written, no FILE.partial, exit 0."""
+    import signal
+    import time
+
+    script = (f"import sys; sys.path[:0] = [{str(REPO)!r}]\n"
+              "from tests.fixtures.fakes import RecordedNvml\n"
+              "sys.modules['pynvml'] = RecordedNvml.load('h200x2-ddp.json')\n"
+              "from bootstrap.cli import main\n"
+              "sys.exit(main(['monitor', '--interval', '0.05', '--csv', 'gpu.csv']))\n")
+    process = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "gpu.csv.partial").exists() or (tmp_path / "gpu.csv.partial").stat().st_size < 400:
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGHUP)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert "summary:" in out and "wrote gpu.csv" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.csv"]
+
+
+def test_a_partial_log_in_the_way_says_whether_a_monitor_is_writing_it(h200, tmp_path, capsys):
+    """FILE.partial held by a running monitor, or left by one killed outright: neither is overwritten,
+    and the one line tells which it is."""
+    from bootstrap.monitor.log import SampleLog
+
+    out = tmp_path / "gpu.csv"
+    writing = SampleLog(out, "csv")
+    try:
+        assert main(["monitor", "--count", "1", "--csv", str(out)]) == 2
+        assert "gpu.csv.partial: exists: another monitor is writing it" in capsys.readouterr().err
+    finally:
+        writing._handle.close()  # as SIGKILL would: the lock goes, the rows stay
+    assert main(["monitor", "--count", "1", "--csv", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gpu.csv.partial: was left by a monitor that was killed" in err, err
+    assert (tmp_path / "gpu.csv.partial").read_text().startswith("timestamp,") and not out.exists()
+
+
 def test_once_prints_one_table_without_statistics(h200, capsys):
     assert main(["monitor", "--once"]) == 0
     out = capsys.readouterr().out

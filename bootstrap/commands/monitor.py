@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     rows_logged = 0
     try:
         log = SampleLog(log_path, fmt, f"--{fmt}") if log_path is not None else None
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt() as received:
             try:
                 for sample in run_samples(sampler, args.interval, 1 if args.once else args.count):
                     summary.add(sample)
@@ -110,9 +110,10 @@ def run(args: argparse.Namespace) -> int:
                     log.commit()
                     log = None
                 raise
-        if log is not None:
-            log.commit()
-            log = None
+            received.wind_down()  # a signal now (`timeout` signals the whole process group) is only noted
+            if log is not None:
+                log.commit()
+                log = None
     finally:
         if log is not None:
             log.discard()  # an error, not an interruption: the command failed, so nothing is left

@@ -1,9 +1,10 @@
-"""SIGTERM ends a long-running verb as Ctrl-C does.
+"""SIGTERM (and SIGHUP) end a long-running verb as Ctrl-C does.
 
 `kill PID`, `timeout 60 ...`, Slurm, Docker and Kubernetes stop a job with
-SIGTERM. Python's default is to die on the spot: no summary, no partial
-report, temporary data left behind. Within `sigterm_as_interrupt()` it is
-a KeyboardInterrupt instead, which the verbs already handle.
+SIGTERM; a closed terminal or a dropped ssh session sends SIGHUP. Python's
+default is to die on the spot: no summary, no partial report, temporary
+data left behind. Within `sigterm_as_interrupt()` either is a
+KeyboardInterrupt instead, which the verbs already handle.
 """
 
 from __future__ import annotations
@@ -13,25 +14,41 @@ import signal
 from typing import Any, Iterator, List
 
 
+class Received(List[int]):
+    """The signals received in the block, in order. After `wind_down()` none raises any more, Ctrl-C
+    included: what is left (renaming a finished log into place) is short and must not be cut in half."""
+
+    raising = True
+
+    def wind_down(self) -> None:
+        self.raising = False
+
+
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[List[int]]:
-    """Within the block, the first SIGTERM raises KeyboardInterrupt wherever the program is; any later
-    one is noted, not raised, so the clean-up the first one started finishes. Yields the signals
+def sigterm_as_interrupt() -> Iterator[Received]:
+    """Within the block, the first SIGTERM or SIGHUP raises KeyboardInterrupt wherever the program is; any
+    later one is noted, not raised, so the clean-up the first one started finishes. Yields the signals
     received (for an exit status of 128 + the signal, as a shell reports it). Outside the main
     thread (a program embedding bootstrap), its signals are left alone."""
-    received: List[int] = []
+    received = Received()
 
     def interrupt(signum: int, frame: Any) -> None:  # noqa: ARG001 (signal handler signature)
+        if signum == signal.SIGINT and received.raising:
+            raise KeyboardInterrupt  # Python's own Ctrl-C, until `wind_down`
         received.append(signum)
-        if len(received) == 1:
+        if len(received) == 1 and received.raising:
             raise KeyboardInterrupt
 
+    signums = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])  # no SIGHUP on Windows
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored Ctrl-C (nohup, `&`) stays so
+        signums.append(signal.SIGINT)
     try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
+        previous = {signum: signal.signal(signum, interrupt) for signum in signums}
     except ValueError:  # not the main thread
         yield received
         return
     try:
         yield received
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

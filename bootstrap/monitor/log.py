@@ -102,10 +102,11 @@ class SampleLog:
             flags = os.O_WRONLY if self.direct else os.O_WRONLY | os.O_CREAT | os.O_EXCL
             fd = os.open(self.partial, flags, 0o644)
         except FileExistsError:
-            raise InputError(self.partial, "exists: another monitor is writing it, or one was killed",
-                             "stop the other monitor, or remove the file") from None
+            raise _partial_exists(self.partial) from None
         except OSError as exc:
             raise InputError(self.path, f"cannot write: {exc.strerror}", "choose another file") from None
+        if not self.direct:
+            _hold(fd)
         self._handle = open(fd, "w", encoding="utf-8", newline="")
         self._csv = csv.writer(self._handle, lineterminator="\n") if fmt == "csv" else None
         if self._csv is not None:
@@ -147,3 +148,34 @@ class SampleLog:
         first, so the free space reported is what is left without it."""
         self.discard()
         return write_failed(exc, self.path, self.flag, "the log is removed" if not self.direct else "logging stopped")
+
+
+def _hold(fd: int) -> None:
+    """Lock the partial file while this monitor writes it, so that the next one can tell a writer from a
+    file a killed monitor left (the lock goes with the process)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: the message cannot tell the two apart
+        return
+    with contextlib.suppress(OSError):  # a file system without locks: likewise
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _partial_exists(partial: Path) -> InputError:
+    """Why `partial` is in the way: a monitor still writing it (its lock is held), or one killed outright
+    (SIGKILL, a crash) whose rows are in it. Neither is overwritten."""
+    try:
+        import fcntl
+
+        fd = os.open(partial, os.O_RDONLY)
+    except (ImportError, OSError):
+        return InputError(partial, "exists: another monitor is writing it, or one was killed",
+                          "stop the other monitor, or move the file away")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return InputError(partial, "exists: another monitor is writing it", "stop it, or log to another file")
+    finally:
+        os.close(fd)
+    return InputError(partial, "was left by a monitor that was killed; it holds that run's rows",
+                      "move it away (or delete it) and run again")
