@@ -144,6 +144,26 @@ def test_unknown_or_unlocked_variants_and_mixed_flags_are_one_line(project: Proj
     assert not prefix_of(project).exists()
 
 
+@pytest.mark.parametrize("corrupt", ["empty", "version 2", "truncated", "binary", "null", "a list"])
+@pytest.mark.parametrize("which", ["cpu", "cu128"])
+def test_a_lock_that_cannot_be_read_stops_auto_instead_of_being_passed_over(project: Project, channel: Path,
+                                                                           capsys, corrupt: str, which: str) -> None:
+    """Auto judges every variant's lock: a broken one (the default's or the pick's) is bad input naming the
+    file, exit 2, not a silent switch to whichever other variant still reads."""
+    path = project.lock_path("py310") if which == "cpu" else project.variant_lock_path("py310", "cu128")
+    text = path.read_text()
+    path.write_bytes({"empty": b"", "version 2": text.replace("version: 1", "version: 2").encode(),
+                      "truncated": text[: len(text) // 2].encode(), "binary": bytes(range(256)) * 4,
+                      "null": b"null\n", "a list": b"- 1\n- 2\n"}[corrupt])
+    for facts in (H200, None):
+        capsys.readouterr()
+        extra = ["--dry-run"] + (["--facts", str(facts)] if facts else [])
+        assert main(env_args(project, str(channel), *extra)) == 2, (facts, corrupt)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {path}"), err
+    assert not prefix_of(project).exists()
+
+
 def test_a_spec_without_variants_has_no_variant_to_name(tmp_path: Path, channel: Path, capsys) -> None:
     project = make_project(tmp_path / "plain", platforms=("linux-64",), conda=CONDA, pip=PIP)
     assert main(env_args(project, str(channel), "--variant", "cpu")) == 2
