@@ -8,6 +8,15 @@ import sys
 from bootstrap.cli import EXIT_BROKEN_PIPE, main
 from bootstrap.errors import EXIT_INTERRUPTED
 
+for _name in ("stdout", "stderr"):
+    _stream = getattr(sys, _name)
+    if _stream is None:  # the shell closed it (`>&-`): what would be written there goes nowhere
+        setattr(sys, _name, open(os.devnull, "w"))
+    elif hasattr(_stream, "reconfigure") and _stream.errors != "backslashreplace":
+        # A GPU name or path the locale's encoding cannot spell (LANG=C, PYTHONIOENCODING=ascii) is
+        # printed escaped, not a UnicodeEncodeError traceback halfway through a report.
+        _stream.reconfigure(errors="backslashreplace")
+
 try:
     code = main()
     sys.stdout.flush()

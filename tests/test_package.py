@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
 import shutil
 import subprocess
@@ -73,6 +74,35 @@ def bootstrap_into_closed_pipe(*argv: str) -> subprocess.CompletedProcess:
                               text=True, cwd=REPO, timeout=120)
     finally:
         os.close(write)
+
+
+def facts_with_gpu_name(tmp_path: Path, name: str) -> Path:
+    facts = json.loads((REPO / "tests" / "data" / "verify" / "h200x1-580.159.04.facts.json").read_text())
+    facts["nvidia"]["gpus"][0]["name"] = name
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps(facts))
+    return path
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_text_the_terminal_cannot_spell_is_escaped_not_a_traceback(tmp_path: Path, encoding: str) -> None:
+    facts = facts_with_gpu_name(tmp_path, "NVIDIA H200 \U0001f680 \u03bb")
+    done = subprocess.run([sys.executable, "-m", "bootstrap", "doctor", "--facts", str(facts)], capture_output=True,
+                          cwd=REPO, timeout=120, env={**os.environ, "PYTHONIOENCODING": encoding})
+    assert done.returncode in (0, 1) and b"Traceback" not in done.stderr, done.stderr
+    assert b"NVIDIA H200 \\U0001f680 " in done.stdout
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell")
+@pytest.mark.parametrize("closed", [">&-", "2>&-", ">&- 2>&-"])
+def test_a_closed_stdout_or_stderr_is_no_traceback(tmp_path: Path, closed: str) -> None:
+    """`bootstrap doctor >&-`: what would go there goes nowhere; the exit code is the command's own."""
+    facts = facts_with_gpu_name(tmp_path, "NVIDIA H200")
+    script = f'exec 3>&1; "$0" -m bootstrap doctor --facts "$1" {closed}; echo "rc=$?" >&3'
+    done = subprocess.run(["sh", "-c", script, sys.executable, str(facts)], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "rc=0", (done.stdout, done.stderr)
+    assert "Traceback" not in done.stdout + done.stderr
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
