@@ -15,7 +15,7 @@ import io
 import json
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from bootstrap import __version__
 from bootstrap.errors import EXIT_INTERRUPTED, EXIT_USAGE, BootstrapError, DiskFullError, MissingModuleError
@@ -58,12 +58,22 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     return parser
 
 
+USAGE_MESSAGE_CHARS = 200
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, but a usage error is raised (as `_UsageError`) rather than exiting, so that a
-    `--json` run still gets its error envelope; and it is one line, as every other bad input is, pointing
-    at `--help` instead of printing the usage above it. Subparsers are of this class too."""
+    `--json` run still gets its error envelope; and it is one short line, as every other bad input is,
+    pointing at `--help` instead of printing the usage above it. Options are spelt out, never
+    abbreviated. Subparsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `doctor --s x` must not quietly mean --save-facts x
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
+        if len(message) > USAGE_MESSAGE_CHARS:  # "unrecognized arguments: " quotes every one of them
+            message = message[:USAGE_MESSAGE_CHARS - 3] + "..."
         raise _UsageError(f"{message} (see `{self.prog} --help`)")
 
 

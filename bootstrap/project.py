@@ -9,15 +9,20 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from bootstrap.errors import InputError
+from bootstrap.errors import InputError, excerpt
 
 DEFAULT_ENV = "py310"
 VIRTUAL_PACKAGES_FILE = "virtual-packages.yml"
 LOCK_SUFFIX = ".conda-lock.yml"
+# An env is named by its spec's file name: no separators, spaces or control characters to smuggle into
+# a path or a message, and short enough to quote whole.
+ENV_NAME_CHARS = 64
+ENV_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,%d}" % (ENV_NAME_CHARS - 1))
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,9 @@ class Project:
         if not env.strip():
             raise InputError(where, f"empty env name {env!r}",
                              f"name an env (e.g. {self.default_env}) or leave {where} out for the default")
+        if not ENV_NAME.fullmatch(env):
+            raise InputError(where, f"env name {excerpt(env)} is not the name of a spec in envs/",
+                             f"letters, digits, '.', '_' and '-', at most {ENV_NAME_CHARS} (e.g. {self.default_env})")
 
     def resolve_envs(self, requested: list[str], where: str = "ENV") -> list[str]:
         """The envs a command acts on: those requested (checked to exist) or all of them."""

@@ -1,5 +1,6 @@
 """An empty ENV is bad input for every verb that takes one, never a silent "the default env"
-(`bootstrap env "$ENV"` with ENV unset in a script must not install py310)."""
+(`bootstrap env "$ENV"` with ENV unset in a script must not install py310); a name that cannot be a
+spec's file name is refused in one short line, whatever it holds."""
 
 from __future__ import annotations
 
@@ -38,3 +39,29 @@ def test_an_empty_env_name_is_bad_input(tmp_path: Path, capsys, verb: str, blank
     assert err.count("\n") == 1 and err.startswith("error: "), err
     assert "empty env name" in err or "cannot be combined" in err, err  # --from-prefix refuses any ENV
     assert tree(root) == before
+
+
+ODD_NAMES = ["py310 ", " py310", "py310\n", "../py310", "envs/py310", "a/b", "py\x1b[31m310", "py310\x00",
+             ".hidden", "x" * 65, "x" * 100_000, "py\u202e310", "\u03c0y310", "py310\t", "~py310"]
+
+
+@pytest.mark.parametrize("name", ODD_NAMES, ids=lambda n: repr(n[:20]))
+@pytest.mark.parametrize("verb", VERBS)
+def test_a_name_that_is_no_spec_file_name_is_one_short_line(tmp_path: Path, capsys, verb: str, name: str) -> None:
+    root = tmp_path / "proj"
+    make_project(root)
+    before = tree(root)
+    argv = [arg.format(root=root, blank=name) for arg in VERBS[verb]]
+    assert main([*argv, "--root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and len(err) < 300, err
+    assert "is not the name of a spec in envs/" in err or "cannot be combined" in err, err
+    assert "\x1b" not in err and "\x00" not in err and "\u202e" not in err
+    assert tree(root) == before
+
+
+@pytest.mark.parametrize("name", ["py310", "py3.10", "team_gpu-2", "A" * 64])
+def test_names_of_letters_digits_dots_dashes_and_underscores_are_names(tmp_path: Path, capsys, name: str) -> None:
+    from bootstrap.project import Project
+
+    assert Project(tmp_path).env_or_default(name) == name

@@ -253,3 +253,21 @@ def test_py39_check_names_what_it_cannot_check(tmp_path: Path) -> None:
     done = subprocess.run([str(bare), str(CHECK)], capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.startswith(f"check-py39: no vermin beside {bare}: run it with the tools venv's python")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["export", "-o", "-", *["py310"] * 5000], "error: unrecognized arguments: py310 py310"),
+    (["doctor", "--s", "x"], "error: unrecognized arguments: --s x"),
+    (["doctor", "--save", "x"], "error: unrecognized arguments: --save x"),
+    (["bench", "--budg", "5"], "error: unrecognized arguments: --budg 5"),
+    (["export", "-o", ""], "error: argument -o/--output: an empty path (give a file or directory)"),
+])
+def test_usage_errors_are_one_short_line_and_options_are_never_abbreviated(tmp_path: Path, capsys, monkeypatch,
+                                                                         argv, words) -> None:
+    from bootstrap.cli import main
+
+    monkeypatch.chdir(tmp_path)  # an abbreviation taken as `--save-facts x` would write ./x here
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(words) and err.count("\n") == 1 and len(err) < 300, err
+    assert list(tmp_path.iterdir()) == []

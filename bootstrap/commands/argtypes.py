@@ -12,11 +12,16 @@ from bootstrap.urls import scrub_argument
 _SUBDIR = re.compile(r"[a-z0-9]+-[a-z0-9_]+")  # conda's `<os>-<arch>`: linux-64, osx-arm64, freebsd13-amd64
 
 
-def path(text: str) -> Path:
-    """A path; an empty one would silently mean the current directory."""
+def nonempty(text: str) -> str:
+    """A path kept as written (a name template, or '-'); an empty one would silently mean the current
+    directory."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path (give a file or directory)")
-    return Path(text)
+    return text
+
+
+def path(text: str) -> Path:
+    return Path(nonempty(text))
 
 
 def directory(text: str) -> Path:

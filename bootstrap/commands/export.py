@@ -20,7 +20,7 @@ from bootstrap.errors import EXIT_OK, InputError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env", nargs="?", metavar="ENV", help="env to export (default: the default env, py310)")
-    parser.add_argument("-o", "--output", metavar="FILE",
+    parser.add_argument("-o", "--output", metavar="FILE", type=argtypes.nonempty,
                         help="where to write (default: environment.yml; with --pinned '{name}-{platform}.lock'); "
                              "'-' prints to stdout")
     parser.add_argument("--pinned", action="store_true",

@@ -73,11 +73,11 @@ def choose_variant(request: VariantRequest, *, nvml: Any = None, runner: Runner 
     nvidia, source = _driver_facts(request, nvml, runner)
     candidates = env_candidates(project, env, spec, request.platform)
     pick = pick_variant(nvidia, candidates)
-    if named:
-        return _named(pick, request, locks[0][0].platforms, source)
     for candidate in candidates:  # a lock that cannot be read is bad input, not a variant to pass over
         if candidate.target is None and os.path.lexists(candidate.lock_path):
             read_lock(candidate.lock_path)
+    if named:
+        return _named(pick, request, locks[0][0].platforms, source)
     if pick.chosen is None:
         raise InputError("--variant auto", f"no locked variant of {env} runs on this host: {pick.why}",
                          (pick.remedy + "; " if pick.remedy else "") + "`--variant NAME --force` installs one anyway")
