@@ -32,8 +32,9 @@ from bootstrap.bench.startup import clean_up, set_up
 from bootstrap.bench.state import Progress, ProgressFn, RunState, new_state
 from bootstrap.bench.trials import dataset_where
 from bootstrap.bench.tuned import tuned
+from bootstrap.bench.user import REF_FLAGS
 from bootstrap.bench.watchdog import Stalled, give_up_s, watchdog
-from bootstrap.errors import InputError
+from bootstrap.errors import BootstrapError, InputError
 
 __all__ = ["PHASE_FUNCTIONS", "Progress", "ProgressFn", "run_bench", "run_phases", "run_scheduled_phases"]
 
@@ -53,22 +54,29 @@ def run_bench(options: BenchOptions, progress: Optional[ProgressFn] = None, *,
     number of times on every rank.
     """
     state = new_state(options, progress, barrier=barrier, rank=rank)
-    stalled = False
+    failure: Optional[InputError] = None
     try:
         with watchdog(give_up_s(state.options.budget_s)):
             run_phases(state)
     except KeyboardInterrupt:
         mark_interrupted(state)
     except Stalled:
-        stalled = True
+        failure = stalled_error(state)
+    except BootstrapError:
+        raise
+    except BaseException as exc:
+        if state.options.user is None:
+            raise
+        failure = user_code_error(state, exc)
+        failure.__cause__ = exc  # --debug shows where it came from
     finally:
         try:
             clean_up(state)
         except KeyboardInterrupt:  # the stop came as the run ended (a job's time limit): the clean-up still finishes
             mark_interrupted(state)
             clean_up(state)
-    if stalled:
-        raise stalled_error(state)
+    if failure is not None:
+        raise failure
     return build_result(state)
 
 
@@ -101,6 +109,23 @@ def stalled_error(state: RunState) -> InputError:
            f"in the {state.current_phase} phase: stopped"
     if state.options.user is None:
         return InputError(f"bench --budget {budget_s:g}", over, "give it a larger --budget")
-    return InputError(dataset_where(state), f"{over}; a __getitem__, collate or step that never returns?",
+    return InputError(user_where(state), f"{over}; a __getitem__, collate or step that never returns?",
                       "time one sample by hand; a dataset this slow needs a larger --budget or a smaller "
                       "--batch-size")
+
+
+def user_code_error(state: RunState, exc: BaseException) -> InputError:
+    """The one line for what escaped the phases of a run over the user's code (their dataset, collate or
+    step in this process: sys.exit, an exception no phase expects)."""
+    from bootstrap.bench.user import describe_error
+
+    return InputError(user_where(state), f"{describe_error(exc)} in the {state.current_phase} phase: stopped",
+                      "a sample, collate or step must return, not exit; --debug shows where it was raised")
+
+
+def user_where(state: RunState) -> str:
+    """The user's references a message names: the dataset, and the collate and step when given."""
+    user = state.options.user
+    named = [f"{flag} {getattr(user, name)}" for name, flag in REF_FLAGS
+             if name in ("collate", "step") and isinstance(getattr(user, name), str)]
+    return " ".join([dataset_where(state), *named])

@@ -34,17 +34,24 @@ def tune_loader(dataset: Any, *, batch_size: int, budget: float = 60.0, device: 
     (`report.best` is None; `report.checks` says what was left out), the
     arguments are the fastest loader's it measured, else num_workers=0.
     A sample that fails, or a run still stuck well past its budget (a
-    sample that never returns: `bench.watchdog`), raises InputError.
+    sample that never returns: `bench.watchdog`), raises InputError;
+    Ctrl-C raises KeyboardInterrupt, as anywhere else in the script.
     Shell equivalent: `python -m bootstrap bench --dataset MODULE:FACTORY`.
     """
     from bootstrap.bench.config import BenchOptions, WorkloadSpec
     from bootstrap.bench.results import LoaderConfig
     from bootstrap.bench.run import run_bench
+    from bootstrap.errors import InputError
 
+    if progress is not None and not callable(progress):
+        raise InputError("tune_loader(progress=...)", f"is a {type(progress).__name__}, not a callable",
+                         "pass a function taking one Progress event, or None")
     options = BenchOptions(workload=WorkloadSpec(batch_size=batch_size), budget_s=budget, device=device,
                            max_workers=max_workers,
                            user=UserWorkload(dataset, collate=collate_fn, model=model, step=step))
     result = run_bench(options, progress)
+    if result.partial:  # the CLI reports what was measured; a script stopped with Ctrl-C stops
+        raise KeyboardInterrupt
     config = result.best or _best_measured(result) or LoaderConfig()
     return config.dataloader_kwargs(), result
 

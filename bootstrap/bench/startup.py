@@ -8,6 +8,7 @@ sampler, whether the run finished, was cut short or failed.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import shutil
 import tempfile
@@ -157,14 +158,16 @@ def _first_user_step(state: RunState) -> None:
     """Build the model and run one step on the first batch: a batch the model or step cannot take is
     one line naming the step, not a traceback from the middle of the run."""
     from bootstrap.bench.trials import trainer_for
-    from bootstrap.bench.user import describe_error
+    from bootstrap.bench.user import describe_error, passes_through
 
     user = state.options.user
     try:
         trainer_for(state, LoaderConfig())
     except InputError:
         raise
-    except Exception as exc:  # noqa: BLE001 (the user's model or step, or the built-in step on their batch)
+    except BaseException as exc:  # noqa: BLE001 (the user's model or step, or the built-in step on their batch)
+        if passes_through(exc):
+            raise
         if user.step is not None:
             where = f"--step {user.step}" if isinstance(user.step, str) else "step"
         elif user.model is not None:
@@ -187,7 +190,9 @@ def _build_store(state: RunState, build_store: Callable[..., Any]) -> Any:
     where = str(data_dir or tempfile.gettempdir())
     try:
         if data_dir is not None:
+            missing = [d for d in (data_dir, *data_dir.parents) if not d.exists()]
             data_dir.mkdir(parents=True, exist_ok=True)
+            state.made_dir = missing[-1] if missing else None
         state.sample_dir = tempfile.mkdtemp(prefix="bootstrap-bench-", dir=data_dir)
         return build_store(spec, Path(state.sample_dir))
     except OSError as exc:
@@ -221,4 +226,11 @@ def clean_up(state: RunState) -> None:
     state.trainers.clear()
     if state.sample_dir:
         shutil.rmtree(state.sample_dir, ignore_errors=True)
+    if state.made_dir is not None:  # what the run created for --data-dir goes too, unless something else is in it
+        made = state.options.data_dir
+        for directory in (made, *made.parents):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+            if directory == state.made_dir:
+                break
     state.elapsed_at_end_s = state.elapsed_s()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from bootstrap.bench.budget import Costs, Ledger
@@ -70,6 +71,7 @@ class RunState:
     saved_cudnn_benchmark: Optional[bool] = None
     saved_torch_threads: Optional[int] = None
     sample_dir: Optional[str] = None
+    made_dir: Optional[Path] = None          # the outermost directory of --data-dir that the run created
     trainers: Dict[Tuple[Optional[str], bool], Any] = field(default_factory=dict)  # (amp, channels_last)
 
     # What the phases found

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import re
 import time
 import warnings
 from typing import Any, Iterator, Optional
@@ -101,14 +102,21 @@ _STOP_SIGNS = ("killed by signal: Terminated", "killed by signal: Interrupt")
 def sample_failure(exc: BaseException, workers: int) -> Optional[str]:
     """The dataset's own error in one line ('ValueError: corrupt JPEG') when `exc` came from loading
     samples: raised in the main process, or re-raised from a worker (torch quotes the worker's
-    'Original Traceback'). None when the workers died (out of /dev/shm, killed) or were stopped."""
+    'Original Traceback'), or a worker that exited by itself (torch saw its exit code, not a signal).
+    None when the workers died (out of /dev/shm, killed by a signal) or were stopped."""
     text = str(exc)
-    if any(sign in text for sign in _SHM_SIGNS + _STOP_SIGNS) or (workers and "Original Traceback" not in text):
+    if any(sign in text for sign in _SHM_SIGNS + _STOP_SIGNS):
         return None
+    if workers and "exited unexpectedly" in text and "killed by signal" not in text:
+        code = re.search(r"exit code (-?[0-9]+)", text)
+        return (f"a DataLoader worker exited{' with code ' + code.group(1) if code else ''} (a sys.exit or "
+                "os._exit in a sample or collate, or a crash the worker's stderr shows)")
+    if workers and "Original Traceback" not in text:
+        return None
+    from bootstrap.bench.user import clip, describe_error
+
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if workers and lines:
-        return lines[-1]
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return clip(lines[-1]) if workers and lines else describe_error(exc)
 
 
 def worker_failure(exc: BaseException) -> str:

@@ -95,10 +95,12 @@ def import_ref(ref: str, flag: str, paths: Sequence[str] = ()) -> Any:
     try:
         module = importlib.import_module(module_name)
     except BaseException as exc:  # noqa: BLE001 (a user module's import may raise anything; SystemExit too)
-        if isinstance(exc, KeyboardInterrupt):
+        if passes_through(exc):
             raise
+        not_found = isinstance(exc, ModuleNotFoundError) and module_name.startswith(exc.name or "\0")
         raise InputError(where, f"cannot import {module_name}: {describe_error(exc)}",
-                         "run from the directory that holds it or add --path DIR") from None
+                         "run from the directory that holds it or add --path DIR" if not_found else
+                         "the error is in the module (or what it imports)") from None
     value: Any = module
     for part in attr.split("."):
         if not hasattr(value, part):
@@ -115,9 +117,28 @@ def add_paths(paths: Sequence[str]) -> None:
 
 
 def describe_error(exc: BaseException) -> str:
-    """'TypeName: first line of its message' (the type alone when it has none)."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    """'TypeName: first line of its message' (the type alone when it has none), at most a few hundred
+    characters: a user's exception may carry a whole file in its message, or fail to print at all."""
+    try:
+        lines = str(exc).strip().splitlines()
+    except Exception:  # noqa: BLE001 (the user's __str__)
+        lines = []
+    return clip(f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__)
+
+
+ERROR_CHARS = 200  # of a user's error quoted in a message
+
+
+def clip(text: str) -> str:
+    return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS - 3] + "..."
+
+
+def passes_through(exc: BaseException) -> bool:
+    """Whether `exc`, raised in the user's code, is not the user's to report: Ctrl-C, or the run's
+    watchdog (`watchdog.Stalled`) stopping a run that is stuck."""
+    from bootstrap.bench.watchdog import Stalled
+
+    return isinstance(exc, (KeyboardInterrupt, Stalled))
 
 
 def _call(factory: Any, where: str) -> Any:
@@ -126,7 +147,7 @@ def _call(factory: Any, where: str) -> Any:
     try:
         return factory()
     except BaseException as exc:  # noqa: BLE001 (whatever the user's factory raises is its problem, reported)
-        if isinstance(exc, KeyboardInterrupt):
+        if passes_through(exc):
             raise
         raise InputError(where, f"raised {describe_error(exc)}") from None
 
@@ -163,7 +184,10 @@ def check_dataset(dataset: Any, where: str, batch_size: int) -> int:
         raise InputError(where, f"returned an IterableDataset ({type(dataset).__name__}): bench tunes map-style "
                                 "datasets (shuffled, split across workers by index)",
                          "return a Dataset with __len__ and __getitem__")
-    missing = [name for name in ("__len__", "__getitem__") if not hasattr(dataset, name)]
+    try:
+        missing = [name for name in ("__len__", "__getitem__") if not hasattr(dataset, name)]
+    except Exception as exc:  # noqa: BLE001 (a __getattr__ that raises what hasattr does not catch)
+        raise InputError(where, f"looking up __len__ raised {describe_error(exc)}") from None
     if missing:
         # torch's Dataset base class defines neither __len__ nor a working __getitem__: a subclass must
         what = "a torch.utils.data.Dataset" if isinstance(dataset, Dataset) else "an object"
@@ -208,7 +232,9 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
         loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, generator=generator,
                             collate_fn=collate_fn)
         first = next(iter(loader))
-    except Exception as exc:  # noqa: BLE001 (the user's __getitem__ or collate)
+    except BaseException as exc:  # noqa: BLE001 (the user's __getitem__ or collate; sys.exit too)
+        if passes_through(exc):
+            raise
         by = f" with --collate {user.collate}" if isinstance(user.collate, str) else ""
         fix = "fix --collate" if by else \
             "return tensors of one shape from __getitem__, or give a --collate MODULE:FN that makes the batch"

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 GRACE_MIN_S = 30.0      # past the budget before giving up: slow first steps (a cold GPU) stay legitimate
 GRACE_SHARE = 0.5       # ... or this share of the budget, whichever is longer
+REPEAT_S = 5.0
 
 
 class Stalled(BaseException):
@@ -54,7 +55,9 @@ def watchdog(seconds: float) -> Iterator[None]:
         raise Stalled(seconds)
 
     previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    # Again every few seconds until the block ends: the first may land where it is swallowed (a
+    # DataLoader iterator's __del__, a user's bare `except:`).
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001), REPEAT_S)
     try:
         yield
     finally:

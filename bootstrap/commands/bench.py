@@ -119,7 +119,28 @@ def build_options(args: argparse.Namespace) -> BenchOptions:
         if synthetic:
             raise InputError(flag_name(synthetic[0]), "describes the synthetic images, not --dataset's",
                              f"drop {flag_name(synthetic[0])} when measuring your own dataset")
-    return BenchOptions(workload=workload, thresholds=thresholds, user=user, **run_settings).validate(names)
+    options = BenchOptions(workload=workload, thresholds=thresholds, user=user, **run_settings).validate(names)
+    if user is not None:
+        _import_refs(user, options.budget_s)
+    return options
+
+
+def _import_refs(user: Any, budget_s: float) -> None:
+    """Import each reference, so a name that does not import is refused before the run says anything. An
+    import that never returns (a module waiting on a mount or a lock) is stopped as a stuck run is."""
+    from bootstrap.bench.user import REF_FLAGS, import_ref
+    from bootstrap.bench.watchdog import Stalled, give_up_s, watchdog
+
+    limit_s = give_up_s(budget_s)
+    for name, flag in REF_FLAGS:
+        ref = getattr(user, name)
+        if isinstance(ref, str):
+            try:
+                with watchdog(limit_s):
+                    import_ref(ref, flag, user.paths)
+            except Stalled:
+                raise InputError(f"{flag} {ref}", f"its import was still running after {limit_s:.0f} s: stopped",
+                                 "does the module wait on a mount, a lock or the network when imported?") from None
 
 
 # What only the synthetic workload has: refused beside --dataset rather than silently ignored.
@@ -129,7 +150,7 @@ _SYNTHETIC_ONLY = ("samples", "epoch_batches", "image_size", "crop_size", "cpu_m
 
 def _user_workload(args: argparse.Namespace) -> Any:
     """--dataset and its companions as a `UserWorkload`, or None for the synthetic images."""
-    from bootstrap.bench.user import UserWorkload, check_ref, import_ref
+    from bootstrap.bench.user import UserWorkload, check_ref
 
     model = getattr(args, "model", None)
     model_ref = model if model is not None and ":" in model else None
@@ -145,9 +166,6 @@ def _user_workload(args: argparse.Namespace) -> Any:
     refs = {name: check_ref(value, f"--{name}") if value is not None else None
             for name, value in (("dataset", dataset), ("collate", args.collate), ("model", model_ref),
                                 ("step", args.step))}
-    for name, ref in refs.items():  # a name that does not import is refused before the run says anything
-        if ref is not None:
-            import_ref(ref, f"--{name}", args.path)
     return UserWorkload(paths=tuple(args.path), **refs)
 
 
@@ -161,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
 
     progress = None if args.quiet else _progress
     reporter = True
+    args.out = args.out.absolute()  # the user's code may change directory before the report is written
     with stdout_kept_for(args.json), sigterm_as_interrupt() as terminated:
         options = build_options(args)  # imports --dataset's module: what it prints is the user's output
         check_out(args.out, png=not args.no_png)  # a bad --out costs nothing: it fails before the run

@@ -1,0 +1,279 @@
+"""The user's code misbehaving in ways a Dataset should not: exiting the process, exiting a worker,
+raising what is no Exception, exceptions that cannot be printed or are a file long, hanging in its
+import, its factory or its step, changing directory. Each is one line naming the user's reference,
+exit 2, nothing written to --out; `tune_loader` raises rather than returning advice.
+
+Real DataLoaders on this CPU; a hang waits for the watchdog, whose grace past the budget is cut to
+a second here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bootstrap.bench import watchdog as watchdog_module
+
+BATCH = 8
+
+HOSTILE = textwrap.dedent('''
+    import os
+    import sys
+    import time
+
+    import torch
+    from torch.utils.data import Dataset, get_worker_info
+
+
+    class Fails(Dataset):
+        """Fine for `good` samples in this process, then `fail()`; with `in_workers`, fails in any worker."""
+
+        def __init__(self, fail, good=0, in_workers=False):
+            self.fail, self.good, self.in_workers, self.loaded = fail, good, in_workers, 0
+
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, index):
+            self.loaded += 1
+            if (get_worker_info() is not None) if self.in_workers else self.loaded > self.good:
+                self.fail()
+            return torch.zeros(3, 8, 8, dtype=torch.uint8), index % 10
+
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("no text for you")
+
+
+    def exit_0():
+        sys.exit(0)
+
+
+    def exit_3_hard():
+        os._exit(3)
+
+
+    def generator_exit():
+        raise GeneratorExit
+
+
+    def unprintable():
+        raise Unprintable()
+
+
+    def long_message():
+        raise ValueError("x" * 100_000)
+
+
+    def hang():
+        while True:
+            time.sleep(3600)
+
+
+    def sys_exit_at_once():
+        return Fails(exit_0)
+
+    def sys_exit_later():
+        return Fails(exit_0, good=40)
+
+    def generator_exit_at_once():
+        return Fails(generator_exit)
+
+    def unprintable_at_once():
+        return Fails(unprintable)
+
+    def long_message_at_once():
+        return Fails(long_message)
+
+    def long_message_in_workers():
+        return Fails(long_message, in_workers=True)
+
+    def sys_exit_in_workers():
+        return Fails(exit_0, in_workers=True)
+
+    def os_exit_in_workers():
+        return Fails(exit_3_hard, in_workers=True)
+
+    def good():
+        return Fails(None, good=10 ** 9)
+
+    def hanging_factory():
+        hang()
+
+    def moving():
+        os.chdir("/")
+        return good()
+
+
+    class Everything:
+        def __getattr__(self, name):
+            raise RuntimeError("getattr " + name)
+
+
+    def hostile_getattr():
+        return Everything()
+
+
+    def exiting_step(model, batch, device):
+        sys.exit(0)
+
+
+    def hanging_step(model, batch, device):
+        hang()
+''')
+
+
+@pytest.fixture
+def hostile(tmp_path, monkeypatch):
+    """The module on sys.path (put back afterwards), the watchdog's grace cut to a second."""
+    (tmp_path / "hostile.py").write_text(HOSTILE)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    monkeypatch.setattr(watchdog_module, "GRACE_MIN_S", 1.0)
+    monkeypatch.setattr(watchdog_module, "GRACE_SHARE", 0.0)
+    yield tmp_path
+    for name in [n for n in sys.modules if n.startswith(("hostile", "syntax_error", "slow_import"))]:
+        del sys.modules[name]
+
+
+def bench(tmp_path: Path, capsys, *argv: str, budget: str = "3") -> tuple:
+    """(exit code, stderr) of an in-process `bench ARGV`; asserts --out stayed empty."""
+    from bootstrap.cli import main
+
+    out = tmp_path / "out"
+    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--batch-size", str(BATCH), "--budget", budget,
+                 "--out", str(out), "--path", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    if code == 2:
+        assert not out.exists() or not any(out.iterdir()), err
+    return code, err
+
+
+def one_line(err: str, start: str, *words: str) -> None:
+    assert err.count("\n") == 1 and err.startswith(f"error: {start}") and len(err) < 500, err
+    for word in words:
+        assert word in err, err
+
+
+@pytest.mark.parametrize("factory, words", [
+    ("sys_exit_at_once", "could not load one batch: SystemExit: 0"),
+    ("generator_exit_at_once", "could not load one batch: GeneratorExit"),
+    ("unprintable_at_once", "could not load one batch: Unprintable"),
+    ("long_message_at_once", "could not load one batch: ValueError: xxxx"),
+    ("hostile_getattr", "looking up __len__ raised RuntimeError: getattr __len__"),
+])
+def test_what_the_first_batch_raises_is_one_line_whatever_it_is(hostile, capsys, factory, words):
+    code, err = bench(hostile, capsys, "--dataset", f"hostile:{factory}")
+    assert code == 2
+    one_line(err, f"--dataset hostile:{factory}: ", words)
+
+
+def test_a_sample_that_exits_the_process_mid_run_stops_the_run_in_one_line(hostile, capsys):
+    """sys.exit in a later sample, in this process: not a silent exit 0."""
+    code, err = bench(hostile, capsys, "--dataset", "hostile:sys_exit_later", budget="5")
+    assert code == 2
+    one_line(err, "--dataset hostile:sys_exit_later: SystemExit: 0 in the ", "phase: stopped (a sample, collate or "
+             "step must return, not exit")
+
+
+def test_a_step_that_exits_is_named(hostile, capsys):
+    code, err = bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:exiting_step")
+    assert code == 2
+    one_line(err, "--step hostile:exiting_step: failed on the first batch: SystemExit: 0")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factory, words", [
+    ("sys_exit_in_workers", "a DataLoader worker exited (a sys.exit or os._exit in a sample or collate"),
+    ("os_exit_in_workers", "a DataLoader worker exited"),  # "with code 3" when torch's SIGCHLD handler saw it
+    ("long_message_in_workers", "ValueError: xxxx"),
+])
+def test_a_worker_that_exits_or_fails_is_the_dataset_s_fault_not_a_failed_config(hostile, capsys, factory, words):
+    code, err = bench(hostile, capsys, "--dataset", f"hostile:{factory}", budget="8")
+    assert code == 2
+    one_line(err, f"--dataset hostile:{factory}: a sample failed to load while bench measured w=", words)
+
+
+def test_a_factory_that_hangs_is_stopped_with_the_watchdog_s_words(hostile, capsys):
+    code, err = bench(hostile, capsys, "--dataset", "hostile:hanging_factory", budget="1")
+    assert code == 2
+    one_line(err, "--dataset hostile:hanging_factory: still running ", "in the setup phase: stopped")
+
+
+@pytest.mark.slow
+def test_a_step_that_hangs_is_named_beside_the_dataset(hostile, capsys):
+    code, err = bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:hanging_step", budget="1")
+    assert code == 2
+    one_line(err, "--dataset hostile:good --step hostile:hanging_step: still running ")
+
+
+def test_an_import_that_hangs_is_stopped_before_the_run(hostile, capsys):
+    (hostile / "slow_import.py").write_text("import time\nwhile True:\n    time.sleep(3600)\n")
+    started = time.perf_counter()
+    code, err = bench(hostile, capsys, "--dataset", "slow_import:make", budget="1")
+    assert code == 2 and time.perf_counter() - started < 10
+    one_line(err, "--dataset slow_import:make: its import was still running after 2 s: stopped")
+
+
+def test_an_import_error_inside_the_module_is_not_told_to_add_path(hostile, capsys):
+    (hostile / "syntax_error.py").write_text("def make(:\n")
+    code, err = bench(hostile, capsys, "--dataset", "syntax_error:make")
+    assert code == 2
+    one_line(err, "--dataset syntax_error:make: cannot import syntax_error: SyntaxError: ",
+             "(the error is in the module (or what it imports))")
+
+
+def test_a_factory_that_changes_directory_does_not_move_the_report(hostile, capsys, monkeypatch):
+    from bootstrap.cli import main
+
+    monkeypatch.chdir(hostile)
+    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--batch-size", str(BATCH), "--budget", "2",
+                 "--out", "report", "--path", str(hostile), "--dataset", "hostile:moving"])
+    assert code in (0, 1), capsys.readouterr().err
+    monkeypatch.chdir(hostile)  # the factory moved this process to /
+    assert (hostile / "report" / "bench.json").is_file() and not Path("/report").exists()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="POSIX signals")
+def test_tune_loader_lets_ctrl_c_stop_the_script(hostile):
+    """Ctrl-C in a training script that tunes its loader stops the script, not just the tuning."""
+    import hostile as module
+
+    from bootstrap.bench import tune_loader
+
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tune_loader(module.good(), batch_size=BATCH, budget=30, device="cpu")
+    finally:
+        timer.cancel()
+
+
+def test_tune_loader_refuses_a_progress_that_is_no_callable(hostile):
+    import hostile as module
+
+    from bootstrap.bench import tune_loader
+    from bootstrap.errors import InputError
+
+    with pytest.raises(InputError, match=r"tune_loader\(progress=...\): is a int, not a callable"):
+        tune_loader(module.good(), batch_size=BATCH, budget=2, device="cpu", progress=5)
+
+
+def test_a_data_dir_the_run_created_is_gone_afterwards(tmp_path, capsys):
+    from bootstrap.cli import main
+
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    data_dir = kept / "made" / "deeper"
+    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--budget", "2", "--storage", "files",
+                 "--samples", "64", "--out", str(tmp_path / "out"), "--data-dir", str(data_dir)])
+    assert code in (0, 1), capsys.readouterr().err
+    assert kept.is_dir() and list(kept.iterdir()) == []
