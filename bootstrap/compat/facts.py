@@ -12,9 +12,25 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from bootstrap.compat.typed import FieldError, from_mapping
+from bootstrap.compat.typed import MAX_ITEMS, FieldError, from_mapping
 from bootstrap.compat.versions import cuda_supported_by_driver_number, driver_column, driver_tuple
+from bootstrap.errors import excerpt
+from bootstrap.platforms import PLATFORMS
 from bootstrap.report import result
+
+# --------------------------------------------------------------------------- platform
+
+# The compat tables' keys (bootstrap.platforms), the vocabulary a facts file's `platform` is in.
+COMPAT_KEYS = tuple(dict.fromkeys(p.compat_key for p in PLATFORMS))
+
+
+def checked_platform(value: str, path: str) -> str:
+    """`value` if it is one of the compat keys ('linux_x86_64', ...); a FieldError naming `path` if not."""
+    if value not in COMPAT_KEYS:
+        raise FieldError(f"{path}: {excerpt(value, 40)} is not a platform this project knows "
+                         f"({', '.join(COMPAT_KEYS)})")
+    return value
+
 
 # --------------------------------------------------------------------------- NVIDIA
 
@@ -38,6 +54,10 @@ class GpuFacts:
     missing: Tuple[str, ...] = ()  # "field: why it is None", e.g. "ecc_enabled: not supported on this GPU"
     mig_uuids: Tuple[str, ...] = ()  # its MIG instances (`nvidia-smi -L`), so CUDA_VISIBLE_DEVICES=MIG-... finds it
 
+    FREE_TEXT = ("name", "missing")  # what the driver says: a control character in it is shown escaped
+    # nvml.h's NVML_DEVICE_NAME_V2_BUFFER_SIZE and NVML_DEVICE_UUID_V2_BUFFER_SIZE, NUL included
+    NAME_CHARS = UUID_CHARS = 95
+
     @property
     def cc_text(self) -> str:
         return "unknown" if self.compute_capability is None else "{}.{}".format(*self.compute_capability)
@@ -59,8 +79,14 @@ class GpuFacts:
 
     def checked(self, path: str) -> "GpuFacts":
         """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
-        if self.compute_capability is not None and not 1 <= self.compute_capability[0] <= 99:
-            raise FieldError(f"{path}.compute_capability: {self.cc_text} is not a compute capability")
+        if self.compute_capability is not None and not (1 <= self.compute_capability[0] <= 99
+                                                        and self.compute_capability[1] <= 99):
+            raise FieldError(f"{path}.compute_capability: {excerpt(self.cc_text)} is not a compute capability")
+        for name, limit in (("name", self.NAME_CHARS), ("uuid", self.UUID_CHARS)):
+            value = getattr(self, name) or ""
+            if len(value) > limit:
+                raise FieldError(f"{path}.{name}: {len(value)} characters, more than NVML's {limit} "
+                                 f"({excerpt(value, 40)})")
         return self
 
 
@@ -91,6 +117,8 @@ class PeerFacts:
     nvlink: Optional[int] = None
     topology: Optional[int] = None
     missing: Tuple[str, ...] = ()
+
+    FREE_TEXT = ("missing",)
 
     def to_dict(self) -> Dict[str, Any]:
         out = dict(self.__dict__)
@@ -132,6 +160,12 @@ class DriverFacts:
     jetson: str = ""  # the L4T release ('R36 (release), REVISION: 4.0, ...'): the driver comes with JetPack
     gpu_signs: Tuple[str, ...] = ()  # no driver, yet GPUs the kernel shows: /proc/driver/nvidia/gpus/*, /dev/nvidia0
 
+    FREE_TEXT = ("source", "reason", "wsl", "jetson", "gpu_signs")  # tools' words: controls shown escaped
+    OSES = ("linux", "windows", "macos")  # bootstrap.platforms' OS names: the driver-number series
+    # Every pair of the GPUs a file may list (typed.MAX_ITEMS), each once: `checked` refuses repeats.
+    LONG_LISTS = {"peers": MAX_ITEMS * (MAX_ITEMS - 1) // 2}
+    CUDA_VERSIONS = (1000, 99990)  # 1.0 to 99.99 as NVML encodes them (1000*major + 10*minor)
+
     @property
     def os_label(self) -> str:
         """'linux', 'windows, WSL2', 'linux, Jetson': the driver series and where it was seen."""
@@ -171,13 +205,20 @@ class DriverFacts:
 
     def checked(self, path: str) -> "DriverFacts":
         """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
+        if self.os not in self.OSES:
+            raise FieldError(f"{path}.os: {excerpt(self.os)} is not a driver's OS ({', '.join(self.OSES)})")
         if self.driver_version is not None and driver_tuple(self.driver_version) is None:
-            raise FieldError(f"{path}.driver_version: {self.driver_version!r} "
+            raise FieldError(f"{path}.driver_version: {excerpt(self.driver_version)} "
                              "is not a driver version like '570.124.06'")
-        if self.cuda_driver_version is not None and self.cuda_driver_version < 1000:
+        low, high = self.CUDA_VERSIONS
+        if self.cuda_driver_version is not None and not low <= self.cuda_driver_version <= high:
             raise FieldError(f"{path}.cuda_driver_version: {self.cuda_driver_version} is not a CUDA version "
-                             "as NVML gives it (12080 = 12.8)")
+                             f"as NVML gives it ({low}-{high}; 12080 = 12.8)")
         indices, pairs = {gpu.index for gpu in self.gpus}, set()
+        if len(indices) < len(self.gpus):
+            seen: set = set()
+            twice = next(gpu.index for gpu in self.gpus if gpu.index in seen or seen.add(gpu.index))
+            raise FieldError(f"{path}.gpus: GPU index {twice} is given twice (NVML numbers each GPU once)")
         for number, peer in enumerate(self.peers):
             where = f"{path}.peers[{number}]"
             if not {peer.a, peer.b} <= indices:
@@ -293,6 +334,7 @@ class HostFacts:
         return out
 
     NEGATIVE_OK = ("nofile_soft", "nofile_hard")  # -1 = unlimited
+    FREE_TEXT = ("disk_path", "container_hints", "missing")  # paths and hints as found: controls shown escaped
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], path: str = "host") -> "HostFacts":

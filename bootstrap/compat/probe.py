@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from bootstrap.compat.facts import DriverFacts, GpuFacts, HostFacts, Visible, visible_gpus
+from bootstrap.compat.facts import DriverFacts, GpuFacts, HostFacts, Visible, checked_platform, visible_gpus
 from bootstrap.compat.host import collect_host_facts, probe_gpu_signs, probe_jetson, probe_wsl
 from bootstrap.compat.nvml import Nvml
 from bootstrap.compat.target import TorchTarget
@@ -229,6 +229,8 @@ class Facts:
     python: str = ""
     platform: str = ""
 
+    FREE_TEXT = ("torch_reason",)  # an import error's words: a control character is shown escaped
+
     def visible(self) -> Visible:
         """The GPUs this run's CUDA_VISIBLE_DEVICES leaves it, among those the driver lists."""
         return visible_gpus(self.nvidia.gpus, self.host.cuda_visible_devices)
@@ -253,7 +255,10 @@ class Facts:
                              "record it again with `python -m bootstrap doctor --save-facts FILE`")
         fields = {k: v for k, v in raw.items() if k not in ("format", "version")}
         try:
-            return cls(**from_mapping(cls, fields))
+            facts = cls(**from_mapping(cls, fields))
+            if facts.platform:  # files written before the field existed leave it empty
+                checked_platform(facts.platform, "platform")
+            return facts
         except FieldError as exc:
             raise InputError(where, str(exc), "fix that field, or record the facts again with "
                              "`python -m bootstrap doctor --save-facts FILE`") from None

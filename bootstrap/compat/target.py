@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks.model import Status
 from bootstrap.compat import data
-from bootstrap.compat.facts import DriverFacts
+from bootstrap.compat.facts import DriverFacts, checked_platform
 from bootstrap.compat.typed import FieldError, from_mapping
 from bootstrap.compat.versions import (
     cuda_from_tag,
@@ -53,6 +53,8 @@ class TorchTarget:
     unknown: str = ""
     notes: Tuple[str, ...] = ()
 
+    FREE_TEXT = ("source", "unknown", "notes")  # our and tools' words: a control character is shown escaped
+
     @property
     def label(self) -> str:
         return f"{self.version}+{self.variant}" if self.variant else self.version
@@ -75,6 +77,12 @@ class TorchTarget:
             raise FieldError(f"{path}.version: {self.version!r} is not a torch version like '2.10.0'")
         if self.cuda is not None and not re.fullmatch(r"\d+\.\d+", self.cuda):
             raise FieldError(f"{path}.cuda: {self.cuda!r} is not a CUDA version like '12.8' (null for a CPU build)")
+        checked_platform(self.platform, f"{path}.platform")
+        for number, entry in enumerate(self.arch_list or ()):
+            # What torch._C._cuda_getArchFlags() lists: sm_50, sm_90a, sm_100f, compute_120.
+            if not re.fullmatch(r"(sm|compute)_[1-9][0-9]{1,2}[af]?", entry):
+                raise FieldError(f"{path}.arch_list[{number}]: {entry!r} is not an arch like 'sm_90', "
+                                 "'sm_90a' or 'compute_120'")
         return self
 
 

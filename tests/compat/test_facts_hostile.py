@@ -1,0 +1,257 @@
+"""A hostile or corrupt `--facts` file: refused in one line (exit 2), or shown harmlessly.
+
+Facts files are shared with support engineers and replayed on their terminals, so what such a
+file holds is data for display: no escape sequence or bidi override reaches the terminal, no
+URL credentials are echoed, no size makes a row or the run unbounded, and values no machine
+reports (a 400-digit CUDA version, an unknown platform, `sm_xx`) are refused naming the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, List, Tuple
+
+import pytest
+
+from bootstrap.cli import main
+from bootstrap.compat.facts import COMPAT_KEYS
+from bootstrap.compat.probe import Facts
+from bootstrap.compat.target import TorchTarget
+from bootstrap.compat.typed import MAX_ITEMS, MAX_TEXT
+from bootstrap.errors import InputError
+from tests.fixtures import REPO
+
+BASE = json.loads((REPO / "tests" / "data" / "verify" / "h200x8-580.95.05.facts.json").read_text())
+TORCH = TorchTarget(version="2.8.0", cuda="12.8", arch_list=("sm_80", "sm_90"), variant="cu128").to_dict()
+
+CONTROLS = ["\x00", "\x07", "\x08", "\t", "\n", "\r", "\x1b", "\x1b[31m", "\x7f", "\x85", "\x9b",
+            "\u061c", "\u200e", "\u200f", "\u2028", "\u2029",
+            "\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"]
+# Fields that name or number something: a control character there is refused.
+STRICT = [("uuid", ("nvidia", "gpus", 0, "uuid")), ("driver", ("nvidia", "driver_version")),
+          ("os", ("nvidia", "os")), ("platform", ("platform",)), ("python", ("python",)),
+          ("start_method", ("host", "start_method")), ("cvd", ("host", "cuda_visible_devices"))]
+# Free text from drivers and tools: a control character is shown as its escape.
+FREE = [("gpu_name", ("nvidia", "gpus", 0, "name")), ("gpu_missing", ("nvidia", "gpus", 0, "missing", 0)),
+        ("disk_path", ("host", "disk_path")), ("hint", ("host", "container_hints", 0)),
+        ("host_missing", ("host", "missing", 0)), ("reason", ("nvidia", "reason")),
+        ("source", ("nvidia", "source")), ("torch_reason", ("torch_reason",))]
+SECRETS = ["https://user:hunter2@example.com/t/SECRETTOKEN/x", "https://user:hunter2@example.com/x",
+           "https://example.com/t/SECRETTOKEN/conda-forge", "see https://bob:hunter2@host/t/SECRETTOKEN/cf now",
+           "s3+https://key:hunter2@bucket.example/t/SECRETTOKEN"]
+
+
+def facts_with(path: Tuple[Any, ...], value: Any, raw: Any = None) -> dict:
+    raw = copy.deepcopy(BASE if raw is None else raw)
+    target = raw
+    for key in path[:-1]:
+        if isinstance(key, int) and not target:  # an empty list: give it the entry to set
+            target.append("")
+        target = target[key]
+    if isinstance(path[-1], int) and not target:
+        target.append("")
+    target[path[-1]] = value
+    return raw
+
+
+def dotted(path: Tuple[Any, ...]) -> str:
+    """('nvidia', 'gpus', 0, 'uuid') -> 'nvidia.gpus[0].uuid', as the errors name a field."""
+    return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path)[1:]
+
+
+def doctor(tmp_path: Path, capsys, raw: dict, *extra: str) -> Tuple[int, str, str]:
+    file = tmp_path / "hostile.facts.json"
+    file.write_text(json.dumps(raw))
+    capsys.readouterr()
+    code = main(["doctor", "--facts", str(file), *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def refused(tmp_path: Path, capsys, raw: dict, field: str) -> str:
+    code, out, err = doctor(tmp_path, capsys, raw)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and field in err, err
+    assert len(err) < 600, "the bad value is quoted as an excerpt, not whole"
+    assert not any(c in err[:-1] for c in CONTROLS if len(c) == 1), repr(err)
+    return err
+
+
+# --------------------------------------------------------------------------- 1: terminal controls
+
+
+@pytest.mark.parametrize("control", CONTROLS, ids=ascii)
+@pytest.mark.parametrize(("name", "path"), STRICT, ids=[n for n, _ in STRICT])
+def test_a_control_character_in_an_identifier_is_refused_naming_the_field(tmp_path, capsys, name, path,
+                                                                         control) -> None:
+    value = {"driver": "580.95.05", "platform": "linux_x86_64", "os": "linux"}.get(name, "GPU-1")
+    field = dotted(path)
+    err = refused(tmp_path, capsys, facts_with(path, value + control + "tail"), field)
+    assert "control character" in err
+
+
+@pytest.mark.parametrize("control", CONTROLS, ids=ascii)
+@pytest.mark.parametrize(("name", "path"), FREE, ids=[n for n, _ in FREE])
+def test_a_control_character_in_free_text_is_shown_as_its_escape(tmp_path, capsys, name, path, control) -> None:
+    code, out, err = doctor(tmp_path, capsys, facts_with(path, "X" + control + "RED"), "--json")
+    assert code in (0, 1), err
+    assert not any(c in out for c in CONTROLS if len(c) == 1 and c != "\n"), "no control reaches the terminal"
+    assert not any(c in json.dumps(json.loads(out), ensure_ascii=False) for c in CONTROLS if len(c) == 1)
+
+
+def test_the_testers_gpu_name_reaches_neither_row_raw(tmp_path, capsys) -> None:
+    name = "X\u202e \x1b[31mRED\x00"
+    code, out, err = doctor(tmp_path, capsys, facts_with(("nvidia", "gpus", 0, "name"), name))
+    row = next(line for line in out.splitlines() if "nvidia.gpu0" in line)
+    assert "X\\u202e \\x1b[31mRED\\x00" in row and "\x1b" not in out and "\u202e" not in out
+    facts = Facts.from_dict(facts_with(("nvidia", "gpus", 0, "name"), name))
+    assert facts.nvidia.gpus[0].name == "X\\u202e \\x1b[31mRED\\x00"  # every row reads this one value
+
+
+def test_a_control_character_in_a_key_is_not_echoed(tmp_path, capsys) -> None:
+    raw = copy.deepcopy(BASE)
+    raw["host"]["\x1b[2J\u202e"] = 1
+    refused(tmp_path, capsys, raw, "unknown field")
+
+
+# --------------------------------------------------------------------------- 2: credentials
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+@pytest.mark.parametrize(("name", "path"), FREE, ids=[n for n, _ in FREE])
+def test_credentials_in_free_text_are_never_shown(tmp_path, capsys, name, path, secret) -> None:
+    for extra in ((), ("--json",)):
+        code, out, err = doctor(tmp_path, capsys, facts_with(path, secret), *extra)
+        assert code in (0, 1), err
+        assert "hunter2" not in out + err and "SECRETTOKEN" not in out + err
+
+
+def test_the_disk_row_shows_the_path_without_its_credentials(tmp_path, capsys) -> None:
+    code, out, _ = doctor(tmp_path, capsys, facts_with(("host", "disk_path"), SECRETS[0]))
+    row = next(line for line in out.splitlines() if "host.disk" in line)
+    assert "https://example.com/t/<TOKEN>/x" in row
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+@pytest.mark.parametrize(("name", "path"), STRICT, ids=[n for n, _ in STRICT])
+def test_credentials_in_a_refused_value_are_not_quoted(tmp_path, capsys, name, path, secret) -> None:
+    code, out, err = doctor(tmp_path, capsys, facts_with(path, secret + "\x1b" + "y" * MAX_TEXT))
+    assert code == 2 and "hunter2" not in err and "SECRETTOKEN" not in err
+
+
+# --------------------------------------------------------------------------- 3: sizes
+
+
+@pytest.mark.parametrize("length", [MAX_TEXT + 1, 10 * MAX_TEXT, 100_000])
+@pytest.mark.parametrize(("name", "path"), STRICT + FREE, ids=[n for n, _ in STRICT + FREE])
+def test_a_string_longer_than_any_real_value_is_refused_in_one_short_line(tmp_path, capsys, name, path,
+                                                                          length) -> None:
+    field = dotted(path)
+    err = refused(tmp_path, capsys, facts_with(path, "x" * length), field)
+    assert f"{length} characters" in err
+
+
+@pytest.mark.parametrize(("field", "limit"), [("name", 95), ("uuid", 95)])
+def test_gpu_names_and_uuids_are_bounded_by_nvmls_buffers(tmp_path, capsys, field, limit) -> None:
+    assert Facts.from_dict(facts_with(("nvidia", "gpus", 0, field), "G" * limit)).nvidia.gpus[0]
+    refused(tmp_path, capsys, facts_with(("nvidia", "gpus", 0, field), "G" * (limit + 1)), f"gpus[0].{field}")
+
+
+def gpus(count: int) -> List[dict]:
+    gpu = BASE["nvidia"]["gpus"][0]
+    return [dict(gpu, index=i, uuid=f"GPU-{i}") for i in range(count)]
+
+
+@pytest.mark.parametrize("count", [MAX_ITEMS + 1, 2 * MAX_ITEMS, 20_000])
+def test_more_gpus_than_any_host_has_are_refused(tmp_path, capsys, count) -> None:
+    raw = facts_with(("nvidia", "peers"), [])
+    raw["nvidia"]["gpus"] = gpus(count)
+    assert f"{count} entries" in refused(tmp_path, capsys, raw, "nvidia.gpus")
+
+
+@pytest.mark.parametrize("path", [("host", "container_hints"), ("host", "missing"), ("nvidia", "gpu_signs"),
+                                  ("nvidia", "gpus", 0, "missing"), ("nvidia", "gpus", 0, "mig_uuids")])
+def test_any_list_longer_than_the_limit_is_refused(tmp_path, capsys, path) -> None:
+    refused(tmp_path, capsys, facts_with(path, ["x"] * (MAX_ITEMS + 1)), path[-1])
+
+
+def test_the_most_gpus_a_file_may_hold_still_read(tmp_path, capsys) -> None:
+    raw = facts_with(("nvidia", "peers"), [])
+    raw["nvidia"]["gpus"] = gpus(MAX_ITEMS)
+    code, out, err = doctor(tmp_path, capsys, raw)
+    assert code in (0, 1) and err == "" and "nvidia.gpu1023" in out
+
+
+def test_a_gpu_index_given_twice_is_refused(tmp_path, capsys) -> None:
+    refused(tmp_path, capsys, facts_with(("nvidia", "gpus", 1, "index"), 0), "index 0 is given twice")
+
+
+# --------------------------------------------------------------------------- 4: nonsense values
+
+
+@pytest.mark.parametrize("value", [10**400, 2**63, 2**64, -(2**63) - 1, -(10**400)])
+@pytest.mark.parametrize("path", [("nvidia", "cuda_driver_version"), ("nvidia", "gpus", 0, "memory_total_mib"),
+                                  ("nvidia", "gpus", 0, "index"), ("host", "disk_free_mib"),
+                                  ("host", "nofile_soft"), ("host", "cpus_usable")])
+def test_an_integer_beyond_64_bits_is_refused_without_its_digits(tmp_path, capsys, path, value) -> None:
+    err = refused(tmp_path, capsys, facts_with(path, value), str(path[-1]))
+    assert "0000000000" not in err and "9999999999" not in err
+
+
+@pytest.mark.parametrize("value", [0, 999, 99991, 100000, 10**9, 2**63 - 1])
+def test_a_cuda_driver_version_nvml_cannot_report_is_refused(tmp_path, capsys, value) -> None:
+    refused(tmp_path, capsys, facts_with(("nvidia", "cuda_driver_version"), value), "cuda_driver_version")
+
+
+@pytest.mark.parametrize("cc", [[9, 100], [9, 10**12], [0, 0], [100, 0]])
+def test_a_compute_capability_no_gpu_has_is_refused(tmp_path, capsys, cc) -> None:
+    refused(tmp_path, capsys, facts_with(("nvidia", "gpus", 0, "compute_capability"), cc), "compute_capability")
+
+
+@pytest.mark.parametrize("value", ["plan9_mips", "linux-64", "Linux_x86_64", "linux_x86_64 ", "freebsd13-amd64",
+                                   "macOS", "../../etc"])
+def test_an_unknown_platform_is_refused_listing_the_known_ones(tmp_path, capsys, value) -> None:
+    err = refused(tmp_path, capsys, facts_with(("platform",), value), "platform")
+    assert all(key in err for key in COMPAT_KEYS)
+
+
+@pytest.mark.parametrize("value", COMPAT_KEYS)
+def test_every_known_platform_reads(value) -> None:
+    assert Facts.from_dict(facts_with(("platform",), value)).platform == value
+
+
+@pytest.mark.parametrize("value", ["darwin", "plan9", "", "Linux"])
+def test_an_os_that_is_no_driver_series_is_refused(tmp_path, capsys, value) -> None:
+    refused(tmp_path, capsys, facts_with(("nvidia", "os"), value), "nvidia.os")
+
+
+BAD_ARCHES = ["sm_xx", "compute_9a", "sm_9", "sm_090", "sm_1000", "sm_90b", "SM_90", "sm90", "sm_90 ", " sm_90",
+              "gfx90a", "compute_", "sm_90\x1b", "lto_90", "sm_-90", "sm_9.0"]
+GOOD_ARCHES = ["sm_37", "sm_50", "sm_86", "sm_87", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_100f", "sm_120",
+               "sm_121", "compute_90", "compute_120"]
+
+
+@pytest.mark.parametrize("entry", BAD_ARCHES, ids=ascii)
+def test_an_arch_list_entry_torch_never_lists_is_refused(entry) -> None:
+    raw = facts_with(("torch",), dict(TORCH, arch_list=["sm_80", entry]))
+    with pytest.raises(InputError, match=r"torch\.arch_list(\[1\])?: "):
+        Facts.from_dict(raw)
+
+
+def test_every_arch_entry_torch_lists_reads() -> None:
+    raw = facts_with(("torch",), dict(TORCH, arch_list=GOOD_ARCHES))
+    assert Facts.from_dict(raw).torch.arch_list == tuple(GOOD_ARCHES)
+
+
+@pytest.mark.parametrize("value", ["plan9_mips", "linux-64", ""])
+def test_an_unknown_torch_platform_is_refused(value) -> None:
+    with pytest.raises(InputError, match=r"torch\.platform: "):
+        Facts.from_dict(facts_with(("torch",), dict(TORCH, platform=value)))
+
+
+def test_the_recorded_files_still_read() -> None:
+    for file in sorted((REPO / "tests" / "data" / "verify").glob("*.facts.json")):
+        raw = json.loads(file.read_text())
+        assert Facts.from_dict(raw).to_dict() == Facts.from_dict(Facts.from_dict(raw).to_dict()).to_dict()
