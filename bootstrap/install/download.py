@@ -297,14 +297,11 @@ def _http(url: str, method: str, headers: dict, timeout: float):
     parts = urlsplit(url)
     headers = {"User-Agent": "bootstrap", **headers}
     if parts.username:
-        clean = url.replace(f"{parts.username}:{parts.password}@" if parts.password else f"{parts.username}@", "")
-        request = urllib.request.Request(clean, headers=headers, method=method)
-        manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
-        manager.add_password(None, clean, unquote(parts.username), unquote(parts.password or ""))
-        opener = urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(manager))
-        return opener.open(request, timeout=timeout)
+        url = url.replace(f"{parts.username}:{parts.password}@" if parts.password else f"{parts.username}@", "")
+        login: Optional[tuple[str, str]] = (unquote(parts.username), unquote(parts.password or ""))
+    else:
+        login = _netrc_login(parts.hostname or "")
     request = urllib.request.Request(url, headers=headers, method=method)
-    login = _netrc_login(parts.hostname or "")
     if login is not None:
         # Sent at once (servers that answer 401 without a challenge are common), and not on
         # to wherever a redirect points: the login is this host's.

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from urllib.parse import urlsplit
 
-from bootstrap.errors import InputError, IntegrityError
+from bootstrap.errors import InputError, IntegrityError, excerpt
 from bootstrap.fsutil import atomic_write_text, sha256_file
 from bootstrap.install import download
 from bootstrap.install.download import Download, Source, Watch, partial
@@ -270,12 +270,16 @@ def check_archive_paths(archive: Path, filename: Optional[str] = None) -> None:
 
     Checks every tar member (both components of a `.conda`) and every `_path`
     of info/paths.json: no absolute paths, no `..` escaping the root, no
-    symlink or hard link whose target resolves outside it.
+    symlink or hard link whose target resolves outside it. And it must be the
+    package its file name says: info/index.json's name, version and build (a
+    mirror can serve another package's bytes under the right hash if the lock
+    was written from it).
     """
     from conda_package_streaming.package_streaming import stream_conda_component
 
     filename = filename or archive.name
     components = ("info", "pkg") if filename.endswith(".conda") else ("pkg",)  # a .tar.bz2 is one tar
+    described = False
     for component in components:
         with open(archive, "rb") as handle:
             try:
@@ -283,8 +287,29 @@ def check_archive_paths(archive: Path, filename: Optional[str] = None) -> None:
                     _check_member(filename, member)
                     if member.name == "info/paths.json":
                         _check_paths_json(filename, tar.extractfile(member).read())
+                    elif member.name == "info/index.json":
+                        _check_index_json(filename, tar.extractfile(member).read())
+                        described = True
+            except LookupError:  # a .conda whose components are named for another package
+                raise IntegrityError(f"{filename}: holds no '{component}' part for that package: it is another "
+                                     "package's archive; nothing was installed") from None
             except (tarfile.TarError, zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
                 raise IntegrityError(f"{filename}: not a readable conda archive ({exc})") from None
+    if not described:
+        raise IntegrityError(f"{filename}: has no info/index.json: not a conda package; nothing was installed")
+
+
+def _check_index_json(filename: str, data: bytes) -> None:
+    """info/index.json must name the package, version and build of `filename` (name-version-build.ext)."""
+    stem = filename[:-len(".tar.bz2")] if filename.endswith(".tar.bz2") else filename.rsplit(".", 1)[0]
+    try:
+        index = json.loads(data)
+        found = "-".join(str(index[key]) for key in ("name", "version", "build"))
+    except (ValueError, KeyError, TypeError):
+        raise IntegrityError(f"{filename}: info/index.json does not name the package") from None
+    if found != stem:
+        raise IntegrityError(f"{filename}: refused: its info/index.json says {excerpt(found)}, another package; "
+                             "nothing was installed (is the mirror serving the right files?)")
 
 
 def _escapes(path: str) -> bool:

@@ -737,6 +737,27 @@ def test_escaping_archives_are_refused(tmp_path: Path, wheels: Path) -> None:
         assert not outside.exists() and not (project.root / ".envs" / ".py310.gens" / "evil.txt").exists()
 
 
+@pytest.mark.parametrize("fmt", [".conda", ".tar.bz2"])
+def test_another_package_under_the_right_hash_is_refused(tmp_path: Path, wheels: Path, capsys, fmt: str) -> None:
+    """A lock written from a mirror that served another package's archive under a package's name: the
+    hash matches, but its info/index.json names the other one. Refused before anything is linked."""
+    from tests.fixtures.conda_channel import PackageSpec, impostor_after_index
+
+    victim = PackageSpec("victim", "1.0", noarch="generic", files={"victim.txt": "v\n"}, fmt=fmt)
+    impostor = PackageSpec("impostor", "1.0", noarch="generic", files={"impostor.txt": "i\n"}, fmt=fmt)
+    channel = build_runnable_channel(tmp_path / "channel", extra=[victim, impostor])
+    impostor_after_index(channel, victim, impostor)
+    project = make_project(tmp_path / "proj", platforms=("linux-64",), conda=(f"python={SHORT}.*", "victim"), pip=())
+    relock(project, channel, wheels)
+    capsys.readouterr()
+    assert main(env_args(project, str(channel))) == 2
+    err = capsys.readouterr().err.splitlines()[-1]  # after the download progress
+    assert err.startswith(f"error: victim-1.0-h0_0{fmt}: "), err
+    assert "another package" in err and "nothing was installed" in err, err
+    assert not (project.root / ".envs" / "py310").exists()
+    assert not list((project.root / ".envs").glob(".py310.gens/*"))
+
+
 def test_unreachable_channel_leaves_the_env_alone(project: Project, channel: Path, wheels: Path, capsys) -> None:
     """The env and its rollback generation: archives are fetched before the retired generation is recycled."""
     without_zlib = tuple(c for c in CONDA if c != "zlibstub")

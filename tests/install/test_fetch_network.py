@@ -191,6 +191,20 @@ def test_a_4xx_is_not_retried_and_netrc_is_honoured(tmp_path: Path, monkeypatch)
         assert fetch.fetch_archive(entry, tmp_path / "b").read_bytes() == DATA
 
 
+def test_a_url_s_own_login_is_sent_at_once_and_not_shown(tmp_path: Path, monkeypatch) -> None:
+    """A mirror that answers 401 without a challenge (no WWW-Authenticate) still gets the URL's login:
+    it is sent with the first request, as a .netrc login is."""
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    with flaky_server({f"/{NAME}": DATA}, login="bob:s3cret") as server:
+        entry = entry_for(server.url.replace("http://", "http://bob:s3cret@"))
+        assert fetch.fetch_archive(entry, tmp_path / "a").read_bytes() == DATA
+        assert len(gets(server)) == 1
+        wrong = entry_for(server.url.replace("http://", "http://bob:wrong@"))
+        with pytest.raises(FetchError, match="HTTP Error 401") as refused:
+            fetch.fetch_archive(wrong, tmp_path / "b")
+        assert "bob:wrong" not in str(refused.value)
+
+
 def test_a_log_ends_on_a_done_line_even_between_progress_lines(tmp_path: Path, capsys) -> None:
     from bootstrap.commands import env as env_command
 
