@@ -203,8 +203,12 @@ def _entries(cache_dir: Path, kind: str) -> list[Path]:
 
 
 def _ours(kind: str, path: Path) -> bool:
+    if kind == "pkgs" and path.name.startswith("."):
+        # rattler extracts into `.<name-version-build><random>/` and renames it into place: one still there
+        # is an extraction a killed run left (prune holds the cache's flock, so nobody is extracting)
+        return path.is_dir() and not path.is_symlink() and len(path.name) > 7
     if kind == "pkgs":  # an extracted package, or rattler's lock file beside it
-        return not path.name.startswith(".") and (path.name.endswith(".lock") or (path / "info").is_dir())
+        return path.name.endswith(".lock") or (path / "info").is_dir()
     name = path.name if kind == "archives" else path.name[:-len(".json")] if path.name.endswith(".json") else ""
     return bool(_HEX64.fullmatch(name))
 

@@ -139,6 +139,22 @@ def test_prune_removes_downloads_killed_runs_left(project: Project, channel: Pat
     assert report["removed"]["archives"]["bytes"] >= 100_000
 
 
+def test_prune_removes_extractions_killed_runs_left(project: Project, channel: Path, capsys) -> None:
+    """`pkgs/.<name-version-build><random>/`: rattler's extraction of a SIGKILLed run, never renamed into
+    place. `cache` counts it, prune removes it, and a dot-file of another tool stays."""
+    cache = project.root / ".cache"
+    assert main(env_args(project, str(channel))) == 0
+    kept = next(p for p in (cache / "pkgs").iterdir() if (p / "info").is_dir())
+    left = cache / "pkgs" / f".{kept.name}Xy12Ab"
+    (left / "lib").mkdir(parents=True)
+    (left / "lib" / "big.so").write_bytes(b"x" * 200_000)
+    (cache / "pkgs" / ".cache.lock").write_text("")
+    assert cache_json(project, capsys)["usage"]["pkgs"]["bytes"] >= 200_000
+    report = cache_json(project, capsys, "--prune")
+    assert not left.exists() and kept.is_dir() and (cache / "pkgs" / ".cache.lock").is_file()
+    assert report["removed"]["pkgs"]["bytes"] >= 200_000
+
+
 @pytest.mark.parametrize("kind", ["archives", "pkgs"])
 @pytest.mark.parametrize("stray", ["file", "dangling-link"])
 def test_a_part_of_the_cache_that_is_not_a_directory_is_one_line(project: Project, channel: Path, capsys,
