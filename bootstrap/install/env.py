@@ -37,7 +37,7 @@ from bootstrap.install.fetch import Watch, check_mirrors, fetch_archives
 from bootstrap.install.floor import HostSystem, check_host, probe_host_system
 from bootstrap.install.history import COMMAND as HISTORY_COMMAND
 from bootstrap.install.history import append_request
-from bootstrap.install.link import LinkTarget, link_conda
+from bootstrap.install.link import LinkTarget, clobbered, link_conda
 from bootstrap.install.plan import Change, Plan, locked_entries, plan_change
 from bootstrap.install.prefix import (
     InstallRecord,
@@ -288,6 +288,7 @@ def _apply(change: Change, fetched: dict, full_validation: bool, run: Run, secon
         link_conda([e for e in run.entries if e.manager == "conda"], plan.link,
                    {e.name: fetched[e.name] for e in plan.link if e.name in fetched}, target,
                    fetch=lambda more: _fetch(more, options), full_validation=full_validation)
+        notes += clobbered(target)
         requested = _requested_conda_specs(run.lock)
         if requested:
             append_request(partial / "conda-meta" / "history", requested,

@@ -67,6 +67,21 @@ def link_conda(conda: Sequence[LockedPackage], to_link: Sequence[LockedPackage],
     _restore_canonical_urls(target.partial, extracted)
 
 
+def clobbered(target: LinkTarget) -> list:
+    """A note when two packages ship one path: rattler keeps one copy and moves the others to
+    `__clobbers__/<package>/<path>` (conda warns of the same as a ClobberWarning)."""
+    moved = target.partial / CLOBBERS
+    if not moved.is_dir():
+        return []
+    found = sorted(str(p.relative_to(moved)) for p in moved.rglob("*") if not p.is_dir())
+    shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    return [f"{len(found)} file(s) are shipped by more than one package: the env keeps one copy of each path, the "
+            f"others are in {target.stable / CLOBBERS} ({shown})"]
+
+
+CLOBBERS = "__clobbers__"  # rattler's name
+
+
 def _link_error(exc: Exception, target: LinkTarget) -> Exception:
     message = " ".join(str(exc).replace(str(target.partial), str(target.stable)).split())  # rattler's causes, one line
     if "cannot be longer than the placeholder prefix" in message:  # rattler's words

@@ -758,6 +758,26 @@ def test_another_package_under_the_right_hash_is_refused(tmp_path: Path, wheels:
     assert not list((project.root / ".envs").glob(".py310.gens/*"))
 
 
+def test_a_path_two_packages_ship_is_kept_once_and_said(tmp_path: Path, wheels: Path, capsys) -> None:
+    """Two packages ship share/same.txt: the env keeps one copy, and the run says where the other went."""
+    from tests.fixtures.conda_channel import PackageSpec
+
+    clashing = [PackageSpec(name, "1.0", noarch="generic", files={"share/same.txt": f"{name}\n"})
+                for name in ("clob-a", "clob-b")]
+    channel = build_runnable_channel(tmp_path / "channel", extra=clashing)
+    project = make_project(tmp_path / "proj", platforms=("linux-64",), conda=(f"python={SHORT}.*", "clob-a", "clob-b"),
+                           pip=())
+    relock(project, channel, wheels)
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--json")) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    prefix = prefix_of(project)
+    assert [n for n in notes if n.startswith("1 file(s) are shipped by more than one package")] == [
+        f"1 file(s) are shipped by more than one package: the env keeps one copy of each path, the others are in "
+        f"{prefix / '__clobbers__'} (clob-b/share/same.txt)"], notes
+    assert (prefix / "share" / "same.txt").read_text() == "clob-a\n"
+
+
 def test_unreachable_channel_leaves_the_env_alone(project: Project, channel: Path, wheels: Path, capsys) -> None:
     """The env and its rollback generation: archives are fetched before the retired generation is recycled."""
     without_zlib = tuple(c for c in CONDA if c != "zlibstub")
