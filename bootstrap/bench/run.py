@@ -48,6 +48,8 @@ PHASE_FUNCTIONS: Dict[str, Phase] = {
 def run_bench(options: BenchOptions, progress: Optional[ProgressFn] = None, *,
               barrier: Optional[Callable[[], None]] = None, rank: Optional[Dict[str, int]] = None) -> BenchResult:
     """Run every phase within `options.budget_s`; Ctrl-C returns the partial result instead of raising.
+    A run stuck past its budget (`watchdog`), or the user's dataset, collate or step raising what no
+    phase expects (sys.exit, say), raises one InputError naming them, after the clean-up.
 
     `barrier` (torchrun: `dist.barrier`) is called at the start of the
     ceiling, naive, tune and tuned phases and of each tuned window, the same
