@@ -9,6 +9,7 @@ value remembers where it came from so the report can say so.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from dataclasses import dataclass, field, fields, replace
@@ -176,8 +177,11 @@ class ThresholdSet:
         clean: Dict[str, float] = {}
         for name, raw in updates.items():
             if name not in Thresholds.names():
-                raise InputError(source, f"unknown threshold {name!r}",
-                                 f"use one of: {', '.join(Thresholds.names())}")
+                close = difflib.get_close_matches(str(name), Thresholds.names(), n=1)
+                raise InputError(source, f"unknown threshold {excerpt(name)}",
+                                 f"did you mean {close[0]}?" if close else
+                                 f"one of {len(Thresholds.names())} names such as efficiency_pass or "
+                                 "device_idle_pass; docs/benchmark.md lists them")
             if source == "--threshold" and isinstance(raw, str):
                 raw = _flag_number(raw)
             clean[name] = check_value(raw, THRESHOLD_RULES[name], where(name))

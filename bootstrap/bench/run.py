@@ -111,7 +111,7 @@ def stalled_error(state: RunState) -> InputError:
            f"in the {state.current_phase} phase: stopped"
     if state.options.user is None:
         return InputError(f"bench --budget {budget_s:g}", over, "give it a larger --budget")
-    return InputError(user_where(state), f"{over}; a __getitem__, collate or step that never returns?",
+    return InputError(user_where(state), f"{over}; a __getitem__, collate, model or step that never returns?",
                       "time one sample by hand; a dataset this slow needs a larger --budget or a smaller "
                       "--batch-size")
 
@@ -121,13 +121,17 @@ def user_code_error(state: RunState, exc: BaseException) -> InputError:
     step in this process: sys.exit, an exception no phase expects)."""
     from bootstrap.bench.user import describe_error
 
+    if "pickle" in str(exc).lower():  # spawn/forkserver: DataLoader pickles the dataset for each worker
+        return InputError(user_where(state), f"cannot be sent to DataLoader workers: {describe_error(exc)}",
+                          "under spawn (macOS, Windows, or set_start_method) a dataset must pickle: no lambdas or "
+                          "open handles in its attributes")
     return InputError(user_where(state), f"{describe_error(exc)} in the {state.current_phase} phase: stopped",
-                      "a sample, collate or step must return, not exit; --debug shows where it was raised")
+                      "a sample, collate or step must return, not exit; the traceback is the error's cause "
+                      "(--debug)")
 
 
 def user_where(state: RunState) -> str:
-    """The user's references a message names: the dataset, and the collate and step when given."""
+    """The user's references a message names: the dataset, and the collate, model and step when given."""
     user = state.options.user
-    named = [f"{flag} {getattr(user, name)}" for name, flag in REF_FLAGS
-             if name in ("collate", "step") and isinstance(getattr(user, name), str)]
+    named = [f"{flag} {getattr(user, name)}" for name, flag in REF_FLAGS[1:] if isinstance(getattr(user, name), str)]
     return " ".join([dataset_where(state), *named])

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
-from bootstrap.errors import InputError
+from bootstrap.errors import InputError, excerpt
 
 REF_FLAGS = (("dataset", "--dataset"), ("collate", "--collate"), ("model", "--model"), ("step", "--step"))
 
@@ -127,6 +127,7 @@ def describe_error(exc: BaseException) -> str:
 
 
 ERROR_CHARS = 200  # of a user's error quoted in a message
+MAX_SAMPLES = 2 ** 31 - 1  # torch.randperm's int64 indices: 16 GiB at this length
 
 
 def clip(text: str) -> str:
@@ -180,6 +181,9 @@ def check_dataset(dataset: Any, where: str, batch_size: int) -> int:
     """The dataset's length; an InputError for what is no map-style Dataset or holds too few samples."""
     from torch.utils.data import Dataset, IterableDataset
 
+    if isinstance(dataset, (str, bytes, dict)):  # have __len__ and __getitem__, but index no samples
+        raise InputError(where, f"returned a {type(dataset).__name__}, not a Dataset",
+                         "return the Dataset object (an instance with __len__ and __getitem__)")
     if isinstance(dataset, IterableDataset):
         raise InputError(where, f"returned an IterableDataset ({type(dataset).__name__}): bench tunes map-style "
                                 "datasets (shuffled, split across workers by index)",
@@ -197,6 +201,10 @@ def check_dataset(dataset: Any, where: str, batch_size: int) -> int:
         length = len(dataset)
     except Exception as exc:  # noqa: BLE001 (the user's __len__)
         raise InputError(where, f"len(dataset) raised {describe_error(exc)}") from None
+    if length > MAX_SAMPLES:
+        raise InputError(where, f"has {excerpt(length)} samples: bench shuffles with torch.randperm, which needs "
+                                "8 bytes a sample", f"give bench a subset (torch.utils.data.Subset) of at most "
+                                                    f"{MAX_SAMPLES:,} samples")
     if length == 0:
         raise InputError(where, "returned an empty dataset (length 0)", "point it at the data it should load")
     if length < batch_size:
@@ -236,7 +244,7 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
         if passes_through(exc):
             raise
         by = f" with --collate {user.collate}" if isinstance(user.collate, str) else ""
-        fix = "fix --collate" if by else \
+        fix = "a sample must return, not exit" if not isinstance(exc, Exception) else "fix --collate" if by else \
             "return tensors of one shape from __getitem__, or give a --collate MODULE:FN that makes the batch"
         raise InputError(where, f"could not load one batch{by}: {describe_error(exc)}", fix) from None
     return UserParts(dataset, collate_fn, model_factory, step_fn, first, time.perf_counter() - started)

@@ -203,6 +203,11 @@ def tuned_check(m: Mapping[str, Optional[float]], f: VerdictFacts) -> Check:
         parts.append(f"{m.get('tune_knobs_tried') or 0:.0f} of {m['tune_knobs']:.0f} knobs tried")
     parts.append(f"{windows:.0f} of 3 tuned windows")
     needed = m.get("budget_needed_s")
+    if not (measured or windows or m.get("naive_samples_per_s")):
+        # Nothing fed the step: no verdict on the pipeline can be given, and a pass would say otherwise.
+        return Check(cid, Status.FAIL, "no loader was measured with the step: the budget ended first", expected,
+                     f"rerun with --budget {needed:.0f} (or more)" if needed else "rerun with a larger --budget",
+                     "slow samples? a smaller --batch-size makes each measurement shorter")
     if f.left_out and needed is not None:
         observed = f"budget too small: ~{needed:.0f} s needed, {f.budget_s or 0:g} s given; " + ", ".join(parts)
         return Check(cid, Status.WARN, observed, expected, f"rerun with --budget {needed:.0f} (or more)",
@@ -233,7 +238,7 @@ def efficiency_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thres
     remedy = ""
     if status is not Status.OK:
         remedy = (f"the loader needs ~{cores:.1f} cores at the ceiling rate: give the job more CPUs, "
-                  "cut per-sample work (pre-resize, --storage packed), or decode on the GPU (DALI)"
+                  "cut per-sample work (pre-resized, packed samples), or decode on the GPU (DALI)"
                   if cores else "give the loader more CPUs")
     detail = "differential method: 1 - efficiency is the data-stall fraction"
     if f.device_type != "cuda" and status is Status.FAIL:

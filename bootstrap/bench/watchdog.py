@@ -4,14 +4,21 @@ Every measurement is sized to end inside the budget, but a single batch
 cannot be cut short: a `__getitem__` that never returns (a read from a
 hung network mount, a lock that is never released, a bare `sleep`) would
 hold the run, in the main process or in a worker it waits on, forever.
-`watchdog` raises `Stalled` in the main thread once the run is `give_up_s`
-old; `run_bench` then stops the workers and turns it into one line naming
-the dataset.
+`watchdog` raises `Stalled` in the main thread once the block is
+`seconds` old; `run_bench` then stops the workers and turns it into one
+line naming the dataset.
 
-It uses SIGALRM, so it is armed only where that exists (not on Windows),
-in the main thread, and when the caller has no interval timer of its own
-running (`tune_loader` in a training script that uses one). A sample that
-hangs inside C code holding the GIL is beyond any Python-level timer.
+A timer thread sends the main thread a signal, which also breaks a
+blocking wait (a sleep, a worker queue's get). The signal is SIGALRM with
+the watchdog's own handler, or SIGINT (raised as KeyboardInterrupt and
+turned back into `Stalled` here) where SIGALRM is someone else's: a script
+that uses it for its own timeouts, or a dataset that takes it over
+mid-run. It repeats every few seconds, as the first may land where it is
+swallowed (a DataLoader iterator's `__del__`, a bare `except:`). No
+watchdog on Windows (no signals to a thread), outside the main thread,
+nor where neither signal is usable (SIGINT ignored, as in some background
+jobs, and SIGALRM taken); a sample stuck in C code that holds the GIL is
+beyond any Python-level handler.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 GRACE_MIN_S = 30.0      # past the budget before giving up: slow first steps (a cold GPU) stay legitimate
 GRACE_SHARE = 0.5       # ... or this share of the budget, whichever is longer
@@ -37,29 +44,56 @@ def give_up_s(budget_s: float) -> float:
     return budget_s + max(GRACE_MIN_S, GRACE_SHARE * budget_s)
 
 
-def armable() -> bool:
-    """Whether `watchdog` can arm a timer here (see the module docstring)."""
-    return (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-            and signal.getitimer(signal.ITIMER_REAL)[0] == 0.0)
+def _alarm_is_free() -> bool:
+    """SIGALRM has no handler and no timer of anyone else's."""
+    return signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None) \
+        and signal.getitimer(signal.ITIMER_REAL)[0] == 0.0
+
+
+def _interrupt_works() -> bool:
+    return callable(signal.getsignal(signal.SIGINT))
 
 
 @contextlib.contextmanager
 def watchdog(seconds: float) -> Iterator[None]:
-    """Raise `Stalled` in the main thread if the block is still running after `seconds`; the previous
-    SIGALRM handler is back, and no timer left armed, when the block ends. A no-op where not `armable`."""
-    if not armable():
+    """Raise `Stalled` in the main thread if the block is still running after `seconds` (see the module
+    docstring); SIGALRM's handler is put back and the timer thread gone when the block ends."""
+    if not (hasattr(signal, "pthread_kill") and hasattr(signal, "SIGALRM")
+            and threading.current_thread() is threading.main_thread()):
         yield
         return
+    fired = threading.Event()
+    stop = threading.Event()
 
-    def fire(_signum: int, _frame: Any) -> None:
+    def raise_stalled(_signum: int, _frame: Any) -> None:
         raise Stalled(seconds)
 
-    previous = signal.signal(signal.SIGALRM, fire)
-    # Again every few seconds until the block ends: the first may land where it is swallowed (a
-    # DataLoader iterator's __del__, a user's bare `except:`).
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001), REPEAT_S)
+    previous: Optional[Any] = signal.signal(signal.SIGALRM, raise_stalled) if _alarm_is_free() else None
+    main = threading.main_thread().ident
+
+    def bark() -> None:
+        waited = seconds
+        while not stop.wait(waited):
+            if signal.getsignal(signal.SIGALRM) is raise_stalled:
+                fired.set()
+                signal.pthread_kill(main, signal.SIGALRM)
+            elif _interrupt_works():
+                fired.set()
+                signal.pthread_kill(main, signal.SIGINT)
+            waited = REPEAT_S
+
+    barker = threading.Thread(target=bark, name="bench-watchdog", daemon=True)
+    barker.start()
     try:
         yield
+    except KeyboardInterrupt:
+        if fired.is_set():
+            raise Stalled(seconds) from None
+        raise
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0.0)
-        signal.signal(signal.SIGALRM, previous)
+        stop.set()
+        try:
+            barker.join()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGALRM, previous)

@@ -163,6 +163,9 @@ def _user_workload(args: argparse.Namespace) -> Any:
         return None
     if getattr(args, "distributed", False):  # its DDP ceiling builds the built-in model, not the user's
         raise InputError("--distributed", "does not measure --dataset yet", "run bench --dataset without torchrun")
+    for path in args.path:  # a typo here would only surface as "cannot import" later
+        if not Path(path).is_dir():
+            raise InputError(f"--path {path}", "is not a directory", "give the directory that holds the module")
     refs = {name: check_ref(value, f"--{name}") if value is not None else None
             for name, value in (("dataset", dataset), ("collate", args.collate), ("model", model_ref),
                                 ("step", args.step))}

@@ -151,7 +151,10 @@ def test_tuned_verdict_says_when_the_budget_was_too_small():
     assert tuned_check({**complete, "budget_needed_s": 50.0}, VerdictFacts(device_type="cpu")).status is Status.OK
     died = tuned_check({**complete, "tune_candidates_measured": 1.0, "tune_candidates_failed": 2.0}, facts)
     assert died.status is Status.WARN and "2 failed" in died.observed and "bench.shm" in died.remedy
-    assert tuned_check({}, facts).status is Status.WARN  # no search at all
+    assert tuned_check({"naive_samples_per_s": 90.0}, facts).status is Status.WARN  # no search at all
+    nothing = tuned_check({"budget_needed_s": 2410.0}, facts)  # not even the naive loader fed the step
+    assert nothing.status is Status.FAIL and nothing.remedy == "rerun with --budget 2410 (or more)"
+    assert nothing.observed == "no loader was measured with the step: the budget ended first"
     assert tuned_check({}, VerdictFacts(device_type="cpu", partial=True)).status is Status.SKIP
 
 

@@ -128,6 +128,23 @@ HOSTILE = textwrap.dedent('''
 
     def hanging_step(model, batch, device):
         hang()
+
+
+    def hanging_model():
+        hang()
+
+
+    def a_string():
+        return "/data/train"
+
+
+    class Endless(Fails):
+        def __len__(self):
+            return 2 ** 62
+
+
+    def endless():
+        return Endless(None, good=10 ** 9)
 ''')
 
 
@@ -163,11 +180,13 @@ def one_line(err: str, start: str, *words: str) -> None:
 
 
 @pytest.mark.parametrize("factory, words", [
-    ("sys_exit_at_once", "could not load one batch: SystemExit: 0"),
+    ("sys_exit_at_once", "could not load one batch: SystemExit: 0 (a sample must return, not exit)"),
     ("generator_exit_at_once", "could not load one batch: GeneratorExit"),
     ("unprintable_at_once", "could not load one batch: Unprintable"),
     ("long_message_at_once", "could not load one batch: ValueError: xxxx"),
     ("hostile_getattr", "looking up __len__ raised RuntimeError: getattr __len__"),
+    ("a_string", "returned a str, not a Dataset"),
+    ("endless", "has 4611686018427387904 samples: bench shuffles with torch.randperm"),
 ])
 def test_what_the_first_batch_raises_is_one_line_whatever_it_is(hostile, capsys, factory, words):
     code, err = bench(hostile, capsys, "--dataset", f"hostile:{factory}")
@@ -212,6 +231,40 @@ def test_a_step_that_hangs_is_named_beside_the_dataset(hostile, capsys):
     code, err = bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:hanging_step", budget="1")
     assert code == 2
     one_line(err, "--dataset hostile:good --step hostile:hanging_step: still running ")
+
+
+def test_a_model_factory_that_hangs_is_named(hostile, capsys):
+    code, err = bench(hostile, capsys, "--dataset", "hostile:good", "--model", "hostile:hanging_model", budget="1")
+    assert code == 2
+    one_line(err, "--dataset hostile:good --model hostile:hanging_model: still running ")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--dataset", "hostile:good", "--path", "/nonexistent/dir"], "--path /nonexistent/dir: is not a directory"),
+    (["--dataset", "hostile:good", "--threshold", "efficency_pass=0.8"],
+     "--threshold: unknown threshold 'efficency_pass' (did you mean efficiency_pass?)"),
+    (["--dataset", "hostile:good", "--threshold", "nosuch=1"], "--threshold: unknown threshold 'nosuch' (one of 22"),
+])
+def test_options_around_the_dataset_are_checked_in_one_short_line(hostile, capsys, argv, words):
+    code, err = bench(hostile, capsys, *argv)
+    assert code == 2
+    one_line(err, words)
+
+
+def test_a_dataset_that_does_not_pickle_for_spawned_workers_is_told_so():
+    """Under spawn a DataLoader pickles the dataset; a lambda in it fails in the tune phase, far from any
+    exit: the line says what spawn needs, not that a sample exited."""
+    from bootstrap.bench.config import BenchOptions
+    from bootstrap.bench.run import user_code_error
+    from bootstrap.bench.state import new_state
+    from bootstrap.bench.user import UserWorkload
+
+    state = new_state(BenchOptions(budget_s=5, user=UserWorkload(object())))
+    state.current_phase = "tune"
+    error = user_code_error(state, AttributeError("Can't pickle local object 'Mine.__init__.<locals>.<lambda>'"))
+    assert str(error) == ("dataset: cannot be sent to DataLoader workers: AttributeError: Can't pickle local object "
+                          "'Mine.__init__.<locals>.<lambda>' (under spawn (macOS, Windows, or set_start_method) a "
+                          "dataset must pickle: no lambdas or open handles in its attributes)")
 
 
 def test_an_import_that_hangs_is_stopped_before_the_run(hostile, capsys):

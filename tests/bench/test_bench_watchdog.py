@@ -1,8 +1,9 @@
 """A bench run that is stuck, not slow: the watchdog's timer, and what a run that meets it reports.
 
 The timer is tested on its own (it raises in the main thread, puts the
-previous SIGALRM handler back, stays out of another thread's way and of a
-timer the caller armed); the runs use real DataLoaders on this CPU over a
+previous SIGALRM handler back, stays out of another thread's way, leaves a
+timer the caller armed alone and outlasts a dataset that takes SIGALRM
+over); the runs use real DataLoaders on this CPU over a
 dataset whose samples hang in the main process or in a worker, with the
 grace past the budget shortened so that a test waits seconds, not half a
 minute.
@@ -20,7 +21,7 @@ import pytest
 from bootstrap.bench import watchdog as watchdog_module
 from bootstrap.bench.watchdog import Stalled, give_up_s, watchdog
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="the watchdog needs SIGALRM")
+pytestmark = pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="the watchdog signals a thread")
 
 BATCH = 8
 
@@ -108,19 +109,51 @@ def test_outside_the_main_thread_it_arms_nothing():
     assert outcome == [(0.0, 0.0)]
 
 
-def test_a_timer_the_caller_armed_is_left_alone():
-    """A training script with its own interval timer keeps it: the watchdog stands aside."""
+def test_a_timer_the_caller_armed_is_left_alone_and_the_block_still_stopped():
+    """A training script with its own SIGALRM timer keeps it, handler and all: the watchdog stops the
+    block with SIGINT instead."""
     fired = []
     previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
-    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    signal.setitimer(signal.ITIMER_REAL, 5.0)
     try:
-        with watchdog(0.05):
-            time.sleep(0.2)
+        with pytest.raises(Stalled):
+            with watchdog(0.1):
+                time.sleep(2)
         assert not fired and signal.getitimer(signal.ITIMER_REAL)[0] > 0
         assert signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0.0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("meddling", ["alarm(0)", "alarm(60)", "a handler of its own", "SIG_IGN"])
+def test_a_dataset_that_takes_sigalrm_over_mid_run_is_still_stopped(meddling):
+    """Per-sample timeouts in a dataset (signal.alarm, a handler of their own) must not switch the
+    watchdog off: its timer is a thread, and it falls back to SIGINT when SIGALRM is no longer its own."""
+    started = time.perf_counter()
+    with pytest.raises(Stalled):
+        with watchdog(0.2):
+            if meddling.startswith("alarm"):
+                signal.alarm(int(meddling[6:-1]))
+            else:
+                signal.signal(signal.SIGALRM, (lambda *_: None) if meddling.startswith("a handler")
+                              else signal.SIG_IGN)
+            time.sleep(30)
+    signal.alarm(0)
+    assert time.perf_counter() - started < 5
+    assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)
+
+
+def test_with_sigalrm_taken_and_ctrl_c_ignored_there_is_no_watchdog():
+    """A background job (SIGINT ignored) whose script uses SIGALRM: nothing the watchdog may send."""
+    previous_alarm = signal.signal(signal.SIGALRM, lambda *_: None)
+    previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with watchdog(0.05):
+            time.sleep(0.3)
+    finally:
+        signal.signal(signal.SIGINT, previous_int)
+        signal.signal(signal.SIGALRM, previous_alarm)
 
 
 def bench_stuck(tmp_path, capsys, monkeypatch, factory: str, budget_s: float) -> tuple:
@@ -144,7 +177,7 @@ def bench_stuck(tmp_path, capsys, monkeypatch, factory: str, budget_s: float) ->
 def assert_one_line_and_nothing_written(tmp_path, code: int, err: str, factory: str, phase: str) -> None:
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: --dataset hanging:{factory}: still running "), err
-    assert f"in the {phase} phase: stopped; a __getitem__, collate or step that never returns?" in err, err
+    assert f"in the {phase} phase: stopped; a __getitem__, collate, model or step that never returns?" in err, err
     out = tmp_path / "out"
     assert not out.exists() or not any(out.iterdir())
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
