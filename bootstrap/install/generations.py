@@ -40,11 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
-from bootstrap.errors import BusyError, InputError
+from bootstrap.errors import BusyError, InputError, excerpt
 from bootstrap.fsutil import flocked, remove_tree
 
 PARTIAL = ".partial"
 GARBAGE = ".garbage"  # renamed before deletion: a half-deleted generation never looks complete
+# conda-build pads the build prefix written into binaries to 255 bytes: a longer prefix cannot replace it
+MAX_PREFIX_BYTES = 255
 LEFTOVERS = (PARTIAL, GARBAGE, ".spare")  # what killed runs leave, and older bootstraps' ready-made clones
 
 
@@ -97,6 +99,11 @@ class Layout:
         """Refuse, before anything is fetched, an env whose directories cannot be written (a read-only
         mount, another user's): a change creates and renames generations in `gens_dir` and switches
         the link beside it, and would fail there with an OSError naming neither."""
+        size = len(str(self.stable).encode())
+        if size > MAX_PREFIX_BYTES:
+            raise InputError(f"--prefix {excerpt(str(self.stable))}", f"is {size} bytes long, longer than the "
+                             f"{MAX_PREFIX_BYTES} conda-forge's packages leave room for in their binaries",
+                             "choose a shorter --prefix")
         existing = next(p for p in (self.stable.parent, *self.stable.parent.parents) if p.exists())
         if not existing.is_dir():
             raise InputError(self.stable, f"{existing} is not a directory", "choose a --prefix in a directory")

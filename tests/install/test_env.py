@@ -870,7 +870,8 @@ def test_a_prefix_too_long_for_a_binary_placeholder_says_to_shorten_it(locked_on
 
     from tests.fixtures.conda_channel import PackageSpec
 
-    placeholder = ("/home/conda/feedstock_root/build_artifacts/binpkg_1700000000000/_h_env" + "_placehold" * 25)[:255]
+    # An older package's shorter placeholder: a prefix under the 255 bytes refused up front can still be too long.
+    placeholder = ("/home/conda/feedstock_root/build_artifacts/binpkg_1700000000000/_h_env" + "_placehold" * 25)[:100]
     data = b"\x7fELF\x00" + placeholder.encode() + b"/lib\x00" + b"\x00" * 32
     paths = [{"_path": "lib/libbin.so", "path_type": "hardlink", "sha256": hashlib.sha256(data).hexdigest(),
               "size_in_bytes": len(data), "prefix_placeholder": placeholder, "file_mode": "binary"}]
@@ -878,7 +879,8 @@ def test_a_prefix_too_long_for_a_binary_placeholder_says_to_shorten_it(locked_on
         PackageSpec("binpkg", "1.0", subdir="linux-64", files={"lib/libbin.so": data}, raw_paths_override=paths)])
     project = copy_project(locked_once, tmp_path / "proj")
     change_lock(project, channel, tmp_path, conda=(*CONDA, "binpkg"), pip=())
-    prefix = tmp_path / ("d" * 200) / ("e" * 60) / "env"
+    prefix = tmp_path / ("d" * 60) / ("e" * 40) / "env"
+    assert 100 < len(str(prefix)) <= 255
     capsys.readouterr()
     assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 2
     err = without_progress(capsys.readouterr().err)
@@ -959,6 +961,19 @@ def test_a_cache_dir_that_is_a_file_is_refused_before_anything_is_created(projec
     assert capsys.readouterr().err == f"error: --cache-dir {cache}: not a directory " \
                                       "(pass a directory as --cache-dir; the default is ~/.cache/bootstrap)\n"
     assert not (project.root / ".envs").exists()
+
+
+@pytest.mark.parametrize("length", [256, 4000])
+def test_a_prefix_too_long_for_conda_binaries_is_refused_before_anything_is_fetched(project: Project, channel: Path,
+                                                                                   capsys, length: int) -> None:
+    prefix = project.root / "envs-here"
+    prefix = prefix / ("d" * (length - len(str(prefix)) - 1))
+    capsys.readouterr()
+    assert main([*env_args(project, str(channel)), "--prefix", str(prefix)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 300, err
+    assert err.startswith("error: --prefix ") and f"is {length} bytes long, longer than the 255 " in err, err
+    assert not (project.root / ".cache").exists() and not (project.root / "envs-here").exists()
 
 
 def test_a_read_only_package_cache_is_named_with_the_flag(project: Project, channel: Path, make_read_only,
