@@ -140,9 +140,12 @@ def judge(nvidia: DriverFacts, candidate: Candidate) -> Verdict:
 def pick_variant(nvidia: DriverFacts, candidates: Sequence[Candidate]) -> Pick:
     """Judge every candidate on these facts and name the one to install, and why."""
     verdicts = tuple(judge(nvidia, c) for c in candidates)
-    # GPUs the kernel shows without a driver (a container started without --gpus) are still the host's
-    # GPUs: a CPU build picked there would outlive the fix, `--gpus all`.
-    chosen, why = _without_gpu(verdicts) if not nvidia.gpus and not nvidia.gpu_signs else _with_gpus(verdicts)
+    if nvidia.gpus:
+        chosen, why = _with_gpus(verdicts)
+    elif nvidia.gpu_signs:
+        chosen, why = _unseen_gpus(verdicts)
+    else:
+        chosen, why = _without_gpu(verdicts)
     if chosen is None:
         return _none_chosen(nvidia, verdicts)
     if len(verdicts) == 1:
@@ -186,6 +189,20 @@ def _with_gpus(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:
         return chosen, f"{chosen.candidate.label}: the newest torch that runs fully on this driver and every GPU"
     return chosen, (f"{chosen.candidate.label}: no variant runs fully here; it runs with a caveat "
                     f"({chosen.reasons[0]})")
+
+
+def _unseen_gpus(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:
+    """GPUs the kernel shows without a driver to ask (a container started without --gpus): the host's GPUs
+    all the same, so no CPU build, which would outlive the fix; and no driver to judge newer CUDA builds
+    by, so the default, else the CUDA build the oldest drivers run."""
+    builds = [v for v in verdicts if v.runs and not _cpu_build(v)]
+    if not builds:
+        return _with_gpus(verdicts)
+    default = next((v for v in builds if v.candidate.default), None)
+    chosen = default or min(builds, key=lambda v: cuda_to_int(v.candidate.target.cuda))
+    which = "the default variant" if default else "the CUDA build the oldest drivers run"
+    return chosen, (f"{chosen.candidate.label}: the kernel shows NVIDIA GPUs but no driver answers here (a "
+                    f"container started without --gpus?): {which}, until the driver can be judged")
 
 
 def _without_gpu(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:

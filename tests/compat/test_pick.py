@@ -28,6 +28,7 @@ def host(driver, cuda, *gpus):
 
 
 NO_GPU = DriverFacts(reason="no NVIDIA driver found")
+UNSEEN = DriverFacts(reason="no NVIDIA driver found", gpu_signs=("/proc/driver/nvidia/gpus/0000:17:00.0",))
 R580 = ("580.95.05", 13000)  # CUDA 13.0
 R570 = ("570.124.06", 12080)  # CUDA 12.8: too old for CUDA 13 builds
 R535 = ("535.183.01", 12020)  # CUDA 12.2: 12.x builds through minor-version compatibility
@@ -66,6 +67,10 @@ CASES = [
      ["no CPU build locked", "runs on the CPU"]),
     ("no GPU, the default is the CPU build", NO_GPU, [CPU_DEFAULT, CU128_OTHER], "cpu", Status.OK,
      ["the default variant is a CPU build"]),
+    ("GPUs without a driver to ask: the default, not the newest CUDA", UNSEEN, [CU128, CU130], "cu128", Status.OK,
+     ["the kernel shows NVIDIA GPUs but no driver answers here", "until the driver can be judged"]),
+    ("GPUs without a driver to ask: no CPU build even as the default", UNSEEN, [CPU_DEFAULT, CU128_OTHER], "cu128",
+     Status.OK, []),
     ("a GPU: the CPU default will not do", host(*R580, H200), [CPU_DEFAULT, CU128_OTHER], "cu128", Status.OK,
      ["the default cpu will not run here", "CPU build"]),
     ("only caveats: 535 runs 12.x builds by minor-version compatibility", host(*R535, RTX3090), [CU128, CU130],
