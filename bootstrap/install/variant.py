@@ -122,10 +122,15 @@ def _driver_facts(request: VariantRequest, nvml: Any, runner: Runner) -> tuple:
     for an env of another OS (`--platform`, a dry run), whose machine this host says nothing about."""
     from bootstrap.compat.facts import DriverFacts
     from bootstrap.compat.probe import load_facts, probe_gpus
-    from bootstrap.platforms import host_platform, os_of
+    from bootstrap.platforms import conda_subdir, host_platform, os_of
 
     if request.facts_path is not None:
-        return load_facts(request.facts_path).nvidia, str(request.facts_path)
+        facts = load_facts(request.facts_path)
+        recorded = conda_subdir(facts.platform) if facts.platform else request.platform
+        if recorded != request.platform:  # judged for one machine, planned for another
+            raise InputError(f"--facts {request.facts_path}", f"was recorded on {recorded}, the env is planned for "
+                             f"{request.platform}", f"add --platform {recorded}, with --dry-run on this machine")
+        return facts.nvidia, str(request.facts_path)
     if os_of(request.platform) != os_of(host_platform()):
         return DriverFacts(reason=f"no facts of a {request.platform} machine"), f"none ({request.platform})"
     return probe_gpus(nvml, runner), "this host"

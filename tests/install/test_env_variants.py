@@ -164,6 +164,19 @@ def test_a_lock_that_cannot_be_read_stops_auto_instead_of_being_passed_over(proj
     assert not prefix_of(project).exists()
 
 
+def test_facts_recorded_on_another_platform_are_not_judged_for_this_one(project: Project, channel: Path, capsys,
+                                                                         tmp_path: Path) -> None:
+    """An aarch64 node's facts judged for a linux-64 plan would pick a variant for the wrong machine."""
+    facts = json.loads(H200.read_text())
+    facts["platform"] = "linux_aarch64"
+    aarch64 = tmp_path / "gh200.facts.json"
+    aarch64.write_text(json.dumps(facts))
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--dry-run", "--facts", str(aarch64))) == 2
+    assert capsys.readouterr().err == (f"error: --facts {aarch64}: was recorded on linux-aarch64, the env is planned "
+                                       "for linux-64 (add --platform linux-aarch64, with --dry-run on this machine)\n")
+
+
 def test_a_spec_without_variants_has_no_variant_to_name(tmp_path: Path, channel: Path, capsys) -> None:
     project = make_project(tmp_path / "plain", platforms=("linux-64",), conda=CONDA, pip=PIP)
     assert main(env_args(project, str(channel), "--variant", "cpu")) == 2
