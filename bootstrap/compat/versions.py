@@ -102,6 +102,7 @@ def cuda_supported_by_driver_number(driver: str, os_name: str) -> Optional[int]:
     """Highest CUDA a driver number supports, from Table 3 (a lower bound).
 
     Secondary signal only: NVML's nvmlSystemGetCudaDriverVersion is exact.
+    Table 2's floors count too: a Linux driver from 580.65.06 runs 13.x;
     Windows lists N/A for 13.x, so a Windows driver on the >= 580 branch is
     credited with 13.0 from the branch rule.
     """
@@ -114,7 +115,9 @@ def cuda_supported_by_driver_number(driver: str, os_name: str) -> Optional[int]:
         if needed is not None and needed <= number:
             best = max(best, cuda_to_int(row["cuda"]))
     for row in data.MINOR_VERSION_FLOORS:
-        if (row["branch"],) <= number:
+        # The exact floor where it is known (Linux 13.x: 580.65.06, not a 580 beta); else the branch
+        floor = driver_tuple(row[driver_column(os_name)] or "") or (row["branch"],)
+        if floor <= number:
             best = max(best, row["cuda_major"] * 1000)
     return best or None
 

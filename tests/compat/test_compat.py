@@ -218,6 +218,8 @@ def test_target_from_url_and_requires_dist():
         ("570.26", "linux", 12080),
         ("570.124.06", "linux", 12080),
         ("580.95.05", "linux", 13000),
+        ("580.65.06", "linux", 13000),
+        ("580.10.01", "linux", 12090),  # a 580 beta before CUDA 13.0's GA driver: the branch alone is not enough
         ("595.45.04", "linux", 13020),
         ("470.82.01", "linux", 11040),
         ("440.33.01", "linux", None),
