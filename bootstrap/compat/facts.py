@@ -245,12 +245,18 @@ class Visible:
 
     def split(self, gpus: Sequence[GpuFacts]) -> Tuple[Tuple[GpuFacts, ...], Tuple[GpuFacts, ...]]:
         """(the GPUs whose code the job runs, the others): a MIG instance runs its parent's compute
-        capability; one whose parent the facts do not tell leaves every GPU in the first."""
+        capability; one whose parent the facts do not tell leaves every GPU that can hold MIG in the
+        first."""
         if self.mig and self.devices:
-            shown = (self.parent,) if self.parent is not None else tuple(gpus)
+            # MIG exists on compute capability 8.0 and newer (A100, A30, H100, ...): only those can hold it
+            capable = tuple(g for g in gpus if g.compute_capability is None or g.compute_capability >= MIG_FROM_CC)
+            shown = (self.parent,) if self.parent is not None else capable or tuple(gpus)
         else:
             shown = self.gpus
         return shown, tuple(g for g in gpus if g not in shown)
+
+
+MIG_FROM_CC = (8, 0)
 
 
 def visible_gpus(gpus: Sequence[GpuFacts], value: Optional[str]) -> Visible:

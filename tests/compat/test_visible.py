@@ -56,7 +56,7 @@ def arch(checks, index):
     (f"{uuid(1)},{uuid(0)}", [0, 1]),
     (MIG_A100, [1]),  # a MIG instance runs its parent's kernels
     (f"MIG-{uuid(1)}/1/0", [1]),  # R450-era MIG names carry the parent's UUID
-    ("MIG-0b7d3c55-1e2f-5a6b-8c9d-ffffffffffff", [0, 1]),  # parent unknown: every GPU may be it
+    ("MIG-0b7d3c55-1e2f-5a6b-8c9d-ffffffffffff", [1]),  # parent unknown: only the A100 can hold MIG
 ])
 def test_a_v100_the_job_does_not_see_does_not_fail_a_cuda13_run(value, judged) -> None:
     facts = node("V100", "A100")
@@ -133,3 +133,14 @@ def test_a_container_started_without_gpus_is_not_picked_a_cpu_build() -> None:
     assert pick_variant(DriverFacts(), candidates).chosen.candidate.name == "cpu"  # truly no GPU
     signs = DriverFacts(gpu_signs=("/proc/driver/nvidia/gpus/0000:17:00.0",))
     assert pick_variant(signs, candidates).chosen.candidate.name == "cu126"
+
+
+def test_a_mig_instance_of_an_unknown_parent_is_judged_only_on_gpus_that_can_hold_mig() -> None:
+    """MIG exists from compute capability 8.0: beside a V100, a MIG UUID the facts do not place belongs to
+    the A100, so only the A100's kernel image is judged; on a node without such a GPU, every GPU is."""
+    unknown = "MIG-0b7d3c55-1e2f-5a6b-8c9d-bbbbbbbbbb02"
+    mixed = node("V100", "A100")
+    shown, others = visible_gpus(mixed.gpus, unknown).split(mixed.gpus)
+    assert [g.name for g in shown] == [MODELS["A100"][0]] and [g.name for g in others] == [MODELS["V100"][0]]
+    old = node("V100", "P100")
+    assert visible_gpus(old.gpus, unknown).split(old.gpus) == (old.gpus, ())
