@@ -37,8 +37,10 @@ from bootstrap.compat.target import TorchTarget, driver_fit, suggest_builds, unl
 from bootstrap.compat.versions import (
     architecture_name,
     cuda_from_int,
+    cuda_supported_by_driver_number,
     cuda_to_int,
     driver_column,
+    driver_tuple,
     full_support_driver,
     kernel_for,
     minor_version_floor,
@@ -118,6 +120,15 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
     if supported is None:
         return Check(cid, Status.SKIP, observed, expected, detail="cannot tell which CUDA the driver supports; "
                      + (facts.reason or detail))
+    consumer, native = _forward_compat_on_consumer(facts)
+    if consumer:
+        upgrade = _upgrade_driver(facts, _upgrade_text(wheel, floor, full, facts.os), wheel)
+        return Check(cid, Status.FAIL, observed, expected,
+                     remedy=(f"CUDA {cuda_from_int(supported)} over driver {facts.driver_version} (CUDA "
+                             f"{cuda_from_int(native)}) is the cuda-compat forward-compatibility package, which does "
+                             f"not run on {consumer} (CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE): take cuda-compat "
+                             f"off LD_LIBRARY_PATH, or {upgrade}"),
+                     detail=detail + "; forward compatibility: data-center GPUs, select RTX server SKUs, Jetson")
     if supported >= wheel:
         return Check(cid, Status.OK, observed, expected, detail=detail)
     upgrade = _upgrade_text(wheel, floor, full, facts.os)
@@ -135,6 +146,21 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
                 f"{_upgrade_driver(facts, _full_text(wheel, full, facts.os), wheel)}"),
         detail=detail,
     )
+
+
+def _forward_compat_on_consumer(facts: DriverFacts) -> Tuple[Optional[str], Optional[int]]:
+    """(a GeForce or TITAN GPU's name, the driver's own CUDA) when the driver reports a newer CUDA than its
+    number supports: a cuda-compat libcuda is loaded (NVML reports its version), and it refuses consumer
+    GPUs. (None, None) otherwise, and for a driver newer than the tables, whose own CUDA they cannot tell."""
+    if not facts.cuda_driver_version or not facts.driver_version:
+        return None, None
+    number, column = driver_tuple(facts.driver_version), driver_column(facts.os)
+    newest = max(driver_tuple(row[column]) or (0,) for row in data.TOOLKIT_DRIVERS)
+    native = cuda_supported_by_driver_number(facts.driver_version, facts.os)
+    if number is None or number >= newest or native is None or facts.cuda_driver_version <= native:
+        return None, None
+    consumer = next((g.name for g in facts.gpus if any(word in g.name for word in ("GeForce", "TITAN"))), None)
+    return consumer, native if consumer else None
 
 
 def _driver_text(facts: DriverFacts) -> str:

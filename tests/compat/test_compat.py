@@ -118,6 +118,18 @@ CASES = [
      ["runs sm_86"]),
     ("arch list unknown (get_arch_list() == [] without a GPU)", host("580.95.05", 13000, H200),
      TorchTarget(version="2.8.0", cuda="12.8", arch_list=()), "cuda.arch.gpu0", Status.SKIP, []),
+    # cuda-compat: NVML reports the forward-compatibility libcuda's CUDA, which refuses consumer GPUs
+    ("cuda-compat 13.0 over R535 on a GeForce", host("535.183.01", 13000, RTX3090), lock("2.10.0"),
+     "cuda.driver", Status.FAIL, ["cuda-compat forward-compatibility package", "LD_LIBRARY_PATH", "GeForce RTX 3090",
+                                  "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"]),
+    ("cuda-compat 12.8 over R535 on a GeForce fails even a 12.x build", host("535.183.01", 12080, RTX3090),
+     lock("2.10.0"), "cuda.driver", Status.FAIL, ["(CUDA 12.2) is the cuda-compat"]),
+    ("cuda-compat 13.0 over R535 on a data-center GPU runs", host("535.183.01", 13000, H200), lock("2.10.0"),
+     "cuda.driver", Status.OK, []),
+    ("a GeForce on its own driver's CUDA is no forward compatibility", host("580.95.05", 13000, RTX3090),
+     lock("2.10.0"), "cuda.driver", Status.OK, []),
+    ("a driver newer than the tables: its own CUDA is not judged", host("999.10.01", 99000, RTX3090),
+     lock("2.10.0"), "cuda.driver", Status.OK, []),
     # CPU torch, no driver, unknown build
     ("CPU-only torch on a GPU host", host("580.95.05", 13000, H200), lock("2.8.0+cpu"),
      "torch.cuda_build", Status.FAIL, ["CPU build", "make env", "torch==2.8.0+cu128"]),
