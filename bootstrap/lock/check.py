@@ -39,6 +39,7 @@ from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtua
 from bootstrap.lock.variants import Variant, variant_locks
 from bootstrap.project import Project
 from bootstrap.report import result
+from bootstrap.urls import scrub_credentials
 
 
 @dataclass(frozen=True)
@@ -182,8 +183,8 @@ def _variant_staleness(spec: EnvSpec, lock: Lock) -> list[Stale]:
         stale.append(Stale("*", "variant", f"lock holds {locked_variant or 'no variant'}, "
                                            f"spec expects {variant or 'none'}"))
     if locked_index != (spec.torch_index or ""):
-        stale.append(Stale("*", "torch index", f"locked from {locked_index or 'the default index'}, "
-                                               f"spec names {spec.torch_index or 'the default index'}"))
+        locked, named = locked_index or "the default index", spec.torch_index or "the default index"
+        stale.append(Stale("*", "torch index", scrub_credentials(f"locked from {locked}, spec names {named}")))
     return stale
 
 

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
+from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError, excerpt
 from bootstrap.platforms import os_of
@@ -33,8 +34,11 @@ META_VARIANT = "bootstrap.variant"  # a lock's custom_metadata key: which varian
 PYPI = "pypi"  # the default index: PyPI, or UV_DEFAULT_INDEX / UV_INDEX_URL, or `pip-indexes: {pypi: URL}`
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 VARIANT_KEYS = ("name", "index", "torch", "virtual-packages", "platforms")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # no dot: it separates env and variant in lock file names
-_VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z_]+)*")
+# No dot: it separates env and variant in lock file names; short enough for a file name with the env's.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+# A virtual package as rattler reads one: `__cuda`, a version of bounded numbers, an optional build string.
+_VIRTUAL = re.compile(r"__[a-z][a-z0-9_]*")
+_VERSION = re.compile(r"[0-9]{1,18}(\.[0-9A-Za-z_]{1,18})*( [0-9A-Za-z_.]{1,64})?")
 # PEP 440 specifier clauses (`==2.10.*`, `>=2.11,<2.15`), checked without `packaging`, which the env side lacks;
 # the lock checks the requirement it makes from them in full.
 _SPECIFIER = re.compile(r"(===|==|!=|<=|>=|<|>|~=)\s*[0-9][0-9A-Za-z.*+!_-]*(\s*,\s*(===|==|!=|<=|>=|<|>|~=)\s*"
@@ -75,10 +79,16 @@ def read_indexes(path: Path, value: Any) -> Dict[str, str]:
         where = f"pip-indexes.{name}"
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise InputError(path, f"pip-indexes: {excerpt(name)} is not an index name",
-                             "use letters, digits, '-' and '_'")
+                             "use letters, digits, '-' and '_', at most 64")
         if not isinstance(url, str) or not re.match(r"(https?|file)://\S+$", url.strip()):
             raise InputError(path, f"{where}: {excerpt(url)} is not an index URL",
                              "give the simple index, e.g. https://download.pytorch.org/whl/cu126")
+        parts = urlsplit(url.strip()) if isinstance(url, str) else None
+        if parts is not None and (parts.query or parts.fragment or (parts.scheme != "file" and not parts.hostname)):
+            # a simple index is a host and a path; a query is where tokens hide (`?token=...`)
+            raise InputError(path, f"{where}: {excerpt(scrub_credentials(url.split('?')[0].split('#')[0]), 200)} "
+                             "has no host, or a query or fragment: not a simple index URL",
+                             f"give the index's host and path; secrets go in ~/.netrc or `--index {name}=URL`")
         if has_credentials(url):
             raise InputError(path, f"{where}: {excerpt(scrub_credentials(url.strip()), 200)} carries credentials",
                              f"keep secrets out of specs: ~/.netrc, or `--index {name}=URL` on the command line")
@@ -116,10 +126,10 @@ def _variant(path: Path, index: int, raw: Any, spec_platforms: Tuple[str, ...],
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InputError(path, f"{where}.name: {excerpt(name)} is not a variant name",
-                         "use letters, digits, '-' and '_' (e.g. cu128, cpu)")
+                         "use letters, digits, '-' and '_', at most 64 (e.g. cu128, cpu)")
     where = f"variants[{index}] ({name})"
     index_name = raw.get("index", PYPI)
-    if index_name != PYPI and index_name not in indexes:
+    if not isinstance(index_name, str) or (index_name != PYPI and index_name not in indexes):
         known = ", ".join([PYPI, *indexes])
         raise InputError(path, f"{where}.index: unknown index {excerpt(index_name)}",
                          f"name one of {known}, or add it under `pip-indexes:`")
@@ -149,14 +159,14 @@ def _virtual_packages(path: Path, where: str, value: Any) -> Dict[str, Optional[
         raise InputError(path, f"{where}.virtual-packages: expected a mapping like {{__cuda: \"12.6\"}}")
     out: Dict[str, Optional[str]] = {}
     for name, version in value.items():
-        if not isinstance(name, str) or not name.startswith("__"):
+        if not isinstance(name, str) or not _VIRTUAL.fullmatch(name):
             raise InputError(path, f"{where}.virtual-packages: {excerpt(name)} is not a virtual package",
-                             "their names start with '__', e.g. __cuda")
+                             "their names are '__' and lowercase letters, digits and '_', e.g. __cuda")
         if isinstance(version, float):
             raise InputError(path, f"{where}.virtual-packages.{name}: {excerpt(version)} is a number",
                              f"quote it: {name}: \"{version}\" (YAML reads 12.10 as 12.1)")
         if version is not None and not (isinstance(version, (str, int)) and not isinstance(version, bool)
-                                        and _VERSION.fullmatch(str(version).split(" ")[0])):
+                                        and _VERSION.fullmatch(str(version))):
             raise InputError(path, f"{where}.virtual-packages.{name}: {excerpt(version)} is not a version",
                              "write it like \"12.8\", or null to solve without it")
         out[name] = None if version is None else str(version)

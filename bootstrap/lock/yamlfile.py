@@ -41,6 +41,8 @@ def load_yaml(path: Path, text: Optional[str] = None) -> Any:
     yaml = _yaml(path)
     if text is None:
         text = read_text(path)
+    if text.startswith("\ufeff"):  # the byte-order mark Windows editors write: no part of the YAML
+        text = text[1:]
     loader = _unique_keys_loader()
     try:
         _check_bounds(yaml, path, text, loader)

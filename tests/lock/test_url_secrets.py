@@ -84,3 +84,23 @@ def test_scrubbing_keeps_what_is_no_credential() -> None:
     for text in ("git+https://github.com/o/r@v1.0", "https://host/cf/noarch/x.conda", "https://host/at/t"):
         assert scrub_credentials(text) == text and not has_credentials(text)
     assert scrub_credentials("'https://h/t/TK'.") == "'https://h/t/<TOKEN>'."
+
+
+def test_lock_check_does_not_show_a_login_a_lock_s_torch_index_carries(tmp_path: Path, capsys) -> None:
+    """A hand-edited lock naming its torch index with a login: `lock --check` says it is stale without it."""
+    import shutil
+
+    from tests.fixtures import REPO
+
+    root = tmp_path / "proj"
+    shutil.copytree(REPO / "envs", root / "envs")
+    shutil.copy(REPO / "conda-lock.yml", root)
+    lock = root / "envs" / "py310.cu130.conda-lock.yml"
+    lock.write_text(lock.read_text().replace(
+        "    bootstrap.variant: cu130\n",
+        "    bootstrap.variant: cu130\n    bootstrap.torch-index: https://u:PW-SECRET@x.example/t/TK-SECRET/whl\n", 1))
+    capsys.readouterr()
+    code = main(["lock", "--check", "--root", str(root)])
+    out, err = capsys.readouterr()
+    assert code in (1, 2) and "torch index" in out + err, (out, err)
+    assert not any(secret in out + err for secret in SECRETS), (out, err)

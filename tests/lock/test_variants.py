@@ -101,6 +101,20 @@ BAD = [
     ("variants:\n  - cu128\n", "expected a mapping", "name: cu128"),
     ("pip-indexes: [https://x]\n", "pip-indexes: expected a mapping", "pytorch-cu126"),
     ("pip-indexes:\n  x: not-a-url\n", "is not an index URL", "https://"),
+    # what an outside tester found: tracebacks, and a token the credential check missed
+    ("variants:\n  - name: " + "c" * 240 + "\n", "is not a variant name", "at most 64"),
+    ("variants:\n  - name: a\n    index: [ix]\n", "variants[0] (a).index: unknown index ['ix']", "pip-indexes"),
+    ("variants:\n  - name: a\n    index: {a: b}\n", "variants[0] (a).index: unknown index", "pip-indexes"),
+    ("variants:\n  - name: a\n    virtual-packages: {__cuda: '13.0 junk!!'}\n", "is not a version", "12.8"),
+    ("variants:\n  - name: a\n    virtual-packages: {'__cu da': '1'}\n", "is not a virtual package", "__cuda"),
+    ("variants:\n  - name: a\n    virtual-packages: {__: '1'}\n", "is not a virtual package", "__cuda"),
+    ("variants:\n  - name: a\n    virtual-packages: {__cuda: 99999999999999999999}\n", "is not a version",
+     "12.8"),
+    ("pip-indexes:\n  ix: https://mirror.example/whl?token=s3cretQ\nvariants:\n  - name: a\n",
+     "has no host, or a query or fragment", "~/.netrc"),
+    ("pip-indexes:\n  ix: https://mirror.example/whl#frag\nvariants:\n  - name: a\n",
+     "has no host, or a query or fragment", "--index ix=URL"),
+    ("pip-indexes:\n  ix: https:///whl\nvariants:\n  - name: a\n", "has no host", "host and path"),
 ]
 
 
@@ -112,7 +126,13 @@ def test_a_bad_variant_is_one_line_naming_file_field_and_fix(tmp_path: Path, ext
         read_spec(path)
     message = str(caught.value)
     assert message.startswith(str(path)) and problem in message and fix in message
-    assert "\n" not in message and "hunter2" not in message
+    assert "\n" not in message and "hunter2" not in message and "s3cretQ" not in message and len(message) < 400
+
+
+def test_a_spec_a_windows_editor_saved_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
+    path = spec_with(tmp_path, "")
+    path.write_bytes("\ufeff".encode() + path.read_bytes())
+    assert read_spec(path).pip == read_spec(spec_with(tmp_path / "..", "")).pip
 
 
 def test_variants_need_a_torch_to_vary(tmp_path: Path) -> None:
