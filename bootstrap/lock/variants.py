@@ -146,10 +146,23 @@ def _torch_pin(path: Path, where: str, value: Any) -> str:
     pin = value.strip()
     if pin[:1].isdigit():
         pin = f"=={pin}"  # a bare version means ==
-    if not _SPECIFIER.fullmatch(pin):
+    if not _SPECIFIER.fullmatch(pin) or not _pep440(pin):
         raise InputError(path, f"{where}.torch: {excerpt(value)} is not a version pin",
                          "write e.g. \"==2.10.*\" or \">=2.11,<2.15\"")
     return pin
+
+
+def _pep440(pin: str) -> bool:
+    """What `packaging` (and so uv and pip) reads as a specifier set: `~=2` and `==2.*.1` are not."""
+    try:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    except ImportError:  # an env without packaging: the pattern alone
+        return True
+    try:
+        SpecifierSet(pin)
+    except InvalidSpecifier:
+        return False
+    return True
 
 
 def _virtual_packages(path: Path, where: str, value: Any) -> Dict[str, Optional[str]]:

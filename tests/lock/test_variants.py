@@ -94,6 +94,8 @@ BAD = [
     ("variants:\n  - name: a.b\n", "is not a variant name", "letters"),
     ("variants:\n  - name: a\n    colour: red\n", "unknown key 'colour'", "allowed"),
     ("variants:\n  - name: a\n    torch: '=>2'\n", "is not a version pin", "==2.10"),
+    ("variants:\n  - name: a\n    torch: '~=2'\n", "variants[0] (a).torch: '~=2' is not a version pin", "==2.10"),
+    ("variants:\n  - name: a\n    torch: '==2.*.1'\n", "is not a version pin", "==2.10"),
     ("variants:\n  - name: a\n    virtual-packages: {__cuda: 12.10}\n", "is a number", "quote it"),
     ("variants:\n  - name: a\n    virtual-packages: {cuda: '12'}\n", "is not a virtual package", "'__'"),
     ("variants:\n  - name: a\n    platforms: [linux-aarch64]\n", "not among the spec's platforms", "linux-64"),
