@@ -60,6 +60,8 @@ def add_pip_index_options(group):
 def run(args: argparse.Namespace) -> int:
     project = Project(args.root or find_root(Path.cwd()))
     envs = project.resolve_envs(args.envs)
+    if args.variant and not args.envs:  # `lock --variant cu130`: the envs that declare it
+        envs = _declaring(project, envs, args.variant)
     if args.check:
         ignored = [flag for flag, given in (("--mirror", args.mirror), ("--dry-run", args.dry_run),
                                             ("--cache-dir", args.cache_dir), ("--pip-offline", args.pip_offline),
@@ -72,6 +74,16 @@ def run(args: argparse.Namespace) -> int:
                              f"drop {' and '.join(ignored)}")
         return _check(project, envs, tuple(args.platform), tuple(args.variant), args.json)
     return _lock(project, envs, args)
+
+
+def _declaring(project: Project, envs: list[str], variants: list[str]) -> list[str]:
+    """The envs whose specs declare every variant named; all of them when none does, so that the
+    unknown name is refused as one line naming the default env and its variants."""
+    from bootstrap.lock.spec import read_spec
+
+    declaring = [env for env in envs
+                 if set(variants) <= {v.name for v in read_spec(project.spec_path(env)).variants}]
+    return declaring or envs[:1]
 
 
 def _check(project: Project, envs: list[str], platforms: tuple[str, ...], variants: tuple[str, ...],

@@ -349,3 +349,20 @@ def test_the_committed_cu130_variant_is_torch_2_14_on_cuda_13() -> None:
     default = {p.name: p for p in read_lock(project.lock_path("py310")).for_platform("linux-64", "pip")}
     assert default["torch"].version.startswith("2.10.") and default["torch"].dependencies[
         "nvidia-cuda-runtime-cu12"] == "==12.8.90"
+
+
+def test_lock_variant_without_an_env_acts_on_the_envs_that_declare_it(tmp_path: Path, capsys) -> None:
+    """`lock --check --variant cu130` checks py310's cu130, and does not fail on py39, which has no cu130."""
+    import shutil
+
+    from bootstrap.cli import main
+    from tests.fixtures import REPO
+
+    root = tmp_path / "proj"
+    shutil.copytree(REPO / "envs", root / "envs")
+    shutil.copy(REPO / "conda-lock.yml", root)
+    capsys.readouterr()
+    assert main(["lock", "--check", "--variant", "cu130", "--root", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines() == ["py310 [cu130]: envs/py310.cu130.conda-lock.yml is fresh"]
+    assert main(["lock", "--check", "--variant", "cu999", "--root", str(root)]) == 2
+    assert capsys.readouterr().err.startswith("error: --variant: py310 has no variant 'cu999' (known: cu128, cu130)")
