@@ -214,6 +214,7 @@ CHATTY = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_json_stdout_stays_the_report_when_the_dataset_prints(tmp_path):
     """`--json` is for a program to read: what the user's module prints on import, in its factory and in
     __getitem__ (in the main process and in workers, which inherit the descriptor) goes to stderr."""

@@ -194,6 +194,7 @@ def test_what_the_first_batch_raises_is_one_line_whatever_it_is(hostile, capsys,
     one_line(err, f"--dataset hostile:{factory}: ", words)
 
 
+@pytest.mark.slow
 def test_a_sample_that_exits_the_process_mid_run_stops_the_run_in_one_line(hostile, capsys):
     """sys.exit in a later sample, in this process: not a silent exit 0."""
     code, err = bench(hostile, capsys, "--dataset", "hostile:sys_exit_later", budget="5")
@@ -220,6 +221,7 @@ def test_a_worker_that_exits_or_fails_is_the_dataset_s_fault_not_a_failed_config
     one_line(err, f"--dataset hostile:{factory}: a sample failed to load while bench measured w=", words)
 
 
+@pytest.mark.slow
 def test_a_factory_that_hangs_is_stopped_with_the_watchdog_s_words(hostile, capsys):
     code, err = bench(hostile, capsys, "--dataset", "hostile:hanging_factory", budget="1")
     assert code == 2
@@ -233,6 +235,7 @@ def test_a_step_that_hangs_is_named_beside_the_dataset(hostile, capsys):
     one_line(err, "--dataset hostile:good --step hostile:hanging_step: still running ")
 
 
+@pytest.mark.slow
 def test_a_model_factory_that_hangs_is_named(hostile, capsys):
     code, err = bench(hostile, capsys, "--dataset", "hostile:good", "--model", "hostile:hanging_model", budget="1")
     assert code == 2
@@ -267,6 +270,7 @@ def test_a_dataset_that_does_not_pickle_for_spawned_workers_is_told_so():
                           "dataset must pickle: no lambdas or open handles in its attributes)")
 
 
+@pytest.mark.slow
 def test_an_import_that_hangs_is_stopped_before_the_run(hostile, capsys):
     (hostile / "slow_import.py").write_text("import time\nwhile True:\n    time.sleep(3600)\n")
     started = time.perf_counter()
@@ -283,6 +287,7 @@ def test_an_import_error_inside_the_module_is_not_told_to_add_path(hostile, caps
              "(the error is in the module (or what it imports))")
 
 
+@pytest.mark.slow
 def test_a_factory_that_changes_directory_does_not_move_the_report(hostile, capsys, monkeypatch):
     from bootstrap.cli import main
 
@@ -294,6 +299,7 @@ def test_a_factory_that_changes_directory_does_not_move_the_report(hostile, caps
     assert (hostile / "report" / "bench.json").is_file() and not Path("/report").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="POSIX signals")
 def test_tune_loader_lets_ctrl_c_stop_the_script(hostile):
     """Ctrl-C in a training script that tunes its loader stops the script, not just the tuning."""
@@ -320,6 +326,7 @@ def test_tune_loader_refuses_a_progress_that_is_no_callable(hostile):
         tune_loader(module.good(), batch_size=BATCH, budget=2, device="cpu", progress=5)
 
 
+@pytest.mark.slow
 def test_a_data_dir_the_run_created_is_gone_afterwards(tmp_path, capsys):
     from bootstrap.cli import main
 

@@ -10,7 +10,7 @@ later in the main process, or only in a DataLoader worker). A dataset the
 built-in step can train on must be measured (exit 0 or 1, bench.json
 written); any other must be refused in one line on stderr naming the
 `--dataset` reference or the step that cannot take its batches, exit 2,
-nothing in --out. The default run takes every 23rd case (a stride that
+nothing in --out. The default run takes every 47th case (a stride that
 divides none of the axes, so each axis's values all come up) and the
 trainable ones; `slow` takes all.
 """
@@ -103,7 +103,7 @@ def factory(case: tuple) -> str:
     return "make_" + case_id(case).replace("-", "_")
 
 
-@pytest.mark.parametrize("sample, shape, label, length, fail", sampled(CASES, every=23))
+@pytest.mark.parametrize("sample, shape, label, length, fail", sampled(CASES, every=47))
 def test_a_generated_dataset_gets_a_report_or_one_line(hostile_module, tmp_path, capsys, monkeypatch, sample, shape,
                                                       label, length, fail):
     from bootstrap.cli import main

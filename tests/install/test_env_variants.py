@@ -144,8 +144,11 @@ def test_unknown_or_unlocked_variants_and_mixed_flags_are_one_line(project: Proj
     assert not prefix_of(project).exists()
 
 
-@pytest.mark.parametrize("corrupt", ["empty", "version 2", "truncated", "binary", "null", "a list"])
-@pytest.mark.parametrize("which", ["cpu", "cu128"])
+# The default suite breaks each lock one way; `make test-slow` every way.
+@pytest.mark.parametrize(("which", "corrupt"), [
+    (which, corrupt) if (which, corrupt) in (("cpu", "empty"), ("cu128", "version 2"))
+    else pytest.param(which, corrupt, marks=pytest.mark.slow)
+    for which in ("cpu", "cu128") for corrupt in ("empty", "version 2", "truncated", "binary", "null", "a list")])
 def test_a_lock_that_cannot_be_read_stops_auto_instead_of_being_passed_over(project: Project, channel: Path,
                                                                            capsys, corrupt: str, which: str) -> None:
     """Auto judges every variant's lock: a broken one (the default's or the pick's) is bad input naming the
