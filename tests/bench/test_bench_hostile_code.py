@@ -173,6 +173,13 @@ def bench(tmp_path: Path, capsys, *argv: str, budget: str = "3") -> tuple:
     return code, err
 
 
+def refused(result: tuple, start: str, *words: str) -> None:
+    """`bench`'s (exit code, stderr) is exit 2 and the one line `one_line` checks."""
+    code, err = result
+    assert code == 2, err
+    one_line(err, start, *words)
+
+
 def one_line(err: str, start: str, *words: str) -> None:
     assert err.count("\n") == 1 and err.startswith(f"error: {start}") and len(err) < 500, err
     for word in words:
@@ -189,24 +196,20 @@ def one_line(err: str, start: str, *words: str) -> None:
     ("endless", "has 4611686018427387904 samples: bench shuffles with torch.randperm"),
 ])
 def test_what_the_first_batch_raises_is_one_line_whatever_it_is(hostile, capsys, factory, words):
-    code, err = bench(hostile, capsys, "--dataset", f"hostile:{factory}")
-    assert code == 2
-    one_line(err, f"--dataset hostile:{factory}: ", words)
+    refused(bench(hostile, capsys, "--dataset", f"hostile:{factory}"), f"--dataset hostile:{factory}: ", words)
 
 
 @pytest.mark.slow
 def test_a_sample_that_exits_the_process_mid_run_stops_the_run_in_one_line(hostile, capsys):
     """sys.exit in a later sample, in this process: not a silent exit 0."""
-    code, err = bench(hostile, capsys, "--dataset", "hostile:sys_exit_later", budget="5")
-    assert code == 2
-    one_line(err, "--dataset hostile:sys_exit_later: SystemExit: 0 in the ", "phase: stopped (a sample, collate or "
-             "step must return, not exit")
+    refused(bench(hostile, capsys, "--dataset", "hostile:sys_exit_later", budget="5"),
+            "--dataset hostile:sys_exit_later: SystemExit: 0 in the ", "phase: stopped (a sample, collate or "
+            "step must return, not exit")
 
 
 def test_a_step_that_exits_is_named(hostile, capsys):
-    code, err = bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:exiting_step")
-    assert code == 2
-    one_line(err, "--step hostile:exiting_step: failed on the first batch: SystemExit: 0")
+    refused(bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:exiting_step"),
+            "--step hostile:exiting_step: failed on the first batch: SystemExit: 0")
 
 
 @pytest.mark.slow
@@ -216,30 +219,26 @@ def test_a_step_that_exits_is_named(hostile, capsys):
     ("long_message_in_workers", "ValueError: xxxx"),
 ])
 def test_a_worker_that_exits_or_fails_is_the_dataset_s_fault_not_a_failed_config(hostile, capsys, factory, words):
-    code, err = bench(hostile, capsys, "--dataset", f"hostile:{factory}", budget="8")
-    assert code == 2
-    one_line(err, f"--dataset hostile:{factory}: a sample failed to load while bench measured w=", words)
+    refused(bench(hostile, capsys, "--dataset", f"hostile:{factory}", budget="8"),
+            f"--dataset hostile:{factory}: a sample failed to load while bench measured w=", words)
 
 
 @pytest.mark.slow
 def test_a_factory_that_hangs_is_stopped_with_the_watchdog_s_words(hostile, capsys):
-    code, err = bench(hostile, capsys, "--dataset", "hostile:hanging_factory", budget="1")
-    assert code == 2
-    one_line(err, "--dataset hostile:hanging_factory: still running ", "in the setup phase: stopped")
+    refused(bench(hostile, capsys, "--dataset", "hostile:hanging_factory", budget="1"),
+            "--dataset hostile:hanging_factory: still running ", "in the setup phase: stopped")
 
 
 @pytest.mark.slow
 def test_a_step_that_hangs_is_named_beside_the_dataset(hostile, capsys):
-    code, err = bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:hanging_step", budget="1")
-    assert code == 2
-    one_line(err, "--dataset hostile:good --step hostile:hanging_step: still running ")
+    refused(bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:hanging_step", budget="1"),
+            "--dataset hostile:good --step hostile:hanging_step: still running ")
 
 
 @pytest.mark.slow
 def test_a_model_factory_that_hangs_is_named(hostile, capsys):
-    code, err = bench(hostile, capsys, "--dataset", "hostile:good", "--model", "hostile:hanging_model", budget="1")
-    assert code == 2
-    one_line(err, "--dataset hostile:good --model hostile:hanging_model: still running ")
+    refused(bench(hostile, capsys, "--dataset", "hostile:good", "--model", "hostile:hanging_model", budget="1"),
+            "--dataset hostile:good --model hostile:hanging_model: still running ")
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -249,9 +248,7 @@ def test_a_model_factory_that_hangs_is_named(hostile, capsys):
     (["--dataset", "hostile:good", "--threshold", "nosuch=1"], "--threshold: unknown threshold 'nosuch' (one of 22"),
 ])
 def test_options_around_the_dataset_are_checked_in_one_short_line(hostile, capsys, argv, words):
-    code, err = bench(hostile, capsys, *argv)
-    assert code == 2
-    one_line(err, words)
+    refused(bench(hostile, capsys, *argv), words)
 
 
 def test_a_dataset_that_does_not_pickle_for_spawned_workers_is_told_so():
@@ -281,10 +278,9 @@ def test_an_import_that_hangs_is_stopped_before_the_run(hostile, capsys):
 
 def test_an_import_error_inside_the_module_is_not_told_to_add_path(hostile, capsys):
     (hostile / "syntax_error.py").write_text("def make(:\n")
-    code, err = bench(hostile, capsys, "--dataset", "syntax_error:make")
-    assert code == 2
-    one_line(err, "--dataset syntax_error:make: cannot import syntax_error: SyntaxError: ",
-             "(the error is in the module (or what it imports))")
+    refused(bench(hostile, capsys, "--dataset", "syntax_error:make"),
+            "--dataset syntax_error:make: cannot import syntax_error: SyntaxError: ",
+            "(the error is in the module (or what it imports))")
 
 
 @pytest.mark.slow
