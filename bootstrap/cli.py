@@ -54,7 +54,7 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
             continue
         module = importlib.import_module(f"bootstrap.commands.{module_name}")
         module.configure(verb_parser)
-        verb_parser.set_defaults(_run=module.run)
+        verb_parser.set_defaults(_run=module.run, _parser=verb_parser)
     return parser
 
 
@@ -90,7 +90,9 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a C tool whose
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        args = build_parser(argv).parse_args(argv)
+        args, extra = build_parser(argv).parse_known_args(argv)
+        if extra:  # the verb's parser says so, pointing at the verb's own --help
+            args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except _UsageError as exc:
         message = scrub_credentials(str(exc))  # argparse quotes a rejected value as given
         print(f"error: {message}", file=sys.stderr)

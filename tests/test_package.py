@@ -144,7 +144,7 @@ def test_a_usage_error_of_a_json_run_still_prints_the_envelope(capsys) -> None:
     assert main(["env", "--frobnicate"]) == 2  # without --json: one line, nothing on stdout
     out, err = capsys.readouterr()
     assert out == "" and err == ("error: unrecognized arguments: --frobnicate "
-                                  "(see `python -m bootstrap --help`)\n")
+                                  "(see `python -m bootstrap env --help`)\n")
 
 
 def test_a_reader_that_goes_away_gets_no_traceback() -> None:
