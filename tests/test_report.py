@@ -28,7 +28,7 @@ FACTS = DATA / "verify" / "h200x1-580.159.04.facts.json"
 
 # format -> the keys of its envelope, `format` and `version` included.
 KEYS: Dict[str, FrozenSet[str]] = {
-    "bootstrap.lock": frozenset({"format", "version", "dry_run", "envs"}),
+    "bootstrap.lock": frozenset({"format", "version", "dry_run", "envs", "dropped"}),
     "bootstrap.lock-check": frozenset({"format", "version", "fresh", "envs"}),
     "bootstrap.export": frozenset({"format", "version", "kind", "name", "source", "platforms", "files", "notes"}),
     "bootstrap.monitor": frozenset({"format", "version", "available", "reason", "interval_s", "samples", "duration_s",

@@ -116,7 +116,7 @@ def _print_check(result, root: Path) -> None:
 def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.lock.pip import PipOptions
-    from bootstrap.lock.solve import LockOptions, LockRun, check_update, lock_env
+    from bootstrap.lock.solve import LockOptions, LockRun, check_update, drop_orphan_locks, lock_env
 
     options = LockOptions(
         platforms=tuple(args.platform),
@@ -135,15 +135,21 @@ def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
 
         check_cache_dir(options.cache_dir)
     check_update(project, envs, options)  # every env before any is written
-    results = []
+    results, dropped = [], []
     for env in envs:
         for result in lock_env(project, env, options, notify=_to_stderr,
                                progress=(lambda _message: None) if args.quiet else _to_stderr):
             results.append(result)
             if not args.json:
                 _print_lock(result, project.root)
+        for lock in drop_orphan_locks(project, env, options):
+            dropped.append(lock)
+            if not args.json:
+                print(f"{env} [{lock.variant}]: {'deleted' if lock.deleted else 'would delete'} "
+                      f"{_relative(lock.path, project.root)} (no such variant in the spec any more)")
     if args.json:
-        print(dumps("bootstrap.lock", LockRun(dry_run=args.dry_run, envs=tuple(results)).to_dict()))
+        print(dumps("bootstrap.lock", LockRun(dry_run=args.dry_run, envs=tuple(results),
+                                              dropped=tuple(dropped)).to_dict()))
     sys.stdout.flush()
     return EXIT_OK
 

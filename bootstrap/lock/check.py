@@ -36,7 +36,7 @@ from bootstrap.lock.lockfile import (
 )
 from bootstrap.lock.pip import marker_environment, pip_requirements
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
-from bootstrap.lock.variants import Variant, variant_locks
+from bootstrap.lock.variants import Variant, orphan_locks, variant_locks
 from bootstrap.project import Project
 from bootstrap.report import result
 from bootstrap.urls import scrub_credentials
@@ -102,9 +102,15 @@ def check_env(project: Project, env: str, platforms: Tuple[str, ...] = (),
     locks = variant_locks(project, env, spec, variants)
     check_syntax(spec, [variant for variant, _ in locks])
     vpkgs = read_virtual_packages(project.virtual_packages_path)  # the hash below covers its content
-    return tuple(_check_lock(env, spec.for_variant(variant), vpkgs.for_variant(variant), path, platforms)
-                 for variant, path in locks
-                 if not platforms or set(platforms) & set(spec.for_variant(variant).platforms))
+    checked = tuple(_check_lock(env, spec.for_variant(variant), vpkgs.for_variant(variant), path, platforms)
+                    for variant, path in locks
+                    if not platforms or set(platforms) & set(spec.for_variant(variant).platforms))
+    if variants:
+        return checked
+    return checked + tuple(
+        CheckResult(env=env, variant=name, lock_path=path, platforms=(), stale=(
+            Stale("*", "variant", f"{spec.path.name} no longer declares {name}; `make lock` deletes this lock"),))
+        for name, path in orphan_locks(project, env, spec))
 
 
 def check_syntax(spec: EnvSpec, variants: Sequence[Optional[Variant]]) -> None:

@@ -33,7 +33,7 @@ from bootstrap.lock.lockfile import (
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.pip import PipOptions, resolve_all, target_for
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
-from bootstrap.lock.variants import variant_locks
+from bootstrap.lock.variants import orphan_locks, variant_locks
 from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_lock
 from bootstrap.project import Project
 from bootstrap.report import result
@@ -86,14 +86,29 @@ class LockResult:
 
 
 @result
+class DroppedLock:
+    """The lock of a variant the spec no longer declares, deleted by a relock (listed with `dry_run`)."""
+
+    env: str
+    variant: str
+    path: Path
+    deleted: bool
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"env": self.env, "variant": self.variant, "lock_path": str(self.path), "deleted": self.deleted}
+
+
+@result
 class LockRun:
     """`bootstrap lock [ENV ...]`: one result per env (per variant of it), in the order they were locked."""
 
     dry_run: bool
     envs: Tuple[LockResult, ...]
+    dropped: Tuple[DroppedLock, ...] = ()
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"dry_run": self.dry_run, "envs": [env.to_dict() for env in self.envs]}
+        return {"dry_run": self.dry_run, "envs": [env.to_dict() for env in self.envs],
+                "dropped": [lock.to_dict() for lock in self.dropped]}
 
 
 def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
@@ -114,6 +129,19 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
                                    progress)
                      for variant, path in locks
                      if not options.platforms or set(options.platforms) & set(spec.for_variant(variant).platforms))
+
+
+def drop_orphan_locks(project: Project, env: str, options: LockOptions) -> Tuple[DroppedLock, ...]:
+    """Delete the locks of variants `env`'s spec no longer declares, so that no stale lock of a
+    removed variant lingers beside the others (only listed with `dry_run`; kept with `--variant`)."""
+    if options.variants:
+        return ()
+    dropped = []
+    for name, path in orphan_locks(project, env, read_spec(project.spec_path(env))):
+        if not options.dry_run:
+            path.unlink(missing_ok=True)
+        dropped.append(DroppedLock(env=env, variant=name, path=path, deleted=not options.dry_run))
+    return tuple(dropped)
 
 
 def _lock_variant(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path,

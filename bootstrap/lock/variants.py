@@ -20,6 +20,7 @@ none, and everything behaves as it did before variants existed.
 
 from __future__ import annotations
 
+import glob
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError, excerpt
 from bootstrap.platforms import os_of
+from bootstrap.project import LOCK_SUFFIX
 from bootstrap.urls import has_credentials, scrub_credentials
 
 META_VARIANT = "bootstrap.variant"  # a lock's custom_metadata key: which variant it holds (absent: none declared)
@@ -254,3 +256,15 @@ def variant_locks(project: Any, env: str, spec: Any, names: Tuple[str, ...] = ()
             raise InputError("--variant", f"{env} has no variant {excerpt(name)}", f"known: {', '.join(known)}")
     return [(v, project.lock_path(env) if v.default else project.variant_lock_path(env, v.name))
             for v in spec.variants if not names or v.name in names]
+
+
+def orphan_locks(project: Any, env: str, spec: Any) -> list:
+    """(variant name, lock path) of each variant lock of `env` whose variant the spec no longer
+    declares: `envs/<env>.<variant>.conda-lock.yml` with no such variant and no env of that name."""
+    declared = {v.name for v in spec.variants}
+    out = []
+    for path in sorted(project.envs_dir.glob(f"{glob.escape(env)}.*{LOCK_SUFFIX}")):
+        name = path.name[len(env) + 1:-len(LOCK_SUFFIX)]
+        if _NAME.fullmatch(name) and name not in declared and not project.spec_path(f"{env}.{name}").exists():
+            out.append((name, path))
+    return out

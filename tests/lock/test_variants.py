@@ -366,3 +366,55 @@ def test_lock_variant_without_an_env_acts_on_the_envs_that_declare_it(tmp_path: 
     assert capsys.readouterr().out.splitlines() == ["py310 [cu130]: envs/py310.cu130.conda-lock.yml is fresh"]
     assert main(["lock", "--check", "--variant", "cu999", "--root", str(root)]) == 2
     assert capsys.readouterr().err.startswith("error: --variant: py310 has no variant 'cu999' (known: cu128, cu130)")
+
+
+def _without_variant(project: Project, name: str) -> None:
+    spec = project.spec_path("torch")
+    data = yaml.safe_load(spec.read_text())
+    data["variants"] = [v for v in data["variants"] if v["name"] != name]
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_check_names_the_lock_of_a_variant_the_spec_dropped(example_locked: Project, tmp_path: Path,
+                                                             capsys) -> None:
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    _without_variant(project, "cu126")
+    capsys.readouterr()
+    assert main(["lock", "--check", "--root", str(project.root)]) == 1
+    out = capsys.readouterr().out
+    assert "torch [cpu]: envs/torch.conda-lock.yml is fresh" in out
+    assert ("torch [cu126]: envs/torch.cu126.conda-lock.yml is stale (1 problem); relock with `make lock`\n"
+            "  *: variant: torch.yml no longer declares cu126; `make lock` deletes this lock") in out
+    assert main(["lock", "--check", "--root", str(project.root), "--variant", "cpu"]) == 0  # asked for one
+
+
+@pytest.mark.slow
+def test_a_relock_deletes_the_lock_of_a_dropped_variant(example_locked: Project, tmp_path: Path,
+                                                         fixture_channel: Path, indexes: dict, capsys) -> None:
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    orphan = project.variant_lock_path("torch", "cu126")
+    _without_variant(project, "cu126")
+    capsys.readouterr()
+    assert main(lock_argv(project.root, fixture_channel, indexes, "--dry-run", "--json")) == 0
+    assert json.loads(capsys.readouterr().out)["dropped"] == [
+        {"env": "torch", "variant": "cu126", "lock_path": str(orphan), "deleted": False}]
+    assert orphan.exists()
+    assert main(lock_argv(project.root, fixture_channel, indexes)) == 0
+    assert ("torch [cu126]: deleted envs/torch.cu126.conda-lock.yml (no such variant in the spec any more)"
+            in capsys.readouterr().out)
+    assert not orphan.exists()
+    assert main(["lock", "--check", "--root", str(project.root)]) == 0
+
+
+def test_only_locks_named_like_a_variant_of_the_env_and_of_no_other_env_are_orphans(tmp_path: Path) -> None:
+    from bootstrap.lock.spec import read_spec
+    from bootstrap.lock.variants import orphan_locks
+
+    project = Project(shutil.copytree(EXAMPLE, tmp_path / "proj"))
+    envs = project.envs_dir
+    for name in ("torch.old.conda-lock.yml", "torch.cu126.conda-lock.yml", "torch.x.y.conda-lock.yml",
+                 "torch.other.conda-lock.yml", "torchy.z.conda-lock.yml", "torch.notes.yml"):
+        (envs / name).write_text("")
+    (envs / "torch.other.yml").write_text(project.spec_path("torch").read_text())  # an env named torch.other
+    found = orphan_locks(project, "torch", read_spec(project.spec_path("torch")))
+    assert found == [("old", envs / "torch.old.conda-lock.yml")]
