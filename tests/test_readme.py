@@ -33,6 +33,11 @@ CHECKED = {
     "make lock-check",
     "python -m bootstrap doctor --facts tests/data/verify/rtx3090-535.183.01.facts.json",
 }
+# The same for docs/: the outputs shown there that replay recorded facts (the others need a GPU,
+# a conda channel or a minute of benchmark).
+CHECKED_IN_DOCS = {
+    "python -m bootstrap doctor --facts tests/data/verify/h200x1-580.159.04.facts.json",
+}
 
 
 def console_commands(text: str) -> list[tuple[str, list[str]]]:
@@ -161,14 +166,20 @@ def test_every_bootstrap_command_shown_is_a_verb_whose_options_parse(page: Path)
 def test_the_outputs_shown_are_checked_here() -> None:
     shown = {command for command, output in COMMANDS if output}
     assert shown == CHECKED, "a command whose output the README shows needs a way to run it here (CHECKED)"
+    replays = {command for page in PAGES[1:] for command, output in shown_on(page) if output and "--facts" in command}
+    assert replays == CHECKED_IN_DOCS
+
+
+def shown_output(command: str) -> list[str]:
+    return next(output for page in PAGES for c, output in shown_on(page) if c == command and output)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 @pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64",
                     reason="the README shows the linux-64 plan and doctor's linux facts")
-@pytest.mark.parametrize("command", sorted(CHECKED))
+@pytest.mark.parametrize("command", sorted(CHECKED | CHECKED_IN_DOCS))
 def test_the_output_shown_is_what_the_command_prints(scratch: Path, command: str) -> None:
-    shown = next(output for c, output in COMMANDS if c == command)
+    shown = shown_output(command)
     argv, echoed = shlex.split(command), []
     if argv[0] == "make":  # make's echo of the recipe, then the recipe run with this interpreter
         echoed = dry_make(scratch, command)[-1:]
