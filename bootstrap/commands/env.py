@@ -8,6 +8,7 @@ import contextlib
 import os
 import shlex
 import sys
+import threading
 from pathlib import Path
 
 from bootstrap.commands import argtypes
@@ -118,8 +119,11 @@ def progress_feedback(tty: bool, quiet: bool = False):
     from bootstrap.install.env import Feedback
     from bootstrap.install.fetch import Watch
 
-    def to_stderr(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    one_at_a_time = threading.Lock()
+
+    def to_stderr(line: str) -> None:  # called from the fetching threads: print() writes the newline apart
+        with one_at_a_time:
+            print(line, file=sys.stderr, flush=True)
 
     if quiet or not tty:
         meter = None if quiet else _PlainMeter(to_stderr)

@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import http.server
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Iterator, Optional
@@ -236,3 +237,20 @@ def test_a_log_gets_the_total_then_a_line_every_few_seconds(tmp_path: Path, monk
     # the last line says where the bytes ended, however long since the one before
     assert lines[-1].startswith("fetched 3.0 MiB of 3.0 MiB, ") and lines[-1].endswith(", 2 of 2 files (done)")
     assert capsys.readouterr().err == ""
+
+
+def test_retry_lines_from_fetching_threads_never_run_together(capfd) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bootstrap.commands import env as env_command
+
+    lines = [f"pkg{i}-1.0.conda: connection reset from the server; retrying (1 of 4)" for i in range(2000)]
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns as often as they can: where a line could split, it does
+    try:
+        with env_command.progress_feedback(tty=False, quiet=True) as feedback:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(feedback.watch.retrying, lines))
+    finally:
+        sys.setswitchinterval(before)
+    assert sorted(capfd.readouterr().err.splitlines()) == sorted(lines)
