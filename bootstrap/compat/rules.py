@@ -149,18 +149,25 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
 
 
 def _forward_compat_on_consumer(facts: DriverFacts) -> Tuple[Optional[str], Optional[int]]:
-    """(a GeForce or TITAN GPU's name, the driver's own CUDA) when the driver reports a newer CUDA than its
-    number supports: a cuda-compat libcuda is loaded (NVML reports its version), and it refuses consumer
-    GPUs. (None, None) otherwise, and for a driver newer than the tables, whose own CUDA they cannot tell."""
-    if not facts.cuda_driver_version or not facts.driver_version:
+    """(a GeForce or TITAN GPU's name, the driver's own CUDA) when the driver reports a CUDA that only a
+    newer driver branch ships: a cuda-compat libcuda is loaded (NVML reports its version), and it refuses
+    consumer GPUs. (None, None) otherwise. Branches, not driver numbers: a branch reports its own CUDA
+    minor before NVIDIA bundles that branch with a toolkit (R550.40 reports 12.4 ahead of 550.54.14,
+    R565 reports 12.7, which no toolkit carries), and that is the driver's own CUDA, not cuda-compat."""
+    number = driver_tuple(facts.driver_version) if facts.driver_version else None
+    if not facts.cuda_driver_version or number is None:
         return None, None
-    number, column = driver_tuple(facts.driver_version), driver_column(facts.os)
-    newest = max(driver_tuple(row[column]) or (0,) for row in data.TOOLKIT_DRIVERS)
-    native = cuda_supported_by_driver_number(facts.driver_version, facts.os)
-    if number is None or number >= newest or native is None or facts.cuda_driver_version <= native:
+    column = driver_column(facts.os)
+    rows = [(cuda_to_int(row["cuda"]), driver_tuple(row[column])) for row in data.TOOLKIT_DRIVERS]
+    shipped = [(cuda, driver[0]) for cuda, driver in rows if driver is not None and cuda <= facts.cuda_driver_version]
+    if not shipped:
+        return None, None
+    newest = max(cuda for cuda, _ in shipped)  # the CUDA minor reported, or the newest a toolkit shipped below it
+    if number[0] >= min(branch for cuda, branch in shipped if cuda == newest):  # its first release's branch
         return None, None
     consumer = next((g.name for g in facts.gpus if any(word in g.name for word in ("GeForce", "TITAN"))), None)
-    return consumer, native if consumer else None
+    native = cuda_supported_by_driver_number(facts.driver_version, facts.os)
+    return (consumer, native) if consumer and native is not None else (None, None)
 
 
 def _driver_text(facts: DriverFacts) -> str:

@@ -18,6 +18,7 @@ REFERENCE_YAML = REPO.parent / "shared" / "reference" / "cuda_compat.yml"
 
 H200 = ("NVIDIA H200", (9, 0))
 RTX3090 = ("NVIDIA GeForce RTX 3090", (8, 6))
+RTX4090 = ("NVIDIA GeForce RTX 4090", (8, 9))
 RTX5090 = ("NVIDIA GeForce RTX 5090", (12, 0))
 GTX1080 = ("NVIDIA GeForce GTX 1080", (6, 1))
 V100 = ("Tesla V100-SXM2-32GB", (7, 0))
@@ -130,6 +131,17 @@ CASES = [
      lock("2.10.0"), "cuda.driver", Status.OK, []),
     ("a driver newer than the tables: its own CUDA is not judged", host("999.10.01", 99000, RTX3090),
      lock("2.10.0"), "cuda.driver", Status.OK, []),
+    # A branch reports its own CUDA minor before (or without) a toolkit bundling it: no cuda-compat there
+    ("R565 reports 12.7, which no toolkit carries", host("565.57.01", 12070, RTX4090), lock("2.10.0"),
+     "cuda.driver", Status.WARN, ["minor-version compatibility"]),
+    ("R550 ahead of 550.54.14 reports 12.4", host("550.40.07", 12040, RTX4090), lock("2.10.0"),
+     "cuda.driver", Status.WARN, ["minor-version compatibility"]),
+    ("WSL 566.36 reports 12.7", host("566.36", 12070, RTX4090, os="windows"), lock("2.10.0"),
+     "cuda.driver", Status.WARN, ["minor-version compatibility"]),
+    ("WSL 560.70 reports 12.6", host("560.70", 12060, RTX4090, os="windows"), lock("2.10.0"),
+     "cuda.driver", Status.WARN, ["minor-version compatibility"]),
+    ("cuda-compat 12.4 over R535 on a GeForce is still cuda-compat", host("535.183.01", 12040, RTX4090),
+     lock("2.10.0"), "cuda.driver", Status.FAIL, ["cuda-compat forward-compatibility package"]),
     # CPU torch, no driver, unknown build
     ("CPU-only torch on a GPU host", host("580.95.05", 13000, H200), lock("2.8.0+cpu"),
      "torch.cuda_build", Status.FAIL, ["CPU build", "make env", "torch==2.8.0+cu128"]),
