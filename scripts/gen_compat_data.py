@@ -136,6 +136,17 @@ def gpus(data: Dict[str, Any]) -> List[Dict[str, Any]]:
     return rows
 
 
+def sass_introduced(data: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The CUDA release that first targets each SASS ('sm_100 ...' -> {'sm': 'sm_100', 'cuda': '12.8'});
+    the 'a'/'f' variants and prose are left out."""
+    rows = []
+    for row in data["gpu_architectures"]["sm_changes_by_cuda_release"]:
+        for added in row.get("added") or ():
+            for sm in re.findall(r"\bsm_\d+\b", str(added).split("(")[0]):
+                rows.append({"sm": sm, "cuda": str(row["cuda"]), **_provenance(row)})
+    return rows
+
+
 def _variant(row: Dict[str, Any]) -> Dict[str, Any]:
     out: Dict[str, Any] = {
         "tag": str(row["tag"]),
@@ -191,6 +202,7 @@ def render(data: Dict[str, Any]) -> str:
         ("TOOLKIT_DRIVERS", toolkit_drivers(data)),
         ("CAVEATS", caveats(data)),
         ("GPUS", gpus(data)),
+        ("SASS_INTRODUCED", sass_introduced(data)),
         ("TORCH_RELEASES", torch_releases(data)),
         ("WINDOWS_ARCH_LISTS", windows_arch_lists(data)),
     ]

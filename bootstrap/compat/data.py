@@ -636,6 +636,81 @@ GPUS = [{'gpu': 'NVIDIA Tesla K80',
   'source': 'https://developer.nvidia.com/cuda-gpus',
   'confidence': 'high'}]
 
+SASS_INTRODUCED = [{'sm': 'sm_80',
+  'cuda': '11.0',
+  'source': "https://github.com/llvm/llvm-project/commit/0f49116e261cf5a156221b006acb677e3565fd1a ('sm_30 "
+            "and sm_32 were removed in cuda-11.0, sm_35 and sm_37 were removed in cuda-12.0'); Nsight VSE "
+            '2020.1.1 notes (a public copy); https://gitlab.kitware.com/cmake/cmake/-/merge_requests/8031 '
+            '(CUDA arch sets per toolkit: 8.7 for >=11.4, 8.9/9.0 for >=11.8, drop 3.5/3.7 for >=12.0)',
+  'confidence': 'high'},
+ {'sm': 'sm_86',
+  'cuda': '11.1',
+  'source': 'https://github.com/pytorch/pytorch/pull/87611 (NVRTC table: 11.0 supports up to 8.0, <11.8 up '
+            'to 8.6); CUDA 11.1 release notes not read',
+  'confidence': 'medium'},
+ {'sm': 'sm_87',
+  'cuda': '11.4',
+  'source': 'https://gitlab.kitware.com/cmake/cmake/-/merge_requests/8031 (CUDA arch sets per toolkit: 8.7 '
+            'for >=11.4, 8.9/9.0 for >=11.8, drop 3.5/3.7 for >=12.0)',
+  'confidence': 'medium'},
+ {'sm': 'sm_89',
+  'cuda': '11.8',
+  'source': 'https://gitlab.kitware.com/cmake/cmake/-/merge_requests/8031 (CUDA arch sets per toolkit: 8.7 '
+            'for >=11.4, 8.9/9.0 for >=11.8, drop 3.5/3.7 for >=12.0); '
+            'https://gitlab.com/gromacs/gromacs/-/merge_requests/3180; '
+            'https://github.com/pytorch/pytorch/pull/87611',
+  'confidence': 'high'},
+ {'sm': 'sm_90',
+  'cuda': '11.8',
+  'source': 'https://gitlab.kitware.com/cmake/cmake/-/merge_requests/8031 (CUDA arch sets per toolkit: 8.7 '
+            'for >=11.4, 8.9/9.0 for >=11.8, drop 3.5/3.7 for >=12.0); '
+            'https://gitlab.com/gromacs/gromacs/-/merge_requests/3180; '
+            'https://github.com/pytorch/pytorch/pull/87611',
+  'confidence': 'high'},
+ {'sm': 'sm_100',
+  'cuda': '12.8',
+  'source': 'https://docs.nvidia.com/cuda/archive/12.8.0/cuda-features-archive/index.html and '
+            '.../cuda-features-archive (12.9), quoted in https://github.com/Dao-AILab/causal-conv1d/pull/60; '
+            'https://github.com/pytorch/pytorch/issues/157517 (quotes the 12.8/12.9 deprecation note)',
+  'confidence': 'high'},
+ {'sm': 'sm_101',
+  'cuda': '12.8',
+  'source': 'https://docs.nvidia.com/cuda/archive/12.8.0/cuda-features-archive/index.html and '
+            '.../cuda-features-archive (12.9), quoted in https://github.com/Dao-AILab/causal-conv1d/pull/60; '
+            'https://github.com/pytorch/pytorch/issues/157517 (quotes the 12.8/12.9 deprecation note)',
+  'confidence': 'high'},
+ {'sm': 'sm_120',
+  'cuda': '12.8',
+  'source': 'https://docs.nvidia.com/cuda/archive/12.8.0/cuda-features-archive/index.html and '
+            '.../cuda-features-archive (12.9), quoted in https://github.com/Dao-AILab/causal-conv1d/pull/60; '
+            'https://github.com/pytorch/pytorch/issues/157517 (quotes the 12.8/12.9 deprecation note)',
+  'confidence': 'high'},
+ {'sm': 'sm_103',
+  'cuda': '12.9',
+  'source': 'https://docs.nvidia.com/cuda/archive/12.8.0/cuda-features-archive/index.html and '
+            '.../cuda-features-archive (12.9), quoted in https://github.com/Dao-AILab/causal-conv1d/pull/60; '
+            'https://developer.nvidia.com/blog/nvidia-blackwell-and-nvidia-cuda-12-9-introduce-family-specific-architecture-features',
+  'confidence': 'high'},
+ {'sm': 'sm_121',
+  'cuda': '12.9',
+  'source': 'https://docs.nvidia.com/cuda/archive/12.8.0/cuda-features-archive/index.html and '
+            '.../cuda-features-archive (12.9), quoted in https://github.com/Dao-AILab/causal-conv1d/pull/60; '
+            'https://developer.nvidia.com/blog/nvidia-blackwell-and-nvidia-cuda-12-9-introduce-family-specific-architecture-features',
+  'confidence': 'high'},
+ {'sm': 'sm_110',
+  'cuda': '13.0',
+  'source': 'https://docs.nvidia.com/cuda/archive/13.0.0/cuda-toolkit-release-notes/index.html#deprecated-architectures '
+            '(quoted verbatim in a public copy); '
+            'https://docs.nvidia.com/cuda/curanddx/0.2.4/release_notes.html (sm_101 -> sm_110 rename); torch '
+            '2.15.0 wheel (PyPI macosx arm64), torch/cuda/__init__.py DEVICE_REQUIREMENT',
+  'confidence': 'high'},
+ {'sm': 'sm_107',
+  'cuda': '13.4',
+  'source': 'https://github.com/pytorch/pytorch/pull/190654 (quotes CUDA 13.4 notes); '
+            'https://github.com/llvm/llvm-project/pull/211677; '
+            'https://github.com/FLAMEGPU/FLAMEGPU2/issues/1413',
+  'confidence': 'medium'}]
+
 TORCH_RELEASES = [{'release': '2.4',
   'versions': ['2.4.0', '2.4.1'],
   'requires_python': '>=3.8.0',

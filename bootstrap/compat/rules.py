@@ -41,6 +41,7 @@ from bootstrap.compat.versions import (
     cuda_to_int,
     driver_column,
     driver_tuple,
+    first_cuda_for,
     full_support_driver,
     kernel_for,
     minor_version_floor,
@@ -250,6 +251,13 @@ def check_gpu_arch(gpu: GpuFacts, facts: DriverFacts, target: TorchTarget) -> Ch
     wheel = cuda_to_int(target.cuda)
     sass, ptx = kernel_for(cc, target.arch_list, wheel)
     observed = f"{gpu.name} CC {gpu.cc_text} ({architecture_name(cc)})"
+    needed = _newer_than_driver(cc, facts)
+    if needed is not None:
+        full, _ = full_support_driver(needed, facts.os)
+        return Check(cid, Status.FAIL, observed + f": newer than the driver (CUDA {cuda_from_int(needed)} "
+                     f"first targets it; the driver supports {cuda_from_int(facts.supported_cuda()[0] or 0)})",
+                     expected, remedy=_upgrade_driver(facts, _full_text(needed, full, facts.os), needed),
+                     detail=f"a driver branch knows only the GPUs released before it; {target.source}")
     if sass:
         return Check(cid, Status.OK, observed + f": runs {sass}", expected, detail=target.source)
     if ptx:
@@ -261,6 +269,16 @@ def check_gpu_arch(gpu: GpuFacts, facts: DriverFacts, target: TorchTarget) -> Ch
         remedy=_no_kernel_remedy(cc, facts, target),
         detail="; ".join((target.source,) + target.notes),
     )
+
+
+def _newer_than_driver(cc: Tuple[int, int], facts: DriverFacts) -> Optional[int]:
+    """The CUDA that first targets the GPU, when the driver supports an older one: it cannot drive the
+    GPU whatever torch carries. A Jetson's driver comes with its JetPack, made for its GPU."""
+    needed = first_cuda_for(cc)
+    supported, _ = facts.supported_cuda()
+    if needed is None or supported is None or facts.jetson or supported >= needed:
+        return None
+    return needed
 
 
 def _arch_text(arch_list: Optional[Sequence[str]]) -> str:

@@ -20,6 +20,7 @@ from bootstrap.compat.versions import (
     cuda_from_tag,
     cuda_to_int,
     driver_tuple,
+    first_cuda_for,
     kernel_for,
     minor_version_floor,
     release_key,
@@ -274,6 +275,9 @@ def suggest_builds(
     or stable variants, then the newest CUDA. The build `near` itself (same
     release and CUDA) is never suggested.
     """
+    supported = facts.supported_cuda()[0] if facts is not None and not facts.jetson else None
+    if supported is not None and any((first_cuda_for(cc) or 0) > supported for cc in ccs):
+        return []  # a GPU newer than the driver runs no build until the driver is upgraded
     home = release_key(near.version)[:2]
     ranked = []
     for release in data.TORCH_RELEASES:

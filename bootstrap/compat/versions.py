@@ -177,3 +177,11 @@ def architecture_name(cc: Tuple[int, int]) -> str:
             return str(row["architecture"])
     return "unknown architecture"
 
+
+
+def first_cuda_for(cc: Tuple[int, int]) -> Optional[int]:
+    """The CUDA release that first targets this GPU's SASS (its own, else the nearest below in its
+    major): no driver older than that release's knows the GPU. None for GPUs older than the table."""
+    shipped = [(int(row["sm"][3:-1]), int(row["sm"][-1]), cuda_to_int(row["cuda"])) for row in data.SASS_INTRODUCED]
+    same_major = [(minor, cuda) for major, minor, cuda in shipped if major == cc[0] and minor <= cc[1]]
+    return max(same_major)[1] if same_major else None

@@ -11,7 +11,7 @@ from bootstrap.compat import data as compat_data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget, suggest_builds, torch_target_from_lock_entry
-from bootstrap.compat.versions import cuda_supported_by_driver_number, driver_tuple, kernel_for
+from bootstrap.compat.versions import cuda_supported_by_driver_number, driver_tuple, first_cuda_for, kernel_for
 from tests.fixtures import REPO
 
 REFERENCE_YAML = REPO.parent / "shared" / "reference" / "cuda_compat.yml"
@@ -142,6 +142,16 @@ CASES = [
      "cuda.driver", Status.WARN, ["minor-version compatibility"]),
     ("cuda-compat 12.4 over R535 on a GeForce is still cuda-compat", host("535.183.01", 12040, RTX4090),
      lock("2.10.0"), "cuda.driver", Status.FAIL, ["cuda-compat forward-compatibility package"]),
+    # A driver branch knows only the GPUs released before it
+    ("RTX 5090 on R550 (CUDA 12.4): the driver predates Blackwell", host("550.144.03", 12040, RTX5090),
+     lock("2.10.0"), "cuda.arch.gpu0", Status.FAIL, ["newer than the driver", "CUDA 12.8 first targets it",
+                                                      ">= 570.26"]),
+    ("B200 on R535 from the driver number alone", host("535.183.01", None, ("NVIDIA B200", (10, 0))),
+     lock("2.10.0"), "cuda.arch.gpu0", Status.FAIL, ["newer than the driver"]),
+    ("H100 on R520 (CUDA 11.8) is known to it", host("520.61.05", 11080, H200), lock("2.7.1+cu118"),
+     "cuda.arch.gpu0", Status.OK, ["runs sm_90"]),
+    ("RTX 5090 on R570 (CUDA 12.8)", host("570.153.02", 12080, RTX5090), lock("2.10.0"),
+     "cuda.arch.gpu0", Status.OK, ["runs sm_120"]),
     # CPU torch, no driver, unknown build
     ("CPU-only torch on a GPU host", host("580.95.05", 13000, H200), lock("2.8.0+cpu"),
      "torch.cuda_build", Status.FAIL, ["CPU build", "make env", "torch==2.8.0+cu128"]),
@@ -281,6 +291,18 @@ def test_kernel_selection(cc, arch, sass, ptx):
 def test_suggestions_never_repeat_the_installed_build():
     target = lock("2.8.0")
     assert all(not s.pin.startswith("2.8.0+cu128") for s in suggest_builds([(9, 0)], target))
+
+
+@pytest.mark.parametrize(("cc", "cuda"), [((12, 0), 12080), ((10, 3), 12090), ((8, 9), 11080), ((9, 0), 11080),
+                                         ((12, 1), 12090), ((10, 7), 13040), ((7, 5), None), ((6, 1), None)])
+def test_the_cuda_that_first_targets_a_gpu(cc, cuda):
+    assert first_cuda_for(cc) == cuda
+
+
+def test_a_gpu_newer_than_the_driver_gets_no_build_suggested():
+    facts = host("550.144.03", 12040, RTX5090)
+    assert suggest_builds([(12, 0)], lock("2.6.0"), facts) == []
+    assert suggest_builds([(12, 0)], lock("2.6.0"), host("570.153.02", 12080, RTX5090))
 
 
 def test_packaged_rows_keep_source_and_confidence():
