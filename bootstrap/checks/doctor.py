@@ -28,7 +28,7 @@ from bootstrap.checks.model import Check, Status, worst
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.checks.variant import env_candidates, lock_candidate, variant_check
 from bootstrap.compat.facts import DriverFacts
-from bootstrap.compat.pick import Candidate, Pick, pick_variant
+from bootstrap.compat.pick import NOT_LOCKED_HERE, Candidate, Pick, pick_variant
 from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget
@@ -103,12 +103,14 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
     pick = None if lock is None else pick_variant(facts.nvidia, _candidates(subject, platform))
     judged = None if pick is None else _judged(pick, subject.installed)
     target, why = (None, why) if judged is None else (judged.target, judged.why)
+    installs = judged is None or judged.installs
     lock_path = judged.lock_path if judged is not None else (subject.paths[0] if subject.paths else None)
     checks = nvidia_checks(facts.nvidia, facts.host)
     compat_checks = evaluate(facts.nvidia, target, facts.visible()) if target is not None else []
     checks += compat_checks
     where = f"{lock_path.name if lock_path else 'no lock'} [{platform}]"
-    checks.append(fit_check(target, why, compat_checks, where, facts.nvidia, _switch(pick, judged, subject)))
+    checks.append(fit_check(target, why, compat_checks, where, facts.nvidia, _switch(pick, judged, subject),
+                            installs))
     if subject.spec is not None and pick is not None:
         checks.append(variant_check(pick, subject.env, subject.installed))
     checks += host_checks(facts.host, facts.nvidia, options.needs)
@@ -226,11 +228,15 @@ def _platform(here: bool, facts: Facts, lock: Any) -> str:
 
 
 def fit_check(target: Optional[TorchTarget], why: str, compat_checks: Sequence[Check], where: str,
-              nvidia: DriverFacts, switch: str = "") -> Check:
+              nvidia: DriverFacts, switch: str = "", installs: bool = True) -> Check:
     """The verdict doctor exists for: will the locked torch build run here, and if not, what to change
-    (`switch`: another variant of the env that runs here)."""
+    (`switch`: another variant of the env that runs here; `installs` False: the lock has nothing for
+    this platform, so `make env` fails before any torch is judged)."""
     cid = "lock.torch"
     if target is None:
+        if not installs:
+            return Check(cid, Status.FAIL, f"nothing to install ({where})", "the lock's torch build",
+                         remedy=switch or NOT_LOCKED_HERE, detail=why)
         return Check(cid, Status.SKIP, f"no torch target ({where})", "the lock's torch build", detail=why)
     status = worst(compat_checks)
     build = f"CUDA {target.cuda}" if target.cuda else "CPU build"

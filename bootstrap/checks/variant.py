@@ -28,7 +28,7 @@ def env_candidates(project: Any, env: str, spec: Any, platform: str) -> List[Can
     for variant, path in variant_locks(project, env, spec):
         if variant is not None and platform not in variant.platforms:
             out.append(Candidate(variant.name, path, None, f"not locked for {platform} (the variant's platforms: "
-                                 f"{', '.join(variant.platforms)})", variant.default))
+                                 f"{', '.join(variant.platforms)})", variant.default, installs=False))
         else:
             out.append(lock_candidate(path, platform, variant.name if variant else "",
                                       default=variant is None or variant.default))
@@ -41,13 +41,15 @@ def lock_candidate(path: Path, platform: str, name: Optional[str] = None, defaul
     from bootstrap.lock.lockfile import read_lock
 
     if not os.path.lexists(path):  # a FIFO, a device or a dangling link in its place is read, and refused
-        return Candidate(name or "", path, None, f"not locked yet: no {path.name} (`make lock`)", default)
+        return Candidate(name or "", path, None, f"not locked yet: no {path.name} (`make lock`)", default,
+                         installs=False)
     try:
         lock = read_lock(path)
     except InputError as exc:
-        return Candidate(name or "", path, None, str(exc), default)
+        return Candidate(name or "", path, None, str(exc), default, installs=False)
     target, why = lock_torch_target(lock, platform)
-    return Candidate(lock.custom.get(META_VARIANT, "") if name is None else name, path, target, why, default)
+    return Candidate(lock.custom.get(META_VARIANT, "") if name is None else name, path, target, why, default,
+                     installs=platform in lock.platforms)
 
 
 def variant_check(pick: Pick, env: str, installed: str = "") -> Check:
@@ -56,7 +58,8 @@ def variant_check(pick: Pick, env: str, installed: str = "") -> Check:
     expected = f"a locked variant of {env} that runs on this host"
     if pick.chosen is None:
         names = ", ".join(v.candidate.label for v in pick.verdicts)
-        return Check(cid, pick.status, f"none of {names} runs here", expected, pick.remedy, pick.why)
+        none = "is locked for this platform" if not any(v.candidate.installs for v in pick.verdicts) else "runs here"
+        return Check(cid, pick.status, f"none of {names} {none}", expected, pick.remedy, pick.why)
     chosen = pick.chosen.candidate
     others = ", ".join(v.candidate.label for v in pick.others) or "none"
     observed = f"{chosen.label}: {pick.chosen.build} from {chosen.lock_path.name}; also runs: {others}"

@@ -31,6 +31,8 @@ from bootstrap.compat.versions import cuda_to_int, release_key
 from bootstrap.report import result
 
 RUNS = (Status.OK, Status.WARN)
+NOT_LOCKED_HERE = ("`make env` has nothing to install on this platform: add it to `platforms:` in the env's spec "
+                   "(and to a variant's, one whose torch has wheels for it), then `make lock`")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Candidate:
     target: Optional[TorchTarget]  # None: nothing to judge, `why` says why (not locked here, no torch entry)
     why: str = ""
     default: bool = False
+    installs: bool = True  # False: `make env` installs nothing from it here (no lock, or not for this platform)
 
     @property
     def label(self) -> str:
@@ -88,10 +91,12 @@ class Pick:
 
     @property
     def status(self) -> Status:
-        """The chosen one's status; fail when none runs, skip when nothing could be judged."""
+        """The chosen one's status; fail when none runs or none can be installed here, skip when nothing
+        could be judged."""
         if self.chosen is not None:
             return self.chosen.status
-        return Status.FAIL if any(v.status is Status.FAIL for v in self.verdicts) else Status.SKIP
+        failed = any(v.status is Status.FAIL for v in self.verdicts)
+        return Status.FAIL if failed or not any(v.candidate.installs for v in self.verdicts) else Status.SKIP
 
     @property
     def others(self) -> Tuple[Verdict, ...]:
@@ -251,6 +256,8 @@ def _none_runs(verdicts: Sequence[Verdict]) -> str:
 def _remedy(nvidia: DriverFacts, verdicts: Sequence[Verdict]) -> str:
     """The default's remedies (those `lock.torch` gives), and a torch build that would run here."""
     judged = [v for v in verdicts if v.status is Status.FAIL]
+    if not any(v.candidate.installs for v in verdicts):
+        return NOT_LOCKED_HERE
     if not judged:
         return "lock the env for this platform: `make lock`"
     near = next((v for v in judged if v.candidate.default), judged[0])

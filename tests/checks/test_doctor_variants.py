@@ -157,3 +157,14 @@ def test_a_spec_without_variants_is_judged_as_before(tmp_path: Path, capsys) -> 
     assert by_root == by_lock and "lock.variant" not in by_root
     assert extra["pick"]["chosen"] is None and extra["pick"]["chosen_lock"] == str(project.lock_path("py310"))
     assert extra["pick"]["why"].startswith("conda-lock.yml: the env's only lock, runs with a caveat")
+
+
+def test_a_platform_no_variant_is_locked_for_fails_with_the_way_to_lock_it(tmp_path: Path, capsys) -> None:
+    project = variant_project(tmp_path / "proj", CU128_CU126)
+    gh200 = facts_file(tmp_path / "gh200.json", [H200], platform="linux_aarch64")
+    code, checks, extra = doctor(capsys, project.root, "--facts", str(gh200))
+    assert code == 1 and extra["platform"] == "linux-aarch64" and extra["pick"]["chosen"] is None
+    for check in (checks["lock.torch"], checks["lock.variant"]):
+        assert check.status is Status.FAIL and "add it to `platforms:`" in check.remedy, check
+    assert checks["lock.variant"].observed == "none of cu128, cu126 is locked for this platform"
+    assert {v["status"] for v in extra["pick"]["variants"]} == {"skip"}  # each is simply not for this platform

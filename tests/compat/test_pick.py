@@ -40,7 +40,8 @@ def variant(name, version, default=False, platform="linux-64"):
 
 
 def not_locked(name, platform="linux-64"):
-    return Candidate(name, Path(f"envs/py310.{name}.conda-lock.yml"), None, f"not locked for {platform}")
+    return Candidate(name, Path(f"envs/py310.{name}.conda-lock.yml"), None, f"not locked for {platform}",
+                     installs=False)
 
 
 CU128 = variant("cu128", "2.10.0+cu128", default=True)
@@ -91,8 +92,12 @@ CASES = [
       "`make lock`"]),
     ("none runs: driver R470", host("470.182.03", 11040, V100), [CU128, CU126], None, Status.FAIL,
      ["upgrade the NVIDIA driver", "cu118"]),
-    ("nothing locked for this platform", host(*R580, H200), [not_locked("cu128"), not_locked("cu126")], None,
-     Status.SKIP, ["no variant is locked for this platform", "`make lock`"]),
+    ("nothing locked for this platform: make env installs nothing", host(*R580, H200),
+     [not_locked("cu128"), not_locked("cu126")], None, Status.FAIL,
+     ["no variant is locked for this platform", "add it to `platforms:`", "`make lock`"]),
+    ("a lock without torch installs, unjudged", host(*R580, H200),
+     [Candidate("", Path("conda-lock.yml"), None, "conda-lock.yml has no torch pip entry for linux-64")], None,
+     Status.SKIP, ["no torch pip entry"]),
     ("an env without variants: its only lock", host(*R570, H200),
      [Candidate("", Path("conda-lock.yml"), torch_target_from_lock_entry("2.10.0"), default=True)], "", Status.OK,
      ["conda-lock.yml: the env's only lock, runs here"]),
