@@ -90,12 +90,17 @@ def check_torch_build(facts: DriverFacts, target: TorchTarget) -> Check:
                      detail=target.source)
     ccs = [g.compute_capability for g in facts.gpus if g.compute_capability]
     suggestions = suggest_builds(ccs, target, facts)
-    alternative = f"; or lock a CUDA build: {suggestions[0].text}" if suggestions else ""
+    if target.locked:  # the lock itself holds the CPU build (PyPI's only build for Windows): reinstalling keeps it
+        remedy = (f"the lock holds a CPU build for this platform: lock a CUDA build: {suggestions[0].text}"
+                  if suggestions else "the lock holds a CPU build for this platform: lock a CUDA build of torch")
+    else:
+        alternative = f"; or lock a CUDA build: {suggestions[0].text}" if suggestions else ""
+        remedy = f"reinstall the lock's CUDA wheel: `make env` (recreates the env from the lock){alternative}"
     return Check(
         cid, Status.FAIL,
         f"torch {target.label} is a CPU build (torch.version.cuda is None)",
         f"a CUDA build: this host has {len(facts.gpus)} NVIDIA GPU(s)",
-        remedy=f"reinstall the lock's CUDA wheel: `make env` (recreates the env from the lock){alternative}",
+        remedy=remedy,
         detail=target.source,
     )
 

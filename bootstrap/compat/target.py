@@ -53,6 +53,7 @@ class TorchTarget:
     confidence: str = ""
     unknown: str = ""
     notes: Tuple[str, ...] = ()
+    locked: bool = False  # the build a lock names, rather than one installed in an env
 
     FREE_TEXT = ("source", "unknown", "notes")  # our and tools' words: a control character is shown escaped
 
@@ -149,7 +150,7 @@ def torch_target_from_lock_entry(
     public, local = _split_local(version)
     plat = compat_key(platform)
     release = find_release(public)
-    base = TorchTarget(version=public, cuda=None, platform=plat)
+    base = TorchTarget(version=public, cuda=None, platform=plat, locked=True)
     if plat == "macos":
         return replace(base, variant="cpu", source="macOS torch wheels have no CUDA", confidence="high")
     tag = local or _tag_from_url(url)
