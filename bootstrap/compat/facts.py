@@ -22,6 +22,7 @@ from bootstrap.report import result
 
 # The compat tables' keys (bootstrap.platforms), the vocabulary a facts file's `platform` is in.
 COMPAT_KEYS = tuple(dict.fromkeys(p.compat_key for p in PLATFORMS))
+_OS_OF_KEY = {p.compat_key: p.os for p in PLATFORMS}  # 'linux_x86_64' -> 'linux': the driver series there
 
 
 def checked_platform(value: str, path: str) -> str:
@@ -246,6 +247,23 @@ class DriverFacts:
             if (peer.a, peer.b) in pairs:
                 raise FieldError(f"{where}: the pair {peer.a}-{peer.b} is given twice")
             pairs.add((peer.a, peer.b))
+        return self
+
+    def checked_on(self, platform: str, path: str) -> "DriverFacts":
+        """Itself, if a host of `platform` (a compat key) reports it: the driver series is the platform's
+        OS's, except under WSL2 (a Linux platform), whose driver is Windows'; a Jetson is aarch64 Linux."""
+        platform_os = _OS_OF_KEY.get(platform, "")
+        if self.wsl and platform_os != "linux":
+            raise FieldError(f"{path}.wsl: set on platform {excerpt(platform)}, but WSL is a Linux platform")
+        if self.jetson and platform != "linux_aarch64":
+            raise FieldError(f"{path}.jetson: set on platform {excerpt(platform)}, but a Jetson is linux_aarch64")
+        if self.wsl and self.os != "windows":
+            raise FieldError(f"{path}.os: {excerpt(self.os)} contradicts {path}.wsl "
+                             "(under WSL2 the driver is Windows': 'windows')")
+        if not self.wsl and self.os != platform_os:
+            under_wsl = f"; 'windows' only under WSL2, with {path}.wsl set" if platform_os == "linux" else ""
+            raise FieldError(f"{path}.os: {excerpt(self.os)} contradicts platform {excerpt(platform)} "
+                             f"(expected {platform_os!r}{under_wsl})")
         return self
 
 

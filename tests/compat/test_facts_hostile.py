@@ -223,9 +223,14 @@ def test_an_unknown_platform_is_refused_listing_the_known_ones(tmp_path, capsys,
     assert all(key in err for key in COMPAT_KEYS)
 
 
+OS_OF_KEY = {"linux_x86_64": "linux", "linux_aarch64": "linux", "linux_ppc64le": "linux", "macos": "macos",
+             "windows_x86_64": "windows", "windows_aarch64": "windows"}
+
+
 @pytest.mark.parametrize("value", COMPAT_KEYS)
 def test_every_known_platform_reads(value) -> None:
-    assert Facts.from_dict(facts_with(("platform",), value)).platform == value
+    raw = facts_with(("nvidia", "os"), OS_OF_KEY[value], facts_with(("platform",), value))
+    assert Facts.from_dict(raw).platform == value
 
 
 @pytest.mark.parametrize("value", ["darwin", "plan9", "", "Linux"])
@@ -264,7 +269,7 @@ def test_the_recorded_files_still_read() -> None:
 
 
 # Values each field could hold alone, but no machine reports: a driver number int() reads yet no
-# driver has, a CUDA version NVML cannot encode, a UUID NVML never hands out.
+# driver has, a CUDA version NVML cannot encode, a platform contradicting what was seen on it.
 IMPOSSIBLE = [
     pytest.param(("nvidia", "driver_version"), "-580.95", "nvidia.driver_version", id="driver-negative"),
     pytest.param(("nvidia", "driver_version"), "580", "nvidia.driver_version", id="driver-one-part"),
@@ -274,6 +279,12 @@ IMPOSSIBLE = [
                  id="driver-arabic-digits"),
     pytest.param(("nvidia", "cuda_driver_version"), 12085, "nvidia.cuda_driver_version", id="cuda-not-x10"),
     pytest.param(("nvidia", "gpus", 0, "compute_capability"), [8, 99], "compute_capability", id="cc-8.99"),
+    pytest.param(("nvidia", "os"), "macos", "contradicts platform 'linux_x86_64'", id="os-macos-on-linux"),
+    pytest.param(("nvidia", "os"), "windows", "only under WSL2", id="os-windows-on-linux-without-wsl"),
+    pytest.param(("platform",), "windows_x86_64", "nvidia.os: 'linux' contradicts", id="os-linux-on-windows"),
+    pytest.param(("platform",), "macos", "nvidia.os: 'linux' contradicts", id="os-linux-on-macos"),
+    pytest.param(("nvidia", "wsl"), "WSL_DISTRO_NAME=Ubuntu", "contradicts nvidia.wsl", id="wsl-with-os-linux"),
+    pytest.param(("nvidia", "jetson"), "R36 (release)", "nvidia.jetson", id="jetson-on-x86_64"),
     pytest.param(("nvidia", "gpus", 0, "uuid"), "5b1c7e2a-0f4d-4c8e", "gpus[0].uuid", id="uuid-without-GPU-"),
     pytest.param(("nvidia", "gpus", 0, "uuid"), "MIG-5b1c7e2a", "gpus[0].uuid", id="uuid-a-MIG-one"),
     pytest.param(("nvidia", "gpus", 1, "uuid"), "GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00", "given twice",
@@ -282,6 +293,10 @@ IMPOSSIBLE = [
                  id="mig-uuid-without-MIG-"),
     pytest.param(("nvidia", "gpus", 0, "memory_used_mib"), 143772, "gpus[0].memory_used_mib",
                  id="gpu-memory-used-over-total"),
+    pytest.param(("python",), "banana", "python", id="python-banana"),
+    pytest.param(("python",), "3", "python", id="python-one-part"),
+    pytest.param(("python",), "3.12.x", "python", id="python-x"),
+    pytest.param(("torch",), dict(TORCH, platform="windows_x86_64"), "torch.platform", id="torch-on-windows"),
 ]
 
 
@@ -292,13 +307,34 @@ def test_a_value_no_machine_reports_is_refused_naming_the_field(tmp_path, capsys
 
 
 @pytest.mark.parametrize(("path", "value"), [
+    (("platform",), "macos"), (("platform",), "linux_aarch64"), (("platform",), "windows_x86_64")])
+def test_wsl_only_on_linux_and_jetson_only_on_aarch64(tmp_path, capsys, path, value) -> None:
+    os_name = OS_OF_KEY[value]
+    raw = facts_with(("nvidia", "os"), "windows" if os_name == "linux" else os_name, facts_with(path, value))
+    if value == "linux_aarch64":  # WSL2 on Windows on Arm reads; a Jetson under WSL does not exist
+        Facts.from_dict(facts_with(("nvidia", "wsl"), "WSL_DISTRO_NAME=Ubuntu", raw))
+        raw = facts_with(("nvidia", "os"), "linux", facts_with(("nvidia", "jetson"), "R36 (release)", raw))
+        assert Facts.from_dict(raw).nvidia.jetson
+        return
+    refused(tmp_path, capsys, facts_with(("nvidia", "jetson"), "R36 (release)", raw), "nvidia.jetson")
+    if value == "macos":
+        refused(tmp_path, capsys, facts_with(("nvidia", "wsl"), "WSL_DISTRO_NAME=Ubuntu", raw), "nvidia.wsl")
+
+
+@pytest.mark.parametrize(("path", "value"), [
     (("nvidia", "driver_version"), "566.36"), (("nvidia", "driver_version"), "535.183.01"),
     (("nvidia", "driver_version"), "390.48"), (("nvidia", "cuda_driver_version"), 12090),
     (("nvidia", "gpus", 0, "compute_capability"), [12, 1]), (("nvidia", "gpus", 0, "compute_capability"), [10, 3]),
     (("nvidia", "gpus", 0, "memory_used_mib"), 143771), (("nvidia", "gpus", 0, "uuid"), None),
     (("nvidia", "gpus", 0, "mig_uuids"), ["MIG-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00",
                                           "MIG-GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00/1/0"]),
-    (("platform",), "")])
+    (("python",), "3.13.0rc1"), (("python",), "3.14.0a1+"), (("python",), "3.9"), (("python",), ""),
+    (("platform",), ""), (("torch",), dict(TORCH, platform="linux_x86_64"))])
 def test_values_real_machines_report_still_read(path, value) -> None:
     assert Facts.from_dict(facts_with(path, value))
 
+
+def test_a_wsl2_file_reads_with_the_windows_driver_on_a_linux_platform() -> None:
+    raw = json.loads((REPO / "tests" / "data" / "verify" / "constructed-wsl2-528.24.facts.json").read_text())
+    assert (raw["platform"], raw["nvidia"]["os"]) == ("linux_x86_64", "windows") and raw["nvidia"]["wsl"]
+    assert Facts.from_dict(raw).nvidia.os_label == "windows, WSL2"
