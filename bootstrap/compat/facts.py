@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.compat.typed import MAX_ITEMS, FieldError, from_mapping
-from bootstrap.compat.versions import cuda_supported_by_driver_number, driver_column, driver_tuple
+from bootstrap.compat.versions import cuda_supported_by_driver_number, driver_column
 from bootstrap.errors import excerpt
 from bootstrap.platforms import PLATFORMS
 from bootstrap.report import result
@@ -22,6 +22,7 @@ from bootstrap.report import result
 
 # The compat tables' keys (bootstrap.platforms), the vocabulary a facts file's `platform` is in.
 COMPAT_KEYS = tuple(dict.fromkeys(p.compat_key for p in PLATFORMS))
+_OS_OF_KEY = {p.compat_key: p.os for p in PLATFORMS}  # 'linux_x86_64' -> 'linux': the driver series there
 
 
 def checked_platform(value: str, path: str) -> str:
@@ -80,13 +81,24 @@ class GpuFacts:
     def checked(self, path: str) -> "GpuFacts":
         """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
         if self.compute_capability is not None and not (1 <= self.compute_capability[0] <= 99
-                                                        and self.compute_capability[1] <= 99):
-            raise FieldError(f"{path}.compute_capability: {excerpt(self.cc_text)} is not a compute capability")
+                                                        and self.compute_capability[1] <= 9):
+            raise FieldError(f"{path}.compute_capability: {excerpt(self.cc_text)} is not a compute capability "
+                             "(major 1-99, minor 0-9)")
         for name, limit in (("name", self.NAME_CHARS), ("uuid", self.UUID_CHARS)):
             value = getattr(self, name) or ""
             if len(value) > limit:
                 raise FieldError(f"{path}.{name}: {len(value)} characters, more than NVML's {limit} "
                                  f"({excerpt(value, 40)})")
+        if self.uuid is not None and not self.uuid.startswith("GPU-"):
+            raise FieldError(f"{path}.uuid: {excerpt(self.uuid, 40)} is not a GPU UUID (NVML's start with 'GPU-')")
+        for number, uuid in enumerate(self.mig_uuids):
+            if not uuid.startswith("MIG-"):
+                raise FieldError(f"{path}.mig_uuids[{number}]: {excerpt(uuid, 40)} is not a MIG UUID "
+                                 "(NVML's start with 'MIG-')")
+        used, total = self.memory_used_mib, self.memory_total_mib
+        if used is not None and total is not None and used > total:
+            raise FieldError(f"{path}.memory_used_mib: {used} MiB used of {total} MiB in total "
+                             "(NVML never reports more used than there is)")
         return self
 
 
@@ -207,18 +219,26 @@ class DriverFacts:
         """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
         if self.os not in self.OSES:
             raise FieldError(f"{path}.os: {excerpt(self.os)} is not a driver's OS ({', '.join(self.OSES)})")
-        if self.driver_version is not None and driver_tuple(self.driver_version) is None:
+        # Two or three runs of ASCII digits, '580.95.05' (Linux) or '566.36' (Windows): int() also takes '-580'
+        if self.driver_version is not None and not re.fullmatch(r"[0-9]+(\.[0-9]+){1,2}", self.driver_version):
             raise FieldError(f"{path}.driver_version: {excerpt(self.driver_version)} "
-                             "is not a driver version like '570.124.06'")
+                             "is not a driver version like '570.124.06' or '566.36'")
         low, high = self.CUDA_VERSIONS
-        if self.cuda_driver_version is not None and not low <= self.cuda_driver_version <= high:
+        if self.cuda_driver_version is not None and (not low <= self.cuda_driver_version <= high
+                                                     or self.cuda_driver_version % 10):
             raise FieldError(f"{path}.cuda_driver_version: {self.cuda_driver_version} is not a CUDA version "
-                             f"as NVML gives it ({low}-{high}; 12080 = 12.8)")
+                             f"as NVML gives it (a multiple of 10 in {low}-{high}; 12080 = 12.8)")
         indices, pairs = {gpu.index for gpu in self.gpus}, set()
         if len(indices) < len(self.gpus):
             seen: set = set()
             twice = next(gpu.index for gpu in self.gpus if gpu.index in seen or seen.add(gpu.index))
             raise FieldError(f"{path}.gpus: GPU index {twice} is given twice (NVML numbers each GPU once)")
+        uuids = [gpu.uuid for gpu in self.gpus if gpu.uuid is not None]
+        if len(set(uuids)) < len(uuids):
+            known: set = set()
+            twice_uuid = next(u for u in uuids if u in known or known.add(u))
+            raise FieldError(f"{path}.gpus: GPU UUID {excerpt(twice_uuid, 60)} is given twice "
+                             "(each GPU has its own)")
         for number, peer in enumerate(self.peers):
             where = f"{path}.peers[{number}]"
             if not {peer.a, peer.b} <= indices:
@@ -227,6 +247,23 @@ class DriverFacts:
             if (peer.a, peer.b) in pairs:
                 raise FieldError(f"{where}: the pair {peer.a}-{peer.b} is given twice")
             pairs.add((peer.a, peer.b))
+        return self
+
+    def checked_on(self, platform: str, path: str) -> "DriverFacts":
+        """Itself, if a host of `platform` (a compat key) reports it: the driver series is the platform's
+        OS's, except under WSL2 (a Linux platform), whose driver is Windows'; a Jetson is aarch64 Linux."""
+        platform_os = _OS_OF_KEY.get(platform, "")
+        if self.wsl and platform_os != "linux":
+            raise FieldError(f"{path}.wsl: set on platform {excerpt(platform)}, but WSL is a Linux platform")
+        if self.jetson and platform != "linux_aarch64":
+            raise FieldError(f"{path}.jetson: set on platform {excerpt(platform)}, but a Jetson is linux_aarch64")
+        if self.wsl and self.os != "windows":
+            raise FieldError(f"{path}.os: {excerpt(self.os)} contradicts {path}.wsl "
+                             "(under WSL2 the driver is Windows': 'windows')")
+        if not self.wsl and self.os != platform_os:
+            under_wsl = f"; 'windows' only under WSL2, with {path}.wsl set" if platform_os == "linux" else ""
+            raise FieldError(f"{path}.os: {excerpt(self.os)} contradicts platform {excerpt(platform)} "
+                             f"(expected {platform_os!r}{under_wsl})")
         return self
 
 

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import platform
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -231,6 +232,18 @@ class Facts:
 
     FREE_TEXT = ("torch_reason",)  # an import error's words: a control character is shown escaped
 
+    def checked(self) -> "Facts":
+        """Itself, if one machine reports all of it (as read back from a file: a FieldError if not)."""
+        if self.python and not re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?\+?", self.python):
+            raise FieldError(f"python: {excerpt(self.python)} is not a Python version like '3.12.3'")
+        if self.platform:  # files written before the field existed leave it empty
+            checked_platform(self.platform, "platform")
+            self.nvidia.checked_on(self.platform, "nvidia")
+            if self.torch is not None and self.torch.platform != self.platform:
+                raise FieldError(f"torch.platform: {excerpt(self.torch.platform)} contradicts platform "
+                                 f"{excerpt(self.platform)} (the torch recorded is the one imported there)")
+        return self
+
     def visible(self) -> Visible:
         """The GPUs this run's CUDA_VISIBLE_DEVICES leaves it, among those the driver lists."""
         return visible_gpus(self.nvidia.gpus, self.host.cuda_visible_devices)
@@ -255,10 +268,7 @@ class Facts:
                              "record it again with `python -m bootstrap doctor --save-facts FILE`")
         fields = {k: v for k, v in raw.items() if k not in ("format", "version")}
         try:
-            facts = cls(**from_mapping(cls, fields))
-            if facts.platform:  # files written before the field existed leave it empty
-                checked_platform(facts.platform, "platform")
-            return facts
+            return cls(**from_mapping(cls, fields)).checked()
         except FieldError as exc:
             raise InputError(where, str(exc), "fix that field, or record the facts again with "
                              "`python -m bootstrap doctor --save-facts FILE`") from None

@@ -178,8 +178,9 @@ EDITED_FACTS = {
                        "nvidia.peers[0]: a pair is two GPUs, the lower index first (a < b), got 0-0"),
     "peer not a gpu": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 9}]),
                        "nvidia.peers[0]: GPU 9 is not among the GPUs (0)"),
-    "peer twice": (lambda f: f["nvidia"].update(gpus=[*f["nvidia"]["gpus"], {**f["nvidia"]["gpus"][0], "index": 1}],
-                                                peers=[{"a": 0, "b": 1}, {"a": 0, "b": 1}]),
+    "peer twice": (lambda f: f["nvidia"].update(
+        gpus=[*f["nvidia"]["gpus"], {**f["nvidia"]["gpus"][0], "index": 1, "uuid": "GPU-1"}],
+        peers=[{"a": 0, "b": 1}, {"a": 0, "b": 1}]),
                    "nvidia.peers[1]: the pair 0-1 is given twice"),
     "peer status 99": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 1, "read": 99}]),
                        "nvidia.peers[0].read: 99 is not an NVML P2P status (0-6)"),

@@ -160,8 +160,9 @@ def test_a_string_longer_than_any_real_value_is_refused_in_one_short_line(tmp_pa
 
 @pytest.mark.parametrize(("field", "limit"), [("name", 95), ("uuid", 95)])
 def test_gpu_names_and_uuids_are_bounded_by_nvmls_buffers(tmp_path, capsys, field, limit) -> None:
-    assert Facts.from_dict(facts_with(("nvidia", "gpus", 0, field), "G" * limit)).nvidia.gpus[0]
-    refused(tmp_path, capsys, facts_with(("nvidia", "gpus", 0, field), "G" * (limit + 1)), f"gpus[0].{field}")
+    value = "GPU-" + "G" * limit  # a UUID starts with GPU-, as NVML's do
+    assert Facts.from_dict(facts_with(("nvidia", "gpus", 0, field), value[:limit])).nvidia.gpus[0]
+    refused(tmp_path, capsys, facts_with(("nvidia", "gpus", 0, field), value[:limit + 1]), f"gpus[0].{field}")
 
 
 def gpus(count: int) -> List[dict]:
@@ -205,12 +206,12 @@ def test_an_integer_beyond_64_bits_is_refused_without_its_digits(tmp_path, capsy
     assert "0000000000" not in err and "9999999999" not in err
 
 
-@pytest.mark.parametrize("value", [0, 999, 99991, 100000, 10**9, 2**63 - 1])
+@pytest.mark.parametrize("value", [0, 999, 99991, 100000, 10**9, 2**63 - 1, 12085, 12081, 13001])
 def test_a_cuda_driver_version_nvml_cannot_report_is_refused(tmp_path, capsys, value) -> None:
     refused(tmp_path, capsys, facts_with(("nvidia", "cuda_driver_version"), value), "cuda_driver_version")
 
 
-@pytest.mark.parametrize("cc", [[9, 100], [9, 10**12], [0, 0], [100, 0]])
+@pytest.mark.parametrize("cc", [[9, 100], [9, 10**12], [0, 0], [100, 0], [8, 99], [8, 10]])
 def test_a_compute_capability_no_gpu_has_is_refused(tmp_path, capsys, cc) -> None:
     refused(tmp_path, capsys, facts_with(("nvidia", "gpus", 0, "compute_capability"), cc), "compute_capability")
 
@@ -222,9 +223,14 @@ def test_an_unknown_platform_is_refused_listing_the_known_ones(tmp_path, capsys,
     assert all(key in err for key in COMPAT_KEYS)
 
 
+OS_OF_KEY = {"linux_x86_64": "linux", "linux_aarch64": "linux", "linux_ppc64le": "linux", "macos": "macos",
+             "windows_x86_64": "windows", "windows_aarch64": "windows"}
+
+
 @pytest.mark.parametrize("value", COMPAT_KEYS)
 def test_every_known_platform_reads(value) -> None:
-    assert Facts.from_dict(facts_with(("platform",), value)).platform == value
+    raw = facts_with(("nvidia", "os"), OS_OF_KEY[value], facts_with(("platform",), value))
+    assert Facts.from_dict(raw).platform == value
 
 
 @pytest.mark.parametrize("value", ["darwin", "plan9", "", "Linux"])
@@ -260,3 +266,75 @@ def test_the_recorded_files_still_read() -> None:
     for file in sorted((REPO / "tests" / "data" / "verify").glob("*.facts.json")):
         raw = json.loads(file.read_text())
         assert Facts.from_dict(raw).to_dict() == Facts.from_dict(Facts.from_dict(raw).to_dict()).to_dict()
+
+
+# Values each field could hold alone, but no machine reports: a driver number int() reads yet no
+# driver has, a CUDA version NVML cannot encode, a platform contradicting what was seen on it.
+IMPOSSIBLE = [
+    pytest.param(("nvidia", "driver_version"), "-580.95", "nvidia.driver_version", id="driver-negative"),
+    pytest.param(("nvidia", "driver_version"), "580", "nvidia.driver_version", id="driver-one-part"),
+    pytest.param(("nvidia", "driver_version"), "580.95.05.1", "nvidia.driver_version", id="driver-four-parts"),
+    pytest.param(("nvidia", "driver_version"), "580.+95", "nvidia.driver_version", id="driver-sign"),
+    pytest.param(("nvidia", "driver_version"), "\u0665\u0668\u0660.95", "nvidia.driver_version",
+                 id="driver-arabic-digits"),
+    pytest.param(("nvidia", "cuda_driver_version"), 12085, "nvidia.cuda_driver_version", id="cuda-not-x10"),
+    pytest.param(("nvidia", "gpus", 0, "compute_capability"), [8, 99], "compute_capability", id="cc-8.99"),
+    pytest.param(("nvidia", "os"), "macos", "contradicts platform 'linux_x86_64'", id="os-macos-on-linux"),
+    pytest.param(("nvidia", "os"), "windows", "only under WSL2", id="os-windows-on-linux-without-wsl"),
+    pytest.param(("platform",), "windows_x86_64", "nvidia.os: 'linux' contradicts", id="os-linux-on-windows"),
+    pytest.param(("platform",), "macos", "nvidia.os: 'linux' contradicts", id="os-linux-on-macos"),
+    pytest.param(("nvidia", "wsl"), "WSL_DISTRO_NAME=Ubuntu", "contradicts nvidia.wsl", id="wsl-with-os-linux"),
+    pytest.param(("nvidia", "jetson"), "R36 (release)", "nvidia.jetson", id="jetson-on-x86_64"),
+    pytest.param(("nvidia", "gpus", 0, "uuid"), "5b1c7e2a-0f4d-4c8e", "gpus[0].uuid", id="uuid-without-GPU-"),
+    pytest.param(("nvidia", "gpus", 0, "uuid"), "MIG-5b1c7e2a", "gpus[0].uuid", id="uuid-a-MIG-one"),
+    pytest.param(("nvidia", "gpus", 1, "uuid"), "GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00", "given twice",
+                 id="uuid-twice"),
+    pytest.param(("nvidia", "gpus", 0, "mig_uuids"), ["MIG-1", "GPU-2"], "gpus[0].mig_uuids[1]",
+                 id="mig-uuid-without-MIG-"),
+    pytest.param(("nvidia", "gpus", 0, "memory_used_mib"), 143772, "gpus[0].memory_used_mib",
+                 id="gpu-memory-used-over-total"),
+    pytest.param(("python",), "banana", "python", id="python-banana"),
+    pytest.param(("python",), "3", "python", id="python-one-part"),
+    pytest.param(("python",), "3.12.x", "python", id="python-x"),
+    pytest.param(("torch",), dict(TORCH, platform="windows_x86_64"), "torch.platform", id="torch-on-windows"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "field"), IMPOSSIBLE)
+def test_a_value_no_machine_reports_is_refused_naming_the_field(tmp_path, capsys, path, value, field) -> None:
+    err = refused(tmp_path, capsys, facts_with(path, value), field)
+    assert err.startswith(f"error: {tmp_path / 'hostile.facts.json'}: ") and "--save-facts" in err
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    (("platform",), "macos"), (("platform",), "linux_aarch64"), (("platform",), "windows_x86_64")])
+def test_wsl_only_on_linux_and_jetson_only_on_aarch64(tmp_path, capsys, path, value) -> None:
+    os_name = OS_OF_KEY[value]
+    raw = facts_with(("nvidia", "os"), "windows" if os_name == "linux" else os_name, facts_with(path, value))
+    if value == "linux_aarch64":  # WSL2 on Windows on Arm reads; a Jetson under WSL does not exist
+        Facts.from_dict(facts_with(("nvidia", "wsl"), "WSL_DISTRO_NAME=Ubuntu", raw))
+        raw = facts_with(("nvidia", "os"), "linux", facts_with(("nvidia", "jetson"), "R36 (release)", raw))
+        assert Facts.from_dict(raw).nvidia.jetson
+        return
+    refused(tmp_path, capsys, facts_with(("nvidia", "jetson"), "R36 (release)", raw), "nvidia.jetson")
+    if value == "macos":
+        refused(tmp_path, capsys, facts_with(("nvidia", "wsl"), "WSL_DISTRO_NAME=Ubuntu", raw), "nvidia.wsl")
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    (("nvidia", "driver_version"), "566.36"), (("nvidia", "driver_version"), "535.183.01"),
+    (("nvidia", "driver_version"), "390.48"), (("nvidia", "cuda_driver_version"), 12090),
+    (("nvidia", "gpus", 0, "compute_capability"), [12, 1]), (("nvidia", "gpus", 0, "compute_capability"), [10, 3]),
+    (("nvidia", "gpus", 0, "memory_used_mib"), 143771), (("nvidia", "gpus", 0, "uuid"), None),
+    (("nvidia", "gpus", 0, "mig_uuids"), ["MIG-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00",
+                                          "MIG-GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00/1/0"]),
+    (("python",), "3.13.0rc1"), (("python",), "3.14.0a1+"), (("python",), "3.9"), (("python",), ""),
+    (("platform",), ""), (("torch",), dict(TORCH, platform="linux_x86_64"))])
+def test_values_real_machines_report_still_read(path, value) -> None:
+    assert Facts.from_dict(facts_with(path, value))
+
+
+def test_a_wsl2_file_reads_with_the_windows_driver_on_a_linux_platform() -> None:
+    raw = json.loads((REPO / "tests" / "data" / "verify" / "constructed-wsl2-528.24.facts.json").read_text())
+    assert (raw["platform"], raw["nvidia"]["os"]) == ("linux_x86_64", "windows") and raw["nvidia"]["wsl"]
+    assert Facts.from_dict(raw).nvidia.os_label == "windows, WSL2"
