@@ -188,6 +188,10 @@ def _upgrade_driver(facts: DriverFacts, to: str, wheel: int) -> str:
         return (f"this Jetson's driver comes with JetPack ({facts.jetson}) and cannot be upgraded on its own: "
                 f"install the torch build made for this JetPack (NVIDIA's PyTorch for Jetson wheels), or flash a "
                 f"newer JetPack (its driver must report CUDA {cuda_from_int(wheel)} or newer)")
+    kepler = [g for g in facts.gpus if g.compute_capability and g.compute_capability < (5, 0)]
+    if kepler and len(kepler) == len(facts.gpus):
+        return (f"no newer driver runs the {kepler[0].name} (CC {kepler[0].cc_text}, Kepler): R470 is the last "
+                "driver branch for Kepler, and its CUDA 11.4 runs CUDA 11.x torch builds only")
     if facts.wsl:
         return f"upgrade the Windows host's NVIDIA driver (WSL2 uses it; install no Linux driver inside WSL) to {to}"
     return f"upgrade the NVIDIA driver to {to}"
@@ -319,8 +323,12 @@ def _no_kernel_remedy(cc: Tuple[int, int], facts: DriverFacts, target: TorchTarg
     if suggestions:
         hints.insert(0, f"lock {suggestions[0].text}, whose arch list has SASS for CC {cc[0]}.{cc[1]}")
     else:
+        # On a Jetson an unlisted aarch64 build is a server (SBSA) build: its kernels skip the integrated GPU.
         hints.insert(0, f"no torch build in the packaged table (torch {data.TORCH_RELEASES[0]['release']}-"
                         f"{data.TORCH_RELEASES[-1]['release']}, {target.platform}) has SASS for CC {cc[0]}.{cc[1]}"
-                        " that this driver runs" + _unlisted(target, facts))
+                        " that this driver runs" + ("" if facts.jetson else _unlisted(target, facts)))
+    if facts.jetson:
+        hints.append(f"on this Jetson ({facts.jetson}), install the torch build made for its JetPack "
+                     "(NVIDIA's PyTorch for Jetson wheels)")
     return "; ".join(hints)
 

@@ -27,9 +27,9 @@ B300 = ("NVIDIA B300", (10, 3))
 ORIN = ("Orin", (8, 7))
 
 
-def host(driver, cuda, *gpus, os="linux"):
+def host(driver, cuda, *gpus, os="linux", jetson=""):
     return DriverFacts(
-        os=os, driver_version=driver, cuda_driver_version=cuda, source="test",
+        os=os, driver_version=driver, cuda_driver_version=cuda, source="test", jetson=jetson,
         gpus=tuple(GpuFacts(index=i, name=name, compute_capability=cc) for i, (name, cc) in enumerate(gpus)),
     )
 
@@ -103,6 +103,10 @@ CASES = [
      "cuda.arch.gpu0", Status.FAIL, ["torch==2.11.0+cu126"]),
     ("Kepler on a R470 driver: only cu118 builds have sm_37", host("470.182.03", 11040, K80), lock("2.8.0"),
      "cuda.arch.gpu0", Status.FAIL, ["torch==2.7.1+cu118"]),
+    ("Kepler cannot take a newer driver: a CUDA 11 build instead", host("470.182.03", 11040, K80), lock("2.8.0"),
+     "cuda.driver", Status.FAIL, ["R470 is the last driver branch for Kepler", "torch==2.7.1+cu118"]),
+    ("Kepler beside a newer GPU: upgrading the driver is still the way for that one",
+     host("470.182.03", 11040, K80, V100), lock("2.8.0"), "cuda.driver", Status.FAIL, ["upgrade the NVIDIA driver"]),
     ("PTX only, driver fully supports the wheel: JIT warning", host("580.95.05", 13000, H200),
      custom(["sm_80", "compute_80"]), "cuda.arch.gpu0", Status.WARN, ["PTX compute_80 only", "JIT"]),
     ("PTX only, driver under minor compat: the JIT rejects it", host("535.183.01", 12020, H200),
@@ -114,6 +118,10 @@ CASES = [
      custom(["sm_90a"]), "cuda.arch.gpu0", Status.FAIL, ["no kernel image"]),
     ("Jetson Orin is excluded from sm_80/sm_86", host("540.4.0", 12060, ORIN), custom(["sm_80", "sm_86"]),
      "cuda.arch.gpu0", Status.FAIL, ["no kernel image"]),
+    ("Jetson Orin on a server aarch64 build: JetPack's torch, no server build",
+     host("540.4.0", 12060, ORIN, jetson="R36.4.0"),
+     TorchTarget(version="2.10.0", cuda="12.8", arch_list=("sm_80", "sm_90", "sm_100", "sm_120"), variant="cu128",
+                 platform="linux_aarch64", source="test"), "cuda.arch.gpu0", Status.FAIL, ["made for its JetPack"]),
     ("Jetson Orin runs sm_80 from CUDA 13.2 builds", host("595.45.04", 13020, ORIN),
      custom(["sm_80", "sm_86"], cuda="13.2", version="2.15.0", variant="cu132"), "cuda.arch.gpu0", Status.OK,
      ["runs sm_86"]),
