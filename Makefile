@@ -59,8 +59,11 @@ CHECK_VARIANT = @case "$(VARIANT)" in ""|-*|*[!A-Za-z0-9_-]*) echo "VARIANT='$(V
 
 ## Every target with a line of help (`make help`).
 help:
-	@awk '/^## / { text = text substr($$0, 4) " " } /^$$/ { text = "" } \
-	  /^[a-z][a-z-]*:/ { if (text != "") printf "  %-19s %s\n", substr($$1, 1, length($$1) - 1), text; text = "" }' $(MAKEFILE_LIST)
+	@awk -v env='$(ENV)' '/^## / { text = text substr($$0, 4) " " } /^$$/ { text = "" } \
+	  /^[a-z][a-z-]*:/ { if (text != "") { gsub(/\$$\(ENV\)/, env, text); n = split(text, words, " "); \
+	    line = sprintf("  %-19s", substr($$1, 1, length($$1) - 1)); \
+	    for (i = 1; i <= n; i++) { if (length(line) + length(words[i]) >= 100) { print line; line = sprintf("%21s", "") } \
+	      line = line " " words[i] } print line } text = "" }' $(MAKEFILE_LIST)
 
 ## Create or update .envs/$(ENV) from its lock (ENV=py39 for the other env); ENV_ARGS="--dry-run" prints the plan.
 ## VARIANT=NAME installs that torch variant of the spec (default auto: the one `make doctor` picks for this host).

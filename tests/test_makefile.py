@@ -106,8 +106,11 @@ def test_a_python_that_does_not_run_is_named(scratch: Path) -> None:
 
 def test_help_lists_every_target(scratch: Path) -> None:
     phony = next(line for line in (scratch / "Makefile").read_text().splitlines() if line.startswith(".PHONY:"))
-    listed = {line.split()[0] for line in make(scratch, "help").stdout.splitlines()}
+    lines = make(scratch, "help", ENV="py39").stdout.splitlines()
+    listed = {line.split()[0] for line in lines if not line.startswith(" " * 4)}  # not a wrapped line
     assert set(phony.split()[1:]) - {"FORCE"} - listed == set()
+    assert all(len(line) <= 100 for line in lines)
+    assert "$(ENV)" not in "\n".join(lines) and "Create or update .envs/py39 from its lock" in "\n".join(lines)
 
 
 def test_verify_without_an_env_names_the_make_env_that_creates_it(scratch: Path) -> None:
