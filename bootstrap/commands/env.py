@@ -239,12 +239,12 @@ def _summary(env: str, result, options) -> str:
 
 
 def _variant_lines(choice, dry_run: bool) -> list:
-    """Which variant, and why; a dry run shows every variant's verdict too."""
+    """Which variant, and why; a dry run shows every variant's verdict too, the one installed starred."""
     if choice is None or not choice.name:
         return []
     lines = [f"variant {choice.name} ({choice.lock_path.name}, {choice.how}): {choice.why}"]
     if dry_run and choice.pick is not None:
-        lines += [f"  {line}" for line in choice.pick.lines()[:-1]]
+        lines += [f"  {line}" for line in choice.pick.lines(starred=choice.name)[:-1]]
     return lines
 
 

@@ -114,15 +114,16 @@ class Pick:
                 "status": self.status.value, "why": self.why, "remedy": self.remedy,
                 "others": [v.candidate.label for v in self.others]}
 
-    def lines(self) -> List[str]:
-        """One line per candidate, the chosen one starred, then why: for people."""
+    def lines(self, starred: Optional[str] = None) -> List[str]:
+        """One line per candidate, the chosen one (or the one named `starred`) starred, then why: for people."""
+        star = self.find(starred) if starred is not None else self.chosen
         rows = [(v.candidate.label, v.build, v.status.value, v.candidate.lock_path.name) for v in self.verdicts]
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         out = []
         for verdict, row in zip(self.verdicts, rows):
             cells = "  ".join(cell.ljust(width) for cell, width in zip(row, widths))
             reason = f"  {verdict.reasons[0]}" if verdict.reasons else ""
-            out.append(f"{'*' if verdict is self.chosen else ' '} {cells}{reason}".rstrip())
+            out.append(f"{'*' if verdict is star else ' '} {cells}{reason}".rstrip())
         return out + [f"pick: {self.why}"]
 
 

@@ -178,3 +178,9 @@ def test_every_combination_keeps_the_picks_promises(facts: DriverFacts, candidat
     elif any(v.candidate.default for v in runs):
         assert chosen.candidate.default
     assert chosen not in pick.others and set(map(id, pick.others)) == {id(v) for v in runs} - {id(chosen)}
+
+
+def test_the_star_marks_the_pick_or_the_variant_named() -> None:
+    pick = pick_variant(host(*R580, H200), [CU128, CU126])
+    assert [line[0] for line in pick.lines()[:-1]] == ["*", " "]
+    assert [line[0] for line in pick.lines(starred="cu126")[:-1]] == [" ", "*"]
