@@ -27,7 +27,7 @@ from bootstrap.checks.host import LoaderNeeds, host_checks
 from bootstrap.checks.model import Check, Status, worst
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.checks.variant import env_candidates, lock_candidate, variant_check
-from bootstrap.compat.facts import DriverFacts
+from bootstrap.compat.facts import DriverFacts, HostFacts
 from bootstrap.compat.pick import NOT_LOCKED_HERE, Candidate, Pick, pick_variant
 from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
 from bootstrap.compat.rules import evaluate
@@ -35,7 +35,7 @@ from bootstrap.compat.target import TorchTarget
 from bootstrap.errors import InputError
 from bootstrap.fsutil import check_output
 from bootstrap.lock.variants import variant_locks
-from bootstrap.platforms import compat_key, conda_subdir, host_platform
+from bootstrap.platforms import compat_key, conda_subdir, host_platform, os_of
 from bootstrap.report import result
 from bootstrap.runner import Runner, run
 
@@ -111,6 +111,8 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
     where = f"{lock_path.name if lock_path else 'no lock'} [{platform}]"
     checks.append(fit_check(target, why, compat_checks, where, facts.nvidia, _switch(pick, judged, subject),
                             installs))
+    if lock is not None and lock_path is not None and installs and os.path.isfile(lock_path):
+        checks += system_checks(lock_path, platform, facts.host)
     if subject.spec is not None and pick is not None:
         checks.append(variant_check(pick, subject.env, subject.installed))
     checks += host_checks(facts.host, facts.nvidia, options.needs)
@@ -179,6 +181,29 @@ def _installed_variant(project: Any, env: str, spec: Any) -> str:
         return ""
     names = {v.name for v in spec.variants}
     return record.variant if record is not None and record.variant in names else ""
+
+
+def system_checks(lock_path: Path, platform: str, host: HostFacts) -> List[Check]:
+    """lock.system: the host's glibc (or macOS) against the lock's floor for `platform`, which `make env`
+    refuses to go below; none where the lock asks for no minimum (Windows)."""
+    from bootstrap.install.floor import GLIBC, HostSystem, host_problem, lock_floor
+    from bootstrap.lock.lockfile import read_lock
+
+    cid = "lock.system"
+    floor = lock_floor(read_lock(lock_path).for_platform(platform))
+    os_name = os_of(platform)
+    need = floor.of(GLIBC if os_name == "linux" else "macOS") if os_name in ("linux", "macos") else None
+    if need is None:
+        return []
+    expected = f"{need.system} >= {need.version_text} ({need.by})"
+    have = host.libc if os_name == "linux" else (f"macOS {host.macos}" if host.macos else "")
+    if not have:
+        return [Check(cid, Status.SKIP, f"{need.system} not recorded", expected,
+                      detail="facts saved by an older bootstrap; record them again with --save-facts")]
+    problem = host_problem(floor, platform, HostSystem(os_name, host.glibc, host.macos or None))
+    if problem is None:
+        return [Check(cid, Status.OK, have, expected)]
+    return [Check(cid, Status.FAIL, have, expected, remedy=problem.split(": ", 1)[-1], detail=problem)]
 
 
 def _first_lock(subject: Subject) -> Tuple[Any, str]:

@@ -368,6 +368,8 @@ class HostFacts:
     start_method_explicit: bool = False
     container_hints: Tuple[str, ...] = ()
     cuda_visible_devices: Optional[str] = None  # the job's GPUs among NVML's (None: unset, all of them)
+    libc: str = ""  # Linux: "glibc 2.36", or "not glibc" (musl); "" off Linux or not recorded
+    macos: str = ""  # macOS: its release, "14.5"; "" elsewhere or not recorded
     missing: Tuple[str, ...] = ()
 
     def to_dict(self) -> Dict[str, Any]:
@@ -382,4 +384,20 @@ class HostFacts:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], path: str = "host") -> "HostFacts":
         """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
-        return cls(**from_mapping(cls, raw, path))
+        return cls(**from_mapping(cls, raw, path)).checked(path)
+
+    def checked(self, path: str, platform: str = "") -> "HostFacts":
+        """Itself, if its values are possible on `platform` (a FieldError if not)."""
+        if not re.fullmatch(r"(glibc [0-9]{1,3}\.[0-9]{1,3}|not glibc)?", self.libc):
+            raise FieldError(f"{path}.libc: {excerpt(self.libc)} is not 'glibc X.Y' or 'not glibc'")
+        if not re.fullmatch(r"([0-9]{1,3}(\.[0-9]{1,3}){0,2})?", self.macos):
+            raise FieldError(f"{path}.macos: {excerpt(self.macos)} is not a macOS release like '14.5'")
+        for name, os_name in (("libc", "linux"), ("macos", "macos")):
+            if platform and getattr(self, name) and not platform.startswith(os_name):
+                raise FieldError(f"{path}.{name}: recorded, but the platform is {platform}, not {os_name}")
+        return self
+
+    @property
+    def glibc(self) -> Optional[str]:
+        """The glibc version recorded, "2.36"; None when there is none (or it was not recorded)."""
+        return self.libc[len("glibc "):] if self.libc.startswith("glibc ") else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import platform
+import sys
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
@@ -180,6 +181,7 @@ def collect_host_facts(*, root: str = "/", disk_path: str = ".",
     disk = keep("disk", probe_statvfs(disk_path))
     nofile = keep("nofile", probe_nofile())
     method, explicit = probe_start_method()
+    glibc, _ = probe_glibc()
     return HostFacts(
         cpus_usable=cpus,
         cpus_total=os.cpu_count(),
@@ -195,5 +197,7 @@ def collect_host_facts(*, root: str = "/", disk_path: str = ".",
         start_method_explicit=explicit,
         container_hints=probe_container_hints(root),
         cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
+        libc=(f"glibc {glibc}" if glibc else "not glibc") if sys.platform.startswith("linux") else "",
+        macos=probe_macos()[0] or "",
         missing=tuple(missing),
     )

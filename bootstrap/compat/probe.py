@@ -236,6 +236,7 @@ class Facts:
         """Itself, if one machine reports all of it (as read back from a file: a FieldError if not)."""
         if self.python and not re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?\+?", self.python):
             raise FieldError(f"python: {excerpt(self.python)} is not a Python version like '3.12.3'")
+        self.host.checked("host", self.platform)
         if self.platform:  # files written before the field existed leave it empty
             checked_platform(self.platform, "platform")
             self.nvidia.checked_on(self.platform, "nvidia")
