@@ -38,9 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
+from bootstrap.bench.config import option_name
 from bootstrap.errors import InputError, excerpt
 
 REF_FLAGS = (("dataset", "--dataset"), ("collate", "--collate"), ("model", "--model"), ("step", "--step"))
+REF_KEYWORDS = {"--dataset": "dataset", "--collate": "collate_fn", "--model": "model", "--step": "step"}
 
 
 @dataclass(frozen=True)
@@ -177,8 +179,9 @@ class NamedDataset:
         return state
 
 
-def check_dataset(dataset: Any, where: str, batch_size: int) -> int:
-    """The dataset's length; an InputError for what is no map-style Dataset or holds too few samples."""
+def check_dataset(dataset: Any, where: str, batch_size: int, script: bool = False) -> int:
+    """The dataset's length; an InputError for what is no map-style Dataset or holds too few samples. Hints
+    name the options as the CLI spells them, or `tune_loader` for a `script`."""
     from torch.utils.data import Dataset, IterableDataset
 
     if isinstance(dataset, (str, bytes, dict)):  # have __len__ and __getitem__, but index no samples
@@ -209,7 +212,7 @@ def check_dataset(dataset: Any, where: str, batch_size: int) -> int:
         raise InputError(where, "returned an empty dataset (length 0)", "point it at the data it should load")
     if length < batch_size:
         raise InputError(where, f"has {length} samples, fewer than one batch ({batch_size})",
-                         "give a smaller --batch-size")
+                         f"give a smaller {option_name('batch_size', script)}")
     return length
 
 
@@ -231,7 +234,7 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
         dataset: Any = NamedDataset(user.dataset, user.paths, built)
     else:
         where = f"dataset {type(user.dataset).__name__}"
-        check_dataset(user.dataset, where, batch_size)
+        check_dataset(user.dataset, where, batch_size, script=True)
         dataset = user.dataset
     generator = torch.Generator()
     generator.manual_seed(seed)
@@ -255,7 +258,8 @@ def _part(value: Any, flag: str, paths: Sequence[str]) -> Optional[Callable[...,
         return None
     found = import_ref(value, flag, paths) if isinstance(value, str) else value
     if not callable(found):
-        raise InputError(f"{flag} {value}", f"is a {type(found).__name__}, not a callable")
+        where = f"{flag} {value}" if isinstance(value, str) else f"tune_loader({REF_KEYWORDS[flag]}=...)"
+        raise InputError(where, f"is a {type(found).__name__}, not a callable")
     return found
 
 
