@@ -129,6 +129,7 @@ def describe_error(exc: BaseException) -> str:
 
 
 ERROR_CHARS = 200  # of a user's error quoted in a message
+SAMPLE_FIX = "fix that sample, or make __getitem__ skip what it cannot read"  # a sample's own error
 MAX_SAMPLES = 2 ** 31 - 1  # torch.randperm's int64 indices: 16 GiB at this length
 
 
@@ -222,6 +223,7 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
 
     import torch
     from torch.utils.data import DataLoader
+    from torch.utils.data.dataloader import default_collate
 
     add_paths(user.paths)
     collate_fn = _part(user.collate, "--collate", user.paths)
@@ -238,19 +240,52 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
         dataset = user.dataset
     generator = torch.Generator()
     generator.manual_seed(seed)
+    collating = _Collating(collate_fn or default_collate)
     started = time.perf_counter()
     try:
         loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, generator=generator,
-                            collate_fn=collate_fn)
+                            collate_fn=collating)
         first = next(iter(loader))
     except BaseException as exc:  # noqa: BLE001 (the user's __getitem__ or collate; sys.exit too)
         if passes_through(exc):
             raise
-        by = f" with --collate {user.collate}" if isinstance(user.collate, str) else ""
-        fix = "a sample must return, not exit" if not isinstance(exc, Exception) else "fix --collate" if by else \
-            "return tensors of one shape from __getitem__, or give a --collate MODULE:FN that makes the batch"
-        raise InputError(where, f"could not load one batch{by}: {describe_error(exc)}", fix) from None
+        raise InputError(where, *_first_batch_failure(user, exc, collating.raised)) from None
     return UserParts(dataset, collate_fn, model_factory, step_fn, first, time.perf_counter() - started)
+
+
+class _Collating:
+    """The collate function, noting whether it raised: a batch that fails to collate (samples of several
+    shapes) and a sample that fails to load (`__getitem__` raised) have different fixes."""
+
+    def __init__(self, collate: Callable[..., Any]) -> None:
+        self.collate = collate
+        self.raised = False
+
+    def __call__(self, samples: Any) -> Any:
+        try:
+            return self.collate(samples)
+        except BaseException:
+            self.raised = True
+            raise
+
+
+def _first_batch_failure(user: UserWorkload, exc: BaseException, in_collate: bool) -> Tuple[str, str]:
+    """(problem, fix) for the first batch's error, raised by `__getitem__` or, `in_collate`, by collation."""
+    named = isinstance(user.collate, str)
+    by = f" with --collate {user.collate}" if in_collate and named else ""
+    if not isinstance(exc, Exception):
+        fix = "a sample must return, not exit"
+    elif not in_collate:
+        fix = SAMPLE_FIX
+    elif named:
+        fix = "fix --collate"
+    elif user.collate is not None:
+        fix = "fix collate_fn: it must make one batch of the samples"
+    elif isinstance(user.dataset, str):
+        fix = "return tensors of one shape from __getitem__, or give a --collate MODULE:FN that makes the batch"
+    else:
+        fix = "return tensors of one shape from __getitem__, or pass a collate_fn that makes the batch"
+    return f"could not load one batch{by}: {describe_error(exc)}", fix
 
 
 def _part(value: Any, flag: str, paths: Sequence[str]) -> Optional[Callable[..., Any]]:

@@ -404,3 +404,40 @@ def test_a_dataset_named_by_reference_travels_to_spawned_workers_as_its_name(tmp
     assert copy.dataset is None and len(copy) == 2 * PER_CLASS
     image, label = copy[PER_CLASS]
     assert tuple(image.shape) == (3, SIDE, SIDE) and label == 1
+
+
+class _FailingSample:
+    """Every sample raises, as a dataset whose index runs past its file list does."""
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, index):
+        raise IndexError(f"index {index} out of range for 16 files")
+
+
+class _Ragged:
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, index):
+        import torch
+
+        return torch.zeros(index + 1)
+
+
+@pytest.mark.parametrize("dataset, fix", [
+    (_FailingSample(), "(fix that sample, or make __getitem__ skip what it cannot read)"),
+    (_Ragged(), "(return tensors of one shape from __getitem__, or pass a collate_fn that makes the batch)"),
+])
+def test_a_first_batch_that_fails_is_blamed_on_what_raised(dataset, fix):
+    """Only a batch that fails to collate gets the one-shape / collate hint; a sample that raised gets the
+    sample's."""
+    from bootstrap.bench import tune_loader
+    from bootstrap.errors import InputError
+
+    with pytest.raises(InputError) as raised:
+        tune_loader(dataset, batch_size=BATCH, budget=1, device="cpu")
+    message = str(raised.value)
+    assert message.startswith(f"dataset {type(dataset).__name__}: could not load one batch: ") and \
+        message.endswith(fix), message
