@@ -238,6 +238,8 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
         where = f"dataset {type(user.dataset).__name__}"
         check_dataset(user.dataset, where, batch_size, script=True)
         dataset = user.dataset
+    collate_where = f"--collate {user.collate}" if isinstance(user.collate, str) else "tune_loader(collate_fn=...)"
+    check_workers_can_import([(where, dataset), (collate_where, collate_fn)])
     generator = torch.Generator()
     generator.manual_seed(seed)
     collating = _Collating(collate_fn or default_collate)
@@ -251,6 +253,28 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
             raise
         raise InputError(where, *_first_batch_failure(user, exc, collating.raised)) from None
     return UserParts(dataset, collate_fn, model_factory, step_fn, first, time.perf_counter() - started)
+
+
+def check_workers_can_import(sent: Sequence[Tuple[str, Any]]) -> None:
+    """Refuse, in one line naming it, what spawned workers could not unpickle: under spawn or forkserver
+    DataLoader pickles the dataset and the collate function for each worker, which imports the module that
+    defines their class (or function) to rebuild them. A `__main__` without a file (`python -c`, a notebook,
+    the REPL) is not re-imported there, so each worker would die of "Can't get attribute 'D' on <module
+    '__main__' (built-in)>" on its stderr, which the run could only report as a worker that exited."""
+    from bootstrap.compat.host import probe_start_method
+
+    method = probe_start_method()[0]
+    if method == "fork" or getattr(sys.modules.get("__main__"), "__file__", None):
+        return
+    for where, value in sent:
+        try:  # an instance's __module__ is its class's
+            module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", type(value).__qualname__)
+        except Exception:  # noqa: BLE001 (a __getattr__ of the user's that raises)
+            continue
+        if value is not None and module == "__main__":
+            raise InputError(where, f"{name} is defined in __main__ (python -c, a notebook), which DataLoader "
+                                    f"workers started by {method} cannot import",
+                             "define it in an importable module (a .py file next to the notebook) and import it")
 
 
 class _Collating:
