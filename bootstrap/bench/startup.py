@@ -179,9 +179,10 @@ def _first_user_step(state: RunState) -> None:
         else:
             where = f"the built-in step ({state.model_name}) on --dataset {user.dataset}" \
                 if isinstance(user.dataset, str) else f"the built-in step ({state.model_name})"
+        own_step = "pass step=" if state.options.from_script else "give --step MODULE:FN"
         fix = "" if user.step is not None else (
             f"the built-in step takes (images, labels) batches: images N x 3 x H x W, labels below "
-            f"{state.workload.num_classes}; or give --step MODULE:FN")
+            f"{state.workload.num_classes}; or {own_step}")
         raise InputError(where, f"failed on the first batch: {describe_error(exc)}", fix) from None
 
 
