@@ -26,7 +26,9 @@ What each reference is:
 Workers: under `fork` (Linux's default) they inherit the dataset. Under
 `spawn`/`forkserver` (macOS, Windows) DataLoader pickles it; a dataset
 named by reference travels as that reference and is rebuilt in each
-worker (`NamedDataset`), one handed to `tune_loader` must be picklable.
+worker (`NamedDataset`), one handed to `tune_loader` must be picklable,
+and neither it nor the collate function may come from a `__main__`
+without a file (`check_workers_can_import`).
 """
 
 from __future__ import annotations
