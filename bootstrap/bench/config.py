@@ -80,19 +80,11 @@ def flag_name(name: str) -> str:
     return _FLAGS.get(name, "--" + name.replace("_", "-"))
 
 
-def option_name(name: str, script: bool = False) -> str:
-    """How a hint names option `name`: its flag, or (a run from `tune_loader`) its keyword (`batch_size`)."""
-    return KEYWORDS[name] if script and name in KEYWORDS else flag_name(name)
-
-
-def option_where(name: str, script: bool = False) -> str:
-    """Where an error about option `name` points: its flag, or `tune_loader(batch_size=...)`."""
-    return f"tune_loader({KEYWORDS[name]}=...)" if script and name in KEYWORDS else flag_name(name)
-
-
-def option_value(name: str, value: Any, script: bool = False) -> str:
-    """Option `name` set to `value` as the user would write it: `--device cpu`, or `device='cpu'`."""
-    return f"{KEYWORDS[name]}={value!r}" if script and name in KEYWORDS else f"{flag_name(name)} {value}"
+def option_name(name: str, script: bool = False, where: bool = False) -> str:
+    """Option `name` in a message: its flag, or a `script`'s keyword (`batch_size`, `where`: `tune_loader(...)`)."""
+    if not script or name not in KEYWORDS:
+        return flag_name(name)
+    return f"tune_loader({KEYWORDS[name]}=...)" if where else KEYWORDS[name]
 
 
 def _shown(value: Any, python: bool = False) -> str:
@@ -109,8 +101,8 @@ def _shown(value: Any, python: bool = False) -> str:
 
 def check_value(value: Any, rule: Rule, where: str, python: bool = False) -> Any:
     """`value` if it is what `rule` accepts (ints widened to float for numbers, text to Path for paths),
-    else an InputError `WHERE: expected ..., got ...` (the value as YAML writes it, or as Python does).
-    Booleans are not numbers here, nor NaN or infinity."""
+    else an InputError `WHERE: expected ..., got ...` (the value in YAML's words, or `python`'s). Booleans
+    are not numbers here, nor NaN or infinity."""
     bad = InputError(where, f"expected {rule.describe()}, got {_shown(value, python)}")
     if rule.kind == "bool":
         if not isinstance(value, bool):
@@ -297,8 +289,7 @@ class WorkloadSpec:
 
     def validate(self, names: Optional[Mapping[str, str]] = None, script: bool = False) -> "WorkloadSpec":
         """Every field's type and range, then the ones that depend on each other. Errors name the field as
-        `names` spells it (a config file's `FILE: options.crop_size`), else as its flag (`--crop-size`) or,
-        from a `script` (`tune_loader`), its keyword."""
+        `names` spells it (a config file's `FILE: options.crop_size`), else by flag (or `script` keyword)."""
         where = _namer(names, script)
         check_options(self.to_dict(), where, python=script)
         if self.crop_size > self.image_size:
@@ -331,8 +322,7 @@ class BenchOptions:
     user: Any = None                     # user.UserWorkload: the team's own dataset (None: the synthetic images)
 
     def validate(self, names: Optional[Mapping[str, str]] = None) -> "BenchOptions":
-        """The workload's fields and this run's, named as `names` spells them (else by flag, or by keyword
-        for a run from a script)."""
+        """The workload's fields and this run's, named as `names` spells them (else by flag or keyword)."""
         script = self.from_script
         where = _namer(names, script)
         self.workload.validate(names, script)
@@ -341,7 +331,7 @@ class BenchOptions:
         device = self.device
         if not (device in ("auto", "cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit())):
             raise InputError(where("device"), f"{device!r} is not auto, cpu, cuda, cuda:N or mps",
-                             f"e.g. {option_value('device', 'cuda:0', script)}")
+                             "e.g. device='cuda:0'" if script else "e.g. --device cuda:0")
         if self.data_dir is not None:
             if self.workload.storage == "memory":
                 raise InputError(where("data_dir"), "only used by --storage files or packed",
@@ -351,8 +341,7 @@ class BenchOptions:
 
     @property
     def from_script(self) -> bool:
-        """Whether the run came through `tune_loader` (the dataset an object, not a --dataset reference):
-        its messages then name keywords and Python values, not flags."""
+        """Whether the run came from a script (`tune_loader`: a dataset object): messages name keywords."""
         return self.user is not None and not isinstance(self.user.dataset, str)
 
 
@@ -360,7 +349,7 @@ RUN_OPTIONS = ("budget_s", "device", "max_workers", "target_rate", "data_dir")
 
 
 def _namer(names: Optional[Mapping[str, str]], script: bool = False) -> Callable[[str], str]:
-    return lambda name: (names or {}).get(name) or option_where(name, script)
+    return lambda name: (names or {}).get(name) or option_name(name, script, where=True)
 
 
 def check_directory(path: Path, where: str) -> None:

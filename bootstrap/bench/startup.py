@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from bootstrap.bench.budget import Costs
-from bootstrap.bench.config import option_value, option_where
+from bootstrap.bench.config import option_name
 from bootstrap.bench.device import Device, mps_available
 from bootstrap.bench.host import host_busy_pct
 from bootstrap.bench.results import LoaderConfig
@@ -82,8 +82,8 @@ def set_up(state: RunState) -> None:
 def _check_device(torch: Any, device: str, script: bool = False) -> None:
     """One line, before anything is built, for a device this torch cannot use (named as the CLI or
     `tune_loader` spells it)."""
-    where = option_where("device", script)
-    cpu, auto = option_value("device", "cpu", script), option_value("device", "auto", script)
+    where = option_name("device", script, where=True)
+    cpu, auto = ("device='cpu'", "device='auto'") if script else ("--device cpu", "--device auto")
     if device == "mps" and not mps_available(torch):
         raise InputError(where, f"mps: Apple MPS is not available to this torch ({torch.__version__})",
                          f"MPS needs Apple silicon and macOS 12.3+; use {cpu} or {auto}")
