@@ -71,6 +71,8 @@ OPTION_RULES: Dict[str, Rule] = {
     "target_rate": _number(0, 1e12, above=True), "data_dir": Rule("path"),
 }
 _FLAGS = {"budget_s": "--budget"}
+# tune_loader's keyword for each option it takes: its errors name what the script wrote, not a flag
+KEYWORDS = {"batch_size": "batch_size", "budget_s": "budget", "device": "device", "max_workers": "max_workers"}
 
 
 def flag_name(name: str) -> str:
@@ -78,7 +80,16 @@ def flag_name(name: str) -> str:
     return _FLAGS.get(name, "--" + name.replace("_", "-"))
 
 
-def _shown(value: Any) -> str:
+def option_name(name: str, script: bool = False, where: bool = False) -> str:
+    """Option `name` in a message: its flag, or a `script`'s keyword (`batch_size`, `where`: `tune_loader(...)`)."""
+    if not script or name not in KEYWORDS:
+        return flag_name(name)
+    return f"tune_loader({KEYWORDS[name]}=...)" if where else KEYWORDS[name]
+
+
+def _shown(value: Any, python: bool = False) -> str:
+    if python:  # a script's values, as Python writes them (None, True)
+        return excerpt(value)
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -88,10 +99,11 @@ def _shown(value: Any) -> str:
     return excerpt(value)
 
 
-def check_value(value: Any, rule: Rule, where: str) -> Any:
+def check_value(value: Any, rule: Rule, where: str, python: bool = False) -> Any:
     """`value` if it is what `rule` accepts (ints widened to float for numbers, text to Path for paths),
-    else an InputError `WHERE: expected ..., got ...`. Booleans are not numbers here, nor NaN or infinity."""
-    bad = InputError(where, f"expected {rule.describe()}, got {_shown(value)}")
+    else an InputError `WHERE: expected ..., got ...` (the value in YAML's words, or `python`'s). Booleans
+    are not numbers here, nor NaN or infinity."""
+    bad = InputError(where, f"expected {rule.describe()}, got {_shown(value, python)}")
     if rule.kind == "bool":
         if not isinstance(value, bool):
             raise bad
@@ -115,9 +127,9 @@ def check_value(value: Any, rule: Rule, where: str) -> Any:
     return value if rule.kind == "int" else float(value)
 
 
-def check_options(values: Mapping[str, Any], where: Callable[[str], str]) -> Dict[str, Any]:
+def check_options(values: Mapping[str, Any], where: Callable[[str], str], python: bool = False) -> Dict[str, Any]:
     """Every value of `values` checked against OPTION_RULES, errors named by `where(name)`."""
-    return {name: check_value(value, OPTION_RULES[name], where(name)) for name, value in values.items()}
+    return {name: check_value(value, OPTION_RULES[name], where(name), python) for name, value in values.items()}
 
 
 @dataclass(frozen=True)
@@ -275,11 +287,11 @@ class WorkloadSpec:
     jpeg_quality: int = 90
     seed: int = 0
 
-    def validate(self, names: Optional[Mapping[str, str]] = None) -> "WorkloadSpec":
+    def validate(self, names: Optional[Mapping[str, str]] = None, script: bool = False) -> "WorkloadSpec":
         """Every field's type and range, then the ones that depend on each other. Errors name the field as
-        `names` spells it (a config file's `FILE: options.crop_size`), else as its flag (`--crop-size`)."""
-        where = _namer(names)
-        check_options(self.to_dict(), where)
+        `names` spells it (a config file's `FILE: options.crop_size`), else by flag (or `script` keyword)."""
+        where = _namer(names, script)
+        check_options(self.to_dict(), where, python=script)
         if self.crop_size > self.image_size:
             name = "crop_size" if names is None or "crop_size" in names else "image_size"
             raise InputError(where(name), f"the crop ({self.crop_size}) is larger than the image ({self.image_size})",
@@ -310,14 +322,16 @@ class BenchOptions:
     user: Any = None                     # user.UserWorkload: the team's own dataset (None: the synthetic images)
 
     def validate(self, names: Optional[Mapping[str, str]] = None) -> "BenchOptions":
-        """The workload's fields and this run's, named as `names` spells them (else by flag)."""
-        where = _namer(names)
-        self.workload.validate(names)
-        check_options({name: getattr(self, name) for name in RUN_OPTIONS if getattr(self, name) is not None}, where)
+        """The workload's fields and this run's, named as `names` spells them (else by flag or keyword)."""
+        script = self.from_script
+        where = _namer(names, script)
+        self.workload.validate(names, script)
+        check_options({name: getattr(self, name) for name in RUN_OPTIONS if getattr(self, name) is not None}, where,
+                      python=script)
         device = self.device
         if not (device in ("auto", "cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit())):
             raise InputError(where("device"), f"{device!r} is not auto, cpu, cuda, cuda:N or mps",
-                             "e.g. --device cuda:0")
+                             "e.g. device='cuda:0'" if script else "e.g. --device cuda:0")
         if self.data_dir is not None:
             if self.workload.storage == "memory":
                 raise InputError(where("data_dir"), "only used by --storage files or packed",
@@ -325,12 +339,17 @@ class BenchOptions:
             check_directory(Path(self.data_dir), where("data_dir"))
         return self
 
+    @property
+    def from_script(self) -> bool:
+        """Whether the run came from a script (`tune_loader`: a dataset object): messages name keywords."""
+        return self.user is not None and not isinstance(self.user.dataset, str)
+
 
 RUN_OPTIONS = ("budget_s", "device", "max_workers", "target_rate", "data_dir")
 
 
-def _namer(names: Optional[Mapping[str, str]]) -> Callable[[str], str]:
-    return lambda name: (names or {}).get(name) or flag_name(name)
+def _namer(names: Optional[Mapping[str, str]], script: bool = False) -> Callable[[str], str]:
+    return lambda name: (names or {}).get(name) or option_name(name, script, where=True)
 
 
 def check_directory(path: Path, where: str) -> None:

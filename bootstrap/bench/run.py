@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Callable, Dict, Optional
 
 from bootstrap.bench import baselines, search
-from bootstrap.bench.config import BenchOptions
+from bootstrap.bench.config import BenchOptions, option_name
 from bootstrap.bench.outcome import build_result
 from bootstrap.bench.results import BenchResult, PhaseRecord
 from bootstrap.bench.schedule import Phase, applicable_phases, run_phase
@@ -111,9 +111,10 @@ def stalled_error(state: RunState) -> InputError:
            f"in the {state.current_phase} phase: stopped"
     if state.options.user is None:
         return InputError(f"bench --budget {budget_s:g}", over, "give it a larger --budget")
+    script = state.options.from_script
     return InputError(user_where(state), f"{over}; a __getitem__, collate, model or step that never returns?",
-                      "time one sample by hand; a dataset this slow needs a larger --budget or a smaller "
-                      "--batch-size")
+                      f"time one sample by hand; a dataset this slow needs a larger {option_name('budget_s', script)} "
+                      f"or a smaller {option_name('batch_size', script)}")
 
 
 def user_code_error(state: RunState, exc: BaseException) -> InputError:
@@ -125,9 +126,9 @@ def user_code_error(state: RunState, exc: BaseException) -> InputError:
         return InputError(user_where(state), f"cannot be sent to DataLoader workers: {describe_error(exc)}",
                           "under spawn (macOS, Windows, or set_start_method) a dataset must pickle: no lambdas or "
                           "open handles in its attributes")
+    debug = "" if state.options.from_script else " (--debug)"  # a script's traceback shows the cause as it is
     return InputError(user_where(state), f"{describe_error(exc)} in the {state.current_phase} phase: stopped",
-                      "a sample, collate or step must return, not exit; the traceback is the error's cause "
-                      "(--debug)")
+                      f"a sample, collate or step must return, not exit; the traceback is the error's cause{debug}")
 
 
 def user_where(state: RunState) -> str:

@@ -43,6 +43,7 @@ def tune_loader(dataset: Any, *, batch_size: int, budget: float = 60.0, device: 
     from bootstrap.bench.run import run_bench
     from bootstrap.errors import InputError
 
+    refuse_in_bootstrapping_child()
     if progress is not None and not callable(progress):
         raise InputError("tune_loader(progress=...)", f"is a {type(progress).__name__}, not a callable",
                          "pass a function taking one Progress event, or None")
@@ -54,6 +55,23 @@ def tune_loader(dataset: Any, *, batch_size: int, budget: float = 60.0, device: 
         raise KeyboardInterrupt
     config = result.best or _best_measured(result) or LoaderConfig()
     return config.dataloader_kwargs(), result
+
+
+def refuse_in_bootstrapping_child() -> None:
+    """Refuse a call made while this process, a worker started by spawn or forkserver, imports the main
+    script (as `__mp_main__`): a script that calls tune_loader at module level runs it again in every
+    DataLoader worker, a second bench inside the first. multiprocessing marks that import with
+    `_inheriting`, the flag its own "An attempt has been made to start a new process before the current
+    process has finished its bootstrapping phase" reads; `parent_process()` would also refuse a process the
+    user started on purpose, and `__mp_main__` stays the main module's name after the import."""
+    import multiprocessing
+
+    from bootstrap.errors import InputError
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise InputError("tune_loader", "called while a DataLoader worker (started by spawn or forkserver) imports "
+                                        "the main script: it would run a second bench inside the worker",
+                         'put the call under `if __name__ == "__main__":`')
 
 
 def _best_measured(result: Any) -> Any:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from bootstrap.bench.budget import Costs
+from bootstrap.bench.config import option_name
 from bootstrap.bench.device import Device, mps_available
 from bootstrap.bench.host import host_busy_pct
 from bootstrap.bench.results import LoaderConfig
@@ -40,7 +41,7 @@ def set_up(state: RunState) -> None:
     from bootstrap.compat.host import collect_host_facts
 
     options, spec = state.options, state.workload
-    _check_device(torch, options.device)
+    _check_device(torch, options.device, options.from_script)
     state.device = Device(options.device)
     state.host = collect_host_facts()
     state.cpus = options.cpus or state.host.cpus_usable or 1
@@ -78,18 +79,21 @@ def set_up(state: RunState) -> None:
     _notes_on_the_host(state)
 
 
-def _check_device(torch: Any, device: str) -> None:
-    """One line, before anything is built, for a device this torch cannot use."""
+def _check_device(torch: Any, device: str, script: bool = False) -> None:
+    """One line, before anything is built, for a device this torch cannot use (named as the CLI or
+    `tune_loader` spells it)."""
+    where = option_name("device", script, where=True)
+    cpu, auto = ("device='cpu'", "device='auto'") if script else ("--device cpu", "--device auto")
     if device == "mps" and not mps_available(torch):
-        raise InputError("--device", f"mps: Apple MPS is not available to this torch ({torch.__version__})",
-                         "MPS needs Apple silicon and macOS 12.3+; use --device cpu or --device auto")
+        raise InputError(where, f"mps: Apple MPS is not available to this torch ({torch.__version__})",
+                         f"MPS needs Apple silicon and macOS 12.3+; use {cpu} or {auto}")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("--device", f"{device}: CUDA is not available to this torch ({torch.__version__})",
-                         "use --device cpu, or install a CUDA build of torch")
+        raise InputError(where, f"{device}: CUDA is not available to this torch ({torch.__version__})",
+                         f"use {cpu}, or install a CUDA build of torch")
     index = device.partition(":")[2]  # cuda:N, validated as digits
     gpus = torch.cuda.device_count() if index else 0
     if index and int(index) >= gpus:
-        raise InputError("--device", f"{device}: this torch sees {gpus} GPU{'s' if gpus != 1 else ''} "
+        raise InputError(where, f"{device}: this torch sees {gpus} GPU{'s' if gpus != 1 else ''} "
                          f"(cuda:0{f' .. cuda:{gpus - 1}' if gpus > 1 else ''})",
                          "pick one of those; CUDA_VISIBLE_DEVICES renumbers them from 0")
 
@@ -175,9 +179,10 @@ def _first_user_step(state: RunState) -> None:
         else:
             where = f"the built-in step ({state.model_name}) on --dataset {user.dataset}" \
                 if isinstance(user.dataset, str) else f"the built-in step ({state.model_name})"
+        own_step = "pass step=" if state.options.from_script else "give --step MODULE:FN"
         fix = "" if user.step is not None else (
             f"the built-in step takes (images, labels) batches: images N x 3 x H x W, labels below "
-            f"{state.workload.num_classes}; or give --step MODULE:FN")
+            f"{state.workload.num_classes}; or {own_step}")
         raise InputError(where, f"failed on the first batch: {describe_error(exc)}", fix) from None
 
 

@@ -110,13 +110,24 @@ def sample_failure(exc: BaseException, workers: int) -> Optional[str]:
     if workers and "exited unexpectedly" in text and "killed by signal" not in text:
         code = re.search(r"exit code (-?[0-9]+)", text)
         return (f"a DataLoader worker exited{' with code ' + code.group(1) if code else ''} (a sys.exit or "
-                "os._exit in a sample or collate, or a crash the worker's stderr shows)")
+                f"os._exit in a sample or collate, or a crash the worker's stderr shows{_spawn_cause()})")
     if workers and "Original Traceback" not in text:
         return None
     from bootstrap.bench.user import clip, describe_error
 
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return clip(lines[-1]) if workers and lines else describe_error(exc)
+
+
+def _spawn_cause() -> str:
+    """What else kills a worker started by spawn or forkserver: it imports the main script, and one that
+    runs the bench at module level fails there (`script.refuse_in_bootstrapping_child`)."""
+    from bootstrap.compat.host import probe_start_method
+
+    method = probe_start_method()[0]
+    if method == "fork":
+        return ""
+    return f"; under {method}, a script that calls tune_loader outside `if __name__ == \"__main__\":`"
 
 
 def worker_failure(exc: BaseException) -> str:

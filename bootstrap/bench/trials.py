@@ -17,6 +17,7 @@ from bootstrap.bench.device import Trainer
 from bootstrap.bench.results import LoaderConfig, Measurement
 from bootstrap.bench.state import LoaderFailure, RunState
 from bootstrap.bench.stream import BatchStream, make_loader, sample_failure, worker_failure
+from bootstrap.bench.user import SAMPLE_FIX
 from bootstrap.bench.window import WindowPlan, measure_loader_only, run_window
 from bootstrap.errors import InputError
 
@@ -166,7 +167,7 @@ def loader_failed(state: RunState, phase: str, config: LoaderConfig, exc: Except
         record_worker_failure(state, phase, config, exc)
         return
     raise InputError(dataset_where(state), f"a sample failed to load while bench measured {config.label}: {why}",
-                     "fix that sample, or make __getitem__ skip what it cannot read") from None
+                     SAMPLE_FIX) from None
 
 
 def dataset_where(state: RunState) -> str:

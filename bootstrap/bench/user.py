@@ -26,7 +26,9 @@ What each reference is:
 Workers: under `fork` (Linux's default) they inherit the dataset. Under
 `spawn`/`forkserver` (macOS, Windows) DataLoader pickles it; a dataset
 named by reference travels as that reference and is rebuilt in each
-worker (`NamedDataset`), one handed to `tune_loader` must be picklable.
+worker (`NamedDataset`), one handed to `tune_loader` must be picklable,
+and neither it nor the collate function may come from a `__main__`
+without a file (`check_workers_can_import`).
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
+from bootstrap.bench.config import option_name
 from bootstrap.errors import InputError, excerpt
 
 REF_FLAGS = (("dataset", "--dataset"), ("collate", "--collate"), ("model", "--model"), ("step", "--step"))
+REF_KEYWORDS = {"--dataset": "dataset", "--collate": "collate_fn", "--model": "model", "--step": "step"}
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,7 @@ def describe_error(exc: BaseException) -> str:
 
 
 ERROR_CHARS = 200  # of a user's error quoted in a message
+SAMPLE_FIX = "fix that sample, or make __getitem__ skip what it cannot read"  # a sample's own error
 MAX_SAMPLES = 2 ** 31 - 1  # torch.randperm's int64 indices: 16 GiB at this length
 
 
@@ -177,8 +182,9 @@ class NamedDataset:
         return state
 
 
-def check_dataset(dataset: Any, where: str, batch_size: int) -> int:
-    """The dataset's length; an InputError for what is no map-style Dataset or holds too few samples."""
+def check_dataset(dataset: Any, where: str, batch_size: int, script: bool = False) -> int:
+    """The dataset's length; an InputError for what is no map-style Dataset or holds too few samples. Hints
+    name the options as the CLI spells them, or `tune_loader` for a `script`."""
     from torch.utils.data import Dataset, IterableDataset
 
     if isinstance(dataset, (str, bytes, dict)):  # have __len__ and __getitem__, but index no samples
@@ -209,7 +215,7 @@ def check_dataset(dataset: Any, where: str, batch_size: int) -> int:
         raise InputError(where, "returned an empty dataset (length 0)", "point it at the data it should load")
     if length < batch_size:
         raise InputError(where, f"has {length} samples, fewer than one batch ({batch_size})",
-                         "give a smaller --batch-size")
+                         f"give a smaller {option_name('batch_size', script)}")
     return length
 
 
@@ -219,6 +225,7 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
 
     import torch
     from torch.utils.data import DataLoader
+    from torch.utils.data.dataloader import default_collate
 
     add_paths(user.paths)
     collate_fn = _part(user.collate, "--collate", user.paths)
@@ -231,23 +238,80 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
         dataset: Any = NamedDataset(user.dataset, user.paths, built)
     else:
         where = f"dataset {type(user.dataset).__name__}"
-        check_dataset(user.dataset, where, batch_size)
+        check_dataset(user.dataset, where, batch_size, script=True)
         dataset = user.dataset
+    collate_where = f"--collate {user.collate}" if isinstance(user.collate, str) else "tune_loader(collate_fn=...)"
+    check_workers_can_import([(where, dataset), (collate_where, collate_fn)])
     generator = torch.Generator()
     generator.manual_seed(seed)
+    collating = _Collating(collate_fn or default_collate)
     started = time.perf_counter()
     try:
         loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, generator=generator,
-                            collate_fn=collate_fn)
+                            collate_fn=collating)
         first = next(iter(loader))
     except BaseException as exc:  # noqa: BLE001 (the user's __getitem__ or collate; sys.exit too)
         if passes_through(exc):
             raise
-        by = f" with --collate {user.collate}" if isinstance(user.collate, str) else ""
-        fix = "a sample must return, not exit" if not isinstance(exc, Exception) else "fix --collate" if by else \
-            "return tensors of one shape from __getitem__, or give a --collate MODULE:FN that makes the batch"
-        raise InputError(where, f"could not load one batch{by}: {describe_error(exc)}", fix) from None
+        raise InputError(where, *_first_batch_failure(user, exc, collating.raised)) from None
     return UserParts(dataset, collate_fn, model_factory, step_fn, first, time.perf_counter() - started)
+
+
+def check_workers_can_import(sent: Sequence[Tuple[str, Any]]) -> None:
+    """Refuse, in one line naming it, what spawned workers could not unpickle: under spawn or forkserver
+    DataLoader pickles the dataset and the collate function for each worker, which imports the module that
+    defines their class (or function) to rebuild them. A `__main__` without a file (`python -c`, a notebook,
+    the REPL) is not re-imported there, so each worker would die of "Can't get attribute 'D' on <module
+    '__main__' (built-in)>" on its stderr, which the run could only report as a worker that exited."""
+    from bootstrap.compat.host import probe_start_method
+
+    method = probe_start_method()[0]
+    if method == "fork" or getattr(sys.modules.get("__main__"), "__file__", None):
+        return
+    for where, value in sent:
+        try:  # an instance's __module__ is its class's
+            module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", type(value).__qualname__)
+        except Exception:  # noqa: BLE001 (a __getattr__ of the user's that raises)
+            continue
+        if value is not None and module == "__main__":
+            raise InputError(where, f"{name} is defined in __main__ (python -c, a notebook), which DataLoader "
+                                    f"workers started by {method} cannot import",
+                             "define it in an importable module (a .py file next to the notebook) and import it")
+
+
+class _Collating:
+    """The collate function, noting whether it raised: a batch that fails to collate (samples of several
+    shapes) and a sample that fails to load (`__getitem__` raised) have different fixes."""
+
+    def __init__(self, collate: Callable[..., Any]) -> None:
+        self.collate = collate
+        self.raised = False
+
+    def __call__(self, samples: Any) -> Any:
+        try:
+            return self.collate(samples)
+        except BaseException:
+            self.raised = True
+            raise
+
+
+def _first_batch_failure(user: UserWorkload, exc: BaseException, in_collate: bool) -> Tuple[str, str]:
+    """(problem, fix) for the first batch's error, raised by `__getitem__` or, `in_collate`, by collation."""
+    named = isinstance(user.collate, str)
+    by = f" with --collate {user.collate}" if in_collate and named else ""
+    if not isinstance(exc, Exception):
+        fix = "a sample must return, not exit"
+    elif not in_collate:
+        fix = SAMPLE_FIX
+    elif named:
+        fix = "fix --collate"
+    elif user.collate is not None:
+        fix = "fix collate_fn: it must make one batch of the samples"
+    elif isinstance(user.dataset, str):
+        fix = "return tensors of one shape from __getitem__, or give a --collate MODULE:FN that makes the batch"
+    else:
+        fix = "return tensors of one shape from __getitem__, or pass a collate_fn that makes the batch"
+    return f"could not load one batch{by}: {describe_error(exc)}", fix
 
 
 def _part(value: Any, flag: str, paths: Sequence[str]) -> Optional[Callable[..., Any]]:
@@ -255,7 +319,8 @@ def _part(value: Any, flag: str, paths: Sequence[str]) -> Optional[Callable[...,
         return None
     found = import_ref(value, flag, paths) if isinstance(value, str) else value
     if not callable(found):
-        raise InputError(f"{flag} {value}", f"is a {type(found).__name__}, not a callable")
+        where = f"{flag} {value}" if isinstance(value, str) else f"tune_loader({REF_KEYWORDS[flag]}=...)"
+        raise InputError(where, f"is a {type(found).__name__}, not a callable")
     return found
 
 

@@ -404,3 +404,105 @@ def test_a_dataset_named_by_reference_travels_to_spawned_workers_as_its_name(tmp
     assert copy.dataset is None and len(copy) == 2 * PER_CLASS
     image, label = copy[PER_CLASS]
     assert tuple(image.shape) == (3, SIDE, SIDE) and label == 1
+
+
+class _FailingSample:
+    """Every sample raises, as a dataset whose index runs past its file list does."""
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, index):
+        raise IndexError(f"index {index} out of range for 16 files")
+
+
+class _Ragged:
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, index):
+        import torch
+
+        return torch.zeros(index + 1)
+
+
+@pytest.mark.parametrize("dataset, fix", [
+    (_FailingSample(), "(fix that sample, or make __getitem__ skip what it cannot read)"),
+    (_Ragged(), "(return tensors of one shape from __getitem__, or pass a collate_fn that makes the batch)"),
+])
+def test_a_first_batch_that_fails_is_blamed_on_what_raised(dataset, fix):
+    """Only a batch that fails to collate gets the one-shape / collate hint; a sample that raised gets the
+    sample's."""
+    from bootstrap.bench import tune_loader
+    from bootstrap.errors import InputError
+
+    with pytest.raises(InputError) as raised:
+        tune_loader(dataset, batch_size=BATCH, budget=1, device="cpu")
+    message = str(raised.value)
+    assert message.startswith(f"dataset {type(dataset).__name__}: could not load one batch: ") and \
+        message.endswith(fix), message
+
+
+class _Tensors:
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, index):
+        import torch
+
+        return torch.zeros(3, 16, 16, dtype=torch.uint8), 0
+
+
+def _collate(samples):
+    return samples
+
+
+@pytest.mark.parametrize("start_method, defined, keyword, where, name", [
+    ("spawn", "dataset", "dataset", "dataset _Tensors", "_Tensors"),
+    ("forkserver", "collate", "collate_fn", "tune_loader(collate_fn=...)", "_collate"),
+])
+def test_a_class_of_a_fileless_main_is_refused_under_spawn(monkeypatch, start_method, defined, keyword, where,
+                                                            name):
+    """`python -c` or a notebook: spawned workers cannot import `__main__`, so a dataset or collate_fn
+    defined there would kill every worker; refused before anything runs."""
+    import types
+
+    from bootstrap.bench import tune_loader
+    from bootstrap.compat import host
+    from bootstrap.errors import InputError
+
+    monkeypatch.setattr(host, "probe_start_method", lambda: (start_method, True))
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # no __file__
+    monkeypatch.setattr(_Tensors if defined == "dataset" else _collate, "__module__", "__main__")
+    with pytest.raises(InputError) as raised:
+        tune_loader(_Tensors(), batch_size=BATCH, budget=1, device="cpu", collate_fn=_collate)
+    assert str(raised.value) == (f"{where}: {name} is defined in __main__ (python -c, a notebook), which DataLoader "
+                                 f"workers started by {start_method} cannot import (define it in an importable "
+                                 "module (a .py file next to the notebook) and import it)")
+
+
+@pytest.mark.slow
+def test_a_dataset_of_python_c_is_refused_under_spawn(tmp_path):
+    code = textwrap.dedent("""
+        import torch
+        import torch.multiprocessing as mp
+        from bootstrap.bench import tune_loader
+
+        class D(torch.utils.data.Dataset):
+            def __len__(self):
+                return 32
+
+            def __getitem__(self, index):
+                return torch.zeros(3, 16, 16, dtype=torch.uint8), 0
+
+        mp.set_start_method("spawn", force=True)
+        tune_loader(D(), batch_size=8, budget=3, device="cpu")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.rstrip().splitlines()[-1] == (
+        "bootstrap.errors.InputError: dataset D: D is defined in __main__ (python -c, a notebook), which DataLoader "
+        "workers started by spawn cannot import (define it in an importable module (a .py file next to the "
+        "notebook) and import it)"), proc.stderr
+    assert "Can't get attribute" not in proc.stderr

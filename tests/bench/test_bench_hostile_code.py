@@ -333,3 +333,64 @@ def test_a_data_dir_the_run_created_is_gone_afterwards(tmp_path, capsys):
                  "--samples", "64", "--out", str(tmp_path / "out"), "--data-dir", str(data_dir)])
     assert code in (0, 1), capsys.readouterr().err
     assert kept.is_dir() and list(kept.iterdir()) == []
+
+
+def test_tune_loader_in_a_worker_importing_the_main_script_refuses_at_once(monkeypatch):
+    """A spawned worker imports the main script under `_inheriting`; a tune_loader there is a second bench."""
+    import multiprocessing
+
+    from bootstrap.bench import tune_loader
+    from bootstrap.errors import InputError
+
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    with pytest.raises(InputError, match=r'^tune_loader: called while a DataLoader worker .* \(put the call under '
+                                         r'`if __name__ == "__main__":`\)$'):
+        tune_loader(object(), batch_size=BATCH)
+
+
+@pytest.mark.parametrize("method, cause", [
+    ("fork", ""), ("spawn", '; under spawn, a script that calls tune_loader outside `if __name__ == "__main__":`'),
+])
+def test_a_worker_that_exited_under_spawn_names_an_unguarded_script(monkeypatch, method, cause):
+    from bootstrap.bench.stream import sample_failure
+    from bootstrap.compat import host
+
+    monkeypatch.setattr(host, "probe_start_method", lambda: (method, True))
+    exc = RuntimeError("DataLoader worker (pid(s) 123) exited unexpectedly with exit code 1")
+    assert sample_failure(exc, 2) == ("a DataLoader worker exited with code 1 (a sys.exit or os._exit in a sample "
+                                      f"or collate, or a crash the worker's stderr shows{cause})")
+
+
+UNGUARDED = textwrap.dedent('''
+    import torch
+    import torch.multiprocessing as mp
+
+    from bootstrap.bench import tune_loader
+
+    mp.set_start_method("spawn", force=True)
+    dataset = torch.utils.data.TensorDataset(torch.zeros(64, 3, 16, 16, dtype=torch.uint8),
+                                             torch.zeros(64, dtype=torch.long))
+    kwargs, report = tune_loader(dataset, batch_size=8, budget=10, device="cpu")
+    print("RESULT", kwargs)
+''')
+
+
+@pytest.mark.slow
+def test_an_unguarded_script_under_spawn_gets_one_bench_and_the_idiom(tmp_path):
+    """Without `if __name__ == "__main__":` each spawned worker imports the script again: the worker refuses
+    at once instead of running a second bench, and the parent's error says what likely killed it."""
+    import subprocess
+
+    from tests.fixtures import REPO
+
+    (tmp_path / "train.py").write_text(UNGUARDED)
+    proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "RESULT" not in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stderr
+    assert 'InputError: tune_loader: called while a DataLoader worker' in proc.stderr, proc.stderr
+    last = proc.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("bootstrap.errors.InputError: dataset: a sample failed to load while bench measured "
+                           "w="), last
+    assert last.endswith('under spawn, a script that calls tune_loader outside `if __name__ == "__main__":`) '
+                         "(fix that sample, or make __getitem__ skip what it cannot read)"), last

@@ -119,6 +119,31 @@ def test_library_callers_get_the_same_checks_named_by_flag():
     assert ThresholdSet().values.efficiency_pass == 0.9
 
 
+@pytest.mark.parametrize("keywords, message", [
+    ({"batch_size": None}, "tune_loader(batch_size=...): expected an integer from 1 to 65,536, got None"),
+    ({"batch_size": 1000}, "dataset TensorDataset: has 10 samples, fewer than one batch (1000) (give a smaller "
+                           "batch_size)"),
+    ({"budget": True}, "tune_loader(budget=...): expected a number > 0 and <= 86,400, got True"),
+    ({"device": "metal"}, "tune_loader(device=...): 'metal' is not auto, cpu, cuda, cuda:N or mps "
+                          "(e.g. device='cuda:0')"),
+    ({"max_workers": "2"}, "tune_loader(max_workers=...): expected an integer from 0 to 1,024, got '2'"),
+    ({"collate_fn": 5}, "tune_loader(collate_fn=...): is a int, not a callable"),
+    ({"collate_fn": list}, "the built-in step (tiny): failed on the first batch: AttributeError: 'tuple' object "
+                           "has no attribute 'to' (the built-in step takes (images, labels) batches: images "
+                           "N x 3 x H x W, labels below 100; or pass step=)"),
+])
+def test_tune_loader_names_its_keywords_and_python_values(keywords, message):
+    """A script's errors name what the script wrote (`batch_size=`, None), not the CLI's flags (null)."""
+    import torch
+
+    from bootstrap.bench import tune_loader
+
+    dataset = torch.utils.data.TensorDataset(torch.zeros(10, 3, 16, 16))
+    with pytest.raises(InputError) as raised:
+        tune_loader(dataset, **{"batch_size": 4, "budget": 1, "device": "cpu", **keywords})
+    assert str(raised.value) == message
+
+
 # --------------------------------------------------------------------------- --data-dir at run time
 
 
