@@ -15,8 +15,9 @@ from bootstrap.bench.device import peak_memory_mib
 from bootstrap.bench.results import BenchResult
 from bootstrap.bench.schedule import needed_s
 from bootstrap.bench.search import least_prediction
-from bootstrap.bench.state import RunState
-from bootstrap.bench.stream import SHM_FAILURE
+from bootstrap.bench.state import LoaderFailure, RunState
+from bootstrap.bench.stream import NO_BATCH, SHM_FAILURE
+from bootstrap.bench.user import is_stream
 from bootstrap.checks.model import Status
 from bootstrap.fsutil import MIB
 
@@ -144,10 +145,14 @@ def verdict_facts(state: RunState) -> Any:
         budget_s=state.options.budget_s, partial=state.interrupted, left_out=state.ledger.summary(TUNE_PHASES))
 
 
+def _failure_note(failure: LoaderFailure) -> str:
+    what = failure.why if failure.why.startswith(NO_BATCH) else f"the loader's workers died ({failure.why})"
+    return f"{failure.phase} {failure.config.label}: {what}; that config counts as failed"
+
+
 def closing_notes(state: RunState) -> List[str]:
     """Notes on what went wrong or was left out, after the run's own notes."""
-    notes = [f"{f.phase} {f.config.label}: the loader's workers died ({f.why}); that config counts as failed"
-             for f in state.failures]
+    notes = [_failure_note(failure) for failure in state.failures]
     needed = state.metrics.get("budget_needed_s")
     if needed is not None:
         notes.append(f"budget too small for a complete run: left out {state.ledger.summary()}; "
@@ -170,6 +175,8 @@ def build_result(state: RunState) -> BenchResult:
     untuned = next((c for c in checks if c.id == "bench.tuned" and c.status is not Status.OK), None)
     options = state.options
     user = options.user.describe() if options.user is not None else None
+    if user is not None and is_stream(state.dataset):
+        user["stream"] = True  # an IterableDataset: read in its own order, which DataLoader must not shuffle
     snippet = dataloader_snippet(state.best, state.workload, state.device_info.get("type", "cpu"),
                                  caveat=untuned.observed if untuned else "", user=user) if state.best else ""
     workload = state.workload.to_dict()

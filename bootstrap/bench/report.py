@@ -174,7 +174,8 @@ def _user_snippet(config: LoaderConfig, spec: WorkloadSpec, user: Dict[str, Any]
     lines = ([f"# NOT FULLY TUNED: {caveat}"] if caveat else []) + [
         "# Measured best by `python -m bootstrap bench`; expects `dataset` (and `collate_fn` if you use one).",
         "from torch.utils.data import DataLoader", "", "loader = DataLoader(", "    dataset,",
-        f"    batch_size={spec.batch_size},", "    shuffle=True,", "    drop_last=True,"]
+        f"    batch_size={spec.batch_size},", *([] if user.get("stream") else ["    shuffle=True,"]),
+        "    drop_last=True,"]
     if "collate" in user:
         lines.append("    collate_fn=collate_fn,")
     lines += [f"    {name}={value!r}," for name, value in config.dataloader_kwargs().items()]

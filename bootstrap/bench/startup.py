@@ -142,11 +142,16 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
     """The user's dataset, collate, model and step (`user.resolve`: one batch made here, so a dataset that
     cannot feed the run fails now, in one line), then one training step on that batch. Returns what the
     report says of the model."""
-    from bootstrap.bench.user import resolve, tensors
+    from bootstrap.bench.user import is_stream, resolve, tensors
 
     user, spec = state.options.user, state.workload
     parts = resolve(user, spec.batch_size, spec.seed)
     state.user_parts, state.dataset, state.collate_fn = parts, parts.dataset, parts.collate_fn
+    if is_stream(parts.dataset):
+        state.notes.append("the dataset is a stream (IterableDataset), read in its own order: each DataLoader "
+                           "worker runs its own __iter__, so unless it splits itself by "
+                           "torch.utils.data.get_worker_info(), N workers yield every sample N times, and the "
+                           "rates count each copy")
     state.sample_batch = parts.first_batch
     decode_s = parts.first_batch_s / spec.batch_size
     state.costs = Costs(spec.batch_size, decode_s, decode_s, state.cpus)

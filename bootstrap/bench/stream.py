@@ -30,7 +30,7 @@ class BatchStream:
                     raise
                 raise RuntimeError(f"DataLoader workers could not start: {exc}") from exc
         try:
-            self._first: Any = next(self._iterator)
+            self._first: Any = self._next_of_epoch()
         except BaseException:
             self.close(kill=True)
             raise
@@ -45,7 +45,17 @@ class BatchStream:
         except StopIteration:
             with _quiet_worker_count():
                 self._iterator = iter(self.loader)
+            return self._next_of_epoch()
+
+    def _next_of_epoch(self) -> Any:
+        """The first batch of an epoch. A stream (IterableDataset) split across workers gives none when
+        each worker's share is under one batch (drop_last): a result about that loader, like dead workers."""
+        try:
             return next(self._iterator)
+        except StopIteration:
+            workers = getattr(self.loader, "num_workers", 0)
+            raise RuntimeError(f"{NO_BATCH}: with {workers} workers, each one's share of the stream is under "
+                               "one batch" if workers else NO_BATCH) from None
 
     def close(self, kill: bool = False) -> None:
         """Drop the iterator (and, with persistent workers, the loader holding it): that shuts the workers
@@ -71,14 +81,13 @@ class BatchStream:
 
 def make_loader(dataset: Any, batch_size: int, config: LoaderConfig, *, seed: int = 0,
                 collate_fn: Any = None) -> Any:
-    import torch
     from torch.utils.data import DataLoader
 
-    generator = torch.Generator()
-    generator.manual_seed(seed)
+    from bootstrap.bench.user import order
+
     with _quiet_worker_count():
-        return DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, generator=generator,
-                          collate_fn=collate_fn, **config.dataloader_kwargs())
+        return DataLoader(dataset, batch_size=batch_size, drop_last=True, collate_fn=collate_fn,
+                          **order(dataset, seed), **config.dataloader_kwargs())
 
 
 @contextlib.contextmanager
@@ -93,6 +102,7 @@ def _quiet_worker_count() -> Iterator[None]:
 # --------------------------------------------------------------------------- loaders that die
 
 SHM_FAILURE = "out of /dev/shm"
+NO_BATCH = "no batch in an epoch"
 # How a worker that ran out of /dev/shm surfaces: torch's allocation error re-raised in the main process,
 # or the SIGBUS a write past a full tmpfs gets ("killed by signal: Bus error", PyTorch #5040).
 _SHM_SIGNS = ("shared memory", "(shm)", "/dev/shm", "Bus error", "No space left on device")

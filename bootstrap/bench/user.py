@@ -13,9 +13,11 @@ What each reference is:
 
 * dataset factory: called with no arguments, returns a map-style
   `torch.utils.data.Dataset` (or any object with `__len__` and
-  `__getitem__`). An `IterableDataset` is refused: the bench shuffles and
-  the workers split the work by index, which an iterable stream does not
-  allow.
+  `__getitem__`), which the bench shuffles, or an `IterableDataset` (a
+  stream: WebDataset shards, a database cursor), read in its own order.
+  Each DataLoader worker runs its own `__iter__`: a stream that does not
+  split itself by `torch.utils.data.get_worker_info()` yields every sample
+  once per worker, which the rates cannot see and the report warns of.
 * collate: `DataLoader(collate_fn=...)`, called with a list of samples.
 * model factory: called with no arguments, returns an `nn.Module`.
 * step: `step(model, batch, device) -> loss or None`; the batch arrives
@@ -182,18 +184,23 @@ class NamedDataset:
         return state
 
 
-def check_dataset(dataset: Any, where: str, batch_size: int, script: bool = False) -> int:
-    """The dataset's length; an InputError for what is no map-style Dataset or holds too few samples. Hints
-    name the options as the CLI spells them, or `tune_loader` for a `script`."""
-    from torch.utils.data import Dataset, IterableDataset
+def is_stream(dataset: Any) -> bool:
+    """Whether DataLoader reads `dataset` as an iterable stream rather than by index."""
+    from torch.utils.data import IterableDataset
+
+    return isinstance(dataset, IterableDataset)
+
+
+def check_dataset(dataset: Any, where: str, batch_size: int, script: bool = False) -> Optional[int]:
+    """The dataset's length (None for a stream); an InputError for what is no Dataset or holds too few
+    samples. Hints name the options as the CLI spells them, or `tune_loader` for a `script`."""
+    from torch.utils.data import Dataset
 
     if isinstance(dataset, (str, bytes, dict)):  # have __len__ and __getitem__, but index no samples
         raise InputError(where, f"returned a {type(dataset).__name__}, not a Dataset",
                          "return the Dataset object (an instance with __len__ and __getitem__)")
-    if isinstance(dataset, IterableDataset):
-        raise InputError(where, f"returned an IterableDataset ({type(dataset).__name__}): bench tunes map-style "
-                                "datasets (shuffled, split across workers by index)",
-                         "return a Dataset with __len__ and __getitem__")
+    if is_stream(dataset):
+        return None  # its length, if it has one, is a hint DataLoader does not rely on
     try:
         missing = [name for name in ("__len__", "__getitem__") if not hasattr(dataset, name)]
     except Exception as exc:  # noqa: BLE001 (a __getattr__ that raises what hasattr does not catch)
@@ -223,7 +230,6 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
     """Import and build every part, then collate one batch in this process (num_workers=0)."""
     import time
 
-    import torch
     from torch.utils.data import DataLoader
     from torch.utils.data.dataloader import default_collate
 
@@ -231,30 +237,48 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
     collate_fn = _part(user.collate, "--collate", user.paths)
     model_factory = _model_factory(user.model, user.paths)
     step_fn = _part(user.step, "--step", user.paths)
-    if isinstance(user.dataset, str):
+    named = isinstance(user.dataset, str)
+    if named:
         where = f"--dataset {user.dataset}"
         built = _call(import_ref(user.dataset, "--dataset", user.paths), where)
         check_dataset(built, where, batch_size)
-        dataset: Any = NamedDataset(user.dataset, user.paths, built)
+        if is_stream(built):
+            from bootstrap.bench.named import NamedStream  # an IterableDataset subclass: torch at import
+
+            dataset: Any = NamedStream(user.dataset, user.paths, built, import_ref)
+        else:
+            dataset = NamedDataset(user.dataset, user.paths, built)
     else:
         where = f"dataset {type(user.dataset).__name__}"
         check_dataset(user.dataset, where, batch_size, script=True)
         dataset = user.dataset
     collate_where = f"--collate {user.collate}" if isinstance(user.collate, str) else "tune_loader(collate_fn=...)"
     check_workers_can_import([(where, dataset), (collate_where, collate_fn)])
-    generator = torch.Generator()
-    generator.manual_seed(seed)
     collating = _Collating(collate_fn or default_collate)
     started = time.perf_counter()
     try:
-        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, generator=generator,
-                            collate_fn=collating)
-        first = next(iter(loader))
+        first = next(iter(DataLoader(dataset, batch_size=batch_size, drop_last=True, collate_fn=collating,
+                                     **order(dataset, seed))), None)
     except BaseException as exc:  # noqa: BLE001 (the user's __getitem__ or collate; sys.exit too)
         if passes_through(exc):
             raise
         raise InputError(where, *_first_batch_failure(user, exc, collating.raised)) from None
+    if first is None:  # only a stream can end before its first batch: a map-style one was measured
+        raise InputError(where, f"the stream ended before one batch ({batch_size} samples)",
+                         f"point it at more data, or give a smaller {option_name('batch_size', not named)}")
     return UserParts(dataset, collate_fn, model_factory, step_fn, first, time.perf_counter() - started)
+
+
+def order(dataset: Any, seed: int) -> Dict[str, Any]:
+    """DataLoader's keywords for the order samples come in: a map-style dataset shuffled by a seeded
+    generator, as training reads it; a stream in its own order (DataLoader refuses to shuffle one)."""
+    import torch
+
+    if is_stream(dataset):
+        return {}
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return {"shuffle": True, "generator": generator}
 
 
 def check_workers_can_import(sent: Sequence[Tuple[str, Any]]) -> None:

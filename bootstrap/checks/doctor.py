@@ -200,7 +200,8 @@ def system_checks(lock_path: Path, platform: str, host: HostFacts) -> List[Check
     if not have:
         return [Check(cid, Status.SKIP, f"{need.system} not recorded", expected,
                       detail="facts saved by an older bootstrap; record them again with --save-facts")]
-    problem = host_problem(floor, platform, HostSystem(os_name, host.glibc, host.macos or None))
+    glibc = host.libc[len("glibc "):] if host.libc.startswith("glibc ") else None
+    problem = host_problem(floor, platform, HostSystem(os_name, glibc, host.macos or None))
     if problem is None:
         return [Check(cid, Status.OK, have, expected)]
     return [Check(cid, Status.FAIL, have, expected, remedy=problem.split(": ", 1)[-1], detail=problem)]

@@ -396,8 +396,3 @@ class HostFacts:
             if platform and getattr(self, name) and not platform.startswith(os_name):
                 raise FieldError(f"{path}.{name}: recorded, but the platform is {platform}, not {os_name}")
         return self
-
-    @property
-    def glibc(self) -> Optional[str]:
-        """The glibc version recorded, "2.36"; None when there is none (or it was not recorded)."""
-        return self.libc[len("glibc "):] if self.libc.startswith("glibc ") else None

@@ -265,7 +265,7 @@ BAD_DATASETS = textwrap.dedent('''
 
     class Stream(IterableDataset):
         def __iter__(self):
-            return iter(range(10))
+            return iter(range(5))
 
     class NoLength(Dataset):
         def __getitem__(self, index):
@@ -340,7 +340,8 @@ BAD_DATASETS = textwrap.dedent('''
      "returned NoLength, a torch.utils.data.Dataset without __len__"),
     (["--dataset", "bad_inputs:value"], "--dataset bad_inputs:value", "is a int, not a callable"),
     (["--dataset", "bad_inputs:empty"], "--dataset bad_inputs:empty", "returned an empty dataset (length 0)"),
-    (["--dataset", "bad_inputs:stream"], "--dataset bad_inputs:stream", "returned an IterableDataset (Stream)"),
+    (["--dataset", "bad_inputs:stream"], "--dataset bad_inputs:stream",
+     "the stream ended before one batch (8 samples) (point it at more data, or give a smaller --batch-size)"),
     (["--dataset", "bad_inputs:ragged"], "--dataset bad_inputs:ragged",
      "could not load one batch: RuntimeError: stack expects each tensor to be equal size"),
     (["--dataset", "bad_inputs:ragged", "--collate", "bad_inputs:value"], "--collate bad_inputs:value",

@@ -1,0 +1,100 @@
+"""A team's IterableDataset (WebDataset shards, a database cursor): tuned in its own order, a worker count
+whose shares of the stream hold no batch counted as a failed config, the report's snippet without shuffle."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.bench.test_bench_dataset import BATCH, bench_here, clean_imports  # noqa: F401 (a fixture)
+
+STREAMS = textwrap.dedent('''
+    import torch
+    from torch.utils.data import IterableDataset, get_worker_info
+
+    class Shards(IterableDataset):
+        """`n` samples, each worker reading every num_workers-th one, as a sharded stream does."""
+
+        def __init__(self, n=256):
+            self.n = n
+
+        def __iter__(self):
+            info = get_worker_info()
+            first, step = (0, 1) if info is None else (info.id, info.num_workers)
+            for index in range(first, self.n, step):
+                yield torch.full((3, 16, 16), index % 256, dtype=torch.uint8), index % 10
+
+    def make():
+        return Shards()
+
+    def tiny():
+        return Shards(n=4 * 8)
+''')
+
+
+def streams(root: Path, module: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / f"{module}.py").write_text(STREAMS)
+    return root
+
+
+def test_a_stream_named_by_reference_travels_to_spawned_workers_as_its_name(tmp_path, clean_imports):  # noqa: F811
+    from bootstrap.bench.named import NamedStream
+    from bootstrap.bench.user import import_ref
+
+    root = streams(tmp_path, "user_streams_pickled")
+    built = import_ref("user_streams_pickled:make", "--dataset", [str(root)])()
+    built.unpicklable = lambda: None  # a closure: pickling the object itself would fail
+    copy = pickle.loads(pickle.dumps(NamedStream("user_streams_pickled:make", [str(root)], built, import_ref)))
+    assert copy.dataset is None and len(list(copy)) == 256
+
+
+def test_a_loader_whose_workers_each_hold_less_than_a_batch_is_a_failed_config(tmp_path, clean_imports):  # noqa: F811
+    from bootstrap.bench.results import LoaderConfig
+    from bootstrap.bench.stream import NO_BATCH, BatchStream, make_loader
+
+    sys.path.insert(0, str(streams(tmp_path, "user_streams_tiny")))
+    import user_streams_tiny
+
+    assert BatchStream(make_loader(user_streams_tiny.tiny(), BATCH, LoaderConfig(num_workers=0))).first_batch_s > 0
+    with pytest.raises(RuntimeError, match=f"^{NO_BATCH}: with 8 workers, each one's share"):
+        BatchStream(make_loader(user_streams_tiny.tiny(), BATCH, LoaderConfig(num_workers=8)))
+
+
+def test_bench_tunes_a_stream_and_its_snippet_does_not_shuffle(tmp_path, capsys, clean_imports):  # noqa: F811
+    root = streams(tmp_path, "user_streams")
+    _, report = bench_here(["--path", str(root), "--dataset", "user_streams:make", "--budget", "4",
+                            "--out", str(tmp_path / "out")], capsys)
+    assert report["workload"]["user"] == {"dataset": "user_streams:make", "paths": [str(root)], "stream": True}
+    assert any("is a stream (IterableDataset)" in note and "get_worker_info()" in note for note in report["notes"])
+
+
+def test_the_snippet_for_a_stream_does_not_shuffle() -> None:
+    from bootstrap.bench.config import WorkloadSpec
+    from bootstrap.bench.report import dataloader_snippet
+    from bootstrap.bench.results import LoaderConfig
+
+    config, spec = LoaderConfig(num_workers=2), WorkloadSpec()
+    assert "shuffle=True" in dataloader_snippet(config, spec, "cpu", user={"dataset": "m:f"})
+    snippet = dataloader_snippet(config, spec, "cpu", user={"dataset": "m:f", "stream": True})
+    assert "shuffle" not in snippet and "num_workers=2" in snippet
+
+
+@pytest.mark.slow
+def test_tune_loader_measures_workers_on_a_stream(tmp_path, clean_imports):  # noqa: F811
+    from torch.utils.data import DataLoader
+
+    from bootstrap.bench import tune_loader
+
+    sys.path.insert(0, str(streams(tmp_path, "user_streams_api")))
+    import user_streams_api
+
+    kwargs, report = tune_loader(user_streams_api.make(), batch_size=BATCH, budget=12, device="cpu")
+    assert any(m.config is not None and m.config.num_workers for m in report.measurements)
+    labels = [label for _, batch in DataLoader(user_streams_api.make(), batch_size=BATCH, **kwargs)
+              for label in batch.tolist()]
+    assert len(labels) == 256  # every sample once: the kwargs work on the stream as DataLoader reads it
