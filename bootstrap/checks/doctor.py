@@ -28,7 +28,7 @@ from bootstrap.checks.model import Check, Status, worst
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.checks.variant import env_candidates, lock_candidate, variant_check
 from bootstrap.compat.facts import DriverFacts, HostFacts
-from bootstrap.compat.pick import NOT_LOCKED_HERE, Candidate, Pick, pick_variant
+from bootstrap.compat.pick import Candidate, Pick, not_locked_remedy, pick_variant
 from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget
@@ -262,7 +262,7 @@ def fit_check(target: Optional[TorchTarget], why: str, compat_checks: Sequence[C
     if target is None:
         if not installs:
             return Check(cid, Status.FAIL, f"nothing to install ({where})", "the lock's torch build",
-                         remedy=switch or NOT_LOCKED_HERE, detail=why)
+                         remedy=switch or not_locked_remedy(nvidia), detail=why)
         return Check(cid, Status.SKIP, f"no torch target ({where})", "the lock's torch build", detail=why)
     status = worst(compat_checks)
     build = f"CUDA {target.cuda}" if target.cuda else "CPU build"

@@ -35,6 +35,16 @@ NOT_LOCKED_HERE = ("`make env` has nothing to install on this platform: add it t
                    "(and to a variant's, one whose torch has wheels for it), then `make lock`")
 
 
+def not_locked_remedy(nvidia: DriverFacts) -> str:
+    """What to do where no lock covers the platform; on a Jetson no PyPI aarch64 torch has kernels for
+    its integrated GPU (server SBSA builds), so locking the platform would not help."""
+    if nvidia.jetson:
+        return (f"`make env` has nothing to install here, and PyPI's aarch64 torch builds carry no kernels for "
+                f"this Jetson's GPU: install the torch build made for its JetPack ({nvidia.jetson}; NVIDIA's "
+                "PyTorch for Jetson wheels) in a venv of its own")
+    return NOT_LOCKED_HERE
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One lock of an env as the pick sees it: the variant, its lock, the torch it installs here."""
@@ -258,7 +268,7 @@ def _remedy(nvidia: DriverFacts, verdicts: Sequence[Verdict]) -> str:
     """The default's remedies (those `lock.torch` gives), and a torch build that would run here."""
     judged = [v for v in verdicts if v.status is Status.FAIL]
     if not any(v.candidate.installs for v in verdicts):
-        return NOT_LOCKED_HERE
+        return not_locked_remedy(nvidia)
     if not judged:
         return "lock the env for this platform: `make lock`"
     near = next((v for v in judged if v.candidate.default), judged[0])

@@ -161,7 +161,7 @@ def _forward_compat_on_consumer(facts: DriverFacts) -> Tuple[Optional[str], Opti
     minor before NVIDIA bundles that branch with a toolkit (R550.40 reports 12.4 ahead of 550.54.14,
     R565 reports 12.7, which no toolkit carries), and that is the driver's own CUDA, not cuda-compat."""
     number = driver_tuple(facts.driver_version) if facts.driver_version else None
-    if not facts.cuda_driver_version or number is None:
+    if not facts.cuda_driver_version or number is None or facts.os != "linux":  # cuda-compat is Linux only
         return None, None
     column = driver_column(facts.os)
     rows = [(cuda_to_int(row["cuda"]), driver_tuple(row[column])) for row in data.TOOLKIT_DRIVERS]
@@ -263,8 +263,8 @@ def check_gpu_arch(gpu: GpuFacts, facts: DriverFacts, target: TorchTarget) -> Ch
     needed = _newer_than_driver(cc, facts)
     if needed is not None:
         full, _ = full_support_driver(needed, facts.os)
-        return Check(cid, Status.FAIL, observed + f": newer than the driver (CUDA {cuda_from_int(needed)} "
-                     f"first targets it; the driver supports {cuda_from_int(facts.supported_cuda()[0] or 0)})",
+        return Check(cid, Status.FAIL, observed + f": newer than the driver {facts.driver_version} (CUDA "
+                     f"{cuda_from_int(needed)} first targets it)",
                      expected, remedy=_upgrade_driver(facts, _full_text(needed, full, facts.os), needed),
                      detail=f"a driver branch knows only the GPUs released before it; {target.source}")
     if sass:
@@ -284,7 +284,10 @@ def _newer_than_driver(cc: Tuple[int, int], facts: DriverFacts) -> Optional[int]
     """The CUDA that first targets the GPU, when the driver supports an older one: it cannot drive the
     GPU whatever torch carries. A Jetson's driver comes with its JetPack, made for its GPU."""
     needed = first_cuda_for(cc)
-    supported, _ = facts.supported_cuda()
+    # The driver branch's own CUDA: a cuda-compat libcuda reports a newer one, but only swaps the user-mode
+    # library, and the kernel driver still does not know the GPU.
+    own = cuda_supported_by_driver_number(facts.driver_version, facts.os) if facts.driver_version else None
+    supported = own or facts.supported_cuda()[0]
     if needed is None or supported is None or facts.jetson or supported >= needed:
         return None
     return needed

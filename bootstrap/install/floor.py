@@ -148,8 +148,10 @@ def host_problem(floor: Floor, platform: str, host: HostSystem) -> Optional[str]
         return f"{asked}, and this host's C library is not glibc (musl?): use a glibc-based Linux or a container of one"
     if _key(_parse(have)) >= _key(need.version):
         return None
-    return (f"{asked}, this host has {have}: {_NEWER[system]}, "
-            f"or relock for an older {_RELOCK[system]} in envs/virtual-packages.yml")
+    relock = f"relock for an older {_RELOCK[system]} in envs/virtual-packages.yml"
+    if system == GLIBC and need.by.startswith("torch "):  # PyPI has no torch >= 2.7 wheel below manylinux_2_28
+        relock = f"pin torch < 2.7 in the spec and {relock}"
+    return f"{asked}, this host has {have}: {_NEWER[system]}, or {relock}"
 
 
 def check_host(lock: Lock, platform: str, host: HostSystem) -> None:

@@ -184,3 +184,12 @@ def test_the_star_marks_the_pick_or_the_variant_named() -> None:
     pick = pick_variant(host(*R580, H200), [CU128, CU126])
     assert [line[0] for line in pick.lines()[:-1]] == ["*", " "]
     assert [line[0] for line in pick.lines(starred="cu126")[:-1]] == [" ", "*"]
+
+
+def test_a_jetson_without_a_lock_is_pointed_at_jetpacks_torch_not_at_locking_aarch64() -> None:
+    from dataclasses import replace
+
+    jetson = replace(host(*R580, H200), jetson="R36.4.0")
+    pick = pick_variant(jetson, [not_locked("cu128", "linux-aarch64")])
+    assert pick.status is Status.FAIL and "made for its JetPack (R36.4.0" in pick.remedy
+    assert "platforms:" not in pick.remedy

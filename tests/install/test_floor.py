@@ -151,8 +151,16 @@ def test_a_glibc_too_old_names_the_lock_the_floor_the_package_and_the_fix() -> N
         check_host(lock, "linux-64", HostSystem("linux", glibc="2.17"))
     assert str(caught.value) == (
         "conda-lock.yml: linux-64 needs glibc >= 2.28 (torch 2.10.0 wheel manylinux_2_28), this host has 2.17: "
-        "use a machine with a newer OS, or relock for an older __glibc in envs/virtual-packages.yml")
+        "use a machine with a newer OS, or pin torch < 2.7 in the spec and relock for an older __glibc in "
+        "envs/virtual-packages.yml")
     assert caught.value.exit_code == 2
+
+
+def test_a_floor_set_by_another_package_is_relocked_without_pinning_torch() -> None:
+    floor = Floor(glibc=Need("glibc", (2, 28), "numpy 2.2.6 wheel manylinux_2_28"))
+    problem = host_problem(floor, "linux-64", HostSystem("linux", glibc="2.17"))
+    assert problem is not None and problem.endswith(
+        "use a machine with a newer OS, or relock for an older __glibc in envs/virtual-packages.yml")
 
 
 @pytest.mark.parametrize("glibc", ["2.28", "2.36", "2.28.9000", "3.0"])
