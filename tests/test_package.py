@@ -222,6 +222,7 @@ def test_an_env_missing_a_module_is_told_to_lock_it_not_to_rebuild_the_tools_ven
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # `make test` runs the check itself before pytest
 def test_package_passes_the_py39_check() -> None:
     done = subprocess.run([sys.executable, str(CHECK)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout

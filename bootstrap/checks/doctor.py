@@ -111,8 +111,8 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
     where = f"{lock_path.name if lock_path else 'no lock'} [{platform}]"
     checks.append(fit_check(target, why, compat_checks, where, facts.nvidia, _switch(pick, judged, subject),
                             installs))
-    if lock is not None and lock_path is not None and installs and os.path.isfile(lock_path):
-        checks += system_checks(lock_path, platform, facts.host)
+    if judged is not None and judged.lock is not None and installs:
+        checks += system_checks(judged.lock, platform, facts.host)
     if subject.spec is not None and pick is not None:
         checks.append(variant_check(pick, subject.env, subject.installed))
     checks += host_checks(facts.host, facts.nvidia, options.needs)
@@ -183,14 +183,13 @@ def _installed_variant(project: Any, env: str, spec: Any) -> str:
     return record.variant if record is not None and record.variant in names else ""
 
 
-def system_checks(lock_path: Path, platform: str, host: HostFacts) -> List[Check]:
-    """lock.system: the host's glibc (or macOS) against the lock's floor for `platform`, which `make env`
+def system_checks(lock: Any, platform: str, host: HostFacts) -> List[Check]:
+    """lock.system: the host's glibc (or macOS) against `lock`'s floor for `platform`, which `make env`
     refuses to go below; none where the lock asks for no minimum (Windows)."""
     from bootstrap.install.floor import GLIBC, HostSystem, host_problem, lock_floor
-    from bootstrap.lock.lockfile import read_lock
 
     cid = "lock.system"
-    floor = lock_floor(read_lock(lock_path).for_platform(platform))
+    floor = lock_floor(lock.for_platform(platform))
     os_name = os_of(platform)
     need = floor.of(GLIBC if os_name == "linux" else "macOS") if os_name in ("linux", "macos") else None
     if need is None:

@@ -49,7 +49,7 @@ def lock_candidate(path: Path, platform: str, name: Optional[str] = None, defaul
         return Candidate(name or "", path, None, str(exc), default, installs=False)
     target, why = lock_torch_target(lock, platform)
     return Candidate(lock.custom.get(META_VARIANT, "") if name is None else name, path, target, why, default,
-                     installs=platform in lock.platforms)
+                     installs=platform in lock.platforms, lock=lock)
 
 
 def variant_check(pick: Pick, env: str, installed: str = "") -> Check:

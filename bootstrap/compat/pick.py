@@ -19,7 +19,7 @@ does I/O: `bootstrap.checks.variant` reads the locks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -55,6 +55,7 @@ class Candidate:
     why: str = ""
     default: bool = False
     installs: bool = True  # False: `make env` installs nothing from it here (no lock, or not for this platform)
+    lock: Any = field(default=None, compare=False, repr=False)  # the lock read (bootstrap.lock.lockfile.Lock)
 
     @property
     def label(self) -> str:

@@ -65,6 +65,7 @@ def test_a_loader_whose_workers_each_hold_less_than_a_batch_is_a_failed_config(t
         BatchStream(make_loader(user_streams_tiny.tiny(), BATCH, LoaderConfig(num_workers=8)))
 
 
+@pytest.mark.slow
 def test_bench_tunes_a_stream_and_its_snippet_does_not_shuffle(tmp_path, capsys, clean_imports):  # noqa: F811
     root = streams(tmp_path, "user_streams")
     _, report = bench_here(["--path", str(root), "--dataset", "user_streams:make", "--budget", "4",
