@@ -260,11 +260,20 @@ def variant_locks(project: Any, env: str, spec: Any, names: Tuple[str, ...] = ()
 
 def orphan_locks(project: Any, env: str, spec: Any) -> list:
     """(variant name, lock path) of each variant lock of `env` whose variant the spec no longer
-    declares: `envs/<env>.<variant>.conda-lock.yml` with no such variant and no env of that name."""
+    declares: `envs/<env>.<variant>.conda-lock.yml`, no env of that name, and the lock itself says it
+    holds that variant (a copy the user keeps under such a name, or any file that does not read as a
+    lock, is not ours to delete)."""
+    from bootstrap.lock.lockfile import read_lock
+
     declared = {v.name for v in spec.variants}
     out = []
     for path in sorted(project.envs_dir.glob(f"{glob.escape(env)}.*{LOCK_SUFFIX}")):
         name = path.name[len(env) + 1:-len(LOCK_SUFFIX)]
-        if _NAME.fullmatch(name) and name not in declared and not project.spec_path(f"{env}.{name}").exists():
-            out.append((name, path))
+        if not _NAME.fullmatch(name) or name in declared or project.spec_path(f"{env}.{name}").exists():
+            continue
+        try:
+            if read_lock(path).custom.get(META_VARIANT) == name:
+                out.append((name, path))
+        except InputError:
+            continue
     return out

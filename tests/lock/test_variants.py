@@ -406,15 +406,17 @@ def test_a_relock_deletes_the_lock_of_a_dropped_variant(example_locked: Project,
     assert main(["lock", "--check", "--root", str(project.root)]) == 0
 
 
-def test_only_locks_named_like_a_variant_of_the_env_and_of_no_other_env_are_orphans(tmp_path: Path) -> None:
+def test_only_a_lock_that_holds_a_dropped_variant_of_the_env_is_an_orphan(example_locked: Project,
+                                                                         tmp_path: Path) -> None:
     from bootstrap.lock.spec import read_spec
     from bootstrap.lock.variants import orphan_locks
 
-    project = Project(shutil.copytree(EXAMPLE, tmp_path / "proj"))
-    envs = project.envs_dir
-    for name in ("torch.old.conda-lock.yml", "torch.cu126.conda-lock.yml", "torch.x.y.conda-lock.yml",
-                 "torch.other.conda-lock.yml", "torchy.z.conda-lock.yml", "torch.notes.yml"):
-        (envs / name).write_text("")
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    envs, cu126 = project.envs_dir, project.variant_lock_path("torch", "cu126").read_text()
+    for name in ("torch.old", "torch.cu126", "torch.x.y", "torch.other", "torchy.z"):
+        (envs / f"{name}.conda-lock.yml").write_text(cu126.replace("variant: cu126", f"variant: {name[6:]}"))
+    (envs / "torch.backup.conda-lock.yml").write_text(cu126)  # a copy kept by hand: holds cu126, not "backup"
+    (envs / "torch.junk.conda-lock.yml").write_text("not: [a lock")
     (envs / "torch.other.yml").write_text(project.spec_path("torch").read_text())  # an env named torch.other
     found = orphan_locks(project, "torch", read_spec(project.spec_path("torch")))
     assert found == [("old", envs / "torch.old.conda-lock.yml")]
