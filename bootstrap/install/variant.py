@@ -79,8 +79,9 @@ def choose_variant(request: VariantRequest, *, nvml: Any = None, runner: Runner 
     if named:
         return _named(pick, request, locks[0][0].platforms, source)
     if pick.chosen is None:
+        force = "`--variant NAME --force` installs one anyway" if any(c.installs for c in candidates) else ""
         raise InputError("--variant auto", f"no locked variant of {env} runs on this host: {pick.why}",
-                         (pick.remedy + "; " if pick.remedy else "") + "`--variant NAME --force` installs one anyway")
+                         "; ".join(part for part in (pick.remedy, force) if part))
     chosen = pick.chosen.candidate
     return VariantChoice(name=chosen.name, lock_path=chosen.lock_path, how="auto", why=pick.why, pick=pick,
                          facts_source=source)

@@ -178,6 +178,11 @@ def test_facts_recorded_on_another_platform_are_not_judged_for_this_one(project:
     assert main(env_args(project, str(channel), "--dry-run", "--facts", str(aarch64))) == 2
     assert capsys.readouterr().err == (f"error: --facts {aarch64}: was recorded on linux-aarch64, the env is planned "
                                        "for linux-64 (add --platform linux-aarch64, with --dry-run on this machine)\n")
+    assert main(env_args(project, str(channel), "--dry-run", "--facts", str(aarch64),
+                         "--platform", "linux-aarch64")) == 2  # no variant is locked for it: nothing to force
+    err = capsys.readouterr().err
+    assert "no variant is locked for this platform" in err and "add it to `platforms:`" in err
+    assert "--force" not in err
 
 
 def test_a_spec_without_variants_has_no_variant_to_name(tmp_path: Path, channel: Path, capsys) -> None:
