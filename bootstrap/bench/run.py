@@ -112,7 +112,8 @@ def stalled_error(state: RunState) -> InputError:
     if state.options.user is None:
         return InputError(f"bench --budget {budget_s:g}", over, "give it a larger --budget")
     script = state.options.from_script
-    return InputError(user_where(state), f"{over}; a __getitem__, collate, model or step that never returns?",
+    return InputError(user_where(state),
+                      f"{over}; a __getitem__ (or __iter__), collate, model or step that never returns?",
                       f"time one sample by hand; a dataset this slow needs a larger {option_name('budget_s', script)} "
                       f"or a smaller {option_name('batch_size', script)}")
 

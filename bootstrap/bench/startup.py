@@ -153,7 +153,7 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
                            "torch.utils.data.get_worker_info(), N workers yield every sample N times, and the "
                            "rates count each copy")
     state.sample_batch = parts.first_batch
-    decode_s = parts.first_batch_s / spec.batch_size
+    decode_s = parts.batch_s / spec.batch_size
     state.costs = Costs(spec.batch_size, decode_s, decode_s, state.cpus)
     state.batch_bytes = sum(t.numel() * t.element_size() for t in tensors(parts.first_batch))
     if parts.model_factory is not None:

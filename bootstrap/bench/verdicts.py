@@ -214,7 +214,8 @@ def tuned_check(m: Mapping[str, Optional[float]], f: VerdictFacts) -> Check:
                      f"left out: {f.left_out}; the winner is the best of what was measured, not a full tune")
     if candidates is None or failed or windows < 3:
         return Check(cid, Status.WARN, ", ".join(parts), expected,
-                     "see bench.shm and the notes: the loaders that died" if failed else "see the phases' notes")
+                     "see the notes: the loaders that failed, and why (bench.shm for /dev/shm)" if failed
+                     else "see the phases' notes")
     return Check(cid, Status.OK, ", ".join(parts), expected)
 
 

@@ -63,7 +63,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="override one verdict threshold, e.g. efficiency_pass=0.85 (repeatable)")
     own = parser.add_argument_group("your own workload (docs/benchmark.md, \"Your own dataset\")")
     own.add_argument("--dataset", metavar="MODULE:FACTORY",
-                     help="measure your map-style Dataset: FACTORY() returns it (instead of the synthetic images)")
+                     help="measure your Dataset or IterableDataset: FACTORY() returns it "
+                          "(instead of the synthetic images)")
     own.add_argument("--collate", metavar="MODULE:FN", help="with --dataset: the DataLoader's collate_fn")
     own.add_argument("--step", metavar="MODULE:FN",
                      help="with --dataset: the training step, FN(model, batch, device) -> loss or None")

@@ -386,7 +386,7 @@ def test_a_sample_that_fails_mid_run_is_one_line_naming_the_dataset(tmp_path, ca
     assert err.startswith(f"error: --dataset bad_inputs:{factory}: a sample failed to load while bench measured "
                           f"{config}"), err
     assert err.rstrip().endswith("OSError: image file is truncated (sample 20) (fix that sample, or make "
-                                 "__getitem__ skip what it cannot read)"), err
+                                 "__getitem__ (a stream: __iter__) skip what it cannot read)"), err
     assert not out.exists() or not any(out.iterdir())
 
 
@@ -428,8 +428,8 @@ class _Ragged:
 
 
 @pytest.mark.parametrize("dataset, fix", [
-    (_FailingSample(), "(fix that sample, or make __getitem__ skip what it cannot read)"),
-    (_Ragged(), "(return tensors of one shape from __getitem__, or pass a collate_fn that makes the batch)"),
+    (_FailingSample(), "(fix that sample, or make __getitem__ (a stream: __iter__) skip what it cannot read)"),
+    (_Ragged(), "(make samples tensors of one shape, or pass a collate_fn that makes the batch)"),
 ])
 def test_a_first_batch_that_fails_is_blamed_on_what_raised(dataset, fix):
     """Only a batch that fails to collate gets the one-shape / collate hint; a sample that raised gets the

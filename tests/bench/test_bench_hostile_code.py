@@ -393,4 +393,4 @@ def test_an_unguarded_script_under_spawn_gets_one_bench_and_the_idiom(tmp_path):
     assert last.startswith("bootstrap.errors.InputError: dataset: a sample failed to load while bench measured "
                            "w="), last
     assert last.endswith('under spawn, a script that calls tune_loader outside `if __name__ == "__main__":`) '
-                         "(fix that sample, or make __getitem__ skip what it cannot read)"), last
+                         "(fix that sample, or make __getitem__ (a stream: __iter__) skip what it cannot read)"), last

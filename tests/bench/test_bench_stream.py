@@ -99,3 +99,34 @@ def test_tune_loader_measures_workers_on_a_stream(tmp_path, clean_imports):  # n
     labels = [label for _, batch in DataLoader(user_streams_api.make(), batch_size=BATCH, **kwargs)
               for label in batch.tolist()]
     assert len(labels) == 256  # every sample once: the kwargs work on the stream as DataLoader reads it
+
+
+def test_a_slow_to_open_stream_is_priced_by_its_batches_not_its_opening() -> None:
+    """A stream that takes a while to open (shards on a network mount) pays that once a run: the bench prices
+    a batch from the second one, or it would think every sample slow and leave every phase out."""
+    import time
+
+    import torch
+    from torch.utils.data import IterableDataset
+
+    from bootstrap.bench.user import UserWorkload, resolve
+
+    class SlowToOpen(IterableDataset):
+        def __iter__(self):
+            time.sleep(1.0)
+            for index in range(4 * BATCH):
+                yield torch.zeros(3, 8, 8), index % 10
+
+    parts = resolve(UserWorkload(dataset=SlowToOpen()), BATCH)
+    assert parts.batch_s < 0.5 and tuple(parts.first_batch[0].shape) == (BATCH, 3, 8, 8)
+
+
+@pytest.mark.parametrize("given", [(i for i in range(3)), lambda: iter(())], ids=["generator", "function"])
+def test_a_generator_is_told_to_become_an_iterable_dataset(given) -> None:
+    from bootstrap.bench.user import check_dataset
+    from bootstrap.errors import InputError
+
+    with pytest.raises(InputError) as refused:
+        check_dataset(given, "dataset", BATCH, script=True)
+    assert str(refused.value).startswith(f"dataset: is {type(given).__name__}, an object without __len__")
+    assert "wrap the stream in a torch.utils.data.IterableDataset" in str(refused.value)

@@ -177,7 +177,8 @@ def bench_stuck(tmp_path, capsys, monkeypatch, factory: str, budget_s: float) ->
 def assert_one_line_and_nothing_written(tmp_path, code: int, err: str, factory: str, phase: str) -> None:
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: --dataset hanging:{factory}: still running "), err
-    assert f"in the {phase} phase: stopped; a __getitem__, collate, model or step that never returns?" in err, err
+    assert (f"in the {phase} phase: stopped; a __getitem__ (or __iter__), collate, model or step that never "
+            "returns?") in err, err
     out = tmp_path / "out"
     assert not out.exists() or not any(out.iterdir())
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
