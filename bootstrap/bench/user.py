@@ -133,7 +133,6 @@ def describe_error(exc: BaseException) -> str:
 
 
 ERROR_CHARS = 200  # of a user's error quoted in a message
-# A sample's own error
 SAMPLE_FIX = "fix that sample, or make __getitem__ (a stream: __iter__) skip what it cannot read"
 MAX_SAMPLES = 2 ** 31 - 1  # torch.randperm's int64 indices: 16 GiB at this length
 
@@ -294,11 +293,10 @@ def order(dataset: Any, seed: int) -> Dict[str, Any]:
 
 
 def check_workers_can_import(sent: Sequence[Tuple[str, Any]]) -> None:
-    """Refuse, in one line naming it, what spawned workers could not unpickle: under spawn or forkserver
-    DataLoader pickles the dataset and the collate function for each worker, which imports the module that
-    defines their class (or function) to rebuild them. A `__main__` without a file (`python -c`, a notebook,
-    the REPL) is not re-imported there, so each worker would die of "Can't get attribute 'D' on <module
-    '__main__' (built-in)>" on its stderr, which the run could only report as a worker that exited."""
+    """Refuse, in one line naming it, what spawned workers could not unpickle: under spawn or forkserver each
+    worker imports the module defining the dataset's and the collate function's class (or function). A
+    `__main__` without a file (`python -c`, a notebook) is not re-imported there: each worker would die of
+    "Can't get attribute 'D' on <module '__main__'>", which the run could only report as a worker that exited."""
     from bootstrap.compat.host import probe_start_method
 
     method = probe_start_method()[0]
@@ -343,10 +341,9 @@ def _first_batch_failure(user: UserWorkload, exc: BaseException, in_collate: boo
         fix = "fix --collate"
     elif user.collate is not None:
         fix = "fix collate_fn: it must make one batch of the samples"
-    elif isinstance(user.dataset, str):
-        fix = "make samples tensors of one shape, or give a --collate MODULE:FN that makes the batch"
     else:
-        fix = "make samples tensors of one shape, or pass a collate_fn that makes the batch"
+        own = "give a --collate MODULE:FN" if isinstance(user.dataset, str) else "pass a collate_fn"
+        fix = f"make samples tensors of one shape, or {own} that makes the batch"
     return f"could not load one batch{by}: {describe_error(exc)}", fix
 
 

@@ -18,6 +18,7 @@ Pixi-style static checks plus conda-lock's content hash:
 
 from __future__ import annotations
 
+import glob
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
@@ -36,8 +37,8 @@ from bootstrap.lock.lockfile import (
 )
 from bootstrap.lock.pip import marker_environment, pip_requirements
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
-from bootstrap.lock.variants import Variant, orphan_locks, variant_locks
-from bootstrap.project import Project
+from bootstrap.lock.variants import Variant, is_variant_name, variant_locks
+from bootstrap.project import LOCK_SUFFIX, Project
 from bootstrap.report import result
 from bootstrap.urls import scrub_credentials
 
@@ -302,3 +303,22 @@ def _pip_not_closed(platform: str, locked: list[LockedPackage]) -> list[Stale]:
         for dep in entry.dependencies
         if canonicalize_name(dep) not in names
     ]
+
+
+def orphan_locks(project: Any, env: str, spec: Any) -> list:
+    """(variant name, lock path) of each variant lock of `env` whose variant the spec no longer
+    declares: `envs/<env>.<variant>.conda-lock.yml`, no env of that name, and the lock itself says it
+    holds that variant (a copy the user keeps under such a name, or any file that does not read as a
+    lock, is not ours to delete)."""
+    declared = {v.name for v in spec.variants}
+    out = []
+    for path in sorted(project.envs_dir.glob(f"{glob.escape(env)}.*{LOCK_SUFFIX}")):
+        name = path.name[len(env) + 1:-len(LOCK_SUFFIX)]
+        if not is_variant_name(name) or name in declared or project.spec_path(f"{env}.{name}").exists():
+            continue
+        try:
+            if read_lock(path).custom.get(META_VARIANT) == name:
+                out.append((name, path))
+        except InputError:
+            continue
+    return out

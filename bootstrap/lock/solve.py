@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from bootstrap import __version__
 from bootstrap.errors import InputError, SolveError
 from bootstrap.fsutil import disk_full, flocked, out_of_space, write_target
-from bootstrap.lock.check import check_syntax
+from bootstrap.lock.check import check_syntax, orphan_locks
 from bootstrap.lock.conda import solve_conda, to_locked
 from bootstrap.lock.content_hash import conda_lock_content_hashes, inputs_digest
 from bootstrap.lock.lockfile import (
@@ -33,7 +33,7 @@ from bootstrap.lock.lockfile import (
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.pip import PipOptions, resolve_all, target_for
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
-from bootstrap.lock.variants import orphan_locks, variant_locks
+from bootstrap.lock.variants import variant_locks
 from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_lock
 from bootstrap.project import Project
 from bootstrap.report import result

@@ -20,7 +20,6 @@ none, and everything behaves as it did before variants existed.
 
 from __future__ import annotations
 
-import glob
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,7 +28,6 @@ from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError, excerpt
 from bootstrap.platforms import os_of
-from bootstrap.project import LOCK_SUFFIX
 from bootstrap.urls import has_credentials, scrub_credentials
 
 META_VARIANT = "bootstrap.variant"  # a lock's custom_metadata key: which variant it holds (absent: none declared)
@@ -213,6 +211,10 @@ def _platforms(path: Path, where: str, value: Any, spec_platforms: Tuple[str, ..
     return tuple(p for p in spec_platforms if p in value)
 
 
+def is_variant_name(text: str) -> bool:
+    return _NAME.fullmatch(text) is not None
+
+
 def _can_have(platform: str, virtual_package: str) -> bool:
     return os_of(platform) in _VIRTUAL_OS.get(virtual_package, (os_of(platform),))
 
@@ -257,23 +259,3 @@ def variant_locks(project: Any, env: str, spec: Any, names: Tuple[str, ...] = ()
     return [(v, project.lock_path(env) if v.default else project.variant_lock_path(env, v.name))
             for v in spec.variants if not names or v.name in names]
 
-
-def orphan_locks(project: Any, env: str, spec: Any) -> list:
-    """(variant name, lock path) of each variant lock of `env` whose variant the spec no longer
-    declares: `envs/<env>.<variant>.conda-lock.yml`, no env of that name, and the lock itself says it
-    holds that variant (a copy the user keeps under such a name, or any file that does not read as a
-    lock, is not ours to delete)."""
-    from bootstrap.lock.lockfile import read_lock
-
-    declared = {v.name for v in spec.variants}
-    out = []
-    for path in sorted(project.envs_dir.glob(f"{glob.escape(env)}.*{LOCK_SUFFIX}")):
-        name = path.name[len(env) + 1:-len(LOCK_SUFFIX)]
-        if not _NAME.fullmatch(name) or name in declared or project.spec_path(f"{env}.{name}").exists():
-            continue
-        try:
-            if read_lock(path).custom.get(META_VARIANT) == name:
-                out.append((name, path))
-        except InputError:
-            continue
-    return out

@@ -408,8 +408,8 @@ def test_a_relock_deletes_the_lock_of_a_dropped_variant(example_locked: Project,
 
 def test_only_a_lock_that_holds_a_dropped_variant_of_the_env_is_an_orphan(example_locked: Project,
                                                                          tmp_path: Path) -> None:
+    from bootstrap.lock.check import orphan_locks
     from bootstrap.lock.spec import read_spec
-    from bootstrap.lock.variants import orphan_locks
 
     project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
     envs, cu126 = project.envs_dir, project.variant_lock_path("torch", "cu126").read_text()
