@@ -103,6 +103,7 @@ def _quiet_worker_count() -> Iterator[None]:
 
 SHM_FAILURE = "out of /dev/shm"
 NO_BATCH = "no batch in an epoch"
+WORKER_EXITED = "a DataLoader worker exited"
 # How a worker that ran out of /dev/shm surfaces: torch's allocation error re-raised in the main process,
 # or the SIGBUS a write past a full tmpfs gets ("killed by signal: Bus error", PyTorch #5040).
 _SHM_SIGNS = ("shared memory", "(shm)", "/dev/shm", "Bus error", "No space left on device")
@@ -119,7 +120,7 @@ def sample_failure(exc: BaseException, workers: int) -> Optional[str]:
         return None
     if workers and "exited unexpectedly" in text and "killed by signal" not in text:
         code = re.search(r"exit code (-?[0-9]+)", text)
-        return (f"a DataLoader worker exited{' with code ' + code.group(1) if code else ''} (a sys.exit or "
+        return (f"{WORKER_EXITED}{' with code ' + code.group(1) if code else ''} (a sys.exit or "
                 f"os._exit in a sample or collate, or a crash the worker's stderr shows{_spawn_cause()})")
     if workers and "Original Traceback" not in text:
         return None

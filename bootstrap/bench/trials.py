@@ -16,7 +16,7 @@ from bootstrap.bench.budget import FLOOR_STEPS, MIN_WINDOW_BATCHES
 from bootstrap.bench.device import Trainer
 from bootstrap.bench.results import LoaderConfig, Measurement
 from bootstrap.bench.state import LoaderFailure, RunState
-from bootstrap.bench.stream import BatchStream, make_loader, sample_failure, worker_failure
+from bootstrap.bench.stream import WORKER_EXITED, BatchStream, make_loader, sample_failure, worker_failure
 from bootstrap.bench.user import SAMPLE_FIX
 from bootstrap.bench.window import WindowPlan, measure_loader_only, run_window
 from bootstrap.errors import InputError
@@ -166,6 +166,8 @@ def loader_failed(state: RunState, phase: str, config: LoaderConfig, exc: Except
             raise exc
         record_worker_failure(state, phase, config, exc)
         return
+    if why.startswith(WORKER_EXITED):  # the worker's own stderr, above, says why; the hint names the likely causes
+        raise InputError(dataset_where(state), f"{why}, while bench measured {config.label}") from None
     raise InputError(dataset_where(state), f"a sample failed to load while bench measured {config.label}: {why}",
                      SAMPLE_FIX) from None
 

@@ -213,14 +213,15 @@ def test_a_step_that_exits_is_named(hostile, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("factory, words", [
-    ("sys_exit_in_workers", "a DataLoader worker exited (a sys.exit or os._exit in a sample or collate"),
-    ("os_exit_in_workers", "a DataLoader worker exited"),  # "with code 3" when torch's SIGCHLD handler saw it
-    ("long_message_in_workers", "ValueError: xxxx"),
+@pytest.mark.parametrize("factory, lead, words", [
+    ("sys_exit_in_workers", "a DataLoader worker exited", "(a sys.exit or os._exit in a sample or collate"),
+    ("os_exit_in_workers", "a DataLoader worker exited", ", while bench measured w="),  # "with code 3" at times
+    ("long_message_in_workers", "a sample failed to load while bench measured w=", "ValueError: xxxx"),
 ])
-def test_a_worker_that_exits_or_fails_is_the_dataset_s_fault_not_a_failed_config(hostile, capsys, factory, words):
+def test_a_worker_that_exits_or_fails_is_the_dataset_s_fault_not_a_failed_config(hostile, capsys, factory, lead,
+                                                                                   words):
     refused(bench(hostile, capsys, "--dataset", f"hostile:{factory}", budget="8"),
-            f"--dataset hostile:{factory}: a sample failed to load while bench measured w=", words)
+            f"--dataset hostile:{factory}: {lead}", words)
 
 
 @pytest.mark.slow
@@ -390,7 +391,6 @@ def test_an_unguarded_script_under_spawn_gets_one_bench_and_the_idiom(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert 'InputError: tune_loader: called while a DataLoader worker' in proc.stderr, proc.stderr
     last = proc.stderr.rstrip().splitlines()[-1]
-    assert last.startswith("bootstrap.errors.InputError: dataset: a sample failed to load while bench measured "
-                           "w="), last
-    assert last.endswith('under spawn, a script that calls tune_loader outside `if __name__ == "__main__":`) '
-                         "(fix that sample, or make __getitem__ (a stream: __iter__) skip what it cannot read)"), last
+    assert last.startswith("bootstrap.errors.InputError: dataset: a DataLoader worker exited"), last
+    assert 'under spawn, a script that calls tune_loader outside `if __name__ == "__main__":`), while bench ' \
+           "measured w=" in last and "fix that sample" not in last, last
