@@ -58,7 +58,7 @@ def variant_check(pick: Pick, env: str, installed: str = "") -> Check:
     expected = f"a locked variant of {env} that runs on this host"
     if pick.chosen is None:
         names = ", ".join(v.candidate.label for v in pick.verdicts)
-        none = "is locked for this platform" if not any(v.candidate.installs for v in pick.verdicts) else "runs here"
+        none = "runs here" if pick.installs_here else "is locked for this platform"
         return Check(cid, pick.status, f"none of {names} {none}", expected, pick.remedy, pick.why)
     chosen = pick.chosen.candidate
     others = ", ".join(v.candidate.label for v in pick.others) or "none"

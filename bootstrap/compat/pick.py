@@ -107,7 +107,12 @@ class Pick:
         if self.chosen is not None:
             return self.chosen.status
         failed = any(v.status is Status.FAIL for v in self.verdicts)
-        return Status.FAIL if failed or not any(v.candidate.installs for v in self.verdicts) else Status.SKIP
+        return Status.FAIL if failed or not self.installs_here else Status.SKIP
+
+    @property
+    def installs_here(self) -> bool:
+        """Whether any candidate has something for `make env` to install on this platform."""
+        return any(v.candidate.installs for v in self.verdicts)
 
     @property
     def others(self) -> Tuple[Verdict, ...]:

@@ -79,7 +79,7 @@ def choose_variant(request: VariantRequest, *, nvml: Any = None, runner: Runner 
     if named:
         return _named(pick, request, locks[0][0].platforms, source)
     if pick.chosen is None:
-        force = "`--variant NAME --force` installs one anyway" if any(c.installs for c in candidates) else ""
+        force = "`--variant NAME --force` installs one anyway" if pick.installs_here else ""
         raise InputError("--variant auto", f"no locked variant of {env} runs on this host: {pick.why}",
                          "; ".join(part for part in (pick.remedy, force) if part))
     chosen = pick.chosen.candidate
