@@ -100,7 +100,7 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
         raise InputError("--platform", f"'{options.platform}' is not locked in {lock.path.name} "
                          f"({', '.join(lock.platforms)})", "pick one of those")
     platform = options.platform or _platform(options.facts_path is None, facts, lock)
-    pick = None if lock is None else pick_variant(facts.nvidia, _candidates(subject, platform))
+    pick = None if lock is None else pick_variant(facts.nvidia, _candidates(subject, platform, lock))
     judged = None if pick is None else _judged(pick, subject.installed)
     target, why = (None, why) if judged is None else (judged.target, judged.why)
     installs = judged is None or judged.installs
@@ -221,10 +221,11 @@ def _first_lock(subject: Subject) -> Tuple[Any, str]:
                       "(`make tools` and use .tools/bin/python)")
 
 
-def _candidates(subject: Subject, platform: str) -> List[Candidate]:
+def _candidates(subject: Subject, platform: str, first: Any) -> List[Candidate]:
+    """The subject's locks as candidates; `first`, the one `_first_lock` read, is not read again."""
     if subject.spec is not None:
-        return env_candidates(subject.project, subject.env, subject.spec, platform)
-    return [lock_candidate(subject.paths[0], platform)]
+        return env_candidates(subject.project, subject.env, subject.spec, platform, read=first)
+    return [lock_candidate(subject.paths[0], platform, read=first)]
 
 
 def _judged(pick: Pick, installed: str) -> Candidate:
