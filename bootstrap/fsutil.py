@@ -102,6 +102,21 @@ def check_output(path: PathLike, flag: str) -> Path:
     return target
 
 
+def check_directory(path: Path, where: str) -> None:
+    """A directory to write in (bench's samples, its report): existing, or creatable under a writable
+    parent. Creates nothing."""
+    if path.exists() and not path.is_dir():
+        raise InputError(where, f"{path} is not a directory", "give a directory (it is created if missing)")
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError(where, f"cannot create {path}: {probe} is not a directory", "give another directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(where, f"cannot write in {probe} (no permission, or a read-only file system)",
+                         "give another directory")
+
+
 def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
     """Write `data` to `path` so that readers see the old or the new file, never half.
 

@@ -128,7 +128,7 @@ def _with_copy(state: RunState, deadline: float) -> Optional[Measurement]:
     trainer = trainer_for(state, config)
     if not state.affords(f"ceiling+h2d {config.label}", 10 * state.costs.step_s):
         return None
-    from bootstrap.bench.user import map_tensors
+    from bootstrap.bench.batch import map_tensors
 
     batch = map_tensors(lambda t: t.pin_memory(), state.sample_batch)
     window_s = (deadline - time.perf_counter()) / 1.4

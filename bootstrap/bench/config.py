@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.errors import InputError, excerpt
+from bootstrap.fsutil import check_directory
 
 MODELS = ("auto", "tiny", "resnet18", "resnet50")
 STORAGES = ("memory", "files", "packed")
@@ -68,7 +69,7 @@ OPTION_RULES: Dict[str, Rule] = {
     "step_ms": _number(0, 60_000), "storage": Rule("choice", choices=STORAGES), "cold_cache": Rule("bool"),
     "model": Rule("choice", choices=MODELS), "jpeg_quality": _int(1, 100), "seed": _int(0, 2 ** 32 - 1),
     "budget_s": _number(0, MAX_BUDGET_S, above=True), "device": Rule("text"), "max_workers": _int(0, 1024),
-    "target_rate": _number(0, 1e12, above=True), "data_dir": Rule("path"),
+    "target_rate": _number(0, 1e12, above=True), "data_dir": Rule("path"), "batched": Rule("bool"),
 }
 _FLAGS = {"budget_s": "--budget"}
 # tune_loader's keyword for each option it takes: its errors name what the script wrote, not a flag
@@ -286,6 +287,12 @@ class WorkloadSpec:
     model: str = "auto"          # auto | tiny | resnet18 | resnet50
     jpeg_quality: int = 90
     seed: int = 0
+    batched: bool = False        # the user's dataset yields whole batches: batch_size is their length
+
+    @property
+    def loader_batch_size(self) -> Optional[int]:
+        """DataLoader's batch_size: None when the dataset batches itself (no automatic batching)."""
+        return None if self.batched else self.batch_size
 
     def validate(self, names: Optional[Mapping[str, str]] = None, script: bool = False) -> "WorkloadSpec":
         """Every field's type and range, then the ones that depend on each other. Errors name the field as
@@ -328,6 +335,8 @@ class BenchOptions:
         self.workload.validate(names, script)
         check_options({name: getattr(self, name) for name in RUN_OPTIONS if getattr(self, name) is not None}, where,
                       python=script)
+        if self.workload.batched and self.user is None:
+            raise InputError(where("batched"), "only applies to your own dataset", "add --dataset MODULE:FACTORY")
         device = self.device
         if not (device in ("auto", "cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit())):
             raise InputError(where("device"), f"{device!r} is not auto, cpu, cuda, cuda:N or mps",
@@ -350,21 +359,6 @@ RUN_OPTIONS = ("budget_s", "device", "max_workers", "target_rate", "data_dir")
 
 def _namer(names: Optional[Mapping[str, str]], script: bool = False) -> Callable[[str], str]:
     return lambda name: (names or {}).get(name) or option_name(name, script, where=True)
-
-
-def check_directory(path: Path, where: str) -> None:
-    """A directory the bench can write in (its samples, its report): existing, or creatable under a writable
-    parent. Creates nothing."""
-    if path.exists() and not path.is_dir():
-        raise InputError(where, f"{path} is not a directory", "give a directory (it is created if missing)")
-    probe = path.absolute()
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise InputError(where, f"cannot create {path}: {probe} is not a directory", "give another directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise InputError(where, f"cannot write in {probe} (no permission, or a read-only file system)",
-                         "give another directory")
 
 
 def load_config(path: Path, thresholds: Optional[ThresholdSet] = None) -> Tuple[ThresholdSet, Dict[str, Any]]:

@@ -104,10 +104,10 @@ class Trainer:
 
     def prepare(self, batch: Any, non_blocking: bool) -> Any:
         """`batch` on the device as the step takes it: (scaled images, labels) for the built-in step;
-        for a user's step, every tensor in it moved (`user.map_tensors`)."""
+        for a user's step, every tensor in it moved (`batch.map_tensors`)."""
         if self.step_fn is None:
             return self.to_device(batch[0], batch[1], non_blocking)
-        from bootstrap.bench.user import map_tensors
+        from bootstrap.bench.batch import map_tensors
 
         return map_tensors(lambda t: t.to(self.device.torch_device, non_blocking=non_blocking), batch)
 

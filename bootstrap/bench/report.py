@@ -13,11 +13,11 @@ import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from bootstrap.bench.config import WorkloadSpec, check_directory
+from bootstrap.bench.config import WorkloadSpec
 from bootstrap.bench.results import BenchResult, LoaderConfig
 from bootstrap.checks.model import render_table, to_json
 from bootstrap.errors import InputError
-from bootstrap.fsutil import check_output, write_target, write_together
+from bootstrap.fsutil import check_directory, check_output, write_target, write_together
 
 SCHEMA = "bootstrap.bench"
 SCHEMA_VERSION = 1
@@ -174,8 +174,8 @@ def _user_snippet(config: LoaderConfig, spec: WorkloadSpec, user: Dict[str, Any]
     lines = ([f"# NOT FULLY TUNED: {caveat}"] if caveat else []) + [
         "# Measured best by `python -m bootstrap bench`; expects `dataset` (and `collate_fn` if you use one).",
         "from torch.utils.data import DataLoader", "", "loader = DataLoader(", "    dataset,",
-        f"    batch_size={spec.batch_size},", *([] if user.get("stream") else ["    shuffle=True,"]),
-        "    drop_last=True,"]
+        f"    batch_size={spec.loader_batch_size},", *([] if user.get("stream") else ["    shuffle=True,"]),
+        *([] if spec.batched else ["    drop_last=True,"])]
     if "collate" in user:
         lines.append("    collate_fn=collate_fn,")
     lines += [f"    {name}={value!r}," for name, value in config.dataloader_kwargs().items()]
@@ -185,7 +185,8 @@ def _user_snippet(config: LoaderConfig, spec: WorkloadSpec, user: Dict[str, Any]
 def _workload_line(w: Dict[str, Any]) -> str:
     user = w.get("user")
     if user:
-        return f"batch {w.get('batch_size')} from dataset {user.get('dataset')}"
+        own = " (its own batches)" if w.get("batched") else ""
+        return f"batch {w.get('batch_size')}{own} from dataset {user.get('dataset')}"
     return (f"batch {w.get('batch_size')} x 3x{w.get('crop_size')}x{w.get('crop_size')} uint8 from {w.get('storage')}"
             f" (cpu_ms {w.get('cpu_ms'):g}, io_ms {w.get('io_ms'):g})")
 

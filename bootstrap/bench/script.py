@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from bootstrap.bench.user import UserWorkload
 
 
-def tune_loader(dataset: Any, *, batch_size: int, budget: float = 60.0, device: str = "auto",
+def tune_loader(dataset: Any, *, batch_size: Optional[int], budget: float = 60.0, device: str = "auto",
                 collate_fn: Optional[Callable[..., Any]] = None, model: Any = None,
                 step: Optional[Callable[..., Any]] = None, max_workers: Optional[int] = None,
                 progress: Optional[Callable[[Any], None]] = None) -> Tuple[Dict[str, Any], Any]:
@@ -26,7 +26,9 @@ def tune_loader(dataset: Any, *, batch_size: int, budget: float = 60.0, device: 
 
     The keyword arguments are num_workers, pin_memory and, with workers,
     prefetch_factor and persistent_workers: pass them with your own
-    batch_size, shuffle and collate_fn. `model` is an nn.Module (copied,
+    batch_size, shuffle and collate_fn. `batch_size` None: the dataset
+    yields whole batches, as DataLoader(batch_size=None) reads it, each
+    counted as the length of its first. `model` is an nn.Module (copied,
     never trained in place) or a zero-argument factory; `step` is
     `step(model, batch, device) -> loss or None` (`bootstrap.bench.user`);
     without them the built-in model trains on (images, labels) batches.
@@ -47,7 +49,8 @@ def tune_loader(dataset: Any, *, batch_size: int, budget: float = 60.0, device: 
     if progress is not None and not callable(progress):
         raise InputError("tune_loader(progress=...)", f"is a {type(progress).__name__}, not a callable",
                          "pass a function taking one Progress event, or None")
-    options = BenchOptions(workload=WorkloadSpec(batch_size=batch_size), budget_s=budget, device=device,
+    workload = WorkloadSpec(batched=True) if batch_size is None else WorkloadSpec(batch_size=batch_size)
+    options = BenchOptions(workload=workload, budget_s=budget, device=device,
                            max_workers=max_workers,
                            user=UserWorkload(dataset, collate=collate_fn, model=model, step=step))
     result = run_bench(options, progress)

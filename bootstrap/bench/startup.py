@@ -142,11 +142,17 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
     """The user's dataset, collate, model and step (`user.resolve`: one batch made here, so a dataset that
     cannot feed the run fails now, in one line), then one training step on that batch. Returns what the
     report says of the model."""
-    from bootstrap.bench.user import is_stream, resolve, tensors
+    from bootstrap.bench.batch import tensors
+    from bootstrap.bench.user import is_stream, resolve
 
     user, spec = state.options.user, state.workload
-    parts = resolve(user, spec.batch_size, spec.seed)
+    parts = resolve(user, spec.loader_batch_size, spec.seed)
     state.user_parts, state.dataset, state.collate_fn = parts, parts.dataset, parts.collate_fn
+    if spec.batched:  # every rate counts a batch as its samples: the dataset's own first batch says how many
+        spec = replace(spec, batch_size=parts.samples)
+        state.options = replace(state.options, workload=spec)
+        state.notes.append(f"the dataset yields whole batches (DataLoader batch_size=None): each counts as "
+                           f"{parts.samples} samples, the length of its first")
     if is_stream(parts.dataset):
         state.notes.append("the dataset is a stream (IterableDataset), read in its own order: each DataLoader "
                            "worker runs its own __iter__, so unless it splits itself by "

@@ -79,14 +79,15 @@ class BatchStream:
             gc.collect()  # the failed iterator sits in a reference cycle with its traceback: collect it now
 
 
-def make_loader(dataset: Any, batch_size: int, config: LoaderConfig, *, seed: int = 0,
+def make_loader(dataset: Any, batch_size: Optional[int], config: LoaderConfig, *, seed: int = 0,
                 collate_fn: Any = None) -> Any:
+    """The DataLoader `config` describes; `batch_size` None: the dataset yields whole batches."""
     from torch.utils.data import DataLoader
 
     from bootstrap.bench.user import order
 
     with _quiet_worker_count():
-        return DataLoader(dataset, batch_size=batch_size, drop_last=True, collate_fn=collate_fn,
+        return DataLoader(dataset, batch_size=batch_size, drop_last=batch_size is not None, collate_fn=collate_fn,
                           **order(dataset, seed), **config.dataloader_kwargs())
 
 

@@ -117,7 +117,7 @@ def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadl
         drop_page_cache(state.store)
     stream = None
     try:
-        stream = BatchStream(make_loader(state.dataset, spec.batch_size, config, seed=spec.seed,
+        stream = BatchStream(make_loader(state.dataset, spec.loader_batch_size, config, seed=spec.seed,
                                          collate_fn=state.collate_fn))
         plan, deadline = _loader_plan(state, config, window_s, deadline, with_step, stretch)
         if with_step:

@@ -52,7 +52,7 @@ def _tuned_windows(state: RunState, deadline: float) -> str:
     stream = None
     spec = state.workload
     try:
-        stream = BatchStream(make_loader(state.dataset, spec.batch_size, config, seed=spec.seed,
+        stream = BatchStream(make_loader(state.dataset, spec.loader_batch_size, config, seed=spec.seed,
                                          collate_fn=state.collate_fn))
         count = _measure_tuned(state, stream, config, deadline)
         stream.close()

@@ -40,7 +40,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from bootstrap.bench.config import option_name
 from bootstrap.errors import InputError, excerpt
@@ -82,6 +82,7 @@ class UserParts:
     step_fn: Optional[Callable[..., Any]]
     first_batch: Any
     batch_s: float  # one batch loaded in this process (a stream's second: see `resolve`)
+    samples: int    # in a batch: the batch size, or the length of a dataset's own first batch
 
 
 def check_ref(text: str, flag: str) -> str:
@@ -191,9 +192,10 @@ def is_stream(dataset: Any) -> bool:
     return isinstance(dataset, IterableDataset)
 
 
-def check_dataset(dataset: Any, where: str, batch_size: int, script: bool = False) -> Optional[int]:
+def check_dataset(dataset: Any, where: str, batch_size: Optional[int], script: bool = False) -> Optional[int]:
     """The dataset's length (None for a stream); an InputError for what is no Dataset or holds too few
-    samples. Hints name the options as the CLI spells them, or `tune_loader` for a `script`."""
+    samples (`batch_size` None: its items are batches). Hints name the options as the CLI spells them, or
+    `tune_loader` for a `script`."""
     from torch.utils.data import Dataset
 
     given = "is" if script else "returned"  # tune_loader is handed the object; a factory returns it
@@ -224,18 +226,20 @@ def check_dataset(dataset: Any, where: str, batch_size: int, script: bool = Fals
                                                     f"{MAX_SAMPLES:,} samples")
     if length == 0:
         raise InputError(where, "returned an empty dataset (length 0)", "point it at the data it should load")
-    if length < batch_size:
+    if batch_size is not None and length < batch_size:
         raise InputError(where, f"has {length} samples, fewer than one batch ({batch_size})",
                          f"give a smaller {option_name('batch_size', script)}")
     return length
 
 
-def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
-    """Import and build every part, then collate one batch in this process (num_workers=0)."""
+def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> UserParts:
+    """Import and build every part, then collate one batch in this process (num_workers=0). `batch_size`
+    None: the dataset yields whole batches (DataLoader's batch_size=None), each item passed through
+    collate_fn alone (default: `default_convert`), and the first one's length is the batch size."""
     import time
 
     from torch.utils.data import DataLoader
-    from torch.utils.data.dataloader import default_collate
+    from torch.utils.data.dataloader import default_collate, default_convert
 
     add_paths(user.paths)
     collate_fn = _part(user.collate, "--collate", user.paths)
@@ -258,12 +262,12 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
         dataset = user.dataset
     collate_where = f"--collate {user.collate}" if isinstance(user.collate, str) else "tune_loader(collate_fn=...)"
     check_workers_can_import([(where, dataset), (collate_where, collate_fn)])
-    collating = _Collating(collate_fn or default_collate)
+    collating = _Collating(collate_fn or (default_collate if batch_size is not None else default_convert))
     try:
         # A stream's second batch prices a batch: the first also pays for opening it (shards on a network
         # mount, a database cursor), once a pass rather than once a batch.
-        batches = iter(DataLoader(dataset, batch_size=batch_size, drop_last=True, collate_fn=collating,
-                                  **order(dataset, seed)))
+        batches = iter(DataLoader(dataset, batch_size=batch_size, drop_last=batch_size is not None,
+                                  collate_fn=collating, **order(dataset, seed)))
         timed = [time.perf_counter()]
         first = next(batches, None)
         timed.append(time.perf_counter())
@@ -274,10 +278,27 @@ def resolve(user: UserWorkload, batch_size: int, seed: int = 0) -> UserParts:
             raise
         raise InputError(where, *_first_batch_failure(user, exc, collating.raised)) from None
     if first is None:  # only a stream can end before its first batch: a map-style one was measured
+        if batch_size is None:
+            raise InputError(where, "the stream ended before its first batch", "point it at more data")
         raise InputError(where, f"the stream ended before one batch ({batch_size} samples)",
                          f"point it at more data, or give a smaller {option_name('batch_size', not named)}")
     batch_s = timed[2] - timed[1] if second is not None else timed[1] - timed[0]
-    return UserParts(dataset, collate_fn, model_factory, step_fn, first, batch_s)
+    return UserParts(dataset, collate_fn, model_factory, step_fn, first, batch_s,
+                     batch_size if batch_size is not None else _own_batch_samples(first, where, named))
+
+
+def _own_batch_samples(batch: Any, where: str, named: bool) -> int:
+    """The length of a batch the dataset made itself: what each of its batches counts as."""
+    from bootstrap.bench.batch import batch_samples
+
+    samples = batch_samples(batch)
+    if not samples:
+        raise InputError(where, f"yields a batch ({type(batch).__name__}) whose first tensor has no samples to "
+                                "count (none, a scalar, or an empty first dimension)",
+                         "yield batches whose first tensor holds one row per sample, or "
+                         f"{'drop --batched' if named else 'pass tune_loader a batch_size'} and let the DataLoader "
+                         "batch the samples")
+    return samples
 
 
 def order(dataset: Any, seed: int) -> Dict[str, Any]:
@@ -376,25 +397,3 @@ def _model_factory(value: Any, paths: Sequence[str]) -> Optional[Callable[[], An
         return model
 
     return build
-
-
-def map_tensors(fn: Callable[[Any], Any], batch: Any) -> Any:
-    """`batch` with `fn` applied to every tensor in it (through tuples, lists, dicts and namedtuples)."""
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
-    if isinstance(batch, dict):
-        return {key: map_tensors(fn, value) for key, value in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(map_tensors(fn, value) for value in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(map_tensors(fn, value) for value in batch)
-    return batch
-
-
-def tensors(batch: Any) -> Iterator[Any]:
-    """Every tensor in `batch` (as `map_tensors` walks it)."""
-    found = []
-    map_tensors(found.append, batch)
-    return iter(found)

@@ -68,6 +68,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     own.add_argument("--collate", metavar="MODULE:FN", help="with --dataset: the DataLoader's collate_fn")
     own.add_argument("--step", metavar="MODULE:FN",
                      help="with --dataset: the training step, FN(model, batch, device) -> loss or None")
+    own.add_argument("--batched", action="store_true", default=None,
+                     help="with --dataset: it yields whole batches (DataLoader batch_size=None), each counted as "
+                          "the length of its first")
     own.add_argument("--path", action="append", default=[], metavar="DIR",
                      help="import those modules from DIR too (repeatable; default: the working directory)")
     load = parser.add_argument_group("workload")
@@ -113,6 +116,9 @@ def build_options(args: argparse.Namespace) -> BenchOptions:
     names.update({name: flag_name(name) for name in flags})
     if args.threshold:
         thresholds = thresholds.override(parse_threshold_flags(args.threshold), "--threshold")
+    if settings.get("batched") and "batch_size" in settings:
+        raise InputError(names["batch_size"], "does not apply to a dataset that yields whole batches (batched): "
+                                              "their own length is the batch size", "drop one of them")
     workload = WorkloadSpec(**{k: v for k, v in settings.items() if k in _WORKLOAD_OPTIONS})
     run_settings = {k: v for k, v in settings.items() if k in RUN_OPTIONS}
     if user is not None:

@@ -120,7 +120,7 @@ def test_library_callers_get_the_same_checks_named_by_flag():
 
 
 @pytest.mark.parametrize("keywords, message", [
-    ({"batch_size": None}, "tune_loader(batch_size=...): expected an integer from 1 to 65,536, got None"),
+    ({"batch_size": 0}, "tune_loader(batch_size=...): expected an integer from 1 to 65,536, got 0"),
     ({"batch_size": 1000}, "dataset TensorDataset: has 10 samples, fewer than one batch (1000) (give a smaller "
                            "batch_size)"),
     ({"budget": True}, "tune_loader(budget=...): expected a number > 0 and <= 86,400, got True"),

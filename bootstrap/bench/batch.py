@@ -1,0 +1,40 @@
+"""What a batch holds: its tensors, wherever they sit in it, and how many samples it carries.
+
+A batch is whatever the DataLoader yields: a tensor, or tuples, lists, dicts
+and namedtuples of them (`default_collate`'s output, or the user's collate
+function's, or the user's own dataset's when it yields whole batches).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Optional
+
+
+def map_tensors(fn: Callable[[Any], Any], batch: Any) -> Any:
+    """`batch` with `fn` applied to every tensor in it (through tuples, lists, dicts and namedtuples)."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return {key: map_tensors(fn, value) for key, value in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(map_tensors(fn, value) for value in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(map_tensors(fn, value) for value in batch)
+    return batch
+
+
+def tensors(batch: Any) -> Iterator[Any]:
+    """Every tensor in `batch` (as `map_tensors` walks it)."""
+    found = []
+    map_tensors(found.append, batch)
+    return iter(found)
+
+
+def batch_samples(batch: Any) -> Optional[int]:
+    """How many samples `batch` holds: the first dimension of its first tensor (None without one, or when
+    that tensor is a scalar)."""
+    for tensor in tensors(batch):
+        return int(tensor.shape[0]) if tensor.dim() else None
+    return None

@@ -1,0 +1,198 @@
+"""A dataset that yields whole batches itself (a vectorised decode, WebDataset's `.batched(n)`): read as
+`DataLoader(batch_size=None)` reads it, each batch counted as the length of its first, through
+`bench --dataset ... --batched` and `tune_loader(dataset, batch_size=None)`."""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.bench.test_bench_dataset import clean_imports  # noqa: F401 (a fixture)
+
+ROWS = 12  # samples in each of the dataset's own batches
+
+BATCHES = textwrap.dedent(f'''
+    import torch
+    from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+    ROWS = {ROWS}
+
+    def batch(index, rows=ROWS):
+        images = torch.full((rows, 3, 16, 16), index % 256, dtype=torch.uint8)
+        return images, torch.arange(rows) % 10
+
+    class Batches(Dataset):
+        """`n` batches of ROWS images, each made at once."""
+
+        def __init__(self, n=24):
+            self.n = n
+
+        def __len__(self):
+            return self.n
+
+        def __getitem__(self, index):
+            return batch(index)
+
+    class Shards(IterableDataset):
+        """A stream of batches, each worker reading every num_workers-th one."""
+
+        def __init__(self, n=24):
+            self.n = n
+
+        def __iter__(self):
+            info = get_worker_info()
+            first, step = (0, 1) if info is None else (info.id, info.num_workers)
+            for index in range(first, self.n, step):
+                yield batch(index)
+
+    class Named(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, index):
+            return {{"pixels": batch(index)[0], "label": batch(index)[1]}}
+
+    class Scalars(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, index):
+            return torch.tensor(float(index)), index
+
+    def make():
+        return Batches()
+
+    def stream():
+        return Shards()
+
+    def empty_stream():
+        return Shards(n=0)
+
+    def scalars():
+        return Scalars()
+''')
+
+
+def batches_module(root: Path, name: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / f"{name}.py").write_text(BATCHES)
+    return root
+
+
+def bench(argv, capsys) -> tuple:
+    """(exit code, stdout, stderr) of `bench ARGV` on this CPU, in this process."""
+    from bootstrap.cli import main
+
+    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_batch_samples_is_the_first_dimension_of_the_first_tensor() -> None:
+    import torch
+
+    from bootstrap.bench.batch import batch_samples
+
+    Pair = collections.namedtuple("Pair", "x y")
+    assert batch_samples(torch.zeros(5, 3)) == 5
+    assert batch_samples((torch.zeros(7, 2), torch.zeros(3))) == 7
+    assert batch_samples({"ids": torch.zeros(4, 9), "mask": torch.zeros(9)}) == 4
+    assert batch_samples([Pair(torch.zeros(6), 1)]) == 6
+    assert batch_samples(torch.tensor(3.0)) is None
+    assert batch_samples(("text", 3)) is None
+
+
+def test_bench_counts_each_batch_as_its_rows(tmp_path, capsys, clean_imports):  # noqa: F811
+    """The rates count a batch as ROWS samples, and the report and a note say the dataset batches itself."""
+    root = batches_module(tmp_path, "user_batches")
+    code, stdout, err = bench(["--path", str(root), "--dataset", "user_batches:make", "--batched", "--budget", "4",
+                               "--json", "--out", str(tmp_path / "out")], capsys)
+    assert code in (0, 1), err
+    extra = json.loads(stdout)["extra"]
+    assert extra["workload"]["batched"] is True and extra["workload"]["batch_size"] == ROWS
+    assert any(f"each counts as {ROWS} samples" in note for note in extra["notes"])
+    measured = [m for m in extra["measurements"] if m["steps"]]
+    assert measured and all(m["samples"] == m["steps"] * ROWS for m in measured)
+
+
+def test_the_snippet_loads_the_datasets_own_batches(tmp_path, clean_imports):  # noqa: F811
+    """batch_size=None and no drop_last: the pasted loader yields the dataset's batches as they are."""
+    from torch.utils.data import DataLoader
+
+    from bootstrap.bench.config import WorkloadSpec
+    from bootstrap.bench.report import dataloader_snippet
+    from bootstrap.bench.results import LoaderConfig
+
+    sys.path.insert(0, str(batches_module(tmp_path, "user_batches_snippet")))
+    import user_batches_snippet
+
+    snippet = dataloader_snippet(LoaderConfig(num_workers=2, prefetch_factor=2), WorkloadSpec(batched=True,
+                                 batch_size=ROWS), "cpu", user={"dataset": "user_batches_snippet:make"})
+    assert "batch_size=None," in snippet and "drop_last" not in snippet
+    namespace = {"dataset": user_batches_snippet.make()}
+    exec(compile(snippet, "bench-snippet", "exec"), namespace)
+    loader = namespace["loader"]
+    assert isinstance(loader, DataLoader) and loader.batch_size is None and loader.num_workers == 2
+    assert {tuple(images.shape) for images, _ in loader} == {(ROWS, 3, 16, 16)}
+
+
+@pytest.mark.slow
+def test_tune_loader_with_no_batch_size_tunes_a_stream_of_batches(tmp_path, clean_imports):  # noqa: F811
+    from torch.utils.data import DataLoader
+
+    from bootstrap.bench import tune_loader
+
+    sys.path.insert(0, str(batches_module(tmp_path, "user_batches_api")))
+    import user_batches_api
+
+    kwargs, report = tune_loader(user_batches_api.stream(), batch_size=None, budget=6, device="cpu")
+    assert report.workload["batch_size"] == ROWS and report.workload["batched"] is True
+    seen = [images[0, 0, 0, 0].item() for images, _ in DataLoader(user_batches_api.stream(), batch_size=None,
+                                                                    **kwargs)]
+    assert sorted(seen) == list(range(24))  # every batch once, whole: the kwargs work as DataLoader reads it
+
+
+def test_a_batch_of_dicts_is_counted_by_its_first_tensor(clean_imports, tmp_path) -> None:  # noqa: F811
+    from bootstrap.bench.user import UserWorkload, resolve
+
+    sys.path.insert(0, str(batches_module(tmp_path, "user_batches_named")))
+    import user_batches_named
+
+    parts = resolve(UserWorkload(dataset=user_batches_named.Named()), None)
+    assert parts.samples == ROWS and tuple(parts.first_batch["pixels"].shape) == (ROWS, 3, 16, 16)
+
+
+@pytest.mark.parametrize(("argv", "where", "says"), [
+    (["--batched"], "--batched:", "only applies to your own dataset"),
+    (["--dataset", "user_batches_bad:make", "--batched", "--batch-size", "8"], "--batch-size:", "drop one of them"),
+    (["--dataset", "user_batches_bad:scalars", "--batched"], "--dataset user_batches_bad:scalars:",
+     "no samples to count"),
+    (["--dataset", "user_batches_bad:empty_stream", "--batched"], "--dataset user_batches_bad:empty_stream:",
+     "ended before its first batch"),
+], ids=["no-dataset", "and-batch-size", "scalar-batches", "empty-stream"])
+def test_what_cannot_be_read_as_batches_is_one_line(tmp_path, capsys, clean_imports, argv, where,  # noqa: F811
+                                                    says) -> None:
+    root = batches_module(tmp_path, "user_batches_bad")
+    out = tmp_path / "out"
+    code, stdout, err = bench(["--path", str(root), *argv, "--budget", "4", "--out", str(out)]
+                              if "--dataset" in argv else [*argv, "--out", str(out)], capsys)
+    assert code == 2 and stdout == "" and not out.exists()
+    assert err.startswith(f"error: {where}") and says in err and err.count("\n") == 1, err
+
+
+def test_a_config_file_may_say_batched_but_not_with_a_batch_size(tmp_path, capsys, clean_imports) -> None:  # noqa: F811
+    root = batches_module(tmp_path, "user_batches_config")
+    config = tmp_path / "bench.yml"
+    config.write_text("options:\n  batched: true\n  batch_size: 8\n")
+    code, _, err = bench(["--path", str(root), "--dataset", "user_batches_config:make", "--config", str(config),
+                          "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and err.startswith(f"error: {config}: options.batch_size:"), err
+    config.write_text("options:\n  batched: yes please\n")
+    code, _, err = bench(["--path", str(root), "--dataset", "user_batches_config:make", "--config", str(config),
+                          "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and f"{config}: options.batched: expected true or false" in err, err
