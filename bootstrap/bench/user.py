@@ -30,7 +30,7 @@ Workers: under `fork` (Linux's default) they inherit the dataset. Under
 named by reference travels as that reference and is rebuilt in each
 worker (`NamedDataset`), one handed to `tune_loader` must be picklable,
 and neither it nor the collate function may come from a `__main__`
-without a file (`check_workers_can_import`).
+without a file (`spawn.check_workers_can_import`).
 """
 
 from __future__ import annotations
@@ -261,6 +261,8 @@ def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> Use
         check_dataset(user.dataset, where, batch_size, script=True)
         dataset = user.dataset
     collate_where = f"--collate {user.collate}" if isinstance(user.collate, str) else "tune_loader(collate_fn=...)"
+    from bootstrap.bench.spawn import check_workers_can_import
+
     check_workers_can_import([(where, dataset), (collate_where, collate_fn)])
     collating = _Collating(collate_fn or (default_collate if batch_size is not None else default_convert))
     try:
@@ -311,27 +313,6 @@ def order(dataset: Any, seed: int) -> Dict[str, Any]:
     generator = torch.Generator()
     generator.manual_seed(seed)
     return {"shuffle": True, "generator": generator}
-
-
-def check_workers_can_import(sent: Sequence[Tuple[str, Any]]) -> None:
-    """Refuse, in one line naming it, what spawned workers could not unpickle: under spawn or forkserver each
-    worker imports the module defining the dataset's and the collate function's class (or function). A
-    `__main__` without a file (`python -c`, a notebook) is not re-imported there: each worker would die of
-    "Can't get attribute 'D' on <module '__main__'>", which the run could only report as a worker that exited."""
-    from bootstrap.compat.host import probe_start_method
-
-    method = probe_start_method()[0]
-    if method == "fork" or getattr(sys.modules.get("__main__"), "__file__", None):
-        return
-    for where, value in sent:
-        try:  # an instance's __module__ is its class's
-            module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", type(value).__qualname__)
-        except Exception:  # noqa: BLE001 (a __getattr__ of the user's that raises)
-            continue
-        if value is not None and module == "__main__":
-            raise InputError(where, f"{name} is defined in __main__ (python -c, a notebook), which DataLoader "
-                                    f"workers started by {method} cannot import",
-                             "define it in an importable module (a .py file next to the notebook) and import it")
 
 
 class _Collating:

@@ -1,0 +1,71 @@
+"""What DataLoader workers started by spawn or forkserver (macOS, Windows, or `set_start_method`) need
+from the main process: everything DataLoader pickles for them must unpickle there, which means each
+class and function it refers to must be importable in a fresh interpreter.
+
+A `__main__` without a file (`python -c`, a notebook) is not: a dataset whose class, or whose inner
+dataset's class (a `Subset` from `random_split`, a wrapper applying a transform), is defined there kills
+every worker with "Can't get attribute 'D' on <module '__main__'>", which the run could only report as a
+worker that exited. `check_workers_can_import` finds such a reference the way DataLoader would meet it:
+by pickling, the data itself skipped.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import types
+from typing import Any, Optional, Sequence, Tuple
+
+from bootstrap.errors import InputError
+
+
+def check_workers_can_import(sent: Sequence[Tuple[str, Any]]) -> None:
+    """Refuse, in one line naming it, an object in `sent` ((where, object) pairs) that refers to a class or
+    function of a fileless `__main__`, when workers start by spawn or forkserver."""
+    from bootstrap.compat.host import probe_start_method
+
+    method = probe_start_method()[0]
+    if method == "fork" or getattr(sys.modules.get("__main__"), "__file__", None):
+        return
+    for where, value in sent:
+        name = None if value is None else main_reference(value)
+        if name is not None:
+            raise InputError(where, f"{name} is defined in __main__ (python -c, a notebook), which DataLoader "
+                                    f"workers started by {method} cannot import",
+                             "define it in an importable module (a .py file next to the notebook) and import it")
+
+
+def main_reference(value: Any) -> Optional[str]:
+    """The qualified name of the first class or function of `__main__` that pickling `value` refers to;
+    None when there is none, or when `value` does not pickle at all (the run reports that in one line
+    when the workers start)."""
+    probe = _MainProbe(_Discard())
+    try:
+        probe.dump(value)
+    except _FoundInMain as found:
+        return str(found)
+    except Exception:  # noqa: BLE001 (a user's __reduce__ or __getstate__ may raise anything)
+        return None
+    return None
+
+
+class _FoundInMain(Exception):
+    pass
+
+
+class _Discard:
+    def write(self, data: Any) -> int:
+        return len(data)
+
+
+class _MainProbe(pickle.Pickler):
+    """A pickler that stops at the first reference into `__main__` and does not copy array or tensor data:
+    what a worker needs to import is in the classes, not the numbers."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        referenced = obj if isinstance(obj, (type, types.FunctionType)) else type(obj)
+        if getattr(referenced, "__module__", None) == "__main__":
+            raise _FoundInMain(getattr(referenced, "__qualname__", repr(referenced)))
+        if type(obj).__module__.split(".")[0] in ("torch", "numpy") and hasattr(obj, "shape"):
+            return (tuple, ())  # a tensor or an array: its class checked above, its data irrelevant
+        return NotImplemented
