@@ -190,10 +190,12 @@ def _first_user_step(state: RunState) -> None:
         else:
             where = f"the built-in step ({state.model_name}) on --dataset {user.dataset}" \
                 if isinstance(user.dataset, str) else f"the built-in step ({state.model_name})"
-        own_step = "pass step=" if state.options.from_script else "give --step MODULE:FN"
+        script = state.options.from_script
+        own_step = "pass step=" if script else "give --step MODULE:FN"
+        classes = "" if script else " (more: `options: {num_classes: N}` in a --config file)"
         fix = "" if user.step is not None else (
             f"the built-in step takes (images, labels) batches: images N x 3 x H x W, labels below "
-            f"{state.workload.num_classes}; or {own_step}")
+            f"{state.workload.num_classes}{classes}; or {own_step}")
         raise InputError(where, f"failed on the first batch: {describe_error(exc)}", fix) from None
 
 

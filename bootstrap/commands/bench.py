@@ -122,10 +122,11 @@ def build_options(args: argparse.Namespace) -> BenchOptions:
     workload = WorkloadSpec(**{k: v for k, v in settings.items() if k in _WORKLOAD_OPTIONS})
     run_settings = {k: v for k, v in settings.items() if k in RUN_OPTIONS}
     if user is not None:
-        synthetic = [name for name in flags if name in _SYNTHETIC_ONLY]
+        synthetic = [name for name in settings if name in _SYNTHETIC_ONLY]
         if synthetic:
-            raise InputError(flag_name(synthetic[0]), "describes the synthetic images, not --dataset's",
-                             f"drop {flag_name(synthetic[0])} when measuring your own dataset")
+            name = synthetic[0]
+            raise InputError(names[name], "describes the synthetic images, not --dataset's",
+                             f"drop {flag_name(name)}" if name in flags else "remove it from the file's options")
     options = BenchOptions(workload=workload, thresholds=thresholds, user=user, **run_settings).validate(names)
     if user is not None:
         _import_refs(user, options.budget_s)

@@ -370,6 +370,20 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, capsys, cl
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_a_synthetic_option_in_a_config_file_is_refused_beside_a_dataset(tmp_path, capsys, clean_imports):
+    """As the flag is: applied it would change nothing, recorded it would claim it did."""
+    from bootstrap.cli import main
+
+    (tmp_path / "bad_inputs.py").write_text(BAD_DATASETS)
+    config = tmp_path / "bench.yml"
+    config.write_text("options:\n  cpu_ms: 3\n")
+    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--out", str(tmp_path / "out"), "--path",
+                 str(tmp_path), "--dataset", "bad_inputs:good", "--config", str(config)])
+    err = capsys.readouterr().err
+    assert code == 2 and err == (f"error: {config}: options.cpu_ms: describes the synthetic images, not --dataset's "
+                                 "(remove it from the file's options)\n")
+
+
 @pytest.mark.parametrize("factory, config", [("corrupt", "w=0 nopin"), ("corrupt_in_workers", "w=")])
 def test_a_sample_that_fails_mid_run_is_one_line_naming_the_dataset(tmp_path, capsys, clean_imports, factory,
                                                                      config):
