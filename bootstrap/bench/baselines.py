@@ -2,18 +2,21 @@
 
 Each is `phase(state, deadline) -> note` (see `schedule`). The loader
 phase measures `num_workers=0` alone: the CPU and wall seconds per sample
-that price every later measurement and predict the worker count. The
-ceiling is the training step on a batch already on the device (fp32, and
-bf16 + channels_last where the GPU supports them, kept when faster), with,
-on CUDA, a transfer-inclusive variant. Naive is `num_workers=0`, no
-pinning, blocking copies, with the ceiling's step.
+that price every later measurement and predict the worker count, and, for
+the user's dataset, keeps the first few batches it loads. The ceiling is
+the training step on those batches in turn (a batch of another shape costs
+another step: padded sequences, images of several sizes), already on the
+device (fp32, and bf16 + channels_last where the GPU supports them, kept
+when faster), with, on CUDA, a transfer-inclusive variant. Naive is
+`num_workers=0`, no pinning, blocking copies, with the ceiling's step.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import replace
-from typing import Optional
+from typing import Any, List, Optional
 
 from bootstrap.bench.device import h2d_bandwidth, matmul_tflops
 from bootstrap.bench.results import LoaderConfig, Measurement
@@ -49,8 +52,12 @@ def loader(state: RunState, deadline: float) -> str:
     window_s = (deadline - time.perf_counter()) / 1.5
     # The costs are still set-up's guess from one batch, often several times the real cost: the window
     # keeps to the phase's slice rather than to what that guess says a window needs.
-    measured = measure_loader(state, LoaderConfig(), window_s, deadline, "loader", with_step=False, stretch=False)
-    cpu_s, wall_s = measured.cpu_s / measured.samples, measured.seconds / measured.samples
+    # The synthetic batches all cost the same step: the ceiling keeps set-up's one.
+    keep = None if state.options.user is None else (lambda batch: _keep_for_ceiling(state, batch))
+    measured = measure_loader(state, LoaderConfig(), window_s, deadline, "loader", with_step=False, stretch=False,
+                              keep=keep)
+    samples = max(1, measured.samples)  # a collate that drops every sample it is given yields empty batches
+    cpu_s, wall_s = measured.cpu_s / samples, measured.seconds / samples
     state.metrics.update(loader_only_samples_per_s=measured.samples_per_s, cpu_s_per_sample=cpu_s,
                          wall_s_per_sample=wall_s)
     state.costs = replace(state.costs, wall_s_per_sample=wall_s, cpu_s_per_sample=cpu_s)
@@ -108,16 +115,31 @@ def ceiling(state: RunState, deadline: float) -> str:
     return f"step config {state.step_config.label}"
 
 
+CEILING_BATCHES = 8                 # the loader phase's first batches the ceiling steps on, in turn
+CEILING_BYTES = 256 * 1024 * 1024   # at most this much of them (as loaded) held on the device
+
+
+def _keep_for_ceiling(state: RunState, batch: Any) -> Any:
+    room = min(CEILING_BATCHES, max(1, CEILING_BYTES // max(1, state.batch_bytes)))
+    if len(state.ceiling_batches) < room:
+        state.ceiling_batches.append(batch)
+    return batch
+
+
+def _ceiling_batches(state: RunState) -> List[Any]:
+    return state.ceiling_batches or [state.sample_batch]
+
+
 def _resident(state: RunState, config: LoaderConfig, slots: int, deadline: float) -> Optional[Measurement]:
     trainer = trainer_for(state, config)
     # A resident step is the fastest thing measured: five of them cost little and steady the figure.
     if not state.affords(f"ceiling {config.label}", 10 * state.costs.step_s):
         return None
     window_s = (deadline - time.perf_counter()) / (1.4 * slots)
-    resident = trainer.prepare(state.sample_batch, non_blocking=False)
+    resident = itertools.cycle([trainer.prepare(batch, non_blocking=False) for batch in _ceiling_batches(state)])
     plan = replace(window_plan(window_s), floor_steps=5, min_steps=max(5, window_plan(window_s).min_steps))
     return state.record(run_window(
-        lambda: None, lambda _: trainer.run(resident), state.device, plan, deadline,
+        lambda: next(resident), trainer.run, state.device, plan, deadline,
         phase="ceiling", label=f"ceiling {config.label}", config=config, batch_size=state.workload.batch_size,
         clock_zero=state.clock_zero))
 
@@ -130,10 +152,10 @@ def _with_copy(state: RunState, deadline: float) -> Optional[Measurement]:
         return None
     from bootstrap.bench.batch import map_tensors
 
-    batch = map_tensors(lambda t: t.pin_memory(), state.sample_batch)
+    pinned = itertools.cycle([map_tensors(lambda t: t.pin_memory(), batch) for batch in _ceiling_batches(state)])
     window_s = (deadline - time.perf_counter()) / 1.4
     return state.record(run_window(
-        lambda: batch, trainer.step, state.device, window_plan(window_s), deadline, phase="ceiling_h2d",
+        lambda: next(pinned), trainer.step, state.device, window_plan(window_s), deadline, phase="ceiling_h2d",
         label=f"ceiling+h2d {config.label}", config=config, batch_size=state.workload.batch_size,
         clock_zero=state.clock_zero))
 

@@ -34,7 +34,19 @@ def tensors(batch: Any) -> Iterator[Any]:
 
 def batch_samples(batch: Any) -> Optional[int]:
     """How many samples `batch` holds: the first dimension of its first tensor (None without one, or when
-    that tensor is a scalar)."""
-    for tensor in tensors(batch):
-        return int(tensor.shape[0]) if tensor.dim() else None
+    that tensor is a scalar). A collate function that drops what failed to load makes batches short."""
+    tensor = _first_tensor(batch)
+    return int(tensor.shape[0]) if tensor is not None and tensor.dim() else None
+
+
+def _first_tensor(batch: Any) -> Any:
+    """The first tensor `map_tensors` would meet, found without rebuilding the batch."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch
+    for value in batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ():
+        found = _first_tensor(value)
+        if found is not None:
+            return found
     return None

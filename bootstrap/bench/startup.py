@@ -151,8 +151,8 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
     if spec.batched:  # every rate counts a batch as its samples: the dataset's own first batch says how many
         spec = replace(spec, batch_size=parts.samples)
         state.options = replace(state.options, workload=spec)
-        state.notes.append(f"the dataset yields whole batches (DataLoader batch_size=None): each counts as "
-                           f"{parts.samples} samples, the length of its first")
+        state.notes.append(f"the dataset yields whole batches (DataLoader batch_size=None), each counted by the "
+                           f"length of its first tensor ({parts.samples} in the first)")
     if is_stream(parts.dataset):
         state.notes.append("the dataset is a stream (IterableDataset), read in its own order: each DataLoader "
                            "worker runs its own __iter__, so unless it splits itself by "

@@ -62,7 +62,8 @@ class RunState:
     dataset: Any = None                      # workloads.SyntheticImages, or the user's (user.resolve)
     collate_fn: Any = None                   # the user's --collate, else DataLoader's default
     user_parts: Any = None                   # user.UserParts when the run measures the user's workload
-    sample_batch: Optional[Tuple[Any, Any]] = None  # (images, labels) the ceiling keeps on the device
+    sample_batch: Optional[Tuple[Any, Any]] = None  # the first batch: the ceiling's when the loader phase kept none
+    ceiling_batches: List[Any] = field(default_factory=list)  # batches the loader phase loaded, for the ceiling
     batch_bytes: int = 0
     sampler: Any = None                      # sampler.UtilSampler while it runs
     device_info: Dict[str, Any] = field(default_factory=dict)

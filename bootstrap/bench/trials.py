@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from bootstrap.bench.budget import FLOOR_STEPS, MIN_WINDOW_BATCHES
 from bootstrap.bench.device import Trainer
@@ -105,8 +105,10 @@ def _loader_plan(state: RunState, config: LoaderConfig, window_s: float, deadlin
 
 
 def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadline: float, phase: str,
-                   with_step: bool, stretch: bool = True) -> Optional[Measurement]:
-    """Build a loader with `config`, warm up, time one window (with or without the training step).
+                   with_step: bool, stretch: bool = True, keep: Optional[Callable[[Any], Any]] = None
+                   ) -> Optional[Measurement]:
+    """Build a loader with `config`, warm up, time one window (with or without the training step); `keep`
+    is handed each batch and returns it.
 
     None when its workers died (out of /dev/shm, killed): that config failed, the run goes on.
     """
@@ -120,13 +122,14 @@ def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadl
         stream = BatchStream(make_loader(state.dataset, spec.loader_batch_size, config, seed=spec.seed,
                                          collate_fn=state.collate_fn))
         plan, deadline = _loader_plan(state, config, window_s, deadline, with_step, stretch)
+        take = (lambda: next(stream)) if keep is None else (lambda: keep(next(stream)))
         if with_step:
             trainer = trainer_for(state, config)
-            measured = run_window(lambda: next(stream), trainer.step, state.device, plan, deadline, phase=phase,
+            measured = run_window(take, trainer.step, state.device, plan, deadline, phase=phase,
                                   label=config.label, config=config, batch_size=spec.batch_size,
                                   clock_zero=state.clock_zero, first_batch_s=stream.first_batch_s)
         else:
-            measured = measure_loader_only(lambda: next(stream), plan, deadline, phase=phase,
+            measured = measure_loader_only(take, plan, deadline, phase=phase,
                                            label=f"loader {config.label}", config=config,
                                            batch_size=spec.batch_size, clock_zero=state.clock_zero,
                                            first_batch_s=stream.first_batch_s)

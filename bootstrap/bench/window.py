@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
+from bootstrap.bench.batch import batch_samples
 from bootstrap.bench.device import Device
 from bootstrap.bench.results import LoaderConfig, Measurement
 
@@ -82,7 +83,8 @@ class _CudaGaps:
 def run_window(next_batch: Callable[[], Any], step: Callable[[Any], None], device: Device, plan: WindowPlan,
                deadline: float, *, phase: str, label: str, config: Optional[LoaderConfig], batch_size: int,
                clock_zero: float, first_batch_s: Optional[float] = None, warmup: bool = True) -> Measurement:
-    """Warm up, then time steps of `step(next_batch())` until the plan or `deadline` (perf_counter) ends it."""
+    """Warm up, then time steps of `step(next_batch())` until the plan or `deadline` (perf_counter) ends it.
+    Each batch counts the samples it holds (`batch_samples`; `batch_size` when it cannot tell)."""
     if warmup:
         warm_up(next_batch, step, device, plan, deadline)
     gaps = _CudaGaps(device)
@@ -94,10 +96,13 @@ def run_window(next_batch: Callable[[], Any], step: Callable[[Any], None], devic
     hard_end = max(deadline, planned_end) + max(1.0, plan.window_s)  # runaway guard: a step that never ends
     stamps: List[float] = []
     waited = 0.0
+    samples = 0
     while True:
         before = time.perf_counter()
         batch = next_batch()
         waited += time.perf_counter() - before
+        counted = batch_samples(batch)
+        samples += batch_size if counted is None else counted
         mark = gaps.begin()
         step(batch)
         gaps.end(mark)
@@ -113,8 +118,8 @@ def run_window(next_batch: Callable[[], Any], step: Callable[[Any], None], devic
     steps = len(stamps)
     truncated = steps < plan.min_steps or ended - started < plan.window_s
     return Measurement(
-        phase=phase, label=label, config=config, steps=steps, samples=steps * batch_size, seconds=seconds,
-        samples_per_s=steps * batch_size / seconds if seconds > 0 else 0.0, host_wait_s=waited,
+        phase=phase, label=label, config=config, steps=steps, samples=samples, seconds=seconds,
+        samples_per_s=samples / seconds if seconds > 0 else 0.0, host_wait_s=waited,
         cv=_thirds_cv(started, stamps), first_batch_s=first_batch_s,
         cpu_s=time.process_time() - cpu_started, device_idle_s=gaps.idle_s(), truncated=truncated,
         started_s=started - clock_zero,

@@ -115,7 +115,8 @@ def test_bench_counts_each_batch_as_its_rows(tmp_path, capsys, clean_imports):  
     assert code in (0, 1), err
     extra = json.loads(stdout)["extra"]
     assert extra["workload"]["batched"] is True and extra["workload"]["batch_size"] == ROWS
-    assert any(f"each counts as {ROWS} samples" in note for note in extra["notes"])
+    assert any(f"each counted by the length of its first tensor ({ROWS} in the first)" in note
+               for note in extra["notes"])
     measured = [m for m in extra["measurements"] if m["steps"]]
     assert measured and all(m["samples"] == m["steps"] * ROWS for m in measured)
 

@@ -370,6 +370,23 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, capsys, cl
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_rates_count_the_samples_a_batch_holds_not_the_batch_size(tmp_path, capsys, clean_imports):
+    """A collate function that drops samples (the ones that failed to load) delivers short batches: the
+    rates count what each batch holds."""
+    (tmp_path / "user_dropping.py").write_text(textwrap.dedent('''
+        from torch.utils.data import default_collate
+
+        def keep_half(samples):
+            return default_collate(samples[: len(samples) // 2])
+    '''))
+    (tmp_path / "bad_inputs.py").write_text(BAD_DATASETS)
+    _, report = bench_here(["--path", str(tmp_path), "--dataset", "bad_inputs:good", "--collate",
+                            "user_dropping:keep_half", "--budget", "3", "--out", str(tmp_path / "out")], capsys)
+    measured = [m for m in report["measurements"] if m["steps"]]
+    assert measured and all(m["samples"] == m["steps"] * (BATCH // 2) for m in measured), \
+        [(m["label"], m["steps"], m["samples"]) for m in measured]
+
+
 def test_a_synthetic_option_in_a_config_file_is_refused_beside_a_dataset(tmp_path, capsys, clean_imports):
     """As the flag is: applied it would change nothing, recorded it would claim it did."""
     from bootstrap.cli import main
