@@ -50,3 +50,12 @@ def _first_tensor(batch: Any) -> Any:
         if found is not None:
             return found
     return None
+
+
+def same_batch(first: Any, second: Any) -> bool:
+    """Whether two batches hold equal tensors, in the same places (False when they hold none)."""
+    import torch
+
+    ours, theirs = list(tensors(first)), list(tensors(second))
+    return bool(ours) and len(ours) == len(theirs) and all(
+        a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(ours, theirs))

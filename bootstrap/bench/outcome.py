@@ -16,7 +16,7 @@ from bootstrap.bench.results import BenchResult
 from bootstrap.bench.schedule import needed_s
 from bootstrap.bench.search import least_prediction
 from bootstrap.bench.state import LoaderFailure, RunState
-from bootstrap.bench.stream import NO_BATCH, SHM_FAILURE
+from bootstrap.bench.stream import DUPLICATED, NO_BATCH, SHM_FAILURE
 from bootstrap.bench.user import is_stream
 from bootstrap.checks.model import Status
 from bootstrap.fsutil import MIB
@@ -146,7 +146,8 @@ def verdict_facts(state: RunState) -> Any:
 
 
 def _failure_note(failure: LoaderFailure) -> str:
-    what = failure.why if failure.why.startswith(NO_BATCH) else f"the loader's workers died ({failure.why})"
+    what = failure.why if failure.why.startswith((NO_BATCH, DUPLICATED)) else \
+        f"the loader's workers died ({failure.why})"
     return f"{failure.phase} {failure.config.label}: {what}; that config counts as failed"
 
 

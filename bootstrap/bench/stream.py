@@ -11,13 +11,18 @@ import gc
 import re
 import time
 import warnings
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, List, Optional
 
 from bootstrap.bench.results import LoaderConfig
 
 
 class BatchStream:
-    """Batches from a DataLoader forever (epoch after epoch); the first batch's latency is kept."""
+    """Batches from a DataLoader forever (epoch after epoch); the first batch's latency is kept.
+
+    A stream (IterableDataset) read by several workers is checked first: each worker runs its own
+    `__iter__`, so one that does not split itself by `get_worker_info()` gives every worker the same
+    batches, which the rates would count as real ones. Its first worker's batch and the second's are
+    then the same: that loader counts as failed (`DUPLICATED`), as one whose workers died does."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
@@ -30,16 +35,32 @@ class BatchStream:
                     raise
                 raise RuntimeError(f"DataLoader workers could not start: {exc}") from exc
         try:
-            self._first: Any = self._next_of_epoch()
+            self._queued: List[Any] = [self._next_of_epoch()]
+            self.first_batch_s = time.perf_counter() - started
+            self._check_the_workers_split_the_stream()
         except BaseException:
             self.close(kill=True)
             raise
-        self.first_batch_s = time.perf_counter() - started
+
+    def _check_the_workers_split_the_stream(self) -> None:
+        from bootstrap.bench.batch import same_batch
+        from bootstrap.bench.user import is_stream
+
+        workers = getattr(self.loader, "num_workers", 0)
+        if workers < 2 or not is_stream(self.loader.dataset):
+            return
+        second = next(self._iterator, None)  # from the second worker: DataLoader takes them in turn
+        if second is None:
+            return
+        if same_batch(self._queued[0], second):
+            raise RuntimeError(f"{DUPLICATED}: with {workers} workers, the first two batches are the same: "
+                               "it does not split itself by torch.utils.data.get_worker_info(), so every worker "
+                               "would yield every sample")
+        self._queued.append(second)
 
     def __next__(self) -> Any:
-        if self._first is not None:
-            batch, self._first = self._first, None
-            return batch
+        if self._queued:
+            return self._queued.pop(0)
         try:
             return next(self._iterator)
         except StopIteration:
@@ -104,6 +125,7 @@ def _quiet_worker_count() -> Iterator[None]:
 
 SHM_FAILURE = "out of /dev/shm"
 NO_BATCH = "no batch in an epoch"
+DUPLICATED = "the stream is read whole by each worker"
 WORKER_EXITED = "a DataLoader worker exited"
 # How a worker that ran out of /dev/shm surfaces: torch's allocation error re-raised in the main process,
 # or the SIGBUS a write past a full tmpfs gets ("killed by signal: Bus error", PyTorch #5040).

@@ -17,7 +17,8 @@ What each reference is:
   stream: WebDataset shards, a database cursor), read in its own order.
   Each DataLoader worker runs its own `__iter__`: a stream that does not
   split itself by `torch.utils.data.get_worker_info()` yields every sample
-  once per worker, which the rates cannot see and the report warns of.
+  once per worker (`stream.BatchStream` fails such a loader when its first
+  two workers' batches are the same; the report warns of the rest).
 * collate: `DataLoader(collate_fn=...)`, called with a list of samples.
 * model factory: called with no arguments, returns an `nn.Module`.
 * step: `step(model, batch, device) -> loss or None`; the batch arrives

@@ -28,11 +28,21 @@ STREAMS = textwrap.dedent('''
             for index in range(first, self.n, step):
                 yield torch.full((3, 16, 16), index % 256, dtype=torch.uint8), index % 10
 
+    class Whole(Shards):
+        """The same `n` samples in every worker: no get_worker_info()."""
+
+        def __iter__(self):
+            for index in range(self.n):
+                yield torch.full((3, 16, 16), index % 256, dtype=torch.uint8), index % 10
+
     def make():
         return Shards()
 
     def tiny():
         return Shards(n=4 * 8)
+
+    def whole():
+        return Whole()
 ''')
 
 
@@ -63,6 +73,25 @@ def test_a_loader_whose_workers_each_hold_less_than_a_batch_is_a_failed_config(t
     assert BatchStream(make_loader(user_streams_tiny.tiny(), BATCH, LoaderConfig(num_workers=0))).first_batch_s > 0
     with pytest.raises(RuntimeError, match=f"^{NO_BATCH}: with 8 workers, each one's share"):
         BatchStream(make_loader(user_streams_tiny.tiny(), BATCH, LoaderConfig(num_workers=8)))
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_a_stream_every_worker_reads_whole_is_a_failed_config(tmp_path, clean_imports, workers):  # noqa: F811
+    """Its first two batches (the first and second worker's) are the same: the rates would count every sample
+    once per worker. A stream that splits itself passes, every sample once."""
+    from bootstrap.bench.results import LoaderConfig
+    from bootstrap.bench.stream import DUPLICATED, BatchStream, make_loader
+
+    sys.path.insert(0, str(streams(tmp_path, "user_streams_whole")))
+    import user_streams_whole
+
+    with pytest.raises(RuntimeError, match=f"^{DUPLICATED}: with {workers} workers, the first two batches are the"):
+        BatchStream(make_loader(user_streams_whole.whole(), BATCH, LoaderConfig(num_workers=workers)))
+    stream = BatchStream(make_loader(user_streams_whole.make(), BATCH, LoaderConfig(num_workers=workers)))
+    batches = [set(images[:, 0, 0, 0].tolist()) for images, _ in (next(stream) for _ in range(2 * workers))]
+    stream.close()
+    assert sum(map(len, batches)) == len(set().union(*batches)) == 2 * workers * BATCH  # no sample twice
+    assert BatchStream(make_loader(user_streams_whole.whole(), BATCH, LoaderConfig(num_workers=1))).first_batch_s > 0
 
 
 @pytest.mark.slow
