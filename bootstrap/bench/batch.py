@@ -2,7 +2,8 @@
 
 A batch is whatever the DataLoader yields: a tensor, or tuples, lists, dicts
 and namedtuples of them (`default_collate`'s output, or the user's collate
-function's, or the user's own dataset's when it yields whole batches).
+function's, or the user's own dataset's when it yields whole batches), or an
+object of the user's own class holding them.
 """
 
 from __future__ import annotations
@@ -26,30 +27,40 @@ def map_tensors(fn: Callable[[Any], Any], batch: Any) -> Any:
 
 
 def tensors(batch: Any) -> Iterator[Any]:
-    """Every tensor in `batch` (as `map_tensors` walks it)."""
-    found = []
-    map_tensors(found.append, batch)
-    return iter(found)
+    """Every tensor in `batch`, in order: through tuples, lists, dicts and namedtuples, and the attributes
+    of an object of the user's own batch class (PyTorch's custom-pinning example), which `map_tensors`
+    leaves as it is."""
+    import torch
+
+    seen = set()
+
+    def walk(value: Any, depth: int) -> Iterator[Any]:
+        if isinstance(value, torch.Tensor):
+            yield value
+            return
+        if depth > _MAX_DEPTH or id(value) in seen or isinstance(value, (str, bytes, int, float, type)):
+            return
+        seen.add(id(value))
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, (list, tuple)):
+            children = value
+        else:
+            children = getattr(value, "__dict__", {}).values()
+        for child in children:
+            yield from walk(child, depth + 1)
+
+    return walk(batch, 0)
+
+
+_MAX_DEPTH = 8  # a batch is a shallow structure; anything deeper is not looked into
 
 
 def batch_samples(batch: Any) -> Optional[int]:
     """How many samples `batch` holds: the first dimension of its first tensor (None without one, or when
     that tensor is a scalar). A collate function that drops what failed to load makes batches short."""
-    tensor = _first_tensor(batch)
+    tensor = next(tensors(batch), None)
     return int(tensor.shape[0]) if tensor is not None and tensor.dim() else None
-
-
-def _first_tensor(batch: Any) -> Any:
-    """The first tensor `map_tensors` would meet, found without rebuilding the batch."""
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return batch
-    for value in batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ():
-        found = _first_tensor(value)
-        if found is not None:
-            return found
-    return None
 
 
 def same_batch(first: Any, second: Any) -> bool:

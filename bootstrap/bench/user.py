@@ -22,7 +22,8 @@ What each reference is:
 * collate: `DataLoader(collate_fn=...)`, called with a list of samples.
 * model factory: called with no arguments, returns an `nn.Module`.
 * step: `step(model, batch, device) -> loss or None`; the batch arrives
-  on the device already (tensors in tuples, lists and dicts moved). A loss
+  on the device already (tensors in tuples, lists and dicts moved; an
+  object of the user's own batch class as it is). A loss
   gets `backward()` and an SGD update from the bench; None means the step
   did its own update.
 

@@ -107,6 +107,28 @@ def test_batch_samples_is_the_first_dimension_of_the_first_tensor() -> None:
     assert batch_samples(("text", 3)) is None
 
 
+def test_a_batch_of_the_users_own_class_is_looked_into() -> None:
+    """PyTorch's custom-pinning example: a batch class holding the tensors as attributes; its samples and
+    bytes (which size /dev/shm) are those tensors', and a batch that refers to itself is walked once."""
+    import torch
+
+    from bootstrap.bench.batch import batch_samples, tensors
+
+    class SimpleCustomBatch:
+        def __init__(self, data):
+            transposed = list(zip(*data))
+            self.inp = torch.stack(transposed[0], 0)
+            self.tgt = torch.stack(transposed[1], 0)
+            self.me = self
+
+        def pin_memory(self):
+            return self
+
+    batch = SimpleCustomBatch([(torch.zeros(5), torch.zeros(1))] * 6)
+    assert [tuple(t.shape) for t in tensors(batch)] == [(6, 5), (6, 1)]
+    assert batch_samples(batch) == 6
+
+
 def test_bench_counts_each_batch_as_its_rows(tmp_path, capsys, clean_imports):  # noqa: F811
     """The rates count a batch as ROWS samples, and the report and a note say the dataset batches itself."""
     root = batches_module(tmp_path, "user_batches")
