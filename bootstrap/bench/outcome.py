@@ -142,6 +142,8 @@ def verdict_facts(state: RunState) -> Any:
         start_method=host.start_method or "", start_method_explicit=host.start_method_explicit,
         nofile_soft=host.nofile_soft, nofile_hard=host.nofile_hard,
         workers=state.best.num_workers if state.best else None, cpu_bound=state.cpu_bound, pcie=state.pcie,
+        worker_cap=state.prediction.cap if state.prediction else None,
+        predicted_workers=state.prediction.predicted if state.prediction else None,
         budget_s=state.options.budget_s, partial=state.interrupted, left_out=state.ledger.summary(TUNE_PHASES))
 
 

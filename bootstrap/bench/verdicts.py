@@ -43,6 +43,8 @@ class VerdictFacts:
     nofile_hard: Optional[int] = None
     workers: Optional[int] = None
     cpu_bound: Optional[bool] = None
+    worker_cap: Optional[int] = None      # the most workers the tuner tried, and the count it predicted
+    predicted_workers: Optional[int] = None
     pcie: Optional[Tuple[int, int, int, int]] = None   # (current gen, current width, max gen, max width)
     local_ranks: int = 1
     budget_s: Optional[float] = None
@@ -219,6 +221,12 @@ def tuned_check(m: Mapping[str, Optional[float]], f: VerdictFacts) -> Check:
     return Check(cid, Status.OK, ", ".join(parts), expected)
 
 
+def _waits_at_the_cap(f: VerdictFacts) -> bool:
+    """An I/O-bound loader whose winner is the most workers tried, fewer than the tuner predicted."""
+    return (f.cpu_bound is False and None not in (f.workers, f.worker_cap, f.predicted_workers)
+            and f.workers >= f.worker_cap and f.predicted_workers > f.worker_cap)
+
+
 def efficiency_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thresholds) -> Check:
     cid = "bench.efficiency"
     eff, over = m.get("efficiency"), m.get("tuned_over_ceiling")
@@ -241,6 +249,11 @@ def efficiency_check(m: Mapping[str, Optional[float]], f: VerdictFacts, t: Thres
         remedy = (f"the loader needs ~{cores:.1f} cores at the ceiling rate: give the job more CPUs, "
                   "cut per-sample work (pre-resized, packed samples), or decode on the GPU (DALI)"
                   if cores else "give the loader more CPUs")
+        if _waits_at_the_cap(f):
+            remedy = (f"the loader waits on I/O, not on CPU, and the winner sits at the tuner's cap of "
+                      f"{f.worker_cap} workers (predicted {f.predicted_workers}): try --max-workers "
+                      f"{f.predicted_workers} (tune_loader: max_workers=), since a waiting worker needs no core "
+                      "(each needs RAM and /dev/shm), or read from faster storage")
     detail = "differential method: 1 - efficiency is the data-stall fraction"
     if f.device_type != "cuda" and status is Status.FAIL:
         status = Status.WARN

@@ -255,6 +255,21 @@ def test_efficiency_bands_and_cpu_never_fails():
     assert efficiency_check({"efficiency": 0.80}, cuda, replace(t, efficiency_pass=0.8)).status is Status.OK
 
 
+@pytest.mark.parametrize(("cpu_bound", "workers", "cap", "predicted", "says_max_workers"), [
+    (False, 16, 16, 51, True),    # I/O-bound, stopped by the cap below the prediction
+    (False, 12, 16, 51, False),   # the cap was not what stopped it
+    (False, 16, 16, 16, False),   # the prediction was reached
+    (True, 16, 16, 51, False),    # CPU-bound: more workers than cores do not help
+])
+def test_an_io_bound_loader_at_the_worker_cap_is_told_to_raise_it(cpu_bound, workers, cap, predicted,
+                                                                   says_max_workers):
+    facts = VerdictFacts(device_type="cuda", cpu_bound=cpu_bound, workers=workers, worker_cap=cap,
+                         predicted_workers=predicted)
+    remedy = efficiency_check({"efficiency": 0.5, "cores_per_device_needed": 3.0}, facts, Thresholds()).remedy
+    assert (f"--max-workers {predicted}" in remedy) is says_max_workers, remedy
+    assert ("DALI" in remedy) is not says_max_workers
+
+
 def test_speedup_against_prediction_and_naive():
     t = Thresholds()
     assert speedup_check({"speedup": 4.5, "predicted_speedup": 5.0}, t).status is Status.OK
