@@ -90,6 +90,7 @@ def _recheck(state: RunState, rates: List[float]) -> None:
     if not again or not rates:
         return
     m["recheck_samples_per_s"] = again[-1].samples_per_s
+    m["recheck_steps"] = again[-1].steps
     m["recheck_gap_pct"] = 100.0 * (again[-1].samples_per_s / m["tuned_samples_per_s"] - 1.0)
     spread = (max(rates) - min(rates)) / statistics.median(rates)
     m["recheck_noise"] = max(state.thresholds.noise_floor_min, spread, 2 * again[-1].cv)

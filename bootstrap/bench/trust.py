@@ -48,6 +48,9 @@ def undecided(checks: List[Check], reason: Tuple[str, str]) -> List[Check]:
             if c.id in RATE_CHECKS and c.status in judged else c for c in checks]
 
 
+MIN_RECHECK_STEPS = 6  # fewer, and the re-measure's own noise is unknown (its CV needs steps in each third)
+
+
 def recheck_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
     """The tuned figure against an independent re-measure of the same config (a fresh loader)."""
     cid = "bench.recheck"
@@ -58,6 +61,11 @@ def recheck_check(m: Mapping[str, Optional[float]], t: Thresholds) -> Check:
     gap = again / tuned - 1.0
     observed = f"tuned {tuned:.0f}, re-measured {again:.0f} samples/s ({gap:+.1%})"
     expected = f"within the measured noise ({noise:.0%}) and {t.noise_inconclusive:.0%}"
+    steps = m.get("recheck_steps")
+    if steps is not None and steps < MIN_RECHECK_STEPS:
+        return Check(cid, Status.SKIP, f"{observed}, over {steps:.0f} steps: too few to confirm or refute", expected,
+                     "a longer --budget leaves the re-measure a full window",
+                     "the budget left the re-measure less than a window (a slow first batch of a fresh loader?)")
     detail = "a fresh loader of the winner, after the tuned windows"
     if abs(gap) <= min(noise, t.noise_inconclusive):
         return Check(cid, Status.OK, observed, expected, detail=detail)

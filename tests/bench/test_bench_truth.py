@@ -176,6 +176,10 @@ def test_the_re_measure_agrees_within_the_noise_or_says_so():
     wide = recheck_check({**QUIET, "recheck_samples_per_s": 160.0, "recheck_noise": 0.25}, t)
     assert wide.status is Status.INCONCLUSIVE and "agree only within a noise of 25%" in wide.observed
     assert recheck_check({**QUIET, "recheck_samples_per_s": 180.0, "recheck_noise": 0.25}, t).status is Status.OK
+    # a re-measure of a few steps (a fresh loader's slow first batch ate the budget) confirms nothing
+    short = recheck_check({**QUIET, "recheck_steps": 3}, t)
+    assert short.status is Status.SKIP and "over 3 steps: too few to confirm or refute" in short.observed
+    assert recheck_check({**QUIET, "recheck_steps": 6}, t).status is Status.OK
 
 
 # --------------------------------------------------------------------------- real runs
