@@ -87,7 +87,7 @@ def cache_lock(cache_dir: Path, notify: Callable[[str], None], shared: bool) -> 
     check_cache_dir(cache_dir)
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
-    except PermissionError as exc:
+    except OSError as exc:  # not ours to create in, or a read-only mount: `_check_writable` sees only what exists
         raise _unusable(cache_dir, exc) from None
     _check_writable(cache_dir)
     waiting = (f"waiting for `bootstrap cache --prune` on {cache_dir} to finish ..." if shared else

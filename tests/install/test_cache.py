@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -195,3 +197,24 @@ def test_a_cache_dir_linked_to_what_is_gone_is_one_line(project: Project, channe
                               "(create what it points to, or ")
         assert len(err.splitlines()) == 1
     assert not (tmp_path / "purged").exists() and not prefix_of(project).exists()
+
+
+def test_a_cache_dir_to_create_on_a_read_only_file_system_is_one_line(project: Project, channel: Path,
+                                                                      tmp_path: Path, monkeypatch, capsys) -> None:
+    """mkdir(2) answers EROFS on a read-only mount, for root too: a traceback from cache_lock, before."""
+    cache, mkdir = tmp_path / "ro" / "cache", Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if self == cache or cache in self.parents:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    capsys.readouterr()
+    for argv in ([*env_args(project, str(channel))[:-2], "--cache-dir", str(cache)],
+                 ["bundle", "--root", str(project.root), "--platform", "linux-64", "--no-tools", "--mirror",
+                  f"conda-forge={channel}", "--cache-dir", str(cache), "-o", str(tmp_path / "b.tar")]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == (f"error: --cache-dir {cache}: cannot be used: Read-only file system "
+                                           "(pass a --cache-dir you can write; the default is ~/.cache/bootstrap)\n")
+    assert not prefix_of(project).exists() and not (tmp_path / "b.tar").exists()
