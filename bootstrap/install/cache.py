@@ -175,7 +175,8 @@ def check_cache_dir(cache_dir: Path) -> None:
 
 def _check_writable(cache_dir: Path) -> None:
     """Refuse a cache or part of it that cannot be written (read-only mount, another user's): rattler
-    would fail halfway through a generation, with a message naming neither the cache nor the flag."""
+    would fail halfway through a generation, with a message naming neither the cache nor the flag.
+    Refuse a `.lock` that is not a file as well: the cache's flock cannot be taken on it."""
     for path in (cache_dir, *(cache_dir / kind for kind in KINDS)):
         if os.path.lexists(path) and not path.is_dir():  # a stray file, a dangling link: a fetch would fail on it
             raise InputError(f"--cache-dir {cache_dir}", f"{path} is not a directory",
@@ -183,6 +184,10 @@ def _check_writable(cache_dir: Path) -> None:
         if path.is_dir() and not os.access(path, os.W_OK):  # access(2) answers EROFS even to root
             raise InputError(f"--cache-dir {cache_dir}",
                              f"{path} cannot be written (a read-only file system, or not yours)", _WRITABLE)
+    flock = cache_dir / ".lock"
+    if os.path.lexists(flock) and not flock.is_file():  # open(2) fails on a directory, waits on a FIFO
+        raise InputError(f"--cache-dir {cache_dir}", f"{flock} is not a file",
+                         "remove it: it only holds the cache's flock; or pass another --cache-dir")
 
 
 def _unusable(cache_dir: Path, exc: OSError) -> InputError:

@@ -218,3 +218,20 @@ def test_a_cache_dir_to_create_on_a_read_only_file_system_is_one_line(project: P
         assert capsys.readouterr().err == (f"error: --cache-dir {cache}: cannot be used: Read-only file system "
                                            "(pass a --cache-dir you can write; the default is ~/.cache/bootstrap)\n")
     assert not prefix_of(project).exists() and not (tmp_path / "b.tar").exists()
+
+
+def test_a_lock_file_that_is_a_directory_is_one_line(project: Project, channel: Path, tmp_path: Path,
+                                                     capsys) -> None:
+    """`mkdir -p CACHE/.lock`: the flock's open(2) failed with EISDIR, a traceback before."""
+    cache = tmp_path / "cache"
+    (cache / ".lock").mkdir(parents=True)
+    capsys.readouterr()
+    for argv in ([*env_args(project, str(channel))[:-2], "--cache-dir", str(cache)],
+                 ["bundle", "--root", str(project.root), "--platform", "linux-64", "--no-tools", "--mirror",
+                  f"conda-forge={channel}", "--cache-dir", str(cache), "-o", str(tmp_path / "b.tar")],
+                 ["cache", "--prune", "--root", str(project.root), "--cache-dir", str(cache)]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == (f"error: --cache-dir {cache}: {cache / '.lock'} is not a file (remove "
+                                           "it: it only holds the cache's flock; or pass another --cache-dir)\n")
+    assert not prefix_of(project).exists() and not (tmp_path / "b.tar").exists()
+    assert sorted(p.name for p in cache.iterdir()) == [".lock"]  # refused before any fetch
