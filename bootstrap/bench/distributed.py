@@ -23,7 +23,7 @@ from bootstrap.bench.config import BenchOptions
 from bootstrap.bench.results import BenchResult
 from bootstrap.bench.run import ProgressFn, run_bench
 from bootstrap.checks.model import Check, Status
-from bootstrap.checks.ranks import SEVERITY, check_gpu_of_rank, merge_checks, torchrun_env
+from bootstrap.checks.ranks import SEVERITY, check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
 
 DDP_SECONDS = 3.0
 
@@ -44,7 +44,7 @@ def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None
     device = f"cuda:{ranks['local_rank']}" if cuda else "cpu"
     cpus = max(1, (options.cpus or usable_cpus()) // max(1, ranks["local_world_size"]))
     rank_options = replace(options, device=device, cpus=cpus)  # each rank's samples go to its own temp dir
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=options.budget_s + 300))
+    init_process_group(dist, "nccl" if cuda else "gloo", timedelta(seconds=options.budget_s + 300), os.environ)
     try:
         result = run_bench(rank_options, progress if ranks["rank"] == 0 else None, barrier=dist.barrier,
                            rank=ranks)

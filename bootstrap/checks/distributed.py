@@ -33,7 +33,7 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks.model import SEVERITY, Check, Status
-from bootstrap.checks.ranks import check_gpu_of_rank, merge_checks, torchrun_env
+from bootstrap.checks.ranks import check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
 from bootstrap.checks.verify import VerifyOptions, VerifyResult, run_verify
 from bootstrap.fsutil import MIB
 
@@ -57,7 +57,7 @@ def run_verify_distributed(options: VerifyOptions, report: Callable[[VerifyResul
     if cuda:
         check_gpu_of_rank(ranks["local_rank"], torch.cuda.device_count())
         torch.cuda.set_device(ranks["local_rank"])
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=600))
+    init_process_group(dist, "nccl" if cuda else "gloo", timedelta(seconds=600), environ)
     try:
         result = run_verify(replace(options, bench=False, gpu=ranks["local_rank"] if cuda else None))
         device = torch.device("cuda", ranks["local_rank"]) if cuda else torch.device("cpu")

@@ -6,7 +6,10 @@ of every rank's checks (the worst of each, naming its rank).
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks.model import SEVERITY, Check
@@ -33,6 +36,21 @@ def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, i
             raise InputError(name, f"{values[name]} is outside {bounds}", "let torchrun set the rank variables")
     return {"rank": values["RANK"], "world_size": values["WORLD_SIZE"], "local_rank": values["LOCAL_RANK"],
             "local_world_size": values["LOCAL_WORLD_SIZE"]}
+
+
+def init_process_group(dist: Any, backend: str, timeout: timedelta, environ: Mapping[str, str]) -> None:
+    """`dist.init_process_group(backend)` from the variables `torchrun_env` checked. Started without
+    torchrun's agent (srun, or the variables set by hand), rank 0 listens on MASTER_PORT itself: a port
+    another program holds is an InputError, not c10d's DistNetworkError."""
+    try:
+        dist.init_process_group(backend, timeout=timeout)
+    except RuntimeError as exc:  # DistNetworkError, a RuntimeError; older torch raised a bare one
+        text = str(exc)
+        if "EADDRINUSE" not in text and os.strerror(errno.EADDRINUSE) not in text:
+            raise
+        raise InputError("MASTER_PORT", f"{environ.get('MASTER_PORT')} is in use on this host, so rank 0 cannot "
+                         "listen on it", "set MASTER_PORT to a free port, or pass torchrun --master-port PORT"
+                         ) from None
 
 
 def check_gpu_of_rank(local_rank: int, gpus: int) -> None:

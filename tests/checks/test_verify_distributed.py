@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +101,32 @@ def test_all_reduce_trial_on_a_real_gloo_group_of_one(tmp_path: Path) -> None:
         assert all_reduce_trial(torch, dist, torch.device("cpu"), 0, 1) == (True, None)
     finally:
         dist.destroy_process_group()
+
+
+def by_hand(monkeypatch, port: int, addr: str = "127.0.0.1") -> None:
+    """The rank variables as srun or a user sets them: no torchrun agent, so rank 0 listens on MASTER_PORT."""
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": addr, "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+
+
+@pytest.mark.parametrize("verb", ["verify", "bench"])
+def test_a_master_port_in_use_is_one_line(tmp_path: Path, monkeypatch, capsys, verb: str) -> None:
+    """A real gloo rendezvous on a port another socket listens on: c10d's DistNetworkError, a traceback before."""
+    from bootstrap.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        by_hand(monkeypatch, port)
+        capsys.readouterr()
+        argv = (["verify", "--distributed", "--prefix", str(tmp_path / "no-env")] if verb == "verify" else
+                ["bench", "--distributed", "--device", "cpu", "--budget", "30", "--out", str(tmp_path / "bench")])
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: MASTER_PORT: {port} is in use on this host, so rank 0 cannot listen on it "
+                   "(set MASTER_PORT to a free port, or pass torchrun --master-port PORT)\n")
 
 
 @pytest.mark.slow
