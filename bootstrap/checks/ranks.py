@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
+import threading
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -18,7 +20,8 @@ from bootstrap.errors import InputError
 
 def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, int]:
     """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE as torchrun sets them, checked before any
-    rendezvous (a RANK beyond WORLD_SIZE would wait there forever); InputError outside torchrun."""
+    rendezvous (a RANK beyond WORLD_SIZE, or a MASTER_ADDR that names no host, would wait there
+    until its timeout); InputError outside torchrun."""
     missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
                if not environ.get(name, "").strip()]
     if missing:
@@ -34,8 +37,37 @@ def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, i
         if values[name] < low or (high is not None and values[name] > high):
             bounds = f"{low}..{high}" if high is not None else f">= {low}"
             raise InputError(name, f"{values[name]} is outside {bounds}", "let torchrun set the rank variables")
+    _check_resolves(environ["MASTER_ADDR"].strip(), values["MASTER_PORT"])
     return {"rank": values["RANK"], "world_size": values["WORLD_SIZE"], "local_rank": values["LOCAL_RANK"],
             "local_world_size": values["LOCAL_WORLD_SIZE"]}
+
+
+# getaddrinfo(3) has no timeout of its own; glibc gives up on a silent resolver after 5 s per try
+# and server, so this covers its default of two tries on each of three servers.
+RESOLVE_S = 30.0
+
+
+def _check_resolves(host: str, port: int) -> None:
+    """InputError unless MASTER_ADDR resolves (`getent ahosts HOST`) within RESOLVE_S: the rendezvous
+    would retry it silently for its whole timeout."""
+    answer: List[Optional[str]] = []
+
+    def lookup() -> None:
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            answer.append(None)
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a name IDNA cannot encode (a label over 63)
+            answer.append(getattr(exc, "strerror", None) or str(exc))
+
+    # A daemon thread: a resolver that never answers must not keep the process from exiting.
+    worker = threading.Thread(target=lookup, name="resolve MASTER_ADDR", daemon=True)
+    worker.start()
+    worker.join(RESOLVE_S)
+    if answer and answer[0] is None:
+        return
+    why = answer[0] if answer else f"no answer from the resolver in {RESOLVE_S:.0f} s"
+    raise InputError("MASTER_ADDR", f"{host!r} does not resolve to an address: {why}",
+                     "set it to the host name or IP address of rank 0's node; its port goes in MASTER_PORT")
 
 
 def init_process_group(dist: Any, backend: str, timeout: timedelta, environ: Mapping[str, str]) -> None:

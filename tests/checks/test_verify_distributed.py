@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,8 @@ def test_outside_torchrun_says_how_to_start_it() -> None:
     ({"MASTER_PORT": "abc"}, "MASTER_PORT: 'abc' is not an integer"),
     ({"LOCAL_RANK": "2"}, "LOCAL_RANK: 2 is outside 0..1"),
     ({"MASTER_ADDR": ""}, "MASTER_ADDR not set: not started by torchrun"),
+    ({"MASTER_ADDR": "no.such.host.invalid"}, "MASTER_ADDR: 'no.such.host.invalid' does not resolve to an address"),
+    ({"MASTER_ADDR": "127.0.0.1:5"}, r"MASTER_ADDR: '127.0.0.1:5' does not resolve .*; its port goes in MASTER_PORT"),
 ])
 def test_rank_variables_torchrun_would_never_set_are_refused(changes: dict, words: str) -> None:
     environ = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
@@ -127,6 +131,33 @@ def test_a_master_port_in_use_is_one_line(tmp_path: Path, monkeypatch, capsys, v
     err = capsys.readouterr().err
     assert err == (f"error: MASTER_PORT: {port} is in use on this host, so rank 0 cannot listen on it "
                    "(set MASTER_PORT to a free port, or pass torchrun --master-port PORT)\n")
+
+
+def test_a_master_addr_that_names_no_host_is_one_line_not_a_silent_wait(tmp_path: Path) -> None:
+    """Rank 0 of a group started by hand: the rendezvous retried the name for its whole timeout (600 s)."""
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "no.such.host.invalid", "MASTER_PORT": "29521"}
+    done = subprocess.run([sys.executable, "-m", "bootstrap", "verify", "--distributed", "--prefix",
+                           str(tmp_path / "no-env")], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: MASTER_ADDR: 'no.such.host.invalid' does not resolve to an address: ")
+    assert len(done.stderr.splitlines()) == 1 and done.stdout == ""
+
+
+def test_a_resolver_that_never_answers_is_given_up_on(monkeypatch) -> None:
+    """getaddrinfo(3) has no timeout: a resolver that never answers (faked, as no test host has one) would hold
+    the run as long as the rendezvous."""
+    from bootstrap.checks import ranks
+
+    released = threading.Event()
+    monkeypatch.setattr(ranks.socket, "getaddrinfo", lambda *args, **kwargs: released.wait(60))
+    monkeypatch.setattr(ranks, "RESOLVE_S", 1.0)
+    environ = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "node1", "MASTER_PORT": "29500"}
+    try:
+        with pytest.raises(InputError, match="'node1' does not resolve to an address: no answer from the resolver "
+                                             "in 1 s"):
+            torchrun_env(environ)
+    finally:
+        released.set()
 
 
 @pytest.mark.slow
