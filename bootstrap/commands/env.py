@@ -77,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(args.bundle, f"holds {held}, not {choice.lock_path.name} (variant {choice.name or 'none'}, "
                          f"{choice.how})", f"bundle it: `bootstrap bundle {env} --variant {choice.name}`, "
                          "or install one the bundle holds with --variant NAME")
+    made_for = bundle.platforms(args.lock or choice.lock_path) if bundle is not None else ()
+    if made_for and platform not in made_for:  # before any fetch: every artifact would be sought online
+        target = "--platform" if args.platform else "this machine"
+        raise InputError(args.bundle, f"made for {', '.join(made_for)}, {target} is {platform}",
+                         f"make the bundle with `bootstrap bundle --platform {platform}`")
     options = EnvOptions(
         env=env,
         lock_path=(args.lock or choice.lock_path).absolute(),

@@ -296,6 +296,13 @@ class Bundle:
         """Whether the bundle was made from a lock of this name (one per env and variant)."""
         return any(Path(env["lock"]).name == lock_path.name for env in self.index["envs"])
 
+    def platforms(self, lock_path: Path) -> tuple[str, ...]:
+        """The platforms the bundle was made for, of the locks named like `lock_path` (of every lock
+        when none is: an env installed from `--lock FILE`); none if its index lists no lock."""
+        listed = self.index.get("envs", [])
+        envs = [e for e in listed if Path(e["lock"]).name == lock_path.name] or listed
+        return tuple(dict.fromkeys(str(p) for e in envs for p in e["platforms"]))
+
     def source(self, entry: LockedPackage) -> Optional[Source]:
         """Where `entry`'s bytes are in the bundle, by the lock's sha256; None if it has none."""
         member = self._by_sha256.get(entry.sha256)

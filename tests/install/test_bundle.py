@@ -191,6 +191,26 @@ def test_a_file_that_is_not_a_bundle_gets_one_line(project: Project, tmp_path: P
     assert not prefix_of(project).exists()
 
 
+@pytest.mark.parametrize("lock", [False, True], ids=["variant", "lock-file"])
+def test_a_bundle_made_for_another_platform_is_refused_before_fetching(project: Project, channel: Path,
+                                                                       tmp_path: Path, capsys, lock: bool) -> None:
+    """The same lock bundled for linux-aarch64 only: every artifact was sought online, 4 tries each, before."""
+    made = tmp_path / "made.tar"
+    assert bundle(project, channel, made) == 0
+    with tarfile.open(made) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar if not m.name.startswith("artifacts/")}
+    index = json.loads(members["bundle.json"])
+    index["envs"] = [dict(e, platforms=["linux-aarch64"], content_hash={"linux-aarch64": "x"}) for e in index["envs"]]
+    index["artifacts"] = []
+    other = tmp_path / "other.tar"
+    write_tar(other, {**members, "bundle.json": json.dumps(index).encode()})
+    capsys.readouterr()
+    assert env_from(project, other, *(["--lock", str(project.lock_path("py310"))] if lock else [])) == 2
+    assert capsys.readouterr().err == (f"error: {other}: made for linux-aarch64, --platform is linux-64 (make the "
+                                       "bundle with `bootstrap bundle --platform linux-64`)\n")
+    assert not prefix_of(project).exists() and not (project.root / ".cache").exists()  # nothing fetched
+
+
 @pytest.mark.network
 def test_the_tools_venv_is_built_offline_from_a_bundle(project: Project, channel: Path, tmp_path: Path) -> None:
     """The nodes' other missing piece: py-rattler, conda-lock, uv ... for `make env` itself."""
