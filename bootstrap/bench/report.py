@@ -171,11 +171,19 @@ def _num(value: Optional[float], fmt: str = ",.1f", unit: str = "") -> str:
 
 
 def _user_snippet(config: LoaderConfig, spec: WorkloadSpec, user: Dict[str, Any], caveat: str) -> str:
+    """The DataLoader call alone, ordered and batched as the run was: bench's shuffle, or the user's sampler
+    or batch sampler; `collate_fn`, `sampler`, `batch_sampler` stand for the user's own objects."""
+    own = [name for name in ("collate_fn", "sampler", "batch_sampler") if name.replace("_fn", "") in user]
+    if "batch_sampler" in user:
+        batching = ["    batch_sampler=batch_sampler,"]
+    else:
+        order = [] if user.get("stream") else ["    sampler=sampler,"] if "sampler" in user else ["    shuffle=True,"]
+        batching = [f"    batch_size={spec.loader_batch_size},", *order,
+                    *([] if spec.batched else ["    drop_last=True,"])]
+    expects = ", ".join(f"`{name}`" for name in ["dataset", *own])
     lines = ([f"# NOT FULLY TUNED: {caveat}"] if caveat else []) + [
-        "# Measured best by `python -m bootstrap bench`; expects `dataset` (and `collate_fn` if you use one).",
-        "from torch.utils.data import DataLoader", "", "loader = DataLoader(", "    dataset,",
-        f"    batch_size={spec.loader_batch_size},", *([] if user.get("stream") else ["    shuffle=True,"]),
-        *([] if spec.batched else ["    drop_last=True,"])]
+        f"# Measured best by `python -m bootstrap bench`; expects {expects}.",
+        "from torch.utils.data import DataLoader", "", "loader = DataLoader(", "    dataset,", *batching]
     if "collate" in user:
         lines.append("    collate_fn=collate_fn,")
     lines += [f"    {name}={value!r}," for name, value in config.dataloader_kwargs().items()]
@@ -186,7 +194,9 @@ def _workload_line(w: Dict[str, Any]) -> str:
     user = w.get("user")
     if user:
         own = " (its own batches)" if w.get("batched") else ""
-        return f"batch {w.get('batch_size')}{own} from dataset {user.get('dataset')}"
+        drawn = "".join(f", {name.replace('_', ' ')} {user[name]}" for name in ("sampler", "batch_sampler")
+                        if name in user)
+        return f"batch {w.get('batch_size')}{own} from dataset {user.get('dataset')}{drawn}"
     return (f"batch {w.get('batch_size')} x 3x{w.get('crop_size')}x{w.get('crop_size')} uint8 from {w.get('storage')}"
             f" (cpu_ms {w.get('cpu_ms'):g}, io_ms {w.get('io_ms'):g})")
 

@@ -21,14 +21,18 @@ from bootstrap.bench.user import UserWorkload
 def tune_loader(dataset: Any, *, batch_size: Optional[int], budget: float = 60.0, device: str = "auto",
                 collate_fn: Optional[Callable[..., Any]] = None, model: Any = None,
                 step: Optional[Callable[..., Any]] = None, max_workers: Optional[int] = None,
-                progress: Optional[Callable[[Any], None]] = None) -> Tuple[Dict[str, Any], Any]:
+                progress: Optional[Callable[[Any], None]] = None, sampler: Any = None,
+                batch_sampler: Any = None) -> Tuple[Dict[str, Any], Any]:
     """Tune `DataLoader(dataset, ...)` for this host: (DataLoader keyword arguments, BenchResult).
 
     The keyword arguments are num_workers, pin_memory and, with workers,
     prefetch_factor and persistent_workers: pass them with your own
     batch_size, shuffle and collate_fn. `batch_size` None: the dataset
     yields whole batches, as DataLoader(batch_size=None) reads it, each
-    counted as the length of its first. `model` is an nn.Module (copied,
+    counted as the length of its first. `sampler` (a Sampler of indices)
+    reads the dataset in its order instead of a shuffle; `batch_sampler`
+    (index lists) makes the batches, with batch_size=None, as DataLoader
+    takes them (`bootstrap.bench.sampling`). `model` is an nn.Module (copied,
     never trained in place) or a zero-argument factory; `step` is
     `step(model, batch, device) -> loss or None` (`bootstrap.bench.user`);
     without them the built-in model trains on (images, labels) batches.
@@ -49,10 +53,17 @@ def tune_loader(dataset: Any, *, batch_size: Optional[int], budget: float = 60.0
     if progress is not None and not callable(progress):
         raise InputError("tune_loader(progress=...)", f"is a {type(progress).__name__}, not a callable",
                          "pass a function taking one Progress event, or None")
-    workload = WorkloadSpec(batched=True) if batch_size is None else WorkloadSpec(batch_size=batch_size)
+    if batch_sampler is not None and batch_size is not None:
+        raise InputError("tune_loader(batch_size=...)", "does not apply with batch_sampler=..., which makes the "
+                                                        "batches", "pass batch_size=None")
+    if batch_size is not None or batch_sampler is not None:
+        workload = WorkloadSpec() if batch_size is None else WorkloadSpec(batch_size=batch_size)
+    else:
+        workload = WorkloadSpec(batched=True)
     options = BenchOptions(workload=workload, budget_s=budget, device=device,
                            max_workers=max_workers,
-                           user=UserWorkload(dataset, collate=collate_fn, model=model, step=step))
+                           user=UserWorkload(dataset, collate=collate_fn, model=model, step=step, sampler=sampler,
+                                             batch_sampler=batch_sampler))
     result = run_bench(options, progress)
     if result.partial:  # the CLI reports what was measured; a script stopped with Ctrl-C stops
         raise KeyboardInterrupt

@@ -148,11 +148,12 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
     user, spec = state.options.user, state.workload
     parts = resolve(user, spec.loader_batch_size, spec.seed)
     state.user_parts, state.dataset, state.collate_fn = parts, parts.dataset, parts.collate_fn
-    if spec.batched:  # every rate counts a batch as its samples: the dataset's own first batch says how many
+    if spec.batched or parts.sampling.batch_sampler is not None:  # batches the DataLoader did not size
         spec = replace(spec, batch_size=parts.samples)
         state.options = replace(state.options, workload=spec)
-        state.notes.append(f"the dataset yields whole batches (DataLoader batch_size=None), each counted by the "
-                           f"length of its first tensor ({parts.samples} in the first)")
+        made = "the dataset yields whole batches (DataLoader batch_size=None)" if spec.batched else \
+            "the batch sampler makes the batches"
+        state.notes.append(f"{made}, each counted by the length of its first tensor ({parts.samples} in the first)")
     if is_stream(parts.dataset):
         state.notes.append("the dataset is a stream (IterableDataset), read in its own order: each DataLoader "
                            "worker runs its own __iter__, so unless it splits itself by "

@@ -103,6 +103,11 @@ class RunState:
         return self.options.workload
 
     @property
+    def sampling(self) -> Any:
+        """The user's sampler or batch sampler (`sampling.Sampling`); None: bench's shuffle."""
+        return self.user_parts.sampling if self.user_parts is not None else None
+
+    @property
     def thresholds(self) -> Thresholds:
         return self.options.thresholds.values
 

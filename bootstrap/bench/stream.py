@@ -44,7 +44,7 @@ class BatchStream:
 
     def _check_the_workers_split_the_stream(self) -> None:
         from bootstrap.bench.batch import same_batch
-        from bootstrap.bench.user import is_stream
+        from bootstrap.bench.sampling import is_stream
 
         workers = getattr(self.loader, "num_workers", 0)
         if workers < 2 or not is_stream(self.loader.dataset):
@@ -101,15 +101,16 @@ class BatchStream:
 
 
 def make_loader(dataset: Any, batch_size: Optional[int], config: LoaderConfig, *, seed: int = 0,
-                collate_fn: Any = None) -> Any:
-    """The DataLoader `config` describes; `batch_size` None: the dataset yields whole batches."""
+                collate_fn: Any = None, sampling: Any = None) -> Any:
+    """The DataLoader `config` describes; `batch_size` None: the dataset yields whole batches; `sampling`:
+    the user's sampler or batch sampler (`sampling.loader_kwargs`)."""
     from torch.utils.data import DataLoader
 
-    from bootstrap.bench.user import order
+    from bootstrap.bench.sampling import loader_kwargs
 
     with _quiet_worker_count():
-        return DataLoader(dataset, batch_size=batch_size, drop_last=batch_size is not None, collate_fn=collate_fn,
-                          **order(dataset, seed), **config.dataloader_kwargs())
+        return DataLoader(dataset, collate_fn=collate_fn, **loader_kwargs(dataset, batch_size, seed, sampling),
+                          **config.dataloader_kwargs())
 
 
 @contextlib.contextmanager

@@ -120,7 +120,7 @@ def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadl
     stream = None
     try:
         stream = BatchStream(make_loader(state.dataset, spec.loader_batch_size, config, seed=spec.seed,
-                                         collate_fn=state.collate_fn))
+                                         collate_fn=state.collate_fn, sampling=state.sampling))
         plan, deadline = _loader_plan(state, config, window_s, deadline, with_step, stretch)
         take = (lambda: next(stream)) if keep is None else (lambda: keep(next(stream)))
         if with_step:

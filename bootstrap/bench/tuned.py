@@ -53,7 +53,7 @@ def _tuned_windows(state: RunState, deadline: float) -> str:
     spec = state.workload
     try:
         stream = BatchStream(make_loader(state.dataset, spec.loader_batch_size, config, seed=spec.seed,
-                                         collate_fn=state.collate_fn))
+                                         collate_fn=state.collate_fn, sampling=state.sampling))
         count = _measure_tuned(state, stream, config, deadline)
         stream.close()
         stream = None

@@ -45,10 +45,14 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from bootstrap.bench.config import option_name
+from bootstrap.bench.sampling import FLAGS as SAMPLING_FLAGS
+from bootstrap.bench.sampling import Sampling, build_sampling, is_stream, loader_kwargs
 from bootstrap.errors import InputError, excerpt
 
-REF_FLAGS = (("dataset", "--dataset"), ("collate", "--collate"), ("model", "--model"), ("step", "--step"))
-REF_KEYWORDS = {"--dataset": "dataset", "--collate": "collate_fn", "--model": "model", "--step": "step"}
+REF_FLAGS = (("dataset", "--dataset"), ("collate", "--collate"), ("model", "--model"), ("step", "--step"),
+             *SAMPLING_FLAGS)
+REF_KEYWORDS = {"--dataset": "dataset", "--collate": "collate_fn", "--model": "model", "--step": "step",
+                "--sampler": "sampler", "--batch-sampler": "batch_sampler"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class UserWorkload:
     model: Any = None
     step: Any = None
     paths: Tuple[str, ...] = ()
+    sampler: Any = None          # `sampling`: the user's own order, or batches of indices
+    batch_sampler: Any = None
 
     def describe(self) -> Dict[str, Any]:
         """The report's account of it: each reference as given, objects by their type."""
@@ -84,7 +90,8 @@ class UserParts:
     step_fn: Optional[Callable[..., Any]]
     first_batch: Any
     batch_s: float  # one batch loaded in this process (a stream's second: see `resolve`)
-    samples: int    # in a batch: the batch size, or the length of a dataset's own first batch
+    samples: int    # in a batch: the batch size, or the length of the first (a dataset's, a batch sampler's)
+    sampling: Sampling = Sampling()
 
 
 def check_ref(text: str, flag: str) -> str:
@@ -152,11 +159,11 @@ def passes_through(exc: BaseException) -> bool:
     return isinstance(exc, (KeyboardInterrupt, Stalled))
 
 
-def _call(factory: Any, where: str) -> Any:
+def _call(factory: Any, where: str, *args: Any) -> Any:
     if not callable(factory):
         raise InputError(where, f"is a {type(factory).__name__}, not a callable", "name a function or class")
     try:
-        return factory()
+        return factory(*args)
     except BaseException as exc:  # noqa: BLE001 (whatever the user's factory raises is its problem, reported)
         if passes_through(exc):
             raise
@@ -185,13 +192,6 @@ class NamedDataset:
         state = dict(self.__dict__)
         state["dataset"] = None
         return state
-
-
-def is_stream(dataset: Any) -> bool:
-    """Whether DataLoader reads `dataset` as an iterable stream rather than by index."""
-    from torch.utils.data import IterableDataset
-
-    return isinstance(dataset, IterableDataset)
 
 
 def check_dataset(dataset: Any, where: str, batch_size: Optional[int], script: bool = False) -> Optional[int]:
@@ -251,7 +251,7 @@ def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> Use
     if named:
         where = f"--dataset {user.dataset}"
         built = _call(import_ref(user.dataset, "--dataset", user.paths), where)
-        check_dataset(built, where, batch_size)
+        check_dataset(built, where, None if user.batch_sampler is not None else batch_size)
         if is_stream(built):
             from bootstrap.bench.named import NamedStream  # an IterableDataset subclass: torch at import
 
@@ -260,8 +260,10 @@ def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> Use
             dataset = NamedDataset(user.dataset, user.paths, built)
     else:
         where = f"dataset {type(user.dataset).__name__}"
-        check_dataset(user.dataset, where, batch_size, script=True)
-        dataset = user.dataset
+        built = dataset = user.dataset
+        check_dataset(built, where, None if user.batch_sampler is not None else batch_size, script=True)
+    sampling = build_sampling(user, built, where, lambda ref, flag, of: _call(import_ref(ref, flag, user.paths),
+                                                                              f"{flag} {ref}", of))
     collate_where = f"--collate {user.collate}" if isinstance(user.collate, str) else "tune_loader(collate_fn=...)"
     from bootstrap.bench.spawn import check_workers_can_import
 
@@ -270,8 +272,7 @@ def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> Use
     try:
         # A stream's second batch prices a batch: the first also pays for opening it (shards on a network
         # mount, a database cursor), once a pass rather than once a batch.
-        batches = iter(DataLoader(dataset, batch_size=batch_size, drop_last=batch_size is not None,
-                                  collate_fn=collating, **order(dataset, seed)))
+        batches = iter(DataLoader(dataset, collate_fn=collating, **loader_kwargs(dataset, batch_size, seed, sampling)))
         timed = [time.perf_counter()]
         first = next(batches, None)
         timed.append(time.perf_counter())
@@ -287,34 +288,27 @@ def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> Use
         raise InputError(where, f"the stream ended before one batch ({batch_size} samples)",
                          f"point it at more data, or give a smaller {option_name('batch_size', not named)}")
     batch_s = timed[2] - timed[1] if second is not None else timed[1] - timed[0]
+    if batch_size is not None and sampling.batch_sampler is None:
+        return UserParts(dataset, collate_fn, model_factory, step_fn, first, batch_s, batch_size, sampling)
+    if sampling.batch_sampler is not None:
+        instead = "drop --batch-sampler" if named else "pass no batch_sampler"
+    else:
+        instead = "drop --batched" if named else "pass tune_loader a batch_size"
     return UserParts(dataset, collate_fn, model_factory, step_fn, first, batch_s,
-                     batch_size if batch_size is not None else _own_batch_samples(first, where, named))
+                     _own_batch_samples(first, where, instead), sampling)
 
 
-def _own_batch_samples(batch: Any, where: str, named: bool) -> int:
-    """The length of a batch the dataset made itself: what each of its batches counts as."""
+def _own_batch_samples(batch: Any, where: str, instead: str) -> int:
+    """The length of a first batch the dataset or a batch sampler made: what set-up prices a batch as."""
     from bootstrap.bench.batch import batch_samples
 
     samples = batch_samples(batch)
     if not samples:
         raise InputError(where, f"yields a batch ({type(batch).__name__}) whose first tensor has no samples to "
                                 "count (none, a scalar, or an empty first dimension)",
-                         "yield batches whose first tensor holds one row per sample, or "
-                         f"{'drop --batched' if named else 'pass tune_loader a batch_size'} and let the DataLoader "
-                         "batch the samples")
+                         f"yield batches whose first tensor holds one row per sample, or {instead} and let the "
+                         "DataLoader batch the samples")
     return samples
-
-
-def order(dataset: Any, seed: int) -> Dict[str, Any]:
-    """DataLoader's keywords for the order samples come in: a map-style dataset shuffled by a seeded
-    generator, as training reads it; a stream in its own order (DataLoader refuses to shuffle one)."""
-    import torch
-
-    if is_stream(dataset):
-        return {}
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-    return {"shuffle": True, "generator": generator}
 
 
 class _Collating:

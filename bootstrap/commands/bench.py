@@ -68,6 +68,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     own.add_argument("--collate", metavar="MODULE:FN", help="with --dataset: the DataLoader's collate_fn")
     own.add_argument("--step", metavar="MODULE:FN",
                      help="with --dataset: the training step, FN(model, batch, device) -> loss or None")
+    own.add_argument("--sampler", metavar="MODULE:FN",
+                     help="with --dataset: FN(dataset) returns the Sampler to read it with (instead of a shuffle)")
+    own.add_argument("--batch-sampler", metavar="MODULE:FN",
+                     help="with --dataset: FN(dataset) returns the batch sampler that makes the batches "
+                          "(instead of --batch-size)")
     own.add_argument("--batched", action="store_true", default=None,
                      help="with --dataset: it yields whole batches (DataLoader batch_size=None), each counted as "
                           "the length of its first")
@@ -119,6 +124,11 @@ def build_options(args: argparse.Namespace) -> BenchOptions:
     if settings.get("batched") and "batch_size" in settings:
         raise InputError(names["batch_size"], "does not apply to a dataset that yields whole batches (batched): "
                                               "their own length is the batch size", "drop one of them")
+    if user is not None and user.batch_sampler is not None:
+        for name in ("batch_size", "batched"):
+            if settings.get(name) not in (None, False):
+                raise InputError(names[name], "does not apply with --batch-sampler, which makes the batches",
+                                 "drop one of them")
     workload = WorkloadSpec(**{k: v for k, v in settings.items() if k in _WORKLOAD_OPTIONS})
     run_settings = {k: v for k, v in settings.items() if k in RUN_OPTIONS}
     if user is not None:
@@ -165,7 +175,9 @@ def _user_workload(args: argparse.Namespace) -> Any:
     dataset = getattr(args, "dataset", None)
     if dataset is None:
         for flag, value in (("--collate", getattr(args, "collate", None)), ("--step", getattr(args, "step", None)),
-                            ("--model", model_ref), ("--path", (getattr(args, "path", None) or [None])[0])):
+                            ("--model", model_ref), ("--path", (getattr(args, "path", None) or [None])[0]),
+                            ("--sampler", getattr(args, "sampler", None)),
+                            ("--batch-sampler", getattr(args, "batch_sampler", None))):
             if value is not None:
                 raise InputError(flag, "only applies to your own dataset", "add --dataset MODULE:FACTORY")
         return None
@@ -174,9 +186,9 @@ def _user_workload(args: argparse.Namespace) -> Any:
     for path in args.path:  # a typo here would only surface as "cannot import" later
         if not Path(path).is_dir():
             raise InputError(f"--path {path}", "is not a directory", "give the directory that holds the module")
-    refs = {name: check_ref(value, f"--{name}") if value is not None else None
+    refs = {name: check_ref(value, f"--{name.replace('_', '-')}") if value is not None else None
             for name, value in (("dataset", dataset), ("collate", args.collate), ("model", model_ref),
-                                ("step", args.step))}
+                                ("step", args.step), ("sampler", args.sampler), ("batch_sampler", args.batch_sampler))}
     return UserWorkload(paths=tuple(args.path), **refs)
 
 

@@ -15,13 +15,13 @@ SEQUENCES = textwrap.dedent(f'''
     import torch
     from torch.utils.data import DataLoader, Dataset
 
-    from bootstrap.bench.user import order
+    from bootstrap.bench.sampling import loader_kwargs
 
     class Sequences(Dataset):
         """64 token sequences: those of the first batch bench's shuffle draws short, every other one long."""
 
         def __init__(self):
-            first = next(iter(DataLoader(range(64), batch_size=8, **order(range(64), 0))))
+            first = next(iter(DataLoader(range(64), **loader_kwargs(range(64), 8, seed=0))))
             self.short = set(first.tolist())
 
         def __len__(self):

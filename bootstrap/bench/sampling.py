@@ -1,0 +1,81 @@
+"""The order and grouping a loader reads the dataset in: bench's seeded shuffle, or the team's own
+sampler (`WeightedRandomSampler` for imbalanced classes, a `DistributedSampler`) or batch sampler
+(length-bucketed batches of padded sequences).
+
+    --sampler MODULE:FN / tune_loader(sampler=...)              FN(dataset) -> a Sampler of indices
+    --batch-sampler MODULE:FN / tune_loader(batch_sampler=...)  FN(dataset) -> a sampler of index lists
+
+A batch sampler makes the batches: it takes the place of the batch size (each batch counts the samples
+it holds), as in `DataLoader`, where the two are mutually exclusive. A stream (IterableDataset) takes
+neither: DataLoader reads it in its own order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+from bootstrap.errors import InputError
+
+FLAGS = (("sampler", "--sampler"), ("batch_sampler", "--batch-sampler"))
+
+
+def is_stream(dataset: Any) -> bool:
+    """Whether DataLoader reads `dataset` as an iterable stream rather than by index."""
+    from torch.utils.data import IterableDataset
+
+    return isinstance(dataset, IterableDataset)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The user's own sampler or batch sampler, built; neither: bench's seeded shuffle."""
+
+    sampler: Any = None
+    batch_sampler: Any = None
+
+
+def loader_kwargs(dataset: Any, batch_size: Optional[int], seed: int, sampling: Optional[Sampling] = None
+                  ) -> Dict[str, Any]:
+    """DataLoader's keywords for how batches are formed and ordered: `batch_size` samples a batch, the last
+    short one dropped (None: the dataset yields whole batches), drawn by the user's sampler or shuffled by
+    a generator seeded afresh (every loader reads the same order); a batch sampler's own batches; a
+    stream in its own order (DataLoader refuses to shuffle one)."""
+    import torch
+
+    sampling = sampling or Sampling()
+    if sampling.batch_sampler is not None:
+        return {"batch_sampler": sampling.batch_sampler}
+    batching: Dict[str, Any] = {"batch_size": batch_size, "drop_last": batch_size is not None}
+    if is_stream(dataset):
+        return batching
+    if sampling.sampler is not None:
+        return {**batching, "sampler": sampling.sampler}
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return {**batching, "shuffle": True, "generator": generator}
+
+
+def build_sampling(user: Any, dataset: Any, where: str, build: Any) -> Sampling:
+    """The user's sampler and batch sampler for `dataset`: objects as given, 'MODULE:FN' references called
+    with the dataset (`build(ref, flag, dataset)`). Refused in one line: both at once, either for a
+    stream, and what iterates no indices."""
+    given = {name: getattr(user, name) for name, _ in FLAGS if getattr(user, name) is not None}
+    if not given:
+        return Sampling()
+    names = {name: f"--{name.replace('_', '-')} {value}" if isinstance(value, str) else f"tune_loader({name}=...)"
+             for name, value in given.items()}
+    if len(given) == 2:
+        raise InputError(names["batch_sampler"], "takes the place of a sampler: DataLoader accepts one or the other",
+                         "drop the sampler, or have the batch sampler draw from it")
+    name, value = next(iter(given.items()))
+    if is_stream(dataset):
+        raise InputError(names[name], f"does not apply to {where}, a stream (IterableDataset), which DataLoader "
+                                      "reads in its own order", "drop it, or order the stream in its __iter__")
+    built = build(value, f"--{name.replace('_', '-')}", dataset) if isinstance(value, str) else value
+    if not hasattr(type(built), "__iter__"):
+        raise InputError(names[name], f"is a {type(built).__name__}, not a sampler (an iterable of "
+                                      f"{'lists of ' if name == 'batch_sampler' else ''}indices)",
+                         "give a torch.utils.data.Sampler" if name == "sampler" else
+                         "give a torch.utils.data.BatchSampler or a sampler yielding lists of indices")
+    return Sampling(**{name: built})

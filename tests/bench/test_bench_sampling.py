@@ -1,0 +1,170 @@
+"""The team's own sampler or batch sampler: `--sampler` / `--batch-sampler MODULE:FN` (FN(dataset)) and
+`tune_loader(sampler=..., batch_sampler=...)` read the dataset as training does, and the snippet passes
+them on; a stream takes neither, and a batch sampler takes the place of the batch size."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from tests.bench.test_bench_dataset import clean_imports  # noqa: F401 (a fixture)
+
+SAMPLED = textwrap.dedent('''
+    import torch
+    from torch.utils.data import Dataset, IterableDataset, Sampler
+
+    class EvenOnly(Dataset):
+        """Odd samples cannot be read: only a sampler that never draws them gets through a run."""
+
+        def __len__(self):
+            return 128
+
+        def __getitem__(self, index):
+            if index % 2:
+                raise ValueError(f"sample {index} is unreadable")
+            return torch.full((3, 8, 8), index % 256, dtype=torch.uint8), index % 10
+
+    class Evens(Sampler):
+        def __init__(self, dataset):
+            self.n = len(dataset)
+
+        def __iter__(self):
+            return iter(torch.randperm(self.n // 2).mul(2).tolist())
+
+        def __len__(self):
+            return self.n // 2
+
+    class Uneven(Sampler):
+        """Batches of 4 and 12 even indices, in turn."""
+
+        def __init__(self, dataset):
+            self.n = len(dataset)
+
+        def __iter__(self):
+            evens, start, size = list(range(0, self.n, 2)), 0, 4
+            while start + size <= len(evens):
+                yield evens[start:start + size]
+                start, size = start + size, 16 - size
+
+        def __len__(self):
+            return 8
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter([(torch.zeros(3, 8, 8, dtype=torch.uint8), 0)] * 64)
+
+    def make():
+        return EvenOnly()
+
+    def stream():
+        return Stream()
+
+    def evens(dataset):
+        return Evens(dataset)
+
+    def uneven(dataset):
+        return Uneven(dataset)
+
+    def number(dataset):
+        return 5
+''')
+
+
+def bench(tmp_path, capsys, *argv) -> tuple:
+    from bootstrap.cli import main
+
+    (tmp_path / "user_sampled.py").write_text(SAMPLED)
+    path = ["--path", str(tmp_path)] if "--dataset" in argv else []
+    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--budget", "4", "--out", str(tmp_path / "out"),
+                 *path, *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_loader_kwargs_shuffle_the_same_way_every_time_unless_the_user_orders() -> None:
+    from torch.utils.data import DataLoader, SequentialSampler
+
+    from bootstrap.bench.sampling import Sampling, loader_kwargs
+
+    def first(**kwargs):
+        return next(iter(DataLoader(range(64), **kwargs))).tolist()
+
+    assert first(**loader_kwargs(range(64), 8, seed=3)) == first(**loader_kwargs(range(64), 8, seed=3))
+    assert first(**loader_kwargs(range(64), 8, seed=3)) != list(range(8))
+    ordered = Sampling(sampler=SequentialSampler(range(64)))
+    assert first(**loader_kwargs(range(64), 8, seed=3, sampling=ordered)) == list(range(8))
+    assert loader_kwargs(range(64), 8, 0, Sampling(batch_sampler=[[1, 2]])) == {"batch_sampler": [[1, 2]]}
+
+
+def test_bench_reads_the_dataset_through_the_users_sampler(tmp_path, capsys, clean_imports):  # noqa: F811
+    code, out, err = bench(tmp_path, capsys, "--dataset", "user_sampled:make", "--sampler", "user_sampled:evens",
+                           "--batch-size", "8", "--json")
+    assert code in (0, 1), err  # every odd sample raises: a shuffle would have drawn one
+    extra = json.loads(out)["extra"]
+    assert extra["workload"]["user"]["sampler"] == "user_sampled:evens"
+    assert not extra["snippet"] or "sampler=sampler," in extra["snippet"] and "shuffle" not in extra["snippet"]
+
+
+def test_a_batch_sampler_makes_the_batches_and_each_counts_its_samples(tmp_path, capsys, clean_imports):  # noqa: F811
+    code, out, err = bench(tmp_path, capsys, "--dataset", "user_sampled:make", "--batch-sampler",
+                           "user_sampled:uneven", "--json")
+    assert code in (0, 1), err
+    extra = json.loads(out)["extra"]
+    assert extra["workload"]["batch_size"] == 4  # the first batch's
+    assert any(note.startswith("the batch sampler makes the batches") for note in extra["notes"])
+    loaders = [m for m in extra["measurements"] if m["steps"] >= 2 and m["phase"] != "ceiling"]
+    assert loaders and all(m["samples"] in (8 * m["steps"], 8 * m["steps"] - 4, 8 * m["steps"] + 4)
+                           for m in loaders), [(m["label"], m["steps"], m["samples"]) for m in loaders]
+
+
+def test_the_snippet_passes_the_users_batch_sampler_and_runs() -> None:
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
+
+    from bootstrap.bench.config import WorkloadSpec
+    from bootstrap.bench.report import dataloader_snippet
+    from bootstrap.bench.results import LoaderConfig
+
+    snippet = dataloader_snippet(LoaderConfig(num_workers=1), WorkloadSpec(), "cpu",
+                                 user={"dataset": "m:f", "batch_sampler": "m:b"})
+    assert "batch_size" not in snippet and "shuffle" not in snippet and "expects `dataset`, `batch_sampler`" in snippet
+    dataset = TensorDataset(torch.arange(10))
+    namespace = {"dataset": dataset, "batch_sampler": BatchSampler(SequentialSampler(dataset), 3, False)}
+    exec(compile(snippet, "bench-snippet", "exec"), namespace)
+    loader = namespace["loader"]
+    assert isinstance(loader, DataLoader) and [len(b[0]) for b in loader] == [3, 3, 3, 1]
+
+
+@pytest.mark.parametrize(("argv", "where", "says"), [
+    (["--sampler", "user_sampled:evens"], "--sampler", "only applies to your own dataset"),
+    (["--dataset", "user_sampled:make", "--batch-sampler", "user_sampled:uneven", "--batch-size", "8"],
+     "--batch-size", "does not apply with --batch-sampler"),
+    (["--dataset", "user_sampled:make", "--batch-sampler", "user_sampled:uneven", "--batched"],
+     "--batched", "does not apply with --batch-sampler"),
+    (["--dataset", "user_sampled:make", "--sampler", "user_sampled:evens", "--batch-sampler", "user_sampled:uneven"],
+     "--batch-sampler user_sampled:uneven", "takes the place of a sampler"),
+    (["--dataset", "user_sampled:stream", "--sampler", "user_sampled:evens"], "--sampler user_sampled:evens",
+     "a stream (IterableDataset)"),
+    (["--dataset", "user_sampled:make", "--sampler", "user_sampled:number"], "--sampler user_sampled:number",
+     "is a int, not a sampler"),
+    (["--dataset", "user_sampled:make", "--sampler", "user_sampled:nowhere"], "--sampler user_sampled:nowhere",
+     "has no attribute 'nowhere'"),
+], ids=["no-dataset", "and-batch-size", "and-batched", "both", "stream", "not-a-sampler", "missing"])
+def test_a_sampler_that_cannot_be_used_is_one_line(tmp_path, capsys, clean_imports, argv, where, says):  # noqa: F811
+    code, out, err = bench(tmp_path, capsys, *argv)
+    assert code == 2 and out == "" and err.startswith(f"error: {where}: ") and says in err, err
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+def test_tune_loader_takes_a_batch_sampler_with_no_batch_size() -> None:
+    import torch
+    from torch.utils.data import BatchSampler, SequentialSampler, TensorDataset
+
+    from bootstrap.bench import tune_loader
+    from bootstrap.errors import InputError
+
+    dataset = TensorDataset(torch.zeros(16, 3, 8, 8))
+    with pytest.raises(InputError, match=r"^tune_loader\(batch_size=\.\.\.\): does not apply with batch_sampler"):
+        tune_loader(dataset, batch_size=8, batch_sampler=BatchSampler(SequentialSampler(dataset), 4, False))
