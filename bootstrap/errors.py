@@ -65,6 +65,12 @@ class IntegrityError(BootstrapError):
     """An artifact's bytes do not match the lock, or an archive would write outside the prefix."""
 
 
+class RankLostError(BootstrapError):
+    """Another rank of a torchrun job went away (interrupted, or crashed) while this one waited on it."""
+
+    exit_code = EXIT_FAILED
+
+
 class BusyError(BootstrapError):
     """Another bootstrap process holds the environment's lock."""
 

@@ -24,6 +24,7 @@ from bootstrap.bench.results import BenchResult
 from bootstrap.bench.run import ProgressFn, run_bench
 from bootstrap.checks.model import Check, Status
 from bootstrap.checks.ranks import SEVERITY, check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
+from bootstrap.errors import RankLostError
 
 DDP_SECONDS = 3.0
 
@@ -33,7 +34,6 @@ def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None
     import torch
     import torch.distributed as dist
 
-    from bootstrap.bench import report
     from bootstrap.bench.host import usable_cpus
 
     ranks = torchrun_env(os.environ)
@@ -46,21 +46,42 @@ def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None
     rank_options = replace(options, device=device, cpus=cpus)  # each rank's samples go to its own temp dir
     init_process_group(dist, "nccl" if cuda else "gloo", timedelta(seconds=options.budget_s + 300), os.environ)
     try:
-        result = run_bench(rank_options, progress if ranks["rank"] == 0 else None, barrier=dist.barrier,
-                           rank=ranks)
-        if result.partial:
-            # A Ctrl-C reaches every rank at a different point: gathering could hang. Each keeps its own.
-            return replace(result, notes=result.notes + ("interrupted: ranks not aggregated",)), ranks["rank"] == 0
-        ddp = ddp_ceiling(result, rank_options, dist)
-        own = {"rank": ranks["rank"], "host": socket.gethostname(), "checks": [c.to_dict() for c in result.checks],
-               "extra": report.payload(result), "ddp_ceiling_samples_per_s": ddp}
-        gathered: List[Any] = [None] * ranks["world_size"]
-        dist.all_gather_object(gathered, own)
-        if ranks["rank"] != 0:
-            return result, False
-        return aggregate(result, gathered, options.thresholds.values), True
+        return _run_ranks(rank_options, progress, ranks, dist, options)
+    except RuntimeError as exc:
+        if not lost_a_rank(exc, dist):
+            raise
+        raise RankLostError(f"rank {ranks['rank']}: another rank of the job went away (interrupted, or crashed: "
+                            f"its own output says why), so this one stopped without a report: "
+                            f"{str(exc).strip().splitlines()[0][:200]}") from None
     finally:
         dist.destroy_process_group()
+
+
+def lost_a_rank(exc: RuntimeError, dist: Any) -> bool:
+    """Whether `exc`, raised by a collective, means a peer rank is gone: c10d's DistError (DistBackendError,
+    DistNetworkError), or gloo's and NCCL's own RuntimeErrors about a closed or reset connection."""
+    text = str(exc)
+    return isinstance(exc, getattr(dist, "DistError", ())) or any(
+        sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "NCCL communicator"))
+
+
+def _run_ranks(rank_options: BenchOptions, progress: Optional[ProgressFn], ranks: Dict[str, int], dist: Any,
+               options: BenchOptions) -> Tuple[BenchResult, bool]:
+    """This rank's run, its DDP ceiling, and on rank 0 the aggregate of every rank's."""
+    from bootstrap.bench import report
+
+    result = run_bench(rank_options, progress if ranks["rank"] == 0 else None, barrier=dist.barrier, rank=ranks)
+    if result.partial:
+        # A Ctrl-C reaches every rank at a different point: gathering could hang. Each keeps its own.
+        return replace(result, notes=result.notes + ("interrupted: ranks not aggregated",)), ranks["rank"] == 0
+    ddp = ddp_ceiling(result, rank_options, dist)
+    own = {"rank": ranks["rank"], "host": socket.gethostname(), "checks": [c.to_dict() for c in result.checks],
+           "extra": report.payload(result), "ddp_ceiling_samples_per_s": ddp}
+    gathered: List[Any] = [None] * ranks["world_size"]
+    dist.all_gather_object(gathered, own)
+    if ranks["rank"] != 0:
+        return result, False
+    return aggregate(result, gathered, options.thresholds.values), True
 
 
 def ddp_ceiling(result: BenchResult, options: BenchOptions, dist: Any) -> Optional[float]:

@@ -197,3 +197,28 @@ def test_rank_facts_digest_every_package_of_the_install_record(tmp_path: Path) -
     first, same, other = facts("11"), facts("11"), facts("22")
     assert first == same and first["packages"].endswith("(1 conda, 1 pip, linux-64)")
     assert other["packages"] != first["packages"]  # the same lock inputs, another torch wheel
+
+
+def test_a_rank_that_goes_away_mid_bench_is_one_line_on_the_others(tmp_path: Path) -> None:
+    """Rank 1 joins the group and exits (a crash, a Ctrl-C of its own): rank 0, waiting at its first phase
+    barrier, gets gloo's "Connection closed by peer", a traceback before and no report either way."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0", "PYTHONPATH": str(REPO)}
+    env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    rank0 = subprocess.Popen([sys.executable, "-m", "bootstrap", "bench", "--distributed", "--device", "cpu",
+                              "--budget", "30", "--quiet", "--out", str(tmp_path / "bench")], cwd=REPO,
+                             env={**env, "RANK": "0"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    gone = ("import os, datetime, torch.distributed as dist\n"
+            "dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60))\nos._exit(0)\n")
+    subprocess.run([sys.executable, "-c", gone], env={**env, "RANK": "1"}, timeout=120, check=True)
+    try:
+        out, err = rank0.communicate(timeout=120)
+    finally:
+        rank0.kill()
+    assert rank0.returncode == 1, err
+    assert err.startswith("error: rank 0: another rank of the job went away (interrupted, or crashed: its own "
+                          "output says why), so this one stopped without a report: "), err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and out == ""
