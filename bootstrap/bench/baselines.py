@@ -106,7 +106,7 @@ def ceiling(state: RunState, deadline: float) -> str:
     state.metrics["ceiling_fp32_samples_per_s"] = base.samples_per_s
     state.step_config = chosen.config or LoaderConfig()
     state.ceiling = chosen
-    state.costs = replace(state.costs, step_s=state.workload.batch_size / chosen.samples_per_s)
+    state.costs = replace(state.costs, step_s=chosen.seconds / max(1, chosen.steps))
     state.metrics["ceiling_samples_per_s"] = chosen.samples_per_s
     state.metrics["step_cpu_s_per_sample"] = chosen.cpu_s / chosen.samples if chosen.samples else None
     copied = _with_copy(state, deadline) if state.is_cuda else None
@@ -121,7 +121,8 @@ CEILING_BYTES = 256 * 1024 * 1024   # at most this much of them (as loaded) held
 
 def _keep_for_ceiling(state: RunState, batch: Any) -> Any:
     room = min(CEILING_BATCHES, max(1, CEILING_BYTES // max(1, state.batch_bytes)))
-    if len(state.ceiling_batches) < room:
+    # An empty batch (a collate that dropped every sample it was given) has no step to price.
+    if len(state.ceiling_batches) < room and (state.samples_in is None or state.samples_in(batch) > 0):
         state.ceiling_batches.append(batch)
     return batch
 
@@ -141,7 +142,7 @@ def _resident(state: RunState, config: LoaderConfig, slots: int, deadline: float
     return state.record(run_window(
         lambda: next(resident), trainer.run, state.device, plan, deadline,
         phase="ceiling", label=f"ceiling {config.label}", config=config, batch_size=state.workload.batch_size,
-        clock_zero=state.clock_zero))
+        clock_zero=state.clock_zero, counted=state.samples_in))
 
 
 def _with_copy(state: RunState, deadline: float) -> Optional[Measurement]:
@@ -157,7 +158,7 @@ def _with_copy(state: RunState, deadline: float) -> Optional[Measurement]:
     return state.record(run_window(
         lambda: next(pinned), trainer.step, state.device, window_plan(window_s), deadline, phase="ceiling_h2d",
         label=f"ceiling+h2d {config.label}", config=config, batch_size=state.workload.batch_size,
-        clock_zero=state.clock_zero))
+        clock_zero=state.clock_zero, counted=state.samples_in))
 
 
 def naive(state: RunState, deadline: float) -> str:

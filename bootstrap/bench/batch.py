@@ -8,7 +8,7 @@ object of the user's own class holding them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 
 def map_tensors(fn: Callable[[Any], Any], batch: Any) -> Any:
@@ -56,11 +56,45 @@ def tensors(batch: Any) -> Iterator[Any]:
 _MAX_DEPTH = 8  # a batch is a shallow structure; anything deeper is not looked into
 
 
-def batch_samples(batch: Any) -> Optional[int]:
-    """How many samples `batch` holds: the first dimension of its first tensor (None without one, or when
-    that tensor is a scalar). A collate function that drops what failed to load makes batches short."""
-    tensor = next(tensors(batch), None)
-    return int(tensor.shape[0]) if tensor is not None and tensor.dim() else None
+def shared_first_dim(batch: Any) -> Tuple[Optional[int], Tuple[int, ...]]:
+    """(the first dimension every tensor in `batch` shares, or None; each tensor's first dimension, a
+    scalar's as -1). Images and labels of 16 samples share 16; torchvision's detection batches (a tuple
+    of images, CHW) and pad_sequence's (T, B) beside (B,) labels share none."""
+    dims = tuple(int(t.shape[0]) if t.dim() else -1 for t in tensors(batch))
+    return (dims[0] if dims and dims[0] >= 0 and len(set(dims)) == 1 else None), dims
+
+
+def sample_counter(batch_size: Optional[int], typical: int) -> Callable[[Any], int]:
+    """How a run counts the samples of each batch. `batch_size` (the DataLoader sized the batches): the
+    first dimension two or more tensors share when it is at most `batch_size` (a collate function that
+    drops the samples that failed to load makes batches short), else `batch_size`, since one tensor's
+    first dimension may be anything. None (the dataset's own batches, or a batch sampler's): the first
+    dimension its tensors share, else `typical`, the first batch's count."""
+    if batch_size is not None:
+        def sized(batch: Any) -> int:
+            shared, dims = shared_first_dim(batch)
+            return shared if shared is not None and len(dims) >= 2 and shared <= batch_size else batch_size
+
+        return sized
+    return lambda batch: _or(shared_first_dim(batch)[0], typical)
+
+
+def _or(value: Optional[int], default: int) -> int:
+    return default if value is None else value
+
+
+def own_batch_problem(batch: Any) -> str:
+    """Why the first batch a dataset made itself cannot say how many samples it holds ('' when it can)."""
+    shared, dims = shared_first_dim(batch)
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    if any(isinstance(item, (int, float)) and not isinstance(item, bool) for item in items):
+        return "yields items that hold a plain number beside their tensors, as one sample does, not a whole batch"
+    if not dims:
+        return f"yields a batch ({type(batch).__name__}) that holds no tensor to count its samples by"
+    if shared is None:
+        return (f"yields a batch whose tensors' first dimensions differ ({', '.join(map(str, dims[:6]))}), so "
+                "the samples it holds cannot be counted")
+    return ""
 
 
 def same_batch(first: Any, second: Any) -> bool:

@@ -79,3 +79,19 @@ def build_sampling(user: Any, dataset: Any, where: str, build: Any) -> Sampling:
                          "give a torch.utils.data.Sampler" if name == "sampler" else
                          "give a torch.utils.data.BatchSampler or a sampler yielding lists of indices")
     return Sampling(**{name: built})
+
+
+def first_list_length(batch_sampler: Any, given: Any) -> int:
+    """The length of the batch sampler's first list of indices: what a batch whose tensors do not share a
+    first dimension (torchvision's detection batches) counts as. `given`: the reference or object, for
+    the message."""
+    where = f"--batch-sampler {given}" if isinstance(given, str) else "tune_loader(batch_sampler=...)"
+    try:
+        first = next(iter(batch_sampler), None)
+        length = len(first) if first is not None else 0
+    except Exception as exc:  # noqa: BLE001 (the user's sampler)
+        raise InputError(where, f"raised {type(exc).__name__} while giving its first batch of indices") from None
+    if not length:
+        raise InputError(where, "gave no first batch of indices (empty, or none at all)",
+                         "give a batch sampler that yields non-empty lists of indices")
+    return length

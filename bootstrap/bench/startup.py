@@ -142,18 +142,21 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
     """The user's dataset, collate, model and step (`user.resolve`: one batch made here, so a dataset that
     cannot feed the run fails now, in one line), then one training step on that batch. Returns what the
     report says of the model."""
-    from bootstrap.bench.batch import tensors
+    from bootstrap.bench.batch import sample_counter, tensors
     from bootstrap.bench.user import is_stream, resolve
 
     user, spec = state.options.user, state.workload
     parts = resolve(user, spec.loader_batch_size, spec.seed)
     state.user_parts, state.dataset, state.collate_fn = parts, parts.dataset, parts.collate_fn
-    if spec.batched or parts.sampling.batch_sampler is not None:  # batches the DataLoader did not size
+    own = spec.batched or parts.sampling.batch_sampler is not None  # batches the DataLoader did not size
+    state.samples_in = sample_counter(None if own else spec.batch_size, parts.samples)
+    if own:
         spec = replace(spec, batch_size=parts.samples)
         state.options = replace(state.options, workload=spec)
         made = "the dataset yields whole batches (DataLoader batch_size=None)" if spec.batched else \
             "the batch sampler makes the batches"
-        state.notes.append(f"{made}, each counted by the length of its first tensor ({parts.samples} in the first)")
+        state.notes.append(f"{made}, each counted by the first dimension its tensors share ({parts.samples} in the "
+                           "first)")
     if is_stream(parts.dataset):
         state.notes.append("the dataset is a stream (IterableDataset), read in its own order: each DataLoader "
                            "worker runs its own __iter__, so unless it splits itself by "

@@ -127,12 +127,13 @@ def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadl
             trainer = trainer_for(state, config)
             measured = run_window(take, trainer.step, state.device, plan, deadline, phase=phase,
                                   label=config.label, config=config, batch_size=spec.batch_size,
-                                  clock_zero=state.clock_zero, first_batch_s=stream.first_batch_s)
+                                  clock_zero=state.clock_zero, counted=state.samples_in,
+                                  first_batch_s=stream.first_batch_s)
         else:
             measured = measure_loader_only(take, plan, deadline, phase=phase,
                                            label=f"loader {config.label}", config=config,
                                            batch_size=spec.batch_size, clock_zero=state.clock_zero,
-                                           first_batch_s=stream.first_batch_s)
+                                           counted=state.samples_in, first_batch_s=stream.first_batch_s)
     except Exception as exc:  # noqa: BLE001 (the user's samples may raise anything: see `loader_failed`)
         loader_failed(state, phase, config, exc, stream)
         return None

@@ -110,7 +110,7 @@ def _measure_tuned(state: RunState, stream: Any, config: LoaderConfig, deadline:
         measured = state.record(run_window(
             lambda: next(stream), trainer.step, state.device, plan, deadline, phase="tuned",
             label=f"tuned #{index + 1} {config.label}", config=config, batch_size=state.workload.batch_size,
-            clock_zero=state.clock_zero, first_batch_s=stream.first_batch_s, warmup=False))
+            clock_zero=state.clock_zero, counted=state.samples_in, first_batch_s=stream.first_batch_s, warmup=False))
         count += 1
         if state.sampler is not None:
             state.sampler.stat_window(measured.started_s, measured.started_s + measured.seconds)

@@ -46,7 +46,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from bootstrap.bench.config import option_name
 from bootstrap.bench.sampling import FLAGS as SAMPLING_FLAGS
-from bootstrap.bench.sampling import Sampling, build_sampling, is_stream, loader_kwargs
+from bootstrap.bench.sampling import Sampling, build_sampling, first_list_length, is_stream, loader_kwargs
 from bootstrap.errors import InputError, excerpt
 
 REF_FLAGS = (("dataset", "--dataset"), ("collate", "--collate"), ("model", "--model"), ("step", "--step"),
@@ -288,27 +288,33 @@ def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> Use
         raise InputError(where, f"the stream ended before one batch ({batch_size} samples)",
                          f"point it at more data, or give a smaller {option_name('batch_size', not named)}")
     batch_s = timed[2] - timed[1] if second is not None else timed[1] - timed[0]
-    if batch_size is not None and sampling.batch_sampler is None:
-        return UserParts(dataset, collate_fn, model_factory, step_fn, first, batch_s, batch_size, sampling)
-    if sampling.batch_sampler is not None:
-        instead = "drop --batch-sampler" if named else "pass no batch_sampler"
-    else:
-        instead = "drop --batched" if named else "pass tune_loader a batch_size"
     return UserParts(dataset, collate_fn, model_factory, step_fn, first, batch_s,
-                     _own_batch_samples(first, where, instead), sampling)
+                     _first_batch_samples(first, batch_size, sampling, where, user), sampling)
 
 
-def _own_batch_samples(batch: Any, where: str, instead: str) -> int:
-    """The length of a first batch the dataset or a batch sampler made: what set-up prices a batch as."""
-    from bootstrap.bench.batch import batch_samples
+def _first_batch_samples(first: Any, batch_size: Optional[int], sampling: Sampling, where: str,
+                         user: UserWorkload) -> int:
+    """The samples in the first batch, which prices set-up: the batch size, else (the dataset's own batches,
+    or a batch sampler's) the first dimension its tensors share, or the batch sampler's first list's
+    length. A first batch of no samples (a collate that dropped every one) is refused."""
+    from bootstrap.bench.batch import own_batch_problem, shared_first_dim
 
-    samples = batch_samples(batch)
-    if not samples:
-        raise InputError(where, f"yields a batch ({type(batch).__name__}) whose first tensor has no samples to "
-                                "count (none, a scalar, or an empty first dimension)",
-                         f"yield batches whose first tensor holds one row per sample, or {instead} and let the "
+    shared = shared_first_dim(first)[0]
+    if shared == 0:
+        raise InputError(where, "its first batch holds no samples (its tensors are empty)",
+                         "a collate function that drops the samples that failed to load dropped them all: check "
+                         "the data, or what the collate keeps")
+    if sampling.batch_sampler is not None:
+        return shared if shared is not None else first_list_length(sampling.batch_sampler, user.batch_sampler)
+    if batch_size is not None:
+        return batch_size
+    problem = own_batch_problem(first)
+    if problem:
+        named = isinstance(user.dataset, str)
+        raise InputError(where, problem, "yield whole batches, every tensor with one row per sample, or "
+                         f"{'drop --batched' if named else 'pass tune_loader a batch_size'} and let the "
                          "DataLoader batch the samples")
-    return samples
+    return shared
 
 
 class _Collating:

@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
-from bootstrap.bench.batch import batch_samples
 from bootstrap.bench.device import Device
 from bootstrap.bench.results import LoaderConfig, Measurement
 
@@ -82,9 +81,10 @@ class _CudaGaps:
 
 def run_window(next_batch: Callable[[], Any], step: Callable[[Any], None], device: Device, plan: WindowPlan,
                deadline: float, *, phase: str, label: str, config: Optional[LoaderConfig], batch_size: int,
-               clock_zero: float, first_batch_s: Optional[float] = None, warmup: bool = True) -> Measurement:
+               clock_zero: float, first_batch_s: Optional[float] = None, warmup: bool = True,
+               counted: Optional[Callable[[Any], int]] = None) -> Measurement:
     """Warm up, then time steps of `step(next_batch())` until the plan or `deadline` (perf_counter) ends it.
-    Each batch counts the samples it holds (`batch_samples`; `batch_size` when it cannot tell)."""
+    Each batch counts `batch_size` samples, or what `counted` says it holds (`batch.sample_counter`)."""
     if warmup:
         warm_up(next_batch, step, device, plan, deadline)
     gaps = _CudaGaps(device)
@@ -101,8 +101,7 @@ def run_window(next_batch: Callable[[], Any], step: Callable[[Any], None], devic
         before = time.perf_counter()
         batch = next_batch()
         waited += time.perf_counter() - before
-        counted = batch_samples(batch)
-        samples += batch_size if counted is None else counted
+        samples += batch_size if counted is None else counted(batch)
         mark = gaps.begin()
         step(batch)
         gaps.end(mark)
@@ -160,11 +159,12 @@ def _thirds_cv(started: float, stamps: List[float]) -> float:
 
 def measure_loader_only(next_batch: Callable[[], Any], plan: WindowPlan, deadline: float, *, phase: str,
                         label: str, config: LoaderConfig, batch_size: int, clock_zero: float,
-                        first_batch_s: Optional[float]) -> Measurement:
+                        first_batch_s: Optional[float], counted: Optional[Callable[[Any], int]] = None) -> Measurement:
     """Iterate the loader with no training step: its own samples/s and (with 0 workers) CPU-s per sample."""
     cpu = _NullDevice()
     return run_window(next_batch, lambda _batch: None, cpu, plan, deadline, phase=phase, label=label,
-                      config=config, batch_size=batch_size, clock_zero=clock_zero, first_batch_s=first_batch_s)
+                      config=config, batch_size=batch_size, clock_zero=clock_zero, first_batch_s=first_batch_s,
+                      counted=counted)
 
 
 class _NullDevice:

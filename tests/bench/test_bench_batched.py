@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import collections
 import json
 import sys
 import textwrap
@@ -75,6 +74,13 @@ BATCHES = textwrap.dedent(f'''
 
     def scalars():
         return Scalars()
+
+    class MetaFirst(Batches):
+        def __getitem__(self, index):
+            return {{"meta": torch.tensor([index, ROWS]), "images": batch(index)[0], "labels": batch(index)[1]}}
+
+    def meta_first():
+        return MetaFirst()
 ''')
 
 
@@ -93,18 +99,26 @@ def bench(argv, capsys) -> tuple:
     return code, captured.out, captured.err
 
 
-def test_batch_samples_is_the_first_dimension_of_the_first_tensor() -> None:
+@pytest.mark.parametrize(("batch", "sized", "own"), [
+    (lambda t: (t.zeros(16, 3, 8, 8), t.zeros(16)), 16, 16),                         # images, labels
+    (lambda t: (t.zeros(11, 3, 8, 8), t.zeros(11)), 11, 11),                         # a collate that dropped 5
+    (lambda t: {"ids": t.zeros(16, 40), "mask": t.zeros(16, 40), "labels": t.zeros(16)}, 16, 16),
+    (lambda t: (tuple(t.zeros(3, 9, 9) for _ in range(16)), tuple({"boxes": t.zeros(2, 4)} for _ in range(16))),
+     16, None),                                                                     # torchvision detection
+    (lambda t: (t.zeros(40, 16), t.zeros(16)), 16, None),                           # pad_sequence's (T, B)
+    (lambda t: t.zeros(12, 16), 16, 12),                                            # one tensor: its rows
+    (lambda t: ("text", 3), 16, None),                                               # no tensor
+], ids=["images", "dropped", "tokens", "detection", "time-major", "one-tensor", "none"])
+def test_a_batch_counts_the_first_dimension_its_tensors_share(batch, sized, own) -> None:
+    """DataLoader-sized batches: the shared first dimension of two or more tensors, at most the batch size,
+    else the batch size; a dataset's own batches: the shared first dimension, else the first batch's count."""
     import torch
 
-    from bootstrap.bench.batch import batch_samples
+    from bootstrap.bench.batch import sample_counter
 
-    Pair = collections.namedtuple("Pair", "x y")
-    assert batch_samples(torch.zeros(5, 3)) == 5
-    assert batch_samples((torch.zeros(7, 2), torch.zeros(3))) == 7
-    assert batch_samples({"ids": torch.zeros(4, 9), "mask": torch.zeros(9)}) == 4
-    assert batch_samples([Pair(torch.zeros(6), 1)]) == 6
-    assert batch_samples(torch.tensor(3.0)) is None
-    assert batch_samples(("text", 3)) is None
+    made = batch(torch)
+    assert sample_counter(16, 16)(made) == sized
+    assert sample_counter(None, 7)(made) == (7 if own is None else own)
 
 
 def test_a_batch_of_the_users_own_class_is_looked_into() -> None:
@@ -112,7 +126,7 @@ def test_a_batch_of_the_users_own_class_is_looked_into() -> None:
     bytes (which size /dev/shm) are those tensors', and a batch that refers to itself is walked once."""
     import torch
 
-    from bootstrap.bench.batch import batch_samples, tensors
+    from bootstrap.bench.batch import sample_counter, tensors
 
     class SimpleCustomBatch:
         def __init__(self, data):
@@ -126,7 +140,7 @@ def test_a_batch_of_the_users_own_class_is_looked_into() -> None:
 
     batch = SimpleCustomBatch([(torch.zeros(5), torch.zeros(1))] * 6)
     assert [tuple(t.shape) for t in tensors(batch)] == [(6, 5), (6, 1)]
-    assert batch_samples(batch) == 6
+    assert sample_counter(None, 1)(batch) == 6 and sample_counter(8, 8)(batch) == 6
 
 
 def test_bench_counts_each_batch_as_its_rows(tmp_path, capsys, clean_imports):  # noqa: F811
@@ -137,7 +151,7 @@ def test_bench_counts_each_batch_as_its_rows(tmp_path, capsys, clean_imports):  
     assert code in (0, 1), err
     extra = json.loads(stdout)["extra"]
     assert extra["workload"]["batched"] is True and extra["workload"]["batch_size"] == ROWS
-    assert any(f"each counted by the length of its first tensor ({ROWS} in the first)" in note
+    assert any(f"each counted by the first dimension its tensors share ({ROWS} in the first)" in note
                for note in extra["notes"])
     measured = [m for m in extra["measurements"] if m["steps"]]
     assert measured and all(m["samples"] == m["steps"] * ROWS for m in measured)
@@ -194,10 +208,12 @@ def test_a_batch_of_dicts_is_counted_by_its_first_tensor(clean_imports, tmp_path
     (["--batched"], "--batched:", "only applies to your own dataset"),
     (["--dataset", "user_batches_bad:make", "--batched", "--batch-size", "8"], "--batch-size:", "drop one of them"),
     (["--dataset", "user_batches_bad:scalars", "--batched"], "--dataset user_batches_bad:scalars:",
-     "no samples to count"),
+     "hold a plain number beside their tensors, as one sample does"),
+    (["--dataset", "user_batches_bad:meta_first", "--batched"], "--dataset user_batches_bad:meta_first:",
+     "tensors' first dimensions differ (2, 12, 12)"),
     (["--dataset", "user_batches_bad:empty_stream", "--batched"], "--dataset user_batches_bad:empty_stream:",
      "ended before its first batch"),
-], ids=["no-dataset", "and-batch-size", "scalar-batches", "empty-stream"])
+], ids=["no-dataset", "and-batch-size", "scalar-batches", "meta-first", "empty-stream"])
 def test_what_cannot_be_read_as_batches_is_one_line(tmp_path, capsys, clean_imports, argv, where,  # noqa: F811
                                                     says) -> None:
     root = batches_module(tmp_path, "user_batches_bad")

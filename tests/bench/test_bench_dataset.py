@@ -378,6 +378,9 @@ def test_rates_count_the_samples_a_batch_holds_not_the_batch_size(tmp_path, caps
 
         def keep_half(samples):
             return default_collate(samples[: len(samples) // 2])
+
+        def keep_none(samples):
+            return default_collate(samples)[0][:0], default_collate(samples)[1][:0]
     '''))
     (tmp_path / "bad_inputs.py").write_text(BAD_DATASETS)
     _, report = bench_here(["--path", str(tmp_path), "--dataset", "bad_inputs:good", "--collate",
@@ -385,6 +388,14 @@ def test_rates_count_the_samples_a_batch_holds_not_the_batch_size(tmp_path, caps
     measured = [m for m in report["measurements"] if m["steps"]]
     assert measured and all(m["samples"] == m["steps"] * (BATCH // 2) for m in measured), \
         [(m["label"], m["steps"], m["samples"]) for m in measured]
+    # one that drops every sample leaves nothing to measure: refused at set-up, not divided by later
+    from bootstrap.cli import main
+
+    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--batch-size", str(BATCH), "--path",
+                 str(tmp_path), "--dataset", "bad_inputs:good", "--collate", "user_dropping:keep_none", "--out",
+                 str(tmp_path / "none")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: --dataset bad_inputs:good: its first batch holds no samples"), err
 
 
 def test_a_synthetic_option_in_a_config_file_is_refused_beside_a_dataset(tmp_path, capsys, clean_imports):
