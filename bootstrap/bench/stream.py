@@ -21,8 +21,10 @@ class BatchStream:
 
     A stream (IterableDataset) read by several workers is checked first: each worker runs its own
     `__iter__`, so one that does not split itself by `get_worker_info()` gives every worker the same
-    batches, which the rates would count as real ones. Its first worker's batch and the second's are
-    then the same: that loader counts as failed (`DUPLICATED`), as one whose workers died does."""
+    batches, which the rates would count as real ones. Its first worker's first batch and the second
+    worker's are then the same, while the first worker's next batch differs (a stream of one constant
+    batch, placeholder data, proves nothing): that loader counts as failed (`DUPLICATED`), as one whose
+    workers died does."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
@@ -49,14 +51,17 @@ class BatchStream:
         workers = getattr(self.loader, "num_workers", 0)
         if workers < 2 or not is_stream(self.loader.dataset):
             return
-        second = next(self._iterator, None)  # from the second worker: DataLoader takes them in turn
-        if second is None:
-            return
-        if same_batch(self._queued[0], second):
-            raise RuntimeError(f"{DUPLICATED}: with {workers} workers, the first two batches are the same: "
-                               "it does not split itself by torch.utils.data.get_worker_info(), so every worker "
-                               "would yield every sample")
-        self._queued.append(second)
+        # DataLoader takes the workers' batches in turn: batch `workers` is the first worker's second.
+        for _ in range(workers):
+            batch = next(self._iterator, None)
+            if batch is None:
+                return
+            self._queued.append(batch)
+        first, second, again = self._queued[0], self._queued[1], self._queued[workers]
+        if same_batch(first, second) and not same_batch(first, again):
+            raise RuntimeError(f"{DUPLICATED}: with {workers} workers, the first two workers' first batches are the "
+                               "same: it does not split itself by torch.utils.data.get_worker_info(), so every "
+                               "worker would yield every sample")
 
     def __next__(self) -> Any:
         if self._queued:

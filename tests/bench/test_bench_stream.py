@@ -43,6 +43,18 @@ STREAMS = textwrap.dedent('''
 
     def whole():
         return Whole()
+
+    class Placeholder(Shards):
+        """Split by worker, every sample the same: nothing tells it from a stream read whole."""
+
+        def __iter__(self):
+            info = get_worker_info()
+            first, step = (0, 1) if info is None else (info.id, info.num_workers)
+            for _ in range(first, self.n, step):
+                yield torch.zeros((3, 16, 16), dtype=torch.uint8), 0
+
+    def placeholder():
+        return Placeholder()
 ''')
 
 
@@ -85,13 +97,16 @@ def test_a_stream_every_worker_reads_whole_is_a_failed_config(tmp_path, clean_im
     sys.path.insert(0, str(streams(tmp_path, "user_streams_whole")))
     import user_streams_whole
 
-    with pytest.raises(RuntimeError, match=f"^{DUPLICATED}: with {workers} workers, the first two batches are the"):
+    with pytest.raises(RuntimeError, match=f"^{DUPLICATED}: with {workers} workers, the first two workers' first"):
         BatchStream(make_loader(user_streams_whole.whole(), BATCH, LoaderConfig(num_workers=workers)))
     stream = BatchStream(make_loader(user_streams_whole.make(), BATCH, LoaderConfig(num_workers=workers)))
     batches = [set(images[:, 0, 0, 0].tolist()) for images, _ in (next(stream) for _ in range(2 * workers))]
     stream.close()
     assert sum(map(len, batches)) == len(set().union(*batches)) == 2 * workers * BATCH  # no sample twice
     assert BatchStream(make_loader(user_streams_whole.whole(), BATCH, LoaderConfig(num_workers=1))).first_batch_s > 0
+    placeholder = BatchStream(make_loader(user_streams_whole.placeholder(), BATCH, LoaderConfig(num_workers=workers)))
+    assert [int(next(placeholder)[0].sum()) for _ in range(workers + 2)] == [0] * (workers + 2)
+    placeholder.close()
 
 
 @pytest.mark.slow
