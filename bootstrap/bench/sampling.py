@@ -12,10 +12,11 @@ neither: DataLoader reads it in its own order.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, Optional
 
-from bootstrap.errors import InputError
+from bootstrap.errors import InputError, excerpt
 
 FLAGS = (("sampler", "--sampler"), ("batch_sampler", "--batch-sampler"))
 
@@ -78,7 +79,72 @@ def build_sampling(user: Any, dataset: Any, where: str, build: Any) -> Sampling:
                                       f"{'lists of ' if name == 'batch_sampler' else ''}indices)",
                          "give a torch.utils.data.Sampler" if name == "sampler" else
                          "give a torch.utils.data.BatchSampler or a sampler yielding lists of indices")
-    return Sampling(**{name: built})
+    if iter(built) is built:  # a generator or another iterator: used up by the first epoch
+        raise InputError(names[name], f"is an iterator ({type(built).__name__}), used up after one pass",
+                         "give a Sampler, whose __iter__ starts afresh each epoch")
+    length = len(dataset) if hasattr(dataset, "__len__") else None
+    return Sampling(**{name: Checked(built, names[name], length, batches=name == "batch_sampler")})
+
+
+class Checked:
+    """The user's sampler as DataLoader iterates it, in the main process: what it yields checked, and what
+    it raises or yields wrongly made one InputError naming it, not a sample that failed to load."""
+
+    def __init__(self, sampler: Any, where: str, length: Optional[int], batches: bool) -> None:
+        self.sampler, self.where, self.length, self.batches = sampler, where, length, batches
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            drawn = iter(self.sampler)
+        except Exception as exc:  # noqa: BLE001 (the user's __iter__)
+            raise self._error(f"raised {_describe(exc)} when iterated", "fix the sampler's __iter__") from None
+        while True:
+            try:
+                item = next(drawn)
+            except StopIteration:
+                return
+            except Exception as exc:  # noqa: BLE001 (the user's sampler)
+                raise self._error(f"raised {_describe(exc)} while drawing indices", "fix the sampler") from None
+            yield self._checked(item)
+
+    def _checked(self, item: Any) -> Any:
+        if not self.batches:
+            self._index(item)
+            return item
+        if isinstance(item, (str, bytes)) or not hasattr(item, "__len__") or not hasattr(item, "__iter__"):
+            raise self._error(f"yielded {_shown(item)} where a batch sampler yields lists of indices",
+                              "yield lists of indices (a plain sampler goes in --sampler / sampler=)")
+        if not len(item):
+            raise self._error("yielded an empty list of indices", "yield only batches of one index or more")
+        for index in item:
+            self._index(index)
+        return item
+
+    def _index(self, index: Any) -> None:
+        try:
+            position = operator.index(index)
+        except TypeError:
+            raise self._error(f"yielded {_shown(index)} where an index belongs",
+                              "yield integer indices into the dataset") from None
+        if position < 0 or (self.length is not None and position >= self.length):
+            raise self._error(f"yielded index {position}, outside the dataset's {self.length} samples"
+                              if self.length is not None else f"yielded index {position}, below 0",
+                              "draw indices from 0 to len(dataset) - 1")
+
+    def _error(self, problem: str, fix: str) -> InputError:
+        return InputError(self.where, problem, fix)
+
+
+def _describe(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
+
+
+def _shown(value: Any) -> str:
+    return f"{type(value).__name__} {excerpt(value)}"
 
 
 def first_list_length(batch_sampler: Any, given: Any) -> int:

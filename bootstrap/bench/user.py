@@ -279,9 +279,12 @@ def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> Use
         second = next(batches, None) if first is not None and is_stream(dataset) else None
         timed.append(time.perf_counter())
     except BaseException as exc:  # noqa: BLE001 (the user's __getitem__ or collate; sys.exit too)
-        if passes_through(exc):
+        if passes_through(exc) or isinstance(exc, InputError):  # InputError: the sampler's (`sampling.Checked`)
             raise
-        raise InputError(where, *_first_batch_failure(user, exc, collating.raised)) from None
+        raise InputError(where, *_first_batch_failure(user, exc, collating.raised, batch_size is None)) from None
+    if first is None and sampling.sampler is not None:  # a map-style dataset long enough for one batch
+        raise InputError(sampling.sampler.where, f"drew fewer indices than one batch ({batch_size})",
+                         f"draw at least one batch, or give a smaller {option_name('batch_size', not named)}")
     if first is None:  # only a stream can end before its first batch: a map-style one was measured
         if batch_size is None:
             raise InputError(where, "the stream ended before its first batch", "point it at more data")
@@ -333,14 +336,20 @@ class _Collating:
             raise
 
 
-def _first_batch_failure(user: UserWorkload, exc: BaseException, in_collate: bool) -> Tuple[str, str]:
-    """(problem, fix) for the first batch's error, raised by `__getitem__` or, `in_collate`, by collation."""
+def _first_batch_failure(user: UserWorkload, exc: BaseException, in_collate: bool,
+                         batched: bool) -> Tuple[str, str]:
+    """(problem, fix) for the first batch's error, raised by `__getitem__` or, `in_collate`, by collation
+    (`batched`: of one whole batch the dataset made)."""
     named = isinstance(user.collate, str)
     by = f" with --collate {user.collate}" if in_collate and named else ""
     if not isinstance(exc, Exception):
         fix = "a sample must return, not exit"
     elif not in_collate:
         fix = SAMPLE_FIX
+    elif batched and user.collate is not None:
+        fix = ("with --batched the collate function is given one whole batch the dataset made, not a list of "
+               "samples: fix it for that, or drop it" if named else
+               "with batch_size=None collate_fn is given one whole batch the dataset made, not a list of samples")
     elif named:
         fix = "fix --collate"
     elif user.collate is not None:

@@ -81,6 +81,11 @@ BATCHES = textwrap.dedent(f'''
 
     def meta_first():
         return MetaFirst()
+
+    def per_sample(samples):
+        if not isinstance(samples, list):
+            raise TypeError("expected a list of samples, got " + type(samples).__name__)
+        return torch.stack([image for image, _ in samples]), torch.tensor([label for _, label in samples])
 ''')
 
 
@@ -213,7 +218,9 @@ def test_a_batch_of_dicts_is_counted_by_its_first_tensor(clean_imports, tmp_path
      "tensors' first dimensions differ (2, 12, 12)"),
     (["--dataset", "user_batches_bad:empty_stream", "--batched"], "--dataset user_batches_bad:empty_stream:",
      "ended before its first batch"),
-], ids=["no-dataset", "and-batch-size", "scalar-batches", "meta-first", "empty-stream"])
+    (["--dataset", "user_batches_bad:make", "--batched", "--collate", "user_batches_bad:per_sample"],
+     "--dataset user_batches_bad:make:", "the collate function is given one whole batch the dataset made"),
+], ids=["no-dataset", "and-batch-size", "scalar-batches", "meta-first", "empty-stream", "per-sample-collate"])
 def test_what_cannot_be_read_as_batches_is_one_line(tmp_path, capsys, clean_imports, argv, where,  # noqa: F811
                                                     says) -> None:
     root = batches_module(tmp_path, "user_batches_bad")

@@ -168,3 +168,59 @@ def test_tune_loader_takes_a_batch_sampler_with_no_batch_size() -> None:
     dataset = TensorDataset(torch.zeros(16, 3, 8, 8))
     with pytest.raises(InputError, match=r"^tune_loader\(batch_size=\.\.\.\): does not apply with batch_sampler"):
         tune_loader(dataset, batch_size=8, batch_sampler=BatchSampler(SequentialSampler(dataset), 4, False))
+
+
+FAULTY = textwrap.dedent('''
+    import torch
+    from torch.utils.data import Sampler
+
+    class Faulty(Sampler):
+        def __init__(self, items, fail_at=None):
+            self.items, self.fail_at = items, fail_at
+
+        def __iter__(self):
+            for position, item in enumerate(self.items):
+                if position == self.fail_at:
+                    raise RuntimeError(f"sampler broke at {position}")
+                yield item
+
+        def __len__(self):
+            return len(self.items)
+
+    def beyond(dataset):
+        return Faulty([0, 2, 4, 6, 8, 10, 12, 200] * 4)
+
+    def raises(dataset):
+        return Faulty(list(range(0, 128, 2)), fail_at=20)
+
+    def generator(dataset):
+        return (index for index in range(0, 128, 2))
+
+    def short(dataset):
+        return Faulty([0, 2])
+
+    def empty_list(dataset):
+        return Faulty([[0, 2], [], [4, 6]])
+
+    def ints(dataset):
+        return Faulty([0, 2, 4])
+''')
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--sampler", "user_faulty:beyond", "--batch-size", "8"], "yielded index 200, outside the dataset's 128 samples"),
+    (["--sampler", "user_faulty:raises", "--batch-size", "8"],
+     "raised RuntimeError: sampler broke at 20 while drawing indices"),
+    (["--sampler", "user_faulty:generator", "--batch-size", "8"], "is an iterator (generator), used up after one"),
+    (["--sampler", "user_faulty:short", "--batch-size", "8"], "drew fewer indices than one batch (8)"),
+    (["--batch-sampler", "user_faulty:empty_list"], "yielded an empty list of indices"),
+    (["--batch-sampler", "user_faulty:ints"], "yielded int 0 where a batch sampler yields lists of indices"),
+], ids=["beyond", "raises", "generator", "short", "empty-list", "ints"])
+def test_a_faulty_sampler_is_named_not_the_dataset(tmp_path, capsys, clean_imports, argv, says):  # noqa: F811
+    """What a sampler yields or raises, at set-up or mid-run, is one line naming the sampler, not a sample
+    that failed to load with the dataset's fix."""
+    (tmp_path / "user_faulty.py").write_text(FAULTY)
+    code, out, err = bench(tmp_path, capsys, "--dataset", "user_sampled:make", *argv)
+    flag = argv[0]
+    assert code == 2 and out == "" and err.startswith(f"error: {flag} {argv[1]}: ") and says in err, err
+    assert err.count("\n") == 1
