@@ -9,6 +9,7 @@ with every row's source and confidence (cuda_compat.md section 5).
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Iterable, List, Mapping, Optional, Tuple
 
@@ -125,6 +126,7 @@ def cuda_supported_by_driver_number(driver: str, os_name: str) -> Optional[int]:
 # --------------------------------------------------------------------------- arch lists
 
 
+@functools.lru_cache(maxsize=None)  # the entries of a few arch lists, parsed for every GPU x every build
 def parse_arch(entry: str) -> Optional[Tuple[str, Tuple[int, int], str]]:
     """'sm_120' -> ('sm', (12, 0), ''); 'compute_90' -> ('compute', (9, 0), ''); 'sm_90a' -> (..., 'a')."""
     match = _ARCH.match(entry.strip())

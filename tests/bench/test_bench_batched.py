@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench.test_bench_dataset import clean_imports  # noqa: F401 (a fixture)
+from tests.fixtures.bench import run_every_phase
 
 ROWS = 12  # samples in each of the dataset's own batches
 
@@ -148,18 +149,29 @@ def test_a_batch_of_the_users_own_class_is_looked_into() -> None:
     assert sample_counter(None, 1)(batch) == 6 and sample_counter(8, 8)(batch) == 6
 
 
-def test_bench_counts_each_batch_as_its_rows(tmp_path, capsys, clean_imports):  # noqa: F811
-    """The rates count a batch as ROWS samples, and the report and a note say the dataset batches itself."""
+def test_bench_reads_a_dataset_of_batches_and_says_so(tmp_path, capsys, clean_imports):  # noqa: F811
+    """`--batched`: the report's workload and a note say the dataset batches itself, ROWS samples a batch."""
     root = batches_module(tmp_path, "user_batches")
-    code, stdout, err = bench(["--path", str(root), "--dataset", "user_batches:make", "--batched", "--budget", "4",
+    code, stdout, err = bench(["--path", str(root), "--dataset", "user_batches:make", "--batched", "--budget", "2",
                                "--json", "--out", str(tmp_path / "out")], capsys)
     assert code in (0, 1), err
     extra = json.loads(stdout)["extra"]
     assert extra["workload"]["batched"] is True and extra["workload"]["batch_size"] == ROWS
     assert any(f"each counted by the first dimension its tensors share ({ROWS} in the first)" in note
                for note in extra["notes"])
-    measured = [m for m in extra["measurements"] if m["steps"]]
-    assert measured and all(m["samples"] == m["steps"] * ROWS for m in measured)
+
+
+def test_every_window_counts_each_batch_as_its_rows(tmp_path, clean_imports):  # noqa: F811
+    from bootstrap.bench.config import BenchOptions, WorkloadSpec
+    from bootstrap.bench.user import UserWorkload
+
+    root = batches_module(tmp_path, "user_batches_counted")
+    user = UserWorkload("user_batches_counted:make", paths=(str(root),))
+    result = run_every_phase(BenchOptions(workload=WorkloadSpec(batched=True), device="cpu", user=user),
+                             last="naive")
+    measured = [m for m in result.measurements if m.steps]
+    assert {m.phase for m in measured} == {"loader", "ceiling", "naive"}
+    assert all(m.samples == m.steps * ROWS for m in measured)
 
 
 def test_the_snippet_loads_the_datasets_own_batches(tmp_path, clean_imports):  # noqa: F811

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import textwrap
 
-from tests.bench.test_bench_dataset import bench_here, clean_imports  # noqa: F401 (a fixture)
+from tests.bench.test_bench_dataset import clean_imports  # noqa: F401 (a fixture)
+from tests.fixtures.bench import run_every_phase
 
 SHORT, LONG, STEP_S_PER_TOKEN = 4, 64, 0.001
 
@@ -44,13 +45,17 @@ SEQUENCES = textwrap.dedent(f'''
 ''')
 
 
-def test_the_ceiling_steps_on_batches_of_every_shape_the_loader_gave(tmp_path, capsys, clean_imports):  # noqa: F811
+def test_the_ceiling_steps_on_batches_of_every_shape_the_loader_gave(tmp_path, clean_imports):  # noqa: F811
+    from bootstrap.bench.config import BenchOptions, WorkloadSpec
+    from bootstrap.bench.user import UserWorkload
+
     (tmp_path / "user_sequences.py").write_text(SEQUENCES)
-    _, report = bench_here(["--path", str(tmp_path), "--dataset", "user_sequences:make", "--collate",
-                            "user_sequences:pad", "--model", "user_sequences:model", "--step", "user_sequences:step",
-                            "--budget", "6", "--out", str(tmp_path / "out")], capsys)
-    ceiling = next(m for m in report["measurements"] if m["phase"] == "ceiling")
+    user = UserWorkload("user_sequences:make", collate="user_sequences:pad", model="user_sequences:model",
+                        step="user_sequences:step", paths=(str(tmp_path),))
+    result = run_every_phase(BenchOptions(workload=WorkloadSpec(batch_size=8), device="cpu", user=user),
+                             last="ceiling")
+    ceiling = next(m for m in result.measurements if m.phase == "ceiling")
     # Set-up's first batch alone is all short; the loader's first eight batches average 7/8 long.
     short_rate = 8 / (SHORT * STEP_S_PER_TOKEN)
     mixed_rate = 8 / ((SHORT + 7 * LONG) / 8 * STEP_S_PER_TOKEN)
-    assert ceiling["samples_per_s"] < (short_rate * mixed_rate) ** 0.5, (ceiling, short_rate, mixed_rate)
+    assert ceiling.samples_per_s < (short_rate * mixed_rate) ** 0.5, (ceiling, short_rate, mixed_rate)

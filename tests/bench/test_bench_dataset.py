@@ -383,11 +383,17 @@ def test_rates_count_the_samples_a_batch_holds_not_the_batch_size(tmp_path, caps
             return default_collate(samples)[0][:0], default_collate(samples)[1][:0]
     '''))
     (tmp_path / "bad_inputs.py").write_text(BAD_DATASETS)
-    _, report = bench_here(["--path", str(tmp_path), "--dataset", "bad_inputs:good", "--collate",
-                            "user_dropping:keep_half", "--budget", "3", "--out", str(tmp_path / "out")], capsys)
-    measured = [m for m in report["measurements"] if m["steps"]]
-    assert measured and all(m["samples"] == m["steps"] * (BATCH // 2) for m in measured), \
-        [(m["label"], m["steps"], m["samples"]) for m in measured]
+    from bootstrap.bench.config import BenchOptions, WorkloadSpec
+    from bootstrap.bench.user import UserWorkload
+    from tests.fixtures.bench import run_every_phase
+
+    user = UserWorkload("bad_inputs:good", collate="user_dropping:keep_half", paths=(str(tmp_path),))
+    result = run_every_phase(BenchOptions(workload=WorkloadSpec(batch_size=BATCH), device="cpu", user=user),
+                             last="naive")
+    measured = [m for m in result.measurements if m.steps]
+    assert {m.phase for m in measured} == {"loader", "ceiling", "naive"}
+    assert all(m.samples == m.steps * (BATCH // 2) for m in measured), [(m.label, m.steps, m.samples)
+                                                                         for m in measured]
     # one that drops every sample leaves nothing to measure: refused at set-up, not divided by later
     from bootstrap.cli import main
 
