@@ -199,6 +199,7 @@ def test_rank_facts_digest_every_package_of_the_install_record(tmp_path: Path) -
     assert other["packages"] != first["packages"]  # the same lock inputs, another torch wheel
 
 
+@pytest.mark.slow  # two interpreters and a rendezvous
 def test_a_rank_that_goes_away_mid_bench_is_one_line_on_the_others(tmp_path: Path) -> None:
     """Rank 1 joins the group and exits (a crash, a Ctrl-C of its own): rank 0, waiting at its first phase
     barrier, gets gloo's "Connection closed by peer", a traceback before and no report either way."""

@@ -1175,7 +1175,9 @@ def test_pip_entry_points_run_through_the_stable_path(tmp_path: Path, channel: P
 
 # --------------------------------------------------------------------------- disk full
 
-@pytest.mark.parametrize("where", ["conda-fetch", "conda-extract", "conda-link", "pip-fetch", "pip-install"])
+# The fetches fill the disk through the same download path; `make test-slow` runs them.
+@pytest.mark.parametrize("where", [pytest.param("conda-fetch", marks=pytest.mark.slow), "conda-extract",
+                                   "conda-link", pytest.param("pip-fetch", marks=pytest.mark.slow), "pip-install"])
 def test_a_full_disk_leaves_the_env_as_it_was(locked_once: Project, blob_sources: tuple, blob_bytes: bytes,
                                                small_fs: tuple, tmp_path: Path, capsys, where: str) -> None:
     """ENOSPC while fetching into the package cache, from rattler extracting into it or linking, or

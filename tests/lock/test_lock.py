@@ -94,6 +94,7 @@ def test_lock_over_http_mirror_keeps_canonical_urls_and_no_credentials(
     assert lock.custom[META_MIRRORS] == f"{CANONICAL_CHANNEL}={channel_server}"
 
 
+@pytest.mark.slow  # a real lock; the mirror tests cover the solve, this the file:// channel URL in the lock
 def test_lock_from_file_channel(tmp_path: Path, fixture_channel: Path, wheelhouse: Path) -> None:
     project = make_project(tmp_path / "proj", channels=(file_url(fixture_channel),))
     assert run_lock(project, wheelhouse) == 0

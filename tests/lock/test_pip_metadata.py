@@ -79,6 +79,7 @@ def test_specifiers_from_the_archive_of_a_find_links_wheel(tmp_path: Path) -> No
     assert locked == {platform: expected(edges) for platform, edges in EDGES.items()}
 
 
+@pytest.mark.slow  # a real uv resolution over HTTP
 @pytest.mark.parametrize("served", [True], indirect=True)
 def test_specifiers_from_the_index_metadata_file(served: ServedUrl) -> None:
     locked = locked_dependencies(PipOptions(find_links=(f"{served}/",), no_index=True))

@@ -161,6 +161,7 @@ def test_a_kept_wheel_keeps_its_own_dependencies(tmp_path: Path, capsys) -> None
     assert main(["lock", "--check", "--root", str(fixture.project.root)]) == 0
 
 
+@pytest.mark.slow  # a real lock first (the fixture's three solves)
 def test_update_of_a_name_in_no_lock_writes_nothing(mirrored: Fixture, capsys) -> None:
     root = mirrored.project.root
     write_spec(root, name="py39", conda=("python=3.9.*", "pip"), pip=())
