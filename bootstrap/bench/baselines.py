@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 from typing import Any, List, Optional
 
+from bootstrap.bench.batch import map_tensors, shared_first_dim
 from bootstrap.bench.device import h2d_bandwidth, matmul_tflops
 from bootstrap.bench.results import LoaderConfig, Measurement
 from bootstrap.bench.state import RunState
@@ -122,7 +123,7 @@ CEILING_BYTES = 256 * 1024 * 1024   # at most this much of them (as loaded) held
 def _keep_for_ceiling(state: RunState, batch: Any) -> Any:
     room = min(CEILING_BATCHES, max(1, CEILING_BYTES // max(1, state.batch_bytes)))
     # An empty batch (a collate that dropped every sample it was given) has no step to price.
-    if len(state.ceiling_batches) < room and (state.samples_in is None or state.samples_in(batch) > 0):
+    if len(state.ceiling_batches) < room and shared_first_dim(batch)[0] != 0:
         state.ceiling_batches.append(batch)
     return batch
 
@@ -139,8 +140,10 @@ def _resident(state: RunState, config: LoaderConfig, slots: int, deadline: float
     window_s = (deadline - time.perf_counter()) / (1.4 * slots)
     resident = itertools.cycle([trainer.prepare(batch, non_blocking=False) for batch in _ceiling_batches(state)])
     plan = replace(window_plan(window_s), floor_steps=5, min_steps=max(5, window_plan(window_s).min_steps))
+    # Each step gets its own containers of the resident tensors: a step that pops a key from its batch
+    # dict (HF's `labels = batch.pop("labels")`) must find it again on the next turn.
     return state.record(run_window(
-        lambda: next(resident), trainer.run, state.device, plan, deadline,
+        lambda: map_tensors(lambda tensor: tensor, next(resident)), trainer.run, state.device, plan, deadline,
         phase="ceiling", label=f"ceiling {config.label}", config=config, batch_size=state.workload.batch_size,
         clock_zero=state.clock_zero, counted=state.samples_in))
 
@@ -151,8 +154,6 @@ def _with_copy(state: RunState, deadline: float) -> Optional[Measurement]:
     trainer = trainer_for(state, config)
     if not state.affords(f"ceiling+h2d {config.label}", 10 * state.costs.step_s):
         return None
-    from bootstrap.bench.batch import map_tensors
-
     pinned = itertools.cycle([map_tensors(lambda t: t.pin_memory(), batch) for batch in _ceiling_batches(state)])
     window_s = (deadline - time.perf_counter()) / 1.4
     return state.record(run_window(

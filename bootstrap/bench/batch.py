@@ -57,25 +57,19 @@ _MAX_DEPTH = 8  # a batch is a shallow structure; anything deeper is not looked 
 
 
 def shared_first_dim(batch: Any) -> Tuple[Optional[int], Tuple[int, ...]]:
-    """(the first dimension every tensor in `batch` shares, or None; each tensor's first dimension, a
-    scalar's as -1). Images and labels of 16 samples share 16; torchvision's detection batches (a tuple
-    of images, CHW) and pad_sequence's (T, B) beside (B,) labels share none."""
-    dims = tuple(int(t.shape[0]) if t.dim() else -1 for t in tensors(batch))
-    return (dims[0] if dims and dims[0] >= 0 and len(set(dims)) == 1 else None), dims
+    """(the first dimension every tensor in `batch` shares, or None; each tensor's first dimension), scalar
+    tensors (a loss weight, a token count) left out. Images and labels of 16 samples share 16;
+    torchvision's detection batches (a tuple of images, CHW) and pad_sequence's (T, B) beside (B,) labels
+    share none."""
+    dims = tuple(int(t.shape[0]) for t in tensors(batch) if t.dim())
+    return (dims[0] if dims and len(set(dims)) == 1 else None), dims
 
 
-def sample_counter(batch_size: Optional[int], typical: int) -> Callable[[Any], int]:
-    """How a run counts the samples of each batch. `batch_size` (the DataLoader sized the batches): the
-    first dimension two or more tensors share when it is at most `batch_size` (a collate function that
-    drops the samples that failed to load makes batches short), else `batch_size`, since one tensor's
-    first dimension may be anything. None (the dataset's own batches, or a batch sampler's): the first
-    dimension its tensors share, else `typical`, the first batch's count."""
-    if batch_size is not None:
-        def sized(batch: Any) -> int:
-            shared, dims = shared_first_dim(batch)
-            return shared if shared is not None and len(dims) >= 2 and shared <= batch_size else batch_size
-
-        return sized
+def own_batch_counter(typical: int) -> Callable[[Any], int]:
+    """How a run counts the samples of a batch the DataLoader did not size (the dataset's own, or a batch
+    sampler's): the first dimension its tensors share, else `typical`, the first batch's count. A batch
+    the DataLoader sized counts the batch size, whatever its tensors' shapes say (an image's channels, a
+    time-major length)."""
     return lambda batch: _or(shared_first_dim(batch)[0], typical)
 
 
@@ -87,13 +81,14 @@ def own_batch_problem(batch: Any) -> str:
     """Why the first batch a dataset made itself cannot say how many samples it holds ('' when it can)."""
     shared, dims = shared_first_dim(batch)
     items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
-    if any(isinstance(item, (int, float)) and not isinstance(item, bool) for item in items):
-        return "yields items that hold a plain number beside their tensors, as one sample does, not a whole batch"
+    number = any(isinstance(item, (int, float)) and not isinstance(item, bool) for item in items)
+    if number and len(dims) < 2:  # (image, label): one sample; a batch's tensors would share their rows
+        return "yields items that hold a plain number beside one tensor, as one sample does, not a whole batch"
     if not dims:
         return f"yields a batch ({type(batch).__name__}) that holds no tensor to count its samples by"
     if shared is None:
         return (f"yields a batch whose tensors' first dimensions differ ({', '.join(map(str, dims[:6]))}), so "
-                "the samples it holds cannot be counted")
+                "the samples it holds cannot be counted (time-major tensors?)")
     return ""
 
 

@@ -126,9 +126,8 @@ class Checked:
     def _index(self, index: Any) -> None:
         try:
             position = operator.index(index)
-        except TypeError:
-            raise self._error(f"yielded {_shown(index)} where an index belongs",
-                              "yield integer indices into the dataset") from None
+        except TypeError:  # a key the dataset's __getitem__ takes ((mosaic, index), a file name): its own
+            return
         if position < 0 or (self.length is not None and position >= self.length):
             raise self._error(f"yielded index {position}, outside the dataset's {self.length} samples"
                               if self.length is not None else f"yielded index {position}, below 0",

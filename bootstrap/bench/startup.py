@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 from bootstrap.bench.budget import Costs
 from bootstrap.bench.config import option_name
@@ -142,21 +142,17 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
     """The user's dataset, collate, model and step (`user.resolve`: one batch made here, so a dataset that
     cannot feed the run fails now, in one line), then one training step on that batch. Returns what the
     report says of the model."""
-    from bootstrap.bench.batch import sample_counter, tensors
+    from bootstrap.bench.batch import own_batch_counter, tensors
     from bootstrap.bench.user import is_stream, resolve
 
     user, spec = state.options.user, state.workload
     parts = resolve(user, spec.loader_batch_size, spec.seed)
     state.user_parts, state.dataset, state.collate_fn = parts, parts.dataset, parts.collate_fn
     own = spec.batched or parts.sampling.batch_sampler is not None  # batches the DataLoader did not size
-    state.samples_in = sample_counter(None if own else spec.batch_size, parts.samples)
+    state.samples_in = own_batch_counter(parts.samples) if own else None
+    state.notes.extend(_counting_notes(spec, parts))
     if own:
-        spec = replace(spec, batch_size=parts.samples)
-        state.options = replace(state.options, workload=spec)
-        made = "the dataset yields whole batches (DataLoader batch_size=None)" if spec.batched else \
-            "the batch sampler makes the batches"
-        state.notes.append(f"{made}, each counted by the first dimension its tensors share ({parts.samples} in the "
-                           "first)")
+        state.options = replace(state.options, workload=replace(spec, batch_size=parts.samples))
     if is_stream(parts.dataset):
         state.notes.append("the dataset is a stream (IterableDataset), read in its own order: each DataLoader "
                            "worker runs its own __iter__, so unless it splits itself by "
@@ -171,6 +167,24 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
         model_reason = "the user's model"
     _first_user_step(state)
     return model_reason
+
+
+def _counting_notes(spec: Any, parts: Any) -> List[str]:
+    """What the report says of how it counts samples, where it is not simply --batch-size a batch."""
+    from bootstrap.bench.batch import shared_first_dim
+
+    shared, dims = shared_first_dim(parts.first_batch)
+    if not (spec.batched or parts.sampling.batch_sampler is not None):
+        if shared is not None and len(dims) >= 2 and shared < spec.batch_size:
+            return [f"the first batch held {shared} of its {spec.batch_size} samples (a collate function that drops "
+                    f"what failed to load?): the rates count {spec.batch_size} a batch, more than were delivered"]
+        return []
+    made = "the dataset yields whole batches (DataLoader batch_size=None)" if spec.batched else \
+        "the batch sampler makes the batches"
+    if shared is None:  # a batch sampler's batches whose tensors share no first dimension (detection)
+        return [f"{made}; its tensors share no first dimension to count samples by, so each batch counts as the "
+                f"first list of indices did ({parts.samples})"]
+    return [f"{made}, each counted by the first dimension its tensors share ({parts.samples} in the first)"]
 
 
 def _first_user_step(state: RunState) -> None:

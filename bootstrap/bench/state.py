@@ -64,7 +64,7 @@ class RunState:
     user_parts: Any = None                   # user.UserParts when the run measures the user's workload
     sample_batch: Optional[Tuple[Any, Any]] = None  # the first batch: the ceiling's when the loader phase kept none
     ceiling_batches: List[Any] = field(default_factory=list)  # batches the loader phase loaded, for the ceiling
-    samples_in: Optional[Callable[[Any], int]] = None  # the samples in a user's batch (batch.sample_counter)
+    samples_in: Optional[Callable[[Any], int]] = None  # samples in a batch it did not size (own_batch_counter)
     batch_bytes: int = 0
     sampler: Any = None                      # sampler.UtilSampler while it runs
     device_info: Dict[str, Any] = field(default_factory=dict)

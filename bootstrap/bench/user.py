@@ -314,9 +314,9 @@ def _first_batch_samples(first: Any, batch_size: Optional[int], sampling: Sampli
     problem = own_batch_problem(first)
     if problem:
         named = isinstance(user.dataset, str)
-        raise InputError(where, problem, "yield whole batches, every tensor with one row per sample, or "
-                         f"{'drop --batched' if named else 'pass tune_loader a batch_size'} and let the "
-                         "DataLoader batch the samples")
+        raise InputError(where, problem, "yield whole batches, samples along the first dimension of every "
+                         f"tensor (batch-first), or {'drop --batched' if named else 'pass tune_loader a batch_size'} "
+                         "and let the DataLoader batch the samples")
     return shared
 
 

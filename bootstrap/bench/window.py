@@ -84,7 +84,7 @@ def run_window(next_batch: Callable[[], Any], step: Callable[[Any], None], devic
                clock_zero: float, first_batch_s: Optional[float] = None, warmup: bool = True,
                counted: Optional[Callable[[Any], int]] = None) -> Measurement:
     """Warm up, then time steps of `step(next_batch())` until the plan or `deadline` (perf_counter) ends it.
-    Each batch counts `batch_size` samples, or what `counted` says it holds (`batch.sample_counter`)."""
+    Each batch counts `batch_size` samples, or what `counted` says it holds (`batch.own_batch_counter`)."""
     if warmup:
         warm_up(next_batch, step, device, plan, deadline)
     gaps = _CudaGaps(device)

@@ -74,8 +74,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="with --dataset: FN(dataset) returns the batch sampler that makes the batches "
                           "(instead of --batch-size)")
     own.add_argument("--batched", action="store_true", default=None,
-                     help="with --dataset: it yields whole batches (DataLoader batch_size=None), each counted as "
-                          "the length of its first")
+                     help="with --dataset: it yields whole batches (DataLoader batch_size=None), each counted by "
+                          "the first dimension its tensors share")
     own.add_argument("--path", action="append", default=[], metavar="DIR",
                      help="import those modules from DIR too (repeatable; default: the working directory)")
     load = parser.add_argument_group("workload")

@@ -83,6 +83,16 @@ BATCHES = textwrap.dedent(f'''
     def meta_first():
         return MetaFirst()
 
+    class WithEpoch(Batches):
+        """A batch with a plain number and a scalar tensor beside its rows."""
+
+        def __getitem__(self, index):
+            images, labels = batch(index)
+            return {{"images": images, "labels": labels, "epoch": 3, "weight": torch.tensor(0.5)}}
+
+    def with_epoch():
+        return WithEpoch()
+
     def per_sample(samples):
         if not isinstance(samples, list):
             raise TypeError("expected a list of samples, got " + type(samples).__name__)
@@ -105,26 +115,24 @@ def bench(argv, capsys) -> tuple:
     return code, captured.out, captured.err
 
 
-@pytest.mark.parametrize(("batch", "sized", "own"), [
-    (lambda t: (t.zeros(16, 3, 8, 8), t.zeros(16)), 16, 16),                         # images, labels
-    (lambda t: (t.zeros(11, 3, 8, 8), t.zeros(11)), 11, 11),                         # a collate that dropped 5
-    (lambda t: {"ids": t.zeros(16, 40), "mask": t.zeros(16, 40), "labels": t.zeros(16)}, 16, 16),
+@pytest.mark.parametrize(("batch", "own"), [
+    (lambda t: (t.zeros(16, 3, 8, 8), t.zeros(16)), 16),                              # images, labels
+    (lambda t: {"ids": t.zeros(16, 40), "mask": t.zeros(16, 40), "labels": t.zeros(16)}, 16),
+    (lambda t: {"images": t.zeros(16, 3, 8, 8), "weight": t.tensor(0.5)}, 16),         # a scalar beside
     (lambda t: (tuple(t.zeros(3, 9, 9) for _ in range(16)), tuple({"boxes": t.zeros(2, 4)} for _ in range(16))),
-     16, None),                                                                     # torchvision detection
-    (lambda t: (t.zeros(40, 16), t.zeros(16)), 16, None),                           # pad_sequence's (T, B)
-    (lambda t: t.zeros(12, 16), 16, 12),                                            # one tensor: its rows
-    (lambda t: ("text", 3), 16, None),                                               # no tensor
-], ids=["images", "dropped", "tokens", "detection", "time-major", "one-tensor", "none"])
-def test_a_batch_counts_the_first_dimension_its_tensors_share(batch, sized, own) -> None:
-    """DataLoader-sized batches: the shared first dimension of two or more tensors, at most the batch size,
-    else the batch size; a dataset's own batches: the shared first dimension, else the first batch's count."""
+     None),                                                                          # torchvision detection
+    (lambda t: (t.zeros(40, 16), t.zeros(16)), None),                                # pad_sequence's (T, B)
+    (lambda t: t.zeros(12, 16), 12),                                                 # one tensor: its rows
+    (lambda t: ("text", 3), None),                                                   # no tensor
+], ids=["images", "tokens", "scalar-beside", "detection", "time-major", "one-tensor", "none"])
+def test_a_batch_it_did_not_size_counts_the_first_dimension_its_tensors_share(batch, own) -> None:
+    """The dataset's own batches, or a batch sampler's: the first dimension the tensors share (scalar tensors
+    left out), else the first batch's count. (A batch the DataLoader sized counts the batch size.)"""
     import torch
 
-    from bootstrap.bench.batch import sample_counter
+    from bootstrap.bench.batch import own_batch_counter
 
-    made = batch(torch)
-    assert sample_counter(16, 16)(made) == sized
-    assert sample_counter(None, 7)(made) == (7 if own is None else own)
+    assert own_batch_counter(7)(batch(torch)) == (7 if own is None else own)
 
 
 def test_a_batch_of_the_users_own_class_is_looked_into() -> None:
@@ -132,7 +140,7 @@ def test_a_batch_of_the_users_own_class_is_looked_into() -> None:
     bytes (which size /dev/shm) are those tensors', and a batch that refers to itself is walked once."""
     import torch
 
-    from bootstrap.bench.batch import sample_counter, tensors
+    from bootstrap.bench.batch import own_batch_counter, tensors
 
     class SimpleCustomBatch:
         def __init__(self, data):
@@ -146,7 +154,7 @@ def test_a_batch_of_the_users_own_class_is_looked_into() -> None:
 
     batch = SimpleCustomBatch([(torch.zeros(5), torch.zeros(1))] * 6)
     assert [tuple(t.shape) for t in tensors(batch)] == [(6, 5), (6, 1)]
-    assert sample_counter(None, 1)(batch) == 6 and sample_counter(8, 8)(batch) == 6
+    assert own_batch_counter(1)(batch) == 6
 
 
 def test_bench_reads_a_dataset_of_batches_and_says_so(tmp_path, capsys, clean_imports):  # noqa: F811
@@ -225,7 +233,7 @@ def test_a_batch_of_dicts_is_counted_by_its_first_tensor(clean_imports, tmp_path
     (["--batched"], "--batched:", "only applies to your own dataset"),
     (["--dataset", "user_batches_bad:make", "--batched", "--batch-size", "8"], "--batch-size:", "drop one of them"),
     (["--dataset", "user_batches_bad:scalars", "--batched"], "--dataset user_batches_bad:scalars:",
-     "hold a plain number beside their tensors, as one sample does"),
+     "hold a plain number beside one tensor, as one sample does"),
     (["--dataset", "user_batches_bad:meta_first", "--batched"], "--dataset user_batches_bad:meta_first:",
      "tensors' first dimensions differ (2, 12, 12)"),
     (["--dataset", "user_batches_bad:empty_stream", "--batched"], "--dataset user_batches_bad:empty_stream:",
@@ -254,3 +262,12 @@ def test_a_config_file_may_say_batched_but_not_with_a_batch_size(tmp_path, capsy
     code, _, err = bench(["--path", str(root), "--dataset", "user_batches_config:make", "--config", str(config),
                           "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and f"{config}: options.batched: expected true or false" in err, err
+
+
+def test_a_batch_with_a_number_and_a_scalar_beside_its_rows_is_a_batch(tmp_path, clean_imports):  # noqa: F811
+    from bootstrap.bench.user import UserWorkload, resolve
+
+    root = batches_module(tmp_path, "user_batches_epoch")
+    parts = resolve(UserWorkload("user_batches_epoch:with_epoch", paths=(str(root),)), None)
+    assert parts.samples == ROWS
+

@@ -59,3 +59,40 @@ def test_the_ceiling_steps_on_batches_of_every_shape_the_loader_gave(tmp_path, c
     short_rate = 8 / (SHORT * STEP_S_PER_TOKEN)
     mixed_rate = 8 / ((SHORT + 7 * LONG) / 8 * STEP_S_PER_TOKEN)
     assert ceiling.samples_per_s < (short_rate * mixed_rate) ** 0.5, (ceiling, short_rate, mixed_rate)
+
+
+POPPING = textwrap.dedent('''
+    import torch
+    from torch.utils.data import Dataset
+
+    class Tokens(Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, index):
+            return {"input_ids": torch.ones(8, dtype=torch.long), "labels": torch.tensor(index % 2)}
+
+    def make():
+        return Tokens()
+
+    def model():
+        return torch.nn.Linear(8, 2)
+
+    def step(model, batch, device):
+        labels = batch.pop("labels")  # as Hugging Face training loops do
+        return torch.nn.functional.cross_entropy(model(batch["input_ids"].float()), labels)
+''')
+
+
+def test_a_step_that_pops_from_its_batch_finds_the_batch_whole_each_turn(tmp_path, clean_imports):  # noqa: F811
+    from bootstrap.bench.config import BenchOptions, WorkloadSpec
+    from bootstrap.bench.user import UserWorkload
+
+    (tmp_path / "user_popping.py").write_text(POPPING)
+    user = UserWorkload("user_popping:make", model="user_popping:model", step="user_popping:step",
+                        paths=(str(tmp_path),))
+    result = run_every_phase(BenchOptions(workload=WorkloadSpec(batch_size=8), device="cpu", user=user),
+                             last="ceiling")
+    ceiling = next(m for m in result.measurements if m.phase == "ceiling")
+    assert ceiling.steps >= 5 and ceiling.samples == 8 * ceiling.steps
+

@@ -370,9 +370,10 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, capsys, cl
     assert not out.exists() or not any(out.iterdir())
 
 
-def test_rates_count_the_samples_a_batch_holds_not_the_batch_size(tmp_path, capsys, clean_imports):
-    """A collate function that drops samples (the ones that failed to load) delivers short batches: the
-    rates count what each batch holds."""
+def test_a_collate_that_drops_samples_is_said_and_an_empty_first_batch_refused(tmp_path, capsys, clean_imports):
+    """A collate function that drops samples (the ones that failed to load) delivers short batches. The
+    rates count the batch size (a tensor's first dimension is no sample count: an image's channels in
+    detection batches, a time-major length), and a note says the first batch held fewer."""
     (tmp_path / "user_dropping.py").write_text(textwrap.dedent('''
         from torch.utils.data import default_collate
 
@@ -392,8 +393,9 @@ def test_rates_count_the_samples_a_batch_holds_not_the_batch_size(tmp_path, caps
                              last="naive")
     measured = [m for m in result.measurements if m.steps]
     assert {m.phase for m in measured} == {"loader", "ceiling", "naive"}
-    assert all(m.samples == m.steps * (BATCH // 2) for m in measured), [(m.label, m.steps, m.samples)
-                                                                         for m in measured]
+    assert all(m.samples == m.steps * BATCH for m in measured)
+    assert f"the first batch held {BATCH // 2} of its {BATCH} samples (a collate function that drops what failed " \
+           f"to load?): the rates count {BATCH} a batch, more than were delivered" in result.notes
     # one that drops every sample leaves nothing to measure: refused at set-up, not divided by later
     from bootstrap.cli import main
 

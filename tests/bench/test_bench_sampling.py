@@ -243,3 +243,13 @@ def test_a_sampler_that_fails_mid_run_is_named_too(tmp_path, clean_imports):  # 
                                          "at 20 while drawing indices"):
         run_every_phase(BenchOptions(workload=WorkloadSpec(batch_size=8), device="cpu", user=user), last="loader")
 
+
+def test_keys_that_are_not_integers_pass_to_the_dataset_as_they_are() -> None:
+    """YOLOX's batch sampler yields (mosaic, index) pairs, a dataset keyed by file name takes names:
+    DataLoader hands them to __getitem__, and so does the check."""
+    from bootstrap.bench.sampling import Checked
+
+    pairs = Checked([[(True, 0), (False, 1)], [(True, 2)]], "--batch-sampler m:f", 4, batches=True)
+    assert list(pairs) == [[(True, 0), (False, 1)], [(True, 2)]]
+    assert list(Checked(["im0", "im1"], "--sampler m:f", 2, batches=False)) == ["im0", "im1"]
+
