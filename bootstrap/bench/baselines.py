@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import replace
-from typing import Any, List, Optional
+from typing import Any, Callable, Optional
 
 from bootstrap.bench.batch import map_tensors, shared_first_dim
 from bootstrap.bench.device import h2d_bandwidth, matmul_tflops
@@ -54,7 +54,7 @@ def loader(state: RunState, deadline: float) -> str:
     # The costs are still set-up's guess from one batch, often several times the real cost: the window
     # keeps to the phase's slice rather than to what that guess says a window needs.
     # The synthetic batches all cost the same step: the ceiling keeps set-up's one.
-    keep = None if state.options.user is None else (lambda batch: _keep_for_ceiling(state, batch))
+    keep = None if state.options.user is None else (lambda batch, samples: _keep_for_ceiling(state, batch, samples))
     measured = measure_loader(state, LoaderConfig(), window_s, deadline, "loader", with_step=False, stretch=False,
                               keep=keep)
     samples = max(1, measured.samples)  # a collate that drops every sample it is given yields empty batches
@@ -120,16 +120,34 @@ CEILING_BATCHES = 8                 # the loader phase's first batches the ceili
 CEILING_BYTES = 256 * 1024 * 1024   # at most this much of them (as loaded) held on the device
 
 
-def _keep_for_ceiling(state: RunState, batch: Any) -> Any:
+def _keep_for_ceiling(state: RunState, batch: Any, samples: Optional[int]) -> Any:
     room = min(CEILING_BATCHES, max(1, CEILING_BYTES // max(1, state.batch_bytes)))
     # An empty batch (a collate that dropped every sample it was given) has no step to price.
     if len(state.ceiling_batches) < room and shared_first_dim(batch)[0] != 0:
-        state.ceiling_batches.append(batch)
+        state.ceiling_batches.append((batch, samples))
     return batch
 
 
-def _ceiling_batches(state: RunState) -> List[Any]:
-    return state.ceiling_batches or [state.sample_batch]
+class _Turns:
+    """The ceiling's batches in turn, each made by `make` once, and what the batch last given holds (None:
+    `fallback` counts it by its tensors, or, no fallback, the batch size)."""
+
+    def __init__(self, state: RunState, make: Callable[[Any], Any]) -> None:
+        kept = state.ceiling_batches or [(state.sample_batch, None)]
+        self._cycle = itertools.cycle([(make(batch), samples) for batch, samples in kept])
+        self._fallback = state.samples_in
+        self.samples: Optional[int] = None
+
+    def __call__(self) -> Any:
+        batch, self.samples = next(self._cycle)
+        return batch
+
+    @property
+    def counted(self) -> Optional[Callable[[Any], int]]:
+        if self._fallback is None:
+            return None
+        fallback = self._fallback
+        return lambda batch: self.samples if self.samples is not None else fallback(batch)
 
 
 def _resident(state: RunState, config: LoaderConfig, slots: int, deadline: float) -> Optional[Measurement]:
@@ -138,14 +156,14 @@ def _resident(state: RunState, config: LoaderConfig, slots: int, deadline: float
     if not state.affords(f"ceiling {config.label}", 10 * state.costs.step_s):
         return None
     window_s = (deadline - time.perf_counter()) / (1.4 * slots)
-    resident = itertools.cycle([trainer.prepare(batch, non_blocking=False) for batch in _ceiling_batches(state)])
+    resident = _Turns(state, lambda batch: trainer.prepare(batch, non_blocking=False))
     plan = replace(window_plan(window_s), floor_steps=5, min_steps=max(5, window_plan(window_s).min_steps))
     # Each step gets its own containers of the resident tensors: a step that pops a key from its batch
     # dict (HF's `labels = batch.pop("labels")`) must find it again on the next turn.
     return state.record(run_window(
-        lambda: map_tensors(lambda tensor: tensor, next(resident)), trainer.run, state.device, plan, deadline,
+        lambda: map_tensors(lambda tensor: tensor, resident()), trainer.run, state.device, plan, deadline,
         phase="ceiling", label=f"ceiling {config.label}", config=config, batch_size=state.workload.batch_size,
-        clock_zero=state.clock_zero, counted=state.samples_in))
+        clock_zero=state.clock_zero, counted=resident.counted))
 
 
 def _with_copy(state: RunState, deadline: float) -> Optional[Measurement]:
@@ -154,12 +172,12 @@ def _with_copy(state: RunState, deadline: float) -> Optional[Measurement]:
     trainer = trainer_for(state, config)
     if not state.affords(f"ceiling+h2d {config.label}", 10 * state.costs.step_s):
         return None
-    pinned = itertools.cycle([map_tensors(lambda t: t.pin_memory(), batch) for batch in _ceiling_batches(state)])
+    pinned = _Turns(state, lambda batch: map_tensors(lambda t: t.pin_memory(), batch))
     window_s = (deadline - time.perf_counter()) / 1.4
     return state.record(run_window(
-        lambda: next(pinned), trainer.step, state.device, window_plan(window_s), deadline, phase="ceiling_h2d",
+        pinned, trainer.step, state.device, window_plan(window_s), deadline, phase="ceiling_h2d",
         label=f"ceiling+h2d {config.label}", config=config, batch_size=state.workload.batch_size,
-        clock_zero=state.clock_zero, counted=state.samples_in))
+        clock_zero=state.clock_zero, counted=pinned.counted))
 
 
 def naive(state: RunState, deadline: float) -> str:

@@ -5,16 +5,17 @@ sampler (`WeightedRandomSampler` for imbalanced classes, a `DistributedSampler`)
     --sampler MODULE:FN / tune_loader(sampler=...)              FN(dataset) -> a Sampler of indices
     --batch-sampler MODULE:FN / tune_loader(batch_sampler=...)  FN(dataset) -> a sampler of index lists
 
-A batch sampler makes the batches: it takes the place of the batch size (each batch counts the samples
-it holds), as in `DataLoader`, where the two are mutually exclusive. A stream (IterableDataset) takes
+A batch sampler makes the batches: it takes the place of the batch size (each batch counts the list of
+indices it was made from), as in `DataLoader`, where the two are mutually exclusive. A stream (IterableDataset) takes
 neither: DataLoader reads it in its own order.
 """
 
 from __future__ import annotations
 
+import collections
 import operator
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Deque, Dict, Iterator, Optional
 
 from bootstrap.errors import InputError, excerpt
 
@@ -92,6 +93,7 @@ class Checked:
 
     def __init__(self, sampler: Any, where: str, length: Optional[int], batches: bool) -> None:
         self.sampler, self.where, self.length, self.batches = sampler, where, length, batches
+        self.lengths: Deque[int] = collections.deque()  # a batch sampler's lists drawn, not yet come back
 
     def __len__(self) -> int:
         return len(self.sampler)
@@ -101,6 +103,7 @@ class Checked:
             drawn = iter(self.sampler)
         except Exception as exc:  # noqa: BLE001 (the user's __iter__)
             raise self._error(f"raised {_describe(exc)} when iterated", "fix the sampler's __iter__") from None
+        lengths = self.lengths = collections.deque()  # a new pass: an earlier loader's leftovers are not ours
         while True:
             try:
                 item = next(drawn)
@@ -108,7 +111,10 @@ class Checked:
                 return
             except Exception as exc:  # noqa: BLE001 (the user's sampler)
                 raise self._error(f"raised {_describe(exc)} while drawing indices", "fix the sampler") from None
-            yield self._checked(item)
+            item = self._checked(item)
+            if self.batches:
+                lengths.append(len(item))
+            yield item
 
     def _checked(self, item: Any) -> Any:
         if not self.batches:

@@ -181,9 +181,10 @@ def _counting_notes(spec: Any, parts: Any) -> List[str]:
         return []
     made = "the dataset yields whole batches (DataLoader batch_size=None)" if spec.batched else \
         "the batch sampler makes the batches"
-    if shared is None:  # a batch sampler's batches whose tensors share no first dimension (detection)
-        return [f"{made}; its tensors share no first dimension to count samples by, so each batch counts as the "
-                f"first list of indices did ({parts.samples})"]
+    if parts.sampling.batch_sampler is not None:
+        how = "its tensors share no first dimension (detection, time-major)" if shared is None else \
+            f"{parts.samples} in the first"
+        return [f"{made}, each counted by the list of indices it was made from ({how})"]
     return [f"{made}, each counted by the first dimension its tensors share ({parts.samples} in the first)"]
 
 

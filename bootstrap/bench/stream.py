@@ -11,7 +11,7 @@ import gc
 import re
 import time
 import warnings
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional, Tuple
 
 from bootstrap.bench.results import LoaderConfig
 
@@ -24,10 +24,15 @@ class BatchStream:
     batches, which the rates would count as real ones. Its first worker's first batch and the second
     worker's are then the same, while the first worker's next batch differs (a stream of one constant
     batch, placeholder data, proves nothing): that loader counts as failed (`DUPLICATED`), as one whose
-    workers died does."""
+    workers died does.
+
+    `samples`: what the batch last returned holds, when a batch sampler made it (the length of its list
+    of indices, which `sampling.Checked` records as DataLoader draws it; batches come back in that
+    order); None otherwise."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
+        self.samples: Optional[int] = None
         started = time.perf_counter()
         with _quiet_worker_count():
             try:
@@ -53,11 +58,11 @@ class BatchStream:
             return
         # DataLoader takes the workers' batches in turn: batch `workers` is the first worker's second.
         for _ in range(workers):
-            batch = next(self._iterator, None)
-            if batch is None:
+            try:
+                self._queued.append(self._pull())
+            except StopIteration:
                 return
-            self._queued.append(batch)
-        first, second, again = self._queued[0], self._queued[1], self._queued[workers]
+        first, second, again = (self._queued[i][0] for i in (0, 1, workers))
         if same_batch(first, second) and not same_batch(first, again):
             raise RuntimeError(f"{DUPLICATED}: with {workers} workers, the first two workers' first batches are the "
                                "same: it does not split itself by torch.utils.data.get_worker_info(), so every "
@@ -65,19 +70,26 @@ class BatchStream:
 
     def __next__(self) -> Any:
         if self._queued:
-            return self._queued.pop(0)
+            batch, self.samples = self._queued.pop(0)
+            return batch
         try:
-            return next(self._iterator)
+            batch, self.samples = self._pull()
         except StopIteration:
             with _quiet_worker_count():
                 self._iterator = iter(self.loader)
-            return self._next_of_epoch()
+            batch, self.samples = self._next_of_epoch()
+        return batch
 
-    def _next_of_epoch(self) -> Any:
+    def _pull(self) -> Tuple[Any, Optional[int]]:
+        batch = next(self._iterator)
+        lengths = getattr(getattr(self.loader, "batch_sampler", None), "lengths", None)
+        return batch, (lengths.popleft() if lengths else None)
+
+    def _next_of_epoch(self) -> Tuple[Any, Optional[int]]:
         """The first batch of an epoch. A stream (IterableDataset) split across workers gives none when
         each worker's share is under one batch (drop_last): a result about that loader, like dead workers."""
         try:
-            return next(self._iterator)
+            return self._pull()
         except StopIteration:
             workers = getattr(self.loader, "num_workers", 0)
             raise RuntimeError(f"{NO_BATCH}: with {workers} workers, each one's share of the stream is under "

@@ -104,11 +104,20 @@ def _loader_plan(state: RunState, config: LoaderConfig, window_s: float, deadlin
     return replace(plan, warmup_steps=1 + workers, warmup_s=0.0, window_s=window, min_steps=FLOOR_STEPS), deadline
 
 
+def stream_counter(state: RunState, stream: BatchStream) -> Optional[Callable[[Any], int]]:
+    """How a window counts the samples of `stream`'s batches: a batch sampler's lists as it drew them, else
+    `state.samples_in`; None (the batch size) for batches the DataLoader sized."""
+    fallback = state.samples_in
+    if fallback is None:
+        return None
+    return lambda batch: stream.samples if stream.samples is not None else fallback(batch)
+
+
 def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadline: float, phase: str,
-                   with_step: bool, stretch: bool = True, keep: Optional[Callable[[Any], Any]] = None
+                   with_step: bool, stretch: bool = True, keep: Optional[Callable[[Any, Optional[int]], Any]] = None
                    ) -> Optional[Measurement]:
     """Build a loader with `config`, warm up, time one window (with or without the training step); `keep`
-    is handed each batch and returns it.
+    is handed each batch and what it holds (`BatchStream.samples`), and returns the batch.
 
     None when its workers died (out of /dev/shm, killed): that config failed, the run goes on.
     """
@@ -122,18 +131,18 @@ def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadl
         stream = BatchStream(make_loader(state.dataset, spec.loader_batch_size, config, seed=spec.seed,
                                          collate_fn=state.collate_fn, sampling=state.sampling))
         plan, deadline = _loader_plan(state, config, window_s, deadline, with_step, stretch)
-        take = (lambda: next(stream)) if keep is None else (lambda: keep(next(stream)))
+        take = (lambda: next(stream)) if keep is None else (lambda: keep(next(stream), stream.samples))
         if with_step:
             trainer = trainer_for(state, config)
             measured = run_window(take, trainer.step, state.device, plan, deadline, phase=phase,
                                   label=config.label, config=config, batch_size=spec.batch_size,
-                                  clock_zero=state.clock_zero, counted=state.samples_in,
+                                  clock_zero=state.clock_zero, counted=stream_counter(state, stream),
                                   first_batch_s=stream.first_batch_s)
         else:
             measured = measure_loader_only(take, plan, deadline, phase=phase,
                                            label=f"loader {config.label}", config=config,
                                            batch_size=spec.batch_size, clock_zero=state.clock_zero,
-                                           counted=state.samples_in, first_batch_s=stream.first_batch_s)
+                                           counted=stream_counter(state, stream), first_batch_s=stream.first_batch_s)
     except Exception as exc:  # noqa: BLE001 (the user's samples may raise anything: see `loader_failed`)
         loader_failed(state, phase, config, exc, stream)
         return None

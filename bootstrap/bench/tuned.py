@@ -20,7 +20,15 @@ from bootstrap.bench.host import child_pids, workers_pss_kib
 from bootstrap.bench.results import LoaderConfig
 from bootstrap.bench.state import RunState
 from bootstrap.bench.stream import BatchStream, make_loader
-from bootstrap.bench.trials import fit_steps, loader_failed, min_window_s, stop_workers, trainer_for, window_plan
+from bootstrap.bench.trials import (
+    fit_steps,
+    loader_failed,
+    min_window_s,
+    stop_workers,
+    stream_counter,
+    trainer_for,
+    window_plan,
+)
 from bootstrap.bench.window import WindowPlan, run_window, warm_up
 
 TUNED_WINDOWS = 3
@@ -110,7 +118,8 @@ def _measure_tuned(state: RunState, stream: Any, config: LoaderConfig, deadline:
         measured = state.record(run_window(
             lambda: next(stream), trainer.step, state.device, plan, deadline, phase="tuned",
             label=f"tuned #{index + 1} {config.label}", config=config, batch_size=state.workload.batch_size,
-            clock_zero=state.clock_zero, counted=state.samples_in, first_batch_s=stream.first_batch_s, warmup=False))
+            clock_zero=state.clock_zero, counted=stream_counter(state, stream), first_batch_s=stream.first_batch_s,
+            warmup=False))
         count += 1
         if state.sampler is not None:
             state.sampler.stat_window(measured.started_s, measured.started_s + measured.seconds)

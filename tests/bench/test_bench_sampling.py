@@ -70,6 +70,18 @@ SAMPLED = textwrap.dedent('''
 
     def number(dataset):
         return 5
+
+    def time_major(samples):
+        """(5, B) features beside (B,) labels: no first dimension the tensors share."""
+        return torch.stack([image.flatten()[:5].float() for image, _ in samples], 1), \
+            torch.tensor([label for _, label in samples])
+
+    def model():
+        return torch.nn.Linear(5, 2)
+
+    def step(model, batch, device):
+        features, labels = batch
+        return torch.nn.functional.cross_entropy(model(features.T), labels % 2)
 ''')
 
 
@@ -114,10 +126,28 @@ def test_a_batch_sampler_makes_the_batches_and_each_counts_its_samples(tmp_path,
     user = UserWorkload("user_sampled:make", batch_sampler="user_sampled:uneven", paths=(str(tmp_path),))
     result = run_every_phase(BenchOptions(device="cpu", user=user), last="naive")
     assert result.workload["batch_size"] == 4  # the first batch's
-    assert any(note.startswith("the batch sampler makes the batches") for note in result.notes)
+    assert "the batch sampler makes the batches, each counted by the list of indices it was made from (4 in the " \
+           "first)" in result.notes
     loaders = [m for m in result.measurements if m.steps >= 2 and m.phase != "ceiling"]
     assert loaders and all(m.samples in (8 * m.steps, 8 * m.steps - 4, 8 * m.steps + 4)
                            for m in loaders), [(m.label, m.steps, m.samples) for m in loaders]
+
+
+def test_a_batch_samplers_batches_count_their_lists_whatever_the_tensors_shapes(tmp_path, clean_imports):  # noqa: F811
+    """Batches of 4 and 12 in turn, time-major: their tensors share no first dimension, so each counts the
+    list of indices it was made from, as the sampler drew it."""
+    from bootstrap.bench.config import BenchOptions
+    from bootstrap.bench.user import UserWorkload
+
+    (tmp_path / "user_sampled.py").write_text(SAMPLED)
+    user = UserWorkload("user_sampled:make", batch_sampler="user_sampled:uneven", collate="user_sampled:time_major",
+                        model="user_sampled:model", step="user_sampled:step", paths=(str(tmp_path),))
+    result = run_every_phase(BenchOptions(device="cpu", user=user), last="naive")
+    assert any("share no first dimension" in note for note in result.notes), result.notes
+    windows = [m for m in result.measurements if m.steps >= 2]
+    assert {m.phase for m in windows} == {"loader", "ceiling", "naive"}
+    assert all(m.samples in (8 * m.steps, 8 * m.steps - 4, 8 * m.steps + 4) for m in windows), \
+        [(m.label, m.steps, m.samples) for m in windows]
 
 
 def test_the_snippet_passes_the_users_batch_sampler_and_runs() -> None:
