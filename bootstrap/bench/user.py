@@ -237,7 +237,8 @@ def check_dataset(dataset: Any, where: str, batch_size: Optional[int], script: b
 def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> UserParts:
     """Import and build every part, then collate one batch in this process (num_workers=0). `batch_size`
     None: the dataset yields whole batches (DataLoader's batch_size=None), each item passed through
-    collate_fn alone (default: `default_convert`), and the first one's length is the batch size."""
+    collate_fn alone (default: `default_convert`), the first one's samples counted by the first
+    dimension its tensors share (`_first_batch_samples`)."""
     import time
 
     from torch.utils.data import DataLoader
