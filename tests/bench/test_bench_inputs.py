@@ -163,6 +163,7 @@ def test_data_dir_gets_a_fresh_directory_that_is_removed(tmp_path):
     assert [p.read_text() for p in (data / "samples").iterdir()] == ["mine"]
 
 
+@pytest.mark.slow  # a bench process on a tmpfs made full
 def test_data_dir_on_a_full_disk_is_one_line():
     from tests.fixtures.bench import SMALL
     from tests.fixtures.mounts import can_unshare, in_private_mounts

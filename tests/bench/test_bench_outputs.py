@@ -83,6 +83,7 @@ def test_cli_prints_the_report_it_writes(tmp_path):
     assert wall <= envelope["extra"]["seconds"] + 15.0  # interpreter and torch start-up, report writing
 
 
+@pytest.mark.slow  # a whole bench run on a tmpfs made full
 @needs_unshare
 def test_full_disk_after_the_run_prints_the_report_and_keeps_the_old_pair():
     """A full disk after the run: the report is printed, and the old bench.json and bench.png are kept as a pair."""

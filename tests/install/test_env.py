@@ -1075,6 +1075,7 @@ def test_two_concurrent_runs(project: Project, big_channel: Path, wheels: Path) 
     assert [p.name for p in (prefix_of(project).parent / ".py310.gens").iterdir()] == ["1"]
 
 
+@pytest.mark.slow  # two env runs and a uv left behind
 def test_uv_outliving_a_killed_run_keeps_the_next_run_waiting(project: Project, channel: Path, wheels: Path,
                                                               tmp_path: Path) -> None:
     """uv runs in a session of its own: SIGKILL of bootstrap's process group (a cancelled CI job) leaves it

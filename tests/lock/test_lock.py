@@ -426,6 +426,7 @@ def test_a_pip_requirement_whose_marker_is_false_asks_nothing(project: Project, 
     assert code == 0, out
 
 
+@pytest.mark.slow  # a real lock first
 def test_a_virtual_package_in_the_spec_is_not_staleness(project: Project, wheelhouse: Path, fixture_channel: Path,
                                                          capsys) -> None:
     """`__cuda>=12` asks the machine (virtual-packages.yml, covered by the content hash), never the lock."""
