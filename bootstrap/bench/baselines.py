@@ -22,7 +22,7 @@ from bootstrap.bench.batch import map_tensors, shared_first_dim
 from bootstrap.bench.device import h2d_bandwidth, matmul_tflops
 from bootstrap.bench.results import LoaderConfig, Measurement
 from bootstrap.bench.state import RunState
-from bootstrap.bench.trials import measure_loader, trainer_for, window_plan
+from bootstrap.bench.trials import measure_loader, stream_counter, trainer_for, window_plan
 from bootstrap.bench.window import run_window
 
 
@@ -129,25 +129,17 @@ def _keep_for_ceiling(state: RunState, batch: Any, samples: Optional[int]) -> An
 
 
 class _Turns:
-    """The ceiling's batches in turn, each made by `make` once, and what the batch last given holds (None:
-    `fallback` counts it by its tensors, or, no fallback, the batch size)."""
+    """The ceiling's batches in turn, each made by `make` once, and what the batch last given holds
+    (`samples`, as a BatchStream says it: `trials.stream_counter` counts them)."""
 
     def __init__(self, state: RunState, make: Callable[[Any], Any]) -> None:
         kept = state.ceiling_batches or [(state.sample_batch, None)]
         self._cycle = itertools.cycle([(make(batch), samples) for batch, samples in kept])
-        self._fallback = state.samples_in
         self.samples: Optional[int] = None
 
     def __call__(self) -> Any:
         batch, self.samples = next(self._cycle)
         return batch
-
-    @property
-    def counted(self) -> Optional[Callable[[Any], int]]:
-        if self._fallback is None:
-            return None
-        fallback = self._fallback
-        return lambda batch: self.samples if self.samples is not None else fallback(batch)
 
 
 def _resident(state: RunState, config: LoaderConfig, slots: int, deadline: float) -> Optional[Measurement]:
@@ -163,7 +155,7 @@ def _resident(state: RunState, config: LoaderConfig, slots: int, deadline: float
     return state.record(run_window(
         lambda: map_tensors(lambda tensor: tensor, resident()), trainer.run, state.device, plan, deadline,
         phase="ceiling", label=f"ceiling {config.label}", config=config, batch_size=state.workload.batch_size,
-        clock_zero=state.clock_zero, counted=resident.counted))
+        clock_zero=state.clock_zero, counted=stream_counter(state, resident)))
 
 
 def _with_copy(state: RunState, deadline: float) -> Optional[Measurement]:
@@ -177,7 +169,7 @@ def _with_copy(state: RunState, deadline: float) -> Optional[Measurement]:
     return state.record(run_window(
         pinned, trainer.step, state.device, window_plan(window_s), deadline, phase="ceiling_h2d",
         label=f"ceiling+h2d {config.label}", config=config, batch_size=state.workload.batch_size,
-        clock_zero=state.clock_zero, counted=pinned.counted))
+        clock_zero=state.clock_zero, counted=stream_counter(state, pinned)))
 
 
 def naive(state: RunState, deadline: float) -> str:

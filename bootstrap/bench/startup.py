@@ -150,7 +150,7 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
     state.user_parts, state.dataset, state.collate_fn = parts, parts.dataset, parts.collate_fn
     own = spec.batched or parts.sampling.batch_sampler is not None  # batches the DataLoader did not size
     state.samples_in = own_batch_counter(parts.samples) if own else None
-    state.notes.extend(_counting_notes(spec, parts))
+    state.notes.extend(_counting_notes(spec, parts, own))
     if own:
         state.options = replace(state.options, workload=replace(spec, batch_size=parts.samples))
     if is_stream(parts.dataset):
@@ -169,12 +169,13 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
     return model_reason
 
 
-def _counting_notes(spec: Any, parts: Any) -> List[str]:
-    """What the report says of how it counts samples, where it is not simply --batch-size a batch."""
+def _counting_notes(spec: Any, parts: Any, own: bool) -> List[str]:
+    """What the report says of how it counts samples, where it is not simply --batch-size a batch (`own`:
+    the DataLoader did not size the batches)."""
     from bootstrap.bench.batch import shared_first_dim
 
     shared, dims = shared_first_dim(parts.first_batch)
-    if not (spec.batched or parts.sampling.batch_sampler is not None):
+    if not own:
         if shared is not None and len(dims) >= 2 and shared < spec.batch_size:
             return [f"the first batch held {shared} of its {spec.batch_size} samples (a collate function that drops "
                     f"what failed to load?): the rates count {spec.batch_size} a batch, more than were delivered"]

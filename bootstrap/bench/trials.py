@@ -104,9 +104,10 @@ def _loader_plan(state: RunState, config: LoaderConfig, window_s: float, deadlin
     return replace(plan, warmup_steps=1 + workers, warmup_s=0.0, window_s=window, min_steps=FLOOR_STEPS), deadline
 
 
-def stream_counter(state: RunState, stream: BatchStream) -> Optional[Callable[[Any], int]]:
-    """How a window counts the samples of `stream`'s batches: a batch sampler's lists as it drew them, else
-    `state.samples_in`; None (the batch size) for batches the DataLoader sized."""
+def stream_counter(state: RunState, stream: Any) -> Optional[Callable[[Any], int]]:
+    """How a window counts the samples of the batches `stream` (a BatchStream, or the ceiling's turns)
+    gives: what its `samples` says the last one holds (a batch sampler's list), else `state.samples_in`;
+    None (the batch size) for batches the DataLoader sized."""
     fallback = state.samples_in
     if fallback is None:
         return None
