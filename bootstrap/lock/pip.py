@@ -149,6 +149,9 @@ def resolve_pip(
             "--python-platform", target.python_platform,
             "--only-binary", ":all:", "--no-header",
             "--no-python-downloads",  # nothing is built, so no interpreter of that version is needed
+            # ... nor found: without an interpreter named uv looks for one of --python-version, running
+            # every python on PATH to ask its version (a pyenv shim is a shell script each time).
+            *(["--python", sys.executable] if sys.executable else []),
             *(["--no-deps"] if options.no_deps else []),
             *options.index_args(spec),
         ]
