@@ -153,8 +153,9 @@ $(TOOLS)/.torch-test: $(TOOLS)/.requirements-tools.txt
 TEST_TOOLS := $(TOOLS)/.requirements-test.txt $(TOOLS)/.torch-test
 
 # One pytest worker per core, up to four: the suite waits on engines and subprocesses one test at a
-# time, and its tests hold whatever else the machine is doing.
-PYTEST := $(PY) -m pytest -q -n auto --maxprocesses 4
+# time, and its tests hold whatever else the machine is doing. A worker that runs out of tests takes
+# some of another's (worksteal): a few long tests would otherwise keep one worker busy alone at the end.
+PYTEST := $(PY) -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
 ## The offline test suite without the slow tests, ruff, and the Python 3.9 static check; the first run installs a CPU torch.
 test: tools $(TEST_TOOLS)
