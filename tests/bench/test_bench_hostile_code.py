@@ -243,13 +243,14 @@ def test_a_model_factory_that_hangs_is_named(hostile, capsys):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--dataset", "hostile:good", "--path", "/nonexistent/dir"], "--path /nonexistent/dir: is not a directory"),
+    (["--dataset", "hostile:good", "--path", "{tmp}/missing"], "--path {tmp}/missing: is not a directory"),
     (["--dataset", "hostile:good", "--threshold", "efficency_pass=0.8"],
      "--threshold: unknown threshold 'efficency_pass' (did you mean efficiency_pass?)"),
     (["--dataset", "hostile:good", "--threshold", "nosuch=1"], "--threshold: unknown threshold 'nosuch' (one of 22"),
 ])
-def test_options_around_the_dataset_are_checked_in_one_short_line(hostile, capsys, argv, words):
-    refused(bench(hostile, capsys, *argv), words)
+def test_options_around_the_dataset_are_checked_in_one_short_line(hostile, capsys, tmp_path, argv, words):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    refused(bench(hostile, capsys, *argv), words.replace("{tmp}", str(tmp_path)))
 
 
 def test_a_dataset_that_does_not_pickle_for_spawned_workers_is_told_so():

@@ -21,13 +21,20 @@ def script(name: str, *argv: str, tmp: Path, timeout: float = 120) -> subprocess
                           text=True, timeout=timeout, env={**os.environ, "TMPDIR": str(tmp)})
 
 
+def in_tmp(argv: tuple, error: str, tmp: Path) -> tuple[tuple, str]:
+    """A missing path lives under the test's own folder: a fixed one such as /nonexistent may exist on the
+    machine running the suite (it is `nobody`'s home on some images)."""
+    return tuple(a.replace("{tmp}", str(tmp)) for a in argv), error.replace("{tmp}", str(tmp))
+
+
 @pytest.mark.parametrize("argv, error", [
     (("--runs", "0"), "argument --runs: expected an integer >= 1, got 0"),
     (("--packages", "3"), "argument --packages: expected an integer >= 8, got 3"),
     (("--big-mb", "-1"), "argument --big-mb: expected an integer >= 0, got -1"),
-    (("--dir", "/nonexistent/bench"), "--dir /nonexistent/bench: no such directory"),
+    (("--dir", "{tmp}/missing/bench"), "--dir {tmp}/missing/bench: no such directory"),
 ])
 def test_bench_env_refuses_bad_arguments_before_building(tmp_path: Path, argv: tuple, error: str) -> None:
+    argv, error = in_tmp(argv, error, tmp_path)
     done = script("bench_env.py", *argv, tmp=tmp_path)
     assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"bench_env.py: error: {error}", done.stderr
     assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
@@ -36,12 +43,13 @@ def test_bench_env_refuses_bad_arguments_before_building(tmp_path: Path, argv: t
 @pytest.mark.parametrize("argv, error", [
     (("--budget", "0"), "argument --budget: expected a number > 0 and <= 86,400, got 0.0"),
     (("--budget", "nan"), "argument --budget: expected a number > 0 and <= 86,400, got nan"),
-    (("--json", "/nonexistent/loader.json"),
-     "--json /nonexistent/loader.json: no directory /nonexistent to write it in"),
+    (("--json", "{tmp}/missing/loader.json"),
+     "--json {tmp}/missing/loader.json: no directory {tmp}/missing to write it in"),
     (("--json", "."), "--json .: a directory; name the file to write"),
     (("--final-rounds", "0"), "argument --final-rounds: expected an integer >= 1, got 0"),
 ])
 def test_bench_loader_refuses_bad_arguments_before_its_runs(tmp_path: Path, argv: tuple, error: str) -> None:
+    argv, error = in_tmp(argv, error, tmp_path)
     done = script("bench_loader.py", "--budget", "0.5", *argv, tmp=tmp_path)
     assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"bench_loader.py: error: {error}", done.stderr
     assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
