@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from bootstrap.errors import BootstrapError, BusyError, DiskFullError, InputError
+from bootstrap.project import refuse_input
 
 PathLike = Union[str, "os.PathLike[str]"]
 MIB = 1 << 20  # bytes in a MiB: every *_mib figure (NVML, statvfs, /dev/shm, bench) divides by this one
@@ -82,12 +83,13 @@ def read_input_text(path: PathLike, fix_missing: str = "check the path or create
 def check_output(path: PathLike, flag: str) -> Path:
     """The file an output option (`--save-facts`, `--out`, `--csv`) will write, checked before any
     work is done so a typo costs nothing; creates nothing. A symlink is followed; a FIFO or
-    /dev/stdout is accepted (written directly)."""
+    /dev/stdout is accepted (written directly); a project's lock or spec is refused."""
     if str(path) == "":
         raise InputError(flag, "an empty path", "give a file name")
     target = write_target(path)
     if target.is_dir():
         raise InputError(path, "is a directory", f"give {flag} a file name")
+    refuse_input(path, flag)
     if is_special(target):
         return target
     parent = target.parent

@@ -9,10 +9,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Mapping, Optional, Union
 
 from bootstrap.errors import InputError, excerpt
 
@@ -111,3 +112,30 @@ def default_lock_path(root: Optional[Path]) -> Optional[Path]:
     project = Project(root or find_root(Path.cwd()))
     path = project.lock_path(project.default_env)
     return path if path.is_file() else None
+
+
+def project_files(root: Path) -> Dict[Path, str]:
+    """The files of the project at `root` that commands read and only `lock` or a person writes:
+    path -> what it is, as a message says it ("the project's lock conda-lock.yml")."""
+    project = Project(root)
+    files = {project.lock_path(project.default_env): "the project's lock conda-lock.yml"}
+    if project.envs_dir.is_dir():
+        for path in sorted(project.envs_dir.glob("*.yml")):
+            what = ("virtual packages file" if path.name == VIRTUAL_PACKAGES_FILE
+                    else "lock" if path.name.endswith(LOCK_SUFFIX) else "spec")
+            files[path] = f"the project's {what} envs/{path.name}"
+    return files
+
+
+def refuse_input(path: Union[str, "os.PathLike[str]"], flag: str,
+                 inputs: Optional[Mapping[Path, str]] = None) -> None:
+    """InputError when writing `path` (through a symlink) would replace a file commands read: one of
+    `inputs` (path -> what it is, "the lock this export is made from"), or a lock, spec or virtual
+    packages file of the project `path` lies in. Every output option checks it, so a slip of the
+    shell (`--save-facts conda-lock.yml`) loses nothing."""
+    if not os.path.isfile(path):
+        return  # a new file replaces nothing; a FIFO or /dev/stdout is written to, never replaced
+    real = Path(os.path.realpath(path))
+    for source, what in [*(inputs or {}).items(), *project_files(find_root(real.parent)).items()]:
+        if os.path.isfile(source) and os.path.samefile(real, source):
+            raise InputError(path, f"is {what}", f"give {flag} another file")

@@ -36,6 +36,7 @@ from bootstrap.errors import InputError
 from bootstrap.fsutil import check_output
 from bootstrap.lock.variants import variant_locks
 from bootstrap.platforms import compat_key, conda_subdir, host_platform, os_of
+from bootstrap.project import refuse_input
 from bootstrap.report import result
 from bootstrap.runner import Runner, run
 
@@ -124,6 +125,8 @@ def _facts(options: DoctorOptions, nvml: Any, runner: Runner) -> Tuple[Facts, st
     """This host's facts, or the recorded ones; saved when asked (the path checked before probing)."""
     if options.save_facts is not None:
         check_output(options.save_facts, "--save-facts")  # before nvidia-smi may take its time
+        if options.lock_path is not None:
+            refuse_input(options.save_facts, "--save-facts", {options.lock_path: "the lock --lock names"})
     if options.root is not None and not options.root.is_dir():
         raise InputError("--root", f"{options.root} is not a directory",
                          "give the project's directory (the one with envs/)")

@@ -39,7 +39,7 @@ from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import check_output
 from bootstrap.install.prefix import python_executable
 from bootstrap.platforms import conda_subdir, host_platform
-from bootstrap.project import default_lock_path
+from bootstrap.project import default_lock_path, refuse_input
 from bootstrap.report import result
 from bootstrap.runner import Runner, run
 
@@ -157,6 +157,8 @@ def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run
         return replay(options)
     if options.save_facts is not None:
         check_output(options.save_facts, "--save-facts")  # a typo fails before the benchmark, not after
+        if options.lock_path is not None:
+            refuse_input(options.save_facts, "--save-facts", {options.lock_path: "the lock --lock names"})
     seconds: Dict[str, float] = {}
     started = time.perf_counter()
     prefix = resolve_prefix(options.prefix, options.root)

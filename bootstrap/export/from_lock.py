@@ -9,7 +9,6 @@ the full `lock --check` where conda-lock and py-rattler are importable.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -17,11 +16,10 @@ from bootstrap.errors import InputError
 from bootstrap.export.portable import ExportOptions, check_options, chosen_platforms, portable_from_lock
 from bootstrap.export.render import HEADER_MARK, render_environment_yml, render_explicit
 from bootstrap.export.result import ExportResult
-from bootstrap.fsutil import write_target
 from bootstrap.lock.content_hash import inputs_digest
 from bootstrap.lock.lockfile import META_INPUTS, Lock, read_lock
 from bootstrap.lock.spec import EnvSpec, read_spec
-from bootstrap.project import Project
+from bootstrap.project import Project, refuse_input
 
 
 def export_env(project: Project, env: str, options: ExportOptions = ExportOptions(),
@@ -73,13 +71,9 @@ def _explicit_header(name: str, platform: str, path: Path, lock: Lock, project: 
 
 def _refuse_inputs(paths: Iterable[Path], project: Project, spec: EnvSpec, lock: Lock) -> None:
     """`-o conda-lock.yml` (or the spec) would replace the file the export was made from."""
-    inputs = {spec.path: "spec", lock.path: "lock", project.virtual_packages_path: "virtual packages file"}
+    inputs = {spec.path: "the spec", lock.path: "the lock", project.virtual_packages_path: "the virtual packages file"}
     for path in paths:
-        target = write_target(path)
-        for source, what in inputs.items():
-            if target.exists() and source.exists() and os.path.samefile(target, source):
-                raise InputError(path, f"is the {what} this export is made from",
-                                 "give -o another file, e.g. environment.yml")
+        refuse_input(path, "-o", {source: f"{what} this export is made from" for source, what in inputs.items()})
 
 
 def _spec_and_lock(project: Project, env: str) -> Tuple[EnvSpec, Lock, List[str]]:
