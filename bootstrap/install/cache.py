@@ -194,6 +194,15 @@ def _unusable(cache_dir: Path, exc: OSError) -> InputError:
     return InputError(f"--cache-dir {cache_dir}", f"cannot be used: {exc.strerror}", _WRITABLE)
 
 
+def unwritable(cache_dir: Path, folder: Path, exc: OSError) -> InputError:
+    """The one line for a folder inside the cache (`archives/<sha256>/`) that a fetch cannot write in:
+    another user's, on a read-only mount, or a file in its place."""
+    if os.path.lexists(folder) and not folder.is_dir():
+        return InputError(f"--cache-dir {cache_dir}", f"{folder} is not a directory",
+                          "remove it: what the cache holds is fetched again; or pass another --cache-dir")
+    return InputError(f"--cache-dir {cache_dir}", f"{folder} cannot be written ({exc.strerror})", _WRITABLE)
+
+
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 

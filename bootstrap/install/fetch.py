@@ -23,6 +23,7 @@ wheel's sha256 itself as it installs, and CUDA wheels weigh gigabytes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -37,8 +38,9 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError, IntegrityError, excerpt
-from bootstrap.fsutil import atomic_write_text, sha256_file
+from bootstrap.fsutil import atomic_write_text, out_of_space, sha256_file
 from bootstrap.install import download
+from bootstrap.install.cache import unwritable
 from bootstrap.install.download import Download, Source, Watch, partial
 from bootstrap.lock.lockfile import Lock, LockedPackage
 from bootstrap.lock.mirrors import Mirror
@@ -175,11 +177,17 @@ def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirro
     target = archive_path(cache_dir, entry)
     if target.is_file() and _still_verified(target, entry):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     source = bundle.source(entry) if bundle is not None else None
     if source is None:
         source = url_source(entry, mirrors, also=bundle.lacks() if bundle is not None else "")
-    with partial(target) as part:
+    with contextlib.ExitStack() as stack:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            part = stack.enter_context(partial(target))
+        except OSError as exc:
+            if out_of_space(exc):  # the caller says how full, and of what
+                raise
+            raise unwritable(cache_dir, target.parent, exc) from None
         getting = Download(source, part, entry, stop, watch or Watch())
         sha256, md5 = getting.run(whole=False)
         if getting.resumed and (sha256 != entry.sha256 or (entry.md5 and md5 != entry.md5)):

@@ -18,7 +18,7 @@ import pytest
 from bootstrap.cli import main
 from bootstrap.errors import FetchError
 from bootstrap.install import download, fetch
-from bootstrap.lock.lockfile import LockedPackage
+from bootstrap.lock.lockfile import LockedPackage, read_lock
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.project import Project
 from tests.fixtures.conda_channel import running
@@ -350,3 +350,31 @@ def test_a_ctrl_c_while_the_workers_start_stops_those_already_started(tmp_path: 
         fetch.fetch_archives(entries, tmp_path)
     monkeypatch.undo()
     assert saw_stop.wait(3), "the started worker never saw the stop flag"
+
+
+@pytest.mark.parametrize("how", ["read-only", "a file"])
+def test_a_cache_folder_that_cannot_be_written_is_named_with_the_flag(project: Project, channel: Path, wheels: Path,
+                                                                      make_read_only, capsys, how: str) -> None:
+    """`archives/<sha256>/` read-only (another user's, a read-only mount) or a file: one line naming
+    it and --cache-dir, exit 2, the env as it was."""
+    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "zlibstub"))
+    assert main(env_args(project, str(channel))) == 0
+    prefix = prefix_of(project)
+    before = os.readlink(prefix)
+    change_lock(project, channel, wheels)  # zlibstub back: one archive to fetch into the folder
+    entry = next(p for p in read_lock(project.lock_path("py310")).packages if p.name == "zlibstub")
+    folder = project.root / ".cache" / "archives" / entry.sha256
+    if how == "a file":
+        folder.write_text("")
+    else:
+        folder.mkdir()
+        make_read_only(folder)
+    capsys.readouterr()
+    assert main(env_args(project, str(channel))) == 2
+    err = without_progress(capsys.readouterr().err)
+    problem, fix = (("cannot be written", "pass a --cache-dir you can write") if how == "read-only" else
+                    ("is not a directory", "remove it: what the cache holds is fetched again"))
+    assert err.startswith(f"error: --cache-dir {project.root / '.cache'}: {folder} {problem}"), err
+    assert fix in err and len(err.splitlines()) == 1, err
+    assert os.readlink(prefix) == before
+    assert folder.is_file() if how == "a file" else list(folder.iterdir()) == []
