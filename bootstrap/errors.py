@@ -76,7 +76,7 @@ class BusyError(BootstrapError):
 
 
 class DiskFullError(BootstrapError):
-    """A disk or quota filled up; what was half-written has been removed."""
+    """A disk or quota filled up, or a file reached the file size limit; what was half-written has been removed."""
 
 
 _TREE = re.compile(r"^[\s×╰─▶│├└┬┼]+")

@@ -188,18 +188,24 @@ def sha256_file(path: PathLike, chunk: int = MIB) -> str:
     return digest.hexdigest()
 
 
-# How engines spell ENOSPC/EDQUOT in their messages: rattler (Rust's io::Error) and uv say
+# How engines spell ENOSPC/EDQUOT/EFBIG in their messages: rattler (Rust's io::Error) and uv say
 # "No space left on device (os error 28)", Python's OSError "[Errno 28] No space left on device".
 _OUT_OF_SPACE = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT), "os error 28", "os error 122")
+_TOO_LARGE = (os.strerror(errno.EFBIG), "os error 27")
 
 
 def out_of_space(exc: BaseException) -> bool:
-    """True if `exc`, or an exception it was raised from, says a disk or quota is full."""
+    """True if `exc`, or an exception it was raised from, says a disk or quota is full, or a file
+    reached the file size limit (`ulimit -f`): the same remedy-less end for what was being written."""
+    return _says(exc, (errno.ENOSPC, errno.EDQUOT, errno.EFBIG), _OUT_OF_SPACE + _TOO_LARGE)
+
+
+def _says(exc: BaseException, errnos: Tuple[int, ...], texts: Tuple[str, ...]) -> bool:
     seen: Optional[BaseException] = exc
     while seen is not None:
-        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+        if isinstance(seen, OSError) and seen.errno in errnos:
             return True
-        if any(text in str(seen) for text in _OUT_OF_SPACE):
+        if any(text in str(seen) for text in texts):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
@@ -227,10 +233,27 @@ def space_report(places: dict) -> str:
                      for mount, (free, whats) in mounts.items())
 
 
-def disk_full(doing: str, places: dict, outcome: str, fix: str) -> DiskFullError:
+def disk_full(doing: str, places: dict, outcome: str, fix: str,
+              cause: Optional[BaseException] = None) -> DiskFullError:
     """The one line for ENOSPC: `no space left on device while DOING on <space_report(places)>;
-    OUTCOME (FIX)`, with the free space as it is now that the caller has removed what it half-wrote."""
+    OUTCOME (FIX)`, with the free space as it is now that the caller has removed what it half-wrote.
+    When `cause` says EFBIG, the line names the file size limit instead, and how to raise it."""
+    if cause is not None and _says(cause, (errno.EFBIG,), _TOO_LARGE):
+        return DiskFullError(f"a file reached the file size limit ({_file_size_limit()}) while {doing}; {outcome} "
+                             "(raise the limit, e.g. `ulimit -f unlimited`, and run again)")
     return DiskFullError(f"no space left on device while {doing} on {space_report(places)}; {outcome} ({fix})")
+
+
+def _file_size_limit() -> str:
+    """`ulimit -f: 1048576 bytes`, this process's soft limit; `ulimit -f` alone where it is unknown
+    (no `resource` module) or unlimited (a child process hit its own)."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return "ulimit -f"
+    return "ulimit -f" if limit == resource.RLIM_INFINITY else f"ulimit -f: {limit} bytes"
 
 
 def write_failed(exc: OSError, path: PathLike, flag: str, outcome: str,
@@ -240,7 +263,7 @@ def write_failed(exc: OSError, path: PathLike, flag: str, outcome: str,
     what became of it (`outcome`) and to pick another file."""
     if out_of_space(exc):
         return disk_full(f"writing {path}", {flag: directory or Path(path).parent}, outcome,
-                         f"free space or give {flag} another file")
+                         f"free space or give {flag} another file", cause=exc)
     return InputError(path, f"cannot write: {exc.strerror or exc}; {outcome}", f"give {flag} another file")
 
 

@@ -270,5 +270,6 @@ def _not_written(exc: OSError, out: Path, png: bool) -> Exception:
     names = " and ".join(["bench.json"] + (["bench.png"] if png else []))
     outcome = f"{names} not written (any from an earlier run are left as they were); the report is above"
     if out_of_space(exc):
-        return disk_full(f"writing {names}", {"--out": out}, outcome, "free space or give --out another directory")
+        return disk_full(f"writing {names}", {"--out": out}, outcome, "free space or give --out another directory",
+                         cause=exc)
     return InputError(out, f"could not write {names}: {exc.strerror or exc}; {outcome}", "give --out another directory")

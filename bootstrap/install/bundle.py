@@ -114,7 +114,8 @@ def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda 
             raise
         raise disk_full(f"bundling into {options.output}",
                         {"bundle": options.output.parent, "package cache": options.cache_dir},
-                        "nothing was written", "free space, or pass -o or --cache-dir on another disk") from None
+                        "nothing was written", "free space, or pass -o or --cache-dir on another disk",
+                        cause=exc) from None
     return BundleResult(path=options.output, envs=tuple(e["env"] for e in envs), platforms=options.platforms,
                         artifacts=len(entries), tools_wheels=len(members) - len(entries), size=size)
 

@@ -98,11 +98,22 @@ def partial(target: Path) -> Iterator[Part]:
     try:
         yield part
     except BaseException:
-        if not part.keep or part.size() == 0:
+        # Closed first, its buffer dropped: after a full disk or `ulimit -f` the flush that close (or a
+        # seek) makes fails the same way again, and that second error would hide the first.
+        with contextlib.suppress(OSError):
+            handle.close()
+        if not part.keep or _size(path) == 0:
             path.unlink(missing_ok=True)
         raise
     finally:
         handle.close()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 STALL_BYTES, STALL_SECONDS = 60 << 10, 60.0  # 1 kB/s; the socket's timeout is STALL_SECONDS too (`open_url`)

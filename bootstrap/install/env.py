@@ -251,7 +251,7 @@ def _build(layout: gens.Layout, change: Change, run: Run, env_lock: int) -> tupl
         fetched = _fetch([*(e for e in plan.link if e.name not in sealed), *plan.pip_install], options, run.feedback)
     except Exception as exc:
         if out_of_space(exc):  # the package cache's file system
-            raise _disk_full(layout, options, created=first, started=False) from exc
+            raise _disk_full(layout, options, exc, created=first, started=False) from exc
         raise
     seconds["fetch"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -265,7 +265,7 @@ def _build(layout: gens.Layout, change: Change, run: Run, env_lock: int) -> tupl
     except BaseException as exc:
         _discard(layout, partial, first)
         if isinstance(exc, Exception) and out_of_space(exc):
-            raise _disk_full(layout, options, created=first, started=True) from exc
+            raise _disk_full(layout, options, exc, created=first, started=True) from exc
         raise
     return seconds, notes
 
@@ -320,13 +320,15 @@ def _discard(layout: gens.Layout, partial: Path, first: bool) -> None:
             layout.gens_dir.rmdir()
 
 
-def _disk_full(layout: gens.Layout, options: EnvOptions, created: bool, started: bool) -> DiskFullError:
-    """ENOSPC wherever it struck (our fetch, rattler, uv, our writes): which file systems, how much
-    is free now that any partial generation is gone, and that the env is as it was."""
+def _disk_full(layout: gens.Layout, options: EnvOptions, cause: BaseException, created: bool,
+               started: bool) -> DiskFullError:
+    """ENOSPC (or EFBIG) wherever it struck (our fetch, rattler, uv, our writes): which file systems, how
+    much is free now that any partial generation is gone, and that the env is as it was."""
     outcome = ("nothing was created" if created else
                "the env is unchanged and the half-built generation removed" if started else "the env is unchanged")
     return disk_full(f"building {options.prefix}", {"env": layout.gens_dir, "package cache": options.cache_dir},
-                     outcome, "free space, or move the env with --prefix or the package cache with --cache-dir")
+                     outcome, "free space, or move the env with --prefix or the package cache with --cache-dir",
+                     cause=cause)
 
 
 def _requested_conda_specs(lock: Lock) -> list[str]:

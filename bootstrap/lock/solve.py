@@ -183,7 +183,7 @@ def _lock_variant(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPacka
             if not out_of_space(exc):
                 raise
             raise disk_full(f"writing {lock_path.name}", {"lock": lock_path.parent}, "the lock is unchanged",
-                            "free space and lock again") from None
+                            "free space and lock again", cause=exc) from None
     seconds["write"] = time.perf_counter() - started
 
     counts = {

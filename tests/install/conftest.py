@@ -55,3 +55,14 @@ def blob_sources(tmp_path_factory) -> tuple:
     wheels = build_wheelhouse(root / "wheels",
                               [*standard_wheels(), WheelSpec("blobwheel", "1.0", files={"blobwheel/blob.bin": BLOB})])
     return channel, wheels
+
+
+@pytest.fixture
+def file_size_limit():
+    """A function that sets this process's file size limit in bytes (`ulimit -f`), or with None puts
+    back the one it had, as the test's end does; Python ignores SIGXFSZ, so a write past it fails with EFBIG."""
+    import resource
+
+    before = resource.getrlimit(resource.RLIMIT_FSIZE)
+    yield lambda limit: resource.setrlimit(resource.RLIMIT_FSIZE, before if limit is None else (limit, before[1]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, before)

@@ -8,6 +8,7 @@ into its own site-packages.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -1215,6 +1216,37 @@ def test_a_full_disk_leaves_the_env_as_it_was(locked_once: Project, blob_sources
     blob = (next(prefix.glob("lib/python*/site-packages/blobwheel/blob.bin")) if where.startswith("pip")
             else prefix / "lib/libblob.so")
     assert blob.read_bytes() == blob_bytes
+
+
+@pytest.mark.parametrize("served", [False, True], ids=["file", "http"])
+def test_a_file_size_limit_is_reported_like_a_full_disk(project: Project, blob_sources: tuple, file_size_limit,
+                                                        capsys, served: bool) -> None:
+    """EFBIG (`ulimit -f`) while fetching, from a directory or over HTTP (small reads, so what is
+    buffered fails again when the partial is closed): one line saying so and what to raise, the env
+    as it was; the mirror is not blamed, and nothing is retried."""
+    channel, wheels = blob_sources
+    relock(project, channel, wheels)
+    change_lock(project, channel, wheels)
+    with contextlib.ExitStack() as stack:
+        mirror = stack.enter_context(serve_directory(channel)) if served else str(channel)
+        args = env_args(project, mirror)
+        assert main(args) == 0
+        prefix = prefix_of(project)
+        before = os.readlink(prefix)
+        change_lock(project, channel, wheels, conda=(*CONDA, "blobpkg"))  # a 6 MiB archive to fetch
+        capsys.readouterr()
+        file_size_limit(1 << 20)
+        assert main(args) == 2
+        file_size_limit(None)
+        error = without_progress(capsys.readouterr().err)
+        ours = [line for line in error.splitlines() if "Exception occurred during processing" not in line
+                and not line.startswith(("-" * 40, " ", "Traceback", "ConnectionResetError", "BrokenPipeError"))]
+        assert ours == [f"error: a file reached the file size limit (ulimit -f: {1 << 20} bytes) while building "
+                        f"{prefix}; the env is unchanged (raise the limit, e.g. `ulimit -f unlimited`, and run "
+                        "again)"], error  # the lines dropped are the test server's, on the connection cut
+        assert os.readlink(prefix) == before and generation_dirs(project) == ["1"]
+        assert main(args) == 0
+    assert_matches_lock(project)
 
 
 def test_a_full_disk_on_a_fresh_create_leaves_nothing_half_built(locked_once: Project, blob_sources: tuple,

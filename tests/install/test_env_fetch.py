@@ -378,3 +378,16 @@ def test_a_cache_folder_that_cannot_be_written_is_named_with_the_flag(project: P
     assert fix in err and len(err.splitlines()) == 1, err
     assert os.readlink(prefix) == before
     assert folder.is_file() if how == "a file" else list(folder.iterdir()) == []
+
+
+def test_an_error_is_not_hidden_by_the_partial_it_leaves(tmp_path: Path, file_size_limit) -> None:
+    """What is still buffered when a download fails cannot be flushed past a full disk or `ulimit -f`:
+    the partial is closed without it, and the failure that ended the download is the one raised."""
+    target = tmp_path / "pkg-1.0-0.conda"
+    with pytest.raises(download.Stopped):
+        with download.partial(target) as part:
+            part.file.write(b"x" * 2000)  # buffered: 2000 bytes is less than the buffer holds
+            file_size_limit(1000)
+            raise download.Stopped(target.name)
+    file_size_limit(None)
+    assert (tmp_path / f".part-{target.name}").read_bytes() == b"x" * 1000  # kept for the next run to resume
