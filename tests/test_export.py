@@ -405,6 +405,20 @@ def test_from_prefix_uses_history_and_requested_pip(conda_prefix: Path, tmp_path
     assert "mylab 0.1 was installed from a local path" in err
 
 
+def test_from_prefix_names_the_env_by_the_path_given_not_its_generation(conda_prefix: Path, tmp_path: Path,
+                                                                        capsys, monkeypatch):
+    """`bootstrap env` makes `.envs/py310` a link to `.envs/.py310.gens/1`: the name is py310, not 1."""
+    generation = tmp_path / ".envs" / ".py310.gens" / "1"
+    generation.parent.mkdir(parents=True)
+    conda_prefix.rename(generation)
+    (tmp_path / ".envs" / "py310").symlink_to(".py310.gens/1")
+    monkeypatch.chdir(tmp_path)
+    for given in (".envs/py310", str(tmp_path / ".envs" / "py310"), ".envs/py310/"):
+        assert export("--from-prefix", given, "-o", "-") == 0
+        text = capsys.readouterr().out
+        assert yaml.safe_load(text)["name"] == "py310" and "the environment 'py310'" in text, text
+
+
 def test_from_prefix_keeps_a_requested_build(conda_prefix: Path, capsys):
     history = conda_prefix / "conda-meta" / "history"
     history.write_text(history.read_text().replace('"conda-forge::numpy"', '"conda-forge::numpy=*=*mkl"'))

@@ -8,6 +8,7 @@ The portability rules are those of a lock (`bootstrap.export.portable`).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -61,13 +62,15 @@ def portable_from_prefix(prefix: Path, options: ExportOptions = ExportOptions())
     notes += pip_notes
     platforms = _prefix_platforms(records)
     channels = options.channels or _prefix_channels(records)
+    # The name as given, links not followed: `.envs/py310` links to its generation `.py310.gens/1`.
+    given = Path(os.path.abspath(prefix)).name
     return PortableEnv(
-        name=options.name or prefix.resolve().name,
+        name=options.name or given,
         channels=portable_channels(channels, bool(options.channels)),
         platforms=platforms,
         conda=conda,
         pip=pip,
-        source=f"the environment '{prefix.resolve().name}' ({', '.join(platforms) or 'unknown platform'})",
+        source=f"the environment '{given}' ({', '.join(platforms) or 'unknown platform'})",
         notes=tuple(notes),
         from_lock=False,
     )
