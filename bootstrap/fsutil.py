@@ -156,27 +156,45 @@ def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
 def write_together(files: Sequence[Tuple[Path, bytes]]) -> None:
     """Every file or none: each is written to a hidden staging file beside its target (an atomic write,
     so a failure leaves nothing half-written), then all are renamed over their targets. A FIFO or
-    /dev/stdout is written directly in the second step; a symlink is written through."""
-    staged: List[Tuple[Optional[Path], Path, bytes]] = []
+    /dev/stdout is written directly in the second step; a symlink is written through. An OSError
+    names the path it was given for, never a staging or temp file."""
+    staged: List[Tuple[Optional[Path], Path, bytes, Path]] = []
     try:
         for path, data in files:
             target = write_target(path)
             stage = None if is_special(target) else target.with_name(f".{target.name}.{os.getpid()}.staged")
-            staged.append((stage, target, data))
+            staged.append((stage, target, data, path))
             if stage is not None:
-                atomic_write_bytes(stage, data)
+                with _naming(path):
+                    atomic_write_bytes(stage, data)
     except BaseException:
-        for stage, _, _ in staged:
+        for stage, _, _, _ in staged:
             if stage is not None:
                 stage.unlink(missing_ok=True)
         raise
-    for stage, target, data in staged:
-        if stage is None:
-            atomic_write_bytes(target, data)
-            continue
-        if target.exists():
-            os.chmod(stage, stat.S_IMODE(target.stat().st_mode))
-        os.replace(stage, target)
+    for done, (stage, target, data, path) in enumerate(staged):
+        try:
+            with _naming(path):
+                if stage is None:
+                    atomic_write_bytes(target, data)
+                    continue
+                if target.exists():
+                    os.chmod(stage, stat.S_IMODE(target.stat().st_mode))
+                os.replace(stage, target)
+        except BaseException:
+            for left, _, _, _ in staged[done:]:
+                if left is not None:
+                    left.unlink(missing_ok=True)
+            raise
+
+
+@contextlib.contextmanager
+def _naming(path: PathLike) -> Iterator[None]:
+    """An OSError inside re-raised as the same error about `path`."""
+    try:
+        yield
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(path)) from exc
 
 
 def sha256_file(path: PathLike, chunk: int = MIB) -> str:

@@ -520,6 +520,18 @@ def test_the_files_it_reads_are_never_overwritten(locked: Project, tmp_path: Pat
         assert (root / target).read_bytes() == before
 
 
+def test_a_failed_write_names_the_output_not_its_staging_file(conda_prefix: Path, tmp_path: Path, capsys):
+    """Each file is staged beside its target first; a failure there (a full disk, or here a directory
+    where the staging file goes) is reported against the -o path, and nothing is written."""
+    out = tmp_path / "out" / "environment.yml"
+    out.parent.mkdir()
+    (out.parent / f".{out.name}.{os.getpid()}.staged").mkdir()
+    assert export("--from-prefix", str(conda_prefix), "-o", str(out)) == 2
+    err = one_line_error(capsys)
+    assert err == f"error: {out}: cannot write: Is a directory; nothing was written (give -o another file)\n", err
+    assert sorted(p.name for p in out.parent.iterdir()) == [f".{out.name}.{os.getpid()}.staged"]
+
+
 def test_pinned_needs_a_platform_placeholder(locked: Project, tmp_path: Path, capsys):
     assert export("--root", str(locked.root), "--pinned", "-o", str(tmp_path / "env.lock")) == 2
     assert "{platform}" in one_line_error(capsys)

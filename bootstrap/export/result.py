@@ -6,8 +6,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Dict, Mapping, Tuple
 
-from bootstrap.errors import InputError
-from bootstrap.fsutil import check_output, write_together
+from bootstrap.fsutil import check_output, write_failed, write_together
 from bootstrap.report import result
 
 
@@ -41,9 +40,13 @@ def _file(path: Path, text: str) -> Dict[str, Any]:
 
 def write_files(files: Mapping[Path, str]) -> None:
     """Write every file or none (`fsutil.write_together`). An unwritable target (missing directory,
-    a directory in the way, no permission) is an InputError naming it, and nothing is left behind."""
+    a directory in the way, no permission) is an InputError naming it as -o gave it, a full disk a
+    DiskFullError, and nothing is left behind."""
     targets = [(check_output(path, "-o"), text.encode("utf-8")) for path, text in files.items()]
+    given = {str(target): path for (target, _), path in zip(targets, files)}
     try:
         write_together(targets)
     except OSError as exc:
-        raise InputError(exc.filename or targets[0][0], f"cannot write: {exc.strerror}", "choose another -o") from None
+        failed = given.get(str(exc.filename), next(iter(files)))
+        outcome = "nothing was written" if len(targets) == 1 else "no file is left half-written"
+        raise write_failed(exc, failed, "-o", outcome) from None
