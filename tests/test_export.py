@@ -232,6 +232,17 @@ def test_pinned_single_platform_to_stdout(capsys):
     assert "https://conda.anaconda.org/conda-forge/osx-arm64/python-3.10.19-" in out
 
 
+def test_a_repeated_platform_counts_once(tmp_path: Path, capsys):
+    twice = ("--platform", "osx-arm64", "--platform", "osx-arm64")
+    assert export("--root", str(REPO), *twice, "-o", "-") == 0
+    assert yaml.safe_load(capsys.readouterr().out)["platforms"] == ["osx-arm64"]
+    assert export("--root", str(REPO), "--pinned", *twice, "-o", "-") == 0  # one platform: printable
+    assert capsys.readouterr().out.count("\n@EXPLICIT\n") == 1
+    assert export("--root", str(REPO), "--pinned", *twice, "-o", str(tmp_path / "env.lock"), "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["platforms"] == ["osx-arm64"] and [f["path"] for f in data["files"]] == [str(tmp_path / "env.lock")]
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_toposort_is_condas(seed):
     from conda_lock.interfaces.vendored_conda import toposort

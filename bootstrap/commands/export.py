@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.export.portable import ExportOptions
     from bootstrap.export.result import write_files
 
-    options = ExportOptions(name=args.name, channels=tuple(args.channel), platforms=tuple(args.platform))
+    platforms = tuple(dict.fromkeys(args.platform))  # `--platform X --platform X` is one platform
+    options = ExportOptions(name=args.name, channels=tuple(args.channel), platforms=platforms)
     to_stdout = args.output == "-"
     if to_stdout and args.json:
         raise InputError("-o -", "prints the file itself on stdout, where --json prints the envelope",
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.from_prefix is not None:
         from bootstrap.export.from_prefix import export_prefix
 
-        if args.env is not None or args.pinned or args.platform:
+        if args.env is not None or args.pinned or platforms:
             raise InputError("--from-prefix", "cannot be combined with ENV, --pinned or --platform",
                              "for an explicit file of an existing env use `conda list --explicit --md5`")
         result = export_prefix(args.from_prefix, options, output)
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         project = Project(args.root or find_root(Path.cwd()))
         env = project.env_or_default(args.env)
         if args.pinned:
-            if to_stdout and len(args.platform) != 1:
+            if to_stdout and len(platforms) != 1:
                 raise InputError("-o -", "--pinned writes one file per platform",
                                  "pick one with --platform P to print it")
             result = export_pinned(project, env, options, args.output if not to_stdout else None)

@@ -110,7 +110,7 @@ def chosen_platforms(lock: Lock, requested: Sequence[str]) -> Tuple[str, ...]:
             raise InputError("--platform",
                              f"'{platform}' is not locked in {lock.path.name} ({', '.join(lock.platforms)})",
                              "add it to the spec's platforms and relock, or pick a locked one")
-    return tuple(requested) or tuple(lock.platforms)
+    return tuple(dict.fromkeys(requested)) or tuple(lock.platforms)
 
 
 def _pin_conda(text: str, lock: Lock, platforms: Sequence[str]) -> Line:
