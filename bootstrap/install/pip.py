@@ -33,7 +33,7 @@ def remove(dists: Sequence[InstalledPip], partial: Path, stable: Path, held: Seq
         done = _run_uv([uv_binary(PipOptions()), "pip", "uninstall", "--python", str(python_executable(partial)),
                         *names], timeout=600, held=held)
         if done.returncode != 0:
-            raise ToolError(f"uv pip uninstall failed in {stable}: {_uv_message(done, partial, stable)}")
+            raise _uv_failed("uninstall", _uv_message(done, partial), stable)
     return notes
 
 
@@ -62,7 +62,7 @@ def install(entries: Sequence[LockedPackage], partial: Path, stable: Path, wheel
     if done.returncode != 0:
         # if a stored wheel changed unseen, the next run's hashing finds it
         forget_verified([wheels[e.name] for e in entries])
-        raise _pip_failure(_uv_message(done, partial, stable), stable)
+        raise _pip_failure(_uv_message(done, partial), stable)
     for dist_info, entry in _installed_from(partial, local):
         _finish_wheel(dist_info, entry, partial, stable)
 
@@ -88,33 +88,36 @@ def _drop_unlisted(dists: Sequence[InstalledPip], partial: Path) -> list[str]:
 
 def _run_uv(argv: Sequence[str], timeout: float, held: Sequence[int]) -> Completed:
     # From /: uv names paths in full, not relative to our working directory (so `_uv_message` can
-    # put the stable path in place of the generation's), and reads no uv.toml of whatever project we are in.
+    # name them relative to the env), and reads no uv.toml of whatever project we are in.
     return run(argv, timeout=timeout, cwd="/", pass_fds=held)
 
 
 _UV_PROGRESS = ("Using Python ", "Resolved ", "Prepared ", "Installed ", "Uninstalled ", "Audited ", "+ ", "- ", "~ ")
 
 
-def _uv_message(done: Completed, partial: Path, stable: Path) -> str:
-    """uv's stderr on one line: its errors and what caused them, without progress lines, naming the
-    env's stable path rather than the generation being built (which is gone once the run failed)."""
-    lines = [line.strip() for line in _in_env(scrub_credentials(done.stderr), partial, stable).splitlines()]
+def _uv_message(done: Completed, partial: Path) -> str:
+    """uv's stderr on one line: its errors and what caused them, without progress lines, with paths
+    in the generation being built (gone once the run failed) relative to the env's top."""
+    text = scrub_credentials(done.stderr).replace(f"{partial}{os.sep}", "").replace(str(partial), "the next generation")
+    lines = [line.strip() for line in text.splitlines()]
     kept = [line[len("error: "):] if line.startswith("error: ") else line
             for line in lines if line and not line.startswith(_UV_PROGRESS)]
     return " ".join(kept) or f"exit status {done.returncode}, no message"
 
 
-def _in_env(text: str, partial: Path, stable: Path) -> str:
-    """`text` naming the stable path where it names the generation being built."""
-    return text.replace(str(partial), str(stable))
+def _uv_failed(verb: str, message: str, stable: Path) -> ToolError:
+    """uv's failure: it ran in the next generation of the env at `stable`, which the caller discards;
+    the env itself was never touched (or, on a first create, never made)."""
+    outcome = f"{stable} was left as it was" if os.path.lexists(stable) else f"{stable} was not created"
+    return ToolError(f"uv pip {verb} failed in the next generation of {stable} (discarded): {message}; {outcome}")
 
 
-def _pip_failure(message: str, stable: Path):
+def _pip_failure(message: str, stable: Path) -> Exception:
     if "hash" in message.lower() and "mismatch" in message.lower():
         return IntegrityError("a wheel does not match the lock's sha256 "
                               "(its copy in the package cache damaged on disk?); "
                               f"nothing was installed, and the next run hashes the cached wheels again: {message}")
-    return ToolError(f"uv pip install failed in {stable}: {message}")
+    return _uv_failed("install", message, stable)
 
 
 def _installed_from(partial: Path, local: dict) -> list:

@@ -344,6 +344,43 @@ def test_planning_reads_the_install_record_until_conda_meta_changes(project: Pro
     assert_matches_lock(project)
 
 
+@pytest.mark.parametrize("first", [False, True], ids=["change", "create"])
+def test_a_failed_uv_install_says_the_env_was_left_as_it_was(project: Project, channel: Path, wheels: Path,
+                                                              monkeypatch, capsys, first: bool) -> None:
+    """uv's error names paths in the generation being built, which is discarded once the run fails:
+    the line names them relative to the env, and says that the env was left as it was (or not created)."""
+    from bootstrap.install import pip
+    from bootstrap.runner import Completed
+
+    prefix = prefix_of(project)
+    if not first:
+        assert main(env_args(project, str(channel))) == 0
+        change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
+        before = os.readlink(prefix)
+    real = pip._run_uv
+
+    def failing_install(argv, timeout, held):
+        if "install" not in argv:
+            return real(argv, timeout, held)
+        site = next(Path(argv[argv.index("--python") + 1]).parent.parent.glob("lib/python3*/site-packages"))
+        return Completed(tuple(argv), 2, "", f"Resolved 2 packages in 3ms\nerror: Failed to install: alpha-1.0\n"
+                                              f"  Caused by: failed to create directory `{site}/alpha`: Disk on fire\n")
+
+    monkeypatch.setattr(pip, "_run_uv", failing_install)
+    capsys.readouterr()
+    assert main(env_args(project, str(channel))) == 2
+    err = without_progress(capsys.readouterr().err)
+    outcome = f"{prefix} was not created" if first else f"{prefix} was left as it was"
+    assert err.startswith(f"error: uv pip install failed in the next generation of {prefix} (discarded): "
+                          "Failed to install: alpha-1.0 Caused by: failed to create directory `lib/python3."), err
+    assert err.endswith(f"/site-packages/alpha`: Disk on fire; {outcome}\n") and err.count("\n") == 1, err
+    assert ".partial" not in err and f"{prefix}/lib" not in err, err  # neither the discarded path nor the env's
+    if first:
+        assert not os.path.lexists(prefix) and not (prefix.parent / ".py310.gens").exists()
+    else:
+        assert os.readlink(prefix) == before and generation_dirs(project) == ["1"]
+
+
 def test_dry_run_prints_the_plan_and_touches_nothing(project: Project, channel: Path, capsys) -> None:
     capsys.readouterr()
     assert main(env_args(project, str(channel), "--dry-run")) == 0
