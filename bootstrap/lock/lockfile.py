@@ -215,6 +215,7 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
     try:
         hashes = entry["hash"] or {}
         manager = entry["manager"]
+        _refuse_numbers(path, where, entry, hashes)
         package = LockedPackage(
             name=str(entry["name"]),
             version=str(entry["version"]),
@@ -237,6 +238,16 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
     if problem:
         raise InputError(path, f"{where}.{problem}", _REGENERATE)
     return package
+
+
+def _refuse_numbers(path: Path, where: str, entry: dict, hashes: dict) -> None:
+    """YAML reads unquoted digits as a number (a hash of zeros becomes 0, `0123` an octal number), and
+    conda-lock refuses a number where it expects a string: so do we, before the text is lost."""
+    for key, value in (("name", entry["name"]), ("version", entry["version"]),
+                       ("hash.sha256", hashes["sha256"]), ("hash.md5", hashes.get("md5", ""))):
+        if not isinstance(value, str):
+            raise InputError(path, f"{where}.{key}: not a quoted string (YAML read {excerpt(value)}; "
+                             "conda-lock refuses it too)", _REGENERATE)
 
 
 _HEX_DIGITS = {"sha256": 64, "md5": 32}
