@@ -201,8 +201,10 @@ def test_what_the_first_batch_raises_is_one_line_whatever_it_is(hostile, capsys,
 
 @pytest.mark.slow
 def test_a_sample_that_exits_the_process_mid_run_stops_the_run_in_one_line(hostile, capsys):
-    """sys.exit in a later sample, in this process: not a silent exit 0."""
-    refused(bench(hostile, capsys, "--dataset", "hostile:sys_exit_later", budget="5"),
+    """sys.exit in a later sample, in this process: not a silent exit 0. The budget is ample so that a busy
+    host's slow set-up still leaves the in-process phases time to load the failing sample; the exit ends
+    the run long before the budget does."""
+    refused(bench(hostile, capsys, "--dataset", "hostile:sys_exit_later", budget="60"),
             "--dataset hostile:sys_exit_later: SystemExit: 0 in the ", "phase: stopped (a sample, collate or "
             "step must return, not exit")
 
@@ -372,7 +374,7 @@ UNGUARDED = textwrap.dedent('''
     mp.set_start_method("spawn", force=True)
     dataset = torch.utils.data.TensorDataset(torch.zeros(64, 3, 16, 16, dtype=torch.uint8),
                                              torch.zeros(64, dtype=torch.long))
-    kwargs, report = tune_loader(dataset, batch_size=8, budget=10, device="cpu")
+    kwargs, report = tune_loader(dataset, batch_size=8, budget=60, device="cpu")
     print("RESULT", kwargs)
 ''')
 
@@ -380,7 +382,8 @@ UNGUARDED = textwrap.dedent('''
 @pytest.mark.slow
 def test_an_unguarded_script_under_spawn_gets_one_bench_and_the_idiom(tmp_path):
     """Without `if __name__ == "__main__":` each spawned worker imports the script again: the worker refuses
-    at once instead of running a second bench, and the parent's error says what likely killed it."""
+    at once instead of running a second bench, and the parent's error says what likely killed it. The budget
+    is ample so that a busy host still reaches the worker configs; their first start-up ends the run."""
     import subprocess
 
     from tests.fixtures import REPO
