@@ -79,6 +79,17 @@ class DiskFullError(BootstrapError):
     """A disk or quota filled up, or a file reached the file size limit; what was half-written has been removed."""
 
 
+def in_variant(exc: BootstrapError, path: object, label: str) -> BootstrapError:
+    """`exc` naming the variant it arose in, after the spec's file name: `envs/torch.yml: variants[1]
+    (cu126): pip: ...`, since one spec locks several variants and each fails in its own way."""
+    if isinstance(exc, InputError):
+        return InputError(exc.where, f"{label}: {exc.problem}", exc.fix)
+    if type(exc).__init__ is not Exception.__init__:  # a subclass with fields of its own: kept as it is
+        return exc
+    text, prefix = str(exc), f"{path}: "
+    return type(exc)(prefix + label + ": " + (text[len(prefix):] if text.startswith(prefix) else text))
+
+
 _TREE = re.compile(r"^[\s×╰─▶│├└┬┼]+")
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from bootstrap import __version__
-from bootstrap.errors import InputError, SolveError
+from bootstrap.errors import BootstrapError, InputError, SolveError, in_variant
 from bootstrap.fsutil import disk_full, flocked, out_of_space, write_target
 from bootstrap.lock.check import check_syntax, orphan_locks
 from bootstrap.lock.conda import solve_conda, to_locked
@@ -33,7 +33,7 @@ from bootstrap.lock.lockfile import (
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.pip import PipOptions, resolve_all, target_for
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
-from bootstrap.lock.variants import variant_locks
+from bootstrap.lock.variants import Variant, variant_locks
 from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_lock
 from bootstrap.project import Project
 from bootstrap.report import result
@@ -114,9 +114,10 @@ class LockRun:
 def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
              notify: Callable[[str], None] = lambda _message: None,
              progress: Callable[[str], None] = lambda _message: None) -> Tuple[LockResult, ...]:
-    """Solve `env` and write its lock, one per variant. Two runs on one env take turns (an flock on
-    the spec), so a `--platform` relock never writes over another's platforms with what it read before.
-    `notify`: why the run waits; `progress`: one line as each long phase (a solve, a resolve) starts."""
+    """Solve `env` and write its lock, one per variant. Every variant is solved before any lock is
+    written, so a variant that fails leaves every lock as it was. Two runs on one env take turns (an
+    flock on the spec), so a `--platform` relock never writes over another's platforms with what it
+    read before. `notify`: why the run waits; `progress`: one line as each long phase starts."""
     spec = read_spec(project.spec_path(env))
     locks = variant_locks(project, env, spec, options.variants)
     check_syntax(spec, [variant for variant, _ in locks])  # before any solving
@@ -125,10 +126,10 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
     _check_platforms(spec, options.platforms)
     waiting = f"waiting for another `bootstrap lock` of {env} to finish"
     with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
-        return tuple(_lock_variant(project, env, spec.for_variant(variant), vpkgs.for_variant(variant), path, options,
-                                   progress)
-                     for variant, path in locks
-                     if not options.platforms or set(options.platforms) & set(spec.for_variant(variant).platforms))
+        plans = [_solve_variant(project, env, spec, variant, vpkgs.for_variant(variant), path, options, progress)
+                 for variant, path in locks
+                 if not options.platforms or set(options.platforms) & set(spec.for_variant(variant).platforms)]
+        return tuple(_write_plan(plan, options) for plan in plans)
 
 
 def drop_orphan_locks(project: Project, env: str, options: LockOptions) -> Tuple[DroppedLock, ...]:
@@ -144,9 +145,28 @@ def drop_orphan_locks(project: Project, env: str, options: LockOptions) -> Tuple
     return tuple(dropped)
 
 
-def _lock_variant(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path,
-                  options: LockOptions, progress: Callable[[str], None]) -> LockResult:
-    """Solve one variant (`spec` is what it is locked from) and write its lock."""
+@dataclass(frozen=True)
+class _Plan:
+    """One variant solved, not yet written."""
+
+    content: LockContent
+    result: LockResult
+
+
+def _solve_variant(project: Project, env: str, spec: EnvSpec, variant: Optional[Variant], vpkgs: VirtualPackages,
+                   lock_path: Path, options: LockOptions, progress: Callable[[str], None]) -> _Plan:
+    """`_solve` for one variant of `spec`; what fails is named by the variant (`variants[1] (cu126): ...`)."""
+    if variant is None:
+        return _solve(project, env, spec, vpkgs, lock_path, options, progress)
+    try:
+        return _solve(project, env, spec.for_variant(variant), vpkgs, lock_path, options, progress)
+    except BootstrapError as exc:
+        raise in_variant(exc, spec.path, f"variants[{spec.variants.index(variant)}] ({variant.name})") from exc
+
+
+def _solve(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path,
+           options: LockOptions, progress: Callable[[str], None]) -> _Plan:
+    """Solve one variant (`spec` is what it is locked from): the lock to write and what moved."""
     platforms = tuple(p for p in spec.platforms if not options.platforms or p in options.platforms)
     old = _read_old_lock(lock_path, project.root)
     if not options.dry_run:
@@ -170,29 +190,33 @@ def _lock_variant(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPacka
     pip = resolve_all(spec, targets, options.pip, prefer={p: _preferred(old, p, "pip", options) for p in platforms})
     seconds["pip_resolve"] = time.perf_counter() - started
 
-    started = time.perf_counter()
     packages = [to_locked(r, p) for p, records in conda.items() for r in records]
     packages += [pkg for entries in pip.values() for pkg in entries]
     packages += _kept_from(old, spec, platforms)
     content = _content(spec, vpkgs, lock_path, packages, old, platforms, options)
     diffs = tuple(diff_locks(old.packages if old else (), content.packages, spec.platforms))
+    counts = {
+        p: {m: sum(1 for x in content.packages if x.platform == p and x.manager == m) for m in ("conda", "pip")}
+        for p in spec.platforms
+    }
+    return _Plan(content, LockResult(env=env, variant=spec.variant.name if spec.variant else "", path=lock_path,
+                                     written=not options.dry_run, new=old is None, platforms=platforms,
+                                     counts=counts, diffs=diffs, seconds=seconds))
+
+
+def _write_plan(plan: _Plan, options: LockOptions) -> LockResult:
+    """Write one solved lock (atomically; nothing with `dry_run`)."""
+    started = time.perf_counter()
+    lock_path = plan.result.path
     if not options.dry_run:
         try:
-            write_lock(lock_path, content)
+            write_lock(lock_path, plan.content)
         except OSError as exc:
             if not out_of_space(exc):
                 raise
             raise disk_full(f"writing {lock_path.name}", {"lock": lock_path.parent}, "the lock is unchanged",
                             "free space and lock again", cause=exc) from None
-    seconds["write"] = time.perf_counter() - started
-
-    counts = {
-        p: {m: sum(1 for x in content.packages if x.platform == p and x.manager == m) for m in ("conda", "pip")}
-        for p in spec.platforms
-    }
-    return LockResult(env=env, variant=spec.variant.name if spec.variant else "", path=lock_path,
-                      written=not options.dry_run, new=old is None, platforms=platforms, counts=counts, diffs=diffs,
-                      seconds=seconds)
+    return replace(plan.result, seconds={**plan.result.seconds, "write": time.perf_counter() - started})
 
 
 def check_update(project: Project, envs: Sequence[str], options: LockOptions) -> None:

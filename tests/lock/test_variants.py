@@ -301,6 +301,40 @@ def test_bad_variant_options_are_one_line_and_exit_2(example_locked: Project, fi
     assert before == {p: p.read_bytes() for p in example_locked.root.glob("envs/*.conda-lock.yml")}
 
 
+def _pin_cu126(spec: Path, pin: str) -> None:
+    """The cu126 variant pinned to a torch its fixture index does not carry: it cannot be resolved."""
+    text = spec.read_text()
+    spec.write_text(text.replace("    index: pytorch-cu126\n", f"    index: pytorch-cu126\n    torch: \"{pin}\"\n"))
+
+
+def test_a_variant_that_cannot_be_resolved_writes_no_lock_at_all(tmp_path: Path, fixture_channel: Path,
+                                                                indexes: dict, capsys) -> None:
+    """Every variant is solved before any lock is written: the default, solved first, is not written
+    beside a variant that fails (a half-relocked project), nor is a first lock created."""
+    root = tmp_path / "proj"
+    shutil.copytree(EXAMPLE, root)
+    _pin_cu126(root / "envs" / "torch.yml", "==2.14.*")
+    capsys.readouterr()
+    assert main(lock_argv(root, fixture_channel, indexes, "--quiet")) == 2
+    err = capsys.readouterr().err
+    assert "variants[1] (cu126): " in err and "cannot be satisfied" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in (root / "envs").iterdir()) == ["torch.yml", "virtual-packages.yml"]
+
+
+def test_a_relock_whose_variant_fails_leaves_every_lock_as_it_was(example_locked: Project, tmp_path: Path,
+                                                                  fixture_channel: Path, indexes: dict,
+                                                                  capsys) -> None:
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    spec = project.spec_path("torch")
+    spec.write_text(spec.read_text().replace("numpy>=1.26", "numpy>=1.27"))  # the default relocks fine
+    _pin_cu126(spec, "==2.14.*")
+    before = {p: p.read_bytes() for p in project.envs_dir.glob("*.conda-lock.yml")}
+    capsys.readouterr()
+    assert main(lock_argv(project.root, fixture_channel, indexes)) == 2
+    assert "variants[1] (cu126): " in capsys.readouterr().err
+    assert before == {p: p.read_bytes() for p in project.envs_dir.glob("*.conda-lock.yml")}
+
+
 # --------------------------------------------------------------------------- the committed locks
 
 
