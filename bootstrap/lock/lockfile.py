@@ -136,7 +136,8 @@ def _parse(path: Path, text: str) -> Lock:
 
 
 def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[LockedPackage, ...]:
-    """Each entry checked; one entry per (platform, manager, name), an exact repeat dropped; every
+    """Each entry checked; one entry per (platform, manager, name), an exact repeat refused too
+    (conda-lock's own reader fails on it: `conda-lock render` stops with an AssertionError); every
     locked platform with at least one package."""
     seen: dict = {}
     for index, entry in enumerate(entries):
@@ -146,10 +147,10 @@ def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[Lo
             raise InputError(path, f"package[{index}].platform: {excerpt(package.platform)} is not in "
                              f"metadata.platforms ({', '.join(platforms)})", _REGENERATE)
         key = (package.platform, package.manager, _normalised(package.name))
-        if key in seen and seen[key][1] != package:
+        if key in seen:
             raise InputError(path, f"package[{index}]: {package.name} is listed twice for {package.platform} "
                              f"(also package[{seen[key][0]}])", _REGENERATE)
-        seen.setdefault(key, (index, package))
+        seen[key] = (index, package)
     empty = [p for p in platforms if not any(key[0] == p for key in seen)]
     if empty:
         raise InputError(path, f"metadata.platforms: no packages are locked for {', '.join(empty)}", _REGENERATE)

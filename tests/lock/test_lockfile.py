@@ -71,14 +71,25 @@ def test_a_broken_entry_is_named_with_the_fix(tmp_path: Path, case: str) -> None
     assert "\n" not in str(caught.value)
 
 
-def test_an_exact_repeat_is_dropped_and_hashes_are_read_in_lower_case(tmp_path: Path) -> None:
+def test_hashes_are_read_in_lower_case(tmp_path: Path) -> None:
+    lock = read_lock(edited(tmp_path, lambda d: first(d)["hash"].update(sha256=first(d)["hash"]["sha256"].upper())))
+    assert lock.packages == read_lock(REPO / "conda-lock.yml").packages
+
+
+@pytest.mark.parametrize("upper", [False, True], ids=["byte-identical", "hash in upper case"])
+def test_an_exact_repeat_is_refused_as_conda_lock_cannot_read_it(tmp_path: Path, upper: bool) -> None:
+    """`conda-lock render` fails on a repeated entry (an AssertionError), so the readers refuse it too."""
     def edit(data: dict) -> None:
         duplicate(data)
-        first(data)["hash"]["sha256"] = first(data)["hash"]["sha256"].upper()
+        if upper:
+            first(data)["hash"]["sha256"] = first(data)["hash"]["sha256"].upper()
 
-    lock = read_lock(edited(tmp_path, edit))
-    original = read_lock(REPO / "conda-lock.yml")
-    assert lock.packages == original.packages  # the upper-case copy is the same entry, read once
+    path = edited(tmp_path, edit)
+    with pytest.raises(InputError) as caught:
+        read_lock(path)
+    index = len(COMMITTED["package"])
+    assert str(caught.value) == (f"{path}: package[{index}]: _libgcc_mutex is listed twice for linux-64 (also "
+                                 "package[0]) (regenerate it with `make lock`)")
 
 
 def test_the_relock_diff_names_versions_and_for_another_wheel_of_one_version_the_files() -> None:
