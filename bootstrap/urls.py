@@ -37,6 +37,17 @@ def has_credentials(url: str) -> bool:
     return scrub_credentials(url) != url
 
 
+def has_query(url: str) -> bool:
+    """Whether `url` has a query or fragment (`?token=...`, `#...`): where a signed URL or an index
+    keeps its token, and never part of a package file's URL."""
+    return "?" in url or "#" in url
+
+
+def plain_url(url: str) -> str:
+    """`url` as a message may show it: without credentials, and cut before any query or fragment."""
+    return re.split(r"[?#]", scrub_argument(url), maxsplit=1)[0]
+
+
 _LOOSE_DELIMITERS = re.compile(r"([\s=/'\"])")
 _LOOSE_TOKEN = re.compile(r"/t/(?!<TOKEN>)[^/\s'\"]+")
 

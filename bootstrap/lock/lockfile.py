@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 from bootstrap.errors import InputError, excerpt
 from bootstrap.lock.variants import META_VARIANT
 from bootstrap.lock.yamlfile import load_yaml, read_text
-from bootstrap.urls import has_credentials, scrub_credentials
+from bootstrap.urls import has_credentials, has_query, plain_url, scrub_credentials
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
 META_VERSION = "bootstrap.version"
@@ -200,10 +200,11 @@ def _word(path: Path, where: str, value: Any) -> str:
 
 def _refuse_credentials(path: Path, where: str, url: Any) -> None:
     """A lock is shared (committed, bundled into a node's cache, exported): it must hold no
-    `user:password@` or `/t/TOKEN/`, which the spec reader and the writer refuse too."""
-    if isinstance(url, str) and has_credentials(url):
-        raise InputError(path, f"{where}: '{scrub_credentials(url)}' carries credentials",
-                         "keep secrets out of locks: ~/.netrc or --mirror")
+    `user:password@`, `/t/TOKEN/` or query (`?token=...`), which the spec reader and the writer
+    refuse too; nor a fragment, which conda-lock drops from the URLs it locks."""
+    if isinstance(url, str) and (has_credentials(url) or has_query(url)):
+        raise InputError(path, f"{where}: '{plain_url(url)}' carries credentials or a query; a lock holds "
+                         "each file's plain URL", "keep secrets out of locks: ~/.netrc or --mirror")
 
 
 def _package(path: Path, index: int, entry: Any) -> LockedPackage:

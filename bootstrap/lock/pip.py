@@ -29,7 +29,7 @@ from bootstrap.lock.pip_wheels import best_wheel, dependency_specifiers, read_me
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
 from bootstrap.lock.variants import PYPI, torch_family
 from bootstrap.runner import Runner, run
-from bootstrap.urls import has_credentials, scrub_credentials
+from bootstrap.urls import has_credentials, has_query, plain_url, scrub_credentials
 
 _ARCH = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "osx-64": "x86_64", "osx-arm64": "aarch64"}
 _WINDOWS = {"win-64": "x86_64-pc-windows-msvc", "win-arm64": "aarch64-pc-windows-msvc"}
@@ -270,11 +270,12 @@ def _parse_pylock(text: str, target: Target) -> list[tuple[str, str, str, str]]:
         if not wheels and not (_lockable_url(archive.get("url", "")) and _fits(archive["url"], target)):
             at = f" at {archive['url']}" if archive.get("url") else ""
             raise SolveError(f"{package['name']} {package.get('version')}: no wheel for {target.python_platform}{at}")
-        if has_credentials(wheel["url"]):  # uv drops user:password@ itself, not anaconda.org's /t/TOKEN/
+        # uv drops user:password@ itself, not anaconda.org's /t/TOKEN/ nor a signed URL's query
+        if has_credentials(wheel["url"]) or has_query(wheel["url"]):
             raise SolveError(f"{package['name']} {package['version']}: "
-                             f"the wheel's URL {scrub_credentials(wheel['url'])} "
-                             "carries a token, which the lock (committed, shared) would hold (serve the index "
-                             "without one in its URL; uv reads credentials from ~/.netrc)")
+                             f"the wheel's URL {plain_url(wheel['url'])} "
+                             "carries a token or a query, which the lock (committed, shared) would hold (serve "
+                             "the index without one in its URLs; uv reads credentials from ~/.netrc)")
         out.append((package["name"], package["version"], wheel["url"], wheel["hashes"]["sha256"]))
     return out
 

@@ -121,6 +121,15 @@ CREDENTIALS = {
         "https://", "https://bob:PW-SECRET@")), "].url"),
     "channel with a token": (lambda d: d["metadata"]["channels"][0].update(
         url="https://conda.anaconda.org/t/TK-SECRET/conda-forge"), "metadata.channels"),
+    "conda url with a query": (lambda d: first(d).update(url=first(d)["url"] + "?token=TK-SECRET"), "package[0].url"),
+    "wheel url with a query": (lambda d: first(d, "pip").update(url=first(d, "pip")["url"] + "?X-Sig=TK-SECRET"),
+                               "].url"),
+    "wheel url with a fragment": (lambda d: first(d, "pip").update(url=first(d, "pip")["url"] + "#TK-SECRET"),
+                                  "].url"),
+    "wheel url with a bare question mark": (lambda d: first(d, "pip").update(url=first(d, "pip")["url"] + "?"),
+                                            "].url"),
+    "channel with a query": (lambda d: d["metadata"]["channels"][0].update(
+        url="https://conda.anaconda.org/conda-forge?token=TK-SECRET"), "metadata.channels"),
 }
 
 
@@ -161,7 +170,7 @@ PIP_URLS_REFUSED = [
 PIP_URLS_ACCEPTED = [
     "file:///tmp/wheelhouse/" + WHEEL, "file://localhost/w/" + WHEEL, "http://mirror.local/simple/" + WHEEL,
     "https://example.org/Cuda.Bindings-12.9.4-py3-none-any.whl", "https://example.org/cuda_bindings-12.9.4.tar.gz",
-    "https://example.org/cuda-bindings-12.9.4.zip", "https://example.org/" + WHEEL + "#sha256=" + "a" * 64,
+    "https://example.org/cuda-bindings-12.9.4.zip",
 ]
 
 
@@ -190,3 +199,20 @@ def test_every_lock_reader_refuses_a_pip_url_of_another_file(tmp_path: Path, cap
     assert main([*argv, "--root", str(project.root)]) == 2
     out, err = capsys.readouterr()
     assert "url: 'passwd' is not a wheel or sdist" in err and err.count("\n") == 1 and "root:" not in out
+
+
+@pytest.mark.parametrize("argv", [["lock", "--check"], ["export", "-o", "-"], ["export", "--pinned", "-o", "OUT"]])
+def test_every_lock_reader_refuses_a_url_with_a_query_and_exports_nothing(tmp_path: Path, capsys, argv: list) -> None:
+    from bootstrap.cli import main
+    from tests.fixtures.variants import plain_project
+
+    project = plain_project(tmp_path / "proj")
+    path = project.lock_path("py310")
+    wheel = first(COMMITTED, "pip")["url"]
+    path.write_text(path.read_text().replace(wheel, f"{wheel}?token=TK-SECRET"))
+    out_dir = tmp_path / "out"
+    assert main([*(str(out_dir) if a == "OUT" else a for a in argv), "--root", str(project.root)]) == 2
+    out, err = capsys.readouterr()
+    assert f"package[{COMMITTED['package'].index(first(COMMITTED, 'pip'))}].url: '{wheel}' carries credentials " \
+           "or a query" in err
+    assert err.count("\n") == 1 and "TK-SECRET" not in out + err and not out_dir.exists()

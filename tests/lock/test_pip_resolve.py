@@ -138,6 +138,12 @@ def archive_lock(url: str) -> str:
             f'archive = {{ url = "{url}", hashes = {{ sha256 = "{"ab" * 32}" }} }}\n')
 
 
+def wheels_lock(url: str) -> str:
+    """uv's pylock.toml for `alpha` served from an index at `url`."""
+    return ('lock-version = "1.0"\n[[packages]]\nname = "alpha"\nversion = "1.0"\n'
+            f'wheels = [{{ url = "{url}", hashes = {{ sha256 = "{"ab" * 32}" }} }}]\n')
+
+
 @pytest.mark.usefixtures("index_unreachable")
 def test_a_wheel_url_is_locked_where_its_tags_fit() -> None:
     linux, mac = (target_for(p, "3.10.19", VPKGS) for p in ("linux-64", "osx-arm64"))
@@ -211,6 +217,15 @@ def test_a_token_in_a_wheel_url_is_never_locked() -> None:
         resolve_pip(spec("alpha"), target_for("linux-64", "3.10.19", VPKGS), runner=recorded_uv(archive_lock(url)))
     assert "hunter2" not in str(caught.value) and "/t/<TOKEN>/team" in str(caught.value)
     assert "carries a token" in str(caught.value)
+
+
+@pytest.mark.parametrize("tail", ["?token=hunter2", "#hunter2"])
+def test_a_query_in_a_wheel_url_is_never_locked(tail: str) -> None:
+    """A signed URL's query, which a lock reader refuses, is refused before any lock is written."""
+    url = f"https://index.example/simple/alpha/alpha-1.0-py3-none-any.whl{tail}"
+    with pytest.raises(SolveError) as caught:
+        resolve_pip(spec("alpha"), target_for("linux-64", "3.10.19", VPKGS), runner=recorded_uv(wheels_lock(url)))
+    assert "hunter2" not in str(caught.value) and "carries a token or a query" in str(caught.value)
 
 
 def test_marker_environment() -> None:
