@@ -28,8 +28,9 @@ from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError, excerpt
+from bootstrap.lock.spec_text import check_spec_text
 from bootstrap.lock.variants import META_VARIANT, PYPI, Variant, effective_pip, read_indexes, read_variants
-from bootstrap.lock.yamlfile import load_yaml
+from bootstrap.lock.yamlfile import load_yaml, read_text
 from bootstrap.platforms import KNOWN_PLATFORMS
 from bootstrap.urls import has_credentials, scrub_credentials
 
@@ -146,7 +147,9 @@ def canonical_channel(channel: str) -> str:
 
 def read_spec(path: Path) -> EnvSpec:
     """Parse and structurally validate one env spec file."""
-    data = load_yaml(path)
+    text = read_text(path)
+    data = load_yaml(path, text)
+    check_spec_text(path, text)  # what conda-lock reads line by line before it parses the YAML
     if not isinstance(data, dict):
         raise InputError(path, "expected a mapping with name, channels, platforms, dependencies")
     unknown = sorted(set(map(str, data)) - set(SPEC_KEYS))

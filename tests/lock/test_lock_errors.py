@@ -208,3 +208,18 @@ def test_a_full_disk_leaves_the_lock_as_it_was(fixture_channel: Path, wheelhouse
     done = bootstrap(*argv, cwd=root)
     assert_clean_failure(done, "no space left on device while writing conda-lock.yml on", "the lock is unchanged")
     assert files(root) == before  # the old lock byte for byte, no temp directory left
+
+
+@pytest.mark.parametrize("edit", [("  - pillow>=10\n", "  - pillow>=10  # [linux]\n")], ids=["selector"])
+def test_lock_check_refuses_lines_conda_lock_reads_its_own_way(tmp_path: Path, edit: tuple) -> None:
+    """A `# [linux]` selector kept the inputs digest (comments are not data), so `lock --check` said
+    fresh while conda-lock, which drops the line on osx-arm64 and win-64, hashes another spec."""
+    from tests.fixtures.variants import plain_project
+
+    project = plain_project(tmp_path / "proj")
+    spec = project.spec_path("py310")
+    assert bootstrap("lock", "--check", "py310", cwd=project.root).returncode == 0
+    assert edit[0] in spec.read_text()
+    spec.write_text(spec.read_text().replace(*edit))
+    done = bootstrap("lock", "--check", "py310", cwd=project.root)
+    assert_clean_failure(done, "envs/py310.yml: line ")

@@ -221,3 +221,59 @@ def test_a_long_list_with_a_name_twice_is_named_without_quadratic_work(tmp_path:
     with pytest.raises(InputError, match=r"channels: 'https://host/c7' is listed twice"):
         _string_list(tmp_path / "demo.yml", {"channels": channels}, "channels")
     assert time.perf_counter() - started < 5
+
+
+# --------------------------------------------------------------------------- conda-lock's line filter
+
+SELECTED = [
+    ("  - pip  # [linux]\n", 6, "linux"),
+    ("  - pip # [not win]\n", 6, "not win"),
+    ("  - pip  # pinned, see [1]\n", 6, "1"),  # conda-lock drops this on every platform
+    ("      - torch==2.10.*  # [osx]\n", 8, "osx"),
+    ("platforms: [linux-64, win-64]  # [win]\n", 3, "win"),
+]
+
+
+@pytest.mark.parametrize(("edit", "line", "selector"), SELECTED, ids=[s[2] for s in SELECTED])
+def test_a_conda_lock_platform_selector_is_refused(tmp_path: Path, edit: str, line: int, selector: str) -> None:
+    """conda-lock drops a line whose selector does not match the platform, and so hashes what bootstrap
+    does not lock; the fast freshness path, which reads the YAML without comments, missed it."""
+    lines = GOOD.splitlines(keepends=True)
+    key = edit.strip().split("  #")[0].split(" #")[0]
+    index = next(i for i, text in enumerate(lines) if text.strip() == key)
+    lines[index] = edit
+    path = write(tmp_path, "".join(lines))
+    assert index + 1 == line
+    with pytest.raises(InputError) as caught:
+        read_spec(path)
+    assert str(caught.value) == (
+        f"{path}: line {line}: conda-lock reads '[{selector}]' at its end as a platform selector, which bootstrap "
+        "does not apply (remove it: every dependency is locked for every platform of the spec; a pip requirement "
+        "may take a marker instead, `; sys_platform == \"linux\"`)")
+
+
+@pytest.mark.parametrize("comment", ["# [linux] a whole comment line", "  # see [1]", "# (x) [y] (z)"])
+def test_comments_conda_lock_reads_as_comments_are_not_selectors(tmp_path: Path, comment: str) -> None:
+    assert read_spec(write(tmp_path, GOOD.replace("  - pip\n", f"  - pip\n{comment}\n"))).conda == (
+        "python=3.10.*", "pip")
+    assert read_spec(write(tmp_path, GOOD.replace("  - pip\n", "  - pip  # [x] (y)\n"))).conda[1] == "pip"
+
+
+def test_platform_selector_agrees_with_conda_lock() -> None:
+    """Every short line of the characters that matter: selected as conda-lock's own filter selects."""
+    import itertools
+
+    from conda_lock.src_parser.selectors import filter_platform_selectors
+
+    from bootstrap.lock.spec_text import platform_selector
+
+    linux = {"linux64", "unix", "linux"}
+    for size in range(1, 7):
+        for chars in itertools.product("a #[]()", repeat=size):
+            line = "".join(chars)
+            if line.lstrip().startswith("#"):
+                continue
+            kept = list(filter_platform_selectors(line, platform="linux-64")) == [line]
+            selector = platform_selector(line)
+            assert kept == (selector is None or selector in linux), line
+
