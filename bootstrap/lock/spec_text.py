@@ -2,31 +2,61 @@
 
 conda-lock does not only parse a spec as YAML: for each platform it first
 drops the lines that end in a platform selector it does not match
-(`- cudatoolkit  # [linux]`, conda-build's preprocessing selectors).
-bootstrap solves every dependency for every platform, so a selector would
-make conda-lock's content hash disagree with the lock: it is refused here in
-one line naming the file and line.
+(`- cudatoolkit  # [linux]`, conda-build's preprocessing selectors), with a
+regular expression whose time grows with the square of a run of blanks and
+with the number of `#` times the line's length. bootstrap solves every
+dependency for every platform, so a selector would make conda-lock's content
+hash disagree with the lock; and a requirement followed by 100,000 spaces
+would keep conda-lock busy for minutes (what `lock` and `lock --check`
+compute the hash with). Both are refused here in one line naming the file
+and line: a line longer than any real one, and lines whose blanks and `#`
+would cost conda-lock's pattern more than a real spec's by far.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
 from bootstrap.errors import InputError, excerpt
 
+MAX_LINE_CHARS = 1000  # far above any real spec line (a `name @ URL ; marker` requirement is about 250)
+# The steps conda-lock's pattern takes over the whole file, as `_selector_steps` counts them: a real
+# spec takes under 2,000; this bound, hundreds of times that, some 20 ms for each platform it filters.
+MAX_SELECTOR_STEPS = 1_000_000
+_BLANKS = re.compile(r"\s+")  # conda-lock's `\s*`, which it tries again from every position of a run
+
 
 def check_spec_text(path: Path, text: str) -> None:
-    """Refuse a line conda-lock reads as carrying a platform selector."""
+    """Refuse a line longer than MAX_LINE_CHARS, or one conda-lock reads as carrying a selector."""
     if text.startswith("\ufeff"):
         text = text[1:]
+    steps = 0
     for number, line in enumerate(text.splitlines(), 1):  # conda-lock's own split
+        if len(line) > MAX_LINE_CHARS:
+            raise InputError(path, f"line {number}: {len(line)} characters long (at most {MAX_LINE_CHARS})",
+                             "a spec line holds one dependency: drop the spaces or comment after it")
+        steps += _selector_steps(line)
+        if steps > MAX_SELECTOR_STEPS:
+            raise InputError(path, f"line {number}: too many spaces in a row or '#' up to here, which "
+                             "conda-lock's line filter reads in time growing with their square",
+                             "drop the spaces and comments after the dependencies")
+    for number, line in enumerate(text.splitlines(), 1):
         selector = platform_selector(line)
         if selector is not None:
             raise InputError(path, f"line {number}: conda-lock reads {excerpt('[' + selector + ']')} at its end as a "
                              "platform selector, which bootstrap does not apply",
                              "remove it: every dependency is locked for every platform of the spec; a pip "
                              "requirement may take a marker instead, `; sys_platform == \"linux\"`")
+
+
+def _selector_steps(line: str) -> int:
+    """About how many steps conda-lock's selector pattern takes over `line`: from each position it
+    tries a run of blanks anew (the square of each run), and at each `#` it scans to the line's end."""
+    if line.lstrip().startswith("#"):
+        return 0  # conda-lock drops a comment line before its pattern sees it
+    return len(line) + sum(len(run) ** 2 for run in _BLANKS.findall(line)) + line.count("#", 1) * len(line)
 
 
 def platform_selector(line: str) -> Optional[str]:

@@ -210,10 +210,13 @@ def test_a_full_disk_leaves_the_lock_as_it_was(fixture_channel: Path, wheelhouse
     assert files(root) == before  # the old lock byte for byte, no temp directory left
 
 
-@pytest.mark.parametrize("edit", [("  - pillow>=10\n", "  - pillow>=10  # [linux]\n")], ids=["selector"])
+@pytest.mark.parametrize("edit", [("  - pillow>=10\n", "  - pillow>=10  # [linux]\n"),
+                                  ("  - pillow>=10\n", "  - pillow>=10" + " " * 100_000 + "\n")],
+                         ids=["selector", "100k spaces"])
 def test_lock_check_refuses_lines_conda_lock_reads_its_own_way(tmp_path: Path, edit: tuple) -> None:
     """A `# [linux]` selector kept the inputs digest (comments are not data), so `lock --check` said
-    fresh while conda-lock, which drops the line on osx-arm64 and win-64, hashes another spec."""
+    fresh while conda-lock, which drops the line on osx-arm64 and win-64, hashes another spec; and
+    100,000 spaces after a requirement kept conda-lock's line filter busy for minutes."""
     from tests.fixtures.variants import plain_project
 
     project = plain_project(tmp_path / "proj")

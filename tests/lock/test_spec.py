@@ -277,3 +277,49 @@ def test_platform_selector_agrees_with_conda_lock() -> None:
             selector = platform_selector(line)
             assert kept == (selector is None or selector in linux), line
 
+
+def test_an_absurdly_long_line_is_refused_before_conda_lock_reads_it(tmp_path: Path) -> None:
+    """conda-lock's selector pattern takes minutes over a requirement followed by 100,000 spaces."""
+    import time
+
+    path = write(tmp_path, GOOD.replace("torch==2.10.*", "torch==2.10.*" + " " * 100_000))
+    started = time.process_time()
+    with pytest.raises(InputError) as caught:
+        read_spec(path)
+    assert time.process_time() - started < 1
+    assert str(caught.value) == (f"{path}: line 8: 100021 characters long (at most 1000) (a spec line holds one "
+                                 "dependency: drop the spaces or comment after it)")
+    assert read_spec(write(tmp_path, GOOD.replace("torch==2.10.*", "torch==2.10.*" + " " * 900))).pip == (
+        "torch==2.10.*",)
+
+
+@pytest.mark.parametrize("extra", [
+    ("  - pip" + " " * 900 + "\n") * 3,  # each line short enough: together, too slow for conda-lock
+    (" " * 999 + "\n") * 3,  # blank lines, which conda-lock's pattern still reads
+    ("  - pip  #" + "#" * 900 + "\n") * 3,
+], ids=["trailing spaces", "blank lines", "hashes"])
+def test_lines_conda_lock_would_read_slowly_together_are_refused(tmp_path: Path, extra: str) -> None:
+    import time
+
+    from conda_lock.src_parser.selectors import filter_platform_selectors
+
+    text = GOOD.replace("  - pip\n", "  - pip\n" + extra)
+    started = time.process_time()
+    assert len(list(filter_platform_selectors(text, platform="linux-64"))) > 1
+    conda_lock_seconds = time.process_time() - started
+    path = write(tmp_path, text)
+    started = time.process_time()
+    with pytest.raises(InputError) as caught:
+        read_spec(path)
+    assert time.process_time() - started < conda_lock_seconds
+    assert str(caught.value) == (f"{path}: line 8: too many spaces in a row or '#' up to here, which conda-lock's "
+                                 "line filter reads in time growing with their square (drop the spaces and "
+                                 "comments after the dependencies)")
+
+
+def test_the_committed_specs_cost_conda_lock_little() -> None:
+    from bootstrap.lock.spec_text import MAX_SELECTOR_STEPS, _selector_steps
+
+    for path in [*REPO.glob("envs/*.yml"), *REPO.glob("examples/*/envs/*.yml")]:
+        if not path.name.endswith("conda-lock.yml"):
+            assert sum(map(_selector_steps, path.read_text().splitlines())) < MAX_SELECTOR_STEPS / 100, path
