@@ -51,11 +51,21 @@ class Project:
         """The lock of one variant of `env`: None (or the default variant) is the env's own lock."""
         if variant is None:
             return self.lock_path(env)
-        clash = self.spec_path(f"{env}.{variant}")
-        if clash.exists():
-            raise InputError(clash, f"an env named '{env}.{variant}' would share its lock with variant "
-                             f"'{variant}' of {env}", "rename the env or the variant")
+        clash = self._spec_named(f"{env}.{variant}")
+        if clash is not None:
+            where = "" if clash.stem == f"{env}.{variant}" else " on macOS and Windows, whose file names ignore case"
+            raise InputError(clash, f"an env named '{clash.stem}' would share its lock with variant "
+                             f"'{variant}' of {env}{where}", "rename the env or the variant")
         return self.envs_dir / f"{env}.{variant}{LOCK_SUFFIX}"
+
+    def _spec_named(self, env: str) -> Optional[Path]:
+        """The spec of `env`, or of an env whose name differs from it only in case (their locks would be
+        one file where file names ignore case); None when there is none."""
+        exact = self.spec_path(env)
+        if exact.exists():
+            return exact
+        folded = exact.name.lower()
+        return next((p for p in sorted(self.envs_dir.glob("*.yml")) if p.name.lower() == folded), None)
 
     def env_names(self) -> list[str]:
         """Every env that has a spec in envs/, default first."""
@@ -95,6 +105,12 @@ class Project:
                 raise InputError(
                     self.spec_path(env), f"unknown env '{env}'", f"known envs: {', '.join(known)}"
                 )
+        by_folded: dict = {}
+        for env in known:
+            other = by_folded.setdefault(env.lower(), env)
+            if other != env:
+                raise InputError(self.spec_path(env), f"envs '{other}' and '{env}' differ only in case",
+                                 "rename one: macOS and Windows would keep one spec and one lock for both")
         return list(requested) or known
 
 

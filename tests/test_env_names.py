@@ -64,3 +64,18 @@ def test_names_of_letters_digits_dots_dashes_and_underscores_are_names(tmp_path:
     from bootstrap.project import Project
 
     assert Project(tmp_path).env_or_default(name) == name
+
+
+@pytest.mark.parametrize("verb", ["lock --check", "export", "env"])
+def test_envs_whose_names_differ_only_in_case_are_refused(tmp_path: Path, capsys, verb: str) -> None:
+    """Their specs and locks would be one file on macOS and Windows."""
+    root = tmp_path / "proj"
+    make_project(root)
+    (root / "envs" / "PY310.yml").write_text((root / "envs" / "py310.yml").read_text())
+    before = tree(root)
+    argv = [arg.format(root=root, blank="py310") for arg in VERBS[verb]]
+    assert main([*argv, "--root", str(root)]) == 2
+    assert capsys.readouterr().err == (f"error: {root}/envs/PY310.yml: envs 'py310' and 'PY310' differ only in "
+                                       "case (rename one: macOS and Windows would keep one spec and one lock for "
+                                       "both)\n")
+    assert tree(root) == before

@@ -112,6 +112,12 @@ def read_variants(path: Path, value: Any, platforms: Tuple[str, ...], indexes: M
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise InputError(path, f"variants: two variants are named {excerpt(twice[0])}", "give each its own name")
+    by_folded: Dict[str, str] = {}
+    for name in names:
+        other = by_folded.setdefault(name.lower(), name)
+        if other != name:  # their lock files are one file where names ignore case
+            raise InputError(path, f"variants: {excerpt(other)} and {excerpt(name)} differ only in case",
+                             "rename one: macOS and Windows would keep one lock file for both")
     return (replace(variants[0], default=True),) + variants[1:]
 
 

@@ -88,6 +88,7 @@ def test_virtual_package_overrides_apply_per_platform() -> None:
 BAD = [
     ("variants:\n  - name: a\n    index: nowhere\n", "variants[0] (a).index: unknown index 'nowhere'", "pip-indexes"),
     ("variants:\n  - name: a\n  - name: a\n", "two variants are named 'a'", "its own name"),
+    ("variants:\n  - name: x\n  - name: X\n", "variants: 'x' and 'X' differ only in case", "macOS and Windows"),
     ("pip-indexes:\n  x: https://u:hunter2@host/simple\nvariants:\n  - name: a\n", "carries credentials", "--index"),
     ("variants:\n  - name: a\n    virtual-packages: {__cuda: '12.6'}\n    platforms: [osx-arm64]\n",
      "osx-arm64 cannot have __cuda", "drop the platform"),
@@ -438,6 +439,18 @@ def test_a_relock_deletes_the_lock_of_a_dropped_variant(example_locked: Project,
             in capsys.readouterr().out)
     assert not orphan.exists()
     assert main(["lock", "--check", "--root", str(project.root)]) == 0
+
+
+@pytest.mark.parametrize(("env", "where"), [("torch.cu126", ""),
+                                           ("torch.CU126", " on macOS and Windows, whose file names ignore case")])
+def test_an_env_whose_lock_would_be_a_variants_is_refused(example_locked: Project, tmp_path: Path, capsys,
+                                                          env: str, where: str) -> None:
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    project.spec_path(env).write_text(project.spec_path("torch").read_text())
+    capsys.readouterr()
+    assert main(["lock", "--check", "--root", str(project.root), "torch"]) == 2
+    assert capsys.readouterr().err == (f"error: {project.spec_path(env)}: an env named '{env}' would share its lock "
+                                       f"with variant 'cu126' of torch{where} (rename the env or the variant)\n")
 
 
 def test_only_a_lock_that_holds_a_dropped_variant_of_the_env_is_an_orphan(example_locked: Project,
