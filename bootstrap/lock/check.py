@@ -37,7 +37,7 @@ from bootstrap.lock.lockfile import (
 )
 from bootstrap.lock.pip import marker_environment, pip_requirements
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
-from bootstrap.lock.variants import Variant, is_variant_name, variant_locks
+from bootstrap.lock.variants import Variant, check_variant_platforms, is_variant_name, variant_locks
 from bootstrap.project import LOCK_SUFFIX, Project
 from bootstrap.report import result
 from bootstrap.urls import scrub_credentials
@@ -101,6 +101,7 @@ def check_env(project: Project, env: str, platforms: Tuple[str, ...] = (),
                              f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
                              f"check one of them, or add it to `platforms:` in {spec.path.name}")
     locks = variant_locks(project, env, spec, variants)
+    check_variant_platforms(env, tuple(variant for variant, _ in locks), platforms, bool(variants))
     check_syntax(spec, [variant for variant, _ in locks])
     vpkgs = read_virtual_packages(project.virtual_packages_path)  # the hash below covers its content
     checked = tuple(_check_lock(env, spec.for_variant(variant), vpkgs.for_variant(variant), path, platforms)

@@ -33,7 +33,7 @@ from bootstrap.lock.lockfile import (
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.pip import PipOptions, resolve_all, target_for
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
-from bootstrap.lock.variants import Variant, variant_locks
+from bootstrap.lock.variants import Variant, check_variant_platforms, variant_locks
 from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_lock
 from bootstrap.project import Project
 from bootstrap.report import result
@@ -124,6 +124,7 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
     check_update(project, (env,), options)
     vpkgs = read_virtual_packages(project.virtual_packages_path)
     _check_platforms(spec, options.platforms)
+    check_variant_platforms(env, tuple(variant for variant, _ in locks), options.platforms, bool(options.variants))
     waiting = f"waiting for another `bootstrap lock` of {env} to finish"
     with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
         plans = [_solve_variant(project, env, spec, variant, vpkgs.for_variant(variant), path, options, progress)

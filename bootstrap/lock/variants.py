@@ -206,7 +206,9 @@ def _platforms(path: Path, where: str, value: Any, spec_platforms: Tuple[str, ..
         return possible
     if not isinstance(value, list) or not value or not all(isinstance(p, str) for p in value):
         raise InputError(path, f"{where}.platforms: expected a non-empty list of the spec's platforms")
-    for platform in value:
+    for number, platform in enumerate(value):
+        if platform in value[:number]:
+            raise InputError(path, f"{where}.platforms: {excerpt(platform)} is listed twice", "list it once")
         if platform not in spec_platforms:
             raise InputError(path, f"{where}.platforms: {excerpt(platform)} is not among the spec's platforms",
                              f"use some of {', '.join(spec_platforms)}")
@@ -248,6 +250,23 @@ def torch_family(pip: Tuple[str, ...]) -> Tuple[str, ...]:
 def _requirement_name(text: str) -> str:
     return re.split(r"[\s\[=<>!~;@(]", text.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
+
+
+def check_variant_platforms(env: str, variants: Tuple[Optional[Variant], ...], platforms: Tuple[str, ...],
+                            named: bool) -> None:
+    """`--platform` against the variants acted on: each variant named by `--variant` (`named`) must be
+    locked for every platform asked for, and otherwise some variant must be, else nothing would be
+    locked or checked and the run would say nothing."""
+    locked = [v for v in variants if v is not None]
+    for platform in platforms if locked else ():
+        lacking = [v for v in locked if platform not in v.platforms]
+        if named and lacking:
+            raise InputError("--platform", f"variant {excerpt(lacking[0].name)} of {env} is not locked for "
+                             f"{platform} (only {', '.join(lacking[0].platforms)})",
+                             f"drop --platform {platform}, or add it to that variant's `platforms:`")
+        if len(lacking) == len(locked):
+            raise InputError("--platform", f"no variant of {env} is locked for {platform}",
+                             f"drop --platform {platform}, or add it to a variant's `platforms:`")
 
 
 def variant_locks(project: Any, env: str, spec: Any, names: Tuple[str, ...] = ()) -> list:

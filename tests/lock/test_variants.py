@@ -100,6 +100,8 @@ BAD = [
     ("variants:\n  - name: a\n    virtual-packages: {__cuda: 12.10}\n", "is a number", "quote it"),
     ("variants:\n  - name: a\n    virtual-packages: {cuda: '12'}\n", "is not a virtual package", "'__'"),
     ("variants:\n  - name: a\n    platforms: [linux-aarch64]\n", "not among the spec's platforms", "linux-64"),
+    ("variants:\n  - name: a\n    platforms: [linux-64, win-64, linux-64]\n",
+     "variants[0] (a).platforms: 'linux-64' is listed twice", "list it once"),
     ("variants: []\n", "non-empty list", "drop the key"),
     ("variants:\n  - cu128\n", "expected a mapping", "name: cu128"),
     ("pip-indexes: [https://x]\n", "pip-indexes: expected a mapping", "pytorch-cu126"),
@@ -291,6 +293,11 @@ def test_index_credentials_are_used_but_never_written_or_shown(example_locked: P
     (["--variant", "rocm"], "torch has no variant 'rocm'"),
     (["--index", "elsewhere=http://127.0.0.1:9/simple"], "names the index 'elsewhere'"),
     (["--index", "pytorch-cpu"], "is not NAME=URL"),
+    (["--variant", "cu126", "--platform", "osx-arm64"],
+     "--platform: variant 'cu126' of torch is not locked for osx-arm64 (only linux-64, win-64) (drop --platform "
+     "osx-arm64, or add it to that variant's `platforms:`)"),
+    (["--variant", "cpu", "--variant", "cu126", "--platform", "linux-64", "--platform", "osx-arm64"],
+     "variant 'cu126' of torch is not locked for osx-arm64"),
 ])
 def test_bad_variant_options_are_one_line_and_exit_2(example_locked: Project, fixture_channel: Path, indexes: dict,
                                                      capsys, argv: list, problem: str) -> None:
@@ -300,6 +307,30 @@ def test_bad_variant_options_are_one_line_and_exit_2(example_locked: Project, fi
     err = capsys.readouterr().err
     assert problem in err and len(err.strip().splitlines()) == 1
     assert before == {p: p.read_bytes() for p in example_locked.root.glob("envs/*.conda-lock.yml")}
+
+
+def test_check_of_a_variant_on_a_platform_it_is_not_locked_for_is_refused(example_locked: Project, capsys) -> None:
+    """It checked nothing and said nothing, exit 0."""
+    capsys.readouterr()
+    argv = ["lock", "--check", "--root", str(example_locked.root), "--platform", "osx-arm64"]
+    assert main([*argv, "--variant", "cu126"]) == 2
+    assert capsys.readouterr().err == ("error: --platform: variant 'cu126' of torch is not locked for osx-arm64 "
+                                       "(only linux-64, win-64) (drop --platform osx-arm64, or add it to that "
+                                       "variant's `platforms:`)\n")
+    assert main(argv) == 0  # every variant: the cpu one is locked for osx-arm64
+    assert capsys.readouterr().out == "torch [cpu]: envs/torch.conda-lock.yml is fresh\n"
+
+
+def test_a_platform_no_variant_is_locked_for_is_refused() -> None:
+    from bootstrap.lock.variants import Variant, check_variant_platforms
+
+    linux = (Variant("a", ("linux-64",)), Variant("b", ("linux-64", "win-64")))
+    check_variant_platforms("demo", linux, ("win-64",), named=False)  # b covers it
+    check_variant_platforms("demo", (None,), ("win-64",), named=False)  # no variants: the spec's platforms
+    with pytest.raises(InputError, match="no variant of demo is locked for osx-arm64"):
+        check_variant_platforms("demo", linux, ("osx-arm64",), named=False)
+    with pytest.raises(InputError, match="variant 'a' of demo is not locked for win-64"):
+        check_variant_platforms("demo", linux, ("win-64",), named=True)
 
 
 def _pin_cu126(spec: Path, pin: str) -> None:
