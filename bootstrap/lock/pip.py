@@ -157,7 +157,7 @@ def resolve_pip(
         ]
         _write_preferences(Path(tmp), prefer)
         done = runner([*base, "--format", "pylock.toml", "-o", "pylock.toml"], env=target.env, cwd=tmp, timeout=600)
-        _raise_for(done, spec, target)
+        _raise_for(done, spec, target, options)
         wheels = _parse_pylock(Path(tmp, "pylock.toml").read_text(encoding="utf-8"), target)
         # pylock.toml carries no dependency edges; uv's annotated output does.
         # The second run reads only uv's cache (--offline), so it adds little;
@@ -168,7 +168,7 @@ def resolve_pip(
                            timeout=120)
         if annotated.returncode != 0 and not options.offline:
             annotated = runner(annotate, env=target.env, cwd=tmp, timeout=600)
-        _raise_for(annotated, spec, target)
+        _raise_for(annotated, spec, target, options)
         edges = parse_via_annotations(Path(tmp, _ANNOTATED).read_text(encoding="utf-8"))
     metadata = read_metadata_all({name: url for name, _, url, _ in wheels}, options.offline)
     environment = marker_environment(target.platform, target.python_version)
@@ -239,7 +239,7 @@ def _toml_string(text: str) -> str:
     return json.dumps(text)  # a JSON string is a TOML basic string
 
 
-def _raise_for(done, spec: EnvSpec, target: Target) -> None:
+def _raise_for(done, spec: EnvSpec, target: Target, options: PipOptions) -> None:
     if done.returncode == 0:
         return
     message = scrub_credentials(done.stderr.strip())  # uv hides a password, not an anaconda.org /t/TOKEN
@@ -247,9 +247,22 @@ def _raise_for(done, spec: EnvSpec, target: Target) -> None:
     if "No solution found" in message or "not satisfiable" in message or "Because " in message:
         raise SolveError(f"{where}: cannot be satisfied: {one_line(message)} (relax or fix the pip: requirements)")
     if "Failed to fetch" in message or "error sending request" in message or "dns error" in message.lower():
-        raise FetchError(f"{where}: cannot reach the package index: {message.splitlines()[-1]} "
-                         "(offline? point UV_INDEX_URL at a PyPI mirror)")
+        raise FetchError(f"{where}: cannot reach the package index{_unreached_index(spec, options, message)}")
     raise ToolError(f"{where}: uv failed: {one_line(message)}")
+
+
+def _unreached_index(spec: EnvSpec, options: PipOptions, message: str) -> str:
+    """uv's last line and the fix, for the index `message` says uv could not reach: the variant's torch
+    index where the message names its URL (served elsewhere with `lock --index NAME=URL`, or moved in
+    the spec's `pip-indexes:`), else the default index (UV_INDEX_URL, what `bundle` reads too)."""
+    last = message.splitlines()[-1]
+    if spec.torch_index:
+        name = spec.variant.index
+        url = scrub_credentials(options.index_url(spec, name) or "")
+        if url and url in message:
+            return (f" {name}: {last} (offline? serve it from a mirror: `--index {name}=URL`, or fix "
+                    f"`pip-indexes: {{{name}: URL}}` in {spec.path.name})")
+    return f": {last} (offline? point UV_INDEX_URL at a PyPI mirror)"
 
 
 def _parse_pylock(text: str, target: Target) -> list[tuple[str, str, str, str]]:

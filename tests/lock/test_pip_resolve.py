@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -209,6 +210,31 @@ def test_uv_errors_lose_index_tokens() -> None:
     with pytest.raises(FetchError) as caught:
         resolve_pip(spec("alpha"), target_for("linux-64", "3.10.19", VPKGS), PipOptions(uv="uv"), runner=runner)
     assert "hunter2" not in str(caught.value) and "/t/<TOKEN>/team" in str(caught.value)
+
+
+@pytest.mark.parametrize(("failing", "hint"), [
+    ("https://mirror.example/whl/cu126/torch/", "index pytorch-cu126: error: Failed to fetch (offline? serve it from "
+     "a mirror: `--index pytorch-cu126=URL`, or fix `pip-indexes: {pytorch-cu126: URL}` in t.yml)"),
+    ("https://pypi.org/simple/numpy/", "index: error: Failed to fetch (offline? point UV_INDEX_URL at a PyPI mirror)"),
+])
+def test_an_unreachable_index_is_named_with_the_option_that_serves_it(failing: str, hint: str) -> None:
+    """A variant's torch index is served by `lock --index NAME=URL` or the spec's `pip-indexes:`, which
+    UV_INDEX_URL (the default index) does not change."""
+    from bootstrap.errors import FetchError
+    from bootstrap.lock.variants import Variant
+
+    variant = Variant("cu126", ("linux-64",), index="pytorch-cu126")
+    with_index = replace(spec("torch==2.10.*", "numpy"), indexes={"pytorch-cu126": "https://x.example/whl/cu126"},
+                         variants=(variant,), variant=variant)
+
+    def runner(argv, env=None, cwd=None, timeout=None):
+        return SimpleNamespace(returncode=2, stdout="", stderr=f"cause: error sending request for url ({failing})\n"
+                                                               "error: Failed to fetch")
+
+    options = PipOptions(uv="uv", indexes={"pytorch-cu126": "https://bob:hunter2@mirror.example/whl/cu126"})
+    with pytest.raises(FetchError) as caught:
+        resolve_pip(with_index, target_for("linux-64", "3.10.19", VPKGS), options, runner=runner)
+    assert str(caught.value).endswith(f"cannot reach the package {hint}") and "hunter2" not in str(caught.value)
 
 
 def test_a_token_in_a_wheel_url_is_never_locked() -> None:
