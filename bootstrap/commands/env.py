@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import shlex
 import sys
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.install.cache import default_cache_dir
     from bootstrap.install.env import EnvOptions, create_or_update, rollback
     from bootstrap.install.variant import VariantRequest, choose_variant
+    from bootstrap.lock.content_hash import spec_changed_since
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.platforms import host_platform
 
@@ -96,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
     )
     with progress_feedback(sys.stderr.isatty(), quiet=args.json) as feedback:
         result = create_or_update(options, feedback)
+    stale = None if args.lock is not None else spec_changed_since(project, env, options.lock_path)
+    if stale is not None:
+        result = dataclasses.replace(result, notes=(*result.notes, stale))
     if args.json:
         print(dumps("bootstrap.env", result.to_dict()))
     else:

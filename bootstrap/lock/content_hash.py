@@ -14,10 +14,15 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
+from bootstrap.errors import InputError
+from bootstrap.lock.lockfile import META_INPUTS, META_VARIANT, read_lock
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
 from bootstrap.lock.yamlfile import load_yaml
+
+if TYPE_CHECKING:
+    from bootstrap.project import Project
 
 
 def inputs_digest(spec_path: Path, virtual_packages_path: Path, content_hash: Mapping[str, str],
@@ -40,6 +45,27 @@ def inputs_digest(spec_path: Path, virtual_packages_path: Path, content_hash: Ma
     if variant:  # one spec, several locks: a variant's lock copied over another's is not fresh
         digest.update(f"variant={variant}".encode())
     return digest.hexdigest()
+
+
+def spec_changed_since(project: Project, env: str, lock_path: Path) -> Optional[str]:
+    """A note when the env's spec (or the virtual packages) no longer says what it said when bootstrap
+    wrote `lock_path`, or None. Installing still follows the lock, which is what reproduces; the note
+    says a relock is due. Only the recorded digest is compared (no conda-lock import): a lock conda-lock
+    wrote, which records none, and a spec that cannot be read get no note here (`lock --check` says more)."""
+    try:
+        lock = read_lock(lock_path)
+        recorded = lock.custom.get(META_INPUTS)
+        if not recorded:
+            return None
+        spec_path = project.spec_path(env)
+        digest = inputs_digest(spec_path, project.virtual_packages_path, lock.content_hash,
+                               lock.custom.get(META_VARIANT, ""))
+    except (InputError, OSError):
+        return None
+    if digest == recorded:
+        return None
+    return (f"{spec_path.name} or {project.virtual_packages_path.name} changed since {lock_path.name} was "
+            "locked: this installs the lock as it is; `make lock` takes the change")
 
 
 def normalised_yaml(path: Path) -> bytes:

@@ -151,6 +151,24 @@ def env_json(project: Project, channel: Path, capsys, *extra: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+
+def test_an_install_from_a_lock_its_spec_has_moved_on_from_says_so(project: Project, channel: Path, capsys) -> None:
+    """The lock is what installs (it is what reproduces), but an edited spec it no longer reflects gets a
+    note pointing at `make lock`; a comment or a reordered key is no change."""
+    spec = project.spec_path("py310")
+    spec.write_text("# the team's env\n" + spec.read_text())
+    assert main(env_args(project, str(channel))) == 0
+    assert "changed since" not in capsys.readouterr().out
+    write_spec(project.root, platforms=("linux-64",), conda=CONDA, pip=("alpha", "gamma", "beta"))
+    assert main(env_args(project, str(channel), "--json")) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert notes == ["py310.yml or virtual-packages.yml changed since conda-lock.yml was locked: this installs "
+                     "the lock as it is; `make lock` takes the change"]
+    assert main(env_args(project, str(channel))) == 0  # up to date with the lock, still behind the spec
+    assert "note: py310.yml or virtual-packages.yml changed since conda-lock.yml" in capsys.readouterr().out
+    assert main(env_args(project, str(channel), "--lock", str(project.lock_path("py310")))) == 0
+    assert "changed since" not in capsys.readouterr().out  # --lock FILE names the lock to install, spec or not
+
 def generation_dirs(project: Project) -> list[str]:
     return sorted(p.name for p in (prefix_of(project).parent / ".py310.gens").iterdir())
 
