@@ -13,7 +13,8 @@ from typing import List, Optional
 
 from bootstrap.checks.model import Check, Status
 from bootstrap.compat.facts import P2P_OK, P2P_STATUS, TOPOLOGY, DriverFacts, GpuFacts, HostFacts, Visible, visible_gpus
-from bootstrap.compat.versions import cuda_from_int, cuda_supported_by_driver_number
+from bootstrap.compat.target import older_than_tables
+from bootstrap.compat.versions import cuda_from_int, cuda_supported_by_driver_number, oldest_tabled_cuda
 
 # A loaded driver that lists no GPU: a CUDA torch would quietly train on the CPU.
 NO_GPU_REMEDY = ("the driver is loaded but lists no GPU: usually a GPU it does not support or one that fell off "
@@ -35,6 +36,8 @@ def nvidia_checks(nvidia: DriverFacts, host: Optional[HostFacts] = None) -> List
     else:
         derived = cuda_supported_by_driver_number(nvidia.driver_version or "", nvidia.os)
         cuda = f"CUDA >= {cuda_from_int(derived)} (from the driver number)" if derived else "CUDA unknown"
+        if older_than_tables(nvidia):
+            cuda = f"CUDA < {cuda_from_int(oldest_tabled_cuda())} (older than every driver the tables list)"
     observed = f"driver {nvidia.driver_version or 'unknown'} ({nvidia.os_label}), {cuda}, {len(nvidia.gpus)} GPU(s)"
     detail = "; ".join(part for part in (f"source: {nvidia.source}", nvidia.reason, _where(nvidia)) if part)
     if not nvidia.gpus:

@@ -33,7 +33,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 from bootstrap.checks.model import Check, Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts, Visible
-from bootstrap.compat.target import TorchTarget, driver_fit, suggest_builds, unlisted_builds
+from bootstrap.compat.target import TorchTarget, driver_fit, older_than_tables, suggest_builds, unlisted_builds
 from bootstrap.compat.versions import (
     architecture_name,
     cuda_from_int,
@@ -45,6 +45,7 @@ from bootstrap.compat.versions import (
     full_support_driver,
     kernel_for,
     minor_version_floor,
+    oldest_tabled_cuda,
     short_source,
 )
 
@@ -120,10 +121,13 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
     supported, how = facts.supported_cuda()
     floor, floor_row = minor_version_floor(wheel // 1000, facts.os)
     full, full_row = full_support_driver(wheel, facts.os)
-    observed = _driver_text(facts) + (f", CUDA {cuda_from_int(supported)} ({how})" if supported else "")
+    too_old = supported is None and older_than_tables(facts)
+    oldest = f", older than any CUDA {cuda_from_int(oldest_tabled_cuda())} driver the tables list"
+    observed = _driver_text(facts) + (f", CUDA {cuda_from_int(supported)} ({how})" if supported
+                                      else oldest if too_old else "")
     expected = f"CUDA >= {target.cuda} for torch {target.label}"
     detail = _driver_detail(floor_row, full_row, facts.os)
-    if supported is None:
+    if supported is None and not too_old:
         return Check(cid, Status.SKIP, observed, expected, detail="cannot tell which CUDA the driver supports; "
                      + (facts.reason or detail))
     consumer, native = _forward_compat_on_consumer(facts)
@@ -135,7 +139,7 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
                              f"not run on {consumer} (CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE): take cuda-compat "
                              f"off LD_LIBRARY_PATH, or {upgrade}"),
                      detail=detail + "; forward compatibility: data-center GPUs, select RTX server SKUs, Jetson")
-    if supported >= wheel:
+    if supported is not None and supported >= wheel:
         return Check(cid, Status.OK, observed, expected, detail=detail)
     upgrade = _upgrade_text(wheel, floor, full, facts.os)
     if driver_fit(facts, wheel) is Status.FAIL:

@@ -19,10 +19,12 @@ from bootstrap.compat.typed import FieldError, from_mapping
 from bootstrap.compat.versions import (
     cuda_from_tag,
     cuda_to_int,
+    driver_older_than_tables,
     driver_tuple,
     first_cuda_for,
     kernel_for,
     minor_version_floor,
+    oldest_tabled_cuda,
     release_key,
     short_source,
 )
@@ -333,12 +335,22 @@ def _sass_only(arch: Iterable[str]) -> List[str]:
     return [a for a in arch if a.startswith("sm_")]
 
 
+def older_than_tables(facts: Optional[DriverFacts]) -> bool:
+    """No CUDA reported and a driver number below every one the tables list: too old for any CUDA 11+
+    build, which is not the same as unknown. A Jetson's driver numbers are L4T's, not that series."""
+    return (facts is not None and not facts.cuda_driver_version and not facts.jetson
+            and driver_older_than_tables(facts.driver_version, facts.os))
+
+
 def driver_fit(facts: Optional[DriverFacts], wheel: int) -> Status:
     """OK: full support; WARN: minor-version compatibility; FAIL: driver too old. No driver facts: OK."""
     if facts is None or not facts.has_driver:
         return Status.OK
     supported, _ = facts.supported_cuda()
-    if supported is None or supported >= wheel:
+    if supported is None:
+        # Below every tabled driver fails every tabled CUDA; a CUDA older than the tables stays unjudged
+        return Status.FAIL if older_than_tables(facts) and wheel >= oldest_tabled_cuda() else Status.OK
+    if supported >= wheel:
         return Status.OK
     if supported // 1000 < wheel // 1000:
         return Status.FAIL

@@ -123,6 +123,18 @@ def cuda_supported_by_driver_number(driver: str, os_name: str) -> Optional[int]:
     return best or None
 
 
+def driver_older_than_tables(driver: Optional[str], os_name: str) -> bool:
+    """Whether a driver number is below every driver the tables list for its OS series (Table 3's oldest
+    row and every Table 2 floor): too old for any CUDA 11.0 or newer binary. False when it does not read
+    as a driver number, which is unknown rather than too old."""
+    return driver_tuple(driver) is not None and cuda_supported_by_driver_number(driver or "", os_name) is None
+
+
+def oldest_tabled_cuda() -> int:
+    """The oldest CUDA the driver tables cover (11000): below it a driver number tells nothing."""
+    return min(int(row["cuda_major"]) for row in data.MINOR_VERSION_FLOORS) * 1000
+
+
 # --------------------------------------------------------------------------- arch lists
 
 
