@@ -14,7 +14,8 @@ from typing import List
 
 from bootstrap.checks.model import Check, Status
 from bootstrap.checks.nvidia import visible_note
-from bootstrap.compat.facts import DriverFacts, HostFacts, Visible, visible_gpus
+from bootstrap.compat.facts import DriverFacts, HostFacts
+from bootstrap.compat.visible import Visible, visible_gpus
 from bootstrap.fsutil import MIB
 
 GIB_MIB = 1024  # MiB in a GiB
@@ -51,7 +52,7 @@ def host_checks(host: HostFacts, nvidia: DriverFacts, needs: LoaderNeeds = Loade
     """CPUs, memory, disk, /dev/shm, open files, start method, container: what a DataLoader depends on.
 
     Sized for the job's GPUs, as its CPUs are (affinity): those CUDA_VISIBLE_DEVICES leaves it."""
-    visible = visible_gpus(nvidia.gpus, host.cuda_visible_devices)
+    visible = visible_gpus(nvidia.gpus, host.cuda_visible_devices, host.cuda_device_order)
     return [
         cpus_check(host, visible, needs),
         memory_check(host, visible, needs),

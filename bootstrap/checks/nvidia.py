@@ -12,9 +12,10 @@ from collections import Counter
 from typing import List, Optional
 
 from bootstrap.checks.model import Check, Status
-from bootstrap.compat.facts import P2P_OK, P2P_STATUS, TOPOLOGY, DriverFacts, GpuFacts, HostFacts, Visible, visible_gpus
+from bootstrap.compat.facts import P2P_OK, P2P_STATUS, TOPOLOGY, DriverFacts, GpuFacts, HostFacts
 from bootstrap.compat.target import older_than_tables
 from bootstrap.compat.versions import cuda_from_int, cuda_supported_by_driver_number, oldest_tabled_cuda
+from bootstrap.compat.visible import ORDER_REMEDY, Visible, visible_gpus
 
 # A loaded driver that lists no GPU: a CUDA torch would quietly train on the CPU.
 NO_GPU_REMEDY = ("the driver is loaded but lists no GPU: usually a GPU it does not support or one that fell off "
@@ -44,7 +45,8 @@ def nvidia_checks(nvidia: DriverFacts, host: Optional[HostFacts] = None) -> List
         return [Check("nvidia.driver", Status.WARN, observed, "an NVIDIA driver with its GPUs", NO_GPU_REMEDY, detail)]
     checks = [Check("nvidia.driver", Status.OK, observed, "an NVIDIA driver", detail=detail)]
     checks += [gpu_check(gpu, nvidia.os) for gpu in nvidia.gpus]
-    visible = visible_gpus(nvidia.gpus, host.cuda_visible_devices if host else None)
+    visible = visible_gpus(nvidia.gpus, host.cuda_visible_devices if host else None,
+                           host.cuda_device_order if host else None)
     return checks + [c for c in (visible_check(nvidia, visible), peer_check(nvidia, visible)) if c is not None]
 
 
@@ -81,11 +83,21 @@ def _where(nvidia: DriverFacts) -> str:
 
 
 def visible_check(nvidia: DriverFacts, visible: Visible) -> Optional[Check]:
-    """Which of the GPUs CUDA_VISIBLE_DEVICES gives CUDA programs; no row when it is unset."""
-    if not visible.note or not nvidia.gpus:
-        return None
+    """Which of the GPUs CUDA_VISIBLE_DEVICES gives CUDA programs; no row when it is unset, unless CUDA
+    numbers this node's GPUs of several models otherwise than nvidia-smi does."""
     cid, expected = "nvidia.visible", "the job's GPUs among those NVML lists"
     total = f"{len(nvidia.gpus)} GPU(s)"
+    if nvidia.gpus and visible.unordered and (visible.uncertain or not visible.note):
+        order = f"CUDA_DEVICE_ORDER={visible.order}" if visible.order else "CUDA_DEVICE_ORDER unset"
+        models = len({(g.name, g.compute_capability) for g in nvidia.gpus})
+        which = (f"{visible.note}: which {visible.devices} of the {total} it names is CUDA's guess"
+                 if visible.note else f"cuda:N is not nvidia-smi's GPU N on these {total}")
+        return Check(cid, Status.WARN, f"{which} ({models} GPU models, {order}: CUDA counts fastest first)",
+                     expected, ORDER_REMEDY,
+                     detail="nvidia-smi and NVML number GPUs in PCI bus order; CUDA does so only under "
+                            "CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    if not visible.note or not nvidia.gpus:
+        return None
     if visible.devices == 0:
         return Check(cid, Status.WARN, f"{visible.note} leaves CUDA programs none of the {total}", expected,
                      f"`unset CUDA_VISIBLE_DEVICES`, or name GPUs by index (0-{len(nvidia.gpus) - 1}) or by UUID "

@@ -15,9 +15,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from bootstrap.checks.envstate import EnvState
 from bootstrap.checks.model import Check, Status
-from bootstrap.compat.facts import DriverFacts, visible_gpus
+from bootstrap.compat.facts import DriverFacts
 from bootstrap.compat.probe import probe_torch
 from bootstrap.compat.target import TorchTarget, torch_target_from_lock_entry
+from bootstrap.compat.visible import visible_gpus
 from bootstrap.fsutil import MIB
 from bootstrap.install.prefix import pip_distributions
 from bootstrap.platforms import compat_key, host_platform
@@ -173,7 +174,7 @@ def device_checks(torch: Any, nvidia: DriverFacts, target: Optional[TorchTarget]
     if torch is None:
         return [Check(cid, Status.SKIP, "torch not imported", "a GPU to test", detail="torch could not be imported")
                 for cid in ids]
-    shown = visible_gpus(nvidia.gpus, environ.get("CUDA_VISIBLE_DEVICES"))
+    shown = visible_gpus(nvidia.gpus, environ.get("CUDA_VISIBLE_DEVICES"), environ.get("CUDA_DEVICE_ORDER"))
     visible, visible_note = shown.devices, shown.note
     available = bool(torch.cuda.is_available())
     if not available:

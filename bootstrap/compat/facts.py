@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from bootstrap.compat.typed import MAX_ITEMS, FieldError, from_mapping
 from bootstrap.compat.versions import cuda_supported_by_driver_number, driver_column
 from bootstrap.errors import excerpt
 from bootstrap.platforms import PLATFORMS
-from bootstrap.report import result
 
 # --------------------------------------------------------------------------- platform
 
@@ -267,86 +266,6 @@ class DriverFacts:
         return self
 
 
-@result
-class Visible:
-    """What CUDA_VISIBLE_DEVICES leaves a CUDA program of the GPUs NVML lists (NVML ignores it)."""
-
-    gpus: Tuple[GpuFacts, ...]  # the whole GPUs it names, in its order
-    devices: int  # the devices a CUDA program sees: those GPUs, or the one MIG instance it names
-    note: str = ""  # "CUDA_VISIBLE_DEVICES='2,3'" (abridged); "" when the variable is unset
-    mig: bool = False  # it names MIG instances: one device, a slice of one GPU (`parent`, if known)
-    parent: Optional[GpuFacts] = None  # the GPU holding the MIG instance it names, where the facts tell
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"gpus": [gpu.index for gpu in self.gpus], "devices": self.devices, "note": self.note}
-
-    def split(self, gpus: Sequence[GpuFacts]) -> Tuple[Tuple[GpuFacts, ...], Tuple[GpuFacts, ...]]:
-        """(the GPUs whose code the job runs, the others): a MIG instance runs its parent's compute
-        capability; one whose parent the facts do not tell leaves every GPU that can hold MIG in the
-        first."""
-        if self.mig and self.devices:
-            # MIG exists on compute capability 8.0 and newer (A100, A30, H100, ...): only those can hold it
-            capable = tuple(g for g in gpus if g.compute_capability is None or g.compute_capability >= MIG_FROM_CC)
-            shown = (self.parent,) if self.parent is not None else capable or tuple(gpus)
-        else:
-            shown = self.gpus
-        return shown, tuple(g for g in gpus if g not in shown)
-
-
-MIG_FROM_CC = (8, 0)
-
-
-def visible_gpus(gpus: Sequence[GpuFacts], value: Optional[str]) -> Visible:
-    """Read CUDA_VISIBLE_DEVICES as CUDA does (PyTorch's `torch.cuda._parse_visible_devices`
-    models the same rules). The first entry decides what the list holds: indices, `GPU-` UUIDs
-    (a unique prefix is enough) or `MIG-` instances. An index is read as C's strtoul reads it
-    (`1gpu2` is 1); the first entry that names no GPU ends the list, so "" and "-1" hide every
-    GPU; a repeated one empties it. An index counts in NVML's order (PCI bus), which is CUDA's
-    under CUDA_DEVICE_ORDER=PCI_BUS_ID and on a node of one GPU model. A process sees one MIG
-    instance at most (CUDA enumerates only the first), and not as one of NVML's GPUs here; its
-    parent is the GPU listing that UUID, or the `GPU-` UUID inside an R450-era `MIG-GPU-<uuid>/gi/ci`."""
-    if value is None:
-        return Visible(gpus=tuple(gpus), devices=len(gpus))
-    note = f"CUDA_VISIBLE_DEVICES={_abridged(value)}"
-    if value.startswith("MIG-"):
-        first = value.split(",")[0]
-        if len(first) <= len("MIG-"):
-            return Visible(gpus=(), devices=0, note=note, mig=True)
-        return Visible(gpus=(), devices=1, note=note, mig=True, parent=_mig_parent(gpus, first))
-    named: List[GpuFacts] = []
-    for item in value.split(","):
-        gpu = _by_uuid(gpus, item) if value.startswith("GPU-") else _by_index(gpus, item)
-        if gpu is None:
-            break
-        if gpu in named:
-            return Visible(gpus=(), devices=0, note=note)
-        named.append(gpu)
-    return Visible(gpus=tuple(named), devices=len(named), note=note)
-
-
-_STRTOUL = re.compile(r"\s*\+?([0-9]+)")  # C's strtoul: spaces, a sign, ASCII digits, then anything
-
-
-def _by_index(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
-    number = _STRTOUL.match(item)
-    return next((g for g in gpus if number and g.index == int(number.group(1))), None)
-
-
-def _by_uuid(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
-    found = [g for g in gpus if item.startswith("GPU-") and g.uuid and g.uuid.startswith(item)]
-    return found[0] if len(found) == 1 else None
-
-
-def _mig_parent(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
-    if item.startswith("MIG-GPU-"):
-        return _by_uuid(gpus, item[len("MIG-"):].split("/")[0])
-    return next((g for g in gpus if item in g.mig_uuids), None)
-
-
-def _abridged(value: str, keep: int = 100) -> str:
-    return repr(value) if len(value) <= keep else f"{value[:keep]!r}... ({len(value)} characters)"
-
-
 # --------------------------------------------------------------------------- host
 
 
@@ -368,6 +287,7 @@ class HostFacts:
     start_method_explicit: bool = False
     container_hints: Tuple[str, ...] = ()
     cuda_visible_devices: Optional[str] = None  # the job's GPUs among NVML's (None: unset, all of them)
+    cuda_device_order: Optional[str] = None  # how CUDA numbers them (None: unset, fastest first); written when set
     libc: str = ""  # Linux: "glibc 2.36", or "not glibc" (musl); "" off Linux or not recorded
     macos: str = ""  # macOS: its release, "14.5"; "" elsewhere or not recorded
     missing: Tuple[str, ...] = ()
@@ -376,6 +296,8 @@ class HostFacts:
         out = dict(self.__dict__)
         out["container_hints"] = list(self.container_hints)
         out["missing"] = list(self.missing)
+        if out["cuda_device_order"] is None:  # files from before the field read and write back the same
+            del out["cuda_device_order"]
         return out
 
     NEGATIVE_OK = ("nofile_soft", "nofile_hard")  # -1 = unlimited

@@ -20,12 +20,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from bootstrap.compat.facts import DriverFacts, GpuFacts, HostFacts, Visible, checked_platform, visible_gpus
+from bootstrap.compat.facts import DriverFacts, GpuFacts, HostFacts, checked_platform
 from bootstrap.compat.host import collect_host_facts, probe_gpu_signs, probe_jetson, probe_wsl
 from bootstrap.compat.nvml import Nvml
 from bootstrap.compat.target import TorchTarget
 from bootstrap.compat.typed import FieldError, from_mapping
 from bootstrap.compat.versions import driver_tuple
+from bootstrap.compat.visible import Visible, visible_gpus
 from bootstrap.errors import InputError, ToolError, excerpt
 from bootstrap.fsutil import check_output, read_input_text
 from bootstrap.platforms import compat_key, host_platform, os_of
@@ -247,7 +248,7 @@ class Facts:
 
     def visible(self) -> Visible:
         """The GPUs this run's CUDA_VISIBLE_DEVICES leaves it, among those the driver lists."""
-        return visible_gpus(self.nvidia.gpus, self.host.cuda_visible_devices)
+        return visible_gpus(self.nvidia.gpus, self.host.cuda_visible_devices, self.host.cuda_device_order)
 
     def to_dict(self) -> Dict[str, Any]:
         return {

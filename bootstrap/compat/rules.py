@@ -32,7 +32,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks.model import Check, Status
 from bootstrap.compat import data
-from bootstrap.compat.facts import DriverFacts, GpuFacts, Visible
+from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.target import TorchTarget, driver_fit, older_than_tables, suggest_builds, unlisted_builds
 from bootstrap.compat.versions import (
     architecture_name,
@@ -48,6 +48,7 @@ from bootstrap.compat.versions import (
     oldest_tabled_cuda,
     short_source,
 )
+from bootstrap.compat.visible import ORDER_REMEDY, Visible
 
 
 def evaluate(facts: DriverFacts, target: TorchTarget, visible: Optional[Visible] = None) -> List[Check]:
@@ -63,10 +64,24 @@ def evaluate(facts: DriverFacts, target: TorchTarget, visible: Optional[Visible]
         checks.append(Check("cuda.arch", Status.SKIP, f"no GPU visible to this job ({visible.note})",
                             "a GPU to match against the arch list",
                             detail=f"{len(facts.gpus)} GPU(s) hidden; `unset CUDA_VISIBLE_DEVICES` to use them"))
-    for gpu in facts.gpus:
-        check = check_gpu_arch(gpu, facts, target)
-        checks.append(check if gpu in judged else _hidden(check, visible))
+    arch = [check_gpu_arch(gpu, facts, target) for gpu in facts.gpus]
+    if visible is not None and visible.uncertain and visible.devices < len(facts.gpus):
+        arch = _maybe_visible(arch, visible)
+    checks += [check if gpu in judged else _hidden(check, visible) for gpu, check in zip(facts.gpus, arch)]
     return checks
+
+
+def _maybe_visible(checks: List[Check], visible: Visible) -> List[Check]:
+    """Indices CUDA counts fastest first on a node of several GPU models: the job gets `visible.devices`
+    of these GPUs, which ones is CUDA's choice. A GPU without a kernel fails the run only when too few
+    others run for the job to miss it; otherwise it is a warning that names the ordering fix."""
+    if sum(c.status is not Status.FAIL for c in checks) < visible.devices:
+        return checks
+    order = f"CUDA_DEVICE_ORDER={visible.order}" if visible.order else "CUDA_DEVICE_ORDER unset"
+    return [check if check.status is not Status.FAIL else Check(
+        check.id, Status.WARN, f"{check.observed} [may be visible: {visible.note} counts fastest first, {order}]",
+        check.expected, remedy=(f"{ORDER_REMEDY}; if the job gets this GPU: {check.remedy}"), detail=check.detail)
+        for check in checks]
 
 
 def _hidden(check: Check, visible: Optional[Visible]) -> Check:

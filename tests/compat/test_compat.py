@@ -363,8 +363,8 @@ def test_packaged_data_matches_the_reference_yaml():
     ("MIG-", [], 0),
 ])
 def test_cuda_visible_devices_as_cuda_reads_it(value, indices, devices) -> None:
-    from bootstrap.compat.facts import visible_gpus
     from bootstrap.compat.probe import probe_gpus
+    from bootstrap.compat.visible import visible_gpus
     from tests.fixtures.fakes import FakeNvml, missing_binary_runner
 
     gpus = probe_gpus(nvml=FakeNvml.load("h200x8-580.95.05.json"), runner=missing_binary_runner).gpus
@@ -374,7 +374,7 @@ def test_cuda_visible_devices_as_cuda_reads_it(value, indices, devices) -> None:
 
 
 def test_a_long_cuda_visible_devices_is_abridged_in_the_notes() -> None:
-    from bootstrap.compat.facts import visible_gpus
+    from bootstrap.compat.visible import visible_gpus
 
     visible = visible_gpus((), "0," * 60_000)
     assert visible.note == f"CUDA_VISIBLE_DEVICES={'0,' * 50!r}... (120000 characters)"

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from bootstrap.checks.model import Status
-from bootstrap.compat.facts import DriverFacts, GpuFacts, visible_gpus
+from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.pick import Candidate, pick_variant
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget
+from bootstrap.compat.visible import visible_gpus
 
 MODELS = {  # name, CC
     "V100": ("Tesla V100-SXM2-32GB", (7, 0)),
@@ -60,7 +61,7 @@ def arch(checks, index):
 ])
 def test_a_v100_the_job_does_not_see_does_not_fail_a_cuda13_run(value, judged) -> None:
     facts = node("V100", "A100")
-    checks = evaluate(facts, CU130, visible_gpus(facts.gpus, value))
+    checks = evaluate(facts, CU130, visible_gpus(facts.gpus, value, "PCI_BUS_ID"))
     assert arch(checks, 1).status is (Status.OK if 1 in judged else Status.SKIP)
     v100 = arch(checks, 0)
     if 0 in judged:
@@ -80,7 +81,8 @@ def test_the_variant_pick_judges_every_gpu_the_driver_lists() -> None:
 
 
 # Generated: every node of two or three GPU models x every CUDA_VISIBLE_DEVICES of up to three
-# entries x two builds. The judged GPUs get exactly the all-GPU verdict; the hidden ones a skip naming it.
+# entries x two builds, CUDA counting in nvidia-smi's order (CUDA_DEVICE_ORDER=PCI_BUS_ID). The judged
+# GPUs get exactly the all-GPU verdict; the hidden ones a skip naming it.
 NODES = [m for n in (1, 2, 3) for m in itertools.combinations_with_replacement(sorted(MODELS), n)]
 VALUES = [None, ""] + [",".join(p) for n in (1, 2, 3) for p in itertools.permutations("0123", n)]
 
@@ -91,7 +93,7 @@ def test_judged_gpus_keep_their_verdict_and_hidden_ones_say_it(models) -> None:
     for target in (CU130, CU126):
         everything = {c.id: c for c in evaluate(facts, target)}
         for value in VALUES:
-            visible = visible_gpus(facts.gpus, value)
+            visible = visible_gpus(facts.gpus, value, "PCI_BUS_ID")
             checks = {c.id: c for c in evaluate(facts, target, visible)}
             shown = {g.index for g in visible.gpus}
             for gpu in facts.gpus:
