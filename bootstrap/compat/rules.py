@@ -64,7 +64,8 @@ def evaluate(facts: DriverFacts, target: TorchTarget, visible: Optional[Visible]
         checks.append(Check("cuda.arch", Status.SKIP, f"no GPU visible to this job ({visible.note})",
                             "a GPU to match against the arch list",
                             detail=f"{len(facts.gpus)} GPU(s) hidden; `unset CUDA_VISIBLE_DEVICES` to use them"))
-    arch = [check_gpu_arch(gpu, facts, target) for gpu in facts.gpus]
+    ccs = [g.compute_capability for g in judged if g.compute_capability]
+    arch = [check_gpu_arch(gpu, facts, target, ccs) for gpu in facts.gpus]
     if visible is not None and visible.uncertain and visible.devices < len(facts.gpus):
         arch = _maybe_visible(arch, visible)
     checks += [check if gpu in judged else _hidden(check, visible) for gpu, check in zip(facts.gpus, arch)]
@@ -260,8 +261,10 @@ def _driver_detail(floor_row: Optional[Mapping[str, Any]], full_row: Optional[Ma
     return "; ".join(parts)
 
 
-def check_gpu_arch(gpu: GpuFacts, facts: DriverFacts, target: TorchTarget) -> Check:
-    """The torch build must carry SASS for the GPU's major, or PTX the driver can JIT."""
+def check_gpu_arch(gpu: GpuFacts, facts: DriverFacts, target: TorchTarget,
+                   ccs: Optional[Sequence[Tuple[int, int]]] = None) -> Check:
+    """The torch build must carry SASS for the GPU's major, or PTX the driver can JIT. A build to lock
+    instead must also carry kernels for `ccs`, the job's other GPUs (None: every GPU the driver lists)."""
     cid = f"cuda.arch.gpu{gpu.index}"
     observed = f"{gpu.name} CC {gpu.cc_text}"
     if target.unknown or target.cuda is None:
@@ -276,6 +279,7 @@ def check_gpu_arch(gpu: GpuFacts, facts: DriverFacts, target: TorchTarget) -> Ch
             "torch arch list unknown: get_arch_list() returns [] without a visible GPU up to at least 2.11; "
             "torch._C._cuda_getArchFlags() does not need one"))
     cc = gpu.compute_capability
+    every = _every_cc(cc, facts, ccs)
     wheel = cuda_to_int(target.cuda)
     sass, ptx = kernel_for(cc, target.arch_list, wheel)
     observed = f"{gpu.name} CC {gpu.cc_text} ({architecture_name(cc)})"
@@ -289,12 +293,12 @@ def check_gpu_arch(gpu: GpuFacts, facts: DriverFacts, target: TorchTarget) -> Ch
     if sass:
         return Check(cid, Status.OK, observed + f": runs {sass}", expected, detail=target.source)
     if ptx:
-        return _ptx_check(cid, observed, expected, gpu, ptx, facts, target)
+        return _ptx_check(cid, observed, expected, every, ptx, facts, target)
     return Check(
         cid, Status.FAIL,
         observed + ": no kernel image is available for execution on the device",
         expected,
-        remedy=_no_kernel_remedy(cc, facts, target),
+        remedy=_no_kernel_remedy(cc, facts, target, every),
         detail="; ".join((target.source,) + target.notes),
     )
 
@@ -316,12 +320,19 @@ def _arch_text(arch_list: Optional[Sequence[str]]) -> str:
     return " ".join(arch_list) if arch_list else "(arch list unknown)"
 
 
-def _ptx_check(cid: str, observed: str, expected: str, gpu: GpuFacts, ptx: str,
+def _every_cc(cc: Tuple[int, int], facts: DriverFacts,
+              ccs: Optional[Sequence[Tuple[int, int]]]) -> List[Tuple[int, int]]:
+    """This GPU's compute capability first, then the others' a build to lock must also run."""
+    others = [g.compute_capability for g in facts.gpus if g.compute_capability] if ccs is None else ccs
+    return [cc] + sorted(set(others) - {cc})
+
+
+def _ptx_check(cid: str, observed: str, expected: str, ccs: Sequence[Tuple[int, int]], ptx: str,
                facts: DriverFacts, target: TorchTarget) -> Check:
     """PTX only: runs after a JIT at first launch, if the driver's JIT accepts PTX from that toolkit."""
     wheel = cuda_to_int(target.cuda or "0.0")
     observed += f": PTX {ptx} only (JIT-compiled on first launch)"
-    suggestions = suggest_builds([gpu.compute_capability], target, facts)
+    suggestions = suggest_builds(ccs, target, facts)
     native = f"; for native SASS lock {suggestions[0].text}" if suggestions else ""
     supported, _ = facts.supported_cuda()
     if supported is not None and supported < wheel:
@@ -337,13 +348,22 @@ def _ptx_check(cid: str, observed: str, expected: str, gpu: GpuFacts, ptx: str,
                  detail=target.source)
 
 
-def _no_kernel_remedy(cc: Tuple[int, int], facts: DriverFacts, target: TorchTarget) -> str:
+def _no_kernel_remedy(cc: Tuple[int, int], facts: DriverFacts, target: TorchTarget,
+                      every: Sequence[Tuple[int, int]]) -> str:
+    """A build with SASS for this GPU and every other one of the job (`every`, this GPU's CC first)."""
     hints = []
     if cc < (7, 5) and cuda_to_int(target.cuda or "0.0") >= 13000:
         hints.append("CUDA 13 builds never support CC < 7.5")
-    suggestions = suggest_builds([cc], target, facts)
+    suggestions = suggest_builds(every, target, facts)
+    own = suggest_builds([cc], target, facts) if len(every) > 1 and not suggestions else []
     if suggestions:
-        hints.insert(0, f"lock {suggestions[0].text}, whose arch list has SASS for CC {cc[0]}.{cc[1]}")
+        also = f" and the other GPUs here (CC {_ccs_text(every[1:])})" if len(every) > 1 else ""
+        hints.insert(0, f"lock {suggestions[0].text}, whose arch list has SASS for CC {_ccs_text([cc])}{also}")
+    elif own:
+        hints.insert(0, f"no single torch build in the packaged table has SASS for every GPU here (CC "
+                        f"{_ccs_text(every)}): {own[0].text} has it for CC {_ccs_text([cc])}; give each kind of GPU "
+                        "an env of its own (a variant per build) and its jobs those GPUs, by UUID in "
+                        "CUDA_VISIBLE_DEVICES (`nvidia-smi -L`)")
     else:
         # On a Jetson an unlisted aarch64 build is a server (SBSA) build: its kernels skip the integrated GPU.
         hints.insert(0, f"no torch build in the packaged table (torch {data.TORCH_RELEASES[0]['release']}-"
@@ -354,3 +374,6 @@ def _no_kernel_remedy(cc: Tuple[int, int], facts: DriverFacts, target: TorchTarg
                      "(NVIDIA's PyTorch for Jetson wheels)")
     return "; ".join(hints)
 
+
+def _ccs_text(ccs: Sequence[Tuple[int, int]]) -> str:
+    return ", ".join(f"{major}.{minor}" for major, minor in ccs)

@@ -82,7 +82,7 @@ def test_the_variant_pick_judges_every_gpu_the_driver_lists() -> None:
 
 # Generated: every node of two or three GPU models x every CUDA_VISIBLE_DEVICES of up to three
 # entries x two builds, CUDA counting in nvidia-smi's order (CUDA_DEVICE_ORDER=PCI_BUS_ID). The judged
-# GPUs get exactly the all-GPU verdict; the hidden ones a skip naming it.
+# GPUs get the all-GPU verdict; the hidden ones a skip naming it.
 NODES = [m for n in (1, 2, 3) for m in itertools.combinations_with_replacement(sorted(MODELS), n)]
 VALUES = [None, ""] + [",".join(p) for n in (1, 2, 3) for p in itertools.permutations("0123", n)]
 
@@ -98,8 +98,9 @@ def test_judged_gpus_keep_their_verdict_and_hidden_ones_say_it(models) -> None:
             shown = {g.index for g in visible.gpus}
             for gpu in facts.gpus:
                 cid = f"cuda.arch.gpu{gpu.index}"
-                if gpu.index in shown:
-                    assert checks[cid] == everything[cid], (value, cid)
+                if gpu.index in shown:  # the remedy offers a build for the job's GPUs, not the node's
+                    assert (checks[cid].status, checks[cid].observed) == \
+                        (everything[cid].status, everything[cid].observed), (value, cid)
                 else:
                     assert checks[cid].status is Status.SKIP
                     assert checks[cid].detail.startswith(f"would be {everything[cid].status.value}"), (value, cid)
