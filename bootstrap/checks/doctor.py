@@ -27,6 +27,7 @@ from bootstrap.checks.host import LoaderNeeds, host_checks
 from bootstrap.checks.model import Check, Status, worst
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.checks.variant import env_candidates, lock_candidate, variant_check
+from bootstrap.compat import jetson
 from bootstrap.compat.facts import DriverFacts, HostFacts
 from bootstrap.compat.pick import Candidate, Pick, not_locked_remedy, pick_variant
 from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
@@ -272,7 +273,9 @@ def fit_check(target: Optional[TorchTarget], why: str, compat_checks: Sequence[C
     observed = f"torch {target.label} ({build}) from {where}"
     if target.unknown or status is Status.SKIP:
         return Check(cid, Status.SKIP, observed, "a build the packaged tables know", detail=target.unknown or why)
-    if not nvidia.gpus:
+    if jetson.unlisted(nvidia) and status is not Status.FAIL:
+        return jetson.fit_check(nvidia, observed, "runs on this Jetson's GPU", target.source)
+    if not nvidia.gpus and not nvidia.jetson:
         return Check(cid, Status.OK, observed + ": no NVIDIA GPU here, runs on the CPU",
                      "runs on this host", detail=nvidia.reason)
     expected = "runs on this driver and these GPUs"

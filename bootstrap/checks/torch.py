@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from bootstrap.checks.envstate import EnvState
 from bootstrap.checks.model import Check, Status
+from bootstrap.compat import jetson
 from bootstrap.compat.facts import DriverFacts
 from bootstrap.compat.probe import probe_torch
 from bootstrap.compat.target import TorchTarget, torch_target_from_lock_entry
@@ -168,7 +169,7 @@ def device_checks(torch: Any, nvidia: DriverFacts, target: Optional[TorchTarget]
         host = "" if nvidia.gpus else "; no NVIDIA GPU here: " + (nvidia.reason or "the driver reports none")
         return [Check(cid, Status.SKIP, "CPU build of torch", "a CUDA build", detail="torch is a CPU build" + host)
                 for cid in ids]
-    if not nvidia.has_driver or not nvidia.gpus:
+    if not nvidia.gpus and not nvidia.jetson:  # a Jetson without NVML still has its GPU: torch is asked
         why = "no NVIDIA driver (CPU mode): " + (nvidia.reason or "no GPU reported")
         return [Check(cid, Status.SKIP, "no NVIDIA GPU", "a GPU to test", detail=why) for cid in ids]
     if torch is None:
@@ -179,6 +180,7 @@ def device_checks(torch: Any, nvidia: DriverFacts, target: Optional[TorchTarget]
     available = bool(torch.cuda.is_available())
     if not available:
         remedy = (f"{visible_note} hides every GPU: `unset CUDA_VISIBLE_DEVICES`" if visible_note and not visible
+                  else jetson.torch_remedy(nvidia) if nvidia.jetson
                   else "see the cuda.driver row; check that `nvidia-smi` works and /dev/nvidia* are readable "
                        "(containers: `docker run --gpus all`, NVIDIA Container Toolkit)")
         first = Check("torch.cuda_available", Status.FAIL, "torch.cuda.is_available() is False",
@@ -187,7 +189,10 @@ def device_checks(torch: Any, nvidia: DriverFacts, target: Optional[TorchTarget]
                           for cid in ids[1:]]
     checks = [Check("torch.cuda_available", Status.OK, f"True (CUDA {torch.version.cuda})", "True")]
     count = int(torch.cuda.device_count())
-    checks.append(_count_check(count, visible, visible_note, len(nvidia.gpus)))
+    checks.append(_count_check(count, visible, visible_note, len(nvidia.gpus)) if nvidia.gpus else
+                  Check("torch.device_count", Status.OK if count else Status.FAIL, str(count),
+                        f">= 1 (this Jetson's GPU; no NVML to count by: {nvidia.jetson})",
+                        "" if count else jetson.torch_remedy(nvidia)))
     checks.append(_library_check("torch.cudnn", target.cudnn, (locked or target).cudnn, target))
     checks.append(_library_check("torch.nccl", target.nccl, (locked or target).nccl, target))
     checks.append(pinned_check(torch, f"cuda:{only or 0}"))

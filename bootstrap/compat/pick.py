@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bootstrap.checks.model import Check, Status, worst
+from bootstrap.compat import jetson
 from bootstrap.compat.facts import DriverFacts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget, suggest_builds
@@ -39,9 +40,7 @@ def not_locked_remedy(nvidia: DriverFacts) -> str:
     """What to do where no lock covers the platform; on a Jetson no PyPI aarch64 torch has kernels for
     its integrated GPU (server SBSA builds), so locking the platform would not help."""
     if nvidia.jetson:
-        return (f"`make env` has nothing to install here, and PyPI's aarch64 torch builds carry no kernels for "
-                f"this Jetson's GPU: install the torch build made for its JetPack ({nvidia.jetson}; NVIDIA's "
-                "PyTorch for Jetson wheels) in a venv of its own")
+        return f"`make env` has nothing to install here: {jetson.torch_remedy(nvidia)}"
     return NOT_LOCKED_HERE
 
 
@@ -164,8 +163,8 @@ def pick_variant(nvidia: DriverFacts, candidates: Sequence[Candidate]) -> Pick:
     verdicts = tuple(judge(nvidia, c) for c in candidates)
     if nvidia.gpus:
         chosen, why = _with_gpus(verdicts)
-    elif nvidia.gpu_signs:
-        chosen, why = _unseen_gpus(verdicts)
+    elif nvidia.gpu_signs or nvidia.jetson:
+        chosen, why = _unseen_gpus(verdicts, nvidia.jetson)
     else:
         chosen, why = _without_gpu(verdicts)
     if chosen is None:
@@ -213,16 +212,19 @@ def _with_gpus(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:
                     f"({chosen.reasons[0]})")
 
 
-def _unseen_gpus(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:
-    """GPUs the kernel shows without a driver to ask (a container started without --gpus): the host's GPUs
-    all the same, so no CPU build, which would outlive the fix; and no driver to judge newer CUDA builds
-    by, so the default, else the CUDA build the oldest drivers run."""
+def _unseen_gpus(verdicts: Sequence[Verdict], release: str = "") -> Tuple[Optional[Verdict], str]:
+    """GPUs the kernel shows without a driver to ask (a container started without --gpus), or a Jetson
+    without NVML (`release`): the host's GPUs all the same, so no CPU build, which would outlive the fix;
+    and no driver to judge newer CUDA builds by, so the default, else the CUDA build the oldest drivers run."""
     builds = [v for v in verdicts if v.runs and not _cpu_build(v)]
     if not builds:
         return _with_gpus(verdicts)
     default = next((v for v in builds if v.candidate.default), None)
     chosen = default or min(builds, key=lambda v: cuda_to_int(v.candidate.target.cuda))
     which = "the default variant" if default else "the CUDA build the oldest drivers run"
+    if release:
+        return chosen, (f"{chosen.candidate.label}: this Jetson ({release}) has no NVML to judge its GPU by: "
+                        f"{which}, not judged; NVIDIA's PyTorch for Jetson wheels are the builds made for it")
     return chosen, (f"{chosen.candidate.label}: the kernel shows NVIDIA GPUs but no driver answers here (a "
                     f"container started without --gpus?): {which}, until the driver can be judged")
 
@@ -280,7 +282,8 @@ def _remedy(nvidia: DriverFacts, verdicts: Sequence[Verdict]) -> str:
     near = next((v for v in judged if v.candidate.default), judged[0])
     remedies = [f"{c.id}: {c.remedy}" for c in near.checks if c.status is Status.FAIL and c.remedy]
     ccs = [g.compute_capability for g in nvidia.gpus if g.compute_capability]
-    suggestions = suggest_builds(ccs, near.candidate.target, nvidia)
+    # A Jetson without NVML lists no GPU to match a build to: its remedy is JetPack's torch
+    suggestions = [] if jetson.unlisted(nvidia) else suggest_builds(ccs, near.candidate.target, nvidia)
     if suggestions:
         remedies.append(f"or declare a variant with {suggestions[0].text} in the spec and run `make lock`")
     return "; ".join(remedies)

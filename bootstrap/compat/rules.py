@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks.model import Check, Status
-from bootstrap.compat import data
+from bootstrap.compat import data, jetson
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.target import TorchTarget, driver_fit, older_than_tables, suggest_builds, unlisted_builds
 from bootstrap.compat.versions import (
@@ -55,7 +55,9 @@ def evaluate(facts: DriverFacts, target: TorchTarget, visible: Optional[Visible]
     """Every CUDA-stack check for one host and one torch build: the kernel images for the GPUs
     `visible` leaves the job (None: every GPU the driver lists)."""
     checks = [check_torch_build(facts, target), check_driver(facts, target)]
-    if not facts.gpus:
+    if jetson.unlisted(facts):
+        checks.append(jetson.arch_check(facts))
+    elif not facts.gpus:
         reason = facts.reason or "the driver reports no GPU"
         checks.append(Check("cuda.arch", Status.SKIP, "no NVIDIA GPU", "a GPU to match against the arch list",
                             detail=reason))
@@ -102,6 +104,8 @@ def check_torch_build(facts: DriverFacts, target: TorchTarget) -> Check:
     if target.cuda is not None:
         return Check(cid, Status.OK, f"torch {target.label}: CUDA {target.cuda} build", "a CUDA build",
                      detail=target.source)
+    if facts.jetson:  # no PyPI build, CPU or CUDA, runs a Jetson's GPU: the remedy is JetPack's torch
+        return jetson.cpu_build_check(facts, target.label, target.source)
     if not facts.gpus:
         return Check(cid, Status.OK, f"torch {target.label}: CPU build", "CPU build on a host without NVIDIA GPUs",
                      detail=target.source)
@@ -129,6 +133,8 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
         return Check(cid, Status.SKIP, _driver_text(facts), "a known torch build", detail=target.unknown)
     if target.cuda is None:
         return Check(cid, Status.SKIP, _driver_text(facts), "n/a: torch is a CPU build", detail=target.source)
+    if not facts.has_driver and facts.jetson:
+        return jetson.driver_check(facts, target.cuda)
     if not facts.has_driver:
         observed = "no NVIDIA driver answers" if facts.gpu_signs else "no NVIDIA driver (CPU mode)"
         return Check(cid, Status.SKIP, observed, f"a driver for CUDA {target.cuda}",
@@ -198,7 +204,7 @@ def _forward_compat_on_consumer(facts: DriverFacts) -> Tuple[Optional[str], Opti
 
 def _driver_text(facts: DriverFacts) -> str:
     if not facts.has_driver:
-        return "no NVIDIA driver"
+        return f"Jetson ({facts.jetson}): no NVML" if facts.jetson else "no NVIDIA driver"
     return f"driver {facts.driver_version or 'unknown'} ({facts.os_label})"
 
 
