@@ -28,10 +28,11 @@ Rules (see cuda_compat.md section 5):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks.model import Check, Status
-from bootstrap.compat import data, jetson
+from bootstrap.compat import data, forward, jetson
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.target import TorchTarget, driver_fit, older_than_tables, suggest_builds, unlisted_builds
 from bootstrap.compat.versions import (
@@ -40,7 +41,6 @@ from bootstrap.compat.versions import (
     cuda_supported_by_driver_number,
     cuda_to_int,
     driver_column,
-    driver_tuple,
     first_cuda_for,
     full_support_driver,
     kernel_for,
@@ -152,15 +152,9 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
     if supported is None and not too_old:
         return Check(cid, Status.SKIP, observed, expected, detail="cannot tell which CUDA the driver supports; "
                      + (facts.reason or detail))
-    consumer, native = _forward_compat_on_consumer(facts)
-    if consumer:
-        upgrade = _upgrade_driver(facts, _upgrade_text(wheel, floor, full, facts.os), wheel)
-        return Check(cid, Status.FAIL, observed, expected,
-                     remedy=(f"CUDA {cuda_from_int(supported)} over driver {facts.driver_version} (CUDA "
-                             f"{cuda_from_int(native)}) is the cuda-compat forward-compatibility package, which does "
-                             f"not run on {consumer} (CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE): take cuda-compat "
-                             f"off LD_LIBRARY_PATH, or {upgrade}"),
-                     detail=detail + "; forward compatibility: data-center GPUs, select RTX server SKUs, Jetson")
+    board, support, native = forward.unsupported_board(facts)
+    if board and native and (support == forward.REFUSED or supported >= wheel):
+        return _compat_check(facts, target, (observed, expected, detail), board, support == forward.REFUSED, native)
     if supported is not None and supported >= wheel:
         return Check(cid, Status.OK, observed, expected, detail=detail)
     upgrade = _upgrade_text(wheel, floor, full, facts.os)
@@ -180,26 +174,33 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
     )
 
 
-def _forward_compat_on_consumer(facts: DriverFacts) -> Tuple[Optional[str], Optional[int]]:
-    """(a GeForce or TITAN GPU's name, the driver's own CUDA) when the driver reports a CUDA that only a
-    newer driver branch ships: a cuda-compat libcuda is loaded (NVML reports its version), and it refuses
-    consumer GPUs. (None, None) otherwise. Branches, not driver numbers: a branch reports its own CUDA
-    minor before NVIDIA bundles that branch with a toolkit (R550.40 reports 12.4 ahead of 550.54.14,
-    R565 reports 12.7, which no toolkit carries), and that is the driver's own CUDA, not cuda-compat."""
-    number = driver_tuple(facts.driver_version) if facts.driver_version else None
-    if not facts.cuda_driver_version or number is None or facts.os != "linux":  # cuda-compat is Linux only
-        return None, None
-    column = driver_column(facts.os)
-    rows = [(cuda_to_int(row["cuda"]), driver_tuple(row[column])) for row in data.TOOLKIT_DRIVERS]
-    shipped = [(cuda, driver[0]) for cuda, driver in rows if driver is not None and cuda <= facts.cuda_driver_version]
-    if not shipped:
-        return None, None
-    newest = max(cuda for cuda, _ in shipped)  # the CUDA minor reported, or the newest a toolkit shipped below it
-    if number[0] >= min(branch for cuda, branch in shipped if cuda == newest):  # its first release's branch
-        return None, None
-    consumer = next((g.name for g in facts.gpus if any(word in g.name for word in ("GeForce", "TITAN"))), None)
-    native = cuda_supported_by_driver_number(facts.driver_version, facts.os)
-    return (consumer, native) if consumer and native is not None else (None, None)
+def _compat_check(facts: DriverFacts, target: TorchTarget, texts: Tuple[str, str, str], board: str, refused: bool,
+                  native: int) -> Check:
+    """cuda-compat loaded beside a GPU it refuses (fail) or may refuse (warn): the remedy is what the
+    driver's own CUDA runs once it is off, and the driver that fully supports the build where that is short."""
+    observed, expected, detail = texts
+    wheel = cuda_to_int(target.cuda or "0.0")
+    floor, _ = minor_version_floor(wheel // 1000, facts.os)
+    full, _ = full_support_driver(wheel, facts.os)
+    own = f"driver {facts.driver_version} (CUDA {cuda_from_int(native)})"
+    fit = driver_fit(replace(facts, cuda_driver_version=native), wheel)
+    if fit is Status.OK:
+        fix = f"take cuda-compat off LD_LIBRARY_PATH: {own} runs CUDA {target.cuda} builds itself"
+    elif fit is Status.WARN:
+        fix = (f"take cuda-compat off LD_LIBRARY_PATH: {own} runs CUDA {target.cuda} builds through minor-version "
+               f"compatibility; for full support {_upgrade_driver(facts, _full_text(wheel, full, facts.os), wheel)}")
+    else:
+        fix = (f"take cuda-compat off LD_LIBRARY_PATH and "
+               f"{_upgrade_driver(facts, _upgrade_text(wheel, floor, full, facts.os), wheel)}")
+    what = (f"CUDA {cuda_from_int(facts.cuda_driver_version or 0)} over {own} is the cuda-compat "
+            "forward-compatibility package")
+    detail += "; forward compatibility: data-center GPUs, select NGC Server Ready RTX SKUs, Jetson"
+    if refused:
+        return Check("cuda.driver", Status.FAIL, observed, expected, detail=detail, remedy=(
+            f"{what}, which does not run on {board} (CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE): {fix}"))
+    return Check("cuda.driver", Status.WARN, observed, expected, detail=detail, remedy=(
+        f"{what}: NVIDIA supports it on data-center GPUs and select NGC Server Ready RTX SKUs only, and whether "
+        f"{board} is one is not known here; if CUDA fails with CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, {fix}"))
 
 
 def _driver_text(facts: DriverFacts) -> str:

@@ -1,0 +1,70 @@
+"""The cuda-compat forward-compatibility package: when NVML's CUDA is its, and which GPUs it refuses.
+
+NVIDIA: forward compatibility "is applicable only for systems with NVIDIA
+Data Center GPUs, select NGC Server Ready SKUs of RTX cards, Jetson boards"
+and "is not an option for GeForce/consumer GPUs"
+(https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html;
+../shared/reference/cuda_compat.yml caveat forward_compat_package). Which
+RTX boards are those SKUs NVIDIA does not list there, so a workstation board
+(RTX A-series, RTX Ada, RTX PRO Workstation, Quadro: the "Workstation/Consumer"
+column of https://developer.nvidia.com/cuda-gpus) is "unsure", not refused.
+Elsewhere it refuses with CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE (804).
+Pure: facts in, answers out.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional, Tuple
+
+from bootstrap.compat import data
+from bootstrap.compat.facts import DriverFacts
+from bootstrap.compat.versions import cuda_supported_by_driver_number, cuda_to_int, driver_column, driver_tuple
+
+REFUSED, UNSURE = "refused", "unsure"
+_CONSUMER = re.compile(r"GeForce|TITAN")
+# NVIDIA's workstation boards; their "Server Edition" siblings are data-center GPUs in the same table
+_WORKSTATION = re.compile(r"Quadro|\bRTX (A\d{3,4}|PRO|\d{4}( SFF)? Ada|[4-8]000)\b|\bT(400|600|1000)\b")
+
+
+def board_support(name: str) -> Optional[str]:
+    """REFUSED for a GeForce or TITAN, UNSURE for a workstation board (only select RTX SKUs are
+    supported, unnamed), None for the rest (data-center GPUs): forward compatibility's answer for it."""
+    if _CONSUMER.search(name):
+        return REFUSED
+    if _WORKSTATION.search(name) and "Server" not in name:
+        return UNSURE
+    return None
+
+
+def compat_in_use(facts: DriverFacts) -> Optional[int]:
+    """The driver's own CUDA when NVML reports a CUDA that only a newer driver branch ships: a cuda-compat
+    libcuda is loaded (NVML reports its version). None otherwise. Branches, not driver numbers: a branch
+    reports its own CUDA minor before NVIDIA bundles that branch with a toolkit (R550.40 reports 12.4 ahead
+    of 550.54.14, R565 reports 12.7, which no toolkit carries), and that is the driver's own CUDA."""
+    number = driver_tuple(facts.driver_version) if facts.driver_version else None
+    if not facts.cuda_driver_version or number is None or facts.os != "linux" or facts.jetson:
+        return None  # cuda-compat is Linux only; a Jetson runs it as a supported board
+    column = driver_column(facts.os)
+    rows = [(cuda_to_int(row["cuda"]), driver_tuple(row[column])) for row in data.TOOLKIT_DRIVERS]
+    shipped = [(cuda, driver[0]) for cuda, driver in rows if driver is not None and cuda <= facts.cuda_driver_version]
+    if not shipped:
+        return None
+    newest = max(cuda for cuda, _ in shipped)  # the CUDA minor reported, or the newest a toolkit shipped below it
+    if number[0] >= min(branch for cuda, branch in shipped if cuda == newest):  # its first release's branch
+        return None
+    return cuda_supported_by_driver_number(facts.driver_version, facts.os)
+
+
+def unsupported_board(facts: DriverFacts) -> Tuple[Optional[str], Optional[str], Optional[int]]:
+    """(a GPU's name, REFUSED or UNSURE, the driver's own CUDA) when cuda-compat is in use beside a GPU
+    that it refuses, or may refuse; a refused GPU is named before an unsure one. (None, None, None)
+    otherwise."""
+    native = compat_in_use(facts)
+    if native is None:
+        return None, None, None
+    found = [(board_support(g.name), g.name) for g in facts.gpus if board_support(g.name)]
+    if not found:
+        return None, None, None
+    support, name = min(found, key=lambda item: item[0] != REFUSED)
+    return name, support, native
