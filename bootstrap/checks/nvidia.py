@@ -88,11 +88,11 @@ def visible_check(nvidia: DriverFacts, visible: Visible) -> Optional[Check]:
     cid, expected = "nvidia.visible", "the job's GPUs among those NVML lists"
     total = f"{len(nvidia.gpus)} GPU(s)"
     if nvidia.gpus and visible.unordered and (visible.uncertain or not visible.note):
-        order = f"CUDA_DEVICE_ORDER={visible.order}" if visible.order else "CUDA_DEVICE_ORDER unset"
         models = len({(g.name, g.compute_capability) for g in nvidia.gpus})
         which = (f"{visible.note}: which {visible.devices} of the {total} it names is CUDA's guess"
                  if visible.note else f"cuda:N is not nvidia-smi's GPU N on these {total}")
-        return Check(cid, Status.WARN, f"{which} ({models} GPU models, {order}: CUDA counts fastest first)",
+        return Check(cid, Status.WARN,
+                     f"{which} ({models} GPU models, {visible.order_note}: CUDA counts fastest first)",
                      expected, ORDER_REMEDY,
                      detail="nvidia-smi and NVML number GPUs in PCI bus order; CUDA does so only under "
                             "CUDA_DEVICE_ORDER=PCI_BUS_ID")

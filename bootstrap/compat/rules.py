@@ -80,9 +80,9 @@ def _maybe_visible(checks: List[Check], visible: Visible) -> List[Check]:
     others run for the job to miss it; otherwise it is a warning that names the ordering fix."""
     if sum(c.status is not Status.FAIL for c in checks) < visible.devices:
         return checks
-    order = f"CUDA_DEVICE_ORDER={visible.order}" if visible.order else "CUDA_DEVICE_ORDER unset"
     return [check if check.status is not Status.FAIL else Check(
-        check.id, Status.WARN, f"{check.observed} [may be visible: {visible.note} counts fastest first, {order}]",
+        check.id, Status.WARN, f"{check.observed} [may be visible: {visible.note} counts fastest first, "
+        f"{visible.order_note}]",
         check.expected, remedy=(f"{ORDER_REMEDY}; if the job gets this GPU: {check.remedy}"), detail=check.detail)
         for check in checks]
 

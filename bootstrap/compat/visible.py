@@ -44,6 +44,11 @@ class Visible:
         return {**out, "unordered": True} if self.unordered else out
 
     @property
+    def order_note(self) -> str:
+        """"CUDA_DEVICE_ORDER='FASTEST_FIRST'" (abridged), or "CUDA_DEVICE_ORDER unset"."""
+        return "CUDA_DEVICE_ORDER unset" if self.order is None else f"CUDA_DEVICE_ORDER={_abridged(self.order)}"
+
+    @property
     def uncertain(self) -> bool:
         """Indices name some of a mixed node's GPUs in CUDA's own order: which ones is not known here."""
         return self.unordered and bool(self.note) and not self.mig and 0 < self.devices

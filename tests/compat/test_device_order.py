@@ -74,7 +74,7 @@ def test_a_failing_gpu_fails_the_run_when_the_job_cannot_miss_it() -> None:
 
 @pytest.mark.parametrize(("value", "order", "status", "phrase"), [
     (None, None, Status.WARN, "cuda:N is not nvidia-smi's GPU N"),
-    (None, "FASTEST_FIRST", Status.WARN, "CUDA_DEVICE_ORDER=FASTEST_FIRST"),
+    (None, "FASTEST_FIRST", Status.WARN, "CUDA_DEVICE_ORDER='FASTEST_FIRST'"),
     ("1", None, Status.WARN, "which 1 of the 2 GPU(s) it names is CUDA's guess"),
     (None, "PCI_BUS_ID", None, ""),
     ("1", "PCI_BUS_ID", Status.OK, "1 of 2 GPU(s)"),
