@@ -146,7 +146,7 @@ def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
             dropped.append(lock)
             if not args.json:
                 print(f"{env} [{lock.variant}]: {'deleted' if lock.deleted else 'would delete'} "
-                      f"{_relative(lock.path, project.root)} (no such variant in the spec any more)")
+                      f"{_relative(lock.path, project.root)} ({lock.why})")
     if args.json:
         print(dumps("bootstrap.lock", LockRun(dry_run=args.dry_run, envs=tuple(results),
                                               dropped=tuple(dropped)).to_dict()))

@@ -111,8 +111,8 @@ def check_env(project: Project, env: str, platforms: Tuple[str, ...] = (),
         return checked
     return checked + tuple(
         CheckResult(env=env, variant=name, lock_path=path, platforms=(), stale=(
-            Stale("*", "variant", f"{spec.path.name} no longer declares {name}; `make lock` deletes this lock"),))
-        for name, path in orphan_locks(project, env, spec))
+            Stale("*", "variant", f"{why}; `make lock` deletes this lock"),))
+        for name, path, why in orphan_locks(project, env, spec))
 
 
 def check_syntax(spec: EnvSpec, variants: Sequence[Optional[Variant]]) -> None:
@@ -307,19 +307,22 @@ def _pip_not_closed(platform: str, locked: list[LockedPackage]) -> list[Stale]:
 
 
 def orphan_locks(project: Any, env: str, spec: Any) -> list:
-    """(variant name, lock path) of each variant lock of `env` whose variant the spec no longer
-    declares: `envs/<env>.<variant>.conda-lock.yml`, no env of that name, and the lock itself says it
-    holds that variant (a copy the user keeps under such a name, or any file that does not read as a
-    lock, is not ours to delete)."""
-    declared = {v.name for v in spec.variants}
+    """(variant name, lock path, why) of each variant lock of `env` that no variant of the spec is locked
+    in: `envs/<env>.<variant>.conda-lock.yml` whose variant the spec no longer declares, or which is now
+    the default (locked in the env's own lock), no env of that name, and the lock itself says it holds
+    that variant (a copy the user keeps under such a name, or any file that does not read as a lock,
+    is not ours to delete)."""
+    declared = {v.name: v.default for v in spec.variants}
     out = []
     for path in sorted(project.envs_dir.glob(f"{glob.escape(env)}.*{LOCK_SUFFIX}")):
         name = path.name[len(env) + 1:-len(LOCK_SUFFIX)]
-        if not is_variant_name(name) or name in declared or project.spec_path(f"{env}.{name}").exists():
+        if not is_variant_name(name) or declared.get(name) is False or project.spec_path(f"{env}.{name}").exists():
             continue
         try:
             if read_lock(path).custom.get(META_VARIANT) == name:
-                out.append((name, path))
+                why = (f"{name} is now the default variant, locked in {project.lock_path(env).name}"
+                       if name in declared else f"{spec.path.name} no longer declares {name}")
+                out.append((name, path, why))
         except InputError:
             continue
     return out

@@ -87,15 +87,18 @@ class LockResult:
 
 @result
 class DroppedLock:
-    """The lock of a variant the spec no longer declares, deleted by a relock (listed with `dry_run`)."""
+    """The lock of a variant no variant of the spec is locked in any more, deleted by a relock (listed
+    with `dry_run`): the spec dropped the variant, or made it the default."""
 
     env: str
     variant: str
     path: Path
     deleted: bool
+    why: str
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"env": self.env, "variant": self.variant, "lock_path": str(self.path), "deleted": self.deleted}
+        return {"env": self.env, "variant": self.variant, "lock_path": str(self.path), "deleted": self.deleted,
+                "why": self.why}
 
 
 @result
@@ -134,15 +137,15 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
 
 
 def drop_orphan_locks(project: Project, env: str, options: LockOptions) -> Tuple[DroppedLock, ...]:
-    """Delete the locks of variants `env`'s spec no longer declares, so that no stale lock of a
-    removed variant lingers beside the others (only listed with `dry_run`; kept with `--variant`)."""
+    """Delete the locks `orphan_locks` finds, so that no stale lock of a removed variant, or of one
+    that became the default, lingers beside the others (only listed with `dry_run`; kept with `--variant`)."""
     if options.variants:
         return ()
     dropped = []
-    for name, path in orphan_locks(project, env, read_spec(project.spec_path(env))):
+    for name, path, why in orphan_locks(project, env, read_spec(project.spec_path(env))):
         if not options.dry_run:
             path.unlink(missing_ok=True)
-        dropped.append(DroppedLock(env=env, variant=name, path=path, deleted=not options.dry_run))
+        dropped.append(DroppedLock(env=env, variant=name, path=path, deleted=not options.dry_run, why=why))
     return tuple(dropped)
 
 

@@ -463,10 +463,11 @@ def test_a_relock_deletes_the_lock_of_a_dropped_variant(example_locked: Project,
     capsys.readouterr()
     assert main(lock_argv(project.root, fixture_channel, indexes, "--dry-run", "--json")) == 0
     assert json.loads(capsys.readouterr().out)["dropped"] == [
-        {"env": "torch", "variant": "cu126", "lock_path": str(orphan), "deleted": False}]
+        {"env": "torch", "variant": "cu126", "lock_path": str(orphan), "deleted": False,
+         "why": "torch.yml no longer declares cu126"}]
     assert orphan.exists()
     assert main(lock_argv(project.root, fixture_channel, indexes)) == 0
-    assert ("torch [cu126]: deleted envs/torch.cu126.conda-lock.yml (no such variant in the spec any more)"
+    assert ("torch [cu126]: deleted envs/torch.cu126.conda-lock.yml (torch.yml no longer declares cu126)"
             in capsys.readouterr().out)
     assert not orphan.exists()
     assert main(["lock", "--check", "--root", str(project.root)]) == 0
@@ -497,4 +498,20 @@ def test_only_a_lock_that_holds_a_dropped_variant_of_the_env_is_an_orphan(exampl
     (envs / "torch.junk.conda-lock.yml").write_text("not: [a lock")
     (envs / "torch.other.yml").write_text(project.spec_path("torch").read_text())  # an env named torch.other
     found = orphan_locks(project, "torch", read_spec(project.spec_path("torch")))
-    assert found == [("old", envs / "torch.old.conda-lock.yml")]
+    assert found == [("old", envs / "torch.old.conda-lock.yml", "torch.yml no longer declares old")]
+
+
+def test_the_lock_of_a_variant_made_the_default_is_an_orphan(example_locked: Project, tmp_path: Path,
+                                                             capsys) -> None:
+    """The first variant is locked in the env's own lock: when cu126 moves first, its old lock file
+    holds what no variant is locked in any more, and `lock --check` says so rather than calling it fresh."""
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    spec = project.spec_path("torch")
+    data = yaml.safe_load(spec.read_text())
+    data["variants"].sort(key=lambda v: v["name"] != "cu126")
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    capsys.readouterr()
+    assert main(["lock", "--check", "--root", str(project.root)]) == 1
+    assert ("torch [cu126]: envs/torch.cu126.conda-lock.yml is stale (1 problem); relock with `make lock`\n"
+            "  *: variant: cu126 is now the default variant, locked in torch.conda-lock.yml; `make lock` deletes "
+            "this lock") in capsys.readouterr().out
