@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 
-from bootstrap.cli import EXIT_BROKEN_PIPE, main
 from bootstrap.errors import EXIT_INTERRUPTED
 
 for _name in ("stdout", "stderr"):
@@ -18,12 +17,14 @@ for _name in ("stdout", "stderr"):
         _stream.reconfigure(errors="backslashreplace")
 
 try:
+    from bootstrap.cli import EXIT_BROKEN_PIPE, main  # in the try: Ctrl-C can land while it imports
+
     code = main()
     sys.stdout.flush()
 except BrokenPipeError:  # the reader of stdout went away while an error was being reported
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     code = EXIT_BROKEN_PIPE
-except KeyboardInterrupt:  # a second Ctrl-C while main was reporting the first
+except KeyboardInterrupt:  # Ctrl-C before main could catch it, or a second while it reported the first
     print("interrupted", file=sys.stderr)
     code = EXIT_INTERRUPTED
 if "rattler" in sys.modules:

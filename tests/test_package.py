@@ -130,6 +130,19 @@ def test_ctrl_c_while_the_verb_is_still_loading_is_one_line() -> None:
                                                            "exit_code": 130}}) + "\n")
 
 
+def test_ctrl_c_while_the_command_line_itself_imports_is_one_line() -> None:
+    """Ctrl-C even before `main` runs (the command line's own modules importing) is `interrupted`, 130."""
+    code = ("import runpy, sys\n"
+            "class Interrupt:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'bootstrap.cli':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Interrupt())\n"
+            "runpy.run_module('bootstrap', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code, "doctor"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")
+
+
 def test_a_usage_error_of_a_json_run_still_prints_the_envelope(capsys) -> None:
     from bootstrap.cli import main
 
