@@ -29,7 +29,9 @@ def match_specs(spec: EnvSpec) -> list:
         try:
             out.append(MatchSpec(text))
         except Exception as exc:  # noqa: BLE001 - rattler raises InvalidMatchSpecError and friends
-            raise InputError(spec.path, f"dependencies: '{text}' is not a valid conda match spec: {exc}",
+            # rattler appends its error's chain ("\nCaused by: ...") which repeats the first line's reason
+            reason = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(spec.path, f"dependencies: '{text}' is not a valid conda match spec: {reason}",
                              "write e.g. `python=3.10.*` or `numpy >=1.26`") from None
     return out
 

@@ -142,6 +142,8 @@ def test_check_without_lock(root: Path) -> None:
 
 SYNTAX = {
     "match spec": (dict(conda=("python=3.10.*", "pip", "torchlike >=>1")), "is not a valid conda match spec"),
+    "name rattler refuses with a cause": (dict(conda=("python=3.10.*", "pip", "nümpy")),
+                                          "'nümpy' is not a valid conda match spec: invalid package name"),
     "pip requirement": (dict(pip=("alpha>=>1",)), "pip: 'alpha>=>1' is not a valid requirement"),
     "pip file URL": (dict(pip=("alpha @ file:///tmp/alpha-1.0-py3-none-any.whl",)), "only a wheel over http(s)"),
     "channel with a space": (dict(channels=("conda forge",)), "channels: 'conda forge' is not a channel"),
