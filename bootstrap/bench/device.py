@@ -66,13 +66,29 @@ class Device:
             torch.mps.synchronize()
 
 
+class StepFailed(Exception):
+    """The training step raised `error`: the user's step or model, or the built-in step on the user's
+    batch. Raised in place of it, so a phase never takes it for the loader's (a worker that died)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def __str__(self) -> str:
+        return f"the training step raised {type(self.error).__name__}"
+
+
 class Trainer:
     """One model + SGD optimizer; `step` is a full forward/backward/update on one batch.
 
     Images arrive as uint8 and are scaled on the device (4x less to copy);
     `step_s` adds a known sleep per step (a stand-in for a slower device,
-    used by tests and the loader figures).
+    used by tests and the loader figures). With `user_code` (the step,
+    model or batches are the user's) what the step raises comes as
+    `StepFailed`.
     """
+
+    user_code = False
 
     def __init__(self, model_name: str, num_classes: int, device: Device, config: LoaderConfig,
                  step_s: float = 0.0, model_factory: Optional[Callable[[], Any]] = None,
@@ -114,6 +130,22 @@ class Trainer:
     def run(self, prepared: Any) -> None:
         """One step on a batch `prepare` returned: the built-in one, or the user's (whose loss, when it
         returns one, gets the backward pass and the update)."""
+        self._guarded(self._run, prepared)
+
+    def _guarded(self, call: Callable[[Any], None], batch: Any) -> None:
+        # The step runs in this process, between two `next(loader)` calls: its error must stay apart
+        # from the loader's, whose RuntimeErrors mean workers that died.
+        if not self.user_code:
+            call(batch)
+            return
+        try:
+            call(batch)
+        except StepFailed:
+            raise
+        except Exception as exc:  # noqa: BLE001 (the user's step or model may raise anything)
+            raise StepFailed(exc) from exc
+
+    def _run(self, prepared: Any) -> None:
         if self.step_fn is None:
             self.step_on_device(*prepared)
             return
@@ -138,7 +170,7 @@ class Trainer:
             time.sleep(self.step_s)
 
     def step(self, batch: Any) -> None:
-        self.run(self.prepare(batch, self.config.non_blocking))
+        self._guarded(lambda b: self.run(self.prepare(b, self.config.non_blocking)), batch)
 
 
 

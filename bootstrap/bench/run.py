@@ -121,8 +121,12 @@ def stalled_error(state: RunState) -> InputError:
 def user_code_error(state: RunState, exc: BaseException) -> InputError:
     """The one line for what escaped the phases of a run over the user's code (their dataset, collate or
     step in this process: sys.exit, an exception no phase expects)."""
+    from bootstrap.bench.device import StepFailed
+    from bootstrap.bench.trials import step_failed
     from bootstrap.bench.user import describe_error
 
+    if isinstance(exc, StepFailed):
+        return step_failed(state, exc, f"in the {state.current_phase} phase")
     if "pickle" in str(exc).lower():  # spawn/forkserver: DataLoader pickles the dataset for each worker
         return InputError(user_where(state), f"cannot be sent to DataLoader workers: {describe_error(exc)}",
                           "under spawn (macOS, Windows, or set_start_method) a dataset must pickle: no lambdas or "

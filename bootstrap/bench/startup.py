@@ -192,7 +192,8 @@ def _counting_notes(spec: Any, parts: Any, own: bool) -> List[str]:
 def _first_user_step(state: RunState) -> None:
     """Build the model and run one step on the first batch: a batch the model or step cannot take is
     one line naming the step, not a traceback from the middle of the run."""
-    from bootstrap.bench.trials import trainer_for
+    from bootstrap.bench.device import StepFailed
+    from bootstrap.bench.trials import step_where, trainer_for
     from bootstrap.bench.user import describe_error, passes_through
 
     user = state.options.user
@@ -203,13 +204,9 @@ def _first_user_step(state: RunState) -> None:
     except BaseException as exc:  # noqa: BLE001 (the user's model or step, or the built-in step on their batch)
         if passes_through(exc):
             raise
-        if user.step is not None:
-            where = f"--step {user.step}" if isinstance(user.step, str) else "step"
-        elif user.model is not None:
-            where = f"--model {user.model}" if isinstance(user.model, str) else "model"
-        else:
-            where = f"the built-in step ({state.model_name}) on --dataset {user.dataset}" \
-                if isinstance(user.dataset, str) else f"the built-in step ({state.model_name})"
+        if isinstance(exc, StepFailed):
+            exc = exc.error
+        where = step_where(state)
         script = state.options.from_script
         own_step = "pass step=" if script else "give --step MODULE:FN"
         classes = "" if script else " (more: `options: {num_classes: N}` in a --config file)"

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Callable, Optional, Tuple
 
 from bootstrap.bench.budget import FLOOR_STEPS, MIN_WINDOW_BATCHES
-from bootstrap.bench.device import Trainer
+from bootstrap.bench.device import StepFailed, Trainer
 from bootstrap.bench.results import LoaderConfig, Measurement
 from bootstrap.bench.state import LoaderFailure, RunState
 from bootstrap.bench.stream import WORKER_EXITED, BatchStream, make_loader, sample_failure, worker_failure
@@ -33,6 +33,7 @@ def trainer_for(state: RunState, config: LoaderConfig) -> Trainer:
                           step_s=state.workload.step_ms / 1000.0,
                           model_factory=getattr(state.user_parts, "model_factory", None),
                           step_fn=getattr(state.user_parts, "step_fn", None))
+        trainer.user_code = state.user_parts is not None
         state.trainers[key] = trainer
         # The first step of a fresh model pays for lazy initialisation (CUDA context and modules, autograd,
         # cuDNN autotune, which is slow on a cold GPU); the second is what budgets are priced with
@@ -170,8 +171,12 @@ def loader_failed(state: RunState, phase: str, config: LoaderConfig, exc: Except
 
     A sample of the user's dataset that fails to load (or collate) in the middle of the run is one line
     naming the dataset, not a traceback: bench reads every sample, in shuffled order, so the first batch
-    passing does not mean the rest will. The built-in workload's errors are bench's own: re-raised."""
+    passing does not mean the rest will. The built-in workload's errors are bench's own: re-raised.
+    What the training step raised (`StepFailed`: it runs in this process, between the loader's batches)
+    is the step's, whatever its type: one line naming the step."""
     stop_workers(stream)
+    if isinstance(exc, StepFailed):
+        raise step_failed(state, exc, f"while bench measured {config.label}") from None
     why = None
     if state.user_parts is not None and not isinstance(exc, InputError):
         why = sample_failure(exc, config.num_workers)
@@ -190,6 +195,33 @@ def dataset_where(state: RunState) -> str:
     """How a message names the user's dataset: the --dataset reference, else 'dataset' (tune_loader)."""
     dataset = state.options.user.dataset
     return f"--dataset {dataset}" if isinstance(dataset, str) else "dataset"
+
+
+def step_where(state: RunState) -> str:
+    """How a message names the code the training step runs: the user's step, else their model, else the
+    built-in step on their dataset."""
+    user = state.options.user
+    if user.step is not None:
+        return f"--step {user.step}" if isinstance(user.step, str) else "step"
+    if user.model is not None:
+        return f"--model {user.model}" if isinstance(user.model, str) else "model"
+    on = f" on --dataset {user.dataset}" if isinstance(user.dataset, str) else ""
+    return f"the built-in step ({state.model_name}){on}"
+
+
+def step_failed(state: RunState, exc: StepFailed, during: str) -> InputError:
+    """The one line for a training step that raised in the middle of the run (`during`: where it was)."""
+    from bootstrap.bench.user import describe_error
+
+    user = state.options.user
+    if user.step is not None:
+        fix = "the step runs in this process on every batch the loader gives: fix it for this batch"
+    elif user.model is not None:
+        fix = "the built-in step runs the model on every batch the loader gives: fix the model for this batch"
+    else:
+        fix = "the built-in step takes (images, labels) batches; a step of your own takes any: " + \
+              ("pass step=" if state.options.from_script else "give --step MODULE:FN")
+    return InputError(step_where(state), f"raised {describe_error(exc.error)} {during}", fix)
 
 
 def record_worker_failure(state: RunState, phase: str, config: LoaderConfig, exc: RuntimeError) -> None:

@@ -130,6 +130,16 @@ HOSTILE = textwrap.dedent('''
         hang()
 
 
+    STEPS = [0]
+
+
+    def fails_after_set_up(model, batch, device):
+        """Set-up's two steps pass; every step after them fails, in whichever loader config it runs."""
+        STEPS[0] += 1
+        if STEPS[0] > 2:
+            raise RuntimeError("the step broke")
+
+
     def hanging_model():
         hang()
 
@@ -212,6 +222,35 @@ def test_a_sample_that_exits_the_process_mid_run_stops_the_run_in_one_line(hosti
 def test_a_step_that_exits_is_named(hostile, capsys):
     refused(bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:exiting_step"),
             "--step hostile:exiting_step: failed on the first batch: SystemExit: 0")
+
+
+def test_a_step_that_raises_mid_run_is_named_not_taken_for_an_exit(hostile, capsys):
+    """A step raising after set-up (in the ceiling, or a loader's window) names --step and its error."""
+    refused(bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:fails_after_set_up"),
+            "--step hostile:fails_after_set_up: raised RuntimeError: the step broke ", "fix it for this batch")
+
+
+def test_a_step_raising_runtime_error_beside_workers_is_the_step_s_error_not_dead_workers(hostile):
+    """The step runs in this process between two `next(loader)`: its RuntimeError, raised while workers
+    run, is not torch's 'DataLoader worker exited' and must not make the config a failed one (exit 0)."""
+    from bootstrap.bench.config import BenchOptions, WorkloadSpec
+    from bootstrap.bench.results import LoaderConfig
+    from bootstrap.bench.startup import clean_up, set_up
+    from bootstrap.bench.state import new_state
+    from bootstrap.bench.trials import measure_loader
+    from bootstrap.bench.user import UserWorkload
+    from bootstrap.errors import InputError
+
+    user = UserWorkload("hostile:good", step="hostile:fails_after_set_up", paths=(str(hostile),))
+    state = new_state(BenchOptions(workload=WorkloadSpec(batch_size=BATCH), budget_s=60, device="cpu", user=user))
+    try:
+        set_up(state)
+        with pytest.raises(InputError, match=r"^--step hostile:fails_after_set_up: raised RuntimeError: the step "
+                                             r"broke while bench measured w=2 "):
+            measure_loader(state, LoaderConfig(num_workers=2), 0.2, time.perf_counter() + 30, "tune", with_step=True)
+        assert state.failures == []
+    finally:
+        clean_up(state)
 
 
 @pytest.mark.slow
