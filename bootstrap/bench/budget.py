@@ -19,10 +19,14 @@ Pure arithmetic; tests feed it numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import List, Sequence, Tuple
+from dataclasses import dataclass, field, replace
+from typing import List, Optional, Sequence, Tuple
 
 FLOOR_STEPS = 3          # window.WindowPlan.floor_steps
+# Workers' start-up before any was measured: a forked worker shares the parent's memory and imports
+# nothing; a spawned one (forkserver: its server, once) starts a fresh interpreter that imports torch.
+FORKED_START_S = 0.1
+SPAWNED_START_S = 1.0
 MIN_WINDOW_BATCHES = 4   # a worker window spans four batch latencies (trials.min_window_s)
 
 
@@ -35,11 +39,24 @@ class Costs:
     cpu_s_per_sample: float      # c: the same in CPU time
     cpus: int = 1
     step_s: float = 0.0          # one training step on a resident batch (0 until measured)
-    startup_s: float = 0.1       # worker start-up before the first batch
+    startup_s: float = FORKED_START_S  # workers' start-up before the first batch, for up to `cpus` workers
 
     @property
     def batch_s(self) -> float:
         return self.batch_size * self.wall_s_per_sample
+
+    def startup_for(self, workers: int) -> float:
+        """Seconds `workers` workers take to start: workers start together, so past the CPUs they queue
+        for cores (a spawned worker imports torch and the dataset's modules afresh)."""
+        return 0.0 if workers <= 0 else self.startup_s * max(1.0, workers / max(1, self.cpus))
+
+    def learn_startup(self, workers: int, first_batch_s: float) -> "Costs":
+        """These costs with the start-up a loader of `workers` workers showed (its first batch's wait
+        beyond one batch's load), when slower than the price so far: a price must not run short."""
+        if workers <= 0:
+            return self
+        seen = max(0.0, first_batch_s - self.batch_s) / max(1.0, workers / max(1, self.cpus))
+        return replace(self, startup_s=seen) if seen > self.startup_s else self
 
     @property
     def cpu_bound(self) -> bool:
@@ -67,8 +84,13 @@ class Costs:
 
     def least_s(self, workers: int, with_step: bool = True) -> float:
         """The shortest measurement worth having: the first batch, the warm-up, the shortest window."""
-        first = self.batch_s + (self.startup_s if workers else 0.0)
+        first = self.batch_s + self.startup_for(workers)
         return first + self.warm_s(workers, with_step) + self.window_s(workers, with_step)
+
+
+def startup_guess_s(start_method: Optional[str]) -> float:
+    """`Costs.startup_s` until a loader with workers is measured (`Costs.learn_startup`)."""
+    return FORKED_START_S if start_method in (None, "fork") else SPAWNED_START_S
 
 
 def search_s(costs: Costs, workers: Sequence[int], *, reserve: int, overhead_s: float) -> float:
@@ -86,7 +108,7 @@ def search_s(costs: Costs, workers: Sequence[int], *, reserve: int, overhead_s: 
 def tuned_s(costs: Costs, workers: int, windows: int) -> float:
     """Least time for the tuned phase: a first batch, a warm-up as long as a third of a window, the windows."""
     window = costs.window_s(workers)
-    return costs.batch_s + costs.startup_s + window / 3 + windows * window
+    return costs.batch_s + costs.startup_for(workers) + window / 3 + windows * window
 
 
 def advised_budget_s(needed_s: float) -> float:

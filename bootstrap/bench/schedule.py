@@ -64,7 +64,7 @@ def minimum_s(state: RunState, name: str) -> float:
     if name == "tune":
         counts = search_counts(state)
         return search_s(costs, counts, reserve=(3 if state.is_cuda else 1) + min(CONFIRM, len(counts)),
-                        overhead_s=startup_guess_s(state))
+                        overhead_s=startup_guess_s(state, likely_winner(state)))
     if name == "tuned":
         return tuned_s(costs, likely_winner(state), TUNED_WINDOWS + RECHECK_WINDOWS)
     return 0.0

@@ -167,7 +167,7 @@ def tune_phase(state: RunState, deadline: float) -> str:
         early_stop=limits.early_stop_efficiency, minimum_noise=limits.noise_floor_min,
         reserve_measurements=(3 if cuda else 1) + min(tune.CONFIRM, len(configs)),
         min_window_s=max(0.2, min_window_s(state, max(configs, key=lambda c: c.num_workers))),
-        overhead_s=startup_guess_s(state), prior=_priors(state, configs), confirm=tune.CONFIRM,
+        overhead_s=startup_guess_s(state, prediction.chosen), prior=_priors(state, configs), confirm=tune.CONFIRM,
         prefer_fewer=prediction.cpu_bound)
     _account_search(state, search, configs)
     state.metrics["tune_repeat_noise"] = search.noise

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
-from bootstrap.bench.budget import Costs
+from bootstrap.bench.budget import Costs, startup_guess_s
 from bootstrap.bench.config import option_name
 from bootstrap.bench.device import Device, mps_available
 from bootstrap.bench.host import host_busy_pct
@@ -134,7 +134,8 @@ def _sample_batch(state: RunState, decode_only: Any) -> None:
     decode_s = (time.perf_counter() - started) / spec.batch_size
     extra_cpu_s, extra_io_s = spec.cpu_ms / 1000.0, spec.io_ms / 1000.0
     state.sample_batch = (images, labels)
-    state.costs = Costs(spec.batch_size, decode_s + extra_cpu_s + extra_io_s, decode_s + extra_cpu_s, state.cpus)
+    state.costs = Costs(spec.batch_size, decode_s + extra_cpu_s + extra_io_s, decode_s + extra_cpu_s, state.cpus,
+                        startup_s=startup_guess_s(state.host.start_method))
     state.batch_bytes = int(images.numel() * images.element_size() + labels.numel() * labels.element_size())
 
 
@@ -160,7 +161,8 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
                            "rates count each copy")
     state.sample_batch = parts.first_batch
     decode_s = parts.batch_s / spec.batch_size
-    state.costs = Costs(spec.batch_size, decode_s, decode_s, state.cpus)
+    state.costs = Costs(spec.batch_size, decode_s, decode_s, state.cpus,
+                        startup_s=startup_guess_s(state.host.start_method))
     state.batch_bytes = sum(t.numel() * t.element_size() for t in tensors(parts.first_batch))
     if parts.model_factory is not None:
         state.model_name = user.model if isinstance(user.model, str) else type(user.model).__name__

@@ -73,11 +73,12 @@ def min_window_s(state: RunState, config: Optional[LoaderConfig]) -> float:
     return MIN_WINDOW_BATCHES * state.costs.batch_s
 
 
-def startup_guess_s(state: RunState) -> float:
-    """Seconds a measurement costs beyond its window: the slowest first batch seen so far (a floor
-    while none was)."""
+def startup_guess_s(state: RunState, workers: int = 0) -> float:
+    """Seconds a measurement costs beyond its window: the slowest first batch seen so far, and at least
+    the first batch of `workers` workers as the costs price it (`Costs.startup_for`)."""
     firsts = [m.first_batch_s for m in state.measurements if m.first_batch_s is not None]
-    return max([0.1] + firsts)
+    priced = state.costs.batch_s + state.costs.startup_for(workers) if state.costs is not None else 0.0
+    return max([0.1, priced] + firsts)
 
 
 def _loader_plan(state: RunState, config: LoaderConfig, window_s: float, deadline: float,
@@ -87,16 +88,18 @@ def _loader_plan(state: RunState, config: LoaderConfig, window_s: float, deadlin
     the run's end. When its first batch, warm-up and window would end past that, the warm-up shrinks
     to the burst of batches already loaded and the window to the time left: slow batches must not
     carry a measurement far past the budget. Without `stretch` (costs still a guess) the window keeps
-    to the phase's deadline once it has its floor of steps."""
+    to the phase's deadline once it has its floor of steps. The warm-up always drains a batch of each
+    worker: the window starts once every worker has started (start-up is the first batch's, apart)."""
     costs, workers = state.costs, config.num_workers
     now = time.perf_counter()
     if not stretch:
         return replace(fit_steps(window_plan(window_s), 0.0), warmup_steps=1 + workers, warmup_s=0.0,
-                       min_steps=FLOOR_STEPS), min(state.run_deadline, deadline)
+                       min_steps=FLOOR_STEPS, drain_steps=1 + workers), min(state.run_deadline, deadline)
     deadline = min(state.run_deadline, max(deadline, now + costs.least_s(workers, with_step)))
     period_s = costs.period_s(workers, with_step)
-    plan = fit_steps(window_plan(max(window_s, min_window_s(state, config))), period_s)
-    first_s = costs.batch_s + (costs.startup_s if workers else 0.0)
+    plan = replace(fit_steps(window_plan(max(window_s, min_window_s(state, config))), period_s),
+                   drain_steps=1 + workers)
+    first_s = costs.batch_s + costs.startup_for(workers)
     expected_s = first_s + max(plan.warmup_s, plan.warmup_steps * period_s) \
         + max(plan.window_s, plan.min_steps * period_s)
     if now + expected_s <= deadline:
@@ -133,6 +136,7 @@ def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadl
         stream = BatchStream(make_loader(state.dataset, spec.loader_batch_size, config, seed=spec.seed,
                                          collate_fn=state.collate_fn, sampling=state.sampling))
         plan, deadline = _loader_plan(state, config, window_s, deadline, with_step, stretch)
+        state.costs = state.costs.learn_startup(config.num_workers, stream.first_batch_s)
         take = (lambda: next(stream)) if keep is None else (lambda: keep(next(stream), stream.samples))
         if with_step:
             trainer = trainer_for(state, config)

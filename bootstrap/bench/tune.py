@@ -219,15 +219,15 @@ class _Search:
 
     def run(self, configs: Sequence[LoaderConfig], window: float, deadline: float,
             known: Sequence[Measurement] = ()) -> Tuple[List[Measurement], List[LoaderConfig]]:
-        """Measure `configs` (those in `known` are not measured again) while each still ends by `deadline`;
-        returns (measurements, configs left out for time)."""
-        cost = window * MEASURE_OVERHEAD + self.per_measurement
+        """Measure `configs` (those in `known` are not measured again) while each, priced with what those
+        before it cost (a slow start-up counts at once), ends by `deadline`; returns (measurements, left out)."""
         measured = list(known)
         done = {m.config for m in known}
         left_out: List[LoaderConfig] = []
         for config in configs:
             if config in done:
                 continue
+            cost = window * MEASURE_OVERHEAD + self.per_measurement
             if left_out or self.clock() + cost > deadline:
                 left_out.append(config)  # it would not finish in time; decide on what was measured
                 continue

@@ -62,6 +62,7 @@ def _tuned_windows(state: RunState, deadline: float) -> str:
     try:
         stream = BatchStream(make_loader(state.dataset, spec.loader_batch_size, config, seed=spec.seed,
                                          collate_fn=state.collate_fn, sampling=state.sampling))
+        state.costs = state.costs.learn_startup(workers, stream.first_batch_s)
         count = _measure_tuned(state, stream, config, deadline)
         stream.close()
         stream = None
@@ -96,8 +97,8 @@ def _measure_tuned(state: RunState, stream: Any, config: LoaderConfig, deadline:
     period_s = state.costs.period_s(workers)
     # The recheck builds a fresh loader: it needs its first batch and warm-up as well as a window.
     deadline -= state.costs.least_s(workers) - state.costs.window_s(workers)
-    plan = fit_steps(window_plan((deadline - time.perf_counter()) / (TUNED_WINDOWS + RECHECK_WINDOWS + 0.5)),
-                     period_s)
+    plan = replace(fit_steps(window_plan((deadline - time.perf_counter()) / (TUNED_WINDOWS + RECHECK_WINDOWS + 0.5)),
+                             period_s), drain_steps=1 + workers)
     warm_up(lambda: next(stream), trainer.step, state.device, plan, deadline)
     pids = child_pids() if workers else []
     pss_start_kib = workers_pss_kib(pids)

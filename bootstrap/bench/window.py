@@ -135,7 +135,7 @@ def warm_up(next_batch: Callable[[], Any], step: Callable[[Any], None], device: 
         step(next_batch())
         steps += 1
         now = time.perf_counter()
-        if (steps >= plan.warmup_steps and now - started >= plan.warmup_s) \
+        if (steps >= max(plan.warmup_steps, plan.drain_steps) and now - started >= plan.warmup_s) \
                 or (now >= soft_end and steps >= plan.drain_steps) or now >= hard_end:
             break
     device.sync()

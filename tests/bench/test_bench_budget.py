@@ -16,7 +16,7 @@ import math
 import pytest
 
 from bootstrap.bench import tune
-from bootstrap.bench.budget import Costs, Ledger, advised_budget_s, phase_budget_s, search_s, tuned_s
+from bootstrap.bench.budget import Costs, Ledger, advised_budget_s, phase_budget_s, search_s, startup_guess_s, tuned_s
 from bootstrap.bench.config import BenchOptions, WorkloadSpec
 from bootstrap.bench.report import dataloader_snippet, envelope_json
 from bootstrap.bench.results import LoaderConfig, Measurement
@@ -42,6 +42,65 @@ def test_costs_of_a_measurement():
     assert io.period_s(100) == pytest.approx(0.05)                    # never faster than the step
 
 
+def test_worker_start_up_is_learned_from_the_first_batch_and_priced_per_cpu():
+    """Spawned workers import torch afresh, together, queueing for the CPUs: what a loader's first batch
+    waited beyond one batch's load prices every later loader, more for more workers than CPUs."""
+    c = Costs(batch_size=10, wall_s_per_sample=0.01, cpu_s_per_sample=0.01, cpus=2, step_s=0.1,
+              startup_s=startup_guess_s("spawn"))
+    assert startup_guess_s("fork") < startup_guess_s("forkserver") == c.startup_s
+    assert c.startup_for(0) == 0.0 and c.startup_for(8) == pytest.approx(4 * c.startup_for(2))
+    learned = c.learn_startup(4, first_batch_s=6.1)  # 4 workers on 2 CPUs: 3 s a CPU's worth of workers
+    assert learned.startup_s == pytest.approx(3.0)
+    assert learned.least_s(8) - c.least_s(8) == pytest.approx(4 * (3.0 - c.startup_s))
+    assert learned.learn_startup(1, first_batch_s=0.2) is learned  # a faster start never lowers the price
+    assert learned.learn_startup(0, first_batch_s=60.0) is learned  # no workers: nothing started
+
+
+class SlowStart:
+    """Samples that cost nothing, in workers that take a second or two to start (spawned workers import
+    torch afresh), each worker slower than the one before."""
+
+    started = False
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        import time
+
+        import torch
+        from torch.utils.data import get_worker_info
+
+        worker = get_worker_info()
+        if worker is not None and not SlowStart.started:
+            SlowStart.started = True  # in this worker's own copy of the class
+            time.sleep(1.0 + 0.5 * worker.id)
+        return torch.zeros(3, 8, 8, dtype=torch.uint8), index % 10
+
+
+def test_a_loader_s_slow_start_prices_the_later_ones_and_stays_out_of_its_window():
+    import time
+
+    from bootstrap.bench.startup import clean_up, set_up
+    from bootstrap.bench.state import new_state
+    from bootstrap.bench.trials import measure_loader
+    from bootstrap.bench.user import UserWorkload
+
+    state = new_state(BenchOptions(workload=WorkloadSpec(batch_size=8), budget_s=60, device="cpu",
+                                   user=UserWorkload(SlowStart())))
+    try:
+        set_up(state)
+        guessed = state.costs.least_s(4)
+        measured = measure_loader(state, LoaderConfig(num_workers=4, persistent_workers=True), 0.3,
+                                  time.perf_counter() + 30, "tune", with_step=False)
+    finally:
+        clean_up(state)
+    assert measured.first_batch_s >= 1.0
+    assert state.costs.least_s(4) - guessed >= 0.5
+    # the warm-up drained a batch of each worker: the window holds none of the later ones' start-up
+    assert measured.seconds < 1.0, measured
+
+
 def test_each_phase_gets_its_least_first_then_a_share_of_the_rest():
     later = [("naive", 0.1, 2.0), ("tune", 0.6, 10.0), ("tuned", 0.3, 5.0)]
     assert phase_budget_s("naive", 37.0, later) == pytest.approx(2.0 + 20.0 * 0.1)
@@ -56,7 +115,7 @@ def test_search_and_tuned_least_and_the_advice():
     c = Costs(batch_size=8, wall_s_per_sample=0.05, cpu_s_per_sample=0.001, cpus=2, step_s=0.01)
     window = c.window_s(4)  # 4 batch latencies = 1.6 s
     assert search_s(c, (0, 1, 2, 4), reserve=1, overhead_s=0.3) == pytest.approx(5 * (window * 1.4 + 0.3))
-    assert tuned_s(c, 4, 3) == pytest.approx(c.batch_s + c.startup_s + window / 3 + 3 * window)
+    assert tuned_s(c, 4, 3) == pytest.approx(c.batch_s + 2 * c.startup_s + window / 3 + 3 * window)  # 4 on 2 CPUs
     assert advised_budget_s(41.0) == 50.0 and advised_budget_s(45.0) == 50.0 and advised_budget_s(46.0) == 55.0
     ledger = Ledger()
     ledger.skip("tune", "w=4", 2.25)

@@ -206,6 +206,18 @@ def test_successive_halving_on_a_tight_budget_decides_on_what_fits():
     assert len(model.windows) < len(configs) and result.winner in result.rounds[0][1]
 
 
+def test_a_start_up_slower_than_the_guess_prices_the_next_measurement_of_the_round():
+    """Spawned workers can take seconds to start where the search guessed a fraction of one: once a
+    measurement showed it, the next one of the same round is priced with it and not started past the end."""
+    model = FakeLoaderModel(per_worker=100.0, ceiling=450.0, startup_s=3.0)
+    configs = [LoaderConfig(num_workers=w) for w in (1, 2, 4)]
+    result = tune.successive_halving(configs, model.measure, deadline=4.5, ceiling_samples_per_s=None,
+                                     early_stop=0.95, minimum_noise=0.03, min_window_s=0.2, overhead_s=0.1,
+                                     clock=model.clock)
+    assert len(model.windows) == 1 and model.now <= 4.5
+    assert result.winner.config.num_workers == 1 and result.unmeasured == tuple(configs[1:])
+
+
 def test_successive_halving_stops_early_at_the_ceiling():
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0)
     configs = [LoaderConfig(num_workers=w) for w in (0, 2, 5, 8)]
