@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 
 from bootstrap.bench.batch import map_tensors, shared_first_dim
 from bootstrap.bench.device import h2d_bandwidth, matmul_tflops
+from bootstrap.bench.host import run_queue_s
 from bootstrap.bench.results import LoaderConfig, Measurement
 from bootstrap.bench.state import RunState
 from bootstrap.bench.trials import measure_loader, stream_counter, trainer_for, window_plan
@@ -55,14 +56,36 @@ def loader(state: RunState, deadline: float) -> str:
     # keeps to the phase's slice rather than to what that guess says a window needs.
     # The synthetic batches all cost the same step: the ceiling keeps set-up's one.
     keep = None if state.options.user is None else (lambda batch, samples: _keep_for_ceiling(state, batch, samples))
+    queued, began = run_queue_s(), time.perf_counter()
     measured = measure_loader(state, LoaderConfig(), window_s, deadline, "loader", with_step=False, stretch=False,
                               keep=keep)
     samples = max(1, measured.samples)  # a collate that drops every sample it is given yields empty batches
     cpu_s, wall_s = measured.cpu_s / samples, measured.seconds / samples
+    # On a busy host the loading thread also waits for a CPU: that wait is contention, not I/O, and
+    # counted as I/O it would have the tuner add workers that only queue for the same cores.
+    queue_share = _run_queue_share(queued, time.perf_counter() - began)
     state.metrics.update(loader_only_samples_per_s=measured.samples_per_s, cpu_s_per_sample=cpu_s,
-                         wall_s_per_sample=wall_s)
-    state.costs = replace(state.costs, wall_s_per_sample=wall_s, cpu_s_per_sample=cpu_s)
-    return f"c = {cpu_s * 1000:.2f} ms CPU, l = {wall_s * 1000:.2f} ms wall per sample"
+                         wall_s_per_sample=wall_s, run_queue_s_per_sample=wall_s * (queue_share or 0.0),
+                         loader_run_queue_pct=None if queue_share is None else 100.0 * queue_share)
+    state.costs = replace(state.costs, wall_s_per_sample=max(cpu_s, wall_s * (1.0 - (queue_share or 0.0))),
+                          cpu_s_per_sample=cpu_s)
+    if queue_share is not None and queue_share >= RUN_QUEUE_NOTE:
+        state.notes.append(f"the loader phase waited {queue_share:.0%} of its time for a CPU (run queue, "
+                           "/proc/thread-self/schedstat): the host is busy; that wait is not counted as I/O, and "
+                           "the rates are contended")
+    queue = f" ({queue_share:.0%} waiting for a CPU)" if queue_share else ""
+    return f"c = {cpu_s * 1000:.2f} ms CPU, l = {wall_s * 1000:.2f} ms wall per sample{queue}"
+
+
+RUN_QUEUE_NOTE = 0.10  # of the loader phase's time waiting for a CPU: the report says the host is busy
+
+
+def _run_queue_share(before: Optional[float], elapsed_s: float) -> Optional[float]:
+    """The share of `elapsed_s` this thread spent waiting on a run queue since `before` (`run_queue_s`)."""
+    after = run_queue_s()
+    if before is None or after is None or elapsed_s <= 0:
+        return None
+    return min(0.95, max(0.0, (after - before) / elapsed_s))
 
 
 def ceiling_least_s(state: RunState) -> float:

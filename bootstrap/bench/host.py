@@ -1,7 +1,8 @@
 """Facts about this host a run reads as it goes: usable CPUs, how busy the host is, workers' memory.
 
 Shell equivalents: `nproc` (affinity), `grep Pss /proc/PID/smaps_rollup`,
-`cat /proc/self/statm`, `head -1 /proc/stat`.
+`cat /proc/self/statm`, `head -1 /proc/stat`, `cat /proc/thread-self/schedstat`,
+`cat /proc/loadavg`.
 """
 
 from __future__ import annotations
@@ -69,3 +70,22 @@ def host_busy_pct(seconds: float) -> Optional[float]:
     if second is None or second[1] <= first[1]:
         return None
     return 100.0 * (second[0] - first[0]) / (second[1] - first[1])
+
+
+def run_queue_s(proc: str = "/proc") -> Optional[float]:
+    """Seconds this thread has waited on a CPU's run queue, runnable but not running (field 2 of
+    `/proc/thread-self/schedstat`, nanoseconds); None where the kernel does not say (not Linux)."""
+    for task in ("thread-self", "self"):
+        try:
+            return int(Path(proc, task, "schedstat").read_text().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def load_average() -> Optional[float]:
+    """The one-minute load average (`cat /proc/loadavg`): runnable and waiting tasks; None where absent."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None

@@ -25,7 +25,7 @@ def predict(state: RunState) -> Any:
     if state.prediction is None and state.ceiling is not None and "wall_s_per_sample" in state.metrics:
         shm_mib, memory_mib = state.host.shm_free_mib, state.host.memory_available_mib
         state.prediction = tune.predict_workers(
-            wall_s_per_sample=state.metrics["wall_s_per_sample"] or 0.0,
+            wall_s_per_sample=_wall_off_the_run_queue(state),
             cpu_s_per_sample=state.metrics["cpu_s_per_sample"] or 0.0,
             ceiling_samples_per_s=state.ceiling.samples_per_s, cpus=state.cpus,
             reserved_cpus=2 if state.is_cuda else 1,
@@ -34,6 +34,14 @@ def predict(state: RunState) -> Any:
             worker_bytes=rss_bytes(), max_workers=state.options.max_workers)
         state.cpu_bound = state.prediction.cpu_bound
     return state.prediction
+
+
+def _wall_off_the_run_queue(state: RunState) -> float:
+    """The loader's wall seconds per sample less its wait for a CPU (`baselines.loader`): what is left
+    beyond the CPU time is the wait workers can overlap (I/O), not the contention they would add to."""
+    wall = state.metrics["wall_s_per_sample"] or 0.0
+    queued = state.metrics.get("run_queue_s_per_sample") or 0.0
+    return max(state.metrics.get("cpu_s_per_sample") or 0.0, wall - queued)
 
 
 def least_prediction(state: RunState) -> Any:

@@ -20,7 +20,7 @@ from typing import Any, Callable, List, Optional
 from bootstrap.bench.budget import Costs, startup_guess_s
 from bootstrap.bench.config import option_name
 from bootstrap.bench.device import Device, mps_available
-from bootstrap.bench.host import host_busy_pct
+from bootstrap.bench.host import host_busy_pct, load_average
 from bootstrap.bench.results import LoaderConfig
 from bootstrap.bench.sampler import UtilSampler
 from bootstrap.bench.state import RunState
@@ -116,6 +116,13 @@ def _notes_on_the_host(state: RunState) -> None:
         others = " (the other local ranks starting up count too)" if state.rank.get("local_world_size", 1) > 1 else ""
         state.notes.append(f"the host was {busy:.0f}% busy before the bench started (other processes{others}): "
                            "CPU-bound figures are contended")
+    # The load average counts the whole machine's runnable tasks, so it is held against all its CPUs.
+    load, cpus = load_average(), state.host.cpus_total or state.cpus
+    if load is not None and load > cpus:
+        state.metrics["load_average"] = load
+        state.notes.append(f"the load average ({load:.1f}) is above the machine's {cpus} CPUs: processes queue for "
+                           "the cores, so the rates, and the workers sized from them, fit this load, not a quiet "
+                           "host")
     if state.workload.step_ms:
         state.notes.append(f"step_ms={state.workload.step_ms:g}: each step sleeps that long (a stand-in device)")
 

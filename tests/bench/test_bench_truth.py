@@ -222,3 +222,76 @@ def test_budget_60_completes_every_phase_beside_a_busy_process(tmp_path: Path):
         assert recheck["status"] == "inconclusive" and "rerun" in recheck["remedy"], recheck
     if metrics["efficiency"] is None:
         assert checks["bench.efficiency"]["observed"].startswith("measurement error")
+
+
+# --------------------------------------------------------------------------- a busy host's wait for a CPU
+
+
+def test_the_run_queue_wait_is_read_from_schedstat(tmp_path: Path):
+    from bootstrap.bench.host import run_queue_s
+
+    (tmp_path / "thread-self").mkdir()
+    (tmp_path / "thread-self" / "schedstat").write_text("175040 3325550000 2\n")
+    assert run_queue_s(str(tmp_path)) == pytest.approx(3.32555)
+    assert run_queue_s(str(tmp_path / "missing")) is None
+
+
+class HalfWaiting:
+    """Samples that cost a millisecond of CPU and wait as long again: as if for a CPU on a busy host."""
+
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, index):
+        import time
+
+        import torch
+
+        began = time.process_time()
+        while time.process_time() - began < 0.001:
+            pass
+        time.sleep(0.0015)
+        return torch.zeros(3, 8, 8, dtype=torch.uint8), index % 10
+
+
+def test_time_on_the_run_queue_is_contention_not_io_and_keeps_the_workers_to_the_cpus(monkeypatch):
+    """A busy host stretches the loader's wall time with waits for a CPU; counted as I/O they made a
+    CPU-bound dataset I/O-bound and the tuner try 8 workers a CPU. schedstat (here faked: it says the
+    sleep was run-queue time) takes that wait out: the prediction stays CPU-bound, capped at the CPUs."""
+    import time
+
+    from bootstrap.bench import baselines
+    from bootstrap.bench.config import BenchOptions, WorkloadSpec
+    from bootstrap.bench.search import predict
+    from bootstrap.bench.startup import clean_up, set_up
+    from bootstrap.bench.state import new_state
+    from bootstrap.bench.user import UserWorkload
+
+    monkeypatch.setattr(baselines, "run_queue_s", lambda: 0.6 * time.perf_counter())
+    state = new_state(BenchOptions(workload=WorkloadSpec(batch_size=8), budget_s=60, device="cpu",
+                                   user=UserWorkload(HalfWaiting())))
+    try:
+        set_up(state)
+        baselines.loader(state, time.perf_counter() + 1.0)
+        baselines.ceiling(state, time.perf_counter() + 1.0)
+        prediction = predict(state)
+    finally:
+        clean_up(state)
+    assert state.metrics["loader_run_queue_pct"] == pytest.approx(60.0, abs=0.5)
+    assert prediction.cpu_bound and prediction.cap <= state.cpus, prediction
+    assert any("waited 60% of its time for a CPU" in note for note in state.notes), state.notes
+
+
+@pytest.mark.parametrize("load, noted", [(9.5, True), (1.5, False)])
+def test_a_load_average_above_the_machine_s_cpus_is_a_caveat_in_the_report(monkeypatch, load, noted):
+    from types import SimpleNamespace
+
+    from bootstrap.bench import startup
+
+    monkeypatch.setattr(startup, "load_average", lambda: load)
+    state = SimpleNamespace(metrics={"host_busy_before_pct": 0.0}, rank={}, notes=[], cpus=2,
+                            host=SimpleNamespace(cpus_total=4), workload=SimpleNamespace(step_ms=0.0))
+    startup._notes_on_the_host(state)
+    caveat = [note for note in state.notes if note.startswith(f"the load average ({load:.1f}) is above the "
+                                                               "machine's 4 CPUs")]
+    assert bool(caveat) is noted, state.notes
