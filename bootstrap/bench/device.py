@@ -70,9 +70,10 @@ class StepFailed(Exception):
     """The training step raised `error`: the user's step or model, or the built-in step on the user's
     batch. Raised in place of it, so a phase never takes it for the loader's (a worker that died)."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: Exception, batch: Any = None) -> None:
         super().__init__()
         self.error = error
+        self.batch = batch  # what the step was given: its fix may depend on what the batch holds
 
     def __str__(self) -> str:
         return f"the training step raised {type(self.error).__name__}"
@@ -143,7 +144,7 @@ class Trainer:
         except StepFailed:
             raise
         except Exception as exc:  # noqa: BLE001 (the user's step or model may raise anything)
-            raise StepFailed(exc) from exc
+            raise StepFailed(exc, batch) from exc
 
     def _run(self, prepared: Any) -> None:
         if self.step_fn is None:

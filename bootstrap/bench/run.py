@@ -132,8 +132,9 @@ def user_code_error(state: RunState, exc: BaseException) -> InputError:
                           "under spawn (macOS, Windows, or set_start_method) a dataset must pickle: no lambdas or "
                           "open handles in its attributes")
     debug = "" if state.options.from_script else " (--debug)"  # a script's traceback shows the cause as it is
+    exited = "" if isinstance(exc, Exception) else "a sample, collate or step must return, not exit; "
     return InputError(user_where(state), f"{describe_error(exc)} in the {state.current_phase} phase: stopped",
-                      f"a sample, collate or step must return, not exit; the traceback is the error's cause{debug}")
+                      f"{exited}the traceback is the error's cause{debug}")
 
 
 def user_where(state: RunState) -> str:

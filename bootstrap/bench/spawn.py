@@ -18,6 +18,8 @@ from typing import Any, Optional, Sequence, Tuple
 
 from bootstrap.errors import InputError
 
+ERROR_CHARS = 200  # of an error quoted in a message, as `user.clip` cuts them
+
 
 def check_workers_can_import(sent: Sequence[Tuple[str, Any]]) -> None:
     """Refuse, in one line naming it, an object in `sent` ((where, object) pairs) that refers to a class or
@@ -33,6 +35,25 @@ def check_workers_can_import(sent: Sequence[Tuple[str, Any]]) -> None:
             raise InputError(where, f"{name} is defined in __main__ (python -c, a notebook), which DataLoader "
                                     f"workers started by {method} cannot import",
                              "define it in an importable module (a .py file next to the notebook) and import it")
+
+
+def check_function_pickles(where: str, function: Any) -> None:
+    """Refuse, in one line naming it, a function DataLoader must send to workers started by spawn or
+    forkserver (the collate function) that does not pickle: a lambda, a nested function. A dataset is
+    left to the run: torch's own pickler sends what this one cannot (shared tensors, handles)."""
+    from bootstrap.compat.host import probe_start_method
+
+    method = probe_start_method()[0]
+    if method == "fork" or function is None:
+        return
+    try:
+        pickle.dumps(function)
+    except Exception as exc:  # noqa: BLE001 (pickling a user's object may raise anything)
+        lines = str(exc).strip().splitlines()  # pickle's own message: the object's name, not the user's text
+        error = f"{type(exc).__name__}: {lines[0][:ERROR_CHARS]}" if lines else type(exc).__name__
+        raise InputError(where, f"cannot be sent to DataLoader workers started by {method}: {error}",
+                         "define it with def at a module's top level: a lambda or a nested function does not "
+                         "pickle") from None
 
 
 def main_reference(value: Any) -> Optional[str]:

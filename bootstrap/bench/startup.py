@@ -202,7 +202,7 @@ def _first_user_step(state: RunState) -> None:
     """Build the model and run one step on the first batch: a batch the model or step cannot take is
     one line naming the step, not a traceback from the middle of the run."""
     from bootstrap.bench.device import StepFailed
-    from bootstrap.bench.trials import step_where, trainer_for
+    from bootstrap.bench.trials import builtin_step_fix, step_where, trainer_for
     from bootstrap.bench.user import describe_error, passes_through
 
     user = state.options.user
@@ -215,14 +215,8 @@ def _first_user_step(state: RunState) -> None:
             raise
         if isinstance(exc, StepFailed):
             exc = exc.error
-        where = step_where(state)
-        script = state.options.from_script
-        own_step = "pass step=" if script else "give --step MODULE:FN"
-        classes = "" if script else " (more: `options: {num_classes: N}` in a --config file)"
-        fix = "" if user.step is not None else (
-            f"the built-in step takes (images, labels) batches: images N x 3 x H x W, labels below "
-            f"{state.workload.num_classes}{classes}; or {own_step}")
-        raise InputError(where, f"failed on the first batch: {describe_error(exc)}", fix) from None
+        fix = "" if user.step is not None else builtin_step_fix(state, state.sample_batch)
+        raise InputError(step_where(state), f"failed on the first batch: {describe_error(exc)}", fix) from None
 
 
 def _build_store(state: RunState, build_store: Callable[..., Any]) -> Any:

@@ -133,9 +133,12 @@ def make_loader(dataset: Any, batch_size: Optional[int], config: LoaderConfig, *
 @contextlib.contextmanager
 def _quiet_worker_count() -> Iterator[None]:
     """Silence DataLoader's 'will create N worker processes' warning: the tuner tries more workers than
-    CPUs on purpose for I/O-latency work (sleeping workers do not compete for cores), and reports why."""
+    CPUs on purpose for I/O-latency work (sleeping workers do not compete for cores), and reports why.
+    And its 'Got pickle error' one: the run reports the pickling error itself, in its one line."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        warnings.filterwarnings("ignore", message="Got pickle error when attempting to start a worker",
+                                category=UserWarning)
         yield
 
 

@@ -223,9 +223,34 @@ def step_failed(state: RunState, exc: StepFailed, during: str) -> InputError:
     elif user.model is not None:
         fix = "the built-in step runs the model on every batch the loader gives: fix the model for this batch"
     else:
-        fix = "the built-in step takes (images, labels) batches; a step of your own takes any: " + \
-              ("pass step=" if state.options.from_script else "give --step MODULE:FN")
+        fix = builtin_step_fix(state, exc.batch)
     return InputError(step_where(state), f"raised {describe_error(exc.error)} {during}", fix)
+
+
+def builtin_step_fix(state: RunState, batch: Any) -> str:
+    """What the built-in step needs that `batch` (the user's) may lack, from what it holds: labels that
+    are no tensor (strings) need an index, not a smaller number."""
+    import torch
+
+    script = state.options.from_script
+    own_step = "or pass step=" if script else "or give --step MODULE:FN"
+    if not isinstance(batch, (list, tuple)) or len(batch) != 2:
+        held = f"{type(batch).__name__} of {len(batch)} items" if isinstance(batch, (list, tuple)) else \
+            type(batch).__name__
+        return f"the built-in step takes (images, labels) batches, not a {held}; {own_step}"
+    images, labels = batch
+    classes = state.workload.num_classes
+    if not isinstance(labels, torch.Tensor):
+        held = type(labels).__name__
+        if isinstance(labels, (list, tuple)) and labels:
+            held += f" of {type(labels[0]).__name__}"
+        return (f"the built-in step takes labels as a tensor of class indices below {classes}, not a {held}: "
+                f"return each label as an int index from __getitem__, {own_step}")
+    if not isinstance(images, torch.Tensor):
+        return f"the built-in step takes images as one tensor N x 3 x H x W, not a {type(images).__name__}; {own_step}"
+    more = "" if script else " (more: `options: {num_classes: N}` in a --config file)"
+    return f"the built-in step takes (images, labels) batches: images N x 3 x H x W, labels below {classes}{more}; " \
+           f"{own_step}"
 
 
 def record_worker_failure(state: RunState, phase: str, config: LoaderConfig, exc: RuntimeError) -> None:

@@ -266,9 +266,10 @@ def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> Use
     sampling = build_sampling(user, built, where, lambda ref, flag, of: _call(import_ref(ref, flag, user.paths),
                                                                               f"{flag} {ref}", of))
     collate_where = f"--collate {user.collate}" if isinstance(user.collate, str) else "tune_loader(collate_fn=...)"
-    from bootstrap.bench.spawn import check_workers_can_import
+    from bootstrap.bench.spawn import check_function_pickles, check_workers_can_import
 
     check_workers_can_import([(where, dataset), (collate_where, collate_fn)])
+    check_function_pickles(collate_where, collate_fn)
     collating = _Collating(collate_fn or (default_collate if batch_size is not None else default_convert))
     try:
         # A stream's second batch prices a batch: the first also pays for opening it (shards on a network

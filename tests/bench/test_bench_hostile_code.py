@@ -148,6 +148,18 @@ HOSTILE = textwrap.dedent('''
         return "/data/train"
 
 
+    class Named(Fails):
+        def __getitem__(self, index):
+            return super().__getitem__(index)[0], "cat"
+
+
+    def string_labels():
+        return Named(None, good=10 ** 9)
+
+
+    collate_lambda = lambda samples: torch.utils.data.default_collate(samples)  # noqa: E731
+
+
     class Endless(Fails):
         def __len__(self):
             return 2 ** 62
@@ -292,6 +304,58 @@ def test_a_model_factory_that_hangs_is_named(hostile, capsys):
 def test_options_around_the_dataset_are_checked_in_one_short_line(hostile, capsys, tmp_path, argv, words):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     refused(bench(hostile, capsys, *argv), words.replace("{tmp}", str(tmp_path)))
+
+
+def test_string_labels_for_the_built_in_step_are_told_to_be_indices_not_smaller_numbers(hostile, capsys):
+    refused(bench(hostile, capsys, "--dataset", "hostile:string_labels"),
+            "the built-in step (tiny) on --dataset hostile:string_labels: failed on the first batch: AttributeError: ",
+            "(the built-in step takes labels as a tensor of class indices below 100, not a tuple of str: return each "
+            "label as an int index from __getitem__, or give --step MODULE:FN)")
+
+
+def test_a_lambda_collate_under_spawn_is_named_not_blamed_on_the_dataset(hostile, capsys, monkeypatch):
+    from bootstrap.compat import host
+
+    monkeypatch.setattr(host, "probe_start_method", lambda: ("spawn", True))
+    refused(bench(hostile, capsys, "--dataset", "hostile:good", "--collate", "hostile:collate_lambda"),
+            "--collate hostile:collate_lambda: cannot be sent to DataLoader workers started by spawn: PicklingError: ",
+            "(define it with def at a module's top level: a lambda or a nested function does not pickle)")
+
+
+def test_torch_s_pickling_warning_does_not_leak_beside_the_one_line(recwarn):
+    """What DataLoader warns when a worker's arguments do not pickle is the run's one line already."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from bootstrap.bench.stream import BatchStream
+
+    class Holding(torch.utils.data.Dataset):
+        def __init__(self):
+            self.transform = lambda sample: sample
+
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, index):
+            return torch.zeros(2)
+
+    with pytest.raises(Exception, match="pickle"):
+        BatchStream(DataLoader(Holding(), batch_size=2, num_workers=1, multiprocessing_context="spawn"))
+    assert not [w for w in recwarn if "pickle" in str(w.message)], [str(w.message) for w in recwarn]
+
+
+@pytest.mark.parametrize("exc, exited", [(ValueError("bad"), False), (SystemExit(3), True)])
+def test_only_an_exit_mid_run_is_told_to_return_not_exit(exc, exited):
+    from bootstrap.bench.config import BenchOptions
+    from bootstrap.bench.run import user_code_error
+    from bootstrap.bench.state import new_state
+    from bootstrap.bench.user import UserWorkload
+
+    state = new_state(BenchOptions(budget_s=5, user=UserWorkload("data:make")))
+    state.current_phase = "tune"
+    error = user_code_error(state, exc)
+    assert str(error).startswith(f"--dataset data:make: {type(exc).__name__}: ") and "in the tune phase" in str(error)
+    assert ("must return, not exit" in error.fix) is exited, error.fix
 
 
 def test_a_dataset_that_does_not_pickle_for_spawned_workers_is_told_so():

@@ -129,8 +129,8 @@ def test_library_callers_get_the_same_checks_named_by_flag():
     ({"max_workers": "2"}, "tune_loader(max_workers=...): expected an integer from 0 to 1,024, got '2'"),
     ({"collate_fn": 5}, "tune_loader(collate_fn=...): is a int, not a callable"),
     ({"collate_fn": list}, "the built-in step (tiny): failed on the first batch: AttributeError: 'tuple' object "
-                           "has no attribute 'to' (the built-in step takes (images, labels) batches: images "
-                           "N x 3 x H x W, labels below 100; or pass step=)"),
+                           "has no attribute 'to' (the built-in step takes (images, labels) batches, not a "
+                           "list of 4 items; or pass step=)"),
 ])
 def test_tune_loader_names_its_keywords_and_python_values(keywords, message):
     """A script's errors name what the script wrote (`batch_size=`, None), not the CLI's flags (null)."""
