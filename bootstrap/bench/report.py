@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -80,6 +82,7 @@ def check_out(out_dir: Path, *, png: bool = True) -> List[Path]:
     """Before the run: `--out` is (or can become) a writable directory and its report files can be
     replaced. One InputError line otherwise; creates nothing."""
     check_directory(out_dir, "--out")
+    _try_writing_in(out_dir)
     paths = report_paths(out_dir, png=png)
     if out_dir.is_dir():
         for path in paths:
@@ -88,6 +91,21 @@ def check_out(out_dir: Path, *, png: bool = True) -> List[Path]:
                                  "remove it or give --out another directory")
             check_output(path, "--out")
     return paths
+
+
+def _try_writing_in(out_dir: Path) -> None:
+    """Create and remove a file where the report will go (`--out`, else the directory it is created
+    under): os.access answers yes to root on a read-only mount or a virtual file system (/proc)."""
+    probe = out_dir.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        fd, name = tempfile.mkstemp(prefix=".bench-probe-", dir=probe)
+    except OSError as exc:
+        raise InputError("--out", f"cannot write in {probe}: {exc.strerror or exc}",
+                         "give --out a directory on a writable file system") from None
+    os.close(fd)
+    os.unlink(name)
 
 
 def write_reports(result: BenchResult, out_dir: Path, *, png: bool = True) -> List[Path]:

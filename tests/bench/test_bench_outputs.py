@@ -11,6 +11,7 @@ import json
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +36,13 @@ def test_out_is_checked_before_any_work(tmp_path, make, problem):
         return
     with pytest.raises(InputError, match=problem):
         report.check_out(out)
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="Linux /proc")
+def test_out_on_a_virtual_file_system_is_refused_before_the_run():
+    """os.access says root may write anywhere, /proc included: the check creates a file to know."""
+    with pytest.raises(InputError, match=r"^--out: cannot write in /proc[: ]"):
+        report.check_out(Path("/proc/bench-out"))
 
 
 def test_cli_refuses_an_existing_file_as_out_at_once(tmp_path):
