@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from bootstrap import aio
-from bootstrap.errors import FetchError, InputError, SolveError, one_line
+from bootstrap.errors import FetchError, InputError, SolveError, excerpt, one_line
 from bootstrap.lock.lockfile import LockedPackage
 from bootstrap.lock.mirrors import Mirror, mirror_for
 from bootstrap.lock.spec import EnvSpec, VirtualPackage
@@ -26,6 +26,12 @@ def match_specs(spec: EnvSpec) -> list:
 
     out = []
     for text in spec.conda:
+        if text.endswith((".conda", ".tar.bz2")) or ("://" in text and "::" not in text):
+            # rattler parses a package URL as a match spec, and the solve then fetches it as repodata;
+            # `https://host/channel::name` is a match spec with its channel, and stays one
+            raise InputError(spec.path, f"dependencies: {excerpt(scrub_credentials(text))} is a package file, "
+                             "not a match spec", "name the package, e.g. `tzdata=2024a`, and list its channel "
+                             "under channels:")
         try:
             out.append(MatchSpec(text))
         except Exception as exc:  # noqa: BLE001 - rattler raises InvalidMatchSpecError and friends
