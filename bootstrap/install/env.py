@@ -170,7 +170,11 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback(),
             return _result(options, started, removed=removed)
         with cache_lock(options.cache_dir, feedback.waiting, shared=True), store.extracting(options.cache_dir):
             seconds, notes = _build(layout, change, run, env_lock)
-        gens.collect_garbage(layout, keep=(change.start.number, current))
+        try:
+            gens.collect_garbage(layout, keep=(change.start.number, current))
+        except KeyboardInterrupt:  # the env is switched: say so, rather than "interrupted" as if it were not
+            notes = [*notes, "interrupted while removing older generations, after the switch: the env is "
+                             "the new one; a later `make env` removes what is left"]
     return _result(options, started, change, seconds=seconds, removed=removed, notes=notes)
 
 

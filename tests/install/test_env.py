@@ -169,6 +169,27 @@ def test_an_install_from_a_lock_its_spec_has_moved_on_from_says_so(project: Proj
     assert main(env_args(project, str(channel), "--lock", str(project.lock_path("py310")))) == 0
     assert "changed since" not in capsys.readouterr().out  # --lock FILE names the lock to install, spec or not
 
+
+def test_ctrl_c_after_the_switch_reports_the_switch(project: Project, channel: Path, wheels: Path, capsys,
+                                                    monkeypatch) -> None:
+    """Removing the older generations comes after the switch: a Ctrl-C there must not report the
+    change as interrupted (exit 130) when the env is already the new one."""
+    from bootstrap.install import generations
+
+    assert main(env_args(project, str(channel))) == 0
+    change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
+
+    def interrupted(layout, keep):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generations, "collect_garbage", interrupted)
+    capsys.readouterr()
+    assert main(env_args(project, str(channel))) == 0
+    out = capsys.readouterr().out
+    assert "-> generation 2" in out and "note: interrupted while removing older generations, after the switch" in out
+    assert read_install_record(prefix_of(project)).generation == "2"
+    assert run_python(prefix_of(project), "import alpha; print(alpha.__version__)") == "1.0"
+
 def generation_dirs(project: Project) -> list[str]:
     return sorted(p.name for p in (prefix_of(project).parent / ".py310.gens").iterdir())
 
