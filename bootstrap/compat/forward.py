@@ -19,7 +19,13 @@ from typing import Optional, Tuple
 
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts
-from bootstrap.compat.versions import cuda_supported_by_driver_number, cuda_to_int, driver_column, driver_tuple
+from bootstrap.compat.versions import (
+    cuda_supported_by_driver_number,
+    cuda_to_int,
+    driver_column,
+    driver_tuple,
+    first_cuda_for,
+)
 
 REFUSED, UNSURE = "refused", "unsure"
 _CONSUMER = re.compile(r"GeForce|TITAN")
@@ -54,6 +60,23 @@ def compat_in_use(facts: DriverFacts) -> Optional[int]:
     if number[0] >= min(branch for cuda, branch in shipped if cuda == newest):  # its first release's branch
         return None
     return cuda_supported_by_driver_number(facts.driver_version, facts.os)
+
+
+def own_cuda(facts: DriverFacts) -> Optional[int]:
+    """The CUDA of the kernel driver itself: the one NVML reports, except where cuda-compat raised it
+    (then the driver number's); the driver number's where none is reported. cuda-compat swaps only the
+    user-mode library: which GPUs the driver knows is its branch's."""
+    native = compat_in_use(facts)
+    return native if native is not None else facts.supported_cuda()[0]
+
+
+def newer_than_driver(cc: Tuple[int, int], facts: DriverFacts) -> Optional[int]:
+    """The CUDA that first targets the GPU, when the driver's own CUDA (`own_cuda`) is older: it cannot
+    drive the GPU whatever torch carries. None otherwise, and on a Jetson, whose driver comes with its
+    JetPack, made for its GPU."""
+    needed = first_cuda_for(cc)
+    own = None if facts.jetson else own_cuda(facts)
+    return needed if needed is not None and own is not None and own < needed else None
 
 
 def unsupported_board(facts: DriverFacts) -> Tuple[Optional[str], Optional[str], Optional[int]]:

@@ -38,10 +38,8 @@ from bootstrap.compat.target import TorchTarget, driver_fit, older_than_tables, 
 from bootstrap.compat.versions import (
     architecture_name,
     cuda_from_int,
-    cuda_supported_by_driver_number,
     cuda_to_int,
     driver_column,
-    first_cuda_for,
     full_support_driver,
     kernel_for,
     minor_version_floor,
@@ -290,7 +288,7 @@ def check_gpu_arch(gpu: GpuFacts, facts: DriverFacts, target: TorchTarget,
     wheel = cuda_to_int(target.cuda)
     sass, ptx = kernel_for(cc, target.arch_list, wheel)
     observed = f"{gpu.name} CC {gpu.cc_text} ({architecture_name(cc)})"
-    needed = _newer_than_driver(cc, facts)
+    needed = forward.newer_than_driver(cc, facts)
     if needed is not None:
         full, _ = full_support_driver(needed, facts.os)
         return Check(cid, Status.FAIL, observed + f": newer than the driver {facts.driver_version} (CUDA "
@@ -308,19 +306,6 @@ def check_gpu_arch(gpu: GpuFacts, facts: DriverFacts, target: TorchTarget,
         remedy=_no_kernel_remedy(cc, facts, target, every),
         detail="; ".join((target.source,) + target.notes),
     )
-
-
-def _newer_than_driver(cc: Tuple[int, int], facts: DriverFacts) -> Optional[int]:
-    """The CUDA that first targets the GPU, when the driver supports an older one: it cannot drive the
-    GPU whatever torch carries. A Jetson's driver comes with its JetPack, made for its GPU."""
-    needed = first_cuda_for(cc)
-    # The driver branch's own CUDA: a cuda-compat libcuda reports a newer one, but only swaps the user-mode
-    # library, and the kernel driver still does not know the GPU.
-    own = cuda_supported_by_driver_number(facts.driver_version, facts.os) if facts.driver_version else None
-    supported = own or facts.supported_cuda()[0]
-    if needed is None or supported is None or facts.jetson or supported >= needed:
-        return None
-    return needed
 
 
 def _arch_text(arch_list: Optional[Sequence[str]]) -> str:

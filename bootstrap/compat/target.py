@@ -15,13 +15,13 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from bootstrap.checks.model import Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, checked_platform
+from bootstrap.compat.forward import newer_than_driver
 from bootstrap.compat.typed import FieldError, from_mapping
 from bootstrap.compat.versions import (
     cuda_from_tag,
     cuda_to_int,
     driver_older_than_tables,
     driver_tuple,
-    first_cuda_for,
     kernel_for,
     minor_version_floor,
     oldest_tabled_cuda,
@@ -278,8 +278,7 @@ def suggest_builds(
     or stable variants, then the newest CUDA. The build `near` itself (same
     release and CUDA) is never suggested.
     """
-    supported = facts.supported_cuda()[0] if facts is not None and not facts.jetson else None
-    if supported is not None and any((first_cuda_for(cc) or 0) > supported for cc in ccs):
+    if facts is not None and any(newer_than_driver(cc, facts) for cc in ccs):
         return []  # a GPU newer than the driver runs no build until the driver is upgraded
     home = release_key(near.version)[:2]
     ranked = []
