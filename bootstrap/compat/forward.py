@@ -15,6 +15,7 @@ Pure: facts in, answers out.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Optional, Tuple
 
 from bootstrap.compat import data
@@ -91,3 +92,10 @@ def unsupported_board(facts: DriverFacts) -> Tuple[Optional[str], Optional[str],
         return None, None, None
     support, name = min(found, key=lambda item: item[0] != REFUSED)
     return name, support, native
+
+
+def judged_as(facts: DriverFacts) -> DriverFacts:
+    """The facts a build to lock instead is judged by: where cuda-compat is loaded beside a GPU that
+    refuses it, no build runs until the cuda.driver remedy takes it off, and the driver's own CUDA decides."""
+    _, support, native = unsupported_board(facts)
+    return replace(facts, cuda_driver_version=native) if support == REFUSED else facts

@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from bootstrap.checks.model import Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, checked_platform
-from bootstrap.compat.forward import newer_than_driver
+from bootstrap.compat.forward import judged_as, newer_than_driver
 from bootstrap.compat.typed import FieldError, from_mapping
 from bootstrap.compat.versions import (
     cuda_from_tag,
@@ -271,13 +271,15 @@ def suggest_builds(
     near: TorchTarget,
     facts: Optional[DriverFacts] = None,
 ) -> List[Suggestion]:
-    """Other torch builds with SASS for every CC that the driver runs, best first.
+    """Other torch builds with SASS for every CC that the driver runs, best first: each passes doctor's
+    rules on these facts (`forward.judged_as`: with a refused cuda-compat off).
 
     Best = the release of `near`, then the nearest release (newer on ties);
     within a release a CUDA the driver fully supports, then the PyPI default
     or stable variants, then the newest CUDA. The build `near` itself (same
     release and CUDA) is never suggested.
     """
+    facts = judged_as(facts) if facts is not None else None
     if facts is not None and any(newer_than_driver(cc, facts) for cc in ccs):
         return []  # a GPU newer than the driver runs no build until the driver is upgraded
     home = release_key(near.version)[:2]
@@ -314,6 +316,7 @@ def unlisted_builds(near: TorchTarget, facts: Optional[DriverFacts] = None) -> L
     """Builds this driver runs whose arch list the packaged table lacks on `near`'s platform (Windows
     cu118, cu121, cu124), newest first: whether they run on the GPUs is unknown, not 'no'."""
     found = []
+    facts = judged_as(facts) if facts is not None else None
     for release in reversed(data.TORCH_RELEASES):
         for variant in release["variants"]:
             if variant_arch_list(variant, near.platform) is None and \
