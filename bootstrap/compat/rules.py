@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks.model import Check, Status
-from bootstrap.compat import data, forward, jetson
+from bootstrap.compat import data, forward, jetson, upgrade
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.target import TorchTarget, driver_fit, older_than_tables, suggest_builds, unlisted_builds
 from bootstrap.compat.versions import (
@@ -140,7 +140,7 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
     wheel = cuda_to_int(target.cuda)
     supported, how = facts.supported_cuda()
     floor, floor_row = minor_version_floor(wheel // 1000, facts.os)
-    full, full_row = full_support_driver(wheel, facts.os)
+    _, full_row = full_support_driver(wheel, facts.os)
     too_old = supported is None and older_than_tables(facts)
     oldest = f", older than any CUDA {cuda_from_int(oldest_tabled_cuda())} driver the tables list"
     observed = _driver_text(facts) + (f", CUDA {cuda_from_int(supported)} ({how})" if supported
@@ -155,11 +155,12 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
         return _compat_check(facts, target, (observed, expected, detail), board, support == forward.REFUSED, native)
     if supported is not None and supported >= wheel:
         return Check(cid, Status.OK, observed, expected, detail=detail)
-    upgrade = _upgrade_text(wheel, floor, full, facts.os)
     if driver_fit(facts, wheel) is Status.FAIL:
         alternative = _driver_alternative(facts, target)
+        if upgrade.capped(facts, wheel) and alternative.startswith(", or "):
+            alternative = "; " + alternative[len(", or "):]
         return Check(cid, Status.FAIL, observed, expected + f" (CUDA {wheel // 1000}.x needs driver >= {floor})",
-                     remedy=_upgrade_driver(facts, upgrade, wheel) + alternative,
+                     remedy=upgrade.upgrade_driver(facts, wheel, with_floor=True) + alternative,
                      detail=detail + "; data-center GPUs on Linux may use the cuda-compat forward-compatibility "
                      "package instead (not GeForce)")
     return Check(
@@ -167,7 +168,7 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
         remedy=(f"runs through CUDA minor-version compatibility (driver >= {floor}): prebuilt SASS kernels work, "
                 "but PTX JIT fails (CUDA_ERROR_UNSUPPORTED_PTX_VERSION) and newer-driver features may fail "
                 f"(cudaErrorCallRequiresNewerDriver); for full support: "
-                f"{_upgrade_driver(facts, _full_text(wheel, full, facts.os), wheel)}"),
+                f"{upgrade.upgrade_driver(facts, wheel)}"),
         detail=detail,
     )
 
@@ -178,18 +179,16 @@ def _compat_check(facts: DriverFacts, target: TorchTarget, texts: Tuple[str, str
     driver's own CUDA runs once it is off, and the driver that fully supports the build where that is short."""
     observed, expected, detail = texts
     wheel = cuda_to_int(target.cuda or "0.0")
-    floor, _ = minor_version_floor(wheel // 1000, facts.os)
-    full, _ = full_support_driver(wheel, facts.os)
     own = f"driver {facts.driver_version} (CUDA {cuda_from_int(native)})"
     fit = driver_fit(replace(facts, cuda_driver_version=native), wheel)
     if fit is Status.OK:
         fix = f"take cuda-compat off LD_LIBRARY_PATH: {own} runs CUDA {target.cuda} builds itself"
     elif fit is Status.WARN:
         fix = (f"take cuda-compat off LD_LIBRARY_PATH: {own} runs CUDA {target.cuda} builds through minor-version "
-               f"compatibility; for full support {_upgrade_driver(facts, _full_text(wheel, full, facts.os), wheel)}")
+               f"compatibility; for full support: {upgrade.upgrade_driver(facts, wheel)}")
     else:
-        fix = (f"take cuda-compat off LD_LIBRARY_PATH and "
-               f"{_upgrade_driver(facts, _upgrade_text(wheel, floor, full, facts.os), wheel)}")
+        fix = (f"take cuda-compat off LD_LIBRARY_PATH{'; ' if upgrade.capped(facts, wheel) else ' and '}"
+               f"{upgrade.upgrade_driver(facts, wheel, with_floor=True)}")
     what = (f"CUDA {cuda_from_int(facts.cuda_driver_version or 0)} over {own} is the cuda-compat "
             "forward-compatibility package")
     detail += "; forward compatibility: data-center GPUs, select NGC Server Ready RTX SKUs, Jetson"
@@ -205,33 +204,6 @@ def _driver_text(facts: DriverFacts) -> str:
     if not facts.has_driver:
         return f"Jetson ({facts.jetson}): no NVML" if facts.jetson else "no NVIDIA driver"
     return f"driver {facts.driver_version or 'unknown'} ({facts.os_label})"
-
-
-def _upgrade_driver(facts: DriverFacts, to: str, wheel: int) -> str:
-    """How to get a newer driver: on a Jetson it comes with JetPack, not from NVIDIA's driver downloads."""
-    if facts.jetson:
-        return (f"this Jetson's driver comes with JetPack ({facts.jetson}) and cannot be upgraded on its own: "
-                f"install the torch build made for this JetPack (NVIDIA's PyTorch for Jetson wheels), or flash a "
-                f"newer JetPack (its driver must report CUDA {cuda_from_int(wheel)} or newer)")
-    kepler = [g for g in facts.gpus if g.compute_capability and g.compute_capability < (5, 0)]
-    if kepler and len(kepler) == len(facts.gpus):
-        return (f"no newer driver runs the {kepler[0].name} (CC {kepler[0].cc_text}, Kepler): R470 is the last "
-                "driver branch for Kepler, and its CUDA 11.4 runs CUDA 11.x torch builds only")
-    if facts.wsl:
-        return f"upgrade the Windows host's NVIDIA driver (WSL2 uses it; install no Linux driver inside WSL) to {to}"
-    return f"upgrade the NVIDIA driver to {to}"
-
-
-def _full_text(wheel: int, full: Optional[str], os_name: str) -> str:
-    if full:
-        return f">= {full} (the {os_name} driver of CUDA {cuda_from_int(wheel)})"
-    return (f"one that reports CUDA >= {cuda_from_int(wheel)} (`nvidia-smi` header; NVIDIA publishes no "
-            f"{os_name} driver number for it)")
-
-
-def _upgrade_text(wheel: int, floor: Optional[str], full: Optional[str], os_name: str) -> str:
-    return (f">= {floor} (CUDA {wheel // 1000}.x minor-version floor); "
-            f"{_full_text(wheel, full, os_name)} for full CUDA {cuda_from_int(wheel)} support")
 
 
 def _driver_alternative(facts: DriverFacts, target: TorchTarget) -> str:
@@ -290,10 +262,9 @@ def check_gpu_arch(gpu: GpuFacts, facts: DriverFacts, target: TorchTarget,
     observed = f"{gpu.name} CC {gpu.cc_text} ({architecture_name(cc)})"
     needed = forward.newer_than_driver(cc, facts)
     if needed is not None:
-        full, _ = full_support_driver(needed, facts.os)
         return Check(cid, Status.FAIL, observed + f": newer than the driver {facts.driver_version} (CUDA "
                      f"{cuda_from_int(needed)} first targets it)",
-                     expected, remedy=_upgrade_driver(facts, _full_text(needed, full, facts.os), needed),
+                     expected, remedy=upgrade.upgrade_driver(facts, needed, needs=f"the {gpu.name}"),
                      detail=f"a driver branch knows only the GPUs released before it; {target.source}")
     if sass:
         return Check(cid, Status.OK, observed + f": runs {sass}", expected, detail=target.source)
@@ -328,11 +299,10 @@ def _ptx_check(cid: str, observed: str, expected: str, ccs: Sequence[Tuple[int, 
     native = f"; for native SASS lock {suggestions[0].text}" if suggestions else ""
     supported, _ = facts.supported_cuda()
     if supported is not None and supported < wheel:
-        full, _ = full_support_driver(wheel, facts.os)
         return Check(cid, Status.FAIL, observed, expected,
                      remedy=(f"PTX from CUDA {target.cuda} needs a driver that fully supports it "
                              f"(CUDA_ERROR_UNSUPPORTED_PTX_VERSION otherwise): "
-                             f"{_upgrade_driver(facts, _full_text(wheel, full, facts.os), wheel)}{native}"),
+                             f"{upgrade.upgrade_driver(facts, wheel)}{native}"),
                      detail=data.CAVEATS["ptx_jit_needs_full_driver"]["text"])
     return Check(cid, Status.WARN, observed, expected,
                  remedy=("expect a slow first run while the driver JIT-compiles PTX (cached in ~/.nv/ComputeCache; "
