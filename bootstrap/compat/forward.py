@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 from bootstrap.compat import data
-from bootstrap.compat.facts import DriverFacts
+from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.versions import (
     cuda_supported_by_driver_number,
     cuda_to_int,
@@ -80,14 +80,15 @@ def newer_than_driver(cc: Tuple[int, int], facts: DriverFacts) -> Optional[int]:
     return needed if needed is not None and own is not None and own < needed else None
 
 
-def unsupported_board(facts: DriverFacts) -> Tuple[Optional[str], Optional[str], Optional[int]]:
+def unsupported_board(facts: DriverFacts, gpus: Optional[Sequence[GpuFacts]] = None,
+                      ) -> Tuple[Optional[str], Optional[str], Optional[int]]:
     """(a GPU's name, REFUSED or UNSURE, the driver's own CUDA) when cuda-compat is in use beside a GPU
-    that it refuses, or may refuse; a refused GPU is named before an unsure one. (None, None, None)
-    otherwise."""
+    that it refuses, or may refuse, among `gpus` (the job's; None: every GPU the driver lists); a refused
+    GPU is named before an unsure one. (None, None, None) otherwise."""
     native = compat_in_use(facts)
     if native is None:
         return None, None, None
-    found = [(board_support(g.name), g.name) for g in facts.gpus if board_support(g.name)]
+    found = [(board_support(g.name), g.name) for g in (facts.gpus if gpus is None else gpus) if board_support(g.name)]
     if not found:
         return None, None, None
     support, name = min(found, key=lambda item: item[0] != REFUSED)

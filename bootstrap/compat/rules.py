@@ -52,14 +52,14 @@ from bootstrap.compat.visible import ORDER_REMEDY, Visible
 def evaluate(facts: DriverFacts, target: TorchTarget, visible: Optional[Visible] = None) -> List[Check]:
     """Every CUDA-stack check for one host and one torch build: the kernel images for the GPUs
     `visible` leaves the job (None: every GPU the driver lists)."""
-    checks = [check_torch_build(facts, target), check_driver(facts, target)]
+    judged, hidden = visible.split(facts.gpus) if visible is not None else (facts.gpus, ())
+    checks = [check_torch_build(facts, target), check_driver(facts, target, judged)]
     if jetson.unlisted(facts):
         checks.append(jetson.arch_check(facts))
     elif not facts.gpus:
         reason = facts.reason or "the driver reports no GPU"
         checks.append(Check("cuda.arch", Status.SKIP, "no NVIDIA GPU", "a GPU to match against the arch list",
                             detail=reason))
-    judged, hidden = visible.split(facts.gpus) if visible is not None else (facts.gpus, ())
     if facts.gpus and not judged:
         checks.append(Check("cuda.arch", Status.SKIP, f"no GPU visible to this job ({visible.note})",
                             "a GPU to match against the arch list",
@@ -124,8 +124,9 @@ def check_torch_build(facts: DriverFacts, target: TorchTarget) -> Check:
     )
 
 
-def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
-    """The driver must support the CUDA the torch build was compiled with (fully, or same-major minor compat)."""
+def check_driver(facts: DriverFacts, target: TorchTarget, judged: Optional[Sequence[GpuFacts]] = None) -> Check:
+    """The driver must support the CUDA the torch build was compiled with (fully, or same-major minor compat).
+    A loaded cuda-compat fails only beside a GPU of the job (`judged`; None: every GPU the driver lists)."""
     cid = "cuda.driver"
     if target.unknown:
         return Check(cid, Status.SKIP, _driver_text(facts), "a known torch build", detail=target.unknown)
@@ -150,7 +151,7 @@ def check_driver(facts: DriverFacts, target: TorchTarget) -> Check:
     if supported is None and not too_old:
         return Check(cid, Status.SKIP, observed, expected, detail="cannot tell which CUDA the driver supports; "
                      + (facts.reason or detail))
-    board, support, native = forward.unsupported_board(facts)
+    board, support, native = forward.unsupported_board(facts, judged)
     if board and native and (support == forward.REFUSED or supported >= wheel):
         return _compat_check(facts, target, (observed, expected, detail), board, support == forward.REFUSED, native)
     if supported is not None and supported >= wheel:

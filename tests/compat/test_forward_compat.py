@@ -10,6 +10,7 @@ driver is below it.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -18,9 +19,10 @@ from bootstrap.checks.model import Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.forward import REFUSED, UNSURE, board_support, compat_in_use
-from bootstrap.compat.rules import check_driver
+from bootstrap.compat.rules import check_driver, evaluate
 from bootstrap.compat.target import TorchTarget, driver_fit
 from bootstrap.compat.versions import cuda_from_int, cuda_to_int, driver_tuple, full_support_driver
+from bootstrap.compat.visible import visible_gpus
 
 DRIVERS = sorted({row["linux"] for row in data.TOOLKIT_DRIVERS if driver_tuple(row["linux"])}, key=driver_tuple)
 CUDAS = sorted({cuda_to_int(row["cuda"]) // 10 * 10 for row in data.TOOLKIT_DRIVERS})
@@ -103,3 +105,21 @@ def test_a_refused_gpu_beside_a_data_center_one_still_fails() -> None:
 def test_an_unsure_board_that_the_driver_fails_anyway_keeps_the_failure() -> None:
     check = check_driver(host("535.183.01", 12080, "NVIDIA RTX A2000 12GB"), build("13.0"))
     assert check.status is Status.FAIL and ">= 580.65.06" in check.remedy
+
+
+def test_only_the_gpus_cuda_visible_devices_leaves_the_job_refuse_cuda_compat() -> None:
+    """Every value of CUDA_VISIBLE_DEVICES over an A100, an RTX A6000 and a GeForce (PCI bus order):
+    the GeForce fails cuda-compat only when the job sees it, the A6000 warns only then."""
+    facts = DriverFacts(driver_version="535.183.01", cuda_driver_version=12080, source="test", gpus=(
+        GpuFacts(index=0, name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),
+        GpuFacts(index=1, name="NVIDIA RTX A6000", compute_capability=(8, 6)),
+        GpuFacts(index=2, name="NVIDIA GeForce RTX 3090", compute_capability=(8, 6))))
+    target = TorchTarget(version="2.10.0", cuda="12.8", arch_list=("sm_80", "sm_86"), source="test")
+    values = [",".join(map(str, order)) for count in (1, 2, 3) for order in itertools.permutations(range(3), count)]
+    for value in values:
+        check = next(c for c in evaluate(facts, target, visible_gpus(facts.gpus, value, "PCI_BUS_ID"))
+                     if c.id == "cuda.driver")
+        seen = {int(i) for i in value.split(",")}
+        expected = Status.FAIL if 2 in seen else Status.WARN if 1 in seen else Status.OK
+        assert check.status is expected, (value, check)
+    assert check_driver(facts, target).status is Status.FAIL  # the variant pick: every GPU the driver lists
