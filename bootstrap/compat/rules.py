@@ -210,6 +210,9 @@ def _driver_text(facts: DriverFacts) -> str:
 def _driver_alternative(facts: DriverFacts, target: TorchTarget) -> str:
     ccs = [g.compute_capability for g in facts.gpus if g.compute_capability]
     suggestions = suggest_builds(ccs, target, facts)
+    if not suggestions and facts.jetson:  # an aarch64 build without an arch list here is a server (SBSA) build
+        return (f"; no torch build in the packaged table ({target.platform}) runs on this driver and this Jetson's "
+                "GPU: PyPI's aarch64 torch builds are CPU-only or server (SBSA) builds")
     if not suggestions:
         unlisted = _unlisted(target, facts)
         return (f"; no torch build in the packaged table ({target.platform}) "

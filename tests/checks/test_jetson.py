@@ -10,6 +10,7 @@ Jetson's GPU.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,10 +20,12 @@ from bootstrap.checks.doctor import fit_check
 from bootstrap.checks.model import Status, worst
 from bootstrap.checks.torch import device_checks
 from bootstrap.cli import main
+from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.pick import Candidate, pick_variant
 from bootstrap.compat.rules import evaluate
-from bootstrap.compat.target import TorchTarget, torch_target_from_lock_entry
+from bootstrap.compat.target import TorchTarget, find_release, torch_target_from_lock_entry, variant_arch_list
+from bootstrap.compat.versions import IGPU_CCS, cuda_to_int, kernel_for
 from tests.fixtures import REPO
 
 WHEELS = "NVIDIA's PyTorch for Jetson wheels"
@@ -107,3 +110,26 @@ def test_verify_inside_the_env_asks_torch_on_a_jetson_without_nvml(available, co
     first = checks["torch.cuda_available"] if not available else checks["torch.device_count"]
     assert first.status is status and WHEELS in first.remedy
     assert worst(checks.values()) is Status.FAIL and "CPU mode" not in " ".join(c.detail for c in checks.values())
+
+
+def test_no_remedy_on_a_jetson_offers_a_pypi_build_without_its_kernels() -> None:
+    """Every Jetson GPU, reporting every CUDA of the toolkit table, under every aarch64 build of the
+    torch table: a build offered has SASS for the GPU in the packaged aarch64 arch list; none of PyPI's
+    server (SBSA) builds whose arch list the table lacks is offered to try."""
+    cudas = sorted({cuda_to_int(row["cuda"]) // 10 * 10 for row in data.TOOLKIT_DRIVERS})
+    locks = [f"{r['versions'][-1]}+{v['tag']}" for r in data.TORCH_RELEASES for v in r["variants"]]
+    offered = 0
+    for cc in sorted(IGPU_CCS):
+        for cuda in cudas[::2]:
+            gpu = GpuFacts(index=0, name="Jetson GPU", compute_capability=cc)
+            facts = DriverFacts(driver_version="540.4.0", cuda_driver_version=cuda, gpus=(gpu,),
+                                jetson=RELEASES[2], source="nvml")
+            for lock in locks[::2]:
+                for check in evaluate(facts, torch_target_from_lock_entry(lock, "linux-aarch64")):
+                    assert "the packaged linux_aarch64 arch lists have no row" not in check.remedy, (cc, cuda, lock)
+                    for pin, tag in re.findall(r"torch==([0-9.]+)\+(cu[0-9]+)", check.remedy):
+                        variant = next(v for v in find_release(pin)["variants"] if v["tag"] == tag)
+                        arch = variant_arch_list(variant, "linux_aarch64") or ()
+                        assert kernel_for(cc, arch, cuda_to_int(variant["cuda"]))[0], (cc, cuda, lock, check)
+                        offered += 1
+    assert offered  # Thor (11.0) runs the CUDA 13 aarch64 builds' sm_110
