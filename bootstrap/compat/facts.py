@@ -227,6 +227,11 @@ class DriverFacts:
                                                      or self.cuda_driver_version % 10):
             raise FieldError(f"{path}.cuda_driver_version: {self.cuda_driver_version} is not a CUDA version "
                              f"as NVML gives it (a multiple of 10 in {low}-{high}; 12080 = 12.8)")
+        if self.wsl and self.os != "windows":
+            raise FieldError(f"{path}.os: {excerpt(self.os)} contradicts {path}.wsl "
+                             "(under WSL2 the driver is Windows': 'windows')")
+        if self.jetson and self.os != "linux":
+            raise FieldError(f"{path}.os: {excerpt(self.os)} contradicts {path}.jetson (a Jetson runs Linux: 'linux')")
         indices, pairs = {gpu.index for gpu in self.gpus}, set()
         if len(indices) < len(self.gpus):
             seen: set = set()
@@ -256,9 +261,6 @@ class DriverFacts:
             raise FieldError(f"{path}.wsl: set on platform {excerpt(platform)}, but WSL is a Linux platform")
         if self.jetson and platform != "linux_aarch64":
             raise FieldError(f"{path}.jetson: set on platform {excerpt(platform)}, but a Jetson is linux_aarch64")
-        if self.wsl and self.os != "windows":
-            raise FieldError(f"{path}.os: {excerpt(self.os)} contradicts {path}.wsl "
-                             "(under WSL2 the driver is Windows': 'windows')")
         if not self.wsl and self.os != platform_os:
             under_wsl = f"; 'windows' only under WSL2, with {path}.wsl set" if platform_os == "linux" else ""
             raise FieldError(f"{path}.os: {excerpt(self.os)} contradicts platform {excerpt(platform)} "

@@ -270,7 +270,10 @@ class Facts:
                              "record it again with `python -m bootstrap doctor --save-facts FILE`")
         fields = {k: v for k, v in raw.items() if k not in ("format", "version")}
         try:
-            return cls(**from_mapping(cls, fields)).checked()
+            facts = cls(**from_mapping(cls, fields))
+            if not facts.platform and facts.nvidia.jetson:  # a file without `platform`: a Jetson is linux_aarch64
+                facts = replace(facts, platform="linux_aarch64")
+            return facts.checked()
         except FieldError as exc:
             raise InputError(where, str(exc), "fix that field, or record the facts again with "
                              "`python -m bootstrap doctor --save-facts FILE`") from None

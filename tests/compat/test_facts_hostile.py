@@ -15,6 +15,7 @@ from typing import Any, List, Tuple
 
 import pytest
 
+from bootstrap.checks.doctor import _platform
 from bootstrap.cli import main
 from bootstrap.compat.facts import COMPAT_KEYS
 from bootstrap.compat.probe import Facts
@@ -342,3 +343,26 @@ def test_a_wsl2_file_reads_with_the_windows_driver_on_a_linux_platform() -> None
     raw = json.loads((REPO / "tests" / "data" / "verify" / "constructed-wsl2-528.24.facts.json").read_text())
     assert (raw["platform"], raw["nvidia"]["os"]) == ("linux_x86_64", "windows") and raw["nvidia"]["wsl"]
     assert Facts.from_dict(raw).nvidia.os_label == "windows, WSL2"
+
+
+def test_a_file_without_a_platform_is_judged_on_the_one_its_jetson_or_wsl_implies() -> None:
+    """Every platform (none included) x Jetson, WSL2 or neither x every driver OS: a file reads only where
+    they agree, and a Jetson's without a platform reads as linux_aarch64, not the replaying host's."""
+    signs = {"": {}, "jetson": {"jetson": "R36 (release)"}, "wsl": {"wsl": "WSL_DISTRO_NAME=Ubuntu"}}
+    for platform in ("",) + COMPAT_KEYS:
+        for sign, fields in signs.items():
+            for os_name in ("linux", "windows", "macos"):
+                raw = facts_with(("platform",), platform)
+                raw["nvidia"] = {**raw["nvidia"], "os": os_name, **fields}
+                agree = ((sign != "wsl" or os_name == "windows") and (sign != "jetson" or os_name == "linux")
+                         and (not platform or (sign == "jetson") <= (platform == "linux_aarch64")
+                              and (OS_OF_KEY[platform] == ("linux" if sign == "wsl" else os_name))))
+                try:
+                    facts = Facts.from_dict(raw)
+                except InputError as exc:
+                    assert not agree and "\n" not in str(exc), (platform, sign, os_name, exc)
+                    continue
+                assert agree, (platform, sign, os_name)
+                if sign == "jetson":
+                    assert facts.platform == "linux_aarch64"
+                    assert _platform(False, facts, None) == "linux-aarch64"
