@@ -29,7 +29,7 @@ from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.checks.variant import env_candidates, lock_candidate, variant_check
 from bootstrap.compat import jetson
 from bootstrap.compat.facts import DriverFacts, HostFacts
-from bootstrap.compat.pick import Candidate, Pick, not_locked_remedy, pick_variant
+from bootstrap.compat.pick import Candidate, Pick, not_locked_remedy, pick_variant, runs_on_cpu
 from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget
@@ -275,7 +275,7 @@ def fit_check(target: Optional[TorchTarget], why: str, compat_checks: Sequence[C
         return Check(cid, Status.SKIP, observed, "a build the packaged tables know", detail=target.unknown or why)
     if jetson.unlisted(nvidia) and status is not Status.FAIL:
         return jetson.fit_check(nvidia, observed, "runs on this Jetson's GPU", target.source)
-    if not nvidia.gpus and not nvidia.jetson:
+    if runs_on_cpu(nvidia):
         return Check(cid, Status.OK, observed + ": no NVIDIA GPU here, runs on the CPU",
                      "runs on this host", detail=nvidia.reason)
     expected = "runs on this driver and these GPUs"

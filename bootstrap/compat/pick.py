@@ -142,8 +142,14 @@ class Pick:
         return out + [f"pick: {self.why}"]
 
 
+def runs_on_cpu(nvidia: DriverFacts) -> bool:
+    """No GPU here (a Jetson's is, listed or not): any torch build runs, on the CPU, whatever the driver."""
+    return not nvidia.gpus and not nvidia.jetson
+
+
 def judge(nvidia: DriverFacts, candidate: Candidate) -> Verdict:
-    """One candidate's verdict: the worst of its compat checks on these facts."""
+    """One candidate's verdict: the worst of its compat checks on these facts; without a GPU, a build they
+    judge runs (on the CPU), as `lock.torch` says."""
     target = candidate.target
     if target is None:
         return Verdict(candidate=candidate, status=Status.SKIP, reasons=(candidate.why,))
@@ -151,8 +157,8 @@ def judge(nvidia: DriverFacts, candidate: Candidate) -> Verdict:
     if target.unknown:
         return Verdict(candidate=candidate, status=Status.SKIP, reasons=(target.unknown,), checks=checks)
     status = worst(checks)
-    if status is Status.OK:
-        return Verdict(candidate=candidate, status=status, checks=checks)
+    if status is Status.OK or (status is not Status.SKIP and runs_on_cpu(nvidia)):
+        return Verdict(candidate=candidate, status=Status.OK, checks=checks)
     reasons = tuple(f"{c.id}: {c.detail or c.observed}" if status is Status.SKIP
                     else f"{c.id}: {c.observed}, needs {c.expected}" for c in checks if c.status is status)
     return Verdict(candidate=candidate, status=status, reasons=reasons, checks=checks)

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from bootstrap.checks.doctor import fit_check
 from bootstrap.checks.model import Status
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.pick import Candidate, pick_variant
+from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import torch_target_from_lock_entry
 from bootstrap.compat.versions import release_key
 
@@ -193,3 +195,19 @@ def test_a_jetson_without_a_lock_is_pointed_at_jetpacks_torch_not_at_locking_aar
     pick = pick_variant(jetson, [not_locked("cu128", "linux-aarch64")])
     assert pick.status is Status.FAIL and "made for its JetPack (R36.4.0" in pick.remedy
     assert "platforms:" not in pick.remedy
+
+
+def test_without_a_gpu_the_pick_agrees_with_lock_torch_whatever_the_driver() -> None:
+    """Every driver (none, too old for any tabled CUDA, minor-version compatibility, current) listing no
+    GPU x every variant set: `lock.torch` on the default says it runs on the CPU, and so does the pick,
+    which takes the default (a CPU build first, one being locked)."""
+    drivers = [DriverFacts(reason="no NVIDIA driver found"), host("390.48", None), host("418.67", 10010),
+               host("450.36.06", 11000), host(*R535), host(*R570), host(*R580)]
+    sets = [[CU128, CU126], [CU128, CU130], [CU128, CPU], [CPU_DEFAULT, CU128_OTHER], [CU128], [CU121_OLD]]
+    for facts, candidates in itertools.product(drivers, sets):
+        default = next((c for c in candidates if c.default), candidates[0])
+        fit = fit_check(default.target, "", evaluate(facts, default.target), "conda-lock.yml", facts)
+        pick = pick_variant(facts, candidates)
+        assert fit.status is Status.OK and pick.status is Status.OK, (facts.driver_version, pick.why)
+        cpu = [c for c in candidates if c.target.cuda is None]
+        assert pick.chosen.candidate is (cpu[0] if cpu else default), (facts.driver_version, pick.why)
