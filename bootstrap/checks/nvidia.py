@@ -102,8 +102,11 @@ def visible_check(nvidia: DriverFacts, visible: Visible) -> Optional[Check]:
         return Check(cid, Status.WARN, f"{visible.note} leaves CUDA programs none of the {total}", expected,
                      f"`unset CUDA_VISIBLE_DEVICES`, or name GPUs by index (0-{len(nvidia.gpus) - 1}) or by UUID "
                      "(`nvidia-smi -L`): the first entry naming none ends the list, a repeated one empties it")
-    named = ", ".join(str(gpu.index) for gpu in visible.gpus) or "one MIG instance"
-    return Check(cid, Status.OK, f"{visible.note}: {named} of {total}", expected)
+    if not visible.gpus:
+        return Check(cid, Status.OK, f"{visible.note}: one MIG instance of {total}", expected)
+    # A count first: the indices alone ('0 of 2') read as one; they are nvidia-smi's, CUDA's may differ
+    named = ", ".join(str(gpu.index) for gpu in visible.gpus)
+    return Check(cid, Status.OK, f"{visible.note}: {len(visible.gpus)} of {total} (nvidia-smi's {named})", expected)
 
 
 def gpu_check(gpu: GpuFacts, os_name: str = "linux") -> Check:

@@ -246,7 +246,7 @@ def test_the_host_is_sized_for_the_gpus_cuda_visible_devices_leaves_the_job(tmp_
     _, _, checks = doctor_json(capsys, "--facts", str(facts))
     assert checks["host.cpus"].expected == ">= 3 per GPU (6 for 2 GPU(s), CUDA_VISIBLE_DEVICES='6,7')"
     assert "total >= GPU memory (287542 MiB)" in checks["host.memory"].expected
-    assert checks["nvidia.visible"].observed == "CUDA_VISIBLE_DEVICES='6,7': 6, 7 of 8 GPU(s)"
+    assert checks["nvidia.visible"].observed == "CUDA_VISIBLE_DEVICES='6,7': 2 of 8 GPU(s) (nvidia-smi's 6, 7)"
     assert checks["nvidia.p2p"].observed == "1 GPU pair peer-to-peer, 1 over NVLink, CUDA_VISIBLE_DEVICES='6,7'"
     capsys.readouterr()
     assert main(["verify", "--facts", str(facts), "--json", "--lock", str(LOCK)]) == 0  # the same rows on replay
@@ -287,7 +287,8 @@ def test_this_hosts_cuda_visible_devices_reaches_doctor_and_verify(monkeypatch, 
     inside = by_id(run_verify(VerifyOptions(prefix=tmp_path / "none", bench=False), nvml=h200,
                               runner=missing_binary_runner).checks)
     for checks in (live, inside):
-        assert checks["nvidia.visible"].observed.endswith(": 3 of 8 GPU(s)")  # a UUID list stops at the index
+        # a UUID list stops at the index
+        assert checks["nvidia.visible"].observed.endswith(": 1 of 8 GPU(s) (nvidia-smi's 3)")
         assert "nvidia.p2p" not in checks  # one GPU: no pair
         assert checks["host.cpus"].expected.startswith(">= 3 per GPU (3 for 1 GPU(s), CUDA_VISIBLE_DEVICES='GPU-5b")
 

@@ -85,8 +85,10 @@ def test_a_failing_gpu_fails_the_run_when_the_job_cannot_miss_it() -> None:
     (None, "FASTEST_FIRST", Status.WARN, "CUDA_DEVICE_ORDER='FASTEST_FIRST'"),
     ("1", None, Status.WARN, "which 1 of the 2 GPU(s) it names is CUDA's guess"),
     (None, "PCI_BUS_ID", None, ""),
-    ("1", "PCI_BUS_ID", Status.OK, "1 of 2 GPU(s)"),
-    (uuid(1), None, Status.OK, "1 of 2 GPU(s)"),
+    ("1", "PCI_BUS_ID", Status.OK, "1 of 2 GPU(s) (nvidia-smi's 1)"),
+    ("0", "PCI_BUS_ID", Status.OK, "1 of 2 GPU(s) (nvidia-smi's 0)"),
+    ("1,0", "PCI_BUS_ID", Status.OK, "2 of 2 GPU(s) (nvidia-smi's 1, 0)"),
+    (uuid(1), None, Status.OK, "1 of 2 GPU(s) (nvidia-smi's 1)"),
     ("", None, Status.WARN, "leaves CUDA programs none"),
 ])
 def test_nvidia_visible_warns_where_cuda_numbers_gpus_otherwise(value, order, status, phrase) -> None:
