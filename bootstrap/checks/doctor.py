@@ -282,7 +282,7 @@ def fit_check(target: Optional[TorchTarget], why: str, compat_checks: Sequence[C
     if status is Status.OK:
         return Check(cid, Status.OK, observed + ": runs here", expected, detail=target.source)
     failing = [c for c in compat_checks if c.status is status]
-    remedy = "; ".join(f"{c.id}: {c.remedy}" for c in failing if c.remedy)
+    remedy = "; ".join(model.remedies(failing))
     if switch:
         remedy = f"{switch}; or {remedy}" if remedy else switch
     if status is Status.FAIL:

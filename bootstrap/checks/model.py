@@ -89,6 +89,21 @@ def shown(items: Sequence[str]) -> str:
     return "; ".join(items[:SHOWN]) + more
 
 
+def remedies(checks: Iterable[Check]) -> List[str]:
+    """'id: remedy' for each check with a remedy, one entry per remedy: the checks sharing one are named
+    together, the family named once ('cuda.arch.gpu0, gpu1, gpu2: ...'), as a node's GPUs often share it."""
+    named: Dict[str, List[str]] = {}
+    for check in checks:
+        if check.remedy:
+            named.setdefault(check.remedy, []).append(check.id)
+    out = []
+    for remedy, ids in named.items():
+        family = ids[0].rpartition(".")[0] + "."
+        short = [i[len(family):] if i.startswith(family) and "." not in i[len(family):] else i for i in ids[1:]]
+        out.append(f"{', '.join([ids[0]] + short)}: {remedy}")
+    return out
+
+
 def summary(checks: Iterable[Check]) -> Dict[str, int]:
     """Count per status; every status is present, so consumers need no defaults."""
     counts = {status.value: 0 for status in STATUS_ORDER}

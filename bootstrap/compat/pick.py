@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from bootstrap.checks.model import Check, Status, worst
+from bootstrap.checks.model import Check, Status, remedies, worst
 from bootstrap.compat import jetson
 from bootstrap.compat.facts import DriverFacts
 from bootstrap.compat.rules import evaluate
@@ -178,7 +178,7 @@ def pick_variant(nvidia: DriverFacts, candidates: Sequence[Candidate]) -> Pick:
     if len(verdicts) == 1:
         why = f"{chosen.candidate.label}: the env's only lock, " + (
             "runs here" if chosen.status is Status.OK else f"runs with a caveat ({chosen.reasons[0]})")
-    caveats = "; ".join(f"{c.id}: {c.remedy}" for c in chosen.checks if c.status is Status.WARN and c.remedy)
+    caveats = "; ".join(remedies(c for c in chosen.checks if c.status is Status.WARN))
     return Pick(verdicts=verdicts, chosen=chosen, why=why + _default_note(chosen, verdicts),
                 remedy=caveats if chosen.status is Status.WARN else "")
 
@@ -286,10 +286,10 @@ def _remedy(nvidia: DriverFacts, verdicts: Sequence[Verdict]) -> str:
     if not judged:
         return "lock the env for this platform: `make lock`"
     near = next((v for v in judged if v.candidate.default), judged[0])
-    remedies = [f"{c.id}: {c.remedy}" for c in near.checks if c.status is Status.FAIL and c.remedy]
+    fixes = remedies(c for c in near.checks if c.status is Status.FAIL)
     ccs = [g.compute_capability for g in nvidia.gpus if g.compute_capability]
     # A Jetson without NVML lists no GPU to match a build to: its remedy is JetPack's torch
     suggestions = [] if jetson.unlisted(nvidia) else suggest_builds(ccs, near.candidate.target, nvidia)
     if suggestions:
-        remedies.append(f"or declare a variant with {suggestions[0].text} in the spec and run `make lock`")
-    return "; ".join(remedies)
+        fixes.append(f"or declare a variant with {suggestions[0].text} in the spec and run `make lock`")
+    return "; ".join(fixes)

@@ -13,6 +13,7 @@ from bootstrap.checks.model import (
     Status,
     exit_code,
     from_json,
+    remedies,
     render_table,
     summary,
     to_json,
@@ -95,3 +96,11 @@ def test_reading_another_format_version_is_an_input_error():
     envelope["version"] = 2
     with pytest.raises(InputError, match="bootstrap.checks v1"):
         from_json(envelope)
+
+
+
+def test_checks_sharing_a_remedy_are_named_together_before_it() -> None:
+    checks = [Check(f"cuda.arch.gpu{i}", Status.FAIL, "", "", remedy="lock cu126" if i != 2 else "lock cu118")
+              for i in range(4)] + [Check("cuda.driver", Status.FAIL, "", "", remedy="lock cu126"),
+                                    Check("host.cpus", Status.OK, "", "")]
+    assert remedies(checks) == ["cuda.arch.gpu0, gpu1, gpu3, cuda.driver: lock cu126", "cuda.arch.gpu2: lock cu118"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bootstrap.checks.doctor import fit_check
 from bootstrap.checks.model import Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
@@ -94,3 +95,25 @@ def test_the_pick_remedy_carries_the_same_answer() -> None:
     lock = torch_target_from_lock_entry("2.10.0")
     pick = pick_variant(node("P100", "B200"), [Candidate("cu128", Path("a.lock"), lock, default=True)])
     assert pick.chosen is None and "no single torch build" in pick.remedy
+
+
+def test_a_remedy_shared_by_several_checks_is_given_once_naming_them_all() -> None:
+    """Nodes of 1-8 GPUs of one model, and of two models, under builds that fail them: lock.torch and the
+    pick give each remedy once, naming every GPU it fixes."""
+    models = [("NVIDIA GeForce GTX 1080", (6, 1)), ("Tesla K80", (3, 7))]
+    for count, lock in itertools.product(range(1, 9), ("2.10.0+cu128", "2.11.0+cu130")):
+        for mixed in (False, True):
+            gpus = tuple(GpuFacts(index=i, name=models[mixed and i % 2][0],
+                                  compute_capability=models[mixed and i % 2][1]) for i in range(count))
+            facts = DriverFacts(driver_version="580.95.05", cuda_driver_version=13000, gpus=gpus, source="test")
+            target = torch_target_from_lock_entry(lock)
+            checks = evaluate(facts, target)
+            fit = fit_check(target, "", checks, "conda-lock.yml", facts)
+            pick = pick_variant(facts, [Candidate("", Path("conda-lock.yml"), target, default=True)])
+            for remedy in (fit.remedy, pick.remedy):
+                for check in checks:
+                    if check.id.startswith("cuda.arch.gpu") and check.remedy:
+                        assert remedy.count(check.remedy) == 1, (count, lock, mixed, remedy)
+            same = [c.id for c in checks if c.id.startswith("cuda.arch.gpu") and c.status is Status.FAIL
+                    and c.remedy == checks[-1].remedy]
+            assert fit.remedy.count(", ".join([same[0]] + [i.rpartition(".")[2] for i in same[1:]]) + ": ") == 1
