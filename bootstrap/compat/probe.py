@@ -294,10 +294,30 @@ def collect_facts(nvml: Any = None, runner: Runner = run, *, disk_path: str = ".
     )
 
 
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _no_repeated_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    """A JSON object's members, each key once: json would keep the last of a repeated one unsaid."""
+    out: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKey(f"key {excerpt(key, 60)} is given twice in one object")
+        out[key] = value
+    return out
+
+
 def load_facts(path: Path) -> Facts:
-    """Read a `bootstrap.facts` file written by `--save-facts`."""
+    """Read a `bootstrap.facts` file written by `--save-facts` (or by an editor: a leading BOM is no part
+    of it)."""
+    text = read_input_text(path, "record one with `python -m bootstrap doctor --save-facts FILE`")
     try:
-        raw = json.loads(read_input_text(path, "record one with `python -m bootstrap doctor --save-facts FILE`"))
+        raw = json.loads(text[1:] if text.startswith("\ufeff") else text, object_pairs_hook=_no_repeated_keys)
+    except _RepeatedKey as exc:
+        raise InputError(path, f"not a facts file as written: {exc}",
+                         "keep one of them, or record the facts again with `python -m bootstrap doctor "
+                         "--save-facts FILE`") from None
     except (ValueError, RecursionError) as exc:
         raise InputError(path, f"not a readable JSON facts file ({exc})",
                          "record it again with `python -m bootstrap doctor --save-facts FILE`") from None

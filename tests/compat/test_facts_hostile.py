@@ -18,7 +18,7 @@ import pytest
 from bootstrap.checks.doctor import _platform
 from bootstrap.cli import main
 from bootstrap.compat.facts import COMPAT_KEYS
-from bootstrap.compat.probe import Facts
+from bootstrap.compat.probe import Facts, load_facts
 from bootstrap.compat.target import TorchTarget
 from bootstrap.compat.typed import MAX_ITEMS, MAX_TEXT
 from bootstrap.errors import InputError
@@ -366,3 +366,50 @@ def test_a_file_without_a_platform_is_judged_on_the_one_its_jetson_or_wsl_implie
                 if sign == "jetson":
                     assert facts.platform == "linux_aarch64"
                     assert _platform(False, facts, None) == "linux-aarch64"
+
+
+def _with_key_twice(value: Any, where: Tuple[Any, ...], at: Tuple[Any, ...] = ()) -> str:
+    """`value` as JSON text, the first key of the object at path `where` written twice."""
+    if isinstance(value, dict):
+        members = [f"{json.dumps(k)}: {_with_key_twice(v, where, at + (k,))}" for k, v in value.items()]
+        if at == where and members:
+            members.insert(1, members[0])
+        return "{" + ", ".join(members) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_with_key_twice(v, where, at + (i,)) for i, v in enumerate(value)) + "]"
+    return json.dumps(value)
+
+
+def _objects(value: Any, at: Tuple[Any, ...] = ()) -> List[Tuple[Any, ...]]:
+    if isinstance(value, dict):
+        return [at] * bool(value) + [p for k, v in value.items() for p in _objects(v, at + (k,))]
+    return [p for i, v in enumerate(value) for p in _objects(v, at + (i,))] if isinstance(value, list) else []
+
+
+def test_a_key_given_twice_in_any_object_is_refused_naming_it(tmp_path, capsys) -> None:
+    """json keeps the last of a repeated key: a file that says two things is refused, whichever object."""
+    raw = facts_with(("torch",), TORCH)
+    paths = _objects(raw)
+    assert len(paths) > 5
+    for where in paths:
+        first = next(iter(raw if not where else _at(raw, where)))
+        file = tmp_path / "twice.facts.json"
+        file.write_text(_with_key_twice(raw, where))
+        capsys.readouterr()
+        assert main(["doctor", "--facts", str(file)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and f"key {first!r} is given twice" in err, (where, err)
+
+
+def _at(value: Any, path: Tuple[Any, ...]) -> Any:
+    for key in path:
+        value = value[key]
+    return value
+
+
+def test_a_byte_order_mark_before_the_json_is_no_part_of_it(tmp_path) -> None:
+    plain, marked = tmp_path / "plain.facts.json", tmp_path / "marked.facts.json"
+    plain.write_text(json.dumps(BASE), encoding="utf-8")
+    marked.write_text(json.dumps(BASE), encoding="utf-8-sig")
+    assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert load_facts(marked) == load_facts(plain)
