@@ -136,9 +136,9 @@ def _parse(path: Path, text: str) -> Lock:
 
 
 def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[LockedPackage, ...]:
-    """Each entry checked; one entry per (platform, manager, name), an exact repeat refused too
-    (conda-lock's own reader fails on it: `conda-lock render` stops with an AssertionError); every
-    locked platform with at least one package."""
+    """Each entry checked; one entry per (platform, manager, `entry_name_key`), an exact repeat
+    refused too (conda-lock's own reader fails on it: `conda-lock render` stops with an
+    AssertionError); every locked platform with at least one package."""
     seen: dict = {}
     for index, entry in enumerate(entries):
         _refuse_credentials(path, f"package[{index}].url", entry.get("url") if isinstance(entry, dict) else None)
@@ -146,7 +146,7 @@ def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[Lo
         if package.platform not in platforms:
             raise InputError(path, f"package[{index}].platform: {excerpt(package.platform)} is not in "
                              f"metadata.platforms ({', '.join(platforms)})", _REGENERATE)
-        key = (package.platform, package.manager, _normalised(package.name))
+        key = (package.platform, package.manager, entry_name_key(package))
         if key in seen:
             raise InputError(path, f"package[{index}]: {package.name} is listed twice for {package.platform} "
                              f"(also package[{seen[key][0]}])", _REGENERATE)
@@ -308,6 +308,14 @@ def _pip_url_problem(p: LockedPackage) -> Optional[str]:
 def _loose_version(version: str) -> str:
     """Separators and case aside (a wheel's file name writes `-` as `_`), the version as written."""
     return re.sub(r"[-_.]+", ".", version).lower()
+
+
+def entry_name_key(package: LockedPackage) -> str:
+    """What makes two entries of one platform and manager the same package: a conda name as written
+    (conda-forge has both `typing-extensions` and `typing_extensions`, a metapackage depending on the
+    other), a pip name PEP 503-normalised (`typing_extensions` and `Typing-Extensions` are one
+    distribution to pip)."""
+    return package.name if package.manager == "conda" else _normalised(package.name)
 
 
 def _normalised(name: str) -> str:

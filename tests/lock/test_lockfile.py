@@ -92,6 +92,21 @@ def test_an_exact_repeat_is_refused_as_conda_lock_cannot_read_it(tmp_path: Path,
                                  "package[0]) (regenerate it with `make lock`)")
 
 
+def test_conda_names_differing_in_separators_are_two_packages_pip_names_one(tmp_path: Path) -> None:
+    """conda-forge has `typing-extensions` (a metapackage) depending on `typing_extensions`, both locked
+    side by side; pip reads `cuda_bindings` and `cuda-bindings` as one distribution (PEP 503)."""
+    def twin(data: dict, manager: str, name: str) -> None:
+        entry = next(p for p in data["package"] if p["manager"] == manager and p["platform"] == "linux-64"
+                     and p["name"] == name)
+        other = name.replace("-", "_")
+        data["package"].append({**entry, "name": other, "url": entry["url"].replace(f"/{name}-", f"/{other}-")})
+
+    lock = read_lock(edited(tmp_path, lambda d: twin(d, "conda", "ca-certificates")))
+    assert {"ca-certificates", "ca_certificates"} <= {p.name for p in lock.for_platform("linux-64", "conda")}
+    with pytest.raises(InputError, match=r"cuda_bindings is listed twice for linux-64"):
+        read_lock(edited(tmp_path, lambda d: twin(d, "pip", "cuda-bindings")))
+
+
 def test_the_relock_diff_names_versions_and_for_another_wheel_of_one_version_the_files() -> None:
     from bootstrap.lock.lockfile import LockedPackage
     from bootstrap.lock.write import diff_locks
