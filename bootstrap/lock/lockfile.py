@@ -222,8 +222,8 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
             name=str(entry["name"]),
             version=str(entry["version"]),
             manager=manager,
-            platform=str(entry["platform"]),
-            url=str(entry["url"]),
+            platform=entry["platform"],
+            url=entry["url"],
             sha256=str(hashes["sha256"]).lower(),
             md5=str(hashes["md5"]).lower() if hashes.get("md5") else None,
             build=entry.get("build"),
@@ -243,11 +243,13 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
 
 
 def _refuse_numbers(path: Path, where: str, entry: dict, hashes: dict) -> None:
-    """YAML reads unquoted digits as a number (a hash of zeros becomes 0, `0123` an octal number), and
-    conda-lock refuses a number where it expects a string: so do we, before the text is lost."""
-    for key, value in (("name", entry["name"]), ("version", entry["version"]),
+    """YAML reads unquoted digits as a number (a hash of zeros becomes 0, `0123` an octal number, a
+    build `7` the number 7), and conda-lock refuses a number wherever its models say str: so do we,
+    before the text is lost (rattler's BuildString and conda-lock's writer fail on one later)."""
+    for key, value in (("name", entry["name"]), ("version", entry["version"]), ("platform", entry["platform"]),
+                       ("url", entry["url"]), ("build", entry.get("build", "")),
                        ("hash.sha256", hashes["sha256"]), ("hash.md5", hashes.get("md5", ""))):
-        if not isinstance(value, str):
+        if not isinstance(value, str) and not (key == "build" and value is None):
             raise InputError(path, f"{where}.{key}: not a quoted string (YAML read {excerpt(value)}; "
                              "conda-lock refuses it too)", _REGENERATE)
 
