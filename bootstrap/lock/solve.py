@@ -34,7 +34,7 @@ from bootstrap.lock.mirrors import Mirror
 from bootstrap.lock.pip import PipOptions, resolve_all, target_for
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
 from bootstrap.lock.variants import Variant, check_variant_platforms, variant_locks
-from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_lock
+from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_locks
 from bootstrap.project import Project
 from bootstrap.report import result
 
@@ -133,7 +133,7 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
         plans = [_solve_variant(project, env, spec, variant, vpkgs.for_variant(variant), path, options, progress)
                  for variant, path in locks
                  if not options.platforms or set(options.platforms) & set(spec.for_variant(variant).platforms)]
-        return tuple(_write_plan(plan, options) for plan in plans)
+        return _write_plans(plans, options)
 
 
 def drop_orphan_locks(project: Project, env: str, options: LockOptions) -> Tuple[DroppedLock, ...]:
@@ -208,19 +208,22 @@ def _solve(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPackages, lo
                                      counts=counts, diffs=diffs, seconds=seconds))
 
 
-def _write_plan(plan: _Plan, options: LockOptions) -> LockResult:
-    """Write one solved lock (atomically; nothing with `dry_run`)."""
+def _write_plans(plans: Sequence[_Plan], options: LockOptions) -> Tuple[LockResult, ...]:
+    """Write every variant's solved lock, or none (nothing with `dry_run`): each is rendered before
+    the first is replaced, so one that cannot be written leaves every lock as it was."""
     started = time.perf_counter()
-    lock_path = plan.result.path
-    if not options.dry_run:
+    if not options.dry_run and plans:
         try:
-            write_lock(lock_path, plan.content)
+            write_locks([(plan.result.path, plan.content) for plan in plans])
         except OSError as exc:
             if not out_of_space(exc):
                 raise
-            raise disk_full(f"writing {lock_path.name}", {"lock": lock_path.parent}, "the lock is unchanged",
+            names = ", ".join(plan.result.path.name for plan in plans)
+            outcome = "the lock is unchanged" if len(plans) == 1 else "every lock is unchanged"
+            raise disk_full(f"writing {names}", {"lock": plans[0].result.path.parent}, outcome,
                             "free space and lock again", cause=exc) from None
-    return replace(plan.result, seconds={**plan.result.seconds, "write": time.perf_counter() - started})
+    seconds = time.perf_counter() - started
+    return tuple(replace(plan.result, seconds={**plan.result.seconds, "write": seconds}) for plan in plans)
 
 
 def check_update(project: Project, envs: Sequence[str], options: LockOptions) -> None:

@@ -8,13 +8,12 @@ written; reading is `bootstrap.lock.lockfile`.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from bootstrap.fsutil import write_target
+from bootstrap.fsutil import write_target, write_together
 from bootstrap.lock.lockfile import LockedPackage
 
 
@@ -30,25 +29,24 @@ class LockContent:
     packages: tuple[LockedPackage, ...]
 
 
-def write_lock(path: Path, content: LockContent) -> None:
-    """Write `content` with conda-lock's writer, atomically (temp file + rename)."""
+def render_lock(path: Path, content: LockContent) -> bytes:
+    """The bytes conda-lock's writer makes of `content` for a lock at `path`; writes nothing there.
+    conda-lock's models validate every field here, so a bad one fails before any lock is replaced."""
     from conda_lock.lockfile import write_conda_lock_file
 
     lockfile = _to_conda_lock_model(content)
-    path = write_target(path)
-    # conda-lock prints the file's own name into the help header, so the temp
-    # file gets the real name inside a private temp directory beside the target.
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    tmp = tmp_dir / path.name
-    try:
-        write_conda_lock_file(lockfile, tmp, metadata_choices=set())
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-        tmp_dir.rmdir()
+    # conda-lock prints the file's own name into the help header, so it writes a file of that
+    # name, in a private temp directory.
+    with tempfile.TemporaryDirectory(prefix="bootstrap-lock-") as tmp:
+        rendered = Path(tmp, write_target(path).name)
+        write_conda_lock_file(lockfile, rendered, metadata_choices=set())
+        return rendered.read_bytes()
+
+
+def write_locks(contents: Sequence[tuple[Path, LockContent]]) -> None:
+    """Write every lock or none: each is rendered (and so validated) before the first is replaced,
+    and then all are replaced together (`fsutil.write_together`)."""
+    write_together([(path, render_lock(path, content)) for path, content in contents])
 
 
 def _to_conda_lock_model(content: LockContent):

@@ -367,6 +367,32 @@ def test_a_relock_whose_variant_fails_leaves_every_lock_as_it_was(example_locked
     assert before == {p: p.read_bytes() for p in project.envs_dir.glob("*.conda-lock.yml")}
 
 
+def test_a_lock_that_cannot_be_rendered_leaves_every_lock_as_it_was(example_locked: Project, tmp_path: Path,
+                                                                     fixture_channel: Path, indexes: dict,
+                                                                     monkeypatch, capsys) -> None:
+    """Every variant's lock is rendered (conda-lock's models validate it) before the first is replaced:
+    the default, rendered first, is not written beside a variant whose lock fails to render."""
+    import bootstrap.lock.write as write
+
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    spec = project.spec_path("torch")
+    spec.write_text(spec.read_text().replace("numpy>=1.26", "numpy>=1.27"))  # both locks change
+    before = {p: p.read_bytes() for p in project.envs_dir.glob("*.conda-lock.yml")}
+    model = write._to_conda_lock_model
+
+    def failing(content):
+        if content.custom.get("bootstrap.variant") == "cu126":
+            raise InputError("package[3].build", "not a string", "fix it")
+        return model(content)
+
+    monkeypatch.setattr(write, "_to_conda_lock_model", failing)
+    capsys.readouterr()
+    assert main(lock_argv(project.root, fixture_channel, indexes, "--quiet")) == 2
+    assert "package[3].build: not a string" in capsys.readouterr().err
+    assert before == {p: p.read_bytes() for p in project.envs_dir.glob("*.conda-lock.yml")}
+    assert sorted(p.name for p in project.envs_dir.iterdir() if p.name.startswith(".")) == []
+
+
 # --------------------------------------------------------------------------- the committed locks
 
 
