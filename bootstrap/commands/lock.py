@@ -116,7 +116,7 @@ def _print_check(result, root: Path) -> None:
 def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.lock.pip import PipOptions
-    from bootstrap.lock.solve import LockOptions, LockRun, check_update, drop_orphan_locks, lock_env
+    from bootstrap.lock.solve import LockOptions, LockRun, check_inputs, drop_orphan_locks, lock_env
 
     options = LockOptions(
         platforms=tuple(args.platform),
@@ -134,7 +134,7 @@ def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
         from bootstrap.install.cache import check_cache_dir
 
         check_cache_dir(options.cache_dir)
-    check_update(project, envs, options)  # every env before any is written
+    check_inputs(project, envs, options)  # every env before any is solved or written
     results, dropped = [], []
     for env in envs:
         for result in lock_env(project, env, options, notify=_to_stderr,

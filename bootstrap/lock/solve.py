@@ -121,6 +121,24 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
     written, so a variant that fails leaves every lock as it was. Two runs on one env take turns (an
     flock on the spec), so a `--platform` relock never writes over another's platforms with what it
     read before. `notify`: why the run waits; `progress`: one line as each long phase starts."""
+    spec, locks, vpkgs = _checked_inputs(project, env, options)
+    waiting = f"waiting for another `bootstrap lock` of {env} to finish"
+    with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
+        plans = [_solve_variant(project, env, spec, variant, vpkgs.for_variant(variant), path, options, progress)
+                 for variant, path in locks
+                 if not options.platforms or set(options.platforms) & set(spec.for_variant(variant).platforms)]
+        return _write_plans(plans, options)
+
+
+def check_inputs(project: Project, envs: Sequence[str], options: LockOptions) -> None:
+    """Read and check the inputs of every env (specs, variants, syntax, virtual packages, options)
+    before any is solved, so that bad input in a later env writes nothing for an earlier one."""
+    for env in envs:
+        _checked_inputs(project, env, options)
+
+
+def _checked_inputs(project: Project, env: str, options: LockOptions) -> tuple:
+    """(spec, [(variant, lock path)], virtual packages) of `env`, each checked; InputError otherwise."""
     spec = read_spec(project.spec_path(env))
     locks = variant_locks(project, env, spec, options.variants)
     check_syntax(spec, [variant for variant, _ in locks])  # before any solving
@@ -128,12 +146,7 @@ def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
     vpkgs = read_virtual_packages(project.virtual_packages_path)
     _check_platforms(spec, options.platforms)
     check_variant_platforms(env, tuple(variant for variant, _ in locks), options.platforms, bool(options.variants))
-    waiting = f"waiting for another `bootstrap lock` of {env} to finish"
-    with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
-        plans = [_solve_variant(project, env, spec, variant, vpkgs.for_variant(variant), path, options, progress)
-                 for variant, path in locks
-                 if not options.platforms or set(options.platforms) & set(spec.for_variant(variant).platforms)]
-        return _write_plans(plans, options)
+    return spec, locks, vpkgs
 
 
 def drop_orphan_locks(project: Project, env: str, options: LockOptions) -> Tuple[DroppedLock, ...]:

@@ -169,6 +169,19 @@ def test_check_names_a_syntax_error_before_the_lock(root: Path, capsys, case: st
     assert err.startswith("error: ") and err.count("\n") == 1 and phrase in err, err
 
 
+def test_bad_syntax_in_a_later_env_writes_no_lock_for_an_earlier_one(root: Path, fixture_channel: Path,
+                                                                      wheelhouse: Path, capsys) -> None:
+    """Every env's spec, variants and syntax are checked before the first env is solved."""
+    write_spec(root, name="py39", conda=("python=3.10.*", "pip", "torchlike>=>1"))
+    before = files(root)
+    assert main(["lock", "--root", str(root), "--quiet", "--cache-dir", str(root / ".cache"),
+                 "--mirror", f"conda-forge={fixture_channel}", "--pip-find-links", str(wheelhouse),
+                 "--pip-no-index", "--pip-offline"]) == 2
+    out, err = capsys.readouterr()
+    assert "envs/py39.yml: dependencies: 'torchlike>=>1' is not a valid conda match spec" in err
+    assert err.count("\n") == 1 and out == "" and files(root) == before
+
+
 def test_debug_shows_the_traceback(root: Path, wheelhouse: Path) -> None:
     done = bootstrap("--debug", "lock", "--platform", "linux-s390x", cwd=root)
     assert done.returncode != 0
