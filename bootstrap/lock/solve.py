@@ -146,13 +146,30 @@ def _checked_inputs(project: Project, env: str, options: LockOptions) -> tuple:
     vpkgs = read_virtual_packages(project.virtual_packages_path)
     _check_platforms(spec, options.platforms)
     check_variant_platforms(env, tuple(variant for variant, _ in locks), options.platforms, bool(options.variants))
+    for variant, path in locks if options.platforms else ():
+        _check_kept_variant(project, env, variant, path)
     return spec, locks, vpkgs
+
+
+def _check_kept_variant(project: Project, env: str, variant: Optional[Variant], lock_path: Path) -> None:
+    """A `--platform` relock keeps the other platforms' records of the lock at `lock_path`: refused
+    when that lock holds another variant (the variants were reordered or renamed), whose records
+    would be kept under this variant's name."""
+    old = _read_old_lock(lock_path, project.root)
+    held, name = (old.custom.get(META_VARIANT, "") if old else ""), (variant.name if variant else "")
+    if old is not None and held != name:
+        holds = f"variant {held}" if held else "no variant"
+        wanted = f"variant {name}" if name else "the spec's only build"
+        raise InputError(lock_path, f"holds {holds}, not {wanted} (variants reordered or renamed): --platform would "
+                         "keep its other platforms' records under the wrong name",
+                         f"relock every platform: `bootstrap lock {env}` without --platform")
 
 
 def drop_orphan_locks(project: Project, env: str, options: LockOptions) -> Tuple[DroppedLock, ...]:
     """Delete the locks `orphan_locks` finds, so that no stale lock of a removed variant, or of one
-    that became the default, lingers beside the others (only listed with `dry_run`; kept with `--variant`)."""
-    if options.variants:
+    that became the default, lingers beside the others (only listed with `dry_run`; kept with `--variant`
+    or `--platform`)."""
+    if options.variants or options.platforms:  # a partial relock: the orphan may hold what it did not relock
         return ()
     dropped = []
     for name, path, why in orphan_locks(project, env, read_spec(project.spec_path(env))):

@@ -541,3 +541,34 @@ def test_the_lock_of_a_variant_made_the_default_is_an_orphan(example_locked: Pro
     assert ("torch [cu126]: envs/torch.cu126.conda-lock.yml is stale (1 problem); relock with `make lock`\n"
             "  *: variant: cu126 is now the default variant, locked in torch.conda-lock.yml; `make lock` deletes "
             "this lock") in capsys.readouterr().out
+
+
+def test_a_platform_relock_after_reordering_variants_is_refused(example_locked: Project, tmp_path: Path,
+                                                                fixture_channel: Path, indexes: dict,
+                                                                capsys) -> None:
+    """The env's lock holds cpu, now that cu126 moved first: `--platform` would keep cpu's other
+    platforms as cu126's, and delete cu126's own lock, which held its only good records."""
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    spec = project.spec_path("torch")
+    data = yaml.safe_load(spec.read_text())
+    data["variants"].sort(key=lambda v: v["name"] != "cu126")
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = {p: p.read_bytes() for p in project.envs_dir.iterdir()}
+    capsys.readouterr()
+    assert main(lock_argv(project.root, fixture_channel, indexes, "--quiet", "--platform", "linux-64")) == 2
+    assert capsys.readouterr().err == (
+        f"error: {project.lock_path('torch')}: holds variant cpu, not variant cu126 (variants reordered or renamed): "
+        "--platform would keep its other platforms' records under the wrong name (relock every platform: "
+        "`bootstrap lock torch` without --platform)\n")
+    assert before == {p: p.read_bytes() for p in project.envs_dir.iterdir()}
+
+
+def test_a_platform_relock_keeps_the_lock_of_a_dropped_variant(example_locked: Project, tmp_path: Path,
+                                                               fixture_channel: Path, indexes: dict,
+                                                               capsys) -> None:
+    """A relock of some platforms leaves the others as they were: an orphan lock too, for a full relock."""
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    orphan = project.variant_lock_path("torch", "cu126")
+    _without_variant(project, "cu126")
+    assert main(lock_argv(project.root, fixture_channel, indexes, "--quiet", "--platform", "linux-64")) == 0
+    assert "deleted" not in capsys.readouterr().out and orphan.exists()
