@@ -175,7 +175,7 @@ def read_spec(path: Path) -> EnvSpec:
         if platform not in KNOWN_PLATFORMS:
             raise InputError(path, f"platforms: unknown platform {excerpt(platform)}",
                              f"use one of {', '.join(KNOWN_PLATFORMS)}")
-    conda, pip = _dependencies(path, data.get("dependencies"))
+    conda, pip = _dependencies(path, data.get("dependencies"), tuple(channels))
     indexes = read_indexes(path, data.get("pip-indexes"))
     variants = read_variants(path, data.get("variants"), tuple(platforms), indexes, tuple(pip))
     return EnvSpec(path, name, tuple(channels), tuple(platforms), tuple(conda), tuple(pip), indexes, variants)
@@ -233,7 +233,7 @@ def _channel_syntax_ok(channel: str) -> bool:
     return bool(parts.netloc) if parts.scheme != "file" else bool(parts.path.strip("/"))
 
 
-def _dependencies(path: Path, deps: Any) -> tuple[list[str], list[str]]:
+def _dependencies(path: Path, deps: Any, channels: tuple[str, ...]) -> tuple[list[str], list[str]]:
     if not isinstance(deps, list) or not deps:
         raise InputError(path, "dependencies: must be a non-empty list", "list at least `python=3.10.*` and `pip`")
     conda: list[str] = []
@@ -241,6 +241,7 @@ def _dependencies(path: Path, deps: Any) -> tuple[list[str], list[str]]:
     for index, item in enumerate(deps):
         where = f"dependencies[{index}]"
         if isinstance(item, str) and item.strip():
+            _check_dependency_channel(path, where, item.strip(), channels)
             conda.append(item.strip())
         elif isinstance(item, dict) and list(item) == ["pip"]:
             pip.extend(_pip_section(path, where, item["pip"]))
@@ -256,6 +257,32 @@ def _dependencies(path: Path, deps: Any) -> tuple[list[str], list[str]]:
     if pip and "python" not in names:
         raise InputError(path, "dependencies: a pip: section needs `python`", "add e.g. `- python=3.10.*`")
     return conda, pip
+
+
+# The channel a conda match spec names: `channel::name` (up to the first `::`: the channel may be a
+# URL) or `name[channel=...]`.
+_SPEC_CHANNEL = re.compile(r"^(?P<prefix>\S+?)::|\[[^\]]*\bchannel\s*=\s*['\"]?(?P<bracket>[^'\",\]\s]+)")
+
+
+def _check_dependency_channel(path: Path, where: str, text: str, channels: tuple[str, ...]) -> None:
+    """A conda dependency that names its channel names one of `channels:` (where the channel rules
+    hold), without credentials: the solve takes its packages from `channels:` only, and an export
+    that kept `pytorch::x` would take them from a channel the spec refuses."""
+    if has_credentials(text):
+        raise InputError(path, f"{where}: {excerpt(scrub_credentials(text), 200)} carries credentials",
+                         "keep secrets out of specs: use ~/.netrc, or a --mirror URL on the command line")
+    match = _SPEC_CHANNEL.search(text)
+    if match is None:
+        return
+    named = match.group("prefix") or match.group("bracket")
+    channel = named.rstrip("/")
+    head, _, subdir = channel.rpartition("/")
+    if head and (subdir in KNOWN_PLATFORMS or subdir == "noarch"):  # `conda-forge/linux-64::x`
+        channel = head
+    if canonical_channel(channel) not in {canonical_channel(c) for c in channels}:
+        raise InputError(path, f"{where}: {excerpt(text)} names the channel {excerpt(named)}, which is not among "
+                         f"channels: ({', '.join(channels)})",
+                         "drop the channel from the dependency, or name one listed under channels:")
 
 
 def _pip_section(path: Path, where: str, items: Any) -> list[str]:

@@ -57,6 +57,32 @@ def test_channel_qualified_python_and_pip_count_for_the_pip_section(tmp_path: Pa
     assert spec.pip == ("torch==2.10.*",)
 
 
+@pytest.mark.parametrize("dependency", ["conda-forge::pip", "https://conda.anaconda.org/conda-forge::pip",
+                                        "conda-forge/linux-64::pip", "pip[channel=conda-forge]"])
+def test_a_dependency_may_name_a_channel_of_the_spec(tmp_path: Path, dependency: str) -> None:
+    assert dependency in read_spec(write(tmp_path, GOOD.replace("- pip\n", f"- {dependency}\n", 1))).conda
+
+
+@pytest.mark.parametrize(("dependency", "shown"), [
+    ("pytorch::pip", "'pytorch::pip' names the channel 'pytorch'"),
+    ("nvidia/linux-64::pip", "'nvidia/linux-64::pip' names the channel 'nvidia/linux-64'"),
+    ("conda-forge/label/dev::pip", "names the channel 'conda-forge/label/dev'"),
+    ("pip[channel=pytorch]", "'pip[channel=pytorch]' names the channel 'pytorch'"),
+    ("https://user:hunter2@host/ch::pip", "'https://host/ch::pip' carries credentials"),
+    ("https://conda.anaconda.org/t/TK-SECRET/conda-forge::pip", "carries credentials"),
+])
+def test_a_dependency_naming_another_channel_or_credentials_is_refused(tmp_path: Path, dependency: str,
+                                                                        shown: str) -> None:
+    """The solve takes every package from `channels:`, where the channel rules hold (no pytorch, no
+    nvidia, no credentials): `pytorch::x` was solved from conda-forge and exported without its channel."""
+    path = write(tmp_path, GOOD.replace("- pip\n", f"- {dependency}\n", 1))
+    with pytest.raises(InputError) as caught:
+        read_spec(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: dependencies[1]: ") and shown in message, message
+    assert "hunter2" not in message and "TK-SECRET" not in message and "\n" not in message
+
+
 @pytest.mark.parametrize(
     "text, field, fix",
     [
@@ -200,11 +226,12 @@ def test_a_bad_value_is_quoted_as_a_short_excerpt(tmp_path: Path) -> None:
     for _ in range(7):
         bomb = [bomb] * 10
     with pytest.raises(InputError) as info:
-        _dependencies(tmp_path / "demo.yml", [bomb, "python=3.10.*"])
+        _dependencies(tmp_path / "demo.yml", [bomb, "python=3.10.*"], ("conda-forge",))
     assert "dependencies[0]: expected a conda spec string or a `pip:` list, got [[[" in str(info.value)
     assert len(info.value.problem) < 150
     with pytest.raises(InputError) as info:
-        _dependencies(tmp_path / "demo.yml", ["python=3.10.*", {"pip": ["x" * 100_000, ["y"] * 100_000]}])
+        _dependencies(tmp_path / "demo.yml", ["python=3.10.*", {"pip": ["x" * 100_000, ["y"] * 100_000]}],
+                      ("conda-forge",))
     assert len(info.value.problem) < 150
 
 
