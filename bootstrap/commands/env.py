@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     )
     with progress_feedback(sys.stderr.isatty(), quiet=args.json) as feedback:
         result = create_or_update(options, feedback)
-    stale = None if args.lock is not None else spec_changed_since(project, env, options.lock_path)
+    stale = None if args.lock is not None else spec_changed_since(project, env, options.lock_path, platform)
     if stale is not None:
         result = dataclasses.replace(result, notes=(*result.notes, stale))
     if args.json:

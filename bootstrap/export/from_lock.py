@@ -16,8 +16,8 @@ from bootstrap.errors import InputError
 from bootstrap.export.portable import ExportOptions, check_options, chosen_platforms, portable_from_lock
 from bootstrap.export.render import HEADER_MARK, render_environment_yml, render_explicit
 from bootstrap.export.result import ExportResult
-from bootstrap.lock.content_hash import inputs_digest
-from bootstrap.lock.lockfile import META_INPUTS, Lock, read_lock
+from bootstrap.lock.content_hash import trusted_platforms
+from bootstrap.lock.lockfile import Lock, read_lock
 from bootstrap.lock.spec import EnvSpec, read_spec
 from bootstrap.project import Project, refuse_input
 
@@ -95,8 +95,8 @@ def _check_fresh(project: Project, env: str, spec: EnvSpec, lock: Lock) -> List[
 
         result = next(r for r in check_env(project, env) if r.lock_path == lock.path)
     except ImportError as exc:
-        vpkgs = project.virtual_packages_path
-        if vpkgs.exists() and lock.custom.get(META_INPUTS) == inputs_digest(spec.path, vpkgs, lock.content_hash):
+        vpkgs, default = project.virtual_packages_path, spec.variants[0].name if spec.variants else ""
+        if vpkgs.exists() and trusted_platforms(spec.path, vpkgs, lock, default) == set(lock.platforms):
             return []  # spec and virtual packages (as parsed) identical to those the lock was made from
         missing = exc.name or "conda-lock"
         return [f"{spec.path.name} changed since {lock.path.name} was written and {missing} is not installed "

@@ -13,7 +13,7 @@ Pixi-style static checks plus conda-lock's content hash:
 * a pip requirement whose marker is false on a platform (`colorama;
   sys_platform == 'win32'` on linux-64) asks nothing there;
 * the content hash is the one conda-lock computes for the spec and the
-  virtual packages (memoised: see `content_hash.inputs_digest`).
+  virtual packages (memoised: see `content_hash.inputs_digests`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from bootstrap.errors import InputError
 from bootstrap.lock.conda import match_specs
-from bootstrap.lock.content_hash import conda_lock_accepts_hash, inputs_digest
+from bootstrap.lock.content_hash import conda_lock_accepts_hash, trusted_platforms
 from bootstrap.lock.lockfile import (
-    META_INPUTS,
     META_TORCH_INDEX,
     META_VARIANT,
     Lock,
@@ -170,15 +169,15 @@ def static_staleness(spec: EnvSpec, lock: Lock) -> list[Stale]:
 
 
 def hash_staleness(spec: EnvSpec, vpkgs: VirtualPackages, lock: Lock) -> list[Stale]:
-    """Compare the lock's content_hash with conda-lock's, per platform."""
-    variant = spec.variant.name if spec.variant else ""
-    if lock.custom.get(META_INPUTS) == inputs_digest(spec.path, vpkgs.path, lock.content_hash, variant):
-        return []  # inputs (as parsed) identical to those the recorded hashes were computed from
+    """Compare the lock's content_hash with conda-lock's, per platform; a platform whose inputs (as
+    parsed) are those its recorded hash was computed from is trusted without conda-lock."""
+    trusted = trusted_platforms(spec.path, vpkgs.path, lock, spec.variant.name if spec.variant else "")
     return [
         Stale(platform, "content_hash",
               f"does not match {spec.path.name} + {vpkgs.path.name} (conda-lock --check-input-hash would relock)")
         for platform in lock.platforms
-        if not conda_lock_accepts_hash(spec, vpkgs, platform, lock.content_hash.get(platform, ""))
+        if platform not in trusted
+        and not conda_lock_accepts_hash(spec, vpkgs, platform, lock.content_hash.get(platform, ""))
     ]
 
 

@@ -17,61 +17,107 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
 from bootstrap.errors import InputError
-from bootstrap.lock.lockfile import META_INPUTS, META_VARIANT, read_lock
+from bootstrap.lock.lockfile import META_INPUTS, META_VARIANT, Lock, read_lock
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
+from bootstrap.lock.variants import PYPI
 from bootstrap.lock.yamlfile import load_yaml
 
 if TYPE_CHECKING:
     from bootstrap.project import Project
 
 
-def inputs_digest(spec_path: Path, virtual_packages_path: Path, content_hash: Mapping[str, str],
-                  variant: str = "") -> str:
-    """sha256 binding the inputs' parsed content to the content hashes computed from them.
+def inputs_digests(spec_path: Path, virtual_packages_path: Path, content_hash: Mapping[str, str],
+                   variant: str = "") -> dict[str, str]:
+    """Per platform of `content_hash`, a sha256 binding what that platform's hash is computed from,
+    as parsed, to the hash: `{"linux-64": "9f2c..."}`, recorded in the lock (`inputs_key`).
 
     conda-lock's content hash needs conda-lock, a heavy import, to recompute.
-    This digest lets `lock --check` skip that when the inputs say what they
-    said when the hashes were computed. It covers the parsed YAML, not the
-    bytes: a comment, whitespace or a reordered mapping key changes nothing
-    that is locked, and must not cost the slow path on every run until a
-    relock. Any other edit (a list reordered included: channel order is
-    priority) or a hand-edited hash changes the digest, and the check falls
-    back to conda-lock's own function, which stays the authority.
+    These digests let `lock --check` (and `env`'s note that a relock is due)
+    skip that when the inputs say what they said when the hashes were
+    computed. They cover the parsed YAML, not the bytes: a comment,
+    whitespace or a reordered mapping key changes nothing that is locked, and
+    must not cost the slow path on every run until a relock. Any other edit (a
+    list reordered included: channel order is priority) or a hand-edited hash
+    changes the digest, and the check falls back to conda-lock's own function,
+    which stays the authority.
+
+    Each covers only what its lock and platform are computed from: the spec
+    without the other variants (nor the indexes only they use), and that
+    platform's virtual packages; so editing one variant leaves another's lock
+    trusted, and a `--platform` relock keeps the digests of the platforms it
+    keeps, beside new ones for those it solved.
     """
-    digest = hashlib.sha256()
-    for path in (spec_path, virtual_packages_path):
-        digest.update(hashlib.sha256(normalised_yaml(path)).digest())
-    digest.update(json.dumps(dict(content_hash), sort_keys=True).encode())
-    if variant:  # one spec, several locks: a variant's lock copied over another's is not fresh
-        digest.update(f"variant={variant}".encode())
-    return digest.hexdigest()
+    spec = hashlib.sha256(_canonical_json(_variant_part(load_yaml(spec_path), variant))).digest()
+    machines = load_yaml(virtual_packages_path)
+    subdirs = machines.get("subdirs") if isinstance(machines, dict) else None
+    out = {}
+    for platform, value in content_hash.items():
+        digest = hashlib.sha256(spec)
+        subdir = subdirs.get(platform) if isinstance(subdirs, dict) else None
+        digest.update(hashlib.sha256(_canonical_json([platform, subdir, value])).digest())
+        if variant:  # one spec, several locks: a variant's lock copied over another's is not fresh
+            digest.update(f"variant={variant}".encode())
+        out[platform] = digest.hexdigest()
+    return out
 
 
-def spec_changed_since(project: Project, env: str, lock_path: Path) -> Optional[str]:
-    """A note when the env's spec (or the virtual packages) no longer says what it said when bootstrap
-    wrote `lock_path`, or None. Installing still follows the lock, which is what reproduces; the note
-    says a relock is due. Only the recorded digest is compared (no conda-lock import): a lock conda-lock
-    wrote, which records none, and a spec that cannot be read get no note here (`lock --check` says more)."""
+def inputs_key(platform: str) -> str:
+    """The lock's custom_metadata key of `platform`'s inputs digest."""
+    return f"{META_INPUTS}.{platform}"
+
+
+def recorded_digests(lock: Lock) -> dict[str, str]:
+    """The inputs digests the lock records, by platform (none for a lock conda-lock wrote)."""
+    return {p: lock.custom[inputs_key(p)] for p in lock.platforms if inputs_key(p) in lock.custom}
+
+
+def trusted_platforms(spec_path: Path, virtual_packages_path: Path, lock: Lock, variant: str) -> set[str]:
+    """The platforms whose recorded content hash was computed, for `variant`, from the inputs as they are now."""
+    recorded = recorded_digests(lock)
+    if not recorded:
+        return set()
+    current = inputs_digests(spec_path, virtual_packages_path, lock.content_hash, variant)
+    return {p for p, value in recorded.items() if current.get(p) == value}
+
+
+def _variant_part(data: Any, variant: str) -> Any:
+    """The spec's data that `variant`'s lock is computed from: its own entry of `variants:`, and of
+    `pip-indexes:` the default index and its own."""
+    if not variant or not isinstance(data, dict) or not isinstance(data.get("variants"), list):
+        return data
+    own = [v for v in data["variants"] if isinstance(v, dict) and v.get("name") == variant]
+    part = {**data, "variants": own}
+    if isinstance(data.get("pip-indexes"), dict):
+        index = own[0].get("index") if own else None
+        part["pip-indexes"] = {k: v for k, v in data["pip-indexes"].items() if k in (PYPI, index)}
+    return part
+
+
+def spec_changed_since(project: Project, env: str, lock_path: Path, platform: str) -> Optional[str]:
+    """A note when the env's spec (or the virtual packages) no longer says what `platform`'s part of
+    `lock_path` was locked from, or None: what `lock --check` finds for that platform's content hash
+    where the lock records its inputs. Installing still follows the lock, which is what reproduces;
+    the note says a relock is due. Only the recorded digests are compared (no conda-lock import): a
+    lock conda-lock wrote, which records none, and a spec that cannot be read get no note here
+    (`lock --check` says more)."""
     try:
         lock = read_lock(lock_path)
-        recorded = lock.custom.get(META_INPUTS)
-        if not recorded:
+        if platform not in recorded_digests(lock):
             return None
         spec_path = project.spec_path(env)
-        digest = inputs_digest(spec_path, project.virtual_packages_path, lock.content_hash,
-                               lock.custom.get(META_VARIANT, ""))
+        if platform in trusted_platforms(spec_path, project.virtual_packages_path, lock,
+                                         lock.custom.get(META_VARIANT, "")):
+            return None
     except (InputError, OSError):
-        return None
-    if digest == recorded:
         return None
     return (f"{spec_path.name} or {project.virtual_packages_path.name} changed since {lock_path.name} was "
             "locked: this installs the lock as it is; `make lock` takes the change")
 
 
-def normalised_yaml(path: Path) -> bytes:
-    """The YAML file's data as canonical JSON: mapping keys sorted, lists in order, each scalar
-    tagged with its type (`1` and `"1"` stay apart), comments and layout gone."""
-    return json.dumps(_canonical(load_yaml(path)), separators=(",", ":")).encode()
+def _canonical_json(data: Any) -> bytes:
+    """YAML data as canonical JSON: mapping keys sorted, lists in order, each scalar tagged with its
+    type (`1` and `"1"` stay apart), comments and layout gone."""
+    return json.dumps(_canonical(data), separators=(",", ":")).encode()
 
 
 def _canonical(value: Any) -> Any:

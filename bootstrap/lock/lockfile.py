@@ -23,6 +23,8 @@ from bootstrap.urls import has_credentials, has_query, plain_url, scrub_credenti
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
 META_VERSION = "bootstrap.version"
 META_MIRRORS = "bootstrap.mirrors"
+# `bootstrap.inputs-sha256.<platform>`: a digest of what that platform's content hash was computed from
+# (`content_hash.inputs_digests`); `bootstrap.inputs-sha256` alone, one for the whole lock, is older.
 META_INPUTS = "bootstrap.inputs-sha256"
 META_TORCH_INDEX = "bootstrap.torch-index"  # the URL the variant's torch family came from (absent: the default)
 _REGENERATE = "regenerate it with `make lock`"
@@ -117,9 +119,10 @@ def _parse(path: Path, text: str) -> Lock:
     custom = _strings(path, "metadata.custom_metadata", meta.get("custom_metadata") or {})
     if META_VARIANT in custom:
         _word(path, f"metadata.custom_metadata.{META_VARIANT}", custom[META_VARIANT])
-    if META_INPUTS in custom and not re.fullmatch("[0-9a-f]{64}", custom[META_INPUTS]):
-        raise InputError(path, f"metadata.custom_metadata.{META_INPUTS}: {excerpt(custom[META_INPUTS])} is not "
-                         "64 hex digits", _REGENERATE)
+    for key in (k for k in custom if k == META_INPUTS or k.startswith(f"{META_INPUTS}.")):
+        if not re.fullmatch("[0-9a-f]{64}", custom[key]):
+            raise InputError(path, f"metadata.custom_metadata.{key}: {excerpt(custom[key])} is not 64 hex digits",
+                             _REGENERATE)
     sources = _list(path, meta, "sources")
     if not all(isinstance(s, str) for s in sources):
         raise InputError(path, "metadata.sources: every entry must be a file name", _REGENERATE)

@@ -19,9 +19,8 @@ from bootstrap.errors import BootstrapError, InputError, SolveError, in_variant
 from bootstrap.fsutil import disk_full, flocked, out_of_space, write_target
 from bootstrap.lock.check import check_syntax, orphan_locks
 from bootstrap.lock.conda import solve_conda, to_locked
-from bootstrap.lock.content_hash import conda_lock_content_hashes, inputs_digest
+from bootstrap.lock.content_hash import conda_lock_content_hashes, inputs_digests, inputs_key, recorded_digests
 from bootstrap.lock.lockfile import (
-    META_INPUTS,
     META_MIRRORS,
     META_TORCH_INDEX,
     META_VARIANT,
@@ -338,16 +337,19 @@ def _kept_from(old: Optional[Lock], spec: EnvSpec, solved: tuple[str, ...]) -> l
 def _content(spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path, packages: list[LockedPackage],
              old: Optional[Lock], solved: tuple[str, ...], options: LockOptions) -> LockContent:
     """The lock's metadata. A platform kept from the old lock (`--platform`) keeps its old
-    content_hash, so `lock --check` still sees it stale if the inputs moved since; and the
-    inputs digest, which vouches that every hash was computed from these inputs, is written
-    only when that is so."""
+    content_hash, so `lock --check` still sees it stale if the inputs moved since, and its old
+    inputs digest, which vouches for that hash (a platform solved now gets a new one)."""
     computed = {p: value for p, value in conda_lock_content_hashes(spec, vpkgs).items() if p in spec.platforms}
     kept = {p: old.content_hash.get(p, "") for p in spec.platforms if p not in solved and old and p in old.platforms}
     content_hash = {p: computed[p] if p in solved else kept[p] for p in spec.platforms if p in solved or p in kept}
     custom = {META_VERSION: __version__}
     variant = spec.variant.name if spec.variant else ""
-    if content_hash == computed:
-        custom[META_INPUTS] = inputs_digest(spec.path, vpkgs.path, content_hash, variant)
+    fresh = inputs_digests(spec.path, vpkgs.path, {p: computed[p] for p in solved}, variant)
+    recorded = recorded_digests(old) if old else {}
+    for platform in content_hash:
+        digest = fresh.get(platform) or recorded.get(platform)
+        if digest:
+            custom[inputs_key(platform)] = digest
     if variant:
         custom[META_VARIANT] = variant
     if spec.torch_index:

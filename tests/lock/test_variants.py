@@ -572,3 +572,37 @@ def test_a_platform_relock_keeps_the_lock_of_a_dropped_variant(example_locked: P
     _without_variant(project, "cu126")
     assert main(lock_argv(project.root, fixture_channel, indexes, "--quiet", "--platform", "linux-64")) == 0
     assert "deleted" not in capsys.readouterr().out and orphan.exists()
+
+
+def _note_and_check(project: Project, variant: str, platform: str) -> tuple:
+    """What `env`'s note says for one platform of a variant's lock, and what `lock --check` says of it."""
+    from bootstrap.lock.check import check_env
+    from bootstrap.lock.content_hash import spec_changed_since
+
+    (result,) = check_env(project, "torch", (platform,), (variant,))
+    note = spec_changed_since(project, "torch", result.lock_path, platform)
+    return note is not None, any(s.subject == "content_hash" for s in result.stale)
+
+
+def test_the_note_on_a_variant_lock_agrees_with_check_when_another_variant_changes(example_locked: Project,
+                                                                                  tmp_path: Path) -> None:
+    """Each lock's inputs digest covers its own variant's part of the spec: editing cu126 leaves the
+    cpu lock trusted by `lock --check` and by `env`'s note alike."""
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    spec = project.spec_path("torch")
+    spec.write_text(spec.read_text().replace('{__cuda: "12.6"}', '{__cuda: "12.7"}'))
+    assert _note_and_check(project, "cpu", "linux-64") == (False, False)
+    assert _note_and_check(project, "cu126", "linux-64") == (True, True)
+
+
+def test_the_note_after_a_platform_relock_agrees_with_check(example_locked: Project, tmp_path: Path,
+                                                           fixture_channel: Path, indexes: dict) -> None:
+    """A `--platform` relock records the inputs of the platforms it solved, and keeps those of the
+    platforms it kept: the note appears on a kept platform the spec has moved on from, as `--check` says."""
+    project = Project(shutil.copytree(example_locked.root, tmp_path / "proj"))
+    spec = project.spec_path("torch")
+    spec.write_text(spec.read_text().replace("numpy>=1.26", "numpy>=1.25"))
+    assert main(lock_argv(project.root, fixture_channel, indexes, "--quiet", "--variant", "cpu",
+                          "--platform", "linux-64")) == 0
+    assert _note_and_check(project, "cpu", "linux-64") == (False, False)
+    assert _note_and_check(project, "cpu", "osx-arm64") == (True, True)
