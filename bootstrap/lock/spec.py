@@ -32,12 +32,13 @@ from bootstrap.lock.spec_text import check_spec_text
 from bootstrap.lock.variants import META_VARIANT, PYPI, Variant, effective_pip, read_indexes, read_variants
 from bootstrap.lock.yamlfile import load_yaml, read_text
 from bootstrap.platforms import KNOWN_PLATFORMS
-from bootstrap.urls import has_credentials, scrub_credentials
+from bootstrap.urls import has_credentials, has_query, plain_url, scrub_credentials
 
 SPEC_KEYS = ("name", "channels", "platforms", "dependencies", "pip-indexes", "variants")
 _VIRTUAL_VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z_]+)*")  # "2.28", "12.8", "14.0", "0"
 ANACONDA_ORG = "https://conda.anaconda.org"
 _CHANNEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S+")  # a `name @ URL` requirement's URL, up to a blank
 _ENV_NAME = re.compile(r"[^/\\\s:#]+")  # what `conda create -n` accepts (no /, space, :, #)
 
 # Channels teams must not mix in: Anaconda's `defaults` (licence terms and a
@@ -301,6 +302,10 @@ def _pip_section(path: Path, where: str, items: Any) -> list[str]:
         if has_credentials(item):  # a `name @ URL` would carry them into the lock and the export
             raise InputError(path, f"{where}.pip[{index}]: {excerpt(scrub_credentials(item.strip()), 200)} "
                              "carries credentials", "keep secrets out of specs: use ~/.netrc")
+        url = _URL.search(item)
+        if url and has_query(url.group()):  # where a signed URL keeps its token; a lock holds plain URLs
+            raise InputError(path, f"{where}.pip[{index}]: the URL {excerpt(plain_url(url.group()), 200)} has a "
+                             "query or fragment (?... or #...)", "give the wheel's plain URL; secrets go in ~/.netrc")
         out.append(item.strip())
     return out
 

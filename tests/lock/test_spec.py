@@ -108,6 +108,11 @@ def test_a_dependency_naming_another_channel_or_credentials_is_refused(tmp_path:
         (GOOD.replace("torch==2.10.*", "torch @ https://u:hunter2@wheels.example/torch-2.10.0-cp310-none-any.whl"),
          "dependencies[2].pip[0]: 'torch @ https://wheels.example/torch-2.10.0-cp310-none-any.whl' carries credentials",
          "~/.netrc"),
+        (GOOD.replace("torch==2.10.*", "torch @ https://wheels.example/torch-2.10.0-py3-none-any.whl?token=hunter2"),
+         "dependencies[2].pip[0]: the URL 'https://wheels.example/torch-2.10.0-py3-none-any.whl' has a query or "
+         "fragment", "give the wheel's plain URL"),
+        (GOOD.replace("torch==2.10.*", "torch @ https://wheels.example/torch-2.10.0-py3-none-any.whl#hunter2 ; "
+                      "sys_platform == 'linux'"), "has a query or fragment", "~/.netrc"),
     ],
 )
 def test_bad_spec_names_field_and_fix(tmp_path: Path, text: str, field: str, fix: str) -> None:
