@@ -147,11 +147,15 @@ def refuse_input(path: Union[str, "os.PathLike[str]"], flag: str,
                  inputs: Optional[Mapping[Path, str]] = None) -> None:
     """InputError when writing `path` (through a symlink) would replace a file commands read: one of
     `inputs` (path -> what it is, "the lock this export is made from"), or a lock, spec or virtual
-    packages file of the project `path` lies in. Every output option checks it, so a slip of the
-    shell (`--save-facts conda-lock.yml`) loses nothing."""
-    if not os.path.isfile(path):
-        return  # a new file replaces nothing; a FIFO or /dev/stdout is written to, never replaced
+    packages file of the project `path` lies in; or, new or not, a .yml file in its envs/ folder,
+    which every verb would read as a spec. Every output option checks it, so a slip of the shell
+    (`--save-facts conda-lock.yml`, `cd envs && bootstrap export`) loses nothing."""
     real = Path(os.path.realpath(path))
-    for source, what in [*(inputs or {}).items(), *project_files(find_root(real.parent)).items()]:
-        if os.path.isfile(source) and os.path.samefile(real, source):
-            raise InputError(path, f"is {what}", f"give {flag} another file")
+    if os.path.isfile(path):  # a new file replaces nothing; a FIFO or /dev/stdout is written to, never replaced
+        for source, what in [*(inputs or {}).items(), *project_files(find_root(real.parent)).items()]:
+            if os.path.isfile(source) and os.path.samefile(real, source):
+                raise InputError(path, f"is {what}", f"give {flag} another file")
+    if real.suffix in (".yml", ".yaml") and real.parent == Project(find_root(real.parent)).envs_dir.resolve():
+        # every verb reads each envs/*.yml as an env's spec: a new one there breaks them all
+        raise InputError(path, "is in the project's envs/ folder, where every .yml file is read as an env spec",
+                         f"give {flag} a file outside envs/, e.g. environment.yml at the project's top")

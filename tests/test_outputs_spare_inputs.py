@@ -75,6 +75,18 @@ def test_export_refuses_another_envs_spec(project: Path, capsys):
     assert snapshot(project) == before
 
 
+@pytest.mark.parametrize(("cwd", "argv"), [("envs", ["export"]), (".", ["export", "-o", "envs/team.yaml"]),
+                                           (".", ["doctor", "--save-facts", "envs/facts.yml"])])
+def test_no_output_lands_in_envs_as_a_new_spec(project: Path, capsys, cwd: str, argv: list):
+    """A new envs/*.yml is read as an env spec by every verb: `cd envs && bootstrap export` broke them all."""
+    os.chdir(project / cwd)
+    before = snapshot(project)
+    assert main(argv) == 2
+    err = one_line_error(capsys)
+    assert "is in the project's envs/ folder, where every .yml file is read as an env spec" in err
+    assert snapshot(project) == before
+
+
 def test_the_lock_doctor_judges_is_refused_outside_a_project(tmp_path: Path, capsys):
     lock = tmp_path / "team.lock.yml"
     shutil.copy(REPO / "conda-lock.yml", lock)
