@@ -10,7 +10,7 @@ own models is `bootstrap.lock.write`; conda-lock's content hash is
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 from urllib.parse import unquote, urlsplit
@@ -49,7 +49,7 @@ class LockedPackage:
     md5: Optional[str] = None
     build: Optional[str] = None
     dependencies: Mapping[str, str] = field(default_factory=dict)
-    category: str = "main"
+    categories: tuple[str, ...] = ("main",)  # conda-lock's v1 files list an entry once per category
 
     @property
     def filename(self) -> str:
@@ -139,9 +139,11 @@ def _parse(path: Path, text: str) -> Lock:
 
 
 def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[LockedPackage, ...]:
-    """Each entry checked; one entry per (platform, manager, `entry_name_key`), an exact repeat
-    refused too (conda-lock's own reader fails on it: `conda-lock render` stops with an
-    AssertionError); every locked platform with at least one package."""
+    """Each entry checked; one entry per (platform, manager, `entry_name_key`), but for entries
+    identical except for their category, which conda-lock writes for a package of several categories
+    and reads as one package of them all; an exact repeat refused too (conda-lock's own reader fails
+    on it: `conda-lock render` stops with an AssertionError); every locked platform with at least one
+    package."""
     seen: dict = {}
     for index, entry in enumerate(entries):
         _refuse_credentials(path, f"package[{index}].url", entry.get("url") if isinstance(entry, dict) else None)
@@ -151,8 +153,13 @@ def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[Lo
                              f"metadata.platforms ({', '.join(platforms)})", _REGENERATE)
         key = (package.platform, package.manager, entry_name_key(package))
         if key in seen:
-            raise InputError(path, f"package[{index}]: {package.name} is listed twice for {package.platform} "
-                             f"(also package[{seen[key][0]}])", _REGENERATE)
+            first, known = seen[key]
+            if replace(package, categories=known.categories) != known or package.categories[0] in known.categories:
+                raise InputError(path, f"package[{index}]: {package.name} is listed twice for {package.platform} "
+                                 f"(also package[{first}])", _REGENERATE)
+            # conda-lock's multi-category format: one entry per category, identical but for it
+            package = replace(known, categories=tuple(sorted({*known.categories, *package.categories})))
+            index = first
         seen[key] = (index, package)
     empty = [p for p in platforms if not any(key[0] == p for key in seen)]
     if empty:
@@ -231,7 +238,7 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
             md5=str(hashes["md5"]).lower() if hashes.get("md5") else None,
             build=entry.get("build"),
             dependencies=dependencies,
-            category=entry.get("category", "main"),
+            categories=(entry.get("category", "main"),),
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise InputError(path, f"{where}: missing or malformed field {exc}", _REGENERATE) from None

@@ -63,7 +63,7 @@ def _to_conda_lock_model(content: LockContent):
             url=p.url,
             hash=HashModel(md5=p.md5, sha256=p.sha256) if p.md5 else HashModel(sha256=p.sha256),
             build=p.build,
-            categories={p.category},
+            categories=set(p.categories),
         )
         for p in content.packages
     ]

@@ -111,6 +111,24 @@ def test_conda_names_differing_in_separators_are_two_packages_pip_names_one(tmp_
         read_lock(edited(tmp_path, lambda d: twin(d, "pip", "cuda-bindings")))
 
 
+def test_conda_locks_one_entry_per_category_reads_as_one_package_of_both(tmp_path: Path) -> None:
+    """conda-lock writes a package of `main` and `dev` as two entries identical but for `category`
+    (its own reader merges them): read as one, and written back as conda-lock wrote it."""
+    from bootstrap.lock.write import LockContent, render_lock
+
+    path = edited(tmp_path, lambda d: duplicate(d, category="dev", optional=True))
+    lock = read_lock(path)
+    assert lock.packages[0].categories == ("dev", "main") and len(lock.packages) == len(COMMITTED["package"])
+    content = LockContent(lock.channels, lock.platforms, lock.sources, lock.content_hash, lock.custom, lock.packages)
+    rendered = yaml.safe_load(render_lock(path, content))
+    assert sorted(p["category"] for p in rendered["package"] if p["name"] == "_libgcc_mutex") == ["dev", "main"]
+    with pytest.raises(InputError, match=r"_libgcc_mutex is listed twice for linux-64 \(also package\[0\]\)"):
+        read_lock(edited(tmp_path, lambda d: [duplicate(d, category="dev"), duplicate(d, category="dev")]))
+    with pytest.raises(InputError, match="listed twice"):  # another record, not the same one in another category
+        read_lock(edited(tmp_path, lambda d: duplicate(d, category="dev", version="0.2",
+                                                       url=first(d)["url"].replace("0.1", "0.2"))))
+
+
 def test_the_relock_diff_names_versions_and_for_another_wheel_of_one_version_the_files() -> None:
     from bootstrap.lock.lockfile import LockedPackage
     from bootstrap.lock.write import diff_locks
