@@ -218,9 +218,11 @@ def _dry_run_change(layout: gens.Layout, entries: list, feedback: Feedback) -> O
 
 
 def _recorded(lock: Lock, options: EnvOptions) -> bool:
-    """Whether the env's install record says it was made from this lock (its content hash)."""
+    """Whether the env's install record says it was made from this lock: its content hash, at this
+    path (a relock may delete the lock a record names, leaving the same records in another)."""
     record = read_install_record(options.prefix) if options.prefix.exists() else None
-    return record is not None and record.content_hash == lock.content_hash.get(options.platform, "")
+    return (record is not None and record.content_hash == lock.content_hash.get(options.platform, "")
+            and record.lock_path == str(options.lock_path))
 
 
 def check_runs_here(platform: str) -> None:

@@ -1217,6 +1217,16 @@ def test_a_new_lock_with_the_same_packages_does_not_copy_the_env(project: Projec
     assert read_install_record(prefix).content_hash == new_hash
 
 
+def test_the_same_lock_at_another_path_refreshes_the_record(project: Project, channel: Path) -> None:
+    """A relock that deletes the lock a record names (a variant made the default) leaves its records
+    in another lock: the env is up to date, and its record names the lock it is now installed from."""
+    assert main(env_args(project, str(channel))) == 0
+    prefix, moved = prefix_of(project), project.root / "moved.conda-lock.yml"
+    shutil.copy(project.lock_path("py310"), moved)
+    assert main(env_args(project, str(channel), "--lock", str(moved))) == 0
+    assert os.readlink(prefix).endswith("/1") and read_install_record(prefix).lock_path == str(moved)
+
+
 @pytest.mark.parametrize("long_path", [False, True], ids=["short-shebang", "sh-exec-shebang"])
 def test_pip_entry_points_run_through_the_stable_path(tmp_path: Path, channel: Path, long_path: bool) -> None:
     """uv writes the generation's python into scripts; they must name the stable path.
