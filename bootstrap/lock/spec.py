@@ -150,7 +150,6 @@ def read_spec(path: Path) -> EnvSpec:
     """Parse and structurally validate one env spec file."""
     text = read_text(path)
     data = load_yaml(path, text)
-    check_spec_text(path, text)  # what conda-lock reads line by line before it parses the YAML
     if not isinstance(data, dict):
         raise InputError(path, "expected a mapping with name, channels, platforms, dependencies")
     unknown = sorted(set(map(str, data)) - set(SPEC_KEYS))
@@ -176,6 +175,7 @@ def read_spec(path: Path) -> EnvSpec:
         if platform not in KNOWN_PLATFORMS:
             raise InputError(path, f"platforms: unknown platform {excerpt(platform)}",
                              f"use one of {', '.join(KNOWN_PLATFORMS)}")
+    check_spec_text(path, text, tuple(platforms))  # what conda-lock reads line by line before it parses the YAML
     conda, pip = _dependencies(path, data.get("dependencies"), tuple(channels))
     indexes = read_indexes(path, data.get("pip-indexes"))
     variants = read_variants(path, data.get("variants"), tuple(platforms), indexes, tuple(pip))

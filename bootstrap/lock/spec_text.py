@@ -4,10 +4,11 @@ conda-lock does not only parse a spec as YAML: for each platform it first
 drops the lines that end in a platform selector it does not match
 (`- cudatoolkit  # [linux]`, conda-build's preprocessing selectors), with a
 regular expression whose time grows with the square of a run of blanks and
-with the number of `#` times the line's length. bootstrap solves every
-dependency for every platform, so a selector would make conda-lock's content
-hash disagree with the lock; and a requirement followed by 100,000 spaces
-would keep conda-lock busy for minutes (what `lock` and `lock --check`
+with the number of `#` times the line's length (comment lines it skips
+first). bootstrap solves every dependency for every platform, so a selector
+that drops a line on some platform of the spec would make conda-lock's
+content hash disagree with the lock; and a requirement followed by 100,000
+spaces would keep conda-lock busy for minutes (what `lock` and `lock --check`
 compute the hash with). Both are refused here in one line naming the file
 and line: a line longer than any real one, and lines whose blanks and `#`
 would cost conda-lock's pattern more than a real spec's by far.
@@ -28,13 +29,22 @@ MAX_SELECTOR_STEPS = 1_000_000
 _BLANKS = re.compile(r"\s+")  # conda-lock's `\s*`, which it tries again from every position of a run
 
 
-def check_spec_text(path: Path, text: str) -> None:
-    """Refuse a line longer than MAX_LINE_CHARS, or one conda-lock reads as carrying a selector."""
+# The selectors conda-lock's `filter_platform_selectors` keeps a line for, by platform.
+_SELECTED_BY = {
+    "linux-64": {"linux64", "unix", "linux"}, "linux-aarch64": {"aarch64", "unix", "linux"},
+    "linux-ppc64le": {"ppc64le", "unix", "linux"}, "osx-64": {"osx64", "osx", "unix"},
+    "osx-arm64": {"arm64", "osx", "unix"}, "win-64": {"win", "win64"},
+}
+
+
+def check_spec_text(path: Path, text: str, platforms: tuple[str, ...]) -> None:
+    """Refuse a line longer than MAX_LINE_CHARS that conda-lock's pattern reads (a comment line it
+    skips), or one whose selector drops it on some of `platforms` (the spec's)."""
     if text.startswith("\ufeff"):
         text = text[1:]
     steps = 0
     for number, line in enumerate(text.splitlines(), 1):  # conda-lock's own split
-        if len(line) > MAX_LINE_CHARS:
+        if len(line) > MAX_LINE_CHARS and not line.lstrip().startswith("#"):
             raise InputError(path, f"line {number}: {len(line)} characters long (at most {MAX_LINE_CHARS})",
                              "a spec line holds one dependency: drop the spaces or comment after it")
         steps += _selector_steps(line)
@@ -44,9 +54,9 @@ def check_spec_text(path: Path, text: str) -> None:
                              "drop the spaces and comments after the dependencies")
     for number, line in enumerate(text.splitlines(), 1):
         selector = platform_selector(line)
-        if selector is not None:
+        if selector is not None and not all(selector in _SELECTED_BY.get(p, ()) for p in platforms):
             raise InputError(path, f"line {number}: conda-lock reads {excerpt('[' + selector + ']')} at its end as a "
-                             "platform selector, which bootstrap does not apply",
+                             f"platform selector, which drops the line on some of {', '.join(platforms)}",
                              "remove it: every dependency is locked for every platform of the spec; a pip "
                              "requirement may take a marker instead, `; sys_platform == \"linux\"`")
 

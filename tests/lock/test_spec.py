@@ -279,9 +279,24 @@ def test_a_conda_lock_platform_selector_is_refused(tmp_path: Path, edit: str, li
     with pytest.raises(InputError) as caught:
         read_spec(path)
     assert str(caught.value) == (
-        f"{path}: line {line}: conda-lock reads '[{selector}]' at its end as a platform selector, which bootstrap "
-        "does not apply (remove it: every dependency is locked for every platform of the spec; a pip requirement "
-        "may take a marker instead, `; sys_platform == \"linux\"`)")
+        f"{path}: line {line}: conda-lock reads '[{selector}]' at its end as a platform selector, which drops the "
+        "line on some of linux-64, win-64 (remove it: every dependency is locked for every platform of the spec; a "
+        "pip requirement may take a marker instead, `; sys_platform == \"linux\"`)")
+
+
+@pytest.mark.parametrize(("platforms", "selector"), [("[linux-64]", "linux"), ("[linux-64, osx-arm64]", "unix"),
+                                                     ("[win-64]", "win")])
+def test_a_selector_that_keeps_the_line_on_every_platform_of_the_spec_is_read(tmp_path: Path, platforms: str,
+                                                                              selector: str) -> None:
+    """conda-lock keeps such a line wherever the spec is locked, so it hashes what bootstrap locks."""
+    text = GOOD.replace("[linux-64, win-64]", platforms).replace("  - pip\n", f"  - pip  # [{selector}]\n")
+    assert read_spec(write(tmp_path, text)).conda == ("python=3.10.*", "pip")
+
+
+def test_a_long_comment_line_is_read(tmp_path: Path) -> None:
+    """conda-lock skips a comment line before its pattern sees it: its length costs nothing."""
+    comment = "# " + "why " * 1000
+    assert read_spec(write(tmp_path, GOOD.replace("  - pip\n", f"  - pip\n{comment}\n"))).conda[1] == "pip"
 
 
 @pytest.mark.parametrize("comment", ["# [linux] a whole comment line", "  # see [1]", "# (x) [y] (z)"])
