@@ -139,9 +139,9 @@ VALID = {
     "lock-package.0.optional:deleted", "lock-package.0.optional:bool", "lock-metadata.channels.0:deleted",
     "lock-metadata.channels.0.used_env_vars:deleted", "lock-metadata.sources.0:deleted",
     "lock-metadata.custom_metadata:deleted", "lock-metadata.custom_metadata:null",
-    *(f"lock-metadata.content_hash.{p}:deleted" for p in ("linux-64", "osx-arm64", "win-64")),
-    *(f"lock-metadata.custom_metadata.bootstrap.{k}:deleted" for k in ("inputs-sha256", "mirrors", "variant",
-                                                                         "version")),
+    *(f"lock-metadata.{k}.{p}:deleted" for p in ("linux-64", "osx-arm64", "win-64")
+      for k in ("content_hash", "custom_metadata.bootstrap.inputs-sha256")),
+    *(f"lock-metadata.custom_metadata.bootstrap.{k}:deleted" for k in ("mirrors", "variant", "version")),
 }
 CASES = _cases()
 READERS = {"spec": read_spec, "lock": read_lock, "vpkgs": read_virtual_packages}
