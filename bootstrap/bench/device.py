@@ -8,6 +8,7 @@ host<->device copies (`nvidia-smi` has no equivalent; nccl-tests and
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -144,6 +145,8 @@ class Trainer:
         except StepFailed:
             raise
         except Exception as exc:  # noqa: BLE001 (the user's step or model may raise anything)
+            if raised_by_worker_watch(exc):
+                raise
             raise StepFailed(exc, batch) from exc
 
     def _run(self, prepared: Any) -> None:
@@ -173,6 +176,19 @@ class Trainer:
     def step(self, batch: Any) -> None:
         self._guarded(lambda b: self.run(self.prepare(b, self.config.non_blocking)), batch)
 
+
+
+def raised_by_worker_watch(exc: BaseException) -> bool:
+    """Whether `exc` is torch's news of a DataLoader worker that died, raised by its SIGCHLD handler in
+    whatever this process was running when the signal came: a step in the middle of the run, often."""
+    from torch.utils.data._utils import signal_handling
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    return os.path.normcase(tb.tb_frame.f_code.co_filename) == os.path.normcase(signal_handling.__file__)
 
 
 def matmul_tflops(device: Device, deadline: float) -> Tuple[Optional[float], str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import re
+import signal
 import time
 import warnings
 from typing import Any, Iterator, List, Optional, Tuple
@@ -81,7 +82,15 @@ class BatchStream:
         return batch
 
     def _pull(self) -> Tuple[Any, Optional[int]]:
-        batch = next(self._iterator)
+        try:
+            batch = next(self._iterator)
+        except StopIteration:
+            raise
+        except Exception as exc:
+            death = worker_death(self._iterator)
+            if death is None:
+                raise
+            raise RuntimeError(death) from exc
         lengths = getattr(getattr(self.loader, "batch_sampler", None), "lengths", None)
         return batch, (lengths.popleft() if lengths else None)
 
@@ -154,6 +163,25 @@ _SHM_SIGNS = ("shared memory", "(shm)", "/dev/shm", "Bus error", "No space left 
 _STOP_SIGNS = ("killed by signal: Terminated", "killed by signal: Interrupt")
 
 
+def worker_death(iterator: Any) -> Optional[str]:
+    """torch's own words for a worker of `iterator` that has died, from its real exit code; None while
+    every worker lives. A worker found dead while the main process waited for a batch is told as 'exited
+    unexpectedly' whatever ended it: one a signal killed (the OOM killer's SIGKILL) is a failed config,
+    one that exited by itself is the dataset's doing, and only the exit code tells them apart."""
+    for worker in getattr(iterator, "_workers", None) or ():  # torch's own list of processes
+        code = worker.exitcode  # reaps a dead worker, as torch's own `is_alive` check does
+        if code is None:
+            continue
+        if code < 0:
+            try:
+                name = signal.strsignal(-code) or f"signal {-code}"
+            except ValueError:
+                name = f"signal {-code}"
+            return f"DataLoader worker (pid {worker.pid}) is killed by signal: {name}."
+        return f"DataLoader worker (pid(s) {worker.pid}) exited unexpectedly with exit code {code}"
+    return None
+
+
 def sample_failure(exc: BaseException, workers: int) -> Optional[str]:
     """The dataset's own error in one line ('ValueError: corrupt JPEG') when `exc` came from loading
     samples: raised in the main process, or re-raised from a worker (torch quotes the worker's
@@ -195,5 +223,7 @@ def worker_failure(exc: BaseException) -> str:
         return "terminated"
     if any(sign in text for sign in _SHM_SIGNS):
         return f"{SHM_FAILURE}: {last}"
+    if "killed by signal: Killed" in text:
+        return f"{last} (SIGKILL: the OOM killer's, when memory runs out; `dmesg` names what it killed)"
     return last
 
