@@ -46,6 +46,9 @@ def set_up(state: RunState) -> None:
     state.host = collect_host_facts()
     state.cpus = options.cpus or state.host.cpus_usable or 1
     state.model_name, model_reason = resolve_model_name(spec.model, state.device.type)
+    if not state.device.is_accelerator:
+        # Before the first batch and step are timed: they price the phases, which run with these threads.
+        _share_cpus_with_workers(state, torch)
     if options.user is not None:
         model_reason = _set_up_user(state, model_reason)
     else:
@@ -74,8 +77,6 @@ def set_up(state: RunState) -> None:
         "model": state.model_name, "model_reason": model_reason, "batch_mib": state.batch_bytes / MIB,
         "rank": dict(state.rank),
     }
-    if not state.device.is_accelerator:
-        _share_cpus_with_workers(state, torch)
     _notes_on_the_host(state)
 
 
@@ -103,7 +104,6 @@ def _share_cpus_with_workers(state: RunState, torch: Any) -> None:
     # can take 30x its time. Give the step half the CPUs and leave the rest to the workers.
     state.saved_torch_threads = torch.get_num_threads()
     torch.set_num_threads(max(1, state.cpus // 2))
-    state.device_info["torch_threads"] = torch.get_num_threads()
     state.notes.append(f"host run (CPU): the training step uses {torch.get_num_threads()} torch thread(s) "
                        f"(torch.set_num_threads) and the loader workers share the rest of the {state.cpus} CPUs; "
                        "the two contend for cores, so the CPU ceiling and tuned rate are host sizing figures, "

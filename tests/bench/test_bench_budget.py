@@ -101,6 +101,34 @@ def test_a_loader_s_slow_start_prices_the_later_ones_and_stays_out_of_its_window
     assert measured.seconds < 1.0, measured
 
 
+def test_the_step_is_priced_with_the_torch_threads_the_phases_give_it():
+    """On the host the step gets half the CPUs' threads beside the workers; priced with all of them, on a
+    busy host, its OpenMP threads spin against the other load and the price comes out many times too high."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from bootstrap.bench.startup import clean_up, set_up
+    from bootstrap.bench.state import new_state
+    from bootstrap.bench.user import UserWorkload
+
+    threads = []
+
+    def step(model, batch, device):
+        threads.append(torch.get_num_threads())
+
+    dataset = TensorDataset(torch.zeros(8, 3, 8, 8), torch.zeros(8, dtype=torch.long))
+    state = new_state(BenchOptions(workload=WorkloadSpec(batch_size=4), budget_s=60, device="cpu", cpus=2,
+                                   user=UserWorkload(dataset, step=step)))
+    saved = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        set_up(state)
+    finally:
+        clean_up(state)
+        torch.set_num_threads(saved)
+    assert threads == [1, 1]  # the first step and the one that prices the phases
+
+
 def test_each_phase_gets_its_least_first_then_a_share_of_the_rest():
     later = [("naive", 0.1, 2.0), ("tune", 0.6, 10.0), ("tuned", 0.3, 5.0)]
     assert phase_budget_s("naive", 37.0, later) == pytest.approx(2.0 + 20.0 * 0.1)
