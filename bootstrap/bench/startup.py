@@ -147,11 +147,12 @@ def _sample_batch(state: RunState, decode_only: Any) -> None:
 
 
 def _set_up_user(state: RunState, model_reason: str) -> str:
-    """The user's dataset, collate, model and step (`user.resolve`: one batch made here, so a dataset that
+    """The user's dataset, collate, model and step (`parts.resolve`: one batch made here, so a dataset that
     cannot feed the run fails now, in one line), then one training step on that batch. Returns what the
     report says of the model."""
     from bootstrap.bench.batch import own_batch_counter, tensors
-    from bootstrap.bench.user import is_stream, resolve
+    from bootstrap.bench.parts import resolve
+    from bootstrap.bench.user import is_stream
 
     user, spec = state.options.user, state.workload
     parts = resolve(user, spec.loader_batch_size, spec.seed)

@@ -59,9 +59,9 @@ class RunState:
     cpus: int = 1
     model_name: str = ""
     store: Any = None                        # workloads.MemoryStore / files / packed
-    dataset: Any = None                      # workloads.SyntheticImages, or the user's (user.resolve)
+    dataset: Any = None                      # workloads.SyntheticImages, or the user's (parts.resolve)
     collate_fn: Any = None                   # the user's --collate, else DataLoader's default
-    user_parts: Any = None                   # user.UserParts when the run measures the user's workload
+    user_parts: Any = None                   # parts.UserParts when the run measures the user's workload
     sample_batch: Optional[Tuple[Any, Any]] = None  # the first batch: the ceiling's when the loader phase kept none
     ceiling_batches: List[Any] = field(default_factory=list)  # batches the loader phase loaded, for the ceiling
     samples_in: Optional[Callable[[Any], int]] = None  # samples in a batch it did not size (own_batch_counter)

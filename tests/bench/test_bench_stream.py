@@ -153,7 +153,8 @@ def test_a_slow_to_open_stream_is_priced_by_its_batches_not_its_opening() -> Non
     import torch
     from torch.utils.data import IterableDataset
 
-    from bootstrap.bench.user import UserWorkload, resolve
+    from bootstrap.bench.parts import resolve
+    from bootstrap.bench.user import UserWorkload
 
     class SlowToOpen(IterableDataset):
         def __iter__(self):
