@@ -86,25 +86,41 @@ def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> Use
         # mount, a database cursor), once a pass rather than once a batch.
         batches = iter(DataLoader(dataset, collate_fn=collating, **loader_kwargs(dataset, batch_size, seed, sampling)))
         timed = [time.perf_counter()]
-        first = next(batches, None)
+        first = next(batches, _END)
         timed.append(time.perf_counter())
-        second = next(batches, None) if first is not None and is_stream(dataset) else None
+        second = next(batches, _END) if first is not _END and is_stream(dataset) else _END
         timed.append(time.perf_counter())
     except BaseException as exc:  # noqa: BLE001 (the user's __getitem__ or collate; sys.exit too)
         if passes_through(exc) or isinstance(exc, InputError):  # InputError: the sampler's (`sampling.Checked`)
             raise
         raise InputError(where, *_first_batch_failure(user, exc, collating.raised, batch_size is None)) from None
-    if first is None and sampling.sampler is not None:  # a map-style dataset long enough for one batch
+    if first is None:
+        raise InputError(*_none_batch(user, where, collate_where))
+    if first is _END and sampling.sampler is not None:  # a map-style dataset long enough for one batch
         raise InputError(sampling.sampler.where, f"drew fewer indices than one batch ({batch_size})",
                          f"draw at least one batch, or give a smaller {option_name('batch_size', not named)}")
-    if first is None:  # only a stream can end before its first batch: a map-style one was measured
+    if first is _END:  # only a stream can end before its first batch: a map-style one was measured
         if batch_size is None:
             raise InputError(where, "the stream ended before its first batch", "point it at more data")
         raise InputError(where, f"the stream ended before one batch ({batch_size} samples)",
                          f"point it at more data, or give a smaller {option_name('batch_size', not named)}")
-    batch_s = timed[2] - timed[1] if second is not None else timed[1] - timed[0]
+    batch_s = timed[2] - timed[1] if second is not _END else timed[1] - timed[0]
     return UserParts(dataset, collate_fn, model_factory, step_fn, first, batch_s,
                      _first_batch_samples(first, batch_size, sampling, where, user), sampling)
+
+
+_END = object()  # what `next` gives past the last batch: None is a batch, a collate function's mistake
+
+
+def _none_batch(user: UserWorkload, where: str, collate_where: str) -> Tuple[str, str, str]:
+    """(who, problem, fix) for a first batch that is None: the collate function returned it, or, with
+    none, the dataset yielded it as a whole batch (`default_convert` passes None on; `default_collate`
+    never makes one)."""
+    if user.collate is not None:
+        return collate_where, "returned None for the first batch", \
+            "return the batch: a tensor, or a tuple, list or dict of tensors"
+    return where, "yielded None as a whole batch (read with no collate function)", \
+        "yield the batch: a tensor, or a tuple, list or dict of tensors"
 
 
 def _first_batch_samples(first: Any, batch_size: Optional[int], sampling: Sampling, where: str,

@@ -230,6 +230,24 @@ def test_a_batch_of_dicts_is_counted_by_its_first_tensor(clean_imports, tmp_path
     assert parts.samples == ROWS and tuple(parts.first_batch["pixels"].shape) == (ROWS, 3, 16, 16)
 
 
+class _NoneBatches:
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        return None
+
+
+def test_a_dataset_that_yields_none_as_a_batch_is_told_so_not_that_it_ended() -> None:
+    """Read whole, None passes default_convert as it is: a batch of None, not the end of the batches."""
+    from bootstrap.bench.parts import resolve
+    from bootstrap.bench.user import UserWorkload
+    from bootstrap.errors import InputError
+
+    with pytest.raises(InputError, match=r"^dataset _NoneBatches: yielded None as a whole batch "):
+        resolve(UserWorkload(dataset=_NoneBatches()), None)
+
+
 @pytest.mark.parametrize(("argv", "where", "says"), [
     (["--batched"], "--batched:", "only applies to your own dataset"),
     (["--dataset", "user_batches_bad:make", "--batched", "--batch-size", "8"], "--batch-size:", "drop one of them"),

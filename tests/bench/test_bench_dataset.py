@@ -315,6 +315,9 @@ BAD_DATASETS = textwrap.dedent('''
     def failing_step(model, batch, device):
         raise ValueError("expected a dict batch")
 
+    def collate_none(samples):
+        return None
+
     def not_a_module():
         return 5
 
@@ -346,6 +349,8 @@ BAD_DATASETS = textwrap.dedent('''
      "could not load one batch: RuntimeError: stack expects each tensor to be equal size"),
     (["--dataset", "bad_inputs:ragged", "--collate", "bad_inputs:value"], "--collate bad_inputs:value",
      "is a int, not a callable"),
+    (["--dataset", "bad_inputs:good", "--collate", "bad_inputs:collate_none"], "--collate bad_inputs:collate_none",
+     "returned None for the first batch (return the batch: a tensor, "),
     (["--dataset", "bad_inputs:words"], "the built-in step (tiny) on --dataset bad_inputs:words",
      "failed on the first batch: AttributeError: 'tuple' object has no attribute 'to'"),
     (["--dataset", "bad_inputs:good", "--step", "bad_inputs:failing_step"],
