@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple
 
 FLOOR_STEPS = 3          # window.WindowPlan.floor_steps
-# Workers' start-up before any was measured: a forked worker shares the parent's memory and imports
+# One worker's start-up before any was measured: a forked worker shares the parent's memory and imports
 # nothing; a spawned one (forkserver: its server, once) starts a fresh interpreter that imports torch.
 FORKED_START_S = 0.1
 SPAWNED_START_S = 1.0
@@ -39,24 +39,31 @@ class Costs:
     cpu_s_per_sample: float      # c: the same in CPU time
     cpus: int = 1
     step_s: float = 0.0          # one training step on a resident batch (0 until measured)
-    startup_s: float = FORKED_START_S  # workers' start-up before the first batch, for up to `cpus` workers
+    startup_s: float = FORKED_START_S  # workers' start-up before the first batch, for `startup_workers` workers
+    startup_workers: int = 1     # the most workers a loader measured so far started (1 for the guess)
 
     @property
     def batch_s(self) -> float:
         return self.batch_size * self.wall_s_per_sample
 
     def startup_for(self, workers: int) -> float:
-        """Seconds `workers` workers take to start: workers start together, so past the CPUs they queue
-        for cores (a spawned worker imports torch and the dataset's modules afresh)."""
-        return 0.0 if workers <= 0 else self.startup_s * max(1.0, workers / max(1, self.cpus))
+        """Seconds `workers` workers take to start: what the most workers measured took, and in proportion
+        past them. The parent starts its workers one by one, and a spawned worker imports torch and the
+        dataset's modules afresh, all of them at once on a host whose CPUs are busy: more workers than
+        were measured cannot be assumed to start in the same time, whatever the CPU count."""
+        return 0.0 if workers <= 0 else self.startup_s * max(1.0, workers / self.startup_workers)
 
     def learn_startup(self, workers: int, first_batch_s: float) -> "Costs":
         """These costs with the start-up a loader of `workers` workers showed (its first batch's wait
-        beyond one batch's load), when slower than the price so far: a price must not run short."""
+        beyond one batch's load): the slowest start-up seen, priced for the most workers seen. A price
+        never runs short of a start-up measured with as many workers or fewer."""
         if workers <= 0:
             return self
-        seen = max(0.0, first_batch_s - self.batch_s) / max(1.0, workers / max(1, self.cpus))
-        return replace(self, startup_s=seen) if seen > self.startup_s else self
+        seen = max(0.0, first_batch_s - self.batch_s)
+        learned = (max(seen, self.startup_s), max(workers, self.startup_workers))
+        if learned == (self.startup_s, self.startup_workers):
+            return self
+        return replace(self, startup_s=learned[0], startup_workers=learned[1])
 
     @property
     def cpu_bound(self) -> bool:

@@ -36,24 +36,29 @@ def test_costs_of_a_measurement():
     assert cpu.window_s(2) == pytest.approx(4.0)                      # workers: four batch latencies
     assert cpu.window_s(0) == pytest.approx(3 * 1.2)                  # the main process: three steps
     assert cpu.least_s(0) == pytest.approx(1.0 + 0.2 + 3.6)           # first batch, one step on it, the window
-    assert cpu.least_s(2) == pytest.approx(1.1 + (2 * 0.2 + 0.5) + 4.0)
+    assert cpu.least_s(2) == pytest.approx(1.2 + (2 * 0.2 + 0.5) + 4.0)    # two workers start: 0.1 s each
     io = Costs(batch_size=10, wall_s_per_sample=0.1, cpu_s_per_sample=0.001, cpus=2, step_s=0.05)
     assert io.period_s(8) == pytest.approx(1.0 / 8)                   # sleeping workers are not capped by CPUs
     assert io.period_s(100) == pytest.approx(0.05)                    # never faster than the step
 
 
-def test_worker_start_up_is_learned_from_the_first_batch_and_priced_per_cpu():
+def test_worker_start_up_is_learned_from_the_first_batch_and_priced_per_worker():
     """Spawned workers import torch afresh, together, queueing for the CPUs: what a loader's first batch
-    waited beyond one batch's load prices every later loader, more for more workers than CPUs."""
+    waited beyond one batch's load prices every later loader, in proportion past the most workers seen,
+    even within the CPU count (on a busy host 2 spawned workers took 3x one worker's start-up)."""
     c = Costs(batch_size=10, wall_s_per_sample=0.01, cpu_s_per_sample=0.01, cpus=2, step_s=0.1,
               startup_s=startup_guess_s("spawn"))
     assert startup_guess_s("fork") < startup_guess_s("forkserver") == c.startup_s
     assert c.startup_for(0) == 0.0 and c.startup_for(8) == pytest.approx(4 * c.startup_for(2))
-    learned = c.learn_startup(4, first_batch_s=6.1)  # 4 workers on 2 CPUs: 3 s a CPU's worth of workers
-    assert learned.startup_s == pytest.approx(3.0)
-    assert learned.least_s(8) - c.least_s(8) == pytest.approx(4 * (3.0 - c.startup_s))
+    one = c.learn_startup(1, first_batch_s=1.6)  # one worker: 1.5 s
+    assert one.startup_for(1) == pytest.approx(1.5) and one.startup_for(2) == pytest.approx(3.0)
+    learned = one.learn_startup(4, first_batch_s=6.1)  # 4 workers: 6 s
+    assert (learned.startup_s, learned.startup_workers) == (pytest.approx(6.0), 4)
+    assert learned.least_s(8) - c.least_s(8) == pytest.approx(2 * 6.0 - 8 * c.startup_s)
     assert learned.learn_startup(1, first_batch_s=0.2) is learned  # a faster start never lowers the price
     assert learned.learn_startup(0, first_batch_s=60.0) is learned  # no workers: nothing started
+    quick = one.learn_startup(8, first_batch_s=1.1)  # 8 workers started in 1 s: priced from 8, not 1
+    assert quick.startup_for(8) == pytest.approx(1.5) and quick.startup_for(16) == pytest.approx(3.0)
 
 
 class SlowStart:
@@ -143,7 +148,7 @@ def test_search_and_tuned_least_and_the_advice():
     c = Costs(batch_size=8, wall_s_per_sample=0.05, cpu_s_per_sample=0.001, cpus=2, step_s=0.01)
     window = c.window_s(4)  # 4 batch latencies = 1.6 s
     assert search_s(c, (0, 1, 2, 4), reserve=1, overhead_s=0.3) == pytest.approx(5 * (window * 1.4 + 0.3))
-    assert tuned_s(c, 4, 3) == pytest.approx(c.batch_s + 2 * c.startup_s + window / 3 + 3 * window)  # 4 on 2 CPUs
+    assert tuned_s(c, 4, 3) == pytest.approx(c.batch_s + 4 * c.startup_s + window / 3 + 3 * window)  # 4 workers
     assert advised_budget_s(41.0) == 50.0 and advised_budget_s(45.0) == 50.0 and advised_budget_s(46.0) == 55.0
     ledger = Ledger()
     ledger.skip("tune", "w=4", 2.25)
