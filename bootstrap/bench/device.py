@@ -80,6 +80,14 @@ class StepFailed(Exception):
         return f"the training step raised {type(self.error).__name__}"
 
 
+class NotALoss(TypeError):
+    """The user's step returned what is no loss tensor: bench calls `backward()` on what it returns."""
+
+
+class NoParameters(ValueError):
+    """The model has no parameters, so nothing for the step's backward pass and update to train."""
+
+
 class Trainer:
     """One model + SGD optimizer; `step` is a full forward/backward/update on one batch.
 
@@ -108,7 +116,9 @@ class Trainer:
         if config.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model.train()
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        parameters = list(self.model.parameters())
+        # A step that returns None updates the model itself: it may train one without parameters.
+        self.optimizer = torch.optim.SGD(parameters, lr=0.01, momentum=0.9) if parameters else None
         self.amp_dtype = getattr(torch, config.amp_dtype) if config.amp_dtype else None
 
     def to_device(self, images: Any, labels: Any, non_blocking: bool) -> Tuple[Any, Any]:
@@ -153,11 +163,13 @@ class Trainer:
         if self.step_fn is None:
             self.step_on_device(*prepared)
             return
+        import torch
+
         loss = self.step_fn(self.model, prepared, self.device.torch_device)
         if loss is not None:
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            if not isinstance(loss, torch.Tensor):
+                raise NotALoss(f"returned a {type(loss).__name__}, not a loss tensor")
+            self._update(loss)
         if self.step_s:
             time.sleep(self.step_s)
 
@@ -167,11 +179,16 @@ class Trainer:
 
         with torch.autocast(device_type=self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
             loss = F.cross_entropy(self.model(images), labels)
+        self._update(loss)
+        if self.step_s:
+            time.sleep(self.step_s)
+
+    def _update(self, loss: Any) -> None:
+        if self.optimizer is None:
+            raise NoParameters("the model has no parameters to train")
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        if self.step_s:
-            time.sleep(self.step_s)
 
     def step(self, batch: Any) -> None:
         self._guarded(lambda b: self.run(self.prepare(b, self.config.non_blocking)), batch)

@@ -52,8 +52,16 @@ def check_function_pickles(where: str, function: Any) -> None:
         lines = str(exc).strip().splitlines()  # pickle's own message: the object's name, not the user's text
         error = f"{type(exc).__name__}: {lines[0][:ERROR_CHARS]}" if lines else type(exc).__name__
         raise InputError(where, f"cannot be sent to DataLoader workers started by {method}: {error}",
-                         "define it with def at a module's top level: a lambda or a nested function does not "
-                         "pickle") from None
+                         _pickling_fix(function)) from None
+
+
+def _pickling_fix(function: Any) -> str:
+    """How to make `function` pickle, by what it is: pickle sends a function by its module and name, which
+    a lambda or a nested function lacks; an object (a class with `__call__`, a partial) with its attributes."""
+    if isinstance(function, types.FunctionType):
+        return "define it with def at a module's top level: a lambda or a nested function does not pickle"
+    return (f"the {type(function).__name__} object is sent with what it holds: keep what does not pickle (a lock, "
+            "an open file, a lambda) out of its attributes, or drop it in __getstate__ and remake it on use")
 
 
 def main_reference(value: Any) -> Optional[str]:

@@ -203,7 +203,7 @@ def _first_user_step(state: RunState) -> None:
     """Build the model and run one step on the first batch: a batch the model or step cannot take is
     one line naming the step, not a traceback from the middle of the run."""
     from bootstrap.bench.device import StepFailed
-    from bootstrap.bench.trials import builtin_step_fix, step_where, trainer_for
+    from bootstrap.bench.trials import builtin_step_fix, step_error_fix, step_where, trainer_for
     from bootstrap.bench.user import describe_error, passes_through
 
     user = state.options.user
@@ -216,7 +216,9 @@ def _first_user_step(state: RunState) -> None:
             raise
         if isinstance(exc, StepFailed):
             exc = exc.error
-        fix = "" if user.step is not None else builtin_step_fix(state, state.sample_batch)
+        fix = step_error_fix(state, exc)
+        if not fix and user.step is None:
+            fix = builtin_step_fix(state, state.sample_batch)
         raise InputError(step_where(state), f"failed on the first batch: {describe_error(exc)}", fix) from None
 
 

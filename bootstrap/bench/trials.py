@@ -13,7 +13,8 @@ from dataclasses import replace
 from typing import Any, Callable, Optional, Tuple
 
 from bootstrap.bench.budget import FLOOR_STEPS, MIN_WINDOW_BATCHES
-from bootstrap.bench.device import StepFailed, Trainer
+from bootstrap.bench.config import option_name
+from bootstrap.bench.device import NoParameters, NotALoss, StepFailed, Trainer
 from bootstrap.bench.results import LoaderConfig, Measurement
 from bootstrap.bench.state import LoaderFailure, RunState
 from bootstrap.bench.stream import WORKER_EXITED, BatchStream, make_loader, sample_failure, worker_failure
@@ -218,13 +219,40 @@ def step_failed(state: RunState, exc: StepFailed, during: str) -> InputError:
     from bootstrap.bench.user import describe_error
 
     user = state.options.user
-    if user.step is not None:
+    fix = step_error_fix(state, exc.error)
+    if not fix and user.step is not None:
         fix = "the step runs in this process on every batch the loader gives: fix it for this batch"
-    elif user.model is not None:
+    elif not fix and user.model is not None:
         fix = "the built-in step runs the model on every batch the loader gives: fix the model for this batch"
-    else:
+    elif not fix:
         fix = builtin_step_fix(state, exc.batch)
     return InputError(step_where(state), f"raised {describe_error(exc.error)} {during}", fix)
+
+
+# What backward() says of a loss that is no scalar, or one that no parameter's computation made.
+_NO_LOSS_SIGNS = ("grad can be implicitly created only for scalar outputs", "does not require grad")
+
+
+def step_error_fix(state: RunState, error: BaseException) -> str:
+    """The fix for what the training step raised, where its kind says it whatever the batch: a step that
+    returned no scalar loss tensor, a model without parameters, memory that ran out; '' otherwise."""
+    import torch
+
+    script = state.options.from_script
+    own_step = "step=" if script else "a --step"
+    if isinstance(error, NoParameters):
+        return (f"bench's backward pass and SGD update have nothing to train: give a model with parameters, or "
+                f"{own_step} that updates the model itself and returns None")
+    if state.options.user.step is not None and (
+            isinstance(error, NotALoss) or any(sign in str(error) for sign in _NO_LOSS_SIGNS)):
+        return ("return the loss as a scalar tensor computed from the model's parameters (bench calls backward() "
+                "on it, then takes an SGD step), or None when the step updates the model itself")
+    out_of_memory = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    if isinstance(error, (MemoryError, out_of_memory)):
+        if state.samples_in is None:  # batches the DataLoader sizes
+            return f"the step ran out of memory: give a smaller {option_name('batch_size', script)}"
+        return "the step ran out of memory: make the dataset's (or the batch sampler's) batches smaller"
+    return ""
 
 
 def builtin_step_fix(state: RunState, batch: Any) -> str:

@@ -318,6 +318,19 @@ BAD_DATASETS = textwrap.dedent('''
     def collate_none(samples):
         return None
 
+    def str_step(model, batch, device):
+        return "loss"
+
+    def oom_step(model, batch, device):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    class Parameterless(torch.nn.Module):
+        def forward(self, images):
+            return images.float().flatten(1)[:, :10]
+
+    def no_parameters():
+        return Parameterless()
+
     def not_a_module():
         return 5
 
@@ -357,6 +370,14 @@ BAD_DATASETS = textwrap.dedent('''
      "--step bad_inputs:failing_step", "failed on the first batch: ValueError: expected a dict batch"),
     (["--dataset", "bad_inputs:good", "--model", "bad_inputs:not_a_module"], "--model bad_inputs:not_a_module",
      "returned int, not a torch.nn.Module"),
+    (["--dataset", "bad_inputs:good", "--step", "bad_inputs:str_step"], "--step bad_inputs:str_step",
+     "failed on the first batch: NotALoss: returned a str, not a loss tensor (return the loss as a scalar tensor "),
+    (["--dataset", "bad_inputs:good", "--step", "bad_inputs:oom_step"], "--step bad_inputs:oom_step",
+     "failed on the first batch: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (the step ran out "
+     "of memory: give a smaller --batch-size)"),
+    (["--dataset", "bad_inputs:good", "--model", "bad_inputs:no_parameters"], "--model bad_inputs:no_parameters",
+     "failed on the first batch: NoParameters: the model has no parameters to train (bench's backward pass and SGD "
+     "update have nothing to train: "),
     (["--dataset", "nocolon"], "--dataset nocolon", "is not MODULE:NAME"),
     (["--dataset", "bad_inputs:good", "--distributed"], "--distributed", "does not measure --dataset yet"),
     (["--collate", "bad_inputs:value"], "--collate", "only applies to your own dataset"),

@@ -26,6 +26,7 @@ BATCH = 8
 HOSTILE = textwrap.dedent('''
     import os
     import sys
+    import threading
     import time
 
     import torch
@@ -158,6 +159,17 @@ HOSTILE = textwrap.dedent('''
 
 
     collate_lambda = lambda samples: torch.utils.data.default_collate(samples)  # noqa: E731
+
+
+    class LockedCollate:
+        def __init__(self):
+            self.lock = threading.Lock()
+
+        def __call__(self, samples):
+            return torch.utils.data.default_collate(samples)
+
+
+    collate_locked = LockedCollate()
 
 
     class Endless(Fails):
@@ -322,6 +334,15 @@ def test_a_lambda_collate_under_spawn_is_named_not_blamed_on_the_dataset(hostile
             "(define it with def at a module's top level: a lambda or a nested function does not pickle)")
 
 
+def test_a_collate_object_that_does_not_pickle_under_spawn_is_told_what_it_holds(hostile, capsys, monkeypatch):
+    from bootstrap.compat import host
+
+    monkeypatch.setattr(host, "probe_start_method", lambda: ("spawn", True))
+    refused(bench(hostile, capsys, "--dataset", "hostile:good", "--collate", "hostile:collate_locked"),
+            "--collate hostile:collate_locked: cannot be sent to DataLoader workers started by spawn: TypeError: ",
+            "(the LockedCollate object is sent with what it holds: keep what does not pickle (a lock, ")
+
+
 def test_torch_s_pickling_warning_does_not_leak_beside_the_one_line(recwarn):
     """What DataLoader warns when a worker's arguments do not pickle is the run's one line already."""
     import torch
@@ -356,6 +377,26 @@ def test_only_an_exit_mid_run_is_told_to_return_not_exit(exc, exited):
     error = user_code_error(state, exc)
     assert str(error).startswith(f"--dataset data:make: {type(exc).__name__}: ") and "in the tune phase" in str(error)
     assert ("must return, not exit" in error.fix) is exited, error.fix
+
+
+@pytest.mark.parametrize("samples_in, fix", [
+    (None, "the step ran out of memory: give a smaller --batch-size"),
+    (len, "the step ran out of memory: make the dataset's (or the batch sampler's) batches smaller"),
+])
+def test_a_step_out_of_memory_mid_run_is_told_to_shrink_the_batch(samples_in, fix):
+    import torch
+
+    from bootstrap.bench.config import BenchOptions
+    from bootstrap.bench.device import StepFailed
+    from bootstrap.bench.state import new_state
+    from bootstrap.bench.trials import step_failed
+    from bootstrap.bench.user import UserWorkload
+
+    state = new_state(BenchOptions(budget_s=5, user=UserWorkload("data:make", step="data:step")))
+    state.samples_in = samples_in
+    error = step_failed(state, StepFailed(torch.OutOfMemoryError("CUDA out of memory.")), "while bench measured w=2")
+    assert str(error).startswith("--step data:step: raised OutOfMemoryError: CUDA out of memory. while bench"), error
+    assert error.fix == fix
 
 
 def test_a_dataset_that_does_not_pickle_for_spawned_workers_is_told_so():
