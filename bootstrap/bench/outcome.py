@@ -38,6 +38,9 @@ def derived_metrics(state: RunState) -> Dict[str, Optional[float]]:
         m["tuned_samples_per_s"] = median
         m["tuned_min_samples_per_s"], m["tuned_max_samples_per_s"] = min(rates), max(rates)
         m["tuned_spread_pct"] = 100.0 * (max(rates) - min(rates)) / median
+        m["tuned_window_steps"] = float(min(w.steps for w in tuned))
+        workers = tuned[0].config.num_workers
+        m["tuned_prefetched_batches"] = float(workers * tuned[0].config.prefetch_factor if workers else 0)
         m["stall_host_wait_pct"] = statistics.median(w.host_wait_pct for w in tuned)
         m["time_to_first_batch_s"] = tuned[0].first_batch_s
         idle = [100.0 * w.device_idle_s / w.seconds for w in tuned if w.device_idle_s is not None and w.seconds]

@@ -1,8 +1,10 @@
 """Whether the measured rates can carry a verdict.
 
 A verdict on a rate is only as good as the rate: when the host was
-saturated by other processes, or the tuned windows and an independent
-re-measure of the winner disagree by more than `noise_inconclusive`, the
+saturated by other processes, the tuned windows were too short to outlast
+the batches the workers had prefetched, or the tuned windows and an
+independent re-measure of the winner disagree by more than
+`noise_inconclusive`, the
 rate verdicts (`RATE_CHECKS`) become `inconclusive`, with the reason and
 what to do, instead of a pass, warn or fail they cannot stand on.
 """
@@ -20,12 +22,22 @@ RATE_CHECKS = ("bench.efficiency", "bench.stall_device_idle", "bench.speedup", "
                "bench.gpm_sm_active", "bench.loader_scaling")
 
 
+# A tuned window must outlast the batches the workers queued before it (num_workers x prefetch_factor),
+# which it takes at the step's pace however slow the loader is, by this many steps of the loader's own.
+STEPS_PAST_PREFETCH = 3
+
+
 def inconclusive_reason(m: Mapping[str, Optional[float]], t: Thresholds) -> Tuple[str, str]:
     """(why, what to do) when the rates cannot separate pass from fail; ('', '') when they can."""
     busy = m.get("host_busy_before_pct")
     if busy is not None and busy >= t.host_saturated_pct:
         return (f"host saturated: {busy:.0f}% CPU busy from other processes before the run",
                 "rerun when the host is quiet (`uptime`, `top`: load below the CPU count), or on a node of its own")
+    steps, prefetched = m.get("tuned_window_steps"), m.get("tuned_prefetched_batches")
+    if steps is not None and prefetched and steps < prefetched + STEPS_PAST_PREFETCH:
+        return (f"windows too short: a tuned window ran {steps:.0f} steps, and the workers had up to "
+                f"{prefetched:.0f} batches prefetched, which it drains faster than the loader makes them",
+                "rerun with a longer --budget for longer windows")
     spread = m.get("tuned_spread_pct")
     if spread is not None and spread / 100.0 > t.noise_inconclusive:
         return (f"too noisy: the tuned windows spread {spread:.0f}% (> {t.noise_inconclusive:.0%})",

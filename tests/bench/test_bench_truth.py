@@ -147,6 +147,7 @@ def test_a_quiet_host_gets_verdicts():
 @pytest.mark.parametrize("change, why", [
     ({"host_busy_before_pct": 98.0}, "host saturated: 98% CPU busy"),
     ({"tuned_spread_pct": 40.0}, "too noisy: the tuned windows spread 40%"),
+    ({"tuned_window_steps": 6.0, "tuned_prefetched_batches": 4.0}, "windows too short: a tuned window ran 6 steps"),
     ({"recheck_samples_per_s": 100.0, "recheck_gap_pct": -50.0}, "not repeatable"),
 ])
 def test_a_saturated_or_noisy_host_makes_the_rate_verdicts_inconclusive(change, why):
@@ -156,6 +157,13 @@ def test_a_saturated_or_noisy_host_makes_the_rate_verdicts_inconclusive(change, 
         assert "rerun" in checks[cid].remedy and checks[cid].detail.startswith("would be ")
     assert checks["bench.affinity"].status is Status.OK and "bench.affinity" not in RATE_CHECKS
     assert exit_code(checks.values()) == 0 and summary(checks.values())["inconclusive"] >= 3
+
+
+def test_tuned_windows_that_outlast_the_prefetched_batches_are_trusted():
+    enough = {**QUIET, "tuned_window_steps": 7.0, "tuned_prefetched_batches": 4.0}
+    assert statuses(enough)["bench.efficiency"].status is Status.WARN
+    main_process = {**QUIET, "tuned_window_steps": 3.0, "tuned_prefetched_batches": 0.0}
+    assert statuses(main_process)["bench.efficiency"].status is Status.WARN
 
 
 def test_tuned_above_the_ceiling_is_a_measurement_error_not_an_efficiency():
