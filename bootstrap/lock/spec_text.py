@@ -24,7 +24,7 @@ from bootstrap.errors import InputError, excerpt
 
 MAX_LINE_CHARS = 1000  # far above any real spec line (a `name @ URL ; marker` requirement is about 250)
 # The steps conda-lock's pattern takes over the whole file, as `_selector_steps` counts them: a real
-# spec takes under 2,000; this bound, hundreds of times that, some 20 ms for each platform it filters.
+# spec takes under 2,000; this bound is hundreds of times that, and still a moment for conda-lock.
 MAX_SELECTOR_STEPS = 1_000_000
 _BLANKS = re.compile(r"\s+")  # conda-lock's `\s*`, which it tries again from every position of a run
 
