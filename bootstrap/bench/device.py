@@ -98,16 +98,15 @@ class Trainer:
     `StepFailed`.
     """
 
-    user_code = False
-
     def __init__(self, model_name: str, num_classes: int, device: Device, config: LoaderConfig,
                  step_s: float = 0.0, model_factory: Optional[Callable[[], Any]] = None,
-                 step_fn: Optional[Callable[..., Any]] = None) -> None:
+                 step_fn: Optional[Callable[..., Any]] = None, user_code: bool = False) -> None:
         import torch
 
         from bootstrap.bench.workloads import build_model
 
         self.device = device
+        self.user_code = user_code
         self.config = config
         self.step_s = step_s
         self.step_fn = step_fn
@@ -192,7 +191,6 @@ class Trainer:
 
     def step(self, batch: Any) -> None:
         self._guarded(lambda b: self.run(self.prepare(b, self.config.non_blocking)), batch)
-
 
 
 def raised_by_worker_watch(exc: BaseException) -> bool:

@@ -33,8 +33,8 @@ def trainer_for(state: RunState, config: LoaderConfig) -> Trainer:
                           replace(LoaderConfig(), amp_dtype=config.amp_dtype, channels_last=config.channels_last),
                           step_s=state.workload.step_ms / 1000.0,
                           model_factory=getattr(state.user_parts, "model_factory", None),
-                          step_fn=getattr(state.user_parts, "step_fn", None))
-        trainer.user_code = state.user_parts is not None
+                          step_fn=getattr(state.user_parts, "step_fn", None),
+                          user_code=state.user_parts is not None)
         state.trainers[key] = trainer
         # The first step of a fresh model pays for lazy initialisation (CUDA context and modules, autograd,
         # cuDNN autotune, which is slow on a cold GPU); the second is what budgets are priced with
