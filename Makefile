@@ -157,9 +157,10 @@ TEST_TOOLS := $(TOOLS)/.requirements-test.txt $(TOOLS)/.torch-test
 # some of another's (worksteal): a few long tests would otherwise keep one worker busy alone at the end.
 PYTEST := $(PY) -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
-## The offline test suite without the slow tests, ruff, and the Python 3.9 static check; the first run installs a CPU torch.
+## The offline test suite without the slow tests, ruff (lint and format), and the Python 3.9 static check; the first run installs a CPU torch.
 test: tools $(TEST_TOOLS)
 	$(TOOLS)/bin/ruff check --quiet .
+	$(TOOLS)/bin/ruff format --check --quiet .
 	$(PY) scripts/check-py39.py
 	$(PYTEST)
 

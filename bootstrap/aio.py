@@ -34,7 +34,9 @@ class _QuietHalfBuiltLoops:
         self.previous = previous
 
     def __call__(self, unraisable: Any) -> None:
-        if isinstance(unraisable.exc_value, AttributeError) and \
-                getattr(unraisable.object, "__qualname__", "") == "BaseEventLoop.__del__":
+        if (
+            isinstance(unraisable.exc_value, AttributeError)
+            and getattr(unraisable.object, "__qualname__", "") == "BaseEventLoop.__del__"
+        ):
             return
         self.previous(unraisable)

@@ -73,7 +73,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         if len(message) > USAGE_MESSAGE_CHARS:  # "unrecognized arguments: " quotes every one of them
-            message = message[:USAGE_MESSAGE_CHARS - 3] + "..."
+            message = message[: USAGE_MESSAGE_CHARS - 3] + "..."
         raise _UsageError(f"{message} (see `{self.prog} --help`)")
 
 
@@ -108,8 +108,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.debug or not exc.name or exc.name.split(".")[0] == "bootstrap":
             raise  # our own module missing is a bug: its traceback is the report
         module = exc.name.split(".")[0]
-        return _error(args, MissingModuleError(f"{sys.executable} cannot import {module}, which `bootstrap "
-                                               f"{args.verb}` needs", module))
+        return _error(
+            args,
+            MissingModuleError(f"{sys.executable} cannot import {module}, which `bootstrap {args.verb}` needs", module),
+        )
     except BootstrapError as exc:
         if args.debug:
             raise
@@ -128,8 +130,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.debug or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         _stdout_to_devnull()
-        print(f"error: {exc.filename or 'the output'}: {os.strerror(exc.errno).lower()} "
-              "(free space there, or send the output elsewhere)", file=sys.stderr)
+        print(
+            f"error: {exc.filename or 'the output'}: {os.strerror(exc.errno).lower()} "
+            "(free space there, or send the output elsewhere)",
+            file=sys.stderr,
+        )
         return DiskFullError.exit_code
 
 
@@ -155,8 +160,14 @@ def _error_envelope(args: argparse.Namespace, kind: str, message: str, exit_code
     if getattr(args, "json", False):
         from bootstrap.report import envelope
 
-        print(json.dumps(envelope(ERROR_JSON_FORMAT, {"verb": args.verb, "error": {"type": kind, "message": message,
-                                                                                  "exit_code": exit_code}})))
+        print(
+            json.dumps(
+                envelope(
+                    ERROR_JSON_FORMAT,
+                    {"verb": args.verb, "error": {"type": kind, "message": message, "exit_code": exit_code}},
+                )
+            )
+        )
 
 
 # The verbs the tools venv runs (`make lock`, `make env`, ...); the others run in the team's env.
@@ -169,8 +180,10 @@ def _install_fix(verb: str, module: str) -> str:
     if verb in TOOLS_VERBS:
         return "the tools venv is partial or damaged; `make clean && make tools` rebuilds it (.tools)"
     package = _PACKAGE_OF.get(module, module)
-    return (f"add `{package}` to the env's spec (envs/*.yml), then `make lock` and `make env`; "
-            f"to try it first, `{sys.executable} -m pip install {package}`")
+    return (
+        f"add `{package}` to the env's spec (envs/*.yml), then `make lock` and `make env`; "
+        f"to try it first, `{sys.executable} -m pip install {package}`"
+    )
 
 
 def _stdout_to_devnull() -> None:

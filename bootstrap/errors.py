@@ -87,7 +87,7 @@ def in_variant(exc: BootstrapError, path: object, label: str) -> BootstrapError:
     if type(exc).__init__ is not Exception.__init__:  # a subclass with fields of its own: kept as it is
         return exc
     text, prefix = str(exc), f"{path}: "
-    return type(exc)(prefix + label + ": " + (text[len(prefix):] if text.startswith(prefix) else text))
+    return type(exc)(prefix + label + ": " + (text[len(prefix) :] if text.startswith(prefix) else text))
 
 
 _TREE = re.compile(r"^[\s×╰─▶│├└┬┼]+")
@@ -119,4 +119,4 @@ def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
     bounded as well as the text: a YAML value built of aliases is a few bytes of file that expand
     to gigabytes under `repr`, and a message quotes enough of a value to find it, never all of it."""
     text = _REPR.repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."

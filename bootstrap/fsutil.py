@@ -71,8 +71,11 @@ def read_input_text(path: PathLike, fix_missing: str = "check the path or create
     finally:
         os.close(fd)
     if len(data) > MAX_INPUT_BYTES:
-        raise InputError(path, f"larger than {MAX_INPUT_BYTES // MIB} MiB, far more than a spec, a lock or "
-                         "a facts file holds", "check what wrote it")
+        raise InputError(
+            path,
+            f"larger than {MAX_INPUT_BYTES // MIB} MiB, far more than a spec, a lock or a facts file holds",
+            "check what wrote it",
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -94,13 +97,15 @@ def check_output(path: PathLike, flag: str) -> Path:
         return target
     parent = target.parent
     if not parent.exists():
-        raise InputError(path, f"cannot write: directory {parent} does not exist",
-                         f"create it or give {flag} another file")
+        raise InputError(
+            path, f"cannot write: directory {parent} does not exist", f"create it or give {flag} another file"
+        )
     if not parent.is_dir():
         raise InputError(path, f"cannot write: {parent} is not a directory", f"give {flag} another file")
     if not os.access(parent, os.W_OK):
-        raise InputError(path, f"cannot write in {parent} (no permission, or a read-only file system)",
-                         f"give {flag} another file")
+        raise InputError(
+            path, f"cannot write in {parent} (no permission, or a read-only file system)", f"give {flag} another file"
+        )
     return target
 
 
@@ -115,8 +120,9 @@ def check_directory(path: Path, where: str) -> None:
     if not probe.is_dir():
         raise InputError(where, f"cannot create {path}: {probe} is not a directory", "give another directory")
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise InputError(where, f"cannot write in {probe} (no permission, or a read-only file system)",
-                         "give another directory")
+        raise InputError(
+            where, f"cannot write in {probe} (no permission, or a read-only file system)", "give another directory"
+        )
 
 
 def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
@@ -247,18 +253,20 @@ def space_report(places: dict) -> str:
     for what, path in places.items():
         mount, free = free_space(path)
         mounts.setdefault(mount, (free, []))[1].append(what)
-    return ", ".join(f"{mount} ({' and '.join(whats)}: {free / MIB:.0f} MiB free)"
-                     for mount, (free, whats) in mounts.items())
+    return ", ".join(
+        f"{mount} ({' and '.join(whats)}: {free / MIB:.0f} MiB free)" for mount, (free, whats) in mounts.items()
+    )
 
 
-def disk_full(doing: str, places: dict, outcome: str, fix: str,
-              cause: Optional[BaseException] = None) -> DiskFullError:
+def disk_full(doing: str, places: dict, outcome: str, fix: str, cause: Optional[BaseException] = None) -> DiskFullError:
     """The one line for ENOSPC: `no space left on device while DOING on <space_report(places)>;
     OUTCOME (FIX)`, with the free space as it is now that the caller has removed what it half-wrote.
     When `cause` says EFBIG, the line names the file size limit instead, and how to raise it."""
     if cause is not None and _says(cause, (errno.EFBIG,), _TOO_LARGE):
-        return DiskFullError(f"a file reached the file size limit ({_file_size_limit()}) while {doing}; {outcome} "
-                             "(raise the limit, e.g. `ulimit -f unlimited`, and run again)")
+        return DiskFullError(
+            f"a file reached the file size limit ({_file_size_limit()}) while {doing}; {outcome} "
+            "(raise the limit, e.g. `ulimit -f unlimited`, and run again)"
+        )
     return DiskFullError(f"no space left on device while {doing} on {space_report(places)}; {outcome} ({fix})")
 
 
@@ -274,14 +282,20 @@ def _file_size_limit() -> str:
     return "ulimit -f" if limit == resource.RLIM_INFINITY else f"ulimit -f: {limit} bytes"
 
 
-def write_failed(exc: OSError, path: PathLike, flag: str, outcome: str,
-                 directory: Optional[PathLike] = None) -> BootstrapError:
+def write_failed(
+    exc: OSError, path: PathLike, flag: str, outcome: str, directory: Optional[PathLike] = None
+) -> BootstrapError:
     """The one line for an output file (`flag`'s) that could not be written: a DiskFullError (with the free
     space of `directory`, default its parent) when a disk or quota is full, else an InputError; both say
     what became of it (`outcome`) and to pick another file."""
     if out_of_space(exc):
-        return disk_full(f"writing {path}", {flag: directory or Path(path).parent}, outcome,
-                         f"free space or give {flag} another file", cause=exc)
+        return disk_full(
+            f"writing {path}",
+            {flag: directory or Path(path).parent},
+            outcome,
+            f"free space or give {flag} another file",
+            cause=exc,
+        )
     return InputError(path, f"cannot write: {exc.strerror or exc}; {outcome}", f"give {flag} another file")
 
 
@@ -309,8 +323,9 @@ def _make_directories_writable(top: PathLike) -> None:
 
 
 @contextlib.contextmanager
-def flocked(path: Path, notify: Callable[[str], None], waiting: str, shared: bool = False,
-            timeout: float = 3600.0) -> Iterator[int]:
+def flocked(
+    path: Path, notify: Callable[[str], None], waiting: str, shared: bool = False, timeout: float = 3600.0
+) -> Iterator[int]:
     """Hold an flock on `path` (created if need be; only read access is needed, so a read-only
     file such as a spec can be locked), exclusive or shared with other shared holders (`flock -s`).
     Held the other way by someone else: say `waiting` through `notify` and wait for it, up to
@@ -333,8 +348,10 @@ def flocked(path: Path, notify: Callable[[str], None], waiting: str, shared: boo
                 notify(waiting)
                 told = True
             if time.monotonic() > deadline:
-                raise BusyError(f"{path}: still held by another bootstrap after {timeout:.0f} s; is one stuck? "
-                                "(`fuser` shows the holder)")
+                raise BusyError(
+                    f"{path}: still held by another bootstrap after {timeout:.0f} s; is one stuck? "
+                    "(`fuser` shows the holder)"
+                )
             time.sleep(0.2)
         try:
             yield handle.fileno()

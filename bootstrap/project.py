@@ -1,10 +1,10 @@
 """Where a project's specs and locks live (the layout of DESIGN.md).
 
-    envs/<env>.yml               source spec, conda environment.yml format
-    envs/virtual-packages.yml    the virtual packages each platform is solved for
-    conda-lock.yml               lock of the default env
-    envs/<env>.conda-lock.yml    locks of the other envs
-    envs/<env>.<variant>.conda-lock.yml   the env's other torch variants (the first is in the env's lock)
+envs/<env>.yml               source spec, conda environment.yml format
+envs/virtual-packages.yml    the virtual packages each platform is solved for
+conda-lock.yml               lock of the default env
+envs/<env>.conda-lock.yml    locks of the other envs
+envs/<env>.<variant>.conda-lock.yml   the env's other torch variants (the first is in the env's lock)
 """
 
 from __future__ import annotations
@@ -54,8 +54,11 @@ class Project:
         clash = self._spec_named(f"{env}.{variant}")
         if clash is not None:
             where = "" if clash.stem == f"{env}.{variant}" else " on macOS and Windows, whose file names ignore case"
-            raise InputError(clash, f"an env named '{clash.stem}' would share its lock with variant "
-                             f"'{variant}' of {env}{where}", "rename the env or the variant")
+            raise InputError(
+                clash,
+                f"an env named '{clash.stem}' would share its lock with variant '{variant}' of {env}{where}",
+                "rename the env or the variant",
+            )
         return self.envs_dir / f"{env}.{variant}{LOCK_SUFFIX}"
 
     def _spec_named(self, env: str) -> Optional[Path]:
@@ -86,11 +89,17 @@ class Project:
 
     def _check_env_name(self, env: str, where: str) -> None:
         if not env.strip():
-            raise InputError(where, f"empty env name {env!r}",
-                             f"name an env (e.g. {self.default_env}) or leave {where} out for the default")
+            raise InputError(
+                where,
+                f"empty env name {env!r}",
+                f"name an env (e.g. {self.default_env}) or leave {where} out for the default",
+            )
         if not ENV_NAME.fullmatch(env):
-            raise InputError(where, f"env name {excerpt(env)} is not the name of a spec in envs/",
-                             f"letters, digits, '.', '_' and '-', at most {ENV_NAME_CHARS} (e.g. {self.default_env})")
+            raise InputError(
+                where,
+                f"env name {excerpt(env)} is not the name of a spec in envs/",
+                f"letters, digits, '.', '_' and '-', at most {ENV_NAME_CHARS} (e.g. {self.default_env})",
+            )
 
     def resolve_envs(self, requested: list[str], where: str = "ENV") -> list[str]:
         """The envs a command acts on: those requested (checked to exist) or all of them."""
@@ -98,19 +107,21 @@ class Project:
             self._check_env_name(env, where)
         known = self.env_names()
         if not known:
-            raise InputError(self.envs_dir, "no env specs (*.yml) found",
-                             "run from the project root or pass --root DIR")
+            raise InputError(
+                self.envs_dir, "no env specs (*.yml) found", "run from the project root or pass --root DIR"
+            )
         for env in requested:
             if env not in known:
-                raise InputError(
-                    self.spec_path(env), f"unknown env '{env}'", f"known envs: {', '.join(known)}"
-                )
+                raise InputError(self.spec_path(env), f"unknown env '{env}'", f"known envs: {', '.join(known)}")
         by_folded: dict = {}
         for env in known:
             other = by_folded.setdefault(env.lower(), env)
             if other != env:
-                raise InputError(self.spec_path(env), f"envs '{other}' and '{env}' differ only in case",
-                                 "rename one: macOS and Windows would keep one spec and one lock for both")
+                raise InputError(
+                    self.spec_path(env),
+                    f"envs '{other}' and '{env}' differ only in case",
+                    "rename one: macOS and Windows would keep one spec and one lock for both",
+                )
         return list(requested) or known
 
 
@@ -137,14 +148,18 @@ def project_files(root: Path) -> Dict[Path, str]:
     files = {project.lock_path(project.default_env): "the project's lock conda-lock.yml"}
     if project.envs_dir.is_dir():
         for path in sorted(project.envs_dir.glob("*.yml")):
-            what = ("virtual packages file" if path.name == VIRTUAL_PACKAGES_FILE
-                    else "lock" if path.name.endswith(LOCK_SUFFIX) else "spec")
+            what = (
+                "virtual packages file"
+                if path.name == VIRTUAL_PACKAGES_FILE
+                else "lock"
+                if path.name.endswith(LOCK_SUFFIX)
+                else "spec"
+            )
             files[path] = f"the project's {what} envs/{path.name}"
     return files
 
 
-def refuse_input(path: Union[str, "os.PathLike[str]"], flag: str,
-                 inputs: Optional[Mapping[Path, str]] = None) -> None:
+def refuse_input(path: Union[str, "os.PathLike[str]"], flag: str, inputs: Optional[Mapping[Path, str]] = None) -> None:
     """InputError when writing `path` (through a symlink) would replace a file commands read: one of
     `inputs` (path -> what it is, "the lock this export is made from"), or a lock, spec or virtual
     packages file of the project `path` lies in; or, new or not, a .yml file in its envs/ folder,
@@ -157,5 +172,8 @@ def refuse_input(path: Union[str, "os.PathLike[str]"], flag: str,
                 raise InputError(path, f"is {what}", f"give {flag} another file")
     if real.suffix in (".yml", ".yaml") and real.parent == Project(find_root(real.parent)).envs_dir.resolve():
         # every verb reads each envs/*.yml as an env's spec: a new one there breaks them all
-        raise InputError(path, "is in the project's envs/ folder, where every .yml file is read as an env spec",
-                         f"give {flag} a file outside envs/, e.g. environment.yml at the project's top")
+        raise InputError(
+            path,
+            "is in the project's envs/ folder, where every .yml file is read as an env spec",
+            f"give {flag} a file outside envs/, e.g. environment.yml at the project's top",
+        )

@@ -47,8 +47,15 @@ def run(
         full_env.update(env)
     try:
         # Its own process group, so a timeout ends whatever it started too (a hung nvidia-smi's children).
-        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, cwd=cwd,
-                                start_new_session=True, pass_fds=tuple(pass_fds))
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+            pass_fds=tuple(pass_fds),
+        )
     except FileNotFoundError as exc:
         raise ToolError(f"{argv[0]}: not found ({exc.strerror}); run `make tools` to install it") from exc
     except OSError as exc:  # not executable, not a program, ...

@@ -59,8 +59,10 @@ RUNS = 15
 
 def package(index: int, version: str = "1.0") -> PackageSpec:
     name = f"pkg{index:02d}"
-    files = {f"share/{name}/f{i:04d}.txt": f"{name} {version} {i}\n" + (f"prefix={PLACEHOLDER}\n" if i % 3 == 0 else "")
-             for i in range(FILES_EACH)}
+    files = {
+        f"share/{name}/f{i:04d}.txt": f"{name} {version} {i}\n" + (f"prefix={PLACEHOLDER}\n" if i % 3 == 0 else "")
+        for i in range(FILES_EACH)
+    }
     placeholders = {p for i, p in enumerate(sorted(files)) if i % 3 == 0}
     return PackageSpec(name, version, noarch="generic", files=files, prefix_placeholder_files=placeholders)
 
@@ -102,16 +104,24 @@ def seal_check_off():
 
 
 def solved_records(channel: Path, specs: list[str]) -> list:
-    return aio.run(rattler.solve(sources=[rattler.Channel(channel.as_uri())],
-                                     specs=[rattler.MatchSpec(s) for s in specs],
-                                     platforms=["linux-64", "noarch"], virtual_packages=[]))
+    return aio.run(
+        rattler.solve(
+            sources=[rattler.Channel(channel.as_uri())],
+            specs=[rattler.MatchSpec(s) for s in specs],
+            platforms=["linux-64", "noarch"],
+            virtual_packages=[],
+        )
+    )
 
 
 def raw_install(records, prefix: Path, cache: Path, copies: bool) -> None:
     config = rattler.Config.from_toml("allow-hard-links = false\n") if copies else None
     # installed_packages=None: rattler reads the prefix's conda-meta itself, faster than handing it records
-    aio.run(rattler.install(records, prefix, cache_dir=cache, show_progress=False, execute_link_scripts=False,
-                                config=config))
+    aio.run(
+        rattler.install(
+            records, prefix, cache_dir=cache, show_progress=False, execute_link_scripts=False, config=config
+        )
+    )
 
 
 def client_build() -> float:
@@ -124,15 +134,20 @@ def client_build() -> float:
 
 def verdicts(fresh, noop, first, later) -> str:
     """The targets of the module's docstring, met or not, on the medians above."""
+
     def ratio(pairs) -> float:
         return statistics.median(o / r for o, r in zip(*pairs))
 
-    checks = [("fresh create", ratio(fresh), 1.15, "x"), ("no-op", statistics.median(noop[0]), 0.3, " s"),
-              ("first change", ratio(tuple(zip(*first))), 2.0, "x"),
-              ("later changes", ratio(tuple(zip(*later))), 2.0, "x")]
-    return "targets: " + "; ".join(f"{name} {value:.2f}{unit} <= {limit:g}{unit} "
-                                   f"{'met' if value <= limit else 'MISSED'}"
-                                   for name, value, limit, unit in checks)
+    checks = [
+        ("fresh create", ratio(fresh), 1.15, "x"),
+        ("no-op", statistics.median(noop[0]), 0.3, " s"),
+        ("first change", ratio(tuple(zip(*first))), 2.0, "x"),
+        ("later changes", ratio(tuple(zip(*later))), 2.0, "x"),
+    ]
+    return "targets: " + "; ".join(
+        f"{name} {value:.2f}{unit} <= {limit:g}{unit} {'met' if value <= limit else 'MISSED'}"
+        for name, value, limit, unit in checks
+    )
 
 
 def du_mb(path: Path) -> float:
@@ -143,8 +158,10 @@ def du_mb(path: Path) -> float:
 def row(name: str, ours_t: list[float], raw_t: list[float]) -> str:
     ratio = statistics.median(o / r for o, r in zip(ours_t, raw_t))
     extra = statistics.median(o - r for o, r in zip(ours_t, raw_t))
-    return (f"{name:<28}{statistics.median(ours_t):>10.3f}s{statistics.median(raw_t):>13.3f}s{ratio:>7.2f}x"
-            f"{extra * 1000:>+9.0f} ms{len(ours_t):>6}")
+    return (
+        f"{name:<28}{statistics.median(ours_t):>10.3f}s{statistics.median(raw_t):>13.3f}s{ratio:>7.2f}x"
+        f"{extra * 1000:>+9.0f} ms{len(ours_t):>6}"
+    )
 
 
 @contextlib.contextmanager
@@ -164,11 +181,13 @@ def scratch_dir(parent: Path | None):
 
 def at_least(low: int):
     """An argparse type: an integer >= `low`, refused before any fixture is built."""
+
     def parse(text: str) -> int:
         value = int(text)
         if value < low:
             raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text}")
         return value
+
     parse.__name__ = "int"  # argparse's "invalid int value" for what is no integer
     return parse
 
@@ -176,15 +195,27 @@ def at_least(low: int):
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # pkg07 is the package the change scenarios move forward, so there are at least 8.
-    parser.add_argument("--packages", type=at_least(8), default=PACKAGES,
-                        help=f"generic packages of {FILES_EACH} files each besides python and pip (default {PACKAGES}, "
-                             "at least 8)")
+    parser.add_argument(
+        "--packages",
+        type=at_least(8),
+        default=PACKAGES,
+        help=f"generic packages of {FILES_EACH} files each besides python and pip (default {PACKAGES}, at least 8)",
+    )
     parser.add_argument("--runs", type=at_least(1), default=RUNS, help=f"pairs per scenario (default {RUNS})")
-    parser.add_argument("--big-mb", type=at_least(0), default=0, metavar="MB",
-                        help="add a package holding one file of MB megabytes, as CUDA libraries are (default none)")
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="where the fixture, caches and envs go (default: $TMPDIR); a tmpfs there takes "
-                             "the disk's drift out and leaves the CPU overhead")
+    parser.add_argument(
+        "--big-mb",
+        type=at_least(0),
+        default=0,
+        metavar="MB",
+        help="add a package holding one file of MB megabytes, as CUDA libraries are (default none)",
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the fixture, caches and envs go (default: $TMPDIR); a tmpfs there takes "
+        "the disk's drift out and leaves the CPU overhead",
+    )
     args = parser.parse_args(argv)
     if args.dir is not None and not args.dir.is_dir():
         parser.error(f"--dir {args.dir}: no such directory")
@@ -193,8 +224,9 @@ def main(argv: list[str]) -> int:
         tmp = Path(tmp_name)
         specs = [runnable_python_spec(), pip_spec(), *(package(i) for i in range(packages))]
         if args.big_mb:
-            specs.append(PackageSpec("bigdata", "1.0", noarch="generic",
-                                     files={"lib/libbig.so": bytes(args.big_mb << 20)}))
+            specs.append(
+                PackageSpec("bigdata", "1.0", noarch="generic", files={"lib/libbig.so": bytes(args.big_mb << 20)})
+            )
         updates = [f"1.{k}" for k in range(1, runs + 2)]  # 1.1 for first changes, then `runs` later ones
         channel = build_channel(tmp / "channel", specs + [package(7, v) for v in updates])
         names = [f"pkg{i:02d}" for i in range(packages)] + (["bigdata"] if args.big_mb else [])
@@ -220,10 +252,14 @@ def main(argv: list[str]) -> int:
         raw_install(records["1.0"], tmp / "warm-raw", cache / "pkgs", copies=True)
 
         breakdown = {}
-        fresh = paired(lambda i: breakdown.update(create_or_update(ours(tmp / f"o{i}")).seconds),
-                       lambda i: raw_install(records["1.0"], tmp / f"r{i}", cache / "pkgs", True), runs)
-        fresh_hard = statistics.median(timed(lambda: raw_install(records["1.0"], tmp / f"h{i}", cache / "pkgs", False))
-                                       for i in range(runs))
+        fresh = paired(
+            lambda i: breakdown.update(create_or_update(ours(tmp / f"o{i}")).seconds),
+            lambda i: raw_install(records["1.0"], tmp / f"r{i}", cache / "pkgs", True),
+            runs,
+        )
+        fresh_hard = statistics.median(
+            timed(lambda: raw_install(records["1.0"], tmp / f"h{i}", cache / "pkgs", False)) for i in range(runs)
+        )
 
         stable, raw_prefix = tmp / "stable", tmp / "raw-stable"
         create_or_update(ours(stable))
@@ -235,16 +271,35 @@ def main(argv: list[str]) -> int:
 
         def cli(prefix: Path) -> None:
             """`python -m bootstrap env` on `prefix`, in a new interpreter."""
-            subprocess.run([sys.executable, "-m", "bootstrap", "env", "--root", str(project.root), "--prefix",
-                            str(prefix), "--platform", "linux-64", "--cache-dir", str(cache)],
-                           check=True, capture_output=True, cwd=REPO, env=child_env)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bootstrap",
+                    "env",
+                    "--root",
+                    str(project.root),
+                    "--prefix",
+                    str(prefix),
+                    "--platform",
+                    "linux-64",
+                    "--cache-dir",
+                    str(cache),
+                ],
+                check=True,
+                capture_output=True,
+                cwd=REPO,
+                env=child_env,
+            )
 
         cli(stable)
-        noop = paired(lambda _i: cli(stable),
-                      lambda _i: raw_install(records["1.0"], raw_prefix, cache / "pkgs", True), runs)
-        bare = statistics.median(timed(lambda: subprocess.run([sys.executable, "-c", "pass"],
-                                                              check=True, env=child_env))
-                                 for _ in range(runs))
+        noop = paired(
+            lambda _i: cli(stable), lambda _i: raw_install(records["1.0"], raw_prefix, cache / "pkgs", True), runs
+        )
+        bare = statistics.median(
+            timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True, env=child_env))
+            for _ in range(runs)
+        )
 
         # Every version locked once (not timed) and extracted + sealed once, so neither side pays extraction below.
         spec_path, lock_path = project.spec_path("py310"), project.lock_path("py310")
@@ -274,45 +329,71 @@ def main(argv: list[str]) -> int:
         first, clone, copy = [], [], []
         for i in range(runs):
             env, raw_env = new_pair(f"first{i}")
-            first.append(pair(i, lambda: change(env, updates[0], made="clone"),
-                              lambda: raw_install(records[updates[0]], raw_env, cache / "pkgs", True)))
+            first.append(
+                pair(
+                    i,
+                    lambda: change(env, updates[0], made="clone"),
+                    lambda: raw_install(records[updates[0]], raw_env, cache / "pkgs", True),
+                )
+            )
             current = Path(os.path.realpath(env))
             clone.append(timed(lambda: clone_tree(current, tmp / f"clone{i}")))
-            copy.append(timed(lambda: subprocess.run(["cp", "-a", str(current), str(tmp / f"copy{i}")], check=True,
-                                                     capture_output=True)))
+            copy.append(
+                timed(
+                    lambda: subprocess.run(
+                        ["cp", "-a", str(current), str(tmp / f"copy{i}")], check=True, capture_output=True
+                    )
+                )
+            )
             shutil.rmtree(tmp / f"copy{i}")  # a full second env each: 0.3 GB at 15 runs, 8 GB with --big-mb 512
 
         # Later changes: the stable env moves forward one version per run, recycling its retired generation.
         change(stable, updates[0], made="clone")
         raw_install(records[updates[0]], raw_prefix, cache / "pkgs", True)
-        later = [pair(i, lambda: change(stable, version, made="recycled"),
-                      lambda: raw_install(records[version], raw_prefix, cache / "pkgs", True))
-                 for i, version in enumerate(updates[1:])]
+        later = [
+            pair(
+                i,
+                lambda: change(stable, version, made="recycled"),
+                lambda: raw_install(records[version], raw_prefix, cache / "pkgs", True),
+            )
+            for i, version in enumerate(updates[1:])
+        ]
 
         lock_path.write_text(locks["1.0"])
         with seal_check_off():  # to size it: the rest of the overhead is bootstrap's bookkeeping; last, so its
-            unsealed = paired(lambda i: create_or_update(ours(tmp / f"u{i}")),  # envs weigh on no other scenario
-                              lambda i: raw_install(records["1.0"], tmp / f"ur{i}", cache / "pkgs", True), runs)
+            unsealed = paired(
+                lambda i: create_or_update(ours(tmp / f"u{i}")),  # envs weigh on no other scenario
+                lambda i: raw_install(records["1.0"], tmp / f"ur{i}", cache / "pkgs", True),
+                runs,
+            )
 
         print(f"{'scenario':<28}{'bootstrap':>11}{'raw (copies)':>14}{'ratio':>8}{'overhead':>12}{'runs':>6}")
         print(row("fresh create, warm cache", *fresh) + f"   raw with hard links: {fresh_hard:.3f}s")
         print(row("  the same, seal check off", *unsealed) + "   (sizes the check of the cached copies)")
         print(row("no-op rerun", *noop))
-        print(row("first change (clone)", *zip(*first)) + f"   clone alone: {statistics.median(clone):.3f}s, "
-              f"a copy (`cp -a`) instead: {statistics.median(copy):.3f}s")
+        print(
+            row("first change (clone)", *zip(*first)) + f"   clone alone: {statistics.median(clone):.3f}s, "
+            f"a copy (`cp -a`) instead: {statistics.median(copy):.3f}s"
+        )
         print(row("later changes (recycled)", *zip(*later)))
         print(verdicts(fresh, noop, first, later))
         print("ratio, overhead: medians over the pairs, each bootstrap run against the raw run right after it")
         print("bootstrap fresh create, last run: " + ", ".join(f"{k} {v:.3f}s" for k, v in breakdown.items()))
         for made, runs_seconds in steps.items():  # `link` is rattler's linking and what bootstrap does around it
             medians = {k: statistics.median(s.get(k, 0.0) for s in runs_seconds) for k in runs_seconds[-1]}
-            print(f"bootstrap change from a {made} generation, medians: "
-                  + ", ".join(f"{k} {v:.3f}s" for k, v in medians.items()))
+            print(
+                f"bootstrap change from a {made} generation, medians: "
+                + ", ".join(f"{k} {v:.3f}s" for k, v in medians.items())
+            )
         print(f"no-op rerun includes interpreter start ({bare:.3f} s for `python -c pass`); raw no-op is in-process")
-        print(f"raw's rattler.install builds an HTTP client each call ({client_build() * 1000:.1f} ms, TLS set up); "
-              "bootstrap's link step, which never downloads, gives rattler one that cannot (env.link_config)")
-        print(f"disk: bootstrap's env with its rollback generation {du_mb(stable.parent / '.stable.gens'):.1f} MB, "
-              f"raw env {du_mb(raw_prefix):.1f} MB")
+        print(
+            f"raw's rattler.install builds an HTTP client each call ({client_build() * 1000:.1f} ms, TLS set up); "
+            "bootstrap's link step, which never downloads, gives rattler one that cannot (env.link_config)"
+        )
+        print(
+            f"disk: bootstrap's env with its rollback generation {du_mb(stable.parent / '.stable.gens'):.1f} MB, "
+            f"raw env {du_mb(raw_prefix):.1f} MB"
+        )
     return 0
 
 
@@ -332,6 +413,9 @@ if __name__ == "__main__":
 
         if not out_of_space(exc):
             raise
-        print("bench-env: no space left on device for the fixture, its caches and every run's envs (2.5 GB at the "
-              "defaults): free some, or give --dir a larger file system", file=sys.stderr)
+        print(
+            "bench-env: no space left on device for the fixture, its caches and every run's envs (2.5 GB at the "
+            "defaults): free some, or give --dir a larger file system",
+            file=sys.stderr,
+        )
         sys.exit(1)

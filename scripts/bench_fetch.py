@@ -54,7 +54,7 @@ class _Link(http.server.BaseHTTPRequestHandler):
         server = self.server
         data = server.files[self.path]  # type: ignore[attr-defined]
         asked = self.headers.get("Range", "")
-        start = int(asked[len("bytes="):-1]) if asked.startswith("bytes=") else 0
+        start = int(asked[len("bytes=") : -1]) if asked.startswith("bytes=") else 0
         with server.lock:  # type: ignore[attr-defined]
             server.gets += int(body)  # type: ignore[attr-defined]
             cut = body and server.flaky and server.gets % DROP_EVERY == 0  # type: ignore[attr-defined]
@@ -71,7 +71,7 @@ class _Link(http.server.BaseHTTPRequestHandler):
         began = time.monotonic()
         try:
             for offset in range(0, len(rest), _BLOCK):
-                self.wfile.write(rest[offset:offset + _BLOCK])
+                self.wfile.write(rest[offset : offset + _BLOCK])
                 ahead = began + (offset + _BLOCK) / server.rate - time.monotonic()  # type: ignore[attr-defined]
                 if ahead > 0:
                     time.sleep(ahead)
@@ -107,8 +107,10 @@ def main(argv: list) -> int:
     files = {f"/a{i}-1.0-py3-none-any.whl": os.urandom(args.mb << 20) for i in range(args.archives)}
     server = serve(files, args.rate_mb * (1 << 20))
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    entries = [LockedPackage(path[1:].split("-")[0], "1.0", "pip", "linux-64", url + path,
-                             hashlib.sha256(data).hexdigest()) for path, data in files.items()]
+    entries = [
+        LockedPackage(path[1:].split("-")[0], "1.0", "pip", "linux-64", url + path, hashlib.sha256(data).hexdigest())
+        for path, data in files.items()
+    ]
     clean, flaky, retries = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-fetch-") as scratch:
         for _ in range(args.runs):
@@ -118,13 +120,19 @@ def main(argv: list) -> int:
             flaky.append(fetched_in(entries, Path(scratch), retries))
     server.shutdown()
     ratio = statistics.median(flaky) / statistics.median(clean)
-    print(f"bench-fetch: {args.archives} archives of {args.mb} MB from a loopback server at {args.rate_mb:g} MB/s "
-          f"a connection, 4 downloads at once, retry waits {download.RETRY_DELAYS_S} s, median of {args.runs} runs")
-    print(f"clean server                     {statistics.median(clean):6.2f} s   "
-          f"(min {min(clean):.2f}, max {max(clean):.2f})")
-    print(f"drops 1 in {DROP_EVERY} GETs mid-file         {statistics.median(flaky):6.2f} s   "
-          f"(min {min(flaky):.2f}, max {max(flaky):.2f}; {server.cuts} cuts and {len(retries)} retries "
-          "over the runs, each resumed with Range)")
+    print(
+        f"bench-fetch: {args.archives} archives of {args.mb} MB from a loopback server at {args.rate_mb:g} MB/s "
+        f"a connection, 4 downloads at once, retry waits {download.RETRY_DELAYS_S} s, median of {args.runs} runs"
+    )
+    print(
+        f"clean server                     {statistics.median(clean):6.2f} s   "
+        f"(min {min(clean):.2f}, max {max(clean):.2f})"
+    )
+    print(
+        f"drops 1 in {DROP_EVERY} GETs mid-file         {statistics.median(flaky):6.2f} s   "
+        f"(min {min(flaky):.2f}, max {max(flaky):.2f}; {server.cuts} cuts and {len(retries)} retries "
+        "over the runs, each resumed with Range)"
+    )
     print(f"flaky / clean = {ratio:.2f} (target <= {TARGET:g}: {'met' if ratio <= TARGET else 'MISSED'})")
     return 0
 

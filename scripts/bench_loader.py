@@ -103,9 +103,15 @@ def tuned_run(label: str, spec: WorkloadSpec, budget: float) -> Dict[str, Any]:
         raise KeyboardInterrupt
     m = result.metrics
     return {
-        "workload": label, "budget_s": budget, "wall_s": time.perf_counter() - started, "run_s": result.seconds,
-        "best": result.best, "tuned": m.get("tuned_samples_per_s"), "recheck": m.get("recheck_samples_per_s"),
-        "tune_s": result.tuning.seconds, "w_star": result.tuning.predicted_workers,
+        "workload": label,
+        "budget_s": budget,
+        "wall_s": time.perf_counter() - started,
+        "run_s": result.seconds,
+        "best": result.best,
+        "tuned": m.get("tuned_samples_per_s"),
+        "recheck": m.get("recheck_samples_per_s"),
+        "tune_s": result.tuning.seconds,
+        "w_star": result.tuning.predicted_workers,
         "sampler_pct": result.sampler.overhead_pct,
         "checks": {c.id: c.status.value for c in result.checks},
     }
@@ -116,9 +122,10 @@ def grid(workers: Sequence[int]) -> List[LoaderConfig]:
     out = []
     for w in workers:
         for pin in (False, True):
-            for prefetch in ((2, 4) if w else (2,)):
-                out.append(LoaderConfig(num_workers=w, pin_memory=pin, prefetch_factor=prefetch,
-                                        persistent_workers=w > 0))
+            for prefetch in (2, 4) if w else (2,):
+                out.append(
+                    LoaderConfig(num_workers=w, pin_memory=pin, prefetch_factor=prefetch, persistent_workers=w > 0)
+                )
     return out
 
 
@@ -145,9 +152,18 @@ def interleaved(spec: WorkloadSpec, configs: Sequence[LoaderConfig], rounds: int
                 stream = BatchStream(make_loader(dataset, spec.batch_size, config, seed=spec.seed))
                 try:
                     zero = time.perf_counter()
-                    m = run_window(lambda s=stream: next(s), trainer.step, device, plan, zero + 3 * window_s + 5,
-                                   phase="grid", label=config.label, config=config, batch_size=spec.batch_size,
-                                   clock_zero=zero)
+                    m = run_window(
+                        lambda s=stream: next(s),
+                        trainer.step,
+                        device,
+                        plan,
+                        zero + 3 * window_s + 5,
+                        phase="grid",
+                        label=config.label,
+                        config=config,
+                        batch_size=spec.batch_size,
+                        clock_zero=zero,
+                    )
                     rates[config].append(m.samples_per_s)
                 finally:
                     stream.close()
@@ -156,8 +172,15 @@ def interleaved(spec: WorkloadSpec, configs: Sequence[LoaderConfig], rounds: int
     return {c: statistics.median(r) for c, r in rates.items() if r}
 
 
-def compare(label: str, spec: WorkloadSpec, budget: float, workers: Sequence[int], rounds: int,
-            final_rounds: int, window_s: float) -> Dict[str, Any]:
+def compare(
+    label: str,
+    spec: WorkloadSpec,
+    budget: float,
+    workers: Sequence[int],
+    rounds: int,
+    final_rounds: int,
+    window_s: float,
+) -> Dict[str, Any]:
     """Tune with bench; the grid (and naive, the advice, the pick) interleaved to choose the grid's best;
     then naive, the advice, the grid's best and the pick again in fresh rounds, which give the figures."""
     row = tuned_run(label, spec, budget)
@@ -167,18 +190,33 @@ def compare(label: str, spec: WorkloadSpec, budget: float, workers: Sequence[int
     advice = LoaderConfig(num_workers=cpus, pin_memory=True, prefetch_factor=2, persistent_workers=True)
     best = row["best"]
     # the pick as the grid spells it (non_blocking and the step settings do not change a CPU loader)
-    pick = None if best is None else LoaderConfig(num_workers=best.num_workers, pin_memory=best.pin_memory,
-                                                  prefetch_factor=best.prefetch_factor if best.num_workers else 2,
-                                                  persistent_workers=best.num_workers > 0)
+    pick = (
+        None
+        if best is None
+        else LoaderConfig(
+            num_workers=best.num_workers,
+            pin_memory=best.pin_memory,
+            prefetch_factor=best.prefetch_factor if best.num_workers else 2,
+            persistent_workers=best.num_workers > 0,
+        )
+    )
     configs = list(dict.fromkeys([naive, advice, *grid(workers), *([pick] if pick else [])]))
     rates = interleaved(spec, configs, rounds, window_s)
     top = max(rates, key=rates.__getitem__)
-    final = interleaved(spec, list(dict.fromkeys([naive, advice, top, *([pick] if pick else [])])), final_rounds,
-                        window_s)
-    row.update(naive=final.get(naive), advice=final.get(advice), grid_best=final[top], grid_label=top.label,
-               grid_best_selection=rates[top], pick=final.get(pick) if pick else None,
-               pick_label=pick.label if pick else "-", configs=len(configs),
-               grid={c.label: r for c, r in rates.items()})
+    final = interleaved(
+        spec, list(dict.fromkeys([naive, advice, top, *([pick] if pick else [])])), final_rounds, window_s
+    )
+    row.update(
+        naive=final.get(naive),
+        advice=final.get(advice),
+        grid_best=final[top],
+        grid_label=top.label,
+        grid_best_selection=rates[top],
+        pick=final.get(pick) if pick else None,
+        pick_label=pick.label if pick else "-",
+        configs=len(configs),
+        grid={c.label: r for c, r in rates.items()},
+    )
     row["pick_vs_best"] = row["pick"] / row["grid_best"] if row["pick"] else None
     row.pop("best")
     return row
@@ -220,9 +258,19 @@ def sampler_ab(spec: WorkloadSpec, workers: int, seconds: float, rounds: int = 3
                     interval = 0.2 if "0.2 s" in mode else 0.02
                     sampler = UtilSampler(nvml_module=ReplayNvml(), device_index=0, interval_s=interval).start()
                 zero = time.perf_counter()
-                m = run_window(lambda: next(stream), trainer.step, device, plan, zero + 2 * seconds,
-                               phase="ab", label=mode, config=config, batch_size=spec.batch_size,
-                               clock_zero=zero, warmup=False)
+                m = run_window(
+                    lambda: next(stream),
+                    trainer.step,
+                    device,
+                    plan,
+                    zero + 2 * seconds,
+                    phase="ab",
+                    label=mode,
+                    config=config,
+                    batch_size=spec.batch_size,
+                    clock_zero=zero,
+                    warmup=False,
+                )
                 rates[mode].append(m.samples_per_s)
                 if sampler is not None:
                     cpu[mode].append(sampler.stop().overhead_pct)
@@ -243,16 +291,23 @@ def w2_rates(seconds: float) -> List[Dict[str, Any]]:
             spec = WorkloadSpec(samples=2048, image_size=64, crop_size=56, batch_size=16, storage=storage)
             store = build_store(spec, Path(tmp) / storage)
             dataset = SyntheticImages(store, spec)
-            for cold in ((False, True) if storage != "memory" else (False,)):
+            for cold in (False, True) if storage != "memory" else (False,):
                 stop_if_interrupted()
                 if cold:
                     drop_page_cache(store)
                 stream = BatchStream(make_loader(dataset, spec.batch_size, LoaderConfig()))
                 zero = time.perf_counter()
-                m = measure_loader_only(lambda s=stream: next(s), replace(WindowPlan().scaled(seconds), warmup_steps=0,
-                                                                      warmup_s=0.0),
-                                        zero + 2 * seconds, phase="w2", label=storage, config=LoaderConfig(),
-                                        batch_size=spec.batch_size, clock_zero=zero, first_batch_s=None)
+                m = measure_loader_only(
+                    lambda s=stream: next(s),
+                    replace(WindowPlan().scaled(seconds), warmup_steps=0, warmup_s=0.0),
+                    zero + 2 * seconds,
+                    phase="w2",
+                    label=storage,
+                    config=LoaderConfig(),
+                    batch_size=spec.batch_size,
+                    clock_zero=zero,
+                    first_batch_s=None,
+                )
                 stream.close()
                 rows.append({"storage": storage, "cache": "cold" if cold else "warm", "samples_per_s": m.samples_per_s})
     return rows
@@ -290,11 +345,17 @@ def main() -> int:
     signal.signal(signal.SIGINT, _interrupt)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=budget, default=60.0, help="bench budget per workload (s)")
-    parser.add_argument("--quick", action="store_true",
-                        help="workers {0, 1, 2, 4} only, one-second windows, two rounds; no sampler A/B or W2")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="workers {0, 1, 2, 4} only, one-second windows, two rounds; no sampler A/B or W2",
+    )
     parser.add_argument("--rounds", type=positive_int, help="grid rounds (default 2)")
-    parser.add_argument("--final-rounds", type=positive_int,
-                        help="fresh rounds of naive, advice, the grid's best and the pick (default 6, --quick 3)")
+    parser.add_argument(
+        "--final-rounds",
+        type=positive_int,
+        help="fresh rounds of naive, advice, the grid's best and the pick (default 6, --quick 3)",
+    )
     parser.add_argument("--window", type=budget, help="grid window seconds (default 1.5, --quick 1)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
@@ -306,43 +367,63 @@ def main() -> int:
     rounds = args.rounds or 2
     final_rounds = args.final_rounds or (3 if args.quick else 6)
     window_s = args.window or (1.0 if args.quick else 1.5)
-    print(f"bench-loader: {usable_cpus()} usable CPUs; bench budget {args.budget:g} s per workload; CPU device; "
-          f"grid workers {{{', '.join(map(str, workers))}}} x pin x prefetch {{2, 4}}, {rounds} interleaved rounds "
-          f"of {window_s:g} s windows to choose its best, then {final_rounds} fresh rounds of naive, advice, "
-          f"the grid's best and the pick; load average before: {_loadavg()}")
+    print(
+        f"bench-loader: {usable_cpus()} usable CPUs; bench budget {args.budget:g} s per workload; CPU device; "
+        f"grid workers {{{', '.join(map(str, workers))}}} x pin x prefetch {{2, 4}}, {rounds} interleaved rounds "
+        f"of {window_s:g} s windows to choose its best, then {final_rounds} fresh rounds of naive, advice, "
+        f"the grid's best and the pick; load average before: {_loadavg()}"
+    )
     for label, spec in WORKLOADS:
-        print(f"  {label}: bench's workload with cpu_ms={spec.cpu_ms:g}, io_ms={spec.io_ms:g} per sample, "
-              f"batch {spec.batch_size} x {spec.crop_size}px, model {spec.model}")
+        print(
+            f"  {label}: bench's workload with cpu_ms={spec.cpu_ms:g}, io_ms={spec.io_ms:g} per sample, "
+            f"batch {spec.batch_size} x {spec.crop_size}px, model {spec.model}"
+        )
     runs = [compare(label, spec, args.budget, workers, rounds, final_rounds, window_s) for label, spec in WORKLOADS]
     print()
-    print(f"{'workload':<12} {'naive/s':>8} {'advice/s':>8} {'grid best/s':>11} {'grid best config':<24} "
-          f"{'tuned/s':>8} {'tuned pick':<24} {'pick/best':>9} {'tune s':>7} {'bench.tuned':>11}")
+    print(
+        f"{'workload':<12} {'naive/s':>8} {'advice/s':>8} {'grid best/s':>11} {'grid best config':<24} "
+        f"{'tuned/s':>8} {'tuned pick':<24} {'pick/best':>9} {'tune s':>7} {'bench.tuned':>11}"
+    )
     for r in runs:
-        print(f"{r['workload']:<12} {_f(r['naive'], '>8.1f')} {_f(r['advice'], '>8.1f')} "
-              f"{_f(r['grid_best'], '>11.1f')} {r['grid_label']:<24} {_f(r['pick'], '>8.1f')} {r['pick_label']:<24} "
-              f"{_f(r['pick_vs_best'], '>9.2f')} {_f(r['tune_s'], '>7.1f')} {r['checks'].get('bench.tuned', '-'):>11}")
-    print("  every rate: samples/s with the training step, median of the fresh interleaved rounds; advice = workers = "
-          "CPUs, pin_memory, prefetch_factor 2, persistent; pick/best = the tuned pick's rate / the grid's best "
-          "(target >= 0.95); tune s = the tuner's own time inside bench's budget")
+        print(
+            f"{r['workload']:<12} {_f(r['naive'], '>8.1f')} {_f(r['advice'], '>8.1f')} "
+            f"{_f(r['grid_best'], '>11.1f')} {r['grid_label']:<24} {_f(r['pick'], '>8.1f')} {r['pick_label']:<24} "
+            f"{_f(r['pick_vs_best'], '>9.2f')} {_f(r['tune_s'], '>7.1f')} {r['checks'].get('bench.tuned', '-'):>11}"
+        )
+    print(
+        "  every rate: samples/s with the training step, median of the fresh interleaved rounds; advice = workers = "
+        "CPUs, pin_memory, prefetch_factor 2, persistent; pick/best = the tuned pick's rate / the grid's best "
+        "(target >= 0.95); tune s = the tuner's own time inside bench's budget"
+    )
     for r in runs:
-        print(f"  {r['workload']}: bench's own figures: tuned {_f(r['tuned'], '.1f')}/s, re-measured "
-              f"{_f(r['recheck'], '.1f')}/s, W* = {r['w_star']}, run {r['run_s']:.1f} s of {r['budget_s']:g} s; "
-              f"the grid's best in its own rounds {r['grid_best_selection']:.1f}/s; "
-              f"verdicts: " + ", ".join(f"{cid[6:]} {status}" for cid, status in r['checks'].items()
-                                        if cid in ("bench.efficiency", "bench.speedup", "bench.recheck")))
+        print(
+            f"  {r['workload']}: bench's own figures: tuned {_f(r['tuned'], '.1f')}/s, re-measured "
+            f"{_f(r['recheck'], '.1f')}/s, W* = {r['w_star']}, run {r['run_s']:.1f} s of {r['budget_s']:g} s; "
+            f"the grid's best in its own rounds {r['grid_best_selection']:.1f}/s; "
+            f"verdicts: "
+            + ", ".join(
+                f"{cid[6:]} {status}"
+                for cid, status in r["checks"].items()
+                if cid in ("bench.efficiency", "bench.speedup", "bench.recheck")
+            )
+        )
     out: Dict[str, Any] = {"runs": runs}
     if not args.quick:
         tuned_workers = next((int(r["pick_label"].split()[0][2:]) for r in runs if r["pick_label"].startswith("w=")), 1)
         ab = sampler_ab(IO, max(1, tuned_workers), seconds=2.0)
         print()
-        print(f"sampler A/B on a small I/O pipeline (w={max(1, tuned_workers)}, replayed NVML): "
-              f"off {ab['off']:.1f}/s, on@0.2s {ab['on 0.2 s']:.1f}/s ({ab['on 0.2 s'] / ab['off'] - 1:+.1%}), "
-              f"on@0.02s {ab['on 0.02 s']:.1f}/s ({ab['on 0.02 s'] / ab['off'] - 1:+.1%}); "
-              f"sampler CPU {ab['cpu% on 0.2 s']:.2f}% / {ab['cpu% on 0.02 s']:.2f}% of wall")
+        print(
+            f"sampler A/B on a small I/O pipeline (w={max(1, tuned_workers)}, replayed NVML): "
+            f"off {ab['off']:.1f}/s, on@0.2s {ab['on 0.2 s']:.1f}/s ({ab['on 0.2 s'] / ab['off'] - 1:+.1%}), "
+            f"on@0.02s {ab['on 0.02 s']:.1f}/s ({ab['on 0.02 s'] / ab['off'] - 1:+.1%}); "
+            f"sampler CPU {ab['cpu% on 0.2 s']:.2f}% / {ab['cpu% on 0.02 s']:.2f}% of wall"
+        )
         w2 = w2_rates(seconds=1.5)
         print()
-        print("W2, loader only, num_workers=0: " + "; ".join(
-            f"{row['storage']} ({row['cache']}) {row['samples_per_s']:.0f}/s" for row in w2))
+        print(
+            "W2, loader only, num_workers=0: "
+            + "; ".join(f"{row['storage']} ({row['cache']}) {row['samples_per_s']:.0f}/s" for row in w2)
+        )
         out.update(sampler_ab=ab, w2=w2)
     print(f"load average after: {_loadavg()}")
     if args.json:

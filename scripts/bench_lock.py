@@ -69,11 +69,15 @@ def lock_all(project: Project, label: str, per_variant: bool = False, **moves) -
                 totals[key] += value
             moved += sum(len(d.added) + len(d.removed) + len(d.changed) for d in result.diffs)
             if per_variant:
-                print(f"  variant {env} [{result.variant}] ({len(result.platforms)} platforms): conda solve "
-                      f"{result.seconds['conda_solve']:.3f} s, pip resolve {result.seconds['pip_resolve']:.2f} s")
-    print(f"{label:<22} conda solve {totals['conda_solve']:6.3f} s   pip resolve {totals['pip_resolve']:6.2f} s   "
-          f"write {totals['write']:6.3f} s   conda solve + write {totals['conda_solve'] + totals['write']:6.3f} s   "
-          f"moved {moved:3d} entries")
+                print(
+                    f"  variant {env} [{result.variant}] ({len(result.platforms)} platforms): conda solve "
+                    f"{result.seconds['conda_solve']:.3f} s, pip resolve {result.seconds['pip_resolve']:.2f} s"
+                )
+    print(
+        f"{label:<22} conda solve {totals['conda_solve']:6.3f} s   pip resolve {totals['pip_resolve']:6.2f} s   "
+        f"write {totals['write']:6.3f} s   conda solve + write {totals['conda_solve'] + totals['write']:6.3f} s   "
+        f"moved {moved:3d} entries"
+    )
     return totals
 
 
@@ -88,30 +92,40 @@ def cosmetic_edit(project: Project) -> None:
             continue
         data = yaml.safe_load(path.read_text())
         parts = [f"{json.dumps(key)}: {json.dumps(value)}" for key, value in reversed(list(data.items()))]
-        path.write_text("# a comment, and the keys in another order: nothing locked changes\n\n"
-                        + "\n\n".join(parts) + "\n")
+        path.write_text(
+            "# a comment, and the keys in another order: nothing locked changes\n\n" + "\n\n".join(parts) + "\n"
+        )
 
 
 def report_check(label: str, times: list[float], baseline: float) -> None:
-    print(f"{label}  median {statistics.median(times):.3f} s  min {min(times):.3f} s  max {max(times):.3f} s "
-          f"over {len(times)} runs; bare `python -c pass` {baseline:.3f} s -> check costs "
-          f"{statistics.median(times) / baseline:.1f}x an empty interpreter start")
+    print(
+        f"{label}  median {statistics.median(times):.3f} s  min {min(times):.3f} s  max {max(times):.3f} s "
+        f"over {len(times)} runs; bare `python -c pass` {baseline:.3f} s -> check costs "
+        f"{statistics.median(times) / baseline:.1f}x an empty interpreter start"
+    )
 
 
 def time_check(project: Project, runs: int = 7) -> list[float]:
     times = []
     for _ in range(runs):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "bootstrap", "lock", "--check", "--root", str(project.root)],
-                       check=True, capture_output=True, cwd=REPO)
+        subprocess.run(
+            [sys.executable, "-m", "bootstrap", "lock", "--check", "--root", str(project.root)],
+            check=True,
+            capture_output=True,
+            cwd=REPO,
+        )
         times.append(time.perf_counter() - started)
     return times
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check-only", action="store_true",
-                        help="time `lock --check` alone (as committed, then after a cosmetic edit); offline")
+    parser.add_argument(
+        "--check-only",
+        action="store_true",
+        help="time `lock --check` alone (as committed, then after a cosmetic edit); offline",
+    )
     args = parser.parse_args()
     if not SNAPSHOT.is_dir():
         print(f"bench-lock: {SNAPSHOT} not found (the shared snapshot sits beside the repository)", file=sys.stderr)
@@ -120,8 +134,10 @@ def main() -> int:
         os.environ["UV_CACHE_DIR"] = str(Path(tmp, "uv-cache"))
         project = scratch_project(Path(tmp))
         if not args.check_only:
-            print("bootstrap lock, every env and variant (7 platform locks), conda part from the snapshot mirror, "
-                  "pip part from PyPI")
+            print(
+                "bootstrap lock, every env and variant (7 platform locks), conda part from the snapshot mirror, "
+                "pip part from PyPI"
+            )
             lock_all(project, "cold uv cache")
             lock_all(project, "warm uv cache", per_variant=True)
             restore_locks(project)

@@ -68,13 +68,15 @@ def read_lock(out: str) -> str:
     pip = _number(r"^warm uv cache .*pip resolve\s+([\d.]+) s", out)
     check = _number(r"^lock --check \(.*median ([\d.]+) s", out)
     bare = _number(r"costs ([\d.]+)x an empty interpreter start", out)
-    return (f"Targets: conda solve + write <= 1 s for every env and variant; `lock --check` <= 0.5 s with every "
-            f"variant's lock present, and after a cosmetic edit of the specs (issue 23). "
-            f"The conda part took {warm:.2f} s with a warm uv cache, {_verdict(warm, 1.0)} (the first run, "
-            f"{cold:.2f} s, also pays for one-time imports). The pip part ({pip:.1f} s warm) is "
-            f"uv waiting on PyPI, the network's time rather than bootstrap's, and has no target. `lock --check` took "
-            f"{check:.2f} s (median, interpreter start included: {bare:.1f}x a bare `python -c pass`), "
-            f"{_verdict(check, 0.5)}{_cosmetic_said(out)}.{_variants_said(out)}{_update_said(out)}")
+    return (
+        f"Targets: conda solve + write <= 1 s for every env and variant; `lock --check` <= 0.5 s with every "
+        f"variant's lock present, and after a cosmetic edit of the specs (issue 23). "
+        f"The conda part took {warm:.2f} s with a warm uv cache, {_verdict(warm, 1.0)} (the first run, "
+        f"{cold:.2f} s, also pays for one-time imports). The pip part ({pip:.1f} s warm) is "
+        f"uv waiting on PyPI, the network's time rather than bootstrap's, and has no target. `lock --check` took "
+        f"{check:.2f} s (median, interpreter start included: {bare:.1f}x a bare `python -c pass`), "
+        f"{_verdict(check, 0.5)}{_cosmetic_said(out)}.{_variants_said(out)}{_update_said(out)}"
+    )
 
 
 def _cosmetic_said(out: str) -> str:
@@ -83,39 +85,55 @@ def _cosmetic_said(out: str) -> str:
     if found is None:
         return ""
     cosmetic = float(found.group(1))
-    return (f"; after a cosmetic edit of every spec and virtual-packages.yml (a comment, keys reordered, blank "
-            f"lines) {cosmetic:.2f} s, {_verdict(cosmetic, 0.5)}: the fast path compares the parsed inputs, not "
-            f"their bytes")
+    return (
+        f"; after a cosmetic edit of every spec and virtual-packages.yml (a comment, keys reordered, blank "
+        f"lines) {cosmetic:.2f} s, {_verdict(cosmetic, 0.5)}: the fast path compares the parsed inputs, not "
+        f"their bytes"
+    )
 
 
 def _variants_said(out: str) -> str:
     """Each variant's conda and pip time in the warm run, where the output has them."""
-    rows = re.findall(r"^  variant (\S+ \[\S*\]) \((\d+) platforms\): conda solve ([\d.]+) s, pip resolve ([\d.]+) s",
-                      out, re.M)
-    said = [f"{name} ({n} platform{'s' if n != '1' else ''}) conda {float(c):.2f} s, pip {float(p):.1f} s"
-            for name, n, c, p in rows]
+    rows = re.findall(
+        r"^  variant (\S+ \[\S*\]) \((\d+) platforms\): conda solve ([\d.]+) s, pip resolve ([\d.]+) s", out, re.M
+    )
+    said = [
+        f"{name} ({n} platform{'s' if n != '1' else ''}) conda {float(c):.2f} s, pip {float(p):.1f} s"
+        for name, n, c, p in rows
+    ]
     return f" Per variant (warm): {'; '.join(said)}." if said else ""
 
 
 def _update_said(out: str) -> str:
     """The one-package `lock --update` beside the full relock, where the output has them."""
-    rows = [re.search(rf"^lock ({flag})\s+conda solve\s+([\d.]+) s\s+pip resolve\s+([\d.]+) s\s+write\s+([\d.]+) s"
-                      r".*moved\s+(\d+) entries", out, re.MULTILINE)
-            for flag in (r"--update \S+", "--upgrade")]
+    rows = [
+        re.search(
+            rf"^lock ({flag})\s+conda solve\s+([\d.]+) s\s+pip resolve\s+([\d.]+) s\s+write\s+([\d.]+) s"
+            r".*moved\s+(\d+) entries",
+            out,
+            re.MULTILINE,
+        )
+        for flag in (r"--update \S+", "--upgrade")
+    ]
     if not all(rows):
         return ""
-    said = [f"`lock {row.group(1)}`: conda solve + write {float(row.group(2)) + float(row.group(4)):.2f} s, "
-            f"pip {float(row.group(3)):.1f} s, {row.group(5)} lock entries moved" for row in rows]
+    said = [
+        f"`lock {row.group(1)}`: conda solve + write {float(row.group(2)) + float(row.group(4)):.2f} s, "
+        f"pip {float(row.group(3)):.1f} s, {row.group(5)} lock entries moved"
+        for row in rows
+    ]
     return f" A one-package update, {said[0]}; beside it a full relock, {said[1]}."
 
 
 def _env_targets(out: str) -> dict:
     line = next(line for line in out.splitlines() if line.startswith("targets: "))
-    found = re.findall(r"([a-z -]+?) ([\d.]+)(x| s) <= ([\d.]+)(?:x| s) (met|MISSED)", line[len("targets: "):])
+    found = re.findall(r"([a-z -]+?) ([\d.]+)(x| s) <= ([\d.]+)(?:x| s) (met|MISSED)", line[len("targets: ") :])
     if not found:
         raise ValueError("no target in the targets: line")
-    return {name.strip(" ;"): (float(value), unit, float(limit), verdict == "met")
-            for name, value, unit, limit, verdict in found}
+    return {
+        name.strip(" ;"): (float(value), unit, float(limit), verdict == "met")
+        for name, value, unit, limit, verdict in found
+    }
 
 
 def _env_row(out: str, name: str) -> tuple[float, float, float, float]:
@@ -128,38 +146,48 @@ def _env_row(out: str, name: str) -> tuple[float, float, float, float]:
 
 def read_env(out: str) -> str:
     targets = _env_targets(out)
-    said = "; ".join(f"{name} {value:.2f}{unit.strip() if unit == 'x' else ' s'} against {limit:g}"
-                     f"{unit.strip() if unit == 'x' else ' s'}, {'met' if ok else '**missed**'}"
-                     for name, (value, unit, limit, ok) in targets.items())
+    said = "; ".join(
+        f"{name} {value:.2f}{unit.strip() if unit == 'x' else ' s'} against {limit:g}"
+        f"{unit.strip() if unit == 'x' else ' s'}, {'met' if ok else '**missed**'}"
+        for name, (value, unit, limit, ok) in targets.items()
+    )
     sealed, unsealed = _env_row(out, "fresh create, warm cache"), _env_row(out, "  the same, seal check off")
     first, later = _env_row(out, "first change (clone)"), _env_row(out, "later changes (recycled)")
     clone = _number(r"clone alone: ([\d.]+)s", out)
     drift = max(sealed[1], unsealed[1]) / min(sealed[1], unsealed[1])
-    seals = (f"with the check of the cached copies' seals switched off, {unsealed[3]:+.0f} ms ({unsealed[2]:.2f}x)"
-             + (f"; raw took {sealed[1]:.3f} s in the first row and {unsealed[1]:.3f} s in the second: the disk's "
-                f"speed drifted between them, which hides what the check costs" if drift > 1.5 else ""))
-    return (f"Targets (issue 19): fresh create <= 1.15x raw `rattler.install`, a no-op rerun <= 0.3 s for the whole "
-            f"process, any change <= 2x raw. Measured: {said}. A fresh create costs {sealed[3]:+.0f} ms over raw "
-            f"({sealed[2]:.2f}x); {seals}. An env's first change starts from a hard-linked clone of its only "
-            f"generation: {first[0]:.3f} s against raw's in-place {first[1]:.3f} s, of which the clone by itself takes "
-            f"{clone:.3f} s. Later changes update the retired generation in place: {later[0]:.3f} s against "
-            f"{later[1]:.3f} s. Each ratio is the median over pairs of a bootstrap run and the raw run beside it, "
-            f"so drift of the disk or of other load on the machine moves both sides of a pair.")
+    seals = f"with the check of the cached copies' seals switched off, {unsealed[3]:+.0f} ms ({unsealed[2]:.2f}x)" + (
+        f"; raw took {sealed[1]:.3f} s in the first row and {unsealed[1]:.3f} s in the second: the disk's "
+        f"speed drifted between them, which hides what the check costs"
+        if drift > 1.5
+        else ""
+    )
+    return (
+        f"Targets (issue 19): fresh create <= 1.15x raw `rattler.install`, a no-op rerun <= 0.3 s for the whole "
+        f"process, any change <= 2x raw. Measured: {said}. A fresh create costs {sealed[3]:+.0f} ms over raw "
+        f"({sealed[2]:.2f}x); {seals}. An env's first change starts from a hard-linked clone of its only "
+        f"generation: {first[0]:.3f} s against raw's in-place {first[1]:.3f} s, of which the clone by itself takes "
+        f"{clone:.3f} s. Later changes update the retired generation in place: {later[0]:.3f} s against "
+        f"{later[1]:.3f} s. Each ratio is the median over pairs of a bootstrap run and the raw run beside it, "
+        f"so drift of the disk or of other load on the machine moves both sides of a pair."
+    )
 
 
 def read_verify(out: str) -> str:
     ratio = _number(r"^verify / collect_env = ([\d.]+)", out)
     verify = _number(r"^  verify\s+([\d.]+) s", out)
     collect = _number(r"^  collect_env\s+([\d.]+) s", out)
-    return (f"Target: `verify --no-bench` <= 0.8x the wall time of `python -m torch.utils.collect_env`, same "
-            f"interpreter, same torch, same ~20,000-file env. Measured: verify {verify:.2f} s against collect_env "
-            f"{collect:.2f} s (medians), a ratio of {ratio:.2f}: {_verdict(ratio, 0.8)}. The env's pip is the "
-            f"fixture's stub, so collect_env's `pip list` costs less than with a real pip: the comparison favours it.")
+    return (
+        f"Target: `verify --no-bench` <= 0.8x the wall time of `python -m torch.utils.collect_env`, same "
+        f"interpreter, same torch, same ~20,000-file env. Measured: verify {verify:.2f} s against collect_env "
+        f"{collect:.2f} s (medians), a ratio of {ratio:.2f}: {_verdict(ratio, 0.8)}. The env's pip is the "
+        f"fixture's stub, so collect_env's `pip list` costs less than with a real pip: the comparison favours it."
+    )
 
 
 _LOADER_ROW = re.compile(
     r"^(I/O latency|CPU cost)\s+(\S+)\s+(\S+)\s+(\S+)\s+(w=.+?|-)\s+(\S+)\s+(w=.+?|-)\s+(\S+)\s+(\S+)\s+(\S+)$",
-    re.MULTILINE)
+    re.MULTILINE,
+)
 
 
 def read_loader(out: str) -> str:
@@ -170,42 +198,82 @@ def read_loader(out: str) -> str:
     for workload, naive, advice, best, best_label, tuned, pick, ratio, tune_s, tuned_check in rows:
         if ratio != "-":
             ratios.append(float(ratio))
-        parts.append(f"{workload}: naive {naive}/s, the fixed advice {advice}/s, the grid's best {best}/s "
-                     f"({best_label.strip()}), the tuned pick {tuned}/s ({pick.strip()}), {ratio} of the best, "
-                     f"tuned in {tune_s} s (bench.tuned {tuned_check})")
-    ratio_said = (f"lowest pick/best {min(ratios):.2f}, {_verdict(min(ratios), 0.95, at_least=True)}" if ratios
-                  else "no tuned pick measured")
+        parts.append(
+            f"{workload}: naive {naive}/s, the fixed advice {advice}/s, the grid's best {best}/s "
+            f"({best_label.strip()}), the tuned pick {tuned}/s ({pick.strip()}), {ratio} of the best, "
+            f"tuned in {tune_s} s (bench.tuned {tuned_check})"
+        )
+    ratio_said = (
+        f"lowest pick/best {min(ratios):.2f}, {_verdict(min(ratios), 0.95, at_least=True)}"
+        if ratios
+        else "no tuned pick measured"
+    )
     # bench polls every 0.2 s; the 0.02 s figure beside it shows the cost of polling ten times as often
     sampler = re.search(r"sampler CPU ([\d.]+)% / ([\d.]+)% of wall", out)
-    sampler_said = (f"; the utilisation sampler's thread at bench's 0.2 s polling {float(sampler.group(1)):.2f} % "
-                    f"of wall, {_verdict(float(sampler.group(1)), 1.0)}" if sampler else "")
-    return (f"Target (issue 22): on bench's own workloads, the tuned pick within 5 % of the best point of an "
-            f"exhaustive grid measured interleaved in the same run (the grid's rounds choose its best; "
-            f"fresh interleaved rounds measure it beside the pick); the utilisation sampler's thread < 1 % of wall "
-            f"time. Measured: {'; '.join(parts)}. So: {ratio_said}{sampler_said}.")
+    sampler_said = (
+        f"; the utilisation sampler's thread at bench's 0.2 s polling {float(sampler.group(1)):.2f} % "
+        f"of wall, {_verdict(float(sampler.group(1)), 1.0)}"
+        if sampler
+        else ""
+    )
+    return (
+        f"Target (issue 22): on bench's own workloads, the tuned pick within 5 % of the best point of an "
+        f"exhaustive grid measured interleaved in the same run (the grid's rounds choose its best; "
+        f"fresh interleaved rounds measure it beside the pick); the utilisation sampler's thread < 1 % of wall "
+        f"time. Measured: {'; '.join(parts)}. So: {ratio_said}{sampler_said}."
+    )
 
 
 def read_fetch(out: str) -> str:
     clean = _number(r"^clean server\s+([\d.]+) s", out)
     flaky = _number(r"^drops 1 in \d+ GETs mid-file\s+([\d.]+) s", out)
     ratio = _number(r"^flaky / clean = ([\d.]+)", out)
-    return (f"Target (issue 23): fetching from a server that cuts one GET in five mid-file takes <= 1.5x the time "
-            f"from a clean one. Measured: {flaky:.2f} s against {clean:.2f} s, {ratio:.2f}x: {_verdict(ratio, 1.5)}. "
-            f"Each cut download waits the first retry delay and resumes with a Range request, so what a cut costs "
-            f"is that wait and a reconnect, not the bytes already fetched.")
+    return (
+        f"Target (issue 23): fetching from a server that cuts one GET in five mid-file takes <= 1.5x the time "
+        f"from a clean one. Measured: {flaky:.2f} s against {clean:.2f} s, {ratio:.2f}x: {_verdict(ratio, 1.5)}. "
+        f"Each cut download waits the first retry delay and resumes with a Range request, so what a cut costs "
+        f"is that wait and a reconnect, not the bytes already fetched."
+    )
 
 
 BENCHMARKS = (
-    Benchmark("lock", "bench-lock: `bootstrap lock` and `lock --check`", "bench_lock.py", (), "",
-              1800, read_lock),
-    Benchmark("env", "bench-env: `bootstrap env` against raw `rattler.install`", "bench_env.py", ("--runs", "7"),
-              'BENCH_ENV_ARGS="--runs 7"', 2400, read_env),
-    Benchmark("verify", "bench-verify: `verify --no-bench` against `torch.utils.collect_env`", "bench_verify.py", (),
-              "", 1800, read_verify),
-    Benchmark("loader", "bench-loader: the DataLoader tuner against the fixed advice and a grid", "bench_loader.py",
-              ("--budget", "60"), 'BENCH_LOADER_ARGS="--budget 60"', 1800, read_loader),
-    Benchmark("fetch", "bench-fetch: downloads from a server that drops connections", "bench_fetch.py", (), "",
-              600, read_fetch),
+    Benchmark("lock", "bench-lock: `bootstrap lock` and `lock --check`", "bench_lock.py", (), "", 1800, read_lock),
+    Benchmark(
+        "env",
+        "bench-env: `bootstrap env` against raw `rattler.install`",
+        "bench_env.py",
+        ("--runs", "7"),
+        'BENCH_ENV_ARGS="--runs 7"',
+        2400,
+        read_env,
+    ),
+    Benchmark(
+        "verify",
+        "bench-verify: `verify --no-bench` against `torch.utils.collect_env`",
+        "bench_verify.py",
+        (),
+        "",
+        1800,
+        read_verify,
+    ),
+    Benchmark(
+        "loader",
+        "bench-loader: the DataLoader tuner against the fixed advice and a grid",
+        "bench_loader.py",
+        ("--budget", "60"),
+        'BENCH_LOADER_ARGS="--budget 60"',
+        1800,
+        read_loader,
+    ),
+    Benchmark(
+        "fetch",
+        "bench-fetch: downloads from a server that drops connections",
+        "bench_fetch.py",
+        (),
+        "",
+        600,
+        read_fetch,
+    ),
 )
 
 
@@ -236,9 +304,11 @@ def machine() -> str:
     kib = _field("/proc/meminfo", "MemTotal", ":")
     memory = f"{int(kib.split()[0]) / (1 << 20):.1f} GiB memory" if kib else "memory unknown"
     system = _field("/etc/os-release", "PRETTY_NAME", "=") or platform.system()
-    return (f"{cpu}, {usable} CPUs usable (`nproc`) of {os.cpu_count()}, {memory}; {system}, "
-            f"{platform.system()} {platform.release()} {platform.machine()}; Python {platform.python_version()}, "
-            f"torch {_version('torch')}, py-rattler {_version('py-rattler')}")
+    return (
+        f"{cpu}, {usable} CPUs usable (`nproc`) of {os.cpu_count()}, {memory}; {system}, "
+        f"{platform.system()} {platform.release()} {platform.machine()}; Python {platform.python_version()}, "
+        f"torch {_version('torch')}, py-rattler {_version('py-rattler')}"
+    )
 
 
 def _loadavg() -> str:
@@ -270,16 +340,32 @@ def measure(bench: Benchmark) -> tuple[str, bool]:
     try:
         reading = bench.read(out)
     except (ValueError, StopIteration, IndexError):
-        reading = ("No figures could be read from this output" + (" (the benchmark failed: see below)." if failed else
-                   " (has the script's output changed? `read_*` in scripts/bench_report.py parses it)."))
-    lines = [BEGIN.format(bench.name), f"## {bench.title}", "", reading, "",
-             f"Command, from the repository root (or `{make}`):", "", "```console", f"$ {shown}"]
+        reading = "No figures could be read from this output" + (
+            " (the benchmark failed: see below)."
+            if failed
+            else " (has the script's output changed? `read_*` in scripts/bench_report.py parses it)."
+        )
+    lines = [
+        BEGIN.format(bench.name),
+        f"## {bench.title}",
+        "",
+        reading,
+        "",
+        f"Command, from the repository root (or `{make}`):",
+        "",
+        "```console",
+        f"$ {shown}",
+    ]
     lines += [out, "```"] if out else ["```"]
     if failed and err.strip():
         tail = err.rstrip("\n").splitlines()[-STDERR_LINES:]
         lines += ["", f"It failed ({status}); the last lines of its stderr:", "", "```text", *tail, "```"]
-    lines += ["", f"Measured {when}, {seconds:.0f} s, {status}; load average {load_before} before, "
-                  f"{_loadavg()} after.", f"Machine: {machine()}.", END.format(bench.name)]
+    lines += [
+        "",
+        f"Measured {when}, {seconds:.0f} s, {status}; load average {load_before} before, {_loadavg()} after.",
+        f"Machine: {machine()}.",
+        END.format(bench.name),
+    ]
     return "\n".join(lines), not failed
 
 
@@ -289,8 +375,8 @@ def previous_sections(text: str) -> tuple[dict, str]:
     for bench in BENCHMARKS:
         begin, end = BEGIN.format(bench.name), END.format(bench.name)
         if begin in text and end in text:
-            sections[bench.name] = text[text.index(begin):text.index(end) + len(end)]
-    kept = text[text.index(KEPT) + len(KEPT):].strip("\n") if KEPT in text else ""
+            sections[bench.name] = text[text.index(begin) : text.index(end) + len(end)]
+    kept = text[text.index(KEPT) + len(KEPT) :].strip("\n") if KEPT in text else ""
     return sections, kept
 
 
@@ -308,18 +394,25 @@ sections as they are; each section says when and on what machine it was measured
 def page(sections: dict, kept: str) -> str:
     parts = [HEADER]
     for bench in BENCHMARKS:
-        missing = f"Not measured yet: `make bench-report BENCH_REPORT_ARGS=\"--only {bench.name}\"`."
-        parts.append(sections.get(bench.name)
-                     or "\n".join([BEGIN.format(bench.name), f"## {bench.title}", "", missing, END.format(bench.name)]))
+        missing = f'Not measured yet: `make bench-report BENCH_REPORT_ARGS="--only {bench.name}"`.'
+        parts.append(
+            sections.get(bench.name)
+            or "\n".join([BEGIN.format(bench.name), f"## {bench.title}", "", missing, END.format(bench.name)])
+        )
     parts.append(KEPT + ("\n\n" + kept if kept else ""))
     return "\n\n".join(parts) + "\n"
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", choices=[b.name for b in BENCHMARKS], metavar="NAME",
-                        help=f"run only this benchmark (repeatable; one of {', '.join(b.name for b in BENCHMARKS)}); "
-                             "the page keeps the other sections")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=[b.name for b in BENCHMARKS],
+        metavar="NAME",
+        help=f"run only this benchmark (repeatable; one of {', '.join(b.name for b in BENCHMARKS)}); "
+        "the page keeps the other sections",
+    )
     parser.add_argument("--out", type=Path, default=PAGE, help="the page to write (default: docs/PERFORMANCE.md)")
     args = parser.parse_args(argv)
     if not args.out.parent.is_dir():
@@ -333,8 +426,11 @@ def main(argv: list[str]) -> int:
             failed.append(bench.name)
     atomic_write_text(args.out, page(sections, kept))
     minutes = (time.perf_counter() - started) / 60
-    print(f"bench-report: wrote {args.out} ({len(chosen)} benchmark(s) in {minutes:.1f} min)"
-          + (f"; failed: {', '.join(failed)}" if failed else ""), file=sys.stderr)
+    print(
+        f"bench-report: wrote {args.out} ({len(chosen)} benchmark(s) in {minutes:.1f} min)"
+        + (f"; failed: {', '.join(failed)}" if failed else ""),
+        file=sys.stderr,
+    )
     return 1 if failed else 0
 
 

@@ -51,24 +51,46 @@ TARGET = 0.8
 
 def package(index: int) -> PackageSpec:
     name = f"pkg{index:02d}"
-    files = {f"share/{name}/f{i:04d}.txt": f"{name} {i}\n" + (f"prefix={PLACEHOLDER}\n" if i % 3 == 0 else "")
-             for i in range(FILES_EACH)}
+    files = {
+        f"share/{name}/f{i:04d}.txt": f"{name} {i}\n" + (f"prefix={PLACEHOLDER}\n" if i % 3 == 0 else "")
+        for i in range(FILES_EACH)
+    }
     placeholders = {p for i, p in enumerate(sorted(files)) if i % 3 == 0}
     return PackageSpec(name, "1.0", noarch="generic", files=files, prefix_placeholder_files=placeholders)
 
 
 def build_env(tmp: Path) -> Path:
-    channel = build_channel(tmp / "channel",
-                            [runnable_python_spec(), pip_spec(), *(package(i) for i in range(PACKAGES))])
+    channel = build_channel(
+        tmp / "channel", [runnable_python_spec(), pip_spec(), *(package(i) for i in range(PACKAGES))]
+    )
     bulk = {f"bulkwheel/sub{i // 500:02d}/m{i:05d}.py": f"X = {i}\n" for i in range(WHEEL_FILES)}
     wheels = build_wheelhouse(tmp / "wheels", [WheelSpec("bulkwheel", "1.0", files=bulk), WheelSpec("gamma", "0.5")])
     conda = (f"python={SHORT}.*", "pip", *[f"pkg{i:02d}" for i in range(PACKAGES)])
     project = make_project(tmp / "proj", platforms=("linux-64",), conda=conda, pip=("bulkwheel", "gamma"))
     quiet = ["--cache-dir", str(tmp / "cache")]
-    assert bootstrap(["lock", "--root", str(project.root), "--mirror", f"conda-forge={channel}", "--pip-find-links",
-                      str(wheels), "--pip-no-index", "--pip-offline", *quiet]) == 0
-    assert bootstrap(["env", "--root", str(project.root), "--platform", "linux-64", "--mirror",
-                      f"conda-forge={channel}", *quiet]) == 0
+    assert (
+        bootstrap(
+            [
+                "lock",
+                "--root",
+                str(project.root),
+                "--mirror",
+                f"conda-forge={channel}",
+                "--pip-find-links",
+                str(wheels),
+                "--pip-no-index",
+                "--pip-offline",
+                *quiet,
+            ]
+        )
+        == 0
+    )
+    assert (
+        bootstrap(
+            ["env", "--root", str(project.root), "--platform", "linux-64", "--mirror", f"conda-forge={channel}", *quiet]
+        )
+        == 0
+    )
     prefix = project.root / ".envs" / "py310"
     site = next(prefix.glob("lib/python*/site-packages"))
     (site / "zz-host-site.pth").write_text("\n".join(p for p in sys.path if p.endswith("site-packages")) + "\n")
@@ -93,12 +115,18 @@ def main() -> int:
             "verify": [python, "-m", "bootstrap", "verify", "--no-bench"],
             "collect_env": [python, "-m", "torch.utils.collect_env"],
             # Context: what verify costs where it must import torch (a GPU host), device work excluded.
-            "verify, torch imported": [python, "-c", ("import sys, torch; from bootstrap.cli import main; "
-                                                      "sys.exit(main(['verify', '--no-bench']))")],
+            "verify, torch imported": [
+                python,
+                "-c",
+                ("import sys, torch; from bootstrap.cli import main; sys.exit(main(['verify', '--no-bench']))"),
+            ],
             "collect_env (own venv, real pip)": [sys.executable, "-m", "torch.utils.collect_env"],
         }
-        report = json.loads(subprocess.run([*commands["verify"], "--json"], cwd=REPO, capture_output=True,
-                                           text=True, check=False).stdout)
+        report = json.loads(
+            subprocess.run(
+                [*commands["verify"], "--json"], cwd=REPO, capture_output=True, text=True, check=False
+            ).stdout
+        )
         files = next(c for c in report["checks"] if c["id"] == "env.files")["observed"]
         for argv in commands.values():
             timed(argv)  # warm-up: page cache, .pyc files

@@ -30,13 +30,23 @@ def grammar_errors(paths: list[Path]) -> list[str]:
 
 
 def vermin_errors(paths: list[Path]) -> list[str]:
-    argv = [str(Path(sys.executable).with_name("vermin")), "--no-tips", "--violations",
-            "--backport", "dataclasses", "-t=3.9-", *map(str, paths)]
+    argv = [
+        str(Path(sys.executable).with_name("vermin")),
+        "--no-tips",
+        "--violations",
+        "--backport",
+        "dataclasses",
+        "-t=3.9-",
+        *map(str, paths),
+    ]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     except FileNotFoundError:
-        print(f"check-py39: no vermin beside {sys.executable}: run it with the tools venv's python "
-              "(.tools/bin/python scripts/check-py39.py, or `make test`)", file=sys.stderr)
+        print(
+            f"check-py39: no vermin beside {sys.executable}: run it with the tools venv's python "
+            "(.tools/bin/python scripts/check-py39.py, or `make test`)",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from None
     if proc.returncode == 0:
         return []

@@ -123,16 +123,24 @@ def toolkit_drivers(data: Dict[str, Any]) -> List[Dict[str, Any]]:
 
 
 def caveats(data: Dict[str, Any]) -> Dict[str, Dict[str, str]]:
-    return {str(row["id"]): {"text": str(row["text"]), **_provenance(row)}
-            for row in data["cuda_driver_requirements"]["caveats"]}
+    return {
+        str(row["id"]): {"text": str(row["text"]), **_provenance(row)}
+        for row in data["cuda_driver_requirements"]["caveats"]
+    }
 
 
 def gpus(data: Dict[str, Any]) -> List[Dict[str, Any]]:
     rows = []
     for row in data["gpu_architectures"]["gpus"]:
         major, minor = str(row["compute_capability"]).split(".")
-        rows.append({"gpu": str(row["gpu"]), "compute_capability": (int(major), int(minor)),
-                     "architecture": str(row["architecture"]), **_provenance(row)})
+        rows.append(
+            {
+                "gpu": str(row["gpu"]),
+                "compute_capability": (int(major), int(minor)),
+                "architecture": str(row["architecture"]),
+                **_provenance(row),
+            }
+        )
     return rows
 
 
@@ -175,15 +183,17 @@ def _pypi_default(row: Dict[str, Any]) -> Dict[str, Any]:
 def torch_releases(data: Dict[str, Any]) -> List[Dict[str, Any]]:
     rows = []
     for row in data["pytorch"]["releases"]:
-        rows.append({
-            "release": str(row["release"]),
-            "versions": [str(v) for v in row["pypi_versions"]],
-            "requires_python": str(row["requires_python"]),
-            "python_wheels": [str(v) for v in row["pypi_cp_wheels_linux_x86_64"]],
-            "pypi_default": {platform: _pypi_default(cell) for platform, cell in row["pypi_default"].items()},
-            "variants": [_variant(v) for v in row["variants"]],
-            **_provenance(row),
-        })
+        rows.append(
+            {
+                "release": str(row["release"]),
+                "versions": [str(v) for v in row["pypi_versions"]],
+                "requires_python": str(row["requires_python"]),
+                "python_wheels": [str(v) for v in row["pypi_cp_wheels_linux_x86_64"]],
+                "pypi_default": {platform: _pypi_default(cell) for platform, cell in row["pypi_default"].items()},
+                "variants": [_variant(v) for v in row["variants"]],
+                **_provenance(row),
+            }
+        )
     return rows
 
 

@@ -48,8 +48,23 @@ def test_an_empty_env_name_is_bad_input(tmp_path: Path, capsys, verb: str, blank
     refused(tmp_path, capsys, verb, blank, "empty env name")
 
 
-ODD_NAMES = ["py310 ", " py310", "py310\n", "../py310", "envs/py310", "a/b", "py\x1b[31m310", "py310\x00",
-             ".hidden", "x" * 65, "x" * 100_000, "py\u202e310", "\u03c0y310", "py310\t", "~py310"]
+ODD_NAMES = [
+    "py310 ",
+    " py310",
+    "py310\n",
+    "../py310",
+    "envs/py310",
+    "a/b",
+    "py\x1b[31m310",
+    "py310\x00",
+    ".hidden",
+    "x" * 65,
+    "x" * 100_000,
+    "py\u202e310",
+    "\u03c0y310",
+    "py310\t",
+    "~py310",
+]
 
 
 @pytest.mark.parametrize("name", ODD_NAMES, ids=lambda n: repr(n[:20]))
@@ -75,7 +90,9 @@ def test_envs_whose_names_differ_only_in_case_are_refused(tmp_path: Path, capsys
     before = tree(root)
     argv = [arg.format(root=root, blank="py310") for arg in VERBS[verb]]
     assert main([*argv, "--root", str(root)]) == 2
-    assert capsys.readouterr().err == (f"error: {root}/envs/PY310.yml: envs 'py310' and 'PY310' differ only in "
-                                       "case (rename one: macOS and Windows would keep one spec and one lock for "
-                                       "both)\n")
+    assert capsys.readouterr().err == (
+        f"error: {root}/envs/PY310.yml: envs 'py310' and 'PY310' differ only in "
+        "case (rename one: macOS and Windows would keep one spec and one lock for "
+        "both)\n"
+    )
     assert tree(root) == before

@@ -34,8 +34,11 @@ def export(*args: str) -> int:
 
 
 def versions(lock: Lock, platforms=None) -> dict:
-    return {(p.platform, p.manager, p.name): p.version for p in lock.packages
-            if platforms is None or p.platform in platforms}
+    return {
+        (p.platform, p.manager, p.name): p.version
+        for p in lock.packages
+        if platforms is None or p.platform in platforms
+    }
 
 
 def conda_lock_parse(path: Path, vpkgs: Path):
@@ -96,8 +99,10 @@ def test_snapshot_round_trip_of_the_conda_part():
     lock = read_lock(REPO / "conda-lock.yml")
     mirror = Mirror.parse(f"conda-forge={SNAPSHOT}")
     for platform in exported.platforms:
-        solved = {to_locked(r, platform).name: str(r.version)
-                  for r in solve_conda(exported, platform, vpkgs.for_platform(platform), [mirror])}
+        solved = {
+            to_locked(r, platform).name: str(r.version)
+            for r in solve_conda(exported, platform, vpkgs.for_platform(platform), [mirror])
+        }
         assert solved == {p.name: p.version for p in lock.for_platform(platform, "conda")}
 
 
@@ -105,9 +110,21 @@ def test_snapshot_round_trip_of_the_conda_part():
 
 
 def lock_project(project: Project, channel: Path, wheelhouse: Path) -> int:
-    return main(["lock", "--root", str(project.root), "--cache-dir", str(project.root / ".cache"),
-                 "--mirror", f"conda-forge={channel}", "--pip-find-links", str(wheelhouse),
-                 "--pip-no-index", "--pip-offline"])
+    return main(
+        [
+            "lock",
+            "--root",
+            str(project.root),
+            "--cache-dir",
+            str(project.root / ".cache"),
+            "--mirror",
+            f"conda-forge={channel}",
+            "--pip-find-links",
+            str(wheelhouse),
+            "--pip-no-index",
+            "--pip-offline",
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -118,17 +135,23 @@ def locked(tmp_path_factory, fixture_channel: Path, wheelhouse: Path) -> Project
 
 
 @pytest.mark.slow
-def test_round_trip_through_conda_lock_and_our_lock(locked: Project, fixture_channel: Path, wheelhouse: Path,
-                                                    tmp_path: Path):
+def test_round_trip_through_conda_lock_and_our_lock(
+    locked: Project, fixture_channel: Path, wheelhouse: Path, tmp_path: Path
+):
     out = tmp_path / "environment.yml"
     assert export("--root", str(locked.root), "-o", str(out)) == 0
     data = yaml.safe_load(out.read_text())
-    assert data["dependencies"] == ["python=3.10.19", "pip=25.0", "torchlike=1.0",
-                                    {"pip": ["alpha==1.1", "gamma==0.5"]}]
+    assert data["dependencies"] == [
+        "python=3.10.19",
+        "pip=25.0",
+        "torchlike=1.0",
+        {"pip": ["alpha==1.1", "gamma==0.5"]},
+    ]
 
     parsed = conda_lock_parse(out, locked.virtual_packages_path)
-    assert all(deps[("pip", "alpha")] == "==1.1" and deps[("conda", "torchlike")] == "1.0.*"
-               for deps in parsed.values())
+    assert all(
+        deps[("pip", "alpha")] == "==1.1" and deps[("conda", "torchlike")] == "1.0.*" for deps in parsed.values()
+    )
 
     again = Project(tmp_path / "again")
     (again.root / "envs").mkdir(parents=True)
@@ -138,8 +161,9 @@ def test_round_trip_through_conda_lock_and_our_lock(locked: Project, fixture_cha
     before, after = read_lock(locked.lock_path("py310")), read_lock(again.lock_path("py310"))
     assert versions(after) == versions(before)
     # Builds are not pinned, yet the same machine description picks the same ones (CUDA on linux).
-    assert ({(p.platform, p.name, p.build) for p in after.packages}
-            == {(p.platform, p.name, p.build) for p in before.packages})
+    assert {(p.platform, p.name, p.build) for p in after.packages} == {
+        (p.platform, p.name, p.build) for p in before.packages
+    }
 
 
 @pytest.mark.slow
@@ -173,11 +197,16 @@ def test_pinned_matches_conda_lock_render(locked: Project, tmp_path: Path):
         assert sorted(p.name for p in out.iterdir()) == [f"py310-{p}.lock" for p in sorted(lock.platforms)]
         for platform in lock.platforms:
             text = (out / f"py310-{platform}.lock").read_text()
-            body = text[text.index("@EXPLICIT"):].splitlines()
+            body = text[text.index("@EXPLICIT") :].splitlines()
             theirs = render_lockfile_for_platform(
-                lockfile=parse_conda_lock_file(Project(root).lock_path("py310")), include_dev_dependencies=True,
-                extras=None, kind="explicit", platform=platform, suppress_warning_for_pip_and_explicit=True)
-            assert body == theirs[theirs.index("@EXPLICIT"):]
+                lockfile=parse_conda_lock_file(Project(root).lock_path("py310")),
+                include_dev_dependencies=True,
+                extras=None,
+                kind="explicit",
+                platform=platform,
+                suppress_warning_for_pip_and_explicit=True,
+            )
+            assert body == theirs[theirs.index("@EXPLICIT") :]
             assert f"# input_hash: {lock.content_hash[platform]}" in text
             # Parsed back: every locked artifact exactly once, with its hash.
             conda = {line for line in body if line.startswith(("http", "file:"))}
@@ -194,21 +223,45 @@ def test_json_names_each_file_written(locked: Project, tmp_path: Path, capsys):
     assert export("--root", str(locked.root), "-o", str(out), "--json") == 0
     printed, err = capsys.readouterr()
     data = json.loads(printed)  # stdout holds the envelope only: no "wrote" line
-    assert data == {"format": "bootstrap.export", "version": 1, "kind": "portable", "name": "py310",
-                    "source": "envs/py310.yml pinned to conda-lock.yml",
-                    "platforms": ["linux-64", "osx-arm64", "win-64"],
-                    "files": [{"path": str(out), "bytes": out.stat().st_size,
-                               "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}], "notes": data["notes"]}
-    assert data["notes"] == ["some pip packages were locked from local files, not PyPI; the portable file "
-                             "installs them from the teammate's index (use --pinned for the exact artifacts)"]
+    assert data == {
+        "format": "bootstrap.export",
+        "version": 1,
+        "kind": "portable",
+        "name": "py310",
+        "source": "envs/py310.yml pinned to conda-lock.yml",
+        "platforms": ["linux-64", "osx-arm64", "win-64"],
+        "files": [
+            {"path": str(out), "bytes": out.stat().st_size, "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}
+        ],
+        "notes": data["notes"],
+    }
+    assert data["notes"] == [
+        "some pip packages were locked from local files, not PyPI; the portable file "
+        "installs them from the teammate's index (use --pinned for the exact artifacts)"
+    ]
     assert err == f"note: {data['notes'][0]}\n"  # notes go to stderr, as without --json
     template = str(tmp_path / "{name}-{platform}.lock")
-    assert export("--root", str(locked.root), "--pinned", "--platform", "win-64", "--platform", "linux-64",
-                  "-o", template, "--json") == 0
+    assert (
+        export(
+            "--root",
+            str(locked.root),
+            "--pinned",
+            "--platform",
+            "win-64",
+            "--platform",
+            "linux-64",
+            "-o",
+            template,
+            "--json",
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert (data["kind"], data["source"], data["platforms"]) == ("pinned", "conda-lock.yml", ["win-64", "linux-64"])
-    assert [f["path"] for f in data["files"]] == [str(tmp_path / "py310-win-64.lock"),
-                                                  str(tmp_path / "py310-linux-64.lock")]
+    assert [f["path"] for f in data["files"]] == [
+        str(tmp_path / "py310-win-64.lock"),
+        str(tmp_path / "py310-linux-64.lock"),
+    ]
 
 
 def test_json_from_a_prefix_carries_the_notes_and_stdout_cannot_hold_both(conda_prefix: Path, tmp_path: Path, capsys):
@@ -258,24 +311,42 @@ def test_toposort_is_condas(seed):
 
 def synthetic(packages, platforms=("linux-64", "osx-arm64", "win-64")) -> Lock:
     entries = tuple(
-        LockedPackage(name, version, manager, platform, f"https://example.invalid/{name}-{version}", "0" * 64,
-                      "0" * 32 if manager == "conda" else None, "h0" if manager == "conda" else None)
-        for manager, name, by_platform in packages for platform, version in by_platform.items()
+        LockedPackage(
+            name,
+            version,
+            manager,
+            platform,
+            f"https://example.invalid/{name}-{version}",
+            "0" * 64,
+            "0" * 32 if manager == "conda" else None,
+            "h0" if manager == "conda" else None,
+        )
+        for manager, name, by_platform in packages
+        for platform, version in by_platform.items()
     )
-    return Lock(Path("conda-lock.yml"), {p: "x" for p in platforms}, ("conda-forge",), tuple(platforms), (), {},
-                entries)
+    return Lock(
+        Path("conda-lock.yml"), {p: "x" for p in platforms}, ("conda-forge",), tuple(platforms), (), {}, entries
+    )
 
 
 def test_versions_that_differ_per_platform(tmp_path: Path):
-    lock = synthetic([
-        ("conda", "python", {"linux-64": "3.10.19", "osx-arm64": "3.10.19", "win-64": "3.10.18"}),
-        ("conda", "openssl", {"linux-64": "3.6.1", "osx-arm64": "3.5.4", "win-64": "3.6.1"}),
-        ("conda", "tzdata", {"linux-64": "2025b", "osx-arm64": "2026a", "win-64": "2026a"}),
-        ("pip", "numpy", {"linux-64": "2.2.6", "osx-arm64": "2.2.6", "win-64": "2.2.5"}),
-        ("pip", "torch", {"linux-64": "2.10.0", "osx-arm64": "2.10.0", "win-64": "2.10.0"}),
-    ])
-    spec = EnvSpec(Path("envs/py310.yml"), "py310", ("conda-forge",), lock.platforms,
-                   ("python=3.10.*", "openssl", "tzdata"), ("numpy>=2", "torch[opt]==2.10.*"))
+    lock = synthetic(
+        [
+            ("conda", "python", {"linux-64": "3.10.19", "osx-arm64": "3.10.19", "win-64": "3.10.18"}),
+            ("conda", "openssl", {"linux-64": "3.6.1", "osx-arm64": "3.5.4", "win-64": "3.6.1"}),
+            ("conda", "tzdata", {"linux-64": "2025b", "osx-arm64": "2026a", "win-64": "2026a"}),
+            ("pip", "numpy", {"linux-64": "2.2.6", "osx-arm64": "2.2.6", "win-64": "2.2.5"}),
+            ("pip", "torch", {"linux-64": "2.10.0", "osx-arm64": "2.10.0", "win-64": "2.10.0"}),
+        ]
+    )
+    spec = EnvSpec(
+        Path("envs/py310.yml"),
+        "py310",
+        ("conda-forge",),
+        lock.platforms,
+        ("python=3.10.*", "openssl", "tzdata"),
+        ("numpy>=2", "torch[opt]==2.10.*"),
+    )
     text = render_environment_yml(portable_from_lock(spec, lock))
     data = yaml.safe_load(text)
     assert data["dependencies"][:3] == ["python=3.10.*", "openssl=3.*", "tzdata>=2025b,<=2026a"]
@@ -294,43 +365,70 @@ def test_versions_that_differ_per_platform(tmp_path: Path):
     assert parsed["linux-64"][("pip", "numpy")] == parsed["osx-arm64"][("pip", "numpy")] == "==2.2.6"
 
 
-@pytest.mark.parametrize("spec, build", [
-    ("pytorch * cuda*", "cuda*"), ("libblas=*=*mkl", "*mkl"), ("conda-forge::pytorch 2.5.* cuda*", "cuda*"),
-    ("x >=1.0 [build_string='py*']", "py*"), ("numpy >=1.0 py*", "py*"),
-    ("python >=3.10,<3.11", None), ("numpy >= 1.0", None), ("python=3.10.*", None), ("x 1.0 *", None),
-])
+@pytest.mark.parametrize(
+    "spec, build",
+    [
+        ("pytorch * cuda*", "cuda*"),
+        ("libblas=*=*mkl", "*mkl"),
+        ("conda-forge::pytorch 2.5.* cuda*", "cuda*"),
+        ("x >=1.0 [build_string='py*']", "py*"),
+        ("numpy >=1.0 py*", "py*"),
+        ("python >=3.10,<3.11", None),
+        ("numpy >= 1.0", None),
+        ("python=3.10.*", None),
+        ("x 1.0 *", None),
+    ],
+)
 def test_the_build_a_spec_asks_for(spec: str, build):
     assert requested_build(spec) == build
 
 
 def test_a_requested_build_with_versions_that_differ_per_platform():
-    lock = synthetic([("conda", "libblas", {"linux-64": "3.9.0", "osx-arm64": "3.9.0", "win-64": "3.8.0"}),
-                      ("conda", "pytorch", {"linux-64": "2.5.1", "osx-arm64": "2.5.0", "win-64": "2.5.1"})])
-    spec = EnvSpec(Path("envs/py310.yml"), "py310", ("conda-forge",), lock.platforms,
-                   ("libblas=*=*mkl", "pytorch * cpu*"), ())
+    lock = synthetic(
+        [
+            ("conda", "libblas", {"linux-64": "3.9.0", "osx-arm64": "3.9.0", "win-64": "3.8.0"}),
+            ("conda", "pytorch", {"linux-64": "2.5.1", "osx-arm64": "2.5.0", "win-64": "2.5.1"}),
+        ]
+    )
+    spec = EnvSpec(
+        Path("envs/py310.yml"), "py310", ("conda-forge",), lock.platforms, ("libblas=*=*mkl", "pytorch * cpu*"), ()
+    )
     assert [line.text for line in portable_from_lock(spec, lock).conda] == ["libblas=3.*=*mkl", "pytorch=2.5.*=cpu*"]
 
 
 def test_two_platforms_of_one_os_get_a_machine_marker():
-    lock = synthetic([("conda", "python", {"osx-64": "3.10.19", "osx-arm64": "3.10.19", "linux-64": "3.10.19"}),
-                      ("pip", "numpy", {"osx-64": "2.2.5", "osx-arm64": "2.2.6", "linux-64": "2.2.6"})],
-                     platforms=("linux-64", "osx-64", "osx-arm64"))
-    spec = EnvSpec(Path("envs/py310.yml"), "py310", ("conda-forge",), lock.platforms, ("python",),
-                   ("numpy; python_version >= '3'",))
+    lock = synthetic(
+        [
+            ("conda", "python", {"osx-64": "3.10.19", "osx-arm64": "3.10.19", "linux-64": "3.10.19"}),
+            ("pip", "numpy", {"osx-64": "2.2.5", "osx-arm64": "2.2.6", "linux-64": "2.2.6"}),
+        ],
+        platforms=("linux-64", "osx-64", "osx-arm64"),
+    )
+    spec = EnvSpec(
+        Path("envs/py310.yml"),
+        "py310",
+        ("conda-forge",),
+        lock.platforms,
+        ("python",),
+        ("numpy; python_version >= '3'",),
+    )
     pip = [line.text for line in portable_from_lock(spec, lock).pip]
     assert pip == [
-        'numpy==2.2.6; (python_version >= \'3\') and (sys_platform == "linux")',
+        "numpy==2.2.6; (python_version >= '3') and (sys_platform == \"linux\")",
         'numpy==2.2.5; (python_version >= \'3\') and (sys_platform == "darwin" and platform_machine == "x86_64")',
         'numpy==2.2.6; (python_version >= \'3\') and (sys_platform == "darwin" and platform_machine == "arm64")',
     ]
 
 
-@pytest.mark.parametrize("given, expected", [
-    ("conda-forge", "conda-forge"),
-    ("https://conda.anaconda.org/conda-forge", "conda-forge"),
-    ("https://alice:hunter2@conda.anaconda.org/t/tk-123-456/conda-forge/linux-64/", "conda-forge"),
-    ("https://bob:pw@mirror.corp/conda/internal/noarch", "https://mirror.corp/conda/internal"),
-])
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        ("conda-forge", "conda-forge"),
+        ("https://conda.anaconda.org/conda-forge", "conda-forge"),
+        ("https://alice:hunter2@conda.anaconda.org/t/tk-123-456/conda-forge/linux-64/", "conda-forge"),
+        ("https://bob:pw@mirror.corp/conda/internal/noarch", "https://mirror.corp/conda/internal"),
+    ],
+)
 def test_channels_lose_credentials_tokens_and_subdirs(given, expected):
     assert portable_channel(given) == expected
 
@@ -338,22 +436,39 @@ def test_channels_lose_credentials_tokens_and_subdirs(given, expected):
 # --------------------------------------------------------------------------- --from-prefix
 
 
-def write_record(prefix: Path, name: str, version: str, build: str, depends=(), channel="https://conda.anaconda.org/conda-forge/linux-64",
-                 subdir="linux-64", files=(), **extra) -> None:
+def write_record(
+    prefix: Path,
+    name: str,
+    version: str,
+    build: str,
+    depends=(),
+    channel="https://conda.anaconda.org/conda-forge/linux-64",
+    subdir="linux-64",
+    files=(),
+    **extra,
+) -> None:
     meta = prefix / "conda-meta"
     meta.mkdir(parents=True, exist_ok=True)
-    record = {"name": name, "version": version, "build": build, "channel": channel, "subdir": subdir,
-              "depends": list(depends), "files": list(files), **extra}
+    record = {
+        "name": name,
+        "version": version,
+        "build": build,
+        "channel": channel,
+        "subdir": subdir,
+        "depends": list(depends),
+        "files": list(files),
+        **extra,
+    }
     (meta / f"{name}-{version}-{build}.json").write_text(json.dumps(record))
 
 
-def write_dist(prefix: Path, name: str, version: str, installer="pip", requested=False, requires=(),
-               direct_url=None) -> str:
+def write_dist(
+    prefix: Path, name: str, version: str, installer="pip", requested=False, requires=(), direct_url=None
+) -> str:
     info = prefix / "lib" / "python3.10" / "site-packages" / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
     metadata = "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}\nA description: with colons\n"
-    (info / "METADATA").write_text(metadata.format(
-        name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)))
+    (info / "METADATA").write_text(metadata.format(name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)))
     (info / "INSTALLER").write_text(installer + "\n")
     if requested:
         (info / "REQUESTED").write_text("")
@@ -369,10 +484,24 @@ def conda_prefix(tmp_path: Path) -> Path:
     pip_info = "lib/python3.10/site-packages/pip-26.0.dist-info"
     write_record(prefix, "python", "3.10.19", "h3c07f61_3_cpython", ["libzlib >=1.3", "pip"])
     write_record(prefix, "libzlib", "1.3.1", "hb9d3cd8_2")
-    write_record(prefix, "pip", "26.0", "pyh8b19718_0", ["python >=3.9"], channel="https://conda.anaconda.org/conda-forge/noarch",
-                 subdir="noarch", files=[f"{pip_info}/METADATA", f"{pip_info}/INSTALLER"])
+    write_record(
+        prefix,
+        "pip",
+        "26.0",
+        "pyh8b19718_0",
+        ["python >=3.9"],
+        channel="https://conda.anaconda.org/conda-forge/noarch",
+        subdir="noarch",
+        files=[f"{pip_info}/METADATA", f"{pip_info}/INSTALLER"],
+    )
     write_record(prefix, "numpy", "2.2.6", "py310hefbff90_0", ["python >=3.10"])
-    write_record(prefix, "ffmpeg", "7.1.1", "gpl_h0", channel="https://user:secret@conda.anaconda.org/t/tk-1/conda-forge/linux-64")
+    write_record(
+        prefix,
+        "ffmpeg",
+        "7.1.1",
+        "gpl_h0",
+        channel="https://user:secret@conda.anaconda.org/t/tk-1/conda-forge/linux-64",
+    )
     tables_info = "lib/python3.10/site-packages/tables-3.10.2-py3.10.egg-info"  # conda's, with no INSTALLER
     write_record(prefix, "pytables", "3.10.2", "py310h0", ["python >=3.10"], files=[f"{tables_info}/PKG-INFO"])
     (prefix / tables_info).mkdir(parents=True)
@@ -384,17 +513,23 @@ def conda_prefix(tmp_path: Path) -> Path:
         "+conda-forge/noarch::pip-26.0-pyh8b19718_0\n# update specs: ['python=3.10', 'pip']\n"
         "==> 2026-01-06 09:00:00 <==\n# cmd: /opt/conda/bin/conda install -c conda-forge numpy scipy ffmpeg\n"
         "# conda version: 25.1.1\n+conda-forge/linux-64::numpy-2.2.6-py310hefbff90_0\n"
-        "# update specs: [\"conda-forge::numpy\", \"scipy\", \"ffmpeg\"]\n"
+        '# update specs: ["conda-forge::numpy", "scipy", "ffmpeg"]\n'
         "==> 2026-01-07 09:00:00 <==\n# cmd: /opt/conda/bin/conda remove ffmpeg\n# remove specs: ['ffmpeg']\n"
     )
     write_dist(prefix, "pip", "26.0", installer="conda")  # conda's own pip: not a pip package
-    write_dist(prefix, "torch", "2.10.0", requested=True,
-               requires=["filelock", "sympy>=1.13", "triton==3.6.0; extra == 'x'"])
+    write_dist(
+        prefix, "torch", "2.10.0", requested=True, requires=["filelock", "sympy>=1.13", "triton==3.6.0; extra == 'x'"]
+    )
     write_dist(prefix, "filelock", "3.20.0", requires=[])
     write_dist(prefix, "sympy", "1.14.0", requires=["mpmath<1.4"])
     write_dist(prefix, "mpmath", "1.3.0")
-    write_dist(prefix, "mylab", "0.1", requested=True,
-               direct_url={"url": "file:///home/ana/mylab", "dir_info": {"editable": True}})
+    write_dist(
+        prefix,
+        "mylab",
+        "0.1",
+        requested=True,
+        direct_url={"url": "file:///home/ana/mylab", "dir_info": {"editable": True}},
+    )
     return prefix
 
 
@@ -416,8 +551,9 @@ def test_from_prefix_uses_history_and_requested_pip(conda_prefix: Path, tmp_path
     assert "mylab 0.1 was installed from a local path" in err
 
 
-def test_from_prefix_names_the_env_by_the_path_given_not_its_generation(conda_prefix: Path, tmp_path: Path,
-                                                                        capsys, monkeypatch):
+def test_from_prefix_names_the_env_by_the_path_given_not_its_generation(
+    conda_prefix: Path, tmp_path: Path, capsys, monkeypatch
+):
     """`bootstrap env` makes `.envs/py310` a link to `.envs/.py310.gens/1`: the name is py310, not 1."""
     generation = tmp_path / ".envs" / ".py310.gens" / "1"
     generation.parent.mkdir(parents=True)
@@ -446,8 +582,13 @@ def test_from_prefix_without_requested_files_takes_the_leaves(conda_prefix: Path
     assert data["name"] == "train2"
     # Leaves: nothing depends on ffmpeg or numpy. python is kept although pip depends on it;
     # pip is not, since python depends on it (as conda-forge's python does).
-    assert data["dependencies"] == ["ffmpeg=7.1.1", "numpy=2.2.6", "pytables=3.10.2", "python=3.10.19",
-                                    {"pip": ["torch==2.10.0"]}]
+    assert data["dependencies"] == [
+        "ffmpeg=7.1.1",
+        "numpy=2.2.6",
+        "pytables=3.10.2",
+        "python=3.10.19",
+        {"pip": ["torch==2.10.0"]},
+    ]
 
 
 def test_from_prefix_installed_by_rattler(tmp_path: Path, fixture_channel: Path, wheelhouse: Path, capsys):
@@ -457,25 +598,53 @@ def test_from_prefix_installed_by_rattler(tmp_path: Path, fixture_channel: Path,
     import rattler
 
     def vp(name, version):
-        return rattler.GenericVirtualPackage(rattler.PackageName(name), rattler.Version(version),
-                                             rattler.BuildString("0"))
+        return rattler.GenericVirtualPackage(
+            rattler.PackageName(name), rattler.Version(version), rattler.BuildString("0")
+        )
 
-    records = asyncio.run(rattler.solve(
-        sources=[rattler.Channel(file_url(fixture_channel))], specs=["python=3.10", "pip", "torchlike"],
-        platforms=["linux-64", "noarch"],
-        virtual_packages=[vp("__unix", "0"), vp("__glibc", "2.28"), vp("__cuda", "12.4")],
-    ))
+    records = asyncio.run(
+        rattler.solve(
+            sources=[rattler.Channel(file_url(fixture_channel))],
+            specs=["python=3.10", "pip", "torchlike"],
+            platforms=["linux-64", "noarch"],
+            virtual_packages=[vp("__unix", "0"), vp("__glibc", "2.28"), vp("__cuda", "12.4")],
+        )
+    )
     prefix = tmp_path / "env"
     requested = [rattler.MatchSpec(s) for s in ("python=3.10", "pip", "torchlike")]
     # 0.28's wrapper passes its MatchSpec objects where the binding expects the inner ones.
-    asyncio.run(rattler.install(records, target_prefix=prefix, cache_dir=tmp_path / "pkgs", show_progress=False,
-                                requested_specs=[m._match_spec for m in requested]))
+    asyncio.run(
+        rattler.install(
+            records,
+            target_prefix=prefix,
+            cache_dir=tmp_path / "pkgs",
+            show_progress=False,
+            requested_specs=[m._match_spec for m in requested],
+        )
+    )
     assert (prefix / "conda-meta" / "history").read_text() == ""
     site = prefix / "lib" / "python3.10" / "site-packages"
     uv = str(Path(sys.executable).with_name("uv"))
-    done = subprocess.run([uv, "pip", "install", "--target", str(site), "--python-version", "3.10", "--no-index",
-                           "--find-links", str(wheelhouse), "--offline", "alpha", "gamma"],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            uv,
+            "pip",
+            "install",
+            "--target",
+            str(site),
+            "--python-version",
+            "3.10",
+            "--no-index",
+            "--find-links",
+            str(wheelhouse),
+            "--offline",
+            "alpha",
+            "gamma",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert (site / "beta-2.0.dist-info").is_dir()  # alpha's dependency
 
@@ -484,8 +653,12 @@ def test_from_prefix_installed_by_rattler(tmp_path: Path, fixture_channel: Path,
     assert export("--from-prefix", str(prefix), "--channel", "conda-forge", "-o", "-") == 0
     data = yaml.safe_load(capsys.readouterr().out)
     assert data["channels"] == ["conda-forge"] and data["platforms"] == ["linux-64"]
-    assert data["dependencies"] == ["pip=25.0", "python=3.10.19", "torchlike=1.0",
-                                    {"pip": ["alpha==1.1", "gamma==0.5"]}]
+    assert data["dependencies"] == [
+        "pip=25.0",
+        "python=3.10.19",
+        "torchlike=1.0",
+        {"pip": ["alpha==1.1", "gamma==0.5"]},
+    ]
 
 
 # --------------------------------------------------------------------------- bad input
@@ -571,14 +744,17 @@ def test_a_hand_edited_record_is_refused_though_the_inputs_are_unchanged(locked:
     assert not (tmp_path / "environment.yml").exists()
 
 
-@pytest.mark.parametrize("flags, words", [
-    (("--name", "my env"), "'my env' is not an environment name"),
-    (("--pinned", "--name", "../escaped"), "'../escaped' is not an environment name"),
-    (("--channel", ""), "--channel: '' is not a channel"),
-    (("--channel", "http://"), "--channel: 'http://' is not a channel"),
-    (("--channel", "https://x y/c"), "is not a channel"),
-    (("--channel", "pytorch"), "'pytorch' is not allowed"),
-])
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (("--name", "my env"), "'my env' is not an environment name"),
+        (("--pinned", "--name", "../escaped"), "'../escaped' is not an environment name"),
+        (("--channel", ""), "--channel: '' is not a channel"),
+        (("--channel", "http://"), "--channel: 'http://' is not a channel"),
+        (("--channel", "https://x y/c"), "is not a channel"),
+        (("--channel", "pytorch"), "'pytorch' is not allowed"),
+    ],
+)
 def test_names_and_channels_conda_would_refuse(locked: Project, tmp_path: Path, capsys, flags, words):
     assert export("--root", str(locked.root), "-o", str(tmp_path / "environment.yml"), *flags) == 2
     assert words in one_line_error(capsys)
@@ -617,8 +793,13 @@ def test_a_comment_in_the_spec_is_not_staleness(locked: Project, tmp_path: Path)
 
 def test_a_channel_given_as_a_url_in_a_spec_entry():
     lock = synthetic([("conda", "python", {"linux-64": "3.10.19"})], platforms=("linux-64",))
-    spec = EnvSpec(Path("envs/py310.yml"), "py310", ("conda-forge",), ("linux-64",),
-                   ("https://conda.anaconda.org/conda-forge::python=3.10.*",))
+    spec = EnvSpec(
+        Path("envs/py310.yml"),
+        "py310",
+        ("conda-forge",),
+        ("linux-64",),
+        ("https://conda.anaconda.org/conda-forge::python=3.10.*",),
+    )
     assert [line.text for line in portable_from_lock(spec, lock).conda] == ["conda-forge::python=3.10.19"]
 
 
@@ -644,9 +825,11 @@ def test_not_a_prefix(tmp_path: Path, capsys):
 # --------------------------------------------------------------------------- the env side
 
 
-@pytest.mark.parametrize(("edit", "vouched"), [(("  - pip\n", "  - pip >=20\n"), False),
-                                              (("  - pip\n", "  - pip  # a comment\n"), True)],
-                         ids=["data", "comment"])
+@pytest.mark.parametrize(
+    ("edit", "vouched"),
+    [(("  - pip\n", "  - pip >=20\n"), False), (("  - pip\n", "  - pip  # a comment\n"), True)],
+    ids=["data", "comment"],
+)
 def test_export_needs_only_the_stdlib_and_pyyaml(tmp_path: Path, edit: tuple, vouched: bool):
     """Inside a created env there is no conda-lock, rattler or packaging: export still works, and
     says the lock could not be checked unless the recorded inputs digests vouch for it."""

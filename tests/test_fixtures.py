@@ -45,10 +45,15 @@ HOST_FACTS = {
 def solve(source: str, specs: list, platform: str, cache: Path, extra: dict | None = None, client=None) -> dict:
     """Solve `specs` against one channel for `platform`; records by package name."""
     facts = {**HOST_FACTS[platform], **(extra or {})}
-    records = asyncio.run(rattler.solve(
-        [Channel(source)], specs, gateway=Gateway(cache_dir=cache, client=client),
-        platforms=[platform, "noarch"], virtual_packages=virtual_packages(facts),
-    ))
+    records = asyncio.run(
+        rattler.solve(
+            [Channel(source)],
+            specs,
+            gateway=Gateway(cache_dir=cache, client=client),
+            platforms=[platform, "noarch"],
+            virtual_packages=virtual_packages(facts),
+        )
+    )
     return {r.name.normalized: r for r in records}
 
 
@@ -214,8 +219,17 @@ def test_wheel_names_are_normalised(tmp_path: Path) -> None:
 def test_wheelhouse_compiles_and_installs_offline_with_uv(wheelhouse: Path, tmp_path: Path) -> None:
     (tmp_path / "requirements.in").write_text("alpha\ngamma\n")
     offline = ["--offline", "--no-index", "--find-links", str(wheelhouse)]
-    compiled = uv("pip", "compile", *offline, "--no-header", "--python", sys.executable,
-                  str(tmp_path / "requirements.in"), "-o", str(tmp_path / "requirements.txt"))
+    compiled = uv(
+        "pip",
+        "compile",
+        *offline,
+        "--no-header",
+        "--python",
+        sys.executable,
+        str(tmp_path / "requirements.in"),
+        "-o",
+        str(tmp_path / "requirements.txt"),
+    )
     pins = [line for line in (tmp_path / "requirements.txt").read_text().splitlines() if "==" in line]
     assert pins == ["alpha==1.1", "beta==2.0", "gamma==0.5"], compiled.stderr
 

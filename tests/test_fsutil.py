@@ -95,8 +95,14 @@ def test_an_input_file_is_read_bounded_and_only_when_regular(tmp_path: Path, kin
         path.write_bytes(b"#" * (MAX_INPUT_BYTES + 1))
     elif kind == "not-utf8":
         path.write_bytes(b"name: \xff\n")
-    expected = {"fifo": "not a regular file", "dev-zero": "not a regular file", "directory": "is a directory",
-                "too-big": "larger than 16 MiB", "not-utf8": "not UTF-8 text", "missing": "file not found"}[kind]
+    expected = {
+        "fifo": "not a regular file",
+        "dev-zero": "not a regular file",
+        "directory": "is a directory",
+        "too-big": "larger than 16 MiB",
+        "not-utf8": "not UTF-8 text",
+        "missing": "file not found",
+    }[kind]
     with pytest.raises(InputError) as info:
         read_input_text(path)
     assert str(info.value).startswith(f"{path}: {expected}")

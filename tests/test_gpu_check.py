@@ -16,15 +16,26 @@ import pytest
 from tests.fixtures import REPO
 
 STEPS = ("preflight", "doctor", "verify", "monitor", "allreduce", "bench-builtin", "dataset", "bench-dataset")
-SMALL = {"GPU_CHECK_BENCH_BUDGET": "3", "GPU_CHECK_BENCH_ARGS": "--samples 64 --image-size 32 --crop-size 24",
-         "GPU_CHECK_MONITOR_COUNT": "1", "GPU_CHECK_IMAGES": "8", "GPU_CHECK_BATCH_SIZE": "8"}
+SMALL = {
+    "GPU_CHECK_BENCH_BUDGET": "3",
+    "GPU_CHECK_BENCH_ARGS": "--samples 64 --image-size 32 --crop-size 24",
+    "GPU_CHECK_MONITOR_COUNT": "1",
+    "GPU_CHECK_IMAGES": "8",
+    "GPU_CHECK_BATCH_SIZE": "8",
+}
 
 
 def gpu_check(out: Path, **environ: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK_")}
     env.update({"PYTHON": sys.executable, "OUT": str(out), **SMALL, **environ})
-    return subprocess.run(["bash", str(REPO / "scripts" / "gpu-check.sh")], cwd=out.parent, env=env,
-                          capture_output=True, text=True, timeout=400)
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu-check.sh")],
+        cwd=out.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
 
 
 def summary(out: Path) -> dict:
@@ -63,7 +74,7 @@ def test_the_gpu_check_completes_on_a_cpu_host_into_one_folder(tmp_path):
 def test_an_interpreter_without_torch_is_said_and_the_rest_is_skipped(tmp_path):
     out = tmp_path / "gpu-check"
     fake = tmp_path / "python"
-    fake.write_text(f"#!/bin/sh\nexec {sys.executable} -S -I \"$@\"\n")  # no site-packages: no torch, no yaml
+    fake.write_text(f'#!/bin/sh\nexec {sys.executable} -S -I "$@"\n')  # no site-packages: no torch, no yaml
     fake.chmod(0o755)
     done = gpu_check(out, PYTHON=str(fake))
     assert done.returncode == 1

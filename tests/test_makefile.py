@@ -38,8 +38,14 @@ def scratch(tmp_path: Path) -> Path:
 
 def make(root: Path, *argv: str, **environ: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("ENV", "MAKEFLAGS", "MAKELEVEL")}
-    return subprocess.run(["make", "--no-print-directory", *argv], cwd=root, env={**env, **environ},
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["make", "--no-print-directory", *argv],
+        cwd=root,
+        env={**env, **environ},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def rebuilds(root: Path) -> bool:
@@ -76,8 +82,14 @@ def test_clean_env_removes_one_env_and_its_generations(scratch: Path) -> None:
 
 def tools_venv(root: Path, **environ: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    return subprocess.run(["bash", "scripts/tools-venv.sh", ".tools"], cwd=root, capture_output=True, text=True,
-                          timeout=300, env={**env, **environ})
+    return subprocess.run(
+        ["bash", "scripts/tools-venv.sh", ".tools"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, **environ},
+    )
 
 
 @pytest.mark.slow
@@ -99,8 +111,9 @@ def test_a_python_that_does_not_run_is_named(scratch: Path) -> None:
     broken.chmod(0o755)
     done = tools_venv(scratch, PYTHON=str(broken))
     assert done.returncode == 2
-    assert done.stderr == (f"tools-venv: '{broken}' does not run (fake python: broken install); "
-                           "set PYTHON=/path/to/python3\n")
+    assert done.stderr == (
+        f"tools-venv: '{broken}' does not run (fake python: broken install); set PYTHON=/path/to/python3\n"
+    )
     assert (scratch / ".tools" / ".requirements-tools.txt").exists()  # untouched
 
 
@@ -152,14 +165,21 @@ def test_a_python_without_ensurepip_is_named_before_the_venv_is_touched(scratch:
     (scratch / "shadow" / "ensurepip" / "__init__.py").write_text("raise ImportError('removed by the distribution')\n")
     python = scratch / "bin" / "python3"
     python.parent.mkdir()
-    python.write_text(f"#!/bin/sh\nPYTHONPATH={scratch / 'shadow'} exec {sys.executable} \"$@\"\n")
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={scratch / "shadow"} exec {sys.executable} "$@"\n')
     python.chmod(0o755)
     (scratch / ".tools" / "working").write_text("the venv make trusted")
-    done = tools_venv(scratch, PYTHON=str(python), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(scratch / "no-wheels"),
-                      PIP_CONFIG_FILE=os.devnull)
+    done = tools_venv(
+        scratch,
+        PYTHON=str(python),
+        PIP_NO_INDEX="1",
+        PIP_FIND_LINKS=str(scratch / "no-wheels"),
+        PIP_CONFIG_FILE=os.devnull,
+    )
     assert done.returncode == 2
-    assert done.stderr == (f"tools-venv: '{python}' cannot create a venv (no ensurepip: on Debian/Ubuntu "
-                           "`apt install python3-venv`, or set PYTHON=/path/to/python3)\n")
+    assert done.stderr == (
+        f"tools-venv: '{python}' cannot create a venv (no ensurepip: on Debian/Ubuntu "
+        "`apt install python3-venv`, or set PYTHON=/path/to/python3)\n"
+    )
     assert (scratch / ".tools" / "working").read_text() == "the venv make trusted"
 
 
@@ -168,9 +188,11 @@ def interrupting_rm(scratch: Path, instead: str) -> str:
     and exits 130; any other `rm` is the real one."""
     shims = scratch / "shims"
     shims.mkdir()
-    (shims / "rm").write_text('#!/bin/bash\nfor a; do case "$a" in *.tools.old|*.tools.trash)\n'
-                              f'  [ -d "$a" ] && {instead} && sleep 1 && exit 130;; esac; done\n'
-                              'exec /bin/rm "$@"\n')
+    (shims / "rm").write_text(
+        '#!/bin/bash\nfor a; do case "$a" in *.tools.old|*.tools.trash)\n'
+        f'  [ -d "$a" ] && {instead} && sleep 1 && exit 130;; esac; done\n'
+        'exec /bin/rm "$@"\n'
+    )
     (shims / "rm").chmod(0o755)
     return f"{shims}:{os.environ['PATH']}"
 
@@ -200,8 +222,15 @@ def test_ctrl_c_to_make_at_the_end_of_a_rebuild_keeps_the_stamp(scratch: Path) -
     path = interrupting_rm(scratch, 'kill -INT -- -$(ps -o pgid= $$ | tr -d " ")')  # make's whole group
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL") and not k.startswith("PIP_")}
     env.update(PATH=path, PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull)
-    done = subprocess.run(["make", "--no-print-directory", "tools", f"PYTHON={sys.executable}"], cwd=scratch, env=env,
-                          capture_output=True, text=True, timeout=300, start_new_session=True)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "tools", f"PYTHON={sys.executable}"],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
     assert done.returncode != 0 and "Deleting file" not in done.stderr, done.stderr
     assert (scratch / ".tools" / ".requirements-tools.txt").read_text() == ""
     assert not rebuilds(scratch)
@@ -243,12 +272,19 @@ def test_a_39_host_where_uv_finds_no_311_names_the_python_mirror(scratch: Path) 
     if python39 is None:
         pytest.skip("no Python 3.9 on this machine (PATH or ~/.pyenv/versions)")
     (scratch / ".tools" / "bin" / "python").unlink()  # its interpreter is gone: a rebuild
-    done = tools_venv(scratch, PYTHON=str(python39.path), UV_PYTHON_PREFERENCE="only-managed", UV_HTTP_RETRIES="0",
-                      UV_PYTHON_INSTALL_DIR=str(scratch / "uv-pythons"), UV_PYTHON_INSTALL_MIRROR="http://127.0.0.1:9/pbs")
+    done = tools_venv(
+        scratch,
+        PYTHON=str(python39.path),
+        UV_PYTHON_PREFERENCE="only-managed",
+        UV_HTTP_RETRIES="0",
+        UV_PYTHON_INSTALL_DIR=str(scratch / "uv-pythons"),
+        UV_PYTHON_INSTALL_MIRROR="http://127.0.0.1:9/pbs",
+    )
     assert done.returncode != 0
     assert done.stderr.splitlines()[-1].endswith(
         "(uv found no Python 3.11 here and could not download one: offline? UV_PYTHON_INSTALL_MIRROR=URL of a "
-        "python-build-standalone mirror, or PYTHON=/path/to/python3.10-or-newer)"), done.stderr
+        "python-build-standalone mirror, or PYTHON=/path/to/python3.10-or-newer)"
+    ), done.stderr
 
 
 @pytest.mark.slow
@@ -264,8 +300,15 @@ def test_a_closed_terminal_mid_install_puts_the_working_venv_back(scratch: Path)
         index.listen(8)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
         env.update(PIP_INDEX_URL=f"http://127.0.0.1:{index.getsockname()[1]}/simple", PIP_CONFIG_FILE=os.devnull)
-        proc = subprocess.Popen(["bash", "scripts/tools-venv.sh", ".tools"], cwd=scratch, env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", "scripts/tools-venv.sh", ".tools"],
+            cwd=scratch,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         deadline = time.time() + 60
         while not (scratch / ".tools.old").exists() and time.time() < deadline:
             time.sleep(0.1)

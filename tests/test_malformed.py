@@ -39,8 +39,16 @@ LOCK = yaml.safe_load((REPO / "envs" / f"{ENV}.conda-lock.yml").read_text(encodi
 # each case to what it tests.
 LOCK["package"] = LOCK["package"][:8]
 VPKGS = yaml.safe_load((REPO / "envs" / "virtual-packages.yml").read_text(encoding="utf-8"))
-WRONG = {"int": 7, "float": 3.1, "bool": True, "null": None, "list": [1, [2]], "map": {"a": {"b": 1}},
-         "huge": "x" * 70_000, "nul": "a\x00b"}
+WRONG = {
+    "int": 7,
+    "float": 3.1,
+    "bool": True,
+    "null": None,
+    "list": [1, [2]],
+    "map": {"a": {"b": 1}},
+    "huge": "x" * 70_000,
+    "nul": "a\x00b",
+}
 
 
 def _bomb(levels: int = 8) -> str:
@@ -124,8 +132,11 @@ def _cases() -> List[Any]:
             cases.append(pytest.param(kind, ("raw", name), id=f"{kind}-{name}", marks=marks))
     for name in RAW:
         cases.append(pytest.param("facts", ("raw", name), id=f"facts-{name}"))
-    for name, facts in (("facts-wrong-format", {"format": "x" * 100_000, "version": 1}),
-                        ("facts-list", [1] * 10_000), ("facts-deep", "[" * 100_000)):
+    for name, facts in (
+        ("facts-wrong-format", {"format": "x" * 100_000, "version": 1}),
+        ("facts-list", [1] * 10_000),
+        ("facts-deep", "[" * 100_000),
+    ):
         cases.append(pytest.param("facts", ("text", facts), id=name))
     return cases
 
@@ -133,14 +144,28 @@ def _cases() -> List[Any]:
 # Mutations that leave a valid document: an optional field removed, a boolean set to another
 # boolean. The readers must accept exactly these (anything else accepted is a hole).
 VALID = {
-    "spec-name:deleted", "spec-platforms.0:deleted", "spec-variants:deleted", "spec-variants:null",
-    "vpkgs-subdirs.linux-64:deleted", "vpkgs-subdirs.osx-arm64:deleted", "vpkgs-subdirs.win-64:deleted",
-    "lock-package.0:deleted", "lock-package.0.category:deleted", "lock-package.0.dependencies:deleted",
-    "lock-package.0.optional:deleted", "lock-package.0.optional:bool", "lock-metadata.channels.0:deleted",
-    "lock-metadata.channels.0.used_env_vars:deleted", "lock-metadata.sources.0:deleted",
-    "lock-metadata.custom_metadata:deleted", "lock-metadata.custom_metadata:null",
-    *(f"lock-metadata.{k}.{p}:deleted" for p in ("linux-64", "osx-arm64", "win-64")
-      for k in ("content_hash", "custom_metadata.bootstrap.inputs-sha256")),
+    "spec-name:deleted",
+    "spec-platforms.0:deleted",
+    "spec-variants:deleted",
+    "spec-variants:null",
+    "vpkgs-subdirs.linux-64:deleted",
+    "vpkgs-subdirs.osx-arm64:deleted",
+    "vpkgs-subdirs.win-64:deleted",
+    "lock-package.0:deleted",
+    "lock-package.0.category:deleted",
+    "lock-package.0.dependencies:deleted",
+    "lock-package.0.optional:deleted",
+    "lock-package.0.optional:bool",
+    "lock-metadata.channels.0:deleted",
+    "lock-metadata.channels.0.used_env_vars:deleted",
+    "lock-metadata.sources.0:deleted",
+    "lock-metadata.custom_metadata:deleted",
+    "lock-metadata.custom_metadata:null",
+    *(
+        f"lock-metadata.{k}.{p}:deleted"
+        for p in ("linux-64", "osx-arm64", "win-64")
+        for k in ("content_hash", "custom_metadata.bootstrap.inputs-sha256")
+    ),
     *(f"lock-metadata.custom_metadata.bootstrap.{k}:deleted" for k in ("mirrors", "variant", "version")),
 }
 CASES = _cases()
@@ -151,14 +176,28 @@ _BUNDLE = ["bundle", ENV, "--no-tools", "-o", "{out}/b.tar"]
 _LOCK = ["lock", "--dry-run", ENV, "--pip-offline", "--pip-no-index"]
 VERBS: Dict[str, List[List[str]]] = {
     "spec": [["lock", "--check", ENV], _LOCK, ["env", "--dry-run", ENV], _WRITE, _BUNDLE, ["doctor", "--env", ENV]],
-    "lock": [["lock", "--check", ENV], _LOCK, ["env", "--dry-run", ENV], _WRITE, _BUNDLE, ["doctor", "--env", ENV],
-             ["verify", "--no-bench", "--lock", "{target}", "--prefix", "{out}/env"]],
+    "lock": [
+        ["lock", "--check", ENV],
+        _LOCK,
+        ["env", "--dry-run", ENV],
+        _WRITE,
+        _BUNDLE,
+        ["doctor", "--env", ENV],
+        ["verify", "--no-bench", "--lock", "{target}", "--prefix", "{out}/env"],
+    ],
     "vpkgs": [["lock", "--check", ENV], _LOCK, _WRITE],
-    "facts": [["doctor", "--facts", "{target}"], ["env", "--dry-run", ENV, "--facts", "{target}"],
-              ["verify", "--facts", "{target}"]],
+    "facts": [
+        ["doctor", "--facts", "{target}"],
+        ["env", "--dry-run", ENV, "--facts", "{target}"],
+        ["verify", "--facts", "{target}"],
+    ],
 }
-TARGETS = {"spec": f"envs/{ENV}.yml", "lock": f"envs/{ENV}.conda-lock.yml", "vpkgs": "envs/virtual-packages.yml",
-           "facts": "bootstrap.facts"}
+TARGETS = {
+    "spec": f"envs/{ENV}.yml",
+    "lock": f"envs/{ENV}.conda-lock.yml",
+    "vpkgs": "envs/virtual-packages.yml",
+    "facts": "bootstrap.facts",
+}
 
 
 def _write(target: Path, how: Tuple) -> None:
@@ -227,7 +266,8 @@ def run_case(tmp_path: Path, name: str, kind: str, how: Tuple) -> List[Tuple[flo
         if no_lock_yet and template[0] in ("lock", "doctor") and "--check" not in template:
             continue  # no lock yet is what `lock` is for, and doctor reports it as a check
         argv = [a.format(target=target, out=tmp_path / "out") for a in template] + (
-            ["--root", str(root)] if template[0] != "verify" else [])
+            ["--root", str(root)] if template[0] != "verify" else []
+        )
         code, err, seconds = _run(argv)
         _one_line_naming(code, err, names, argv)
         assert seconds < 2, (argv, seconds)
@@ -241,28 +281,60 @@ def test_the_corpus_is_large_enough() -> None:
 
 
 @pytest.mark.parametrize(("kind", "how"), CASES)
-def test_malformed_input_is_one_line_and_exit_2(tmp_path: Path, kind: str, how: Tuple,
-                                                request: pytest.FixtureRequest) -> None:
+def test_malformed_input_is_one_line_and_exit_2(
+    tmp_path: Path, kind: str, how: Tuple, request: pytest.FixtureRequest
+) -> None:
     run_case(tmp_path, request.node.callspec.id, kind, how)
 
 
 # Command-line arguments: each option by the kind of value it takes, times bad values of that kind.
-_BASE = {"env": ["env", ENV, "--dry-run"], "lock": _LOCK, "export": _WRITE, "bundle": _BUNDLE,
-         "doctor": ["doctor", "--env", ENV], "verify": ["verify", "--no-bench", "--prefix", "{out}/env"],
-         "cache": ["cache"], "bench": ["bench", "--budget", "1", "--out", "{out}/bench"],
-         "monitor": ["monitor", "--count", "1"]}
+_BASE = {
+    "env": ["env", ENV, "--dry-run"],
+    "lock": _LOCK,
+    "export": _WRITE,
+    "bundle": _BUNDLE,
+    "doctor": ["doctor", "--env", ENV],
+    "verify": ["verify", "--no-bench", "--prefix", "{out}/env"],
+    "cache": ["cache"],
+    "bench": ["bench", "--budget", "1", "--out", "{out}/bench"],
+    "monitor": ["monitor", "--count", "1"],
+}
 _OPTIONS = {
-    "file to read": {"env": ["--lock", "--facts", "--bundle"], "doctor": ["--lock", "--facts"],
-                     "verify": ["--lock", "--facts"], "bench": ["--config"]},
-    "directory to read": {"env": ["--root"], "lock": ["--root", "--pip-find-links"], "export": ["--root"],
-                          "bundle": ["--root"], "doctor": ["--root"], "verify": ["--root"], "cache": ["--root"]},
+    "file to read": {
+        "env": ["--lock", "--facts", "--bundle"],
+        "doctor": ["--lock", "--facts"],
+        "verify": ["--lock", "--facts"],
+        "bench": ["--config"],
+    },
+    "directory to read": {
+        "env": ["--root"],
+        "lock": ["--root", "--pip-find-links"],
+        "export": ["--root"],
+        "bundle": ["--root"],
+        "doctor": ["--root"],
+        "verify": ["--root"],
+        "cache": ["--root"],
+    },
     "file to write": {"export": ["-o"], "bundle": ["-o"], "doctor": ["--save-facts"], "verify": ["--save-facts"]},
-    "directory to write": {"env": ["--cache-dir"], "lock": ["--cache-dir"], "bundle": ["--cache-dir"],
-                           "cache": ["--cache-dir"], "bench": ["--out", "--data-dir"]},
-    "platform": {"env": ["--platform"], "lock": ["--platform"], "export": ["--platform"], "bundle": ["--platform"],
-                 "doctor": ["--platform"]},
-    "number": {"bench": ["--budget", "--batch-size", "--samples", "--max-workers", "--cpu-ms"],
-               "verify": ["--bench-budget"], "monitor": ["--interval"]},
+    "directory to write": {
+        "env": ["--cache-dir"],
+        "lock": ["--cache-dir"],
+        "bundle": ["--cache-dir"],
+        "cache": ["--cache-dir"],
+        "bench": ["--out", "--data-dir"],
+    },
+    "platform": {
+        "env": ["--platform"],
+        "lock": ["--platform"],
+        "export": ["--platform"],
+        "bundle": ["--platform"],
+        "doctor": ["--platform"],
+    },
+    "number": {
+        "bench": ["--budget", "--batch-size", "--samples", "--max-workers", "--cpu-ms"],
+        "verify": ["--bench-budget"],
+        "monitor": ["--interval"],
+    },
     "mirror": {"env": ["--mirror"], "lock": ["--mirror"], "bundle": ["--mirror"]},
 }
 _BAD = {
@@ -272,9 +344,15 @@ _BAD = {
     "directory to write": ["", "{tmp}/file", "/dev/null", "{tmp}/file/x"],
     "platform": ["", "linux-64 ", "Linux-64", "linux_64", "../x", "linux-64\t"],
     "number": ["", "abc", "-1", "nan", "inf", "1e309", "9" * 400],
-    "mirror": ["conda-forge=bob:PW-SECRET@host/cf", "conda-forge=ftp://bob:PW-SECRET@host/cf",
-               "https://bob:PW-SECRET@host/cf", "conda-forge=", "=https://host/cf",
-               "conda-forge=https://host/t/PW-SECRET/cf?x=1", "conda-forge=mirror.internal/t/PW-SECRET/cf"],
+    "mirror": [
+        "conda-forge=bob:PW-SECRET@host/cf",
+        "conda-forge=ftp://bob:PW-SECRET@host/cf",
+        "https://bob:PW-SECRET@host/cf",
+        "conda-forge=",
+        "=https://host/cf",
+        "conda-forge=https://host/t/PW-SECRET/cf?x=1",
+        "conda-forge=mirror.internal/t/PW-SECRET/cf",
+    ],
 }
 _BY_HAND = [  # (argv, what the line must name)
     (["env", ""], "env name"),
@@ -324,11 +402,12 @@ def _cli_cases() -> List[Any]:
                 for value in _BAD[kind]:
                     argv = list(_BASE[verb])
                     if option in argv:  # the base's own value replaced
-                        del argv[argv.index(option):argv.index(option) + 2]
+                        del argv[argv.index(option) : argv.index(option) + 2]
                     named = (option, value) if value.strip() else (option,)  # the option, or the file it names
                     marks = () if len(cases) % 3 == 0 else (pytest.mark.slow,)  # as the mutations: a share by default
-                    cases.append(pytest.param(argv + [option, value], named, id=f"{verb} {option} {value!r}"[:80],
-                                              marks=marks))
+                    cases.append(
+                        pytest.param(argv + [option, value], named, id=f"{verb} {option} {value!r}"[:80], marks=marks)
+                    )
     for argv, named in _BY_HAND:
         cases.append(pytest.param(argv, (named,), id=" ".join(map(repr, argv))[:80]))
     return cases
@@ -358,12 +437,14 @@ def test_bad_argument_is_one_line_and_exit_2(tmp_path: Path, argv: List[str], na
 def test_memory_stays_bounded() -> None:
     """Every raw file of the corpus (the alias bombs, the endless and the huge ones) through every
     verb in one fresh interpreter: its peak RSS bounds what any one input costs."""
-    code = ("import sys, tempfile; from pathlib import Path; import tests.test_malformed as m\n"
-            "for kind in m.VERBS:\n"
-            "    for name in m.RAW:\n"
-            "        with tempfile.TemporaryDirectory() as tmp:\n"
-            "            m.run_case(Path(tmp), f'{kind}-{name}', kind, ('raw', name))\n"
-            "print(m.peak_rss_mib())\n")
+    code = (
+        "import sys, tempfile; from pathlib import Path; import tests.test_malformed as m\n"
+        "for kind in m.VERBS:\n"
+        "    for name in m.RAW:\n"
+        "        with tempfile.TemporaryDirectory() as tmp:\n"
+        "            m.run_case(Path(tmp), f'{kind}-{name}', kind, ('raw', name))\n"
+        "print(m.peak_rss_mib())\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     peak_mib = float(done.stdout.split()[-1])
@@ -392,9 +473,11 @@ def _report() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             timings += [(seconds, param.id, argv[0]) for seconds, argv in run_case(Path(tmp), param.id, kind, how)]
     timings.sort(reverse=True)
-    print(f"corpus: {len(CASES)} input files ({len(timings)} verb runs), {len(CLI_CASES)} argument lists, "
-          f"{len(CASES) + len(CLI_CASES)} inputs in all; peak RSS "
-          f"{peak_rss_mib():.0f} MiB")
+    print(
+        f"corpus: {len(CASES)} input files ({len(timings)} verb runs), {len(CLI_CASES)} argument lists, "
+        f"{len(CASES) + len(CLI_CASES)} inputs in all; peak RSS "
+        f"{peak_rss_mib():.0f} MiB"
+    )
     for seconds, name, verb in timings[:5]:
         print(f"  {seconds:.3f} s  {verb:<7} {name}")
 

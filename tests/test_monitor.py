@@ -174,13 +174,16 @@ def test_summary_statistics_match_a_reference():
     assert summary.duration_s == 19.0
 
 
-@pytest.mark.parametrize("values, q, expected", [
-    (list(range(1, 101)), 95, 95),
-    (list(range(1, 101)), 50, 50),
-    ([7], 95, 7),
-    ([0] * 19 + [100], 95, 0),
-    ([0] * 18 + [100, 100], 95, 100),
-])
+@pytest.mark.parametrize(
+    "values, q, expected",
+    [
+        (list(range(1, 101)), 95, 95),
+        (list(range(1, 101)), 50, 50),
+        ([7], 95, 7),
+        ([0] * 19 + [100], 95, 0),
+        ([0] * 18 + [100, 100], 95, 100),
+    ],
+)
 def test_percentile_is_nearest_rank(values, q, expected):
     histogram = [0] * 101
     for v in values:
@@ -263,7 +266,7 @@ def test_live_table_and_summary_on_screen(h200, capsys):
     assert "NVIDIA H200" in out and "60123/143771 MiB" in out and "668/700 W" in out and "1980 MHz" in out
     assert "pid 5150" in out and "nsys" in out
     assert "sample 12 every 0.001 s" in out
-    summary = out[out.index("summary:"):]
+    summary = out[out.index("summary:") :]
     assert "summary: 12 samples" in summary
     assert "GPU 0 NVIDIA H200: utilization mean" in summary and "GPU 1 NVIDIA H200" in summary
     assert "utilization over the run: ▁" in summary
@@ -343,13 +346,16 @@ def test_a_terminal_that_hangs_up_keeps_the_log(tmp_path):
     import signal
     import time
 
-    script = (f"import sys; sys.path[:0] = [{str(REPO)!r}]\n"
-              "from tests.fixtures.fakes import RecordedNvml\n"
-              "sys.modules['pynvml'] = RecordedNvml.load('h200x2-ddp.json')\n"
-              "from bootstrap.cli import main\n"
-              "sys.exit(main(['monitor', '--interval', '0.05', '--csv', 'gpu.csv']))\n")
-    process = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    script = (
+        f"import sys; sys.path[:0] = [{str(REPO)!r}]\n"
+        "from tests.fixtures.fakes import RecordedNvml\n"
+        "sys.modules['pynvml'] = RecordedNvml.load('h200x2-ddp.json')\n"
+        "from bootstrap.cli import main\n"
+        "sys.exit(main(['monitor', '--interval', '0.05', '--csv', 'gpu.csv']))\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 60
     while not (tmp_path / "gpu.csv.partial").exists() or (tmp_path / "gpu.csv.partial").stat().st_size < 400:
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
@@ -392,14 +398,25 @@ def test_json_prints_only_the_envelope_with_the_run_statistics(h200, tmp_path, c
     out, err = capsys.readouterr()
     data = json.loads(out)  # stdout is the envelope and nothing else: no table, no summary
     assert (data["format"], data["version"], data["available"], data["reason"]) == ("bootstrap.monitor", 1, True, None)
-    assert ((data["samples"], data["gpu_count"], data["interval_s"], data["duration_s"])
-            == (3, 2, 0.001, data["duration_s"]))
+    assert (data["samples"], data["gpu_count"], data["interval_s"], data["duration_s"]) == (
+        3,
+        2,
+        0.001,
+        data["duration_s"],
+    )
     first_three = utilization_series("h200x2-ddp.json", 0)[:3]
     busy = data["gpus"][0]
-    assert busy == {"index": 0, "name": "NVIDIA H200", "samples": 3,
-                    "utilization_mean_pct": round(sum(first_three) / 3, 3), "utilization_p95_pct": max(first_three),
-                    "utilization_max_pct": max(first_three), "memory_used_peak_mib": busy["memory_used_peak_mib"],
-                    "power_mean_w": busy["power_mean_w"], "temperature_max_c": busy["temperature_max_c"]}
+    assert busy == {
+        "index": 0,
+        "name": "NVIDIA H200",
+        "samples": 3,
+        "utilization_mean_pct": round(sum(first_three) / 3, 3),
+        "utilization_p95_pct": max(first_three),
+        "utilization_max_pct": max(first_three),
+        "memory_used_peak_mib": busy["memory_used_peak_mib"],
+        "power_mean_w": busy["power_mean_w"],
+        "temperature_max_c": busy["temperature_max_c"],
+    }
     assert busy["power_mean_w"] == pytest.approx(118 + 5.5 * sum(first_three) / 3, abs=0.001)  # the recording's model
     assert [row["gpu_utilization_pct"] for row in data["last_sample"]] == [98, 100]  # the third sample, as --jsonl rows
     assert all(sorted(row) == sorted(COLUMNS) for row in data["last_sample"])
@@ -480,11 +497,14 @@ def test_a_full_disk_removes_the_partial_log_and_says_so(tmp_path):
     """A full disk under the log: one line, and no FILE.partial left for the next monitor to refuse to start on."""
     small = tmp_path / "small"
     small.mkdir()
-    script = ("import sys\nfrom tests.fixtures.fakes import RecordedNvml\n"
-              "sys.modules['pynvml'] = RecordedNvml.load('h200x2-ddp.json')\nfrom bootstrap.cli import main\n"
-              f"sys.exit(main(['monitor', '--count', '500', '--interval', '0.0001', '--csv', '{small}/gpu.csv']))\n")
-    done = in_private_mounts(f"mount -t tmpfs -o size=8k tmpfs {small}\n$PY -c \"{script}\" >/dev/null || "
-                             f"echo rc=$?\nls -A {small}")
+    script = (
+        "import sys\nfrom tests.fixtures.fakes import RecordedNvml\n"
+        "sys.modules['pynvml'] = RecordedNvml.load('h200x2-ddp.json')\nfrom bootstrap.cli import main\n"
+        f"sys.exit(main(['monitor', '--count', '500', '--interval', '0.0001', '--csv', '{small}/gpu.csv']))\n"
+    )
+    done = in_private_mounts(
+        f'mount -t tmpfs -o size=8k tmpfs {small}\n$PY -c "{script}" >/dev/null || echo rc=$?\nls -A {small}'
+    )
     assert "Traceback" not in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1 and "no space left on device while writing" in done.stderr, done.stderr
     assert done.stdout == "rc=2\n", done.stdout  # and nothing left in the directory
@@ -521,10 +541,16 @@ def test_no_gpu_and_no_pynvml(monkeypatch):
 @pytest.mark.skipif(HAS_DRIVER, reason="this machine has an NVIDIA driver")
 def test_real_run_without_driver(tmp_path):
     """The real pynvml on this machine: one clear line; 0 with --once, 2 otherwise; nothing written."""
+
     def monitor(*args):
-        return subprocess.run([sys.executable, "-m", "bootstrap", "monitor", *args], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=60,
-                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+        return subprocess.run(
+            [sys.executable, "-m", "bootstrap", "monitor", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+        )
 
     once = monitor("--once")
     assert once.returncode == 0, once.stderr
@@ -542,10 +568,13 @@ def test_an_interval_sleep_cannot_take_is_refused(h200, interval, capsys):
     assert h200.calls == []
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--interval", "banana"], "--interval: must be seconds, > 0 and <= 86400, got 'banana'"),
-    (["--count", "2.5"], "--count: must be a whole number >= 1, got '2.5'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--interval", "banana"], "--interval: must be seconds, > 0 and <= 86400, got 'banana'"),
+        (["--count", "2.5"], "--count: must be a whole number >= 1, got '2.5'"),
+    ],
+)
 def test_a_value_that_is_no_number_says_what_was_wanted(h200, args, message, capsys):
     assert main(["monitor", *args]) == 2
     err = capsys.readouterr().err

@@ -17,8 +17,7 @@ from bootstrap.project import refuse_input
 from tests.fixtures import REPO
 from tests.fixtures.fakes import RecordedNvml
 
-INPUTS = ["conda-lock.yml", "envs/py310.yml", "envs/py39.yml", "envs/py39.conda-lock.yml",
-          "envs/virtual-packages.yml"]
+INPUTS = ["conda-lock.yml", "envs/py310.yml", "envs/py39.yml", "envs/py39.conda-lock.yml", "envs/virtual-packages.yml"]
 
 
 @pytest.fixture
@@ -43,10 +42,16 @@ def one_line_error(capsys) -> str:
 
 
 @pytest.mark.parametrize("target", INPUTS)
-@pytest.mark.parametrize("argv", [["doctor", "--save-facts"], ["verify", "--no-bench", "--save-facts"],
-                                  ["monitor", "--count", "1", "--interval", "0.001", "--csv"],
-                                  ["monitor", "--count", "1", "--interval", "0.001", "--jsonl"]],
-                         ids=["doctor", "verify", "monitor-csv", "monitor-jsonl"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["doctor", "--save-facts"],
+        ["verify", "--no-bench", "--save-facts"],
+        ["monitor", "--count", "1", "--interval", "0.001", "--csv"],
+        ["monitor", "--count", "1", "--interval", "0.001", "--jsonl"],
+    ],
+    ids=["doctor", "verify", "monitor-csv", "monitor-jsonl"],
+)
 def test_an_output_option_never_replaces_a_project_input(project: Path, capsys, argv, target):
     before = snapshot(project)
     assert main([*argv, target]) == 2
@@ -75,8 +80,14 @@ def test_export_refuses_another_envs_spec(project: Path, capsys):
     assert snapshot(project) == before
 
 
-@pytest.mark.parametrize(("cwd", "argv"), [("envs", ["export"]), (".", ["export", "-o", "envs/team.yaml"]),
-                                           (".", ["doctor", "--save-facts", "envs/facts.yml"])])
+@pytest.mark.parametrize(
+    ("cwd", "argv"),
+    [
+        ("envs", ["export"]),
+        (".", ["export", "-o", "envs/team.yaml"]),
+        (".", ["doctor", "--save-facts", "envs/facts.yml"]),
+    ],
+)
 def test_no_output_lands_in_envs_as_a_new_spec(project: Path, capsys, cwd: str, argv: list):
     """A new envs/*.yml is read as an env spec by every verb: `cd envs && bootstrap export` broke them all."""
     os.chdir(project / cwd)

@@ -50,9 +50,18 @@ def test_every_subdir_round_trips_through_its_compat_key() -> None:
 def test_names_outside_the_table_pass_through_unchanged() -> None:
     assert compat_key("linux-riscv64") == "linux-riscv64" and conda_subdir("linux-riscv64") == "linux-riscv64"
     assert [compat_key(name) for name in ("linux", "win32", "darwin", "macos", "Linux-64")] == [
-        "linux_x86_64", "windows_x86_64", "macos", "macos", "linux_x86_64"]
+        "linux_x86_64",
+        "windows_x86_64",
+        "macos",
+        "macos",
+        "linux_x86_64",
+    ]
     assert [os_of(name) for name in ("osx-x", "win-x", "linux-riscv64", "freebsd14-amd64")] == [
-        "macos", "windows", "linux", "linux"]
+        "macos",
+        "windows",
+        "linux",
+        "linux",
+    ]
 
 
 def test_the_compat_tables_use_only_keys_of_the_table() -> None:
@@ -62,8 +71,9 @@ def test_the_compat_tables_use_only_keys_of_the_table() -> None:
 
 
 @pytest.mark.parametrize("sys_platform, machine, subdir", MACHINES)
-def test_every_caller_names_a_machine_alike(monkeypatch, tmp_path: Path, sys_platform: str, machine: str,
-                                            subdir: str) -> None:
+def test_every_caller_names_a_machine_alike(
+    monkeypatch, tmp_path: Path, sys_platform: str, machine: str, subdir: str
+) -> None:
     """`env`/`bundle` (host_platform), the facts doctor and verify record, the torch build they probe,
     doctor's choice of locked platform, and a replay of the recorded facts: one answer per machine."""
     from bootstrap.checks.doctor import DoctorOptions, run_doctor
@@ -94,6 +104,8 @@ def test_a_spec_may_name_every_platform_of_the_table(tmp_path: Path) -> None:
     from bootstrap.lock.spec import read_spec
 
     path = tmp_path / "py310.yml"
-    path.write_text("name: py310\nchannels: [conda-forge]\nplatforms: [" + ", ".join(KNOWN_PLATFORMS) + "]\n"
-                    "dependencies:\n  - python=3.10\n")
+    path.write_text(
+        "name: py310\nchannels: [conda-forge]\nplatforms: [" + ", ".join(KNOWN_PLATFORMS) + "]\n"
+        "dependencies:\n  - python=3.10\n"
+    )
     assert read_spec(path).platforms == KNOWN_PLATFORMS

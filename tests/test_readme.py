@@ -80,16 +80,23 @@ def scratch(tmp_path_factory) -> Path:
 def dry_make(root: Path, command: str) -> list[str]:
     """What `make -n` prints for a `make ...` command line the README shows."""
     argv = shlex.split(command)
-    done = subprocess.run(["make", "--no-print-directory", "-n", *argv[1:], "TORCH_TEST=torch==0"], cwd=root,
-                          env=make_env(), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", *argv[1:], "TORCH_TEST=torch==0"],
+        cwd=root,
+        env=make_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, f"`{command}`: {done.stderr}"
     return done.stdout.splitlines()
 
 
 @lru_cache(maxsize=None)
 def verb_help(verb: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "bootstrap", verb, "--help"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "bootstrap", verb, "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, f"`python -m bootstrap {verb}` is no verb: {done.stderr}"
     return done.stdout
 
@@ -100,14 +107,15 @@ def bootstrap_call(line: str) -> tuple[str, list[str]] | None:
         return None
     argv = shlex.split(line)
     for i in range(len(argv) - 2):
-        if argv[i:i + 2] == ["-m", "bootstrap"]:
-            return argv[i + 2], [a.split("=")[0] for a in argv[i + 3:] if a.startswith("-")]
+        if argv[i : i + 2] == ["-m", "bootstrap"]:
+            return argv[i + 2], [a.split("=")[0] for a in argv[i + 3 :] if a.startswith("-")]
     return None
 
 
 def fits(shown: list[str], actual: list[str]) -> bool:
     """Whether the shown lines are the actual ones, where a line `...` stands for any number of lines and
     `...` inside a line for any text."""
+
     def line_fits(pattern: str, line: str) -> bool:
         return re.fullmatch(".*".join(map(re.escape, pattern.split("..."))), line.rstrip()) is not None
 
@@ -175,8 +183,10 @@ def shown_output(command: str) -> list[str]:
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
-@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64",
-                    reason="the README shows the linux-64 plan and doctor's linux facts")
+@pytest.mark.skipif(
+    sys.platform != "linux" or os.uname().machine != "x86_64",
+    reason="the README shows the linux-64 plan and doctor's linux facts",
+)
 @pytest.mark.parametrize("command", sorted(CHECKED | CHECKED_IN_DOCS))
 def test_the_output_shown_is_what_the_command_prints(scratch: Path, command: str) -> None:
     shown = shown_output(command)
@@ -186,8 +196,14 @@ def test_the_output_shown_is_what_the_command_prints(scratch: Path, command: str
         argv = shlex.split(echoed[0])
         assert argv[0] == ".tools/bin/python"
     where = scratch if command.startswith("make ") else REPO
-    done = subprocess.run([sys.executable, *argv[1:]], cwd=where, capture_output=True, text=True, timeout=120,
-                          env={**make_env(), "PYTHONPATH": str(REPO)})
+    done = subprocess.run(
+        [sys.executable, *argv[1:]],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**make_env(), "PYTHONPATH": str(REPO)},
+    )
     assert done.returncode in (0, 1), done.stderr
     actual = echoed + done.stdout.replace(str(scratch), SHOWN_ROOT).splitlines()
     assert fits(shown, actual), "\n".join(["shown:", *shown, "", "printed:", *actual])
@@ -195,8 +211,11 @@ def test_the_output_shown_is_what_the_command_prints(scratch: Path, command: str
 
 def relative_links(page: Path) -> list[str]:
     text = re.sub(r"^```.*?^```$", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)
-    return [target for target in re.findall(r"\]\(([^)\s]+)\)", text)
-            if not re.match(r"[a-z]+:", target) and not target.startswith("#")]
+    return [
+        target
+        for target in re.findall(r"\]\(([^)\s]+)\)", text)
+        if not re.match(r"[a-z]+:", target) and not target.startswith("#")
+    ]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
@@ -212,6 +231,7 @@ def test_the_readme_links_every_page_of_docs() -> None:
 
 
 # docs/PERFORMANCE.md, and scripts/bench_report.py that writes it (`make bench-report`).
+
 
 def bench_report():
     """scripts/bench_report.py as a module (scripts/ is no package)."""
@@ -230,14 +250,24 @@ def fake(tmp: Path, name: str, code: str) -> str:
 
 def test_a_failing_or_hanging_benchmark_is_reported_in_the_page(tmp_path: Path) -> None:
     report = bench_report()
-    fails = fake(tmp_path, "fails", "import sys\nprint('half a table')\n"
-                 "sys.exit('Traceback (most recent call last):\\nRuntimeError: no PyPI')\n")
+    fails = fake(
+        tmp_path,
+        "fails",
+        "import sys\nprint('half a table')\nsys.exit('Traceback (most recent call last):\\nRuntimeError: no PyPI')\n",
+    )
     hangs = fake(tmp_path, "hangs", "import time\ntime.sleep(60)\n")
-    works = fake(tmp_path, "works", "print('verify / collect_env = 0.25')\nprint('  verify   0.50 s')\n"
-                 "print('  collect_env   2.00 s')\n")
+    works = fake(
+        tmp_path,
+        "works",
+        "print('verify / collect_env = 0.25')\nprint('  verify   0.50 s')\nprint('  collect_env   2.00 s')\n",
+    )
     lock, env, verify, *others = report.BENCHMARKS
-    report.BENCHMARKS = (replace(lock, script=fails), replace(env, script=hangs, timeout_s=0.5),
-                         replace(verify, script=works, args=()), *others)
+    report.BENCHMARKS = (
+        replace(lock, script=fails),
+        replace(env, script=hangs, timeout_s=0.5),
+        replace(verify, script=works, args=()),
+        *others,
+    )
     page = tmp_path / "PERFORMANCE.md"
     page.write_text(f"# Performance\n\n{report.KEPT}\n\n## Earlier measurements\n\nkept as it was\n")
     only = [arg for bench in report.BENCHMARKS[:3] for arg in ("--only", bench.name)]
@@ -252,8 +282,9 @@ def test_a_failing_or_hanging_benchmark_is_reported_in_the_page(tmp_path: Path) 
 
 def test_only_measures_one_section_and_keeps_the_others(tmp_path: Path) -> None:
     report = bench_report()
-    report.BENCHMARKS = tuple(replace(b, script=fake(tmp_path, b.name, f"print('{b.name} run 1')\n"), args=())
-                              for b in report.BENCHMARKS)
+    report.BENCHMARKS = tuple(
+        replace(b, script=fake(tmp_path, b.name, f"print('{b.name} run 1')\n"), args=()) for b in report.BENCHMARKS
+    )
     page = tmp_path / "PERFORMANCE.md"
     report.main(["--out", str(page)])
     before = page.read_text()
@@ -281,18 +312,35 @@ def test_the_committed_figures_are_read_by_the_script_that_wrote_them() -> None:
 
 def test_the_lock_reading_sets_a_one_package_update_beside_a_full_relock() -> None:
     report = bench_report()
-    row = ("conda solve  0.145 s   pip resolve  61.18 s   write  0.273 s   conda solve + write  0.418 s   "
-           "moved {} entries")
-    out = "\n".join([f"{label:<22} {row.format(moved)}" for label, moved in
-                     (("cold uv cache", 0), ("warm uv cache", 0), ("lock --update numpy", 6), ("lock --upgrade", 40))]
-                    + ["lock --check (2 envs)  median 0.241 s  min 0.215 s  max 0.283 s over 7 runs; bare `python -c "
-                       "pass` 0.012 s -> check costs 19.5x an empty interpreter start"])
+    row = (
+        "conda solve  0.145 s   pip resolve  61.18 s   write  0.273 s   conda solve + write  0.418 s   moved {} entries"
+    )
+    out = "\n".join(
+        [
+            f"{label:<22} {row.format(moved)}"
+            for label, moved in (
+                ("cold uv cache", 0),
+                ("warm uv cache", 0),
+                ("lock --update numpy", 6),
+                ("lock --upgrade", 40),
+            )
+        ]
+        + [
+            "lock --check (2 envs)  median 0.241 s  min 0.215 s  max 0.283 s over 7 runs; bare `python -c "
+            "pass` 0.012 s -> check costs 19.5x an empty interpreter start"
+        ]
+    )
     assert "cosmetic edit of every spec" not in report.read_lock(out)  # output from before that timing still reads
-    out += ("\nlock --check after a cosmetic edit (2 envs)  median 0.252 s  min 0.22 s  max 0.3 s over 7 runs; bare "
-            "`python -c pass` 0.012 s -> check costs 21.0x an empty interpreter start")
+    out += (
+        "\nlock --check after a cosmetic edit (2 envs)  median 0.252 s  min 0.22 s  max 0.3 s over 7 runs; bare "
+        "`python -c pass` 0.012 s -> check costs 21.0x an empty interpreter start"
+    )
     assert "`lock --check` took 0.24 s" in report.read_lock(out)
-    assert "after a cosmetic edit of every spec and virtual-packages.yml (a comment, keys reordered, blank lines) " \
-           "0.25 s, met" in report.read_lock(out)
+    assert (
+        "after a cosmetic edit of every spec and virtual-packages.yml (a comment, keys reordered, blank lines) "
+        "0.25 s, met" in report.read_lock(out)
+    )
     assert report.read_lock(out).endswith(
         "A one-package update, `lock --update numpy`: conda solve + write 0.42 s, pip 61.2 s, 6 lock entries moved; "
-        "beside it a full relock, `lock --upgrade`: conda solve + write 0.42 s, pip 61.2 s, 40 lock entries moved.")
+        "beside it a full relock, `lock --upgrade`: conda solve + write 0.42 s, pip 61.2 s, 40 lock entries moved."
+    )

@@ -31,34 +31,85 @@ KEYS: Dict[str, FrozenSet[str]] = {
     "bootstrap.lock": frozenset({"format", "version", "dry_run", "envs", "dropped"}),
     "bootstrap.lock-check": frozenset({"format", "version", "fresh", "envs"}),
     "bootstrap.export": frozenset({"format", "version", "kind", "name", "source", "platforms", "files", "notes"}),
-    "bootstrap.monitor": frozenset({"format", "version", "available", "reason", "interval_s", "samples", "duration_s",
-                                    "gpu_count", "gpus", "last_sample", "log", "notes"}),
+    "bootstrap.monitor": frozenset(
+        {
+            "format",
+            "version",
+            "available",
+            "reason",
+            "interval_s",
+            "samples",
+            "duration_s",
+            "gpu_count",
+            "gpus",
+            "last_sample",
+            "log",
+            "notes",
+        }
+    ),
     "bootstrap.checks": frozenset({"format", "version", "kind", "checks", "summary", "extra"}),
     "bootstrap.cache": frozenset({"format", "version", "cache_dir", "usage", "removed", "left", "kept_for"}),
     "bootstrap.error": frozenset({"format", "version", "verb", "error"}),
-    "bootstrap.env": frozenset({"format", "version", "prefix", "platform", "generation", "base", "recycled", "made",
-                                "changed", "dry_run", "plan", "removed", "notes", "seconds", "variant"}),
-    "bootstrap.bundle-result": frozenset({"format", "version", "path", "envs", "platforms", "artifacts", "tools_wheels",
-                                          "bytes"}),
+    "bootstrap.env": frozenset(
+        {
+            "format",
+            "version",
+            "prefix",
+            "platform",
+            "generation",
+            "base",
+            "recycled",
+            "made",
+            "changed",
+            "dry_run",
+            "plan",
+            "removed",
+            "notes",
+            "seconds",
+            "variant",
+        }
+    ),
+    "bootstrap.bundle-result": frozenset(
+        {"format", "version", "path", "envs", "platforms", "artifacts", "tools_wheels", "bytes"}
+    ),
 }
 # format -> {a list in the envelope: the keys of each of its items}, where the items are this format's own.
 ITEM_KEYS: Dict[str, Dict[str, FrozenSet[str]]] = {
-    "bootstrap.lock": {"envs": frozenset({"env", "variant", "lock_path", "written", "new", "solved", "platforms",
-                                          "seconds"})},
+    "bootstrap.lock": {
+        "envs": frozenset({"env", "variant", "lock_path", "written", "new", "solved", "platforms", "seconds"})
+    },
     "bootstrap.lock-check": {"envs": frozenset({"env", "variant", "lock_path", "platforms", "fresh", "stale"})},
     "bootstrap.export": {"files": frozenset({"path", "bytes", "sha256"})},
-    "bootstrap.monitor": {"gpus": frozenset({"index", "name", "samples", "utilization_mean_pct", "utilization_p95_pct",
-                                             "utilization_max_pct", "memory_used_peak_mib", "power_mean_w",
-                                             "temperature_max_c"})},
+    "bootstrap.monitor": {
+        "gpus": frozenset(
+            {
+                "index",
+                "name",
+                "samples",
+                "utilization_mean_pct",
+                "utilization_p95_pct",
+                "utilization_max_pct",
+                "memory_used_peak_mib",
+                "power_mean_w",
+                "temperature_max_c",
+            }
+        )
+    },
 }
 # Objects nested in an envelope, by their path ("*": each item of a list): the keys each holds, where
 # a case names them (a null there is fine: an env without variants has no pick).
-PICK = {("pick",): frozenset({"variants", "chosen", "chosen_lock", "status", "why", "remedy", "others"}),
-        ("pick", "variants", "*"): frozenset({"name", "lock", "default", "torch", "cuda", "status", "reasons"})}
-DOCTOR = {("extra",): frozenset({"facts_source", "lock", "platform", "target", "facts", "env", "pick"}),
-          **{("extra", *path): keys for path, keys in PICK.items()}}
-ENV_VARIANT = {("variant",): frozenset({"name", "lock", "how", "why", "facts_source", "pick"}),
-               **{("variant", *path): keys for path, keys in PICK.items()}}
+PICK = {
+    ("pick",): frozenset({"variants", "chosen", "chosen_lock", "status", "why", "remedy", "others"}),
+    ("pick", "variants", "*"): frozenset({"name", "lock", "default", "torch", "cuda", "status", "reasons"}),
+}
+DOCTOR = {
+    ("extra",): frozenset({"facts_source", "lock", "platform", "target", "facts", "env", "pick"}),
+    **{("extra", *path): keys for path, keys in PICK.items()},
+}
+ENV_VARIANT = {
+    ("variant",): frozenset({"name", "lock", "how", "why", "facts_source", "pick"}),
+    **{("variant", *path): keys for path, keys in PICK.items()},
+}
 # Formats whose verbs have no case here yet; whoever adds one removes the format from this set.
 PENDING: set = set()
 
@@ -91,14 +142,30 @@ def no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def lock_argv(o: Offline, *extra: str) -> List[str]:
-    return ["lock", "--root", str(o.unlocked), "--mirror", f"conda-forge={o.channel}",
-            "--cache-dir", str(o.tmp / "repodata"), *extra]
+    return [
+        "lock",
+        "--root",
+        str(o.unlocked),
+        "--mirror",
+        f"conda-forge={o.channel}",
+        "--cache-dir",
+        str(o.tmp / "repodata"),
+        *extra,
+    ]
 
 
 def from_channel(o: Offline) -> List[str]:
     """The locked project's linux-64 env, its conda-forge served from the fixture channel."""
-    return ["--root", str(o.locked), "--platform", "linux-64", "--mirror", f"conda-forge={o.channel}",
-            "--cache-dir", str(o.tmp / "cache")]
+    return [
+        "--root",
+        str(o.locked),
+        "--platform",
+        "linux-64",
+        "--mirror",
+        f"conda-forge={o.channel}",
+        "--cache-dir",
+        str(o.tmp / "cache"),
+    ]
 
 
 CASES: Dict[str, Case] = {
@@ -106,48 +173,74 @@ CASES: Dict[str, Case] = {
     "lock --dry-run": Case(lambda o: lock_argv(o, "--dry-run"), "bootstrap.lock"),
     "lock --check": Case(lambda o: ["lock", "--check", "--root", str(o.locked)], "bootstrap.lock-check"),
     "lock --check, a platform not locked": Case(
-        lambda o: ["lock", "--check", "--root", str(o.locked), "--platform", "linux-aarch64"], "bootstrap.error", (2,)),
-    "export": Case(lambda o: ["export", "--root", str(o.locked), "-o", str(o.tmp / "environment.yml")],
-                   "bootstrap.export"),
-    "export --pinned": Case(lambda o: ["export", "--root", str(o.locked), "--pinned",
-                                       "-o", str(o.tmp / "{platform}.lock")],
-                            "bootstrap.export"),
+        lambda o: ["lock", "--check", "--root", str(o.locked), "--platform", "linux-aarch64"], "bootstrap.error", (2,)
+    ),
+    "export": Case(
+        lambda o: ["export", "--root", str(o.locked), "-o", str(o.tmp / "environment.yml")], "bootstrap.export"
+    ),
+    "export --pinned": Case(
+        lambda o: ["export", "--root", str(o.locked), "--pinned", "-o", str(o.tmp / "{platform}.lock")],
+        "bootstrap.export",
+    ),
     "monitor --once": Case(lambda o: ["monitor", "--once"], "bootstrap.monitor", prepare=recorded_gpus),
-    "monitor --count": Case(lambda o: ["monitor", "--count", "2", "--interval", "0.001",
-                                       "--csv", str(o.tmp / "gpu.csv")],
-                            "bootstrap.monitor", prepare=recorded_gpus),
+    "monitor --count": Case(
+        lambda o: ["monitor", "--count", "2", "--interval", "0.001", "--csv", str(o.tmp / "gpu.csv")],
+        "bootstrap.monitor",
+        prepare=recorded_gpus,
+    ),
     "monitor --once, no driver": Case(lambda o: ["monitor", "--once"], "bootstrap.monitor", prepare=no_driver),
-    "monitor --count, no driver": Case(lambda o: ["monitor", "--count", "2"], "bootstrap.error", (2,),
-                                       prepare=no_driver),
+    "monitor --count, no driver": Case(
+        lambda o: ["monitor", "--count", "2"], "bootstrap.error", (2,), prepare=no_driver
+    ),
     # A recorded machine may fail a check (exit 1); the envelope is the contract here, not the verdict.
-    "verify --facts": Case(lambda o: ["verify", "--facts", str(FACTS), "--root", str(REPO)],
-                           "bootstrap.checks", (0, 1)),
-    "doctor --facts": Case(lambda o: ["doctor", "--facts", str(FACTS), "--root", str(REPO)],
-                           "bootstrap.checks", (0, 1), nested=DOCTOR),
+    "verify --facts": Case(
+        lambda o: ["verify", "--facts", str(FACTS), "--root", str(REPO)], "bootstrap.checks", (0, 1)
+    ),
+    "doctor --facts": Case(
+        lambda o: ["doctor", "--facts", str(FACTS), "--root", str(REPO)], "bootstrap.checks", (0, 1), nested=DOCTOR
+    ),
     "cache, empty": Case(lambda o: ["cache", "--cache-dir", str(o.tmp / "cache")], "bootstrap.cache"),
-    "env --dry-run": Case(lambda o: ["env", *from_channel(o), "--prefix", str(o.tmp / "env"), "--dry-run"],
-                          "bootstrap.env", nested=ENV_VARIANT),
-    "bundle": Case(lambda o: ["bundle", *from_channel(o), "--no-tools", "-o", str(o.tmp / "b.tar")],
-                   "bootstrap.bundle-result"),
+    "env --dry-run": Case(
+        lambda o: ["env", *from_channel(o), "--prefix", str(o.tmp / "env"), "--dry-run"],
+        "bootstrap.env",
+        nested=ENV_VARIANT,
+    ),
+    "bundle": Case(
+        lambda o: ["bundle", *from_channel(o), "--no-tools", "-o", str(o.tmp / "b.tar")], "bootstrap.bundle-result"
+    ),
 }
 
 
 @pytest.fixture(scope="module")
 def locked(tmp_path_factory, fixture_channel: Path) -> Project:
     project = make_project(tmp_path_factory.mktemp("report") / "proj", pip=())
-    assert main(["lock", "--root", str(project.root), "--mirror", f"conda-forge={fixture_channel}",
-                 "--cache-dir", str(project.root.parent / "repodata")]) == 0
+    assert (
+        main(
+            [
+                "lock",
+                "--root",
+                str(project.root),
+                "--mirror",
+                f"conda-forge={fixture_channel}",
+                "--cache-dir",
+                str(project.root.parent / "repodata"),
+            ]
+        )
+        == 0
+    )
     return project
 
 
 @pytest.mark.parametrize("name", CASES, ids=list(CASES))
-def test_every_verb_prints_one_envelope_of_its_format(name: str, locked: Project, fixture_channel: Path, tmp_path: Path,
-                                                      monkeypatch, capsys) -> None:
+def test_every_verb_prints_one_envelope_of_its_format(
+    name: str, locked: Project, fixture_channel: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
     case = CASES[name]
     if case.prepare is not None:
         case.prepare(monkeypatch)
-    offline = Offline(locked=locked.root, unlocked=make_project(tmp_path / "proj", pip=()).root,
-                      channel=fixture_channel, tmp=tmp_path)
+    offline = Offline(
+        locked=locked.root, unlocked=make_project(tmp_path / "proj", pip=()).root, channel=fixture_channel, tmp=tmp_path
+    )
     capsys.readouterr()
     code = main([*case.argv(offline), "--json"])
     out, err = capsys.readouterr()

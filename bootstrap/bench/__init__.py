@@ -22,9 +22,18 @@ from typing import Any
 # must not pay for the runner, the tuner and the sampler on the way (they were a
 # noticeable share of a `make env` no-op).
 _HOMES = {
-    "BenchOptions": "config", "Thresholds": "config", "ThresholdSet": "config", "WorkloadSpec": "config",
-    "load_config": "config", "BenchResult": "results", "LoaderConfig": "results", "Measurement": "results",
-    "Progress": "state", "run_bench": "run", "tune_loader": "script", "UserWorkload": "user",
+    "BenchOptions": "config",
+    "Thresholds": "config",
+    "ThresholdSet": "config",
+    "WorkloadSpec": "config",
+    "load_config": "config",
+    "BenchResult": "results",
+    "LoaderConfig": "results",
+    "Measurement": "results",
+    "Progress": "state",
+    "run_bench": "run",
+    "tune_loader": "script",
+    "UserWorkload": "user",
 }
 __all__ = sorted(_HOMES)
 

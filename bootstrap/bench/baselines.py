@@ -57,22 +57,30 @@ def loader(state: RunState, deadline: float) -> str:
     # The synthetic batches all cost the same step: the ceiling keeps set-up's one.
     keep = None if state.options.user is None else (lambda batch, samples: _keep_for_ceiling(state, batch, samples))
     queued, began = run_queue_s(), time.perf_counter()
-    measured = measure_loader(state, LoaderConfig(), window_s, deadline, "loader", with_step=False, stretch=False,
-                              keep=keep)
+    measured = measure_loader(
+        state, LoaderConfig(), window_s, deadline, "loader", with_step=False, stretch=False, keep=keep
+    )
     samples = max(1, measured.samples)  # a collate that drops every sample it is given yields empty batches
     cpu_s, wall_s = measured.cpu_s / samples, measured.seconds / samples
     # On a busy host the loading thread also waits for a CPU: that wait is contention, not I/O, and
     # counted as I/O it would have the tuner add workers that only queue for the same cores.
     queue_share = _run_queue_share(queued, time.perf_counter() - began)
-    state.metrics.update(loader_only_samples_per_s=measured.samples_per_s, cpu_s_per_sample=cpu_s,
-                         wall_s_per_sample=wall_s, run_queue_s_per_sample=wall_s * (queue_share or 0.0),
-                         loader_run_queue_pct=None if queue_share is None else 100.0 * queue_share)
-    state.costs = replace(state.costs, wall_s_per_sample=max(cpu_s, wall_s * (1.0 - (queue_share or 0.0))),
-                          cpu_s_per_sample=cpu_s)
+    state.metrics.update(
+        loader_only_samples_per_s=measured.samples_per_s,
+        cpu_s_per_sample=cpu_s,
+        wall_s_per_sample=wall_s,
+        run_queue_s_per_sample=wall_s * (queue_share or 0.0),
+        loader_run_queue_pct=None if queue_share is None else 100.0 * queue_share,
+    )
+    state.costs = replace(
+        state.costs, wall_s_per_sample=max(cpu_s, wall_s * (1.0 - (queue_share or 0.0))), cpu_s_per_sample=cpu_s
+    )
     if queue_share is not None and queue_share >= RUN_QUEUE_NOTE:
-        state.notes.append(f"the loader phase waited {queue_share:.0%} of its time for a CPU (run queue, "
-                           "/proc/thread-self/schedstat): the host is busy; that wait is not counted as I/O, and "
-                           "the rates are contended")
+        state.notes.append(
+            f"the loader phase waited {queue_share:.0%} of its time for a CPU (run queue, "
+            "/proc/thread-self/schedstat): the host is busy; that wait is not counted as I/O, and "
+            "the rates are contended"
+        )
     queue = f" ({queue_share:.0%} waiting for a CPU)" if queue_share else ""
     return f"c = {cpu_s * 1000:.2f} ms CPU, l = {wall_s * 1000:.2f} ms wall per sample{queue}"
 
@@ -106,8 +114,9 @@ def ceiling(state: RunState, deadline: float) -> str:
         import torch
 
         if state.user_parts is not None:
-            state.notes.append("the user's workload: its step is measured as given (AMP and channels_last "
-                               "are not tried)")
+            state.notes.append(
+                "the user's workload: its step is measured as given (AMP and channels_last are not tried)"
+            )
         elif torch.cuda.is_bf16_supported():
             configs.append(LoaderConfig(amp_dtype="bfloat16", channels_last=True))
         else:
@@ -139,8 +148,8 @@ def ceiling(state: RunState, deadline: float) -> str:
     return f"step config {state.step_config.label}"
 
 
-CEILING_BATCHES = 8                 # the loader phase's first batches the ceiling steps on, in turn
-CEILING_BYTES = 256 * 1024 * 1024   # at most this much of them (as loaded) held on the device
+CEILING_BATCHES = 8  # the loader phase's first batches the ceiling steps on, in turn
+CEILING_BYTES = 256 * 1024 * 1024  # at most this much of them (as loaded) held on the device
 
 
 def _keep_for_ceiling(state: RunState, batch: Any, samples: Optional[int]) -> Any:
@@ -175,10 +184,21 @@ def _resident(state: RunState, config: LoaderConfig, slots: int, deadline: float
     plan = replace(window_plan(window_s), floor_steps=5, min_steps=max(5, window_plan(window_s).min_steps))
     # Each step gets its own containers of the resident tensors: a step that pops a key from its batch
     # dict (HF's `labels = batch.pop("labels")`) must find it again on the next turn.
-    return state.record(run_window(
-        lambda: map_tensors(lambda tensor: tensor, resident()), trainer.run, state.device, plan, deadline,
-        phase="ceiling", label=f"ceiling {config.label}", config=config, batch_size=state.workload.batch_size,
-        clock_zero=state.clock_zero, counted=stream_counter(state, resident)))
+    return state.record(
+        run_window(
+            lambda: map_tensors(lambda tensor: tensor, resident()),
+            trainer.run,
+            state.device,
+            plan,
+            deadline,
+            phase="ceiling",
+            label=f"ceiling {config.label}",
+            config=config,
+            batch_size=state.workload.batch_size,
+            clock_zero=state.clock_zero,
+            counted=stream_counter(state, resident),
+        )
+    )
 
 
 def _with_copy(state: RunState, deadline: float) -> Optional[Measurement]:
@@ -189,17 +209,27 @@ def _with_copy(state: RunState, deadline: float) -> Optional[Measurement]:
         return None
     pinned = _Turns(state, lambda batch: map_tensors(lambda t: t.pin_memory(), batch))
     window_s = (deadline - time.perf_counter()) / 1.4
-    return state.record(run_window(
-        pinned, trainer.step, state.device, window_plan(window_s), deadline, phase="ceiling_h2d",
-        label=f"ceiling+h2d {config.label}", config=config, batch_size=state.workload.batch_size,
-        clock_zero=state.clock_zero, counted=stream_counter(state, pinned)))
+    return state.record(
+        run_window(
+            pinned,
+            trainer.step,
+            state.device,
+            window_plan(window_s),
+            deadline,
+            phase="ceiling_h2d",
+            label=f"ceiling+h2d {config.label}",
+            config=config,
+            batch_size=state.workload.batch_size,
+            clock_zero=state.clock_zero,
+            counted=stream_counter(state, pinned),
+        )
+    )
 
 
 def naive(state: RunState, deadline: float) -> str:
     # The same training step as the ceiling (bench_method.md: "same training config"), so the
     # speedup over naive measures the loader settings alone.
-    config = replace(state.step_config, num_workers=0, pin_memory=False, non_blocking=False,
-                     persistent_workers=False)
+    config = replace(state.step_config, num_workers=0, pin_memory=False, non_blocking=False, persistent_workers=False)
     if not state.affords(f"naive {config.label}", state.costs.least_s(0)):
         return state.skipped("the naive loader")
     window_s = (deadline - time.perf_counter()) / 1.5

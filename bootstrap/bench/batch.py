@@ -87,8 +87,10 @@ def own_batch_problem(batch: Any) -> str:
     if not dims:
         return f"yields a batch ({type(batch).__name__}) that holds no tensor to count its samples by"
     if shared is None:
-        return (f"yields a batch whose tensors' first dimensions differ ({', '.join(map(str, dims[:6]))}), so "
-                "the samples it holds cannot be counted (time-major tensors?)")
+        return (
+            f"yields a batch whose tensors' first dimensions differ ({', '.join(map(str, dims[:6]))}), so "
+            "the samples it holds cannot be counted (time-major tensors?)"
+        )
     return ""
 
 
@@ -97,5 +99,8 @@ def same_batch(first: Any, second: Any) -> bool:
     import torch
 
     ours, theirs = list(tensors(first)), list(tensors(second))
-    return bool(ours) and len(ours) == len(theirs) and all(
-        a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(ours, theirs))
+    return (
+        bool(ours)
+        and len(ours) == len(theirs)
+        and all(a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(ours, theirs))
+    )

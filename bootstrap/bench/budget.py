@@ -22,12 +22,12 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple
 
-FLOOR_STEPS = 3          # window.WindowPlan.floor_steps
+FLOOR_STEPS = 3  # window.WindowPlan.floor_steps
 # One worker's start-up before any was measured: a forked worker shares the parent's memory and imports
 # nothing; a spawned one (forkserver: its server, once) starts a fresh interpreter that imports torch.
 FORKED_START_S = 0.1
 SPAWNED_START_S = 1.0
-MIN_WINDOW_BATCHES = 4   # a worker window spans four batch latencies (trials.min_window_s)
+MIN_WINDOW_BATCHES = 4  # a worker window spans four batch latencies (trials.min_window_s)
 
 
 @dataclass(frozen=True)
@@ -35,12 +35,12 @@ class Costs:
     """Per-sample and per-step costs of this run's workload, as far as they are known."""
 
     batch_size: int
-    wall_s_per_sample: float     # l: one process, one sample, wall time
-    cpu_s_per_sample: float      # c: the same in CPU time
+    wall_s_per_sample: float  # l: one process, one sample, wall time
+    cpu_s_per_sample: float  # c: the same in CPU time
     cpus: int = 1
-    step_s: float = 0.0          # one training step on a resident batch (0 until measured)
+    step_s: float = 0.0  # one training step on a resident batch (0 until measured)
     startup_s: float = FORKED_START_S  # workers' start-up before the first batch, for `startup_workers` workers
-    startup_workers: int = 1     # the most workers a loader measured so far started (1 for the guess)
+    startup_workers: int = 1  # the most workers a loader measured so far started (1 for the guess)
 
     @property
     def batch_s(self) -> float:
@@ -174,5 +174,8 @@ class Ledger:
 
     def summary(self, phases: Sequence[str] = ()) -> str:
         """'PHASE: WHAT (~SECONDS s); ...' for each measurement left out, of `phases` only when given."""
-        return "; ".join(f"{phase}: {what} (~{seconds:.1f} s)" for phase, what, seconds in self.skipped
-                         if not phases or phase in phases)
+        return "; ".join(
+            f"{phase}: {what} (~{seconds:.1f} s)"
+            for phase, what, seconds in self.skipped
+            if not phases or phase in phases
+        )

@@ -21,25 +21,26 @@ from bootstrap.fsutil import check_directory
 
 MODELS = ("auto", "tiny", "resnet18", "resnet50")
 STORAGES = ("memory", "files", "packed")
-MAX_BUDGET_S = 24 * 3600.0   # a day: longer is a soak test, not an acceptance benchmark
-MIN_CROP = 16                # the small CNN's 4x4 stride-4 stem and its BatchNorms need a few pixels left
+MAX_BUDGET_S = 24 * 3600.0  # a day: longer is a soak test, not an acceptance benchmark
+MIN_CROP = 16  # the small CNN's 4x4 stride-4 stem and its BatchNorms need a few pixels left
 
 
 @dataclass(frozen=True)
 class Rule:
     """What one option or threshold accepts: a kind and, for numbers, an inclusive range."""
 
-    kind: str                      # int | number | bool | choice | text | path
+    kind: str  # int | number | bool | choice | text | path
     low: Optional[float] = None
     high: Optional[float] = None
-    above: bool = False            # `low` itself is excluded (> low)
+    above: bool = False  # `low` itself is excluded (> low)
     choices: Tuple[str, ...] = ()
 
     def describe(self) -> str:
         if self.kind == "choice":
             return f"one of {', '.join(self.choices)}"
-        noun = {"int": "an integer", "number": "a number", "bool": "true or false", "text": "text",
-                "path": "a path"}[self.kind]
+        noun = {"int": "an integer", "number": "a number", "bool": "true or false", "text": "text", "path": "a path"}[
+            self.kind
+        ]
         if self.low is not None and self.high is not None and not self.above:
             return f"{noun} from {_bound(self.low)} to {_bound(self.high)}"
         bounds = []
@@ -63,13 +64,26 @@ def _number(low: float, high: float, above: bool = False) -> Rule:
 
 
 OPTION_RULES: Dict[str, Rule] = {
-    "samples": _int(1, 1_000_000), "epoch_batches": _int(1, 10_000_000),
-    "image_size": _int(MIN_CROP, 8192), "crop_size": _int(MIN_CROP, 8192), "batch_size": _int(1, 65536),
-    "num_classes": _int(1, 1_000_000), "cpu_ms": _number(0, 60_000), "io_ms": _number(0, 60_000),
-    "step_ms": _number(0, 60_000), "storage": Rule("choice", choices=STORAGES), "cold_cache": Rule("bool"),
-    "model": Rule("choice", choices=MODELS), "jpeg_quality": _int(1, 100), "seed": _int(0, 2 ** 32 - 1),
-    "budget_s": _number(0, MAX_BUDGET_S, above=True), "device": Rule("text"), "max_workers": _int(0, 1024),
-    "target_rate": _number(0, 1e12, above=True), "data_dir": Rule("path"), "batched": Rule("bool"),
+    "samples": _int(1, 1_000_000),
+    "epoch_batches": _int(1, 10_000_000),
+    "image_size": _int(MIN_CROP, 8192),
+    "crop_size": _int(MIN_CROP, 8192),
+    "batch_size": _int(1, 65536),
+    "num_classes": _int(1, 1_000_000),
+    "cpu_ms": _number(0, 60_000),
+    "io_ms": _number(0, 60_000),
+    "step_ms": _number(0, 60_000),
+    "storage": Rule("choice", choices=STORAGES),
+    "cold_cache": Rule("bool"),
+    "model": Rule("choice", choices=MODELS),
+    "jpeg_quality": _int(1, 100),
+    "seed": _int(0, 2**32 - 1),
+    "budget_s": _number(0, MAX_BUDGET_S, above=True),
+    "device": Rule("text"),
+    "max_workers": _int(0, 1024),
+    "target_rate": _number(0, 1e12, above=True),
+    "data_dir": Rule("path"),
+    "batched": Rule("bool"),
 }
 _FLAGS = {"budget_s": "--budget"}
 # tune_loader's keyword for each option it takes: its errors name what the script wrote, not a flag
@@ -141,28 +155,28 @@ class Thresholds:
     percentages are 0..100.
     """
 
-    efficiency_pass: float = 0.90        # tuned / ceiling >= this: ok
-    efficiency_warn: float = 0.75        # below this: fail
-    device_idle_pass: float = 0.10       # device-idle stall fraction <= this: ok
-    device_idle_warn: float = 0.25       # above this: fail
+    efficiency_pass: float = 0.90  # tuned / ceiling >= this: ok
+    efficiency_warn: float = 0.75  # below this: fail
+    device_idle_pass: float = 0.10  # device-idle stall fraction <= this: ok
+    device_idle_warn: float = 0.25  # above this: fail
     speedup_pass_fraction: float = 0.85  # tuned/naive >= this x predicted: ok; tuned < naive: fail
-    util_p95_pass: float = 70.0          # NVML utilization.gpu p95 below this: fail
-    util_p5_pass: float = 10.0           # p5 below this: warn (idle bursts)
-    sm_active_pass: float = 0.80         # GPM SM activity; warn only
+    util_p95_pass: float = 70.0  # NVML utilization.gpu p95 below this: fail
+    util_p5_pass: float = 10.0  # p5 below this: warn (idle bursts)
+    sm_active_pass: float = 0.80  # GPM SM activity; warn only
     sm_active_warn: float = 0.50
-    pss_growth_pass: float = 0.05        # loader workers' PSS growth over the tuned windows
+    pss_growth_pass: float = 0.05  # loader workers' PSS growth over the tuned windows
     pss_growth_warn: float = 0.20
-    shm_pass_factor: float = 2.0         # free /dev/shm >= this x need: ok
-    shm_warn_factor: float = 1.0         # below this x need: fail
-    matmul_pass: float = 0.70            # matmul TFLOP/s / dense peak
+    shm_pass_factor: float = 2.0  # free /dev/shm >= this x need: ok
+    shm_warn_factor: float = 1.0  # below this x need: fail
+    matmul_pass: float = 0.70  # matmul TFLOP/s / dense peak
     matmul_warn: float = 0.55
-    h2d_pass: float = 0.70               # pinned H2D / PCIe link theoretical
+    h2d_pass: float = 0.70  # pinned H2D / PCIe link theoretical
     h2d_warn: float = 0.50
-    loader_scaling_pass: float = 0.60    # CPU-only: S(W) / (W x S(1)); below: warn
-    noise_floor_min: float = 0.03        # a difference is real above max(this, 2 x CV)
+    loader_scaling_pass: float = 0.60  # CPU-only: S(W) / (W x S(1)); below: warn
+    noise_floor_min: float = 0.03  # a difference is real above max(this, 2 x CV)
     early_stop_efficiency: float = 0.95  # the tuner stops once a candidate reaches this
-    host_saturated_pct: float = 90.0     # others' CPU busy % before the run >= this: rate verdicts inconclusive
-    noise_inconclusive: float = 0.15     # tuned windows' spread or re-measure gap above this: inconclusive
+    host_saturated_pct: float = 90.0  # others' CPU busy % before the run >= this: rate verdicts inconclusive
+    noise_inconclusive: float = 0.15  # tuned windows' spread or re-measure gap above this: inconclusive
 
     @classmethod
     def names(cls) -> Tuple[str, ...]:
@@ -180,8 +194,7 @@ class ThresholdSet:
         return dict(self.sources).get(name, "default")
 
     def to_dict(self) -> Dict[str, Dict[str, Any]]:
-        return {name: {"value": getattr(self.values, name), "source": self.source(name)}
-                for name in Thresholds.names()}
+        return {name: {"value": getattr(self.values, name), "source": self.source(name)} for name in Thresholds.names()}
 
     def override(self, updates: Mapping[str, Any], source: str) -> "ThresholdSet":
         """New set with `updates` applied. Unknown names, values that are not finite numbers or are out of
@@ -191,10 +204,14 @@ class ThresholdSet:
         for name, raw in updates.items():
             if name not in Thresholds.names():
                 close = difflib.get_close_matches(str(name), Thresholds.names(), n=1)
-                raise InputError(source, f"unknown threshold {excerpt(name)}",
-                                 f"did you mean {close[0]}?" if close else
-                                 f"one of {len(Thresholds.names())} names such as efficiency_pass or "
-                                 "device_idle_pass; docs/benchmark.md lists them")
+                raise InputError(
+                    source,
+                    f"unknown threshold {excerpt(name)}",
+                    f"did you mean {close[0]}?"
+                    if close
+                    else f"one of {len(Thresholds.names())} names such as efficiency_pass or "
+                    "device_idle_pass; docs/benchmark.md lists them",
+                )
             if source == "--threshold" and isinstance(raw, str):
                 raw = _flag_number(raw)
             clean[name] = check_value(raw, THRESHOLD_RULES[name], where(name))
@@ -214,9 +231,12 @@ class ThresholdSet:
                 name = good if good in changed else bad
                 other = bad if name == good else good
                 side = "below" if (name == good) == higher_is_better else "above"
-                raise InputError(where(name), f"{getattr(self.values, name):g} is {side} {other} "
-                                 f"{getattr(self.values, other):g} (from {self.source(other)})",
-                                 f"{good} must be {'>=' if higher_is_better else '<='} {bad}")
+                raise InputError(
+                    where(name),
+                    f"{getattr(self.values, name):g} is {side} {other} "
+                    f"{getattr(self.values, other):g} (from {self.source(other)})",
+                    f"{good} must be {'>=' if higher_is_better else '<='} {bad}",
+                )
 
 
 def _threshold_where(source: str) -> Callable[[str], str]:
@@ -233,19 +253,43 @@ def _flag_number(text: str) -> Any:
 
 
 _FRACTION = _number(0, 1)
-THRESHOLD_RULES: Dict[str, Rule] = {name: _FRACTION for name in (
-    "efficiency_pass", "efficiency_warn", "device_idle_pass", "device_idle_warn", "speedup_pass_fraction",
-    "sm_active_pass", "sm_active_warn", "pss_growth_pass", "pss_growth_warn", "matmul_pass", "matmul_warn",
-    "h2d_pass", "h2d_warn", "loader_scaling_pass", "noise_floor_min", "early_stop_efficiency",
-    "noise_inconclusive")}
-THRESHOLD_RULES.update(util_p95_pass=_number(0, 100), util_p5_pass=_number(0, 100),
-                       host_saturated_pct=_number(0, 100), shm_pass_factor=_number(0, 100),
-                       shm_warn_factor=_number(0, 100))
+THRESHOLD_RULES: Dict[str, Rule] = {
+    name: _FRACTION
+    for name in (
+        "efficiency_pass",
+        "efficiency_warn",
+        "device_idle_pass",
+        "device_idle_warn",
+        "speedup_pass_fraction",
+        "sm_active_pass",
+        "sm_active_warn",
+        "pss_growth_pass",
+        "pss_growth_warn",
+        "matmul_pass",
+        "matmul_warn",
+        "h2d_pass",
+        "h2d_warn",
+        "loader_scaling_pass",
+        "noise_floor_min",
+        "early_stop_efficiency",
+        "noise_inconclusive",
+    )
+}
+THRESHOLD_RULES.update(
+    util_p95_pass=_number(0, 100),
+    util_p5_pass=_number(0, 100),
+    host_saturated_pct=_number(0, 100),
+    shm_pass_factor=_number(0, 100),
+    shm_warn_factor=_number(0, 100),
+)
 # (pass bound, warn bound, higher is better)
 THRESHOLD_PAIRS: Tuple[Tuple[str, str, bool], ...] = (
-    ("efficiency_pass", "efficiency_warn", True), ("device_idle_pass", "device_idle_warn", False),
-    ("sm_active_pass", "sm_active_warn", True), ("pss_growth_pass", "pss_growth_warn", False),
-    ("shm_pass_factor", "shm_warn_factor", True), ("matmul_pass", "matmul_warn", True),
+    ("efficiency_pass", "efficiency_warn", True),
+    ("device_idle_pass", "device_idle_warn", False),
+    ("sm_active_pass", "sm_active_warn", True),
+    ("pss_growth_pass", "pss_growth_warn", False),
+    ("shm_pass_factor", "shm_warn_factor", True),
+    ("matmul_pass", "matmul_warn", True),
     ("h2d_pass", "h2d_warn", True),
 )
 
@@ -256,8 +300,9 @@ def parse_threshold_flags(pairs: Sequence[str]) -> Dict[str, str]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
-            raise InputError("--threshold", f"{pair!r} is not NAME=VALUE",
-                             "write e.g. --threshold efficiency_pass=0.85")
+            raise InputError(
+                "--threshold", f"{pair!r} is not NAME=VALUE", "write e.g. --threshold efficiency_pass=0.85"
+            )
         out[name.strip()] = value.strip()
     return out
 
@@ -273,21 +318,21 @@ class WorkloadSpec:
     slower device step; 0 for real runs).
     """
 
-    samples: int = 512           # distinct samples stored
-    epoch_batches: int = 1000    # batches per epoch: the dataset repeats its samples (see SyntheticImages)
-    image_size: int = 256        # stored (encoded) side
-    crop_size: int = 224         # random crop fed to the model
+    samples: int = 512  # distinct samples stored
+    epoch_batches: int = 1000  # batches per epoch: the dataset repeats its samples (see SyntheticImages)
+    image_size: int = 256  # stored (encoded) side
+    crop_size: int = 224  # random crop fed to the model
     batch_size: int = 64
     num_classes: int = 100
     cpu_ms: float = 0.0
     io_ms: float = 0.0
     step_ms: float = 0.0
-    storage: str = "memory"      # memory | files | packed (W2)
-    cold_cache: bool = False     # files/packed: drop our files from the page cache before each phase
-    model: str = "auto"          # auto | tiny | resnet18 | resnet50
+    storage: str = "memory"  # memory | files | packed (W2)
+    cold_cache: bool = False  # files/packed: drop our files from the page cache before each phase
+    model: str = "auto"  # auto | tiny | resnet18 | resnet50
     jpeg_quality: int = 90
     seed: int = 0
-    batched: bool = False        # the user's dataset yields whole batches: batch_size is their length
+    batched: bool = False  # the user's dataset yields whole batches: batch_size is their length
 
     @property
     def loader_batch_size(self) -> Optional[int]:
@@ -301,11 +346,17 @@ class WorkloadSpec:
         check_options(self.to_dict(), where, python=script)
         if self.crop_size > self.image_size:
             name = "crop_size" if names is None or "crop_size" in names else "image_size"
-            raise InputError(where(name), f"the crop ({self.crop_size}) is larger than the image ({self.image_size})",
-                             "keep crop_size <= image_size")
+            raise InputError(
+                where(name),
+                f"the crop ({self.crop_size}) is larger than the image ({self.image_size})",
+                "keep crop_size <= image_size",
+            )
         if self.cold_cache and self.storage == "memory":
-            raise InputError(where("cold_cache"), "only applies to files on disk: the memory store has no page cache",
-                             "add --storage files or --storage packed, or drop --cold-cache")
+            raise InputError(
+                where("cold_cache"),
+                "only applies to files on disk: the memory store has no page cache",
+                "add --storage files or --storage packed, or drop --cold-cache",
+            )
         return self
 
     def to_dict(self) -> Dict[str, Any]:
@@ -318,33 +369,40 @@ class BenchOptions:
 
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     budget_s: float = 120.0
-    device: str = "auto"                 # auto | cpu | cuda | cuda:N | mps
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     thresholds: ThresholdSet = field(default_factory=ThresholdSet)
-    max_workers: Optional[int] = None    # hard cap on the worker search (None: derived from the host)
-    cpus: Optional[int] = None           # usable CPUs for this process (torchrun: affinity / local ranks)
+    max_workers: Optional[int] = None  # hard cap on the worker search (None: derived from the host)
+    cpus: Optional[int] = None  # usable CPUs for this process (torchrun: affinity / local ranks)
     target_rate: Optional[float] = None  # CPU sizing: samples/s a future GPU should be fed
-    data_dir: Optional[Path] = None      # files/packed: a fresh directory is made (and removed) in it; None: TMPDIR
-    nvml_module: Any = None              # pynvml stand-in for tests (None: the real pynvml)
+    data_dir: Optional[Path] = None  # files/packed: a fresh directory is made (and removed) in it; None: TMPDIR
+    nvml_module: Any = None  # pynvml stand-in for tests (None: the real pynvml)
     sampler_interval_s: float = 0.2
-    user: Any = None                     # user.UserWorkload: the team's own dataset (None: the synthetic images)
+    user: Any = None  # user.UserWorkload: the team's own dataset (None: the synthetic images)
 
     def validate(self, names: Optional[Mapping[str, str]] = None) -> "BenchOptions":
         """The workload's fields and this run's, named as `names` spells them (else by flag or keyword)."""
         script = self.from_script
         where = _namer(names, script)
         self.workload.validate(names, script)
-        check_options({name: getattr(self, name) for name in RUN_OPTIONS if getattr(self, name) is not None}, where,
-                      python=script)
+        check_options(
+            {name: getattr(self, name) for name in RUN_OPTIONS if getattr(self, name) is not None}, where, python=script
+        )
         if self.workload.batched and self.user is None:
             raise InputError(where("batched"), "only applies to your own dataset", "add --dataset MODULE:FACTORY")
         device = self.device
         if not (device in ("auto", "cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit())):
-            raise InputError(where("device"), f"{device!r} is not auto, cpu, cuda, cuda:N or mps",
-                             "e.g. device='cuda:0'" if script else "e.g. --device cuda:0")
+            raise InputError(
+                where("device"),
+                f"{device!r} is not auto, cpu, cuda, cuda:N or mps",
+                "e.g. device='cuda:0'" if script else "e.g. --device cuda:0",
+            )
         if self.data_dir is not None:
             if self.workload.storage == "memory":
-                raise InputError(where("data_dir"), "only used by --storage files or packed",
-                                 "add --storage files or --storage packed, or drop --data-dir")
+                raise InputError(
+                    where("data_dir"),
+                    "only used by --storage files or packed",
+                    "add --storage files or --storage packed, or drop --data-dir",
+                )
             check_directory(Path(self.data_dir), where("data_dir"))
         return self
 
@@ -387,8 +445,9 @@ def load_config(path: Path, thresholds: Optional[ThresholdSet] = None) -> Tuple[
             raise InputError(f"{where}: {key}", "must be a mapping of name: value", f"e.g. {key}: {{name: value}}")
     unknown = sorted(set(raw_options) - set(OPTION_RULES))
     if unknown:
-        raise InputError(f"{where}: options", f"unknown option {unknown[0]!r}",
-                         f"use one of: {', '.join(OPTION_RULES)}")
+        raise InputError(
+            f"{where}: options", f"unknown option {unknown[0]!r}", f"use one of: {', '.join(OPTION_RULES)}"
+        )
     base = thresholds or ThresholdSet()
     options = check_options(raw_options, lambda name: f"{where}: options.{name}")
     return base.override(raw_thresholds, where), options

@@ -98,9 +98,17 @@ class Trainer:
     `StepFailed`.
     """
 
-    def __init__(self, model_name: str, num_classes: int, device: Device, config: LoaderConfig,
-                 step_s: float = 0.0, model_factory: Optional[Callable[[], Any]] = None,
-                 step_fn: Optional[Callable[..., Any]] = None, user_code: bool = False) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        num_classes: int,
+        device: Device,
+        config: LoaderConfig,
+        step_s: float = 0.0,
+        model_factory: Optional[Callable[[], Any]] = None,
+        step_fn: Optional[Callable[..., Any]] = None,
+        user_code: bool = False,
+    ) -> None:
         import torch
 
         from bootstrap.bench.workloads import build_model
@@ -228,11 +236,12 @@ def matmul_tflops(device: Device, deadline: float) -> Tuple[Optional[float], str
     device.sync()
     seconds = time.perf_counter() - started
     dtype_name = str(dtype).replace("torch.", "")
-    return (2.0 * n ** 3 * done / seconds / 1e12 if done else None), f"{dtype_name} {n}^3 x {done}"
+    return (2.0 * n**3 * done / seconds / 1e12 if done else None), f"{dtype_name} {n}^3 x {done}"
 
 
-def h2d_bandwidth(device: Device, nbytes: int = 256 * MIB, repeats: int = 10,
-                  during: Optional[Callable[[], Any]] = None) -> Tuple[Dict[str, Optional[float]], Any]:
+def h2d_bandwidth(
+    device: Device, nbytes: int = 256 * MIB, repeats: int = 10, during: Optional[Callable[[], Any]] = None
+) -> Tuple[Dict[str, Optional[float]], Any]:
     """Host<->device GB/s (1e9 B/s), pinned and pageable (CUDA only), and what `during()` returned.
 
     `during` runs while the pinned host-to-device copies are in flight: read
@@ -277,4 +286,3 @@ def peak_memory_mib(device: Device) -> Optional[float]:
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / MIB if sys.platform == "darwin" else peak / 1024.0  # macOS: bytes; Linux: KiB
-

@@ -50,9 +50,11 @@ def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None
     except RuntimeError as exc:
         if not lost_a_rank(exc, dist):
             raise
-        raise RankLostError(f"rank {ranks['rank']}: another rank of the job went away (interrupted, or crashed: "
-                            f"its own output says why), so this one stopped without a report: "
-                            f"{str(exc).strip().splitlines()[0][:200]}") from None
+        raise RankLostError(
+            f"rank {ranks['rank']}: another rank of the job went away (interrupted, or crashed: "
+            f"its own output says why), so this one stopped without a report: "
+            f"{str(exc).strip().splitlines()[0][:200]}"
+        ) from None
     finally:
         dist.destroy_process_group()
 
@@ -62,11 +64,13 @@ def lost_a_rank(exc: RuntimeError, dist: Any) -> bool:
     DistNetworkError), or gloo's and NCCL's own RuntimeErrors about a closed or reset connection."""
     text = str(exc)
     return isinstance(exc, getattr(dist, "DistError", ())) or any(
-        sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "NCCL communicator"))
+        sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "NCCL communicator")
+    )
 
 
-def _run_ranks(rank_options: BenchOptions, progress: Optional[ProgressFn], ranks: Dict[str, int], dist: Any,
-               options: BenchOptions) -> Tuple[BenchResult, bool]:
+def _run_ranks(
+    rank_options: BenchOptions, progress: Optional[ProgressFn], ranks: Dict[str, int], dist: Any, options: BenchOptions
+) -> Tuple[BenchResult, bool]:
     """This rank's run, its DDP ceiling, and on rank 0 the aggregate of every rank's."""
     from bootstrap.bench import report
 
@@ -75,8 +79,13 @@ def _run_ranks(rank_options: BenchOptions, progress: Optional[ProgressFn], ranks
         # A Ctrl-C reaches every rank at a different point: gathering could hang. Each keeps its own.
         return replace(result, notes=result.notes + ("interrupted: ranks not aggregated",)), ranks["rank"] == 0
     ddp = ddp_ceiling(result, rank_options, dist)
-    own = {"rank": ranks["rank"], "host": socket.gethostname(), "checks": [c.to_dict() for c in result.checks],
-           "extra": report.payload(result), "ddp_ceiling_samples_per_s": ddp}
+    own = {
+        "rank": ranks["rank"],
+        "host": socket.gethostname(),
+        "checks": [c.to_dict() for c in result.checks],
+        "extra": report.payload(result),
+        "ddp_ceiling_samples_per_s": ddp,
+    }
     gathered: List[Any] = [None] * ranks["world_size"]
     dist.all_gather_object(gathered, own)
     if ranks["rank"] != 0:
@@ -97,8 +106,10 @@ def ddp_ceiling(result: BenchResult, options: BenchOptions, dist: Any) -> Option
     steps = [max(5, min(200, int(rate / spec.batch_size * min(DDP_SECONDS, 0.05 * options.budget_s))))]
     dist.broadcast_object_list(steps, src=0)
     device = Device(options.device)
-    config = LoaderConfig(amp_dtype=result.best.amp_dtype if result.best else None,
-                          channels_last=bool(result.best and result.best.channels_last))
+    config = LoaderConfig(
+        amp_dtype=result.best.amp_dtype if result.best else None,
+        channels_last=bool(result.best and result.best.channels_last),
+    )
     trainer = Trainer(result.device.get("model", "tiny"), spec.num_classes, device, config)
     ids = [device.torch_device.index] if device.is_cuda else None
     trainer.model = DistributedDataParallel(trainer.model, device_ids=ids)
@@ -123,33 +134,48 @@ def aggregate(own: BenchResult, gathered: Sequence[Mapping[str, Any]], threshold
     for item in sorted(gathered, key=lambda g: g["rank"]):
         metrics = item["extra"]["metrics"]
         best = item["extra"].get("best") or {}
-        rows.append({
-            "rank": item["rank"], "host": item["host"],
-            "efficiency": metrics.get("efficiency"), "tuned_samples_per_s": metrics.get("tuned_samples_per_s"),
-            "ceiling_samples_per_s": metrics.get("ceiling_samples_per_s"),
-            "naive_samples_per_s": metrics.get("naive_samples_per_s"),
-            "stall_device_idle_pct": metrics.get("stall_device_idle_pct"),
-            "stall_host_wait_pct": metrics.get("stall_host_wait_pct"), "config": best.get("label"),
-            "shm_need_mib": metrics.get("shm_need_mib") or 0.0,
-            "shm_free_mib": item["extra"]["device"].get("shm_free_mib"),
-            "ddp_ceiling_samples_per_s": item.get("ddp_ceiling_samples_per_s"),
-        })
-    worst = min(rows, key=lambda r: (r["efficiency"] if r["efficiency"] is not None else -1.0,
-                                     -(r["stall_device_idle_pct"] or r["stall_host_wait_pct"] or 0.0)))
+        rows.append(
+            {
+                "rank": item["rank"],
+                "host": item["host"],
+                "efficiency": metrics.get("efficiency"),
+                "tuned_samples_per_s": metrics.get("tuned_samples_per_s"),
+                "ceiling_samples_per_s": metrics.get("ceiling_samples_per_s"),
+                "naive_samples_per_s": metrics.get("naive_samples_per_s"),
+                "stall_device_idle_pct": metrics.get("stall_device_idle_pct"),
+                "stall_host_wait_pct": metrics.get("stall_host_wait_pct"),
+                "config": best.get("label"),
+                "shm_need_mib": metrics.get("shm_need_mib") or 0.0,
+                "shm_free_mib": item["extra"]["device"].get("shm_free_mib"),
+                "ddp_ceiling_samples_per_s": item.get("ddp_ceiling_samples_per_s"),
+            }
+        )
+    worst = min(
+        rows,
+        key=lambda r: (
+            r["efficiency"] if r["efficiency"] is not None else -1.0,
+            -(r["stall_device_idle_pct"] or r["stall_host_wait_pct"] or 0.0),
+        ),
+    )
     tuned = sum(r["tuned_samples_per_s"] or 0.0 for r in rows)
     ceiling = sum(r["ceiling_samples_per_s"] or 0.0 for r in rows)
     ddp = [r["ddp_ceiling_samples_per_s"] for r in rows if r["ddp_ceiling_samples_per_s"]]
     summary = {
-        "world_size": len(rows), "tuned_samples_per_s": tuned, "ceiling_samples_per_s": ceiling,
+        "world_size": len(rows),
+        "tuned_samples_per_s": tuned,
+        "ceiling_samples_per_s": ceiling,
         "scaling_efficiency": tuned / ceiling if ceiling else None,
         "ddp_ceiling_samples_per_s": sum(ddp) if len(ddp) == len(rows) else None,
-        "worst_rank": worst["rank"], "worst_efficiency": worst["efficiency"], "ranks": rows,
+        "worst_rank": worst["rank"],
+        "worst_efficiency": worst["efficiency"],
+        "ranks": rows,
     }
     if summary["ddp_ceiling_samples_per_s"] and ceiling:
         summary["communication_loss_pct"] = 100.0 * (1.0 - summary["ddp_ceiling_samples_per_s"] / ceiling)
     checks = merge_checks(gathered)
-    checks = [_shm_across_ranks(rows, thresholds, shm_check, VerdictFacts) if c.id == "bench.shm" else c
-              for c in checks]
+    checks = [
+        _shm_across_ranks(rows, thresholds, shm_check, VerdictFacts) if c.id == "bench.shm" else c for c in checks
+    ]
     checks.insert(0, _worst_rank_check(worst, checks, summary))
     return replace(own, checks=tuple(checks), aggregate=summary, ranks=tuple(gathered))
 
@@ -163,8 +189,17 @@ def _shm_across_ranks(rows: List[Dict[str, Any]], thresholds: Any, shm_check: An
     for members in hosts.values():
         free = [m["shm_free_mib"] for m in members if m["shm_free_mib"] is not None]
         need = sum(m["shm_need_mib"] for m in members)
-        results.append(shm_check(facts_type(device_type="", shm_free_mib=min(free) if free else None,
-                                            shm_need_mib=need, local_ranks=len(members)), thresholds))
+        results.append(
+            shm_check(
+                facts_type(
+                    device_type="",
+                    shm_free_mib=min(free) if free else None,
+                    shm_need_mib=need,
+                    local_ranks=len(members),
+                ),
+                thresholds,
+            )
+        )
     return max(results, key=lambda c: SEVERITY[c.status])
 
 
@@ -178,9 +213,14 @@ def _worst_rank_check(worst: Dict[str, Any], checks: List[Check], summary: Dict[
         if worst[key] is not None:
             parts.append(f"{name} {worst[key]:.0f}%")
     scaling = summary.get("scaling_efficiency")
-    return Check("bench.worst_rank", status, ", ".join(parts),
-                 f"every rank's efficiency passes; aggregate {summary['tuned_samples_per_s']:,.0f} samples/s"
-                 + (f", scaling {scaling:.2f}" if scaling is not None else ""),
-                 "" if status in (Status.OK, Status.SKIP) else
-                 f"fix rank {worst['rank']} first: one rank's stall shows as compute on the others",
-                 "worst = lowest tuned efficiency, then highest stall")
+    return Check(
+        "bench.worst_rank",
+        status,
+        ", ".join(parts),
+        f"every rank's efficiency passes; aggregate {summary['tuned_samples_per_s']:,.0f} samples/s"
+        + (f", scaling {scaling:.2f}" if scaling is not None else ""),
+        ""
+        if status in (Status.OK, Status.SKIP)
+        else f"fix rank {worst['rank']} first: one rank's stall shows as compute on the others",
+        "worst = lowest tuned efficiency, then highest stall",
+    )

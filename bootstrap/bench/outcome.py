@@ -99,8 +99,9 @@ def _recheck(state: RunState, rates: List[float]) -> None:
     m["recheck_noise"] = max(state.thresholds.noise_floor_min, spread, 2 * again[-1].cv)
 
 
-def _predicted_speedup(state: RunState, ceiling: Optional[float], naive: Optional[float],
-                       cpu_s: Optional[float], wall_s: Optional[float]) -> None:
+def _predicted_speedup(
+    state: RunState, ceiling: Optional[float], naive: Optional[float], cpu_s: Optional[float], wall_s: Optional[float]
+) -> None:
     """What the winner should reach: the least of the ceiling, W / l, and the CPUs over the CPU cost
     of a sample (loading plus stepping), against naive."""
     m, best = state.metrics, state.best
@@ -140,20 +141,32 @@ def verdict_facts(state: RunState) -> Any:
     host = state.host or HostFacts()
     shm_failure = next((f.why for f in state.failures if f.why.startswith(SHM_FAILURE)), "")
     return verdicts.VerdictFacts(
-        device_type=state.device_info.get("type", "cpu"), gpu_name=state.device_info.get("name", ""),
-        cpus=state.cpus, cpus_total=host.cpus_total, shm_free_mib=host.shm_free_mib,
-        shm_need_mib=state.metrics["shm_need_mib"], shm_failure=shm_failure,
-        start_method=host.start_method or "", start_method_explicit=host.start_method_explicit,
-        nofile_soft=host.nofile_soft, nofile_hard=host.nofile_hard,
-        workers=state.best.num_workers if state.best else None, cpu_bound=state.cpu_bound, pcie=state.pcie,
+        device_type=state.device_info.get("type", "cpu"),
+        gpu_name=state.device_info.get("name", ""),
+        cpus=state.cpus,
+        cpus_total=host.cpus_total,
+        shm_free_mib=host.shm_free_mib,
+        shm_need_mib=state.metrics["shm_need_mib"],
+        shm_failure=shm_failure,
+        start_method=host.start_method or "",
+        start_method_explicit=host.start_method_explicit,
+        nofile_soft=host.nofile_soft,
+        nofile_hard=host.nofile_hard,
+        workers=state.best.num_workers if state.best else None,
+        cpu_bound=state.cpu_bound,
+        pcie=state.pcie,
         worker_cap=state.prediction.cap if state.prediction else None,
         predicted_workers=state.prediction.predicted if state.prediction else None,
-        budget_s=state.options.budget_s, partial=state.interrupted, left_out=state.ledger.summary(TUNE_PHASES))
+        budget_s=state.options.budget_s,
+        partial=state.interrupted,
+        left_out=state.ledger.summary(TUNE_PHASES),
+    )
 
 
 def _failure_note(failure: LoaderFailure) -> str:
-    what = failure.why if failure.why.startswith((NO_BATCH, DUPLICATED)) else \
-        f"the loader's workers died ({failure.why})"
+    what = (
+        failure.why if failure.why.startswith((NO_BATCH, DUPLICATED)) else f"the loader's workers died ({failure.why})"
+    )
     return f"{failure.phase} {failure.config.label}: {what}; that config counts as failed"
 
 
@@ -162,8 +175,10 @@ def closing_notes(state: RunState) -> List[str]:
     notes = [_failure_note(failure) for failure in state.failures]
     needed = state.metrics.get("budget_needed_s")
     if needed is not None:
-        notes.append(f"budget too small for a complete run: left out {state.ledger.summary()}; "
-                     f"~{needed:.0f} s would cover them (--budget {needed:.0f})")
+        notes.append(
+            f"budget too small for a complete run: left out {state.ledger.summary()}; "
+            f"~{needed:.0f} s would cover them (--budget {needed:.0f})"
+        )
     if state.interrupted:
         notes.append("interrupted (Ctrl-C or SIGTERM): partial report of the phases measured so far")
     return notes
@@ -176,22 +191,45 @@ def build_result(state: RunState) -> BenchResult:
 
     derived_metrics(state)
     state.metrics["shm_need_mib"] = shm_need_mib(state)
-    checks = verdicts.evaluate(state.metrics, verdict_facts(state), state.sampler_report, state.thresholds) \
-        if state.device_info else []
+    checks = (
+        verdicts.evaluate(state.metrics, verdict_facts(state), state.sampler_report, state.thresholds)
+        if state.device_info
+        else []
+    )
     state.notes.extend(closing_notes(state))
     untuned = next((c for c in checks if c.id == "bench.tuned" and c.status is not Status.OK), None)
     options = state.options
     user = options.user.describe() if options.user is not None else None
     if user is not None and is_stream(state.dataset):
         user["stream"] = True  # an IterableDataset: read in its own order, which DataLoader must not shuffle
-    snippet = dataloader_snippet(state.best, state.workload, state.device_info.get("type", "cpu"),
-                                 caveat=untuned.observed if untuned else "", user=user) if state.best else ""
+    snippet = (
+        dataloader_snippet(
+            state.best,
+            state.workload,
+            state.device_info.get("type", "cpu"),
+            caveat=untuned.observed if untuned else "",
+            user=user,
+        )
+        if state.best
+        else ""
+    )
     workload = state.workload.to_dict()
     if user is not None:
         workload["user"] = user
     return BenchResult(
-        device=dict(state.device_info), workload=workload, budget_s=options.budget_s,
-        thresholds=options.thresholds.to_dict(), phases=tuple(state.phase_records),
-        measurements=tuple(state.measurements), metrics=dict(state.metrics), tuning=state.tuning,
-        sampler=state.sampler_report, checks=tuple(checks), best=state.best, snippet=snippet,
-        notes=tuple(state.notes), partial=state.interrupted, seconds=state.elapsed_at_end_s or state.elapsed_s())
+        device=dict(state.device_info),
+        workload=workload,
+        budget_s=options.budget_s,
+        thresholds=options.thresholds.to_dict(),
+        phases=tuple(state.phase_records),
+        measurements=tuple(state.measurements),
+        metrics=dict(state.metrics),
+        tuning=state.tuning,
+        sampler=state.sampler_report,
+        checks=tuple(checks),
+        best=state.best,
+        snippet=snippet,
+        notes=tuple(state.notes),
+        partial=state.interrupted,
+        seconds=state.elapsed_at_end_s or state.elapsed_s(),
+    )

@@ -40,7 +40,7 @@ class UserParts:
     step_fn: Optional[Callable[..., Any]]
     first_batch: Any
     batch_s: float  # one batch loaded in this process (a stream's second: see `resolve`)
-    samples: int    # in a batch: the batch size, or the length of the first (a dataset's, a batch sampler's)
+    samples: int  # in a batch: the batch size, or the length of the first (a dataset's, a batch sampler's)
     sampling: Sampling = Sampling()
 
 
@@ -73,8 +73,9 @@ def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> Use
         where = f"dataset {type(user.dataset).__name__}"
         built = dataset = user.dataset
         check_dataset(built, where, None if user.batch_sampler is not None else batch_size, script=True)
-    sampling = build_sampling(user, built, where, lambda ref, flag, of: call_user(import_ref(ref, flag, user.paths),
-                                                                              f"{flag} {ref}", of))
+    sampling = build_sampling(
+        user, built, where, lambda ref, flag, of: call_user(import_ref(ref, flag, user.paths), f"{flag} {ref}", of)
+    )
     collate_where = f"--collate {user.collate}" if isinstance(user.collate, str) else "tune_loader(collate_fn=...)"
     from bootstrap.bench.spawn import check_function_pickles, check_workers_can_import
 
@@ -97,16 +98,30 @@ def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> Use
     if first is None:
         raise InputError(*_none_batch(user, where, collate_where))
     if first is _END and sampling.sampler is not None:  # a map-style dataset long enough for one batch
-        raise InputError(sampling.sampler.where, f"drew fewer indices than one batch ({batch_size})",
-                         f"draw at least one batch, or give a smaller {option_name('batch_size', not named)}")
+        raise InputError(
+            sampling.sampler.where,
+            f"drew fewer indices than one batch ({batch_size})",
+            f"draw at least one batch, or give a smaller {option_name('batch_size', not named)}",
+        )
     if first is _END:  # only a stream can end before its first batch: a map-style one was measured
         if batch_size is None:
             raise InputError(where, "the stream ended before its first batch", "point it at more data")
-        raise InputError(where, f"the stream ended before one batch ({batch_size} samples)",
-                         f"point it at more data, or give a smaller {option_name('batch_size', not named)}")
+        raise InputError(
+            where,
+            f"the stream ended before one batch ({batch_size} samples)",
+            f"point it at more data, or give a smaller {option_name('batch_size', not named)}",
+        )
     batch_s = timed[2] - timed[1] if second is not _END else timed[1] - timed[0]
-    return UserParts(dataset, collate_fn, model_factory, step_fn, first, batch_s,
-                     _first_batch_samples(first, batch_size, sampling, where, user), sampling)
+    return UserParts(
+        dataset,
+        collate_fn,
+        model_factory,
+        step_fn,
+        first,
+        batch_s,
+        _first_batch_samples(first, batch_size, sampling, where, user),
+        sampling,
+    )
 
 
 _END = object()  # what `next` gives past the last batch: None is a batch, a collate function's mistake
@@ -117,14 +132,21 @@ def _none_batch(user: UserWorkload, where: str, collate_where: str) -> Tuple[str
     none, the dataset yielded it as a whole batch (`default_convert` passes None on; `default_collate`
     never makes one)."""
     if user.collate is not None:
-        return collate_where, "returned None for the first batch", \
-            "return the batch: a tensor, or a tuple, list or dict of tensors"
-    return where, "yielded None as a whole batch (read with no collate function)", \
-        "yield the batch: a tensor, or a tuple, list or dict of tensors"
+        return (
+            collate_where,
+            "returned None for the first batch",
+            "return the batch: a tensor, or a tuple, list or dict of tensors",
+        )
+    return (
+        where,
+        "yielded None as a whole batch (read with no collate function)",
+        "yield the batch: a tensor, or a tuple, list or dict of tensors",
+    )
 
 
-def _first_batch_samples(first: Any, batch_size: Optional[int], sampling: Sampling, where: str,
-                         user: UserWorkload) -> int:
+def _first_batch_samples(
+    first: Any, batch_size: Optional[int], sampling: Sampling, where: str, user: UserWorkload
+) -> int:
     """The samples in the first batch, which prices set-up: the batch size, else (the dataset's own batches,
     or a batch sampler's) the first dimension its tensors share, or the batch sampler's first list's
     length. A first batch of no samples (a collate that dropped every one) is refused."""
@@ -132,9 +154,12 @@ def _first_batch_samples(first: Any, batch_size: Optional[int], sampling: Sampli
 
     shared = shared_first_dim(first)[0]
     if shared == 0:
-        raise InputError(where, "its first batch holds no samples (its tensors are empty)",
-                         "a collate function that drops the samples that failed to load dropped them all: check "
-                         "the data, or what the collate keeps")
+        raise InputError(
+            where,
+            "its first batch holds no samples (its tensors are empty)",
+            "a collate function that drops the samples that failed to load dropped them all: check "
+            "the data, or what the collate keeps",
+        )
     if sampling.batch_sampler is not None:
         return shared if shared is not None else first_list_length(sampling.batch_sampler, user.batch_sampler)
     if batch_size is not None:
@@ -142,9 +167,13 @@ def _first_batch_samples(first: Any, batch_size: Optional[int], sampling: Sampli
     problem = own_batch_problem(first)
     if problem:
         named = isinstance(user.dataset, str)
-        raise InputError(where, problem, "yield whole batches, samples along the first dimension of every "
-                         f"tensor (batch-first), or {'drop --batched' if named else 'pass tune_loader a batch_size'} "
-                         "and let the DataLoader batch the samples")
+        raise InputError(
+            where,
+            problem,
+            "yield whole batches, samples along the first dimension of every "
+            f"tensor (batch-first), or {'drop --batched' if named else 'pass tune_loader a batch_size'} "
+            "and let the DataLoader batch the samples",
+        )
     return shared
 
 
@@ -164,8 +193,7 @@ class _Collating:
             raise
 
 
-def _first_batch_failure(user: UserWorkload, exc: BaseException, in_collate: bool,
-                         batched: bool) -> Tuple[str, str]:
+def _first_batch_failure(user: UserWorkload, exc: BaseException, in_collate: bool, batched: bool) -> Tuple[str, str]:
     """(problem, fix) for the first batch's error, raised by `__getitem__` or, `in_collate`, by collation
     (`batched`: of one whole batch the dataset made)."""
     named = isinstance(user.collate, str)
@@ -175,9 +203,12 @@ def _first_batch_failure(user: UserWorkload, exc: BaseException, in_collate: boo
     elif not in_collate:
         fix = SAMPLE_FIX
     elif batched and user.collate is not None:
-        fix = ("with --batched the collate function is given one whole batch the dataset made, not a list of "
-               "samples: fix it for that, or drop it" if named else
-               "with batch_size=None collate_fn is given one whole batch the dataset made, not a list of samples")
+        fix = (
+            "with --batched the collate function is given one whole batch the dataset made, not a list of "
+            "samples: fix it for that, or drop it"
+            if named
+            else "with batch_size=None collate_fn is given one whole batch the dataset made, not a list of samples"
+        )
     elif named:
         fix = "fix --collate"
     elif user.collate is not None:

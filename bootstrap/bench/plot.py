@@ -25,8 +25,14 @@ MAX_BARS = 40
 MARGIN = 10
 TIMELINE_HEIGHT = 260
 COLOURS = {
-    "ceiling": (90, 90, 90), "ceiling_h2d": (140, 140, 140), "loader": (170, 120, 200), "naive": (214, 96, 77),
-    "scaling": (200, 160, 220), "tune": (240, 180, 80), "knob": (250, 210, 120), "tuned": (60, 150, 90),
+    "ceiling": (90, 90, 90),
+    "ceiling_h2d": (140, 140, 140),
+    "loader": (170, 120, 200),
+    "naive": (214, 96, 77),
+    "scaling": (200, 160, 220),
+    "tune": (240, 180, 80),
+    "knob": (250, 210, 120),
+    "tuned": (60, 150, 90),
 }
 GPU_LINE = (40, 140, 60)
 HOST_LINE = (60, 100, 200)
@@ -132,12 +138,14 @@ def _paint(draw: Any, shape: Shape) -> None:
 
 
 def _bars(result: BenchResult) -> List[Tuple[str, str, float]]:
-    bars = [(m.phase, m.label if m.label.startswith(m.phase.split("_")[0]) else f"{m.phase} {m.label}",
-             m.samples_per_s) for m in result.measurements]
+    bars = [
+        (m.phase, m.label if m.label.startswith(m.phase.split("_")[0]) else f"{m.phase} {m.label}", m.samples_per_s)
+        for m in result.measurements
+    ]
     if len(bars) > MAX_BARS:  # keep every non-tune bar and the fastest tune trials
         fixed = [b for b in bars if b[0] not in ("tune", "knob")]
         trials = sorted((b for b in bars if b[0] in ("tune", "knob")), key=lambda b: -b[2])
-        bars = fixed + trials[:max(0, MAX_BARS - len(fixed))]
+        bars = fixed + trials[: max(0, MAX_BARS - len(fixed))]
     return bars
 
 
@@ -163,8 +171,14 @@ def _place_bars(chart: Chart, bars: Sequence[Tuple[str, str, float]], result: Be
     for row, (phase, label, rate) in enumerate(bars):
         y = top + row * ROW
         chart.text(MARGIN, y + 2, _fit(chart, label, left - 2 * MARGIN), "bar-label")
-        chart.shapes.append(Shape("rect", (left, y + 2, max(left + 1, x_of(rate)), y + ROW - 3), "bar",
-                                  fill=COLOURS.get(phase, (120, 120, 120))))
+        chart.shapes.append(
+            Shape(
+                "rect",
+                (left, y + 2, max(left + 1, x_of(rate)), y + ROW - 3),
+                "bar",
+                fill=COLOURS.get(phase, (120, 120, 120)),
+            )
+        )
         chart.text(x_of(rate) + 6, y + 2, f"{rate:,.0f}/s", "bar-rate")
     bottom = top + ROW * max(1, len(bars))
     chart.shapes.append(Shape("line", (left, bottom, right, bottom), "x-axis", fill=GREY))
@@ -197,13 +211,15 @@ def _place_timeline(chart: Chart, result: BenchResult, top: int, height: int) ->
     chart.shapes.append(Shape("rect", (left, top + 16, right, bottom), "frame", outline=(0, 0, 0)))
     for percent in (0, 50, 100):
         chart.text(MARGIN, y_of(percent) - 6, f"{percent}%", "y-tick")
-    for series, colour, role in ((result.sampler.host_timeline, HOST_LINE, "host-busy"),
-                                 (result.sampler.gpu_timeline, GPU_LINE, "gpu-utilization")):
+    for series, colour, role in (
+        (result.sampler.host_timeline, HOST_LINE, "host-busy"),
+        (result.sampler.gpu_timeline, GPU_LINE, "gpu-utilization"),
+    ):
         points = [(x_of(t), y_of(v)) for t, v in series]
         if len(points) > 1:
             chart.shapes.append(Shape("line", tuple(c for p in points for c in p), role, fill=colour, width=2))
         elif points:
-            (x, y), = points
+            ((x, y),) = points
             chart.shapes.append(Shape("dot", (x - 2, y - 2, x + 2, y + 2), role, fill=colour))
     chart.text(left, top, "utilisation (%) over time:", "y-axis")
     chart.text(left + 180, top, "GPU utilization.gpu (%)", "legend", GPU_LINE)

@@ -87,8 +87,9 @@ def check_out(out_dir: Path, *, png: bool = True) -> List[Path]:
     if out_dir.is_dir():
         for path in paths:
             if write_target(path).is_dir():
-                raise InputError(path, "is a directory, where bench writes its report",
-                                 "remove it or give --out another directory")
+                raise InputError(
+                    path, "is a directory, where bench writes its report", "remove it or give --out another directory"
+                )
             check_output(path, "--out")
     return paths
 
@@ -102,8 +103,11 @@ def _try_writing_in(out_dir: Path) -> None:
     try:
         fd, name = tempfile.mkstemp(prefix=".bench-probe-", dir=probe)
     except OSError as exc:
-        raise InputError("--out", f"cannot write in {probe}: {exc.strerror or exc}",
-                         "give --out a directory on a writable file system") from None
+        raise InputError(
+            "--out",
+            f"cannot write in {probe}: {exc.strerror or exc}",
+            "give --out a directory on a writable file system",
+        ) from None
     os.close(fd)
     os.unlink(name)
 
@@ -128,8 +132,9 @@ def write_reports(result: BenchResult, out_dir: Path, *, png: bool = True) -> Li
 # --------------------------------------------------------------------------- snippet
 
 
-def dataloader_snippet(config: LoaderConfig, spec: WorkloadSpec, device_type: str, caveat: str = "",
-                       user: Optional[Dict[str, Any]] = None) -> str:
+def dataloader_snippet(
+    config: LoaderConfig, spec: WorkloadSpec, device_type: str, caveat: str = "", user: Optional[Dict[str, Any]] = None
+) -> str:
     """The winning DataLoader call and loop settings as Python to paste (it runs as is; tests exec it).
 
     Expects `dataset`, `model`, `optimizer` and `device` to exist; the
@@ -157,8 +162,10 @@ def dataloader_snippet(config: LoaderConfig, spec: WorkloadSpec, device_type: st
         f"    pin_memory={config.pin_memory},",
     ]
     if config.num_workers:
-        lines += [f"    prefetch_factor={config.prefetch_factor},",
-                  f"    persistent_workers={config.persistent_workers},"]
+        lines += [
+            f"    prefetch_factor={config.prefetch_factor},",
+            f"    persistent_workers={config.persistent_workers},",
+        ]
     lines.append(")")
     if device_type == "cuda":
         lines.append("torch.backends.cudnn.benchmark = True")
@@ -173,8 +180,10 @@ def dataloader_snippet(config: LoaderConfig, spec: WorkloadSpec, device_type: st
         f"    labels = labels.to(device, non_blocking={nb})",
     ]
     if config.amp_dtype:
-        lines += [f'    with torch.autocast(device_type="{device_type}", dtype=torch.{config.amp_dtype}):',
-                  "        loss = F.cross_entropy(model(images), labels)"]
+        lines += [
+            f'    with torch.autocast(device_type="{device_type}", dtype=torch.{config.amp_dtype}):',
+            "        loss = F.cross_entropy(model(images), labels)",
+        ]
     else:
         lines.append("    loss = F.cross_entropy(model(images), labels)")
     lines += ["    optimizer.zero_grad(set_to_none=True)", "    loss.backward()", "    optimizer.step()"]
@@ -196,12 +205,20 @@ def _user_snippet(config: LoaderConfig, spec: WorkloadSpec, user: Dict[str, Any]
         batching = ["    batch_sampler=batch_sampler,"]
     else:
         order = [] if user.get("stream") else ["    sampler=sampler,"] if "sampler" in user else ["    shuffle=True,"]
-        batching = [f"    batch_size={spec.loader_batch_size},", *order,
-                    *([] if spec.batched else ["    drop_last=True,"])]
+        batching = [
+            f"    batch_size={spec.loader_batch_size},",
+            *order,
+            *([] if spec.batched else ["    drop_last=True,"]),
+        ]
     expects = ", ".join(f"`{name}`" for name in ["dataset", *own])
     lines = ([f"# NOT FULLY TUNED: {caveat}"] if caveat else []) + [
         f"# Measured best by `python -m bootstrap bench`; expects {expects}.",
-        "from torch.utils.data import DataLoader", "", "loader = DataLoader(", "    dataset,", *batching]
+        "from torch.utils.data import DataLoader",
+        "",
+        "loader = DataLoader(",
+        "    dataset,",
+        *batching,
+    ]
     if "collate" in user:
         lines.append("    collate_fn=collate_fn,")
     lines += [f"    {name}={value!r}," for name, value in config.dataloader_kwargs().items()]
@@ -212,11 +229,14 @@ def _workload_line(w: Dict[str, Any]) -> str:
     user = w.get("user")
     if user:
         own = " (its own batches)" if w.get("batched") else ""
-        drawn = "".join(f", {name.replace('_', ' ')} {user[name]}" for name in ("sampler", "batch_sampler")
-                        if name in user)
+        drawn = "".join(
+            f", {name.replace('_', ' ')} {user[name]}" for name in ("sampler", "batch_sampler") if name in user
+        )
         return f"batch {w.get('batch_size')}{own} from dataset {user.get('dataset')}{drawn}"
-    return (f"batch {w.get('batch_size')} x 3x{w.get('crop_size')}x{w.get('crop_size')} uint8 from {w.get('storage')}"
-            f" (cpu_ms {w.get('cpu_ms'):g}, io_ms {w.get('io_ms'):g})")
+    return (
+        f"batch {w.get('batch_size')} x 3x{w.get('crop_size')}x{w.get('crop_size')} uint8 from {w.get('storage')}"
+        f" (cpu_ms {w.get('cpu_ms'):g}, io_ms {w.get('io_ms'):g})"
+    )
 
 
 def render_text(result: BenchResult, *, verbose: bool = False) -> str:
@@ -225,8 +245,7 @@ def render_text(result: BenchResult, *, verbose: bool = False) -> str:
     lines = [
         f"bench: {d.get('type', '?')} ({d.get('name', '?')}), torch {d.get('torch', '?')}, "
         f"{d.get('cpus_usable', '?')} CPUs, model {d.get('model', '?')}, {_workload_line(w)}; "
-        f"{result.seconds:.1f} s of a {result.budget_s:g} s budget"
-        + ("  [PARTIAL]" if result.partial else ""),
+        f"{result.seconds:.1f} s of a {result.budget_s:g} s budget" + ("  [PARTIAL]" if result.partial else ""),
     ]
     lines += [f"note: {note}" for note in result.notes]
     if result.measurements:
@@ -245,11 +264,23 @@ def render_text(result: BenchResult, *, verbose: bool = False) -> str:
 
 def _measurement_table(result: BenchResult) -> str:
     header = ("PHASE", "CONFIG", "SAMPLES/S", "SECONDS", "STEPS", "WAIT%", "CV%")
-    rows = [(x.phase, x.label, f"{x.samples_per_s:,.1f}", f"{x.seconds:.2f}", str(x.steps), f"{x.host_wait_pct:.0f}",
-             f"{100 * x.cv:.1f}" + ("*" if x.truncated else "")) for x in result.measurements]
+    rows = [
+        (
+            x.phase,
+            x.label,
+            f"{x.samples_per_s:,.1f}",
+            f"{x.seconds:.2f}",
+            str(x.steps),
+            f"{x.host_wait_pct:.0f}",
+            f"{100 * x.cv:.1f}" + ("*" if x.truncated else ""),
+        )
+        for x in result.measurements
+    ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    out = ["  ".join(c.ljust(wd) if i < 2 else c.rjust(wd) for i, (c, wd) in enumerate(zip(r, widths))).rstrip()
-           for r in [header, *rows]]
+    out = [
+        "  ".join(c.ljust(wd) if i < 2 else c.rjust(wd) for i, (c, wd) in enumerate(zip(r, widths))).rstrip()
+        for r in [header, *rows]
+    ]
     if any(x.truncated for x in result.measurements):
         out.append("* window cut short by the phase budget")
     return "\n".join(out)
@@ -277,25 +308,32 @@ def _headline(m: Dict[str, Optional[float]]) -> List[str]:
     ]
     c = m.get("cpu_s_per_sample")
     if c:
-        sizing = (f"sizing: c = {c * 1000:.2f} ms CPU "
-                  f"and l = {_num((m.get('wall_s_per_sample') or 0) * 1000, '.2f')} ms wall "
-                  f"per sample; this host can feed ~{_num(m.get('feedable_samples_per_s'), ',.0f')} samples/s; "
-                  f"the ceiling needs ~{_num(m.get('cores_per_device_needed'), '.1f')} loader cores "
-                  f"and ~{_num(m.get('workers_per_device_needed'), '.1f')} workers in flight")
+        sizing = (
+            f"sizing: c = {c * 1000:.2f} ms CPU "
+            f"and l = {_num((m.get('wall_s_per_sample') or 0) * 1000, '.2f')} ms wall "
+            f"per sample; this host can feed ~{_num(m.get('feedable_samples_per_s'), ',.0f')} samples/s; "
+            f"the ceiling needs ~{_num(m.get('cores_per_device_needed'), '.1f')} loader cores "
+            f"and ~{_num(m.get('workers_per_device_needed'), '.1f')} workers in flight"
+        )
         if m.get("cores_needed_for_target") is not None:
             sizing += f"; the target rate needs ~{m['cores_needed_for_target']:.1f} cores"
         lines.append(sizing)
     if m.get("loader_scaling_efficiency") is not None:
-        scaling = ", ".join(f"S({k[8:].split('_')[0]}) = {v:,.0f}/s" for k, v in sorted(m.items())
-                            if k.startswith("loader_w") and v is not None)
+        scaling = ", ".join(
+            f"S({k[8:].split('_')[0]}) = {v:,.0f}/s"
+            for k, v in sorted(m.items())
+            if k.startswith("loader_w") and v is not None
+        )
         lines.append(f"loader scaling: {scaling}; efficiency {m['loader_scaling_efficiency']:.2f}")
     extra = []
     if m.get("matmul_tflops") is not None:
         extra.append(f"matmul {m['matmul_tflops']:.3f} TFLOP/s")
     for direction in ("h2d", "d2h"):  # measured on CUDA only
         if m.get(f"{direction}_pinned_gb_per_s") is not None:
-            extra.append(f"{direction.upper()} pinned {m[f'{direction}_pinned_gb_per_s']:.1f} / "
-                         f"pageable {_num(m.get(f'{direction}_pageable_gb_per_s'))} GB/s")
+            extra.append(
+                f"{direction.upper()} pinned {m[f'{direction}_pinned_gb_per_s']:.1f} / "
+                f"pageable {_num(m.get(f'{direction}_pageable_gb_per_s'))} GB/s"
+            )
     if m.get("peak_memory_mib") is not None:
         extra.append(f"peak memory {m['peak_memory_mib']:,.0f} MiB")
     if m.get("time_to_first_batch_s") is not None:
@@ -311,9 +349,11 @@ def _tuner_lines(result: BenchResult) -> List[str]:
         return []
     measured = m.get("tune_candidates_measured")
     searched = f" ({measured:.0f} measured)" if measured is not None and measured < len(t.candidates) else ""
-    lines = [f"tuner: W* = {t.predicted_workers} (cap {t.cap}: {t.cap_reason}); candidates "
-             f"{', '.join(map(str, t.candidates))}{searched}; {len(t.rounds)} rounds in {t.seconds:.1f} s of "
-             f"{t.budget_s:.1f} s" + ("; stopped early" if t.stopped_early else "")]
+    lines = [
+        f"tuner: W* = {t.predicted_workers} (cap {t.cap}: {t.cap_reason}); candidates "
+        f"{', '.join(map(str, t.candidates))}{searched}; {len(t.rounds)} rounds in {t.seconds:.1f} s of "
+        f"{t.budget_s:.1f} s" + ("; stopped early" if t.stopped_early else "")
+    ]
     for name, _tried, kept, gain, noise in t.knobs:
         if math.isnan(gain):
             lines.append(f"  knob {name}: failed (its loader died) -> dropped")
@@ -328,8 +368,10 @@ def _sampler_lines(result: BenchResult) -> List[str]:
     s = result.sampler
     parts = []
     if s.gpu is not None and s.gpu.count:
-        parts.append(f"GPU util mean {s.gpu.mean:.0f}% p10 {s.gpu.p10:.0f}% p50 {s.gpu.p50:.0f}% p95 {s.gpu.p95:.0f}% "
-                     f"({s.gpu.source}, {s.gpu.count} samples)")
+        parts.append(
+            f"GPU util mean {s.gpu.mean:.0f}% p10 {s.gpu.p10:.0f}% p50 {s.gpu.p50:.0f}% p95 {s.gpu.p95:.0f}% "
+            f"({s.gpu.source}, {s.gpu.count} samples)"
+        )
     elif s.reason:
         parts.append(f"GPU util: {s.reason}")
     if s.gpm_sm_active is not None:
@@ -342,6 +384,8 @@ def _sampler_lines(result: BenchResult) -> List[str]:
 
 def _aggregate_lines(result: BenchResult) -> List[str]:
     a = result.aggregate
-    return [f"ranks: {a.get('world_size')}; aggregate tuned {_num(a.get('tuned_samples_per_s'))} samples/s; "
-            f"scaling efficiency {_num(a.get('scaling_efficiency'), '.2f')}; "
-            f"worst rank {a.get('worst_rank')} (efficiency {_num(a.get('worst_efficiency'), '.2f')})"]
+    return [
+        f"ranks: {a.get('world_size')}; aggregate tuned {_num(a.get('tuned_samples_per_s'))} samples/s; "
+        f"scaling efficiency {_num(a.get('scaling_efficiency'), '.2f')}; "
+        f"worst rank {a.get('worst_rank')} (efficiency {_num(a.get('worst_efficiency'), '.2f')})"
+    ]

@@ -22,7 +22,7 @@ class LoaderConfig:
     prefetch_factor: int = 2
     persistent_workers: bool = False
     non_blocking: bool = False
-    amp_dtype: Optional[str] = None      # 'bfloat16' or None (fp32)
+    amp_dtype: Optional[str] = None  # 'bfloat16' or None (fp32)
     channels_last: bool = False
 
     @property
@@ -55,20 +55,20 @@ class LoaderConfig:
 class Measurement:
     """One timed window: warm-up discarded, synchronised at both ends."""
 
-    phase: str                     # ceiling | ceiling_h2d | naive | loader | scaling | tune | knob | tuned
+    phase: str  # ceiling | ceiling_h2d | naive | loader | scaling | tune | knob | tuned
     label: str
     config: Optional[LoaderConfig]
     steps: int
     samples: int
     seconds: float
     samples_per_s: float
-    host_wait_s: float = 0.0       # time blocked in next(loader)
-    cv: float = 0.0                # coefficient of variation of the rate over the window's thirds
+    host_wait_s: float = 0.0  # time blocked in next(loader)
+    cv: float = 0.0  # coefficient of variation of the rate over the window's thirds
     first_batch_s: Optional[float] = None
-    cpu_s: float = 0.0             # CPU seconds of this process during the window
+    cpu_s: float = 0.0  # CPU seconds of this process during the window
     device_idle_s: Optional[float] = None  # CUDA only: gaps between steps' GPU work
-    truncated: bool = False        # ended by the phase deadline before its planned length
-    started_s: float = 0.0         # since the run started (for the timeline)
+    truncated: bool = False  # ended by the phase deadline before its planned length
+    started_s: float = 0.0  # since the run started (for the timeline)
 
     @property
     def host_wait_pct(self) -> float:
@@ -92,7 +92,7 @@ class TuningRecord:
     cap_reason: str = ""
     candidates: Tuple[int, ...] = ()
     rounds: Tuple[Tuple[float, Tuple[Tuple[str, float], ...]], ...] = ()  # (window_s, ((label, samples/s), ...))
-    knobs: Tuple[Tuple[str, str, bool, float, float], ...] = ()          # (knob, tried, kept, gain, noise)
+    knobs: Tuple[Tuple[str, str, bool, float, float], ...] = ()  # (knob, tried, kept, gain, noise)
     winner: Optional[LoaderConfig] = None
     stopped_early: bool = False
     seconds: float = 0.0
@@ -106,10 +106,13 @@ class TuningRecord:
             "cap": self.cap,
             "cap_reason": self.cap_reason,
             "candidates": list(self.candidates),
-            "rounds": [{"window_s": w, "results": [{"label": label, "samples_per_s": r} for label, r in res]}
-                       for w, res in self.rounds],
-            "knobs": [{"knob": k, "tried": t, "kept": kept, "gain": g, "noise_floor": n}
-                      for k, t, kept, g, n in self.knobs],
+            "rounds": [
+                {"window_s": w, "results": [{"label": label, "samples_per_s": r} for label, r in res]}
+                for w, res in self.rounds
+            ],
+            "knobs": [
+                {"knob": k, "tried": t, "kept": kept, "gain": g, "noise_floor": n} for k, t, kept, g, n in self.knobs
+            ],
             "winner": None if self.winner is None else self.winner.to_dict(),
             "stopped_early": self.stopped_early,
             "seconds": self.seconds,
@@ -121,7 +124,7 @@ class TuningRecord:
 class UtilStats:
     """Summary of sampled utilisation (percent) plus how it was sampled and what sampling cost."""
 
-    source: str                    # e.g. 'nvmlDeviceGetSamples', 'nvmlDeviceGetUtilizationRates', '/proc/stat'
+    source: str  # e.g. 'nvmlDeviceGetSamples', 'nvmlDeviceGetUtilizationRates', '/proc/stat'
     count: int
     mean: Optional[float] = None
     p5: Optional[float] = None
@@ -139,14 +142,14 @@ class SamplerReport:
 
     gpu: Optional[UtilStats] = None
     host_cpu: Optional[UtilStats] = None
-    gpm_sm_active: Optional[float] = None          # 0..1 over the tuned windows
+    gpm_sm_active: Optional[float] = None  # 0..1 over the tuned windows
     gpm_reason: str = ""
-    reason: str = ""                               # why there is no GPU series
+    reason: str = ""  # why there is no GPU series
     polls: int = 0
-    busy_s: float = 0.0                            # wall time spent inside polls
-    cpu_s: float = 0.0                             # the sampler thread's CPU time
+    busy_s: float = 0.0  # wall time spent inside polls
+    cpu_s: float = 0.0  # the sampler thread's CPU time
     wall_s: float = 0.0
-    gpu_timeline: Tuple[Tuple[float, float], ...] = ()       # (seconds since start, %)
+    gpu_timeline: Tuple[Tuple[float, float], ...] = ()  # (seconds since start, %)
     host_timeline: Tuple[Tuple[float, float], ...] = ()
 
     @property
@@ -177,7 +180,7 @@ class PhaseRecord:
     started_s: float
     seconds: float
     budget_s: float
-    status: str                    # done | skipped | interrupted
+    status: str  # done | skipped | interrupted
     note: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
@@ -203,7 +206,7 @@ class BenchResult:
     notes: Tuple[str, ...] = ()
     partial: bool = False
     seconds: float = 0.0
-    ranks: Tuple[Dict[str, Any], ...] = ()     # --distributed, rank 0: every rank's own report
+    ranks: Tuple[Dict[str, Any], ...] = ()  # --distributed, rank 0: every rank's own report
     aggregate: Dict[str, Any] = field(default_factory=dict)
 
     def measurements_of(self, phase: str) -> List[Measurement]:

@@ -39,14 +39,24 @@ from bootstrap.errors import BootstrapError, InputError
 __all__ = ["PHASE_FUNCTIONS", "Progress", "ProgressFn", "run_bench", "run_phases", "run_scheduled_phases"]
 
 PHASE_FUNCTIONS: Dict[str, Phase] = {
-    "checks": baselines.checks, "micro": baselines.micro, "loader": baselines.loader,
-    "ceiling": baselines.ceiling, "naive": baselines.naive, "scaling": search.scaling,
-    "tune": search.tune_phase, "tuned": tuned,
+    "checks": baselines.checks,
+    "micro": baselines.micro,
+    "loader": baselines.loader,
+    "ceiling": baselines.ceiling,
+    "naive": baselines.naive,
+    "scaling": search.scaling,
+    "tune": search.tune_phase,
+    "tuned": tuned,
 }
 
 
-def run_bench(options: BenchOptions, progress: Optional[ProgressFn] = None, *,
-              barrier: Optional[Callable[[], None]] = None, rank: Optional[Dict[str, int]] = None) -> BenchResult:
+def run_bench(
+    options: BenchOptions,
+    progress: Optional[ProgressFn] = None,
+    *,
+    barrier: Optional[Callable[[], None]] = None,
+    rank: Optional[Dict[str, int]] = None,
+) -> BenchResult:
     """Run every phase within `options.budget_s`; Ctrl-C returns the partial result instead of raising.
     A run stuck past its budget (`watchdog`), or the user's dataset, collate or step raising what no
     phase expects (sys.exit, say), raises one InputError naming them, after the clean-up.
@@ -100,22 +110,27 @@ def mark_interrupted(state: RunState) -> None:
     """Ctrl-C: note where it landed, even between phases or during setup."""
     state.interrupted = True
     if not state.phase_records or state.phase_records[-1].status != "interrupted":
-        state.phase_records.append(PhaseRecord(state.current_phase, state.elapsed_s(), 0.0, 0.0, "interrupted",
-                                               "interrupted here"))
+        state.phase_records.append(
+            PhaseRecord(state.current_phase, state.elapsed_s(), 0.0, 0.0, "interrupted", "interrupted here")
+        )
 
 
 def stalled_error(state: RunState) -> InputError:
     """The one line for a run the watchdog stopped: where it was, and what usually holds a run."""
     budget_s = state.options.budget_s
-    over = f"still running {state.elapsed_s() - budget_s:.0f} s past its {budget_s:g} s budget, " \
-           f"in the {state.current_phase} phase: stopped"
+    over = (
+        f"still running {state.elapsed_s() - budget_s:.0f} s past its {budget_s:g} s budget, "
+        f"in the {state.current_phase} phase: stopped"
+    )
     if state.options.user is None:
         return InputError(f"bench --budget {budget_s:g}", over, "give it a larger --budget")
     script = state.options.from_script
-    return InputError(user_where(state),
-                      f"{over}; a __getitem__ (or __iter__), collate, model or step that never returns?",
-                      f"time one sample by hand; a dataset this slow needs a larger {option_name('budget_s', script)} "
-                      f"or a smaller {option_name('batch_size', script)}")
+    return InputError(
+        user_where(state),
+        f"{over}; a __getitem__ (or __iter__), collate, model or step that never returns?",
+        f"time one sample by hand; a dataset this slow needs a larger {option_name('budget_s', script)} "
+        f"or a smaller {option_name('batch_size', script)}",
+    )
 
 
 def user_code_error(state: RunState, exc: BaseException) -> InputError:
@@ -128,13 +143,19 @@ def user_code_error(state: RunState, exc: BaseException) -> InputError:
     if isinstance(exc, StepFailed):
         return step_failed(state, exc, f"in the {state.current_phase} phase")
     if "pickle" in str(exc).lower():  # spawn/forkserver: DataLoader pickles the dataset for each worker
-        return InputError(user_where(state), f"cannot be sent to DataLoader workers: {describe_error(exc)}",
-                          "under spawn (macOS, Windows, or set_start_method) a dataset must pickle: no lambdas or "
-                          "open handles in its attributes")
+        return InputError(
+            user_where(state),
+            f"cannot be sent to DataLoader workers: {describe_error(exc)}",
+            "under spawn (macOS, Windows, or set_start_method) a dataset must pickle: no lambdas or "
+            "open handles in its attributes",
+        )
     debug = "" if state.options.from_script else " (--debug)"  # a script's traceback shows the cause as it is
     exited = "" if isinstance(exc, Exception) else "a sample, collate or step must return, not exit; "
-    return InputError(user_where(state), f"{describe_error(exc)} in the {state.current_phase} phase: stopped",
-                      f"{exited}the traceback is the error's cause{debug}")
+    return InputError(
+        user_where(state),
+        f"{describe_error(exc)} in the {state.current_phase} phase: stopped",
+        f"{exited}the traceback is the error's cause{debug}",
+    )
 
 
 def user_where(state: RunState) -> str:

@@ -47,9 +47,15 @@ def percentile(values: Sequence[float], q: float) -> Optional[float]:
 def summarize(values: Sequence[float], source: str) -> UtilStats:
     if not values:
         return UtilStats(source=source, count=0)
-    return UtilStats(source=source, count=len(values), mean=sum(values) / len(values),
-                     p5=percentile(values, 5), p10=percentile(values, 10), p50=percentile(values, 50),
-                     p95=percentile(values, 95))
+    return UtilStats(
+        source=source,
+        count=len(values),
+        mean=sum(values) / len(values),
+        p5=percentile(values, 5),
+        p10=percentile(values, 10),
+        p50=percentile(values, 50),
+        p95=percentile(values, 95),
+    )
 
 
 def read_proc_stat(path: str = "/proc/stat") -> Optional[Tuple[int, int]]:
@@ -76,9 +82,16 @@ class UtilSampler:
     `time.perf_counter()` origin, so the timeline lines up with the phases.
     """
 
-    def __init__(self, *, nvml_module: Any = None, device_index: Optional[int] = None,
-                 device_uuid: Optional[str] = None, interval_s: float = 0.2,
-                 clock_zero: Optional[float] = None, proc_stat: str = "/proc/stat") -> None:
+    def __init__(
+        self,
+        *,
+        nvml_module: Any = None,
+        device_index: Optional[int] = None,
+        device_uuid: Optional[str] = None,
+        interval_s: float = 0.2,
+        clock_zero: Optional[float] = None,
+        proc_stat: str = "/proc/stat",
+    ) -> None:
         self._nvml = Nvml(nvml_module)
         self._nvml_module = nvml_module
         self._device_index = device_index
@@ -88,7 +101,7 @@ class UtilSampler:
         self._epoch_zero = time.time() - (time.perf_counter() - self._zero)
         self._proc_stat = proc_stat if Path(proc_stat).exists() else ""
         self._handle: Any = None
-        self._mode = ""            # 'samples' | 'rates' | '' (no GPU series)
+        self._mode = ""  # 'samples' | 'rates' | '' (no GPU series)
         self._reason = ""
         self._last_us = 0
         self._gpu: List[Tuple[float, float]] = []
@@ -166,8 +179,7 @@ class UtilSampler:
 
     def _poll_gpu(self) -> None:
         if self._mode == "samples":
-            answer, why = self._ask("nvmlDeviceGetSamples", self._handle, NVML_GPU_UTILIZATION_SAMPLES,
-                                            self._last_us)
+            answer, why = self._ask("nvmlDeviceGetSamples", self._handle, NVML_GPU_UTILIZATION_SAMPLES, self._last_us)
             if answer is not None:
                 value_type, samples = answer
                 field = _VALUE_FIELDS.get(int(value_type), "uiVal")
@@ -195,9 +207,15 @@ class UtilSampler:
         since idle links train down to save power (`nvidia-smi -q -d PCIE`)."""
         if self._handle is None:
             return None
-        answers = [self._ask(name, self._handle)[0] for name in (
-            "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth",
-            "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth")]
+        answers = [
+            self._ask(name, self._handle)[0]
+            for name in (
+                "nvmlDeviceGetCurrPcieLinkGeneration",
+                "nvmlDeviceGetCurrPcieLinkWidth",
+                "nvmlDeviceGetMaxPcieLinkGeneration",
+                "nvmlDeviceGetMaxPcieLinkWidth",
+            )
+        ]
         if any(a is None for a in answers):
             return None
         gen, width, max_gen, max_width = (int(a) for a in answers)
@@ -294,6 +312,10 @@ class UtilSampler:
             gpm_sm_active=self._gpm_value,
             gpm_reason="" if self._gpm_value is not None else self._gpm_reason,
             reason=self._reason,
-            polls=self._polls, busy_s=self._busy, cpu_s=self._thread_cpu, wall_s=wall,
-            gpu_timeline=tuple(self._gpu), host_timeline=tuple(self._host),
+            polls=self._polls,
+            busy_s=self._busy,
+            cpu_s=self._thread_cpu,
+            wall_s=wall,
+            gpu_timeline=tuple(self._gpu),
+            host_timeline=tuple(self._host),
         )

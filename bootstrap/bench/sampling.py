@@ -37,8 +37,9 @@ class Sampling:
     batch_sampler: Any = None
 
 
-def loader_kwargs(dataset: Any, batch_size: Optional[int], seed: int, sampling: Optional[Sampling] = None
-                  ) -> Dict[str, Any]:
+def loader_kwargs(
+    dataset: Any, batch_size: Optional[int], seed: int, sampling: Optional[Sampling] = None
+) -> Dict[str, Any]:
     """DataLoader's keywords for how batches are formed and ordered: `batch_size` samples a batch, the last
     short one dropped (None: the dataset yields whole batches), drawn by the user's sampler or shuffled by
     a generator seeded afresh (every loader reads the same order); a batch sampler's own batches; a
@@ -65,24 +66,39 @@ def build_sampling(user: Any, dataset: Any, where: str, build: Any) -> Sampling:
     given = {name: getattr(user, name) for name, _ in FLAGS if getattr(user, name) is not None}
     if not given:
         return Sampling()
-    names = {name: f"--{name.replace('_', '-')} {value}" if isinstance(value, str) else f"tune_loader({name}=...)"
-             for name, value in given.items()}
+    names = {
+        name: f"--{name.replace('_', '-')} {value}" if isinstance(value, str) else f"tune_loader({name}=...)"
+        for name, value in given.items()
+    }
     if len(given) == 2:
-        raise InputError(names["batch_sampler"], "takes the place of a sampler: DataLoader accepts one or the other",
-                         "drop the sampler, or have the batch sampler draw from it")
+        raise InputError(
+            names["batch_sampler"],
+            "takes the place of a sampler: DataLoader accepts one or the other",
+            "drop the sampler, or have the batch sampler draw from it",
+        )
     name, value = next(iter(given.items()))
     if is_stream(dataset):
-        raise InputError(names[name], f"does not apply to {where}, a stream (IterableDataset), which DataLoader "
-                                      "reads in its own order", "drop it, or order the stream in its __iter__")
+        raise InputError(
+            names[name],
+            f"does not apply to {where}, a stream (IterableDataset), which DataLoader reads in its own order",
+            "drop it, or order the stream in its __iter__",
+        )
     built = build(value, f"--{name.replace('_', '-')}", dataset) if isinstance(value, str) else value
     if not hasattr(type(built), "__iter__"):
-        raise InputError(names[name], f"is a {type(built).__name__}, not a sampler (an iterable of "
-                                      f"{'lists of ' if name == 'batch_sampler' else ''}indices)",
-                         "give a torch.utils.data.Sampler" if name == "sampler" else
-                         "give a torch.utils.data.BatchSampler or a sampler yielding lists of indices")
+        raise InputError(
+            names[name],
+            f"is a {type(built).__name__}, not a sampler (an iterable of "
+            f"{'lists of ' if name == 'batch_sampler' else ''}indices)",
+            "give a torch.utils.data.Sampler"
+            if name == "sampler"
+            else "give a torch.utils.data.BatchSampler or a sampler yielding lists of indices",
+        )
     if iter(built) is built:  # a generator or another iterator: used up by the first epoch
-        raise InputError(names[name], f"is an iterator ({type(built).__name__}), used up after one pass",
-                         "give a Sampler, whose __iter__ starts afresh each epoch")
+        raise InputError(
+            names[name],
+            f"is an iterator ({type(built).__name__}), used up after one pass",
+            "give a Sampler, whose __iter__ starts afresh each epoch",
+        )
     length = len(dataset) if hasattr(dataset, "__len__") else None
     return Sampling(**{name: Checked(built, names[name], length, batches=name == "batch_sampler")})
 
@@ -121,8 +137,10 @@ class Checked:
             self._index(item)
             return item
         if isinstance(item, (str, bytes)) or not hasattr(item, "__len__") or not hasattr(item, "__iter__"):
-            raise self._error(f"yielded {_shown(item)} where a batch sampler yields lists of indices",
-                              "yield lists of indices (a plain sampler goes in --sampler / sampler=)")
+            raise self._error(
+                f"yielded {_shown(item)} where a batch sampler yields lists of indices",
+                "yield lists of indices (a plain sampler goes in --sampler / sampler=)",
+            )
         if not len(item):
             raise self._error("yielded an empty list of indices", "yield only batches of one index or more")
         for index in item:
@@ -135,9 +153,12 @@ class Checked:
         except TypeError:  # a key the dataset's __getitem__ takes ((mosaic, index), a file name): its own
             return
         if position < 0 or (self.length is not None and position >= self.length):
-            raise self._error(f"yielded index {position}, outside the dataset's {self.length} samples"
-                              if self.length is not None else f"yielded index {position}, below 0",
-                              "draw indices from 0 to len(dataset) - 1")
+            raise self._error(
+                f"yielded index {position}, outside the dataset's {self.length} samples"
+                if self.length is not None
+                else f"yielded index {position}, below 0",
+                "draw indices from 0 to len(dataset) - 1",
+            )
 
     def _error(self, problem: str, fix: str) -> InputError:
         return InputError(self.where, problem, fix)
@@ -163,6 +184,9 @@ def first_list_length(batch_sampler: Any, given: Any) -> int:
     except Exception as exc:  # noqa: BLE001 (the user's sampler)
         raise InputError(where, f"raised {type(exc).__name__} while giving its first batch of indices") from None
     if not length:
-        raise InputError(where, "gave no first batch of indices (empty, or none at all)",
-                         "give a batch sampler that yields non-empty lists of indices")
+        raise InputError(
+            where,
+            "gave no first batch of indices (empty, or none at all)",
+            "give a batch sampler that yields non-empty lists of indices",
+        )
     return length

@@ -28,8 +28,14 @@ Phase = Callable[[RunState, float], str]
 # (phase, share of the budget); 'micro' and 'scaling' shares go to 'tune' where they do not apply.
 # Each phase first gets the least it can do its work in (budget.phase_budget_s), then its share of the rest.
 PHASES: Tuple[Tuple[str, float], ...] = (
-    ("checks", 0.0), ("micro", 0.03), ("loader", 0.05), ("ceiling", 0.10), ("naive", 0.07),
-    ("scaling", 0.07), ("tune", 0.43), ("tuned", 0.25),
+    ("checks", 0.0),
+    ("micro", 0.03),
+    ("loader", 0.05),
+    ("ceiling", 0.10),
+    ("naive", 0.07),
+    ("scaling", 0.07),
+    ("tune", 0.43),
+    ("tuned", 0.25),
 )
 OPTIONAL_PHASES = ("scaling",)  # runs only when the phases after it still get their least
 BARRIER_PHASES = ("ceiling", "naive", "tune", "tuned")
@@ -63,8 +69,12 @@ def minimum_s(state: RunState, name: str) -> float:
         return sum(costs.least_s(w, with_step=False) for w in scaling_counts(state))
     if name == "tune":
         counts = search_counts(state)
-        return search_s(costs, counts, reserve=(3 if state.is_cuda else 1) + min(CONFIRM, len(counts)),
-                        overhead_s=startup_guess_s(state, likely_winner(state)))
+        return search_s(
+            costs,
+            counts,
+            reserve=(3 if state.is_cuda else 1) + min(CONFIRM, len(counts)),
+            overhead_s=startup_guess_s(state, likely_winner(state)),
+        )
     if name == "tuned":
         return tuned_s(costs, likely_winner(state), TUNED_WINDOWS + RECHECK_WINDOWS)
     return 0.0
@@ -84,11 +94,20 @@ def run_phase(state: RunState, name: str, later: List[Tuple[str, float]], body: 
         state.say(name, f"start ({budget_s:.1f} s of {remaining_s:.1f} s left)")
         note = _cannot_start(state, name, remaining_s, least) or body(state, started + budget_s)
     except KeyboardInterrupt:
-        state.phase_records.append(PhaseRecord(name, started - state.clock_zero, time.perf_counter() - started,
-                                               budget_s, "interrupted"))
+        state.phase_records.append(
+            PhaseRecord(name, started - state.clock_zero, time.perf_counter() - started, budget_s, "interrupted")
+        )
         raise
-    state.phase_records.append(PhaseRecord(name, started - state.clock_zero, time.perf_counter() - started, budget_s,
-                                           "skipped" if note.startswith("skipped") else "done", note))
+    state.phase_records.append(
+        PhaseRecord(
+            name,
+            started - state.clock_zero,
+            time.perf_counter() - started,
+            budget_s,
+            "skipped" if note.startswith("skipped") else "done",
+            note,
+        )
+    )
 
 
 def _cannot_start(state: RunState, name: str, remaining_s: float, least: List[Tuple[str, float, float]]) -> str:
@@ -102,8 +121,10 @@ def _cannot_start(state: RunState, name: str, remaining_s: float, least: List[Tu
     elif name in OPTIONAL_PHASES and own_s > 0 and remaining_s < floor_s:
         why = f"skipped: the phases from here need ~{floor_s:.1f} s, {remaining_s:.1f} s left; the tuner comes first"
     elif name in OPTIONAL_PHASES and own_s > 0 and pre_left_s < pre_floor_s:
-        why = (f"skipped: {PRE_TUNE_SHARE:.0%} of the budget goes to the phases before the tuner, "
-               f"{max(0.0, pre_left_s):.1f} s of it left; the tuner comes first")
+        why = (
+            f"skipped: {PRE_TUNE_SHARE:.0%} of the budget goes to the phases before the tuner, "
+            f"{max(0.0, pre_left_s):.1f} s of it left; the tuner comes first"
+        )
     else:
         return ""
     state.ledger.skip(name, f"the {name} phase", own_s)

@@ -18,11 +18,20 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from bootstrap.bench.user import UserWorkload
 
 
-def tune_loader(dataset: Any, *, batch_size: Optional[int], budget: float = 60.0, device: str = "auto",
-                collate_fn: Optional[Callable[..., Any]] = None, model: Any = None,
-                step: Optional[Callable[..., Any]] = None, max_workers: Optional[int] = None,
-                progress: Optional[Callable[[Any], None]] = None, sampler: Any = None,
-                batch_sampler: Any = None) -> Tuple[Dict[str, Any], Any]:
+def tune_loader(
+    dataset: Any,
+    *,
+    batch_size: Optional[int],
+    budget: float = 60.0,
+    device: str = "auto",
+    collate_fn: Optional[Callable[..., Any]] = None,
+    model: Any = None,
+    step: Optional[Callable[..., Any]] = None,
+    max_workers: Optional[int] = None,
+    progress: Optional[Callable[[Any], None]] = None,
+    sampler: Any = None,
+    batch_sampler: Any = None,
+) -> Tuple[Dict[str, Any], Any]:
     """Tune `DataLoader(dataset, ...)` for this host: (DataLoader keyword arguments, BenchResult).
 
     The keyword arguments are num_workers, pin_memory and, with workers,
@@ -51,19 +60,30 @@ def tune_loader(dataset: Any, *, batch_size: Optional[int], budget: float = 60.0
 
     refuse_in_bootstrapping_child()
     if progress is not None and not callable(progress):
-        raise InputError("tune_loader(progress=...)", f"is a {type(progress).__name__}, not a callable",
-                         "pass a function taking one Progress event, or None")
+        raise InputError(
+            "tune_loader(progress=...)",
+            f"is a {type(progress).__name__}, not a callable",
+            "pass a function taking one Progress event, or None",
+        )
     if batch_sampler is not None and batch_size is not None:
-        raise InputError("tune_loader(batch_size=...)", "does not apply with batch_sampler=..., which makes the "
-                                                        "batches", "pass batch_size=None")
+        raise InputError(
+            "tune_loader(batch_size=...)",
+            "does not apply with batch_sampler=..., which makes the batches",
+            "pass batch_size=None",
+        )
     if batch_size is not None or batch_sampler is not None:
         workload = WorkloadSpec() if batch_size is None else WorkloadSpec(batch_size=batch_size)
     else:
         workload = WorkloadSpec(batched=True)
-    options = BenchOptions(workload=workload, budget_s=budget, device=device,
-                           max_workers=max_workers,
-                           user=UserWorkload(dataset, collate=collate_fn, model=model, step=step, sampler=sampler,
-                                             batch_sampler=batch_sampler))
+    options = BenchOptions(
+        workload=workload,
+        budget_s=budget,
+        device=device,
+        max_workers=max_workers,
+        user=UserWorkload(
+            dataset, collate=collate_fn, model=model, step=step, sampler=sampler, batch_sampler=batch_sampler
+        ),
+    )
     result = run_bench(options, progress)
     if result.partial:  # the CLI reports what was measured; a script stopped with Ctrl-C stops
         raise KeyboardInterrupt
@@ -83,9 +103,12 @@ def refuse_in_bootstrapping_child() -> None:
     from bootstrap.errors import InputError
 
     if getattr(multiprocessing.current_process(), "_inheriting", False):
-        raise InputError("tune_loader", "called while a DataLoader worker (started by spawn or forkserver) imports "
-                                        "the main script: it would run a second bench inside the worker",
-                         'put the call under `if __name__ == "__main__":`')
+        raise InputError(
+            "tune_loader",
+            "called while a DataLoader worker (started by spawn or forkserver) imports "
+            "the main script: it would run a second bench inside the worker",
+            'put the call under `if __name__ == "__main__":`',
+        )
 
 
 def _best_measured(result: Any) -> Any:

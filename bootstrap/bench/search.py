@@ -27,11 +27,15 @@ def predict(state: RunState) -> Any:
         state.prediction = tune.predict_workers(
             wall_s_per_sample=_wall_off_the_run_queue(state),
             cpu_s_per_sample=state.metrics["cpu_s_per_sample"] or 0.0,
-            ceiling_samples_per_s=state.ceiling.samples_per_s, cpus=state.cpus,
+            ceiling_samples_per_s=state.ceiling.samples_per_s,
+            cpus=state.cpus,
             reserved_cpus=2 if state.is_cuda else 1,
-            shm_free_bytes=None if shm_mib is None else shm_mib * MIB, batch_bytes=state.batch_bytes,
+            shm_free_bytes=None if shm_mib is None else shm_mib * MIB,
+            batch_bytes=state.batch_bytes,
             mem_available_bytes=None if memory_mib is None else memory_mib * MIB,
-            worker_bytes=rss_bytes(), max_workers=state.options.max_workers)
+            worker_bytes=rss_bytes(),
+            max_workers=state.options.max_workers,
+        )
         state.cpu_bound = state.prediction.cpu_bound
     return state.prediction
 
@@ -52,17 +56,29 @@ def least_prediction(state: RunState) -> Any:
         return None
     shm_mib, memory_mib = state.host.shm_free_mib, state.host.memory_available_mib
     return tune.predict_workers(
-        wall_s_per_sample=0.0, cpu_s_per_sample=0.0, ceiling_samples_per_s=0.0, cpus=state.cpus,
-        shm_free_bytes=None if shm_mib is None else shm_mib * MIB, batch_bytes=state.batch_bytes,
-        mem_available_bytes=None if memory_mib is None else memory_mib * MIB, worker_bytes=rss_bytes(),
-        max_workers=state.options.max_workers)
+        wall_s_per_sample=0.0,
+        cpu_s_per_sample=0.0,
+        ceiling_samples_per_s=0.0,
+        cpus=state.cpus,
+        shm_free_bytes=None if shm_mib is None else shm_mib * MIB,
+        batch_bytes=state.batch_bytes,
+        mem_available_bytes=None if memory_mib is None else memory_mib * MIB,
+        worker_bytes=rss_bytes(),
+        max_workers=state.options.max_workers,
+    )
 
 
 def candidate(state: RunState, workers: int) -> LoaderConfig:
     """A worker count as the tuner (and the scaling phase, on a CPU) tries it."""
     cuda = state.is_cuda
-    return replace(state.step_config, num_workers=workers, pin_memory=cuda, non_blocking=cuda, prefetch_factor=2,
-                   persistent_workers=workers > 0)
+    return replace(
+        state.step_config,
+        num_workers=workers,
+        pin_memory=cuda,
+        non_blocking=cuda,
+        prefetch_factor=2,
+        persistent_workers=workers > 0,
+    )
 
 
 def _worker_cap(state: RunState) -> int:
@@ -160,35 +176,63 @@ def tune_phase(state: RunState, deadline: float) -> str:
     cuda, limits = state.is_cuda, state.thresholds
     counts = tune.worker_candidates(prediction.start, prediction.cap, io_bound=not prediction.cpu_bound)
     configs = [candidate(state, w) for w in tune.measure_order(counts, prediction.chosen)]
-    state.say("tune", f"predicted W* = {prediction.predicted} (cap {prediction.cap}: {prediction.cap_reason}); "
-                      f"candidates {', '.join(map(str, counts))}")
+    state.say(
+        "tune",
+        f"predicted W* = {prediction.predicted} (cap {prediction.cap}: {prediction.cap_reason}); "
+        f"candidates {', '.join(map(str, counts))}",
+    )
 
     def measure(config: LoaderConfig, window_s: float, phase: str = "tune") -> Optional[Measurement]:
         return measure_loader(state, config, window_s, deadline, phase, with_step=True)
 
     state.tuning = TuningRecord(
-        cpu_s_per_sample=state.metrics["cpu_s_per_sample"], wall_s_per_sample=state.metrics["wall_s_per_sample"],
-        predicted_workers=prediction.predicted, cap=prediction.cap, cap_reason=prediction.cap_reason,
-        candidates=counts, budget_s=max(0.0, deadline - started))
+        cpu_s_per_sample=state.metrics["cpu_s_per_sample"],
+        wall_s_per_sample=state.metrics["wall_s_per_sample"],
+        predicted_workers=prediction.predicted,
+        cap=prediction.cap,
+        cap_reason=prediction.cap_reason,
+        candidates=counts,
+        budget_s=max(0.0, deadline - started),
+    )
     search = tune.successive_halving(
-        configs, measure, deadline, ceiling_samples_per_s=state.ceiling.samples_per_s,
-        early_stop=limits.early_stop_efficiency, minimum_noise=limits.noise_floor_min,
+        configs,
+        measure,
+        deadline,
+        ceiling_samples_per_s=state.ceiling.samples_per_s,
+        early_stop=limits.early_stop_efficiency,
+        minimum_noise=limits.noise_floor_min,
         reserve_measurements=(3 if cuda else 1) + min(tune.CONFIRM, len(configs)),
         min_window_s=max(0.2, min_window_s(state, max(configs, key=lambda c: c.num_workers))),
-        overhead_s=startup_guess_s(state, prediction.chosen), prior=_priors(state, configs), confirm=tune.CONFIRM,
-        prefer_fewer=prediction.cpu_bound)
+        overhead_s=startup_guess_s(state, prediction.chosen),
+        prior=_priors(state, configs),
+        confirm=tune.CONFIRM,
+        prefer_fewer=prediction.cpu_bound,
+    )
     _account_search(state, search, configs)
     state.metrics["tune_repeat_noise"] = search.noise
     if search.winner is None:
         return "skipped: no candidate could be measured"
     state.best = search.winner.config
-    state.tuning = replace(state.tuning, winner=state.best, stopped_early=search.stopped_early,
-                           rounds=tuple((window, tuple((m.label, m.samples_per_s) for m in round_results))
-                                        for window, round_results in search.rounds),
-                           seconds=time.perf_counter() - started)
+    state.tuning = replace(
+        state.tuning,
+        winner=state.best,
+        stopped_early=search.stopped_early,
+        rounds=tuple(
+            (window, tuple((m.label, m.samples_per_s) for m in round_results))
+            for window, round_results in search.rounds
+        ),
+        seconds=time.perf_counter() - started,
+    )
     changes = tune.knob_changes(search.winner.config, cuda=cuda) if search.winner.config else []
-    knobs = tune.try_knobs(search.winner, changes, lambda c, w: measure(c, w, "knob"), search.rounds[-1][0],
-                           deadline, limits.noise_floor_min, overhead_s=search.overhead_s)
+    knobs = tune.try_knobs(
+        search.winner,
+        changes,
+        lambda c, w: measure(c, w, "knob"),
+        search.rounds[-1][0],
+        deadline,
+        limits.noise_floor_min,
+        overhead_s=search.overhead_s,
+    )
     # Knobs refine a searched winner; one left out for time is reported, not counted as a tune cut short.
     state.metrics.update(tune_knobs=float(len(changes)), tune_knobs_tried=float(len(knobs.trials)))
     state.best = knobs.winner.config

@@ -32,9 +32,12 @@ def check_workers_can_import(sent: Sequence[Tuple[str, Any]]) -> None:
     for where, value in sent:
         name = None if value is None else main_reference(value)
         if name is not None:
-            raise InputError(where, f"{name} is defined in __main__ (python -c, a notebook), which DataLoader "
-                                    f"workers started by {method} cannot import",
-                             "define it in an importable module (a .py file next to the notebook) and import it")
+            raise InputError(
+                where,
+                f"{name} is defined in __main__ (python -c, a notebook), which DataLoader "
+                f"workers started by {method} cannot import",
+                "define it in an importable module (a .py file next to the notebook) and import it",
+            )
 
 
 def check_function_pickles(where: str, function: Any) -> None:
@@ -51,8 +54,9 @@ def check_function_pickles(where: str, function: Any) -> None:
     except Exception as exc:  # noqa: BLE001 (pickling a user's object may raise anything)
         lines = str(exc).strip().splitlines()  # pickle's own message: the object's name, not the user's text
         error = f"{type(exc).__name__}: {lines[0][:ERROR_CHARS]}" if lines else type(exc).__name__
-        raise InputError(where, f"cannot be sent to DataLoader workers started by {method}: {error}",
-                         _pickling_fix(function)) from None
+        raise InputError(
+            where, f"cannot be sent to DataLoader workers started by {method}: {error}", _pickling_fix(function)
+        ) from None
 
 
 def _pickling_fix(function: Any) -> str:
@@ -60,8 +64,10 @@ def _pickling_fix(function: Any) -> str:
     a lambda or a nested function lacks; an object (a class with `__call__`, a partial) with its attributes."""
     if isinstance(function, types.FunctionType):
         return "define it with def at a module's top level: a lambda or a nested function does not pickle"
-    return (f"the {type(function).__name__} object is sent with what it holds: keep what does not pickle (a lock, "
-            "an open file, a lambda) out of its attributes, or drop it in __getstate__ and remake it on use")
+    return (
+        f"the {type(function).__name__} object is sent with what it holds: keep what does not pickle (a lock, "
+        "an open file, a lambda) out of its attributes, or drop it in __getstate__ and remake it on use"
+    )
 
 
 def main_reference(value: Any) -> Optional[str]:

@@ -62,19 +62,34 @@ def set_up(state: RunState) -> None:
         torch.backends.cudnn.benchmark = True
         name = torch.cuda.get_device_name(state.device.torch_device)
         uuid = _cuda_uuid(torch, index)
-    state.sampler = UtilSampler(nvml_module=options.nvml_module, device_index=index, device_uuid=uuid,
-                                interval_s=options.sampler_interval_s, clock_zero=state.clock_zero).start()
+    state.sampler = UtilSampler(
+        nvml_module=options.nvml_module,
+        device_index=index,
+        device_uuid=uuid,
+        interval_s=options.sampler_interval_s,
+        clock_zero=state.clock_zero,
+    ).start()
     host = state.host
     state.device_info = {
-        "type": state.device.type, "device_reason": state.device.reason, "name": name,
+        "type": state.device.type,
+        "device_reason": state.device.reason,
+        "name": name,
         "index": state.device.torch_device.index,
-        "torch": torch.__version__, "cuda": getattr(torch.version, "cuda", None),
-        "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-        "cpus_usable": state.cpus, "cpus_total": host.cpus_total,
-        "start_method": host.start_method, "start_method_explicit": host.start_method_explicit,
-        "shm_free_mib": host.shm_free_mib, "shm_total_mib": host.shm_total_mib,
-        "memory_available_mib": host.memory_available_mib, "nofile_soft": host.nofile_soft,
-        "model": state.model_name, "model_reason": model_reason, "batch_mib": state.batch_bytes / MIB,
+        "torch": torch.__version__,
+        "cuda": getattr(torch.version, "cuda", None),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "cpus_usable": state.cpus,
+        "cpus_total": host.cpus_total,
+        "start_method": host.start_method,
+        "start_method_explicit": host.start_method_explicit,
+        "shm_free_mib": host.shm_free_mib,
+        "shm_total_mib": host.shm_total_mib,
+        "memory_available_mib": host.memory_available_mib,
+        "nofile_soft": host.nofile_soft,
+        "model": state.model_name,
+        "model_reason": model_reason,
+        "batch_mib": state.batch_bytes / MIB,
         "rank": dict(state.rank),
     }
     _notes_on_the_host(state)
@@ -86,17 +101,26 @@ def _check_device(torch: Any, device: str, script: bool = False) -> None:
     where = option_name("device", script, where=True)
     cpu, auto = ("device='cpu'", "device='auto'") if script else ("--device cpu", "--device auto")
     if device == "mps" and not mps_available(torch):
-        raise InputError(where, f"mps: Apple MPS is not available to this torch ({torch.__version__})",
-                         f"MPS needs Apple silicon and macOS 12.3+; use {cpu} or {auto}")
+        raise InputError(
+            where,
+            f"mps: Apple MPS is not available to this torch ({torch.__version__})",
+            f"MPS needs Apple silicon and macOS 12.3+; use {cpu} or {auto}",
+        )
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError(where, f"{device}: CUDA is not available to this torch ({torch.__version__})",
-                         f"use {cpu}, or install a CUDA build of torch")
+        raise InputError(
+            where,
+            f"{device}: CUDA is not available to this torch ({torch.__version__})",
+            f"use {cpu}, or install a CUDA build of torch",
+        )
     index = device.partition(":")[2]  # cuda:N, validated as digits
     gpus = torch.cuda.device_count() if index else 0
     if index and int(index) >= gpus:
-        raise InputError(where, f"{device}: this torch sees {gpus} GPU{'s' if gpus != 1 else ''} "
-                         f"(cuda:0{f' .. cuda:{gpus - 1}' if gpus > 1 else ''})",
-                         "pick one of those; CUDA_VISIBLE_DEVICES renumbers them from 0")
+        raise InputError(
+            where,
+            f"{device}: this torch sees {gpus} GPU{'s' if gpus != 1 else ''} "
+            f"(cuda:0{f' .. cuda:{gpus - 1}' if gpus > 1 else ''})",
+            "pick one of those; CUDA_VISIBLE_DEVICES renumbers them from 0",
+        )
 
 
 def _share_cpus_with_workers(state: RunState, torch: Any) -> None:
@@ -104,25 +128,31 @@ def _share_cpus_with_workers(state: RunState, torch: Any) -> None:
     # can take 30x its time. Give the step half the CPUs and leave the rest to the workers.
     state.saved_torch_threads = torch.get_num_threads()
     torch.set_num_threads(max(1, state.cpus // 2))
-    state.notes.append(f"host run (CPU): the training step uses {torch.get_num_threads()} torch thread(s) "
-                       f"(torch.set_num_threads) and the loader workers share the rest of the {state.cpus} CPUs; "
-                       "the two contend for cores, so the CPU ceiling and tuned rate are host sizing figures, "
-                       "not a GPU's")
+    state.notes.append(
+        f"host run (CPU): the training step uses {torch.get_num_threads()} torch thread(s) "
+        f"(torch.set_num_threads) and the loader workers share the rest of the {state.cpus} CPUs; "
+        "the two contend for cores, so the CPU ceiling and tuned rate are host sizing figures, "
+        "not a GPU's"
+    )
 
 
 def _notes_on_the_host(state: RunState) -> None:
     busy = state.metrics["host_busy_before_pct"]
     if busy is not None and busy >= NOISY_HOST_PCT:
         others = " (the other local ranks starting up count too)" if state.rank.get("local_world_size", 1) > 1 else ""
-        state.notes.append(f"the host was {busy:.0f}% busy before the bench started (other processes{others}): "
-                           "CPU-bound figures are contended")
+        state.notes.append(
+            f"the host was {busy:.0f}% busy before the bench started (other processes{others}): "
+            "CPU-bound figures are contended"
+        )
     # The load average counts the whole machine's runnable tasks, so it is held against all its CPUs.
     load, cpus = load_average(), state.host.cpus_total or state.cpus
     if load is not None and load > cpus:
         state.metrics["load_average"] = load
-        state.notes.append(f"the load average ({load:.1f}) is above the machine's {cpus} CPUs: processes queue for "
-                           "the cores, so the rates, and the workers sized from them, fit this load, not a quiet "
-                           "host")
+        state.notes.append(
+            f"the load average ({load:.1f}) is above the machine's {cpus} CPUs: processes queue for "
+            "the cores, so the rates, and the workers sized from them, fit this load, not a quiet "
+            "host"
+        )
     if state.workload.step_ms:
         state.notes.append(f"step_ms={state.workload.step_ms:g}: each step sleeps that long (a stand-in device)")
 
@@ -141,8 +171,13 @@ def _sample_batch(state: RunState, decode_only: Any) -> None:
     decode_s = (time.perf_counter() - started) / spec.batch_size
     extra_cpu_s, extra_io_s = spec.cpu_ms / 1000.0, spec.io_ms / 1000.0
     state.sample_batch = (images, labels)
-    state.costs = Costs(spec.batch_size, decode_s + extra_cpu_s + extra_io_s, decode_s + extra_cpu_s, state.cpus,
-                        startup_s=startup_guess_s(state.host.start_method))
+    state.costs = Costs(
+        spec.batch_size,
+        decode_s + extra_cpu_s + extra_io_s,
+        decode_s + extra_cpu_s,
+        state.cpus,
+        startup_s=startup_guess_s(state.host.start_method),
+    )
     state.batch_bytes = int(images.numel() * images.element_size() + labels.numel() * labels.element_size())
 
 
@@ -163,14 +198,17 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
     if own:
         state.options = replace(state.options, workload=replace(spec, batch_size=parts.samples))
     if is_stream(parts.dataset):
-        state.notes.append("the dataset is a stream (IterableDataset), read in its own order: each DataLoader "
-                           "worker runs its own __iter__, so unless it splits itself by "
-                           "torch.utils.data.get_worker_info(), N workers yield every sample N times, and the "
-                           "rates count each copy")
+        state.notes.append(
+            "the dataset is a stream (IterableDataset), read in its own order: each DataLoader "
+            "worker runs its own __iter__, so unless it splits itself by "
+            "torch.utils.data.get_worker_info(), N workers yield every sample N times, and the "
+            "rates count each copy"
+        )
     state.sample_batch = parts.first_batch
     decode_s = parts.batch_s / spec.batch_size
-    state.costs = Costs(spec.batch_size, decode_s, decode_s, state.cpus,
-                        startup_s=startup_guess_s(state.host.start_method))
+    state.costs = Costs(
+        spec.batch_size, decode_s, decode_s, state.cpus, startup_s=startup_guess_s(state.host.start_method)
+    )
     state.batch_bytes = sum(t.numel() * t.element_size() for t in tensors(parts.first_batch))
     if parts.model_factory is not None:
         state.model_name = user.model if isinstance(user.model, str) else type(user.model).__name__
@@ -187,14 +225,22 @@ def _counting_notes(spec: Any, parts: Any, own: bool) -> List[str]:
     shared, dims = shared_first_dim(parts.first_batch)
     if not own:
         if shared is not None and len(dims) >= 2 and shared < spec.batch_size:
-            return [f"the first batch held {shared} of its {spec.batch_size} samples (a collate function that drops "
-                    f"what failed to load?): the rates count {spec.batch_size} a batch, more than were delivered"]
+            return [
+                f"the first batch held {shared} of its {spec.batch_size} samples (a collate function that drops "
+                f"what failed to load?): the rates count {spec.batch_size} a batch, more than were delivered"
+            ]
         return []
-    made = "the dataset yields whole batches (DataLoader batch_size=None)" if spec.batched else \
-        "the batch sampler makes the batches"
+    made = (
+        "the dataset yields whole batches (DataLoader batch_size=None)"
+        if spec.batched
+        else "the batch sampler makes the batches"
+    )
     if parts.sampling.batch_sampler is not None:
-        how = "its tensors share no first dimension (detection, time-major)" if shared is None else \
-            f"{parts.samples} in the first"
+        how = (
+            "its tensors share no first dimension (detection, time-major)"
+            if shared is None
+            else f"{parts.samples} in the first"
+        )
         return [f"{made}, each counted by the list of indices it was made from ({how})"]
     return [f"{made}, each counted by the first dimension its tensors share ({parts.samples} in the first)"]
 
@@ -238,8 +284,11 @@ def _build_store(state: RunState, build_store: Callable[..., Any]) -> Any:
         return build_store(spec, Path(state.sample_dir))
     except OSError as exc:
         flag = "--data-dir" if data_dir is not None else "the temporary directory (TMPDIR)"
-        raise InputError(flag, f"cannot write the sample files (--storage {spec.storage}) in {where}: "
-                         f"{exc.strerror or exc}", "give --data-dir a directory with room to write") from None
+        raise InputError(
+            flag,
+            f"cannot write the sample files (--storage {spec.storage}) in {where}: {exc.strerror or exc}",
+            "give --data-dir a directory with room to write",
+        ) from None
 
 
 def _cuda_uuid(torch: Any, index: Optional[int]) -> Optional[str]:

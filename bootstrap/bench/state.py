@@ -47,33 +47,33 @@ class RunState:
     # What was asked, and how the run reports back
     options: BenchOptions
     progress: ProgressFn
-    barrier: Optional[Callable[[], None]]    # torchrun: dist.barrier, called alike on every rank
+    barrier: Optional[Callable[[], None]]  # torchrun: dist.barrier, called alike on every rank
     rank: Dict[str, int]
-    clock_zero: float                        # perf_counter when the run began
-    run_deadline: float                      # perf_counter when the budget ends
+    clock_zero: float  # perf_counter when the run began
+    run_deadline: float  # perf_counter when the budget ends
     current_phase: str = "setup"
 
     # Set up once (startup.set_up)
-    host: Any = None                         # compat.facts.HostFacts
-    device: Any = None                       # device.Device
+    host: Any = None  # compat.facts.HostFacts
+    device: Any = None  # device.Device
     cpus: int = 1
     model_name: str = ""
-    store: Any = None                        # workloads.MemoryStore / files / packed
-    dataset: Any = None                      # workloads.SyntheticImages, or the user's (parts.resolve)
-    collate_fn: Any = None                   # the user's --collate, else DataLoader's default
-    user_parts: Any = None                   # parts.UserParts when the run measures the user's workload
+    store: Any = None  # workloads.MemoryStore / files / packed
+    dataset: Any = None  # workloads.SyntheticImages, or the user's (parts.resolve)
+    collate_fn: Any = None  # the user's --collate, else DataLoader's default
+    user_parts: Any = None  # parts.UserParts when the run measures the user's workload
     sample_batch: Optional[Tuple[Any, Any]] = None  # the first batch: the ceiling's when the loader phase kept none
     ceiling_batches: List[Any] = field(default_factory=list)  # batches the loader phase loaded, for the ceiling
     samples_in: Optional[Callable[[Any], int]] = None  # samples in a batch it did not size (own_batch_counter)
     batch_bytes: int = 0
-    sampler: Any = None                      # sampler.UtilSampler while it runs
+    sampler: Any = None  # sampler.UtilSampler while it runs
     device_info: Dict[str, Any] = field(default_factory=dict)
 
     # What the clean-up (startup.clean_up) restores or removes
     saved_cudnn_benchmark: Optional[bool] = None
     saved_torch_threads: Optional[int] = None
     sample_dir: Optional[str] = None
-    made_dir: Optional[Path] = None          # the outermost directory of --data-dir that the run created
+    made_dir: Optional[Path] = None  # the outermost directory of --data-dir that the run created
     trainers: Dict[Tuple[Optional[str], bool], Any] = field(default_factory=dict)  # (amp, channels_last)
 
     # What the phases found
@@ -81,12 +81,12 @@ class RunState:
     step_config: LoaderConfig = field(default_factory=LoaderConfig)
     ceiling: Optional[Measurement] = None
     naive: Optional[Measurement] = None
-    prediction: Any = None                   # tune.WorkerPrediction, once the loader and ceiling are known
+    prediction: Any = None  # tune.WorkerPrediction, once the loader and ceiling are known
     cpu_bound: Optional[bool] = None
     pcie: Optional[Tuple[int, int, int, int]] = None
     best: Optional[LoaderConfig] = None
     tuning: TuningRecord = field(default_factory=TuningRecord)
-    tuned_barriers_due: int = 0              # tuned-window barriers still owed this phase (torchrun)
+    tuned_barriers_due: int = 0  # tuned-window barriers still owed this phase (torchrun)
     measurements: List[Measurement] = field(default_factory=list)
     phase_records: List[PhaseRecord] = field(default_factory=list)
     metrics: Dict[str, Optional[float]] = field(default_factory=dict)
@@ -124,15 +124,17 @@ class RunState:
 
     def record(self, measurement: Measurement) -> Measurement:
         self.measurements.append(measurement)
-        self.say(measurement.phase, f"{measurement.label}: {measurement.samples_per_s:,.1f} samples/s over "
-                                    f"{measurement.seconds:.2f} s ({measurement.steps} steps)")
+        self.say(
+            measurement.phase,
+            f"{measurement.label}: {measurement.samples_per_s:,.1f} samples/s over "
+            f"{measurement.seconds:.2f} s ({measurement.steps} steps)",
+        )
         return measurement
 
     def measurements_of(self, *phases: str) -> List[Measurement]:
         return [m for m in self.measurements if m.phase in phases]
 
-    def affords(self, what: str, least_s: float, until: Optional[float] = None,
-                need_s: Optional[float] = None) -> bool:
+    def affords(self, what: str, least_s: float, until: Optional[float] = None, need_s: Optional[float] = None) -> bool:
         """True when a measurement whose shortest useful run takes `least_s` ends by `until` (default: the
         run's end, never later); otherwise it is left out and entered in the ledger with what a useful
         run of it costs (`need_s`, default `least_s`)."""
@@ -148,10 +150,21 @@ class RunState:
         return f"skipped: {what} needs ~{self.ledger.skipped[-1][2]:.1f} s, {left:.1f} s of the budget left"
 
 
-def new_state(options: BenchOptions, progress: Optional[ProgressFn] = None, *,
-              barrier: Optional[Callable[[], None]] = None, rank: Optional[Dict[str, int]] = None) -> RunState:
+def new_state(
+    options: BenchOptions,
+    progress: Optional[ProgressFn] = None,
+    *,
+    barrier: Optional[Callable[[], None]] = None,
+    rank: Optional[Dict[str, int]] = None,
+) -> RunState:
     """A fresh run of `options` (validated): its budget starts now."""
     options = options.validate()
     zero = time.perf_counter()
-    return RunState(options=options, progress=progress or (lambda _event: None), barrier=barrier, rank=dict(rank or {}),
-                    clock_zero=zero, run_deadline=zero + options.budget_s)
+    return RunState(
+        options=options,
+        progress=progress or (lambda _event: None),
+        barrier=barrier,
+        rank=dict(rank or {}),
+        clock_zero=zero,
+        run_deadline=zero + options.budget_s,
+    )

@@ -65,9 +65,11 @@ class BatchStream:
                 return
         first, second, again = (self._queued[i][0] for i in (0, 1, workers))
         if same_batch(first, second) and not same_batch(first, again):
-            raise RuntimeError(f"{DUPLICATED}: with {workers} workers, the first two workers' first batches are the "
-                               "same: it does not split itself by torch.utils.data.get_worker_info(), so every "
-                               "worker would yield every sample")
+            raise RuntimeError(
+                f"{DUPLICATED}: with {workers} workers, the first two workers' first batches are the "
+                "same: it does not split itself by torch.utils.data.get_worker_info(), so every "
+                "worker would yield every sample"
+            )
 
     def __next__(self) -> Any:
         if self._queued:
@@ -101,8 +103,11 @@ class BatchStream:
             return self._pull()
         except StopIteration:
             workers = getattr(self.loader, "num_workers", 0)
-            raise RuntimeError(f"{NO_BATCH}: with {workers} workers, each one's share of the stream is under "
-                               "one batch" if workers else NO_BATCH) from None
+            raise RuntimeError(
+                f"{NO_BATCH}: with {workers} workers, each one's share of the stream is under one batch"
+                if workers
+                else NO_BATCH
+            ) from None
 
     def close(self, kill: bool = False) -> None:
         """Drop the iterator (and, with persistent workers, the loader holding it): that shuts the workers
@@ -126,8 +131,15 @@ class BatchStream:
             gc.collect()  # the failed iterator sits in a reference cycle with its traceback: collect it now
 
 
-def make_loader(dataset: Any, batch_size: Optional[int], config: LoaderConfig, *, seed: int = 0,
-                collate_fn: Any = None, sampling: Any = None) -> Any:
+def make_loader(
+    dataset: Any,
+    batch_size: Optional[int],
+    config: LoaderConfig,
+    *,
+    seed: int = 0,
+    collate_fn: Any = None,
+    sampling: Any = None,
+) -> Any:
     """The DataLoader `config` describes; `batch_size` None: the dataset yields whole batches; `sampling`:
     the user's sampler or batch sampler (`sampling.loader_kwargs`)."""
     from torch.utils.data import DataLoader
@@ -135,8 +147,12 @@ def make_loader(dataset: Any, batch_size: Optional[int], config: LoaderConfig, *
     from bootstrap.bench.sampling import loader_kwargs
 
     with _quiet_worker_count():
-        return DataLoader(dataset, collate_fn=collate_fn, **loader_kwargs(dataset, batch_size, seed, sampling),
-                          **config.dataloader_kwargs())
+        return DataLoader(
+            dataset,
+            collate_fn=collate_fn,
+            **loader_kwargs(dataset, batch_size, seed, sampling),
+            **config.dataloader_kwargs(),
+        )
 
 
 @contextlib.contextmanager
@@ -146,8 +162,9 @@ def _quiet_worker_count() -> Iterator[None]:
     And its 'Got pickle error' one: the run reports the pickling error itself, in its one line."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
-        warnings.filterwarnings("ignore", message="Got pickle error when attempting to start a worker",
-                                category=UserWarning)
+        warnings.filterwarnings(
+            "ignore", message="Got pickle error when attempting to start a worker", category=UserWarning
+        )
         yield
 
 
@@ -192,8 +209,10 @@ def sample_failure(exc: BaseException, workers: int) -> Optional[str]:
         return None
     if workers and "exited unexpectedly" in text and "killed by signal" not in text:
         code = re.search(r"exit code (-?[0-9]+)", text)
-        return (f"{WORKER_EXITED}{' with code ' + code.group(1) if code else ''} (a sys.exit or "
-                f"os._exit in a sample or collate, or a crash the worker's stderr shows{_spawn_cause()})")
+        return (
+            f"{WORKER_EXITED}{' with code ' + code.group(1) if code else ''} (a sys.exit or "
+            f"os._exit in a sample or collate, or a crash the worker's stderr shows{_spawn_cause()})"
+        )
     if workers and "Original Traceback" not in text:
         return None
     from bootstrap.bench.user import clip, describe_error
@@ -210,7 +229,7 @@ def _spawn_cause() -> str:
     method = probe_start_method()[0]
     if method == "fork":
         return ""
-    return f"; under {method}, a script that calls tune_loader outside `if __name__ == \"__main__\":`"
+    return f'; under {method}, a script that calls tune_loader outside `if __name__ == "__main__":`'
 
 
 def worker_failure(exc: BaseException) -> str:
@@ -226,4 +245,3 @@ def worker_failure(exc: BaseException) -> str:
     if "killed by signal: Killed" in text:
         return f"{last} (SIGKILL: the OOM killer's, when memory runs out; `dmesg` names what it killed)"
     return last
-

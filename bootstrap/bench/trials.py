@@ -29,12 +29,16 @@ def trainer_for(state: RunState, config: LoaderConfig) -> Trainer:
     """The model for `config`'s step settings (AMP, channels_last), built once and reused."""
     key = (config.amp_dtype, config.channels_last)
     if key not in state.trainers:
-        trainer = Trainer(state.model_name, state.workload.num_classes, state.device,
-                          replace(LoaderConfig(), amp_dtype=config.amp_dtype, channels_last=config.channels_last),
-                          step_s=state.workload.step_ms / 1000.0,
-                          model_factory=getattr(state.user_parts, "model_factory", None),
-                          step_fn=getattr(state.user_parts, "step_fn", None),
-                          user_code=state.user_parts is not None)
+        trainer = Trainer(
+            state.model_name,
+            state.workload.num_classes,
+            state.device,
+            replace(LoaderConfig(), amp_dtype=config.amp_dtype, channels_last=config.channels_last),
+            step_s=state.workload.step_ms / 1000.0,
+            model_factory=getattr(state.user_parts, "model_factory", None),
+            step_fn=getattr(state.user_parts, "step_fn", None),
+            user_code=state.user_parts is not None,
+        )
         state.trainers[key] = trainer
         # The first step of a fresh model pays for lazy initialisation (CUDA context and modules, autograd,
         # cuDNN autotune, which is slow on a cold GPU); the second is what budgets are priced with
@@ -62,8 +66,11 @@ def fit_steps(plan: WindowPlan, period_s: float) -> WindowPlan:
     (bench_method.md) would stretch each window to `max_factor` x its length and past its budget."""
     if period_s <= 0:
         return plan
-    return replace(plan, min_steps=max(plan.floor_steps, min(plan.min_steps, int(plan.window_s / period_s))),
-                   warmup_steps=max(1, min(plan.warmup_steps, int(plan.warmup_s / period_s))))
+    return replace(
+        plan,
+        min_steps=max(plan.floor_steps, min(plan.min_steps, int(plan.window_s / period_s))),
+        warmup_steps=max(1, min(plan.warmup_steps, int(plan.warmup_s / period_s))),
+    )
 
 
 def min_window_s(state: RunState, config: Optional[LoaderConfig]) -> float:
@@ -82,8 +89,9 @@ def startup_guess_s(state: RunState, workers: int = 0) -> float:
     return max([0.1, priced] + firsts)
 
 
-def _loader_plan(state: RunState, config: LoaderConfig, window_s: float, deadline: float,
-                 with_step: bool, stretch: bool = True) -> Tuple[WindowPlan, float]:
+def _loader_plan(
+    state: RunState, config: LoaderConfig, window_s: float, deadline: float, with_step: bool, stretch: bool = True
+) -> Tuple[WindowPlan, float]:
     """(plan, deadline) for one loader measurement. It may run for its least (budget.Costs.least_s)
     even past the phase's deadline (whoever started it checked that it fits the budget), never past
     the run's end. When its first batch, warm-up and window would end past that, the warm-up shrinks
@@ -94,15 +102,22 @@ def _loader_plan(state: RunState, config: LoaderConfig, window_s: float, deadlin
     costs, workers = state.costs, config.num_workers
     now = time.perf_counter()
     if not stretch:
-        return replace(fit_steps(window_plan(window_s), 0.0), warmup_steps=1 + workers, warmup_s=0.0,
-                       min_steps=FLOOR_STEPS, drain_steps=1 + workers), min(state.run_deadline, deadline)
+        return replace(
+            fit_steps(window_plan(window_s), 0.0),
+            warmup_steps=1 + workers,
+            warmup_s=0.0,
+            min_steps=FLOOR_STEPS,
+            drain_steps=1 + workers,
+        ), min(state.run_deadline, deadline)
     deadline = min(state.run_deadline, max(deadline, now + costs.least_s(workers, with_step)))
     period_s = costs.period_s(workers, with_step)
-    plan = replace(fit_steps(window_plan(max(window_s, min_window_s(state, config))), period_s),
-                   drain_steps=1 + workers)
+    plan = replace(
+        fit_steps(window_plan(max(window_s, min_window_s(state, config))), period_s), drain_steps=1 + workers
+    )
     first_s = costs.batch_s + costs.startup_for(workers)
-    expected_s = first_s + max(plan.warmup_s, plan.warmup_steps * period_s) \
-        + max(plan.window_s, plan.min_steps * period_s)
+    expected_s = (
+        first_s + max(plan.warmup_s, plan.warmup_steps * period_s) + max(plan.window_s, plan.min_steps * period_s)
+    )
     if now + expected_s <= deadline:
         return plan, deadline
     window = max(costs.window_s(workers, with_step), deadline - now - first_s - costs.warm_s(workers, with_step))
@@ -119,9 +134,16 @@ def stream_counter(state: RunState, stream: Any) -> Optional[Callable[[Any], int
     return lambda batch: stream.samples if stream.samples is not None else fallback(batch)
 
 
-def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadline: float, phase: str,
-                   with_step: bool, stretch: bool = True, keep: Optional[Callable[[Any, Optional[int]], Any]] = None
-                   ) -> Optional[Measurement]:
+def measure_loader(
+    state: RunState,
+    config: LoaderConfig,
+    window_s: float,
+    deadline: float,
+    phase: str,
+    with_step: bool,
+    stretch: bool = True,
+    keep: Optional[Callable[[Any, Optional[int]], Any]] = None,
+) -> Optional[Measurement]:
     """Build a loader with `config`, warm up, time one window (with or without the training step); `keep`
     is handed each batch and what it holds (`BatchStream.samples`), and returns the batch.
 
@@ -134,22 +156,48 @@ def measure_loader(state: RunState, config: LoaderConfig, window_s: float, deadl
         drop_page_cache(state.store)
     stream = None
     try:
-        stream = BatchStream(make_loader(state.dataset, spec.loader_batch_size, config, seed=spec.seed,
-                                         collate_fn=state.collate_fn, sampling=state.sampling))
+        stream = BatchStream(
+            make_loader(
+                state.dataset,
+                spec.loader_batch_size,
+                config,
+                seed=spec.seed,
+                collate_fn=state.collate_fn,
+                sampling=state.sampling,
+            )
+        )
         plan, deadline = _loader_plan(state, config, window_s, deadline, with_step, stretch)
         state.costs = state.costs.learn_startup(config.num_workers, stream.first_batch_s)
         take = (lambda: next(stream)) if keep is None else (lambda: keep(next(stream), stream.samples))
         if with_step:
             trainer = trainer_for(state, config)
-            measured = run_window(take, trainer.step, state.device, plan, deadline, phase=phase,
-                                  label=config.label, config=config, batch_size=spec.batch_size,
-                                  clock_zero=state.clock_zero, counted=stream_counter(state, stream),
-                                  first_batch_s=stream.first_batch_s)
+            measured = run_window(
+                take,
+                trainer.step,
+                state.device,
+                plan,
+                deadline,
+                phase=phase,
+                label=config.label,
+                config=config,
+                batch_size=spec.batch_size,
+                clock_zero=state.clock_zero,
+                counted=stream_counter(state, stream),
+                first_batch_s=stream.first_batch_s,
+            )
         else:
-            measured = measure_loader_only(take, plan, deadline, phase=phase,
-                                           label=f"loader {config.label}", config=config,
-                                           batch_size=spec.batch_size, clock_zero=state.clock_zero,
-                                           counted=stream_counter(state, stream), first_batch_s=stream.first_batch_s)
+            measured = measure_loader_only(
+                take,
+                plan,
+                deadline,
+                phase=phase,
+                label=f"loader {config.label}",
+                config=config,
+                batch_size=spec.batch_size,
+                clock_zero=state.clock_zero,
+                counted=stream_counter(state, stream),
+                first_batch_s=stream.first_batch_s,
+            )
     except Exception as exc:  # noqa: BLE001 (the user's samples may raise anything: see `loader_failed`)
         loader_failed(state, phase, config, exc, stream)
         return None
@@ -169,8 +217,9 @@ def stop_workers(stream: Optional[BatchStream]) -> None:
         stream.close(kill=True)
 
 
-def loader_failed(state: RunState, phase: str, config: LoaderConfig, exc: Exception,
-                  stream: Optional[BatchStream]) -> None:
+def loader_failed(
+    state: RunState, phase: str, config: LoaderConfig, exc: Exception, stream: Optional[BatchStream]
+) -> None:
     """What `exc`, raised while a loader of `config` ran, means for the run; returns only when it is a
     result about that config (its workers died: `record_worker_failure`), else raises.
 
@@ -192,8 +241,9 @@ def loader_failed(state: RunState, phase: str, config: LoaderConfig, exc: Except
         return
     if why.startswith(WORKER_EXITED):  # the worker's own stderr, above, says why; the hint names the likely causes
         raise InputError(dataset_where(state), f"{why}, while bench measured {config.label}") from None
-    raise InputError(dataset_where(state), f"a sample failed to load while bench measured {config.label}: {why}",
-                     SAMPLE_FIX) from None
+    raise InputError(
+        dataset_where(state), f"a sample failed to load while bench measured {config.label}: {why}", SAMPLE_FIX
+    ) from None
 
 
 def dataset_where(state: RunState) -> str:
@@ -241,12 +291,17 @@ def step_error_fix(state: RunState, error: BaseException) -> str:
     script = state.options.from_script
     own_step = "step=" if script else "a --step"
     if isinstance(error, NoParameters):
-        return (f"bench's backward pass and SGD update have nothing to train: give a model with parameters, or "
-                f"{own_step} that updates the model itself and returns None")
+        return (
+            f"bench's backward pass and SGD update have nothing to train: give a model with parameters, or "
+            f"{own_step} that updates the model itself and returns None"
+        )
     if state.options.user.step is not None and (
-            isinstance(error, NotALoss) or any(sign in str(error) for sign in _NO_LOSS_SIGNS)):
-        return ("return the loss as a scalar tensor computed from the model's parameters (bench calls backward() "
-                "on it, then takes an SGD step), or None when the step updates the model itself")
+        isinstance(error, NotALoss) or any(sign in str(error) for sign in _NO_LOSS_SIGNS)
+    ):
+        return (
+            "return the loss as a scalar tensor computed from the model's parameters (bench calls backward() "
+            "on it, then takes an SGD step), or None when the step updates the model itself"
+        )
     out_of_memory = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
     if isinstance(error, (MemoryError, out_of_memory)):
         if state.samples_in is None:  # batches the DataLoader sizes
@@ -263,8 +318,11 @@ def builtin_step_fix(state: RunState, batch: Any) -> str:
     script = state.options.from_script
     own_step = "or pass step=" if script else "or give --step MODULE:FN"
     if not isinstance(batch, (list, tuple)) or len(batch) != 2:
-        held = f"{type(batch).__name__} of {len(batch)} items" if isinstance(batch, (list, tuple)) else \
-            type(batch).__name__
+        held = (
+            f"{type(batch).__name__} of {len(batch)} items"
+            if isinstance(batch, (list, tuple))
+            else type(batch).__name__
+        )
         return f"the built-in step takes (images, labels) batches, not a {held}; {own_step}"
     images, labels = batch
     classes = state.workload.num_classes
@@ -272,13 +330,17 @@ def builtin_step_fix(state: RunState, batch: Any) -> str:
         held = type(labels).__name__
         if isinstance(labels, (list, tuple)) and labels:
             held += f" of {type(labels[0]).__name__}"
-        return (f"the built-in step takes labels as a tensor of class indices below {classes}, not a {held}: "
-                f"return each label as an int index from __getitem__, {own_step}")
+        return (
+            f"the built-in step takes labels as a tensor of class indices below {classes}, not a {held}: "
+            f"return each label as an int index from __getitem__, {own_step}"
+        )
     if not isinstance(images, torch.Tensor):
         return f"the built-in step takes images as one tensor N x 3 x H x W, not a {type(images).__name__}; {own_step}"
     more = "" if script else " (more: `options: {num_classes: N}` in a --config file)"
-    return f"the built-in step takes (images, labels) batches: images N x 3 x H x W, labels below {classes}{more}; " \
-           f"{own_step}"
+    return (
+        f"the built-in step takes (images, labels) batches: images N x 3 x H x W, labels below {classes}{more}; "
+        f"{own_step}"
+    )
 
 
 def record_worker_failure(state: RunState, phase: str, config: LoaderConfig, exc: RuntimeError) -> None:

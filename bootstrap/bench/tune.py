@@ -54,9 +54,9 @@ CONFIRM = 3
 
 @dataclass(frozen=True)
 class WorkerPrediction:
-    predicted: int      # W* = ceil(1.2 x R x l), uncapped
-    start: int          # where the search centres: W* capped at the CPUs left after main process (+ pin thread)
-    cap: int            # the most workers the search tries
+    predicted: int  # W* = ceil(1.2 x R x l), uncapped
+    start: int  # where the search centres: W* capped at the CPUs left after main process (+ pin thread)
+    cap: int  # the most workers the search tries
     cap_reason: str
     cpu_bound: bool
 
@@ -65,10 +65,20 @@ class WorkerPrediction:
         return max(0, min(self.start, self.cap))
 
 
-def predict_workers(*, wall_s_per_sample: float, cpu_s_per_sample: float, ceiling_samples_per_s: float,
-                    cpus: int, reserved_cpus: int = 2, shm_free_bytes: Optional[int] = None, batch_bytes: int = 0,
-                    prefetch: int = 2, mem_available_bytes: Optional[int] = None, worker_bytes: Optional[int] = None,
-                    max_workers: Optional[int] = None) -> WorkerPrediction:
+def predict_workers(
+    *,
+    wall_s_per_sample: float,
+    cpu_s_per_sample: float,
+    ceiling_samples_per_s: float,
+    cpus: int,
+    reserved_cpus: int = 2,
+    shm_free_bytes: Optional[int] = None,
+    batch_bytes: int = 0,
+    prefetch: int = 2,
+    mem_available_bytes: Optional[int] = None,
+    worker_bytes: Optional[int] = None,
+    max_workers: Optional[int] = None,
+) -> WorkerPrediction:
     """W*, where the search starts, and the cap that bounds it (with the reason for the binding cap).
 
     CPU-bound: the search starts at most at affinity - `reserved_cpus`
@@ -85,23 +95,39 @@ def predict_workers(*, wall_s_per_sample: float, cpu_s_per_sample: float, ceilin
         caps.append((max_workers, "--max-workers"))
     elif cpu_bound:
         start = min(predicted, max(1, cpus - reserved_cpus))
-        caps.append((cpus, f"CPU-bound: the {cpus} usable CPUs (search starts at W* <= {cpus} - {reserved_cpus} "
-                           "for the main process and pin thread)"))
+        caps.append(
+            (
+                cpus,
+                f"CPU-bound: the {cpus} usable CPUs (search starts at W* <= {cpus} - {reserved_cpus} "
+                "for the main process and pin thread)",
+            )
+        )
     else:
-        caps.append((min(IO_WORKERS_MAX, IO_WORKERS_PER_CPU * cpus),
-                     f"I/O-bound (CPU is {cpu_share:.0%} of the per-sample time): "
-                     f"{IO_WORKERS_PER_CPU} x {cpus} CPUs, at most {IO_WORKERS_MAX}"))
+        caps.append(
+            (
+                min(IO_WORKERS_MAX, IO_WORKERS_PER_CPU * cpus),
+                f"I/O-bound (CPU is {cpu_share:.0%} of the per-sample time): "
+                f"{IO_WORKERS_PER_CPU} x {cpus} CPUs, at most {IO_WORKERS_MAX}",
+            )
+        )
     if shm_free_bytes is not None and batch_bytes > 0:
-        caps.append((int(shm_free_bytes // (2 * prefetch * batch_bytes)),
-                     f"/dev/shm: {shm_free_bytes >> 20} MiB free "
-                     f"/ (2 x prefetch {prefetch} x {batch_bytes >> 10} KiB batch)"))
+        caps.append(
+            (
+                int(shm_free_bytes // (2 * prefetch * batch_bytes)),
+                f"/dev/shm: {shm_free_bytes >> 20} MiB free "
+                f"/ (2 x prefetch {prefetch} x {batch_bytes >> 10} KiB batch)",
+            )
+        )
     if max_workers is None and mem_available_bytes and worker_bytes:
-        caps.append((int(mem_available_bytes * 0.5 // worker_bytes),
-                     f"RAM: half of {mem_available_bytes >> 20} MiB available / {worker_bytes >> 20} MiB per worker"))
+        caps.append(
+            (
+                int(mem_available_bytes * 0.5 // worker_bytes),
+                f"RAM: half of {mem_available_bytes >> 20} MiB available / {worker_bytes >> 20} MiB per worker",
+            )
+        )
     cap, reason = min(caps, key=lambda item: item[0])
     cap = max(0, cap)
-    return WorkerPrediction(predicted=predicted, start=min(start, cap), cap=cap, cap_reason=reason,
-                            cpu_bound=cpu_bound)
+    return WorkerPrediction(predicted=predicted, start=min(start, cap), cap=cap, cap_reason=reason, cpu_bound=cpu_bound)
 
 
 def worker_candidates(predicted: int, cap: int, io_bound: bool = False) -> Tuple[int, ...]:
@@ -125,6 +151,7 @@ def measure_order(counts: Sequence[int], predicted: int) -> Tuple[int, ...]:
     """`counts` in the order the first round measures them: the prediction first, then the others by
     distance from it (in doublings), fewer workers first on a tie. A deadline that cuts the round short
     leaves out the candidates furthest from the prediction, never the prediction itself."""
+
     def distance(w: int) -> Tuple[float, int]:
         return abs(math.log2(w + 1) - math.log2(predicted + 1)), w
 
@@ -149,8 +176,9 @@ def noise_floor(a: Measurement, b: Measurement, minimum: float) -> float:
     return max(minimum, 2.0 * max(a.cv, b.cv))
 
 
-def pick(measurements: Sequence[Measurement], minimum_noise: float, noise: Optional[float] = None,
-         prefer_fewer: bool = True) -> Measurement:
+def pick(
+    measurements: Sequence[Measurement], minimum_noise: float, noise: Optional[float] = None, prefer_fewer: bool = True
+) -> Measurement:
     """The fastest, except that a cheaper config (fewer workers) within the noise of it wins.
 
     `noise` is the measured noise between repeated windows of the same
@@ -176,27 +204,36 @@ def pooled(first: Measurement, second: Measurement) -> Measurement:
     """Two windows of one config as one: samples over seconds, so a short window weighs little."""
     seconds = first.seconds + second.seconds
     samples = first.samples + second.samples
-    return replace(second, steps=first.steps + second.steps, samples=samples, seconds=seconds,
-                   samples_per_s=samples / seconds if seconds > 0 else 0.0, cv=max(first.cv, second.cv))
+    return replace(
+        second,
+        steps=first.steps + second.steps,
+        samples=samples,
+        seconds=seconds,
+        samples_per_s=samples / seconds if seconds > 0 else 0.0,
+        cv=max(first.cv, second.cv),
+    )
 
 
 def repeat_noise(pairs: Sequence[Tuple[Measurement, Measurement]]) -> Optional[float]:
     """The relative gap between two windows of the same config, the largest over `pairs` (None: no pair)."""
-    gaps = [abs(a.samples_per_s - b.samples_per_s) / (a.samples_per_s + b.samples_per_s)
-            for a, b in pairs if a.samples_per_s + b.samples_per_s > 0]
+    gaps = [
+        abs(a.samples_per_s - b.samples_per_s) / (a.samples_per_s + b.samples_per_s)
+        for a, b in pairs
+        if a.samples_per_s + b.samples_per_s > 0
+    ]
     return max(gaps) if gaps else None
 
 
 @dataclass(frozen=True)
 class SearchResult:
-    winner: Optional[Measurement]        # None: nothing could be measured and nothing was known
+    winner: Optional[Measurement]  # None: nothing could be measured and nothing was known
     rounds: Tuple[Tuple[float, Tuple[Measurement, ...]], ...]
     stopped_early: bool
-    overhead_s: float = 0.0              # the fixed cost per measurement the search observed
+    overhead_s: float = 0.0  # the fixed cost per measurement the search observed
     unmeasured: Tuple[LoaderConfig, ...] = ()  # first-round candidates the deadline left out
-    failed: Tuple[LoaderConfig, ...] = ()      # candidates whose loader died (measure returned None)
-    cost_s: float = 0.0                  # what one first-round measurement was expected to cost
-    noise: Optional[float] = None        # the gap between repeated windows of the confirmed configs
+    failed: Tuple[LoaderConfig, ...] = ()  # candidates whose loader died (measure returned None)
+    cost_s: float = 0.0  # what one first-round measurement was expected to cost
+    noise: Optional[float] = None  # the gap between repeated windows of the confirmed configs
 
 
 Measure = Callable[[LoaderConfig, float], Optional[Measurement]]
@@ -217,8 +254,9 @@ class _Search:
     def per_measurement(self) -> float:
         return statistics.median(self.fixed) if self.fixed else self.overhead_s
 
-    def run(self, configs: Sequence[LoaderConfig], window: float, deadline: float,
-            known: Sequence[Measurement] = ()) -> Tuple[List[Measurement], List[LoaderConfig]]:
+    def run(
+        self, configs: Sequence[LoaderConfig], window: float, deadline: float, known: Sequence[Measurement] = ()
+    ) -> Tuple[List[Measurement], List[LoaderConfig]]:
         """Measure `configs` (those in `known` are not measured again) while each, priced with what those
         before it cost (a slow start-up counts at once), ends by `deadline`; returns (measurements, left out)."""
         measured = list(known)
@@ -242,12 +280,23 @@ class _Search:
         return measured, left_out
 
 
-def successive_halving(configs: Sequence[LoaderConfig], measure: Measure, deadline: float, *,
-                       ceiling_samples_per_s: Optional[float], early_stop: float, minimum_noise: float,
-                       reserve_measurements: int = 0, min_window_s: float = 0.0, overhead_s: float = 0.25,
-                       prior: Optional[Dict[LoaderConfig, Measurement]] = None, eta: int = ETA,
-                       confirm: int = 0, prefer_fewer: bool = True,
-                       clock: Callable[[], float] = time.perf_counter) -> SearchResult:
+def successive_halving(
+    configs: Sequence[LoaderConfig],
+    measure: Measure,
+    deadline: float,
+    *,
+    ceiling_samples_per_s: Optional[float],
+    early_stop: float,
+    minimum_noise: float,
+    reserve_measurements: int = 0,
+    min_window_s: float = 0.0,
+    overhead_s: float = 0.25,
+    prior: Optional[Dict[LoaderConfig, Measurement]] = None,
+    eta: int = ETA,
+    confirm: int = 0,
+    prefer_fewer: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
+) -> SearchResult:
     """Successive halving over `configs`, finishing by `deadline` (a `clock()` value).
 
     Each round's window is sized from the time left: (remaining - the fixed
@@ -288,29 +337,39 @@ def successive_halving(configs: Sequence[LoaderConfig], measure: Measure, deadli
         # the next round's windows are eta x longer, and the reserved ones would be too
         next_cost = window * eta * MEASURE_OVERHEAD + search.per_measurement
         next_round_s = (math.ceil(len(measured) / eta) + reserve_measurements) * next_cost
-        reached = [m for m in measured if ceiling_samples_per_s
-                   and m.samples_per_s >= early_stop * ceiling_samples_per_s]
+        reached = [
+            m for m in measured if ceiling_samples_per_s and m.samples_per_s >= early_stop * ceiling_samples_per_s
+        ]
         if reached or len(measured) <= 2 or left_out or clock() + next_round_s > deadline:
             pool, noise = reached, None
             if not reached:
                 after_s = max(0, reserve_measurements - confirm) * (window * MEASURE_OVERHEAD + search.per_measurement)
                 pool, noise = confirmed(search, list(search.latest.values()), confirm, window, deadline - after_s)
             winner = pick(pool, minimum_noise, noise, prefer_fewer) if pool else None
-            return SearchResult(winner, tuple(rounds), bool(reached), search.per_measurement, tuple(unmeasured),
-                                tuple(search.failed), first_cost, noise)
+            return SearchResult(
+                winner,
+                tuple(rounds),
+                bool(reached),
+                search.per_measurement,
+                tuple(unmeasured),
+                tuple(search.failed),
+                first_cost,
+                noise,
+            )
         ranked = sorted(measured, key=lambda m: m.samples_per_s, reverse=True)
-        survivors = [m.config for m in ranked[:math.ceil(len(ranked) / eta)] if m.config is not None]
+        survivors = [m.config for m in ranked[: math.ceil(len(ranked) / eta)] if m.config is not None]
 
 
-def confirmed(search: _Search, pool: List[Measurement], count: int, window: float,
-              deadline: float) -> Tuple[List[Measurement], Optional[float]]:
+def confirmed(
+    search: _Search, pool: List[Measurement], count: int, window: float, deadline: float
+) -> Tuple[List[Measurement], Optional[float]]:
     """`pool` with its fastest `count` configs measured again, slowest of them first (the reverse of
     their ranking), each pooled with its earlier window; and the noise those pairs show."""
     ranked = sorted(pool, key=lambda m: m.samples_per_s, reverse=True)
     cost = window * MEASURE_OVERHEAD + search.per_measurement
     # As many as the time left pays for, the fastest always among them: the others are its rivals.
     fits = int(max(0.0, deadline - search.clock()) // cost) if cost > 0 else count
-    again = [m for m in ranked[:min(count, fits)] if m.config is not None][::-1] if count > 1 else []
+    again = [m for m in ranked[: min(count, fits)] if m.config is not None][::-1] if count > 1 else []
     pairs: List[Tuple[Measurement, Measurement]] = []
     for earlier in again:
         if search.clock() + cost > deadline:
@@ -351,8 +410,12 @@ def knob_changes(base: LoaderConfig, *, cuda: bool) -> List[Tuple[str, LoaderCon
     """The one-at-a-time changes tried on the search's winner (CPU: only prefetch_factor applies)."""
     changes: List[Tuple[str, LoaderConfig]] = []
     if base.num_workers > 0:
-        changes.append((f"prefetch_factor={4 if base.prefetch_factor == 2 else 2}",
-                        replace(base, prefetch_factor=4 if base.prefetch_factor == 2 else 2)))
+        changes.append(
+            (
+                f"prefetch_factor={4 if base.prefetch_factor == 2 else 2}",
+                replace(base, prefetch_factor=4 if base.prefetch_factor == 2 else 2),
+            )
+        )
     if cuda:
         changes.append((f"pin_memory={not base.pin_memory}", replace(base, pin_memory=not base.pin_memory)))
         changes.append((f"non_blocking={not base.non_blocking}", replace(base, non_blocking=not base.non_blocking)))
@@ -365,9 +428,16 @@ class KnobResult:
     trials: Tuple[Tuple[str, str, bool, float, float], ...]  # (knob, tried label, kept, gain, noise)
 
 
-def try_knobs(start: Measurement, changes: Sequence[Tuple[str, LoaderConfig]], measure: Measure, window_s: float,
-              deadline: float, minimum_noise: float, overhead_s: float = 0.0,
-              clock: Callable[[], float] = time.perf_counter) -> KnobResult:
+def try_knobs(
+    start: Measurement,
+    changes: Sequence[Tuple[str, LoaderConfig]],
+    measure: Measure,
+    window_s: float,
+    deadline: float,
+    minimum_noise: float,
+    overhead_s: float = 0.0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> KnobResult:
     """Try each change against the current best; keep it only when the gain beats the noise floor.
 
     A change whose measurement would not finish by `deadline` is not tried; one whose loader dies

@@ -54,14 +54,23 @@ def _tuned_windows(state: RunState, deadline: float) -> str:
     if config is None:
         return "skipped: no tuned config"
     workers, costs = config.num_workers, state.costs
-    if not state.affords(f"tuned {config.label}", costs.least_s(workers),
-                         need_s=costs.batch_s + TUNED_WINDOWS * costs.window_s(workers)):
+    if not state.affords(
+        f"tuned {config.label}", costs.least_s(workers), need_s=costs.batch_s + TUNED_WINDOWS * costs.window_s(workers)
+    ):
         return state.skipped("a tuned window")
     stream = None
     spec = state.workload
     try:
-        stream = BatchStream(make_loader(state.dataset, spec.loader_batch_size, config, seed=spec.seed,
-                                         collate_fn=state.collate_fn, sampling=state.sampling))
+        stream = BatchStream(
+            make_loader(
+                state.dataset,
+                spec.loader_batch_size,
+                config,
+                seed=spec.seed,
+                collate_fn=state.collate_fn,
+                sampling=state.sampling,
+            )
+        )
         state.costs = state.costs.learn_startup(workers, stream.first_batch_s)
         count = _measure_tuned(state, stream, config, deadline)
         stream.close()
@@ -97,8 +106,10 @@ def _measure_tuned(state: RunState, stream: Any, config: LoaderConfig, deadline:
     period_s = state.costs.period_s(workers)
     # The recheck builds a fresh loader: it needs its first batch and warm-up as well as a window.
     deadline -= state.costs.least_s(workers) - state.costs.window_s(workers)
-    plan = replace(fit_steps(window_plan((deadline - time.perf_counter()) / (TUNED_WINDOWS + RECHECK_WINDOWS + 0.5)),
-                             period_s), drain_steps=1 + workers)
+    plan = replace(
+        fit_steps(window_plan((deadline - time.perf_counter()) / (TUNED_WINDOWS + RECHECK_WINDOWS + 0.5)), period_s),
+        drain_steps=1 + workers,
+    )
     warm_up(lambda: next(stream), trainer.step, state.device, plan, deadline)
     pids = child_pids() if workers else []
     pss_start_kib = workers_pss_kib(pids)
@@ -114,13 +125,27 @@ def _measure_tuned(state: RunState, stream: Any, config: LoaderConfig, deadline:
         window_s = max(min_window_s(state, config), left_s / (TUNED_WINDOWS + RECHECK_WINDOWS - index) / 1.05)
         # The step count is priced from the ceiling's period, which a busy host stretches: a window
         # ends near its planned seconds rather than waiting for steps the budget did not pay for.
-        plan = fit_steps(replace(plan, window_s=window_s, min_steps=WindowPlan().scaled(window_s).min_steps,
-                                 max_factor=1.2), period_s)
-        measured = state.record(run_window(
-            lambda: next(stream), trainer.step, state.device, plan, deadline, phase="tuned",
-            label=f"tuned #{index + 1} {config.label}", config=config, batch_size=state.workload.batch_size,
-            clock_zero=state.clock_zero, counted=stream_counter(state, stream), first_batch_s=stream.first_batch_s,
-            warmup=False))
+        plan = fit_steps(
+            replace(plan, window_s=window_s, min_steps=WindowPlan().scaled(window_s).min_steps, max_factor=1.2),
+            period_s,
+        )
+        measured = state.record(
+            run_window(
+                lambda: next(stream),
+                trainer.step,
+                state.device,
+                plan,
+                deadline,
+                phase="tuned",
+                label=f"tuned #{index + 1} {config.label}",
+                config=config,
+                batch_size=state.workload.batch_size,
+                clock_zero=state.clock_zero,
+                counted=stream_counter(state, stream),
+                first_batch_s=stream.first_batch_s,
+                warmup=False,
+            )
+        )
         count += 1
         if state.sampler is not None:
             state.sampler.stat_window(measured.started_s, measured.started_s + measured.seconds)

@@ -46,10 +46,21 @@ from bootstrap.bench.sampling import FLAGS as SAMPLING_FLAGS
 from bootstrap.bench.sampling import is_stream
 from bootstrap.errors import InputError, excerpt
 
-REF_FLAGS = (("dataset", "--dataset"), ("collate", "--collate"), ("model", "--model"), ("step", "--step"),
-             *SAMPLING_FLAGS)
-REF_KEYWORDS = {"--dataset": "dataset", "--collate": "collate_fn", "--model": "model", "--step": "step",
-                "--sampler": "sampler", "--batch-sampler": "batch_sampler"}
+REF_FLAGS = (
+    ("dataset", "--dataset"),
+    ("collate", "--collate"),
+    ("model", "--model"),
+    ("step", "--step"),
+    *SAMPLING_FLAGS,
+)
+REF_KEYWORDS = {
+    "--dataset": "dataset",
+    "--collate": "collate_fn",
+    "--model": "model",
+    "--step": "step",
+    "--sampler": "sampler",
+    "--batch-sampler": "batch_sampler",
+}
 
 
 @dataclass(frozen=True)
@@ -62,7 +73,7 @@ class UserWorkload:
     model: Any = None
     step: Any = None
     paths: Tuple[str, ...] = ()
-    sampler: Any = None          # `sampling`: the user's own order, or batches of indices
+    sampler: Any = None  # `sampling`: the user's own order, or batches of indices
     batch_sampler: Any = None
 
     def describe(self) -> Dict[str, Any]:
@@ -97,14 +108,21 @@ def import_ref(ref: str, flag: str, paths: Sequence[str] = ()) -> Any:
         if passes_through(exc):
             raise
         not_found = isinstance(exc, ModuleNotFoundError) and module_name.startswith(exc.name or "\0")
-        raise InputError(where, f"cannot import {module_name}: {describe_error(exc)}",
-                         "run from the directory that holds it or add --path DIR" if not_found else
-                         "the error is in the module (or what it imports)") from None
+        raise InputError(
+            where,
+            f"cannot import {module_name}: {describe_error(exc)}",
+            "run from the directory that holds it or add --path DIR"
+            if not_found
+            else "the error is in the module (or what it imports)",
+        ) from None
     value: Any = module
     for part in attr.split("."):
         if not hasattr(value, part):
-            raise InputError(where, f"{module_name} has no attribute {attr!r}",
-                             f"check the name after ':' ({getattr(module, '__file__', module_name)})")
+            raise InputError(
+                where,
+                f"{module_name} has no attribute {attr!r}",
+                f"check the name after ':' ({getattr(module, '__file__', module_name)})",
+            )
         value = getattr(value, part)
     return value
 
@@ -127,11 +145,11 @@ def describe_error(exc: BaseException) -> str:
 
 ERROR_CHARS = 200  # of a user's error quoted in a message
 SAMPLE_FIX = "fix that sample, or make __getitem__ (a stream: __iter__) skip what it cannot read"
-MAX_SAMPLES = 2 ** 31 - 1  # torch.randperm's int64 indices: 16 GiB at this length
+MAX_SAMPLES = 2**31 - 1  # torch.randperm's int64 indices: 16 GiB at this length
 
 
 def clip(text: str) -> str:
-    return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS - 3] + "..."
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
 
 
 def passes_through(exc: BaseException) -> bool:
@@ -186,8 +204,11 @@ def check_dataset(dataset: Any, where: str, batch_size: Optional[int], script: b
 
     given = "is" if script else "returned"  # tune_loader is handed the object; a factory returns it
     if isinstance(dataset, (str, bytes, dict)):  # have __len__ and __getitem__, but index no samples
-        raise InputError(where, f"{given} a {type(dataset).__name__}, not a Dataset",
-                         "return the Dataset object (an instance with __len__ and __getitem__)")
+        raise InputError(
+            where,
+            f"{given} a {type(dataset).__name__}, not a Dataset",
+            "return the Dataset object (an instance with __len__ and __getitem__)",
+        )
     if is_stream(dataset):
         return None  # its length, if it has one, is a hint DataLoader does not rely on
     try:
@@ -198,21 +219,30 @@ def check_dataset(dataset: Any, where: str, batch_size: Optional[int], script: b
         # torch's Dataset base class defines neither __len__ nor a working __getitem__: a subclass must
         what = "a torch.utils.data.Dataset" if isinstance(dataset, Dataset) else "an object"
         iterable = hasattr(type(dataset), "__iter__") or callable(dataset)  # a generator, or its function
-        raise InputError(where, f"{given} {type(dataset).__name__}, {what} without {' or '.join(missing)}: "
-                                "bench shuffles the samples by index",
-                         "wrap the stream in a torch.utils.data.IterableDataset whose __iter__ yields the samples"
-                         if iterable else "give it __len__ and __getitem__")
+        raise InputError(
+            where,
+            f"{given} {type(dataset).__name__}, {what} without {' or '.join(missing)}: "
+            "bench shuffles the samples by index",
+            "wrap the stream in a torch.utils.data.IterableDataset whose __iter__ yields the samples"
+            if iterable
+            else "give it __len__ and __getitem__",
+        )
     try:
         length = len(dataset)
     except Exception as exc:  # noqa: BLE001 (the user's __len__)
         raise InputError(where, f"len(dataset) raised {describe_error(exc)}") from None
     if length > MAX_SAMPLES:
-        raise InputError(where, f"has {excerpt(length)} samples: bench shuffles with torch.randperm, which needs "
-                                "8 bytes a sample", f"give bench a subset (torch.utils.data.Subset) of at most "
-                                                    f"{MAX_SAMPLES:,} samples")
+        raise InputError(
+            where,
+            f"has {excerpt(length)} samples: bench shuffles with torch.randperm, which needs 8 bytes a sample",
+            f"give bench a subset (torch.utils.data.Subset) of at most {MAX_SAMPLES:,} samples",
+        )
     if length == 0:
         raise InputError(where, "returned an empty dataset (length 0)", "point it at the data it should load")
     if batch_size is not None and length < batch_size:
-        raise InputError(where, f"has {length} samples, fewer than one batch ({batch_size})",
-                         f"give a smaller {option_name('batch_size', script)}")
+        raise InputError(
+            where,
+            f"has {length} samples, fewer than one batch ({batch_size})",
+            f"give a smaller {option_name('batch_size', script)}",
+        )
     return length

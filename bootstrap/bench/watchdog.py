@@ -28,8 +28,8 @@ import signal
 import threading
 from typing import Any, Iterator, Optional
 
-GRACE_MIN_S = 30.0      # past the budget before giving up: slow first steps (a cold GPU) stay legitimate
-GRACE_SHARE = 0.5       # ... or this share of the budget, whichever is longer
+GRACE_MIN_S = 30.0  # past the budget before giving up: slow first steps (a cold GPU) stay legitimate
+GRACE_SHARE = 0.5  # ... or this share of the budget, whichever is longer
 REPEAT_S = 5.0
 
 
@@ -46,8 +46,7 @@ def give_up_s(budget_s: float) -> float:
 
 def _alarm_is_free() -> bool:
     """SIGALRM has no handler and no timer of anyone else's."""
-    return signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None) \
-        and signal.getitimer(signal.ITIMER_REAL)[0] == 0.0
+    return signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None) and signal.getitimer(signal.ITIMER_REAL)[0] == 0.0
 
 
 def _interrupt_works() -> bool:
@@ -58,8 +57,11 @@ def _interrupt_works() -> bool:
 def watchdog(seconds: float) -> Iterator[None]:
     """Raise `Stalled` in the main thread if the block is still running after `seconds` (see the module
     docstring); SIGALRM's handler is put back and the timer thread gone when the block ends."""
-    if not (hasattr(signal, "pthread_kill") and hasattr(signal, "SIGALRM")
-            and threading.current_thread() is threading.main_thread()):
+    if not (
+        hasattr(signal, "pthread_kill")
+        and hasattr(signal, "SIGALRM")
+        and threading.current_thread() is threading.main_thread()
+    ):
         yield
         return
     fired = threading.Event()

@@ -30,8 +30,8 @@ class WindowPlan:
     window_s: float = 15.0
     min_steps: int = 100
     max_factor: float = 2.0  # warm-up / window never run past this x their planned seconds ...
-    floor_steps: int = 3     # ... unless fewer steps than this ran (a rate needs a few steps; CV needs thirds)
-    drain_steps: int = 1     # warm-up steps that must run whatever the time (workers' start-up queue)
+    floor_steps: int = 3  # ... unless fewer steps than this ran (a rate needs a few steps; CV needs thirds)
+    drain_steps: int = 1  # warm-up steps that must run whatever the time (workers' start-up queue)
 
     def scaled(self, seconds: float) -> "WindowPlan":
         """A plan whose window lasts `seconds`, warm-up and step minimums shrunk in proportion."""
@@ -79,10 +79,22 @@ class _CudaGaps:
         return sum(gaps) / 1000.0
 
 
-def run_window(next_batch: Callable[[], Any], step: Callable[[Any], None], device: Device, plan: WindowPlan,
-               deadline: float, *, phase: str, label: str, config: Optional[LoaderConfig], batch_size: int,
-               clock_zero: float, first_batch_s: Optional[float] = None, warmup: bool = True,
-               counted: Optional[Callable[[Any], int]] = None) -> Measurement:
+def run_window(
+    next_batch: Callable[[], Any],
+    step: Callable[[Any], None],
+    device: Device,
+    plan: WindowPlan,
+    deadline: float,
+    *,
+    phase: str,
+    label: str,
+    config: Optional[LoaderConfig],
+    batch_size: int,
+    clock_zero: float,
+    first_batch_s: Optional[float] = None,
+    warmup: bool = True,
+    counted: Optional[Callable[[Any], int]] = None,
+) -> Measurement:
     """Warm up, then time steps of `step(next_batch())` until the plan or `deadline` (perf_counter) ends it.
     Each batch counts `batch_size` samples, or what `counted` says it holds (`batch.own_batch_counter`)."""
     if warmup:
@@ -108,8 +120,11 @@ def run_window(next_batch: Callable[[], Any], step: Callable[[Any], None], devic
         now = time.perf_counter()
         stamps.append(now)
         count = len(stamps)
-        if (now >= planned_end and count >= plan.min_steps) or (now >= soft_end and count >= plan.floor_steps) \
-                or now >= hard_end:
+        if (
+            (now >= planned_end and count >= plan.min_steps)
+            or (now >= soft_end and count >= plan.floor_steps)
+            or now >= hard_end
+        ):
             break
     device.sync()
     ended = time.perf_counter()
@@ -117,16 +132,26 @@ def run_window(next_batch: Callable[[], Any], step: Callable[[Any], None], devic
     steps = len(stamps)
     truncated = steps < plan.min_steps or ended - started < plan.window_s
     return Measurement(
-        phase=phase, label=label, config=config, steps=steps, samples=samples, seconds=seconds,
-        samples_per_s=samples / seconds if seconds > 0 else 0.0, host_wait_s=waited,
-        cv=_thirds_cv(started, stamps), first_batch_s=first_batch_s,
-        cpu_s=time.process_time() - cpu_started, device_idle_s=gaps.idle_s(), truncated=truncated,
+        phase=phase,
+        label=label,
+        config=config,
+        steps=steps,
+        samples=samples,
+        seconds=seconds,
+        samples_per_s=samples / seconds if seconds > 0 else 0.0,
+        host_wait_s=waited,
+        cv=_thirds_cv(started, stamps),
+        first_batch_s=first_batch_s,
+        cpu_s=time.process_time() - cpu_started,
+        device_idle_s=gaps.idle_s(),
+        truncated=truncated,
         started_s=started - clock_zero,
     )
 
 
-def warm_up(next_batch: Callable[[], Any], step: Callable[[Any], None], device: Device, plan: WindowPlan,
-             deadline: float) -> None:
+def warm_up(
+    next_batch: Callable[[], Any], step: Callable[[Any], None], device: Device, plan: WindowPlan, deadline: float
+) -> None:
     started = time.perf_counter()
     soft_end = min(deadline, started + max(plan.warmup_s, 0.05) * plan.max_factor)
     hard_end = max(deadline, soft_end) + max(1.0, plan.warmup_s)
@@ -135,8 +160,11 @@ def warm_up(next_batch: Callable[[], Any], step: Callable[[Any], None], device: 
         step(next_batch())
         steps += 1
         now = time.perf_counter()
-        if (steps >= max(plan.warmup_steps, plan.drain_steps) and now - started >= plan.warmup_s) \
-                or (now >= soft_end and steps >= plan.drain_steps) or now >= hard_end:
+        if (
+            (steps >= max(plan.warmup_steps, plan.drain_steps) and now - started >= plan.warmup_s)
+            or (now >= soft_end and steps >= plan.drain_steps)
+            or now >= hard_end
+        ):
             break
     device.sync()
 
@@ -157,14 +185,35 @@ def _thirds_cv(started: float, stamps: List[float]) -> float:
     return statistics.pstdev(rates) / statistics.mean(rates)
 
 
-def measure_loader_only(next_batch: Callable[[], Any], plan: WindowPlan, deadline: float, *, phase: str,
-                        label: str, config: LoaderConfig, batch_size: int, clock_zero: float,
-                        first_batch_s: Optional[float], counted: Optional[Callable[[Any], int]] = None) -> Measurement:
+def measure_loader_only(
+    next_batch: Callable[[], Any],
+    plan: WindowPlan,
+    deadline: float,
+    *,
+    phase: str,
+    label: str,
+    config: LoaderConfig,
+    batch_size: int,
+    clock_zero: float,
+    first_batch_s: Optional[float],
+    counted: Optional[Callable[[Any], int]] = None,
+) -> Measurement:
     """Iterate the loader with no training step: its own samples/s and (with 0 workers) CPU-s per sample."""
     cpu = _NullDevice()
-    return run_window(next_batch, lambda _batch: None, cpu, plan, deadline, phase=phase, label=label,
-                      config=config, batch_size=batch_size, clock_zero=clock_zero, first_batch_s=first_batch_s,
-                      counted=counted)
+    return run_window(
+        next_batch,
+        lambda _batch: None,
+        cpu,
+        plan,
+        deadline,
+        phase=phase,
+        label=label,
+        config=config,
+        batch_size=batch_size,
+        clock_zero=clock_zero,
+        first_batch_s=first_batch_s,
+        counted=counted,
+    )
 
 
 class _NullDevice:
@@ -173,4 +222,3 @@ class _NullDevice:
 
     def sync(self) -> None:
         return None
-

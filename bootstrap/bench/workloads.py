@@ -62,7 +62,7 @@ class MemoryStore:
         self.count = len(offsets) - 1
 
     def read(self, index: int) -> bytes:
-        return self.blob[self.offsets[index]:self.offsets[index + 1]].tobytes()
+        return self.blob[self.offsets[index] : self.offsets[index + 1]].tobytes()
 
     def files(self) -> Tuple[Path, ...]:
         return ()
@@ -82,7 +82,7 @@ class FilesStore:
         directory.mkdir(parents=True, exist_ok=True)
         count = len(offsets) - 1
         for index in range(count):
-            (directory / f"{index:06d}.jpg").write_bytes(blob[offsets[index]:offsets[index + 1]].tobytes())
+            (directory / f"{index:06d}.jpg").write_bytes(blob[offsets[index] : offsets[index + 1]].tobytes())
         return cls(directory, count)
 
     def read(self, index: int) -> bytes:
@@ -122,7 +122,7 @@ class PackedStore:
             import numpy as np
 
             self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
-        return self._map[self.offsets[index]:self.offsets[index + 1]].tobytes()
+        return self._map[self.offsets[index] : self.offsets[index + 1]].tobytes()
 
     def files(self) -> Tuple[Path, ...]:
         return (Path(self.path),)
@@ -238,13 +238,23 @@ def build_model(name: str, num_classes: int) -> Any:
         except ImportError:
             from bootstrap.errors import InputError
 
-            raise InputError("--model", f"{name} needs torchvision, which is not installed",
-                             "install torchvision or use --model tiny") from None
+            raise InputError(
+                "--model",
+                f"{name} needs torchvision, which is not installed",
+                "install torchvision or use --model tiny",
+            ) from None
         return getattr(torchvision.models, name)(num_classes=num_classes)
     # A patchify stem (4x4, stride 4) keeps the small CNN cheap at 224 px, so a CPU run still measures the loader.
     return nn.Sequential(
-        nn.Conv2d(3, 16, 4, stride=4), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
-        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU(inplace=True),
-        nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(inplace=True),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes),
+        nn.Conv2d(3, 16, 4, stride=4),
+        nn.BatchNorm2d(16),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1),
+        nn.ReLU(inplace=True),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, num_classes),
     )

@@ -44,8 +44,9 @@ SAME = (("packages", "the packages installed"),)
 ALIKE = (("driver", "the NVIDIA driver"),)
 
 
-def run_verify_distributed(options: VerifyOptions, report: Callable[[VerifyResult], None],
-                           environ: Mapping[str, str] = os.environ) -> VerifyResult:
+def run_verify_distributed(
+    options: VerifyOptions, report: Callable[[VerifyResult], None], environ: Mapping[str, str] = os.environ
+) -> VerifyResult:
     """Every rank gathers every rank's checks and merges them alike, so each returns the same
     verdict; rank 0 `report`s it, and the others wait for that before they return (torchrun
     stops every rank as soon as one exits with an error)."""
@@ -62,14 +63,28 @@ def run_verify_distributed(options: VerifyOptions, report: Callable[[VerifyResul
         result = run_verify(replace(options, bench=False, gpu=ranks["local_rank"] if cuda else None))
         device = torch.device("cuda", ranks["local_rank"]) if cuda else torch.device("cpu")
         sums_right, seconds = all_reduce_trial(torch, dist, device, ranks["rank"], ranks["world_size"])
-        own = {"rank": ranks["rank"], "host": socket.gethostname(), "checks": [c.to_dict() for c in result.checks],
-               "facts": rank_facts(result), "all_reduce_ok": sums_right, "all_reduce_s": seconds}
+        own = {
+            "rank": ranks["rank"],
+            "host": socket.gethostname(),
+            "checks": [c.to_dict() for c in result.checks],
+            "facts": rank_facts(result),
+            "all_reduce_ok": sums_right,
+            "all_reduce_s": seconds,
+        }
         gathered: List[Any] = [None] * ranks["world_size"]
         dist.all_gather_object(gathered, own)
         checks = [c for c in merge_checks(gathered) if c.id != "bench"]  # run_verify's "--no-bench" skip
-        checks += [same_env_check(gathered), all_reduce_check(gathered, device.type, dist.get_backend()),
-                   Check("bench", Status.SKIP, "--distributed", "the acceptance benchmark passes",
-                         detail="every rank's loaders: `torchrun ... -m bootstrap bench --distributed`")]
+        checks += [
+            same_env_check(gathered),
+            all_reduce_check(gathered, device.type, dist.get_backend()),
+            Check(
+                "bench",
+                Status.SKIP,
+                "--distributed",
+                "the acceptance benchmark passes",
+                detail="every rank's loaders: `torchrun ... -m bootstrap bench --distributed`",
+            ),
+        ]
         ranked = tuple({k: g[k] for k in ("rank", "host", "facts")} for g in sorted(gathered, key=lambda g: g["rank"]))
         merged = replace(result, checks=tuple(checks), ranks=ranked)
         if ranks["rank"] == 0:
@@ -131,17 +146,26 @@ def all_reduce_check(gathered: Sequence[Mapping[str, Any]], device_type: str, ba
     expected = "the right sum on every rank; bus bandwidth recorded (nccl-tests' busbw)"
     wrong = [g["rank"] for g in gathered if not g["all_reduce_ok"]]
     if wrong:
-        return Check(cid, Status.FAIL, f"wrong sum on rank(s) {', '.join(map(str, sorted(wrong)))} of {n}", expected,
-                     "`NCCL_DEBUG=INFO torchrun ... -m bootstrap verify --distributed` "
-                     f"shows the {backend} transport in use")
+        return Check(
+            cid,
+            Status.FAIL,
+            f"wrong sum on rank(s) {', '.join(map(str, sorted(wrong)))} of {n}",
+            expected,
+            f"`NCCL_DEBUG=INFO torchrun ... -m bootstrap verify --distributed` shows the {backend} transport in use",
+        )
     timed = [g for g in gathered if g["all_reduce_s"]]
     if not timed:
         return Check(cid, Status.OK, "sums right; one rank: no bandwidth to measure", expected)
     slowest = max(timed, key=lambda g: g["all_reduce_s"])
     mib = ALL_REDUCE_MIB[device_type]
     algbw, busbw = bus_bandwidth_gb_s(mib * MIB, slowest["all_reduce_s"], n)
-    return Check(cid, Status.OK, f"bus bandwidth {busbw:.2f} GB/s (algbw {algbw:.2f}), {n} ranks, {backend}, "
-                 f"{mib} MiB float32", expected, detail=f"slowest: rank {slowest['rank']} on {slowest['host']}")
+    return Check(
+        cid,
+        Status.OK,
+        f"bus bandwidth {busbw:.2f} GB/s (algbw {algbw:.2f}), {n} ranks, {backend}, {mib} MiB float32",
+        expected,
+        detail=f"slowest: rank {slowest['rank']} on {slowest['host']}",
+    )
 
 
 def _shown(value: Any) -> str:
@@ -159,13 +183,24 @@ def same_env_check(gathered: Sequence[Mapping[str, Any]]) -> Check:
             odd = [g for g in ordered[1:] if g["facts"].get(key) != reference.get(key)]
             if odd:
                 status = max(status, severity, key=SEVERITY.__getitem__)
-                differ.append(f"{what}: rank 0 {_shown(reference.get(key))}, " +
-                              ", ".join(f"rank {g['rank']} on {g['host']} {_shown(g['facts'].get(key))}" for g in odd))
+                differ.append(
+                    f"{what}: rank 0 {_shown(reference.get(key))}, "
+                    + ", ".join(f"rank {g['rank']} on {g['host']} {_shown(g['facts'].get(key))}" for g in odd)
+                )
     known = [f"{what} {reference[key]}" for key, what in SAME + ALIKE if reference.get(key) is not None]
     hosts = {g["host"] for g in ordered}
     if status is Status.OK:
-        return Check("dist.same_env", status, f"{len(ordered)} rank(s) on {len(hosts)} host(s) agree" +
-                     (f": {', '.join(known)}" if known else " (no env record or driver seen to compare)"),
-                     "every rank runs the same env")
-    return Check("dist.same_env", status, "; ".join(differ), "every rank runs the same env",
-                 "run `make env` from the same checkout of the lock on every node (`make env BUNDLE=...` offline)")
+        return Check(
+            "dist.same_env",
+            status,
+            f"{len(ordered)} rank(s) on {len(hosts)} host(s) agree"
+            + (f": {', '.join(known)}" if known else " (no env record or driver seen to compare)"),
+            "every rank runs the same env",
+        )
+    return Check(
+        "dist.same_env",
+        status,
+        "; ".join(differ),
+        "every rank runs the same env",
+        "run `make env` from the same checkout of the lock on every node (`make env BUNDLE=...` offline)",
+    )

@@ -99,8 +99,11 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
     subject = doctor_subject(options)
     lock, why = _first_lock(subject)
     if options.platform is not None and lock is not None and options.platform not in lock.platforms:
-        raise InputError("--platform", f"'{options.platform}' is not locked in {lock.path.name} "
-                         f"({', '.join(lock.platforms)})", "pick one of those")
+        raise InputError(
+            "--platform",
+            f"'{options.platform}' is not locked in {lock.path.name} ({', '.join(lock.platforms)})",
+            "pick one of those",
+        )
     platform = options.platform or _platform(options.facts_path is None, facts, lock)
     pick = None if lock is None else pick_variant(facts.nvidia, _candidates(subject, platform, lock))
     judged = None if pick is None else _judged(pick, subject.installed)
@@ -111,15 +114,23 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
     compat_checks = evaluate(facts.nvidia, target, facts.visible()) if target is not None else []
     checks += compat_checks
     where = f"{lock_path.name if lock_path else 'no lock'} [{platform}]"
-    checks.append(fit_check(target, why, compat_checks, where, facts.nvidia, _switch(pick, judged, subject),
-                            installs))
+    checks.append(fit_check(target, why, compat_checks, where, facts.nvidia, _switch(pick, judged, subject), installs))
     if judged is not None and judged.lock is not None and installs:
         checks += system_checks(judged.lock, platform, facts.host)
     if subject.spec is not None and pick is not None:
         checks.append(variant_check(pick, subject.env, subject.installed))
     checks += host_checks(facts.host, facts.nvidia, options.needs)
-    return DoctorResult(checks=tuple(checks), facts=facts, facts_source=source, target=target, lock_path=lock_path,
-                        platform=platform, env=subject.env, pick=pick, variants=subject.spec is not None)
+    return DoctorResult(
+        checks=tuple(checks),
+        facts=facts,
+        facts_source=source,
+        target=target,
+        lock_path=lock_path,
+        platform=platform,
+        env=subject.env,
+        pick=pick,
+        variants=subject.spec is not None,
+    )
 
 
 def _facts(options: DoctorOptions, nvml: Any, runner: Runner) -> Tuple[Facts, str]:
@@ -129,8 +140,9 @@ def _facts(options: DoctorOptions, nvml: Any, runner: Runner) -> Tuple[Facts, st
         if options.lock_path is not None:
             refuse_input(options.save_facts, "--save-facts", {options.lock_path: "the lock --lock names"})
     if options.root is not None and not options.root.is_dir():
-        raise InputError("--root", f"{options.root} is not a directory",
-                         "give the project's directory (the one with envs/)")
+        raise InputError(
+            "--root", f"{options.root} is not a directory", "give the project's directory (the one with envs/)"
+        )
     if options.facts_path is not None:
         return load_facts(options.facts_path), str(options.facts_path)
     facts = collect_facts(nvml, runner)
@@ -146,8 +158,9 @@ def doctor_subject(options: DoctorOptions) -> Subject:
 
     if options.lock_path is not None:
         if options.env is not None:
-            raise InputError("--env", "does not apply to --lock FILE, which names the lock to judge",
-                             "drop one of them")
+            raise InputError(
+                "--env", "does not apply to --lock FILE, which names the lock to judge", "drop one of them"
+            )
         return Subject(env=None, paths=(options.lock_path,))
     project = Project(options.root or find_root(Path.cwd()))
     env = project.env_or_default(options.env, "--env")
@@ -201,9 +214,16 @@ def system_checks(lock: Any, platform: str, host: HostFacts) -> List[Check]:
     expected = f"{need.system} >= {need.version_text} ({need.by})"
     have = host.libc if os_name == "linux" else (f"macOS {host.macos}" if host.macos else "")
     if not have:
-        return [Check(cid, Status.SKIP, f"{need.system} not recorded", expected,
-                      detail="facts saved by an older bootstrap; record them again with --save-facts")]
-    glibc = host.libc[len("glibc "):] if host.libc.startswith("glibc ") else None
+        return [
+            Check(
+                cid,
+                Status.SKIP,
+                f"{need.system} not recorded",
+                expected,
+                detail="facts saved by an older bootstrap; record them again with --save-facts",
+            )
+        ]
+    glibc = host.libc[len("glibc ") :] if host.libc.startswith("glibc ") else None
     problem = host_problem(floor, platform, HostSystem(os_name, glibc, host.macos or None))
     if problem is None:
         return [Check(cid, Status.OK, have, expected)]
@@ -216,13 +236,18 @@ def _first_lock(subject: Subject) -> Tuple[Any, str]:
 
     existing = [p for p in subject.paths if os.path.lexists(p) or subject.project is None]
     if not existing:
-        return None, "no lock at hand: pass --lock FILE or run from the project" if not subject.paths else \
-            f"not locked yet: no {subject.paths[0].name} (`make lock`)"
+        return (
+            None,
+            "no lock at hand: pass --lock FILE or run from the project"
+            if not subject.paths
+            else f"not locked yet: no {subject.paths[0].name} (`make lock`)",
+        )
     try:
         return read_lock(existing[0]), ""
     except ImportError:  # a bare host python3 without pyyaml still gets the driver and GPU report
-        return None, (f"cannot read {existing[0].name}: pyyaml is not installed here "
-                      "(`make tools` and use .tools/bin/python)")
+        return None, (
+            f"cannot read {existing[0].name}: pyyaml is not installed here (`make tools` and use .tools/bin/python)"
+        )
 
 
 def _candidates(subject: Subject, platform: str, first: Any) -> List[Candidate]:
@@ -245,8 +270,10 @@ def _switch(pick: Optional[Pick], judged: Optional[Candidate], subject: Subject)
         return ""
     chosen = pick.chosen
     env = "" if subject.project is None or subject.env == subject.project.default_env else f" ENV={subject.env}"
-    return (f"variant {chosen.candidate.label} {'runs' if chosen.status is Status.OK else 'runs with a caveat'} "
-            f"here ({chosen.build}, from {chosen.candidate.lock_path.name}): `make env{env}` installs it")
+    return (
+        f"variant {chosen.candidate.label} {'runs' if chosen.status is Status.OK else 'runs with a caveat'} "
+        f"here ({chosen.build}, from {chosen.candidate.lock_path.name}): `make env{env}` installs it"
+    )
 
 
 def _platform(here: bool, facts: Facts, lock: Any) -> str:
@@ -257,16 +284,29 @@ def _platform(here: bool, facts: Facts, lock: Any) -> str:
     return conda_subdir(facts.platform or compat_key(host_platform()), lock.platforms if lock is not None else ())
 
 
-def fit_check(target: Optional[TorchTarget], why: str, compat_checks: Sequence[Check], where: str,
-              nvidia: DriverFacts, switch: str = "", installs: bool = True) -> Check:
+def fit_check(
+    target: Optional[TorchTarget],
+    why: str,
+    compat_checks: Sequence[Check],
+    where: str,
+    nvidia: DriverFacts,
+    switch: str = "",
+    installs: bool = True,
+) -> Check:
     """The verdict doctor exists for: will the locked torch build run here, and if not, what to change
     (`switch`: another variant of the env that runs here; `installs` False: the lock has nothing for
     this platform, so `make env` fails before any torch is judged)."""
     cid = "lock.torch"
     if target is None:
         if not installs:
-            return Check(cid, Status.FAIL, f"nothing to install ({where})", "the lock's torch build",
-                         remedy=switch or not_locked_remedy(nvidia), detail=why)
+            return Check(
+                cid,
+                Status.FAIL,
+                f"nothing to install ({where})",
+                "the lock's torch build",
+                remedy=switch or not_locked_remedy(nvidia),
+                detail=why,
+            )
         return Check(cid, Status.SKIP, f"no torch target ({where})", "the lock's torch build", detail=why)
     status = worst(compat_checks)
     build = f"CUDA {target.cuda}" if target.cuda else "CPU build"
@@ -276,8 +316,13 @@ def fit_check(target: Optional[TorchTarget], why: str, compat_checks: Sequence[C
     if jetson.unlisted(nvidia) and status is not Status.FAIL:
         return jetson.fit_check(nvidia, observed, "runs on this Jetson's GPU", target.source)
     if runs_on_cpu(nvidia):
-        return Check(cid, Status.OK, observed + ": no NVIDIA GPU here, runs on the CPU",
-                     "runs on this host", detail=nvidia.reason)
+        return Check(
+            cid,
+            Status.OK,
+            observed + ": no NVIDIA GPU here, runs on the CPU",
+            "runs on this host",
+            detail=nvidia.reason,
+        )
     expected = "runs on this driver and these GPUs"
     if status is Status.OK:
         return Check(cid, Status.OK, observed + ": runs here", expected, detail=target.source)

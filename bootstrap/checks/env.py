@@ -40,16 +40,25 @@ def env_checks(state: EnvState, *, deep: bool = False, inside: bool = False, run
         installed_conda = conda_records(state.prefix)
         paths = {c.name: paths_data(c) for c in installed_conda}
     except (ValueError, KeyError, OSError) as exc:  # a truncated or hand-edited conda-meta/*.json
-        return checks + [Check("env.conda", Status.FAIL, f"unreadable conda-meta record: {exc}",
-                               "valid conda-meta/*.json records", f"recreate the env: {state.commands.recreate}")]
+        return checks + [
+            Check(
+                "env.conda",
+                Status.FAIL,
+                f"unreadable conda-meta record: {exc}",
+                "valid conda-meta/*.json records",
+                f"recreate the env: {state.commands.recreate}",
+            )
+        ]
     owned = metadata_names(installed_conda)
     conda_names = {normalise(c.name) for c in installed_conda}
     pip = [d for d in pip_distributions(state.prefix) if d.dist_info.name not in owned and d.name not in conda_names]
     locked = state.lock.for_platform(state.platform) if state.lock is not None else []
     if not locked:
         why = state.lock_problem or f"{state.platform} is not in {state.lock_path}"
-        checks += [Check(cid, Status.SKIP, "no locked entries", "the lock's entries", detail=why)
-                   for cid in ("env.python", "env.conda", "env.pip", "env.extra")]
+        checks += [
+            Check(cid, Status.SKIP, "no locked entries", "the lock's entries", detail=why)
+            for cid in ("env.python", "env.conda", "env.pip", "env.extra")
+        ]
     else:
         checks.append(check_python(state, locked, inside, runner))
         checks.append(check_conda(state, locked, installed_conda))
@@ -64,38 +73,69 @@ def check_prefix(state: EnvState) -> Check:
     cid = "env.prefix"
     expected = "an env created by `bootstrap env`"
     if not state.prefix.is_dir():
-        return Check(cid, Status.FAIL, f"no environment at {state.prefix}", expected,
-                     f"create it: {state.commands.update}")
+        return Check(
+            cid, Status.FAIL, f"no environment at {state.prefix}", expected, f"create it: {state.commands.update}"
+        )
     if state.record_problem:
-        return Check(cid, Status.FAIL, f"{state.prefix}: {state.record_problem}", expected,
-                     f"recreate the env: {state.commands.recreate}")
+        return Check(
+            cid,
+            Status.FAIL,
+            f"{state.prefix}: {state.record_problem}",
+            expected,
+            f"recreate the env: {state.commands.recreate}",
+        )
     if state.record is None:
-        return Check(cid, Status.FAIL, f"{state.prefix} has no conda-meta/bootstrap record", expected,
-                     f"bootstrap never takes over a directory it did not make: move {state.prefix} aside and run "
-                     f"{state.commands.update}, or pass --prefix an env that bootstrap made")
+        return Check(
+            cid,
+            Status.FAIL,
+            f"{state.prefix} has no conda-meta/bootstrap record",
+            expected,
+            f"bootstrap never takes over a directory it did not make: move {state.prefix} aside and run "
+            f"{state.commands.update}, or pass --prefix an env that bootstrap made",
+        )
     record = state.record
-    return Check(cid, Status.OK, f"{state.prefix} (env {record.env}, generation {record.generation}, "
-                 f"installed {record.installed_at} by bootstrap {record.bootstrap_version})", expected)
+    return Check(
+        cid,
+        Status.OK,
+        f"{state.prefix} (env {record.env}, generation {record.generation}, "
+        f"installed {record.installed_at} by bootstrap {record.bootstrap_version})",
+        expected,
+    )
 
 
 def check_lock(state: EnvState) -> Check:
     cid = "env.lock"
     record = state.record
     if state.lock is None:
-        return Check(cid, Status.FAIL, state.lock_problem, "the lock this env was created from",
-                     f"pass the lock: `python -m bootstrap verify --lock FILE` (recorded: {record.lock_path})")
+        return Check(
+            cid,
+            Status.FAIL,
+            state.lock_problem,
+            "the lock this env was created from",
+            f"pass the lock: `python -m bootstrap verify --lock FILE` (recorded: {record.lock_path})",
+        )
     name = f"{state.lock_path} [{state.platform}]"
     if state.platform not in state.lock.platforms:
-        return Check(cid, Status.FAIL, f"{name}: platform not locked", f"a lock with {state.platform}",
-                     f"add {state.platform} to `platforms:` in envs/{record.env}.yml, `make lock`, then "
-                     f"{state.commands.update}")
+        return Check(
+            cid,
+            Status.FAIL,
+            f"{name}: platform not locked",
+            f"a lock with {state.platform}",
+            f"add {state.platform} to `platforms:` in envs/{record.env}.yml, `make lock`, then {state.commands.update}",
+        )
     current = state.lock.content_hash.get(state.platform, "")
     if current != record.content_hash:
-        return Check(cid, Status.FAIL, f"{name}: the lock changed since generation {record.generation} was made",
-                     f"content hash {record.content_hash[:12]}", f"apply the new lock: {state.commands.update}",
-                     f"lock content hash {current[:12]}, installed from {record.content_hash[:12]}")
-    return Check(cid, Status.OK, f"{name}, content hash {current[:12]}", "the lock generation "
-                 f"{record.generation} was made from")
+        return Check(
+            cid,
+            Status.FAIL,
+            f"{name}: the lock changed since generation {record.generation} was made",
+            f"content hash {record.content_hash[:12]}",
+            f"apply the new lock: {state.commands.update}",
+            f"lock content hash {current[:12]}, installed from {record.content_hash[:12]}",
+        )
+    return Check(
+        cid, Status.OK, f"{name}, content hash {current[:12]}", f"the lock generation {record.generation} was made from"
+    )
 
 
 def check_python(state: EnvState, locked: Sequence[Any], inside: bool, runner: Runner) -> Check:
@@ -112,11 +152,21 @@ def check_python(state: EnvState, locked: Sequence[Any], inside: bool, runner: R
     else:
         version, how = _prefix_python_version(state.prefix, runner)
         if version is None:
-            return Check(cid, Status.FAIL, f"{python_executable(state.prefix)} does not run: {how}", expected,
-                         f"recreate the env: {state.commands.recreate}")
+            return Check(
+                cid,
+                Status.FAIL,
+                f"{python_executable(state.prefix)} does not run: {how}",
+                expected,
+                f"recreate the env: {state.commands.recreate}",
+            )
     if version != entry.version:
-        return Check(cid, Status.FAIL, f"python {version} ({how})", expected,
-                     f"recreate the env from the lock: {state.commands.recreate}")
+        return Check(
+            cid,
+            Status.FAIL,
+            f"python {version} ({how})",
+            expected,
+            f"recreate the env from the lock: {state.commands.recreate}",
+        )
     return Check(cid, Status.OK, f"python {version} ({how})", expected)
 
 
@@ -143,14 +193,21 @@ def check_conda(state: EnvState, locked: Sequence[Any], installed: Sequence[Inst
         if got is None:
             problems.append(f"{entry.describe()} missing")
         elif (got.version, got.build) != (entry.version, entry.build):
-            problems.append(f"{entry.name}: {got.version} {got.build} installed, "
-                            f"lock has {entry.version} {entry.build}")
+            problems.append(
+                f"{entry.name}: {got.version} {got.build} installed, lock has {entry.version} {entry.build}"
+            )
         elif got.sha256 and got.sha256 != entry.sha256:
             problems.append(f"{entry.name}: other artifact (sha256 {got.sha256[:12]}, lock {entry.sha256[:12]})")
     expected = f"{len(wanted)} locked conda packages (name, version, build, sha256)"
     if problems:
-        return Check(cid, Status.FAIL, shown(problems), expected,
-                     f"install the locked builds: {state.commands.update}", "; ".join(problems))
+        return Check(
+            cid,
+            Status.FAIL,
+            shown(problems),
+            expected,
+            f"install the locked builds: {state.commands.update}",
+            "; ".join(problems),
+        )
     return Check(cid, Status.OK, f"{len(wanted)} match", expected)
 
 
@@ -172,8 +229,14 @@ def check_pip(state: EnvState, locked: Sequence[Any], pip: Sequence[InstalledPip
             problems.append(f"{entry.name}: reinstalled after `bootstrap env` ({_installer(got)})")
     expected = f"{len(wanted)} locked pip distributions (name, version, sha256)"
     if problems:
-        return Check(cid, Status.FAIL, shown(problems), expected,
-                     f"install the locked wheels: {state.commands.update}", "; ".join(problems))
+        return Check(
+            cid,
+            Status.FAIL,
+            shown(problems),
+            expected,
+            f"install the locked wheels: {state.commands.update}",
+            "; ".join(problems),
+        )
     return Check(cid, Status.OK, f"{len(wanted)} match", expected)
 
 
@@ -193,8 +256,9 @@ def _installer(dist: InstalledPip) -> str:
         return "installer unknown"
 
 
-def check_extra(state: EnvState, locked: Sequence[Any], installed: Sequence[InstalledConda],
-                pip: Sequence[InstalledPip]) -> Check:
+def check_extra(
+    state: EnvState, locked: Sequence[Any], installed: Sequence[InstalledConda], pip: Sequence[InstalledPip]
+) -> Check:
     """Nothing is installed that the lock does not list (`pip list` / `ls conda-meta` minus the lock)."""
     cid = "env.extra"
     conda_wanted = {p.name for p in locked if p.manager == "conda"}
@@ -209,9 +273,15 @@ def check_extra(state: EnvState, locked: Sequence[Any], installed: Sequence[Inst
     if pip_extra:
         remedies.append(f"`pip uninstall -y {' '.join(d.name for d in pip_extra)}`")
     remedies.append(f"{state.commands.update} removes what the lock lacks")
-    keep = (f"to keep them, add them to envs/{state.record.env}.yml (pip: for PyPI packages) and run `make lock`")
-    return Check(cid, Status.FAIL, f"not in the lock: {shown(items)}", expected,
-                 " or ".join(remedies) + "; " + keep, "; ".join(items))
+    keep = f"to keep them, add them to envs/{state.record.env}.yml (pip: for PyPI packages) and run `make lock`"
+    return Check(
+        cid,
+        Status.FAIL,
+        f"not in the lock: {shown(items)}",
+        expected,
+        " or ".join(remedies) + "; " + keep,
+        "; ".join(items),
+    )
 
 
 def check_freshness(state: EnvState) -> Check:
@@ -224,8 +294,13 @@ def check_freshness(state: EnvState) -> Check:
     if not spec_path.is_file():
         return Check(cid, Status.SKIP, f"no spec {spec_path}", expected)
     if importlib.util.find_spec("rattler") is None:
-        return Check(cid, Status.SKIP, "py-rattler is not importable here (env side)", expected,
-                     detail="run `make lock-check` from the tools venv")
+        return Check(
+            cid,
+            Status.SKIP,
+            "py-rattler is not importable here (env side)",
+            expected,
+            detail="run `make lock-check` from the tools venv",
+        )
     from bootstrap.lock.check import static_staleness
     from bootstrap.lock.spec import read_spec
 
@@ -236,7 +311,12 @@ def check_freshness(state: EnvState) -> Check:
         return Check(cid, Status.FAIL, str(exc), expected, exc.fix or f"fix {spec_path.name}, then `make lock`")
     if stale:
         items = [str(s) for s in stale]
-        return Check(cid, Status.FAIL, f"stale: {shown(items)}", expected,
-                     f"re-lock and apply: `make lock` then {state.commands.update}", "; ".join(items))
+        return Check(
+            cid,
+            Status.FAIL,
+            f"stale: {shown(items)}",
+            expected,
+            f"re-lock and apply: `make lock` then {state.commands.update}",
+            "; ".join(items),
+        )
     return Check(cid, Status.OK, f"{spec_path.name} satisfied by {state.lock_path.name} [{state.platform}]", expected)
-

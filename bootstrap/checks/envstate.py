@@ -94,7 +94,7 @@ def stable_path(prefix: Path) -> Path:
     """
     gens = prefix.parent.name
     if prefix.name.isdigit() and gens.startswith(".") and gens.endswith(".gens"):
-        stable = prefix.parent.parent / gens[1:-len(".gens")]
+        stable = prefix.parent.parent / gens[1 : -len(".gens")]
         if stable.is_symlink() and os.path.realpath(stable) == os.path.realpath(prefix):
             return stable
     return prefix
@@ -140,4 +140,3 @@ def read_env_state(prefix: Path, root: Optional[Path] = None, lock_path: Optiona
     commands = EnvCommands(env, prefix, standard, project is None or env == project.default_env, lock_path)
     platform = record.platform if record is not None else ""
     return EnvState(prefix, record, mtime, lock, lock_path, problem, platform, commands, project, record_problem)
-

@@ -43,16 +43,20 @@ class FileScan:
     problems: Tuple[Tuple[str, str, str], ...]  # (owner, path relative to the prefix, what is wrong)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"checked": self.checked, "hashed": self.hashed,
-                "problems": [{"owner": owner, "path": path, "problem": what} for owner, path, what in self.problems]}
+        return {
+            "checked": self.checked,
+            "hashed": self.hashed,
+            "problems": [{"owner": owner, "path": path, "problem": what} for owner, path, what in self.problems],
+        }
 
 
 def _b64_to_hex(value: str) -> str:
     return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
 
 
-def _expected_files(prefix: Path, conda_paths: Mapping[str, Sequence[Mapping[str, Any]]],
-                    pip: Sequence[InstalledPip]) -> Iterable[Tuple[str, str, str, Optional[str], Optional[int]]]:
+def _expected_files(
+    prefix: Path, conda_paths: Mapping[str, Sequence[Mapping[str, Any]]], pip: Sequence[InstalledPip]
+) -> Iterable[Tuple[str, str, str, Optional[str], Optional[int]]]:
     """(owner, absolute path, path type, sha256 (hex, or 'b64:' + RECORD's form), size) of every recorded file."""
     base = str(prefix)
     for name, entries in conda_paths.items():
@@ -78,8 +82,13 @@ def _expected_files(prefix: Path, conda_paths: Mapping[str, Sequence[Mapping[str
             yield (f"pip:{dist.name}", os.path.join(site, row[0]), "hardlink", digest, size)
 
 
-def scan_files(prefix: Path, conda_paths: Mapping[str, Sequence[Mapping[str, Any]]], pip: Sequence[InstalledPip],
-               since: float, deep: bool = False) -> FileScan:
+def scan_files(
+    prefix: Path,
+    conda_paths: Mapping[str, Sequence[Mapping[str, Any]]],
+    pip: Sequence[InstalledPip],
+    since: float,
+    deep: bool = False,
+) -> FileScan:
     """Files changed since install: a missing file, a size that differs, or (when its mtime/ctime is
     newer than the install record, or always with `deep`) a sha256 that differs from the record.
 
@@ -113,6 +122,7 @@ def scan_files(prefix: Path, conda_paths: Mapping[str, Sequence[Mapping[str, Any
 
 def _hash_all(paths: Sequence[str]) -> List[str]:
     """sha256 of each path ('' if unreadable); threads for many files (hashlib releases the GIL)."""
+
     def one(path: str) -> str:
         try:
             return sha256_file(path)
@@ -127,8 +137,9 @@ def _hash_all(paths: Sequence[str]) -> List[str]:
         return list(pool.map(one, paths, chunksize=32))
 
 
-def check_files(state: EnvState, conda_paths: Mapping[str, Sequence[Mapping[str, Any]]],
-                pip: Sequence[InstalledPip], deep: bool) -> Check:
+def check_files(
+    state: EnvState, conda_paths: Mapping[str, Sequence[Mapping[str, Any]]], pip: Sequence[InstalledPip], deep: bool
+) -> Check:
     cid = "env.files"
     mode = "sha256 of every file" if deep else "size, then sha256 of files changed since install"
     scan = scan_files(state.prefix, conda_paths, pip, state.record_mtime, deep)
@@ -136,12 +147,19 @@ def check_files(state: EnvState, conda_paths: Mapping[str, Sequence[Mapping[str,
     if not scan.problems:
         return Check(cid, Status.OK, f"{scan.checked} files unchanged ({scan.hashed} hashed)", expected)
     items = [f"{path} ({owner}, {what})" for owner, path, what in scan.problems]
-    remedy = f"restore them: {state.commands.recreate} recreates the env from the lock (the package cache keeps " \
-             "it quick)"
+    remedy = (
+        f"restore them: {state.commands.recreate} recreates the env from the lock (the package cache keeps it quick)"
+    )
     if _older_generation(state.prefix):
         remedy += f", or {state.commands.rollback} returns to the previous generation if that one is intact"
-    return Check(cid, Status.FAIL, f"{len(items)} of {scan.checked} files changed: {shown(items)}", expected,
-                 remedy, "; ".join(items))
+    return Check(
+        cid,
+        Status.FAIL,
+        f"{len(items)} of {scan.checked} files changed: {shown(items)}",
+        expected,
+        remedy,
+        "; ".join(items),
+    )
 
 
 def _older_generation(prefix: Path) -> bool:
@@ -150,4 +168,3 @@ def _older_generation(prefix: Path) -> bool:
     layout = gens.Layout(prefix)
     current = layout.current()
     return current is not None and any(g < current for g in layout.generations())
-

@@ -80,10 +80,15 @@ def cpus_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check:
     minimum = needs.cpus_per_gpu_min * gpus
     expected = f">= {needs.cpus_per_gpu_min} per GPU ({minimum} for {gpus} GPU(s){visible_note(visible)})"
     if host.cpus_usable < minimum:
-        return Check(cid, Status.WARN, observed, expected,
-                     f"give the job more CPUs: `docker run --cpus={minimum}`, `srun --cpus-per-task={minimum}`, "
-                     f"or widen the affinity (`taskset -cp 0-{minimum - 1} PID`)",
-                     "DS-Analyzer: 3-24 cores per GPU hide the data-prep stall; fewer starve the GPU")
+        return Check(
+            cid,
+            Status.WARN,
+            observed,
+            expected,
+            f"give the job more CPUs: `docker run --cpus={minimum}`, `srun --cpus-per-task={minimum}`, "
+            f"or widen the affinity (`taskset -cp 0-{minimum - 1} PID`)",
+            "DS-Analyzer: 3-24 cores per GPU hide the data-prep stall; fewer starve the GPU",
+        )
     return Check(cid, Status.OK, observed, expected)
 
 
@@ -94,14 +99,23 @@ def memory_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check
     observed = f"{host.memory_available_mib} MiB available of {host.memory_total_mib} MiB"
     gpu_mib = sum(g.memory_total_mib or 0 for g in visible.gpus)
     expected = f">= {needs.memory_available_warn_mib} MiB available" + (
-        f", total >= GPU memory ({gpu_mib} MiB)" if gpu_mib else "")
-    remedy = ("free memory or give the job more (`docker run --memory=...`, `srun --mem=...`); "
-              "fewer DataLoader workers (`num_workers`) use less, as each copies the parent's pages")
+        f", total >= GPU memory ({gpu_mib} MiB)" if gpu_mib else ""
+    )
+    remedy = (
+        "free memory or give the job more (`docker run --memory=...`, `srun --mem=...`); "
+        "fewer DataLoader workers (`num_workers`) use less, as each copies the parent's pages"
+    )
     if (host.memory_available_mib or 0) < needs.memory_available_warn_mib:
         return Check(cid, Status.WARN, observed, expected, remedy)
     if gpu_mib and host.memory_total_mib < gpu_mib:
-        return Check(cid, Status.WARN, observed, expected, remedy,
-                     "less RAM than GPU memory: pinned staging buffers and checkpoint loads run short")
+        return Check(
+            cid,
+            Status.WARN,
+            observed,
+            expected,
+            remedy,
+            "less RAM than GPU memory: pinned staging buffers and checkpoint loads run short",
+        )
     return Check(cid, Status.OK, observed, expected)
 
 
@@ -111,8 +125,10 @@ def disk_check(host: HostFacts, needs: LoaderNeeds) -> Check:
         return Check(cid, Status.SKIP, f"unknown ({host.disk_path})", "free disk", detail=_missing(host, "disk"))
     observed = f"{host.disk_free_mib} MiB free on {host.disk_path}"
     expected = f">= {needs.disk_warn_mib} MiB free"
-    remedy = (f"free space on the file system of {host.disk_path}: `du -sh ~/.cache/bootstrap ~/.cache/pip "
-              "~/.cache/uv` shows caches that can go")
+    remedy = (
+        f"free space on the file system of {host.disk_path}: `du -sh ~/.cache/bootstrap ~/.cache/pip "
+        "~/.cache/uv` shows caches that can go"
+    )
     if host.disk_free_mib < needs.disk_fail_mib:
         return Check(cid, Status.FAIL, observed, expected, remedy)
     if host.disk_free_mib < needs.disk_warn_mib:
@@ -124,17 +140,20 @@ def shm_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check:
     """Free /dev/shm against workers x prefetch x batch bytes per loader (bench_method.md section 3)."""
     cid = "host.shm"
     if host.shm_free_mib is None:
-        return Check(cid, Status.SKIP, "no /dev/shm", "shared memory for DataLoader workers",
-                     detail=_missing(host, "shm"))
+        return Check(
+            cid, Status.SKIP, "no /dev/shm", "shared memory for DataLoader workers", detail=_missing(host, "shm")
+        )
     loaders = max(1, visible.devices)
     cpus = host.cpus_usable or 1
     workers = needs.workers_per_loader(cpus, loaders)
     need = needs.shm_need_mib(cpus, loaders)
     observed = f"{host.shm_free_mib} MiB free of {host.shm_total_mib} MiB"
     expected = f">= {needs.shm_pass_factor:g} x need ({needs.shm_pass_factor * need:.0f} MiB)"
-    detail = (f"need = {loaders} loader(s) x {workers} workers x prefetch {needs.prefetch_factor} x "
-              f"{needs.batch_bytes / MIB:.1f} MiB batch = {need:.0f} MiB; workers die with 'Bus error' when "
-              "shm runs out (PyTorch #5040; Docker's default is 64 MB)")
+    detail = (
+        f"need = {loaders} loader(s) x {workers} workers x prefetch {needs.prefetch_factor} x "
+        f"{needs.batch_bytes / MIB:.1f} MiB batch = {need:.0f} MiB; workers die with 'Bus error' when "
+        "shm runs out (PyTorch #5040; Docker's default is 64 MB)"
+    )
     ratio = host.shm_free_mib / need if need else float("inf")
     if ratio >= needs.shm_pass_factor:
         return Check(cid, Status.OK, observed, expected, detail=detail)
@@ -146,11 +165,14 @@ def shm_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check:
 def _shm_remedy(host: HostFacts, size_gib: int) -> str:
     lower = "or lower num_workers / prefetch_factor / batch size"
     if any("kube" in h for h in host.container_hints):
-        return (f"mount a memory-backed volume at /dev/shm (`emptyDir: {{medium: Memory, sizeLimit: {size_gib}Gi}}`), "
-                + lower)
+        return (
+            f"mount a memory-backed volume at /dev/shm (`emptyDir: {{medium: Memory, sizeLimit: {size_gib}Gi}}`), "
+            + lower
+        )
     if host.container_hints:
-        return (f"start the container with `docker run --ipc=host ...` or `docker run --shm-size={size_gib}g ...`, "
-                + lower)
+        return (
+            f"start the container with `docker run --ipc=host ...` or `docker run --shm-size={size_gib}g ...`, " + lower
+        )
     return f"grow it: `sudo mount -o remount,size={size_gib}G /dev/shm`, " + lower
 
 
@@ -165,13 +187,21 @@ def nofile_check(host: HostFacts, needs: LoaderNeeds) -> Check:
     if host.nofile_soft == -1 or host.nofile_soft >= needs.nofile_min:
         return Check(cid, Status.OK, observed, expected)
     hard_ok = host.nofile_hard == -1 or (host.nofile_hard or 0) >= 65536
-    remedy = "`ulimit -n 65536` in the shell that starts training" if hard_ok else \
-        "raise the hard limit (`docker run --ulimit nofile=65536:65536`, or `nofile` in /etc/security/limits.conf), " \
-        "then `ulimit -n 65536`"
-    return Check(cid, Status.WARN, observed, expected,
-                 remedy + "; or torch.multiprocessing.set_sharing_strategy('file_system')",
-                 "worker batches travel as file descriptors: a low limit fails with 'Too many open files' / "
-                 "'received 0 items of ancdata'")
+    remedy = (
+        "`ulimit -n 65536` in the shell that starts training"
+        if hard_ok
+        else "raise the hard limit (`docker run --ulimit nofile=65536:65536`, or `nofile` in "
+        "/etc/security/limits.conf), then `ulimit -n 65536`"
+    )
+    return Check(
+        cid,
+        Status.WARN,
+        observed,
+        expected,
+        remedy + "; or torch.multiprocessing.set_sharing_strategy('file_system')",
+        "worker batches travel as file descriptors: a low limit fails with 'Too many open files' / "
+        "'received 0 items of ancdata'",
+    )
 
 
 def start_method_check(host: HostFacts) -> Check:
@@ -181,17 +211,18 @@ def start_method_check(host: HostFacts) -> Check:
     origin = "set by the program" if host.start_method_explicit else "platform default"
     notes = {
         "fork": "fork: fast worker start; the Dataset must not touch CUDA ('Cannot re-initialize CUDA in forked "
-                "subprocess')",
+        "subprocess')",
         "spawn": "spawn: slow worker start and a picklable Dataset; use persistent_workers=True",
         "forkserver": "forkserver (Python 3.14's Linux default): picklable Dataset; use persistent_workers=True",
     }
-    return Check(cid, Status.OK, f"{host.start_method} ({origin})", "recorded",
-                 detail=notes.get(host.start_method, ""))
+    return Check(cid, Status.OK, f"{host.start_method} ({origin})", "recorded", detail=notes.get(host.start_method, ""))
 
 
 def container_check(host: HostFacts) -> Check:
     observed = ", ".join(host.container_hints) if host.container_hints else "none detected"
-    detail = "in a container /dev/shm, CPUs and memory are the container's limits, checked above" \
-        if host.container_hints else ""
+    detail = (
+        "in a container /dev/shm, CPUs and memory are the container's limits, checked above"
+        if host.container_hints
+        else ""
+    )
     return Check("host.container", Status.OK, observed, "recorded", detail=detail)
-

@@ -99,7 +99,7 @@ def remedies(checks: Iterable[Check]) -> List[str]:
     out = []
     for remedy, ids in named.items():
         family = ids[0].rpartition(".")[0] + "."
-        short = [i[len(family):] if i.startswith(family) and "." not in i[len(family):] else i for i in ids[1:]]
+        short = [i[len(family) :] if i.startswith(family) and "." not in i[len(family) :] else i for i in ids[1:]]
         out.append(f"{', '.join([ids[0]] + short)}: {remedy}")
     return out
 
@@ -130,8 +130,7 @@ def render_table(checks: Sequence[Check], *, show_detail: bool = False) -> str:
             lines.append(f"       {check.detail}")
     counts = summary(checks)
     # only bench can be inconclusive: the other commands' tables keep their four counts
-    lines.append(", ".join(f"{n} {status}" for status, n in counts.items()
-                           if n or status != Status.INCONCLUSIVE.value))
+    lines.append(", ".join(f"{n} {status}" for status, n in counts.items() if n or status != Status.INCONCLUSIVE.value))
     return "\n".join(lines) + "\n"
 
 
@@ -146,8 +145,12 @@ def body(checks: Sequence[Check], kind: str, extra: Optional[Mapping[str, Any]] 
     `kind` names the producer ('verify', 'doctor'); `extra` holds
     producer-specific data (facts, timings) and is always present.
     """
-    return {"kind": kind, "checks": [c.to_dict() for c in checks], "summary": summary(checks),
-            "extra": dict(extra or {})}
+    return {
+        "kind": kind,
+        "checks": [c.to_dict() for c in checks],
+        "summary": summary(checks),
+        "extra": dict(extra or {}),
+    }
 
 
 def to_json(checks: Sequence[Check], kind: str, extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:

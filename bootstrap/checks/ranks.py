@@ -22,24 +22,42 @@ def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, i
     """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE as torchrun sets them, checked before any
     rendezvous (a RANK beyond WORLD_SIZE, or a MASTER_ADDR that names no host, would wait there
     until its timeout); InputError outside torchrun."""
-    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-               if not environ.get(name, "").strip()]
+    missing = [
+        name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if not environ.get(name, "").strip()
+    ]
     if missing:
-        raise InputError("--distributed", f"{'/'.join(missing)} not set: not started by torchrun",
-                         f"run `torchrun --nproc-per-node N -m bootstrap {verb} --distributed`")
-    values = {name: _integer(environ, name, default) for name, default in
-              (("RANK", None), ("WORLD_SIZE", None), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1"),
-               ("MASTER_PORT", None))}
-    for name, low, high in (("WORLD_SIZE", 1, None), ("RANK", 0, values["WORLD_SIZE"] - 1),
-                            ("LOCAL_WORLD_SIZE", 1, values["WORLD_SIZE"]),
-                            ("LOCAL_RANK", 0, values["LOCAL_WORLD_SIZE"] - 1),
-                            ("MASTER_PORT", 1, 65535)):
+        raise InputError(
+            "--distributed",
+            f"{'/'.join(missing)} not set: not started by torchrun",
+            f"run `torchrun --nproc-per-node N -m bootstrap {verb} --distributed`",
+        )
+    values = {
+        name: _integer(environ, name, default)
+        for name, default in (
+            ("RANK", None),
+            ("WORLD_SIZE", None),
+            ("LOCAL_RANK", "0"),
+            ("LOCAL_WORLD_SIZE", "1"),
+            ("MASTER_PORT", None),
+        )
+    }
+    for name, low, high in (
+        ("WORLD_SIZE", 1, None),
+        ("RANK", 0, values["WORLD_SIZE"] - 1),
+        ("LOCAL_WORLD_SIZE", 1, values["WORLD_SIZE"]),
+        ("LOCAL_RANK", 0, values["LOCAL_WORLD_SIZE"] - 1),
+        ("MASTER_PORT", 1, 65535),
+    ):
         if values[name] < low or (high is not None and values[name] > high):
             bounds = f"{low}..{high}" if high is not None else f">= {low}"
             raise InputError(name, f"{values[name]} is outside {bounds}", "let torchrun set the rank variables")
     _check_resolves(environ["MASTER_ADDR"].strip(), values["MASTER_PORT"])
-    return {"rank": values["RANK"], "world_size": values["WORLD_SIZE"], "local_rank": values["LOCAL_RANK"],
-            "local_world_size": values["LOCAL_WORLD_SIZE"]}
+    return {
+        "rank": values["RANK"],
+        "world_size": values["WORLD_SIZE"],
+        "local_rank": values["LOCAL_RANK"],
+        "local_world_size": values["LOCAL_WORLD_SIZE"],
+    }
 
 
 # getaddrinfo(3) has no timeout of its own; glibc gives up on a silent resolver after 5 s per try
@@ -66,8 +84,11 @@ def _check_resolves(host: str, port: int) -> None:
     if answer and answer[0] is None:
         return
     why = answer[0] if answer else f"no answer from the resolver in {RESOLVE_S:.0f} s"
-    raise InputError("MASTER_ADDR", f"{host!r} does not resolve to an address: {why}",
-                     "set it to the host name or IP address of rank 0's node; its port goes in MASTER_PORT")
+    raise InputError(
+        "MASTER_ADDR",
+        f"{host!r} does not resolve to an address: {why}",
+        "set it to the host name or IP address of rank 0's node; its port goes in MASTER_PORT",
+    )
 
 
 def init_process_group(dist: Any, backend: str, timeout: timedelta, environ: Mapping[str, str]) -> None:
@@ -80,17 +101,22 @@ def init_process_group(dist: Any, backend: str, timeout: timedelta, environ: Map
         text = str(exc)
         if "EADDRINUSE" not in text and os.strerror(errno.EADDRINUSE) not in text:
             raise
-        raise InputError("MASTER_PORT", f"{environ.get('MASTER_PORT')} is in use on this host, so rank 0 cannot "
-                         "listen on it", "set MASTER_PORT to a free port, or pass torchrun --master-port PORT"
-                         ) from None
+        raise InputError(
+            "MASTER_PORT",
+            f"{environ.get('MASTER_PORT')} is in use on this host, so rank 0 cannot listen on it",
+            "set MASTER_PORT to a free port, or pass torchrun --master-port PORT",
+        ) from None
 
 
 def check_gpu_of_rank(local_rank: int, gpus: int) -> None:
     """One process per GPU: a local rank beyond the GPUs CUDA sees is a usage error, said before any
     rendezvous (torch.cuda.set_device's 'invalid device ordinal' otherwise)."""
     if local_rank >= gpus:
-        raise InputError("--nproc-per-node", f"LOCAL_RANK {local_rank} but {gpus} GPU(s) visible",
-                         "start one process per GPU: `torchrun --nproc-per-node NUMBER_OF_GPUS ...`")
+        raise InputError(
+            "--nproc-per-node",
+            f"LOCAL_RANK {local_rank} but {gpus} GPU(s) visible",
+            "start one process per GPU: `torchrun --nproc-per-node NUMBER_OF_GPUS ...`",
+        )
 
 
 def _integer(environ: Mapping[str, str], name: str, default: Optional[str]) -> int:
@@ -118,6 +144,11 @@ def merge_checks(gathered: Sequence[Mapping[str, Any]]) -> List[Check]:
     for ranked in by_id.values():  # dicts keep the order ids were first seen in
         rank, check = worst(ranked)
         statuses = ", ".join(f"rank {r} {c.status.value}" for r, c in ranked)
-        merged.append(replace(check, observed=f"rank {rank}: {check.observed}",
-                              detail="; ".join(x for x in (check.detail, statuses) if x)))
+        merged.append(
+            replace(
+                check,
+                observed=f"rank {rank}: {check.observed}",
+                detail="; ".join(x for x in (check.detail, statuses) if x),
+            )
+        )
     return merged

@@ -31,7 +31,6 @@ COMPUTE_RTOL = 1e-2
 PINNED_BYTES = 16 * MIB
 
 
-
 # --------------------------------------------------------------------------- torch (inside the env)
 
 
@@ -85,8 +84,13 @@ def _torch_from_version_file() -> Optional[TorchFound]:
         return None
     values: Dict[str, Any] = {}
     for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
-            node.target if isinstance(node, ast.AnnAssign) else None
+        target = (
+            node.targets[0]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1
+            else node.target
+            if isinstance(node, ast.AnnAssign)
+            else None
+        )
         if isinstance(target, ast.Name) and getattr(node, "value", None) is not None:
             try:
                 values[target.id] = ast.literal_eval(node.value)
@@ -99,9 +103,15 @@ def _torch_from_version_file() -> Optional[TorchFound]:
     cuda, hip = values.get("cuda"), values.get("hip")
     how = "read from torch/version.py (not imported: no NVIDIA GPU to test)"
     unknown = f"ROCm build (HIP {hip}): the NVIDIA rules do not apply" if hip else ""
-    target = TorchTarget(version=public, cuda=None if hip else cuda, variant=local or ("" if cuda else "cpu"),
-                         platform=compat_key(host_platform()), source=f"installed torch, {how}", confidence="high",
-                         unknown=unknown)
+    target = TorchTarget(
+        version=public,
+        cuda=None if hip else cuda,
+        variant=local or ("" if cuda else "cpu"),
+        platform=compat_key(host_platform()),
+        source=f"installed torch, {how}",
+        confidence="high",
+        unknown=unknown,
+    )
     return TorchFound(None, version, str(package.parent.resolve()), target, how)
 
 
@@ -118,18 +128,25 @@ def check_torch_import(found: TorchFound, state: Optional[EnvState]) -> Check:
     observed = f"torch {found.version} from {where}"
     detail = "" if found.module is not None else found.how
     outside = state is not None and not where.startswith(os.path.realpath(state.prefix) + os.sep)
-    shadow = ("`unset PYTHONPATH` and `export PYTHONNOUSERSITE=1` so the env's torch is the one imported "
-              "(`python -c 'import torch; print(torch.__file__)'`)")
+    shadow = (
+        "`unset PYTHONPATH` and `export PYTHONNOUSERSITE=1` so the env's torch is the one imported "
+        "(`python -c 'import torch; print(torch.__file__)'`)"
+    )
     if entry is None:
         if outside:
-            return Check(cid, Status.WARN, observed + " (outside the env)", "torch from the lock",
-                         f"add torch to envs/{state.record.env}.yml under pip: and `make lock`, or {shadow}", detail)
+            return Check(
+                cid,
+                Status.WARN,
+                observed + " (outside the env)",
+                "torch from the lock",
+                f"add torch to envs/{state.record.env}.yml under pip: and `make lock`, or {shadow}",
+                detail,
+            )
         return Check(cid, Status.OK, observed, expected, detail=detail)
     if outside:
         return Check(cid, Status.FAIL, observed + " (outside the env)", expected, shadow, detail)
     if found.version != entry.version:
-        return Check(cid, Status.FAIL, observed, expected, f"install the locked wheel: {state.commands.update}",
-                     detail)
+        return Check(cid, Status.FAIL, observed, expected, f"install the locked wheel: {state.commands.update}", detail)
     return Check(cid, Status.OK, observed, expected, detail=detail)
 
 
@@ -151,48 +168,80 @@ def installed_torch_target(state: EnvState) -> Tuple[Optional[TorchTarget], str]
     return target, ""
 
 
-def device_checks(torch: Any, nvidia: DriverFacts, target: Optional[TorchTarget],
-                  locked: Optional[TorchTarget] = None, environ: Mapping[str, str] = os.environ,
-                  only: Optional[int] = None) -> List[Check]:
+def device_checks(
+    torch: Any,
+    nvidia: DriverFacts,
+    target: Optional[TorchTarget],
+    locked: Optional[TorchTarget] = None,
+    environ: Mapping[str, str] = os.environ,
+    only: Optional[int] = None,
+) -> List[Check]:
     """CUDA available, device count vs NVML, cuDNN, NCCL, pinned memory, matmul + conv on each GPU
     (on GPU `only` alone, if given: a torchrun rank checks its own).
 
     GPU-only code against the real torch.cuda API; without a driver or
     with a CPU build everything is a skip with the reason.
     """
-    ids = ("torch.cuda_available", "torch.device_count", "torch.cudnn", "torch.nccl", "torch.pinned_memory",
-           "torch.gpu")
+    ids = (
+        "torch.cuda_available",
+        "torch.device_count",
+        "torch.cudnn",
+        "torch.nccl",
+        "torch.pinned_memory",
+        "torch.gpu",
+    )
     if target is None or target.unknown:
         why = target.unknown if target is not None else "torch is not importable here"
         return [Check(cid, Status.SKIP, "no NVIDIA torch build", "a CUDA build", detail=why) for cid in ids]
     if target.cuda is None:
         host = "" if nvidia.gpus else "; no NVIDIA GPU here: " + (nvidia.reason or "the driver reports none")
-        return [Check(cid, Status.SKIP, "CPU build of torch", "a CUDA build", detail="torch is a CPU build" + host)
-                for cid in ids]
+        return [
+            Check(cid, Status.SKIP, "CPU build of torch", "a CUDA build", detail="torch is a CPU build" + host)
+            for cid in ids
+        ]
     if not nvidia.gpus and not nvidia.jetson:  # a Jetson without NVML still has its GPU: torch is asked
         why = "no NVIDIA driver (CPU mode): " + (nvidia.reason or "no GPU reported")
         return [Check(cid, Status.SKIP, "no NVIDIA GPU", "a GPU to test", detail=why) for cid in ids]
     if torch is None:
-        return [Check(cid, Status.SKIP, "torch not imported", "a GPU to test", detail="torch could not be imported")
-                for cid in ids]
+        return [
+            Check(cid, Status.SKIP, "torch not imported", "a GPU to test", detail="torch could not be imported")
+            for cid in ids
+        ]
     shown = visible_gpus(nvidia.gpus, environ.get("CUDA_VISIBLE_DEVICES"), environ.get("CUDA_DEVICE_ORDER"))
     visible, visible_note = shown.devices, shown.note
     available = bool(torch.cuda.is_available())
     if not available:
-        remedy = (f"{visible_note} hides every GPU: `unset CUDA_VISIBLE_DEVICES`" if visible_note and not visible
-                  else jetson.torch_remedy(nvidia) if nvidia.jetson
-                  else "see the cuda.driver row; check that `nvidia-smi` works and /dev/nvidia* are readable "
-                       "(containers: `docker run --gpus all`, NVIDIA Container Toolkit)")
-        first = Check("torch.cuda_available", Status.FAIL, "torch.cuda.is_available() is False",
-                      f"True ({len(nvidia.gpus)} GPU(s) per NVML)", remedy)
-        return [first] + [Check(cid, Status.SKIP, "CUDA unavailable", "", detail="torch cannot use CUDA")
-                          for cid in ids[1:]]
+        remedy = (
+            f"{visible_note} hides every GPU: `unset CUDA_VISIBLE_DEVICES`"
+            if visible_note and not visible
+            else jetson.torch_remedy(nvidia)
+            if nvidia.jetson
+            else "see the cuda.driver row; check that `nvidia-smi` works and /dev/nvidia* are readable "
+            "(containers: `docker run --gpus all`, NVIDIA Container Toolkit)"
+        )
+        first = Check(
+            "torch.cuda_available",
+            Status.FAIL,
+            "torch.cuda.is_available() is False",
+            f"True ({len(nvidia.gpus)} GPU(s) per NVML)",
+            remedy,
+        )
+        return [first] + [
+            Check(cid, Status.SKIP, "CUDA unavailable", "", detail="torch cannot use CUDA") for cid in ids[1:]
+        ]
     checks = [Check("torch.cuda_available", Status.OK, f"True (CUDA {torch.version.cuda})", "True")]
     count = int(torch.cuda.device_count())
-    checks.append(_count_check(count, visible, visible_note, len(nvidia.gpus)) if nvidia.gpus else
-                  Check("torch.device_count", Status.OK if count else Status.FAIL, str(count),
-                        f">= 1 (this Jetson's GPU; no NVML to count by: {nvidia.jetson})",
-                        "" if count else jetson.torch_remedy(nvidia)))
+    checks.append(
+        _count_check(count, visible, visible_note, len(nvidia.gpus))
+        if nvidia.gpus
+        else Check(
+            "torch.device_count",
+            Status.OK if count else Status.FAIL,
+            str(count),
+            f">= 1 (this Jetson's GPU; no NVML to count by: {nvidia.jetson})",
+            "" if count else jetson.torch_remedy(nvidia),
+        )
+    )
     checks.append(_library_check("torch.cudnn", target.cudnn, (locked or target).cudnn, target))
     checks.append(_library_check("torch.nccl", target.nccl, (locked or target).nccl, target))
     checks.append(pinned_check(torch, f"cuda:{only or 0}"))
@@ -206,9 +255,12 @@ def _count_check(count: int, visible: int, note: str, nvml: int) -> Check:
     expected = f"{visible} ({nvml} per NVML" + (f", {note})" if note else ")")
     if count == visible:
         return Check(cid, Status.OK, str(count), expected)
-    remedy = (f"{note} hides some GPUs: `unset CUDA_VISIBLE_DEVICES`" if note and visible < nvml
-              else "`nvidia-smi -L` lists every GPU; one torch cannot open is held in exclusive-process mode by "
-                   "another job or needs a reset (`sudo nvidia-smi -r -i N`); containers: `docker run --gpus all`")
+    remedy = (
+        f"{note} hides some GPUs: `unset CUDA_VISIBLE_DEVICES`"
+        if note and visible < nvml
+        else "`nvidia-smi -L` lists every GPU; one torch cannot open is held in exclusive-process mode by "
+        "another job or needs a reset (`sudo nvidia-smi -r -i N`); containers: `docker run --gpus all`"
+    )
     return Check(cid, Status.FAIL, str(count), expected, remedy)
 
 
@@ -218,12 +270,21 @@ def _library_check(cid: str, found: Optional[str], wanted: Optional[str], target
         return Check(cid, Status.SKIP, "n/a", "NCCL", detail="torch ships NCCL on Linux only")
     expected = f"{name} {wanted}" if wanted else f"{name} available"
     if not found:
-        return Check(cid, Status.FAIL, f"{name} not available to torch {target.label}", expected,
-                     "reinstall the locked wheels (nvidia-cudnn-*/nvidia-nccl-*): `make env`, or recreate the env")
+        return Check(
+            cid,
+            Status.FAIL,
+            f"{name} not available to torch {target.label}",
+            expected,
+            "reinstall the locked wheels (nvidia-cudnn-*/nvidia-nccl-*): `make env`, or recreate the env",
+        )
     if wanted and not (wanted.startswith(found) or found.startswith(wanted)):
-        return Check(cid, Status.WARN, f"{name} {found}", expected,
-                     "the nvidia-* wheel differs from the one torch was built with: install the lock's wheels "
-                     "(`make env`)")
+        return Check(
+            cid,
+            Status.WARN,
+            f"{name} {found}",
+            expected,
+            "the nvidia-* wheel differs from the one torch was built with: install the lock's wheels (`make env`)",
+        )
     return Check(cid, Status.OK, f"{name} {found}", expected)
 
 
@@ -238,11 +299,21 @@ def pinned_check(torch: Any, device: str = "cuda:0") -> Check:
         torch.cuda.synchronize(device)
         ok = bool(host.is_pinned()) and bool(torch.equal(back, host))
     except Exception as exc:  # noqa: BLE001 - see _compare: any CUDA error is a verdict, not a traceback
-        return Check(cid, Status.FAIL, first_line(exc), expected,
-                     "raise the locked-memory limit: `ulimit -l unlimited` (docker: `--ulimit memlock=-1`)")
+        return Check(
+            cid,
+            Status.FAIL,
+            first_line(exc),
+            expected,
+            "raise the locked-memory limit: `ulimit -l unlimited` (docker: `--ulimit memlock=-1`)",
+        )
     if not ok:
-        return Check(cid, Status.FAIL, "round trip corrupted the data", expected,
-                     "the GPU or its PCIe link corrupts transfers: run `dcgmi diag -r 2` and drain the GPU")
+        return Check(
+            cid,
+            Status.FAIL,
+            "round trip corrupted the data",
+            expected,
+            "the GPU or its PCIe link corrupts transfers: run `dcgmi diag -r 2` and drain the GPU",
+        )
     return Check(cid, Status.OK, "allocated and copied", expected)
 
 
@@ -256,10 +327,24 @@ def compute_checks(torch: Any, index: int, device: Optional[str] = None) -> List
     x, w = torch.randn(8, 16, 32, 32, generator=gen), torch.randn(32, 16, 3, 3, generator=gen)
     conv = torch.nn.functional.conv2d
     return [
-        _compare(torch, f"{prefix}.matmul", device, where, f"{MATMUL_N}x{MATMUL_N} fp32 matmul",
-                 lambda: a.to(device) @ b.to(device), a.double() @ b.double()),
-        _compare(torch, f"{prefix}.conv", device, where, "3x3 fp32 conv2d (8x16x32x32)",
-                 lambda: conv(x.to(device), w.to(device), padding=1), conv(x.double(), w.double(), padding=1)),
+        _compare(
+            torch,
+            f"{prefix}.matmul",
+            device,
+            where,
+            f"{MATMUL_N}x{MATMUL_N} fp32 matmul",
+            lambda: a.to(device) @ b.to(device),
+            a.double() @ b.double(),
+        ),
+        _compare(
+            torch,
+            f"{prefix}.conv",
+            device,
+            where,
+            "3x3 fp32 conv2d (8x16x32x32)",
+            lambda: conv(x.to(device), w.to(device), padding=1),
+            conv(x.double(), w.double(), padding=1),
+        ),
     ]
 
 
@@ -273,8 +358,9 @@ def _device_label(torch: Any, index: int, device: str) -> str:
         return device
 
 
-def _compare(torch: Any, cid: str, device: str, where: str, what: str, run_on_device: Callable[[], Any],
-             reference: Any) -> Check:
+def _compare(
+    torch: Any, cid: str, device: str, where: str, what: str, run_on_device: Callable[[], Any], reference: Any
+) -> Check:
     expected = f"{what} on {where} within {COMPUTE_RTOL:g} of the CPU (float64) result"
     try:
         out = run_on_device()
@@ -285,8 +371,13 @@ def _compare(torch: Any, cid: str, device: str, where: str, what: str, run_on_de
         return Check(cid, Status.FAIL, first_line(exc), expected, _runtime_remedy(str(exc), cid))
     observed = f"max relative error {error:.1e}"
     if not error <= COMPUTE_RTOL:  # also catches NaN
-        return Check(cid, Status.FAIL, observed, expected,
-                     "this GPU computes wrong results: drain it and run `dcgmi diag -r 3` (or gpu-burn)")
+        return Check(
+            cid,
+            Status.FAIL,
+            observed,
+            expected,
+            "this GPU computes wrong results: drain it and run `dcgmi diag -r 3` (or gpu-burn)",
+        )
     return Check(cid, Status.OK, observed, expected)
 
 

@@ -28,31 +28,54 @@ def env_candidates(project: Any, env: str, spec: Any, platform: str, read: Any =
     out = []
     for variant, path in variant_locks(project, env, spec):
         if variant is not None and platform not in variant.platforms:
-            out.append(Candidate(variant.name, path, None, f"not locked for {platform} (the variant's platforms: "
-                                 f"{', '.join(variant.platforms)})", variant.default, installs=False))
+            out.append(
+                Candidate(
+                    variant.name,
+                    path,
+                    None,
+                    f"not locked for {platform} (the variant's platforms: {', '.join(variant.platforms)})",
+                    variant.default,
+                    installs=False,
+                )
+            )
         else:
-            out.append(lock_candidate(path, platform, variant.name if variant else "",
-                                      default=variant is None or variant.default,
-                                      read=read))
+            out.append(
+                lock_candidate(
+                    path,
+                    platform,
+                    variant.name if variant else "",
+                    default=variant is None or variant.default,
+                    read=read,
+                )
+            )
     return out
 
 
-def lock_candidate(path: Path, platform: str, name: Optional[str] = None, default: bool = True,
-                   read: Any = None) -> Candidate:
+def lock_candidate(
+    path: Path, platform: str, name: Optional[str] = None, default: bool = True, read: Any = None
+) -> Candidate:
     """One lock as a candidate: the torch it installs on `platform`, or why there is none. `name`
     None: the variant its metadata records; `read`: a lock already read, used when it is the one at `path`."""
     from bootstrap.lock.lockfile import read_lock
 
     if not os.path.lexists(path):  # a FIFO, a device or a dangling link in its place is read, and refused
-        return Candidate(name or "", path, None, f"not locked yet: no {path.name} (`make lock`)", default,
-                         installs=False)
+        return Candidate(
+            name or "", path, None, f"not locked yet: no {path.name} (`make lock`)", default, installs=False
+        )
     try:
         lock = read if read is not None and read.path == path else read_lock(path)
     except InputError as exc:
         return Candidate(name or "", path, None, str(exc), default, installs=False)
     target, why = lock_torch_target(lock, platform)
-    return Candidate(lock.custom.get(META_VARIANT, "") if name is None else name, path, target, why, default,
-                     installs=platform in lock.platforms, lock=lock)
+    return Candidate(
+        lock.custom.get(META_VARIANT, "") if name is None else name,
+        path,
+        target,
+        why,
+        default,
+        installs=platform in lock.platforms,
+        lock=lock,
+    )
 
 
 def variant_check(pick: Pick, env: str, installed: str = "") -> Check:
@@ -85,8 +108,9 @@ def installed_variant_check(state: Any, nvidia: DriverFacts) -> Optional[Check]:
     try:
         spec = read_spec(spec_path)
     except (InputError, ImportError) as exc:  # a spec with a torch pin needs `packaging`, which an env may lack
-        return Check("env.variant", Status.SKIP, f"cannot read the variants of {spec_path.name}", expected,
-                     detail=str(exc))
+        return Check(
+            "env.variant", Status.SKIP, f"cannot read the variants of {spec_path.name}", expected, detail=str(exc)
+        )
     if not spec.variants:
         return None
     installed = state.record.variant or (state.lock.custom.get(META_VARIANT, "") if state.lock else "")
@@ -104,20 +128,32 @@ def judge_installed(pick: Pick, installed: str, lock_name: str, switch_to: Calla
     chosen = pick.chosen
     switch = "" if chosen is None else f"{switch_to(chosen.candidate.name)} installs it in place"
     if verdict is None:
-        return Check(cid, Status.WARN, observed + ": not a variant of the spec", expected,
-                     switch or pick.remedy, pick.why)
+        return Check(
+            cid, Status.WARN, observed + ": not a variant of the spec", expected, switch or pick.remedy, pick.why
+        )
     if verdict is chosen:
-        return Check(cid, Status.OK, observed + f": {verdict.build}, the pick for this host", expected,
-                     detail=pick.why)
+        return Check(cid, Status.OK, observed + f": {verdict.build}, the pick for this host", expected, detail=pick.why)
     if verdict.status is Status.FAIL:
         if chosen is not None and chosen.runs:
-            return Check(cid, Status.FAIL, observed + f": will not run here ({verdict.reasons[0]}); "
-                         f"this host should run {chosen.candidate.label}", expected, switch, pick.why)
+            return Check(
+                cid,
+                Status.FAIL,
+                observed + f": will not run here ({verdict.reasons[0]}); this host should run {chosen.candidate.label}",
+                expected,
+                switch,
+                pick.why,
+            )
         return Check(cid, Status.WARN, observed + ": no locked variant runs here", expected, pick.remedy, pick.why)
     if chosen is None or verdict.status is Status.SKIP:
         return Check(cid, Status.SKIP, observed + ": not judged", expected, detail=_reason(verdict) or pick.why)
-    return Check(cid, Status.WARN, observed + f": runs, but {chosen.candidate.label} is the pick for this host",
-                 expected, f"{switch}, or keep this one with VARIANT={installed}", pick.why)
+    return Check(
+        cid,
+        Status.WARN,
+        observed + f": runs, but {chosen.candidate.label} is the pick for this host",
+        expected,
+        f"{switch}, or keep this one with VARIANT={installed}",
+        pick.why,
+    )
 
 
 def _reason(verdict: Verdict) -> str:

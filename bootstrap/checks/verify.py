@@ -103,8 +103,9 @@ def bench_interrupted(checks: Sequence[Check]) -> bool:
     return any(c.id == "bench" and c.status is Status.FAIL and c.observed.endswith(_INTERRUPTED) for c in checks)
 
 
-def bench_checks(enabled: bool, inside: bool, budget_s: float, nvml: Any = None,
-                 bench: Optional[Callable[..., Any]] = None) -> List[Check]:
+def bench_checks(
+    enabled: bool, inside: bool, budget_s: float, nvml: Any = None, bench: Optional[Callable[..., Any]] = None
+) -> List[Check]:
     """The acceptance benchmark on a small budget, its verdicts as checks (`python -m bootstrap bench --budget S`).
 
     `bench` is `bootstrap.bench.run_bench` (tests pass a stand-in). On a
@@ -116,8 +117,15 @@ def bench_checks(enabled: bool, inside: bool, budget_s: float, nvml: Any = None,
     if not enabled:
         return [Check(cid, Status.SKIP, "--no-bench", expected, detail="skipped on request")]
     if not inside:
-        return [Check(cid, Status.SKIP, "not inside the env", expected,
-                      detail="run `python -m bootstrap verify` with the env's python to benchmark it")]
+        return [
+            Check(
+                cid,
+                Status.SKIP,
+                "not inside the env",
+                expected,
+                detail="run `python -m bootstrap verify` with the env's python to benchmark it",
+            )
+        ]
     rerun = f"`python -m bootstrap --debug bench --budget {budget_s:g}` shows the traceback"
     try:
         from bootstrap.bench import BenchOptions, run_bench
@@ -132,17 +140,33 @@ def bench_checks(enabled: bool, inside: bool, budget_s: float, nvml: Any = None,
     device = result.device or {}
     on_cpu = device.get("type") != "cuda"
     best = result.best.label if result.best is not None else "no winner"
-    observed = (f"{device.get('name', '?')} ({device.get('type', '?')}), {result.seconds:.0f} s of a "
-                f"{result.budget_s:g} s budget, best loader: {best}" + (_INTERRUPTED if result.partial else ""))
+    observed = (
+        f"{device.get('name', '?')} ({device.get('type', '?')}), {result.seconds:.0f} s of a "
+        f"{result.budget_s:g} s budget, best loader: {best}" + (_INTERRUPTED if result.partial else "")
+    )
     if result.partial:  # Ctrl-C: what was measured is reported, but an acceptance run cut short is no pass
-        checks = [Check(cid, Status.FAIL, observed, expected, "run it to the end, or skip it with --no-bench",
-                        "; ".join(result.notes))]
+        checks = [
+            Check(
+                cid,
+                Status.FAIL,
+                observed,
+                expected,
+                "run it to the end, or skip it with --no-bench",
+                "; ".join(result.notes),
+            )
+        ]
     else:
         checks = [Check(cid, Status.OK, observed, expected, detail="; ".join(result.notes))]
     for check in result.checks:
         if on_cpu and check.status is Status.FAIL:
-            check = Check(check.id, Status.WARN, check.observed, check.expected, check.remedy,
-                          "host run on the CPU: a sizing figure, not a GPU acceptance verdict; " + check.detail)
+            check = Check(
+                check.id,
+                Status.WARN,
+                check.observed,
+                check.expected,
+                check.remedy,
+                "host run on the CPU: a sizing figure, not a GPU acceptance verdict; " + check.detail,
+            )
         checks.append(check)
     return checks
 
@@ -150,8 +174,9 @@ def bench_checks(enabled: bool, inside: bool, budget_s: float, nvml: Any = None,
 # --------------------------------------------------------------------------- verify
 
 
-def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run,
-               torch_module: Any = None) -> VerifyResult:
+def run_verify(
+    options: VerifyOptions, *, nvml: Any = None, runner: Runner = run, torch_module: Any = None
+) -> VerifyResult:
     """Every check for one env on this machine (or for recorded facts with `facts_path`)."""
     if options.facts_path is not None:
         return replay(options)
@@ -189,14 +214,23 @@ def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run
     checks += nvidia_checks(facts.nvidia, facts.host)
     if found is not None:
         checks.append(check_torch_import(found, state if state.record is not None else None))
-    checks += evaluate(facts.nvidia, target, facts.visible()) if target is not None else \
-        [Check("torch.cuda_build", Status.SKIP, "no torch", "a torch build", detail=target_why)]
+    checks += (
+        evaluate(facts.nvidia, target, facts.visible())
+        if target is not None
+        else [Check("torch.cuda_build", Status.SKIP, "no torch", "a torch build", detail=target_why)]
+    )
     if found is not None:
         checks += device_checks(found.module, facts.nvidia, found.target, locked_target, only=options.gpu)
     else:
-        checks.append(Check("torch.gpu", Status.SKIP, "not inside the env", "CUDA, matmul, conv and pinned memory",
-                            detail=f"{facts.torch_reason}: run `{python_executable(prefix)} -m bootstrap verify` "
-                                   "for them"))
+        checks.append(
+            Check(
+                "torch.gpu",
+                Status.SKIP,
+                "not inside the env",
+                "CUDA, matmul, conv and pinned memory",
+                detail=f"{facts.torch_reason}: run `{python_executable(prefix)} -m bootstrap verify` for them",
+            )
+        )
     seconds["torch"] = _lap(started, seconds)
     checks += host_checks(facts.host, facts.nvidia, options.needs)
     checks += bench_checks(options.bench, inside, options.bench_budget_s, nvml)
@@ -204,8 +238,15 @@ def run_verify(options: VerifyOptions, *, nvml: Any = None, runner: Runner = run
     if options.save_facts is not None:
         save_facts(facts, options.save_facts)
     seconds["total"] = time.perf_counter() - started
-    return VerifyResult(checks=tuple(checks), prefix=prefix, lock_path=state.lock_path, inside=inside, facts=facts,
-                        facts_source="this host", seconds=seconds)
+    return VerifyResult(
+        checks=tuple(checks),
+        prefix=prefix,
+        lock_path=state.lock_path,
+        inside=inside,
+        facts=facts,
+        facts_source="this host",
+        seconds=seconds,
+    )
 
 
 def _lap(started: float, seconds: Optional[Dict[str, float]] = None) -> float:
@@ -223,16 +264,40 @@ def replay(options: VerifyOptions) -> VerifyResult:
     if target is None and lock_path is not None:
         lock = read_lock(lock_path)
         target, why = lock_torch_target(lock, conda_subdir(facts.platform, lock.platforms))
-    checks = [Check("env", Status.SKIP, "recorded facts", "the env itself",
-                    detail=f"re-evaluating {source}: the env checks need the env (run verify inside it)")]
+    checks = [
+        Check(
+            "env",
+            Status.SKIP,
+            "recorded facts",
+            "the env itself",
+            detail=f"re-evaluating {source}: the env checks need the env (run verify inside it)",
+        )
+    ]
     checks += nvidia_checks(facts.nvidia, facts.host)
-    checks += evaluate(facts.nvidia, target, facts.visible()) if target is not None else \
-        [Check("torch.cuda_build", Status.SKIP, "no torch", "a torch build", detail=why or "no lock at hand")]
-    checks.append(Check("torch.gpu", Status.SKIP, "recorded facts", "a live GPU",
-                        detail="CUDA, matmul, conv and pinned memory need the machine itself"))
+    checks += (
+        evaluate(facts.nvidia, target, facts.visible())
+        if target is not None
+        else [Check("torch.cuda_build", Status.SKIP, "no torch", "a torch build", detail=why or "no lock at hand")]
+    )
+    checks.append(
+        Check(
+            "torch.gpu",
+            Status.SKIP,
+            "recorded facts",
+            "a live GPU",
+            detail="CUDA, matmul, conv and pinned memory need the machine itself",
+        )
+    )
     checks += host_checks(facts.host, facts.nvidia, options.needs)
-    checks.append(Check("bench", Status.SKIP, "recorded facts", "the acceptance benchmark",
-                        detail="the benchmark needs the machine itself"))
-    return VerifyResult(checks=tuple(checks), prefix=None, lock_path=lock_path, inside=False, facts=facts,
-                        facts_source=source)
-
+    checks.append(
+        Check(
+            "bench",
+            Status.SKIP,
+            "recorded facts",
+            "the acceptance benchmark",
+            detail="the benchmark needs the machine itself",
+        )
+    )
+    return VerifyResult(
+        checks=tuple(checks), prefix=None, lock_path=lock_path, inside=False, facts=facts, facts_source=source
+    )

@@ -34,8 +34,9 @@ def directory(text: str) -> Path:
 
 def platform(text: str) -> str:
     if not _SUBDIR.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"'{scrub_argument(text)}' is not a conda platform "
-                                         f"({', '.join(KNOWN_PLATFORMS)}, ...)")
+        raise argparse.ArgumentTypeError(
+            f"'{scrub_argument(text)}' is not a conda platform ({', '.join(KNOWN_PLATFORMS)}, ...)"
+        )
     return text
 
 

@@ -20,26 +20,56 @@ TOOLS_REQUIREMENTS = Path(__file__).resolve().parents[2] / "scripts" / "requirem
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("envs", nargs="*", metavar="ENV", help="envs to bundle (default: the project's default, py310)")
-    parser.add_argument("--platform", type=argtypes.platform, action="append", default=[], metavar="P",
-                        help="locked platform to bundle (repeatable; default: this machine's)")
-    parser.add_argument("--variant", action="append", default=[], metavar="V",
-                        help="torch variant to bundle (repeatable; default: each env's default variant); "
-                             "on the node `make env BUNDLE=FILE VARIANT=V`")
-    parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
-                        help="fetch URLs under CANONICAL from an HTTP mirror or a local directory")
-    parser.add_argument("-o", "--output", type=argtypes.path, default=None,
-                        help="the bundle to write (default: bundle-ENV-PLATFORM.tar here)")
-    parser.add_argument("--cache-dir", type=argtypes.path, default=None,
-                        help="package cache (default: ~/.cache/bootstrap)")
-    parser.add_argument("--tools-python", action="append", default=[], metavar="X.Y",
-                        help="bundle the tools venv's wheels for this python3 of the nodes "
-                             "(repeatable; default: this one's)")
-    parser.add_argument("--no-tools", action="store_true",
-                        help="leave the tools venv's wheels out (the nodes have one, or reach a PyPI mirror)")
+    parser.add_argument(
+        "--platform",
+        type=argtypes.platform,
+        action="append",
+        default=[],
+        metavar="P",
+        help="locked platform to bundle (repeatable; default: this machine's)",
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="V",
+        help="torch variant to bundle (repeatable; default: each env's default variant); "
+        "on the node `make env BUNDLE=FILE VARIANT=V`",
+    )
+    parser.add_argument(
+        "--mirror",
+        action="append",
+        default=[],
+        metavar="CANONICAL=URL",
+        help="fetch URLs under CANONICAL from an HTTP mirror or a local directory",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=argtypes.path,
+        default=None,
+        help="the bundle to write (default: bundle-ENV-PLATFORM.tar here)",
+    )
+    parser.add_argument(
+        "--cache-dir", type=argtypes.path, default=None, help="package cache (default: ~/.cache/bootstrap)"
+    )
+    parser.add_argument(
+        "--tools-python",
+        action="append",
+        default=[],
+        metavar="X.Y",
+        help="bundle the tools venv's wheels for this python3 of the nodes (repeatable; default: this one's)",
+    )
+    parser.add_argument(
+        "--no-tools",
+        action="store_true",
+        help="leave the tools venv's wheels out (the nodes have one, or reach a PyPI mirror)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_pip_index_options(parser.add_argument_group("the tools venv's wheels (uv)"))
-    parser.add_argument("--root", type=argtypes.directory, default=None,
-                        help="project root (default: nearest dir with envs/)")
+    parser.add_argument(
+        "--root", type=argtypes.directory, default=None, help="project root (default: nearest dir with envs/)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,17 +95,26 @@ def run(args: argparse.Namespace) -> int:
         pip=PipOptions(find_links=tuple(args.pip_find_links), no_index=args.pip_no_index),
     )
     with progress_feedback(sys.stderr.isatty(), quiet=args.json) as feedback:
-        result = make_bundle(options, started=feedback.fetch_started, fetched=feedback.fetched,
-                             waiting=feedback.waiting, watch=feedback.watch)
+        result = make_bundle(
+            options,
+            started=feedback.fetch_started,
+            fetched=feedback.fetched,
+            waiting=feedback.waiting,
+            watch=feedback.watch,
+        )
     if args.json:
         print(dumps("bootstrap.bundle-result", result.to_dict()))
     else:
         tools = ", ".join(f"Python {t.python_version} on {t.platform}" for t in options.tools) or "--no-tools"
-        print(f"{', '.join(result.envs)} [{', '.join(result.platforms)}]: "
-              f"{result.artifacts} conda archives and wheels, "
-              f"{result.tools_wheels} wheels of the tools venv ({tools}), {size_text(result.size)} in {result.path}")
-        print(f"on the node: make env BUNDLE={result.path.name}   "
-              f"(or python -m bootstrap env --bundle {result.path.name})")
+        print(
+            f"{', '.join(result.envs)} [{', '.join(result.platforms)}]: "
+            f"{result.artifacts} conda archives and wheels, "
+            f"{result.tools_wheels} wheels of the tools venv ({tools}), {size_text(result.size)} in {result.path}"
+        )
+        print(
+            f"on the node: make env BUNDLE={result.path.name}   "
+            f"(or python -m bootstrap env --bundle {result.path.name})"
+        )
     return EXIT_OK
 
 
@@ -101,6 +140,9 @@ def _tools_targets(project: Project, platforms: tuple, pythons: list) -> tuple:
     versions = tuple(dict.fromkeys(pythons)) or ("%d.%d" % sys.version_info[:2],)
     for version in versions:
         if not re.fullmatch(r"3\.\d+", version) or int(version.split(".")[1]) < 10:
-            raise InputError("--tools-python", f"'{version}' is not a Python the tools run on",
-                             "give X.Y, 3.10 or newer (py-rattler and conda-lock need it)")
+            raise InputError(
+                "--tools-python",
+                f"'{version}' is not a Python the tools run on",
+                "give X.Y, 3.10 or newer (py-rattler and conda-lock need it)",
+            )
     return tuple(target_for(p, v, virtual_packages) for p in platforms if not p.startswith("win-") for v in versions)

@@ -13,13 +13,16 @@ from bootstrap.report import dumps
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prune", action="store_true",
-                        help="remove what no lock of this project installs (old locks, other projects)")
-    parser.add_argument("--cache-dir", type=argtypes.path, default=None,
-                        help="package cache (default: ~/.cache/bootstrap)")
+    parser.add_argument(
+        "--prune", action="store_true", help="remove what no lock of this project installs (old locks, other projects)"
+    )
+    parser.add_argument(
+        "--cache-dir", type=argtypes.path, default=None, help="package cache (default: ~/.cache/bootstrap)"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--root", type=argtypes.directory, default=None,
-                        help="project root (default: nearest dir with envs/)")
+    parser.add_argument(
+        "--root", type=argtypes.directory, default=None, help="project root (default: nearest dir with envs/)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,14 +39,19 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if pruned is not None:
         freed = sum(u.bytes for u in pruned.removed)
-        print(f"removed {', '.join(f'{u.entries} {u.kind}' for u in pruned.removed) or 'nothing'}: "
-              f"{size_text(freed)} freed; kept what {', '.join(Path(p).name for p in pruned.kept_for)} install(s)")
+        print(
+            f"removed {', '.join(f'{u.entries} {u.kind}' for u in pruned.removed) or 'nothing'}: "
+            f"{size_text(freed)} freed; kept what {', '.join(Path(p).name for p in pruned.kept_for)} install(s)"
+        )
         stuck = [u for u in pruned.left if u.entries]
         if stuck:
-            print(f"could not remove {', '.join(f'{u.entries} {u.kind}' for u in stuck)} "
-                  f"({size_text(sum(u.bytes for u in stuck))}): another user's? ask them, or their admin, to prune")
-    print(f"{cache_dir}: {size_text(sum(u.bytes for u in now))}"
-          + ("" if cache_dir.exists() else " (does not exist yet)"))
+            print(
+                f"could not remove {', '.join(f'{u.entries} {u.kind}' for u in stuck)} "
+                f"({size_text(sum(u.bytes for u in stuck))}): another user's? ask them, or their admin, to prune"
+            )
+    print(
+        f"{cache_dir}: {size_text(sum(u.bytes for u in now))}" + ("" if cache_dir.exists() else " (does not exist yet)")
+    )
     for u in now:
         print(f"  {u.kind:9} {u.entries:6} entries  {size_text(u.bytes):>10}")
     return EXIT_OK

@@ -17,19 +17,42 @@ from bootstrap.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", default=None, metavar="NAME",
-                        help="env whose torch variants to judge (default: the project's default env)")
-    parser.add_argument("--lock", type=argtypes.path, default=None,
-                        help="judge this one lock instead of the env's (e.g. a lock from elsewhere)")
-    parser.add_argument("--platform", type=argtypes.platform, default=None,
-                        help="locked platform to read (default: this host's, or the recorded facts')")
+    parser.add_argument(
+        "--env",
+        default=None,
+        metavar="NAME",
+        help="env whose torch variants to judge (default: the project's default env)",
+    )
+    parser.add_argument(
+        "--lock",
+        type=argtypes.path,
+        default=None,
+        help="judge this one lock instead of the env's (e.g. a lock from elsewhere)",
+    )
+    parser.add_argument(
+        "--platform",
+        type=argtypes.platform,
+        default=None,
+        help="locked platform to read (default: this host's, or the recorded facts')",
+    )
     parser.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
-    parser.add_argument("--facts", type=argtypes.path, default=None, metavar="FILE",
-                        help="evaluate facts recorded with --save-facts instead of probing this host")
-    parser.add_argument("--save-facts", type=argtypes.path, default=None, metavar="FILE",
-                        help="write the gathered facts (JSON) to reproduce this diagnosis elsewhere")
-    parser.add_argument("--root", type=argtypes.directory, default=None,
-                        help="project root (default: nearest dir with envs/)")
+    parser.add_argument(
+        "--facts",
+        type=argtypes.path,
+        default=None,
+        metavar="FILE",
+        help="evaluate facts recorded with --save-facts instead of probing this host",
+    )
+    parser.add_argument(
+        "--save-facts",
+        type=argtypes.path,
+        default=None,
+        metavar="FILE",
+        help="write the gathered facts (JSON) to reproduce this diagnosis elsewhere",
+    )
+    parser.add_argument(
+        "--root", type=argtypes.directory, default=None, help="project root (default: nearest dir with envs/)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show each check's evidence")
 
 
@@ -39,10 +62,19 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.report import dumps
 
     if args.facts is not None and args.save_facts is not None:
-        raise InputError("--save-facts", "does not apply to --facts (the facts are already recorded)",
-                         "drop one of them")
-    result = run_doctor(DoctorOptions(lock_path=args.lock, env=args.env, platform=args.platform,
-                                      facts_path=args.facts, save_facts=args.save_facts, root=args.root))
+        raise InputError(
+            "--save-facts", "does not apply to --facts (the facts are already recorded)", "drop one of them"
+        )
+    result = run_doctor(
+        DoctorOptions(
+            lock_path=args.lock,
+            env=args.env,
+            platform=args.platform,
+            facts_path=args.facts,
+            save_facts=args.save_facts,
+            root=args.root,
+        )
+    )
     if args.json:
         print(dumps(FORMAT, result.to_dict()))
     else:

@@ -20,28 +20,57 @@ from bootstrap.report import dumps
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env", nargs="?", default=None, help="env to create (default: the project's default, py310)")
-    parser.add_argument("--variant", default="auto", metavar="auto|NAME",
-                        help="torch variant to install (default auto: the one `doctor` picks for this host)")
+    parser.add_argument(
+        "--variant",
+        default="auto",
+        metavar="auto|NAME",
+        help="torch variant to install (default auto: the one `doctor` picks for this host)",
+    )
     parser.add_argument("--force", action="store_true", help="install --variant NAME even where it will not run")
-    parser.add_argument("--facts", type=argtypes.path, default=None, metavar="FILE",
-                        help="pick the variant for facts recorded with `doctor --save-facts` instead of this host's")
-    parser.add_argument("--lock", type=argtypes.path, default=None,
-                        help="lock file (default: the lock of the env's variant in the project)")
+    parser.add_argument(
+        "--facts",
+        type=argtypes.path,
+        default=None,
+        metavar="FILE",
+        help="pick the variant for facts recorded with `doctor --save-facts` instead of this host's",
+    )
+    parser.add_argument(
+        "--lock",
+        type=argtypes.path,
+        default=None,
+        help="lock file (default: the lock of the env's variant in the project)",
+    )
     parser.add_argument("--prefix", type=argtypes.path, default=None, help="where the env lives (default: .envs/ENV)")
-    parser.add_argument("--platform", type=argtypes.platform, default=None,
-                        help="locked platform to install (default: this machine's)")
-    parser.add_argument("--mirror", action="append", default=[], metavar="CANONICAL=URL",
-                        help="fetch URLs under CANONICAL from an HTTP mirror or a local directory")
-    parser.add_argument("--bundle", type=argtypes.path, default=None, metavar="FILE",
-                        help="take the artifacts from this bundle (`bootstrap bundle`): no channel or index needed")
-    parser.add_argument("--cache-dir", type=argtypes.path, default=None,
-                        help="package cache (default: ~/.cache/bootstrap)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the plan (with --rollback: the generation it would switch to); change nothing")
+    parser.add_argument(
+        "--platform", type=argtypes.platform, default=None, help="locked platform to install (default: this machine's)"
+    )
+    parser.add_argument(
+        "--mirror",
+        action="append",
+        default=[],
+        metavar="CANONICAL=URL",
+        help="fetch URLs under CANONICAL from an HTTP mirror or a local directory",
+    )
+    parser.add_argument(
+        "--bundle",
+        type=argtypes.path,
+        default=None,
+        metavar="FILE",
+        help="take the artifacts from this bundle (`bootstrap bundle`): no channel or index needed",
+    )
+    parser.add_argument(
+        "--cache-dir", type=argtypes.path, default=None, help="package cache (default: ~/.cache/bootstrap)"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (with --rollback: the generation it would switch to); change nothing",
+    )
     parser.add_argument("--rollback", action="store_true", help="switch back to the previous generation")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--root", type=argtypes.directory, default=None,
-                        help="project root (default: nearest dir with envs/)")
+    parser.add_argument(
+        "--root", type=argtypes.directory, default=None, help="project root (default: nearest dir with envs/)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,19 +100,28 @@ def run(args: argparse.Namespace) -> int:
             print(f"{env}: {prefix} now points at generation {done.generation}")
         return EXIT_OK
     platform = args.platform or host_platform()
-    choice = None if args.lock is not None else choose_variant(
-        VariantRequest(project, env, platform, args.variant, args.force, args.facts))
+    choice = (
+        None
+        if args.lock is not None
+        else choose_variant(VariantRequest(project, env, platform, args.variant, args.force, args.facts))
+    )
     bundle = Bundle.open(args.bundle.absolute()) if args.bundle is not None else None
     if bundle is not None and choice is not None and not bundle.has_lock(choice.lock_path):
         held = ", ".join(Path(e["lock"]).name for e in bundle.index["envs"])
-        raise InputError(args.bundle, f"holds {held}, not {choice.lock_path.name} (variant {choice.name or 'none'}, "
-                         f"{choice.how})", f"bundle it: `bootstrap bundle {env} --variant {choice.name}`, "
-                         "or install one the bundle holds with --variant NAME")
+        raise InputError(
+            args.bundle,
+            f"holds {held}, not {choice.lock_path.name} (variant {choice.name or 'none'}, {choice.how})",
+            f"bundle it: `bootstrap bundle {env} --variant {choice.name}`, "
+            "or install one the bundle holds with --variant NAME",
+        )
     made_for = bundle.platforms(args.lock or choice.lock_path) if bundle is not None else ()
     if made_for and platform not in made_for:  # before any fetch: every artifact would be sought online
         target = "--platform" if args.platform else "this machine"
-        raise InputError(args.bundle, f"made for {', '.join(made_for)}, {target} is {platform}",
-                         f"make the bundle with `bootstrap bundle --platform {platform}`")
+        raise InputError(
+            args.bundle,
+            f"made for {', '.join(made_for)}, {target} is {platform}",
+            f"make the bundle with `bootstrap bundle --platform {platform}`",
+        )
     options = EnvOptions(
         env=env,
         lock_path=(args.lock or choice.lock_path).absolute(),
@@ -113,8 +151,11 @@ def _check_variant_flags(args: argparse.Namespace) -> None:
         flag = "--facts" if args.variant == "auto" else "--variant"
         raise InputError(flag, "does not apply to --lock FILE, which names the lock to install", "drop one of them")
     if args.force and args.variant == "auto":
-        raise InputError("--force", "applies to --variant NAME only (auto installs a variant that runs here)",
-                         "name the variant: --variant NAME --force")
+        raise InputError(
+            "--force",
+            "applies to --variant NAME only (auto installs a variant that runs here)",
+            "name the variant: --variant NAME --force",
+        )
 
 
 PLAIN_EVERY_S = 5.0  # a progress line this often when stderr is a log (CI, Slurm, `| tee`), not a terminal
@@ -138,15 +179,19 @@ def progress_feedback(tty: bool, quiet: bool = False):
     if quiet or not tty:
         meter = None if quiet else _PlainMeter(to_stderr)
         watch = Watch(retrying=to_stderr) if meter is None else Watch(meter.sized, meter.moved, to_stderr)
-        yield Feedback(waiting=to_stderr, watch=watch,
-                       fetched=meter.fetched if meter is not None else Feedback.fetched)
+        yield Feedback(waiting=to_stderr, watch=watch, fetched=meter.fetched if meter is not None else Feedback.fetched)
         if meter is not None:
             meter.finish()
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True), TransferSpeedColumn(),
-               TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, transient=True) as progress:
         task, count = {}, {"done": 0, "of": 0}
 
@@ -165,15 +210,21 @@ def progress_feedback(tty: bool, quiet: bool = False):
             count["done"] += 1
             progress.update(task["id"], description=f"fetched {count['done']} of {count['of']}: {entry.name}")
 
-        yield Feedback(notify=progress.console.print, waiting=progress.console.print, fetch_started=started,
-                       fetched=fetched, watch=Watch(sized, moved, progress.console.print))
+        yield Feedback(
+            notify=progress.console.print,
+            waiting=progress.console.print,
+            fetch_started=started,
+            fetched=fetched,
+            watch=Watch(sized, moved, progress.console.print),
+        )
 
 
 def _size_line(nbytes: int, files: int, unknown: int) -> str:
     from bootstrap.commands.cache import size_text
 
-    return (f"fetching {files} file{'s' if files != 1 else ''}, {size_text(nbytes)}"
-            + (f" ({unknown} of unknown size)" if unknown else ""))
+    return f"fetching {files} file{'s' if files != 1 else ''}, {size_text(nbytes)}" + (
+        f" ({unknown} of unknown size)" if unknown else ""
+    )
 
 
 class _PlainMeter:
@@ -229,12 +280,15 @@ class _PlainMeter:
 def _summary(env: str, result, options) -> str:
     if result.dry_run:
         head = f"{env}: plan for {result.prefix} [{result.platform}]" + (
-            f": generation {result.generation} {_built_from(result)}" if result.made else ": nothing to do")
+            f": generation {result.generation} {_built_from(result)}" if result.made else ": nothing to do"
+        )
     elif not result.changed:
         head = f"{env}: {result.prefix} is up to date with {options.lock_path.name} [{result.platform}]"
     else:
-        head = (f"{env}: {result.prefix} -> generation {result.generation} from {options.lock_path.name} "
-                f"[{result.platform}] in {result.seconds.get('total', 0):.2f} s")
+        head = (
+            f"{env}: {result.prefix} -> generation {result.generation} from {options.lock_path.name} "
+            f"[{result.platform}] in {result.seconds.get('total', 0):.2f} s"
+        )
     lines = [head, *_variant_lines(result.variant, result.dry_run)]
     changes = result.plan.lines()
     shown = changes if len(changes) <= 40 else changes[:40] + [f"... and {len(changes) - 40} more (--json lists all)"]
@@ -260,5 +314,7 @@ def _variant_lines(choice, dry_run: bool) -> list:
 
 def _built_from(result) -> str:
     """How the generation is had: the plan's actions are against that directory."""
-    return {"recycled": f"by updating retired generation {result.base}",
-            "clone": f"from a clone of generation {result.base}"}.get(result.made, "as a new env")
+    return {
+        "recycled": f"by updating retired generation {result.base}",
+        "clone": f"from a clone of generation {result.base}",
+    }.get(result.made, "as a new env")

@@ -1,11 +1,11 @@
 """`python -m bootstrap export [ENV] [-o FILE] [--pinned] [--from-prefix DIR]`.
 
-    export                       environment.yml of the default env (portable, pinned, no builds)
-    export py39 -o py39.yml      another env
-    export --pinned              py310-linux-64.lock, ... : full closure with hashes, one per platform
-    export --from-prefix DIR     environment.yml of an existing env (history + pip), same rules
-    export -o -                  print instead of writing
-    export --json                write, then print what was written (paths, sizes, sha256) as JSON
+export                       environment.yml of the default env (portable, pinned, no builds)
+export py39 -o py39.yml      another env
+export --pinned              py310-linux-64.lock, ... : full closure with hashes, one per platform
+export --from-prefix DIR     environment.yml of an existing env (history + pip), same rules
+export -o -                  print instead of writing
+export --json                write, then print what was written (paths, sizes, sha256) as JSON
 """
 
 from __future__ import annotations
@@ -20,24 +20,49 @@ from bootstrap.errors import EXIT_OK, InputError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env", nargs="?", metavar="ENV", help="env to export (default: the default env, py310)")
-    parser.add_argument("-o", "--output", metavar="FILE", type=argtypes.nonempty,
-                        help="where to write (default: environment.yml; with --pinned '{name}-{platform}.lock'); "
-                             "'-' prints to stdout")
-    parser.add_argument("--pinned", action="store_true",
-                        help="the full closure of each platform with hashes, as conda-lock's explicit files")
-    parser.add_argument("--from-prefix", type=argtypes.path, metavar="DIR",
-                        help="export an existing environment (its conda-meta/history and pip packages) "
-                             "instead of a lock")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        type=argtypes.nonempty,
+        help="where to write (default: environment.yml; with --pinned '{name}-{platform}.lock'); '-' prints to stdout",
+    )
+    parser.add_argument(
+        "--pinned",
+        action="store_true",
+        help="the full closure of each platform with hashes, as conda-lock's explicit files",
+    )
+    parser.add_argument(
+        "--from-prefix",
+        type=argtypes.path,
+        metavar="DIR",
+        help="export an existing environment (its conda-meta/history and pip packages) instead of a lock",
+    )
     parser.add_argument("--name", help="the `name:` to write (default: the spec's, or the prefix's directory name)")
-    parser.add_argument("--channel", action="append", default=[], metavar="C",
-                        help="write this channel (a name or an http(s) URL) instead of the recorded ones (repeatable), "
-                             "e.g. the one teammates install from when the lock was made from a local mirror")
-    parser.add_argument("--platform", type=argtypes.platform, action="append", default=[], metavar="P",
-                        help="export only this locked platform (repeatable)")
-    parser.add_argument("--root", type=argtypes.directory, default=None,
-                        help="project root (default: nearest dir with envs/)")
-    parser.add_argument("--json", action="store_true",
-                        help="print what was written (each file's path, size and sha256) as JSON; notes go to stderr")
+    parser.add_argument(
+        "--channel",
+        action="append",
+        default=[],
+        metavar="C",
+        help="write this channel (a name or an http(s) URL) instead of the recorded ones (repeatable), "
+        "e.g. the one teammates install from when the lock was made from a local mirror",
+    )
+    parser.add_argument(
+        "--platform",
+        type=argtypes.platform,
+        action="append",
+        default=[],
+        metavar="P",
+        help="export only this locked platform (repeatable)",
+    )
+    parser.add_argument(
+        "--root", type=argtypes.directory, default=None, help="project root (default: nearest dir with envs/)"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print what was written (each file's path, size and sha256) as JSON; notes go to stderr",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,15 +73,21 @@ def run(args: argparse.Namespace) -> int:
     options = ExportOptions(name=args.name, channels=tuple(args.channel), platforms=platforms)
     to_stdout = args.output == "-"
     if to_stdout and args.json:
-        raise InputError("-o -", "prints the file itself on stdout, where --json prints the envelope",
-                         "write the file with -o FILE, or drop --json")
+        raise InputError(
+            "-o -",
+            "prints the file itself on stdout, where --json prints the envelope",
+            "write the file with -o FILE, or drop --json",
+        )
     output = None if args.output in (None, "-") else Path(args.output)
     if args.from_prefix is not None:
         from bootstrap.export.from_prefix import export_prefix
 
         if args.env is not None or args.pinned or platforms:
-            raise InputError("--from-prefix", "cannot be combined with ENV, --pinned or --platform",
-                             "for an explicit file of an existing env use `conda list --explicit --md5`")
+            raise InputError(
+                "--from-prefix",
+                "cannot be combined with ENV, --pinned or --platform",
+                "for an explicit file of an existing env use `conda list --explicit --md5`",
+            )
         result = export_prefix(args.from_prefix, options, output)
     else:
         from bootstrap.export.from_lock import export_env, export_pinned
@@ -66,8 +97,9 @@ def run(args: argparse.Namespace) -> int:
         env = project.env_or_default(args.env)
         if args.pinned:
             if to_stdout and len(platforms) != 1:
-                raise InputError("-o -", "--pinned writes one file per platform",
-                                 "pick one with --platform P to print it")
+                raise InputError(
+                    "-o -", "--pinned writes one file per platform", "pick one with --platform P to print it"
+                )
             result = export_pinned(project, env, options, args.output if not to_stdout else None)
         else:
             result = export_env(project, env, options, output)

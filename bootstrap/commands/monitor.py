@@ -50,17 +50,19 @@ def _number(kind, text: str, wanted: str):
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--interval", type=_positive_float, default=1.0, metavar="S",
-                        help="seconds between samples (default: 1)")
-    parser.add_argument("--count", type=_positive_int, default=None, metavar="N",
-                        help="stop after N samples (default: until Ctrl-C)")
-    parser.add_argument("--once", action="store_true",
-                        help="print one sample and exit; exit 0 even without a driver")
+    parser.add_argument(
+        "--interval", type=_positive_float, default=1.0, metavar="S", help="seconds between samples (default: 1)"
+    )
+    parser.add_argument(
+        "--count", type=_positive_int, default=None, metavar="N", help="stop after N samples (default: until Ctrl-C)"
+    )
+    parser.add_argument("--once", action="store_true", help="print one sample and exit; exit 0 even without a driver")
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--csv", type=argtypes.path, metavar="FILE", help="also log one row per GPU and sample as CSV")
     out.add_argument("--jsonl", type=argtypes.path, metavar="FILE", help="also log one JSON object per GPU and sample")
-    parser.add_argument("--json", action="store_true",
-                        help="no table: when the run ends, print its statistics and last sample as JSON")
+    parser.add_argument(
+        "--json", action="store_true", help="no table: when the run ends, print its statistics and last sample as JSON"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,8 +122,15 @@ def run(args: argparse.Namespace) -> int:
         sampler.close()
 
     if args.json:
-        done = monitor_result(summary, None if args.once else args.interval, sampler.gpu_count, sampler.notes,
-                              log_path, fmt or None, rows_logged)
+        done = monitor_result(
+            summary,
+            None if args.once else args.interval,
+            sampler.gpu_count,
+            sampler.notes,
+            log_path,
+            fmt or None,
+            rows_logged,
+        )
         print(dumps("bootstrap.monitor", done.to_dict()))
     elif not args.once:
         print(_summary(summary, ascii_only))
@@ -149,8 +158,10 @@ def _frame(sample, summary, args: argparse.Namespace, ascii_only: bool, gpu_coun
     head = f"{when}  {gpu_count} GPU{'s' if gpu_count != 1 else ''}"
     if not args.once:
         head += f", sample {summary.samples} every {args.interval:g} s (Ctrl-C for the summary)"
-    columns = (f"{'GPU':>3}  {'NAME':<26} {'UTIL':>5}  {'MEMORY USED/TOTAL':>20}  {'TEMP':>5}  "
-               f"{'POWER/LIMIT':>13}  {'SM CLOCK':>9}")
+    columns = (
+        f"{'GPU':>3}  {'NAME':<26} {'UTIL':>5}  {'MEMORY USED/TOTAL':>20}  {'TEMP':>5}  "
+        f"{'POWER/LIMIT':>13}  {'SM CLOCK':>9}"
+    )
     if not args.once:
         columns += f"  {'MEAN':>5} {'P95':>5}  RECENT"
     lines = [head, columns]
@@ -162,12 +173,15 @@ def _frame(sample, summary, args: argparse.Namespace, ascii_only: bool, gpu_coun
         )
         if not args.once:
             s = stats[gpu.index]
-            line += (f"  {_pct(s.utilization_mean_pct):>5} {_pct(s.utilization_p95_pct):>5}  "
-                     f"{sparkline(s.recent, ascii_only)}")
+            line += (
+                f"  {_pct(s.utilization_mean_pct):>5} {_pct(s.utilization_p95_pct):>5}  "
+                f"{sparkline(s.recent, ascii_only)}"
+            )
         lines.append(line)
         for proc in gpu.processes:
-            lines.append(f"{'':>5}pid {proc.pid:<8} {(proc.name or '?')[:24]:<24} "
-                         f"{_unit(proc.memory_used_mib, 'MiB'):>12}")
+            lines.append(
+                f"{'':>5}pid {proc.pid:<8} {(proc.name or '?')[:24]:<24} {_unit(proc.memory_used_mib, 'MiB'):>12}"
+            )
     return "\n".join(lines)
 
 
@@ -176,8 +190,10 @@ def _summary(summary, ascii_only: bool) -> str:
 
     if not summary.samples:
         return "summary: no sample taken"
-    lines = [f"summary: {summary.samples} sample{'s' if summary.samples != 1 else ''} over "
-             f"{summary.duration_s:.{1 if summary.duration_s >= 0.1 else 3}f} s"]
+    lines = [
+        f"summary: {summary.samples} sample{'s' if summary.samples != 1 else ''} over "
+        f"{summary.duration_s:.{1 if summary.duration_s >= 0.1 else 3}f} s"
+    ]
     for s in summary.per_gpu():
         parts = [
             f"utilization mean {_pct(s.utilization_mean_pct)}, p95 {_pct(s.utilization_p95_pct)}, "

@@ -15,24 +15,47 @@ from bootstrap.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prefix", type=argtypes.path, default=None,
-                        help="env to verify (default: this interpreter's env if bootstrap made it, else .envs/py310)")
-    parser.add_argument("--lock", type=argtypes.path, default=None,
-                        help="lock to compare with (default: the env's own)")
+    parser.add_argument(
+        "--prefix",
+        type=argtypes.path,
+        default=None,
+        help="env to verify (default: this interpreter's env if bootstrap made it, else .envs/py310)",
+    )
+    parser.add_argument(
+        "--lock", type=argtypes.path, default=None, help="lock to compare with (default: the env's own)"
+    )
     parser.add_argument("--json", action="store_true", help="print the versioned JSON envelope")
-    parser.add_argument("--deep", action="store_true",
-                        help="sha256 every installed file (default: size, and sha256 of files changed since install)")
+    parser.add_argument(
+        "--deep",
+        action="store_true",
+        help="sha256 every installed file (default: size, and sha256 of files changed since install)",
+    )
     parser.add_argument("--no-bench", dest="bench", action="store_false", help="skip the acceptance benchmark")
-    parser.add_argument("--bench-budget", type=float, default=None, metavar="SECONDS",
-                        help="time for the short benchmark (default 20)")
-    parser.add_argument("--facts", type=argtypes.path, default=None, metavar="FILE",
-                        help="re-evaluate the host, driver and torch rules on facts recorded with --save-facts")
-    parser.add_argument("--save-facts", type=argtypes.path, default=None, metavar="FILE",
-                        help="write the gathered facts (host, NVIDIA, torch) for `--facts` elsewhere")
-    parser.add_argument("--root", type=argtypes.directory, default=None,
-                        help="project root (default: found from the env)")
-    parser.add_argument("--distributed", action="store_true",
-                        help="under torchrun: every rank verifies, all-reduce checked and timed, one report on rank 0")
+    parser.add_argument(
+        "--bench-budget", type=float, default=None, metavar="SECONDS", help="time for the short benchmark (default 20)"
+    )
+    parser.add_argument(
+        "--facts",
+        type=argtypes.path,
+        default=None,
+        metavar="FILE",
+        help="re-evaluate the host, driver and torch rules on facts recorded with --save-facts",
+    )
+    parser.add_argument(
+        "--save-facts",
+        type=argtypes.path,
+        default=None,
+        metavar="FILE",
+        help="write the gathered facts (host, NVIDIA, torch) for `--facts` elsewhere",
+    )
+    parser.add_argument(
+        "--root", type=argtypes.directory, default=None, help="project root (default: found from the env)"
+    )
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="under torchrun: every rank verifies, all-reduce checked and timed, one report on rank 0",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show each check's evidence")
 
 
@@ -43,20 +66,37 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.report import dumps
 
     if args.facts is not None:
-        clash = [flag for flag, value in (("--prefix", args.prefix), ("--deep", args.deep),
-                                          ("--save-facts", args.save_facts), ("--distributed", args.distributed))
-                 if value]
+        clash = [
+            flag
+            for flag, value in (
+                ("--prefix", args.prefix),
+                ("--deep", args.deep),
+                ("--save-facts", args.save_facts),
+                ("--distributed", args.distributed),
+            )
+            if value
+        ]
         if clash:
-            raise InputError(clash[0], "does not apply to --facts, which re-evaluates recorded facts without the env",
-                             f"drop {clash[0]} or --facts")
+            raise InputError(
+                clash[0],
+                "does not apply to --facts, which re-evaluates recorded facts without the env",
+                f"drop {clash[0]} or --facts",
+            )
     if args.bench_budget is not None and not 0 < args.bench_budget <= MAX_BUDGET_S:  # NaN fails this too
-        raise InputError("--bench-budget", f"{args.bench_budget} is not a number of seconds in (0, {MAX_BUDGET_S:g}]",
-                         "e.g. 20")
+        raise InputError(
+            "--bench-budget", f"{args.bench_budget} is not a number of seconds in (0, {MAX_BUDGET_S:g}]", "e.g. 20"
+        )
     options = VerifyOptions(
-        prefix=args.prefix, lock_path=args.lock, deep=args.deep, bench=args.bench,
-        bench_budget_s=args.bench_budget or BENCH_BUDGET_S, facts_path=args.facts, save_facts=args.save_facts,
+        prefix=args.prefix,
+        lock_path=args.lock,
+        deep=args.deep,
+        bench=args.bench,
+        bench_budget_s=args.bench_budget or BENCH_BUDGET_S,
+        facts_path=args.facts,
+        save_facts=args.save_facts,
         root=args.root,
     )
+
     def render(result) -> None:
         if args.json:
             print(dumps(FORMAT, result.to_dict()))
@@ -68,8 +108,11 @@ def run(args: argparse.Namespace) -> int:
         from bootstrap.checks.distributed import run_verify_distributed
 
         if args.save_facts is not None:
-            raise InputError("--save-facts", "records one host's facts; every rank would write the file",
-                             "run `python -m bootstrap verify --save-facts FILE` on the host, without torchrun")
+            raise InputError(
+                "--save-facts",
+                "records one host's facts; every rank would write the file",
+                "run `python -m bootstrap verify --save-facts FILE` on the host, without torchrun",
+            )
         return run_verify_distributed(options, render).exit_code
     result = run_verify(options)
     render(result)

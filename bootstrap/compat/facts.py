@@ -27,8 +27,9 @@ _OS_OF_KEY = {p.compat_key: p.os for p in PLATFORMS}  # 'linux_x86_64' -> 'linux
 def checked_platform(value: str, path: str) -> str:
     """`value` if it is one of the compat keys ('linux_x86_64', ...); a FieldError naming `path` if not."""
     if value not in COMPAT_KEYS:
-        raise FieldError(f"{path}: {excerpt(value, 40)} is not a platform this project knows "
-                         f"({', '.join(COMPAT_KEYS)})")
+        raise FieldError(
+            f"{path}: {excerpt(value, 40)} is not a platform this project knows ({', '.join(COMPAT_KEYS)})"
+        )
     return value
 
 
@@ -79,25 +80,32 @@ class GpuFacts:
 
     def checked(self, path: str) -> "GpuFacts":
         """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
-        if self.compute_capability is not None and not (1 <= self.compute_capability[0] <= 99
-                                                        and self.compute_capability[1] <= 9):
-            raise FieldError(f"{path}.compute_capability: {excerpt(self.cc_text)} is not a compute capability "
-                             "(major 1-99, minor 0-9)")
+        if self.compute_capability is not None and not (
+            1 <= self.compute_capability[0] <= 99 and self.compute_capability[1] <= 9
+        ):
+            raise FieldError(
+                f"{path}.compute_capability: {excerpt(self.cc_text)} is not a compute capability "
+                "(major 1-99, minor 0-9)"
+            )
         for name, limit in (("name", self.NAME_CHARS), ("uuid", self.UUID_CHARS)):
             value = getattr(self, name) or ""
             if len(value) > limit:
-                raise FieldError(f"{path}.{name}: {len(value)} characters, more than NVML's {limit} "
-                                 f"({excerpt(value, 40)})")
+                raise FieldError(
+                    f"{path}.{name}: {len(value)} characters, more than NVML's {limit} ({excerpt(value, 40)})"
+                )
         if self.uuid is not None and not self.uuid.startswith("GPU-"):
             raise FieldError(f"{path}.uuid: {excerpt(self.uuid, 40)} is not a GPU UUID (NVML's start with 'GPU-')")
         for number, uuid in enumerate(self.mig_uuids):
             if not uuid.startswith("MIG-"):
-                raise FieldError(f"{path}.mig_uuids[{number}]: {excerpt(uuid, 40)} is not a MIG UUID "
-                                 "(NVML's start with 'MIG-')")
+                raise FieldError(
+                    f"{path}.mig_uuids[{number}]: {excerpt(uuid, 40)} is not a MIG UUID (NVML's start with 'MIG-')"
+                )
         used, total = self.memory_used_mib, self.memory_total_mib
         if used is not None and total is not None and used > total:
-            raise FieldError(f"{path}.memory_used_mib: {used} MiB used of {total} MiB in total "
-                             "(NVML never reports more used than there is)")
+            raise FieldError(
+                f"{path}.memory_used_mib: {used} MiB used of {total} MiB in total "
+                "(NVML never reports more used than there is)"
+            )
         return self
 
 
@@ -111,8 +119,14 @@ P2P_STATUS = {
     5: "not supported",
     6: "unknown",
 }
-TOPOLOGY = {0: "same board", 10: "one PCIe switch", 20: "several PCIe switches", 30: "one host bridge",
-            40: "one CPU socket", 50: "across CPU sockets"}
+TOPOLOGY = {
+    0: "same board",
+    10: "one PCIe switch",
+    20: "several PCIe switches",
+    30: "one host bridge",
+    40: "one CPU socket",
+    50: "across CPU sockets",
+}
 
 
 @dataclass(frozen=True)
@@ -145,8 +159,9 @@ class PeerFacts:
             if value is not None and value != P2P_OK and value not in P2P_STATUS:
                 raise FieldError(f"{path}.{name}: {value} is not an NVML P2P status (0-{max(P2P_STATUS)})")
         if self.topology is not None and self.topology not in TOPOLOGY:
-            raise FieldError(f"{path}.topology: {self.topology} is not an NVML topology level "
-                             f"({', '.join(map(str, TOPOLOGY))})")
+            raise FieldError(
+                f"{path}.topology: {self.topology} is not an NVML topology level ({', '.join(map(str, TOPOLOGY))})"
+            )
         return self
 
 
@@ -205,8 +220,7 @@ class DriverFacts:
             "source": self.source,
             "reason": self.reason,
             "peers": [p.to_dict() for p in self.peers],
-            **{k: v for k, v in (("wsl", self.wsl), ("jetson", self.jetson), ("gpu_signs", list(self.gpu_signs)))
-               if v},
+            **{k: v for k, v in (("wsl", self.wsl), ("jetson", self.jetson), ("gpu_signs", list(self.gpu_signs))) if v},
         }
 
     @classmethod
@@ -220,16 +234,22 @@ class DriverFacts:
             raise FieldError(f"{path}.os: {excerpt(self.os)} is not a driver's OS ({', '.join(self.OSES)})")
         # Two or three runs of ASCII digits, '580.95.05' (Linux) or '566.36' (Windows): int() also takes '-580'
         if self.driver_version is not None and not re.fullmatch(r"[0-9]+(\.[0-9]+){1,2}", self.driver_version):
-            raise FieldError(f"{path}.driver_version: {excerpt(self.driver_version)} "
-                             "is not a driver version like '570.124.06' or '566.36'")
+            raise FieldError(
+                f"{path}.driver_version: {excerpt(self.driver_version)} "
+                "is not a driver version like '570.124.06' or '566.36'"
+            )
         low, high = self.CUDA_VERSIONS
-        if self.cuda_driver_version is not None and (not low <= self.cuda_driver_version <= high
-                                                     or self.cuda_driver_version % 10):
-            raise FieldError(f"{path}.cuda_driver_version: {self.cuda_driver_version} is not a CUDA version "
-                             f"as NVML gives it (a multiple of 10 in {low}-{high}; 12080 = 12.8)")
+        if self.cuda_driver_version is not None and (
+            not low <= self.cuda_driver_version <= high or self.cuda_driver_version % 10
+        ):
+            raise FieldError(
+                f"{path}.cuda_driver_version: {self.cuda_driver_version} is not a CUDA version "
+                f"as NVML gives it (a multiple of 10 in {low}-{high}; 12080 = 12.8)"
+            )
         if self.wsl and self.os != "windows":
-            raise FieldError(f"{path}.os: {excerpt(self.os)} contradicts {path}.wsl "
-                             "(under WSL2 the driver is Windows': 'windows')")
+            raise FieldError(
+                f"{path}.os: {excerpt(self.os)} contradicts {path}.wsl (under WSL2 the driver is Windows': 'windows')"
+            )
         if self.jetson and self.os != "linux":
             raise FieldError(f"{path}.os: {excerpt(self.os)} contradicts {path}.jetson (a Jetson runs Linux: 'linux')")
         indices, pairs = {gpu.index for gpu in self.gpus}, set()
@@ -241,13 +261,14 @@ class DriverFacts:
         if len(set(uuids)) < len(uuids):
             known: set = set()
             twice_uuid = next(u for u in uuids if u in known or known.add(u))
-            raise FieldError(f"{path}.gpus: GPU UUID {excerpt(twice_uuid, 60)} is given twice "
-                             "(each GPU has its own)")
+            raise FieldError(f"{path}.gpus: GPU UUID {excerpt(twice_uuid, 60)} is given twice (each GPU has its own)")
         for number, peer in enumerate(self.peers):
             where = f"{path}.peers[{number}]"
             if not {peer.a, peer.b} <= indices:
-                raise FieldError(f"{where}: GPU {peer.b if peer.a in indices else peer.a} is not among the GPUs "
-                                 f"({', '.join(map(str, sorted(indices))) or 'none'})")
+                raise FieldError(
+                    f"{where}: GPU {peer.b if peer.a in indices else peer.a} is not among the GPUs "
+                    f"({', '.join(map(str, sorted(indices))) or 'none'})"
+                )
             if (peer.a, peer.b) in pairs:
                 raise FieldError(f"{where}: the pair {peer.a}-{peer.b} is given twice")
             pairs.add((peer.a, peer.b))
@@ -263,8 +284,10 @@ class DriverFacts:
             raise FieldError(f"{path}.jetson: set on platform {excerpt(platform)}, but a Jetson is linux_aarch64")
         if not self.wsl and self.os != platform_os:
             under_wsl = f"; 'windows' only under WSL2, with {path}.wsl set" if platform_os == "linux" else ""
-            raise FieldError(f"{path}.os: {excerpt(self.os)} contradicts platform {excerpt(platform)} "
-                             f"(expected {platform_os!r}{under_wsl})")
+            raise FieldError(
+                f"{path}.os: {excerpt(self.os)} contradicts platform {excerpt(platform)} "
+                f"(expected {platform_os!r}{under_wsl})"
+            )
         return self
 
 

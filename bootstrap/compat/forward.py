@@ -80,8 +80,10 @@ def newer_than_driver(cc: Tuple[int, int], facts: DriverFacts) -> Optional[int]:
     return needed if needed is not None and own is not None and own < needed else None
 
 
-def unsupported_board(facts: DriverFacts, gpus: Optional[Sequence[GpuFacts]] = None,
-                      ) -> Tuple[Optional[str], Optional[str], Optional[int]]:
+def unsupported_board(
+    facts: DriverFacts,
+    gpus: Optional[Sequence[GpuFacts]] = None,
+) -> Tuple[Optional[str], Optional[str], Optional[int]]:
     """(a GPU's name, REFUSED or UNSURE, the driver's own CUDA) when cuda-compat is in use beside a GPU
     that it refuses, or may refuse, among `gpus` (the job's; None: every GPU the driver lists); a refused
     GPU is named before an unsure one. (None, None, None) otherwise."""

@@ -22,6 +22,7 @@ from bootstrap.fsutil import MIB
 
 _CONTAINER_CGROUP_WORDS = ("docker", "kubepods", "containerd", "libpod", "lxc")
 
+
 def probe_usable_cpus() -> Tuple[Optional[int], str]:
     """CPUs this process may run on (`nproc`): the affinity mask, which cgroups and taskset narrow."""
     getaffinity = getattr(os, "sched_getaffinity", None)
@@ -152,8 +153,11 @@ def probe_gpu_signs(root: str = "/") -> Tuple[str, ...]:
     /dev/nvidia*`): a container started without `--gpus` still sees the host's /proc/driver/nvidia."""
     base = Path(root)
     signs = [f"/proc/driver/nvidia/gpus/{p.name}" for p in _listed(base / "proc/driver/nvidia/gpus")]
-    signs += [f"/dev/{p.name}" for p in _listed(base / "dev")
-              if p.name.startswith("nvidia") and p.name[len("nvidia"):].isdigit()]
+    signs += [
+        f"/dev/{p.name}"
+        for p in _listed(base / "dev")
+        if p.name.startswith("nvidia") and p.name[len("nvidia") :].isdigit()
+    ]
     return tuple(signs)
 
 
@@ -164,8 +168,7 @@ def _listed(folder: Path) -> List[Path]:
         return []
 
 
-def collect_host_facts(*, root: str = "/", disk_path: str = ".",
-                       environ: Mapping[str, str] = os.environ) -> HostFacts:
+def collect_host_facts(*, root: str = "/", disk_path: str = ".", environ: Mapping[str, str] = os.environ) -> HostFacts:
     """Every host probe in one record; each unavailable value is listed in `missing` with its reason."""
     missing: List[str] = []
 

@@ -194,8 +194,13 @@ class Nvml:
             else:
                 gpus.append(gpu)
         return DriverFacts(
-            os=self._os, driver_version=driver, cuda_driver_version=cuda, gpus=tuple(gpus),
-            source="nvml", reason="; ".join(f"NVML: {r}" for r in reasons), peers=self.peers([g.index for g in gpus]),
+            os=self._os,
+            driver_version=driver,
+            cuda_driver_version=cuda,
+            gpus=tuple(gpus),
+            source="nvml",
+            reason="; ".join(f"NVML: {r}" for r in reasons),
+            peers=self.peers([g.index for g in gpus]),
         )
 
     def peers(self, indices: Sequence[int]) -> Tuple[PeerFacts, ...]:
@@ -212,11 +217,16 @@ class Nvml:
                     missing.append(f"{field}: {why}")  # noqa: B023
                 return None if value is None else int(value)
 
-            found.append(PeerFacts(
-                a, b, read=ask("read", "nvmlDeviceGetP2PStatus", _P2P_CAPS_READ),
-                nvlink=ask("nvlink", "nvmlDeviceGetP2PStatus", _P2P_CAPS_NVLINK),
-                topology=ask("topology", "nvmlDeviceGetTopologyCommonAncestor"), missing=_dedupe(missing),
-            ))
+            found.append(
+                PeerFacts(
+                    a,
+                    b,
+                    read=ask("read", "nvmlDeviceGetP2PStatus", _P2P_CAPS_READ),
+                    nvlink=ask("nvlink", "nvmlDeviceGetP2PStatus", _P2P_CAPS_NVLINK),
+                    topology=ask("topology", "nvmlDeviceGetTopologyCommonAncestor"),
+                    missing=_dedupe(missing),
+                )
+            )
         return tuple(found)
 
 

@@ -32,8 +32,10 @@ from bootstrap.compat.versions import cuda_to_int, release_key
 from bootstrap.report import result
 
 RUNS = (Status.OK, Status.WARN)
-NOT_LOCKED_HERE = ("`make env` has nothing to install on this platform: add it to `platforms:` in the env's spec "
-                   "(and to a variant's, one whose torch has wheels for it), then `make lock`")
+NOT_LOCKED_HERE = (
+    "`make env` has nothing to install on this platform: add it to `platforms:` in the env's spec "
+    "(and to a variant's, one whose torch has wheels for it), then `make lock`"
+)
 
 
 def not_locked_remedy(nvidia: DriverFacts) -> str:
@@ -84,10 +86,15 @@ class Verdict:
 
     def to_dict(self) -> Dict[str, Any]:
         target = self.candidate.target
-        return {"name": self.candidate.name or None, "lock": str(self.candidate.lock_path),
-                "default": self.candidate.default, "torch": None if target is None else target.label,
-                "cuda": None if target is None else target.cuda, "status": self.status.value,
-                "reasons": list(self.reasons)}
+        return {
+            "name": self.candidate.name or None,
+            "lock": str(self.candidate.lock_path),
+            "default": self.candidate.default,
+            "torch": None if target is None else target.label,
+            "cuda": None if target is None else target.cuda,
+            "status": self.status.value,
+            "reasons": list(self.reasons),
+        }
 
 
 @result
@@ -123,11 +130,15 @@ class Pick:
 
     def to_dict(self) -> Dict[str, Any]:
         chosen = self.chosen.candidate if self.chosen is not None else None
-        return {"variants": [v.to_dict() for v in self.verdicts],
-                "chosen": None if chosen is None else chosen.name or None,
-                "chosen_lock": None if chosen is None else str(chosen.lock_path),
-                "status": self.status.value, "why": self.why, "remedy": self.remedy,
-                "others": [v.candidate.label for v in self.others]}
+        return {
+            "variants": [v.to_dict() for v in self.verdicts],
+            "chosen": None if chosen is None else chosen.name or None,
+            "chosen_lock": None if chosen is None else str(chosen.lock_path),
+            "status": self.status.value,
+            "why": self.why,
+            "remedy": self.remedy,
+            "others": [v.candidate.label for v in self.others],
+        }
 
     def lines(self, starred: Optional[str] = None) -> List[str]:
         """One line per candidate, the chosen one (or the one named `starred`) starred, then why: for people."""
@@ -159,8 +170,11 @@ def judge(nvidia: DriverFacts, candidate: Candidate) -> Verdict:
     status = worst(checks)
     if status is Status.OK or (status is not Status.SKIP and runs_on_cpu(nvidia)):
         return Verdict(candidate=candidate, status=Status.OK, checks=checks)
-    reasons = tuple(f"{c.id}: {c.detail or c.observed}" if status is Status.SKIP
-                    else f"{c.id}: {c.observed}, needs {c.expected}" for c in checks if c.status is status)
+    reasons = tuple(
+        f"{c.id}: {c.detail or c.observed}" if status is Status.SKIP else f"{c.id}: {c.observed}, needs {c.expected}"
+        for c in checks
+        if c.status is status
+    )
     return Verdict(candidate=candidate, status=status, reasons=reasons, checks=checks)
 
 
@@ -177,20 +191,30 @@ def pick_variant(nvidia: DriverFacts, candidates: Sequence[Candidate]) -> Pick:
         return _none_chosen(nvidia, verdicts)
     if len(verdicts) == 1:
         why = f"{chosen.candidate.label}: the env's only lock, " + (
-            "runs here" if chosen.status is Status.OK else f"runs with a caveat ({chosen.reasons[0]})")
+            "runs here" if chosen.status is Status.OK else f"runs with a caveat ({chosen.reasons[0]})"
+        )
     caveats = "; ".join(remedies(c for c in chosen.checks if c.status is Status.WARN))
-    return Pick(verdicts=verdicts, chosen=chosen, why=why + _default_note(chosen, verdicts),
-                remedy=caveats if chosen.status is Status.WARN else "")
+    return Pick(
+        verdicts=verdicts,
+        chosen=chosen,
+        why=why + _default_note(chosen, verdicts),
+        remedy=caveats if chosen.status is Status.WARN else "",
+    )
 
 
 def _none_chosen(nvidia: DriverFacts, verdicts: Tuple[Verdict, ...]) -> Pick:
     """Nothing runs: the default when the tables cannot judge it (they may be older than the lock),
     else no pick, with the remedy."""
-    unjudged = next((v for v in verdicts if v.candidate.default and v.status is Status.SKIP
-                     and v.candidate.target is not None), None)
+    unjudged = next(
+        (v for v in verdicts if v.candidate.default and v.status is Status.SKIP and v.candidate.target is not None),
+        None,
+    )
     if unjudged is not None:
-        return Pick(verdicts=verdicts, chosen=unjudged,
-                    why=f"{unjudged.candidate.label}, the default: not judged ({unjudged.reasons[0]})")
+        return Pick(
+            verdicts=verdicts,
+            chosen=unjudged,
+            why=f"{unjudged.candidate.label}, the default: not judged ({unjudged.reasons[0]})",
+        )
     return Pick(verdicts=verdicts, chosen=None, why=_none_runs(verdicts), remedy=_remedy(nvidia, verdicts))
 
 
@@ -214,8 +238,9 @@ def _with_gpus(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:
     chosen = runs[0]
     if chosen.status is Status.OK:
         return chosen, f"{chosen.candidate.label}: the newest torch that runs fully on this driver and every GPU"
-    return chosen, (f"{chosen.candidate.label}: no variant runs fully here; it runs with a caveat "
-                    f"({chosen.reasons[0]})")
+    return chosen, (
+        f"{chosen.candidate.label}: no variant runs fully here; it runs with a caveat ({chosen.reasons[0]})"
+    )
 
 
 def _unseen_gpus(verdicts: Sequence[Verdict], release: str = "") -> Tuple[Optional[Verdict], str]:
@@ -229,10 +254,14 @@ def _unseen_gpus(verdicts: Sequence[Verdict], release: str = "") -> Tuple[Option
     chosen = default or min(builds, key=lambda v: cuda_to_int(v.candidate.target.cuda))
     which = "the default variant" if default else "the CUDA build the oldest drivers run"
     if release:
-        return chosen, (f"{chosen.candidate.label}: this Jetson ({release}) has no NVML to judge its GPU by: "
-                        f"{which}, not judged; NVIDIA's PyTorch for Jetson wheels are the builds made for it")
-    return chosen, (f"{chosen.candidate.label}: the kernel shows NVIDIA GPUs but no driver answers here (a "
-                    f"container started without --gpus?): {which}, until the driver can be judged")
+        return chosen, (
+            f"{chosen.candidate.label}: this Jetson ({release}) has no NVML to judge its GPU by: "
+            f"{which}, not judged; NVIDIA's PyTorch for Jetson wheels are the builds made for it"
+        )
+    return chosen, (
+        f"{chosen.candidate.label}: the kernel shows NVIDIA GPUs but no driver answers here (a "
+        f"container started without --gpus?): {which}, until the driver can be judged"
+    )
 
 
 def _without_gpu(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:
@@ -244,8 +273,10 @@ def _without_gpu(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:
     if cpu:
         return cpu[0], f"{cpu[0].candidate.label}: no NVIDIA GPU here, and a CPU build needs no CUDA libraries"
     if default is not None:
-        return default, (f"{default.candidate.label}: no NVIDIA GPU here and no CPU build locked: "
-                         "the default variant, which runs on the CPU")
+        return default, (
+            f"{default.candidate.label}: no NVIDIA GPU here and no CPU build locked: "
+            "the default variant, which runs on the CPU"
+        )
     if runs:
         best = _ranked(runs)[0]
         return best, f"{best.candidate.label}: no NVIDIA GPU here; the newest torch locked for this platform"
@@ -273,7 +304,8 @@ def _default_note(chosen: Verdict, verdicts: Sequence[Verdict]) -> str:
 def _none_runs(verdicts: Sequence[Verdict]) -> str:
     if not any(v.candidate.target is not None for v in verdicts):
         return "no variant is locked for this platform: " + "; ".join(
-            f"{v.candidate.label}: {v.reasons[0]}" for v in verdicts)
+            f"{v.candidate.label}: {v.reasons[0]}" for v in verdicts
+        )
     failing = [f"{v.candidate.label}: {v.reasons[0]}" for v in verdicts if v.status is Status.FAIL]
     return "no locked variant runs here: " + "; ".join(failing)
 

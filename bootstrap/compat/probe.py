@@ -42,8 +42,14 @@ _SMI_ABSENT = {"", "[n/a]", "n/a", "[not supported]", "[unknown error]"}
 # --------------------------------------------------------------------------- GPUs
 
 
-def probe_gpus(nvml: Any = None, runner: Runner = run, os_name: Optional[str] = None, *, root: str = "/",
-               environ: Mapping[str, str] = os.environ) -> DriverFacts:
+def probe_gpus(
+    nvml: Any = None,
+    runner: Runner = run,
+    os_name: Optional[str] = None,
+    *,
+    root: str = "/",
+    environ: Mapping[str, str] = os.environ,
+) -> DriverFacts:
     """Driver and GPUs: NVML first, then `nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total
     --format=csv,noheader,nounits`. No driver is a DriverFacts with a reason, never an exception.
 
@@ -61,8 +67,12 @@ def probe_gpus(nvml: Any = None, runner: Runner = run, os_name: Optional[str] = 
     from_smi = probe_nvidia_smi(runner, os_name)
     if from_smi.has_driver:
         return replace(from_smi, reason="; ".join(r for r in (from_nvml.reason, from_smi.reason) if r), **signs)
-    return DriverFacts(os=os_name, reason=f"no NVIDIA driver found ({from_nvml.reason}; {from_smi.reason})",
-                       gpu_signs=probe_gpu_signs(root), **signs)
+    return DriverFacts(
+        os=os_name,
+        reason=f"no NVIDIA driver found ({from_nvml.reason}; {from_smi.reason})",
+        gpu_signs=probe_gpu_signs(root),
+        **signs,
+    )
 
 
 def probe_nvidia_smi(runner: Runner = run, os_name: str = "linux") -> DriverFacts:
@@ -114,12 +124,14 @@ def parse_nvidia_smi_csv(text: str, fields: Tuple[str, ...] = SMI_FIELDS) -> Tup
             continue
         driver = driver or values.get("driver_version")
         index = len(gpus)
-        gpus.append(GpuFacts(
-            index=index,
-            name=values.get("name") or f"GPU {index}",
-            compute_capability=_parse_cc(values.get("compute_cap")),
-            memory_total_mib=_parse_int(values.get("memory.total")),
-        ))
+        gpus.append(
+            GpuFacts(
+                index=index,
+                name=values.get("name") or f"GPU {index}",
+                compute_capability=_parse_cc(values.get("compute_cap")),
+                memory_total_mib=_parse_int(values.get("memory.total")),
+            )
+        )
     return driver, gpus
 
 
@@ -165,8 +177,14 @@ def probe_torch(torch_module: Any = None) -> Tuple[Optional[TorchTarget], str]:
     hip = getattr(torch.version, "hip", None)
     if hip:
         unknown = f"ROCm build (HIP {hip}): the NVIDIA rules do not apply"
-        return TorchTarget(version=public, cuda=None, variant=local, platform=compat_key(host_platform()),
-                           source="installed torch", unknown=unknown), ""
+        return TorchTarget(
+            version=public,
+            cuda=None,
+            variant=local,
+            platform=compat_key(host_platform()),
+            source="installed torch",
+            unknown=unknown,
+        ), ""
     cuda = getattr(torch.version, "cuda", None)
     return TorchTarget(
         version=public,
@@ -242,8 +260,10 @@ class Facts:
             checked_platform(self.platform, "platform")
             self.nvidia.checked_on(self.platform, "nvidia")
             if self.torch is not None and self.torch.platform != self.platform:
-                raise FieldError(f"torch.platform: {excerpt(self.torch.platform)} contradicts platform "
-                                 f"{excerpt(self.platform)} (the torch recorded is the one imported there)")
+                raise FieldError(
+                    f"torch.platform: {excerpt(self.torch.platform)} contradicts platform "
+                    f"{excerpt(self.platform)} (the torch recorded is the one imported there)"
+                )
         return self
 
     def visible(self) -> Visible:
@@ -265,9 +285,12 @@ class Facts:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], where: str = "facts") -> "Facts":
         if raw.get("format") != FACTS_FORMAT or raw.get("version") != FACTS_VERSION:
-            raise InputError(where, f"not a {FACTS_FORMAT} v{FACTS_VERSION} file "
-                             f"(format {excerpt(raw.get('format'))}, version {excerpt(raw.get('version'))})",
-                             "record it again with `python -m bootstrap doctor --save-facts FILE`")
+            raise InputError(
+                where,
+                f"not a {FACTS_FORMAT} v{FACTS_VERSION} file "
+                f"(format {excerpt(raw.get('format'))}, version {excerpt(raw.get('version'))})",
+                "record it again with `python -m bootstrap doctor --save-facts FILE`",
+            )
         fields = {k: v for k, v in raw.items() if k not in ("format", "version")}
         try:
             facts = cls(**from_mapping(cls, fields))
@@ -275,12 +298,16 @@ class Facts:
                 facts = replace(facts, platform="linux_aarch64")
             return facts.checked()
         except FieldError as exc:
-            raise InputError(where, str(exc), "fix that field, or record the facts again with "
-                             "`python -m bootstrap doctor --save-facts FILE`") from None
+            raise InputError(
+                where,
+                str(exc),
+                "fix that field, or record the facts again with `python -m bootstrap doctor --save-facts FILE`",
+            ) from None
 
 
-def collect_facts(nvml: Any = None, runner: Runner = run, *, disk_path: str = ".", with_torch: bool = False,
-                  torch_module: Any = None) -> Facts:
+def collect_facts(
+    nvml: Any = None, runner: Runner = run, *, disk_path: str = ".", with_torch: bool = False, torch_module: Any = None
+) -> Facts:
     """Host (the disk check on `disk_path`'s file system), driver/GPU and, only on request, torch facts of
     this machine."""
     torch, torch_reason = probe_torch(torch_module) if with_torch else (None, "not probed (doctor needs no torch)")
@@ -315,15 +342,23 @@ def load_facts(path: Path) -> Facts:
     try:
         raw = json.loads(text[1:] if text.startswith("\ufeff") else text, object_pairs_hook=_no_repeated_keys)
     except _RepeatedKey as exc:
-        raise InputError(path, f"not a facts file as written: {exc}",
-                         "keep one of them, or record the facts again with `python -m bootstrap doctor "
-                         "--save-facts FILE`") from None
+        raise InputError(
+            path,
+            f"not a facts file as written: {exc}",
+            "keep one of them, or record the facts again with `python -m bootstrap doctor --save-facts FILE`",
+        ) from None
     except (ValueError, RecursionError) as exc:
-        raise InputError(path, f"not a readable JSON facts file ({exc})",
-                         "record it again with `python -m bootstrap doctor --save-facts FILE`") from None
+        raise InputError(
+            path,
+            f"not a readable JSON facts file ({exc})",
+            "record it again with `python -m bootstrap doctor --save-facts FILE`",
+        ) from None
     if not isinstance(raw, dict):
-        raise InputError(path, "not a facts file (expected a JSON object)",
-                         "record it again with `python -m bootstrap doctor --save-facts FILE`")
+        raise InputError(
+            path,
+            "not a facts file (expected a JSON object)",
+            "record it again with `python -m bootstrap doctor --save-facts FILE`",
+        )
     return Facts.from_dict(raw, where=str(path))
 
 

@@ -85,8 +85,9 @@ class TorchTarget:
         for number, entry in enumerate(self.arch_list or ()):
             # What torch._C._cuda_getArchFlags() lists: sm_50, sm_90a, sm_100f, compute_120.
             if not re.fullmatch(r"(sm|compute)_[1-9][0-9]{1,2}[af]?", entry):
-                raise FieldError(f"{path}.arch_list[{number}]: {entry!r} is not an arch like 'sm_90', "
-                                 "'sm_90a' or 'compute_120'")
+                raise FieldError(
+                    f"{path}.arch_list[{number}]: {entry!r} is not an arch like 'sm_90', 'sm_90a' or 'compute_120'"
+                )
         return self
 
 
@@ -182,11 +183,15 @@ def _from_variant(base: TorchTarget, variant: Mapping[str, Any], source: str) ->
     if base.platform == "windows_x86_64":
         # One Windows table is documented, for a span of releases: say so wherever it is applied.
         windows = data.WINDOWS_ARCH_LISTS
-        arch_source = (f"the Windows list, documented for {windows['applies_to']}, applied to torch {base.version} "
-                       f"as no per-release list is known ({short_source(windows)})")
+        arch_source = (
+            f"the Windows list, documented for {windows['applies_to']}, applied to torch {base.version} "
+            f"as no per-release list is known ({short_source(windows)})"
+        )
         if arch_list is None:
-            notes += (f"the packaged Windows arch lists have no {variant['tag']} row "
-                      f"(only {', '.join(sorted(windows['sass']))}): its kernels on Windows are unknown",)
+            notes += (
+                f"the packaged Windows arch lists have no {variant['tag']} row "
+                f"(only {', '.join(sorted(windows['sass']))}): its kernels on Windows are unknown",
+            )
     return replace(
         base,
         cuda=variant["cuda"],
@@ -204,7 +209,10 @@ def _target_for_variant(base: TorchTarget, release: Optional[Mapping[str, Any]],
         return _from_variant(base, variant, f"variant {tag} of torch {release['release']}")
     cuda = cuda_from_tag(tag)
     return replace(
-        base, cuda=cuda, variant=tag, source=f"local version tag +{tag}; arch list not in the packaged table",
+        base,
+        cuda=cuda,
+        variant=tag,
+        source=f"local version tag +{tag}; arch list not in the packaged table",
         confidence="medium",
     )
 
@@ -214,22 +222,36 @@ def _target_for_pypi_default(
 ) -> TorchTarget:
     cell = (release or {}).get("pypi_default", {}).get(base.platform)
     if cell is None and pinned_cuda is None:
-        return replace(base, unknown=(
-            f"torch {base.version} on {base.platform} is not in the packaged table "
-            f"(torch {data.TORCH_RELEASES[0]['release']}-{data.TORCH_RELEASES[-1]['release']}); "
-            "regenerate bootstrap/compat/data.py with scripts/gen_compat_data.py"))
+        return replace(
+            base,
+            unknown=(
+                f"torch {base.version} on {base.platform} is not in the packaged table "
+                f"(torch {data.TORCH_RELEASES[0]['release']}-{data.TORCH_RELEASES[-1]['release']}); "
+                "regenerate bootstrap/compat/data.py with scripts/gen_compat_data.py"
+            ),
+        )
     cuda = pinned_cuda or (cell or {}).get("cuda")
     if cuda is None:
-        return replace(base, variant="cpu", source=f"PyPI wheel: {cell.get('cuda_note', 'CPU-only')}",
-                       confidence=cell["confidence"])
+        return replace(
+            base,
+            variant="cpu",
+            source=f"PyPI wheel: {cell.get('cuda_note', 'CPU-only')}",
+            confidence=cell["confidence"],
+        )
     cudnn = (cell or {}).get("cudnn")
     nccl = (cell or {}).get("nccl")
     for variant in (release or {}).get("variants", ()):
         if variant["cuda"] == cuda:
             target = _from_variant(base, variant, f"PyPI default wheel of torch {release['release']} (CUDA {cuda})")
             return replace(target, variant="", cudnn=cudnn, nccl=nccl)
-    return replace(base, cuda=cuda, cudnn=cudnn, nccl=nccl, confidence="medium",
-                   source=f"Requires-Dist pins CUDA {cuda}; arch list not in the packaged table")
+    return replace(
+        base,
+        cuda=cuda,
+        cudnn=cudnn,
+        nccl=nccl,
+        confidence="medium",
+        source=f"Requires-Dist pins CUDA {cuda}; arch list not in the packaged table",
+    )
 
 
 def lock_torch_target(lock: Any, platform: str) -> Tuple[Optional[TorchTarget], str]:
@@ -239,8 +261,9 @@ def lock_torch_target(lock: Any, platform: str) -> Tuple[Optional[TorchTarget], 
         return None, f"{lock.path.name} does not lock {platform} (locked: {', '.join(lock.platforms)})"
     for entry in lock.for_platform(platform, "pip"):
         if entry.name.lower() == "torch":
-            return torch_target_from_lock_entry(entry.version, platform, url=entry.url,
-                                                dependencies=entry.dependencies), ""
+            return torch_target_from_lock_entry(
+                entry.version, platform, url=entry.url, dependencies=entry.dependencies
+            ), ""
     return None, f"{lock.path.name} has no torch pip entry for {platform}"
 
 
@@ -262,8 +285,13 @@ class Suggestion:
         return f"torch=={self.pin} (--index-url {self.index_url})"
 
     def to_dict(self) -> Dict[str, str]:
-        return {"pin": self.pin, "tag": self.tag, "cuda": self.cuda, "index_url": self.index_url,
-                "confidence": self.confidence}
+        return {
+            "pin": self.pin,
+            "tag": self.tag,
+            "cuda": self.cuda,
+            "index_url": self.index_url,
+            "confidence": self.confidence,
+        }
 
 
 def suggest_builds(
@@ -319,11 +347,19 @@ def unlisted_builds(near: TorchTarget, facts: Optional[DriverFacts] = None) -> L
     facts = judged_as(facts) if facts is not None else None
     for release in reversed(data.TORCH_RELEASES):
         for variant in release["variants"]:
-            if variant_arch_list(variant, near.platform) is None and \
-                    driver_fit(facts, cuda_to_int(variant["cuda"])) is not Status.FAIL:
-                found.append(Suggestion(pin=f"{release['versions'][-1]}+{variant['tag']}", tag=variant["tag"],
-                                        cuda=variant["cuda"], index_url=f"{PYTORCH_INDEX}/{variant['tag']}",
-                                        confidence=variant["confidence"]))
+            if (
+                variant_arch_list(variant, near.platform) is None
+                and driver_fit(facts, cuda_to_int(variant["cuda"])) is not Status.FAIL
+            ):
+                found.append(
+                    Suggestion(
+                        pin=f"{release['versions'][-1]}+{variant['tag']}",
+                        tag=variant["tag"],
+                        cuda=variant["cuda"],
+                        index_url=f"{PYTORCH_INDEX}/{variant['tag']}",
+                        confidence=variant["confidence"],
+                    )
+                )
     return found
 
 
@@ -340,8 +376,12 @@ def _sass_only(arch: Iterable[str]) -> List[str]:
 def older_than_tables(facts: Optional[DriverFacts]) -> bool:
     """No CUDA reported and a driver number below every one the tables list: too old for any CUDA 11+
     build, which is not the same as unknown. A Jetson's driver numbers are L4T's, not that series."""
-    return (facts is not None and not facts.cuda_driver_version and not facts.jetson
-            and driver_older_than_tables(facts.driver_version, facts.os))
+    return (
+        facts is not None
+        and not facts.cuda_driver_version
+        and not facts.jetson
+        and driver_older_than_tables(facts.driver_version, facts.os)
+    )
 
 
 def driver_fit(facts: Optional[DriverFacts], wheel: int) -> Status:

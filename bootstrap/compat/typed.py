@@ -55,9 +55,11 @@ def from_mapping(cls: type, raw: Any, path: str = "") -> Dict[str, Any]:
     values = {}
     for name, field in fields.items():
         if name in raw:
-            rules = _Rules(negative_ok=name in getattr(cls, "NEGATIVE_OK", ()),
-                           free_text=name in getattr(cls, "FREE_TEXT", ()),
-                           max_items=getattr(cls, "LONG_LISTS", {}).get(name, MAX_ITEMS))
+            rules = _Rules(
+                negative_ok=name in getattr(cls, "NEGATIVE_OK", ()),
+                free_text=name in getattr(cls, "FREE_TEXT", ()),
+                max_items=getattr(cls, "LONG_LISTS", {}).get(name, MAX_ITEMS),
+            )
             values[name] = _value(raw[name], hints[name], _join(path, name), rules)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise FieldError(f"{_join(path, name)}: missing")
@@ -128,8 +130,7 @@ def _text(value: str, path: str, free_text: bool) -> str:
         raise FieldError(f"{path}: {len(value)} characters, more than {MAX_TEXT} ({_shown(value)})")
     control = _CONTROL.search(value)
     if control and not free_text:
-        raise FieldError(f"{path}: control character {control.group()!r} at offset {control.start()} "
-                         f"({_shown(value)})")
+        raise FieldError(f"{path}: control character {control.group()!r} at offset {control.start()} ({_shown(value)})")
     if control:
         value = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
     return scrub_credentials(value)
@@ -138,7 +139,7 @@ def _text(value: str, path: str, free_text: bool) -> str:
 def _shown(value: Any) -> str:
     # A bad value is quoted in the error, never whole (a 100,000-digit number, a 1 MB name) and
     # never with a URL's password; repr shows its controls as escapes.
-    if isinstance(value, int) and not isinstance(value, bool) and not -10**30 < value < 10**30:
+    if isinstance(value, int) and not isinstance(value, bool) and not -(10**30) < value < 10**30:
         return f"a {value.bit_length() * 30103 // 100000 + 1}-digit number"
     text = repr(scrub_credentials(value[:200]) if isinstance(value, str) else value)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -30,8 +30,11 @@ LAST_BRANCHES = {"Kepler": 470, "Maxwell": 580, "Pascal": 580, "Volta": 580}
 
 def branch_cuda(branch: int) -> Optional[int]:
     """The newest CUDA a Linux driver of `branch` shipped with (R470: 11.4, R580: 13.0), from Table 3."""
-    shipped = [cuda_to_int(row["cuda"]) // 10 * 10 for row in data.TOOLKIT_DRIVERS
-               if (driver_tuple(row["linux"]) or (0,))[0] == branch]
+    shipped = [
+        cuda_to_int(row["cuda"]) // 10 * 10
+        for row in data.TOOLKIT_DRIVERS
+        if (driver_tuple(row["linux"]) or (0,))[0] == branch
+    ]
     return max(shipped) if shipped else None
 
 
@@ -59,14 +62,19 @@ def upgrade_driver(facts: DriverFacts, wheel: int, with_floor: bool = False, nee
     runs it at all; `needs`: what needs it, CUDA `wheel` builds if not said): on a Jetson through JetPack;
     never past the last branch of a GPU the driver lists."""
     if facts.jetson:
-        return (f"this Jetson's driver comes with JetPack ({facts.jetson}) and cannot be upgraded on its own: "
-                f"install the torch build made for this JetPack (NVIDIA's PyTorch for Jetson wheels), or flash a "
-                f"newer JetPack (its driver must report CUDA {cuda_from_int(wheel)} or newer)")
+        return (
+            f"this Jetson's driver comes with JetPack ({facts.jetson}) and cannot be upgraded on its own: "
+            f"install the torch build made for this JetPack (NVIDIA's PyTorch for Jetson wheels), or flash a "
+            f"newer JetPack (its driver must report CUDA {cuda_from_int(wheel)} or newer)"
+        )
     floor, _ = minor_version_floor(wheel // 1000, facts.os)
     full, _ = full_support_driver(wheel, facts.os)
     to = upgrade_text(wheel, floor, full, facts.os) if with_floor else full_text(wheel, full, facts.os)
-    how = ("upgrade the Windows host's NVIDIA driver (WSL2 uses it; install no Linux driver inside WSL) to"
-           if facts.wsl else "upgrade the NVIDIA driver to")
+    how = (
+        "upgrade the Windows host's NVIDIA driver (WSL2 uses it; install no Linux driver inside WSL) to"
+        if facts.wsl
+        else "upgrade the NVIDIA driver to"
+    )
     last = last_branch(facts)
     if last is None:
         return f"{how} {to}"
@@ -76,24 +84,34 @@ def upgrade_driver(facts: DriverFacts, wheel: int, with_floor: bool = False, nee
     if wheel <= cuda:
         return f"{how} {to}, of R{branch} or older: the last driver branch for {what}"
     if not needs and with_floor and floor and wheel // 1000 * 1000 <= cuda:
-        return (f"{how} >= {floor} (CUDA {wheel // 1000}.x minor-version floor), of R{branch} or older; no NVIDIA "
-                f"driver fully supports CUDA {cuda_from_int(wheel)} and runs {what}: {why} runs CUDA "
-                f"{cuda // 1000}.x builds through minor-version compatibility at most")
+        return (
+            f"{how} >= {floor} (CUDA {wheel // 1000}.x minor-version floor), of R{branch} or older; no NVIDIA "
+            f"driver fully supports CUDA {cuda_from_int(wheel)} and runs {what}: {why} runs CUDA "
+            f"{cuda // 1000}.x builds through minor-version compatibility at most"
+        )
     if not needs and wheel // 1000 * 1000 <= cuda:  # a GPU needs a driver that knows it, not minor-version compat
-        return (f"no NVIDIA driver fully supports CUDA {cuda_from_int(wheel)} and runs {what}: {why} runs "
-                f"CUDA {cuda // 1000}.x builds through minor-version compatibility at most")
-    return (f"no NVIDIA driver runs both {what} and {needs or f'CUDA {cuda_from_int(wheel)} builds'}: {why} "
-            f"runs CUDA {cuda // 1000}.x builds only (a driver serves every GPU of its host: move the {gpu.name} "
-            "to another host to upgrade past it)")
+        return (
+            f"no NVIDIA driver fully supports CUDA {cuda_from_int(wheel)} and runs {what}: {why} runs "
+            f"CUDA {cuda // 1000}.x builds through minor-version compatibility at most"
+        )
+    return (
+        f"no NVIDIA driver runs both {what} and {needs or f'CUDA {cuda_from_int(wheel)} builds'}: {why} "
+        f"runs CUDA {cuda // 1000}.x builds only (a driver serves every GPU of its host: move the {gpu.name} "
+        "to another host to upgrade past it)"
+    )
 
 
 def full_text(wheel: int, full: Optional[str], os_name: str) -> str:
     if full:
         return f">= {full} (the {os_name} driver of CUDA {cuda_from_int(wheel)})"
-    return (f"one that reports CUDA >= {cuda_from_int(wheel)} (`nvidia-smi` header; NVIDIA publishes no "
-            f"{os_name} driver number for it)")
+    return (
+        f"one that reports CUDA >= {cuda_from_int(wheel)} (`nvidia-smi` header; NVIDIA publishes no "
+        f"{os_name} driver number for it)"
+    )
 
 
 def upgrade_text(wheel: int, floor: Optional[str], full: Optional[str], os_name: str) -> str:
-    return (f">= {floor} (CUDA {wheel // 1000}.x minor-version floor); "
-            f"{full_text(wheel, full, os_name)} for full CUDA {cuda_from_int(wheel)} support")
+    return (
+        f">= {floor} (CUDA {wheel // 1000}.x minor-version floor); "
+        f"{full_text(wheel, full, os_name)} for full CUDA {cuda_from_int(wheel)} support"
+    )

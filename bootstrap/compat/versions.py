@@ -192,7 +192,6 @@ def architecture_name(cc: Tuple[int, int]) -> str:
     return "unknown architecture"
 
 
-
 def first_cuda_for(cc: Tuple[int, int]) -> Optional[int]:
     """The CUDA release that first targets this GPU's SASS (its own, else the nearest below in its
     major): no driver older than that release's knows the GPU. None for GPUs older than the table."""

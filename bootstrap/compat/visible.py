@@ -21,8 +21,10 @@ from bootstrap.report import result
 
 PCI_BUS_ID = "PCI_BUS_ID"  # the CUDA_DEVICE_ORDER under which CUDA counts GPUs as nvidia-smi does
 MIG_FROM_CC = (8, 0)  # MIG exists on compute capability 8.0 and newer (A100, A30, H100, ...)
-ORDER_REMEDY = ("`export CUDA_DEVICE_ORDER=PCI_BUS_ID` so that CUDA numbers GPUs as nvidia-smi does, or name them "
-                "by UUID in CUDA_VISIBLE_DEVICES (`nvidia-smi -L`)")
+ORDER_REMEDY = (
+    "`export CUDA_DEVICE_ORDER=PCI_BUS_ID` so that CUDA numbers GPUs as nvidia-smi does, or name them "
+    "by UUID in CUDA_VISIBLE_DEVICES (`nvidia-smi -L`)"
+)
 
 
 @result
@@ -45,7 +47,7 @@ class Visible:
 
     @property
     def order_note(self) -> str:
-        """"CUDA_DEVICE_ORDER='FASTEST_FIRST'" (abridged), or "CUDA_DEVICE_ORDER unset"."""
+        """ "CUDA_DEVICE_ORDER='FASTEST_FIRST'" (abridged), or "CUDA_DEVICE_ORDER unset"."""
         return "CUDA_DEVICE_ORDER unset" if self.order is None else f"CUDA_DEVICE_ORDER={_abridged(self.order)}"
 
     @property
@@ -101,8 +103,7 @@ def visible_gpus(gpus: Sequence[GpuFacts], value: Optional[str], order: Optional
         if gpu in named:
             return Visible(gpus=(), devices=0, note=note)
         named.append(gpu)
-    return Visible(gpus=tuple(named), devices=len(named), note=note, unordered=unordered and not by_uuid,
-                   order=order)
+    return Visible(gpus=tuple(named), devices=len(named), note=note, unordered=unordered and not by_uuid, order=order)
 
 
 _STRTOUL = re.compile(r"\s*\+?([0-9]+)")  # C's strtoul: spaces, a sign, ASCII digits, then anything
@@ -120,7 +121,7 @@ def _by_uuid(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
 
 def _mig_parent(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
     if item.startswith("MIG-GPU-"):
-        return _by_uuid(gpus, item[len("MIG-"):].split("/")[0])
+        return _by_uuid(gpus, item[len("MIG-") :].split("/")[0])
     return next((g for g in gpus if item in g.mig_uuids), None)
 
 

@@ -22,20 +22,28 @@ from bootstrap.lock.spec import EnvSpec, read_spec
 from bootstrap.project import Project, refuse_input
 
 
-def export_env(project: Project, env: str, options: ExportOptions = ExportOptions(),
-               output: Optional[Path] = None) -> ExportResult:
+def export_env(
+    project: Project, env: str, options: ExportOptions = ExportOptions(), output: Optional[Path] = None
+) -> ExportResult:
     """The portable environment.yml of `env` (`bootstrap export ENV -o FILE`)."""
     check_options(options)
     spec, lock, notes = _spec_and_lock(project, env)
     portable = portable_from_lock(spec, lock, options, source=_source_line(project, spec, lock))
     target = output if output is not None else Path("environment.yml")
     _refuse_inputs([target], project, spec, lock)
-    return ExportResult(kind="portable", name=portable.name, source=portable.source, platforms=portable.platforms,
-                        files={target: render_environment_yml(portable)}, notes=tuple(notes) + portable.notes)
+    return ExportResult(
+        kind="portable",
+        name=portable.name,
+        source=portable.source,
+        platforms=portable.platforms,
+        files={target: render_environment_yml(portable)},
+        notes=tuple(notes) + portable.notes,
+    )
 
 
-def export_pinned(project: Project, env: str, options: ExportOptions = ExportOptions(),
-                  template: Optional[str] = None) -> ExportResult:
+def export_pinned(
+    project: Project, env: str, options: ExportOptions = ExportOptions(), template: Optional[str] = None
+) -> ExportResult:
     """One explicit file per platform (`bootstrap export ENV --pinned`).
 
     `template` names the files; `{platform}` and `{name}` are replaced, as in
@@ -47,16 +55,24 @@ def export_pinned(project: Project, env: str, options: ExportOptions = ExportOpt
     platforms = chosen_platforms(lock, options.platforms)
     template = template or "{name}-{platform}.lock"
     if "{platform}" not in template and len(platforms) > 1:
-        raise InputError("-o", f"'{template}' would hold {len(platforms)} platforms in one file",
-                         f"put {{platform}} in the name, e.g. -o '{name}-{{platform}}.lock', "
-                         "or pick one with --platform")
+        raise InputError(
+            "-o",
+            f"'{template}' would hold {len(platforms)} platforms in one file",
+            f"put {{platform}} in the name, e.g. -o '{name}-{{platform}}.lock', or pick one with --platform",
+        )
     files: Dict[Path, str] = {}
     for platform in platforms:
         path = Path(template.replace("{platform}", platform).replace("{name}", name))
         files[path] = render_explicit(lock, platform, _explicit_header(name, platform, path, lock, project))
     _refuse_inputs(files, project, spec, lock)
-    return ExportResult(kind="pinned", name=name, source=_relative(lock.path, project.root), platforms=platforms,
-                        files=files, notes=tuple(notes))
+    return ExportResult(
+        kind="pinned",
+        name=name,
+        source=_relative(lock.path, project.root),
+        platforms=platforms,
+        files=files,
+        notes=tuple(notes),
+    )
 
 
 def _explicit_header(name: str, platform: str, path: Path, lock: Lock, project: Project) -> List[str]:
@@ -99,12 +115,17 @@ def _check_fresh(project: Project, env: str, spec: EnvSpec, lock: Lock) -> List[
         if vpkgs.exists() and trusted_platforms(spec.path, vpkgs, lock, default) == set(lock.platforms):
             return []  # spec and virtual packages (as parsed) identical to those the lock was made from
         missing = exc.name or "conda-lock"
-        return [f"{spec.path.name} changed since {lock.path.name} was written and {missing} is not installed "
-                "here to check it; run `python -m bootstrap lock --check` in the tools venv"]
+        return [
+            f"{spec.path.name} changed since {lock.path.name} was written and {missing} is not installed "
+            "here to check it; run `python -m bootstrap lock --check` in the tools venv"
+        ]
     if not result.fresh:
         first = result.stale[0]
-        raise InputError(lock.path, f"stale for {spec.path.name} ({len(result.stale)} found, first: {first})",
-                         "relock with `make lock` before exporting")
+        raise InputError(
+            lock.path,
+            f"stale for {spec.path.name} ({len(result.stale)} found, first: {first})",
+            "relock with `make lock` before exporting",
+        )
     return []
 
 

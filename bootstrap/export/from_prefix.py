@@ -32,21 +32,31 @@ from bootstrap.install.prefix import InstalledConda, InstalledPip, conda_records
 from bootstrap.urls import scrub_credentials
 
 
-def export_prefix(prefix: Path, options: ExportOptions = ExportOptions(),
-                  output: Optional[Path] = None) -> ExportResult:
+def export_prefix(
+    prefix: Path, options: ExportOptions = ExportOptions(), output: Optional[Path] = None
+) -> ExportResult:
     """The portable environment.yml of an existing environment (`bootstrap export --from-prefix DIR`)."""
     check_options(options)
     portable = portable_from_prefix(prefix, options)
     target = output if output is not None else Path("environment.yml")
-    return ExportResult(kind="portable", name=portable.name, source=portable.source, platforms=portable.platforms,
-                        files={target: render_environment_yml(portable)}, notes=portable.notes)
+    return ExportResult(
+        kind="portable",
+        name=portable.name,
+        source=portable.source,
+        platforms=portable.platforms,
+        files={target: render_environment_yml(portable)},
+        notes=portable.notes,
+    )
 
 
 def portable_from_prefix(prefix: Path, options: ExportOptions = ExportOptions()) -> PortableEnv:
     meta = prefix / "conda-meta"
     if not meta.is_dir():
-        raise InputError(prefix, "not a conda environment (no conda-meta/ directory)",
-                         "pass the environment's directory, e.g. --from-prefix $CONDA_PREFIX")
+        raise InputError(
+            prefix,
+            "not a conda environment (no conda-meta/ directory)",
+            "pass the environment's directory, e.g. --from-prefix $CONDA_PREFIX",
+        )
     records = conda_records(prefix)
     if not records:
         raise InputError(meta, "no package records", "is the environment empty?")
@@ -130,15 +140,18 @@ def _pip_lines(prefix: Path, records: Sequence[InstalledConda]) -> Tuple[Tuple[L
         # No REQUESTED files, or every one has it (an install with --no-deps from a full
         # lock marks everything requested): the distributions nothing else requires.
         needed = {canonical_pip(r) for d in dists for r in d.requires}
-        chosen, how = ([d for d in dists if canonical_pip(d.name) not in needed],
-                       "the distributions nothing else requires")
+        chosen, how = (
+            [d for d in dists if canonical_pip(d.name) not in needed],
+            "the distributions nothing else requires",
+        )
     notes.append(f"requested pip packages taken from {how}")
     lines = []
     for dist in sorted(chosen, key=lambda d: canonical_pip(d.name)):
         line = _pip_dist_line(dist)
         if line is None:
-            notes.append(f"pip: {dist.name} {dist.version} was installed from a local path "
-                         "and is left out (not portable)")
+            notes.append(
+                f"pip: {dist.name} {dist.version} was installed from a local path and is left out (not portable)"
+            )
         else:
             lines.append(line)
     return tuple(lines), notes

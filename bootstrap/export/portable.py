@@ -81,18 +81,23 @@ class PortableEnv:
 def check_options(options: ExportOptions) -> None:
     """`--name` and `--channel` as conda will read them back, and nothing a teammate should not get."""
     if options.name is not None and not is_env_name(options.name):
-        raise InputError("--name", f"{options.name!r} is not an environment name conda accepts",
-                         "use letters, digits, '.', '-' and '_', e.g. --name py310")
+        raise InputError(
+            "--name",
+            f"{options.name!r} is not an environment name conda accepts",
+            "use letters, digits, '.', '-' and '_', e.g. --name py310",
+        )
     for channel in options.channels:
         parts = urlsplit(channel)
         if not channel.strip() or any(c.isspace() for c in channel) or ("://" in channel and not parts.netloc):
-            raise InputError("--channel", f"{channel!r} is not a channel",
-                             "give a channel name (conda-forge) or an http(s) URL")
+            raise InputError(
+                "--channel", f"{channel!r} is not a channel", "give a channel name (conda-forge) or an http(s) URL"
+            )
         check_channel("--channel", channel)
 
 
-def portable_from_lock(spec: EnvSpec, lock: Lock, options: ExportOptions = ExportOptions(),
-                       source: str = "") -> PortableEnv:
+def portable_from_lock(
+    spec: EnvSpec, lock: Lock, options: ExportOptions = ExportOptions(), source: str = ""
+) -> PortableEnv:
     """The spec's requested specs pinned to the versions `lock` holds (pure)."""
     platforms = chosen_platforms(lock, options.platforms)
     conda = tuple(_pin_conda(text, lock, platforms) for text in spec.conda)
@@ -100,16 +105,25 @@ def portable_from_lock(spec: EnvSpec, lock: Lock, options: ExportOptions = Expor
     for text in spec.pip:
         pip.extend(_pin_pip(text, lock, platforms))
     channels = portable_channels(options.channels or spec.channels, bool(options.channels))
-    return PortableEnv(options.name or spec.name, channels, platforms, conda, tuple(pip),
-                       source or f"{spec.path.name} pinned to {lock.path.name}", _index_notes(lock, platforms))
+    return PortableEnv(
+        options.name or spec.name,
+        channels,
+        platforms,
+        conda,
+        tuple(pip),
+        source or f"{spec.path.name} pinned to {lock.path.name}",
+        _index_notes(lock, platforms),
+    )
 
 
 def chosen_platforms(lock: Lock, requested: Sequence[str]) -> Tuple[str, ...]:
     for platform in requested:
         if platform not in lock.platforms:
-            raise InputError("--platform",
-                             f"'{platform}' is not locked in {lock.path.name} ({', '.join(lock.platforms)})",
-                             "add it to the spec's platforms and relock, or pick a locked one")
+            raise InputError(
+                "--platform",
+                f"'{platform}' is not locked in {lock.path.name} ({', '.join(lock.platforms)})",
+                "add it to the spec's platforms and relock, or pick a locked one",
+            )
     return tuple(dict.fromkeys(requested)) or tuple(lock.platforms)
 
 
@@ -125,8 +139,9 @@ def _pin_conda(text: str, lock: Lock, platforms: Sequence[str]) -> Line:
     for platform in platforms:
         found = [p for p in lock.for_platform(platform, "conda") if p.name == name]
         if not found:
-            raise InputError(lock.path, f"{platform}: '{text}' is not locked",
-                             "the lock is stale: relock with `make lock`")
+            raise InputError(
+                lock.path, f"{platform}: '{text}' is not locked", "the lock is stale: relock with `make lock`"
+            )
         versions[platform] = found[0].version
     return conda_line(prefix + name, versions, requested_build(text))
 
@@ -137,9 +152,7 @@ def conda_line(name: str, versions: Mapping[str, str], build: Optional[str] = No
     distinct = sorted(set(versions.values()), key=_version_key)
     if len(distinct) == 1:
         return Line(f"{name}={distinct[0]}" + (f"={build}" if build else ""))
-    comment = "locked: " + ", ".join(
-        f"{v} ({', '.join(p for p in versions if versions[p] == v)})" for v in distinct
-    )
+    comment = "locked: " + ", ".join(f"{v} ({', '.join(p for p in versions if versions[p] == v)})" for v in distinct)
     common = _common_prefix([v.split(".") for v in distinct])
     if common:
         return Line(f"{name}={'.'.join(common)}.*" + (f"={build}" if build else ""), comment)
@@ -160,7 +173,7 @@ def requested_build(spec: str) -> Optional[str]:
         build = bracket.group(1)
     else:
         match = CONDA_NAME.match(text)
-        rest = re.sub(r"\[.*\]", "", text[match.end():] if match else "").strip()
+        rest = re.sub(r"\[.*\]", "", text[match.end() :] if match else "").strip()
         if rest.startswith("=") and not rest.startswith("=="):  # name=version=build
             build = rest[1:].partition("=")[2].strip()
         else:  # name version build (conda reads `>= 1.0` as `>=1.0`)
@@ -196,8 +209,11 @@ def _pin_pip(text: str, lock: Lock, platforms: Sequence[str]) -> List[Line]:
         if found:
             versions[platform] = found[0].version
         elif marker is None:
-            raise InputError(lock.path, f"{platform}: pip requirement '{text}' is not locked",
-                             "the lock is stale: relock with `make lock`")
+            raise InputError(
+                lock.path,
+                f"{platform}: pip requirement '{text}' is not locked",
+                "the lock is stale: relock with `make lock`",
+            )
     if not versions:
         return [Line(text)]  # excluded everywhere by its own marker
     distinct = sorted(set(versions.values()), key=_version_key)
@@ -232,21 +248,27 @@ def _platform_groups(versions: Mapping[str, str]) -> List[Tuple[List[str], str]]
         if len({versions[p] for p in same_os}) == 1:
             groups.append((same_os, f'sys_platform == "{os_name}"'))
         else:
-            groups += [([p], f'sys_platform == "{os_name}" and platform_machine == "{_MARKER_ENV[p][1]}"')
-                       for p in same_os]
+            groups += [
+                ([p], f'sys_platform == "{os_name}" and platform_machine == "{_MARKER_ENV[p][1]}"') for p in same_os
+            ]
     return groups
 
 
 def _index_notes(lock: Lock, platforms: Sequence[str]) -> Tuple[str, ...]:
-    hosts = sorted({
-        urlsplit(scrub_credentials(p.url)).netloc or "local files"
-        for platform in platforms for p in lock.for_platform(platform, "pip")
-        if not p.url.startswith("https://files.pythonhosted.org/")
-    })
+    hosts = sorted(
+        {
+            urlsplit(scrub_credentials(p.url)).netloc or "local files"
+            for platform in platforms
+            for p in lock.for_platform(platform, "pip")
+            if not p.url.startswith("https://files.pythonhosted.org/")
+        }
+    )
     if not hosts:
         return ()
-    return (f"some pip packages were locked from {', '.join(hosts)}, not PyPI; the portable file installs "
-            "them from the teammate's index (use --pinned for the exact artifacts)",)
+    return (
+        f"some pip packages were locked from {', '.join(hosts)}, not PyPI; the portable file installs "
+        "them from the teammate's index (use --pinned for the exact artifacts)",
+    )
 
 
 # --------------------------------------------------------------------------- channels
@@ -258,9 +280,11 @@ def portable_channels(channels: Iterable[str], overridden: bool) -> Tuple[str, .
         short = portable_channel(channel)
         if _is_local(short):
             raise InputError(
-                "channels", f"'{short}' is a local directory; a shared environment.yml cannot name it",
+                "channels",
+                f"'{short}' is a local directory; a shared environment.yml cannot name it",
                 "pass --channel NAME (e.g. --channel conda-forge) for the channel teammates install from"
-                if not overridden else "give --channel a channel name or an http(s) URL",
+                if not overridden
+                else "give --channel a channel name or an http(s) URL",
             )
         if short not in out:
             out.append(short)
@@ -273,7 +297,7 @@ def portable_channel(channel: str) -> str:
     text = _ANACONDA_TOKEN.sub("", text) if "://" in text else text
     text = _SUBDIR_SUFFIX.sub("", text) if "://" in text else text
     if text.startswith(ANACONDA_ORG + "/"):
-        return text[len(ANACONDA_ORG) + 1:]
+        return text[len(ANACONDA_ORG) + 1 :]
     return text
 
 

@@ -19,9 +19,12 @@ def render_environment_yml(env: PortableEnv) -> str:
     lines = [
         f"{HEADER_MARK}`: {env.source}. Do not edit.",
         "# Create it with `conda env create -f environment.yml` (or mamba / micromamba create -f).",
-        "# `platforms:` is conda-lock's key (conda warns that it ignores it)" + (
+        "# `platforms:` is conda-lock's key (conda warns that it ignores it)"
+        + (
             "; the exact\n# per-platform closure with hashes: `python -m bootstrap export --pinned`."
-            if env.from_lock else "."),
+            if env.from_lock
+            else "."
+        ),
         f"name: {_scalar(env.name)}",
         "channels:",
         *(f"  - {_scalar(c)}" for c in env.channels),

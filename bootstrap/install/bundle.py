@@ -76,13 +76,23 @@ class BundleResult:
     size: int  # bytes of the tar
 
     def to_dict(self) -> dict:
-        return {"path": str(self.path), "envs": list(self.envs), "platforms": list(self.platforms),
-                "artifacts": self.artifacts, "tools_wheels": self.tools_wheels, "bytes": self.size}
+        return {
+            "path": str(self.path),
+            "envs": list(self.envs),
+            "platforms": list(self.platforms),
+            "artifacts": self.artifacts,
+            "tools_wheels": self.tools_wheels,
+            "bytes": self.size,
+        }
 
 
-def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda _total: None,
-                fetched: Optional[Callable[[LockedPackage], None]] = None,
-                waiting: Callable[[str], None] = lambda _line: None, watch: Optional[Watch] = None) -> BundleResult:
+def make_bundle(
+    options: BundleOptions,
+    started: Callable[[int], None] = lambda _total: None,
+    fetched: Optional[Callable[[LockedPackage], None]] = None,
+    waiting: Callable[[str], None] = lambda _line: None,
+    watch: Optional[Watch] = None,
+) -> BundleResult:
     """Fetch and verify every artifact the locks install on `options.platforms`, and the tools
     venv's wheels, into the store; then write the tar beside `options.output` and rename it
     there: a failure leaves no half-written bundle."""
@@ -101,23 +111,46 @@ def make_bundle(options: BundleOptions, started: Callable[[int], None] = lambda 
                 "version": VERSION,
                 "bootstrap_version": __version__,
                 "envs": envs,
-                "artifacts": [{"url": e.url, "sha256": e.sha256, "member": member, "manager": e.manager,
-                               "size": archive_path(options.cache_dir, e).stat().st_size}
-                              for e, member in members[:len(entries)]],
-                "tools": [{"python": t.python_version, "platform": t.platform, "member": f"tools/{tools_tag(t)}",
-                           "wheels": [w.filename for w in tools[tools_tag(t)]]} for t in options.tools],
+                "artifacts": [
+                    {
+                        "url": e.url,
+                        "sha256": e.sha256,
+                        "member": member,
+                        "manager": e.manager,
+                        "size": archive_path(options.cache_dir, e).stat().st_size,
+                    }
+                    for e, member in members[: len(entries)]
+                ],
+                "tools": [
+                    {
+                        "python": t.python_version,
+                        "platform": t.platform,
+                        "member": f"tools/{tools_tag(t)}",
+                        "wheels": [w.filename for w in tools[tools_tag(t)]],
+                    }
+                    for t in options.tools
+                ],
             }
             locks = [(lock_path, env["lock"]) for (_, lock_path), env in zip(options.locks, envs)]
             size = _write(options, index, locks, members)
     except OSError as exc:
         if not out_of_space(exc):
             raise
-        raise disk_full(f"bundling into {options.output}",
-                        {"bundle": options.output.parent, "package cache": options.cache_dir},
-                        "nothing was written", "free space, or pass -o or --cache-dir on another disk",
-                        cause=exc) from None
-    return BundleResult(path=options.output, envs=tuple(e["env"] for e in envs), platforms=options.platforms,
-                        artifacts=len(entries), tools_wheels=len(members) - len(entries), size=size)
+        raise disk_full(
+            f"bundling into {options.output}",
+            {"bundle": options.output.parent, "package cache": options.cache_dir},
+            "nothing was written",
+            "free space, or pass -o or --cache-dir on another disk",
+            cause=exc,
+        ) from None
+    return BundleResult(
+        path=options.output,
+        envs=tuple(e["env"] for e in envs),
+        platforms=options.platforms,
+        artifacts=len(entries),
+        tools_wheels=len(members) - len(entries),
+        size=size,
+    )
 
 
 def _locked(options: BundleOptions) -> tuple[list, list]:
@@ -129,12 +162,14 @@ def _locked(options: BundleOptions) -> tuple[list, list]:
         for platform in options.platforms:
             for entry in locked_entries(lock, platform):
                 artifacts.setdefault(entry.sha256, entry)
-        envs.append({
-            "env": env,
-            "lock": f"locks/{env}/{lock_path.name}",
-            "platforms": list(options.platforms),
-            "content_hash": {p: lock.content_hash.get(p, "") for p in options.platforms},
-        })
+        envs.append(
+            {
+                "env": env,
+                "lock": f"locks/{env}/{lock_path.name}",
+                "platforms": list(options.platforms),
+                "content_hash": {p: lock.content_hash.get(p, "") for p in options.platforms},
+            }
+        )
     check_mirrors(options.mirrors, *locks)  # a typo'd one would fetch from the channel it was meant to replace
     return envs, sorted(artifacts.values(), key=lambda e: (e.manager, e.name, e.filename, e.sha256))
 
@@ -184,8 +219,9 @@ def _write(options: BundleOptions, index: dict, locks: list, members: list) -> i
     except OSError as exc:
         if out_of_space(exc):
             raise
-        raise InputError("-o", f"cannot write {options.output}: {exc.strerror or exc}",
-                         "pass -o in a directory you can write") from None
+        raise InputError(
+            "-o", f"cannot write {options.output}: {exc.strerror or exc}", "pass -o in a directory you can write"
+        ) from None
     finally:
         part.unlink(missing_ok=True)
 
@@ -220,8 +256,10 @@ def tools_wheels(requirements: Path, target: Target, pip: PipOptions) -> list[Lo
     wheels = resolve_pip(spec, target, replace(pip, no_deps=True))
     for wheel in wheels:
         if wheel.sha256 not in hashes:
-            raise IntegrityError(f"{requirements}: uv picked {wheel.filename} for {tools_tag(target)}, whose sha256 is "
-                                 "not among the file's hashes (regenerate it: `make tools-requirements`)")
+            raise IntegrityError(
+                f"{requirements}: uv picked {wheel.filename} for {tools_tag(target)}, whose sha256 is "
+                "not among the file's hashes (regenerate it: `make tools-requirements`)"
+            )
     return wheels
 
 
@@ -256,6 +294,7 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 # --------------------------------------------------------------------------- reading one
 
+
 class Bundle:
     """A bundle opened for reading: its index, and where each artifact's bytes lie in the tar."""
 
@@ -288,8 +327,11 @@ class Bundle:
         if not isinstance(index, dict) or index.get("format") != FORMAT:
             raise InputError(path, f"no {INDEX} of format '{FORMAT}' in it", remedy)
         if index.get("version") != VERSION:
-            raise InputError(f"{path}:{INDEX}", f"version {index.get('version')!r} is not {VERSION}",
-                             "make the bundle again with this bootstrap")
+            raise InputError(
+                f"{path}:{INDEX}",
+                f"version {index.get('version')!r} is not {VERSION}",
+                "make the bundle again with this bootstrap",
+            )
         _check_index(path, index, members)
         return cls(path, index, members)
 
@@ -310,17 +352,23 @@ class Bundle:
         if member is None:
             return None
         offset, size = self._members[member]
-        return Source(f"{self.path}:{member}", lambda: _Slice(self.path, offset, size),
-                      "the bundle is damaged: make it again with `make bundle`",
-                      mismatch="the bundle was damaged, or bundle.json edited: make it again with `make bundle`",
-                      size=lambda: size)
+        return Source(
+            f"{self.path}:{member}",
+            lambda: _Slice(self.path, offset, size),
+            "the bundle is damaged: make it again with `make bundle`",
+            mismatch="the bundle was damaged, or bundle.json edited: make it again with `make bundle`",
+            size=lambda: size,
+        )
 
     def lacks(self) -> str:
         """What to add to the error when the bundle lacks an artifact and its URL fails too."""
-        made_from = ", ".join(f"{e['lock']} [{', '.join(map(str, e['platforms']))}]"
-                              for e in self.index.get("envs", []))
-        return (f"; it is not in the bundle {self.path} either, made from {made_from or 'no lock'}: "
-                "make the bundle again from this lock with `make bundle`")
+        made_from = ", ".join(
+            f"{e['lock']} [{', '.join(map(str, e['platforms']))}]" for e in self.index.get("envs", [])
+        )
+        return (
+            f"; it is not in the bundle {self.path} either, made from {made_from or 'no lock'}: "
+            "make the bundle again from this lock with `make bundle`"
+        )
 
 
 def _check_index(path: Path, index: dict, members: dict) -> None:
@@ -333,13 +381,18 @@ def _check_index(path: Path, index: dict, members: dict) -> None:
         for key in ("sha256", "member"):
             if not isinstance(artifact, dict) or not isinstance(artifact.get(key), str):
                 raise InputError(where, f"artifacts[{number}].{key} is not a string", remedy)
-    if not isinstance(envs, list) or not all(isinstance(e, dict) and isinstance(e.get("lock"), str)
-                                             and isinstance(e.get("platforms"), list) for e in envs):
+    if not isinstance(envs, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("lock"), str) and isinstance(e.get("platforms"), list) for e in envs
+    ):
         raise InputError(where, "`envs` is not a list of {env, lock, platforms, ...}", remedy)
     missing = [a["member"] for a in artifacts if a["member"] not in members]
     if missing:
-        raise InputError(path, f"damaged: {len(missing)} of the {len(artifacts)} artifacts its {INDEX} lists are "
-                         f"not in it, e.g. '{missing[0]}' (a truncated copy?)", "copy it again, or make it again")
+        raise InputError(
+            path,
+            f"damaged: {len(missing)} of the {len(artifacts)} artifacts its {INDEX} lists are "
+            f"not in it, e.g. '{missing[0]}' (a truncated copy?)",
+            "copy it again, or make it again",
+        )
 
 
 def _gzipped(path: Path) -> bool:

@@ -59,10 +59,13 @@ class CacheReport:
             return {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in usages}
 
         pruned = self.pruned
-        return {"cache_dir": str(self.cache_dir), "usage": by_kind(self.usage),
-                "removed": None if pruned is None else by_kind(pruned.removed),
-                "left": None if pruned is None else by_kind(pruned.left),
-                "kept_for": None if pruned is None else list(pruned.kept_for)}
+        return {
+            "cache_dir": str(self.cache_dir),
+            "usage": by_kind(self.usage),
+            "removed": None if pruned is None else by_kind(pruned.removed),
+            "left": None if pruned is None else by_kind(pruned.left),
+            "kept_for": None if pruned is None else list(pruned.kept_for),
+        }
 
 
 def default_cache_dir() -> Path:
@@ -76,8 +79,10 @@ def default_cache_dir() -> Path:
 def usage(cache_dir: Path) -> list[Usage]:
     """Entries and bytes (as allocated on disk, `du`) of each part of the cache."""
     check_cache_dir(cache_dir)
-    return [Usage(kind, len(entries), sum(_disk_bytes(p) for p in entries))
-            for kind, entries in ((kind, _entries(cache_dir, kind)) for kind in KINDS)]
+    return [
+        Usage(kind, len(entries), sum(_disk_bytes(p) for p in entries))
+        for kind, entries in ((kind, _entries(cache_dir, kind)) for kind in KINDS)
+    ]
 
 
 @contextlib.contextmanager
@@ -90,8 +95,11 @@ def cache_lock(cache_dir: Path, notify: Callable[[str], None], shared: bool) -> 
     except OSError as exc:  # not ours to create in, or a read-only mount: `_check_writable` sees only what exists
         raise _unusable(cache_dir, exc) from None
     _check_writable(cache_dir)
-    waiting = (f"waiting for `bootstrap cache --prune` on {cache_dir} to finish ..." if shared else
-               f"waiting for the runs of `bootstrap env` or `bundle` using {cache_dir} to finish ...")
+    waiting = (
+        f"waiting for `bootstrap cache --prune` on {cache_dir} to finish ..."
+        if shared
+        else f"waiting for the runs of `bootstrap env` or `bundle` using {cache_dir} to finish ..."
+    )
     with flocked(cache_dir / ".lock", notify, waiting, shared=shared):
         yield
 
@@ -104,15 +112,19 @@ def prune(cache_dir: Path, keep: Iterable[LockedPackage]) -> tuple[list, list]:
     stems = {e.stem for e in keep if e.manager == "conda"}
     wanted = {
         "archives": lambda p: p.name in hashes,
-        "pkgs": lambda p: (p.name[:-len(".lock")] if p.name.endswith(".lock") else p.name) in stems,
-        "seals": lambda p: p.name[:-len(".json")] in hashes,
+        "pkgs": lambda p: (p.name[: -len(".lock")] if p.name.endswith(".lock") else p.name) in stems,
+        "seals": lambda p: p.name[: -len(".json")] in hashes,
     }
     removed, left = [], []
     for kind in KINDS:
         doomed = [p for p in _entries(cache_dir, kind) if not wanted[kind](p)]
         if kind == "archives":  # downloads killed runs left in kept entries: nobody fetches while prune holds the flock
-            doomed += [part for p in _entries(cache_dir, kind) if wanted[kind](p) and p.is_dir() and not p.is_symlink()
-                       for part in sorted(p.glob(".part-*"))]
+            doomed += [
+                part
+                for p in _entries(cache_dir, kind)
+                if wanted[kind](p) and p.is_dir() and not p.is_symlink()
+                for part in sorted(p.glob(".part-*"))
+            ]
         sizes = {p: _disk_bytes(p) for p in doomed}
         for path in doomed:
             if path.is_dir() and not path.is_symlink():
@@ -142,14 +154,20 @@ def prune_for_project(project: Project, cache_dir: Path, waiting: Callable[[str]
     missing = [(env, path) for env, path in paths if not path.is_file()]
     if missing:
         env, path = missing[0]
-        raise InputError(path, f"missing: pruning now would drop every package of {env} it installs",
-                         "run `make lock` first, or pass --root for the project whose cache this is")
+        raise InputError(
+            path,
+            f"missing: pruning now would drop every package of {env} it installs",
+            "run `make lock` first, or pass --root for the project whose cache this is",
+        )
     locks = [read_lock(path) for _, path in paths]
     check_cache_dir(cache_dir)
     if (cache_dir / "conda-meta").is_dir() or (cache_dir / "pkgs" / "urls.txt").is_file():
         # conda's own pkgs/ (a Miniconda root given by mistake): pruning it would empty conda's cache
-        raise InputError(f"--cache-dir {cache_dir}", "is a conda installation, not bootstrap's package cache",
-                         "pass the --cache-dir that `make env` uses (default ~/.cache/bootstrap)")
+        raise InputError(
+            f"--cache-dir {cache_dir}",
+            "is a conda installation, not bootstrap's package cache",
+            "pass the --cache-dir that `make env` uses (default ~/.cache/bootstrap)",
+        )
     if not cache_dir.exists():
         return PruneResult(removed=(), left=(), kept_for=tuple(str(lock.path) for lock in locks))
     with cache_lock(cache_dir, waiting, shared=False):
@@ -162,13 +180,19 @@ def check_cache_dir(cache_dir: Path) -> None:
     try:
         dangling = next((p for p in (cache_dir, *cache_dir.parents) if p.is_symlink() and not p.exists()), None)
         if dangling is not None:  # e.g. to a scratch directory purged since: mkdir would fail on it
-            raise InputError(f"--cache-dir {cache_dir}", f"{dangling} is a symlink to {os.readlink(dangling)}, "
-                             "which does not exist", "create what it points to, or pass another --cache-dir")
+            raise InputError(
+                f"--cache-dir {cache_dir}",
+                f"{dangling} is a symlink to {os.readlink(dangling)}, which does not exist",
+                "create what it points to, or pass another --cache-dir",
+            )
         existing = next(p for p in (cache_dir, *cache_dir.parents) if p.exists())
         if not existing.is_dir():
             problem = "not a directory" if existing == cache_dir else f"{existing} is not a directory"
-            raise InputError(f"--cache-dir {cache_dir}", problem,
-                             "pass a directory as --cache-dir; the default is ~/.cache/bootstrap")
+            raise InputError(
+                f"--cache-dir {cache_dir}",
+                problem,
+                "pass a directory as --cache-dir; the default is ~/.cache/bootstrap",
+            )
     except PermissionError as exc:  # a directory on the way we may not look into
         raise _unusable(cache_dir, exc) from None
 
@@ -179,15 +203,24 @@ def _check_writable(cache_dir: Path) -> None:
     Refuse a `.lock` that is not a file as well: the cache's flock cannot be taken on it."""
     for path in (cache_dir, *(cache_dir / kind for kind in KINDS)):
         if os.path.lexists(path) and not path.is_dir():  # a stray file, a dangling link: a fetch would fail on it
-            raise InputError(f"--cache-dir {cache_dir}", f"{path} is not a directory",
-                             "remove it: what the cache holds is fetched again; or pass another --cache-dir")
+            raise InputError(
+                f"--cache-dir {cache_dir}",
+                f"{path} is not a directory",
+                "remove it: what the cache holds is fetched again; or pass another --cache-dir",
+            )
         if path.is_dir() and not os.access(path, os.W_OK):  # access(2) answers EROFS even to root
-            raise InputError(f"--cache-dir {cache_dir}",
-                             f"{path} cannot be written (a read-only file system, or not yours)", _WRITABLE)
+            raise InputError(
+                f"--cache-dir {cache_dir}",
+                f"{path} cannot be written (a read-only file system, or not yours)",
+                _WRITABLE,
+            )
     flock = cache_dir / ".lock"
     if os.path.lexists(flock) and not flock.is_file():  # open(2) fails on a directory, waits on a FIFO
-        raise InputError(f"--cache-dir {cache_dir}", f"{flock} is not a file",
-                         "remove it: it only holds the cache's flock; or pass another --cache-dir")
+        raise InputError(
+            f"--cache-dir {cache_dir}",
+            f"{flock} is not a file",
+            "remove it: it only holds the cache's flock; or pass another --cache-dir",
+        )
 
 
 def _unusable(cache_dir: Path, exc: OSError) -> InputError:
@@ -198,8 +231,11 @@ def unwritable(cache_dir: Path, folder: Path, exc: OSError) -> InputError:
     """The one line for a folder inside the cache (`archives/<sha256>/`) that a fetch cannot write in:
     another user's, on a read-only mount, or a file in its place."""
     if os.path.lexists(folder) and not folder.is_dir():
-        return InputError(f"--cache-dir {cache_dir}", f"{folder} is not a directory",
-                          "remove it: what the cache holds is fetched again; or pass another --cache-dir")
+        return InputError(
+            f"--cache-dir {cache_dir}",
+            f"{folder} is not a directory",
+            "remove it: what the cache holds is fetched again; or pass another --cache-dir",
+        )
     return InputError(f"--cache-dir {cache_dir}", f"{folder} cannot be written ({exc.strerror})", _WRITABLE)
 
 
@@ -223,7 +259,7 @@ def _ours(kind: str, path: Path) -> bool:
         return path.is_dir() and not path.is_symlink() and len(path.name) > 7
     if kind == "pkgs":  # an extracted package, or rattler's lock file beside it
         return path.name.endswith(".lock") or (path / "info").is_dir()
-    name = path.name if kind == "archives" else path.name[:-len(".json")] if path.name.endswith(".json") else ""
+    name = path.name if kind == "archives" else path.name[: -len(".json")] if path.name.endswith(".json") else ""
     return bool(_HEX64.fullmatch(name))
 
 

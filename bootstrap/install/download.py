@@ -162,8 +162,9 @@ class Download:
     `RETRY_DELAYS_S` between them on transient failures of a network source, each after the first
     resuming with a Range request where the server honours it (206 and the Content-Range asked for)."""
 
-    def __init__(self, source: Source, part: Part, entry: LockedPackage, stop: Optional[threading.Event],
-                 watch: Watch) -> None:
+    def __init__(
+        self, source: Source, part: Part, entry: LockedPackage, stop: Optional[threading.Event], watch: Watch
+    ) -> None:
         self.source, self.part, self.entry, self.stop, self.watch = source, part, entry, stop, watch
         self.told = 0  # bytes of this artifact `watch.moved` was told of
         self.resumed = False  # some bytes were written by an earlier connection or run
@@ -185,10 +186,13 @@ class Download:
                 return self._attempt()
             except _Transient as exc:
                 if attempt == attempts:
-                    raise FetchError(f"cannot fetch {self.entry.filename} from {self._label()}: {exc}, "
-                                     f"{attempts} attempts; nothing was installed ({self.source.remedy})") from None
-                self.watch.retrying(f"{self.entry.filename}: {exc} from {self._label()}; "
-                                    f"retrying ({attempt + 1} of {attempts})")
+                    raise FetchError(
+                        f"cannot fetch {self.entry.filename} from {self._label()}: {exc}, "
+                        f"{attempts} attempts; nothing was installed ({self.source.remedy})"
+                    ) from None
+                self.watch.retrying(
+                    f"{self.entry.filename}: {exc} from {self._label()}; retrying ({attempt + 1} of {attempts})"
+                )
                 if (self.stop or threading.Event()).wait(RETRY_DELAYS_S[attempt - 1]):  # a stop ends the wait
                     raise Stopped(self.entry.filename) from None
         raise AssertionError("unreachable")
@@ -199,7 +203,7 @@ class Download:
     def _attempt(self) -> tuple[str, str]:
         start = self.part.size() if self.source.ranged is not None else 0
         try:
-            with (self.source.ranged(start) if self.source.ranged is not None else self.source.open()) as data:
+            with self.source.ranged(start) if self.source.ranged is not None else self.source.open() as data:
                 if start and not _resumes(data, start):  # a 200: the whole artifact again, from its first byte
                     start = 0
                 sha256, md5 = self._hash_kept(start)
@@ -224,8 +228,10 @@ class Download:
             # http.client ends a short body quietly; hashing it would blame the lock or the mirror's bytes.
             if self.source.ranged is not None:
                 raise _Transient(f"connection closed after {copied} of {expected} bytes")
-            raise FetchError(f"cannot fetch {self.entry.filename} from {self._label()}: connection closed "
-                             f"after {copied} of {expected} bytes; nothing was installed (run again to retry)")
+            raise FetchError(
+                f"cannot fetch {self.entry.filename} from {self._label()}: connection closed "
+                f"after {copied} of {expected} bytes; nothing was installed (run again to retry)"
+            )
         return sha256.hexdigest(), md5.hexdigest()
 
     def _failed(self, exc: BaseException) -> FetchError:
@@ -257,8 +263,10 @@ class Download:
             self._tell(copied)
             stalled = floor.stalled(len(block))
             if stalled:
-                raise FetchError(f"cannot fetch {self.entry.filename} from {self._label()}: "
-                                 f"{stalled}; nothing was installed ({self.source.remedy})")
+                raise FetchError(
+                    f"cannot fetch {self.entry.filename} from {self._label()}: "
+                    f"{stalled}; nothing was installed ({self.source.remedy})"
+                )
         out.flush()
         return copied
 

@@ -134,15 +134,18 @@ class Run:
     feedback: Feedback
 
 
-def create_or_update(options: EnvOptions, feedback: Feedback = Feedback(),
-                     host: Optional[HostSystem] = None) -> EnvResult:
+def create_or_update(
+    options: EnvOptions, feedback: Feedback = Feedback(), host: Optional[HostSystem] = None
+) -> EnvResult:
     """Make `options.prefix` exactly the lock's env for `options.platform`; `host` is this machine
     (probed when None) as held against the glibc or macOS the lock needs."""
     started = time.perf_counter()
     if os.name == "nt":
-        raise InputError("bootstrap env", "generations need POSIX symlinks and flock; Windows is not supported yet",
-                         f"install the lock with `micromamba create -f {options.lock_path.name}` "
-                         "or `conda-lock install`")
+        raise InputError(
+            "bootstrap env",
+            "generations need POSIX symlinks and flock; Windows is not supported yet",
+            f"install the lock with `micromamba create -f {options.lock_path.name}` or `conda-lock install`",
+        )
     check_cache_dir(options.cache_dir)
     lock = read_lock(options.lock_path)
     check_mirrors(options.mirrors, lock)
@@ -173,23 +176,51 @@ def create_or_update(options: EnvOptions, feedback: Feedback = Feedback(),
         try:
             gens.collect_garbage(layout, keep=(change.start.number, current))
         except KeyboardInterrupt:  # the env is switched: say so, rather than "interrupted" as if it were not
-            notes = [*notes, "interrupted while removing older generations, after the switch: the env is "
-                             "the new one; a later `make env` removes what is left"]
+            notes = [
+                *notes,
+                "interrupted while removing older generations, after the switch: the env is "
+                "the new one; a later `make env` removes what is left",
+            ]
     return _result(options, started, change, seconds=seconds, removed=removed, notes=notes)
 
 
-def _result(options: EnvOptions, started: float, change: Optional[Change] = None, dry_run: bool = False,
-            seconds: Optional[dict] = None, removed: Sequence[Path] = (), notes: Sequence[str] = ()) -> EnvResult:
+def _result(
+    options: EnvOptions,
+    started: float,
+    change: Optional[Change] = None,
+    dry_run: bool = False,
+    seconds: Optional[dict] = None,
+    removed: Sequence[Path] = (),
+    notes: Sequence[str] = (),
+) -> EnvResult:
     """What a run did (or, dry, would do): `change` applied, or nothing to do without one."""
     seconds = {**(seconds or {}), "total": time.perf_counter() - started}
     if change is None:
-        return EnvResult(prefix=options.prefix, platform=options.platform, plan=Plan(),
-                         generation=gens.Layout(options.prefix).current(), changed=False, dry_run=dry_run,
-                         seconds=seconds, removed=tuple(map(str, removed)), variant=options.variant)
-    return EnvResult(prefix=options.prefix, platform=options.platform, plan=change.plan,
-                     generation=change.start.number, changed=not dry_run, dry_run=dry_run, base=change.start.base,
-                     made=change.start.made, seconds=seconds, removed=tuple(map(str, removed)), notes=tuple(notes),
-                     variant=options.variant)
+        return EnvResult(
+            prefix=options.prefix,
+            platform=options.platform,
+            plan=Plan(),
+            generation=gens.Layout(options.prefix).current(),
+            changed=False,
+            dry_run=dry_run,
+            seconds=seconds,
+            removed=tuple(map(str, removed)),
+            variant=options.variant,
+        )
+    return EnvResult(
+        prefix=options.prefix,
+        platform=options.platform,
+        plan=change.plan,
+        generation=change.start.number,
+        changed=not dry_run,
+        dry_run=dry_run,
+        base=change.start.base,
+        made=change.start.made,
+        seconds=seconds,
+        removed=tuple(map(str, removed)),
+        notes=tuple(notes),
+        variant=options.variant,
+    )
 
 
 # What a read of the env without its lock may meet while another run switches it: the generation
@@ -221,8 +252,11 @@ def _recorded(lock: Lock, options: EnvOptions) -> bool:
     """Whether the env's install record says it was made from this lock: its content hash, at this
     path (a relock may delete the lock a record names, leaving the same records in another)."""
     record = read_install_record(options.prefix) if options.prefix.exists() else None
-    return (record is not None and record.content_hash == lock.content_hash.get(options.platform, "")
-            and record.lock_path == str(options.lock_path))
+    return (
+        record is not None
+        and record.content_hash == lock.content_hash.get(options.platform, "")
+        and record.lock_path == str(options.lock_path)
+    )
 
 
 def check_runs_here(platform: str) -> None:
@@ -232,10 +266,12 @@ def check_runs_here(platform: str) -> None:
 
     host = host_platform()
     if platform.split("-")[0] != host.split("-")[0]:
-        raise InputError(f"--platform {platform}", f"an env for {platform} cannot be built on this {host} machine, "
-                         "whose system cannot run its programs",
-                         f"run it on a machine of that platform, from a bundle where it has no channel: `bootstrap "
-                         f"bundle --platform {platform}`; --dry-run shows the plan here")
+        raise InputError(
+            f"--platform {platform}",
+            f"an env for {platform} cannot be built on this {host} machine, whose system cannot run its programs",
+            f"run it on a machine of that platform, from a bundle where it has no channel: `bootstrap "
+            f"bundle --platform {platform}`; --dry-run shows the plan here",
+        )
 
 
 def _build(layout: gens.Layout, change: Change, run: Run, env_lock: int) -> tuple[dict, list]:
@@ -251,8 +287,9 @@ def _build(layout: gens.Layout, change: Change, run: Run, env_lock: int) -> tupl
     full_validation = store.others_extracting(options.cache_dir)
     sealed, edited = store.sealed_copies(options.cache_dir, plan.link, drop=not full_validation)
     if edited:
-        run.feedback.notify(f"cached copies of {', '.join(edited)} were edited: "
-                            "extracting them again from their archives")
+        run.feedback.notify(
+            f"cached copies of {', '.join(edited)} were edited: extracting them again from their archives"
+        )
     try:
         fetched = _fetch([*(e for e in plan.link if e.name not in sealed), *plan.pip_install], options, run.feedback)
     except Exception as exc:
@@ -276,8 +313,7 @@ def _build(layout: gens.Layout, change: Change, run: Run, env_lock: int) -> tupl
     return seconds, notes
 
 
-def _apply(change: Change, fetched: dict, full_validation: bool, run: Run, seconds: dict,
-           held: Sequence[int]) -> list:
+def _apply(change: Change, fetched: dict, full_validation: bool, run: Run, seconds: dict, held: Sequence[int]) -> list:
     """Bring the started generation to the lock by the change's plan, adding each step's time to
     `seconds`; returns notes for the user. uv inherits `held` (see `pip.install`)."""
     options, notify, partial, notes = run.options, run.feedback.notify, change.start.partial, []
@@ -291,14 +327,22 @@ def _apply(change: Change, fetched: dict, full_validation: bool, run: Run, secon
         t = time.perf_counter()
         notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
         target = LinkTarget(partial, options.prefix, options.platform, options.cache_dir, options.show_progress)
-        link_conda([e for e in run.entries if e.manager == "conda"], plan.link,
-                   {e.name: fetched[e.name] for e in plan.link if e.name in fetched}, target,
-                   fetch=lambda more: _fetch(more, options), full_validation=full_validation)
+        link_conda(
+            [e for e in run.entries if e.manager == "conda"],
+            plan.link,
+            {e.name: fetched[e.name] for e in plan.link if e.name in fetched},
+            target,
+            fetch=lambda more: _fetch(more, options),
+            full_validation=full_validation,
+        )
         notes += clobbered(target)
         requested = _requested_conda_specs(run.lock)
         if requested:
-            append_request(partial / "conda-meta" / "history", requested,
-                           f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})")
+            append_request(
+                partial / "conda-meta" / "history",
+                requested,
+                f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})",
+            )
         seconds["link"] = time.perf_counter() - t
     if plan.pip_install:
         t = time.perf_counter()
@@ -313,9 +357,14 @@ def _fetch(entries: list, options: EnvOptions, feedback: Optional[Feedback] = No
     """name -> checked local file of each entry: from the store, else the bundle, else its URL after mirrors."""
     if entries and feedback is not None:
         feedback.fetch_started(len(entries))
-    return fetch_archives(entries, options.cache_dir, options.mirrors, bundle=options.bundle,
-                          progress=feedback.fetched if feedback is not None else None,
-                          watch=feedback.watch if feedback is not None else None)
+    return fetch_archives(
+        entries,
+        options.cache_dir,
+        options.mirrors,
+        bundle=options.bundle,
+        progress=feedback.fetched if feedback is not None else None,
+        watch=feedback.watch if feedback is not None else None,
+    )
 
 
 def _discard(layout: gens.Layout, partial: Path, first: bool) -> None:
@@ -326,15 +375,25 @@ def _discard(layout: gens.Layout, partial: Path, first: bool) -> None:
             layout.gens_dir.rmdir()
 
 
-def _disk_full(layout: gens.Layout, options: EnvOptions, cause: BaseException, created: bool,
-               started: bool) -> DiskFullError:
+def _disk_full(
+    layout: gens.Layout, options: EnvOptions, cause: BaseException, created: bool, started: bool
+) -> DiskFullError:
     """ENOSPC (or EFBIG) wherever it struck (our fetch, rattler, uv, our writes): which file systems, how
     much is free now that any partial generation is gone, and that the env is as it was."""
-    outcome = ("nothing was created" if created else
-               "the env is unchanged and the half-built generation removed" if started else "the env is unchanged")
-    return disk_full(f"building {options.prefix}", {"env": layout.gens_dir, "package cache": options.cache_dir},
-                     outcome, "free space, or move the env with --prefix or the package cache with --cache-dir",
-                     cause=cause)
+    outcome = (
+        "nothing was created"
+        if created
+        else "the env is unchanged and the half-built generation removed"
+        if started
+        else "the env is unchanged"
+    )
+    return disk_full(
+        f"building {options.prefix}",
+        {"env": layout.gens_dir, "package cache": options.cache_dir},
+        outcome,
+        "free space, or move the env with --prefix or the package cache with --cache-dir",
+        cause=cause,
+    )
 
 
 def _requested_conda_specs(lock: Lock) -> list[str]:
@@ -351,19 +410,23 @@ def _requested_conda_specs(lock: Lock) -> list[str]:
 
 def _write_record(run: Run, prefix: Path, number: int, fsync: bool = True) -> None:
     options, entries = run.options, run.entries
-    write_install_record(prefix, fsync=fsync, record=InstallRecord(
-        lock_path=str(options.lock_path),
-        env=options.env,
-        platform=options.platform,
-        content_hash=run.lock.content_hash.get(options.platform, ""),
-        generation=str(number),
-        bootstrap_version=__version__,
-        installed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        conda={e.name: e.sha256 for e in entries if e.manager == "conda"},
-        pip={normalise(e.name): {"version": e.version, "sha256": e.sha256} for e in entries if e.manager == "pip"},
-        conda_meta=conda_meta_fingerprint(prefix),
-        variant=options.variant.name if options.variant is not None else run.lock.custom.get(META_VARIANT, ""),
-    ))
+    write_install_record(
+        prefix,
+        fsync=fsync,
+        record=InstallRecord(
+            lock_path=str(options.lock_path),
+            env=options.env,
+            platform=options.platform,
+            content_hash=run.lock.content_hash.get(options.platform, ""),
+            generation=str(number),
+            bootstrap_version=__version__,
+            installed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            conda={e.name: e.sha256 for e in entries if e.manager == "conda"},
+            pip={normalise(e.name): {"version": e.version, "sha256": e.sha256} for e in entries if e.manager == "pip"},
+            conda_meta=conda_meta_fingerprint(prefix),
+            variant=options.variant.name if options.variant is not None else run.lock.custom.get(META_VARIANT, ""),
+        ),
+    )
 
 
 @result
@@ -374,8 +437,14 @@ class RollbackResult:
     dry_run: bool
 
     def to_dict(self) -> dict:
-        return {"prefix": str(self.prefix), "rollback": True, "dry_run": self.dry_run, "generation": self.generation,
-                "was": self.was, "changed": not self.dry_run}
+        return {
+            "prefix": str(self.prefix),
+            "rollback": True,
+            "dry_run": self.dry_run,
+            "generation": self.generation,
+            "was": self.was,
+            "changed": not self.dry_run,
+        }
 
 
 def rollback(prefix: Path, dry_run: bool = False) -> RollbackResult:
@@ -383,8 +452,9 @@ def rollback(prefix: Path, dry_run: bool = False) -> RollbackResult:
     layout = gens.Layout(prefix)
     layout.check_managed()
     if not os.path.lexists(prefix) and not layout.generations():  # checked before the env's lock creates anything
-        raise InputError("--rollback", f"no env at {prefix}",
-                         "create it with `make env`, or pass the --prefix it lives at")
+        raise InputError(
+            "--rollback", f"no env at {prefix}", "create it with `make env`, or pass the --prefix it lives at"
+        )
     if dry_run:
         return RollbackResult(prefix=prefix, generation=gens.previous(layout), was=layout.current(), dry_run=True)
     layout.check_writable()

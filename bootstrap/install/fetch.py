@@ -63,7 +63,7 @@ def source_url(url: str, mirrors: Sequence[Mirror]) -> str:
     mirror = mirror_of(url, mirrors)
     if mirror is None:
         return url
-    rest = url[len(mirror.canonical) + 1:]
+    rest = url[len(mirror.canonical) + 1 :]
     return (mirror.local_dir / rest).as_uri() if mirror.local_dir is not None else f"{mirror.target}/{rest}"
 
 
@@ -137,14 +137,20 @@ def fetch_archives(
 _GRACE_S = 2.0  # how long a failed or interrupted fetch waits for its downloads to stop
 
 
-def _announce_size(entries: Sequence[LockedPackage], cache_dir: Path, mirrors: Sequence[Mirror],
-                   bundle: Optional["Bundle"], sized: Callable[[int, int, int], None]) -> None:
+def _announce_size(
+    entries: Sequence[LockedPackage],
+    cache_dir: Path,
+    mirrors: Sequence[Mirror],
+    bundle: Optional["Bundle"],
+    sized: Callable[[int, int, int], None],
+) -> None:
     """Tell `sized` what the fetch will download: those not in the store, sized by a HEAD request each
     (a lock records no sizes), `SIZE_WORKERS` at a time; a stored artifact that no longer hashes right
     is fetched again unannounced."""
     pending = [entry for entry in entries if not archive_path(cache_dir, entry).is_file()]
-    sources = [(bundle.source(entry) if bundle is not None else None) or url_source(entry, mirrors)
-               for entry in pending]
+    sources = [
+        (bundle.source(entry) if bundle is not None else None) or url_source(entry, mirrors) for entry in pending
+    ]
     if not sources:
         return
     with ThreadPoolExecutor(max_workers=min(SIZE_WORKERS, len(sources))) as pool:
@@ -157,7 +163,6 @@ def archive_path(cache_dir: Path, entry: LockedPackage) -> Path:
     return cache_dir / "archives" / entry.sha256 / entry.filename
 
 
-
 def url_source(entry: LockedPackage, mirrors: Sequence[Mirror], also: str = "") -> Source:
     url = source_url(entry.url, mirrors)
     mirror = mirror_of(entry.url, mirrors)
@@ -166,14 +171,23 @@ def url_source(entry: LockedPackage, mirrors: Sequence[Mirror], also: str = "") 
     else:  # the mirror given is what failed: offering a mirror would send the user round in a circle
         remedy = f"the mirror lacks it or is down: sync it from {mirror.canonical}, or fix --mirror {mirror.public()}"
     network = urlsplit(url).scheme in ("http", "https")
-    return Source(url, lambda: download.open_url(url), scrub_credentials(remedy) + also,
-                  ranged=(lambda start: download.open_url(url, start)) if network else None,
-                  size=lambda: download.size_of(url))
+    return Source(
+        url,
+        lambda: download.open_url(url),
+        scrub_credentials(remedy) + also,
+        ranged=(lambda start: download.open_url(url, start)) if network else None,
+        size=lambda: download.size_of(url),
+    )
 
 
-def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirror] = (),
-                  bundle: Optional["Bundle"] = None, stop: Optional[threading.Event] = None,
-                  watch: Optional[Watch] = None) -> Path:
+def fetch_archive(
+    entry: LockedPackage,
+    cache_dir: Path,
+    mirrors: Sequence[Mirror] = (),
+    bundle: Optional["Bundle"] = None,
+    stop: Optional[threading.Event] = None,
+    watch: Optional[Watch] = None,
+) -> Path:
     target = archive_path(cache_dir, entry)
     if target.is_file() and _still_verified(target, entry):
         return target
@@ -193,8 +207,9 @@ def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirro
         if getting.resumed and (sha256 != entry.sha256 or (entry.md5 and md5 != entry.md5)):
             # A partial from an earlier run may hold other bytes (a mirror that changed, a disk error):
             # one fetch from the first byte tells that apart from a wrong artifact.
-            getting.watch.retrying(f"{entry.filename}: the resumed download does not match the lock's sha256; "
-                                   "fetching it whole again")
+            getting.watch.retrying(
+                f"{entry.filename}: the resumed download does not match the lock's sha256; fetching it whole again"
+            )
             sha256, md5 = getting.run(whole=True)
         if sha256 != entry.sha256:
             part.keep = False
@@ -204,8 +219,9 @@ def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirro
             )
         if entry.md5 and md5 != entry.md5:
             part.keep = False
-            raise IntegrityError(f"{entry.filename}: md5 {md5} does not match the lock's {entry.md5}; "
-                                 "nothing was installed")
+            raise IntegrityError(
+                f"{entry.filename}: md5 {md5} does not match the lock's {entry.md5}; nothing was installed"
+            )
         if entry.manager == "conda":  # a wheel is uv's to unpack, as when uv fetched it
             part.keep = False  # refused, it is no partial to resume
             check_archive_paths(part.path, entry.filename)
@@ -213,7 +229,6 @@ def fetch_archive(entry: LockedPackage, cache_dir: Path, mirrors: Sequence[Mirro
     if entry.manager == "pip":
         _stamp(target)
     return target
-
 
 
 def _still_verified(target: Path, entry: LockedPackage) -> bool:
@@ -250,7 +265,6 @@ def forget_verified(targets: Sequence[Path]) -> None:
         _stamp_path(target).unlink(missing_ok=True)
 
 
-
 def check_mirrors(mirrors: Sequence[Mirror], *locks: Lock) -> None:
     """Refuse a `--mirror` that serves no URL of the locks (a typo, `conda-froge=...`): ignored, it would
     leave the run fetching from the channel the user meant to avoid."""
@@ -259,8 +273,11 @@ def check_mirrors(mirrors: Sequence[Mirror], *locks: Lock) -> None:
     names = " or ".join(dict.fromkeys(lock.path.name for lock in locks))
     for mirror in mirrors:
         if not any(mirror_of(entry.url, (mirror,)) for entry in packages):
-            raise InputError(f"--mirror {mirror.public()}", f"no URL of {names} is under {mirror.canonical}",
-                             f"CANONICAL is one of the lock's channels or wheel hosts: {', '.join(sorted(served))}")
+            raise InputError(
+                f"--mirror {mirror.public()}",
+                f"no URL of {names} is under {mirror.canonical}",
+                f"CANONICAL is one of the lock's channels or wheel hosts: {', '.join(sorted(served))}",
+            )
 
 
 def mirror_prefix(entry: LockedPackage) -> str:
@@ -272,6 +289,7 @@ def mirror_prefix(entry: LockedPackage) -> str:
 
 
 # --------------------------------------------------------------------------- archive safety
+
 
 def check_archive_paths(archive: Path, filename: Optional[str] = None) -> None:
     """Refuse an archive whose members or paths.json entries would land outside the prefix.
@@ -299,8 +317,10 @@ def check_archive_paths(archive: Path, filename: Optional[str] = None) -> None:
                         _check_index_json(filename, tar.extractfile(member).read())
                         described = True
             except LookupError:  # a .conda whose components are named for another package
-                raise IntegrityError(f"{filename}: holds no '{component}' part for that package: it is another "
-                                     "package's archive; nothing was installed") from None
+                raise IntegrityError(
+                    f"{filename}: holds no '{component}' part for that package: it is another "
+                    "package's archive; nothing was installed"
+                ) from None
             except (tarfile.TarError, zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
                 raise IntegrityError(f"{filename}: not a readable conda archive ({exc})") from None
     if not described:
@@ -309,15 +329,17 @@ def check_archive_paths(archive: Path, filename: Optional[str] = None) -> None:
 
 def _check_index_json(filename: str, data: bytes) -> None:
     """info/index.json must name the package, version and build of `filename` (name-version-build.ext)."""
-    stem = filename[:-len(".tar.bz2")] if filename.endswith(".tar.bz2") else filename.rsplit(".", 1)[0]
+    stem = filename[: -len(".tar.bz2")] if filename.endswith(".tar.bz2") else filename.rsplit(".", 1)[0]
     try:
         index = json.loads(data)
         found = "-".join(str(index[key]) for key in ("name", "version", "build"))
     except (ValueError, KeyError, TypeError):
         raise IntegrityError(f"{filename}: info/index.json does not name the package") from None
     if found != stem:
-        raise IntegrityError(f"{filename}: refused: its info/index.json says {excerpt(found)}, another package; "
-                             "nothing was installed (is the mirror serving the right files?)")
+        raise IntegrityError(
+            f"{filename}: refused: its info/index.json says {excerpt(found)}, another package; "
+            "nothing was installed (is the mirror serving the right files?)"
+        )
 
 
 def _escapes(path: str) -> bool:
@@ -335,8 +357,9 @@ def _check_member(filename: str, member) -> None:
         base = "" if member.islnk() else posixpath.dirname(member.name)
         target = member.linkname if member.linkname.startswith("/") else posixpath.join(base, member.linkname)
         if _escapes(target):
-            raise IntegrityError(f"{filename}: refused: link '{member.name}' -> '{member.linkname}' "
-                                 "points outside the prefix")
+            raise IntegrityError(
+                f"{filename}: refused: link '{member.name}' -> '{member.linkname}' points outside the prefix"
+            )
 
 
 def _check_paths_json(label: str, data: bytes) -> None:

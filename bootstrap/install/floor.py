@@ -27,8 +27,10 @@ _VIRTUAL = {"__glibc": GLIBC, "__osx": MACOS}  # the virtual packages that set a
 _OS_SYSTEM = {"linux": GLIBC, "macos": MACOS}  # the floor that matters on each OS
 # PEP 600's aliases: the glibc each legacy manylinux tag stands for.
 _LEGACY_MANYLINUX = {"1": (2, 5), "2010": (2, 12), "2014": (2, 17)}
-_TAG = re.compile(r"(?P<label>manylinux_(?P<glibc>\d+_\d+)|manylinux(?P<legacy>1|2010|2014)"
-                  r"|macosx_(?P<macos>\d+_\d+))_")
+_TAG = re.compile(
+    r"(?P<label>manylinux_(?P<glibc>\d+_\d+)|manylinux(?P<legacy>1|2010|2014)"
+    r"|macosx_(?P<macos>\d+_\d+))_"
+)
 _BOUND = re.compile(r"(?:>=|>|==|=)?\s*(\d+(?:\.\d+)*)(?:\.\*)?")
 _RELOCK = {GLIBC: "__glibc", MACOS: "__osx"}
 _NEWER = {GLIBC: "use a machine with a newer OS", MACOS: "use a newer macOS"}

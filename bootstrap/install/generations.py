@@ -87,11 +87,15 @@ class Layout:
         self.check_outside_generations()
         if self.stable.is_symlink():
             if not self.points_at_own_generation():
-                raise InputError(self.stable, f"is a symlink to {os.readlink(self.stable)}, not to one of its "
-                                 f"generations in {self.gens_dir}", self._foreign_link_fix())
+                raise InputError(
+                    self.stable,
+                    f"is a symlink to {os.readlink(self.stable)}, not to one of its generations in {self.gens_dir}",
+                    self._foreign_link_fix(),
+                )
         elif self.stable.exists():
             raise InputError(
-                self.stable, "exists and is not an environment managed by bootstrap",
+                self.stable,
+                "exists and is not an environment managed by bootstrap",
                 "choose another --prefix, or move it away (bootstrap never overwrites it)",
             )
 
@@ -101,16 +105,22 @@ class Layout:
         the link beside it, and would fail there with an OSError naming neither."""
         size = len(str(self.stable).encode())
         if size > MAX_PREFIX_BYTES:
-            raise InputError(f"--prefix {excerpt(str(self.stable))}", f"is {size} bytes long, longer than the "
-                             f"{MAX_PREFIX_BYTES} conda-forge's packages leave room for in their binaries",
-                             "choose a shorter --prefix")
+            raise InputError(
+                f"--prefix {excerpt(str(self.stable))}",
+                f"is {size} bytes long, longer than the "
+                f"{MAX_PREFIX_BYTES} conda-forge's packages leave room for in their binaries",
+                "choose a shorter --prefix",
+            )
         existing = next(p for p in (self.stable.parent, *self.stable.parent.parents) if p.exists())
         if not existing.is_dir():
             raise InputError(self.stable, f"{existing} is not a directory", "choose a --prefix in a directory")
         for path in (existing, self.gens_dir):
             if path.is_dir() and not os.access(path, os.W_OK):  # access(2) answers EROFS even to root
-                raise InputError(self.stable, f"{path} cannot be written (a read-only file system, or not yours)",
-                                 "make it writable, or choose a --prefix you can write")
+                raise InputError(
+                    self.stable,
+                    f"{path} cannot be written (a read-only file system, or not yours)",
+                    "make it writable, or choose a --prefix you can write",
+                )
 
     def check_outside_generations(self) -> None:
         """Refuse a stable path inside a generation of another env (`--prefix .envs/py310/sub`): it would
@@ -119,9 +129,12 @@ class Layout:
         for path in (parent, *parent.parents):
             gens_dir = path.parent
             if gens_dir.name.startswith(".") and gens_dir.name.endswith(".gens") and path.name.split(".")[0].isdigit():
-                outer = gens_dir.parent / gens_dir.name[1:-len(".gens")]
-                raise InputError(self.stable, f"is inside {path}, a generation of the env {outer}, which that env's "
-                                 "next change replaces", f"choose a --prefix outside {outer}")
+                outer = gens_dir.parent / gens_dir.name[1 : -len(".gens")]
+                raise InputError(
+                    self.stable,
+                    f"is inside {path}, a generation of the env {outer}, which that env's next change replaces",
+                    f"choose a --prefix outside {outer}",
+                )
 
     def points_at_own_generation(self) -> bool:
         """Whether the stable path is a symlink to `<gens_dir>/<n>`, as `switch` makes it (that may be gone)."""
@@ -145,8 +158,12 @@ def exclusive(layout: Layout, notify: Callable[[str], None], timeout: float = 36
     """Hold the env's flock; a second run waits (saying so) or fails after `timeout` seconds.
     Yields its file descriptor, for the processes that write into a generation to inherit."""
     layout.stable.parent.mkdir(parents=True, exist_ok=True)
-    with flocked(layout.lock_file, notify, f"waiting for another `bootstrap env` on {layout.stable} to finish ...",
-                 timeout=timeout) as fd:
+    with flocked(
+        layout.lock_file,
+        notify,
+        f"waiting for another `bootstrap env` on {layout.stable} to finish ...",
+        timeout=timeout,
+    ) as fd:
         yield fd
 
 
@@ -298,14 +315,19 @@ def previous(layout: Layout) -> int:
     older = [g for g in complete if current is None or g < current]
     newer = [g for g in complete if current is not None and g > current]
     if not older and newer:  # a second --rollback: two generations are kept, and this is the older one
-        raise InputError(layout.stable, f"no earlier generation to roll back to: it points at generation {current}, "
-                         f"rolled back from {newer[-1]} already, and only the one before the current is kept",
-                         "`make env` goes forward to the lock again; "
-                         "for an older lock, check it out and run `make env`")
+        raise InputError(
+            layout.stable,
+            f"no earlier generation to roll back to: it points at generation {current}, "
+            f"rolled back from {newer[-1]} already, and only the one before the current is kept",
+            "`make env` goes forward to the lock again; for an older lock, check it out and run `make env`",
+        )
     if not older:
-        raise InputError(layout.stable, "no earlier generation to roll back to (there is none after the first install, "
-                         "and a change that failed while installing uses up the retired one)",
-                         "check out the lock you want back and run `make env`")
+        raise InputError(
+            layout.stable,
+            "no earlier generation to roll back to (there is none after the first install, "
+            "and a change that failed while installing uses up the retired one)",
+            "check out the lock you want back and run `make env`",
+        )
     return older[-1]
 
 

@@ -43,8 +43,14 @@ class _Vanished(Exception):
     """A sealed copy found a moment ago is gone (another env's run removed it)."""
 
 
-def link_conda(conda: Sequence[LockedPackage], to_link: Sequence[LockedPackage], archives: Mapping[str, Path],
-               target: LinkTarget, fetch: Fetch, full_validation: bool = False) -> None:
+def link_conda(
+    conda: Sequence[LockedPackage],
+    to_link: Sequence[LockedPackage],
+    archives: Mapping[str, Path],
+    target: LinkTarget,
+    fetch: Fetch,
+    full_validation: bool = False,
+) -> None:
     """Make `target.partial` hold exactly `conda`. `to_link` come from their checked `archives`, or
     else from their sealed copies; should one of those vanish before rattler is done, the archives
     of all of them are fetched and checked (`fetch`) and rattler runs again, which converges.
@@ -75,8 +81,10 @@ def clobbered(target: LinkTarget) -> list:
         return []
     found = sorted(str(p.relative_to(moved)) for p in moved.rglob("*") if not p.is_dir())
     shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-    return [f"{len(found)} file(s) are shipped by more than one package: the env keeps one copy of each path, the "
-            f"others are in {target.stable / CLOBBERS} ({shown})"]
+    return [
+        f"{len(found)} file(s) are shipped by more than one package: the env keeps one copy of each path, the "
+        f"others are in {target.stable / CLOBBERS} ({shown})"
+    ]
 
 
 CLOBBERS = "__clobbers__"  # rattler's name
@@ -85,14 +93,22 @@ CLOBBERS = "__clobbers__"  # rattler's name
 def _link_error(exc: Exception, target: LinkTarget) -> Exception:
     message = " ".join(str(exc).replace(str(target.partial), str(target.stable)).split())  # rattler's causes, one line
     if "cannot be longer than the placeholder prefix" in message:  # rattler's words
-        return InputError(f"--prefix {target.stable}", f"is {len(str(target.stable).encode())} bytes long, "
-                          f"longer than a package's binary files leave room for: {message}",
-                          "choose a shorter --prefix; conda-forge's packages have room for 255 bytes")
+        return InputError(
+            f"--prefix {target.stable}",
+            f"is {len(str(target.stable).encode())} bytes long, "
+            f"longer than a package's binary files leave room for: {message}",
+            "choose a shorter --prefix; conda-forge's packages have room for 255 bytes",
+        )
     return ToolError(f"linking into {target.stable} failed: {message}")
 
 
-def _rattler_install(conda: Sequence[LockedPackage], to_link: Sequence[LockedPackage], archives: Mapping[str, Path],
-                     target: LinkTarget, full_validation: bool) -> None:
+def _rattler_install(
+    conda: Sequence[LockedPackage],
+    to_link: Sequence[LockedPackage],
+    archives: Mapping[str, Path],
+    target: LinkTarget,
+    full_validation: bool,
+) -> None:
     """rattler.install of `conda` into `target.partial`. A record is read from the archive of a package
     to extract, else from its extracted copy's index.json (cheaper than the archive or the conda-meta
     record, whose file list a CUDA package makes long), else from the record the generation holds."""
@@ -124,7 +140,8 @@ def _rattler_install(conda: Sequence[LockedPackage], to_link: Sequence[LockedPac
             config=link_config(e.url for e in conda),
             package_cache=rattler.PackageCache.new_layered(
                 [pkgs],
-                validation_mode=rattler.ValidationMode.full() if full_validation else rattler.ValidationMode.skip()),
+                validation_mode=rattler.ValidationMode.full() if full_validation else rattler.ValidationMode.skip(),
+            ),
         )
 
     aio.run(install())
@@ -138,7 +155,8 @@ def _from_copy(entry: LockedPackage, cache_dir: Path):
         return None
     archive = archive_path(cache_dir, entry)
     package = rattler.PackageRecord.from_index_json(
-        index, size=archive.stat().st_size if archive.is_file() else None, sha256=entry.sha256, md5=entry.md5)
+        index, size=archive.stat().st_size if archive.is_file() else None, sha256=entry.sha256, md5=entry.md5
+    )
     return rattler.RepoDataRecord(package, entry.filename, entry.url, _channel_of(entry.url))
 
 
@@ -175,8 +193,7 @@ def _origin(url: str) -> Optional[str]:
 
 def _toml_string(text: str) -> str:
     """`text` as a TOML basic string: `"`, `\\` and control characters escaped, the rest as it is."""
-    return '"' + "".join(f"\\u{ord(c):04x}" if c in '"\\' or ord(c) < 0x20 or ord(c) == 0x7F else c
-                         for c in text) + '"'
+    return '"' + "".join(f"\\u{ord(c):04x}" if c in '"\\' or ord(c) < 0x20 or ord(c) == 0x7F else c for c in text) + '"'
 
 
 def _restore_canonical_urls(prefix: Path, linked: Sequence[LockedPackage]) -> None:

@@ -30,15 +30,19 @@ def remove(dists: Sequence[InstalledPip], partial: Path, stable: Path, held: Seq
     notes = _drop_unlisted(dists, partial)
     names = sorted({d.name for d in dists if os.path.lexists(d.dist_info)})
     if names:
-        done = _run_uv([uv_binary(PipOptions()), "pip", "uninstall", "--python", str(python_executable(partial)),
-                        *names], timeout=600, held=held)
+        done = _run_uv(
+            [uv_binary(PipOptions()), "pip", "uninstall", "--python", str(python_executable(partial)), *names],
+            timeout=600,
+            held=held,
+        )
         if done.returncode != 0:
             raise _uv_failed("uninstall", _uv_message(done, partial), stable)
     return notes
 
 
-def install(entries: Sequence[LockedPackage], partial: Path, stable: Path, wheels: Mapping[str, Path],
-            held: Sequence[int] = ()) -> None:
+def install(
+    entries: Sequence[LockedPackage], partial: Path, stable: Path, wheels: Mapping[str, Path], held: Sequence[int] = ()
+) -> None:
     """uv installs `entries` into `partial` from their checked local `wheels` (name -> file), so it
     never downloads mid-install; then each new distribution gets the lock's URL and the stable
     path (`_finish_wheel`).
@@ -51,12 +55,28 @@ def install(entries: Sequence[LockedPackage], partial: Path, stable: Path, wheel
         return
     local = {wheels[e.name].as_uri(): e for e in entries}
     requirements = partial / ".bootstrap-requirements.txt"
-    requirements.write_text("".join(f"{e.name} @ {uri} --hash=sha256:{e.sha256}\n" for uri, e in local.items()),
-                            encoding="utf-8")
+    requirements.write_text(
+        "".join(f"{e.name} @ {uri} --hash=sha256:{e.sha256}\n" for uri, e in local.items()), encoding="utf-8"
+    )
     try:
-        done = _run_uv([uv_binary(PipOptions()), "pip", "install", "--python", str(python_executable(partial)),
-                        "--no-deps", "--require-hashes", "--link-mode", "copy", "--no-index", "-r", str(requirements)],
-                       timeout=3600, held=held)
+        done = _run_uv(
+            [
+                uv_binary(PipOptions()),
+                "pip",
+                "install",
+                "--python",
+                str(python_executable(partial)),
+                "--no-deps",
+                "--require-hashes",
+                "--link-mode",
+                "copy",
+                "--no-index",
+                "-r",
+                str(requirements),
+            ],
+            timeout=3600,
+            held=held,
+        )
     finally:
         requirements.unlink()
     if done.returncode != 0:
@@ -81,8 +101,10 @@ def _drop_unlisted(dists: Sequence[InstalledPip], partial: Path) -> list[str]:
             remove_tree(metadata)
         else:
             metadata.unlink()
-        notes.append(f"{dist.name} {dist.version}: only its metadata was removed ({metadata.relative_to(partial)}), "
-                     "which lists no files to uninstall; any files it installed are still there")
+        notes.append(
+            f"{dist.name} {dist.version}: only its metadata was removed ({metadata.relative_to(partial)}), "
+            "which lists no files to uninstall; any files it installed are still there"
+        )
     return notes
 
 
@@ -100,8 +122,11 @@ def _uv_message(done: Completed, partial: Path) -> str:
     in the generation being built (gone once the run failed) relative to the env's top."""
     text = scrub_credentials(done.stderr).replace(f"{partial}{os.sep}", "").replace(str(partial), "the next generation")
     lines = [line.strip() for line in text.splitlines()]
-    kept = [line[len("error: "):] if line.startswith("error: ") else line
-            for line in lines if line and not line.startswith(_UV_PROGRESS)]
+    kept = [
+        line[len("error: ") :] if line.startswith("error: ") else line
+        for line in lines
+        if line and not line.startswith(_UV_PROGRESS)
+    ]
     return " ".join(kept) or f"exit status {done.returncode}, no message"
 
 
@@ -114,9 +139,11 @@ def _uv_failed(verb: str, message: str, stable: Path) -> ToolError:
 
 def _pip_failure(message: str, stable: Path) -> Exception:
     if "hash" in message.lower() and "mismatch" in message.lower():
-        return IntegrityError("a wheel does not match the lock's sha256 "
-                              "(its copy in the package cache damaged on disk?); "
-                              f"nothing was installed, and the next run hashes the cached wheels again: {message}")
+        return IntegrityError(
+            "a wheel does not match the lock's sha256 "
+            "(its copy in the package cache damaged on disk?); "
+            f"nothing was installed, and the next run hashes the cached wheels again: {message}"
+        )
     return _uv_failed("install", message, stable)
 
 

@@ -50,12 +50,15 @@ class Plan:
 
     def moved(self, old: Path, new: Path) -> "Plan":
         """The plan for the same prefix renamed or cloned from `old` to `new`: what it removes, there."""
+
         def at_new(path: Path) -> Path:
             return new / path.relative_to(old)
 
         return dataclasses.replace(
-            self, unlink=tuple(dataclasses.replace(c, record_path=at_new(c.record_path)) for c in self.unlink),
-            pip_remove=tuple(dataclasses.replace(d, dist_info=at_new(d.dist_info)) for d in self.pip_remove))
+            self,
+            unlink=tuple(dataclasses.replace(c, record_path=at_new(c.record_path)) for c in self.unlink),
+            pip_remove=tuple(dataclasses.replace(d, dist_info=at_new(d.dist_info)) for d in self.pip_remove),
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -118,7 +121,8 @@ def locked_entries(lock: Lock, platform: str) -> list[LockedPackage]:
     """The lock's entries for `platform`; an InputError naming the fix if it is not locked."""
     if platform not in lock.platforms:
         raise InputError(
-            lock.path, f"platform {platform} is not locked (locked: {', '.join(lock.platforms)})",
+            lock.path,
+            f"platform {platform} is not locked (locked: {', '.join(lock.platforms)})",
             "add it to `platforms:` in the env spec and run `make lock`, or pass --platform",
         )
     return lock.for_platform(platform)
@@ -134,9 +138,11 @@ def plan_against(entries: Sequence[LockedPackage], prefix: Path) -> Plan:
         planned = {e.name for e in plan.link}
         relinked = {c.name: c for c in conda_records(prefix) if c.noarch == "python" and c.name not in planned}
         again = [e for e in entries if e.manager == "conda" and e.name in relinked]
-        plan = dataclasses.replace(plan, link=tuple(sorted((*plan.link, *again), key=lambda e: e.name)),
-                                   unlink=tuple(sorted((*plan.unlink, *(relinked[e.name] for e in again)),
-                                                       key=lambda c: c.name)))
+        plan = dataclasses.replace(
+            plan,
+            link=tuple(sorted((*plan.link, *again), key=lambda e: e.name)),
+            unlink=tuple(sorted((*plan.unlink, *(relinked[e.name] for e in again)), key=lambda c: c.name)),
+        )
     if plan.pip_remove:
         owned = conda_owned_metadata(prefix)
         plan = dataclasses.replace(plan, pip_remove=tuple(d for d in plan.pip_remove if d.dist_info.name not in owned))
@@ -149,8 +155,12 @@ def _python_moves(entries: Sequence[LockedPackage], prefix: Path) -> bool:
     (those of the old version stay behind with it, out of the new python's sight, as conda leaves them)."""
     site = site_packages(prefix)
     locked = [e.version for e in entries if e.manager == "conda" and e.name == "python"]
-    return site is not None and site.parent.name.startswith("python") and bool(locked) and \
-        python_version(site.parent.name) != python_version(locked[0])
+    return (
+        site is not None
+        and site.parent.name.startswith("python")
+        and bool(locked)
+        and python_version(site.parent.name) != python_version(locked[0])
+    )
 
 
 @dataclass(frozen=True)

@@ -95,20 +95,22 @@ def conda_records(prefix: Path) -> list[InstalledConda]:
             if not isinstance(data, dict) or "name" not in data or "version" not in data:
                 continue  # not a package record
             requested = data.get("requested_specs") or ([data["requested_spec"]] if data.get("requested_spec") else [])
-            out.append(InstalledConda(
-                name=str(data["name"]).lower(),
-                version=str(data["version"]),
-                build=str(data.get("build", "")),
-                sha256=data.get("sha256"),
-                url=data.get("url"),
-                record_path=path,
-                channel=str(data.get("channel") or ""),
-                subdir=str(data.get("subdir") or ""),
-                depends=tuple(str(d) for d in data.get("depends") or ()),
-                requested_specs=tuple(str(s) for s in requested),
-                files=tuple(str(f) for f in data.get("files") or ()),
-                noarch=_noarch(data.get("noarch")),
-            ))
+            out.append(
+                InstalledConda(
+                    name=str(data["name"]).lower(),
+                    version=str(data["version"]),
+                    build=str(data.get("build", "")),
+                    sha256=data.get("sha256"),
+                    url=data.get("url"),
+                    record_path=path,
+                    channel=str(data.get("channel") or ""),
+                    subdir=str(data.get("subdir") or ""),
+                    depends=tuple(str(d) for d in data.get("depends") or ()),
+                    requested_specs=tuple(str(s) for s in requested),
+                    files=tuple(str(f) for f in data.get("files") or ()),
+                    noarch=_noarch(data.get("noarch")),
+                )
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise InputError(path, f"unreadable package record: {exc}", "repair or recreate the environment") from None
     return out
@@ -150,8 +152,16 @@ def conda_packages(prefix: Path) -> list[InstalledConda]:
     out = []
     for filename in sorted(record.conda_meta):
         name, version, build = filename[: -len(".json")].rsplit("-", 2)  # conda versions and builds have no "-"
-        out.append(InstalledConda(name=name, version=version, build=build, sha256=record.conda.get(name), url=None,
-                                  record_path=prefix / "conda-meta" / filename))
+        out.append(
+            InstalledConda(
+                name=name,
+                version=version,
+                build=build,
+                sha256=record.conda.get(name),
+                url=None,
+                record_path=prefix / "conda-meta" / filename,
+            )
+        )
     return out
 
 
@@ -212,17 +222,19 @@ def pip_distributions(prefix: Path) -> list[InstalledPip]:
         known = installed.get(normalise(name)) or {}
         if sha256 is None and known.get("version") == version:
             sha256 = known.get("sha256")
-        out.append(InstalledPip(
-            name=normalise(name),
-            version=version,
-            sha256=sha256,
-            url=direct_url.get("url"),
-            dist_info=dist_info,
-            installer=_read(dist_info / "INSTALLER").strip().lower(),
-            requested=(dist_info / "REQUESTED").exists(),
-            requires=tuple(_required_names(fields.get("requires-dist", []))),
-            direct_url=direct_url,
-        ))
+        out.append(
+            InstalledPip(
+                name=normalise(name),
+                version=version,
+                sha256=sha256,
+                url=direct_url.get("url"),
+                dist_info=dist_info,
+                installer=_read(dist_info / "INSTALLER").strip().lower(),
+                requested=(dist_info / "REQUESTED").exists(),
+                requires=tuple(_required_names(fields.get("requires-dist", []))),
+                direct_url=direct_url,
+            )
+        )
     return out
 
 

@@ -108,8 +108,11 @@ def fingerprint(directory: Path) -> dict:
                         os.close(child)
                 else:
                     info = entry.stat(follow_symlinks=False)
-                    digest.update(f"{relative}{entry.name}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\n"
-                                  .encode("utf-8", "surrogateescape"))
+                    digest.update(
+                        f"{relative}{entry.name}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\n".encode(
+                            "utf-8", "surrogateescape"
+                        )
+                    )
                     count += 1
 
     root = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)

@@ -51,9 +51,14 @@ class VariantChoice:
     facts_source: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"name": self.name or None, "lock": str(self.lock_path), "how": self.how, "why": self.why,
-                "facts_source": self.facts_source or None,
-                "pick": None if self.pick is None else self.pick.to_dict()}
+        return {
+            "name": self.name or None,
+            "lock": str(self.lock_path),
+            "how": self.how,
+            "why": self.why,
+            "facts_source": self.facts_source or None,
+            "pick": None if self.pick is None else self.pick.to_dict(),
+        }
 
 
 def choose_variant(request: VariantRequest, *, nvml: Any = None, runner: Runner = run) -> VariantChoice:
@@ -80,11 +85,15 @@ def choose_variant(request: VariantRequest, *, nvml: Any = None, runner: Runner 
         return _named(pick, request, locks[0][0].platforms, source)
     if pick.chosen is None:
         force = "`--variant NAME --force` installs one anyway" if pick.installs_here else ""
-        raise InputError("--variant auto", f"no locked variant of {env} runs on this host: {pick.why}",
-                         "; ".join(part for part in (pick.remedy, force) if part))
+        raise InputError(
+            "--variant auto",
+            f"no locked variant of {env} runs on this host: {pick.why}",
+            "; ".join(part for part in (pick.remedy, force) if part),
+        )
     chosen = pick.chosen.candidate
-    return VariantChoice(name=chosen.name, lock_path=chosen.lock_path, how="auto", why=pick.why, pick=pick,
-                         facts_source=source)
+    return VariantChoice(
+        name=chosen.name, lock_path=chosen.lock_path, how="auto", why=pick.why, pick=pick, facts_source=source
+    )
 
 
 def _named(pick: Pick, request: VariantRequest, platforms: tuple, source: str) -> VariantChoice:
@@ -95,10 +104,19 @@ def _named(pick: Pick, request: VariantRequest, platforms: tuple, source: str) -
     if verdict.candidate.target is None:
         raise InputError(f"--variant {request.name}", verdict.reasons[0], "run `make lock`")
     if verdict.status is Status.FAIL:
-        raise InputError(f"--variant {request.name}", f"{verdict.build} will not run on this host "
-                         f"({verdict.reasons[0]})", _instead(pick, verdict))
-    return VariantChoice(name=request.name, lock_path=path, how="named", pick=pick, facts_source=source,
-                         why=f"asked for; {verdict.build} {_RUNS[verdict.status]} here")
+        raise InputError(
+            f"--variant {request.name}",
+            f"{verdict.build} will not run on this host ({verdict.reasons[0]})",
+            _instead(pick, verdict),
+        )
+    return VariantChoice(
+        name=request.name,
+        lock_path=path,
+        how="named",
+        pick=pick,
+        facts_source=source,
+        why=f"asked for; {verdict.build} {_RUNS[verdict.status]} here",
+    )
 
 
 def _check_locked(path: Path, name: str, platforms: tuple, platform: str) -> None:
@@ -106,15 +124,20 @@ def _check_locked(path: Path, name: str, platforms: tuple, platform: str) -> Non
     if not path.is_file():
         raise InputError(f"--variant {name}", f"not locked yet: {path} is missing", "run `make lock`")
     if platform not in platforms:
-        raise InputError(f"--variant {name}", f"not locked for {platform} (its platforms: {', '.join(platforms)})",
-                         "pick another variant, or add the platform to it and run `make lock`")
+        raise InputError(
+            f"--variant {name}",
+            f"not locked for {platform} (its platforms: {', '.join(platforms)})",
+            "pick another variant, or add the platform to it and run `make lock`",
+        )
 
 
 def _instead(pick: Pick, refused: Verdict) -> str:
     chosen = pick.chosen
     if chosen is not None and chosen is not refused:
-        return (f"{chosen.candidate.label} would run: `--variant {chosen.candidate.name}` (or auto); "
-                "--force installs the other anyway")
+        return (
+            f"{chosen.candidate.label} would run: `--variant {chosen.candidate.name}` (or auto); "
+            "--force installs the other anyway"
+        )
     return "no locked variant runs here; --force installs it anyway"
 
 
@@ -129,8 +152,11 @@ def _driver_facts(request: VariantRequest, nvml: Any, runner: Runner) -> tuple:
         facts = load_facts(request.facts_path)
         recorded = conda_subdir(facts.platform) if facts.platform else request.platform
         if recorded != request.platform:  # judged for one machine, planned for another
-            raise InputError(f"--facts {request.facts_path}", f"was recorded on {recorded}, the env is planned for "
-                             f"{request.platform}", f"add --platform {recorded}, with --dry-run on this machine")
+            raise InputError(
+                f"--facts {request.facts_path}",
+                f"was recorded on {recorded}, the env is planned for {request.platform}",
+                f"add --platform {recorded}, with --dry-run on this machine",
+            )
         return facts.nvidia, str(request.facts_path)
     if os_of(request.platform) != os_of(host_platform()):
         return DriverFacts(reason=f"no facts of a {request.platform} machine"), f"none ({request.platform})"

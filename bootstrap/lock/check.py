@@ -72,8 +72,14 @@ class CheckResult:
         return not self.stale
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"env": self.env, "variant": self.variant or None, "lock_path": str(self.lock_path),
-                "platforms": list(self.platforms), "fresh": self.fresh, "stale": [s.to_dict() for s in self.stale]}
+        return {
+            "env": self.env,
+            "variant": self.variant or None,
+            "lock_path": str(self.lock_path),
+            "platforms": list(self.platforms),
+            "fresh": self.fresh,
+            "stale": [s.to_dict() for s in self.stale],
+        }
 
 
 @result
@@ -90,28 +96,39 @@ class CheckRun:
         return {"fresh": self.fresh, "envs": [env.to_dict() for env in self.envs]}
 
 
-def check_env(project: Project, env: str, platforms: Tuple[str, ...] = (),
-              variants: Tuple[str, ...] = ()) -> Tuple[CheckResult, ...]:
+def check_env(
+    project: Project, env: str, platforms: Tuple[str, ...] = (), variants: Tuple[str, ...] = ()
+) -> Tuple[CheckResult, ...]:
     """The locks of `env` (one per variant) against its spec, on `platforms` (default: all of the spec's)."""
     spec = read_spec(project.spec_path(env))
     for platform in platforms:
         if platform not in spec.platforms:
-            raise InputError("--platform",
-                             f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
-                             f"check one of them, or add it to `platforms:` in {spec.path.name}")
+            raise InputError(
+                "--platform",
+                f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
+                f"check one of them, or add it to `platforms:` in {spec.path.name}",
+            )
     locks = variant_locks(project, env, spec, variants)
     check_variant_platforms(env, tuple(variant for variant, _ in locks), platforms, bool(variants))
     check_syntax(spec, [variant for variant, _ in locks])
     vpkgs = read_virtual_packages(project.virtual_packages_path)  # the hash below covers its content
-    checked = tuple(_check_lock(env, spec.for_variant(variant), vpkgs.for_variant(variant), path, platforms)
-                    for variant, path in locks
-                    if not platforms or set(platforms) & set(spec.for_variant(variant).platforms))
+    checked = tuple(
+        _check_lock(env, spec.for_variant(variant), vpkgs.for_variant(variant), path, platforms)
+        for variant, path in locks
+        if not platforms or set(platforms) & set(spec.for_variant(variant).platforms)
+    )
     if variants:
         return checked
     return checked + tuple(
-        CheckResult(env=env, variant=name, lock_path=path, platforms=(), stale=(
-            Stale("*", "variant", f"{why}; `make lock` deletes this lock"),))
-        for name, path, why in orphan_locks(project, env, spec))
+        CheckResult(
+            env=env,
+            variant=name,
+            lock_path=path,
+            platforms=(),
+            stale=(Stale("*", "variant", f"{why}; `make lock` deletes this lock"),),
+        )
+        for name, path, why in orphan_locks(project, env, spec)
+    )
 
 
 def check_syntax(spec: EnvSpec, variants: Sequence[Optional[Variant]]) -> None:
@@ -124,13 +141,19 @@ def check_syntax(spec: EnvSpec, variants: Sequence[Optional[Variant]]) -> None:
             pip_requirements(spec.for_variant(variant))
 
 
-def _check_lock(env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path,
-                platforms: Tuple[str, ...]) -> CheckResult:
+def _check_lock(
+    env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path, platforms: Tuple[str, ...]
+) -> CheckResult:
     variant = spec.variant.name if spec.variant else ""
     if not lock_path.exists() and variant and not spec.variant.default:
         # A variant just added to the spec: stale, like a platform just added.
-        return CheckResult(env=env, variant=variant, lock_path=lock_path, platforms=platforms or spec.platforms,
-                           stale=(Stale("*", lock_path.name, "not locked yet"),))
+        return CheckResult(
+            env=env,
+            variant=variant,
+            lock_path=lock_path,
+            platforms=platforms or spec.platforms,
+            stale=(Stale("*", lock_path.name, "not locked yet"),),
+        )
     if not lock_path.exists():
         raise InputError(lock_path, "no lock for this env", f"run `make lock` (bootstrap lock {env})")
     lock = read_lock(lock_path)
@@ -138,8 +161,9 @@ def _check_lock(env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path
     platforms = tuple(p for p in platforms if p in spec.platforms)
     if platforms:
         stale = [s for s in stale if s.platform in platforms or s.platform == "*"]
-    return CheckResult(env=env, variant=variant, lock_path=lock_path, platforms=platforms or spec.platforms,
-                       stale=tuple(stale))
+    return CheckResult(
+        env=env, variant=variant, lock_path=lock_path, platforms=platforms or spec.platforms, stale=tuple(stale)
+    )
 
 
 def static_staleness(spec: EnvSpec, lock: Lock) -> list[Stale]:
@@ -173,8 +197,11 @@ def hash_staleness(spec: EnvSpec, vpkgs: VirtualPackages, lock: Lock) -> list[St
     parsed) are those its recorded hash was computed from is trusted without conda-lock."""
     trusted = trusted_platforms(spec.path, vpkgs.path, lock, spec.variant.name if spec.variant else "")
     return [
-        Stale(platform, "content_hash",
-              f"does not match {spec.path.name} + {vpkgs.path.name} (conda-lock --check-input-hash would relock)")
+        Stale(
+            platform,
+            "content_hash",
+            f"does not match {spec.path.name} + {vpkgs.path.name} (conda-lock --check-input-hash would relock)",
+        )
         for platform in lock.platforms
         if platform not in trusted
         and not conda_lock_accepts_hash(spec, vpkgs, platform, lock.content_hash.get(platform, ""))
@@ -187,8 +214,9 @@ def _variant_staleness(spec: EnvSpec, lock: Lock) -> list[Stale]:
     locked_variant, locked_index = lock.custom.get(META_VARIANT, ""), lock.custom.get(META_TORCH_INDEX, "")
     stale = []
     if locked_variant != variant:
-        stale.append(Stale("*", "variant", f"lock holds {locked_variant or 'no variant'}, "
-                                           f"spec expects {variant or 'none'}"))
+        stale.append(
+            Stale("*", "variant", f"lock holds {locked_variant or 'no variant'}, spec expects {variant or 'none'}")
+        )
     if locked_index != (spec.torch_index or ""):
         locked, named = locked_index or "the default index", spec.torch_index or "the default index"
         stale.append(Stale("*", "torch index", scrub_credentials(f"locked from {locked}, spec names {named}")))
@@ -211,8 +239,10 @@ def _parsed(what: str, make: Callable[[], Any]) -> Any:
 def _record(entry: LockedPackage):
     from rattler import BuildString, PackageRecord
 
-    return _parsed(f"package {entry.name}.version",
-                   lambda: PackageRecord(entry.name, entry.version, BuildString(entry.build or "0"), 0, entry.platform))
+    return _parsed(
+        f"package {entry.name}.version",
+        lambda: PackageRecord(entry.name, entry.version, BuildString(entry.build or "0"), 0, entry.platform),
+    )
 
 
 def _conda_unsatisfied(platform: str, env_spec: EnvSpec, locked: list[LockedPackage]) -> list[Stale]:
@@ -239,10 +269,17 @@ def _conda_not_closed(platform: str, locked: list[LockedPackage]) -> list[Stale]
             record = by_name.get(name)
             if record is None:
                 out.append(Stale(platform, f"{name} (needed by {entry.name})", "missing from the lock"))
-            elif constraint not in ("", "*") and not _parsed(f"package {entry.name}.dependencies.{name}",
-                                                   lambda: MatchSpec(f"{name} {constraint}")).matches(record):  # noqa: B023
-                out.append(Stale(platform, f"{name} {constraint} (needed by {entry.name})",
-                                 f"locked {by_name[name].version} does not match"))
+            elif constraint not in ("", "*") and not _parsed(
+                f"package {entry.name}.dependencies.{name}",
+                lambda: MatchSpec(f"{name} {constraint}"),  # noqa: B023 (called at once, in this iteration)
+            ).matches(record):
+                out.append(
+                    Stale(
+                        platform,
+                        f"{name} {constraint} (needed by {entry.name})",
+                        f"locked {by_name[name].version} does not match",
+                    )
+                )
     return out
 
 
@@ -251,8 +288,11 @@ def _pip_applying(spec: EnvSpec, platform: str, conda: list[LockedPackage]) -> l
     locked Python."""
     python = next((p.version for p in conda if p.name == "python"), "")
     environment = marker_environment(platform, python)
-    return [(text, req) for text, req in zip(spec.pip, pip_requirements(spec))
-            if req.marker is None or not python or req.marker.evaluate(environment)]
+    return [
+        (text, req)
+        for text, req in zip(spec.pip, pip_requirements(spec))
+        if req.marker is None or not python or req.marker.evaluate(environment)
+    ]
 
 
 def _pip_unsatisfied(platform: str, requirements: list[tuple[str, Any]], locked: list[LockedPackage]) -> list[Stale]:
@@ -269,16 +309,23 @@ def _pip_unsatisfied(platform: str, requirements: list[tuple[str, Any]], locked:
     return out
 
 
-def _not_needed(platform: str, spec: EnvSpec, requirements: list[tuple[str, Any]], conda: list[LockedPackage],
-                pip: list[LockedPackage]) -> list[Stale]:
+def _not_needed(
+    platform: str,
+    spec: EnvSpec,
+    requirements: list[tuple[str, Any]],
+    conda: list[LockedPackage],
+    pip: list[LockedPackage],
+) -> list[Stale]:
     """Records nothing in the spec reaches through dependencies (left over by a hand edit or a
     merge): an env built from the lock would carry them."""
     from packaging.utils import canonicalize_name
 
     out = []
     roots = {m.name.normalized for m in match_specs(spec)}
-    for manager, locked, names in (("conda", conda, roots),
-                                   ("pip", pip, {canonicalize_name(r.name) for _, r in requirements})):
+    for manager, locked, names in (
+        ("conda", conda, roots),
+        ("pip", pip, {canonicalize_name(r.name) for _, r in requirements}),
+    ):
         key = (lambda name: name) if manager == "conda" else canonicalize_name
         by_name = {key(p.name): p for p in locked}
         reached, todo = set(), [n for n in names if n in by_name]
@@ -288,8 +335,11 @@ def _not_needed(platform: str, spec: EnvSpec, requirements: list[tuple[str, Any]
                 reached.add(name)
                 todo += [key(d) for d in by_name[name].locked_dependencies if key(d) in by_name]
         prefix = "pip: " if manager == "pip" else ""
-        out += [Stale(platform, f"{prefix}{p.describe()}", "locked, but nothing in the spec needs it")
-                for name, p in sorted(by_name.items()) if name not in reached]
+        out += [
+            Stale(platform, f"{prefix}{p.describe()}", "locked, but nothing in the spec needs it")
+            for name, p in sorted(by_name.items())
+            if name not in reached
+        ]
     return out
 
 
@@ -314,13 +364,16 @@ def orphan_locks(project: Any, env: str, spec: Any) -> list:
     declared = {v.name: v.default for v in spec.variants}
     out = []
     for path in sorted(project.envs_dir.glob(f"{glob.escape(env)}.*{LOCK_SUFFIX}")):
-        name = path.name[len(env) + 1:-len(LOCK_SUFFIX)]
+        name = path.name[len(env) + 1 : -len(LOCK_SUFFIX)]
         if not is_variant_name(name) or declared.get(name) is False or project.spec_path(f"{env}.{name}").exists():
             continue
         try:
             if read_lock(path).custom.get(META_VARIANT) == name:
-                why = (f"{name} is now the default variant, locked in {project.lock_path(env).name}"
-                       if name in declared else f"{spec.path.name} no longer declares {name}")
+                why = (
+                    f"{name} is now the default variant, locked in {project.lock_path(env).name}"
+                    if name in declared
+                    else f"{spec.path.name} no longer declares {name}"
+                )
                 out.append((name, path, why))
         except InputError:
             continue

@@ -29,16 +29,21 @@ def match_specs(spec: EnvSpec) -> list:
         if text.endswith((".conda", ".tar.bz2")) or ("://" in text and "::" not in text):
             # rattler parses a package URL as a match spec, and the solve then fetches it as repodata;
             # `https://host/channel::name` is a match spec with its channel, and stays one
-            raise InputError(spec.path, f"dependencies: {excerpt(scrub_credentials(text))} is a package file, "
-                             "not a match spec", "name the package, e.g. `tzdata=2024a`, and list its channel "
-                             "under channels:")
+            raise InputError(
+                spec.path,
+                f"dependencies: {excerpt(scrub_credentials(text))} is a package file, not a match spec",
+                "name the package, e.g. `tzdata=2024a`, and list its channel under channels:",
+            )
         try:
             out.append(MatchSpec(text))
         except Exception as exc:  # noqa: BLE001 - rattler raises InvalidMatchSpecError and friends
             # rattler appends its error's chain ("\nCaused by: ...") which repeats the first line's reason
             reason = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(spec.path, f"dependencies: '{text}' is not a valid conda match spec: {reason}",
-                             "write e.g. `python=3.10.*` or `numpy >=1.26`") from None
+            raise InputError(
+                spec.path,
+                f"dependencies: '{text}' is not a valid conda match spec: {reason}",
+                "write e.g. `python=3.10.*` or `numpy >=1.26`",
+            ) from None
     return out
 
 
@@ -62,21 +67,25 @@ def solve_conda(
     client = _mirror_client(http_mirrors) if http_mirrors else None
     gateway = rattler.Gateway(cache_dir=cache_dir, client=client)
     vpkgs = [
-        rattler.GenericVirtualPackage(rattler.PackageName(v.name), rattler.Version(v.version),
-                                      rattler.BuildString(v.build or "0"))
+        rattler.GenericVirtualPackage(
+            rattler.PackageName(v.name), rattler.Version(v.version), rattler.BuildString(v.build or "0")
+        )
         for v in virtual_packages
     ]
     try:
         return aio.run(_solve(sources, specs, gateway, platform, vpkgs, prefer))
     except SolverError as exc:
-        raise SolveError(f"{spec.path}: dependencies: cannot be solved for {platform}: {one_line(exc)} "
-                         "(relax or fix the spec, or check that the channels have the packages)") from None
+        raise SolveError(
+            f"{spec.path}: dependencies: cannot be solved for {platform}: {one_line(exc)} "
+            "(relax or fix the spec, or check that the channels have the packages)"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - every rattler fetch/IO/gateway failure
         raise FetchError(scrub_credentials(_fetch_failure(spec, platform, mirrors, exc))) from None
 
 
-async def _solve(sources: list, specs: list, gateway, platform: str, vpkgs: list,
-                 prefer: Sequence[LockedPackage]) -> list:
+async def _solve(
+    sources: list, specs: list, gateway, platform: str, vpkgs: list, prefer: Sequence[LockedPackage]
+) -> list:
     import rattler
 
     return await rattler.solve(
@@ -103,8 +112,11 @@ async def _channel_records(sources: list, gateway, platform: str, entries: Seque
 
     names = sorted({entry.name for entry in entries})
     channels = [s for s in sources if isinstance(s, rattler.Channel)]
-    found = ([r for rs in await gateway.query(channels, [platform, "noarch"], names, recursive=False) for r in rs]
-             if channels else [])
+    found = (
+        [r for rs in await gateway.query(channels, [platform, "noarch"], names, recursive=False) for r in rs]
+        if channels
+        else []
+    )
     found += [r for s in sources if isinstance(s, rattler.SparseRepoData) for n in names for r in s.load_records(n)]
     wanted = {entry.sha256 for entry in entries}
     return [r for r in found if r.sha256 is not None and r.sha256.hex() in wanted]
@@ -150,8 +162,10 @@ def _mirror_client(http_mirrors: dict[str, list[str]]):
 
     def headers(host: str, path: str) -> Optional[dict[str, str]]:
         # rattler passes the host without its port: the path prefix narrows it to that mirror.
-        return next((header for login_host, prefix, header in logins
-                     if host.lower() == login_host and path.startswith(prefix)), None)
+        return next(
+            (header for login_host, prefix, header in logins if host.lower() == login_host and path.startswith(prefix)),
+            None,
+        )
 
     # Order matters: the header callback must see the mirror's URL, i.e. run after the rewrite.
     middlewares = [rattler.networking.MirrorMiddleware(rewrites)]
@@ -176,11 +190,15 @@ def _fetch_failure(spec: EnvSpec, platform: str, mirrors: Sequence[Mirror], exc:
     used = [m for m in (mirror_for(url, mirrors) for url in spec.channel_urls) if m is not None]
     if used:
         served = ", ".join(f"{m.target} (mirror of {m.canonical})" for m in used)
-        return (f"cannot fetch repodata for {platform} from {served}: {_first_line(exc)} "
-                f"(is the mirror up? check --mirror {used[0].canonical}=URL_OR_DIR)")
-    return (f"cannot fetch repodata for {platform} from {', '.join(spec.channel_urls)}: {_first_line(exc)} "
-            "(offline or behind a firewall? serve the channel from a mirror: "
-            f"--mirror {spec.channel_urls[0]}=URL_OR_DIR)")
+        return (
+            f"cannot fetch repodata for {platform} from {served}: {_first_line(exc)} "
+            f"(is the mirror up? check --mirror {used[0].canonical}=URL_OR_DIR)"
+        )
+    return (
+        f"cannot fetch repodata for {platform} from {', '.join(spec.channel_urls)}: {_first_line(exc)} "
+        "(offline or behind a firewall? serve the channel from a mirror: "
+        f"--mirror {spec.channel_urls[0]}=URL_OR_DIR)"
+    )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from bootstrap.project import Project
 
 
-def inputs_digests(spec_path: Path, virtual_packages_path: Path, content_hash: Mapping[str, str],
-                   variant: str = "") -> dict[str, str]:
+def inputs_digests(
+    spec_path: Path, virtual_packages_path: Path, content_hash: Mapping[str, str], variant: str = ""
+) -> dict[str, str]:
     """Per platform of `content_hash`, a sha256 binding what that platform's hash is computed from,
     as parsed, to the hash: `{"linux-64": "9f2c..."}`, recorded in the lock (`inputs_key`).
 
@@ -105,13 +106,16 @@ def spec_changed_since(project: Project, env: str, lock_path: Path, platform: st
         if platform not in recorded_digests(lock):
             return None
         spec_path = project.spec_path(env)
-        if platform in trusted_platforms(spec_path, project.virtual_packages_path, lock,
-                                         lock.custom.get(META_VARIANT, "")):
+        if platform in trusted_platforms(
+            spec_path, project.virtual_packages_path, lock, lock.custom.get(META_VARIANT, "")
+        ):
             return None
     except (InputError, OSError):
         return None
-    return (f"{spec_path.name} or {project.virtual_packages_path.name} changed since {lock_path.name} was "
-            "locked: this installs the lock as it is; `make lock` takes the change")
+    return (
+        f"{spec_path.name} or {project.virtual_packages_path.name} changed since {lock_path.name} was "
+        "locked: this installs the lock as it is; `make lock` takes the change"
+    )
 
 
 def _canonical_json(data: Any) -> bytes:
@@ -160,10 +164,18 @@ def _input_files(spec: EnvSpec, vpkgs: VirtualPackages) -> Iterator[tuple[Path, 
     import yaml
 
     pip = [{"pip": list(spec.pip)}] if spec.pip else []
-    effective = {"name": spec.name, "channels": list(spec.channels), "platforms": list(spec.platforms),
-                 "dependencies": [*spec.conda, *pip]}
-    machines = {"subdirs": {p: {"packages": {v.name: f"{v.version} {v.build}".strip() for v in
-                                             vpkgs.for_platform(p)}} for p in spec.platforms}}
+    effective = {
+        "name": spec.name,
+        "channels": list(spec.channels),
+        "platforms": list(spec.platforms),
+        "dependencies": [*spec.conda, *pip],
+    }
+    machines = {
+        "subdirs": {
+            p: {"packages": {v.name: f"{v.version} {v.build}".strip() for v in vpkgs.for_platform(p)}}
+            for p in spec.platforms
+        }
+    }
     with tempfile.TemporaryDirectory(prefix="bootstrap-variant-") as tmp:
         spec_path, vpkgs_path = Path(tmp, spec.path.name), Path(tmp, vpkgs.path.name)
         spec_path.write_text(yaml.safe_dump(effective, sort_keys=False), encoding="utf-8")

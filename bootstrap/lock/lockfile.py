@@ -89,10 +89,7 @@ class Lock:
     packages: tuple[LockedPackage, ...]
 
     def for_platform(self, platform: str, manager: Optional[str] = None) -> list[LockedPackage]:
-        return [
-            p for p in self.packages
-            if p.platform == platform and (manager is None or p.manager == manager)
-        ]
+        return [p for p in self.packages if p.platform == platform and (manager is None or p.manager == manager)]
 
 
 def read_lock(path: Path) -> Lock:
@@ -121,8 +118,9 @@ def _parse(path: Path, text: str) -> Lock:
         _word(path, f"metadata.custom_metadata.{META_VARIANT}", custom[META_VARIANT])
     for key in (k for k in custom if k == META_INPUTS or k.startswith(f"{META_INPUTS}.")):
         if not re.fullmatch("[0-9a-f]{64}", custom[key]):
-            raise InputError(path, f"metadata.custom_metadata.{key}: {excerpt(custom[key])} is not 64 hex digits",
-                             _REGENERATE)
+            raise InputError(
+                path, f"metadata.custom_metadata.{key}: {excerpt(custom[key])} is not 64 hex digits", _REGENERATE
+            )
     sources = _list(path, meta, "sources")
     if not all(isinstance(s, str) for s in sources):
         raise InputError(path, "metadata.sources: every entry must be a file name", _REGENERATE)
@@ -149,14 +147,21 @@ def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[Lo
         _refuse_credentials(path, f"package[{index}].url", entry.get("url") if isinstance(entry, dict) else None)
         package = _package(path, index, entry)
         if package.platform not in platforms:
-            raise InputError(path, f"package[{index}].platform: {excerpt(package.platform)} is not in "
-                             f"metadata.platforms ({', '.join(platforms)})", _REGENERATE)
+            raise InputError(
+                path,
+                f"package[{index}].platform: {excerpt(package.platform)} is not in "
+                f"metadata.platforms ({', '.join(platforms)})",
+                _REGENERATE,
+            )
         key = (package.platform, package.manager, entry_name_key(package))
         if key in seen:
             first, known = seen[key]
             if replace(package, categories=known.categories) != known or package.categories[0] in known.categories:
-                raise InputError(path, f"package[{index}]: {package.name} is listed twice for {package.platform} "
-                                 f"(also package[{first}])", _REGENERATE)
+                raise InputError(
+                    path,
+                    f"package[{index}]: {package.name} is listed twice for {package.platform} (also package[{first}])",
+                    _REGENERATE,
+                )
             # conda-lock's multi-category format: one entry per category, identical but for it
             package = replace(known, categories=tuple(sorted({*known.categories, *package.categories})))
             index = first
@@ -203,8 +208,11 @@ def _word(path: Path, where: str, value: Any) -> str:
     """A platform or channel URL as the lock's entries and the host name it: a string without spaces
     (`'linux-64 '` would lock packages no host ever asks for)."""
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-        raise InputError(path, f"{where}: {excerpt(scrub_credentials(str(value)))} is not a platform or URL "
-                         "(a string without spaces)", _REGENERATE)
+        raise InputError(
+            path,
+            f"{where}: {excerpt(scrub_credentials(str(value)))} is not a platform or URL (a string without spaces)",
+            _REGENERATE,
+        )
     return value
 
 
@@ -213,8 +221,11 @@ def _refuse_credentials(path: Path, where: str, url: Any) -> None:
     `user:password@`, `/t/TOKEN/` or query (`?token=...`), which the spec reader and the writer
     refuse too; nor a fragment, which conda-lock drops from the URLs it locks."""
     if isinstance(url, str) and (has_credentials(url) or has_query(url)):
-        raise InputError(path, f"{where}: '{plain_url(url)}' carries credentials or a query; a lock holds "
-                         "each file's plain URL", "keep secrets out of locks: ~/.netrc or --mirror")
+        raise InputError(
+            path,
+            f"{where}: '{plain_url(url)}' carries credentials or a query; a lock holds each file's plain URL",
+            "keep secrets out of locks: ~/.netrc or --mirror",
+        )
 
 
 def _package(path: Path, index: int, entry: Any) -> LockedPackage:
@@ -256,12 +267,21 @@ def _refuse_numbers(path: Path, where: str, entry: dict, hashes: dict) -> None:
     """YAML reads unquoted digits as a number (a hash of zeros becomes 0, `0123` an octal number, a
     build `7` the number 7), and conda-lock refuses a number wherever its models say str: so do we,
     before the text is lost (rattler's BuildString and conda-lock's writer fail on one later)."""
-    for key, value in (("name", entry["name"]), ("version", entry["version"]), ("platform", entry["platform"]),
-                       ("url", entry["url"]), ("build", entry.get("build", "")),
-                       ("hash.sha256", hashes["sha256"]), ("hash.md5", hashes.get("md5", ""))):
+    for key, value in (
+        ("name", entry["name"]),
+        ("version", entry["version"]),
+        ("platform", entry["platform"]),
+        ("url", entry["url"]),
+        ("build", entry.get("build", "")),
+        ("hash.sha256", hashes["sha256"]),
+        ("hash.md5", hashes.get("md5", "")),
+    ):
         if not isinstance(value, str) and not (key == "build" and value is None):
-            raise InputError(path, f"{where}.{key}: not a quoted string (YAML read {excerpt(value)}; "
-                             "conda-lock refuses it too)", _REGENERATE)
+            raise InputError(
+                path,
+                f"{where}.{key}: not a quoted string (YAML read {excerpt(value)}; conda-lock refuses it too)",
+                _REGENERATE,
+            )
 
 
 _HEX_DIGITS = {"sha256": 64, "md5": 32}
@@ -285,8 +305,10 @@ def _entry_problem(p: LockedPackage) -> Optional[str]:
     if p.manager == "conda":
         expected = f"{p.name}-{p.version}-{p.build}"
         if p.stem != expected or p.filename == p.stem:
-            return (f"url: the file {excerpt(p.filename)} is not {p.name} {p.version} {excerpt(p.build)} "
-                    f"({excerpt(expected)}.conda or .tar.bz2)")
+            return (
+                f"url: the file {excerpt(p.filename)} is not {p.name} {p.version} {excerpt(p.build)} "
+                f"({excerpt(expected)}.conda or .tar.bz2)"
+            )
     else:
         return _pip_url_problem(p)
     return None

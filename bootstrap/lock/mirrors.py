@@ -31,22 +31,30 @@ class Mirror:
         """`conda-forge=http://mirror/cf`, `https://conda.anaconda.org/conda-forge=../snapshot/conda-forge`."""
         canonical, sep, target = (part.strip() for part in text.partition("="))
         if not sep or not canonical or not target:
-            raise InputError("--mirror", f"'{scrub_argument(text)}' is not CANONICAL=URL", "e.g. --mirror conda-forge=http://mirror.internal/conda-forge")
+            raise InputError(
+                "--mirror",
+                f"'{scrub_argument(text)}' is not CANONICAL=URL",
+                "e.g. --mirror conda-forge=http://mirror.internal/conda-forge",
+            )
         given = target
         parts = urlsplit(target) if "://" in target else None
         if parts is not None and (parts.query or parts.fragment or target.endswith(("?", "#"))):
             # Package paths are appended to the mirror's: `.../conda-forge?token=x/linux-64/...` fetches nothing.
             # Scrubbed whole, then cut: an unencoded `#` or `?` in a password splits it where urlsplit looks.
             shown = re.split(r"[?#]", scrub_argument(target), maxsplit=1)[0]  # a query may hold a token too
-            raise InputError(f"--mirror {canonical}={shown}?...",
-                             "a mirror URL cannot carry a query string or fragment: "
-                             "package paths are appended to it",
-                             "put a token in the path (https://host/t/TOKEN/conda-forge) or as user:password@host "
-                             "(a `#` or `?` in a password written %23 or %3F)")
+            raise InputError(
+                f"--mirror {canonical}={shown}?...",
+                "a mirror URL cannot carry a query string or fragment: package paths are appended to it",
+                "put a token in the path (https://host/t/TOKEN/conda-forge) or as user:password@host "
+                "(a `#` or `?` in a password written %23 or %3F)",
+            )
         scheme = target.partition("://")[0] if "://" in target else ""
         if scheme not in ("", "http", "https", "file"):
-            raise InputError(f"--mirror {canonical}={scrub_argument(target)}", f"'{scheme}' is not a scheme "
-                             "rattler fetches from", "give an http(s) URL, a file:// URL or a directory")
+            raise InputError(
+                f"--mirror {canonical}={scrub_argument(target)}",
+                f"'{scheme}' is not a scheme rattler fetches from",
+                "give an http(s) URL, a file:// URL or a directory",
+            )
         if not scheme or scheme == "file":
             # `~` too: no shell expands it after `conda-forge=` (nor in make's ENV_ARGS)
             path = Path(unquote(urlsplit(target).path)) if target.startswith("file://") else Path(target).expanduser()
@@ -55,9 +63,11 @@ class Mirror:
             if not scheme and _host_like(target) and not path.exists():
                 # `bob:pw@host/cf`, `mirror.internal/t/TOKEN/cf`: read as a directory, its secrets would
                 # end up in the "not found" error, which only scrubs what has a scheme
-                raise InputError(f"--mirror {canonical}={scrub_argument(target)}",
-                                 "looks like a URL without its scheme, and is no directory",
-                                 "put https:// in front of it (or ./ in front of a directory)")
+                raise InputError(
+                    f"--mirror {canonical}={scrub_argument(target)}",
+                    "looks like a URL without its scheme, and is no directory",
+                    "put https:// in front of it (or ./ in front of a directory)",
+                )
             target = str(path.resolve())
         return cls(canonical_channel(canonical), target.rstrip("/"), given)
 
@@ -73,7 +83,6 @@ class Mirror:
         return f"{self.canonical}={scrub_credentials(self.target)}"
 
 
-
 def _host_like(target: str) -> bool:
     """Whether a target's first segment reads as `user@host`, `host.domain` or `host:port`."""
     first = target.split("/", 1)[0]
@@ -85,8 +94,9 @@ def parse_mirrors(texts: Sequence[str], base: Optional[Path] = None) -> tuple[Mi
     mirrors = tuple(Mirror.parse(text, base) for text in texts)
     for index, mirror in enumerate(mirrors):
         if any(other.canonical == mirror.canonical for other in mirrors[:index]):
-            raise InputError("--mirror", f"{scrub_argument(mirror.canonical)} is mirrored twice",
-                             "give one --mirror per channel")
+            raise InputError(
+                "--mirror", f"{scrub_argument(mirror.canonical)} is mirrored twice", "give one --mirror per channel"
+            )
     return mirrors
 
 

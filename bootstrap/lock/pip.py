@@ -80,18 +80,27 @@ def target_for(platform: str, python_version: str, virtual_packages: VirtualPack
     if platform.startswith("linux-") and platform in _ARCH:
         glibc = virtual_packages.version_of(platform, "__glibc")
         if glibc is None:
-            raise InputError(virtual_packages.path, f"subdirs.{platform}.packages.__glibc: missing",
-                             "the pip part needs it to pick manylinux wheels, e.g. __glibc: \"2.28\"")
+            raise InputError(
+                virtual_packages.path,
+                f"subdirs.{platform}.packages.__glibc: missing",
+                'the pip part needs it to pick manylinux wheels, e.g. __glibc: "2.28"',
+            )
         major, _, minor = glibc.partition(".")
         return Target(platform, python_version, f"{_ARCH[platform]}-manylinux_{major}_{minor or 0}", {})
     if platform.startswith("osx-") and platform in _ARCH:
         osx = virtual_packages.version_of(platform, "__osx")
         if osx is None:
-            raise InputError(virtual_packages.path, f"subdirs.{platform}.packages.__osx: missing",
-                             "the pip part needs the oldest macOS to support, e.g. __osx: \"14.0\"")
+            raise InputError(
+                virtual_packages.path,
+                f"subdirs.{platform}.packages.__osx: missing",
+                'the pip part needs the oldest macOS to support, e.g. __osx: "14.0"',
+            )
         return Target(platform, python_version, f"{_ARCH[platform]}-apple-darwin", {"MACOSX_DEPLOYMENT_TARGET": osx})
-    raise InputError("--platform", f"{platform}: the pip part cannot be resolved for this platform",
-                     "remove the pip: section or the platform")
+    raise InputError(
+        "--platform",
+        f"{platform}: the pip part cannot be resolved for this platform",
+        "remove the pip: section or the platform",
+    )
 
 
 # PEP 508 marker values of each conda platform (what `python -c "import platform, sys, os; ..."` prints there).
@@ -100,8 +109,14 @@ _MARKER_PLATFORM = {
     "osx": {"sys_platform": "darwin", "platform_system": "Darwin", "os_name": "posix"},
     "win": {"sys_platform": "win32", "platform_system": "Windows", "os_name": "nt"},
 }
-_MARKER_MACHINE = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "osx-64": "x86_64", "osx-arm64": "arm64",
-                   "win-64": "AMD64", "win-arm64": "ARM64"}
+_MARKER_MACHINE = {
+    "linux-64": "x86_64",
+    "linux-aarch64": "aarch64",
+    "osx-64": "x86_64",
+    "osx-arm64": "arm64",
+    "win-64": "AMD64",
+    "win-arm64": "ARM64",
+}
 
 
 def marker_environment(platform: str, python_version: str) -> dict[str, str]:
@@ -144,10 +159,18 @@ def resolve_pip(
     uv = uv_binary(options)
     with tempfile.TemporaryDirectory(prefix="bootstrap-pip-") as tmp:
         base = [
-            uv, "pip", "compile", _write_input(Path(tmp), spec, options), "--quiet",
-            "--python-version", target.python_version,
-            "--python-platform", target.python_platform,
-            "--only-binary", ":all:", "--no-header",
+            uv,
+            "pip",
+            "compile",
+            _write_input(Path(tmp), spec, options),
+            "--quiet",
+            "--python-version",
+            target.python_version,
+            "--python-platform",
+            target.python_platform,
+            "--only-binary",
+            ":all:",
+            "--no-header",
             "--no-python-downloads",  # nothing is built, so no interpreter of that version is needed
             # ... nor found: without an interpreter named uv looks for one of --python-version, running
             # every python on PATH to ask its version (a pyenv shim is a shell script each time).
@@ -164,8 +187,9 @@ def resolve_pip(
         # uv may not serve a `name @ URL` wheel from its cache, so that one asks again online.
         # Without the edges every dependency would be locked as needed by nothing (stale).
         annotate = [*base, "--annotation-style", "line", *_pinned_output(Path(tmp), wheels)]
-        annotated = runner(annotate if options.offline else [*annotate, "--offline"], env=target.env, cwd=tmp,
-                           timeout=120)
+        annotated = runner(
+            annotate if options.offline else [*annotate, "--offline"], env=target.env, cwd=tmp, timeout=120
+        )
         if annotated.returncode != 0 and not options.offline:
             annotated = runner(annotate, env=target.env, cwd=tmp, timeout=600)
         _raise_for(annotated, spec, target, options)
@@ -198,8 +222,12 @@ def _write_preferences(directory: Path, prefer: Sequence[LockedPackage]) -> None
         return
     lines = ['lock-version = "1.0"', 'created-by = "bootstrap"']
     for package in prefer:
-        lines += ["", "[[packages]]", f"name = {_toml_string(package.name)}",
-                  f"version = {_toml_string(package.version)}"]
+        lines += [
+            "",
+            "[[packages]]",
+            f"name = {_toml_string(package.name)}",
+            f"version = {_toml_string(package.version)}",
+        ]
     directory.joinpath("pylock.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -208,8 +236,9 @@ def _pinned_output(directory: Path, wheels: Sequence[tuple]) -> list[str]:
     output file, written beforehand with them, holds its preferences, which the same requirements
     always allow. Otherwise it would pick the newest versions, not the preferred ones, and the
     edges would be those of other versions."""
-    directory.joinpath(_ANNOTATED).write_text("".join(f"{wheel[0]}=={wheel[1]}\n" for wheel in wheels),
-                                              encoding="utf-8")
+    directory.joinpath(_ANNOTATED).write_text(
+        "".join(f"{wheel[0]}=={wheel[1]}\n" for wheel in wheels), encoding="utf-8"
+    )
     return ["-o", _ANNOTATED]
 
 
@@ -224,10 +253,20 @@ def _write_input(directory: Path, spec: EnvSpec, options: PipOptions) -> str:
         return "requirements.in"
     index = spec.variant.index
     lines = [
-        "[project]", f'name = "{_INPUT_PROJECT}"', 'version = "0"',
-        "dependencies = [", *(f"  {_toml_string(r)}," for r in spec.pip), "]",
-        "", "[[tool.uv.index]]", f'name = "{index}"', f"url = {_toml_string(url)}", "explicit = true",
-        "", "[tool.uv.sources]", *(f'{name} = {{ index = "{index}" }}' for name in torch_family(spec.pip)),
+        "[project]",
+        f'name = "{_INPUT_PROJECT}"',
+        'version = "0"',
+        "dependencies = [",
+        *(f"  {_toml_string(r)}," for r in spec.pip),
+        "]",
+        "",
+        "[[tool.uv.index]]",
+        f'name = "{index}"',
+        f"url = {_toml_string(url)}",
+        "explicit = true",
+        "",
+        "[tool.uv.sources]",
+        *(f'{name} = {{ index = "{index}" }}' for name in torch_family(spec.pip)),
     ]
     directory.joinpath("pyproject.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return "pyproject.toml"
@@ -260,8 +299,10 @@ def _unreached_index(spec: EnvSpec, options: PipOptions, message: str) -> str:
         name = spec.variant.index
         url = scrub_credentials(options.index_url(spec, name) or "")
         if url and url in message:
-            return (f" {name}: {last} (offline? serve it from a mirror: `--index {name}=URL`, or fix "
-                    f"`pip-indexes: {{{name}: URL}}` in {spec.path.name})")
+            return (
+                f" {name}: {last} (offline? serve it from a mirror: `--index {name}=URL`, or fix "
+                f"`pip-indexes: {{{name}: URL}}` in {spec.path.name})"
+            )
     return f": {last} (offline? point UV_INDEX_URL at a PyPI mirror)"
 
 
@@ -285,10 +326,12 @@ def _parse_pylock(text: str, target: Target) -> list[tuple[str, str, str, str]]:
             raise SolveError(f"{package['name']} {package.get('version')}: no wheel for {target.python_platform}{at}")
         # uv drops user:password@ itself, not anaconda.org's /t/TOKEN/ nor a signed URL's query
         if has_credentials(wheel["url"]) or has_query(wheel["url"]):
-            raise SolveError(f"{package['name']} {package['version']}: "
-                             f"the wheel's URL {plain_url(wheel['url'])} "
-                             "carries a token or a query, which the lock (committed, shared) would hold (serve "
-                             "the index without one in its URLs; uv reads credentials from ~/.netrc)")
+            raise SolveError(
+                f"{package['name']} {package['version']}: "
+                f"the wheel's URL {plain_url(wheel['url'])} "
+                "carries a token or a query, which the lock (committed, shared) would hold (serve "
+                "the index without one in its URLs; uv reads credentials from ~/.netrc)"
+            )
         out.append((package["name"], package["version"], wheel["url"], wheel["hashes"]["sha256"]))
     return out
 
@@ -344,8 +387,9 @@ def resolve_all(
 
     prefer = prefer or {}
     with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
-        futures = {t.platform: pool.submit(resolve_pip, spec, t, options, runner, prefer.get(t.platform, ()))
-                   for t in targets}
+        futures = {
+            t.platform: pool.submit(resolve_pip, spec, t, options, runner, prefer.get(t.platform, ())) for t in targets
+        }
         return {platform: future.result() for platform, future in futures.items()}
 
 
@@ -359,11 +403,15 @@ def pip_requirements(spec: EnvSpec) -> list:
         try:
             requirement = Requirement(text)
         except InvalidRequirement as exc:
-            raise InputError(spec.path, f"pip: '{text}' is not a valid requirement: {one_line(exc)}",
-                             "write e.g. `torch==2.10.*`") from None
+            raise InputError(
+                spec.path, f"pip: '{text}' is not a valid requirement: {one_line(exc)}", "write e.g. `torch==2.10.*`"
+            ) from None
         if requirement.url and not _lockable_url(requirement.url):
-            raise InputError(spec.path, f"pip: '{text}': only a wheel over http(s) can be locked with its hash",
-                             "name a .whl URL, or publish the package to an index (UV_INDEX_URL, --pip-find-links)")
+            raise InputError(
+                spec.path,
+                f"pip: '{text}': only a wheel over http(s) can be locked with its hash",
+                "name a .whl URL, or publish the package to an index (UV_INDEX_URL, --pip-find-links)",
+            )
         out.append(requirement)
     return out
 

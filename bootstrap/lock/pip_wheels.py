@@ -20,8 +20,14 @@ if TYPE_CHECKING:
 
     from bootstrap.lock.pip import Target
 
-_MACHINE = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "osx-64": "x86_64", "osx-arm64": "arm64",
-            "win-64": "amd64", "win-arm64": "arm64"}
+_MACHINE = {
+    "linux-64": "x86_64",
+    "linux-aarch64": "aarch64",
+    "osx-64": "x86_64",
+    "osx-arm64": "arm64",
+    "win-64": "amd64",
+    "win-arm64": "arm64",
+}
 # manylinux's names from before PEP 600, each an alias of the glibc it stands for.
 _LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 _GLIBC = re.compile(r"manylinux_(?P<major>\d+)_(?P<minor>\d+)")
@@ -39,8 +45,10 @@ def tag_ranks(target: Target) -> dict[Tag, int]:
 
     major, minor = (int(part) for part in target.python_version.split(".")[:2])
     platforms = platform_tags(target)
-    ordered = [*tags.cpython_tags((major, minor), abis=[f"cp{major}{minor}"], platforms=platforms),
-               *tags.compatible_tags((major, minor), f"cp{major}{minor}", platforms)]
+    ordered = [
+        *tags.cpython_tags((major, minor), abis=[f"cp{major}{minor}"], platforms=platforms),
+        *tags.compatible_tags((major, minor), f"cp{major}{minor}", platforms),
+    ]
     ranks: dict[Tag, int] = {}
     for rank, tag in enumerate(ordered):
         ranks.setdefault(tag, rank)
@@ -79,8 +87,7 @@ def _manylinux_tags(machine: str, glibc_minor: int) -> list[str]:
 def best_wheel(wheels: Sequence[Mapping], ranks: Mapping[Tag, int]) -> Mapping:
     """The wheel (a pylock `wheels` entry) whose best tag ranks first; the first wheel when none
     of them ranks (uv, which knows the target too, chose them)."""
-    ranked = [(rank, index) for index, wheel in enumerate(wheels)
-              if (rank := _wheel_rank(wheel, ranks)) is not None]
+    ranked = [(rank, index) for index, wheel in enumerate(wheels) if (rank := _wheel_rank(wheel, ranks)) is not None]
     return wheels[min(ranked)[1]] if ranked else wheels[0]
 
 
@@ -171,8 +178,9 @@ def _metadata_beside(url: str) -> Optional[str]:
         return None
 
 
-def dependency_specifiers(children: Iterable[str], metadata: Optional[str],
-                          environment: Mapping[str, str]) -> dict[str, str]:
+def dependency_specifiers(
+    children: Iterable[str], metadata: Optional[str], environment: Mapping[str, str]
+) -> dict[str, str]:
     """Each child (as uv names it) -> the specifier the parent's `Requires-Dist` gives it on the
     target, e.g. `==12.8.4.1`; `'*'` without one or without the parent's METADATA.
 
@@ -193,8 +201,9 @@ def _specifier_of(child: str, requirements: list, stages: Sequence[Sequence[Mapp
 
     name = canonicalize_name(child)
     for environments in stages:
-        holding = [r.specifier for r in requirements
-                   if canonicalize_name(r.name) == name and _holds(r.marker, environments)]
+        holding = [
+            r.specifier for r in requirements if canonicalize_name(r.name) == name and _holds(r.marker, environments)
+        ]
         if holding:
             combined = holding[0]
             for specifier in holding[1:]:

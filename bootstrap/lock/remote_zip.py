@@ -53,14 +53,14 @@ class RemoteFile(io.RawIOBase):
             start, data = self._get(f"bytes={self.position}-{min(self.size, self.position + max(wanted, _CHUNK)) - 1}")
             self._cache[start] = data
             data = data[:wanted]
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         self.position += len(data)
         return len(data)
 
     def _cached(self, position: int, wanted: int) -> Optional[bytes]:
         for start, data in self._cache.items():
             if start <= position and position + wanted <= start + len(data):
-                return data[position - start:position - start + wanted]
+                return data[position - start : position - start + wanted]
         return None
 
     def _get(self, byte_range: str) -> tuple[int, bytes]:

@@ -1,8 +1,8 @@
 """`bootstrap lock`: solve an env for its platforms and write its conda-lock.yml.
 
-    spec + virtual packages --rattler--> conda records per platform
-                            --uv------> pip wheels per platform (in parallel)
-                            --conda-lock writer--> lock (atomic), diff vs the old one
+spec + virtual packages --rattler--> conda records per platform
+                        --uv------> pip wheels per platform (in parallel)
+                        --conda-lock writer--> lock (atomic), diff vs the old one
 """
 
 from __future__ import annotations
@@ -75,9 +75,14 @@ class LockResult:
             "new": self.new,
             "solved": list(self.platforms),
             "platforms": [
-                {"platform": diff.platform, "conda_packages": self.counts[diff.platform]["conda"],
-                 "pip_packages": self.counts[diff.platform]["pip"], "added": list(diff.added),
-                 "removed": list(diff.removed), "changed": list(diff.changed)}
+                {
+                    "platform": diff.platform,
+                    "conda_packages": self.counts[diff.platform]["conda"],
+                    "pip_packages": self.counts[diff.platform]["pip"],
+                    "added": list(diff.added),
+                    "removed": list(diff.removed),
+                    "changed": list(diff.changed),
+                }
                 for diff in self.diffs
             ],
             "seconds": {step: round(value, 3) for step, value in self.seconds.items()},
@@ -96,8 +101,13 @@ class DroppedLock:
     why: str
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"env": self.env, "variant": self.variant, "lock_path": str(self.path), "deleted": self.deleted,
-                "why": self.why}
+        return {
+            "env": self.env,
+            "variant": self.variant,
+            "lock_path": str(self.path),
+            "deleted": self.deleted,
+            "why": self.why,
+        }
 
 
 @result
@@ -109,23 +119,32 @@ class LockRun:
     dropped: Tuple[DroppedLock, ...] = ()
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"dry_run": self.dry_run, "envs": [env.to_dict() for env in self.envs],
-                "dropped": [lock.to_dict() for lock in self.dropped]}
+        return {
+            "dry_run": self.dry_run,
+            "envs": [env.to_dict() for env in self.envs],
+            "dropped": [lock.to_dict() for lock in self.dropped],
+        }
 
 
-def lock_env(project: Project, env: str, options: LockOptions = LockOptions(),
-             notify: Callable[[str], None] = lambda _message: None,
-             progress: Callable[[str], None] = lambda _message: None) -> Tuple[LockResult, ...]:
+def lock_env(
+    project: Project,
+    env: str,
+    options: LockOptions = LockOptions(),
+    notify: Callable[[str], None] = lambda _message: None,
+    progress: Callable[[str], None] = lambda _message: None,
+) -> Tuple[LockResult, ...]:
     """Solve `env` and write its lock, one per variant. Every variant is solved before any lock is
     written, so a variant that fails leaves every lock as it was. Two runs on one env take turns (an
     flock on the spec), so a `--platform` relock never writes over another's platforms with what it
     read before. `notify`: why the run waits; `progress`: one line as each long phase starts."""
     spec, locks, vpkgs = _checked_inputs(project, env, options)
     waiting = f"waiting for another `bootstrap lock` of {env} to finish"
-    with (nullcontext() if options.dry_run else flocked(spec.path, notify, waiting)):
-        plans = [_solve_variant(project, env, spec, variant, vpkgs.for_variant(variant), path, options, progress)
-                 for variant, path in locks
-                 if not options.platforms or set(options.platforms) & set(spec.for_variant(variant).platforms)]
+    with nullcontext() if options.dry_run else flocked(spec.path, notify, waiting):
+        plans = [
+            _solve_variant(project, env, spec, variant, vpkgs.for_variant(variant), path, options, progress)
+            for variant, path in locks
+            if not options.platforms or set(options.platforms) & set(spec.for_variant(variant).platforms)
+        ]
         return _write_plans(plans, options)
 
 
@@ -159,9 +178,12 @@ def _check_kept_variant(project: Project, env: str, variant: Optional[Variant], 
     if old is not None and held != name:
         holds = f"variant {held}" if held else "no variant"
         wanted = f"variant {name}" if name else "the spec's only build"
-        raise InputError(lock_path, f"holds {holds}, not {wanted} (variants reordered or renamed): --platform would "
-                         "keep its other platforms' records under the wrong name",
-                         f"relock every platform: `bootstrap lock {env}` without --platform")
+        raise InputError(
+            lock_path,
+            f"holds {holds}, not {wanted} (variants reordered or renamed): --platform would "
+            "keep its other platforms' records under the wrong name",
+            f"relock every platform: `bootstrap lock {env}` without --platform",
+        )
 
 
 def drop_orphan_locks(project: Project, env: str, options: LockOptions) -> Tuple[DroppedLock, ...]:
@@ -186,8 +208,16 @@ class _Plan:
     result: LockResult
 
 
-def _solve_variant(project: Project, env: str, spec: EnvSpec, variant: Optional[Variant], vpkgs: VirtualPackages,
-                   lock_path: Path, options: LockOptions, progress: Callable[[str], None]) -> _Plan:
+def _solve_variant(
+    project: Project,
+    env: str,
+    spec: EnvSpec,
+    variant: Optional[Variant],
+    vpkgs: VirtualPackages,
+    lock_path: Path,
+    options: LockOptions,
+    progress: Callable[[str], None],
+) -> _Plan:
     """`_solve` for one variant of `spec`; what fails is named by the variant (`variants[1] (cu126): ...`)."""
     if variant is None:
         return _solve(project, env, spec, vpkgs, lock_path, options, progress)
@@ -197,8 +227,15 @@ def _solve_variant(project: Project, env: str, spec: EnvSpec, variant: Optional[
         raise in_variant(exc, spec.path, f"variants[{spec.variants.index(variant)}] ({variant.name})") from exc
 
 
-def _solve(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path,
-           options: LockOptions, progress: Callable[[str], None]) -> _Plan:
+def _solve(
+    project: Project,
+    env: str,
+    spec: EnvSpec,
+    vpkgs: VirtualPackages,
+    lock_path: Path,
+    options: LockOptions,
+    progress: Callable[[str], None],
+) -> _Plan:
     """Solve one variant (`spec` is what it is locked from): the lock to write and what moved."""
     platforms = tuple(p for p in spec.platforms if not options.platforms or p in options.platforms)
     old = _read_old_lock(lock_path, project.root)
@@ -211,13 +248,15 @@ def _solve(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPackages, lo
     conda = {}
     for p in platforms:
         progress(f"{title} {p}: solving the conda part ...")
-        conda[p] = solve_conda(spec, p, vpkgs.for_platform(p), options.mirrors, options.cache_dir,
-                               _preferred(old, p, "conda", options))
+        conda[p] = solve_conda(
+            spec, p, vpkgs.for_platform(p), options.mirrors, options.cache_dir, _preferred(old, p, "conda", options)
+        )
     seconds["conda_solve"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    targets = ([target_for(p, _python_version(spec, p, records), vpkgs) for p, records in conda.items()]
-               if spec.pip else [])
+    targets = (
+        [target_for(p, _python_version(spec, p, records), vpkgs) for p, records in conda.items()] if spec.pip else []
+    )
     if targets:  # uv resolves the platforms side by side: one line for them all
         progress(f"{title} {', '.join(t.platform for t in targets)}: resolving the pip part with uv ...")
     pip = resolve_all(spec, targets, options.pip, prefer={p: _preferred(old, p, "pip", options) for p in platforms})
@@ -232,9 +271,20 @@ def _solve(project: Project, env: str, spec: EnvSpec, vpkgs: VirtualPackages, lo
         p: {m: sum(1 for x in content.packages if x.platform == p and x.manager == m) for m in ("conda", "pip")}
         for p in spec.platforms
     }
-    return _Plan(content, LockResult(env=env, variant=spec.variant.name if spec.variant else "", path=lock_path,
-                                     written=not options.dry_run, new=old is None, platforms=platforms,
-                                     counts=counts, diffs=diffs, seconds=seconds))
+    return _Plan(
+        content,
+        LockResult(
+            env=env,
+            variant=spec.variant.name if spec.variant else "",
+            path=lock_path,
+            written=not options.dry_run,
+            new=old is None,
+            platforms=platforms,
+            counts=counts,
+            diffs=diffs,
+            seconds=seconds,
+        ),
+    )
 
 
 def _write_plans(plans: Sequence[_Plan], options: LockOptions) -> Tuple[LockResult, ...]:
@@ -249,8 +299,13 @@ def _write_plans(plans: Sequence[_Plan], options: LockOptions) -> Tuple[LockResu
                 raise
             names = ", ".join(plan.result.path.name for plan in plans)
             outcome = "the lock is unchanged" if len(plans) == 1 else "every lock is unchanged"
-            raise disk_full(f"writing {names}", {"lock": plans[0].result.path.parent}, outcome,
-                            "free space and lock again", cause=exc) from None
+            raise disk_full(
+                f"writing {names}",
+                {"lock": plans[0].result.path.parent},
+                outcome,
+                "free space and lock again",
+                cause=exc,
+            ) from None
     seconds = time.perf_counter() - started
     return tuple(replace(plan.result, seconds={**plan.result.seconds, "write": seconds}) for plan in plans)
 
@@ -260,16 +315,22 @@ def check_update(project: Project, envs: Sequence[str], options: LockOptions) ->
     locked): a name in none would move nothing, most likely a typo. Checked for every env before
     any is locked, so bad input writes nothing."""
     if options.update and options.upgrade:
-        raise InputError("--update", "--upgrade already moves every package",
-                         "give --update PKG to move some, or --upgrade to move all")
+        raise InputError(
+            "--update",
+            "--upgrade already moves every package",
+            "give --update PKG to move some, or --upgrade to move all",
+        )
     for env in envs if options.update else ():
         spec = read_spec(project.spec_path(env))
         locks = [_read_old_lock(path, project.root) for _, path in variant_locks(project, env, spec, options.variants)]
         locked = [p for lock in locks if lock is not None for p in lock.packages]
         for name in options.update:
             if not any(_named(p, (name,)) for p in locked):
-                raise InputError("--update", f"'{name}' is in no lock of {env}",
-                                 "name a conda or pip package its lock holds, or lock it first without --update")
+                raise InputError(
+                    "--update",
+                    f"'{name}' is in no lock of {env}",
+                    "name a conda or pip package its lock holds, or lock it first without --update",
+                )
 
 
 def _preferred(old: Optional[Lock], platform: str, manager: str, options: LockOptions) -> list[LockedPackage]:
@@ -299,24 +360,31 @@ def _read_old_lock(lock_path: Path, root: Path) -> Optional[Lock]:
     try:
         return read_lock(lock_path)
     except InputError as exc:
-        fix = (f"left as it is: restore it (e.g. `git checkout {os.path.relpath(lock_path, root)}`) "
-               "or remove it, then lock again")
+        fix = (
+            f"left as it is: restore it (e.g. `git checkout {os.path.relpath(lock_path, root)}`) "
+            "or remove it, then lock again"
+        )
         raise InputError(exc.where, exc.problem, fix) from None
 
 
 def _check_writable(lock_path: Path) -> None:
     directory = write_target(lock_path).parent
     if not os.access(directory, os.W_OK):  # access(2) answers EROFS even to root
-        raise InputError(lock_path, f"cannot write in {directory} (no permission, or a read-only file system)",
-                         "lock in a checkout you can write, or pass --root for a copy of the project")
+        raise InputError(
+            lock_path,
+            f"cannot write in {directory} (no permission, or a read-only file system)",
+            "lock in a checkout you can write, or pass --root for a copy of the project",
+        )
 
 
 def _check_platforms(spec: EnvSpec, requested: tuple[str, ...]) -> None:
     for platform in requested:
         if platform not in spec.platforms:
-            raise InputError("--platform",
-                             f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
-                             f"add it to `platforms:` in {spec.path.name} first")
+            raise InputError(
+                "--platform",
+                f"'{platform}' is not among {spec.path}'s platforms ({', '.join(spec.platforms)})",
+                f"add it to `platforms:` in {spec.path.name} first",
+            )
 
 
 def _python_version(spec: EnvSpec, platform: str, records: list) -> str:
@@ -334,8 +402,15 @@ def _kept_from(old: Optional[Lock], spec: EnvSpec, solved: tuple[str, ...]) -> l
     return [p for p in old.packages if p.platform in keep]
 
 
-def _content(spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path, packages: list[LockedPackage],
-             old: Optional[Lock], solved: tuple[str, ...], options: LockOptions) -> LockContent:
+def _content(
+    spec: EnvSpec,
+    vpkgs: VirtualPackages,
+    lock_path: Path,
+    packages: list[LockedPackage],
+    old: Optional[Lock],
+    solved: tuple[str, ...],
+    options: LockOptions,
+) -> LockContent:
     """The lock's metadata. A platform kept from the old lock (`--platform`) keeps its old
     content_hash, so `lock --check` still sees it stale if the inputs moved since, and its old
     inputs digest, which vouches for that hash (a platform solved now gets a new one)."""

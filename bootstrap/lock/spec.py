@@ -161,8 +161,11 @@ def read_spec(path: Path) -> EnvSpec:
         raise InputError(path, "name: must be a non-empty string")
     if not is_env_name(name):
         # `export` writes it as `name:` and into `--pinned` file names (`{name}-{platform}.lock`).
-        raise InputError(path, f"name: {excerpt(name)} is not an environment name conda accepts",
-                         "use letters, digits, '.', '-' and '_', e.g. `name: py310`")
+        raise InputError(
+            path,
+            f"name: {excerpt(name)} is not an environment name conda accepts",
+            "use letters, digits, '.', '-' and '_', e.g. `name: py310`",
+        )
     channels = _string_list(path, data, "channels")
     if not channels:
         raise InputError(path, "channels: empty", "add `channels: [conda-forge]`")
@@ -173,8 +176,9 @@ def read_spec(path: Path) -> EnvSpec:
         raise InputError(path, "platforms: missing", "add e.g. `platforms: [linux-64, osx-arm64, win-64]`")
     for platform in platforms:
         if platform not in KNOWN_PLATFORMS:
-            raise InputError(path, f"platforms: unknown platform {excerpt(platform)}",
-                             f"use one of {', '.join(KNOWN_PLATFORMS)}")
+            raise InputError(
+                path, f"platforms: unknown platform {excerpt(platform)}", f"use one of {', '.join(KNOWN_PLATFORMS)}"
+            )
     check_spec_text(path, text, tuple(platforms))  # what conda-lock reads line by line before it parses the YAML
     conda, pip = _dependencies(path, data.get("dependencies"), tuple(channels))
     indexes = read_indexes(path, data.get("pip-indexes"))
@@ -196,8 +200,11 @@ def _string_list(path: Path, data: dict, key: str) -> list[str]:
         if v != v.strip():
             # conda-lock reads this file too (its content hash), taking the name as written:
             # were it stripped here only, one platform would have two names and the lock no hash.
-            raise InputError(path, f"{key}: {excerpt(scrub_credentials(v))} has spaces around it",
-                             "drop the spaces inside the quotes")
+            raise InputError(
+                path,
+                f"{key}: {excerpt(scrub_credentials(v))} has spaces around it",
+                "drop the spaces inside the quotes",
+            )
     out = list(value)
     twice = sorted(v for v, n in Counter(out).items() if n > 1)
     if twice:
@@ -209,18 +216,23 @@ def check_channel(path: object, channel: str) -> None:
     """Refuse a channel with credentials in it, or one teams must not mix in (FORBIDDEN_CHANNELS)."""
     if has_credentials(channel):
         raise InputError(
-            path, f"channels: {excerpt(scrub_credentials(channel), 200)} carries credentials",
+            path,
+            f"channels: {excerpt(scrub_credentials(channel), 200)} carries credentials",
             "keep secrets out of specs: use ~/.netrc, or a --mirror URL on the command line",
         )
     if not _channel_syntax_ok(channel):
-        raise InputError(path, f"channels: {excerpt(channel)} is not a channel",
-                         "give a channel name (conda-forge, nvidia/label/cuda-12.4.0) or an http(s) or file URL")
+        raise InputError(
+            path,
+            f"channels: {excerpt(channel)} is not a channel",
+            "give a channel name (conda-forge, nvidia/label/cuda-12.4.0) or an http(s) or file URL",
+        )
     key = channel.rstrip("/").rsplit("/", 1)[-1] if channel.startswith(ANACONDA_ORG) else channel
     if "repo.anaconda.com" in channel:
         key = "defaults"
     if key in FORBIDDEN_CHANNELS:
-        raise InputError(path, f"channels: {excerpt(channel)} is not allowed: {FORBIDDEN_CHANNELS[key]}",
-                         "use conda-forge")
+        raise InputError(
+            path, f"channels: {excerpt(channel)} is not allowed: {FORBIDDEN_CHANNELS[key]}", "use conda-forge"
+        )
 
 
 def _channel_syntax_ok(channel: str) -> bool:
@@ -247,8 +259,11 @@ def _dependencies(path: Path, deps: Any, channels: tuple[str, ...]) -> tuple[lis
         elif isinstance(item, dict) and list(item) == ["pip"]:
             pip.extend(_pip_section(path, where, item["pip"]))
         elif isinstance(item, (int, float)) and not isinstance(item, bool):
-            raise InputError(path, f"{where}: {excerpt(item)} is a number, not a conda spec",
-                             "quote it: YAML reads an unquoted 3.10 as the number 3.1")
+            raise InputError(
+                path,
+                f"{where}: {excerpt(item)} is a number, not a conda spec",
+                "quote it: YAML reads an unquoted 3.10 as the number 3.1",
+            )
         else:
             raise InputError(path, f"{where}: expected a conda spec string or a `pip:` list, got {excerpt(item)}")
     # `conda-forge::python=3.10.*` names python too
@@ -270,8 +285,11 @@ def _check_dependency_channel(path: Path, where: str, text: str, channels: tuple
     hold), without credentials: the solve takes its packages from `channels:` only, and an export
     that kept `pytorch::x` would take them from a channel the spec refuses."""
     if has_credentials(text):
-        raise InputError(path, f"{where}: {excerpt(scrub_credentials(text), 200)} carries credentials",
-                         "keep secrets out of specs: use ~/.netrc, or a --mirror URL on the command line")
+        raise InputError(
+            path,
+            f"{where}: {excerpt(scrub_credentials(text), 200)} carries credentials",
+            "keep secrets out of specs: use ~/.netrc, or a --mirror URL on the command line",
+        )
     match = _SPEC_CHANNEL.search(text)
     if match is None:
         return
@@ -281,9 +299,12 @@ def _check_dependency_channel(path: Path, where: str, text: str, channels: tuple
     if head and (subdir in KNOWN_PLATFORMS or subdir == "noarch"):  # `conda-forge/linux-64::x`
         channel = head
     if canonical_channel(channel) not in {canonical_channel(c) for c in channels}:
-        raise InputError(path, f"{where}: {excerpt(text)} names the channel {excerpt(named)}, which is not among "
-                         f"channels: ({', '.join(channels)})",
-                         "drop the channel from the dependency, or name one listed under channels:")
+        raise InputError(
+            path,
+            f"{where}: {excerpt(text)} names the channel {excerpt(named)}, which is not among "
+            f"channels: ({', '.join(channels)})",
+            "drop the channel from the dependency, or name one listed under channels:",
+        )
 
 
 def _pip_section(path: Path, where: str, items: Any) -> list[str]:
@@ -295,17 +316,25 @@ def _pip_section(path: Path, where: str, items: Any) -> list[str]:
             raise InputError(path, f"{where}.pip[{index}]: must be a requirement string like 'torch==2.10.*'")
         if item.lstrip().startswith("-"):
             raise InputError(
-                path, f"{where}.pip[{index}]: pip options ({excerpt(item.split()[0])}) are not supported",
+                path,
+                f"{where}.pip[{index}]: pip options ({excerpt(item.split()[0])}) are not supported",
                 "list requirements only: an index for torch goes in `pip-indexes:` and a variant's `index:`, "
                 "a mirror of PyPI in `pip-indexes: {pypi: URL}` or UV_DEFAULT_INDEX",
             )
         if has_credentials(item):  # a `name @ URL` would carry them into the lock and the export
-            raise InputError(path, f"{where}.pip[{index}]: {excerpt(scrub_credentials(item.strip()), 200)} "
-                             "carries credentials", "keep secrets out of specs: use ~/.netrc")
+            raise InputError(
+                path,
+                f"{where}.pip[{index}]: {excerpt(scrub_credentials(item.strip()), 200)} carries credentials",
+                "keep secrets out of specs: use ~/.netrc",
+            )
         url = _URL.search(item)
         if url and has_query(url.group()):  # where a signed URL keeps its token; a lock holds plain URLs
-            raise InputError(path, f"{where}.pip[{index}]: the URL {excerpt(plain_url(url.group()), 200)} has a "
-                             "query or fragment (?... or #...)", "give the wheel's plain URL; secrets go in ~/.netrc")
+            raise InputError(
+                path,
+                f"{where}.pip[{index}]: the URL {excerpt(plain_url(url.group()), 200)} has a "
+                "query or fragment (?... or #...)",
+                "give the wheel's plain URL; secrets go in ~/.netrc",
+            )
         out.append(item.strip())
     return out
 
@@ -315,13 +344,15 @@ def read_virtual_packages(path: Path) -> VirtualPackages:
     data = load_yaml(path)
     subdirs = data.get("subdirs") if isinstance(data, dict) else None
     if not isinstance(subdirs, dict) or set(data) != {"subdirs"}:
-        raise InputError(path, "expected exactly one top-level key `subdirs`",
-                         "see conda-lock's virtual-packages.yml format")
+        raise InputError(
+            path, "expected exactly one top-level key `subdirs`", "see conda-lock's virtual-packages.yml format"
+        )
     by_platform = {}
     for platform, entry in subdirs.items():
         if platform not in KNOWN_PLATFORMS:
-            raise InputError(path, f"subdirs: unknown platform {excerpt(platform)}",
-                             f"use one of {', '.join(KNOWN_PLATFORMS)}")
+            raise InputError(
+                path, f"subdirs: unknown platform {excerpt(platform)}", f"use one of {', '.join(KNOWN_PLATFORMS)}"
+            )
         packages = entry.get("packages") if isinstance(entry, dict) else None
         if not isinstance(packages, dict) or set(entry) != {"packages"}:
             raise InputError(path, f"subdirs.{platform}: expected `packages: {{__name: version}}`")
@@ -334,11 +365,14 @@ def _virtual_package(path: Path, platform: str, name: Any, value: Any) -> Virtua
     if not isinstance(name, str) or not name.startswith("__"):
         raise InputError(path, f"{where}: virtual package names start with '__'")
     if isinstance(value, float):
-        raise InputError(path, f"{where}: {excerpt(value)} is a number, not a version",
-                         f"quote it: {name}: \"{value}\" (YAML reads an unquoted 12.10 as the number 12.1)")
+        raise InputError(
+            path,
+            f"{where}: {excerpt(value)} is a number, not a version",
+            f'quote it: {name}: "{value}" (YAML reads an unquoted 12.10 as the number 12.1)',
+        )
     if not isinstance(value, (str, int)) or isinstance(value, bool):
-        raise InputError(path, f"{where}: expected a version string like \"12.8\"")
+        raise InputError(path, f'{where}: expected a version string like "12.8"')
     version, _, build = str(value).strip().partition(" ")
     if not _VIRTUAL_VERSION.fullmatch(version):
-        raise InputError(path, f"{where}: {excerpt(version)} is not a version", "write it like \"2.28\" or \"12.8\"")
+        raise InputError(path, f"{where}: {excerpt(version)} is not a version", 'write it like "2.28" or "12.8"')
     return VirtualPackage(name, version, build.strip())

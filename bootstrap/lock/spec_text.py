@@ -31,9 +31,12 @@ _BLANKS = re.compile(r"\s+")  # conda-lock's `\s*`, which it tries again from ev
 
 # The selectors conda-lock's `filter_platform_selectors` keeps a line for, by platform.
 _SELECTED_BY = {
-    "linux-64": {"linux64", "unix", "linux"}, "linux-aarch64": {"aarch64", "unix", "linux"},
-    "linux-ppc64le": {"ppc64le", "unix", "linux"}, "osx-64": {"osx64", "osx", "unix"},
-    "osx-arm64": {"arm64", "osx", "unix"}, "win-64": {"win", "win64"},
+    "linux-64": {"linux64", "unix", "linux"},
+    "linux-aarch64": {"aarch64", "unix", "linux"},
+    "linux-ppc64le": {"ppc64le", "unix", "linux"},
+    "osx-64": {"osx64", "osx", "unix"},
+    "osx-arm64": {"arm64", "osx", "unix"},
+    "win-64": {"win", "win64"},
 }
 
 
@@ -45,20 +48,29 @@ def check_spec_text(path: Path, text: str, platforms: tuple[str, ...]) -> None:
     steps = 0
     for number, line in enumerate(text.splitlines(), 1):  # conda-lock's own split
         if len(line) > MAX_LINE_CHARS and not line.lstrip().startswith("#"):
-            raise InputError(path, f"line {number}: {len(line)} characters long (at most {MAX_LINE_CHARS})",
-                             "a spec line holds one dependency: drop the spaces or comment after it")
+            raise InputError(
+                path,
+                f"line {number}: {len(line)} characters long (at most {MAX_LINE_CHARS})",
+                "a spec line holds one dependency: drop the spaces or comment after it",
+            )
         steps += _selector_steps(line)
         if steps > MAX_SELECTOR_STEPS:
-            raise InputError(path, f"line {number}: too many spaces in a row or '#' up to here, which "
-                             "conda-lock's line filter reads in time growing with their square",
-                             "drop the spaces and comments after the dependencies")
+            raise InputError(
+                path,
+                f"line {number}: too many spaces in a row or '#' up to here, which "
+                "conda-lock's line filter reads in time growing with their square",
+                "drop the spaces and comments after the dependencies",
+            )
     for number, line in enumerate(text.splitlines(), 1):
         selector = platform_selector(line)
         if selector is not None and not all(selector in _SELECTED_BY.get(p, ()) for p in platforms):
-            raise InputError(path, f"line {number}: conda-lock reads {excerpt('[' + selector + ']')} at its end as a "
-                             f"platform selector, which drops the line on some of {', '.join(platforms)}",
-                             "remove it: every dependency is locked for every platform of the spec; a pip "
-                             "requirement may take a marker instead, `; sys_platform == \"linux\"`")
+            raise InputError(
+                path,
+                f"line {number}: conda-lock reads {excerpt('[' + selector + ']')} at its end as a "
+                f"platform selector, which drops the line on some of {', '.join(platforms)}",
+                "remove it: every dependency is locked for every platform of the spec; a pip "
+                'requirement may take a marker instead, `; sys_platform == "linux"`',
+            )
 
 
 def _selector_steps(line: str) -> int:
@@ -86,7 +98,7 @@ def platform_selector(line: str) -> Optional[str]:
             found = None
         elif char == "]":
             if bracket >= 0 and line[bracket] == "[" and index - bracket > 1:
-                found = line[bracket + 1:index]
+                found = line[bracket + 1 : index]
             bracket = index
         elif char == "[":
             bracket = index

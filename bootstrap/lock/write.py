@@ -89,8 +89,9 @@ class PlatformDiff:
         return not (self.added or self.removed or self.changed)
 
 
-def diff_locks(old: Sequence[LockedPackage], new: Sequence[LockedPackage],
-               platforms: Iterable[str]) -> list[PlatformDiff]:
+def diff_locks(
+    old: Sequence[LockedPackage], new: Sequence[LockedPackage], platforms: Iterable[str]
+) -> list[PlatformDiff]:
     """Per platform: which packages were added, removed or changed version/build."""
     out = []
     for platform in platforms:
@@ -98,8 +99,11 @@ def diff_locks(old: Sequence[LockedPackage], new: Sequence[LockedPackage],
         after = {(p.manager, p.name): p for p in new if p.platform == platform}
         added = tuple(after[k].describe() for k in sorted(after.keys() - before.keys()))
         removed = tuple(before[k].describe() for k in sorted(before.keys() - after.keys()))
-        changed = tuple(_change(k[1], before[k], after[k]) for k in sorted(before.keys() & after.keys())
-                        if before[k].sha256 != after[k].sha256)
+        changed = tuple(
+            _change(k[1], before[k], after[k])
+            for k in sorted(before.keys() & after.keys())
+            if before[k].sha256 != after[k].sha256
+        )
         out.append(PlatformDiff(platform, added, removed, changed))
     return out
 

@@ -88,8 +88,11 @@ def _check_bounds(yaml: Any, path: Path, text: str, loader: type) -> None:
             if len(event.value) > MAX_SCALAR_CHARS:
                 problem = f"a value of {len(event.value)} characters (at most {MAX_SCALAR_CHARS})"
             elif _CONTROL.search(event.value):
-                raise InputError(f"{path}:{event.start_mark.line + 1}",
-                                 f"the value {excerpt(event.value)} holds a control character", "remove it")
+                raise InputError(
+                    f"{path}:{event.start_mark.line + 1}",
+                    f"the value {excerpt(event.value)} holds a control character",
+                    "remove it",
+                )
         elif isinstance(event, yaml.CollectionStartEvent):
             opened.append((event.anchor, nodes))
             nodes += 1
@@ -101,8 +104,11 @@ def _check_bounds(yaml: Any, path: Path, text: str, loader: type) -> None:
         if nodes > MAX_NODES and not problem:
             problem = f"more than {MAX_NODES} values, aliases expanded"
         if problem:
-            raise InputError(f"{path}:{event.start_mark.line + 1}", f"{problem}: too large to be a spec or a lock",
-                             "check what wrote this file")
+            raise InputError(
+                f"{path}:{event.start_mark.line + 1}",
+                f"{problem}: too large to be a spec or a lock",
+                "check what wrote this file",
+            )
 
 
 @functools.lru_cache(maxsize=None)
@@ -122,7 +128,8 @@ def _unique_keys_loader() -> type:
                 key = self.construct_object(key_node, deep=deep)
                 if isinstance(key, Hashable) and key in seen:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"the key {excerpt(key)} is given twice in one mapping", key_node.start_mark)
+                        None, None, f"the key {excerpt(key)} is given twice in one mapping", key_node.start_mark
+                    )
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 

@@ -43,26 +43,28 @@ def rows(sample: Sample) -> List[Dict[str, Any]]:
     out = []
     for gpu in sample.gpus:
         known = [p.memory_used_mib for p in gpu.processes if p.memory_used_mib is not None]
-        out.append({
-            "timestamp": stamp,
-            "elapsed_s": round(sample.elapsed_s, 3),
-            "gpu_index": gpu.index,
-            "gpu_uuid": gpu.uuid,
-            "gpu_name": gpu.name,
-            "gpu_utilization_pct": gpu.utilization_pct,
-            "memory_utilization_pct": gpu.memory_utilization_pct,
-            "memory_used_mib": gpu.memory_used_mib,
-            "memory_total_mib": gpu.memory_total_mib,
-            "temperature_c": gpu.temperature_c,
-            "power_w": None if gpu.power_w is None else round(gpu.power_w, 3),
-            "power_limit_w": None if gpu.power_limit_w is None else round(gpu.power_limit_w, 3),
-            "sm_clock_mhz": gpu.sm_clock_mhz,
-            "process_count": len(gpu.processes),
-            "process_memory_used_mib": sum(known) if known else (0 if not gpu.processes else None),
-            "processes": [
-                {"pid": p.pid, "name": p.name, "memory_used_mib": p.memory_used_mib} for p in gpu.processes
-            ],
-        })
+        out.append(
+            {
+                "timestamp": stamp,
+                "elapsed_s": round(sample.elapsed_s, 3),
+                "gpu_index": gpu.index,
+                "gpu_uuid": gpu.uuid,
+                "gpu_name": gpu.name,
+                "gpu_utilization_pct": gpu.utilization_pct,
+                "memory_utilization_pct": gpu.memory_utilization_pct,
+                "memory_used_mib": gpu.memory_used_mib,
+                "memory_total_mib": gpu.memory_total_mib,
+                "temperature_c": gpu.temperature_c,
+                "power_w": None if gpu.power_w is None else round(gpu.power_w, 3),
+                "power_limit_w": None if gpu.power_limit_w is None else round(gpu.power_limit_w, 3),
+                "sm_clock_mhz": gpu.sm_clock_mhz,
+                "process_count": len(gpu.processes),
+                "process_memory_used_mib": sum(known) if known else (0 if not gpu.processes else None),
+                "processes": [
+                    {"pid": p.pid, "name": p.name, "memory_used_mib": p.memory_used_mib} for p in gpu.processes
+                ],
+            }
+        )
     return out
 
 
@@ -169,13 +171,19 @@ def _partial_exists(partial: Path) -> InputError:
 
         fd = os.open(partial, os.O_RDONLY)
     except (ImportError, OSError):
-        return InputError(partial, "exists: another monitor is writing it, or one was killed",
-                          "stop the other monitor, or move the file away")
+        return InputError(
+            partial,
+            "exists: another monitor is writing it, or one was killed",
+            "stop the other monitor, or move the file away",
+        )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return InputError(partial, "exists: another monitor is writing it", "stop it, or log to another file")
     finally:
         os.close(fd)
-    return InputError(partial, "was left by a monitor that was killed; it holds that run's rows",
-                      "move it away (or delete it) and run again")
+    return InputError(
+        partial,
+        "was left by a monitor that was killed; it holds that run's rows",
+        "move it away (or delete it) and run again",
+    )

@@ -42,22 +42,52 @@ class MonitorResult:
             "gpu_count": self.gpu_count,
             "gpus": [stats.to_dict() for stats in self.gpus],
             "last_sample": rows(self.last) if self.last is not None else [],
-            "log": None if self.log_path is None else {"path": str(self.log_path), "format": self.log_format,
-                                                       "rows": self.log_rows},
+            "log": None
+            if self.log_path is None
+            else {"path": str(self.log_path), "format": self.log_format, "rows": self.log_rows},
             "notes": list(self.notes),
         }
 
 
-def monitor_result(summary: RunningSummary, interval_s: Optional[float], gpu_count: int, notes: Tuple[str, ...],
-                   log_path: Optional[Path] = None, log_format: Optional[str] = None,
-                   log_rows: int = 0) -> MonitorResult:
+def monitor_result(
+    summary: RunningSummary,
+    interval_s: Optional[float],
+    gpu_count: int,
+    notes: Tuple[str, ...],
+    log_path: Optional[Path] = None,
+    log_format: Optional[str] = None,
+    log_rows: int = 0,
+) -> MonitorResult:
     """The result of a run whose samples went into `summary`."""
-    return MonitorResult(available=True, reason=None, interval_s=interval_s, samples=summary.samples,
-                         duration_s=summary.duration_s, gpu_count=gpu_count, gpus=tuple(summary.per_gpu()),
-                         last=summary.last, log_path=log_path, log_format=log_format, log_rows=log_rows, notes=notes)
+    return MonitorResult(
+        available=True,
+        reason=None,
+        interval_s=interval_s,
+        samples=summary.samples,
+        duration_s=summary.duration_s,
+        gpu_count=gpu_count,
+        gpus=tuple(summary.per_gpu()),
+        last=summary.last,
+        log_path=log_path,
+        log_format=log_format,
+        log_rows=log_rows,
+        notes=notes,
+    )
 
 
 def unavailable(reason: str) -> MonitorResult:
     """`monitor --once` where there is no GPU to monitor: no sample, and why."""
-    return MonitorResult(available=False, reason=reason, interval_s=None, samples=0, duration_s=0.0, gpu_count=0,
-                         gpus=(), last=None, log_path=None, log_format=None, log_rows=0, notes=())
+    return MonitorResult(
+        available=False,
+        reason=reason,
+        interval_s=None,
+        samples=0,
+        duration_s=0.0,
+        gpu_count=0,
+        gpus=(),
+        last=None,
+        log_path=None,
+        log_format=None,
+        log_rows=0,
+        notes=(),
+    )

@@ -128,8 +128,14 @@ class GpuSampler:
                 continue
             name, _ = self._nvml.query("nvmlDeviceGetName", handle)
             uuid, _ = self._nvml.query("nvmlDeviceGetUUID", handle)
-            self._gpus.append(_Gpu(index, handle, _decode(name) if name is not None else f"GPU {index}",
-                                   None if uuid is None else _decode(uuid)))
+            self._gpus.append(
+                _Gpu(
+                    index,
+                    handle,
+                    _decode(name) if name is not None else f"GPU {index}",
+                    None if uuid is None else _decode(uuid),
+                )
+            )
         if not self._gpus:
             self.close()
             raise NvmlUnavailable(f"no NVIDIA GPU to monitor: {'; '.join(self.notes)}")
@@ -161,11 +167,16 @@ class GpuSampler:
     def _sample_gpu(self, gpu: _Gpu, seen: set) -> GpuSample:
         util = self._ask(gpu, "gpu_utilization_pct", ("nvmlDeviceGetUtilizationRates", ()))
         memory = self._ask(gpu, "memory_used_mib", ("nvmlDeviceGetMemoryInfo", ()))
-        temperature = self._ask(gpu, "temperature_c", ("nvmlDeviceGetTemperature", (TEMPERATURE_GPU,)),
-                                ("nvmlDeviceGetTemperatureV", (TEMPERATURE_GPU,)))
+        temperature = self._ask(
+            gpu,
+            "temperature_c",
+            ("nvmlDeviceGetTemperature", (TEMPERATURE_GPU,)),
+            ("nvmlDeviceGetTemperatureV", (TEMPERATURE_GPU,)),
+        )
         power = self._ask(gpu, "power_w", ("nvmlDeviceGetPowerUsage", ()))
-        limit = self._ask(gpu, "power_limit_w", ("nvmlDeviceGetEnforcedPowerLimit", ()),
-                          ("nvmlDeviceGetPowerManagementLimit", ()))
+        limit = self._ask(
+            gpu, "power_limit_w", ("nvmlDeviceGetEnforcedPowerLimit", ()), ("nvmlDeviceGetPowerManagementLimit", ())
+        )
         clock = self._ask(gpu, "sm_clock_mhz", ("nvmlDeviceGetClockInfo", (CLOCK_SM,)))
         return GpuSample(
             index=gpu.index,

@@ -101,8 +101,9 @@ class _GpuRunning:
             self.power_sum += gpu.power_w
             self.power_n += 1
         if gpu.temperature_c is not None:
-            self.temperature_max = (gpu.temperature_c if self.temperature_max is None
-                                    else max(self.temperature_max, gpu.temperature_c))
+            self.temperature_max = (
+                gpu.temperature_c if self.temperature_max is None else max(self.temperature_max, gpu.temperature_c)
+            )
 
     def stats(self) -> GpuStats:
         n = self.util_n

@@ -115,16 +115,22 @@ def bench(argv, capsys) -> tuple:
     return code, captured.out, captured.err
 
 
-@pytest.mark.parametrize(("batch", "own"), [
-    (lambda t: (t.zeros(16, 3, 8, 8), t.zeros(16)), 16),                              # images, labels
-    (lambda t: {"ids": t.zeros(16, 40), "mask": t.zeros(16, 40), "labels": t.zeros(16)}, 16),
-    (lambda t: {"images": t.zeros(16, 3, 8, 8), "weight": t.tensor(0.5)}, 16),         # a scalar beside
-    (lambda t: (tuple(t.zeros(3, 9, 9) for _ in range(16)), tuple({"boxes": t.zeros(2, 4)} for _ in range(16))),
-     None),                                                                          # torchvision detection
-    (lambda t: (t.zeros(40, 16), t.zeros(16)), None),                                # pad_sequence's (T, B)
-    (lambda t: t.zeros(12, 16), 12),                                                 # one tensor: its rows
-    (lambda t: ("text", 3), None),                                                   # no tensor
-], ids=["images", "tokens", "scalar-beside", "detection", "time-major", "one-tensor", "none"])
+@pytest.mark.parametrize(
+    ("batch", "own"),
+    [
+        (lambda t: (t.zeros(16, 3, 8, 8), t.zeros(16)), 16),  # images, labels
+        (lambda t: {"ids": t.zeros(16, 40), "mask": t.zeros(16, 40), "labels": t.zeros(16)}, 16),
+        (lambda t: {"images": t.zeros(16, 3, 8, 8), "weight": t.tensor(0.5)}, 16),  # a scalar beside
+        (
+            lambda t: (tuple(t.zeros(3, 9, 9) for _ in range(16)), tuple({"boxes": t.zeros(2, 4)} for _ in range(16))),
+            None,
+        ),  # torchvision detection
+        (lambda t: (t.zeros(40, 16), t.zeros(16)), None),  # pad_sequence's (T, B)
+        (lambda t: t.zeros(12, 16), 12),  # one tensor: its rows
+        (lambda t: ("text", 3), None),  # no tensor
+    ],
+    ids=["images", "tokens", "scalar-beside", "detection", "time-major", "one-tensor", "none"],
+)
 def test_a_batch_it_did_not_size_counts_the_first_dimension_its_tensors_share(batch, own) -> None:
     """The dataset's own batches, or a batch sampler's: the first dimension the tensors share (scalar tensors
     left out), else the first batch's count. (A batch the DataLoader sized counts the batch size.)"""
@@ -160,13 +166,28 @@ def test_a_batch_of_the_users_own_class_is_looked_into() -> None:
 def test_bench_reads_a_dataset_of_batches_and_says_so(tmp_path, capsys, clean_imports):  # noqa: F811
     """`--batched`: the report's workload and a note say the dataset batches itself, ROWS samples a batch."""
     root = batches_module(tmp_path, "user_batches")
-    code, stdout, err = bench(["--path", str(root), "--dataset", "user_batches:make", "--batched", "--budget", "2",
-                               "--json", "--out", str(tmp_path / "out")], capsys)
+    code, stdout, err = bench(
+        [
+            "--path",
+            str(root),
+            "--dataset",
+            "user_batches:make",
+            "--batched",
+            "--budget",
+            "2",
+            "--json",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capsys,
+    )
     assert code in (0, 1), err
     extra = json.loads(stdout)["extra"]
     assert extra["workload"]["batched"] is True and extra["workload"]["batch_size"] == ROWS
-    assert any(f"each counted by the first dimension its tensors share ({ROWS} in the first)" in note
-               for note in extra["notes"])
+    assert any(
+        f"each counted by the first dimension its tensors share ({ROWS} in the first)" in note
+        for note in extra["notes"]
+    )
 
 
 def test_every_window_counts_each_batch_as_its_rows(tmp_path, clean_imports):  # noqa: F811
@@ -175,8 +196,7 @@ def test_every_window_counts_each_batch_as_its_rows(tmp_path, clean_imports):  #
 
     root = batches_module(tmp_path, "user_batches_counted")
     user = UserWorkload("user_batches_counted:make", paths=(str(root),))
-    result = run_every_phase(BenchOptions(workload=WorkloadSpec(batched=True), device="cpu", user=user),
-                             last="naive")
+    result = run_every_phase(BenchOptions(workload=WorkloadSpec(batched=True), device="cpu", user=user), last="naive")
     measured = [m for m in result.measurements if m.steps]
     assert {m.phase for m in measured} == {"loader", "ceiling", "naive"}
     assert all(m.samples == m.steps * ROWS for m in measured)
@@ -193,8 +213,12 @@ def test_the_snippet_loads_the_datasets_own_batches(tmp_path, clean_imports):  #
     sys.path.insert(0, str(batches_module(tmp_path, "user_batches_snippet")))
     import user_batches_snippet
 
-    snippet = dataloader_snippet(LoaderConfig(num_workers=2, prefetch_factor=2), WorkloadSpec(batched=True,
-                                 batch_size=ROWS), "cpu", user={"dataset": "user_batches_snippet:make"})
+    snippet = dataloader_snippet(
+        LoaderConfig(num_workers=2, prefetch_factor=2),
+        WorkloadSpec(batched=True, batch_size=ROWS),
+        "cpu",
+        user={"dataset": "user_batches_snippet:make"},
+    )
     assert "batch_size=None," in snippet and "drop_last" not in snippet
     namespace = {"dataset": user_batches_snippet.make()}
     exec(compile(snippet, "bench-snippet", "exec"), namespace)
@@ -214,8 +238,7 @@ def test_tune_loader_with_no_batch_size_tunes_a_stream_of_batches(tmp_path, clea
 
     kwargs, report = tune_loader(user_batches_api.stream(), batch_size=None, budget=6, device="cpu")
     assert report.workload["batch_size"] == ROWS and report.workload["batched"] is True
-    seen = [images[0, 0, 0, 0].item() for images, _ in DataLoader(user_batches_api.stream(), batch_size=None,
-                                                                    **kwargs)]
+    seen = [images[0, 0, 0, 0].item() for images, _ in DataLoader(user_batches_api.stream(), batch_size=None, **kwargs)]
     assert sorted(seen) == list(range(24))  # every batch once, whole: the kwargs work as DataLoader reads it
 
 
@@ -248,24 +271,50 @@ def test_a_dataset_that_yields_none_as_a_batch_is_told_so_not_that_it_ended() ->
         resolve(UserWorkload(dataset=_NoneBatches()), None)
 
 
-@pytest.mark.parametrize(("argv", "where", "says"), [
-    (["--batched"], "--batched:", "only applies to your own dataset"),
-    (["--dataset", "user_batches_bad:make", "--batched", "--batch-size", "8"], "--batch-size:", "drop one of them"),
-    (["--dataset", "user_batches_bad:scalars", "--batched"], "--dataset user_batches_bad:scalars:",
-     "hold a plain number beside one tensor, as one sample does"),
-    (["--dataset", "user_batches_bad:meta_first", "--batched"], "--dataset user_batches_bad:meta_first:",
-     "tensors' first dimensions differ (2, 12, 12)"),
-    (["--dataset", "user_batches_bad:empty_stream", "--batched"], "--dataset user_batches_bad:empty_stream:",
-     "ended before its first batch"),
-    (["--dataset", "user_batches_bad:make", "--batched", "--collate", "user_batches_bad:per_sample"],
-     "--dataset user_batches_bad:make:", "the collate function is given one whole batch the dataset made"),
-], ids=["no-dataset", "and-batch-size", "scalar-batches", "meta-first", "empty-stream", "per-sample-collate"])
-def test_what_cannot_be_read_as_batches_is_one_line(tmp_path, capsys, clean_imports, argv, where,  # noqa: F811
-                                                    says) -> None:
+@pytest.mark.parametrize(
+    ("argv", "where", "says"),
+    [
+        (["--batched"], "--batched:", "only applies to your own dataset"),
+        (["--dataset", "user_batches_bad:make", "--batched", "--batch-size", "8"], "--batch-size:", "drop one of them"),
+        (
+            ["--dataset", "user_batches_bad:scalars", "--batched"],
+            "--dataset user_batches_bad:scalars:",
+            "hold a plain number beside one tensor, as one sample does",
+        ),
+        (
+            ["--dataset", "user_batches_bad:meta_first", "--batched"],
+            "--dataset user_batches_bad:meta_first:",
+            "tensors' first dimensions differ (2, 12, 12)",
+        ),
+        (
+            ["--dataset", "user_batches_bad:empty_stream", "--batched"],
+            "--dataset user_batches_bad:empty_stream:",
+            "ended before its first batch",
+        ),
+        (
+            ["--dataset", "user_batches_bad:make", "--batched", "--collate", "user_batches_bad:per_sample"],
+            "--dataset user_batches_bad:make:",
+            "the collate function is given one whole batch the dataset made",
+        ),
+    ],
+    ids=["no-dataset", "and-batch-size", "scalar-batches", "meta-first", "empty-stream", "per-sample-collate"],
+)
+def test_what_cannot_be_read_as_batches_is_one_line(
+    tmp_path,
+    capsys,
+    clean_imports,  # noqa: F811
+    argv,
+    where,
+    says,
+) -> None:
     root = batches_module(tmp_path, "user_batches_bad")
     out = tmp_path / "out"
-    code, stdout, err = bench(["--path", str(root), *argv, "--budget", "4", "--out", str(out)]
-                              if "--dataset" in argv else [*argv, "--out", str(out)], capsys)
+    code, stdout, err = bench(
+        ["--path", str(root), *argv, "--budget", "4", "--out", str(out)]
+        if "--dataset" in argv
+        else [*argv, "--out", str(out)],
+        capsys,
+    )
     assert code == 2 and stdout == "" and not out.exists()
     assert err.startswith(f"error: {where}") and says in err and err.count("\n") == 1, err
 
@@ -274,12 +323,34 @@ def test_a_config_file_may_say_batched_but_not_with_a_batch_size(tmp_path, capsy
     root = batches_module(tmp_path, "user_batches_config")
     config = tmp_path / "bench.yml"
     config.write_text("options:\n  batched: true\n  batch_size: 8\n")
-    code, _, err = bench(["--path", str(root), "--dataset", "user_batches_config:make", "--config", str(config),
-                          "--out", str(tmp_path / "out")], capsys)
+    code, _, err = bench(
+        [
+            "--path",
+            str(root),
+            "--dataset",
+            "user_batches_config:make",
+            "--config",
+            str(config),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capsys,
+    )
     assert code == 2 and err.startswith(f"error: {config}: options.batch_size:"), err
     config.write_text("options:\n  batched: yes please\n")
-    code, _, err = bench(["--path", str(root), "--dataset", "user_batches_config:make", "--config", str(config),
-                          "--out", str(tmp_path / "out")], capsys)
+    code, _, err = bench(
+        [
+            "--path",
+            str(root),
+            "--dataset",
+            "user_batches_config:make",
+            "--config",
+            str(config),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capsys,
+    )
     assert code == 2 and f"{config}: options.batched: expected true or false" in err, err
 
 
@@ -290,4 +361,3 @@ def test_a_batch_with_a_number_and_a_scalar_beside_its_rows_is_a_batch(tmp_path,
     root = batches_module(tmp_path, "user_batches_epoch")
     parts = resolve(UserWorkload("user_batches_epoch:with_epoch", paths=(str(root),)), None)
     assert parts.samples == ROWS
-

@@ -30,24 +30,30 @@ from tests.fixtures.bench import run_after_setup
 def test_costs_of_a_measurement():
     cpu = Costs(batch_size=10, wall_s_per_sample=0.1, cpu_s_per_sample=0.1, cpus=2, step_s=0.2, startup_s=0.1)
     assert cpu.batch_s == pytest.approx(1.0)
-    assert cpu.period_s(0) == pytest.approx(1.2)                      # load, then step
-    assert cpu.period_s(8) == pytest.approx(0.5)                      # CPU-bound: two CPUs make two batches a second
+    assert cpu.period_s(0) == pytest.approx(1.2)  # load, then step
+    assert cpu.period_s(8) == pytest.approx(0.5)  # CPU-bound: two CPUs make two batches a second
     assert cpu.period_s(8, with_step=False) == pytest.approx(0.5)
-    assert cpu.window_s(2) == pytest.approx(4.0)                      # workers: four batch latencies
-    assert cpu.window_s(0) == pytest.approx(3 * 1.2)                  # the main process: three steps
-    assert cpu.least_s(0) == pytest.approx(1.0 + 0.2 + 3.6)           # first batch, one step on it, the window
-    assert cpu.least_s(2) == pytest.approx(1.2 + (2 * 0.2 + 0.5) + 4.0)    # two workers start: 0.1 s each
+    assert cpu.window_s(2) == pytest.approx(4.0)  # workers: four batch latencies
+    assert cpu.window_s(0) == pytest.approx(3 * 1.2)  # the main process: three steps
+    assert cpu.least_s(0) == pytest.approx(1.0 + 0.2 + 3.6)  # first batch, one step on it, the window
+    assert cpu.least_s(2) == pytest.approx(1.2 + (2 * 0.2 + 0.5) + 4.0)  # two workers start: 0.1 s each
     io = Costs(batch_size=10, wall_s_per_sample=0.1, cpu_s_per_sample=0.001, cpus=2, step_s=0.05)
-    assert io.period_s(8) == pytest.approx(1.0 / 8)                   # sleeping workers are not capped by CPUs
-    assert io.period_s(100) == pytest.approx(0.05)                    # never faster than the step
+    assert io.period_s(8) == pytest.approx(1.0 / 8)  # sleeping workers are not capped by CPUs
+    assert io.period_s(100) == pytest.approx(0.05)  # never faster than the step
 
 
 def test_worker_start_up_is_learned_from_the_first_batch_and_priced_per_worker():
     """Spawned workers import torch afresh, together, queueing for the CPUs: what a loader's first batch
     waited beyond one batch's load prices every later loader, in proportion past the most workers seen,
     even within the CPU count (on a busy host 2 spawned workers took 3x one worker's start-up)."""
-    c = Costs(batch_size=10, wall_s_per_sample=0.01, cpu_s_per_sample=0.01, cpus=2, step_s=0.1,
-              startup_s=startup_guess_s("spawn"))
+    c = Costs(
+        batch_size=10,
+        wall_s_per_sample=0.01,
+        cpu_s_per_sample=0.01,
+        cpus=2,
+        step_s=0.1,
+        startup_s=startup_guess_s("spawn"),
+    )
     assert startup_guess_s("fork") < startup_guess_s("forkserver") == c.startup_s
     assert c.startup_for(0) == 0.0 and c.startup_for(8) == pytest.approx(4 * c.startup_for(2))
     one = c.learn_startup(1, first_batch_s=1.6)  # one worker: 1.5 s
@@ -91,13 +97,20 @@ def test_a_loader_s_slow_start_prices_the_later_ones_and_stays_out_of_its_window
     from bootstrap.bench.trials import measure_loader
     from bootstrap.bench.user import UserWorkload
 
-    state = new_state(BenchOptions(workload=WorkloadSpec(batch_size=8), budget_s=60, device="cpu",
-                                   user=UserWorkload(SlowStart())))
+    state = new_state(
+        BenchOptions(workload=WorkloadSpec(batch_size=8), budget_s=60, device="cpu", user=UserWorkload(SlowStart()))
+    )
     try:
         set_up(state)
         guessed = state.costs.least_s(4)
-        measured = measure_loader(state, LoaderConfig(num_workers=4, persistent_workers=True), 0.3,
-                                  time.perf_counter() + 30, "tune", with_step=False)
+        measured = measure_loader(
+            state,
+            LoaderConfig(num_workers=4, persistent_workers=True),
+            0.3,
+            time.perf_counter() + 30,
+            "tune",
+            with_step=False,
+        )
     finally:
         clean_up(state)
     assert measured.first_batch_s >= 1.0
@@ -122,8 +135,15 @@ def test_the_step_is_priced_with_the_torch_threads_the_phases_give_it():
         threads.append(torch.get_num_threads())
 
     dataset = TensorDataset(torch.zeros(8, 3, 8, 8), torch.zeros(8, dtype=torch.long))
-    state = new_state(BenchOptions(workload=WorkloadSpec(batch_size=4), budget_s=60, device="cpu", cpus=2,
-                                   user=UserWorkload(dataset, step=step)))
+    state = new_state(
+        BenchOptions(
+            workload=WorkloadSpec(batch_size=4),
+            budget_s=60,
+            device="cpu",
+            cpus=2,
+            user=UserWorkload(dataset, step=step),
+        )
+    )
     saved = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
@@ -182,8 +202,17 @@ def test_with_no_time_left_the_winner_is_the_fastest_result_already_known():
     def measure(config, window):
         raise AssertionError("nothing fits: nothing may be measured")
 
-    result = tune.successive_halving(configs, measure, deadline=0.5, ceiling_samples_per_s=600.0, early_stop=0.95,
-                                     minimum_noise=0.03, min_window_s=1.0, prior=prior, clock=clock)
+    result = tune.successive_halving(
+        configs,
+        measure,
+        deadline=0.5,
+        ceiling_samples_per_s=600.0,
+        early_stop=0.95,
+        minimum_noise=0.03,
+        min_window_s=1.0,
+        prior=prior,
+        clock=clock,
+    )
     assert result.winner.config.num_workers == 2
     assert result.unmeasured == (configs[1],) and result.cost_s > 0.5
 
@@ -192,9 +221,16 @@ def test_no_measurement_starts_that_would_end_past_the_deadline():
     """No candidate is measured whose window would end past the deadline, the first one included."""
     clock = Clock()
     configs = [LoaderConfig(num_workers=w) for w in (1, 2)]
-    result = tune.successive_halving(configs, lambda c, w: pytest.fail("measured"), deadline=1.0,
-                                     ceiling_samples_per_s=None, early_stop=0.95, minimum_noise=0.03,
-                                     min_window_s=2.0, clock=clock)
+    result = tune.successive_halving(
+        configs,
+        lambda c, w: pytest.fail("measured"),
+        deadline=1.0,
+        ceiling_samples_per_s=None,
+        early_stop=0.95,
+        minimum_noise=0.03,
+        min_window_s=2.0,
+        clock=clock,
+    )
     assert result.winner is None and result.unmeasured == tuple(configs)
 
 
@@ -207,8 +243,9 @@ def test_the_winner_is_never_slower_than_a_config_measured_in_an_earlier_round()
         clock.now += window
         return measured(config, rates[config.num_workers].pop(0))
 
-    result = tune.successive_halving(configs, measure, deadline=100.0, ceiling_samples_per_s=None, early_stop=0.95,
-                                     minimum_noise=0.03, clock=clock)
+    result = tune.successive_halving(
+        configs, measure, deadline=100.0, ceiling_samples_per_s=None, early_stop=0.95, minimum_noise=0.03, clock=clock
+    )
     assert len(result.rounds) == 2
     assert result.winner.config.num_workers == 3 and result.winner.samples_per_s == 98.0
 
@@ -221,11 +258,19 @@ def test_a_candidate_whose_loader_dies_drops_out():
         clock.now += window
         return None if config.num_workers == 2 else measured(config, 50.0 + config.num_workers)
 
-    result = tune.successive_halving(configs, measure, deadline=100.0, ceiling_samples_per_s=None, early_stop=0.95,
-                                     minimum_noise=0.03, clock=clock)
+    result = tune.successive_halving(
+        configs, measure, deadline=100.0, ceiling_samples_per_s=None, early_stop=0.95, minimum_noise=0.03, clock=clock
+    )
     assert result.failed == (configs[2],) and result.winner.config.num_workers in (0, 1)
-    knobs = tune.try_knobs(result.winner, [("prefetch_factor=4", LoaderConfig(num_workers=1, prefetch_factor=4))],
-                           lambda c, w: None, 1.0, 100.0, 0.03, clock=clock)
+    knobs = tune.try_knobs(
+        result.winner,
+        [("prefetch_factor=4", LoaderConfig(num_workers=1, prefetch_factor=4))],
+        lambda c, w: None,
+        1.0,
+        100.0,
+        0.03,
+        clock=clock,
+    )
     assert knobs.winner is result.winner and math.isnan(knobs.trials[0][3]) and knobs.trials[0][2] is False
 
 

@@ -50,10 +50,14 @@ def test_the_ceiling_steps_on_batches_of_every_shape_the_loader_gave(tmp_path, c
     from bootstrap.bench.user import UserWorkload
 
     (tmp_path / "user_sequences.py").write_text(SEQUENCES)
-    user = UserWorkload("user_sequences:make", collate="user_sequences:pad", model="user_sequences:model",
-                        step="user_sequences:step", paths=(str(tmp_path),))
-    result = run_every_phase(BenchOptions(workload=WorkloadSpec(batch_size=8), device="cpu", user=user),
-                             last="ceiling")
+    user = UserWorkload(
+        "user_sequences:make",
+        collate="user_sequences:pad",
+        model="user_sequences:model",
+        step="user_sequences:step",
+        paths=(str(tmp_path),),
+    )
+    result = run_every_phase(BenchOptions(workload=WorkloadSpec(batch_size=8), device="cpu", user=user), last="ceiling")
     ceiling = next(m for m in result.measurements if m.phase == "ceiling")
     # Set-up's first batch alone is all short; the loader's first eight batches average 7/8 long.
     short_rate = 8 / (SHORT * STEP_S_PER_TOKEN)
@@ -61,7 +65,7 @@ def test_the_ceiling_steps_on_batches_of_every_shape_the_loader_gave(tmp_path, c
     assert ceiling.samples_per_s < (short_rate * mixed_rate) ** 0.5, (ceiling, short_rate, mixed_rate)
 
 
-POPPING = textwrap.dedent('''
+POPPING = textwrap.dedent("""
     import torch
     from torch.utils.data import Dataset
 
@@ -81,7 +85,7 @@ POPPING = textwrap.dedent('''
     def step(model, batch, device):
         labels = batch.pop("labels")  # as Hugging Face training loops do
         return torch.nn.functional.cross_entropy(model(batch["input_ids"].float()), labels)
-''')
+""")
 
 
 def test_a_step_that_pops_from_its_batch_finds_the_batch_whole_each_turn(tmp_path, clean_imports):  # noqa: F811
@@ -89,10 +93,9 @@ def test_a_step_that_pops_from_its_batch_finds_the_batch_whole_each_turn(tmp_pat
     from bootstrap.bench.user import UserWorkload
 
     (tmp_path / "user_popping.py").write_text(POPPING)
-    user = UserWorkload("user_popping:make", model="user_popping:model", step="user_popping:step",
-                        paths=(str(tmp_path),))
-    result = run_every_phase(BenchOptions(workload=WorkloadSpec(batch_size=8), device="cpu", user=user),
-                             last="ceiling")
+    user = UserWorkload(
+        "user_popping:make", model="user_popping:model", step="user_popping:step", paths=(str(tmp_path),)
+    )
+    result = run_every_phase(BenchOptions(workload=WorkloadSpec(batch_size=8), device="cpu", user=user), last="ceiling")
     ceiling = next(m for m in result.measurements if m.phase == "ceiling")
     assert ceiling.steps >= 5 and ceiling.samples == 8 * ceiling.steps
-

@@ -95,9 +95,26 @@ def write_image_folder(root: Path, module: str = "user_images") -> Path:
 
 
 def bench_cli(argv, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bootstrap", "bench", "--device", "cpu", "--quiet", "--no-png",
-                           "--batch-size", str(BATCH), *argv], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bootstrap",
+            "bench",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--no-png",
+            "--batch-size",
+            str(BATCH),
+            *argv,
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 def bench_here(argv, capsys) -> tuple:
@@ -132,8 +149,9 @@ def test_bench_reports_on_the_users_dataset(tmp_path, capsys, clean_imports):
     model on it) and bench.json is written."""
     root = write_image_folder(tmp_path / "project", module="user_images")
     out = tmp_path / "out"
-    _, report = bench_here(["--path", str(root), "--dataset", "user_images:make", "--budget", "3",
-                            "--out", str(out)], capsys)
+    _, report = bench_here(
+        ["--path", str(root), "--dataset", "user_images:make", "--budget", "3", "--out", str(out)], capsys
+    )
     assert report["workload"]["user"] == {"dataset": "user_images:make", "paths": [str(root)]}
     assert report["workload"]["batch_size"] == BATCH
     assert report["device"]["model"] == "tiny"
@@ -143,9 +161,25 @@ def test_bench_reports_on_the_users_dataset(tmp_path, capsys, clean_imports):
 def test_collate_model_and_step_are_the_users(tmp_path, capsys, clean_imports):
     """--collate, --model and --step: each is called (its call file grows) and the report names them."""
     root = write_image_folder(tmp_path / "lib", module="user_parts")
-    _, report = bench_here(["--path", str(root), "--dataset", "user_parts:make", "--collate", "user_parts:collate",
-                            "--model", "user_parts:model", "--step", "user_parts:step", "--budget", "3",
-                            "--out", str(tmp_path / "out")], capsys)
+    _, report = bench_here(
+        [
+            "--path",
+            str(root),
+            "--dataset",
+            "user_parts:make",
+            "--collate",
+            "user_parts:collate",
+            "--model",
+            "user_parts:model",
+            "--step",
+            "user_parts:step",
+            "--budget",
+            "3",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capsys,
+    )
     assert report["device"]["model"] == "user_parts:model"
     assert report["workload"]["user"]["collate"] == "user_parts:collate"
     assert calls(root, "collate") and calls(root, "model") and len(calls(root, "step")) >= 2
@@ -164,8 +198,11 @@ def test_tune_loader_returns_dataloader_kwargs_for_an_object(tmp_path, clean_imp
 
     dataset = user_images_api.make()
     kwargs, report = tune_loader(dataset, batch_size=BATCH, budget=3, device="cpu")
-    assert {"num_workers", "pin_memory"} <= set(kwargs) <= {"num_workers", "pin_memory", "prefetch_factor",
-                                                             "persistent_workers"}
+    assert (
+        {"num_workers", "pin_memory"}
+        <= set(kwargs)
+        <= {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers"}
+    )
     assert report.workload["user"] == {"dataset": "<ImageFolder object>"}
     images, labels = next(iter(DataLoader(dataset, batch_size=BATCH, **kwargs)))
     assert tuple(images.shape) == (BATCH, 3, SIDE, SIDE) and labels.shape == (BATCH,)
@@ -177,9 +214,24 @@ def test_the_cli_tunes_the_users_folder_with_real_workers(tmp_path):
     with workers are measured, the user's collate runs in those workers, and the snippet is the
     DataLoader call to paste."""
     root = write_image_folder(tmp_path / "project", module="user_parts")
-    done = bench_cli(["--dataset", "user_parts:make", "--collate", "user_parts:collate", "--model",
-                      "user_parts:model", "--step", "user_parts:step", "--budget", "15", "--out",
-                      str(tmp_path / "out"), "--json"], cwd=root)
+    done = bench_cli(
+        [
+            "--dataset",
+            "user_parts:make",
+            "--collate",
+            "user_parts:collate",
+            "--model",
+            "user_parts:model",
+            "--step",
+            "user_parts:step",
+            "--budget",
+            "15",
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+        cwd=root,
+    )
     assert done.returncode in (0, 1), done.stderr
     report = json.loads(done.stdout)["extra"]
     assert report["workload"]["user"]["dataset"] == "user_parts:make"
@@ -189,7 +241,7 @@ def test_the_cli_tunes_the_users_folder_with_real_workers(tmp_path):
         assert "collate_fn=collate_fn," in report["snippet"] and f"batch_size={BATCH}," in report["snippet"]
 
 
-CHATTY = textwrap.dedent('''
+CHATTY = textwrap.dedent("""
     import torch
     from torch.utils.data import Dataset
 
@@ -211,7 +263,7 @@ CHATTY = textwrap.dedent('''
 
     def make():
         return Chatty()
-''')
+""")
 
 
 @pytest.mark.slow
@@ -219,8 +271,20 @@ def test_json_stdout_stays_the_report_when_the_dataset_prints(tmp_path):
     """`--json` is for a program to read: what the user's module prints on import, in its factory and in
     __getitem__ (in the main process and in workers, which inherit the descriptor) goes to stderr."""
     (tmp_path / "user_chatty.py").write_text(CHATTY)
-    done = bench_cli(["--dataset", "user_chatty:make", "--budget", "4", "--max-workers", "1", "--out",
-                      str(tmp_path / "out"), "--json"], cwd=tmp_path)
+    done = bench_cli(
+        [
+            "--dataset",
+            "user_chatty:make",
+            "--budget",
+            "4",
+            "--max-workers",
+            "1",
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+        cwd=tmp_path,
+    )
     assert done.returncode in (0, 1), done.stderr
     report = json.loads(done.stdout)["extra"]  # nothing but the envelope on stdout
     assert "chatty: imported" in done.stderr and "chatty: loading 64 samples" in done.stderr
@@ -344,52 +408,116 @@ BAD_DATASETS = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize("argv, where, problem", [
-    (["--dataset", "no_such_module:make"], "--dataset no_such_module:make",
-     "cannot import no_such_module: ModuleNotFoundError: No module named 'no_such_module'"),
-    (["--dataset", "bad_inputs:missing"], "--dataset bad_inputs:missing", "bad_inputs has no attribute 'missing'"),
-    (["--dataset", "bad_inputs:raises"], "--dataset bad_inputs:raises",
-     "raised FileNotFoundError: no such folder: /data/train"),
-    (["--dataset", "bad_inputs:not_a_dataset"], "--dataset bad_inputs:not_a_dataset",
-     "returned int, an object without __len__ or __getitem__: bench shuffles the samples by index"),
-    (["--dataset", "bad_inputs:no_length"], "--dataset bad_inputs:no_length",
-     "returned NoLength, a torch.utils.data.Dataset without __len__"),
-    (["--dataset", "bad_inputs:value"], "--dataset bad_inputs:value", "is a int, not a callable"),
-    (["--dataset", "bad_inputs:empty"], "--dataset bad_inputs:empty", "returned an empty dataset (length 0)"),
-    (["--dataset", "bad_inputs:stream"], "--dataset bad_inputs:stream",
-     "the stream ended before one batch (8 samples) (point it at more data, or give a smaller --batch-size)"),
-    (["--dataset", "bad_inputs:ragged"], "--dataset bad_inputs:ragged",
-     "could not load one batch: RuntimeError: stack expects each tensor to be equal size"),
-    (["--dataset", "bad_inputs:ragged", "--collate", "bad_inputs:value"], "--collate bad_inputs:value",
-     "is a int, not a callable"),
-    (["--dataset", "bad_inputs:good", "--collate", "bad_inputs:collate_none"], "--collate bad_inputs:collate_none",
-     "returned None for the first batch (return the batch: a tensor, "),
-    (["--dataset", "bad_inputs:words"], "the built-in step (tiny) on --dataset bad_inputs:words",
-     "failed on the first batch: AttributeError: 'tuple' object has no attribute 'to'"),
-    (["--dataset", "bad_inputs:good", "--step", "bad_inputs:failing_step"],
-     "--step bad_inputs:failing_step", "failed on the first batch: ValueError: expected a dict batch"),
-    (["--dataset", "bad_inputs:good", "--model", "bad_inputs:not_a_module"], "--model bad_inputs:not_a_module",
-     "returned int, not a torch.nn.Module"),
-    (["--dataset", "bad_inputs:good", "--step", "bad_inputs:str_step"], "--step bad_inputs:str_step",
-     "failed on the first batch: NotALoss: returned a str, not a loss tensor (return the loss as a scalar tensor "),
-    (["--dataset", "bad_inputs:good", "--step", "bad_inputs:oom_step"], "--step bad_inputs:oom_step",
-     "failed on the first batch: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (the step ran out "
-     "of memory: give a smaller --batch-size)"),
-    (["--dataset", "bad_inputs:good", "--model", "bad_inputs:no_parameters"], "--model bad_inputs:no_parameters",
-     "failed on the first batch: NoParameters: the model has no parameters to train (bench's backward pass and SGD "
-     "update have nothing to train: "),
-    (["--dataset", "nocolon"], "--dataset nocolon", "is not MODULE:NAME"),
-    (["--dataset", "bad_inputs:good", "--distributed"], "--distributed", "does not measure --dataset yet"),
-    (["--collate", "bad_inputs:value"], "--collate", "only applies to your own dataset"),
-    (["--dataset", "bad_inputs:ragged", "--cpu-ms", "5"], "--cpu-ms", "describes the synthetic images"),
-])
+@pytest.mark.parametrize(
+    "argv, where, problem",
+    [
+        (
+            ["--dataset", "no_such_module:make"],
+            "--dataset no_such_module:make",
+            "cannot import no_such_module: ModuleNotFoundError: No module named 'no_such_module'",
+        ),
+        (["--dataset", "bad_inputs:missing"], "--dataset bad_inputs:missing", "bad_inputs has no attribute 'missing'"),
+        (
+            ["--dataset", "bad_inputs:raises"],
+            "--dataset bad_inputs:raises",
+            "raised FileNotFoundError: no such folder: /data/train",
+        ),
+        (
+            ["--dataset", "bad_inputs:not_a_dataset"],
+            "--dataset bad_inputs:not_a_dataset",
+            "returned int, an object without __len__ or __getitem__: bench shuffles the samples by index",
+        ),
+        (
+            ["--dataset", "bad_inputs:no_length"],
+            "--dataset bad_inputs:no_length",
+            "returned NoLength, a torch.utils.data.Dataset without __len__",
+        ),
+        (["--dataset", "bad_inputs:value"], "--dataset bad_inputs:value", "is a int, not a callable"),
+        (["--dataset", "bad_inputs:empty"], "--dataset bad_inputs:empty", "returned an empty dataset (length 0)"),
+        (
+            ["--dataset", "bad_inputs:stream"],
+            "--dataset bad_inputs:stream",
+            "the stream ended before one batch (8 samples) (point it at more data, or give a smaller --batch-size)",
+        ),
+        (
+            ["--dataset", "bad_inputs:ragged"],
+            "--dataset bad_inputs:ragged",
+            "could not load one batch: RuntimeError: stack expects each tensor to be equal size",
+        ),
+        (
+            ["--dataset", "bad_inputs:ragged", "--collate", "bad_inputs:value"],
+            "--collate bad_inputs:value",
+            "is a int, not a callable",
+        ),
+        (
+            ["--dataset", "bad_inputs:good", "--collate", "bad_inputs:collate_none"],
+            "--collate bad_inputs:collate_none",
+            "returned None for the first batch (return the batch: a tensor, ",
+        ),
+        (
+            ["--dataset", "bad_inputs:words"],
+            "the built-in step (tiny) on --dataset bad_inputs:words",
+            "failed on the first batch: AttributeError: 'tuple' object has no attribute 'to'",
+        ),
+        (
+            ["--dataset", "bad_inputs:good", "--step", "bad_inputs:failing_step"],
+            "--step bad_inputs:failing_step",
+            "failed on the first batch: ValueError: expected a dict batch",
+        ),
+        (
+            ["--dataset", "bad_inputs:good", "--model", "bad_inputs:not_a_module"],
+            "--model bad_inputs:not_a_module",
+            "returned int, not a torch.nn.Module",
+        ),
+        (
+            ["--dataset", "bad_inputs:good", "--step", "bad_inputs:str_step"],
+            "--step bad_inputs:str_step",
+            "failed on the first batch: NotALoss: returned a str, not a loss tensor "
+            "(return the loss as a scalar tensor ",
+        ),
+        (
+            ["--dataset", "bad_inputs:good", "--step", "bad_inputs:oom_step"],
+            "--step bad_inputs:oom_step",
+            "failed on the first batch: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB "
+            "(the step ran out "
+            "of memory: give a smaller --batch-size)",
+        ),
+        (
+            ["--dataset", "bad_inputs:good", "--model", "bad_inputs:no_parameters"],
+            "--model bad_inputs:no_parameters",
+            "failed on the first batch: NoParameters: the model has no parameters to train "
+            "(bench's backward pass and SGD "
+            "update have nothing to train: ",
+        ),
+        (["--dataset", "nocolon"], "--dataset nocolon", "is not MODULE:NAME"),
+        (["--dataset", "bad_inputs:good", "--distributed"], "--distributed", "does not measure --dataset yet"),
+        (["--collate", "bad_inputs:value"], "--collate", "only applies to your own dataset"),
+        (["--dataset", "bad_inputs:ragged", "--cpu-ms", "5"], "--cpu-ms", "describes the synthetic images"),
+    ],
+)
 def test_bad_input_is_one_line_naming_it_and_writes_nothing(tmp_path, capsys, clean_imports, argv, where, problem):
     from bootstrap.cli import main
 
     (tmp_path / "bad_inputs.py").write_text(BAD_DATASETS)
     out = tmp_path / "out"
-    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--batch-size", str(BATCH), "--budget", "5",
-                 "--out", str(out), "--path", str(tmp_path), *argv])
+    code = main(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--no-png",
+            "--batch-size",
+            str(BATCH),
+            "--budget",
+            "5",
+            "--out",
+            str(out),
+            "--path",
+            str(tmp_path),
+            *argv,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith(f"error: {where}: {problem}"), err
@@ -400,7 +528,8 @@ def test_a_collate_that_drops_samples_is_said_and_an_empty_first_batch_refused(t
     """A collate function that drops samples (the ones that failed to load) delivers short batches. The
     rates count the batch size (a tensor's first dimension is no sample count: an image's channels in
     detection batches, a time-major length), and a note says the first batch held fewer."""
-    (tmp_path / "user_dropping.py").write_text(textwrap.dedent('''
+    (tmp_path / "user_dropping.py").write_text(
+        textwrap.dedent("""
         from torch.utils.data import default_collate
 
         def keep_half(samples):
@@ -408,26 +537,46 @@ def test_a_collate_that_drops_samples_is_said_and_an_empty_first_batch_refused(t
 
         def keep_none(samples):
             return default_collate(samples)[0][:0], default_collate(samples)[1][:0]
-    '''))
+    """)
+    )
     (tmp_path / "bad_inputs.py").write_text(BAD_DATASETS)
     from bootstrap.bench.config import BenchOptions, WorkloadSpec
     from bootstrap.bench.user import UserWorkload
     from tests.fixtures.bench import run_every_phase
 
     user = UserWorkload("bad_inputs:good", collate="user_dropping:keep_half", paths=(str(tmp_path),))
-    result = run_every_phase(BenchOptions(workload=WorkloadSpec(batch_size=BATCH), device="cpu", user=user),
-                             last="naive")
+    result = run_every_phase(
+        BenchOptions(workload=WorkloadSpec(batch_size=BATCH), device="cpu", user=user), last="naive"
+    )
     measured = [m for m in result.measurements if m.steps]
     assert {m.phase for m in measured} == {"loader", "ceiling", "naive"}
     assert all(m.samples == m.steps * BATCH for m in measured)
-    assert f"the first batch held {BATCH // 2} of its {BATCH} samples (a collate function that drops what failed " \
-           f"to load?): the rates count {BATCH} a batch, more than were delivered" in result.notes
+    assert (
+        f"the first batch held {BATCH // 2} of its {BATCH} samples (a collate function that drops what failed "
+        f"to load?): the rates count {BATCH} a batch, more than were delivered" in result.notes
+    )
     # one that drops every sample leaves nothing to measure: refused at set-up, not divided by later
     from bootstrap.cli import main
 
-    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--batch-size", str(BATCH), "--path",
-                 str(tmp_path), "--dataset", "bad_inputs:good", "--collate", "user_dropping:keep_none", "--out",
-                 str(tmp_path / "none")])
+    code = main(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--no-png",
+            "--batch-size",
+            str(BATCH),
+            "--path",
+            str(tmp_path),
+            "--dataset",
+            "bad_inputs:good",
+            "--collate",
+            "user_dropping:keep_none",
+            "--out",
+            str(tmp_path / "none"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: --dataset bad_inputs:good: its first batch holds no samples"), err
 
@@ -439,30 +588,66 @@ def test_a_synthetic_option_in_a_config_file_is_refused_beside_a_dataset(tmp_pat
     (tmp_path / "bad_inputs.py").write_text(BAD_DATASETS)
     config = tmp_path / "bench.yml"
     config.write_text("options:\n  cpu_ms: 3\n")
-    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--out", str(tmp_path / "out"), "--path",
-                 str(tmp_path), "--dataset", "bad_inputs:good", "--config", str(config)])
+    code = main(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--no-png",
+            "--out",
+            str(tmp_path / "out"),
+            "--path",
+            str(tmp_path),
+            "--dataset",
+            "bad_inputs:good",
+            "--config",
+            str(config),
+        ]
+    )
     err = capsys.readouterr().err
-    assert code == 2 and err == (f"error: {config}: options.cpu_ms: describes the synthetic images, not --dataset's "
-                                 "(remove it from the file's options)\n")
+    assert code == 2 and err == (
+        f"error: {config}: options.cpu_ms: describes the synthetic images, not --dataset's "
+        "(remove it from the file's options)\n"
+    )
 
 
 @pytest.mark.parametrize("factory, config", [("corrupt", "w=0 nopin"), ("corrupt_in_workers", "w=")])
-def test_a_sample_that_fails_mid_run_is_one_line_naming_the_dataset(tmp_path, capsys, clean_imports, factory,
-                                                                     config):
+def test_a_sample_that_fails_mid_run_is_one_line_naming_the_dataset(tmp_path, capsys, clean_imports, factory, config):
     """The first batch loaded, a later sample does not (in the main process, or in a worker, whose error
     torch re-raises with the worker's traceback quoted): one line with the sample's own error, exit 2."""
     from bootstrap.cli import main
 
     (tmp_path / "bad_inputs.py").write_text(BAD_DATASETS)
     out = tmp_path / "out"
-    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--batch-size", str(BATCH), "--budget", "10",
-                 "--out", str(out), "--path", str(tmp_path), "--dataset", f"bad_inputs:{factory}"])
+    code = main(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--no-png",
+            "--batch-size",
+            str(BATCH),
+            "--budget",
+            "10",
+            "--out",
+            str(out),
+            "--path",
+            str(tmp_path),
+            "--dataset",
+            f"bad_inputs:{factory}",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
-    assert err.startswith(f"error: --dataset bad_inputs:{factory}: a sample failed to load while bench measured "
-                          f"{config}"), err
-    assert err.rstrip().endswith("OSError: image file is truncated (sample 20) (fix that sample, or make "
-                                 "__getitem__ (a stream: __iter__) skip what it cannot read)"), err
+    assert err.startswith(
+        f"error: --dataset bad_inputs:{factory}: a sample failed to load while bench measured {config}"
+    ), err
+    assert err.rstrip().endswith(
+        "OSError: image file is truncated (sample 20) (fix that sample, or make "
+        "__getitem__ (a stream: __iter__) skip what it cannot read)"
+    ), err
     assert not out.exists() or not any(out.iterdir())
 
 
@@ -503,10 +688,13 @@ class _Ragged:
         return torch.zeros(index + 1)
 
 
-@pytest.mark.parametrize("dataset, fix", [
-    (_FailingSample(), "(fix that sample, or make __getitem__ (a stream: __iter__) skip what it cannot read)"),
-    (_Ragged(), "(make samples tensors of one shape, or pass a collate_fn that makes the batch)"),
-])
+@pytest.mark.parametrize(
+    "dataset, fix",
+    [
+        (_FailingSample(), "(fix that sample, or make __getitem__ (a stream: __iter__) skip what it cannot read)"),
+        (_Ragged(), "(make samples tensors of one shape, or pass a collate_fn that makes the batch)"),
+    ],
+)
 def test_a_first_batch_that_fails_is_blamed_on_what_raised(dataset, fix):
     """Only a batch that fails to collate gets the one-shape / collate hint; a sample that raised gets the
     sample's."""
@@ -516,8 +704,9 @@ def test_a_first_batch_that_fails_is_blamed_on_what_raised(dataset, fix):
     with pytest.raises(InputError) as raised:
         tune_loader(dataset, batch_size=BATCH, budget=1, device="cpu")
     message = str(raised.value)
-    assert message.startswith(f"dataset {type(dataset).__name__}: could not load one batch: ") and \
-        message.endswith(fix), message
+    assert message.startswith(f"dataset {type(dataset).__name__}: could not load one batch: ") and message.endswith(
+        fix
+    ), message
 
 
 class _Tensors:
@@ -534,12 +723,14 @@ def _collate(samples):
     return samples
 
 
-@pytest.mark.parametrize("start_method, defined, keyword, where, name", [
-    ("spawn", "dataset", "dataset", "dataset _Tensors", "_Tensors"),
-    ("forkserver", "collate", "collate_fn", "tune_loader(collate_fn=...)", "_collate"),
-])
-def test_a_class_of_a_fileless_main_is_refused_under_spawn(monkeypatch, start_method, defined, keyword, where,
-                                                            name):
+@pytest.mark.parametrize(
+    "start_method, defined, keyword, where, name",
+    [
+        ("spawn", "dataset", "dataset", "dataset _Tensors", "_Tensors"),
+        ("forkserver", "collate", "collate_fn", "tune_loader(collate_fn=...)", "_collate"),
+    ],
+)
+def test_a_class_of_a_fileless_main_is_refused_under_spawn(monkeypatch, start_method, defined, keyword, where, name):
     """`python -c` or a notebook: spawned workers cannot import `__main__`, so a dataset or collate_fn
     defined there would kill every worker; refused before anything runs."""
     import types
@@ -553,9 +744,11 @@ def test_a_class_of_a_fileless_main_is_refused_under_spawn(monkeypatch, start_me
     monkeypatch.setattr(_Tensors if defined == "dataset" else _collate, "__module__", "__main__")
     with pytest.raises(InputError) as raised:
         tune_loader(_Tensors(), batch_size=BATCH, budget=1, device="cpu", collate_fn=_collate)
-    assert str(raised.value) == (f"{where}: {name} is defined in __main__ (python -c, a notebook), which DataLoader "
-                                 f"workers started by {start_method} cannot import (define it in an importable "
-                                 "module (a .py file next to the notebook) and import it)")
+    assert str(raised.value) == (
+        f"{where}: {name} is defined in __main__ (python -c, a notebook), which DataLoader "
+        f"workers started by {start_method} cannot import (define it in an importable "
+        "module (a .py file next to the notebook) and import it)"
+    )
 
 
 @pytest.mark.slow
@@ -575,11 +768,18 @@ def test_a_dataset_of_python_c_is_refused_under_spawn(tmp_path):
         mp.set_start_method("spawn", force=True)
         tune_loader(D(), batch_size=8, budget=3, device="cpu")
     """)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.rstrip().splitlines()[-1] == (
         "bootstrap.errors.InputError: dataset D: D is defined in __main__ (python -c, a notebook), which DataLoader "
         "workers started by spawn cannot import (define it in an importable module (a .py file next to the "
-        "notebook) and import it)"), proc.stderr
+        "notebook) and import it)"
+    ), proc.stderr
     assert "Can't get attribute" not in proc.stderr

@@ -14,9 +14,15 @@ from bootstrap.bench.device import Device, pick_device
 from bootstrap.errors import InputError
 
 
-@pytest.mark.parametrize(("cuda", "mps", "picked"), [
-    (True, True, "cuda"), (True, False, "cuda"), (False, True, "mps"), (False, False, "cpu"),
-])
+@pytest.mark.parametrize(
+    ("cuda", "mps", "picked"),
+    [
+        (True, True, "cuda"),
+        (True, False, "cuda"),
+        (False, True, "mps"),
+        (False, False, "cpu"),
+    ],
+)
 def test_auto_picks_cuda_then_mps_then_cpu(cuda, mps, picked):
     name, reason = pick_device("auto", cuda, mps)
     assert name == picked and reason.startswith("auto: ")

@@ -199,8 +199,24 @@ def bench(tmp_path: Path, capsys, *argv: str, budget: str = "3") -> tuple:
     from bootstrap.cli import main
 
     out = tmp_path / "out"
-    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--batch-size", str(BATCH), "--budget", budget,
-                 "--out", str(out), "--path", str(tmp_path), *argv])
+    code = main(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--no-png",
+            "--batch-size",
+            str(BATCH),
+            "--budget",
+            budget,
+            "--out",
+            str(out),
+            "--path",
+            str(tmp_path),
+            *argv,
+        ]
+    )
     err = capsys.readouterr().err
     if code == 2:
         assert not out.exists() or not any(out.iterdir()), err
@@ -220,15 +236,18 @@ def one_line(err: str, start: str, *words: str) -> None:
         assert word in err, err
 
 
-@pytest.mark.parametrize("factory, words", [
-    ("sys_exit_at_once", "could not load one batch: SystemExit: 0 (a sample must return, not exit)"),
-    ("generator_exit_at_once", "could not load one batch: GeneratorExit"),
-    ("unprintable_at_once", "could not load one batch: Unprintable"),
-    ("long_message_at_once", "could not load one batch: ValueError: xxxx"),
-    ("hostile_getattr", "looking up __len__ raised RuntimeError: getattr __len__"),
-    ("a_string", "returned a str, not a Dataset"),
-    ("endless", "has 4611686018427387904 samples: bench shuffles with torch.randperm"),
-])
+@pytest.mark.parametrize(
+    "factory, words",
+    [
+        ("sys_exit_at_once", "could not load one batch: SystemExit: 0 (a sample must return, not exit)"),
+        ("generator_exit_at_once", "could not load one batch: GeneratorExit"),
+        ("unprintable_at_once", "could not load one batch: Unprintable"),
+        ("long_message_at_once", "could not load one batch: ValueError: xxxx"),
+        ("hostile_getattr", "looking up __len__ raised RuntimeError: getattr __len__"),
+        ("a_string", "returned a str, not a Dataset"),
+        ("endless", "has 4611686018427387904 samples: bench shuffles with torch.randperm"),
+    ],
+)
 def test_what_the_first_batch_raises_is_one_line_whatever_it_is(hostile, capsys, factory, words):
     refused(bench(hostile, capsys, "--dataset", f"hostile:{factory}"), f"--dataset hostile:{factory}: ", words)
 
@@ -238,20 +257,27 @@ def test_a_sample_that_exits_the_process_mid_run_stops_the_run_in_one_line(hosti
     """sys.exit in a later sample, in this process: not a silent exit 0. The budget is ample so that a busy
     host's slow set-up still leaves the in-process phases time to load the failing sample; the exit ends
     the run long before the budget does."""
-    refused(bench(hostile, capsys, "--dataset", "hostile:sys_exit_later", budget="60"),
-            "--dataset hostile:sys_exit_later: SystemExit: 0 in the ", "phase: stopped (a sample, collate or "
-            "step must return, not exit")
+    refused(
+        bench(hostile, capsys, "--dataset", "hostile:sys_exit_later", budget="60"),
+        "--dataset hostile:sys_exit_later: SystemExit: 0 in the ",
+        "phase: stopped (a sample, collate or step must return, not exit",
+    )
 
 
 def test_a_step_that_exits_is_named(hostile, capsys):
-    refused(bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:exiting_step"),
-            "--step hostile:exiting_step: failed on the first batch: SystemExit: 0")
+    refused(
+        bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:exiting_step"),
+        "--step hostile:exiting_step: failed on the first batch: SystemExit: 0",
+    )
 
 
 def test_a_step_that_raises_mid_run_is_named_not_taken_for_an_exit(hostile, capsys):
     """A step raising after set-up (in the ceiling, or a loader's window) names --step and its error."""
-    refused(bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:fails_after_set_up"),
-            "--step hostile:fails_after_set_up: raised RuntimeError: the step broke ", "fix it for this batch")
+    refused(
+        bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:fails_after_set_up"),
+        "--step hostile:fails_after_set_up: raised RuntimeError: the step broke ",
+        "fix it for this batch",
+    )
 
 
 def test_a_step_raising_runtime_error_beside_workers_is_the_step_s_error_not_dead_workers(hostile):
@@ -269,8 +295,11 @@ def test_a_step_raising_runtime_error_beside_workers_is_the_step_s_error_not_dea
     state = new_state(BenchOptions(workload=WorkloadSpec(batch_size=BATCH), budget_s=60, device="cpu", user=user))
     try:
         set_up(state)
-        with pytest.raises(InputError, match=r"^--step hostile:fails_after_set_up: raised RuntimeError: the step "
-                                             r"broke while bench measured w=2 "):
+        with pytest.raises(
+            InputError,
+            match=r"^--step hostile:fails_after_set_up: raised RuntimeError: the step "
+            r"broke while bench measured w=2 ",
+        ):
             measure_loader(state, LoaderConfig(num_workers=2), 0.2, time.perf_counter() + 30, "tune", with_step=True)
         assert state.failures == []
     finally:
@@ -278,69 +307,95 @@ def test_a_step_raising_runtime_error_beside_workers_is_the_step_s_error_not_dea
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("factory, lead, words", [
-    ("sys_exit_in_workers", "a DataLoader worker exited", "(a sys.exit or os._exit in a sample or collate"),
-    ("os_exit_in_workers", "a DataLoader worker exited", ", while bench measured w="),  # "with code 3" at times
-    ("long_message_in_workers", "a sample failed to load while bench measured w=", "ValueError: xxxx"),
-])
-def test_a_worker_that_exits_or_fails_is_the_dataset_s_fault_not_a_failed_config(hostile, capsys, factory, lead,
-                                                                                   words):
-    refused(bench(hostile, capsys, "--dataset", f"hostile:{factory}", budget="8"),
-            f"--dataset hostile:{factory}: {lead}", words)
+@pytest.mark.parametrize(
+    "factory, lead, words",
+    [
+        ("sys_exit_in_workers", "a DataLoader worker exited", "(a sys.exit or os._exit in a sample or collate"),
+        ("os_exit_in_workers", "a DataLoader worker exited", ", while bench measured w="),  # "with code 3" at times
+        ("long_message_in_workers", "a sample failed to load while bench measured w=", "ValueError: xxxx"),
+    ],
+)
+def test_a_worker_that_exits_or_fails_is_the_dataset_s_fault_not_a_failed_config(hostile, capsys, factory, lead, words):
+    refused(
+        bench(hostile, capsys, "--dataset", f"hostile:{factory}", budget="8"),
+        f"--dataset hostile:{factory}: {lead}",
+        words,
+    )
 
 
 @pytest.mark.slow
 def test_a_factory_that_hangs_is_stopped_with_the_watchdog_s_words(hostile, capsys):
-    refused(bench(hostile, capsys, "--dataset", "hostile:hanging_factory", budget="1"),
-            "--dataset hostile:hanging_factory: still running ", "in the setup phase: stopped")
+    refused(
+        bench(hostile, capsys, "--dataset", "hostile:hanging_factory", budget="1"),
+        "--dataset hostile:hanging_factory: still running ",
+        "in the setup phase: stopped",
+    )
 
 
 @pytest.mark.slow
 def test_a_step_that_hangs_is_named_beside_the_dataset(hostile, capsys):
-    refused(bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:hanging_step", budget="1"),
-            "--dataset hostile:good --step hostile:hanging_step: still running ")
+    refused(
+        bench(hostile, capsys, "--dataset", "hostile:good", "--step", "hostile:hanging_step", budget="1"),
+        "--dataset hostile:good --step hostile:hanging_step: still running ",
+    )
 
 
 @pytest.mark.slow
 def test_a_model_factory_that_hangs_is_named(hostile, capsys):
-    refused(bench(hostile, capsys, "--dataset", "hostile:good", "--model", "hostile:hanging_model", budget="1"),
-            "--dataset hostile:good --model hostile:hanging_model: still running ")
+    refused(
+        bench(hostile, capsys, "--dataset", "hostile:good", "--model", "hostile:hanging_model", budget="1"),
+        "--dataset hostile:good --model hostile:hanging_model: still running ",
+    )
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--dataset", "hostile:good", "--path", "{tmp}/missing"], "--path {tmp}/missing: is not a directory"),
-    (["--dataset", "hostile:good", "--threshold", "efficency_pass=0.8"],
-     "--threshold: unknown threshold 'efficency_pass' (did you mean efficiency_pass?)"),
-    (["--dataset", "hostile:good", "--threshold", "nosuch=1"], "--threshold: unknown threshold 'nosuch' (one of 22"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--dataset", "hostile:good", "--path", "{tmp}/missing"], "--path {tmp}/missing: is not a directory"),
+        (
+            ["--dataset", "hostile:good", "--threshold", "efficency_pass=0.8"],
+            "--threshold: unknown threshold 'efficency_pass' (did you mean efficiency_pass?)",
+        ),
+        (
+            ["--dataset", "hostile:good", "--threshold", "nosuch=1"],
+            "--threshold: unknown threshold 'nosuch' (one of 22",
+        ),
+    ],
+)
 def test_options_around_the_dataset_are_checked_in_one_short_line(hostile, capsys, tmp_path, argv, words):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     refused(bench(hostile, capsys, *argv), words.replace("{tmp}", str(tmp_path)))
 
 
 def test_string_labels_for_the_built_in_step_are_told_to_be_indices_not_smaller_numbers(hostile, capsys):
-    refused(bench(hostile, capsys, "--dataset", "hostile:string_labels"),
-            "the built-in step (tiny) on --dataset hostile:string_labels: failed on the first batch: AttributeError: ",
-            "(the built-in step takes labels as a tensor of class indices below 100, not a tuple of str: return each "
-            "label as an int index from __getitem__, or give --step MODULE:FN)")
+    refused(
+        bench(hostile, capsys, "--dataset", "hostile:string_labels"),
+        "the built-in step (tiny) on --dataset hostile:string_labels: failed on the first batch: AttributeError: ",
+        "(the built-in step takes labels as a tensor of class indices below 100, not a tuple of str: return each "
+        "label as an int index from __getitem__, or give --step MODULE:FN)",
+    )
 
 
 def test_a_lambda_collate_under_spawn_is_named_not_blamed_on_the_dataset(hostile, capsys, monkeypatch):
     from bootstrap.compat import host
 
     monkeypatch.setattr(host, "probe_start_method", lambda: ("spawn", True))
-    refused(bench(hostile, capsys, "--dataset", "hostile:good", "--collate", "hostile:collate_lambda"),
-            "--collate hostile:collate_lambda: cannot be sent to DataLoader workers started by spawn: PicklingError: ",
-            "(define it with def at a module's top level: a lambda or a nested function does not pickle)")
+    refused(
+        bench(hostile, capsys, "--dataset", "hostile:good", "--collate", "hostile:collate_lambda"),
+        "--collate hostile:collate_lambda: cannot be sent to DataLoader workers started by spawn: PicklingError: ",
+        "(define it with def at a module's top level: a lambda or a nested function does not pickle)",
+    )
 
 
 def test_a_collate_object_that_does_not_pickle_under_spawn_is_told_what_it_holds(hostile, capsys, monkeypatch):
     from bootstrap.compat import host
 
     monkeypatch.setattr(host, "probe_start_method", lambda: ("spawn", True))
-    refused(bench(hostile, capsys, "--dataset", "hostile:good", "--collate", "hostile:collate_locked"),
-            "--collate hostile:collate_locked: cannot be sent to DataLoader workers started by spawn: TypeError: ",
-            "(the LockedCollate object is sent with what it holds: keep what does not pickle (a lock, ")
+    refused(
+        bench(hostile, capsys, "--dataset", "hostile:good", "--collate", "hostile:collate_locked"),
+        "--collate hostile:collate_locked: cannot be sent to DataLoader workers started by spawn: TypeError: ",
+        "(the LockedCollate object is sent with what it holds: keep what does not pickle (a lock, ",
+    )
 
 
 def test_torch_s_pickling_warning_does_not_leak_beside_the_one_line(recwarn):
@@ -379,10 +434,13 @@ def test_only_an_exit_mid_run_is_told_to_return_not_exit(exc, exited):
     assert ("must return, not exit" in error.fix) is exited, error.fix
 
 
-@pytest.mark.parametrize("samples_in, fix", [
-    (None, "the step ran out of memory: give a smaller --batch-size"),
-    (len, "the step ran out of memory: make the dataset's (or the batch sampler's) batches smaller"),
-])
+@pytest.mark.parametrize(
+    "samples_in, fix",
+    [
+        (None, "the step ran out of memory: give a smaller --batch-size"),
+        (len, "the step ran out of memory: make the dataset's (or the batch sampler's) batches smaller"),
+    ],
+)
 def test_a_step_out_of_memory_mid_run_is_told_to_shrink_the_batch(samples_in, fix):
     import torch
 
@@ -410,9 +468,11 @@ def test_a_dataset_that_does_not_pickle_for_spawned_workers_is_told_so():
     state = new_state(BenchOptions(budget_s=5, user=UserWorkload(object())))
     state.current_phase = "tune"
     error = user_code_error(state, AttributeError("Can't pickle local object 'Mine.__init__.<locals>.<lambda>'"))
-    assert str(error) == ("dataset: cannot be sent to DataLoader workers: AttributeError: Can't pickle local object "
-                          "'Mine.__init__.<locals>.<lambda>' (under spawn (macOS, Windows, or set_start_method) a "
-                          "dataset must pickle: no lambdas or open handles in its attributes)")
+    assert str(error) == (
+        "dataset: cannot be sent to DataLoader workers: AttributeError: Can't pickle local object "
+        "'Mine.__init__.<locals>.<lambda>' (under spawn (macOS, Windows, or set_start_method) a "
+        "dataset must pickle: no lambdas or open handles in its attributes)"
+    )
 
 
 @pytest.mark.slow
@@ -426,9 +486,11 @@ def test_an_import_that_hangs_is_stopped_before_the_run(hostile, capsys):
 
 def test_an_import_error_inside_the_module_is_not_told_to_add_path(hostile, capsys):
     (hostile / "syntax_error.py").write_text("def make(:\n")
-    refused(bench(hostile, capsys, "--dataset", "syntax_error:make"),
-            "--dataset syntax_error:make: cannot import syntax_error: SyntaxError: ",
-            "(the error is in the module (or what it imports))")
+    refused(
+        bench(hostile, capsys, "--dataset", "syntax_error:make"),
+        "--dataset syntax_error:make: cannot import syntax_error: SyntaxError: ",
+        "(the error is in the module (or what it imports))",
+    )
 
 
 @pytest.mark.slow
@@ -436,8 +498,25 @@ def test_a_factory_that_changes_directory_does_not_move_the_report(hostile, caps
     from bootstrap.cli import main
 
     monkeypatch.chdir(hostile)
-    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--batch-size", str(BATCH), "--budget", "2",
-                 "--out", "report", "--path", str(hostile), "--dataset", "hostile:moving"])
+    code = main(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--no-png",
+            "--batch-size",
+            str(BATCH),
+            "--budget",
+            "2",
+            "--out",
+            "report",
+            "--path",
+            str(hostile),
+            "--dataset",
+            "hostile:moving",
+        ]
+    )
     assert code in (0, 1), capsys.readouterr().err
     monkeypatch.chdir(hostile)  # the factory moved this process to /
     assert (hostile / "report" / "bench.json").is_file() and not Path("/report").exists()
@@ -477,8 +556,25 @@ def test_a_data_dir_the_run_created_is_gone_afterwards(tmp_path, capsys):
     kept = tmp_path / "kept"
     kept.mkdir()
     data_dir = kept / "made" / "deeper"
-    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--budget", "2", "--storage", "files",
-                 "--samples", "64", "--out", str(tmp_path / "out"), "--data-dir", str(data_dir)])
+    code = main(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--no-png",
+            "--budget",
+            "2",
+            "--storage",
+            "files",
+            "--samples",
+            "64",
+            "--out",
+            str(tmp_path / "out"),
+            "--data-dir",
+            str(data_dir),
+        ]
+    )
     assert code in (0, 1), capsys.readouterr().err
     assert kept.is_dir() and list(kept.iterdir()) == []
 
@@ -491,25 +587,34 @@ def test_tune_loader_in_a_worker_importing_the_main_script_refuses_at_once(monke
     from bootstrap.errors import InputError
 
     monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
-    with pytest.raises(InputError, match=r'^tune_loader: called while a DataLoader worker .* \(put the call under '
-                                         r'`if __name__ == "__main__":`\)$'):
+    with pytest.raises(
+        InputError,
+        match=r"^tune_loader: called while a DataLoader worker .* \(put the call under "
+        r'`if __name__ == "__main__":`\)$',
+    ):
         tune_loader(object(), batch_size=BATCH)
 
 
-@pytest.mark.parametrize("method, cause", [
-    ("fork", ""), ("spawn", '; under spawn, a script that calls tune_loader outside `if __name__ == "__main__":`'),
-])
+@pytest.mark.parametrize(
+    "method, cause",
+    [
+        ("fork", ""),
+        ("spawn", '; under spawn, a script that calls tune_loader outside `if __name__ == "__main__":`'),
+    ],
+)
 def test_a_worker_that_exited_under_spawn_names_an_unguarded_script(monkeypatch, method, cause):
     from bootstrap.bench.stream import sample_failure
     from bootstrap.compat import host
 
     monkeypatch.setattr(host, "probe_start_method", lambda: (method, True))
     exc = RuntimeError("DataLoader worker (pid(s) 123) exited unexpectedly with exit code 1")
-    assert sample_failure(exc, 2) == ("a DataLoader worker exited with code 1 (a sys.exit or os._exit in a sample "
-                                      f"or collate, or a crash the worker's stderr shows{cause})")
+    assert sample_failure(exc, 2) == (
+        "a DataLoader worker exited with code 1 (a sys.exit or os._exit in a sample "
+        f"or collate, or a crash the worker's stderr shows{cause})"
+    )
 
 
-UNGUARDED = textwrap.dedent('''
+UNGUARDED = textwrap.dedent("""
     import torch
     import torch.multiprocessing as mp
 
@@ -520,7 +625,7 @@ UNGUARDED = textwrap.dedent('''
                                              torch.zeros(64, dtype=torch.long))
     kwargs, report = tune_loader(dataset, batch_size=8, budget=60, device="cpu")
     print("RESULT", kwargs)
-''')
+""")
 
 
 @pytest.mark.slow
@@ -533,12 +638,21 @@ def test_an_unguarded_script_under_spawn_gets_one_bench_and_the_idiom(tmp_path):
     from tests.fixtures import REPO
 
     (tmp_path / "train.py").write_text(UNGUARDED)
-    proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "train.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert "RESULT" not in proc.stdout, proc.stdout + proc.stderr
     assert proc.returncode == 1, proc.stderr
-    assert 'InputError: tune_loader: called while a DataLoader worker' in proc.stderr, proc.stderr
+    assert "InputError: tune_loader: called while a DataLoader worker" in proc.stderr, proc.stderr
     last = proc.stderr.rstrip().splitlines()[-1]
     assert last.startswith("bootstrap.errors.InputError: dataset: a DataLoader worker exited"), last
-    assert 'under spawn, a script that calls tune_loader outside `if __name__ == "__main__":`), while bench ' \
-           "measured w=" in last and "fix that sample" not in last, last
+    assert (
+        'under spawn, a script that calls tune_loader outside `if __name__ == "__main__":`), while bench measured w='
+        in last
+        and "fix that sample" not in last
+    ), last

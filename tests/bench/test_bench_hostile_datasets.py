@@ -32,7 +32,7 @@ LABELS = ("index", "too_big", "str")
 LENGTHS = (0, 5, 32)
 FAILS = ("none", "len", "first", "later", "worker")
 
-MODULE = textwrap.dedent('''
+MODULE = textwrap.dedent("""
     import numpy as np
     import torch
     from PIL import Image
@@ -67,15 +67,20 @@ MODULE = textwrap.dedent('''
             }[self.sample]()
             label = {"index": index % 10, "too_big": 100, "str": "cat"}[self.label]
             return sample, label
-''')
+""")
 
 CASES = list(itertools.product(SAMPLES, SHAPES, LABELS, LENGTHS, FAILS))
 
 
 def trainable(sample: str, shape: str, label: str, length: int, fail: str = "none") -> bool:
     """Whether the built-in step can train on this dataset for the whole run."""
-    return (sample in ("uint8", "float", "numpy") and shape == "fixed" and label == "index" and length >= BATCH
-            and fail == "none")
+    return (
+        sample in ("uint8", "float", "numpy")
+        and shape == "fixed"
+        and label == "index"
+        and length >= BATCH
+        and fail == "none"
+    )
 
 
 def case_id(case: tuple) -> str:
@@ -84,10 +89,14 @@ def case_id(case: tuple) -> str:
 
 def sampled(cases: list, every: int) -> list:
     """Every case, the ones off the default run's stride marked slow, but for one that trains (uint8)."""
-    return [pytest.param(*case, id=case_id(case),
-                         marks=() if index % every == 0 or (trainable(*case) and case[0] == "uint8")
-                         else pytest.mark.slow)
-            for index, case in enumerate(cases)]
+    return [
+        pytest.param(
+            *case,
+            id=case_id(case),
+            marks=() if index % every == 0 or (trainable(*case) and case[0] == "uint8") else pytest.mark.slow,
+        )
+        for index, case in enumerate(cases)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -105,16 +114,36 @@ def factory(case: tuple) -> str:
 
 
 @pytest.mark.parametrize("sample, shape, label, length, fail", sampled(CASES, every=47))
-def test_a_generated_dataset_gets_a_report_or_one_line(hostile_module, tmp_path, capsys, monkeypatch, sample, shape,
-                                                      label, length, fail):
+def test_a_generated_dataset_gets_a_report_or_one_line(
+    hostile_module, tmp_path, capsys, monkeypatch, sample, shape, label, length, fail
+):
     from bootstrap.cli import main
 
     monkeypatch.setattr(sys, "path", list(sys.path))
     case = (sample, shape, label, length, fail)
     ref = f"hostile_datasets:{factory(case)}"
     out = tmp_path / "out"
-    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--batch-size", str(BATCH), "--budget", "3",
-                 "--max-workers", "2", "--out", str(out), "--path", str(hostile_module), "--dataset", ref])
+    code = main(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--no-png",
+            "--batch-size",
+            str(BATCH),
+            "--budget",
+            "3",
+            "--max-workers",
+            "2",
+            "--out",
+            str(out),
+            "--path",
+            str(hostile_module),
+            "--dataset",
+            ref,
+        ]
+    )
     err = capsys.readouterr().err
     assert "Traceback" not in err, err
     if trainable(*case) or (fail == "worker" and trainable(*case[:4]) and code != 2):

@@ -26,52 +26,65 @@ def build(argv, tmp_path=None, config_text=None):
     return build_options(parser.parse_args(argv))
 
 
-@pytest.mark.parametrize("options, problem", [
-    ('{batch_size: "128"}', "options.batch_size: expected an integer from 1 to 65,536, got '128' (text)"),
-    ("{batch_size: 12.5}", "options.batch_size: expected an integer from 1 to 65,536, got 12.5"),
-    ("{batch_size: true}", "options.batch_size: expected an integer from 1 to 65,536, got true"),
-    ('{budget_s: "60"}', "options.budget_s: expected a number > 0 and <= 86,400, got '60' (text)"),
-    ("{cpu_ms: null}", "options.cpu_ms: expected a number from 0 to 60,000, got null"),
-    ("{device: 5}", "options.device: expected text, got 5"),
-    ("{data_dir: 5}", "options.data_dir: expected a path, got 5"),
-    ('{max_workers: "4"}', "options.max_workers: expected an integer from 0 to 1,024, got '4' (text)"),
-    ("{num_classes: 0}", "options.num_classes: expected an integer from 1 to 1,000,000, got 0"),
-    ('{seed: "x"}', "options.seed: expected an integer from 0 to 4,294,967,295, got 'x' (text)"),
-    ('{cold_cache: "no"}', "options.cold_cache: expected true or false, got 'no' (text)"),
-    ("{jpeg_quality: 500}", "options.jpeg_quality: expected an integer from 1 to 100, got 500"),
-    ("{storage: tape}", "options.storage: expected one of memory, files, packed, got 'tape' (text)"),
-    # valid types, bad values: still named by file and field, not by a flag the user never typed
-    ("{batch_size: 0}", "options.batch_size: expected an integer from 1 to 65,536, got 0"),
-    ("{budget_s: .nan}", "options.budget_s: expected a number > 0 and <= 86,400, got nan"),
-    ("{crop_size: 300}", "options.crop_size: the crop (300) is larger than the image (256)"),
-    ("{cold_cache: true}", "options.cold_cache: only applies to files on disk"),
-    ("{data_dir: /tmp}", "options.data_dir: only used by --storage files or packed"),
-])
+@pytest.mark.parametrize(
+    "options, problem",
+    [
+        ('{batch_size: "128"}', "options.batch_size: expected an integer from 1 to 65,536, got '128' (text)"),
+        ("{batch_size: 12.5}", "options.batch_size: expected an integer from 1 to 65,536, got 12.5"),
+        ("{batch_size: true}", "options.batch_size: expected an integer from 1 to 65,536, got true"),
+        ('{budget_s: "60"}', "options.budget_s: expected a number > 0 and <= 86,400, got '60' (text)"),
+        ("{cpu_ms: null}", "options.cpu_ms: expected a number from 0 to 60,000, got null"),
+        ("{device: 5}", "options.device: expected text, got 5"),
+        ("{data_dir: 5}", "options.data_dir: expected a path, got 5"),
+        ('{max_workers: "4"}', "options.max_workers: expected an integer from 0 to 1,024, got '4' (text)"),
+        ("{num_classes: 0}", "options.num_classes: expected an integer from 1 to 1,000,000, got 0"),
+        ('{seed: "x"}', "options.seed: expected an integer from 0 to 4,294,967,295, got 'x' (text)"),
+        ('{cold_cache: "no"}', "options.cold_cache: expected true or false, got 'no' (text)"),
+        ("{jpeg_quality: 500}", "options.jpeg_quality: expected an integer from 1 to 100, got 500"),
+        ("{storage: tape}", "options.storage: expected one of memory, files, packed, got 'tape' (text)"),
+        # valid types, bad values: still named by file and field, not by a flag the user never typed
+        ("{batch_size: 0}", "options.batch_size: expected an integer from 1 to 65,536, got 0"),
+        ("{budget_s: .nan}", "options.budget_s: expected a number > 0 and <= 86,400, got nan"),
+        ("{crop_size: 300}", "options.crop_size: the crop (300) is larger than the image (256)"),
+        ("{cold_cache: true}", "options.cold_cache: only applies to files on disk"),
+        ("{data_dir: /tmp}", "options.data_dir: only used by --storage files or packed"),
+    ],
+)
 def test_config_options_are_checked_and_named_by_file_and_field(tmp_path, options, problem):
     with pytest.raises(InputError) as info:
         build([], tmp_path, f"options: {options}\n")
     assert str(info.value).startswith(f"{tmp_path / 'bench.yaml'}: {problem}")
 
 
-@pytest.mark.parametrize("argv, problem", [
-    (["--budget", "nan"], "--budget: expected a number > 0 and <= 86,400, got nan"),
-    (["--budget", "inf"], "--budget: expected a number > 0 and <= 86,400, got inf"),
-    (["--budget", "1e30"], "--budget: expected a number > 0 and <= 86,400, got 1e+30"),
-    (["--cpu-ms", "nan"], "--cpu-ms: expected a number from 0 to 60,000, got nan"),
-    (["--io-ms", "inf"], "--io-ms: expected a number from 0 to 60,000, got inf"),
-    (["--target-rate", "-5"], "--target-rate: expected a number > 0 and <= 1,000,000,000,000, got -5.0"),
-    (["--crop-size", "1", "--image-size", "1"], "--image-size: expected an integer from 16 to 8,192, got 1"),
-    (["--max-workers", "-1"], "--max-workers: expected an integer from 0 to 1,024, got -1"),
-    (["--device", "cuda:x"], "--device: 'cuda:x' is not auto, cpu, cuda, cuda:N or mps"),
-    (["--cold-cache"], "--cold-cache: only applies to files on disk"),
-    (["--storage", "files", "--data-dir", "/etc/passwd"], "--data-dir: /etc/passwd is not a directory"),
-    (["--storage", "packed", "--data-dir", "/etc/passwd/x"],
-     "--data-dir: cannot create /etc/passwd/x: /etc/passwd is not"),
-    (["--threshold", "efficiency_pass=nan"], "--threshold efficiency_pass: expected a number from 0 to 1, got nan"),
-    (["--threshold", "efficiency_pass=1e400"], "--threshold efficiency_pass: expected a number from 0 to 1, got inf"),
-    (["--threshold", "efficiency_warn=0.95"],
-     "--threshold efficiency_warn: 0.95 is above efficiency_pass 0.9 (from default)"),
-])
+@pytest.mark.parametrize(
+    "argv, problem",
+    [
+        (["--budget", "nan"], "--budget: expected a number > 0 and <= 86,400, got nan"),
+        (["--budget", "inf"], "--budget: expected a number > 0 and <= 86,400, got inf"),
+        (["--budget", "1e30"], "--budget: expected a number > 0 and <= 86,400, got 1e+30"),
+        (["--cpu-ms", "nan"], "--cpu-ms: expected a number from 0 to 60,000, got nan"),
+        (["--io-ms", "inf"], "--io-ms: expected a number from 0 to 60,000, got inf"),
+        (["--target-rate", "-5"], "--target-rate: expected a number > 0 and <= 1,000,000,000,000, got -5.0"),
+        (["--crop-size", "1", "--image-size", "1"], "--image-size: expected an integer from 16 to 8,192, got 1"),
+        (["--max-workers", "-1"], "--max-workers: expected an integer from 0 to 1,024, got -1"),
+        (["--device", "cuda:x"], "--device: 'cuda:x' is not auto, cpu, cuda, cuda:N or mps"),
+        (["--cold-cache"], "--cold-cache: only applies to files on disk"),
+        (["--storage", "files", "--data-dir", "/etc/passwd"], "--data-dir: /etc/passwd is not a directory"),
+        (
+            ["--storage", "packed", "--data-dir", "/etc/passwd/x"],
+            "--data-dir: cannot create /etc/passwd/x: /etc/passwd is not",
+        ),
+        (["--threshold", "efficiency_pass=nan"], "--threshold efficiency_pass: expected a number from 0 to 1, got nan"),
+        (
+            ["--threshold", "efficiency_pass=1e400"],
+            "--threshold efficiency_pass: expected a number from 0 to 1, got inf",
+        ),
+        (
+            ["--threshold", "efficiency_warn=0.95"],
+            "--threshold efficiency_warn: 0.95 is above efficiency_pass 0.9 (from default)",
+        ),
+    ],
+)
 def test_flags_are_finite_and_in_range(argv, problem):
     with pytest.raises(InputError) as info:
         build(argv)
@@ -119,19 +132,29 @@ def test_library_callers_get_the_same_checks_named_by_flag():
     assert ThresholdSet().values.efficiency_pass == 0.9
 
 
-@pytest.mark.parametrize("keywords, message", [
-    ({"batch_size": 0}, "tune_loader(batch_size=...): expected an integer from 1 to 65,536, got 0"),
-    ({"batch_size": 1000}, "dataset TensorDataset: has 10 samples, fewer than one batch (1000) (give a smaller "
-                           "batch_size)"),
-    ({"budget": True}, "tune_loader(budget=...): expected a number > 0 and <= 86,400, got True"),
-    ({"device": "metal"}, "tune_loader(device=...): 'metal' is not auto, cpu, cuda, cuda:N or mps "
-                          "(e.g. device='cuda:0')"),
-    ({"max_workers": "2"}, "tune_loader(max_workers=...): expected an integer from 0 to 1,024, got '2'"),
-    ({"collate_fn": 5}, "tune_loader(collate_fn=...): is a int, not a callable"),
-    ({"collate_fn": list}, "the built-in step (tiny): failed on the first batch: AttributeError: 'tuple' object "
-                           "has no attribute 'to' (the built-in step takes (images, labels) batches, not a "
-                           "list of 4 items; or pass step=)"),
-])
+@pytest.mark.parametrize(
+    "keywords, message",
+    [
+        ({"batch_size": 0}, "tune_loader(batch_size=...): expected an integer from 1 to 65,536, got 0"),
+        (
+            {"batch_size": 1000},
+            "dataset TensorDataset: has 10 samples, fewer than one batch (1000) (give a smaller batch_size)",
+        ),
+        ({"budget": True}, "tune_loader(budget=...): expected a number > 0 and <= 86,400, got True"),
+        (
+            {"device": "metal"},
+            "tune_loader(device=...): 'metal' is not auto, cpu, cuda, cuda:N or mps (e.g. device='cuda:0')",
+        ),
+        ({"max_workers": "2"}, "tune_loader(max_workers=...): expected an integer from 0 to 1,024, got '2'"),
+        ({"collate_fn": 5}, "tune_loader(collate_fn=...): is a int, not a callable"),
+        (
+            {"collate_fn": list},
+            "the built-in step (tiny): failed on the first batch: AttributeError: 'tuple' object "
+            "has no attribute 'to' (the built-in step takes (images, labels) batches, not a "
+            "list of 4 items; or pass step=)",
+        ),
+    ],
+)
 def test_tune_loader_names_its_keywords_and_python_values(keywords, message):
     """A script's errors name what the script wrote (`batch_size=`, None), not the CLI's flags (null)."""
     import torch
@@ -156,8 +179,19 @@ def test_data_dir_gets_a_fresh_directory_that_is_removed(tmp_path):
     data = tmp_path / "data"
     (data / "samples").mkdir(parents=True)
     (data / "samples" / "000000.jpg").write_text("mine")
-    done = bench("--budget", "1", "--quiet", "--no-png", "--storage", "files", "--data-dir", str(data),
-                 "--out", str(tmp_path / "out"), *SMALL)
+    done = bench(
+        "--budget",
+        "1",
+        "--quiet",
+        "--no-png",
+        "--storage",
+        "files",
+        "--data-dir",
+        str(data),
+        "--out",
+        str(tmp_path / "out"),
+        *SMALL,
+    )
     assert done.returncode in (0, 1), done.stderr
     assert sorted(p.name for p in data.iterdir()) == ["samples"]
     assert [p.read_text() for p in (data / "samples").iterdir()] == ["mine"]
@@ -170,13 +204,17 @@ def test_data_dir_on_a_full_disk_is_one_line():
 
     if not can_unshare():
         pytest.skip("needs root and unshare -m to mount a private tmpfs")
-    done = in_private_mounts("mkdir -p /mnt/bench-data && mount -t tmpfs -o size=4k tmpfs /mnt/bench-data\n"
-                             f"$PY -m bootstrap bench --budget 5 --quiet --out /tmp --no-png {' '.join(SMALL)} "
-                             "--storage packed --data-dir /mnt/bench-data")
+    done = in_private_mounts(
+        "mkdir -p /mnt/bench-data && mount -t tmpfs -o size=4k tmpfs /mnt/bench-data\n"
+        f"$PY -m bootstrap bench --budget 5 --quiet --out /tmp --no-png {' '.join(SMALL)} "
+        "--storage packed --data-dir /mnt/bench-data"
+    )
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == ("error: --data-dir: cannot write the sample files (--storage packed) "
-                                   "in /mnt/bench-data: No space left on device "
-                                   "(give --data-dir a directory with room to write)")
+    assert done.stderr.strip() == (
+        "error: --data-dir: cannot write the sample files (--storage packed) "
+        "in /mnt/bench-data: No space left on device "
+        "(give --data-dir a directory with room to write)"
+    )
 
 
 def test_a_gpu_index_this_host_lacks_is_one_line(monkeypatch):

@@ -23,11 +23,14 @@ from tests.fixtures.mounts import in_private_mounts, needs_unshare
 # --------------------------------------------------------------------------- before the run
 
 
-@pytest.mark.parametrize("make, problem", [
-    (lambda p: p.write_text("x"), "is not a directory"),
-    (lambda p: (p.mkdir(), (p / "bench.json").mkdir()), "bench.json: is a directory"),
-    (lambda p: None, None),                                   # missing: created after the run
-])
+@pytest.mark.parametrize(
+    "make, problem",
+    [
+        (lambda p: p.write_text("x"), "is not a directory"),
+        (lambda p: (p.mkdir(), (p / "bench.json").mkdir()), "bench.json: is a directory"),
+        (lambda p: None, None),  # missing: created after the run
+    ],
+)
 def test_out_is_checked_before_any_work(tmp_path, make, problem):
     out = tmp_path / "out"
     make(out)
@@ -52,18 +55,23 @@ def test_cli_refuses_an_existing_file_as_out_at_once(tmp_path):
     started = time.perf_counter()
     done = bench("--budget", "30", "--out", str(target), *SMALL)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == [f"error: --out: {target} is not a directory "
-                                                "(give a directory (it is created if missing))"]
+    assert done.stderr.strip().splitlines() == [
+        f"error: --out: {target} is not a directory (give a directory (it is created if missing))"
+    ]
     assert time.perf_counter() - started < 15 and target.read_text() == "keep"
 
 
 @needs_unshare
 def test_read_only_out_fails_before_the_run():
-    done = in_private_mounts('mkdir -p /mnt/bench-ro && mount -t tmpfs -o ro,size=1m tmpfs /mnt/bench-ro\n'
-                             f'$PY -m bootstrap bench --budget 30 --out /mnt/bench-ro/sub {" ".join(SMALL)}')
+    done = in_private_mounts(
+        "mkdir -p /mnt/bench-ro && mount -t tmpfs -o ro,size=1m tmpfs /mnt/bench-ro\n"
+        f"$PY -m bootstrap bench --budget 30 --out /mnt/bench-ro/sub {' '.join(SMALL)}"
+    )
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == ("error: --out: cannot write in /mnt/bench-ro (no permission, or a read-only "
-                                   "file system) (give another directory)")
+    assert done.stderr.strip() == (
+        "error: --out: cannot write in /mnt/bench-ro (no permission, or a read-only "
+        "file system) (give another directory)"
+    )
 
 
 # --------------------------------------------------------------------------- after the run
@@ -99,14 +107,16 @@ def test_full_disk_after_the_run_prints_the_report_and_keeps_the_old_pair():
         "mkdir -p /mnt/bench-full && mount -t tmpfs -o size=4k tmpfs /mnt/bench-full\n"
         "echo '{}' > /mnt/bench-full/bench.json\n"
         f"$PY -m bootstrap bench --budget 2 --quiet --out /mnt/bench-full {' '.join(SMALL)} && rc=0 || rc=$?\n"
-        "echo \"rc=$rc\"; ls -A /mnt/bench-full; cat /mnt/bench-full/bench.json")
+        'echo "rc=$rc"; ls -A /mnt/bench-full; cat /mnt/bench-full/bench.json'
+    )
     lines = done.stdout.strip().splitlines()
     assert lines[-3:] == ["rc=2", "bench.json", "{}"], done.stdout + done.stderr
     assert "STATUS  CHECK" in done.stdout and "bench.efficiency" in done.stdout  # the report, printed anyway
     assert done.stderr.strip().splitlines() == [
         "error: no space left on device while writing bench.json and bench.png on /mnt/bench-full "
         "(--out: 0 MiB free); bench.json and bench.png not written (any from an earlier run are left as they "
-        "were); the report is above (free space or give --out another directory)"]
+        "were); the report is above (free space or give --out another directory)"
+    ]
 
 
 def test_json_report_not_written_keeps_stdout_one_document(tmp_path, monkeypatch, capsys):
@@ -159,8 +169,11 @@ def test_reports_replace_the_pair_through_a_symlink_and_keep_the_mode(tmp_path):
 
 
 def test_json_is_strict_even_when_a_figure_is_not_finite(tmp_path):
-    result = replace(synthetic_result(), budget_s=float("nan"),
-                     metrics={"efficiency": float("inf"), "speedup": float("nan"), "tuned_samples_per_s": 1.0})
+    result = replace(
+        synthetic_result(),
+        budget_s=float("nan"),
+        metrics={"efficiency": float("inf"), "speedup": float("nan"), "tuned_samples_per_s": 1.0},
+    )
 
     def refuse(token):
         raise ValueError(f"not JSON: {token}")

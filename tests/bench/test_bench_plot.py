@@ -17,8 +17,10 @@ def crowded():
     """The recorded result with more tune trials than the chart shows, and long labels."""
     result = synthetic_result()
     trial = next(m for m in result.measurements if m.phase == "tune")
-    extra = tuple(replace(trial, label=f"{trial.label} prefetch_factor=4 persistent_workers=True #{i}",
-                          samples_per_s=100.0 + i) for i in range(MAX_BARS + 5))
+    extra = tuple(
+        replace(trial, label=f"{trial.label} prefetch_factor=4 persistent_workers=True #{i}", samples_per_s=100.0 + i)
+        for i in range(MAX_BARS + 5)
+    )
     return replace(result, measurements=result.measurements + extra)
 
 

@@ -36,8 +36,25 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
 def bench_argv(out: Path, *extra: str) -> list:
-    return [sys.executable, "-m", "bootstrap", "bench", "--device", "cpu", "--out", str(out), "--samples", "64",
-            "--image-size", "32", "--crop-size", "24", "--batch-size", str(BATCH), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "bootstrap",
+        "bench",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--samples",
+        "64",
+        "--image-size",
+        "32",
+        "--crop-size",
+        "24",
+        "--batch-size",
+        str(BATCH),
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +75,9 @@ def io_run():
     """The same workload within BUDGET_S, counted from the end of set-up: its JSON envelope."""
     from bootstrap.bench.report import envelope_json
 
-    return json.loads(envelope_json(run_after_setup(BenchOptions(workload=IO_WORKLOAD, budget_s=BUDGET_S,
-                                                                 device="cpu"))))
+    return json.loads(
+        envelope_json(run_after_setup(BenchOptions(workload=IO_WORKLOAD, budget_s=BUDGET_S, device="cpu")))
+    )
 
 
 def step_ms(metrics) -> float:
@@ -83,8 +101,8 @@ def test_tuned_beats_naive_by_the_margin_the_costs_predict(io_every_phase):
     extra = io_every_phase[0]["extra"]
     metrics, workers = extra["metrics"], extra["best"]["num_workers"]
     step = step_ms(metrics)
-    naive_period = BATCH * IO_MS + step                     # num_workers=0 loads, then steps, in series
-    tuned_period = max(step, BATCH * IO_MS / workers)       # workers load while the consumer steps
+    naive_period = BATCH * IO_MS + step  # num_workers=0 loads, then steps, in series
+    tuned_period = max(step, BATCH * IO_MS / workers)  # workers load while the consumer steps
     predicted = naive_period / tuned_period
     assert metrics["speedup"] >= 0.8 * predicted, (metrics["speedup"], predicted)
     assert metrics["tuned_samples_per_s"] > metrics["naive_samples_per_s"]
@@ -151,8 +169,12 @@ def test_report_contract_files_and_snippet(io_every_phase):
 
     spec = WorkloadSpec(samples=16, image_size=32, crop_size=24, batch_size=BATCH, num_classes=4, epoch_batches=2)
     model = build_model("tiny", 4)
-    namespace = {"dataset": SyntheticImages(MemoryStore(*encode_images(spec)), spec), "model": model,
-                 "optimizer": torch.optim.SGD(model.parameters(), lr=0.1), "device": torch.device("cpu")}
+    namespace = {
+        "dataset": SyntheticImages(MemoryStore(*encode_images(spec)), spec),
+        "model": model,
+        "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
+        "device": torch.device("cpu"),
+    }
     exec(compile(extra["snippet"], "bench-snippet", "exec"), namespace)
     assert isinstance(namespace["loader"], DataLoader)
     assert namespace["loader"].num_workers == extra["best"]["num_workers"]
@@ -178,9 +200,14 @@ def test_ctrl_c_prints_and_writes_a_partial_report(tmp_path):
     """SIGINT after the first measurement: exit 130, the table so far on stdout, bench.json marked partial."""
     # A job started in the background by a non-interactive shell inherits SIGINT ignored, and Python keeps
     # an ignored SIGINT ignored: give the child the default disposition, as a terminal would.
-    proc = subprocess.Popen(bench_argv(tmp_path, "--budget", "60", "--cpu-ms", "2"), cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        bench_argv(tmp_path, "--budget", "60", "--cpu-ms", "2"),
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         seen = []
         for line in proc.stderr:
@@ -208,9 +235,14 @@ def test_sigterm_ends_the_run_like_ctrl_c_and_removes_the_sample_files(tmp_path)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     out = tmp_path / "out"
-    proc = subprocess.Popen(bench_argv(out, "--budget", "60", "--cpu-ms", "2", "--storage", "files"), cwd=REPO,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "TMPDIR": str(scratch)})
+    proc = subprocess.Popen(
+        bench_argv(out, "--budget", "60", "--cpu-ms", "2", "--storage", "files"),
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
     try:
         seen = []
         for line in proc.stderr:
@@ -280,8 +312,17 @@ def test_workers_a_stop_signal_killed_shut_down_without_a_traceback():
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed beside this python")
 def test_torchrun_two_ranks_one_aggregated_report(tmp_path):
-    argv = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "bootstrap", "bench",
-            "--distributed", *bench_argv(tmp_path, "--budget", "6", "--json", "--quiet")[4:]]
+    argv = [
+        str(TORCHRUN),
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "bootstrap",
+        "bench",
+        "--distributed",
+        *bench_argv(tmp_path, "--budget", "6", "--json", "--quiet")[4:],
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode in (0, 1), done.stderr[-3000:]
     report = json.loads(done.stdout)  # exactly one JSON document: only rank 0 reports

@@ -80,9 +80,12 @@ class FakePynvml:
         while time.thread_time() < end:
             pass
         answer = self.recorded["nvmlDeviceGetSamples"]
-        samples = [SimpleNamespace(timeStamp=self.start_us + (i + 1) * answer["period_us"],
-                                   sampleValue=SimpleNamespace(uiVal=v))
-                   for i, v in enumerate(answer["values"])]
+        samples = [
+            SimpleNamespace(
+                timeStamp=self.start_us + (i + 1) * answer["period_us"], sampleValue=SimpleNamespace(uiVal=v)
+            )
+            for i, v in enumerate(answer["values"])
+        ]
         return answer["value_type"], [s for s in samples if s.timeStamp > last_us]
 
     def nvmlDeviceGetUtilizationRates(self, handle):

@@ -90,8 +90,21 @@ def bench(tmp_path, capsys, *argv) -> tuple:
 
     (tmp_path / "user_sampled.py").write_text(SAMPLED)
     path = ["--path", str(tmp_path)] if "--dataset" in argv else []
-    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--budget", "2", "--out", str(tmp_path / "out"),
-                 *path, *argv])
+    code = main(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--no-png",
+            "--budget",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+            *path,
+            *argv,
+        ]
+    )
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -112,8 +125,17 @@ def test_loader_kwargs_shuffle_the_same_way_every_time_unless_the_user_orders() 
 
 
 def test_bench_reads_the_dataset_through_the_users_sampler(tmp_path, capsys, clean_imports):  # noqa: F811
-    code, out, err = bench(tmp_path, capsys, "--dataset", "user_sampled:make", "--sampler", "user_sampled:evens",
-                           "--batch-size", "8", "--json")
+    code, out, err = bench(
+        tmp_path,
+        capsys,
+        "--dataset",
+        "user_sampled:make",
+        "--sampler",
+        "user_sampled:evens",
+        "--batch-size",
+        "8",
+        "--json",
+    )
     assert code in (0, 1), err  # every odd sample raises: a shuffle would have drawn one
     assert json.loads(out)["extra"]["workload"]["user"]["sampler"] == "user_sampled:evens"
 
@@ -126,11 +148,14 @@ def test_a_batch_sampler_makes_the_batches_and_each_counts_its_samples(tmp_path,
     user = UserWorkload("user_sampled:make", batch_sampler="user_sampled:uneven", paths=(str(tmp_path),))
     result = run_every_phase(BenchOptions(device="cpu", user=user), last="naive")
     assert result.workload["batch_size"] == 4  # the first batch's
-    assert "the batch sampler makes the batches, each counted by the list of indices it was made from (4 in the " \
-           "first)" in result.notes
+    assert (
+        "the batch sampler makes the batches, each counted by the list of indices it was made from (4 in the "
+        "first)" in result.notes
+    )
     loaders = [m for m in result.measurements if m.steps >= 2 and m.phase != "ceiling"]
-    assert loaders and all(m.samples in (8 * m.steps, 8 * m.steps - 4, 8 * m.steps + 4)
-                           for m in loaders), [(m.label, m.steps, m.samples) for m in loaders]
+    assert loaders and all(m.samples in (8 * m.steps, 8 * m.steps - 4, 8 * m.steps + 4) for m in loaders), [
+        (m.label, m.steps, m.samples) for m in loaders
+    ]
 
 
 def test_a_batch_samplers_batches_count_their_lists_whatever_the_tensors_shapes(tmp_path, clean_imports):  # noqa: F811
@@ -140,14 +165,21 @@ def test_a_batch_samplers_batches_count_their_lists_whatever_the_tensors_shapes(
     from bootstrap.bench.user import UserWorkload
 
     (tmp_path / "user_sampled.py").write_text(SAMPLED)
-    user = UserWorkload("user_sampled:make", batch_sampler="user_sampled:uneven", collate="user_sampled:time_major",
-                        model="user_sampled:model", step="user_sampled:step", paths=(str(tmp_path),))
+    user = UserWorkload(
+        "user_sampled:make",
+        batch_sampler="user_sampled:uneven",
+        collate="user_sampled:time_major",
+        model="user_sampled:model",
+        step="user_sampled:step",
+        paths=(str(tmp_path),),
+    )
     result = run_every_phase(BenchOptions(device="cpu", user=user), last="naive")
     assert any("share no first dimension" in note for note in result.notes), result.notes
     windows = [m for m in result.measurements if m.steps >= 2]
     assert {m.phase for m in windows} == {"loader", "ceiling", "naive"}
-    assert all(m.samples in (8 * m.steps, 8 * m.steps - 4, 8 * m.steps + 4) for m in windows), \
-        [(m.label, m.steps, m.samples) for m in windows]
+    assert all(m.samples in (8 * m.steps, 8 * m.steps - 4, 8 * m.steps + 4) for m in windows), [
+        (m.label, m.steps, m.samples) for m in windows
+    ]
 
 
 def test_the_snippet_passes_the_users_batch_sampler_and_runs() -> None:
@@ -158,8 +190,9 @@ def test_the_snippet_passes_the_users_batch_sampler_and_runs() -> None:
     from bootstrap.bench.report import dataloader_snippet
     from bootstrap.bench.results import LoaderConfig
 
-    snippet = dataloader_snippet(LoaderConfig(num_workers=1), WorkloadSpec(), "cpu",
-                                 user={"dataset": "m:f", "batch_sampler": "m:b"})
+    snippet = dataloader_snippet(
+        LoaderConfig(num_workers=1), WorkloadSpec(), "cpu", user={"dataset": "m:f", "batch_sampler": "m:b"}
+    )
     assert "batch_size" not in snippet and "shuffle" not in snippet and "expects `dataset`, `batch_sampler`" in snippet
     dataset = TensorDataset(torch.arange(10))
     namespace = {"dataset": dataset, "batch_sampler": BatchSampler(SequentialSampler(dataset), 3, False)}
@@ -168,21 +201,50 @@ def test_the_snippet_passes_the_users_batch_sampler_and_runs() -> None:
     assert isinstance(loader, DataLoader) and [len(b[0]) for b in loader] == [3, 3, 3, 1]
 
 
-@pytest.mark.parametrize(("argv", "where", "says"), [
-    (["--sampler", "user_sampled:evens"], "--sampler", "only applies to your own dataset"),
-    (["--dataset", "user_sampled:make", "--batch-sampler", "user_sampled:uneven", "--batch-size", "8"],
-     "--batch-size", "does not apply with --batch-sampler"),
-    (["--dataset", "user_sampled:make", "--batch-sampler", "user_sampled:uneven", "--batched"],
-     "--batched", "does not apply with --batch-sampler"),
-    (["--dataset", "user_sampled:make", "--sampler", "user_sampled:evens", "--batch-sampler", "user_sampled:uneven"],
-     "--batch-sampler user_sampled:uneven", "takes the place of a sampler"),
-    (["--dataset", "user_sampled:stream", "--sampler", "user_sampled:evens"], "--sampler user_sampled:evens",
-     "a stream (IterableDataset)"),
-    (["--dataset", "user_sampled:make", "--sampler", "user_sampled:number"], "--sampler user_sampled:number",
-     "is a int, not a sampler"),
-    (["--dataset", "user_sampled:make", "--sampler", "user_sampled:nowhere"], "--sampler user_sampled:nowhere",
-     "has no attribute 'nowhere'"),
-], ids=["no-dataset", "and-batch-size", "and-batched", "both", "stream", "not-a-sampler", "missing"])
+@pytest.mark.parametrize(
+    ("argv", "where", "says"),
+    [
+        (["--sampler", "user_sampled:evens"], "--sampler", "only applies to your own dataset"),
+        (
+            ["--dataset", "user_sampled:make", "--batch-sampler", "user_sampled:uneven", "--batch-size", "8"],
+            "--batch-size",
+            "does not apply with --batch-sampler",
+        ),
+        (
+            ["--dataset", "user_sampled:make", "--batch-sampler", "user_sampled:uneven", "--batched"],
+            "--batched",
+            "does not apply with --batch-sampler",
+        ),
+        (
+            [
+                "--dataset",
+                "user_sampled:make",
+                "--sampler",
+                "user_sampled:evens",
+                "--batch-sampler",
+                "user_sampled:uneven",
+            ],
+            "--batch-sampler user_sampled:uneven",
+            "takes the place of a sampler",
+        ),
+        (
+            ["--dataset", "user_sampled:stream", "--sampler", "user_sampled:evens"],
+            "--sampler user_sampled:evens",
+            "a stream (IterableDataset)",
+        ),
+        (
+            ["--dataset", "user_sampled:make", "--sampler", "user_sampled:number"],
+            "--sampler user_sampled:number",
+            "is a int, not a sampler",
+        ),
+        (
+            ["--dataset", "user_sampled:make", "--sampler", "user_sampled:nowhere"],
+            "--sampler user_sampled:nowhere",
+            "has no attribute 'nowhere'",
+        ),
+    ],
+    ids=["no-dataset", "and-batch-size", "and-batched", "both", "stream", "not-a-sampler", "missing"],
+)
 def test_a_sampler_that_cannot_be_used_is_one_line(tmp_path, capsys, clean_imports, argv, where, says):  # noqa: F811
     code, out, err = bench(tmp_path, capsys, *argv)
     assert code == 2 and out == "" and err.startswith(f"error: {where}: ") and says in err, err
@@ -201,7 +263,7 @@ def test_tune_loader_takes_a_batch_sampler_with_no_batch_size() -> None:
         tune_loader(dataset, batch_size=8, batch_sampler=BatchSampler(SequentialSampler(dataset), 4, False))
 
 
-FAULTY = textwrap.dedent('''
+FAULTY = textwrap.dedent("""
     import torch
     from torch.utils.data import Sampler
 
@@ -238,18 +300,27 @@ FAULTY = textwrap.dedent('''
 
     def ints(dataset):
         return Faulty([0, 2, 4])
-''')
+""")
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["--sampler", "user_faulty:beyond", "--batch-size", "8"], "yielded index 200, outside the dataset's 128 samples"),
-    (["--sampler", "user_faulty:raises", "--batch-size", "8"],
-     "raised RuntimeError: sampler broke at 4 while drawing indices"),
-    (["--sampler", "user_faulty:generator", "--batch-size", "8"], "is an iterator (generator), used up after one"),
-    (["--sampler", "user_faulty:short", "--batch-size", "8"], "drew fewer indices than one batch (8)"),
-    (["--batch-sampler", "user_faulty:empty_list"], "yielded an empty list of indices"),
-    (["--batch-sampler", "user_faulty:ints"], "yielded int 0 where a batch sampler yields lists of indices"),
-], ids=["beyond", "raises", "generator", "short", "empty-list", "ints"])
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (
+            ["--sampler", "user_faulty:beyond", "--batch-size", "8"],
+            "yielded index 200, outside the dataset's 128 samples",
+        ),
+        (
+            ["--sampler", "user_faulty:raises", "--batch-size", "8"],
+            "raised RuntimeError: sampler broke at 4 while drawing indices",
+        ),
+        (["--sampler", "user_faulty:generator", "--batch-size", "8"], "is an iterator (generator), used up after one"),
+        (["--sampler", "user_faulty:short", "--batch-size", "8"], "drew fewer indices than one batch (8)"),
+        (["--batch-sampler", "user_faulty:empty_list"], "yielded an empty list of indices"),
+        (["--batch-sampler", "user_faulty:ints"], "yielded int 0 where a batch sampler yields lists of indices"),
+    ],
+    ids=["beyond", "raises", "generator", "short", "empty-list", "ints"],
+)
 def test_a_faulty_sampler_is_named_not_the_dataset(tmp_path, capsys, clean_imports, argv, says):  # noqa: F811
     """What a sampler yields or raises, at set-up or mid-run, is one line naming the sampler, not a sample
     that failed to load with the dataset's fix."""
@@ -269,8 +340,10 @@ def test_a_sampler_that_fails_mid_run_is_named_too(tmp_path, clean_imports):  # 
     (tmp_path / "user_sampled.py").write_text(SAMPLED)
     (tmp_path / "user_faulty.py").write_text(FAULTY)
     user = UserWorkload("user_sampled:make", sampler="user_faulty:raises_later", paths=(str(tmp_path),))
-    with pytest.raises(InputError, match="^--sampler user_faulty:raises_later: raised RuntimeError: sampler broke "
-                                         "at 20 while drawing indices"):
+    with pytest.raises(
+        InputError,
+        match="^--sampler user_faulty:raises_later: raised RuntimeError: sampler broke at 20 while drawing indices",
+    ):
         run_every_phase(BenchOptions(workload=WorkloadSpec(batch_size=8), device="cpu", user=user), last="loader")
 
 
@@ -282,4 +355,3 @@ def test_keys_that_are_not_integers_pass_to_the_dataset_as_they_are() -> None:
     pairs = Checked([[(True, 0), (False, 1)], [(True, 2)]], "--batch-sampler m:f", 4, batches=True)
     assert list(pairs) == [[(True, 0), (False, 1)], [(True, 2)]]
     assert list(Checked(["im0", "im1"], "--sampler m:f", 2, batches=False)) == ["im0", "im1"]
-

@@ -17,8 +17,14 @@ from tests.fixtures import REPO
 
 
 def script(name: str, *argv: str, tmp: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "scripts" / name), *argv], cwd=tmp, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "TMPDIR": str(tmp)})
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / name), *argv],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
 
 
 def in_tmp(argv: tuple, error: str, tmp: Path) -> tuple[tuple, str]:
@@ -27,12 +33,15 @@ def in_tmp(argv: tuple, error: str, tmp: Path) -> tuple[tuple, str]:
     return tuple(a.replace("{tmp}", str(tmp)) for a in argv), error.replace("{tmp}", str(tmp))
 
 
-@pytest.mark.parametrize("argv, error", [
-    (("--runs", "0"), "argument --runs: expected an integer >= 1, got 0"),
-    (("--packages", "3"), "argument --packages: expected an integer >= 8, got 3"),
-    (("--big-mb", "-1"), "argument --big-mb: expected an integer >= 0, got -1"),
-    (("--dir", "{tmp}/missing/bench"), "--dir {tmp}/missing/bench: no such directory"),
-])
+@pytest.mark.parametrize(
+    "argv, error",
+    [
+        (("--runs", "0"), "argument --runs: expected an integer >= 1, got 0"),
+        (("--packages", "3"), "argument --packages: expected an integer >= 8, got 3"),
+        (("--big-mb", "-1"), "argument --big-mb: expected an integer >= 0, got -1"),
+        (("--dir", "{tmp}/missing/bench"), "--dir {tmp}/missing/bench: no such directory"),
+    ],
+)
 def test_bench_env_refuses_bad_arguments_before_building(tmp_path: Path, argv: tuple, error: str) -> None:
     argv, error = in_tmp(argv, error, tmp_path)
     done = script("bench_env.py", *argv, tmp=tmp_path)
@@ -40,14 +49,19 @@ def test_bench_env_refuses_bad_arguments_before_building(tmp_path: Path, argv: t
     assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("argv, error", [
-    (("--budget", "0"), "argument --budget: expected a number > 0 and <= 86,400, got 0.0"),
-    (("--budget", "nan"), "argument --budget: expected a number > 0 and <= 86,400, got nan"),
-    (("--json", "{tmp}/missing/loader.json"),
-     "--json {tmp}/missing/loader.json: no directory {tmp}/missing to write it in"),
-    (("--json", "."), "--json .: a directory; name the file to write"),
-    (("--final-rounds", "0"), "argument --final-rounds: expected an integer >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "argv, error",
+    [
+        (("--budget", "0"), "argument --budget: expected a number > 0 and <= 86,400, got 0.0"),
+        (("--budget", "nan"), "argument --budget: expected a number > 0 and <= 86,400, got nan"),
+        (
+            ("--json", "{tmp}/missing/loader.json"),
+            "--json {tmp}/missing/loader.json: no directory {tmp}/missing to write it in",
+        ),
+        (("--json", "."), "--json .: a directory; name the file to write"),
+        (("--final-rounds", "0"), "argument --final-rounds: expected an integer >= 1, got 0"),
+    ],
+)
 def test_bench_loader_refuses_bad_arguments_before_its_runs(tmp_path: Path, argv: tuple, error: str) -> None:
     argv, error = in_tmp(argv, error, tmp_path)
     done = script("bench_loader.py", "--budget", "0.5", *argv, tmp=tmp_path)
@@ -57,8 +71,22 @@ def test_bench_loader_refuses_bad_arguments_before_its_runs(tmp_path: Path, argv
 
 @pytest.mark.slow
 def test_bench_loader_compares_the_pick_with_the_advice_and_the_grid(tmp_path: Path) -> None:
-    done = script("bench_loader.py", "--quick", "--budget", "8", "--rounds", "1", "--final-rounds", "1",
-                  "--window", "0.2", "--json", "loader.json", tmp=tmp_path, timeout=600)
+    done = script(
+        "bench_loader.py",
+        "--quick",
+        "--budget",
+        "8",
+        "--rounds",
+        "1",
+        "--final-rounds",
+        "1",
+        "--window",
+        "0.2",
+        "--json",
+        "loader.json",
+        tmp=tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     assert "naive/s advice/s grid best/s" in " ".join(done.stdout.split())
     runs = json.loads((tmp_path / "loader.json").read_text())["runs"]
@@ -87,7 +115,8 @@ def test_bench_env_on_a_full_dir_says_so_in_one_line(small_fs) -> None:
     done = script("bench_env.py", "--packages", "8", "--runs", "1", "--dir", str(mount), tmp=mount)
     assert done.returncode == 1 and done.stderr.strip().splitlines() == [
         "bench-env: no space left on device for the fixture, its caches and every run's envs (2.5 GB at the defaults): "
-        "free some, or give --dir a larger file system"], done.stderr
+        "free some, or give --dir a larger file system"
+    ], done.stderr
     assert list(mount.iterdir()) == []  # its scratch directory removed
 
 
@@ -95,9 +124,14 @@ def test_bench_env_on_a_full_dir_says_so_in_one_line(small_fs) -> None:
 def test_ctrl_c_in_bench_env_says_so_and_removes_its_fixture(tmp_path: Path) -> None:
     """Ctrl-C lands while rattler installs: one line, exit 130, and nothing left in $TMPDIR
     (rattler's threads wrote on while the temporary directory was removed)."""
-    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "bench_env.py"), "--runs", "3"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "bench_env.py"), "--runs", "3"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
     assert proc.stdout is not None and proc.stdout.readline().startswith("fixture env:")
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
@@ -108,9 +142,14 @@ def test_ctrl_c_in_bench_env_says_so_and_removes_its_fixture(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_ctrl_c_in_bench_loader_stops_it(tmp_path: Path) -> None:
     """bench turns Ctrl-C into a partial report; bench-loader must stop there, not go on to its next runs."""
-    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "bench_loader.py"), "--budget", "5"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "bench_loader.py"), "--budget", "5"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"},
+    )
     assert proc.stdout is not None
     for _ in range(3):
         proc.stdout.readline()  # the header: the first bench run starts now

@@ -25,23 +25,31 @@ from bootstrap.fsutil import MIB
 from tests.fixtures.mounts import in_private_mounts, needs_unshare
 
 # What torch raises in the main process when a worker could not put its batch in /dev/shm (torch 2.13).
-SHM_ERROR = ("Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
-             '  File "collate.py", line 273, in collate_tensor_fn\n'
-             "RuntimeError: unable to allocate shared memory(shm) for file </torch_7210_4011903256_0>: "
-             "No space left on device (28)\n")
+SHM_ERROR = (
+    "Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+    '  File "collate.py", line 273, in collate_tensor_fn\n'
+    "RuntimeError: unable to allocate shared memory(shm) for file </torch_7210_4011903256_0>: "
+    "No space left on device (28)\n"
+)
 
 
 def test_worker_deaths_are_told_apart():
     assert worker_failure(RuntimeError(SHM_ERROR)) == (
         f"{SHM_FAILURE}: RuntimeError: unable to allocate shared memory(shm) for file </torch_7210_4011903256_0>: "
-        "No space left on device (28)")
-    bus = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible that dataloader's "
-                       "workers are out of shared memory. Please try to raise your shared memory limit.")
+        "No space left on device (28)"
+    )
+    bus = RuntimeError(
+        "DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible that dataloader's "
+        "workers are out of shared memory. Please try to raise your shared memory limit."
+    )
     assert worker_failure(bus).startswith(SHM_FAILURE)
-    assert worker_failure(RuntimeError("DataLoader worker (pid 4242) is killed by signal: Terminated. ")) \
-        == "terminated"
-    assert worker_failure(RuntimeError("Caught ValueError in DataLoader worker process 1.\nValueError: bad crop")) \
+    assert (
+        worker_failure(RuntimeError("DataLoader worker (pid 4242) is killed by signal: Terminated. ")) == "terminated"
+    )
+    assert (
+        worker_failure(RuntimeError("Caught ValueError in DataLoader worker process 1.\nValueError: bad crop"))
         == "ValueError: bad crop"
+    )
 
 
 class _LoaderWithoutShm:
@@ -66,8 +74,15 @@ def test_a_loader_whose_queues_find_no_shm_is_a_worker_failure_not_a_traceback()
 
 def test_a_loader_that_died_of_shm_fails_the_shm_check_with_the_remedy():
     t = Thresholds()
-    died = shm_check(VerdictFacts(device_type="cpu", shm_free_mib=2.0, shm_need_mib=37.0,
-                                  shm_failure=f"{SHM_FAILURE}: No space left on device"), t)
+    died = shm_check(
+        VerdictFacts(
+            device_type="cpu",
+            shm_free_mib=2.0,
+            shm_need_mib=37.0,
+            shm_failure=f"{SHM_FAILURE}: No space left on device",
+        ),
+        t,
+    )
     assert died.status is Status.FAIL and "a loader died" in died.observed
     assert "--shm-size=128m" in died.remedy and "mount -o remount,size=128m /dev/shm" in died.remedy
     assert "--max-workers" in died.remedy
@@ -93,9 +108,11 @@ def test_a_dev_shm_too_small_for_one_worker_is_a_need_before_anything_was_measur
 @needs_unshare
 def test_a_tiny_dev_shm_is_a_failed_check_not_a_traceback():
     """A /dev/shm too small for the workers is a failed bench.shm check in a full report, not a RuntimeError."""
-    done = in_private_mounts("mount -t tmpfs -o size=2m tmpfs /dev/shm\n"
-                             "$PY -m bootstrap bench --budget 8 --quiet --no-png --json --out /tmp "
-                             "--device cpu --samples 16 --image-size 256 --crop-size 224 --batch-size 64 --model tiny")
+    done = in_private_mounts(
+        "mount -t tmpfs -o size=2m tmpfs /dev/shm\n"
+        "$PY -m bootstrap bench --budget 8 --quiet --no-png --json --out /tmp "
+        "--device cpu --samples 16 --image-size 256 --crop-size 224 --batch-size 64 --model tiny"
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     report = json.loads(done.stdout)

@@ -66,8 +66,9 @@ def fileless_main(monkeypatch):
         monkeypatch.setattr(defined, "__module__", "__main__")
 
 
-@pytest.mark.parametrize(("kind", "name"), [("subset", "Images"), ("concat", "Images"), ("transform", "flip"),
-                                            ("partial", "flip")])
+@pytest.mark.parametrize(
+    ("kind", "name"), [("subset", "Images"), ("concat", "Images"), ("transform", "flip"), ("partial", "flip")]
+)
 def test_a_main_class_inside_a_library_dataset_is_refused_naming_it(fileless_main, kind, name) -> None:
     from bootstrap.bench import tune_loader
     from bootstrap.errors import InputError
@@ -75,8 +76,10 @@ def test_a_main_class_inside_a_library_dataset_is_refused_naming_it(fileless_mai
     dataset = _nested(kind)
     with pytest.raises(InputError) as raised:
         tune_loader(dataset, batch_size=2, budget=1, device="cpu")
-    assert str(raised.value).startswith(f"dataset {type(dataset).__name__}: {name} is defined in __main__ "
-                                        "(python -c, a notebook), which DataLoader workers started by spawn")
+    assert str(raised.value).startswith(
+        f"dataset {type(dataset).__name__}: {name} is defined in __main__ "
+        "(python -c, a notebook), which DataLoader workers started by spawn"
+    )
 
 
 def test_the_same_datasets_pass_when_main_has_a_file_or_workers_fork(monkeypatch) -> None:

@@ -112,8 +112,9 @@ def test_a_stream_every_worker_reads_whole_is_a_failed_config(tmp_path, clean_im
 @pytest.mark.slow
 def test_bench_tunes_a_stream_and_its_snippet_does_not_shuffle(tmp_path, capsys, clean_imports):  # noqa: F811
     root = streams(tmp_path, "user_streams")
-    _, report = bench_here(["--path", str(root), "--dataset", "user_streams:make", "--budget", "4",
-                            "--out", str(tmp_path / "out")], capsys)
+    _, report = bench_here(
+        ["--path", str(root), "--dataset", "user_streams:make", "--budget", "4", "--out", str(tmp_path / "out")], capsys
+    )
     assert report["workload"]["user"] == {"dataset": "user_streams:make", "paths": [str(root)], "stream": True}
     assert any("is a stream (IterableDataset)" in note and "get_worker_info()" in note for note in report["notes"])
 
@@ -140,8 +141,11 @@ def test_tune_loader_measures_workers_on_a_stream(tmp_path, clean_imports):  # n
 
     kwargs, report = tune_loader(user_streams_api.make(), batch_size=BATCH, budget=12, device="cpu")
     assert any(m.config is not None and m.config.num_workers for m in report.measurements)
-    labels = [label for _, batch in DataLoader(user_streams_api.make(), batch_size=BATCH, **kwargs)
-              for label in batch.tolist()]
+    labels = [
+        label
+        for _, batch in DataLoader(user_streams_api.make(), batch_size=BATCH, **kwargs)
+        for label in batch.tolist()
+    ]
     assert len(labels) == 256  # every sample once: the kwargs work on the stream as DataLoader reads it
 
 

@@ -80,8 +80,16 @@ def test_the_prediction_is_measured_first_and_a_short_deadline_never_leaves_it_o
 
     measure = FakeMeasure(lambda workers: 100.0 + workers)
     configs = [LoaderConfig(num_workers=w) for w in order]
-    result = tune.successive_halving(configs, measure, deadline=3.0, ceiling_samples_per_s=None, early_stop=0.95,
-                                     minimum_noise=0.03, min_window_s=0.5, clock=measure.clock)
+    result = tune.successive_halving(
+        configs,
+        measure,
+        deadline=3.0,
+        ceiling_samples_per_s=None,
+        early_stop=0.95,
+        minimum_noise=0.03,
+        min_window_s=0.5,
+        clock=measure.clock,
+    )
     assert measure.order[0] == 10 and 1 < len(result.unmeasured) < len(configs)
     assert all(c.num_workers != 10 for c in result.unmeasured)
 
@@ -114,9 +122,18 @@ def test_a_prior_from_a_quiet_moment_does_not_decide_the_winner():
     order = measure.order
     configs = [LoaderConfig(num_workers=w, persistent_workers=w > 0) for w in (1, 2, 0)]
     prior = {configs[2]: window(0, 170.0, cv=0.2, seconds=0.8, phase="naive")}
-    result = tune.successive_halving(configs, measure, deadline=60.0, ceiling_samples_per_s=None, early_stop=0.95,
-                                     minimum_noise=0.03, prior=prior, reserve_measurements=tune.CONFIRM,
-                                     confirm=tune.CONFIRM, clock=measure.clock)
+    result = tune.successive_halving(
+        configs,
+        measure,
+        deadline=60.0,
+        ceiling_samples_per_s=None,
+        early_stop=0.95,
+        minimum_noise=0.03,
+        prior=prior,
+        reserve_measurements=tune.CONFIRM,
+        confirm=tune.CONFIRM,
+        clock=measure.clock,
+    )
     assert result.winner.config.num_workers == 1
     assert order[:2] == [1, 2] and 0 in order  # round one measures the new ones; naive's prior is re-measured
     confirmations = order[-3:]
@@ -126,10 +143,22 @@ def test_a_prior_from_a_quiet_moment_does_not_decide_the_winner():
 
 # --------------------------------------------------------------------------- the truth
 
-QUIET = {"host_busy_before_pct": 10.0, "tuned_samples_per_s": 200.0, "ceiling_samples_per_s": 400.0,
-         "efficiency": 0.5, "tuned_over_ceiling": 0.5, "naive_samples_per_s": 100.0, "speedup": 2.0,
-         "predicted_speedup": 2.0, "tuned_spread_pct": 4.0, "recheck_samples_per_s": 196.0, "recheck_gap_pct": -2.0,
-         "recheck_noise": 0.05, "loader_scaling_efficiency": 0.8, "loader_scaling_workers": 2.0}
+QUIET = {
+    "host_busy_before_pct": 10.0,
+    "tuned_samples_per_s": 200.0,
+    "ceiling_samples_per_s": 400.0,
+    "efficiency": 0.5,
+    "tuned_over_ceiling": 0.5,
+    "naive_samples_per_s": 100.0,
+    "speedup": 2.0,
+    "predicted_speedup": 2.0,
+    "tuned_spread_pct": 4.0,
+    "recheck_samples_per_s": 196.0,
+    "recheck_gap_pct": -2.0,
+    "recheck_noise": 0.05,
+    "loader_scaling_efficiency": 0.8,
+    "loader_scaling_workers": 2.0,
+}
 FACTS = VerdictFacts(device_type="cpu", cpus=2, cpus_total=2)
 
 
@@ -144,12 +173,15 @@ def test_a_quiet_host_gets_verdicts():
     assert not any(c.status is Status.INCONCLUSIVE for c in checks.values())
 
 
-@pytest.mark.parametrize("change, why", [
-    ({"host_busy_before_pct": 98.0}, "host saturated: 98% CPU busy"),
-    ({"tuned_spread_pct": 40.0}, "too noisy: the tuned windows spread 40%"),
-    ({"tuned_window_steps": 6.0, "tuned_prefetched_batches": 4.0}, "windows too short: a tuned window ran 6 steps"),
-    ({"recheck_samples_per_s": 100.0, "recheck_gap_pct": -50.0}, "not repeatable"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"host_busy_before_pct": 98.0}, "host saturated: 98% CPU busy"),
+        ({"tuned_spread_pct": 40.0}, "too noisy: the tuned windows spread 40%"),
+        ({"tuned_window_steps": 6.0, "tuned_prefetched_batches": 4.0}, "windows too short: a tuned window ran 6 steps"),
+        ({"recheck_samples_per_s": 100.0, "recheck_gap_pct": -50.0}, "not repeatable"),
+    ],
+)
 def test_a_saturated_or_noisy_host_makes_the_rate_verdicts_inconclusive(change, why):
     checks = statuses({**QUIET, **change})
     for cid in ("bench.efficiency", "bench.speedup", "bench.loader_scaling"):
@@ -167,8 +199,13 @@ def test_tuned_windows_that_outlast_the_prefetched_batches_are_trusted():
 
 
 def test_tuned_above_the_ceiling_is_a_measurement_error_not_an_efficiency():
-    metrics = {**QUIET, "tuned_samples_per_s": 208.0, "ceiling_samples_per_s": 177.0, "efficiency": None,
-               "tuned_over_ceiling": 208.0 / 177.0}
+    metrics = {
+        **QUIET,
+        "tuned_samples_per_s": 208.0,
+        "ceiling_samples_per_s": 177.0,
+        "efficiency": None,
+        "tuned_over_ceiling": 208.0 / 177.0,
+    }
     check = efficiency_check(metrics, FACTS, Thresholds())
     assert check.status is Status.INCONCLUSIVE and check.observed.startswith("measurement error: tuned 208 above")
     assert "1.18x" in check.observed and "1.18" not in check.expected
@@ -201,8 +238,25 @@ def bench_beside_a_busy_process(tmp_path: Path, *argv: str) -> dict:
         pytest.skip(f"load average {load:.1f} on {cpus} CPUs before the run: busier than one other process")
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        done = subprocess.run([sys.executable, "-m", "bootstrap", "bench", "--device", "cpu", "--no-png", "--quiet",
-                               "--out", str(tmp_path), *argv], cwd=REPO, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bootstrap",
+                "bench",
+                "--device",
+                "cpu",
+                "--no-png",
+                "--quiet",
+                "--out",
+                str(tmp_path),
+                *argv,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         busy.kill()
         busy.wait()
@@ -276,8 +330,9 @@ def test_time_on_the_run_queue_is_contention_not_io_and_keeps_the_workers_to_the
     from bootstrap.bench.user import UserWorkload
 
     monkeypatch.setattr(baselines, "run_queue_s", lambda: 0.6 * time.perf_counter())
-    state = new_state(BenchOptions(workload=WorkloadSpec(batch_size=8), budget_s=60, device="cpu",
-                                   user=UserWorkload(HalfWaiting())))
+    state = new_state(
+        BenchOptions(workload=WorkloadSpec(batch_size=8), budget_s=60, device="cpu", user=UserWorkload(HalfWaiting()))
+    )
     try:
         set_up(state)
         baselines.loader(state, time.perf_counter() + 1.0)
@@ -297,9 +352,16 @@ def test_a_load_average_above_the_machine_s_cpus_is_a_caveat_in_the_report(monke
     from bootstrap.bench import startup
 
     monkeypatch.setattr(startup, "load_average", lambda: load)
-    state = SimpleNamespace(metrics={"host_busy_before_pct": 0.0}, rank={}, notes=[], cpus=2,
-                            host=SimpleNamespace(cpus_total=4), workload=SimpleNamespace(step_ms=0.0))
+    state = SimpleNamespace(
+        metrics={"host_busy_before_pct": 0.0},
+        rank={},
+        notes=[],
+        cpus=2,
+        host=SimpleNamespace(cpus_total=4),
+        workload=SimpleNamespace(step_ms=0.0),
+    )
     startup._notes_on_the_host(state)
-    caveat = [note for note in state.notes if note.startswith(f"the load average ({load:.1f}) is above the "
-                                                               "machine's 4 CPUs")]
+    caveat = [
+        note for note in state.notes if note.startswith(f"the load average ({load:.1f}) is above the machine's 4 CPUs")
+    ]
     assert bool(caveat) is noted, state.notes

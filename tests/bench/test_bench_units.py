@@ -56,23 +56,35 @@ def test_config_file_then_flags_override(tmp_path):
     assert json_thresholds.values.util_p95_pass == 60 and json_options == {"device": "cpu"}
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("thresholds: {efficiency: 0.9}\n", "unknown threshold 'efficiency'"),
-    ("thresholds: {efficiency_pass: high}\n", "thresholds.efficiency_pass: expected a number"),
-    ("limits: {}\n", "unknown key 'limits'"),
-    ("thresholds: [1]\n", "must be a mapping"),
-    ("thresholds: {efficiency_pass: 0.9\n", "malformed YAML"),
-    # finite numbers in range, a pass bound on the passing side of its warn bound
-    ("thresholds: {efficiency_pass: 5, efficiency_warn: -3}\n",
-     "thresholds.efficiency_pass: expected a number from 0 to 1, got 5"),
-    ("thresholds: {efficiency_pass: true}\n", "thresholds.efficiency_pass: expected a number from 0 to 1, got true"),
-    ("thresholds: {efficiency_pass: .inf}\n", "thresholds.efficiency_pass: expected a number from 0 to 1, got inf"),
-    ("thresholds: {efficiency_pass: 0.5}\n",
-     "thresholds.efficiency_pass: 0.5 is below efficiency_warn 0.75 (from default)"),
-    ("thresholds: {device_idle_pass: 0.3}\n",
-     "thresholds.device_idle_pass: 0.3 is above device_idle_warn 0.25 (from default)"),
-    ("thresholds: {util_p95_pass: 170}\n", "thresholds.util_p95_pass: expected a number from 0 to 100, got 170"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("thresholds: {efficiency: 0.9}\n", "unknown threshold 'efficiency'"),
+        ("thresholds: {efficiency_pass: high}\n", "thresholds.efficiency_pass: expected a number"),
+        ("limits: {}\n", "unknown key 'limits'"),
+        ("thresholds: [1]\n", "must be a mapping"),
+        ("thresholds: {efficiency_pass: 0.9\n", "malformed YAML"),
+        # finite numbers in range, a pass bound on the passing side of its warn bound
+        (
+            "thresholds: {efficiency_pass: 5, efficiency_warn: -3}\n",
+            "thresholds.efficiency_pass: expected a number from 0 to 1, got 5",
+        ),
+        (
+            "thresholds: {efficiency_pass: true}\n",
+            "thresholds.efficiency_pass: expected a number from 0 to 1, got true",
+        ),
+        ("thresholds: {efficiency_pass: .inf}\n", "thresholds.efficiency_pass: expected a number from 0 to 1, got inf"),
+        (
+            "thresholds: {efficiency_pass: 0.5}\n",
+            "thresholds.efficiency_pass: 0.5 is below efficiency_warn 0.75 (from default)",
+        ),
+        (
+            "thresholds: {device_idle_pass: 0.3}\n",
+            "thresholds.device_idle_pass: 0.3 is above device_idle_warn 0.25 (from default)",
+        ),
+        ("thresholds: {util_p95_pass: 170}\n", "thresholds.util_p95_pass: expected a number from 0 to 100, got 170"),
+    ],
+)
 def test_bad_config_names_file_and_field(tmp_path, text, problem):
     path = tmp_path / "bench.yaml"
     path.write_text(text)
@@ -86,8 +98,9 @@ def test_cli_options_precedence(tmp_path):
 
     parser = argparse.ArgumentParser()
     configure(parser)
-    args = parser.parse_args(["--config", str(DATA / "bench-config.yaml"), "--batch-size", "32",
-                              "--threshold", "efficiency_warn=0.6"])
+    args = parser.parse_args(
+        ["--config", str(DATA / "bench-config.yaml"), "--batch-size", "32", "--threshold", "efficiency_warn=0.6"]
+    )
     options = build_options(args)
     assert options.budget_s == 60 and options.workload.batch_size == 32 and options.workload.cpu_ms == 2.5
     assert options.thresholds.values.efficiency_pass == 0.85 and options.thresholds.values.efficiency_warn == 0.6
@@ -112,23 +125,33 @@ def test_options_validate():
 
 
 def test_predict_workers_caps():
-    io_bound = tune.predict_workers(wall_s_per_sample=0.010, cpu_s_per_sample=0.0005, ceiling_samples_per_s=1000,
-                                    cpus=2)
+    io_bound = tune.predict_workers(
+        wall_s_per_sample=0.010, cpu_s_per_sample=0.0005, ceiling_samples_per_s=1000, cpus=2
+    )
     assert io_bound.predicted == 12 and not io_bound.cpu_bound
     assert io_bound.cap == 16 and "I/O-bound" in io_bound.cap_reason
-    cpu_bound = tune.predict_workers(wall_s_per_sample=0.004, cpu_s_per_sample=0.004, ceiling_samples_per_s=3000,
-                                     cpus=16)
+    cpu_bound = tune.predict_workers(
+        wall_s_per_sample=0.004, cpu_s_per_sample=0.004, ceiling_samples_per_s=3000, cpus=16
+    )
     assert cpu_bound.predicted == 15 and cpu_bound.start == 14 and cpu_bound.cap == 16 and cpu_bound.chosen == 14
     assert tune.worker_candidates(cpu_bound.start, cpu_bound.cap) == (0, 1, 2, 4, 7, 8, 14, 16)
-    small_host = tune.predict_workers(wall_s_per_sample=0.003, cpu_s_per_sample=0.003, ceiling_samples_per_s=4000,
-                                      cpus=2, reserved_cpus=1)
+    small_host = tune.predict_workers(
+        wall_s_per_sample=0.003, cpu_s_per_sample=0.003, ceiling_samples_per_s=4000, cpus=2, reserved_cpus=1
+    )
     assert (small_host.start, small_host.cap) == (1, 2)
     assert tune.worker_candidates(small_host.start, small_host.cap) == (0, 1, 2)
-    small_shm = tune.predict_workers(wall_s_per_sample=0.004, cpu_s_per_sample=0.004, ceiling_samples_per_s=3000,
-                                     cpus=16, shm_free_bytes=64 << 20, batch_bytes=9_633_792)
+    small_shm = tune.predict_workers(
+        wall_s_per_sample=0.004,
+        cpu_s_per_sample=0.004,
+        ceiling_samples_per_s=3000,
+        cpus=16,
+        shm_free_bytes=64 << 20,
+        batch_bytes=9_633_792,
+    )
     assert small_shm.cap == 1 and "/dev/shm" in small_shm.cap_reason
-    forced = tune.predict_workers(wall_s_per_sample=0.004, cpu_s_per_sample=0.004, ceiling_samples_per_s=3000,
-                                  cpus=16, max_workers=3)
+    forced = tune.predict_workers(
+        wall_s_per_sample=0.004, cpu_s_per_sample=0.004, ceiling_samples_per_s=3000, cpus=16, max_workers=3
+    )
     assert forced.cap == 3 and forced.cap_reason == "--max-workers"
 
 
@@ -165,9 +188,16 @@ class FakeLoaderModel:
 def test_successive_halving_picks_a_saturating_count_within_budget():
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0)  # W_sat = 5
     configs = [LoaderConfig(num_workers=w) for w in tune.worker_candidates(5, 16)]
-    result = tune.successive_halving(configs, model.measure, deadline=30.0, ceiling_samples_per_s=1000.0,
-                                     early_stop=0.95, minimum_noise=0.03, reserve_measurements=1,
-                                     clock=model.clock)
+    result = tune.successive_halving(
+        configs,
+        model.measure,
+        deadline=30.0,
+        ceiling_samples_per_s=1000.0,
+        early_stop=0.95,
+        minimum_noise=0.03,
+        reserve_measurements=1,
+        clock=model.clock,
+    )
     assert result.winner.config.num_workers >= 5
     assert result.winner.config.num_workers <= 8  # within noise, fewer workers win
     assert model.now <= 30.0
@@ -180,9 +210,18 @@ def test_a_further_round_starts_only_when_it_and_the_reserved_windows_fit():
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0, startup_s=0.3)
     configs = [LoaderConfig(num_workers=w) for w in tune.worker_candidates(5, 16)]
     deadline, reserve = 14.0, 4
-    result = tune.successive_halving(configs, model.measure, deadline=deadline, ceiling_samples_per_s=None,
-                                     early_stop=0.95, minimum_noise=0.03, reserve_measurements=reserve,
-                                     min_window_s=0.5, confirm=tune.CONFIRM, clock=model.clock)
+    result = tune.successive_halving(
+        configs,
+        model.measure,
+        deadline=deadline,
+        ceiling_samples_per_s=None,
+        early_stop=0.95,
+        minimum_noise=0.03,
+        reserve_measurements=reserve,
+        min_window_s=0.5,
+        confirm=tune.CONFIRM,
+        clock=model.clock,
+    )
     last_window = result.rounds[-1][0]
     knobs_s = (reserve - tune.CONFIRM) * (last_window * tune.MEASURE_OVERHEAD + result.overhead_s)
     assert deadline - model.now >= knobs_s  # the knob window still fits after the search
@@ -190,8 +229,10 @@ def test_a_further_round_starts_only_when_it_and_the_reserved_windows_fit():
 
 
 def test_io_bound_search_takes_the_fastest_not_the_cheapest_in_the_noise_band():
-    pool = [Measurement("tune", f"w={w}", LoaderConfig(num_workers=w), 10, 80, 2.0, rate, cv=0.04)
-            for w, rate in ((4, 560.0), (8, 575.0), (16, 580.0))]
+    pool = [
+        Measurement("tune", f"w={w}", LoaderConfig(num_workers=w), 10, 80, 2.0, rate, cv=0.04)
+        for w, rate in ((4, 560.0), (8, 575.0), (16, 580.0))
+    ]
     assert tune.pick(pool, 0.03).config.num_workers == 4  # CPU-bound: within the noise, fewer workers win
     assert tune.pick(pool, 0.03, prefer_fewer=False).config.num_workers == 16
 
@@ -200,8 +241,16 @@ def test_successive_halving_on_a_tight_budget_decides_on_what_fits():
     """With room for a few measurements only, the search skips what would overrun and still picks one."""
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0, startup_s=0.5)
     configs = [LoaderConfig(num_workers=w) for w in tune.worker_candidates(5, 16)]
-    result = tune.successive_halving(configs, model.measure, deadline=3.0, ceiling_samples_per_s=1000.0,
-                                     early_stop=0.95, minimum_noise=0.03, min_window_s=0.2, clock=model.clock)
+    result = tune.successive_halving(
+        configs,
+        model.measure,
+        deadline=3.0,
+        ceiling_samples_per_s=1000.0,
+        early_stop=0.95,
+        minimum_noise=0.03,
+        min_window_s=0.2,
+        clock=model.clock,
+    )
     assert model.now <= 3.0 + 0.5 + 0.2 * 1.33  # at most the first measurement runs past the estimate
     assert len(model.windows) < len(configs) and result.winner in result.rounds[0][1]
 
@@ -211,9 +260,17 @@ def test_a_start_up_slower_than_the_guess_prices_the_next_measurement_of_the_rou
     measurement showed it, the next one of the same round is priced with it and not started past the end."""
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0, startup_s=3.0)
     configs = [LoaderConfig(num_workers=w) for w in (1, 2, 4)]
-    result = tune.successive_halving(configs, model.measure, deadline=4.5, ceiling_samples_per_s=None,
-                                     early_stop=0.95, minimum_noise=0.03, min_window_s=0.2, overhead_s=0.1,
-                                     clock=model.clock)
+    result = tune.successive_halving(
+        configs,
+        model.measure,
+        deadline=4.5,
+        ceiling_samples_per_s=None,
+        early_stop=0.95,
+        minimum_noise=0.03,
+        min_window_s=0.2,
+        overhead_s=0.1,
+        clock=model.clock,
+    )
     assert len(model.windows) == 1 and model.now <= 4.5
     assert result.winner.config.num_workers == 1 and result.unmeasured == tuple(configs[1:])
 
@@ -221,8 +278,15 @@ def test_a_start_up_slower_than_the_guess_prices_the_next_measurement_of_the_rou
 def test_successive_halving_stops_early_at_the_ceiling():
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0)
     configs = [LoaderConfig(num_workers=w) for w in (0, 2, 5, 8)]
-    result = tune.successive_halving(configs, model.measure, deadline=30.0, ceiling_samples_per_s=450.0,
-                                     early_stop=0.95, minimum_noise=0.03, clock=model.clock)
+    result = tune.successive_halving(
+        configs,
+        model.measure,
+        deadline=30.0,
+        ceiling_samples_per_s=450.0,
+        early_stop=0.95,
+        minimum_noise=0.03,
+        clock=model.clock,
+    )
     assert result.stopped_early and len(result.rounds) == 1 and result.winner.samples_per_s >= 0.95 * 450
 
 
@@ -230,8 +294,16 @@ def test_successive_halving_reuses_prior_measurement():
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0)
     configs = [LoaderConfig(num_workers=w) for w in (0, 1, 2)]
     prior = {configs[0]: Measurement("naive", "naive", configs[0], 5, 40, 1.0, 40.0)}
-    tune.successive_halving(configs, model.measure, deadline=10.0, ceiling_samples_per_s=None, early_stop=0.95,
-                            minimum_noise=0.03, prior=prior, clock=model.clock)
+    tune.successive_halving(
+        configs,
+        model.measure,
+        deadline=10.0,
+        ceiling_samples_per_s=None,
+        early_stop=0.95,
+        minimum_noise=0.03,
+        prior=prior,
+        clock=model.clock,
+    )
     assert len(model.windows) == 2 + 2  # round 1 measures only workers 1 and 2; round 2 the best two
 
 
@@ -244,8 +316,9 @@ def test_knobs_kept_only_above_the_noise_floor():
         changed = [k for k in rates if getattr(config, k) != getattr(base_config, k)]
         return Measurement("knob", config.label, config, 10, 80, window, rates[changed[-1]], cv=0.01)
 
-    result = tune.try_knobs(base, tune.knob_changes(base_config, cuda=True), measure, 1.0, deadline=1e9,
-                            minimum_noise=0.03)
+    result = tune.try_knobs(
+        base, tune.knob_changes(base_config, cuda=True), measure, 1.0, deadline=1e9, minimum_noise=0.03
+    )
     kept = {name.split("=")[0]: keep for name, _, keep, _, _ in result.trials}
     assert kept == {"prefetch_factor": False, "pin_memory": False, "non_blocking": True}
     assert result.winner.config.non_blocking is False and result.winner.config.prefetch_factor == 2
@@ -267,16 +340,19 @@ def test_efficiency_bands_and_cpu_never_fails():
     assert efficiency_check({"efficiency": 0.80}, cuda, replace(t, efficiency_pass=0.8)).status is Status.OK
 
 
-@pytest.mark.parametrize(("cpu_bound", "workers", "cap", "predicted", "says_max_workers"), [
-    (False, 16, 16, 51, True),    # I/O-bound, stopped by the cap below the prediction
-    (False, 12, 16, 51, False),   # the cap was not what stopped it
-    (False, 16, 16, 16, False),   # the prediction was reached
-    (True, 16, 16, 51, False),    # CPU-bound: more workers than cores do not help
-])
-def test_an_io_bound_loader_at_the_worker_cap_is_told_to_raise_it(cpu_bound, workers, cap, predicted,
-                                                                   says_max_workers):
-    facts = VerdictFacts(device_type="cuda", cpu_bound=cpu_bound, workers=workers, worker_cap=cap,
-                         predicted_workers=predicted)
+@pytest.mark.parametrize(
+    ("cpu_bound", "workers", "cap", "predicted", "says_max_workers"),
+    [
+        (False, 16, 16, 51, True),  # I/O-bound, stopped by the cap below the prediction
+        (False, 12, 16, 51, False),  # the cap was not what stopped it
+        (False, 16, 16, 16, False),  # the prediction was reached
+        (True, 16, 16, 51, False),  # CPU-bound: more workers than cores do not help
+    ],
+)
+def test_an_io_bound_loader_at_the_worker_cap_is_told_to_raise_it(cpu_bound, workers, cap, predicted, says_max_workers):
+    facts = VerdictFacts(
+        device_type="cuda", cpu_bound=cpu_bound, workers=workers, worker_cap=cap, predicted_workers=predicted
+    )
     remedy = efficiency_check({"efficiency": 0.5, "cores_per_device_needed": 3.0}, facts, Thresholds()).remedy
     assert (f"--max-workers {predicted}" in remedy) is says_max_workers, remedy
     assert ("DALI" in remedy) is not says_max_workers
@@ -326,11 +402,11 @@ def test_gpu_micro_verdicts_on_recorded_figures():
 
     t = Thresholds()
     h200 = VerdictFacts(device_type="cuda", gpu_name="NVIDIA H200", pcie=(5, 16, 5, 16))
-    assert matmul_check({"matmul_tflops": 760.0}, h200, t).status is Status.OK       # 77% of 989
-    assert matmul_check({"matmul_tflops": 600.0}, h200, t).status is Status.WARN     # 61%
+    assert matmul_check({"matmul_tflops": 760.0}, h200, t).status is Status.OK  # 77% of 989
+    assert matmul_check({"matmul_tflops": 600.0}, h200, t).status is Status.WARN  # 61%
     assert matmul_check({"matmul_tflops": 500.0}, replace(h200, gpu_name="NVIDIA H100 PCIe"), t).status is Status.WARN
     assert matmul_check({"matmul_tflops": 90.0}, replace(h200, gpu_name="Tesla T4"), t).status is Status.SKIP
-    assert h2d_check({"h2d_pinned_gb_per_s": 53.0}, h200, t).status is Status.OK     # 84% of 63 GB/s
+    assert h2d_check({"h2d_pinned_gb_per_s": 53.0}, h200, t).status is Status.OK  # 84% of 63 GB/s
     assert h2d_check({"h2d_pinned_gb_per_s": 40.0}, h200, t).status is Status.WARN
     downtrained = h2d_check({"h2d_pinned_gb_per_s": 26.0}, replace(h200, pcie=(4, 16, 5, 16)), t)
     assert downtrained.status is Status.FAIL and "Gen5 x16" in downtrained.observed
@@ -357,9 +433,12 @@ def test_device_idle_gaps_from_cuda_events():
 
 
 def test_every_verdict_on_a_cpu_host_skips_gpu_checks():
-    checks = evaluate({"efficiency": 0.95, "speedup": 4.0, "predicted_speedup": 4.2},
-                      VerdictFacts(device_type="cpu", cpus=2, cpus_total=2, shm_free_mib=1000, shm_need_mib=1),
-                      SamplerReport(reason="no GPU: CPU run"), Thresholds())
+    checks = evaluate(
+        {"efficiency": 0.95, "speedup": 4.0, "predicted_speedup": 4.2},
+        VerdictFacts(device_type="cpu", cpus=2, cpus_total=2, shm_free_mib=1000, shm_need_mib=1),
+        SamplerReport(reason="no GPU: CPU run"),
+        Thresholds(),
+    )
     status = {c.id: c.status for c in checks}
     for gpu_only in ("bench.h2d", "bench.stall_device_idle", "bench.nvml_util", "bench.gpm_sm_active"):
         assert status[gpu_only] is Status.SKIP
@@ -397,18 +476,34 @@ def test_text_report_has_the_figures_and_the_snippet():
     assert "DataLoader(" in text and "num_workers=4," in text
     assert "GPU util mean 90%" in text
     assert "H2D" not in text and "D2H" not in text  # a CPU run copies nothing to a device
-    copies = {"h2d_pinned_gb_per_s": 55.3, "h2d_pageable_gb_per_s": 21.04, "d2h_pinned_gb_per_s": 53.9,
-              "d2h_pageable_gb_per_s": None}
+    copies = {
+        "h2d_pinned_gb_per_s": 55.3,
+        "h2d_pageable_gb_per_s": 21.04,
+        "d2h_pinned_gb_per_s": 53.9,
+        "d2h_pageable_gb_per_s": None,
+    }
     cuda = dataclasses.replace(synthetic_result(), metrics={**synthetic_result().metrics, **copies})
     assert "H2D pinned 55.3 / pageable 21.0 GB/s; D2H pinned 53.9 / pageable - GB/s" in render_text(cuda)
 
 
-@pytest.mark.parametrize("config, device", [
-    (LoaderConfig(num_workers=2, prefetch_factor=4, persistent_workers=True), "cpu"),
-    (LoaderConfig(), "cpu"),
-    (LoaderConfig(num_workers=1, pin_memory=True, non_blocking=True, amp_dtype="bfloat16", channels_last=True,
-                  persistent_workers=True), "cuda"),
-])
+@pytest.mark.parametrize(
+    "config, device",
+    [
+        (LoaderConfig(num_workers=2, prefetch_factor=4, persistent_workers=True), "cpu"),
+        (LoaderConfig(), "cpu"),
+        (
+            LoaderConfig(
+                num_workers=1,
+                pin_memory=True,
+                non_blocking=True,
+                amp_dtype="bfloat16",
+                channels_last=True,
+                persistent_workers=True,
+            ),
+            "cuda",
+        ),
+    ],
+)
 def test_snippet_is_python_that_builds_the_loader_and_trains(config, device):
     """The pasted code runs: it builds a DataLoader over the bench's workload and trains one epoch."""
     import torch
@@ -420,12 +515,16 @@ def test_snippet_is_python_that_builds_the_loader_and_trains(config, device):
     snippet = dataloader_snippet(config, spec, device)
     code = compile(snippet, "<snippet>", "exec")
     if device == "cuda":
-        assert "torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16)" in snippet
+        assert 'torch.autocast(device_type="cuda", dtype=torch.bfloat16)' in snippet
         assert "memory_format=torch.channels_last" in snippet and "non_blocking=True" in snippet
         return  # GPU-only to run
     model = build_model("tiny", spec.num_classes)
-    namespace = {"dataset": SyntheticImages(MemoryStore(*encode_images(spec)), spec), "model": model,
-                 "optimizer": torch.optim.SGD(model.parameters(), lr=0.1), "device": torch.device("cpu")}
+    namespace = {
+        "dataset": SyntheticImages(MemoryStore(*encode_images(spec)), spec),
+        "model": model,
+        "optimizer": torch.optim.SGD(model.parameters(), lr=0.1),
+        "device": torch.device("cpu"),
+    }
     exec(code, namespace)
     loader = namespace["loader"]
     assert isinstance(loader, DataLoader)
@@ -439,14 +538,25 @@ def test_snippet_is_python_that_builds_the_loader_and_trains(config, device):
 
 
 def rank_payload(rank, efficiency, idle, host="node-a", shm_need=300.0, shm_free=1000.0):
-    metrics = {"efficiency": efficiency, "tuned_samples_per_s": 1000 * efficiency, "ceiling_samples_per_s": 1000.0,
-               "stall_device_idle_pct": idle, "stall_host_wait_pct": idle, "shm_need_mib": shm_need}
+    metrics = {
+        "efficiency": efficiency,
+        "tuned_samples_per_s": 1000 * efficiency,
+        "ceiling_samples_per_s": 1000.0,
+        "stall_device_idle_pct": idle,
+        "stall_host_wait_pct": idle,
+        "shm_need_mib": shm_need,
+    }
     status = "ok" if efficiency >= 0.9 else "warn"
-    return {"rank": rank, "host": host, "ddp_ceiling_samples_per_s": 900.0,
-            "checks": [{"id": "bench.shm", "status": "ok", "observed": "x", "expected": "y"},
-                       {"id": "bench.efficiency", "status": status, "observed": f"{efficiency}",
-                        "expected": ">= 0.90"}],
-            "extra": {"metrics": metrics, "best": {"label": "w=4"}, "device": {"shm_free_mib": shm_free}}}
+    return {
+        "rank": rank,
+        "host": host,
+        "ddp_ceiling_samples_per_s": 900.0,
+        "checks": [
+            {"id": "bench.shm", "status": "ok", "observed": "x", "expected": "y"},
+            {"id": "bench.efficiency", "status": status, "observed": f"{efficiency}", "expected": ">= 0.90"},
+        ],
+        "extra": {"metrics": metrics, "best": {"label": "w=4"}, "device": {"shm_free_mib": shm_free}},
+    }
 
 
 def test_aggregate_names_the_worst_rank_and_sums_shm_per_host():
@@ -469,8 +579,19 @@ def test_aggregate_names_the_worst_rank_and_sums_shm_per_host():
 def test_torchrun_env_required():
     with pytest.raises(InputError, match="torchrun"):
         torchrun_env({})
-    assert torchrun_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})["rank"] == 1
+    assert (
+        torchrun_env(
+            {
+                "RANK": "1",
+                "WORLD_SIZE": "2",
+                "LOCAL_RANK": "1",
+                "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29500",
+            }
+        )["rank"]
+        == 1
+    )
 
 
 def test_more_ranks_than_gpus_is_one_line(monkeypatch):
@@ -482,8 +603,14 @@ def test_more_ranks_than_gpus_is_one_line(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+    for name, value in {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+    }.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(InputError, match=r"LOCAL_RANK 1 but 1 GPU\(s\) visible.*--nproc-per-node NUMBER_OF_GPUS"):
         run_distributed(BenchOptions())

@@ -136,8 +136,7 @@ def test_a_dataset_that_takes_sigalrm_over_mid_run_is_still_stopped(meddling):
             if meddling.startswith("alarm"):
                 signal.alarm(int(meddling[6:-1]))
             else:
-                signal.signal(signal.SIGALRM, (lambda *_: None) if meddling.startswith("a handler")
-                              else signal.SIG_IGN)
+                signal.signal(signal.SIGALRM, (lambda *_: None) if meddling.startswith("a handler") else signal.SIG_IGN)
             time.sleep(30)
     signal.alarm(0)
     assert time.perf_counter() - started < 5
@@ -166,9 +165,25 @@ def bench_stuck(tmp_path, capsys, monkeypatch, factory: str, budget_s: float) ->
     monkeypatch.setattr("sys.path", list(__import__("sys").path))
     (tmp_path / "hanging.py").write_text(HANGING)
     started = time.perf_counter()
-    code = main(["bench", "--device", "cpu", "--quiet", "--no-png", "--batch-size", str(BATCH),
-                 "--budget", str(budget_s), "--out", str(tmp_path / "out"), "--path", str(tmp_path),
-                 "--dataset", f"hanging:{factory}"])
+    code = main(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--no-png",
+            "--batch-size",
+            str(BATCH),
+            "--budget",
+            str(budget_s),
+            "--out",
+            str(tmp_path / "out"),
+            "--path",
+            str(tmp_path),
+            "--dataset",
+            f"hanging:{factory}",
+        ]
+    )
     seconds = time.perf_counter() - started
     __import__("sys").modules.pop("hanging", None)
     return code, capsys.readouterr().err, seconds
@@ -177,8 +192,9 @@ def bench_stuck(tmp_path, capsys, monkeypatch, factory: str, budget_s: float) ->
 def assert_one_line_and_nothing_written(tmp_path, code: int, err: str, factory: str, phase: str) -> None:
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: --dataset hanging:{factory}: still running "), err
-    assert (f"in the {phase} phase: stopped; a __getitem__ (or __iter__), collate, model or step that never "
-            "returns?") in err, err
+    assert (
+        f"in the {phase} phase: stopped; a __getitem__ (or __iter__), collate, model or step that never returns?"
+    ) in err, err
     out = tmp_path / "out"
     assert not out.exists() or not any(out.iterdir())
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)

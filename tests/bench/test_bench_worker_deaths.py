@@ -80,17 +80,21 @@ def measure_two_workers(dataset: str):
     state = new_state(BenchOptions(workload=WorkloadSpec(batch_size=BATCH), budget_s=60, device="cpu", user=user))
     try:
         set_up(state)
-        measured = measure_loader(state, LoaderConfig(num_workers=2), 0.2, time.perf_counter() + 30, "tune",
-                                  with_step=True)
+        measured = measure_loader(
+            state, LoaderConfig(num_workers=2), 0.2, time.perf_counter() + 30, "tune", with_step=True
+        )
         return measured, state.failures
     finally:
         clean_up(state)
 
 
-@pytest.mark.parametrize("dataset", [
-    "killers:killed_in_workers",  # found dead while the main process waits for a batch
-    "killers:samples",  # the step kills it: the SIGCHLD handler raises inside the step
-])
+@pytest.mark.parametrize(
+    "dataset",
+    [
+        "killers:killed_in_workers",  # found dead while the main process waits for a batch
+        "killers:samples",  # the step kills it: the SIGCHLD handler raises inside the step
+    ],
+)
 def test_a_worker_killed_by_a_signal_is_a_failed_config_not_the_dataset_s_fault(killers, dataset):
     measured, failures = measure_two_workers(dataset)
     assert measured is None
@@ -111,6 +115,8 @@ def test_a_worker_that_exited_by_itself_keeps_its_exit_code():
             self._workers = workers
 
     assert worker_death(Iterator(Worker(1, None), Worker(2, None))) is None
-    assert worker_death(Iterator(Worker(1, None), Worker(2, -9))) == \
-        "DataLoader worker (pid 2) is killed by signal: Killed."
+    assert (
+        worker_death(Iterator(Worker(1, None), Worker(2, -9)))
+        == "DataLoader worker (pid 2) is killed by signal: Killed."
+    )
     assert worker_death(Iterator(Worker(3, 7))) == "DataLoader worker (pid(s) 3) exited unexpectedly with exit code 7"

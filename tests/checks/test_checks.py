@@ -21,11 +21,22 @@ from bootstrap.checks.model import (
 from bootstrap.errors import InputError
 
 CHECKS = [
-    Check("cuda.driver", Status.WARN, "driver 535.183.01, CUDA 12.2", "CUDA >= 12.8",
-          remedy="upgrade the NVIDIA driver to >= 570.26", detail="floor CUDA 12.x (high)"),
+    Check(
+        "cuda.driver",
+        Status.WARN,
+        "driver 535.183.01, CUDA 12.2",
+        "CUDA >= 12.8",
+        remedy="upgrade the NVIDIA driver to >= 570.26",
+        detail="floor CUDA 12.x (high)",
+    ),
     Check("cuda.arch.gpu0", Status.OK, "NVIDIA H200 CC 9.0: runs sm_90", "a kernel for CC 9.0"),
-    Check("cuda.arch.gpu1", Status.FAIL, "GTX 1080 CC 6.1: no kernel image", "a kernel for CC 6.1",
-          remedy="lock torch==2.11.0+cu126"),
+    Check(
+        "cuda.arch.gpu1",
+        Status.FAIL,
+        "GTX 1080 CC 6.1: no kernel image",
+        "a kernel for CC 6.1",
+        remedy="lock torch==2.11.0+cu126",
+    ),
     Check("host.shm", Status.SKIP, "no /dev/shm", "/dev/shm >= 1 GiB"),
 ]
 
@@ -98,9 +109,9 @@ def test_reading_another_format_version_is_an_input_error():
         from_json(envelope)
 
 
-
 def test_checks_sharing_a_remedy_are_named_together_before_it() -> None:
-    checks = [Check(f"cuda.arch.gpu{i}", Status.FAIL, "", "", remedy="lock cu126" if i != 2 else "lock cu118")
-              for i in range(4)] + [Check("cuda.driver", Status.FAIL, "", "", remedy="lock cu126"),
-                                    Check("host.cpus", Status.OK, "", "")]
+    checks = [
+        Check(f"cuda.arch.gpu{i}", Status.FAIL, "", "", remedy="lock cu126" if i != 2 else "lock cu118")
+        for i in range(4)
+    ] + [Check("cuda.driver", Status.FAIL, "", "", remedy="lock cu126"), Check("host.cpus", Status.OK, "", "")]
     assert remedies(checks) == ["cuda.arch.gpu0, gpu1, gpu3, cuda.driver: lock cu126", "cuda.arch.gpu2: lock cu118"]

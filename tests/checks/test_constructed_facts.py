@@ -49,7 +49,8 @@ def test_a_jetson_is_told_about_jetpack_not_a_driver_upgrade(capsys) -> None:
 def test_the_new_fields_are_written_only_where_a_file_has_them(path) -> None:
     raw, written = json.loads(path.read_text()), load_facts(path).to_dict()
     for key in ("wsl", "jetson", "gpu_signs"):
-        assert (key in written["nvidia"]) == (key in raw["nvidia"]) and written["nvidia"].get(key) == \
-            raw["nvidia"].get(key)
+        assert (key in written["nvidia"]) == (key in raw["nvidia"]) and written["nvidia"].get(key) == raw["nvidia"].get(
+            key
+        )
     for old, new in zip(raw["nvidia"]["gpus"], written["nvidia"]["gpus"]):
         assert new.get("mig_uuids") == old.get("mig_uuids")

@@ -86,9 +86,13 @@ def test_recorded_facts_match_the_nvml_recordings(facts: Path) -> None:
 
 
 def test_live_probe_with_recorded_nvml_gives_the_same_verdicts() -> None:
-    live = run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64"),
-                      nvml=FakeNvml.load("h200x8-580.95.05.json"), runner=missing_binary_runner)
+    live = run_doctor(
+        DoctorOptions(lock_path=LOCK, platform="linux-64"),
+        nvml=FakeNvml.load("h200x8-580.95.05.json"),
+        runner=missing_binary_runner,
+    )
     recorded = run_doctor(DoctorOptions(lock_path=LOCK, facts_path=H200))
+
     def driver_and_gpus(checks):  # this machine's own C library and limits are not the recorded node's
         return [c for c in checks if not c.id.startswith("host.") and c.id != "lock.system"]
 
@@ -97,8 +101,11 @@ def test_live_probe_with_recorded_nvml_gives_the_same_verdicts() -> None:
 
 def test_save_facts_then_facts_reproduces_the_verdicts(tmp_path: Path, capsys) -> None:
     saved = tmp_path / "facts.json"
-    first = run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64", save_facts=saved),
-                       nvml=FakeNvml.load("rtx3090-535.183.01.json"), runner=missing_binary_runner)
+    first = run_doctor(
+        DoctorOptions(lock_path=LOCK, platform="linux-64", save_facts=saved),
+        nvml=FakeNvml.load("rtx3090-535.183.01.json"),
+        runner=missing_binary_runner,
+    )
     assert json.loads(saved.read_text())["format"] == "bootstrap.facts"
     _, envelope, _ = doctor_json(capsys, "--facts", str(saved))  # another invocation, through the CLI
     assert [c.to_dict() for c in first.checks] == envelope["checks"]
@@ -118,8 +125,11 @@ def test_saved_facts_go_through_a_link_into_a_fifo_and_never_replace_either(tmp_
     reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
     reader.start()
     for path in (link, fifo):
-        run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64", save_facts=path),
-                   nvml=FakeNvml.load("rtx3090-535.183.01.json"), runner=missing_binary_runner)
+        run_doctor(
+            DoctorOptions(lock_path=LOCK, platform="linux-64", save_facts=path),
+            nvml=FakeNvml.load("rtx3090-535.183.01.json"),
+            runner=missing_binary_runner,
+        )
     reader.join(timeout=10)
     assert link.is_symlink() and json.loads(target.read_text())["format"] == "bootstrap.facts"
     assert fifo.is_fifo() and json.loads(received[0])["format"] == "bootstrap.facts"
@@ -130,8 +140,11 @@ def test_an_unwritable_save_facts_path_fails_before_any_probe(tmp_path: Path, ca
         raise AssertionError("probed before checking --save-facts")
 
     (tmp_path / "file").write_text("")
-    for path, words in ((tmp_path, "is a directory"), (tmp_path / "file" / "x.json", "is not a directory"),
-                        (tmp_path / "missing" / "x.json", "does not exist")):
+    for path, words in (
+        (tmp_path, "is a directory"),
+        (tmp_path / "file" / "x.json", "is not a directory"),
+        (tmp_path / "missing" / "x.json", "does not exist"),
+    ):
         with pytest.raises(InputError, match=words):
             run_doctor(DoctorOptions(lock_path=LOCK, save_facts=path), nvml=no_probe, runner=no_probe)
 
@@ -142,8 +155,11 @@ def test_facts_that_cannot_be_saved_are_one_line() -> None:
     from bootstrap.errors import DiskFullError
 
     with pytest.raises(DiskFullError, match=r"^no space left on device while writing /dev/full .*--save-facts"):
-        run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64", save_facts=Path("/dev/full")),
-                   nvml=FakeNvml.load("rtx3090-535.183.01.json"), runner=missing_binary_runner)
+        run_doctor(
+            DoctorOptions(lock_path=LOCK, platform="linux-64", save_facts=Path("/dev/full")),
+            nvml=FakeNvml.load("rtx3090-535.183.01.json"),
+            runner=missing_binary_runner,
+        )
 
 
 def _gpu0(facts: dict) -> dict:
@@ -151,46 +167,79 @@ def _gpu0(facts: dict) -> dict:
 
 
 EDITED_FACTS = {
-    "cc as text": (lambda f: _gpu0(f).update(compute_capability="8.6"),
-                   "nvidia.gpus[0].compute_capability: expected a list of 2 integers, got '8.6'"),
-    "cc cut": (lambda f: _gpu0(f).update(compute_capability=[8]),
-               "nvidia.gpus[0].compute_capability: expected a list of 2 integers"),
-    "cc impossible": (lambda f: _gpu0(f).update(compute_capability=[-1, 99]),
-                      "nvidia.gpus[0].compute_capability[0]: -1 is negative"),
-    "cuda as text": (lambda f: f["nvidia"].update(cuda_driver_version="12.2"),
-                     "nvidia.cuda_driver_version: expected an integer, got '12.2'"),
-    "cuda impossible": (lambda f: f["nvidia"].update(cuda_driver_version=12),
-                        "nvidia.cuda_driver_version: 12 is not a CUDA version"),
-    "driver banana": (lambda f: f["nvidia"].update(driver_version="banana"),
-                      "nvidia.driver_version: 'banana' is not a driver version"),
+    "cc as text": (
+        lambda f: _gpu0(f).update(compute_capability="8.6"),
+        "nvidia.gpus[0].compute_capability: expected a list of 2 integers, got '8.6'",
+    ),
+    "cc cut": (
+        lambda f: _gpu0(f).update(compute_capability=[8]),
+        "nvidia.gpus[0].compute_capability: expected a list of 2 integers",
+    ),
+    "cc impossible": (
+        lambda f: _gpu0(f).update(compute_capability=[-1, 99]),
+        "nvidia.gpus[0].compute_capability[0]: -1 is negative",
+    ),
+    "cuda as text": (
+        lambda f: f["nvidia"].update(cuda_driver_version="12.2"),
+        "nvidia.cuda_driver_version: expected an integer, got '12.2'",
+    ),
+    "cuda impossible": (
+        lambda f: f["nvidia"].update(cuda_driver_version=12),
+        "nvidia.cuda_driver_version: 12 is not a CUDA version",
+    ),
+    "driver banana": (
+        lambda f: f["nvidia"].update(driver_version="banana"),
+        "nvidia.driver_version: 'banana' is not a driver version",
+    ),
     "gpus of text": (lambda f: f["nvidia"].update(gpus=["a"]), "nvidia.gpus[0]: expected an object, got 'a'"),
     "gpu without name": (lambda f: f["nvidia"].update(gpus=[{"index": 0}]), "nvidia.gpus[0].name: missing"),
     "torch as text": (lambda f: f.update(torch="2.10"), "torch: expected an object, got '2.10'"),
-    "torch cuda banana": (lambda f: f.update(torch={"version": "2.10.0", "cuda": "banana"}),
-                          "torch.cuda: 'banana' is not a CUDA version"),
-    "torch version banana": (lambda f: f.update(torch={"version": "banana", "cuda": None}),
-                             "torch.version: 'banana' is not a torch version"),
-    "memory as text": (lambda f: f["host"].update(memory_total_mib="24GB"),
-                       "host.memory_total_mib: expected an integer, got '24GB'"),
+    "torch cuda banana": (
+        lambda f: f.update(torch={"version": "2.10.0", "cuda": "banana"}),
+        "torch.cuda: 'banana' is not a CUDA version",
+    ),
+    "torch version banana": (
+        lambda f: f.update(torch={"version": "banana", "cuda": None}),
+        "torch.version: 'banana' is not a torch version",
+    ),
+    "memory as text": (
+        lambda f: f["host"].update(memory_total_mib="24GB"),
+        "host.memory_total_mib: expected an integer, got '24GB'",
+    ),
     "negative cpus": (lambda f: f["host"].update(cpus_usable=-4), "host.cpus_usable: -4 is negative"),
     "unknown field": (lambda f: f["host"].update(gpu_count=8), "host.gpu_count: unknown field"),
     "no host": (lambda f: f.update(host=None), "host: expected an object, got None"),
-    "peer status as text": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 1, "read": "yes"}]),
-                            "nvidia.peers[0].read: expected an integer, got 'yes'"),
-    "peer of itself": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 0}]),
-                       "nvidia.peers[0]: a pair is two GPUs, the lower index first (a < b), got 0-0"),
-    "peer not a gpu": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 9}]),
-                       "nvidia.peers[0]: GPU 9 is not among the GPUs (0)"),
-    "peer twice": (lambda f: f["nvidia"].update(
-        gpus=[*f["nvidia"]["gpus"], {**f["nvidia"]["gpus"][0], "index": 1, "uuid": "GPU-1"}],
-        peers=[{"a": 0, "b": 1}, {"a": 0, "b": 1}]),
-                   "nvidia.peers[1]: the pair 0-1 is given twice"),
-    "peer status 99": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 1, "read": 99}]),
-                       "nvidia.peers[0].read: 99 is not an NVML P2P status (0-6)"),
-    "peer topology 45": (lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 1, "topology": 45}]),
-                         "nvidia.peers[0].topology: 45 is not an NVML topology level (0, 10, 20, 30, 40, 50)"),
-    "visible devices as a list": (lambda f: f["host"].update(cuda_visible_devices=[0, 1]),
-                                  "host.cuda_visible_devices: expected a string, got [0, 1]"),
+    "peer status as text": (
+        lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 1, "read": "yes"}]),
+        "nvidia.peers[0].read: expected an integer, got 'yes'",
+    ),
+    "peer of itself": (
+        lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 0}]),
+        "nvidia.peers[0]: a pair is two GPUs, the lower index first (a < b), got 0-0",
+    ),
+    "peer not a gpu": (
+        lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 9}]),
+        "nvidia.peers[0]: GPU 9 is not among the GPUs (0)",
+    ),
+    "peer twice": (
+        lambda f: f["nvidia"].update(
+            gpus=[*f["nvidia"]["gpus"], {**f["nvidia"]["gpus"][0], "index": 1, "uuid": "GPU-1"}],
+            peers=[{"a": 0, "b": 1}, {"a": 0, "b": 1}],
+        ),
+        "nvidia.peers[1]: the pair 0-1 is given twice",
+    ),
+    "peer status 99": (
+        lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 1, "read": 99}]),
+        "nvidia.peers[0].read: 99 is not an NVML P2P status (0-6)",
+    ),
+    "peer topology 45": (
+        lambda f: f["nvidia"].update(peers=[{"a": 0, "b": 1, "topology": 45}]),
+        "nvidia.peers[0].topology: 45 is not an NVML topology level (0, 10, 20, 30, 40, 50)",
+    ),
+    "visible devices as a list": (
+        lambda f: f["host"].update(cuda_visible_devices=[0, 1]),
+        "host.cuda_visible_devices: expected a string, got [0, 1]",
+    ),
 }
 
 
@@ -231,9 +280,11 @@ def test_the_host_is_sized_for_the_gpus_cuda_visible_devices_leaves_the_job(tmp_
     raw = json.loads(H200.read_text())
     raw["host"].update(cpus_usable=16, memory_total_mib=600_000, memory_available_mib=500_000)
     facts = tmp_path / "job.json"
-    for visible, cpus, memory, loaders in ((None, Status.WARN, Status.WARN, "8 loader(s) x 1 workers"),
-                                           ("6,7", Status.OK, Status.OK, "2 loader(s) x 6 workers"),
-                                           ("", Status.OK, Status.OK, "1 loader(s) x 14 workers")):
+    for visible, cpus, memory, loaders in (
+        (None, Status.WARN, Status.WARN, "8 loader(s) x 1 workers"),
+        ("6,7", Status.OK, Status.OK, "2 loader(s) x 6 workers"),
+        ("", Status.OK, Status.OK, "1 loader(s) x 14 workers"),
+    ):
         raw["host"]["cuda_visible_devices"] = visible
         facts.write_text(json.dumps(raw))
         _, _, checks = doctor_json(capsys, "--facts", str(facts))
@@ -251,8 +302,9 @@ def test_the_host_is_sized_for_the_gpus_cuda_visible_devices_leaves_the_job(tmp_
     capsys.readouterr()
     assert main(["verify", "--facts", str(facts), "--json", "--lock", str(LOCK)]) == 0  # the same rows on replay
     replayed = by_id(from_json(json.loads(capsys.readouterr().out)))
-    assert {cid: replayed[cid] for cid in ("nvidia.visible", "nvidia.p2p", "host.cpus")} == \
-        {cid: checks[cid] for cid in ("nvidia.visible", "nvidia.p2p", "host.cpus")}
+    assert {cid: replayed[cid] for cid in ("nvidia.visible", "nvidia.p2p", "host.cpus")} == {
+        cid: checks[cid] for cid in ("nvidia.visible", "nvidia.p2p", "host.cpus")
+    }
     raw["host"]["cuda_visible_devices"] = "MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000001"
     facts.write_text(json.dumps(raw))
     _, _, checks = doctor_json(capsys, "--facts", str(facts))
@@ -269,8 +321,10 @@ def test_a_cuda_visible_devices_that_leaves_no_gpu_is_a_warning(tmp_path: Path, 
         facts.write_text(json.dumps(raw))
         _, _, checks = doctor_json(capsys, "--facts", str(facts))
         hidden = checks["nvidia.visible"]
-        assert hidden.status is Status.WARN and hidden.observed == f"CUDA_VISIBLE_DEVICES={value!r} leaves CUDA " \
-            "programs none of the 8 GPU(s)"
+        assert (
+            hidden.status is Status.WARN
+            and hidden.observed == f"CUDA_VISIBLE_DEVICES={value!r} leaves CUDA programs none of the 8 GPU(s)"
+        )
         assert "`unset CUDA_VISIBLE_DEVICES`, or name GPUs by index (0-7)" in hidden.remedy
     raw["host"]["cuda_visible_devices"] = None
     facts.write_text(json.dumps(raw))
@@ -282,10 +336,12 @@ def test_this_hosts_cuda_visible_devices_reaches_doctor_and_verify(monkeypatch, 
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b03,4")
     h200 = FakeNvml.load("h200x8-580.95.05.json")
-    live = by_id(run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64"), nvml=h200,
-                            runner=missing_binary_runner).checks)
-    inside = by_id(run_verify(VerifyOptions(prefix=tmp_path / "none", bench=False), nvml=h200,
-                              runner=missing_binary_runner).checks)
+    live = by_id(
+        run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64"), nvml=h200, runner=missing_binary_runner).checks
+    )
+    inside = by_id(
+        run_verify(VerifyOptions(prefix=tmp_path / "none", bench=False), nvml=h200, runner=missing_binary_runner).checks
+    )
     for checks in (live, inside):
         # a UUID list stops at the index
         assert checks["nvidia.visible"].observed.endswith(": 1 of 8 GPU(s) (nvidia-smi's 3)")
@@ -305,10 +361,15 @@ def pcie_box(across_sockets: object = 3, nvlink: object = 5) -> FakeNvml:
     for index in range(4):
         peers = [j for j in range(4) if j != index]
         same = {j: index // 2 == j // 2 for j in peers}
-        devices.append({**template, "nvmlDeviceGetName": "NVIDIA L40S", "nvmlDeviceGetUUID": f"GPU-{index:08d}",
-                        "nvmlDeviceGetP2PStatus": {str(j): {"0": 0 if same[j] else across_sockets, "2": nvlink}
-                                                   for j in peers},
-                        "nvmlDeviceGetTopologyCommonAncestor": {str(j): 10 if same[j] else 50 for j in peers}})
+        devices.append(
+            {
+                **template,
+                "nvmlDeviceGetName": "NVIDIA L40S",
+                "nvmlDeviceGetUUID": f"GPU-{index:08d}",
+                "nvmlDeviceGetP2PStatus": {str(j): {"0": 0 if same[j] else across_sockets, "2": nvlink} for j in peers},
+                "nvmlDeviceGetTopologyCommonAncestor": {str(j): 10 if same[j] else 50 for j in peers},
+            }
+        )
     return FakeNvml({**recorded, "nvmlDeviceGetCount": 4, "devices": devices})
 
 
@@ -330,8 +391,9 @@ def test_gpu_pairs_without_peer_to_peer_are_named_with_the_way_out() -> None:
     assert "through host memory" in across.detail
     # The job's GPUs decide: two under one socket are fine, one GPU has no pair to check.
     job = p2p(pcie_box(), visible="1,0")
-    assert (job.status is Status.OK
-            and job.observed == "1 GPU pair peer-to-peer, 0 over NVLink, CUDA_VISIBLE_DEVICES='1,0'")
+    assert (
+        job.status is Status.OK and job.observed == "1 GPU pair peer-to-peer, 0 over NVLink, CUDA_VISIBLE_DEVICES='1,0'"
+    )
     assert p2p(pcie_box(), visible="2") is None
     geforce = p2p(pcie_box(across_sockets=2))
     assert geforce.status is Status.WARN and "GeForce" in geforce.remedy and "--distributed" in geforce.remedy
@@ -360,11 +422,14 @@ def test_peer_to_peer_nvml_cannot_answer_is_a_skip_with_its_reason(capsys) -> No
     from bootstrap.checks.nvidia import nvidia_checks
     from bootstrap.compat.facts import DriverFacts, GpuFacts
 
-    smi = DriverFacts(driver_version="580.95.05", gpus=(GpuFacts(0, "NVIDIA H200"), GpuFacts(1, "NVIDIA H200")),
-                      source="nvidia-smi")
+    smi = DriverFacts(
+        driver_version="580.95.05", gpus=(GpuFacts(0, "NVIDIA H200"), GpuFacts(1, "NVIDIA H200")), source="nvidia-smi"
+    )
     skip = by_id(nvidia_checks(smi))["nvidia.p2p"]
-    assert (skip.status is Status.SKIP
-            and skip.detail == "no answers in these facts: nvidia-smi's CSV has none (NVML answers it)")
+    assert (
+        skip.status is Status.SKIP
+        and skip.detail == "no answers in these facts: nvidia-smi's CSV has none (NVML answers it)"
+    )
     old = json.loads(H200.read_text())  # saved before facts had peers
     del old["nvidia"]["peers"]
     from bootstrap.compat.probe import Facts
@@ -374,8 +439,9 @@ def test_peer_to_peer_nvml_cannot_answer_is_a_skip_with_its_reason(capsys) -> No
 
 
 def test_old_driver_fails_with_the_upgrade(tmp_path: Path, capsys) -> None:
-    facts = write_facts(tmp_path / "r470.json", [GpuFacts(0, "Tesla V100-SXM2-16GB", (7, 0), 16384)],
-                        "470.182.03", 11040)
+    facts = write_facts(
+        tmp_path / "r470.json", [GpuFacts(0, "Tesla V100-SXM2-16GB", (7, 0), 16384)], "470.182.03", 11040
+    )
     code, _, checks = doctor_json(capsys, "--facts", str(facts))
     assert code == 1
     assert checks["cuda.driver"].status is Status.FAIL
@@ -395,8 +461,9 @@ def test_gpu_without_kernels_names_a_build_to_lock_not_another_env(tmp_path: Pat
     entry = "- name: torch\n  version: 2.8.0\n  manager: pip\n  platform: linux-64\n"
     assert entry in py39.read_text()
     py39.write_text(py39.read_text().replace(entry, entry.replace("2.8.0", "2.8.0+cu126")))
-    facts = write_facts(tmp_path / "p100.json", [GpuFacts(0, "Tesla P100-PCIE-16GB", (6, 0), 16384)],
-                        "580.95.05", 13000)
+    facts = write_facts(
+        tmp_path / "p100.json", [GpuFacts(0, "Tesla P100-PCIE-16GB", (6, 0), 16384)], "580.95.05", 13000
+    )
     capsys.readouterr()
     assert main(["doctor", "--json", "--root", str(root), "--facts", str(facts)]) == 1
     checks = by_id(from_json(json.loads(capsys.readouterr().out)))
@@ -431,9 +498,14 @@ print(json.dumps({'code': code, 'torch_attempts': attempts, 'torch_loaded': 'tor
 
 def test_doctor_runs_without_torch(tmp_path: Path) -> None:
     saved = tmp_path / "here.json"
-    done = subprocess.run([sys.executable, "-c", BLOCK_TORCH, "doctor", "--json", "--lock", str(LOCK),
-                           "--save-facts", str(saved)], capture_output=True, text=True, cwd=REPO, timeout=120,
-                           check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_TORCH, "doctor", "--json", "--lock", str(LOCK), "--save-facts", str(saved)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     envelope_text, _, status_line = done.stdout.rstrip().rpartition("\n")
     status = json.loads(status_line)
@@ -447,8 +519,14 @@ def test_doctor_on_a_bare_python_without_pyyaml_still_reports_the_host() -> None
     """A node's system python3 may lack PyYAML: the driver, GPU and host checks still come, and the
     lock's check says why it could not be read."""
     code = "import sys; sys.modules['yaml'] = None; from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))"
-    done = subprocess.run([sys.executable, "-c", code, "doctor", "--json", "--lock", str(LOCK), "--facts", str(H200)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "doctor", "--json", "--lock", str(LOCK), "--facts", str(H200)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0 and done.stderr == ""
     checks = by_id(from_json(json.loads(done.stdout)))
     assert checks["nvidia.gpu7"].status is Status.OK and checks["host.cpus"].status is Status.OK
@@ -458,8 +536,11 @@ def test_doctor_on_a_bare_python_without_pyyaml_still_reports_the_host() -> None
 
 def test_this_machine_without_driver_is_a_skip_not_a_crash(capsys) -> None:
     """Recorded 'no driver' facts (this CI machine has none): skips with reasons, the CUDA build still fits."""
-    result = run_doctor(DoctorOptions(lock_path=LOCK, platform="linux-64"),
-                        nvml=FakeNvml({}, init_error=12), runner=missing_binary_runner)
+    result = run_doctor(
+        DoctorOptions(lock_path=LOCK, platform="linux-64"),
+        nvml=FakeNvml({}, init_error=12),
+        runner=missing_binary_runner,
+    )
     checks = by_id(result.checks)
     assert checks["nvidia.driver"].status is Status.SKIP and "NVML library not found" in checks["nvidia.driver"].detail
     assert checks["cuda.driver"].status is Status.SKIP and checks["cuda.driver"].detail
@@ -471,8 +552,10 @@ def test_this_machine_without_driver_is_a_skip_not_a_crash(capsys) -> None:
 
 def test_a_platform_the_lock_lacks_or_a_missing_root_is_bad_usage(tmp_path: Path, capsys) -> None:
     assert main(["doctor", "--facts", str(H200), "--lock", str(LOCK), "--platform", "plan9-64"]) == 2
-    assert ("--platform: 'plan9-64' is not locked in conda-lock.yml (linux-64, osx-arm64, win-64)"
-            in capsys.readouterr().err)
+    assert (
+        "--platform: 'plan9-64' is not locked in conda-lock.yml (linux-64, osx-arm64, win-64)"
+        in capsys.readouterr().err
+    )
     assert main(["doctor", "--facts", str(H200), "--root", str(tmp_path / "nowhere")]) == 2
     assert "--root: " in capsys.readouterr().err
 
@@ -495,12 +578,12 @@ def test_human_table_lists_driver_gpus_and_verdict(capsys) -> None:
     assert "NVIDIA GeForce RTX 3090, CC 8.6" in out and "-> start the container with `docker run --ipc=host" in out
 
 
-
 def test_facts_captured_on_a_real_h200_replay_to_the_verdicts_seen_there(capsys) -> None:
     """Recorded by `doctor --save-facts` on a lent H200 (driver 580.159.04, CUDA 13.0): the lock's
     torch 2.10 (CUDA 12.8) runs there; host.memory warns (128 GB of RAM under a 141 GB GPU)."""
-    code, envelope, checks = doctor_json(capsys, "--facts", str(FACTS / "h200x1-580.159.04.facts.json"),
-                                         "--lock", str(LOCK))
+    code, envelope, checks = doctor_json(
+        capsys, "--facts", str(FACTS / "h200x1-580.159.04.facts.json"), "--lock", str(LOCK)
+    )
     assert code == 0
     assert checks["nvidia.gpu0"].observed == "NVIDIA H200, CC 9.0, 143771 MiB (ECC on, persistence on)"
     assert checks["cuda.arch.gpu0"].status is Status.OK and "runs sm_90" in checks["cuda.arch.gpu0"].observed

@@ -23,25 +23,33 @@ def doctor_checks(capsys, facts: Path) -> tuple:
 
 
 def with_host(path: Path, platform: str = "linux_x86_64", **host: str) -> Path:
-    facts_file(path, [H200] if platform.startswith("linux") else [], platform=platform,
-               driver=None if platform == "macos" else R580)
+    facts_file(
+        path,
+        [H200] if platform.startswith("linux") else [],
+        platform=platform,
+        driver=None if platform == "macos" else R580,
+    )
     data = json.loads(path.read_text())
     data["host"].update(host)
     path.write_text(json.dumps(data))
     return path
 
 
-@pytest.mark.parametrize(("platform", "host", "status", "phrase"), [
-    ("linux_x86_64", {"libc": "glibc 2.17"}, Status.FAIL, "this host has 2.17: use a machine with a newer OS"),
-    ("linux_x86_64", {"libc": "not glibc"}, Status.FAIL, "not glibc (musl?)"),
-    ("linux_x86_64", {"libc": "glibc 2.28"}, Status.OK, ""),
-    ("linux_x86_64", {"libc": "glibc 2.39"}, Status.OK, ""),
-    ("linux_x86_64", {}, Status.SKIP, ""),  # facts from before the field: not judged
-    ("macos", {"macos": "13.6"}, Status.FAIL, "this host has 13.6: use a newer macOS"),
-    ("macos", {"macos": "14.5"}, Status.OK, ""),
-])
-def test_the_host_system_is_held_against_the_locks_floor(tmp_path: Path, capsys, platform, host, status,
-                                                          phrase) -> None:
+@pytest.mark.parametrize(
+    ("platform", "host", "status", "phrase"),
+    [
+        ("linux_x86_64", {"libc": "glibc 2.17"}, Status.FAIL, "this host has 2.17: use a machine with a newer OS"),
+        ("linux_x86_64", {"libc": "not glibc"}, Status.FAIL, "not glibc (musl?)"),
+        ("linux_x86_64", {"libc": "glibc 2.28"}, Status.OK, ""),
+        ("linux_x86_64", {"libc": "glibc 2.39"}, Status.OK, ""),
+        ("linux_x86_64", {}, Status.SKIP, ""),  # facts from before the field: not judged
+        ("macos", {"macos": "13.6"}, Status.FAIL, "this host has 13.6: use a newer macOS"),
+        ("macos", {"macos": "14.5"}, Status.OK, ""),
+    ],
+)
+def test_the_host_system_is_held_against_the_locks_floor(
+    tmp_path: Path, capsys, platform, host, status, phrase
+) -> None:
     code, checks = doctor_checks(capsys, with_host(tmp_path / "facts.json", platform, **host))
     check = checks["lock.system"]
     assert check.status is status, check
@@ -55,8 +63,17 @@ def test_windows_has_no_floor_to_hold(tmp_path: Path, capsys) -> None:
     assert "lock.system" not in checks
 
 
-@pytest.mark.parametrize(("field", "value"), [("libc", "glibc 2"), ("libc", "musl"), ("libc", "glibc 2.17\n"),
-                                              ("macos", "fourteen"), ("macos", "14.5.1.2"), ("macos", "14.5")])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("libc", "glibc 2"),
+        ("libc", "musl"),
+        ("libc", "glibc 2.17\n"),
+        ("macos", "fourteen"),
+        ("macos", "14.5.1.2"),
+        ("macos", "14.5"),
+    ],
+)
 def test_a_system_no_machine_reports_is_refused(tmp_path: Path, capsys, field: str, value: str) -> None:
     facts = with_host(tmp_path / "facts.json", **{field: value})
     assert main(["doctor", "--root", str(REPO), "--facts", str(facts)]) == 2

@@ -40,8 +40,9 @@ def test_a_pascal_host_gets_the_cu126_variant(tmp_path: Path, capsys) -> None:
     code, checks, extra = doctor(capsys, project.root, "--facts", str(facts))
     assert code == 0  # the env `make env` installs here runs here
     fit = checks["lock.torch"]
-    assert fit.status is Status.OK and fit.observed.startswith("torch 2.10.0+cu126 (CUDA 12.6) from "
-                                                               "py310.cu126.conda-lock.yml [linux-64]")
+    assert fit.status is Status.OK and fit.observed.startswith(
+        "torch 2.10.0+cu126 (CUDA 12.6) from py310.cu126.conda-lock.yml [linux-64]"
+    )
     assert checks["cuda.arch.gpu0"].status is Status.OK and "runs sm_60" in checks["cuda.arch.gpu0"].observed
     pick = checks["lock.variant"]
     assert pick.status is Status.OK
@@ -51,7 +52,9 @@ def test_a_pascal_host_gets_the_cu126_variant(tmp_path: Path, capsys) -> None:
     body = extra["pick"]
     assert (body["chosen"], body["status"], body["others"]) == ("cu126", "ok", [])
     assert [(v["name"], v["torch"], v["cuda"], v["status"], v["default"]) for v in body["variants"]] == [
-        ("cu128", "2.10.0+cu128", "12.8", "fail", True), ("cu126", "2.10.0+cu126", "12.6", "ok", False)]
+        ("cu128", "2.10.0+cu128", "12.8", "fail", True),
+        ("cu126", "2.10.0+cu126", "12.6", "ok", False),
+    ]
     assert body["variants"][0]["lock"] == str(project.lock_path("py310"))
     assert "no kernel image" in body["variants"][0]["reasons"][0]
     capsys.readouterr()
@@ -60,43 +63,63 @@ def test_a_pascal_host_gets_the_cu126_variant(tmp_path: Path, capsys) -> None:
     assert "variants of py310 on this host [linux-64]:\n    cu128  torch 2.10.0+cu128 (CUDA 12.8)  fail" in out
     assert "\n  * cu126  torch 2.10.0+cu126 (CUDA 12.6)  ok    py310.cu126.conda-lock.yml\n" in out
     assert "\npick: cu126: the newest torch that runs fully" in out and out.rstrip().endswith(
-        "`make env ENV=py310` installs it")
+        "`make env ENV=py310` installs it"
+    )
 
 
 def test_the_installed_variant_is_judged_and_the_pick_named_as_the_way_out(tmp_path: Path) -> None:
     project = variant_project(tmp_path / "proj", CU128_CPU)
-    record = InstallRecord(lock_path=str(project.variant_lock_path("py310", "cpu")), env="py310", platform="linux-64",
-                           content_hash="", generation="1", bootstrap_version="0", installed_at="", variant="cpu")
+    record = InstallRecord(
+        lock_path=str(project.variant_lock_path("py310", "cpu")),
+        env="py310",
+        platform="linux-64",
+        content_hash="",
+        generation="1",
+        bootstrap_version="0",
+        installed_at="",
+        variant="cpu",
+    )
     (project.root / ".envs" / "py310" / "conda-meta").mkdir(parents=True)
     write_install_record(project.root / ".envs" / "py310", record)
-    result = run_doctor(DoctorOptions(root=project.root, platform="linux-64"),
-                        nvml=FakeNvml.load("h200x8-580.95.05.json"), runner=missing_binary_runner)
+    result = run_doctor(
+        DoctorOptions(root=project.root, platform="linux-64"),
+        nvml=FakeNvml.load("h200x8-580.95.05.json"),
+        runner=missing_binary_runner,
+    )
     checks = {c.id: c for c in result.checks}
     fit = checks["lock.torch"]
     assert fit.status is Status.FAIL and fit.observed.startswith("torch 2.10.0+cpu (CPU build) from py310.cpu.")
-    assert fit.remedy.startswith("variant cu128 runs here (torch 2.10.0+cu128 (CUDA 12.8), from conda-lock.yml): "
-                                 "`make env` installs it; or torch.cuda_build: ")
+    assert fit.remedy.startswith(
+        "variant cu128 runs here (torch 2.10.0+cu128 (CUDA 12.8), from conda-lock.yml): "
+        "`make env` installs it; or torch.cuda_build: "
+    )
     assert checks["lock.variant"].status is Status.OK and checks["lock.variant"].observed.endswith("; installed: cpu")
     # Recorded facts are another machine's: the env installed here says nothing about it.
     saved = tmp_path / "h200.json"
-    run_doctor(DoctorOptions(root=project.root, platform="linux-64", save_facts=saved),
-               nvml=FakeNvml.load("h200x8-580.95.05.json"), runner=missing_binary_runner)
+    run_doctor(
+        DoctorOptions(root=project.root, platform="linux-64", save_facts=saved),
+        nvml=FakeNvml.load("h200x8-580.95.05.json"),
+        runner=missing_binary_runner,
+    )
     replayed = {c.id: c for c in run_doctor(DoctorOptions(root=project.root, facts_path=saved)).checks}
     assert replayed["lock.torch"].status is Status.OK and "installed" not in replayed["lock.variant"].observed
 
 
-@pytest.mark.parametrize("gpus, visible, variants, chosen, status", [
-    ((), None, CU128_CPU, "cpu", Status.OK),  # no GPU: the CPU build
-    ((), None, CU128_CU130, "cu128", Status.OK),  # no GPU, no CPU build: the default
-    ((V100, RTX5090), None, CU128_CU130, "cu128", Status.OK),  # cu130 lacks sm_70: every GPU must run it
-    ((H200,), "MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000001", CU128_CPU, "cu128", Status.OK),  # a MIG slice is a GPU
-    ((H200,), "", CU128_CPU, "cu128", Status.OK),  # hidden from this shell, not from the env
-    ((PASCAL,), None, CU128_CU130, None, Status.FAIL),  # neither has Pascal kernels
-], ids=["no GPU", "no GPU, no CPU build", "Volta + Blackwell", "MIG", "all hidden", "none runs"])
+@pytest.mark.parametrize(
+    "gpus, visible, variants, chosen, status",
+    [
+        ((), None, CU128_CPU, "cpu", Status.OK),  # no GPU: the CPU build
+        ((), None, CU128_CU130, "cu128", Status.OK),  # no GPU, no CPU build: the default
+        ((V100, RTX5090), None, CU128_CU130, "cu128", Status.OK),  # cu130 lacks sm_70: every GPU must run it
+        ((H200,), "MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000001", CU128_CPU, "cu128", Status.OK),  # a MIG slice is a GPU
+        ((H200,), "", CU128_CPU, "cu128", Status.OK),  # hidden from this shell, not from the env
+        ((PASCAL,), None, CU128_CU130, None, Status.FAIL),  # neither has Pascal kernels
+    ],
+    ids=["no GPU", "no GPU, no CPU build", "Volta + Blackwell", "MIG", "all hidden", "none runs"],
+)
 def test_the_pick_on_recorded_hosts(tmp_path: Path, capsys, gpus, visible, variants, chosen, status) -> None:
     project = variant_project(tmp_path / "proj", variants)
-    facts = facts_file(tmp_path / "host.json", gpus, driver=None if not gpus else ("580.95.05", 13000),
-                       visible=visible)
+    facts = facts_file(tmp_path / "host.json", gpus, driver=None if not gpus else ("580.95.05", 13000), visible=visible)
     code, checks, extra = doctor(capsys, project.root, "--facts", str(facts))
     assert (extra["pick"]["chosen"], checks["lock.variant"].status) == (chosen, status)
     assert code == (1 if status is Status.FAIL else 0)
@@ -144,8 +167,22 @@ def test_env_picks_the_env_and_lock_judges_one_lock(tmp_path: Path, capsys) -> N
     assert extra["pick"]["variants"][0]["name"] == "cu128"  # the lock says which variant it holds
     assert main(["doctor", "--root", str(project.root), "--facts", pascal, "--env", "py311"]) == 2
     assert "unknown env 'py311'" in capsys.readouterr().err
-    assert main(["doctor", "--root", str(project.root), "--facts", pascal, "--env", "py39", "--lock",
-                 str(project.lock_path("py310"))]) == 2
+    assert (
+        main(
+            [
+                "doctor",
+                "--root",
+                str(project.root),
+                "--facts",
+                pascal,
+                "--env",
+                "py39",
+                "--lock",
+                str(project.lock_path("py310")),
+            ]
+        )
+        == 2
+    )
     assert "--env: does not apply to --lock FILE" in capsys.readouterr().err
 
 

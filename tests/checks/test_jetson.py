@@ -29,25 +29,30 @@ from bootstrap.compat.versions import IGPU_CCS, cuda_to_int, kernel_for
 from tests.fixtures import REPO
 
 WHEELS = "NVIDIA's PyTorch for Jetson wheels"
-RELEASES = ["R32 (release), REVISION: 7.4, GCID: 33514132, BOARD: t210ref, EABI: aarch64",
-            "R35 (release), REVISION: 5.0, GCID: 35550185, BOARD: t186ref, EABI: aarch64",
-            "R36 (release), REVISION: 4.0, GCID: 37537400, BOARD: generic, EABI: aarch64"]
+RELEASES = [
+    "R32 (release), REVISION: 7.4, GCID: 33514132, BOARD: t210ref, EABI: aarch64",
+    "R35 (release), REVISION: 5.0, GCID: 35550185, BOARD: t186ref, EABI: aarch64",
+    "R36 (release), REVISION: 4.0, GCID: 37537400, BOARD: generic, EABI: aarch64",
+]
 ORIN = GpuFacts(index=0, name="Orin (nvgpu)", compute_capability=(8, 7))
 NO_NVML = "no NVIDIA driver found (NVML: NVML library not found; nvidia-smi: not found on PATH)"
 
 
 def hosts(release: str) -> list:
     """The same Jetson without NVML (L4T R35 and older) and with it (R36)."""
-    return [DriverFacts(jetson=release, reason=NO_NVML),
-            DriverFacts(driver_version="540.4.0", cuda_driver_version=12060, gpus=(ORIN,), jetson=release,
-                        source="nvml")]
+    return [
+        DriverFacts(jetson=release, reason=NO_NVML),
+        DriverFacts(driver_version="540.4.0", cuda_driver_version=12060, gpus=(ORIN,), jetson=release, source="nvml"),
+    ]
 
 
 CPU_BUILDS = [torch_target_from_lock_entry(v, "linux-aarch64") for v in ("2.4.1", "2.8.0", "2.10.0", "2.10.0+cpu")]
-CPU_BUILDS += [TorchTarget(version="2.8.0", cuda=None, variant="cpu", platform="linux_aarch64",
-                           source="installed torch")]
-JETPACK_BUILD = TorchTarget(version="2.1.0", cuda="11.4", arch_list=("sm_72", "sm_87"), platform="linux_aarch64",
-                            source="installed torch")
+CPU_BUILDS += [
+    TorchTarget(version="2.8.0", cuda=None, variant="cpu", platform="linux_aarch64", source="installed torch")
+]
+JETPACK_BUILD = TorchTarget(
+    version="2.1.0", cuda="11.4", arch_list=("sm_72", "sm_87"), platform="linux_aarch64", source="installed torch"
+)
 
 
 def by_id(checks) -> dict:
@@ -122,8 +127,9 @@ def test_no_remedy_on_a_jetson_offers_a_pypi_build_without_its_kernels() -> None
     for cc in sorted(IGPU_CCS):
         for cuda in cudas[::2]:
             gpu = GpuFacts(index=0, name="Jetson GPU", compute_capability=cc)
-            facts = DriverFacts(driver_version="540.4.0", cuda_driver_version=cuda, gpus=(gpu,),
-                                jetson=RELEASES[2], source="nvml")
+            facts = DriverFacts(
+                driver_version="540.4.0", cuda_driver_version=cuda, gpus=(gpu,), jetson=RELEASES[2], source="nvml"
+            )
             for lock in locks[::2]:
                 for check in evaluate(facts, torch_target_from_lock_entry(lock, "linux-aarch64")):
                     assert "the packaged linux_aarch64 arch lists have no row" not in check.remedy, (cc, cuda, lock)

@@ -14,8 +14,9 @@ DRIVERS = ("470.82.01", "535.183.01", "570.124.06", "580.95.05", "590.44.01")
 WHY_NONE = ("", "NVML: GPU 0: GPU is lost (fell off the bus; see `dmesg`)", "NVML: GPU 0: not found")
 
 
-@pytest.mark.parametrize(("driver", "source", "reason"),
-                         list(itertools.product(DRIVERS, ("nvml", "nvidia-smi"), WHY_NONE)))
+@pytest.mark.parametrize(
+    ("driver", "source", "reason"), list(itertools.product(DRIVERS, ("nvml", "nvidia-smi"), WHY_NONE))
+)
 def test_a_driver_that_lists_no_gpu_is_a_warning_with_the_way_to_find_out_why(driver, source, reason) -> None:
     facts = DriverFacts(driver_version=driver, cuda_driver_version=None, source=source, reason=reason)
     for host in (None, HostFacts(), HostFacts(cuda_visible_devices="0")):
@@ -41,8 +42,9 @@ def probe(root, environ=None, nvml_error=12):
     from bootstrap.compat.probe import probe_gpus
     from tests.fixtures.fakes import FakeNvml, missing_binary_runner
 
-    return probe_gpus(nvml=FakeNvml({}, init_error=nvml_error), runner=missing_binary_runner, root=root,
-                      environ=environ or {})
+    return probe_gpus(
+        nvml=FakeNvml({}, init_error=nvml_error), runner=missing_binary_runner, root=root, environ=environ or {}
+    )
 
 
 WSL_SIGNS = [
@@ -58,11 +60,15 @@ def test_under_wsl_the_driver_is_read_in_the_windows_series(tmp_path, files, env
     from bootstrap.compat.probe import probe_gpus
     from tests.fixtures.fakes import FakeNvml, missing_binary_runner
 
-    recorded = {"nvmlSystemGetDriverVersion": "528.24", "nvmlSystemGetCudaDriverVersion_v2": 12000,
-                "nvmlDeviceGetCount": 1, "devices": [{"nvmlDeviceGetName": "NVIDIA GeForce RTX 3090",
-                                                      "nvmlDeviceGetCudaComputeCapability": [8, 6]}]}
-    facts = probe_gpus(nvml=FakeNvml(recorded), runner=missing_binary_runner, root=make_root(tmp_path, files),
-                       environ=environ)
+    recorded = {
+        "nvmlSystemGetDriverVersion": "528.24",
+        "nvmlSystemGetCudaDriverVersion_v2": 12000,
+        "nvmlDeviceGetCount": 1,
+        "devices": [{"nvmlDeviceGetName": "NVIDIA GeForce RTX 3090", "nvmlDeviceGetCudaComputeCapability": [8, 6]}],
+    }
+    facts = probe_gpus(
+        nvml=FakeNvml(recorded), runner=missing_binary_runner, root=make_root(tmp_path, files), environ=environ
+    )
     assert facts.os == "windows" and facts.wsl and facts.os_label == "windows, WSL2"
 
 
@@ -82,8 +88,16 @@ def test_a_jetson_is_known_by_its_l4t_release(tmp_path) -> None:
 
 GPU_SIGN_FILES = [
     ({"proc/driver/nvidia/gpus/0000:17:00.0/information": "Model: NVIDIA H100\n"}, ["/proc/driver/nvidia/gpus/"]),
-    ({"proc/driver/nvidia/gpus/0000:17:00.0/information": "", "proc/driver/nvidia/gpus/0000:65:00.0/information": "",
-      "dev/nvidia0": "", "dev/nvidia1": "", "dev/nvidiactl": ""}, ["0000:65:00.0", "/dev/nvidia1"]),
+    (
+        {
+            "proc/driver/nvidia/gpus/0000:17:00.0/information": "",
+            "proc/driver/nvidia/gpus/0000:65:00.0/information": "",
+            "dev/nvidia0": "",
+            "dev/nvidia1": "",
+            "dev/nvidiactl": "",
+        },
+        ["0000:65:00.0", "/dev/nvidia1"],
+    ),
     ({"dev/nvidia0": "", "dev/nvidia-uvm": ""}, ["/dev/nvidia0"]),
 ]
 CONTAINERS = [(), ("/.dockerenv",), ("cgroup:kubepods", "env:KUBERNETES_SERVICE_HOST"), ("/run/.containerenv",)]
@@ -109,23 +123,36 @@ def test_no_signs_stays_cpu_mode_and_old_files_read_back_the_same(tmp_path) -> N
     facts = probe(make_root(tmp_path))
     (check,) = nvidia_checks(facts, HostFacts(container_hints=("/.dockerenv",)))
     assert check.status is Status.SKIP and check.observed == "no NVIDIA driver (CPU mode)"
-    assert set(facts.to_dict()) == {"os", "driver_version", "cuda_driver_version", "gpus", "source", "reason",
-                                    "peers"}
+    assert set(facts.to_dict()) == {"os", "driver_version", "cuda_driver_version", "gpus", "source", "reason", "peers"}
 
 
 # --------------------------------------------------------------------------- the rules on those facts
 
-WIN_DRIVERS = [("527.41", 12000), ("528.24", 12000), ("528.33", 12000), ("531.14", 12010), ("546.12", 12030),
-               ("560.94", 12060), ("572.61", 12080), ("576.02", 12090), ("581.15", 13000)]
+WIN_DRIVERS = [
+    ("527.41", 12000),
+    ("528.24", 12000),
+    ("528.33", 12000),
+    ("531.14", 12010),
+    ("546.12", 12030),
+    ("560.94", 12060),
+    ("572.61", 12080),
+    ("576.02", 12090),
+    ("581.15", 13000),
+]
 TORCHES = ["2.4.1", "2.5.1", "2.7.1", "2.8.0", "2.10.0"]
 
 
 def wsl_host(driver, cuda, jetson=""):
     from bootstrap.compat.facts import GpuFacts
 
-    return DriverFacts(os="windows", wsl="/proc/sys/kernel/osrelease: 5.15.153.1-microsoft-standard-WSL2",
-                       driver_version=driver, cuda_driver_version=cuda, source="test",
-                       gpus=(GpuFacts(index=0, name="NVIDIA GeForce RTX 3090", compute_capability=(8, 6)),))
+    return DriverFacts(
+        os="windows",
+        wsl="/proc/sys/kernel/osrelease: 5.15.153.1-microsoft-standard-WSL2",
+        driver_version=driver,
+        cuda_driver_version=cuda,
+        source="test",
+        gpus=(GpuFacts(index=0, name="NVIDIA GeForce RTX 3090", compute_capability=(8, 6)),),
+    )
 
 
 def test_a_windows_528_24_driver_under_wsl_fails_against_the_windows_floor() -> None:
@@ -145,8 +172,10 @@ def test_under_wsl_the_driver_gets_the_windows_verdict_on_linux_wheels(driver, c
 
     for version in TORCHES:
         target = torch_target_from_lock_entry(version, "linux-64")
-        wsl, native = check_driver(wsl_host(driver, cuda), target), check_driver(
-            replace(wsl_host(driver, cuda), wsl=""), target)
+        wsl, native = (
+            check_driver(wsl_host(driver, cuda), target),
+            check_driver(replace(wsl_host(driver, cuda), wsl=""), target),
+        )
         windows_host = "upgrade the Windows host's NVIDIA driver (WSL2 uses it; install no Linux driver inside WSL) to"
         assert wsl.status is native.status, (driver, version)
         assert wsl.remedy == native.remedy.replace("upgrade the NVIDIA driver to", windows_host), (driver, version)
@@ -157,19 +186,35 @@ JETSONS = [("R35 (release), REVISION: 5.0", "35.5"), ("R36 (release), REVISION: 
 
 
 @pytest.mark.parametrize(("release", "_"), JETSONS)
-@pytest.mark.parametrize(("driver", "cuda", "wheel", "status"), [
-    ("540.3.0", 12020, "12.8", Status.WARN), ("540.4.0", 12060, "13.0", Status.FAIL),
-    ("35.5.0", 11040, "12.6", Status.FAIL), ("540.4.0", 12060, "12.6", Status.OK), (None, 12060, "13.0", Status.FAIL),
-])
+@pytest.mark.parametrize(
+    ("driver", "cuda", "wheel", "status"),
+    [
+        ("540.3.0", 12020, "12.8", Status.WARN),
+        ("540.4.0", 12060, "13.0", Status.FAIL),
+        ("35.5.0", 11040, "12.6", Status.FAIL),
+        ("540.4.0", 12060, "12.6", Status.OK),
+        (None, 12060, "13.0", Status.FAIL),
+    ],
+)
 def test_a_jetson_driver_is_not_upgraded_on_its_own(release, _, driver, cuda, wheel, status) -> None:
     from bootstrap.compat.facts import GpuFacts
     from bootstrap.compat.rules import evaluate
     from bootstrap.compat.target import TorchTarget
 
-    facts = DriverFacts(driver_version=driver, cuda_driver_version=cuda, jetson=release, source="test",
-                        gpus=(GpuFacts(index=0, name="Orin", compute_capability=(8, 7)),))
-    target = TorchTarget(version="2.8.0", cuda=wheel, arch_list=("sm_87", "compute_87"), platform="linux_aarch64",
-                         source="constructed Jetson build")
+    facts = DriverFacts(
+        driver_version=driver,
+        cuda_driver_version=cuda,
+        jetson=release,
+        source="test",
+        gpus=(GpuFacts(index=0, name="Orin", compute_capability=(8, 7)),),
+    )
+    target = TorchTarget(
+        version="2.8.0",
+        cuda=wheel,
+        arch_list=("sm_87", "compute_87"),
+        platform="linux_aarch64",
+        source="constructed Jetson build",
+    )
     checks = evaluate(facts, target)
     remedies = " ".join(c.remedy for c in checks if c.status in (Status.WARN, Status.FAIL))
     assert "upgrade the NVIDIA driver" not in remedies

@@ -38,8 +38,14 @@ from tests.fixtures.runnable_env import build_runnable_channel
 from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
 
 ENV_IDS = ("env.prefix", "env.lock", "env.python", "env.conda", "env.pip", "env.extra", "env.files", "env.freshness")
-GPU_IDS = ("torch.cuda_available", "torch.device_count", "torch.cudnn", "torch.nccl", "torch.pinned_memory",
-           "torch.gpu")
+GPU_IDS = (
+    "torch.cuda_available",
+    "torch.device_count",
+    "torch.cudnn",
+    "torch.nccl",
+    "torch.pinned_memory",
+    "torch.gpu",
+)
 CHECK_KEYS = {"id", "status", "observed", "expected", "remedy", "detail"}
 EXTRA_KEYS = {"prefix", "lock", "inside", "facts_source", "seconds", "facts"}
 
@@ -56,8 +62,9 @@ def wheels(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def locked(tmp_path_factory, channel: Path, wheels: Path) -> Project:
-    project = make_project(tmp_path_factory.mktemp("verifyproj") / "proj", platforms=("linux-64",), conda=CONDA,
-                           pip=PIP)
+    project = make_project(
+        tmp_path_factory.mktemp("verifyproj") / "proj", platforms=("linux-64",), conda=CONDA, pip=PIP
+    )
     relock(project, channel, wheels)
     return project
 
@@ -100,8 +107,12 @@ def assert_env_clean(prefix: Path) -> None:
 
 
 def uv(prefix: Path, *args: str) -> None:
-    done = subprocess.run([uv_binary(PipOptions()), "pip", *args, "--python", str(prefix / "bin" / "python")],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [uv_binary(PipOptions()), "pip", *args, "--python", str(prefix / "bin" / "python")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -213,8 +224,9 @@ def test_no_env_yet_exits_1_with_make_env(locked: Project, tmp_path: Path, capsy
     assert prefix.remedy == "create it: `make env`"
 
 
-@pytest.mark.parametrize("text", ["version: [", "[]\n", "version: 2\n", "version: 1\nmetadata: {}\npackage: []\n",
-                                  "\udcff", None])
+@pytest.mark.parametrize(
+    "text", ["version: [", "[]\n", "version: 2\n", "version: 1\nmetadata: {}\npackage: []\n", "\udcff", None]
+)
 def test_a_lock_given_that_cannot_be_read_is_bad_usage(locked: Project, tmp_path: Path, capsys, text) -> None:
     """`--lock FILE` is input like every other verb's: unreadable, one line and exit 2. The same file
     found as the env's own lock is the env's state: a failed check (env.lock once the env exists), exit 1."""
@@ -244,8 +256,14 @@ def test_a_directory_bootstrap_did_not_make(tmp_path: Path) -> None:
 def test_an_interpreter_without_pyyaml_gets_one_line(locked: Project) -> None:
     """verify runs inside the created env, which has PyYAML only if the lock lists it."""
     code = "import sys; sys.modules['yaml'] = None; from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))"
-    done = subprocess.run([sys.executable, "-c", code, "verify", "--root", str(locked.root), "--no-bench"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "verify", "--root", str(locked.root), "--no-bench"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert f"reading {locked.lock_path('py310')} needs PyYAML, which {sys.executable} cannot import" in done.stderr
@@ -289,9 +307,23 @@ def test_real_run_inside_the_env_on_this_machine(env, tmp_path: Path, capsys) ->
     site = next(env.prefix.glob("lib/python*/site-packages"))
     (site / "zz-test-venv.pth").write_text("\n".join(p for p in sys.path if p.endswith("site-packages")) + "\n")
     saved = tmp_path / "facts.json"
-    done = subprocess.run([str(env.prefix / "bin" / "python"), "-m", "bootstrap", "verify", "--no-bench", "--json",
-                           "--save-facts", str(saved)], capture_output=True, text=True, cwd=REPO, timeout=300,
-                           check=False)
+    done = subprocess.run(
+        [
+            str(env.prefix / "bin" / "python"),
+            "-m",
+            "bootstrap",
+            "verify",
+            "--no-bench",
+            "--json",
+            "--save-facts",
+            str(saved),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
     envelope = json.loads(done.stdout)
     assert_envelope(envelope)
     checks = {c["id"]: c for c in envelope["checks"]}
@@ -415,8 +447,10 @@ def test_cpu_only_torch_on_a_gpu_host_fails_with_the_remedy() -> None:
     nvidia = h200_facts()
     build = next(c for c in evaluate(nvidia, target) if c.id == "torch.cuda_build")
     assert build.status is Status.FAIL and "`make env`" in build.remedy
-    assert all(c.status is Status.SKIP and "CPU build" in c.detail for c in device_checks(cuda_torch(False, 0), nvidia,
-                                                                                          target, environ={}))
+    assert all(
+        c.status is Status.SKIP and "CPU build" in c.detail
+        for c in device_checks(cuda_torch(False, 0), nvidia, target, environ={})
+    )
 
 
 def test_no_driver_skips_every_gpu_check_with_the_reason() -> None:
@@ -434,9 +468,15 @@ def test_no_driver_skips_every_gpu_check_with_the_reason() -> None:
 def bench_result(device_type: str, *checks):
     from bootstrap.bench.results import LoaderConfig
 
-    return SimpleNamespace(device={"type": device_type, "name": "NVIDIA H200" if device_type == "cuda" else "CPU"},
-                           seconds=12.5, budget_s=10.0, best=LoaderConfig(num_workers=6, pin_memory=True),
-                           partial=False, notes=("a note",), checks=tuple(checks))
+    return SimpleNamespace(
+        device={"type": device_type, "name": "NVIDIA H200" if device_type == "cuda" else "CPU"},
+        seconds=12.5,
+        budget_s=10.0,
+        best=LoaderConfig(num_workers=6, pin_memory=True),
+        partial=False,
+        notes=("a note",),
+        checks=tuple(checks),
+    )
 
 
 def test_bench_verdicts_become_checks() -> None:
@@ -478,7 +518,7 @@ def test_an_interrupted_benchmark_does_not_pass() -> None:
 
     stopped = bench_result("cuda")
     stopped.partial = True
-    summary, = bench_checks(True, True, 7.0, bench=lambda options: stopped)
+    (summary,) = bench_checks(True, True, 7.0, bench=lambda options: stopped)
     assert summary.status is Status.FAIL and "(interrupted)" in summary.observed
     assert "--no-bench" in summary.remedy
     # Exit 130 as `bench` does, so CI tells a Ctrl-C from a failed verdict; any other failure stays 1.
@@ -486,12 +526,13 @@ def test_an_interrupted_benchmark_does_not_pass() -> None:
     from bootstrap.checks.verify import VerifyResult
 
     def code(*checks) -> int:
-        return VerifyResult(checks=checks, prefix=None, lock_path=None, inside=True, facts=None,
-                            facts_source="this host").exit_code
+        return VerifyResult(
+            checks=checks, prefix=None, lock_path=None, inside=True, facts=None, facts_source="this host"
+        ).exit_code
 
     slow = Check("bench.efficiency", Status.FAIL, "0.60", ">= 0.90")
     assert (code(summary), code(summary, slow)) == (130, 130)
-    done, = bench_checks(True, True, 7.0, bench=lambda options: bench_result("cuda"))
+    (done,) = bench_checks(True, True, 7.0, bench=lambda options: bench_result("cuda"))
     assert (code(done), code(done, slow)) == (0, 1)
 
 
@@ -506,5 +547,8 @@ def test_torch_build_read_without_importing_agrees_with_the_import(monkeypatch) 
     read = find_torch(False)
     assert read.module is None and "torch/version.py" in read.how
     assert (read.version, read.location) == (imported.version, imported.location)
-    assert (read.target.version, read.target.cuda, read.target.variant) == \
-        (imported.target.version, imported.target.cuda, imported.target.variant)
+    assert (read.target.version, read.target.cuda, read.target.variant) == (
+        imported.target.version,
+        imported.target.cuda,
+        imported.target.variant,
+    )

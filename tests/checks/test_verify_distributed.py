@@ -24,17 +24,30 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 PACKAGES = "a1b2c3d4e5f6 (31 conda, 24 pip, linux-64)"
 
 
-def rank(number: int, host: str = "node1", packages: str = PACKAGES, driver: str = "570.124.06", ok: bool = True,
-         seconds: float = 0.1) -> dict:
-    return {"rank": number, "host": host, "checks": [], "facts": {"packages": packages, "driver": driver},
-            "all_reduce_ok": ok, "all_reduce_s": seconds}
+def rank(
+    number: int,
+    host: str = "node1",
+    packages: str = PACKAGES,
+    driver: str = "570.124.06",
+    ok: bool = True,
+    seconds: float = 0.1,
+) -> dict:
+    return {
+        "rank": number,
+        "host": host,
+        "checks": [],
+        "facts": {"packages": packages, "driver": driver},
+        "all_reduce_ok": ok,
+        "all_reduce_s": seconds,
+    }
 
 
 def test_ranks_that_run_the_same_env_agree() -> None:
     check = same_env_check([rank(1, "node2"), rank(0)])
     assert check.status is Status.OK
-    assert check.observed == (f"2 rank(s) on 2 host(s) agree: the packages installed {PACKAGES}, "
-                              "the NVIDIA driver 570.124.06")
+    assert check.observed == (
+        f"2 rank(s) on 2 host(s) agree: the packages installed {PACKAGES}, the NVIDIA driver 570.124.06"
+    )
 
 
 def test_a_rank_with_other_packages_fails_and_is_named() -> None:
@@ -77,20 +90,32 @@ def test_outside_torchrun_says_how_to_start_it() -> None:
         torchrun_env({"RANK": "0", "WORLD_SIZE": "1"}, "verify")
 
 
-@pytest.mark.parametrize("changes, words", [
-    ({"WORLD_SIZE": "0"}, "WORLD_SIZE: 0 is outside >= 1"),
-    ({"RANK": "x"}, "RANK: 'x' is not an integer"),
-    ({"RANK": "3"}, "RANK: 3 is outside 0..1"),  # would wait at the rendezvous forever
-    ({"RANK": "-1"}, "RANK: -1 is outside 0..1"),
-    ({"MASTER_PORT": "abc"}, "MASTER_PORT: 'abc' is not an integer"),
-    ({"LOCAL_RANK": "2"}, "LOCAL_RANK: 2 is outside 0..1"),
-    ({"MASTER_ADDR": ""}, "MASTER_ADDR not set: not started by torchrun"),
-    ({"MASTER_ADDR": "no.such.host.invalid"}, "MASTER_ADDR: 'no.such.host.invalid' does not resolve to an address"),
-    ({"MASTER_ADDR": "127.0.0.1:5"}, r"MASTER_ADDR: '127.0.0.1:5' does not resolve .*; its port goes in MASTER_PORT"),
-])
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE: 0 is outside >= 1"),
+        ({"RANK": "x"}, "RANK: 'x' is not an integer"),
+        ({"RANK": "3"}, "RANK: 3 is outside 0..1"),  # would wait at the rendezvous forever
+        ({"RANK": "-1"}, "RANK: -1 is outside 0..1"),
+        ({"MASTER_PORT": "abc"}, "MASTER_PORT: 'abc' is not an integer"),
+        ({"LOCAL_RANK": "2"}, "LOCAL_RANK: 2 is outside 0..1"),
+        ({"MASTER_ADDR": ""}, "MASTER_ADDR not set: not started by torchrun"),
+        ({"MASTER_ADDR": "no.such.host.invalid"}, "MASTER_ADDR: 'no.such.host.invalid' does not resolve to an address"),
+        (
+            {"MASTER_ADDR": "127.0.0.1:5"},
+            r"MASTER_ADDR: '127.0.0.1:5' does not resolve .*; its port goes in MASTER_PORT",
+        ),
+    ],
+)
 def test_rank_variables_torchrun_would_never_set_are_refused(changes: dict, words: str) -> None:
-    environ = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": "29500"}
+    environ = {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+    }
     assert torchrun_env(environ) == {"rank": 1, "world_size": 2, "local_rank": 1, "local_world_size": 2}
     with pytest.raises(InputError, match=words):
         torchrun_env({**environ, **changes})
@@ -125,19 +150,30 @@ def test_a_master_port_in_use_is_one_line(tmp_path: Path, monkeypatch, capsys, v
         port = taken.getsockname()[1]
         by_hand(monkeypatch, port)
         capsys.readouterr()
-        argv = (["verify", "--distributed", "--prefix", str(tmp_path / "no-env")] if verb == "verify" else
-                ["bench", "--distributed", "--device", "cpu", "--budget", "30", "--out", str(tmp_path / "bench")])
+        argv = (
+            ["verify", "--distributed", "--prefix", str(tmp_path / "no-env")]
+            if verb == "verify"
+            else ["bench", "--distributed", "--device", "cpu", "--budget", "30", "--out", str(tmp_path / "bench")]
+        )
         assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err == (f"error: MASTER_PORT: {port} is in use on this host, so rank 0 cannot listen on it "
-                   "(set MASTER_PORT to a free port, or pass torchrun --master-port PORT)\n")
+    assert err == (
+        f"error: MASTER_PORT: {port} is in use on this host, so rank 0 cannot listen on it "
+        "(set MASTER_PORT to a free port, or pass torchrun --master-port PORT)\n"
+    )
 
 
 def test_a_master_addr_that_names_no_host_is_one_line_not_a_silent_wait(tmp_path: Path) -> None:
     """Rank 0 of a group started by hand: the rendezvous retried the name for its whole timeout (600 s)."""
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "no.such.host.invalid", "MASTER_PORT": "29521"}
-    done = subprocess.run([sys.executable, "-m", "bootstrap", "verify", "--distributed", "--prefix",
-                           str(tmp_path / "no-env")], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "bootstrap", "verify", "--distributed", "--prefix", str(tmp_path / "no-env")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert done.stderr.startswith("error: MASTER_ADDR: 'no.such.host.invalid' does not resolve to an address: ")
     assert len(done.stderr.splitlines()) == 1 and done.stdout == ""
@@ -153,8 +189,9 @@ def test_a_resolver_that_never_answers_is_given_up_on(monkeypatch) -> None:
     monkeypatch.setattr(ranks, "RESOLVE_S", 1.0)
     environ = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "node1", "MASTER_PORT": "29500"}
     try:
-        with pytest.raises(InputError, match="'node1' does not resolve to an address: no answer from the resolver "
-                                             "in 1 s"):
+        with pytest.raises(
+            InputError, match="'node1' does not resolve to an address: no answer from the resolver in 1 s"
+        ):
             torchrun_env(environ)
     finally:
         released.set()
@@ -163,16 +200,28 @@ def test_a_resolver_that_never_answers_is_given_up_on(monkeypatch) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed beside this python")
 def test_torchrun_two_ranks_one_report_and_one_exit_code(tmp_path: Path) -> None:
-    argv = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "bootstrap", "verify", "--distributed",
-            "--json", "--prefix", str(tmp_path / "no-env")]
+    argv = [
+        str(TORCHRUN),
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "bootstrap",
+        "verify",
+        "--distributed",
+        "--json",
+        "--prefix",
+        str(tmp_path / "no-env"),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=300)
     report = json.loads(done.stdout)  # exactly one JSON document: only rank 0 reports
     checks = {c["id"]: c for c in report["checks"]}
     assert checks["env.prefix"]["status"] == "fail" and checks["env.prefix"]["observed"].startswith("rank 0: ")
     assert "rank 0 fail, rank 1 fail" in checks["env.prefix"]["detail"]
     assert done.returncode == 1  # every rank exits with the aggregate's code, so torchrun does too
-    assert (checks["dist.same_env"]["status"] == "ok"
-            and checks["dist.same_env"]["observed"].startswith("2 rank(s) on 1 host"))
+    assert checks["dist.same_env"]["status"] == "ok" and checks["dist.same_env"]["observed"].startswith(
+        "2 rank(s) on 1 host"
+    )
     assert [r["rank"] for r in report["extra"]["ranks"]] == [0, 1]
     reduce = checks["dist.all_reduce"]
     assert reduce["status"] == "ok" and "2 ranks, gloo, 16 MiB float32" in reduce["observed"]
@@ -187,12 +236,24 @@ def test_rank_facts_digest_every_package_of_the_install_record(tmp_path: Path) -
 
     def facts(torch_sha: str) -> dict:
         (tmp_path / "conda-meta").mkdir(exist_ok=True)
-        write_install_record(tmp_path, record=InstallRecord(
-            lock_path="conda-lock.yml", env="py310", platform="linux-64", content_hash="same-inputs", generation="1",
-            bootstrap_version="0", installed_at="", conda={"python": "aa"},
-            pip={"torch": {"version": "2.10.0", "sha256": torch_sha}}, conda_meta={}))
-        return rank_facts(VerifyResult(checks=(), prefix=tmp_path, lock_path=None, inside=False, facts=None,
-                                       facts_source="this host"))
+        write_install_record(
+            tmp_path,
+            record=InstallRecord(
+                lock_path="conda-lock.yml",
+                env="py310",
+                platform="linux-64",
+                content_hash="same-inputs",
+                generation="1",
+                bootstrap_version="0",
+                installed_at="",
+                conda={"python": "aa"},
+                pip={"torch": {"version": "2.10.0", "sha256": torch_sha}},
+                conda_meta={},
+            ),
+        )
+        return rank_facts(
+            VerifyResult(checks=(), prefix=tmp_path, lock_path=None, inside=False, facts=None, facts_source="this host")
+        )
 
     first, same, other = facts("11"), facts("11"), facts("22")
     assert first == same and first["packages"].endswith("(1 conda, 1 pip, linux-64)")
@@ -206,20 +267,49 @@ def test_a_rank_that_goes_away_mid_bench_is_one_line_on_the_others(tmp_path: Pat
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-           "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0", "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "LOCAL_WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "PYTHONPATH": str(REPO),
+    }
     env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-    rank0 = subprocess.Popen([sys.executable, "-m", "bootstrap", "bench", "--distributed", "--device", "cpu",
-                              "--budget", "30", "--quiet", "--out", str(tmp_path / "bench")], cwd=REPO,
-                             env={**env, "RANK": "0"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    gone = ("import os, datetime, torch.distributed as dist\n"
-            "dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60))\nos._exit(0)\n")
+    rank0 = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bootstrap",
+            "bench",
+            "--distributed",
+            "--device",
+            "cpu",
+            "--budget",
+            "30",
+            "--quiet",
+            "--out",
+            str(tmp_path / "bench"),
+        ],
+        cwd=REPO,
+        env={**env, "RANK": "0"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    gone = (
+        "import os, datetime, torch.distributed as dist\n"
+        "dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60))\nos._exit(0)\n"
+    )
     subprocess.run([sys.executable, "-c", gone], env={**env, "RANK": "1"}, timeout=120, check=True)
     try:
         out, err = rank0.communicate(timeout=120)
     finally:
         rank0.kill()
     assert rank0.returncode == 1, err
-    assert err.startswith("error: rank 0: another rank of the job went away (interrupted, or crashed: its own "
-                          "output says why), so this one stopped without a report: "), err
+    assert err.startswith(
+        "error: rank 0: another rank of the job went away (interrupted, or crashed: its own "
+        "output says why), so this one stopped without a report: "
+    ), err
     assert len(err.splitlines()) == 1 and "Traceback" not in err and out == ""

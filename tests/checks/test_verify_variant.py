@@ -20,8 +20,9 @@ def switch(name: str) -> str:
     return f"`make env VARIANT={name}`"
 
 
-PASCAL = DriverFacts(driver_version="580.95.05", cuda_driver_version=13000,
-                     gpus=(GpuFacts(0, "NVIDIA GeForce GTX 1080", (6, 1)),))
+PASCAL = DriverFacts(
+    driver_version="580.95.05", cuda_driver_version=13000, gpus=(GpuFacts(0, "NVIDIA GeForce GTX 1080", (6, 1)),)
+)
 CU128, CU130 = candidate("cu128", "2.10.0+cu128", default=True), candidate("cu130", "2.11.0+cu130")
 
 
@@ -38,8 +39,10 @@ def test_installed_variants_against_the_pick() -> None:
     none = judge_installed(nothing, "cu128", "conda-lock.yml", switch)
     assert none.status is Status.WARN and none.observed.endswith(": no locked variant runs here")
     assert "declare a variant with torch==" in none.remedy
-    newer = pick_variant(DriverFacts(driver_version="580.95.05", cuda_driver_version=13000,
-                                     gpus=(GpuFacts(0, "NVIDIA H200", (9, 0)),)), [CU128, CU130])
+    newer = pick_variant(
+        DriverFacts(driver_version="580.95.05", cuda_driver_version=13000, gpus=(GpuFacts(0, "NVIDIA H200", (9, 0)),)),
+        [CU128, CU130],
+    )
     older = judge_installed(newer, "cu128", "conda-lock.yml", switch)
     assert older.status is Status.WARN and older.observed.endswith("runs, but cu130 is the pick for this host")
     unjudged = pick_variant(PASCAL, [candidate("next", "2.99.0", default=True), CU130])
@@ -54,11 +57,17 @@ def test_an_env_whose_spec_declares_no_variants_has_no_variant_check(tmp_path: P
     from tests.fixtures.project import make_project
 
     project: Project = make_project(tmp_path / "proj")
-    record = InstallRecord(lock_path=str(project.lock_path("py310")), env="py310", platform="linux-64",
-                           content_hash="", generation="1", bootstrap_version="0", installed_at="")
+    record = InstallRecord(
+        lock_path=str(project.lock_path("py310")),
+        env="py310",
+        platform="linux-64",
+        content_hash="",
+        generation="1",
+        bootstrap_version="0",
+        installed_at="",
+    )
     prefix = project.root / ".envs" / "py310"
-    state = EnvState(prefix, record, 0.0, None, None, "", "linux-64", EnvCommands("py310", prefix, True, True),
-                     project)
+    state = EnvState(prefix, record, 0.0, None, None, "", "linux-64", EnvCommands("py310", prefix, True, True), project)
     assert installed_variant_check(state, PASCAL) is None
     project.spec_path("py310").write_text("name: [")
     broken = installed_variant_check(state, PASCAL)

@@ -34,9 +34,10 @@ def arch(checks) -> dict:
 def indices(gpus: int) -> list:
     """CUDA_VISIBLE_DEVICES values for a node of `gpus` GPUs: one or two of its indices and one past
     them, in every order, and every order of all its indices."""
-    digits = "0123"[:gpus + 1]
+    digits = "0123"[: gpus + 1]
     return [",".join(p) for n in (1, 2) for p in itertools.permutations(digits, n)] + [
-        ",".join(p) for p in itertools.permutations(digits[:gpus])]
+        ",".join(p) for p in itertools.permutations(digits[:gpus])
+    ]
 
 
 @pytest.mark.parametrize("models", NODES, ids="-".join)
@@ -58,8 +59,7 @@ def test_indices_on_a_mixed_node_without_pci_order_never_hide_a_gpu(models) -> N
                 for cid, check in checks.items():
                     whole = everything[cid]
                     assert "not visible" not in check.observed, (value, order, cid)  # any GPU may be the one
-                    if whole.status is Status.FAIL and visible.devices < len(facts.gpus) \
-                            and running >= visible.devices:
+                    if whole.status is Status.FAIL and visible.devices < len(facts.gpus) and running >= visible.devices:
                         assert check.status is Status.WARN and "may be visible" in check.observed, (value, cid)
                         assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in check.remedy and whole.remedy in check.remedy
                     else:
@@ -80,21 +80,27 @@ def test_a_failing_gpu_fails_the_run_when_the_job_cannot_miss_it() -> None:
     assert {c.status for c in checks.values()} == {Status.FAIL, Status.OK}
 
 
-@pytest.mark.parametrize(("value", "order", "status", "phrase"), [
-    (None, None, Status.WARN, "cuda:N is not nvidia-smi's GPU N"),
-    (None, "FASTEST_FIRST", Status.WARN, "CUDA_DEVICE_ORDER='FASTEST_FIRST'"),
-    ("1", None, Status.WARN, "which 1 of the 2 GPU(s) it names is CUDA's guess"),
-    (None, "PCI_BUS_ID", None, ""),
-    ("1", "PCI_BUS_ID", Status.OK, "1 of 2 GPU(s) (nvidia-smi's 1)"),
-    ("0", "PCI_BUS_ID", Status.OK, "1 of 2 GPU(s) (nvidia-smi's 0)"),
-    ("1,0", "PCI_BUS_ID", Status.OK, "2 of 2 GPU(s) (nvidia-smi's 1, 0)"),
-    (uuid(1), None, Status.OK, "1 of 2 GPU(s) (nvidia-smi's 1)"),
-    ("", None, Status.WARN, "leaves CUDA programs none"),
-])
+@pytest.mark.parametrize(
+    ("value", "order", "status", "phrase"),
+    [
+        (None, None, Status.WARN, "cuda:N is not nvidia-smi's GPU N"),
+        (None, "FASTEST_FIRST", Status.WARN, "CUDA_DEVICE_ORDER='FASTEST_FIRST'"),
+        ("1", None, Status.WARN, "which 1 of the 2 GPU(s) it names is CUDA's guess"),
+        (None, "PCI_BUS_ID", None, ""),
+        ("1", "PCI_BUS_ID", Status.OK, "1 of 2 GPU(s) (nvidia-smi's 1)"),
+        ("0", "PCI_BUS_ID", Status.OK, "1 of 2 GPU(s) (nvidia-smi's 0)"),
+        ("1,0", "PCI_BUS_ID", Status.OK, "2 of 2 GPU(s) (nvidia-smi's 1, 0)"),
+        (uuid(1), None, Status.OK, "1 of 2 GPU(s) (nvidia-smi's 1)"),
+        ("", None, Status.WARN, "leaves CUDA programs none"),
+    ],
+)
 def test_nvidia_visible_warns_where_cuda_numbers_gpus_otherwise(value, order, status, phrase) -> None:
     facts = node("V100", "A100")
-    rows = [c for c in nvidia_checks(facts, HostFacts(cuda_visible_devices=value, cuda_device_order=order))
-            if c.id == "nvidia.visible"]
+    rows = [
+        c
+        for c in nvidia_checks(facts, HostFacts(cuda_visible_devices=value, cuda_device_order=order))
+        if c.id == "nvidia.visible"
+    ]
     assert [c.status for c in rows] == ([status] if status else [])
     if status is Status.WARN and phrase != "leaves CUDA programs none":
         assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in rows[0].remedy

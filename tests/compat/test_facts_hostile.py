@@ -27,30 +27,73 @@ from tests.fixtures import REPO
 BASE = json.loads((REPO / "tests" / "data" / "verify" / "h200x8-580.95.05.facts.json").read_text())
 TORCH = TorchTarget(version="2.8.0", cuda="12.8", arch_list=("sm_80", "sm_90"), variant="cu128").to_dict()
 
-CONTROLS = ["\x00", "\x07", "\x08", "\t", "\n", "\r", "\x1b", "\x1b[31m", "\x7f", "\x85", "\x9b",
-            "\u061c", "\u200e", "\u200f", "\u2028", "\u2029",
-            "\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"]
+CONTROLS = [
+    "\x00",
+    "\x07",
+    "\x08",
+    "\t",
+    "\n",
+    "\r",
+    "\x1b",
+    "\x1b[31m",
+    "\x7f",
+    "\x85",
+    "\x9b",
+    "\u061c",
+    "\u200e",
+    "\u200f",
+    "\u2028",
+    "\u2029",
+    "\u202a",
+    "\u202b",
+    "\u202c",
+    "\u202d",
+    "\u202e",
+    "\u2066",
+    "\u2067",
+    "\u2068",
+    "\u2069",
+]
 # The default suite tries the characters most often met (NUL, an escape sequence, a right-to-left override)
 # and every fifth of the rest in each field; `make test-slow` tries them all.
 COMMON = ("\x00", "\x1b[31m", "\u202e")
-SOME_CONTROLS = [pytest.param(c, marks=() if c in COMMON or i % 5 == 0 else pytest.mark.slow, id=ascii(c))
-                 for i, c in enumerate(CONTROLS)]
+SOME_CONTROLS = [
+    pytest.param(c, marks=() if c in COMMON or i % 5 == 0 else pytest.mark.slow, id=ascii(c))
+    for i, c in enumerate(CONTROLS)
+]
 # Fields that name or number something: a control character there is refused.
-STRICT = [("uuid", ("nvidia", "gpus", 0, "uuid")), ("driver", ("nvidia", "driver_version")),
-          ("os", ("nvidia", "os")), ("platform", ("platform",)), ("python", ("python",)),
-          ("start_method", ("host", "start_method")), ("cvd", ("host", "cuda_visible_devices"))]
+STRICT = [
+    ("uuid", ("nvidia", "gpus", 0, "uuid")),
+    ("driver", ("nvidia", "driver_version")),
+    ("os", ("nvidia", "os")),
+    ("platform", ("platform",)),
+    ("python", ("python",)),
+    ("start_method", ("host", "start_method")),
+    ("cvd", ("host", "cuda_visible_devices")),
+]
 # Free text from drivers and tools: a control character is shown as its escape.
-FREE = [("gpu_name", ("nvidia", "gpus", 0, "name")), ("gpu_missing", ("nvidia", "gpus", 0, "missing", 0)),
-        ("disk_path", ("host", "disk_path")), ("hint", ("host", "container_hints", 0)),
-        ("host_missing", ("host", "missing", 0)), ("reason", ("nvidia", "reason")),
-        ("source", ("nvidia", "source")), ("torch_reason", ("torch_reason",))]
-SECRETS = ["https://user:hunter2@example.com/t/SECRETTOKEN/x", "https://user:hunter2@example.com/x",
-           "https://example.com/t/SECRETTOKEN/conda-forge", "see https://bob:hunter2@host/t/SECRETTOKEN/cf now",
-           "s3+https://key:hunter2@bucket.example/t/SECRETTOKEN"]
+FREE = [
+    ("gpu_name", ("nvidia", "gpus", 0, "name")),
+    ("gpu_missing", ("nvidia", "gpus", 0, "missing", 0)),
+    ("disk_path", ("host", "disk_path")),
+    ("hint", ("host", "container_hints", 0)),
+    ("host_missing", ("host", "missing", 0)),
+    ("reason", ("nvidia", "reason")),
+    ("source", ("nvidia", "source")),
+    ("torch_reason", ("torch_reason",)),
+]
+SECRETS = [
+    "https://user:hunter2@example.com/t/SECRETTOKEN/x",
+    "https://user:hunter2@example.com/x",
+    "https://example.com/t/SECRETTOKEN/conda-forge",
+    "see https://bob:hunter2@host/t/SECRETTOKEN/cf now",
+    "s3+https://key:hunter2@bucket.example/t/SECRETTOKEN",
+]
 # The default suite shows each free-text field a URL with both a password and a token, in and out of prose;
 # `make test-slow` tries every form.
-SOME_SECRETS = [pytest.param(s, marks=() if i in (0, 3) else pytest.mark.slow, id=str(i))
-                for i, s in enumerate(SECRETS)]
+SOME_SECRETS = [
+    pytest.param(s, marks=() if i in (0, 3) else pytest.mark.slow, id=str(i)) for i, s in enumerate(SECRETS)
+]
 
 
 def facts_with(path: Tuple[Any, ...], value: Any, raw: Any = None) -> dict:
@@ -94,8 +137,9 @@ def refused(tmp_path: Path, capsys, raw: dict, field: str) -> str:
 
 @pytest.mark.parametrize("control", SOME_CONTROLS)
 @pytest.mark.parametrize(("name", "path"), STRICT, ids=[n for n, _ in STRICT])
-def test_a_control_character_in_an_identifier_is_refused_naming_the_field(tmp_path, capsys, name, path,
-                                                                         control) -> None:
+def test_a_control_character_in_an_identifier_is_refused_naming_the_field(
+    tmp_path, capsys, name, path, control
+) -> None:
     value = {"driver": "580.95.05", "platform": "linux_x86_64", "os": "linux"}.get(name, "GPU-1")
     field = dotted(path)
     err = refused(tmp_path, capsys, facts_with(path, value + control + "tail"), field)
@@ -156,8 +200,7 @@ def test_credentials_in_a_refused_value_are_not_quoted(tmp_path, capsys, name, p
 
 @pytest.mark.parametrize("length", [MAX_TEXT + 1, 10 * MAX_TEXT, 100_000])
 @pytest.mark.parametrize(("name", "path"), STRICT + FREE, ids=[n for n, _ in STRICT + FREE])
-def test_a_string_longer_than_any_real_value_is_refused_in_one_short_line(tmp_path, capsys, name, path,
-                                                                          length) -> None:
+def test_a_string_longer_than_any_real_value_is_refused_in_one_short_line(tmp_path, capsys, name, path, length) -> None:
     field = dotted(path)
     err = refused(tmp_path, capsys, facts_with(path, "x" * length), field)
     assert f"{length} characters" in err
@@ -167,7 +210,7 @@ def test_a_string_longer_than_any_real_value_is_refused_in_one_short_line(tmp_pa
 def test_gpu_names_and_uuids_are_bounded_by_nvmls_buffers(tmp_path, capsys, field, limit) -> None:
     value = "GPU-" + "G" * limit  # a UUID starts with GPU-, as NVML's do
     assert Facts.from_dict(facts_with(("nvidia", "gpus", 0, field), value[:limit])).nvidia.gpus[0]
-    refused(tmp_path, capsys, facts_with(("nvidia", "gpus", 0, field), value[:limit + 1]), f"gpus[0].{field}")
+    refused(tmp_path, capsys, facts_with(("nvidia", "gpus", 0, field), value[: limit + 1]), f"gpus[0].{field}")
 
 
 def gpus(count: int) -> List[dict]:
@@ -182,8 +225,16 @@ def test_more_gpus_than_any_host_has_are_refused(tmp_path, capsys, count) -> Non
     assert f"{count} entries" in refused(tmp_path, capsys, raw, "nvidia.gpus")
 
 
-@pytest.mark.parametrize("path", [("host", "container_hints"), ("host", "missing"), ("nvidia", "gpu_signs"),
-                                  ("nvidia", "gpus", 0, "missing"), ("nvidia", "gpus", 0, "mig_uuids")])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("host", "container_hints"),
+        ("host", "missing"),
+        ("nvidia", "gpu_signs"),
+        ("nvidia", "gpus", 0, "missing"),
+        ("nvidia", "gpus", 0, "mig_uuids"),
+    ],
+)
 def test_any_list_longer_than_the_limit_is_refused(tmp_path, capsys, path) -> None:
     refused(tmp_path, capsys, facts_with(path, ["x"] * (MAX_ITEMS + 1)), path[-1])
 
@@ -203,9 +254,17 @@ def test_a_gpu_index_given_twice_is_refused(tmp_path, capsys) -> None:
 
 
 @pytest.mark.parametrize("value", [10**400, 2**63, 2**64, -(2**63) - 1, -(10**400)])
-@pytest.mark.parametrize("path", [("nvidia", "cuda_driver_version"), ("nvidia", "gpus", 0, "memory_total_mib"),
-                                  ("nvidia", "gpus", 0, "index"), ("host", "disk_free_mib"),
-                                  ("host", "nofile_soft"), ("host", "cpus_usable")])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("nvidia", "cuda_driver_version"),
+        ("nvidia", "gpus", 0, "memory_total_mib"),
+        ("nvidia", "gpus", 0, "index"),
+        ("host", "disk_free_mib"),
+        ("host", "nofile_soft"),
+        ("host", "cpus_usable"),
+    ],
+)
 def test_an_integer_beyond_64_bits_is_refused_without_its_digits(tmp_path, capsys, path, value) -> None:
     err = refused(tmp_path, capsys, facts_with(path, value), str(path[-1]))
     assert "0000000000" not in err and "9999999999" not in err
@@ -221,15 +280,22 @@ def test_a_compute_capability_no_gpu_has_is_refused(tmp_path, capsys, cc) -> Non
     refused(tmp_path, capsys, facts_with(("nvidia", "gpus", 0, "compute_capability"), cc), "compute_capability")
 
 
-@pytest.mark.parametrize("value", ["plan9_mips", "linux-64", "Linux_x86_64", "linux_x86_64 ", "freebsd13-amd64",
-                                   "macOS", "../../etc"])
+@pytest.mark.parametrize(
+    "value", ["plan9_mips", "linux-64", "Linux_x86_64", "linux_x86_64 ", "freebsd13-amd64", "macOS", "../../etc"]
+)
 def test_an_unknown_platform_is_refused_listing_the_known_ones(tmp_path, capsys, value) -> None:
     err = refused(tmp_path, capsys, facts_with(("platform",), value), "platform")
     assert all(key in err for key in COMPAT_KEYS)
 
 
-OS_OF_KEY = {"linux_x86_64": "linux", "linux_aarch64": "linux", "linux_ppc64le": "linux", "macos": "macos",
-             "windows_x86_64": "windows", "windows_aarch64": "windows"}
+OS_OF_KEY = {
+    "linux_x86_64": "linux",
+    "linux_aarch64": "linux",
+    "linux_ppc64le": "linux",
+    "macos": "macos",
+    "windows_x86_64": "windows",
+    "windows_aarch64": "windows",
+}
 
 
 @pytest.mark.parametrize("value", COMPAT_KEYS)
@@ -243,10 +309,39 @@ def test_an_os_that_is_no_driver_series_is_refused(tmp_path, capsys, value) -> N
     refused(tmp_path, capsys, facts_with(("nvidia", "os"), value), "nvidia.os")
 
 
-BAD_ARCHES = ["sm_xx", "compute_9a", "sm_9", "sm_090", "sm_1000", "sm_90b", "SM_90", "sm90", "sm_90 ", " sm_90",
-              "gfx90a", "compute_", "sm_90\x1b", "lto_90", "sm_-90", "sm_9.0"]
-GOOD_ARCHES = ["sm_37", "sm_50", "sm_86", "sm_87", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_100f", "sm_120",
-               "sm_121", "compute_90", "compute_120"]
+BAD_ARCHES = [
+    "sm_xx",
+    "compute_9a",
+    "sm_9",
+    "sm_090",
+    "sm_1000",
+    "sm_90b",
+    "SM_90",
+    "sm90",
+    "sm_90 ",
+    " sm_90",
+    "gfx90a",
+    "compute_",
+    "sm_90\x1b",
+    "lto_90",
+    "sm_-90",
+    "sm_9.0",
+]
+GOOD_ARCHES = [
+    "sm_37",
+    "sm_50",
+    "sm_86",
+    "sm_87",
+    "sm_90",
+    "sm_90a",
+    "sm_100",
+    "sm_100a",
+    "sm_100f",
+    "sm_120",
+    "sm_121",
+    "compute_90",
+    "compute_120",
+]
 
 
 @pytest.mark.parametrize("entry", BAD_ARCHES, ids=ascii)
@@ -280,8 +375,9 @@ IMPOSSIBLE = [
     pytest.param(("nvidia", "driver_version"), "580", "nvidia.driver_version", id="driver-one-part"),
     pytest.param(("nvidia", "driver_version"), "580.95.05.1", "nvidia.driver_version", id="driver-four-parts"),
     pytest.param(("nvidia", "driver_version"), "580.+95", "nvidia.driver_version", id="driver-sign"),
-    pytest.param(("nvidia", "driver_version"), "\u0665\u0668\u0660.95", "nvidia.driver_version",
-                 id="driver-arabic-digits"),
+    pytest.param(
+        ("nvidia", "driver_version"), "\u0665\u0668\u0660.95", "nvidia.driver_version", id="driver-arabic-digits"
+    ),
     pytest.param(("nvidia", "cuda_driver_version"), 12085, "nvidia.cuda_driver_version", id="cuda-not-x10"),
     pytest.param(("nvidia", "gpus", 0, "compute_capability"), [8, 99], "compute_capability", id="cc-8.99"),
     pytest.param(("nvidia", "os"), "macos", "contradicts platform 'linux_x86_64'", id="os-macos-on-linux"),
@@ -292,12 +388,15 @@ IMPOSSIBLE = [
     pytest.param(("nvidia", "jetson"), "R36 (release)", "nvidia.jetson", id="jetson-on-x86_64"),
     pytest.param(("nvidia", "gpus", 0, "uuid"), "5b1c7e2a-0f4d-4c8e", "gpus[0].uuid", id="uuid-without-GPU-"),
     pytest.param(("nvidia", "gpus", 0, "uuid"), "MIG-5b1c7e2a", "gpus[0].uuid", id="uuid-a-MIG-one"),
-    pytest.param(("nvidia", "gpus", 1, "uuid"), "GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00", "given twice",
-                 id="uuid-twice"),
-    pytest.param(("nvidia", "gpus", 0, "mig_uuids"), ["MIG-1", "GPU-2"], "gpus[0].mig_uuids[1]",
-                 id="mig-uuid-without-MIG-"),
-    pytest.param(("nvidia", "gpus", 0, "memory_used_mib"), 143772, "gpus[0].memory_used_mib",
-                 id="gpu-memory-used-over-total"),
+    pytest.param(
+        ("nvidia", "gpus", 1, "uuid"), "GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00", "given twice", id="uuid-twice"
+    ),
+    pytest.param(
+        ("nvidia", "gpus", 0, "mig_uuids"), ["MIG-1", "GPU-2"], "gpus[0].mig_uuids[1]", id="mig-uuid-without-MIG-"
+    ),
+    pytest.param(
+        ("nvidia", "gpus", 0, "memory_used_mib"), 143772, "gpus[0].memory_used_mib", id="gpu-memory-used-over-total"
+    ),
     pytest.param(("python",), "banana", "python", id="python-banana"),
     pytest.param(("python",), "3", "python", id="python-one-part"),
     pytest.param(("python",), "3.12.x", "python", id="python-x"),
@@ -311,8 +410,9 @@ def test_a_value_no_machine_reports_is_refused_naming_the_field(tmp_path, capsys
     assert err.startswith(f"error: {tmp_path / 'hostile.facts.json'}: ") and "--save-facts" in err
 
 
-@pytest.mark.parametrize(("path", "value"), [
-    (("platform",), "macos"), (("platform",), "linux_aarch64"), (("platform",), "windows_x86_64")])
+@pytest.mark.parametrize(
+    ("path", "value"), [(("platform",), "macos"), (("platform",), "linux_aarch64"), (("platform",), "windows_x86_64")]
+)
 def test_wsl_only_on_linux_and_jetson_only_on_aarch64(tmp_path, capsys, path, value) -> None:
     os_name = OS_OF_KEY[value]
     raw = facts_with(("nvidia", "os"), "windows" if os_name == "linux" else os_name, facts_with(path, value))
@@ -326,15 +426,29 @@ def test_wsl_only_on_linux_and_jetson_only_on_aarch64(tmp_path, capsys, path, va
         refused(tmp_path, capsys, facts_with(("nvidia", "wsl"), "WSL_DISTRO_NAME=Ubuntu", raw), "nvidia.wsl")
 
 
-@pytest.mark.parametrize(("path", "value"), [
-    (("nvidia", "driver_version"), "566.36"), (("nvidia", "driver_version"), "535.183.01"),
-    (("nvidia", "driver_version"), "390.48"), (("nvidia", "cuda_driver_version"), 12090),
-    (("nvidia", "gpus", 0, "compute_capability"), [12, 1]), (("nvidia", "gpus", 0, "compute_capability"), [10, 3]),
-    (("nvidia", "gpus", 0, "memory_used_mib"), 143771), (("nvidia", "gpus", 0, "uuid"), None),
-    (("nvidia", "gpus", 0, "mig_uuids"), ["MIG-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00",
-                                          "MIG-GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00/1/0"]),
-    (("python",), "3.13.0rc1"), (("python",), "3.14.0a1+"), (("python",), "3.9"), (("python",), ""),
-    (("platform",), ""), (("torch",), dict(TORCH, platform="linux_x86_64"))])
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("nvidia", "driver_version"), "566.36"),
+        (("nvidia", "driver_version"), "535.183.01"),
+        (("nvidia", "driver_version"), "390.48"),
+        (("nvidia", "cuda_driver_version"), 12090),
+        (("nvidia", "gpus", 0, "compute_capability"), [12, 1]),
+        (("nvidia", "gpus", 0, "compute_capability"), [10, 3]),
+        (("nvidia", "gpus", 0, "memory_used_mib"), 143771),
+        (("nvidia", "gpus", 0, "uuid"), None),
+        (
+            ("nvidia", "gpus", 0, "mig_uuids"),
+            ["MIG-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00", "MIG-GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b00/1/0"],
+        ),
+        (("python",), "3.13.0rc1"),
+        (("python",), "3.14.0a1+"),
+        (("python",), "3.9"),
+        (("python",), ""),
+        (("platform",), ""),
+        (("torch",), dict(TORCH, platform="linux_x86_64")),
+    ],
+)
 def test_values_real_machines_report_still_read(path, value) -> None:
     assert Facts.from_dict(facts_with(path, value))
 
@@ -354,9 +468,15 @@ def test_a_file_without_a_platform_is_judged_on_the_one_its_jetson_or_wsl_implie
             for os_name in ("linux", "windows", "macos"):
                 raw = facts_with(("platform",), platform)
                 raw["nvidia"] = {**raw["nvidia"], "os": os_name, **fields}
-                agree = ((sign != "wsl" or os_name == "windows") and (sign != "jetson" or os_name == "linux")
-                         and (not platform or (sign == "jetson") <= (platform == "linux_aarch64")
-                              and (OS_OF_KEY[platform] == ("linux" if sign == "wsl" else os_name))))
+                agree = (
+                    (sign != "wsl" or os_name == "windows")
+                    and (sign != "jetson" or os_name == "linux")
+                    and (
+                        not platform
+                        or (sign == "jetson") <= (platform == "linux_aarch64")
+                        and (OS_OF_KEY[platform] == ("linux" if sign == "wsl" else os_name))
+                    )
+                )
                 try:
                     facts = Facts.from_dict(raw)
                 except InputError as exc:

@@ -52,8 +52,9 @@ def test_no_remedy_offers_a_driver_past_the_last_branch_of_a_gpu_here() -> None:
         branch = BRANCH_OF[cc]
         for others in [()] + [(name,) for name in NEW]:
             models = {old: cc, **{name: NEW[name] for name in others}}
-            gpus = tuple(GpuFacts(index=i, name=name, compute_capability=c) for i, (name, c) in
-                         enumerate(models.items()))
+            gpus = tuple(
+                GpuFacts(index=i, name=name, compute_capability=c) for i, (name, c) in enumerate(models.items())
+            )
             for driver, cuda in (row for key, row in DRIVERS.items() if key <= branch):  # newer ones drop it
                 facts = DriverFacts(driver_version=driver, cuda_driver_version=cuda, gpus=gpus, source="test")
                 for lock in LOCKS.values():
@@ -63,17 +64,24 @@ def test_no_remedy_offers_a_driver_past_the_last_branch_of_a_gpu_here() -> None:
                         judged += 1
                         where = (old, others, driver, lock, check.id, check.remedy)
                         assert all(driver_tuple(n)[0] <= branch for n in OFFERED.findall(check.remedy)), where
-                        assert all(cuda_to_int(c) <= branch_cuda(branch) for c in REPORTS.findall(check.remedy)), \
-                            where
+                        assert all(cuda_to_int(c) <= branch_cuda(branch) for c in REPORTS.findall(check.remedy)), where
                         capped += "no NVIDIA driver" in check.remedy
     assert judged > 1000 and capped > 100
 
 
 def test_a_pascal_beside_a_rubin_is_told_no_driver_runs_both() -> None:
-    facts = DriverFacts(driver_version="580.95.05", cuda_driver_version=13000, source="test", gpus=(
-        GpuFacts(index=0, name="Tesla P100", compute_capability=(6, 0)),
-        GpuFacts(index=1, name="NVIDIA Rubin", compute_capability=(10, 7))))
+    facts = DriverFacts(
+        driver_version="580.95.05",
+        cuda_driver_version=13000,
+        source="test",
+        gpus=(
+            GpuFacts(index=0, name="Tesla P100", compute_capability=(6, 0)),
+            GpuFacts(index=1, name="NVIDIA Rubin", compute_capability=(10, 7)),
+        ),
+    )
     checks = {c.id: c for c in evaluate(facts, torch_target_from_lock_entry("2.10.0+cu126"))}
     assert checks["cuda.arch.gpu1"].status is Status.FAIL
-    assert "no NVIDIA driver runs both the Tesla P100 (CC 6.0, Pascal) and the NVIDIA Rubin" in \
-        checks["cuda.arch.gpu1"].remedy
+    assert (
+        "no NVIDIA driver runs both the Tesla P100 (CC 6.0, Pascal) and the NVIDIA Rubin"
+        in checks["cuda.arch.gpu1"].remedy
+    )

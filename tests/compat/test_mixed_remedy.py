@@ -25,12 +25,22 @@ from bootstrap.compat.versions import cuda_to_int, kernel_for
 from bootstrap.compat.visible import visible_gpus
 
 MODELS = {
-    "K80": (3, 7), "P100": (6, 0), "GTX1080": (6, 1), "V100": (7, 0), "T4": (7, 5), "A100": (8, 0),
-    "RTX3090": (8, 6), "L4": (8, 9), "H100": (9, 0), "B200": (10, 0), "RTX5090": (12, 0),
+    "K80": (3, 7),
+    "P100": (6, 0),
+    "GTX1080": (6, 1),
+    "V100": (7, 0),
+    "T4": (7, 5),
+    "A100": (8, 0),
+    "RTX3090": (8, 6),
+    "L4": (8, 9),
+    "H100": (9, 0),
+    "B200": (10, 0),
+    "RTX5090": (12, 0),
 }
 PAIRS = list(itertools.combinations(sorted(MODELS, key=MODELS.get), 2))
-LOCKS = [f"{release['versions'][-1]}+{variant['tag']}" for release in data.TORCH_RELEASES
-         for variant in release["variants"]]
+LOCKS = [
+    f"{release['versions'][-1]}+{variant['tag']}" for release in data.TORCH_RELEASES for variant in release["variants"]
+]
 SUGGESTED = re.compile(r"lock torch==(\S+)\+(cu\d+) ")
 
 
@@ -70,8 +80,10 @@ def test_a_gpu_the_job_does_not_see_does_not_narrow_the_remedy(pair) -> None:
     a remedy for it need not carry the other GPU's kernels."""
     facts = node(*pair)
     for lock in LOCKS:
-        checks = {c.id: c for c in evaluate(facts, torch_target_from_lock_entry(lock),
-                                             visible_gpus(facts.gpus, "1", "PCI_BUS_ID"))}
+        checks = {
+            c.id: c
+            for c in evaluate(facts, torch_target_from_lock_entry(lock), visible_gpus(facts.gpus, "1", "PCI_BUS_ID"))
+        }
         offered = SUGGESTED.search(checks["cuda.arch.gpu1"].remedy)
         if checks["cuda.arch.gpu1"].status is Status.FAIL and offered:
             assert covers(offered.group(1), offered.group(2), [MODELS[pair[1]]])
@@ -103,8 +115,10 @@ def test_a_remedy_shared_by_several_checks_is_given_once_naming_them_all() -> No
     models = [("NVIDIA GeForce GTX 1080", (6, 1)), ("Tesla K80", (3, 7))]
     for count, lock in itertools.product(range(1, 9), ("2.10.0+cu128", "2.11.0+cu130")):
         for mixed in (False, True):
-            gpus = tuple(GpuFacts(index=i, name=models[mixed and i % 2][0],
-                                  compute_capability=models[mixed and i % 2][1]) for i in range(count))
+            gpus = tuple(
+                GpuFacts(index=i, name=models[mixed and i % 2][0], compute_capability=models[mixed and i % 2][1])
+                for i in range(count)
+            )
             facts = DriverFacts(driver_version="580.95.05", cuda_driver_version=13000, gpus=gpus, source="test")
             target = torch_target_from_lock_entry(lock)
             checks = evaluate(facts, target)
@@ -114,6 +128,9 @@ def test_a_remedy_shared_by_several_checks_is_given_once_naming_them_all() -> No
                 for check in checks:
                     if check.id.startswith("cuda.arch.gpu") and check.remedy:
                         assert remedy.count(check.remedy) == 1, (count, lock, mixed, remedy)
-            same = [c.id for c in checks if c.id.startswith("cuda.arch.gpu") and c.status is Status.FAIL
-                    and c.remedy == checks[-1].remedy]
+            same = [
+                c.id
+                for c in checks
+                if c.id.startswith("cuda.arch.gpu") and c.status is Status.FAIL and c.remedy == checks[-1].remedy
+            ]
             assert fit.remedy.count(", ".join([same[0]] + [i.rpartition(".")[2] for i in same[1:]]) + ": ") == 1

@@ -49,18 +49,26 @@ def below(driver: str) -> list:
 
 
 OLD = [(driver, os_name) for os_name in ("linux", "windows") for driver in below(oldest(os_name))]
-BUILDS = [(release["release"], variant["tag"], variant["cuda"]) for release in data.TORCH_RELEASES
-          for variant in release["variants"]]
+BUILDS = [
+    (release["release"], variant["tag"], variant["cuda"])
+    for release in data.TORCH_RELEASES
+    for variant in release["variants"]
+]
 
 
 def target(release: str, tag: str, cuda: str, os_name: str) -> TorchTarget:
-    return TorchTarget(version=f"{release}.0", cuda=cuda, variant=tag, arch_list=("sm_70", "sm_80", "sm_90"),
-                       platform="windows_x86_64" if os_name == "windows" else "linux_x86_64", source="test")
+    return TorchTarget(
+        version=f"{release}.0",
+        cuda=cuda,
+        variant=tag,
+        arch_list=("sm_70", "sm_80", "sm_90"),
+        platform="windows_x86_64" if os_name == "windows" else "linux_x86_64",
+        source="test",
+    )
 
 
 def facts(driver: str, os_name: str, **more) -> DriverFacts:
-    return DriverFacts(os=os_name, driver_version=driver, cuda_driver_version=None, gpus=(V100,), source="test",
-                       **more)
+    return DriverFacts(os=os_name, driver_version=driver, cuda_driver_version=None, gpus=(V100,), source="test", **more)
 
 
 def test_the_oldest_rows_are_those_of_cuda_11() -> None:
@@ -90,10 +98,14 @@ def test_the_oldest_row_itself_is_judged_by_the_tables(os_name) -> None:
     assert check.status is Status.FAIL and "CUDA 11.0 (at least" in check.observed
 
 
-@pytest.mark.parametrize("host", [
-    DriverFacts(driver_version=None, cuda_driver_version=None, gpus=(V100,), reason="nvidia-smi: no driver number"),
-    facts("418.67", "linux", jetson="R32 (release), REVISION: 7.1"),
-], ids=["no-driver-number", "jetson"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        DriverFacts(driver_version=None, cuda_driver_version=None, gpus=(V100,), reason="nvidia-smi: no driver number"),
+        facts("418.67", "linux", jetson="R32 (release), REVISION: 7.1"),
+    ],
+    ids=["no-driver-number", "jetson"],
+)
 def test_an_unknown_driver_stays_a_skip_with_its_reason(host) -> None:
     assert not older_than_tables(host)
     assert check_driver(host, target("2.8", "cu128", "12.8", "linux")).status is Status.SKIP

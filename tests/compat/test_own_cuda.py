@@ -18,8 +18,9 @@ from bootstrap.compat.target import torch_target_from_lock_entry
 from bootstrap.compat.versions import cuda_to_int, driver_tuple, first_cuda_for
 
 CCS = sorted({(int(row["sm"][3:-1]), int(row["sm"][-1])) for row in data.SASS_INTRODUCED})
-ROWS = [(row["linux"], cuda_to_int(row["cuda"]) // 10 * 10) for row in data.TOOLKIT_DRIVERS
-        if driver_tuple(row["linux"])]
+ROWS = [
+    (row["linux"], cuda_to_int(row["cuda"]) // 10 * 10) for row in data.TOOLKIT_DRIVERS if driver_tuple(row["linux"])
+]
 NEWEST = max(cuda for _, cuda in ROWS)
 BEYOND = [("615.12.01", NEWEST + 10), ("620.1", NEWEST + 20), ("1000.1", 14000)]
 
@@ -31,8 +32,12 @@ def beta(driver: str) -> str:
 
 
 def host(driver: str, cuda: int, cc) -> DriverFacts:
-    return DriverFacts(driver_version=driver, cuda_driver_version=cuda, source="test",
-                       gpus=(GpuFacts(index=0, name=f"GPU CC {cc}", compute_capability=cc),))
+    return DriverFacts(
+        driver_version=driver,
+        cuda_driver_version=cuda,
+        source="test",
+        gpus=(GpuFacts(index=0, name=f"GPU CC {cc}", compute_capability=cc),),
+    )
 
 
 def test_a_gpu_the_reported_cuda_targets_is_never_newer_than_the_driver() -> None:

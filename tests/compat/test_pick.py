@@ -42,8 +42,9 @@ def variant(name, version, default=False, platform="linux-64"):
 
 
 def not_locked(name, platform="linux-64"):
-    return Candidate(name, Path(f"envs/py310.{name}.conda-lock.yml"), None, f"not locked for {platform}",
-                     installs=False)
+    return Candidate(
+        name, Path(f"envs/py310.{name}.conda-lock.yml"), None, f"not locked for {platform}", installs=False
+    )
 
 
 CU128 = variant("cu128", "2.10.0+cu128", default=True)
@@ -57,52 +58,174 @@ UNKNOWN_DEFAULT = variant("next", "2.99.0", default=True)  # newer than the pack
 
 # (case id, facts, candidates, the pick (None: none runs), its status, phrases `why` + `remedy` must hold)
 CASES = [
-    ("Pascal: cu128 lacks sm_61, cu126 has it", host(*R580, GTX1080), [CU128, CU126], "cu126", Status.OK,
-     ["the newest torch that runs fully", "the default cu128 will not run here", "no kernel image"]),
-    ("driver too old for CUDA 13, fine for 12.8", host(*R570, H200), [CU128, CU130], "cu128", Status.OK,
-     ["cu128: the newest torch that runs fully"]),
-    ("R580 runs the CUDA 13 build of a newer torch", host(*R580, H200), [CU128, CU130], "cu130", Status.OK,
-     ["the default cu128 runs too"]),
-    ("mixed Volta + Blackwell: cu130 lacks sm_70", host(*R580, V100, RTX5090), [CU128, CU130], "cu128", Status.OK,
-     ["every GPU"]),
+    (
+        "Pascal: cu128 lacks sm_61, cu126 has it",
+        host(*R580, GTX1080),
+        [CU128, CU126],
+        "cu126",
+        Status.OK,
+        ["the newest torch that runs fully", "the default cu128 will not run here", "no kernel image"],
+    ),
+    (
+        "driver too old for CUDA 13, fine for 12.8",
+        host(*R570, H200),
+        [CU128, CU130],
+        "cu128",
+        Status.OK,
+        ["cu128: the newest torch that runs fully"],
+    ),
+    (
+        "R580 runs the CUDA 13 build of a newer torch",
+        host(*R580, H200),
+        [CU128, CU130],
+        "cu130",
+        Status.OK,
+        ["the default cu128 runs too"],
+    ),
+    (
+        "mixed Volta + Blackwell: cu130 lacks sm_70",
+        host(*R580, V100, RTX5090),
+        [CU128, CU130],
+        "cu128",
+        Status.OK,
+        ["every GPU"],
+    ),
     ("no GPU, a CPU variant", NO_GPU, [CU128, CPU], "cpu", Status.OK, ["a CPU build needs no CUDA libraries"]),
-    ("no GPU, no CPU variant: the default, not the newest", NO_GPU, [CU128, CU130], "cu128", Status.OK,
-     ["no CPU build locked", "runs on the CPU"]),
-    ("no GPU, the default is the CPU build", NO_GPU, [CPU_DEFAULT, CU128_OTHER], "cpu", Status.OK,
-     ["the default variant is a CPU build"]),
-    ("GPUs without a driver to ask: the default, not the newest CUDA", UNSEEN, [CU128, CU130], "cu128", Status.OK,
-     ["the kernel shows NVIDIA GPUs but no driver answers here", "until the driver can be judged"]),
-    ("GPUs without a driver to ask: no CPU build even as the default", UNSEEN, [CPU_DEFAULT, CU128_OTHER], "cu128",
-     Status.OK, []),
-    ("a GPU: the CPU default will not do", host(*R580, H200), [CPU_DEFAULT, CU128_OTHER], "cu128", Status.OK,
-     ["the default cpu will not run here", "CPU build"]),
-    ("only caveats: 535 runs 12.x builds by minor-version compatibility", host(*R535, RTX3090), [CU128, CU130],
-     "cu128", Status.WARN, ["no variant runs fully here", "cuda.driver", "minor-version compatibility"]),
-    ("fully running beats a newer torch with a caveat", host(*R535, RTX3090), [CU128, CU121_OLD], "cu121",
-     Status.OK, ["the default cu128 runs with a caveat"]),
-    ("a variant not locked for this platform is skipped", host(*R580, H200), [CU128, not_locked("cu130")],
-     "cu128", Status.OK, []),
+    (
+        "no GPU, no CPU variant: the default, not the newest",
+        NO_GPU,
+        [CU128, CU130],
+        "cu128",
+        Status.OK,
+        ["no CPU build locked", "runs on the CPU"],
+    ),
+    (
+        "no GPU, the default is the CPU build",
+        NO_GPU,
+        [CPU_DEFAULT, CU128_OTHER],
+        "cpu",
+        Status.OK,
+        ["the default variant is a CPU build"],
+    ),
+    (
+        "GPUs without a driver to ask: the default, not the newest CUDA",
+        UNSEEN,
+        [CU128, CU130],
+        "cu128",
+        Status.OK,
+        ["the kernel shows NVIDIA GPUs but no driver answers here", "until the driver can be judged"],
+    ),
+    (
+        "GPUs without a driver to ask: no CPU build even as the default",
+        UNSEEN,
+        [CPU_DEFAULT, CU128_OTHER],
+        "cu128",
+        Status.OK,
+        [],
+    ),
+    (
+        "a GPU: the CPU default will not do",
+        host(*R580, H200),
+        [CPU_DEFAULT, CU128_OTHER],
+        "cu128",
+        Status.OK,
+        ["the default cpu will not run here", "CPU build"],
+    ),
+    (
+        "only caveats: 535 runs 12.x builds by minor-version compatibility",
+        host(*R535, RTX3090),
+        [CU128, CU130],
+        "cu128",
+        Status.WARN,
+        ["no variant runs fully here", "cuda.driver", "minor-version compatibility"],
+    ),
+    (
+        "fully running beats a newer torch with a caveat",
+        host(*R535, RTX3090),
+        [CU128, CU121_OLD],
+        "cu121",
+        Status.OK,
+        ["the default cu128 runs with a caveat"],
+    ),
+    (
+        "a variant not locked for this platform is skipped",
+        host(*R580, H200),
+        [CU128, not_locked("cu130")],
+        "cu128",
+        Status.OK,
+        [],
+    ),
     ("same torch: the default wins the tie", host(*R580, H200), [CU128, CU126], "cu128", Status.OK, []),
-    ("same torch, no default among them: the newer CUDA", host(*R580, H200), [CPU_DEFAULT, CU126, CU128_OTHER],
-     "cu128", Status.OK, []),
-    ("the tables do not know the default: installed unjudged", host(*R580, H200), [UNKNOWN_DEFAULT], "next",
-     Status.SKIP, ["not judged", "not in the packaged table"]),
-    ("an unknown default loses to a known variant that runs", host(*R580, H200), [UNKNOWN_DEFAULT, CU126],
-     "cu126", Status.OK, ["the default next is not judged"]),
-    ("none runs: Pascal on cu128 and cu130", host(*R580, GTX1080), [CU128, CU130], None, Status.FAIL,
-     ["no locked variant runs here", "cu128: cuda.arch.gpu0", "declare a variant with torch==", "+cu126",
-      "`make lock`"]),
-    ("none runs: driver R470", host("470.182.03", 11040, V100), [CU128, CU126], None, Status.FAIL,
-     ["upgrade the NVIDIA driver", "cu118"]),
-    ("nothing locked for this platform: make env installs nothing", host(*R580, H200),
-     [not_locked("cu128"), not_locked("cu126")], None, Status.FAIL,
-     ["no variant is locked for this platform", "add it to `platforms:`", "`make lock`"]),
-    ("a lock without torch installs, unjudged", host(*R580, H200),
-     [Candidate("", Path("conda-lock.yml"), None, "conda-lock.yml has no torch pip entry for linux-64")], None,
-     Status.SKIP, ["no torch pip entry"]),
-    ("an env without variants: its only lock", host(*R570, H200),
-     [Candidate("", Path("conda-lock.yml"), torch_target_from_lock_entry("2.10.0"), default=True)], "", Status.OK,
-     ["conda-lock.yml: the env's only lock, runs here"]),
+    (
+        "same torch, no default among them: the newer CUDA",
+        host(*R580, H200),
+        [CPU_DEFAULT, CU126, CU128_OTHER],
+        "cu128",
+        Status.OK,
+        [],
+    ),
+    (
+        "the tables do not know the default: installed unjudged",
+        host(*R580, H200),
+        [UNKNOWN_DEFAULT],
+        "next",
+        Status.SKIP,
+        ["not judged", "not in the packaged table"],
+    ),
+    (
+        "an unknown default loses to a known variant that runs",
+        host(*R580, H200),
+        [UNKNOWN_DEFAULT, CU126],
+        "cu126",
+        Status.OK,
+        ["the default next is not judged"],
+    ),
+    (
+        "none runs: Pascal on cu128 and cu130",
+        host(*R580, GTX1080),
+        [CU128, CU130],
+        None,
+        Status.FAIL,
+        [
+            "no locked variant runs here",
+            "cu128: cuda.arch.gpu0",
+            "declare a variant with torch==",
+            "+cu126",
+            "`make lock`",
+        ],
+    ),
+    (
+        "none runs: driver R470",
+        host("470.182.03", 11040, V100),
+        [CU128, CU126],
+        None,
+        Status.FAIL,
+        ["upgrade the NVIDIA driver", "cu118"],
+    ),
+    (
+        "nothing locked for this platform: make env installs nothing",
+        host(*R580, H200),
+        [not_locked("cu128"), not_locked("cu126")],
+        None,
+        Status.FAIL,
+        ["no variant is locked for this platform", "add it to `platforms:`", "`make lock`"],
+    ),
+    (
+        "a lock without torch installs, unjudged",
+        host(*R580, H200),
+        [Candidate("", Path("conda-lock.yml"), None, "conda-lock.yml has no torch pip entry for linux-64")],
+        None,
+        Status.SKIP,
+        ["no torch pip entry"],
+    ),
+    (
+        "an env without variants: its only lock",
+        host(*R570, H200),
+        [Candidate("", Path("conda-lock.yml"), torch_target_from_lock_entry("2.10.0"), default=True)],
+        "",
+        Status.OK,
+        ["conda-lock.yml: the env's only lock, runs here"],
+    ),
 ]
 
 
@@ -124,8 +247,15 @@ def test_others_that_run_are_listed_and_every_verdict_carries_its_reasons() -> N
     assert body["chosen"] == "cu126" and body["chosen_lock"] == "envs/py310.cu126.conda-lock.yml"
     assert body["others"] == ["cu121"] and body["status"] == "ok"
     by_name = {v["name"]: v for v in body["variants"]}
-    assert by_name["cu128"] == {"name": "cu128", "lock": "conda-lock.yml", "default": True, "torch": "2.10.0+cu128",
-                                "cuda": "12.8", "status": "fail", "reasons": [by_name["cu128"]["reasons"][0]]}
+    assert by_name["cu128"] == {
+        "name": "cu128",
+        "lock": "conda-lock.yml",
+        "default": True,
+        "torch": "2.10.0+cu128",
+        "cuda": "12.8",
+        "status": "fail",
+        "reasons": [by_name["cu128"]["reasons"][0]],
+    }
     assert "no kernel image" in by_name["cu128"]["reasons"][0]
     assert by_name["cu130"]["status"] == "skip" and by_name["cu130"]["reasons"] == ["not locked for linux-64"]
     assert by_name["cu126"]["reasons"] == [] and by_name["cu126"]["cuda"] == "12.6"
@@ -143,8 +273,13 @@ def test_a_warn_pick_carries_the_caveats_remedy() -> None:
 DRIVERS = [None, R535, R570, R580, ("470.182.03", 11040)]
 GPU_SETS = [(), (H200,), (GTX1080,), (V100, RTX5090), (A100, A100), (RTX3090, GTX1080)]
 VARIANT_SETS = [
-    (CU128, CU126), (CU128, CU130), (CU128, CPU), (CPU_DEFAULT, CU126, CU128_OTHER), (CU128, CU126, CU130, CPU),
-    (CU128, not_locked("cu130"), CU121_OLD), (UNKNOWN_DEFAULT, CU126),
+    (CU128, CU126),
+    (CU128, CU130),
+    (CU128, CPU),
+    (CPU_DEFAULT, CU126, CU128_OTHER),
+    (CU128, CU126, CU130, CPU),
+    (CU128, not_locked("cu130"), CU121_OLD),
+    (UNKNOWN_DEFAULT, CU126),
 ]
 
 
@@ -153,8 +288,11 @@ def combinations():
         if driver is None and gpus:
             continue  # GPUs come with a driver
         facts = NO_GPU if driver is None else host(*driver, *gpus)
-        yield pytest.param(facts, variants, id=f"{driver and driver[0]}-{'+'.join(g[0][-8:] for g in gpus)}-"
-                                              f"{'+'.join(v.name for v in variants)}")
+        yield pytest.param(
+            facts,
+            variants,
+            id=f"{driver and driver[0]}-{'+'.join(g[0][-8:] for g in gpus)}-{'+'.join(v.name for v in variants)}",
+        )
 
 
 @pytest.mark.parametrize("facts, candidates", list(combinations()))
@@ -201,8 +339,15 @@ def test_without_a_gpu_the_pick_agrees_with_lock_torch_whatever_the_driver() -> 
     """Every driver (none, too old for any tabled CUDA, minor-version compatibility, current) listing no
     GPU x every variant set: `lock.torch` on the default says it runs on the CPU, and so does the pick,
     which takes the default (a CPU build first, one being locked)."""
-    drivers = [DriverFacts(reason="no NVIDIA driver found"), host("390.48", None), host("418.67", 10010),
-               host("450.36.06", 11000), host(*R535), host(*R570), host(*R580)]
+    drivers = [
+        DriverFacts(reason="no NVIDIA driver found"),
+        host("390.48", None),
+        host("418.67", 10010),
+        host("450.36.06", 11000),
+        host(*R535),
+        host(*R570),
+        host(*R580),
+    ]
     sets = [[CU128, CU126], [CU128, CU130], [CU128, CPU], [CPU_DEFAULT, CU128_OTHER], [CU128], [CU121_OLD]]
     for facts, candidates in itertools.product(drivers, sets):
         default = next((c for c in candidates if c.default), candidates[0])

@@ -30,8 +30,7 @@ from bootstrap.compat.target import torch_target_from_lock_entry
 from bootstrap.errors import InputError
 from tests.fixtures.fakes import DATA, FakeNvml, fake_runner, fake_torch, missing_binary_runner
 
-SMI_ARGV = ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total",
-            "--format=csv,noheader,nounits"]
+SMI_ARGV = ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader,nounits"]
 
 
 def smi_text(name):
@@ -46,10 +45,18 @@ def test_nvml_h200_host():
     assert (facts.driver_version, facts.cuda_driver_version, facts.source) == ("580.95.05", 13000, "nvml")
     assert len(facts.gpus) == 8 and [g.index for g in facts.gpus] == list(range(8))
     gpu = facts.gpus[0]
-    assert (gpu.name, gpu.compute_capability, gpu.memory_total_mib, gpu.memory_used_mib) == ("NVIDIA H200", (9, 0),
-                                                                                             143771, 4)
+    assert (gpu.name, gpu.compute_capability, gpu.memory_total_mib, gpu.memory_used_mib) == (
+        "NVIDIA H200",
+        (9, 0),
+        143771,
+        4,
+    )
     assert (gpu.persistence_mode, gpu.ecc_enabled, gpu.remapped_rows_pending, gpu.remapped_rows_failed) == (
-        True, True, False, False)
+        True,
+        True,
+        False,
+        False,
+    )
     assert gpu.retired_pages is None and gpu.retired_pages_pending is None
     assert "retired_pages: not supported on this GPU" in gpu.missing
     assert gpu.uuid.startswith("GPU-")
@@ -116,8 +123,9 @@ def test_falls_back_to_nvidia_smi_csv():
     facts = probe_gpus(nvml=FakeNvml({}, init_error=12), runner=runner)
     assert runner.calls == [SMI_ARGV]
     assert (facts.source, facts.driver_version, facts.cuda_driver_version) == ("nvidia-smi", "580.95.05", None)
-    assert [(g.index, g.compute_capability, g.memory_total_mib) for g in facts.gpus] == [(i, (9, 0), 143771)
-                                                                                        for i in range(8)]
+    assert [(g.index, g.compute_capability, g.memory_total_mib) for g in facts.gpus] == [
+        (i, (9, 0), 143771) for i in range(8)
+    ]
     assert "NVML library not found" in facts.reason
     # Without NVML's CUDA version the rules fall back to the driver-number table.
     checks = {c.id: c for c in evaluate(facts, torch_target_from_lock_entry("2.11.0", "linux-64"))}
@@ -129,8 +137,10 @@ def test_falls_back_to_nvidia_smi_csv():
     "name, expected",
     [
         ("rtx3090-535.183.01.csv", ("535.183.01", [("NVIDIA GeForce RTX 3090", (8, 6), 24576)])),
-        ("mixed-na-570.133.20.csv", ("570.133.20", [("Tesla T4", (7, 5), 15360),
-                                                   ("NVIDIA A100-SXM4-80GB", (8, 0), None)])),
+        (
+            "mixed-na-570.133.20.csv",
+            ("570.133.20", [("Tesla T4", (7, 5), 15360), ("NVIDIA A100-SXM4-80GB", (8, 0), None)]),
+        ),
     ],
 )
 def test_parse_recorded_csv(name, expected):
@@ -139,8 +149,9 @@ def test_parse_recorded_csv(name, expected):
 
 
 def test_r470_nvidia_smi_without_compute_cap_is_retried():
-    runner = fake_runner([(2, smi_text("r470-compute-cap-rejected.txt")),
-                          (0, smi_text("k80-470.182.03-no-compute-cap.csv"))])
+    runner = fake_runner(
+        [(2, smi_text("r470-compute-cap-rejected.txt")), (0, smi_text("k80-470.182.03-no-compute-cap.csv"))]
+    )
     facts = probe_gpus(nvml=FakeNvml({}, init_error=12), runner=runner)
     assert runner.calls[1][1] == "--query-gpu=name,driver_version,memory.total"
     assert facts.driver_version == "470.182.03"
@@ -193,8 +204,10 @@ def test_no_nvml_and_no_nvidia_smi_is_no_driver():
     assert "nvidia-smi: not found on PATH" in facts.reason
 
 
-@pytest.mark.skipif(shutil.which("nvidia-smi") is not None or Path("/proc/driver/nvidia").exists(),
-                    reason="this machine has an NVIDIA driver")
+@pytest.mark.skipif(
+    shutil.which("nvidia-smi") is not None or Path("/proc/driver/nvidia").exists(),
+    reason="this machine has an NVIDIA driver",
+)
 def test_real_probe_on_a_machine_without_driver():
     facts = probe_gpus()
     assert not facts.has_driver and facts.gpus == ()
@@ -210,7 +223,12 @@ def test_probe_torch_reads_the_build():
     target, reason = probe_torch(fake_torch())
     assert reason == ""
     assert (target.version, target.variant, target.cuda, target.cudnn, target.nccl) == (
-        "2.8.0", "cu128", "12.8", "9.10.2", "2.27.3")
+        "2.8.0",
+        "cu128",
+        "12.8",
+        "9.10.2",
+        "2.27.3",
+    )
     assert target.arch_list[-1] == "sm_120"
 
 
@@ -274,22 +292,27 @@ def test_nofile_limits():
 
 def answers(value=None, error=None):
     """A stand-in for os.confstr that answers `value` (or raises `error`) for CS_GNU_LIBC_VERSION."""
+
     def confstr(name):
         assert name == "CS_GNU_LIBC_VERSION"
         if error is not None:
             raise error
         return value
+
     return confstr
 
 
-@pytest.mark.parametrize("confstr, expected", [
-    (answers("glibc 2.17"), "2.17"),
-    (answers("glibc 2.39"), "2.39"),
-    (answers(None), None),  # musl: no answer
-    (answers(error=OSError(22, "Invalid argument")), None),  # musl: the C library refuses the name
-    (answers(error=ValueError("unrecognized configuration name")), None),  # macOS: Python does not know it
-    (answers("uClibc 1.0"), None),
-])
+@pytest.mark.parametrize(
+    "confstr, expected",
+    [
+        (answers("glibc 2.17"), "2.17"),
+        (answers("glibc 2.39"), "2.39"),
+        (answers(None), None),  # musl: no answer
+        (answers(error=OSError(22, "Invalid argument")), None),  # musl: the C library refuses the name
+        (answers(error=ValueError("unrecognized configuration name")), None),  # macOS: Python does not know it
+        (answers("uClibc 1.0"), None),
+    ],
+)
 def test_probe_glibc(confstr, expected):
     version, reason = probe_glibc(confstr)
     assert version == expected and bool(reason) is (expected is None)
@@ -324,11 +347,17 @@ def test_host_facts_on_a_fake_root(tmp_path):
 
 def test_facts_round_trip_through_json():
     facts = Facts(
-        host=HostFacts(cpus_usable=8, shm_total_mib=64, container_hints=("/.dockerenv",), cuda_visible_devices="",
-                       missing=("x: y",)),
+        host=HostFacts(
+            cpus_usable=8,
+            shm_total_mib=64,
+            container_hints=("/.dockerenv",),
+            cuda_visible_devices="",
+            missing=("x: y",),
+        ),
         nvidia=probe_gpus(nvml=FakeNvml.load("h200x8-580.95.05.json"), runner=missing_binary_runner),
         torch=torch_target_from_lock_entry("2.8.0", "linux-64"),
-        python="3.9.19", platform="linux_x86_64",
+        python="3.9.19",
+        platform="linux_x86_64",
     )
     again = Facts.from_dict(json.loads(json.dumps(facts.to_dict())))
     assert again == facts

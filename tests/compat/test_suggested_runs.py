@@ -20,12 +20,24 @@ from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import suggest_builds, torch_target_from_lock_entry
 from bootstrap.compat.versions import cuda_to_int, driver_tuple
 
-MODELS = {"Tesla K80": (3, 7), "Tesla M60": (5, 2), "Tesla P100": (6, 0), "Tesla V100": (7, 0), "Tesla T4": (7, 5),
-          "NVIDIA A100": (8, 0), "NVIDIA GeForce RTX 3090": (8, 6), "NVIDIA H100": (9, 0), "NVIDIA B200": (10, 0),
-          "NVIDIA B300": (10, 3), "NVIDIA GeForce RTX 5090": (12, 0)}
+MODELS = {
+    "Tesla K80": (3, 7),
+    "Tesla M60": (5, 2),
+    "Tesla P100": (6, 0),
+    "Tesla V100": (7, 0),
+    "Tesla T4": (7, 5),
+    "NVIDIA A100": (8, 0),
+    "NVIDIA GeForce RTX 3090": (8, 6),
+    "NVIDIA H100": (9, 0),
+    "NVIDIA B200": (10, 0),
+    "NVIDIA B300": (10, 3),
+    "NVIDIA GeForce RTX 5090": (12, 0),
+}
 NODES = [(name,) for name in MODELS] + [("Tesla P100", "NVIDIA B200"), ("Tesla V100", "NVIDIA H100")]
-ROWS = sorted({(row["linux"], cuda_to_int(row["cuda"]) // 10 * 10) for row in data.TOOLKIT_DRIVERS
-               if driver_tuple(row["linux"])}, key=lambda row: driver_tuple(row[0]))
+ROWS = sorted(
+    {(row["linux"], cuda_to_int(row["cuda"]) // 10 * 10) for row in data.TOOLKIT_DRIVERS if driver_tuple(row["linux"])},
+    key=lambda row: driver_tuple(row[0]),
+)
 NEWER = sorted({cuda for _, cuda in ROWS})
 NEAR = torch_target_from_lock_entry(f"{data.TORCH_RELEASES[-1]['versions'][-1]}")
 
@@ -35,8 +47,14 @@ def hosts():
         compat = [cuda for cuda in NEWER if cuda // 1000 > own // 1000][:1]  # the next major's first CUDA
         for cuda in [own] + compat:
             for node in NODES:
-                yield DriverFacts(driver_version=driver, cuda_driver_version=cuda, source="test", gpus=tuple(
-                    GpuFacts(index=i, name=name, compute_capability=MODELS[name]) for i, name in enumerate(node)))
+                yield DriverFacts(
+                    driver_version=driver,
+                    cuda_driver_version=cuda,
+                    source="test",
+                    gpus=tuple(
+                        GpuFacts(index=i, name=name, compute_capability=MODELS[name]) for i, name in enumerate(node)
+                    ),
+                )
 
 
 def test_the_build_a_remedy_offers_runs_on_that_host() -> None:
@@ -52,6 +70,11 @@ def test_the_build_a_remedy_offers_runs_on_that_host() -> None:
             facts = replace(facts, cuda_driver_version=native)
         checks = evaluate(facts, torch_target_from_lock_entry(suggestions[0].pin))
         failed = [f"{c.id}: {c.observed}" for c in checks if c.status is Status.FAIL]
-        assert not failed, (facts.driver_version, facts.cuda_driver_version, [g.name for g in facts.gpus],
-                            suggestions[0].pin, failed)
+        assert not failed, (
+            facts.driver_version,
+            facts.cuda_driver_version,
+            [g.name for g in facts.gpus],
+            suggestions[0].pin,
+            failed,
+        )
     assert offered > 500 and refused > 20

@@ -22,10 +22,20 @@ MODELS = {  # name, CC
     "H100": ("NVIDIA H100 80GB HBM3", (9, 0)),
     "RTX5090": ("NVIDIA GeForce RTX 5090", (12, 0)),
 }
-CU130 = TorchTarget(version="2.9.0", cuda="13.0", variant="cu130", source="test",
-                    arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"))
-CU126 = TorchTarget(version="2.9.0", cuda="12.6", variant="cu126", source="test",
-                    arch_list=("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"))
+CU130 = TorchTarget(
+    version="2.9.0",
+    cuda="13.0",
+    variant="cu130",
+    source="test",
+    arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"),
+)
+CU126 = TorchTarget(
+    version="2.9.0",
+    cuda="12.6",
+    variant="cu126",
+    source="test",
+    arch_list=("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"),
+)
 MIG_A100 = "MIG-0b7d3c55-1e2f-5a6b-8c9d-aaaaaaaaaa01"
 
 
@@ -34,8 +44,16 @@ def uuid(index: int) -> str:
 
 
 def node(*models: str, driver: str = "580.95.05", cuda: int = 13000) -> DriverFacts:
-    gpus = tuple(GpuFacts(index=i, name=MODELS[m][0], compute_capability=MODELS[m][1], uuid=uuid(i),
-                          mig_uuids=(MIG_A100,) if m == "A100" else ()) for i, m in enumerate(models))
+    gpus = tuple(
+        GpuFacts(
+            index=i,
+            name=MODELS[m][0],
+            compute_capability=MODELS[m][1],
+            uuid=uuid(i),
+            mig_uuids=(MIG_A100,) if m == "A100" else (),
+        )
+        for i, m in enumerate(models)
+    )
     return DriverFacts(driver_version=driver, cuda_driver_version=cuda, gpus=gpus, source="test")
 
 
@@ -43,22 +61,25 @@ def arch(checks, index):
     return next(c for c in checks if c.id == f"cuda.arch.gpu{index}")
 
 
-@pytest.mark.parametrize(("value", "judged"), [
-    (None, [0, 1]),
-    ("1", [1]),
-    ("0", [0]),
-    ("1,0", [0, 1]),
-    ("1,7,0", [1]),  # an entry naming no GPU ends the list, as CUDA reads it
-    ("1,1", []),  # a repeat empties it
-    ("", []),
-    ("-1", []),
-    (uuid(1)[:12 + 6], []),  # a prefix both UUIDs share names none
-    (uuid(1), [1]),
-    (f"{uuid(1)},{uuid(0)}", [0, 1]),
-    (MIG_A100, [1]),  # a MIG instance runs its parent's kernels
-    (f"MIG-{uuid(1)}/1/0", [1]),  # R450-era MIG names carry the parent's UUID
-    ("MIG-0b7d3c55-1e2f-5a6b-8c9d-ffffffffffff", [1]),  # parent unknown: only the A100 can hold MIG
-])
+@pytest.mark.parametrize(
+    ("value", "judged"),
+    [
+        (None, [0, 1]),
+        ("1", [1]),
+        ("0", [0]),
+        ("1,0", [0, 1]),
+        ("1,7,0", [1]),  # an entry naming no GPU ends the list, as CUDA reads it
+        ("1,1", []),  # a repeat empties it
+        ("", []),
+        ("-1", []),
+        (uuid(1)[: 12 + 6], []),  # a prefix both UUIDs share names none
+        (uuid(1), [1]),
+        (f"{uuid(1)},{uuid(0)}", [0, 1]),
+        (MIG_A100, [1]),  # a MIG instance runs its parent's kernels
+        (f"MIG-{uuid(1)}/1/0", [1]),  # R450-era MIG names carry the parent's UUID
+        ("MIG-0b7d3c55-1e2f-5a6b-8c9d-ffffffffffff", [1]),  # parent unknown: only the A100 can hold MIG
+    ],
+)
 def test_a_v100_the_job_does_not_see_does_not_fail_a_cuda13_run(value, judged) -> None:
     facts = node("V100", "A100")
     checks = evaluate(facts, CU130, visible_gpus(facts.gpus, value, "PCI_BUS_ID"))
@@ -99,8 +120,10 @@ def test_judged_gpus_keep_their_verdict_and_hidden_ones_say_it(models) -> None:
             for gpu in facts.gpus:
                 cid = f"cuda.arch.gpu{gpu.index}"
                 if gpu.index in shown:  # the remedy offers a build for the job's GPUs, not the node's
-                    assert (checks[cid].status, checks[cid].observed) == \
-                        (everything[cid].status, everything[cid].observed), (value, cid)
+                    assert (checks[cid].status, checks[cid].observed) == (
+                        everything[cid].status,
+                        everything[cid].observed,
+                    ), (value, cid)
                 else:
                     assert checks[cid].status is Status.SKIP
                     assert checks[cid].detail.startswith(f"would be {everything[cid].status.value}"), (value, cid)
@@ -118,9 +141,11 @@ def test_nvml_lists_each_gpus_mig_instances_so_a_mig_uuid_finds_its_parent() -> 
 
     recorded = json.loads((DATA / "nvml" / "h200x8-580.95.05.json").read_text())
     mig = "MIG-5b1c7e2a-0f4d-5c8e-9a61-000000000301"
-    recorded["devices"][3].update(nvmlDeviceGetMigMode=[1, 1], nvmlDeviceGetMaxMigDeviceCount=3,
-                                  nvmlDeviceGetMigDeviceHandleByIndex=[{"error": 6}, {"nvmlDeviceGetUUID": mig},
-                                                                       {"error": 6}])
+    recorded["devices"][3].update(
+        nvmlDeviceGetMigMode=[1, 1],
+        nvmlDeviceGetMaxMigDeviceCount=3,
+        nvmlDeviceGetMigDeviceHandleByIndex=[{"error": 6}, {"nvmlDeviceGetUUID": mig}, {"error": 6}],
+    )
     recorded["devices"][4].update(nvmlDeviceGetMigMode=[0, 0])
     facts = Nvml(FakeNvml(recorded)).facts()
     assert [g.mig_uuids for g in facts.gpus] == [()] * 3 + [(mig,)] + [()] * 4

@@ -50,10 +50,12 @@ def blob_bytes() -> bytes:
 def blob_sources(tmp_path_factory) -> tuple:
     """The runnable channel plus `blobpkg`, the standard wheels plus `blobwheel`: 6 MiB each."""
     root = tmp_path_factory.mktemp("blob")
-    channel = build_runnable_channel(root / "channel", extra=[
-        PackageSpec("blobpkg", "1.0", noarch="generic", files={"lib/libblob.so": BLOB})])
-    wheels = build_wheelhouse(root / "wheels",
-                              [*standard_wheels(), WheelSpec("blobwheel", "1.0", files={"blobwheel/blob.bin": BLOB})])
+    channel = build_runnable_channel(
+        root / "channel", extra=[PackageSpec("blobpkg", "1.0", noarch="generic", files={"lib/libblob.so": BLOB})]
+    )
+    wheels = build_wheelhouse(
+        root / "wheels", [*standard_wheels(), WheelSpec("blobwheel", "1.0", files={"blobwheel/blob.bin": BLOB})]
+    )
     return channel, wheels
 
 

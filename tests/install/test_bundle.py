@@ -40,19 +40,45 @@ def served(project: Project, channel: Path, wheels: Path, tmp_path: Path) -> Pat
 
 def bundle(project: Project, channel: Path, output: Path, cache: Optional[Path] = None, *extra: str) -> int:
     """`bootstrap bundle`, without the tools venv's wheels (those come from PyPI) unless `extra` asks."""
-    return main(["bundle", "--root", str(project.root), "--platform", "linux-64", "--mirror", f"conda-forge={channel}",
-                 "--cache-dir", str(cache or output.parent / ".bundle-cache"), "-o", str(output),
-                 *(extra or ["--no-tools"])])
+    return main(
+        [
+            "bundle",
+            "--root",
+            str(project.root),
+            "--platform",
+            "linux-64",
+            "--mirror",
+            f"conda-forge={channel}",
+            "--cache-dir",
+            str(cache or output.parent / ".bundle-cache"),
+            "-o",
+            str(output),
+            *(extra or ["--no-tools"]),
+        ]
+    )
 
 
 def env_from(project: Project, bundle_path: Path, *extra: str) -> int:
     """`env --bundle`: no --mirror, so the canonical conda-forge URLs are all it could try besides."""
-    return main(["env", "--root", str(project.root), "--platform", "linux-64", "--bundle", str(bundle_path),
-                 "--cache-dir", str(project.root / ".cache"), *extra])
+    return main(
+        [
+            "env",
+            "--root",
+            str(project.root),
+            "--platform",
+            "linux-64",
+            "--bundle",
+            str(bundle_path),
+            "--cache-dir",
+            str(project.root / ".cache"),
+            *extra,
+        ]
+    )
 
 
-def test_an_env_is_created_from_a_bundle_alone(project: Project, channel: Path, served: Path, tmp_path: Path,
-                                                capsys) -> None:
+def test_an_env_is_created_from_a_bundle_alone(
+    project: Project, channel: Path, served: Path, tmp_path: Path, capsys
+) -> None:
     output = tmp_path / "out" / "py310.tar"
     output.parent.mkdir()
     capsys.readouterr()
@@ -77,8 +103,14 @@ def test_an_env_is_created_from_a_bundle_alone(project: Project, channel: Path, 
     locked = lock.for_platform("linux-64")
     assert {a["sha256"] for a in index["artifacts"]} == {e.sha256 for e in locked}
     assert len(sums) == len(locked) and len(names) == len(locked) + 3
-    assert index["envs"] == [{"env": "py310", "lock": "locks/py310/conda-lock.yml", "platforms": ["linux-64"],
-                              "content_hash": {"linux-64": lock.content_hash["linux-64"]}}]
+    assert index["envs"] == [
+        {
+            "env": "py310",
+            "lock": "locks/py310/conda-lock.yml",
+            "platforms": ["linux-64"],
+            "content_hash": {"linux-64": lock.content_hash["linux-64"]},
+        }
+    ]
 
 
 def test_the_same_lock_makes_the_same_bundle(project: Project, channel: Path, tmp_path: Path) -> None:
@@ -89,8 +121,9 @@ def test_the_same_lock_makes_the_same_bundle(project: Project, channel: Path, tm
     assert first.read_bytes() == second.read_bytes()
 
 
-def test_a_damaged_bundle_is_refused_and_the_env_kept(project: Project, channel: Path, served: Path, tmp_path: Path,
-                                                      capsys) -> None:
+def test_a_damaged_bundle_is_refused_and_the_env_kept(
+    project: Project, channel: Path, served: Path, tmp_path: Path, capsys
+) -> None:
     output = tmp_path / "b.tar"
     assert bundle(project, channel, output) == 0
     assert env_from(project, output) == 0
@@ -114,8 +147,9 @@ def test_a_damaged_bundle_is_refused_and_the_env_kept(project: Project, channel:
     assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.1"
 
 
-def test_what_the_bundle_lacks_is_named_with_the_fix(project: Project, channel: Path, served: Path, tmp_path: Path,
-                                                     capsys) -> None:
+def test_what_the_bundle_lacks_is_named_with_the_fix(
+    project: Project, channel: Path, served: Path, tmp_path: Path, capsys
+) -> None:
     output = tmp_path / "b.tar"
     assert bundle(project, channel, output) == 0
     build_wheel(served, "delta", "1.0")
@@ -139,8 +173,9 @@ def test_a_bundle_that_cannot_be_made_leaves_no_file(project: Project, tmp_path:
     assert list(output.parent.iterdir()) == []
 
 
-def test_a_full_disk_leaves_no_half_written_bundle(project: Project, blob_sources: tuple, small_fs: tuple,
-                                                   tmp_path: Path, capsys) -> None:
+def test_a_full_disk_leaves_no_half_written_bundle(
+    project: Project, blob_sources: tuple, small_fs: tuple, tmp_path: Path, capsys
+) -> None:
     channel, wheels = blob_sources
     change_lock(project, channel, wheels, conda=(*CONDA, "blobpkg"))  # 6 MiB, on a 4 MiB file system
     mount, _ = small_fs
@@ -162,22 +197,41 @@ def write_tar(path: Path, members: dict) -> None:
 INDEX_V1 = '{"format": "bootstrap.bundle", "version": 1, '
 
 
-@pytest.mark.parametrize("members, message", [
-    (None, "no such bundle"),
-    (b"not a tar at all" * 100, "not a readable bundle"),
-    ({"other.json": b"{}"}, "no bundle.json of format 'bootstrap.bundle'"),
-    ({"bundle.json": b'{"format": "bootstrap.bundle", "version": 99}'}, "version 99 is not 1"),
-    ({"bundle.json": (INDEX_V1 + '"artifacts": {}}').encode()}, "`artifacts` is not a list"),
-    ({"bundle.json": (INDEX_V1 + '"artifacts": [{"url": "x"}]}').encode()}, "artifacts[0].sha256 is not a string"),
-    ({"bundle.json": (INDEX_V1 + '"artifacts": [{"sha256": ["x"], "member": "m"}]}').encode()},
-     "artifacts[0].sha256 is not a string"),
-    ({"bundle.json": (INDEX_V1 + '"artifacts": [], "envs": ["py310"]}').encode()},
-     "`envs` is not a list of {env, lock"),
-    ({"bundle.json": (INDEX_V1 + '"artifacts": [{"sha256": "ab", "member": "artifacts/ab/x.conda"}]}').encode()},
-     "damaged: 1 of the 1 artifacts its bundle.json lists are not in it, "
-     "e.g. 'artifacts/ab/x.conda' (a truncated copy?)"),
-], ids=["missing", "not-a-tar", "no-index", "other-version", "artifacts-not-a-list", "no-sha256", "sha256-a-list",
-        "envs-not-dicts", "truncated"])
+@pytest.mark.parametrize(
+    "members, message",
+    [
+        (None, "no such bundle"),
+        (b"not a tar at all" * 100, "not a readable bundle"),
+        ({"other.json": b"{}"}, "no bundle.json of format 'bootstrap.bundle'"),
+        ({"bundle.json": b'{"format": "bootstrap.bundle", "version": 99}'}, "version 99 is not 1"),
+        ({"bundle.json": (INDEX_V1 + '"artifacts": {}}').encode()}, "`artifacts` is not a list"),
+        ({"bundle.json": (INDEX_V1 + '"artifacts": [{"url": "x"}]}').encode()}, "artifacts[0].sha256 is not a string"),
+        (
+            {"bundle.json": (INDEX_V1 + '"artifacts": [{"sha256": ["x"], "member": "m"}]}').encode()},
+            "artifacts[0].sha256 is not a string",
+        ),
+        (
+            {"bundle.json": (INDEX_V1 + '"artifacts": [], "envs": ["py310"]}').encode()},
+            "`envs` is not a list of {env, lock",
+        ),
+        (
+            {"bundle.json": (INDEX_V1 + '"artifacts": [{"sha256": "ab", "member": "artifacts/ab/x.conda"}]}').encode()},
+            "damaged: 1 of the 1 artifacts its bundle.json lists are not in it, "
+            "e.g. 'artifacts/ab/x.conda' (a truncated copy?)",
+        ),
+    ],
+    ids=[
+        "missing",
+        "not-a-tar",
+        "no-index",
+        "other-version",
+        "artifacts-not-a-list",
+        "no-sha256",
+        "sha256-a-list",
+        "envs-not-dicts",
+        "truncated",
+    ],
+)
 def test_a_file_that_is_not_a_bundle_gets_one_line(project: Project, tmp_path: Path, capsys, members, message) -> None:
     path = tmp_path / "b.tar"
     if isinstance(members, bytes):
@@ -192,8 +246,9 @@ def test_a_file_that_is_not_a_bundle_gets_one_line(project: Project, tmp_path: P
 
 
 @pytest.mark.parametrize("lock", [False, True], ids=["variant", "lock-file"])
-def test_a_bundle_made_for_another_platform_is_refused_before_fetching(project: Project, channel: Path,
-                                                                       tmp_path: Path, capsys, lock: bool) -> None:
+def test_a_bundle_made_for_another_platform_is_refused_before_fetching(
+    project: Project, channel: Path, tmp_path: Path, capsys, lock: bool
+) -> None:
     """The same lock bundled for linux-aarch64 only: every artifact was sought online, 4 tries each, before."""
     made = tmp_path / "made.tar"
     assert bundle(project, channel, made) == 0
@@ -206,8 +261,10 @@ def test_a_bundle_made_for_another_platform_is_refused_before_fetching(project: 
     write_tar(other, {**members, "bundle.json": json.dumps(index).encode()})
     capsys.readouterr()
     assert env_from(project, other, *(["--lock", str(project.lock_path("py310"))] if lock else [])) == 2
-    assert capsys.readouterr().err == (f"error: {other}: made for linux-aarch64, --platform is linux-64 (make the "
-                                       "bundle with `bootstrap bundle --platform linux-64`)\n")
+    assert capsys.readouterr().err == (
+        f"error: {other}: made for linux-aarch64, --platform is linux-64 (make the "
+        "bundle with `bootstrap bundle --platform linux-64`)\n"
+    )
     assert not prefix_of(project).exists() and not (project.root / ".cache").exists()  # nothing fetched
 
 
@@ -233,8 +290,13 @@ def test_the_tools_venv_is_built_offline_from_a_bundle(project: Project, channel
 
 def tools_venv(bundle_path: Path, venv: Path):
     environ = {**os.environ, "BUNDLE": str(bundle_path), "PYTHON": sys.executable, "PIP_CONFIG_FILE": os.devnull}
-    return subprocess.run(["bash", str(REPO / "scripts" / "tools-venv.sh"), str(venv)], env=environ,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "tools-venv.sh"), str(venv)],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
@@ -253,8 +315,9 @@ def test_tools_wheels_that_do_not_cover_the_requirements_leave_the_venv_alone(tm
     assert unreadable.returncode == 2 and "cannot read" in unreadable.stderr
 
 
-def test_a_bundle_without_tools_for_this_python_says_how_to_make_one(project: Project, channel: Path,
-                                                                      tmp_path: Path) -> None:
+def test_a_bundle_without_tools_for_this_python_says_how_to_make_one(
+    project: Project, channel: Path, tmp_path: Path
+) -> None:
     output = tmp_path / "b.tar"
     assert bundle(project, channel, output) == 0
     done = tools_venv(output, tmp_path / "tools")
@@ -283,18 +346,34 @@ def test_a_gzipped_bundle_says_to_gunzip_it(project: Project, channel: Path, tmp
     assert Bundle.open(tmp_path / "b.tar").index["envs"][0]["env"] == "py310"
 
 
-@pytest.mark.parametrize("name, message", [
-    ("conda-lock.yml", "a bundle is a .tar file"),
-    ("missing-dir/b.tar", "is not a directory (create it first"),
-    ("adir.tar", "is a directory"),
-])
-def test_an_output_that_cannot_be_a_bundle_is_refused_before_fetching(project: Project, tmp_path: Path, capsys,
-                                                                      name: str, message: str) -> None:
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("conda-lock.yml", "a bundle is a .tar file"),
+        ("missing-dir/b.tar", "is not a directory (create it first"),
+        ("adir.tar", "is a directory"),
+    ],
+)
+def test_an_output_that_cannot_be_a_bundle_is_refused_before_fetching(
+    project: Project, tmp_path: Path, capsys, name: str, message: str
+) -> None:
     (project.root / "adir.tar").mkdir()
     lock = project.lock_path("py310").read_bytes()
     capsys.readouterr()
-    code = main(["bundle", "--root", str(project.root), "--platform", "linux-64", "--no-tools",
-                 "--cache-dir", str(tmp_path / "cache"), "-o", str(project.root / name)])
+    code = main(
+        [
+            "bundle",
+            "--root",
+            str(project.root),
+            "--platform",
+            "linux-64",
+            "--no-tools",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "-o",
+            str(project.root / name),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and len(err.splitlines()) == 1
     assert project.lock_path("py310").read_bytes() == lock
@@ -315,14 +394,16 @@ def test_a_directory_we_may_not_look_into_is_one_line(project: Project, tmp_path
     assert main(["bundle", "--root", str(project.root), "--no-tools", "-o", str(tmp_path / "locked" / "b.tar")]) == 2
     assert main(["cache", "--cache-dir", str(tmp_path / "locked" / "cache")]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"error: -o: {tmp_path / 'locked' / 'b.tar'}: Permission denied "
-                   "(pass -o in a directory you can write)",
-                   f"error: --cache-dir {tmp_path / 'locked' / 'cache'}: cannot be used: Permission denied "
-                   "(pass a --cache-dir you can write; the default is ~/.cache/bootstrap)"]
+    assert err == [
+        f"error: -o: {tmp_path / 'locked' / 'b.tar'}: Permission denied (pass -o in a directory you can write)",
+        f"error: --cache-dir {tmp_path / 'locked' / 'cache'}: cannot be used: Permission denied "
+        "(pass a --cache-dir you can write; the default is ~/.cache/bootstrap)",
+    ]
 
 
-def test_a_killed_runs_leftover_is_removed_and_a_live_ones_kept(project: Project, channel: Path,
-                                                                tmp_path: Path) -> None:
+def test_a_killed_runs_leftover_is_removed_and_a_live_ones_kept(
+    project: Project, channel: Path, tmp_path: Path
+) -> None:
     import fcntl
 
     output = tmp_path / "b.tar"
@@ -342,8 +423,27 @@ def test_a_killed_runs_leftover_is_removed_and_a_live_ones_kept(project: Project
 
 def test_an_env_named_twice_is_bundled_once(project: Project, channel: Path, tmp_path: Path) -> None:
     output = tmp_path / "b.tar"
-    assert main(["bundle", "py310", "py310", "--root", str(project.root), "--platform", "linux-64", "--no-tools",
-                 "--mirror", f"conda-forge={channel}", "--cache-dir", str(tmp_path / "cache"), "-o", str(output)]) == 0
+    assert (
+        main(
+            [
+                "bundle",
+                "py310",
+                "py310",
+                "--root",
+                str(project.root),
+                "--platform",
+                "linux-64",
+                "--no-tools",
+                "--mirror",
+                f"conda-forge={channel}",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "-o",
+                str(output),
+            ]
+        )
+        == 0
+    )
     with tarfile.open(output) as tar:
         names = tar.getnames()
         index = json.loads(tar.extractfile("bundle.json").read())
@@ -351,15 +451,18 @@ def test_an_env_named_twice_is_bundled_once(project: Project, channel: Path, tmp
     assert [e["env"] for e in index["envs"]] == ["py310"]
 
 
-def test_a_mirror_for_no_channel_of_the_locks_is_refused_before_fetching(project: Project, channel: Path,
-                                                                        tmp_path: Path, capsys) -> None:
+def test_a_mirror_for_no_channel_of_the_locks_is_refused_before_fetching(
+    project: Project, channel: Path, tmp_path: Path, capsys
+) -> None:
     """As `env` refuses it: ignored, the typo would have the bundle fetched from the channel it meant to avoid."""
     output = tmp_path / "b.tar"
     capsys.readouterr()
     assert bundle(project, channel, output, tmp_path / "cache", "--no-tools", "--mirror", f"conda-froge={channel}") == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: --mirror https://conda.anaconda.org/conda-froge={channel}: no URL of conda-lock.yml "
-                          "is under https://conda.anaconda.org/conda-froge (CANONICAL is one of the lock's channels")
+    assert err.startswith(
+        f"error: --mirror https://conda.anaconda.org/conda-froge={channel}: no URL of conda-lock.yml "
+        "is under https://conda.anaconda.org/conda-froge (CANONICAL is one of the lock's channels"
+    )
     assert len(err.splitlines()) == 1
     assert not output.exists() and not (tmp_path / "cache" / "archives").exists()
 
@@ -379,8 +482,11 @@ def test_a_symlinked_lock_goes_in_as_its_bytes(project: Project, channel: Path, 
 
 def test_a_lock_with_credentials_is_not_bundled(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
     lock = project.lock_path("py310")
-    lock.write_text(lock.read_text().replace("url: https://conda.anaconda.org/",
-                                             "url: https://bob:PW-SECRET@conda.anaconda.org/", 1))
+    lock.write_text(
+        lock.read_text().replace(
+            "url: https://conda.anaconda.org/", "url: https://bob:PW-SECRET@conda.anaconda.org/", 1
+        )
+    )
     code = bundle(project, channel, tmp_path / "b.tar", tmp_path / "cache")
     err = capsys.readouterr().err
     assert code == 2 and "carries credentials" in err and "PW-SECRET" not in err, err

@@ -22,17 +22,20 @@ from tests.fixtures.env_project import CONDA, change_lock, env_args, prefix_of, 
 
 def cache_json(project: Project, capsys, *extra: str) -> dict:
     capsys.readouterr()
-    assert main(["cache", "--root", str(project.root), "--cache-dir", str(project.root / ".cache"), "--json",
-                 *extra]) == 0
+    assert (
+        main(["cache", "--root", str(project.root), "--cache-dir", str(project.root / ".cache"), "--json", *extra]) == 0
+    )
     return json.loads(capsys.readouterr().out)
 
 
-def test_prune_keeps_what_the_locks_install_and_drops_the_rest(project: Project, channel: Path, wheels: Path,
-                                                                capsys) -> None:
+def test_prune_keeps_what_the_locks_install_and_drops_the_rest(
+    project: Project, channel: Path, wheels: Path, capsys
+) -> None:
     assert main(env_args(project, str(channel))) == 0
     old = {e.sha256: e for e in read_lock(project.lock_path("py310")).packages}
-    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"),
-                pip=("alpha==1.0", "gamma"))
+    change_lock(
+        project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma")
+    )
     assert main(env_args(project, str(channel))) == 0
     cache = project.root / ".cache"
     before = cache_json(project, capsys)
@@ -72,11 +75,15 @@ def test_prune_and_installs_wait_for_each_other(project: Project, channel: Path,
     cache.mkdir()
     with open(cache / ".lock", "a+") as held:
         fcntl.flock(held, fcntl.LOCK_SH)  # as a running `bootstrap env`, of any project or prefix, holds it
-        assert_waits(start_waiting(["cache", "--prune", "--root", str(project.root), "--cache-dir", str(cache)]),
-                     "waiting for the runs of `bootstrap env` or `bundle`")
+        assert_waits(
+            start_waiting(["cache", "--prune", "--root", str(project.root), "--cache-dir", str(cache)]),
+            "waiting for the runs of `bootstrap env` or `bundle`",
+        )
         fcntl.flock(held, fcntl.LOCK_EX)  # as a prune holds it
-        assert_waits(start_waiting([*env_args(project, str(channel))[:-2], "--cache-dir", str(cache)]),
-                     "waiting for `bootstrap cache --prune`")
+        assert_waits(
+            start_waiting([*env_args(project, str(channel))[:-2], "--cache-dir", str(cache)]),
+            "waiting for `bootstrap cache --prune`",
+        )
 
 
 def test_prune_removes_only_what_is_its_own(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
@@ -124,8 +131,10 @@ def test_prune_refuses_a_conda_installation(project: Project, tmp_path: Path, ca
         capsys.readouterr()
         assert main(["cache", "--prune", "--cache-dir", str(root), "--root", str(project.root)]) == 2
         err = capsys.readouterr().err.strip()
-        assert err == (f"error: --cache-dir {root}: is a conda installation, not bootstrap's package cache (pass the "
-                       "--cache-dir that `make env` uses (default ~/.cache/bootstrap))")
+        assert err == (
+            f"error: --cache-dir {root}: is a conda installation, not bootstrap's package cache (pass the "
+            "--cache-dir that `make env` uses (default ~/.cache/bootstrap))"
+        )
         assert extracted.is_dir()
 
 
@@ -159,8 +168,9 @@ def test_prune_removes_extractions_killed_runs_left(project: Project, channel: P
 
 @pytest.mark.parametrize("kind", ["archives", "pkgs"])
 @pytest.mark.parametrize("stray", ["file", "dangling-link"])
-def test_a_part_of_the_cache_that_is_not_a_directory_is_one_line(project: Project, channel: Path, capsys,
-                                                                 kind: str, stray: str) -> None:
+def test_a_part_of_the_cache_that_is_not_a_directory_is_one_line(
+    project: Project, channel: Path, capsys, kind: str, stray: str
+) -> None:
     """Not a traceback from the fetch (archives) or rattler's vague `File exists` (pkgs)."""
     cache = project.root / ".cache"
     cache.mkdir()
@@ -170,37 +180,73 @@ def test_a_part_of_the_cache_that_is_not_a_directory_is_one_line(project: Projec
     else:
         part.symlink_to(project.root / "gone")
     capsys.readouterr()
-    for argv in (env_args(project, str(channel)),
-                 ["bundle", "--root", str(project.root), "--platform", "linux-64", "--no-tools", "--mirror",
-                  f"conda-forge={channel}", "--cache-dir", str(cache), "-o", str(project.root / "b.tar")]):
+    for argv in (
+        env_args(project, str(channel)),
+        [
+            "bundle",
+            "--root",
+            str(project.root),
+            "--platform",
+            "linux-64",
+            "--no-tools",
+            "--mirror",
+            f"conda-forge={channel}",
+            "--cache-dir",
+            str(cache),
+            "-o",
+            str(project.root / "b.tar"),
+        ],
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert err == (f"error: --cache-dir {cache}: {part} is not a directory (remove it: what the cache "
-                       "holds is fetched again; or pass another --cache-dir)\n")
+        assert err == (
+            f"error: --cache-dir {cache}: {part} is not a directory (remove it: what the cache "
+            "holds is fetched again; or pass another --cache-dir)\n"
+        )
     assert not prefix_of(project).exists() and not (project.root / "b.tar").exists()
 
 
-def test_a_cache_dir_linked_to_what_is_gone_is_one_line(project: Project, channel: Path, tmp_path: Path,
-                                                        capsys) -> None:
+def test_a_cache_dir_linked_to_what_is_gone_is_one_line(
+    project: Project, channel: Path, tmp_path: Path, capsys
+) -> None:
     """`~/.cache/bootstrap -> /scratch/me/cache`, and the scratch purged: a traceback from mkdir, before."""
     link = tmp_path / "cache"
     link.symlink_to(tmp_path / "purged" / "cache")
     capsys.readouterr()
-    for cache, argv in ((link, [*env_args(project, str(channel))[:-2], "--cache-dir", str(link)]),
-                        (link / "sub", ["bundle", "--root", str(project.root), "--platform", "linux-64", "--no-tools",
-                                        "--mirror", f"conda-forge={channel}", "--cache-dir", str(link / "sub"),
-                                        "-o", str(tmp_path / "b.tar")])):
+    for cache, argv in (
+        (link, [*env_args(project, str(channel))[:-2], "--cache-dir", str(link)]),
+        (
+            link / "sub",
+            [
+                "bundle",
+                "--root",
+                str(project.root),
+                "--platform",
+                "linux-64",
+                "--no-tools",
+                "--mirror",
+                f"conda-forge={channel}",
+                "--cache-dir",
+                str(link / "sub"),
+                "-o",
+                str(tmp_path / "b.tar"),
+            ],
+        ),
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"error: --cache-dir {cache}: {link} is a symlink "
-                              f"to {tmp_path / 'purged' / 'cache'}, which does not exist "
-                              "(create what it points to, or ")
+        assert err.startswith(
+            f"error: --cache-dir {cache}: {link} is a symlink "
+            f"to {tmp_path / 'purged' / 'cache'}, which does not exist "
+            "(create what it points to, or "
+        )
         assert len(err.splitlines()) == 1
     assert not (tmp_path / "purged").exists() and not prefix_of(project).exists()
 
 
-def test_a_cache_dir_to_create_on_a_read_only_file_system_is_one_line(project: Project, channel: Path,
-                                                                      tmp_path: Path, monkeypatch, capsys) -> None:
+def test_a_cache_dir_to_create_on_a_read_only_file_system_is_one_line(
+    project: Project, channel: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
     """mkdir(2) answers EROFS on a read-only mount, for root too: a traceback from cache_lock, before."""
     cache, mkdir = tmp_path / "ro" / "cache", Path.mkdir
 
@@ -211,27 +257,58 @@ def test_a_cache_dir_to_create_on_a_read_only_file_system_is_one_line(project: P
 
     monkeypatch.setattr(Path, "mkdir", read_only)
     capsys.readouterr()
-    for argv in ([*env_args(project, str(channel))[:-2], "--cache-dir", str(cache)],
-                 ["bundle", "--root", str(project.root), "--platform", "linux-64", "--no-tools", "--mirror",
-                  f"conda-forge={channel}", "--cache-dir", str(cache), "-o", str(tmp_path / "b.tar")]):
+    for argv in (
+        [*env_args(project, str(channel))[:-2], "--cache-dir", str(cache)],
+        [
+            "bundle",
+            "--root",
+            str(project.root),
+            "--platform",
+            "linux-64",
+            "--no-tools",
+            "--mirror",
+            f"conda-forge={channel}",
+            "--cache-dir",
+            str(cache),
+            "-o",
+            str(tmp_path / "b.tar"),
+        ],
+    ):
         assert main(argv) == 2
-        assert capsys.readouterr().err == (f"error: --cache-dir {cache}: cannot be used: Read-only file system "
-                                           "(pass a --cache-dir you can write; the default is ~/.cache/bootstrap)\n")
+        assert capsys.readouterr().err == (
+            f"error: --cache-dir {cache}: cannot be used: Read-only file system "
+            "(pass a --cache-dir you can write; the default is ~/.cache/bootstrap)\n"
+        )
     assert not prefix_of(project).exists() and not (tmp_path / "b.tar").exists()
 
 
-def test_a_lock_file_that_is_a_directory_is_one_line(project: Project, channel: Path, tmp_path: Path,
-                                                     capsys) -> None:
+def test_a_lock_file_that_is_a_directory_is_one_line(project: Project, channel: Path, tmp_path: Path, capsys) -> None:
     """`mkdir -p CACHE/.lock`: the flock's open(2) failed with EISDIR, a traceback before."""
     cache = tmp_path / "cache"
     (cache / ".lock").mkdir(parents=True)
     capsys.readouterr()
-    for argv in ([*env_args(project, str(channel))[:-2], "--cache-dir", str(cache)],
-                 ["bundle", "--root", str(project.root), "--platform", "linux-64", "--no-tools", "--mirror",
-                  f"conda-forge={channel}", "--cache-dir", str(cache), "-o", str(tmp_path / "b.tar")],
-                 ["cache", "--prune", "--root", str(project.root), "--cache-dir", str(cache)]):
+    for argv in (
+        [*env_args(project, str(channel))[:-2], "--cache-dir", str(cache)],
+        [
+            "bundle",
+            "--root",
+            str(project.root),
+            "--platform",
+            "linux-64",
+            "--no-tools",
+            "--mirror",
+            f"conda-forge={channel}",
+            "--cache-dir",
+            str(cache),
+            "-o",
+            str(tmp_path / "b.tar"),
+        ],
+        ["cache", "--prune", "--root", str(project.root), "--cache-dir", str(cache)],
+    ):
         assert main(argv) == 2
-        assert capsys.readouterr().err == (f"error: --cache-dir {cache}: {cache / '.lock'} is not a file (remove "
-                                           "it: it only holds the cache's flock; or pass another --cache-dir)\n")
+        assert capsys.readouterr().err == (
+            f"error: --cache-dir {cache}: {cache / '.lock'} is not a file (remove "
+            "it: it only holds the cache's flock; or pass another --cache-dir)\n"
+        )
     assert not prefix_of(project).exists() and not (tmp_path / "b.tar").exists()
     assert sorted(p.name for p in cache.iterdir()) == [".lock"]  # refused before any fetch

@@ -38,26 +38,47 @@ def witnesses(root: Path, relatives: list[str], where: Path) -> dict[str, Path]:
 
 
 def conda_package(name: str, version: str, files: dict) -> PackageSpec:
-    return PackageSpec(name, version, noarch="generic", files=files,
-                       prefix_placeholder_files={p for p, text in files.items() if PLACEHOLDER in text})
+    return PackageSpec(
+        name,
+        version,
+        noarch="generic",
+        files=files,
+        prefix_placeholder_files={p for p, text in files.items() if PLACEHOLDER in text},
+    )
 
 
 def test_rattler_replaces_files_on_update_and_clobber(tmp_path: Path) -> None:
-    channel = build_channel(tmp_path / "channel", [
-        conda_package("aaa", "1.0", {"share/x": "a1 x\n", "share/p": f"a1 {PLACEHOLDER}\n"}),
-        conda_package("aaa", "2.0", {"share/x": "a2 x\n", "share/p": f"a2 {PLACEHOLDER}\n"}),
-        conda_package("bbb", "1.0", {"share/x": "b x\n"}),  # clobbers aaa's share/x
-    ])
+    channel = build_channel(
+        tmp_path / "channel",
+        [
+            conda_package("aaa", "1.0", {"share/x": "a1 x\n", "share/p": f"a1 {PLACEHOLDER}\n"}),
+            conda_package("aaa", "2.0", {"share/x": "a2 x\n", "share/p": f"a2 {PLACEHOLDER}\n"}),
+            conda_package("bbb", "1.0", {"share/x": "b x\n"}),  # clobbers aaa's share/x
+        ],
+    )
     prefix = tmp_path / "prefix"
 
     def install(*specs: str) -> None:
-        records = asyncio.run(rattler.solve(sources=[rattler.Channel(channel.as_uri())],
-                                            specs=[rattler.MatchSpec(s) for s in specs],
-                                            platforms=["linux-64", "noarch"], virtual_packages=[]))
+        records = asyncio.run(
+            rattler.solve(
+                sources=[rattler.Channel(channel.as_uri())],
+                specs=[rattler.MatchSpec(s) for s in specs],
+                platforms=["linux-64", "noarch"],
+                virtual_packages=[],
+            )
+        )
         installed = [rattler.PrefixRecord.from_path(p) for p in (prefix / "conda-meta").glob("*.json")] or None
-        asyncio.run(rattler.install(records, prefix, cache_dir=tmp_path / "cache", installed_packages=installed,
-                                    show_progress=False, execute_link_scripts=False,
-                                    config=rattler.Config.from_toml(COPIES)))
+        asyncio.run(
+            rattler.install(
+                records,
+                prefix,
+                cache_dir=tmp_path / "cache",
+                installed_packages=installed,
+                show_progress=False,
+                execute_link_scripts=False,
+                config=rattler.Config.from_toml(COPIES),
+            )
+        )
 
     install("aaa 1.0")
     before = {r: (prefix / r).read_text() for r in ("share/x", "share/p")}
@@ -79,8 +100,22 @@ def test_uv_replaces_files_on_upgrade_and_clobber(tmp_path: Path) -> None:
     (site,) = (tmp_path / "venv" / "lib").glob("python3*/site-packages")
 
     def install(wheel: Path) -> None:
-        subprocess.run([uv_binary(PipOptions()), "pip", "install", "--python", str(python), "--no-deps",
-                        "--link-mode", "copy", "--no-index", str(wheel)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                uv_binary(PipOptions()),
+                "pip",
+                "install",
+                "--python",
+                str(python),
+                "--no-deps",
+                "--link-mode",
+                "copy",
+                "--no-index",
+                str(wheel),
+            ],
+            check=True,
+            capture_output=True,
+        )
 
     install(alpha1)
     before = {r: (site / r).read_text() for r in ("alpha/__init__.py", "alpha/data.txt")}

@@ -65,11 +65,18 @@ def test_create_from_directory_mirror_then_noop(project: Project, channel: Path,
     assert generation_dirs(project) == ["1"]  # the killed change's partial removed, nothing made
     assert read_install_record(prefix).generation == generation
     # A no-op starts a fresh interpreter each time (`make env`): it must not load the linker's engines.
-    code = ("import json, sys; from bootstrap.cli import main; code = main(sys.argv[1:]); "
-            "print(json.dumps([code, sorted(m for m in ('asyncio', 'rattler', 'bootstrap.bench.run') "
-            "if m in sys.modules)]))")
-    done = subprocess.run([sys.executable, "-c", code, *env_args(project, "/nonexistent-mirror")],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    code = (
+        "import json, sys; from bootstrap.cli import main; code = main(sys.argv[1:]); "
+        "print(json.dumps([code, sorted(m for m in ('asyncio', 'rattler', 'bootstrap.bench.run') "
+        "if m in sys.modules)]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *env_args(project, "/nonexistent-mirror")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert json.loads(done.stdout.splitlines()[-1]) == [0, []], done.stderr
 
 
@@ -80,8 +87,7 @@ def test_create_over_http_mirror(project: Project, channel: Path) -> None:
     assert_matches_lock(project)
 
 
-def test_records_that_need_glibc_and_unix_install_and_keep_those_dependencies(project: Project,
-                                                                             channel: Path) -> None:
+def test_records_that_need_glibc_and_unix_install_and_keep_those_dependencies(project: Project, channel: Path) -> None:
     """zlibstub depends on `__glibc >=2.17,<3.0.a0` and `__unix`: the lock keeps them, nothing tries to
     fetch or link them, and the env's conda-meta record lists them as conda's would."""
     lock = read_lock(project.lock_path("py310"))
@@ -96,14 +102,19 @@ def test_records_that_need_glibc_and_unix_install_and_keep_those_dependencies(pr
 def test_lock_change_applies_only_the_difference(project: Project, channel: Path, wheels: Path, capsys) -> None:
     assert main(env_args(project, str(channel))) == 0
     prefix = prefix_of(project)
-    write_spec(project.root, platforms=("linux-64",), conda=tuple(c for c in CONDA if c != "torchlike"),
-               pip=("alpha==1.0", "gamma"))
+    write_spec(
+        project.root,
+        platforms=("linux-64",),
+        conda=tuple(c for c in CONDA if c != "torchlike"),
+        pip=("alpha==1.0", "gamma"),
+    )
     relock(project, channel, wheels)
     capsys.readouterr()
     assert main(env_args(project, str(channel), "--json")) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["plan"] == {
-        "link": [], "unlink": [{"name": "torchlike", "version": "1.0", "build": "cuda12_1"}],
+        "link": [],
+        "unlink": [{"name": "torchlike", "version": "1.0", "build": "cuda12_1"}],
         "pip_install": [{"name": "alpha", "version": "1.0"}],
         "pip_remove": [{"name": "alpha", "version": "1.1"}, {"name": "beta", "version": "2.0"}],
     }
@@ -113,28 +124,40 @@ def test_lock_change_applies_only_the_difference(project: Project, channel: Path
 
     # conda's own record of the request, as `conda env export --from-history` reads it.
     assert requested_specs(prefix / "conda-meta" / "history") == {
-        "python": f"python={SHORT}.*", "pip": "pip", "zlibstub": "zlibstub", "bigpkg": "bigpkg",
+        "python": f"python={SHORT}.*",
+        "pip": "pip",
+        "zlibstub": "zlibstub",
+        "bigpkg": "bigpkg",
     }
     assert not (prefix / "share/torchlike").exists()
     assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.0"
 
 
-def test_a_package_moved_between_pip_and_conda_is_installed_once(locked_once: Project, wheels: Path, tmp_path: Path,
-                                                                   capsys) -> None:
+def test_a_package_moved_between_pip_and_conda_is_installed_once(
+    locked_once: Project, wheels: Path, tmp_path: Path, capsys
+) -> None:
     """pip -> conda: the wheel is uninstalled before conda links its files (after, it would take them
     along); conda -> pip: the conda package is unlinked before uv installs the wheel."""
     from tests.fixtures.conda_channel import PackageSpec
 
-    gamma = PackageSpec("gamma", "0.6", noarch="python", files={
-        "site-packages/gamma/__init__.py": "source = 'conda'\n",
-        "site-packages/gamma-0.6.dist-info/METADATA": "Metadata-Version: 2.1\nName: gamma\nVersion: 0.6\n",
-        "site-packages/gamma-0.6.dist-info/INSTALLER": "conda\n"})
+    gamma = PackageSpec(
+        "gamma",
+        "0.6",
+        noarch="python",
+        files={
+            "site-packages/gamma/__init__.py": "source = 'conda'\n",
+            "site-packages/gamma-0.6.dist-info/METADATA": "Metadata-Version: 2.1\nName: gamma\nVersion: 0.6\n",
+            "site-packages/gamma-0.6.dist-info/INSTALLER": "conda\n",
+        },
+    )
     channel = build_runnable_channel(tmp_path / "channel", extra=[gamma])
     project = copy_project(locked_once, tmp_path / "proj")
     relock(project, channel, wheels)
     assert main(env_args(project, str(channel))) == 0
-    show = ("import gamma, importlib.metadata as m; "
-            "print(sorted(d.version for d in m.distributions() if d.metadata['Name'] == 'gamma'), gamma.__file__)")
+    show = (
+        "import gamma, importlib.metadata as m; "
+        "print(sorted(d.version for d in m.distributions() if d.metadata['Name'] == 'gamma'), gamma.__file__)"
+    )
     for conda, pip, versions in (((*CONDA, "gamma"), ("alpha",), "['0.6']"), (CONDA, ("alpha", "gamma"), "['0.5']")):
         change_lock(project, channel, wheels, conda=conda, pip=pip)
         assert main(env_args(project, str(channel))) == 0
@@ -151,7 +174,6 @@ def env_json(project: Project, channel: Path, capsys, *extra: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-
 def test_an_install_from_a_lock_its_spec_has_moved_on_from_says_so(project: Project, channel: Path, capsys) -> None:
     """The lock is what installs (it is what reproduces), but an edited spec it no longer reflects gets a
     note pointing at `make lock`; a comment or a reordered key is no change."""
@@ -162,16 +184,19 @@ def test_an_install_from_a_lock_its_spec_has_moved_on_from_says_so(project: Proj
     write_spec(project.root, platforms=("linux-64",), conda=CONDA, pip=("alpha", "gamma", "beta"))
     assert main(env_args(project, str(channel), "--json")) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
-    assert notes == ["py310.yml or virtual-packages.yml changed since conda-lock.yml was locked: this installs "
-                     "the lock as it is; `make lock` takes the change"]
+    assert notes == [
+        "py310.yml or virtual-packages.yml changed since conda-lock.yml was locked: this installs "
+        "the lock as it is; `make lock` takes the change"
+    ]
     assert main(env_args(project, str(channel))) == 0  # up to date with the lock, still behind the spec
     assert "note: py310.yml or virtual-packages.yml changed since conda-lock.yml" in capsys.readouterr().out
     assert main(env_args(project, str(channel), "--lock", str(project.lock_path("py310")))) == 0
     assert "changed since" not in capsys.readouterr().out  # --lock FILE names the lock to install, spec or not
 
 
-def test_ctrl_c_after_the_switch_reports_the_switch(project: Project, channel: Path, wheels: Path, capsys,
-                                                    monkeypatch) -> None:
+def test_ctrl_c_after_the_switch_reports_the_switch(
+    project: Project, channel: Path, wheels: Path, capsys, monkeypatch
+) -> None:
     """Removing the older generations comes after the switch: a Ctrl-C there must not report the
     change as interrupted (exit 130) when the env is already the new one."""
     from bootstrap.install import generations
@@ -189,6 +214,7 @@ def test_ctrl_c_after_the_switch_reports_the_switch(project: Project, channel: P
     assert "-> generation 2" in out and "note: interrupted while removing older generations, after the switch" in out
     assert read_install_record(prefix_of(project)).generation == "2"
     assert run_python(prefix_of(project), "import alpha; print(alpha.__version__)") == "1.0"
+
 
 def generation_dirs(project: Project) -> list[str]:
     return sorted(p.name for p in (prefix_of(project).parent / ".py310.gens").iterdir())
@@ -211,10 +237,14 @@ def test_later_changes_recycle_the_retired_generation(project: Project, channel:
     assert (third["generation"], third["base"], third["recycled"]) == (3, 1, True)
     # The plan is what was applied: generation 1 brought from A to C in place, same directory, now C.
     assert third["plan"] == {
-        "link": [], "unlink": [{"name": "torchlike", "version": "1.0", "build": "cuda12_1"}],
+        "link": [],
+        "unlink": [{"name": "torchlike", "version": "1.0", "build": "cuda12_1"}],
         "pip_install": [{"name": "alpha", "version": "1.0"}],
-        "pip_remove": [{"name": "alpha", "version": "1.1"}, {"name": "beta", "version": "2.0"},
-                       {"name": "gamma", "version": "0.5"}],
+        "pip_remove": [
+            {"name": "alpha", "version": "1.1"},
+            {"name": "beta", "version": "2.0"},
+            {"name": "gamma", "version": "0.5"},
+        ],
     }
     assert generation_dirs(project) == ["2", "3"] and os.stat(gens_dir / "3").st_ino == first_inode
     assert_matches_lock(project)
@@ -234,12 +264,16 @@ def test_later_changes_recycle_the_retired_generation(project: Project, channel:
 
 def tree_state(root: Path) -> dict:
     """relative path -> (inode, bytes) of every regular file under `root`."""
-    return {str(path.relative_to(root)): (os.stat(path).st_ino, path.read_bytes())
-            for path in root.rglob("*") if path.is_file() and not path.is_symlink()}
+    return {
+        str(path.relative_to(root)): (os.stat(path).st_ino, path.read_bytes())
+        for path in root.rglob("*")
+        if path.is_file() and not path.is_symlink()
+    }
 
 
-def test_a_change_never_writes_into_the_generation_it_starts_from(project: Project, channel: Path, wheels: Path,
-                                                                  capsys) -> None:
+def test_a_change_never_writes_into_the_generation_it_starts_from(
+    project: Project, channel: Path, wheels: Path, capsys
+) -> None:
     """Generations share the files they have in common (hard links); rattler, uv and bootstrap
     replace files rather than write into them, so the generation in use stays as it was."""
     gens_dir = prefix_of(project).parent / ".py310.gens"
@@ -248,8 +282,9 @@ def test_a_change_never_writes_into_the_generation_it_starts_from(project: Proje
     # First change (from a clone of 1): a conda package removed, a wheel swapped for another
     # version with the same paths, a history entry appended, conda's state carried.
     before = tree_state(gens_dir / "1")
-    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"),
-                pip=("alpha==1.0", "gamma"))
+    change_lock(
+        project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma")
+    )
     assert env_json(project, channel, capsys)["recycled"] is False
     assert tree_state(gens_dir / "1") == before
     # Later change (1 recycled into 3): both back, while 2 is the one in use.
@@ -277,14 +312,18 @@ def test_a_change_never_writes_into_the_generation_it_starts_from(project: Proje
     assert (gens_dir / "2" / replaced).read_text() == text
 
 
-def test_the_plan_a_dry_run_prints_is_the_plan_a_run_applies(project: Project, channel: Path, wheels: Path,
-                                                               capsys) -> None:
+def test_the_plan_a_dry_run_prints_is_the_plan_a_run_applies(
+    project: Project, channel: Path, wheels: Path, capsys
+) -> None:
     """Create (from nothing), a first change (from a clone of the current generation), and a later
     change that recycles the retired generation, two changes behind: each time the dry run names
     the same generation, start and actions as the run that follows reports."""
     no_torch = tuple(c for c in CONDA if c != "torchlike")
-    steps = [("create", None), ("clone", dict(conda=no_torch, pip=("alpha==1.0", "gamma"))),
-             ("recycled", dict(conda=no_torch, pip=("alpha==1.0",)))]
+    steps = [
+        ("create", None),
+        ("clone", dict(conda=no_torch, pip=("alpha==1.0", "gamma"))),
+        ("recycled", dict(conda=no_torch, pip=("alpha==1.0",))),
+    ]
     for made, lock_change in steps:
         if lock_change is not None:
             change_lock(project, channel, wheels, **lock_change)
@@ -295,20 +334,25 @@ def test_the_plan_a_dry_run_prints_is_the_plan_a_run_applies(project: Project, c
         assert (dry["dry_run"], dry["changed"], done["changed"]) == (True, False, True)
         assert done["made"] == ("empty" if made == "create" else made) and any(done["plan"].values())
         assert_matches_lock(project)
-    assert env_json(project, channel, capsys, "--dry-run")["plan"] == env_json(project, channel, capsys)["plan"] == \
-        {"link": [], "unlink": [], "pip_install": [], "pip_remove": []}  # up to date: nothing to do either way
+    assert (
+        env_json(project, channel, capsys, "--dry-run")["plan"]
+        == env_json(project, channel, capsys)["plan"]
+        == {"link": [], "unlink": [], "pip_install": [], "pip_remove": []}
+    )  # up to date: nothing to do either way
 
 
 def test_a_first_change_starts_from_a_clone_and_leaves_the_first_generation_for_rollback(
-        project: Project, channel: Path, wheels: Path, capsys) -> None:
+    project: Project, channel: Path, wheels: Path, capsys
+) -> None:
     gens_dir = prefix_of(project).parent / ".py310.gens"
     assert env_json(project, channel, capsys)["made"] == "empty"
     noop = env_json(project, channel, capsys)
     # a no-op makes nothing
     assert (noop["changed"], noop["generation"]) == (False, 1) and generation_dirs(project) == ["1"]
     before = tree_state(gens_dir / "1")
-    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"),
-                pip=("alpha==1.0", "gamma"))
+    change_lock(
+        project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma")
+    )
     assert main(env_args(project, str(channel))) == 0
     out = capsys.readouterr().out
     assert "built from a clone of generation 1;" in out
@@ -322,16 +366,18 @@ def test_a_first_change_starts_from_a_clone_and_leaves_the_first_generation_for_
 
 
 @pytest.mark.parametrize("cached_copies", [True, False], ids=["cached-copies", "cache-emptied"])
-def test_a_change_leaves_the_packages_it_keeps_alone(project: Project, channel: Path, wheels: Path, capsys,
-                                                     cached_copies: bool) -> None:
+def test_a_change_leaves_the_packages_it_keeps_alone(
+    project: Project, channel: Path, wheels: Path, capsys, cached_copies: bool
+) -> None:
     """rattler is told what each kept package is from its cached copy's index.json, or, with the
     cache emptied, from the env's conda-meta; either way it sees the same sha256 and touches nothing."""
     gens_dir = prefix_of(project).parent / ".py310.gens"
     assert main(env_args(project, str(channel))) == 0
     if not cached_copies:
         shutil.rmtree(project.root / ".cache" / "pkgs")
-    change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"),
-                pip=("alpha==1.0", "gamma"))
+    change_lock(
+        project, channel, wheels, conda=tuple(c for c in CONDA if c != "torchlike"), pip=("alpha==1.0", "gamma")
+    )
     assert env_json(project, channel, capsys)["generation"] == 2
     assert_matches_lock(project)
     kept = conda_records(gens_dir / "2")
@@ -343,8 +389,9 @@ def test_a_change_leaves_the_packages_it_keeps_alone(project: Project, channel: 
     assert cached_copies or not any((project.root / ".cache" / "pkgs").glob("*/info"))  # nothing extracted again
 
 
-def test_a_change_after_rollback_keeps_the_generation_rolled_back_to(project: Project, channel: Path, wheels: Path,
-                                                                     capsys) -> None:
+def test_a_change_after_rollback_keeps_the_generation_rolled_back_to(
+    project: Project, channel: Path, wheels: Path, capsys
+) -> None:
     assert main(env_args(project, str(channel))) == 0
     change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
     assert main(env_args(project, str(channel))) == 0
@@ -359,8 +406,9 @@ def test_a_change_after_rollback_keeps_the_generation_rolled_back_to(project: Pr
     assert run_python(prefix_of(project), "import alpha; print(alpha.__version__)") == "1.1"
 
 
-def test_planning_reads_the_install_record_until_conda_meta_changes(project: Project, channel: Path,
-                                                                    monkeypatch) -> None:
+def test_planning_reads_the_install_record_until_conda_meta_changes(
+    project: Project, channel: Path, monkeypatch
+) -> None:
     import bootstrap.install.prefix as prefix_module
 
     assert main(env_args(project, str(channel))) == 0
@@ -384,8 +432,9 @@ def test_planning_reads_the_install_record_until_conda_meta_changes(project: Pro
 
 
 @pytest.mark.parametrize("first", [False, True], ids=["change", "create"])
-def test_a_failed_uv_install_says_the_env_was_left_as_it_was(project: Project, channel: Path, wheels: Path,
-                                                              monkeypatch, capsys, first: bool) -> None:
+def test_a_failed_uv_install_says_the_env_was_left_as_it_was(
+    project: Project, channel: Path, wheels: Path, monkeypatch, capsys, first: bool
+) -> None:
     """uv's error names paths in the generation being built, which is discarded once the run fails:
     the line names them relative to the env, and says that the env was left as it was (or not created)."""
     from bootstrap.install import pip
@@ -402,16 +451,23 @@ def test_a_failed_uv_install_says_the_env_was_left_as_it_was(project: Project, c
         if "install" not in argv:
             return real(argv, timeout, held)
         site = next(Path(argv[argv.index("--python") + 1]).parent.parent.glob("lib/python3*/site-packages"))
-        return Completed(tuple(argv), 2, "", f"Resolved 2 packages in 3ms\nerror: Failed to install: alpha-1.0\n"
-                                              f"  Caused by: failed to create directory `{site}/alpha`: Disk on fire\n")
+        return Completed(
+            tuple(argv),
+            2,
+            "",
+            f"Resolved 2 packages in 3ms\nerror: Failed to install: alpha-1.0\n"
+            f"  Caused by: failed to create directory `{site}/alpha`: Disk on fire\n",
+        )
 
     monkeypatch.setattr(pip, "_run_uv", failing_install)
     capsys.readouterr()
     assert main(env_args(project, str(channel))) == 2
     err = without_progress(capsys.readouterr().err)
     outcome = f"{prefix} was not created" if first else f"{prefix} was left as it was"
-    assert err.startswith(f"error: uv pip install failed in the next generation of {prefix} (discarded): "
-                          "Failed to install: alpha-1.0 Caused by: failed to create directory `lib/python3."), err
+    assert err.startswith(
+        f"error: uv pip install failed in the next generation of {prefix} (discarded): "
+        "Failed to install: alpha-1.0 Caused by: failed to create directory `lib/python3."
+    ), err
     assert err.endswith(f"/site-packages/alpha`: Disk on fire; {outcome}\n") and err.count("\n") == 1, err
     assert ".partial" not in err and f"{prefix}/lib" not in err, err  # neither the discarded path nor the env's
     if first:
@@ -440,9 +496,16 @@ def test_rollback(project: Project, channel: Path, wheels: Path, capsys) -> None
     assert main(["env", "--root", str(project.root), "--rollback", "--dry-run"]) == 0
     assert f"{prefix} would point at generation 1 (now 2); nothing changed" in capsys.readouterr().out
     assert main(["env", "--root", str(project.root), "--rollback", "--dry-run", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"format": "bootstrap.env", "version": 2, "prefix": str(prefix),
-                                                   "rollback": True, "dry_run": True, "generation": 1, "was": 2,
-                                                   "changed": False}
+    assert json.loads(capsys.readouterr().out) == {
+        "format": "bootstrap.env",
+        "version": 2,
+        "prefix": str(prefix),
+        "rollback": True,
+        "dry_run": True,
+        "generation": 1,
+        "was": 2,
+        "changed": False,
+    }
     assert os.readlink(prefix).endswith("/2")
     assert main(["env", "--root", str(project.root), "--rollback"]) == 0
     assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.1"
@@ -475,8 +538,9 @@ def test_conda_archive_with_wrong_bytes_is_refused(project: Project, channel: Pa
     assert not list((prefix.parent / ".py310.gens").glob("*.partial"))
 
 
-def test_pip_wheel_with_wrong_bytes_is_refused(project: Project, channel: Path, wheels: Path, tmp_path: Path,
-                                               capsys) -> None:
+def test_pip_wheel_with_wrong_bytes_is_refused(
+    project: Project, channel: Path, wheels: Path, tmp_path: Path, capsys
+) -> None:
     from tests.fixtures.wheels import build_wheel
 
     served = tmp_path / "served-wheels"
@@ -492,7 +556,8 @@ def test_pip_wheel_with_wrong_bytes_is_refused(project: Project, channel: Path, 
     build_wheel(served, "gamma", "0.5", files={"gamma/evil.py": "print('evil')\n"})
     write_spec(project.root, platforms=("linux-64",), conda=CONDA, pip=("alpha",))  # force a pip change ...
     (next((prefix / "lib").glob("python*/site-packages/gamma-0.5.dist-info")) / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: gamma\nVersion: 0.4\n")  # ... so gamma is reinstalled from the lock
+        "Metadata-Version: 2.1\nName: gamma\nVersion: 0.4\n"
+    )  # ... so gamma is reinstalled from the lock
     shutil.rmtree(project.root / ".cache" / "archives")  # the verified wheel kept there would be used instead
     capsys.readouterr()
     assert main(env_args(project, str(channel))) == 2
@@ -567,21 +632,27 @@ def test_a_seal_of_an_older_format_counts_as_none(project: Project, channel: Pat
     seals = sorted((project.root / ".cache" / "seals").glob("*.json"))
     for seal in seals:  # as an older bootstrap wrote them (the table's contents do not matter: the header does)
         table = {"share/x": [1, 2, 3]}
-        seal.write_text(json.dumps({path: stat[:2] for path, stat in table.items()}) if older == "size-and-mtime"
-                        else "bootstrap-seal 2\n" + json.dumps(table))
+        seal.write_text(
+            json.dumps({path: stat[:2] for path, stat in table.items()})
+            if older == "size-and-mtime"
+            else "bootstrap-seal 2\n" + json.dumps(table)
+        )
     (extracted,) = (project.root / ".cache").glob("pkgs/torchlike-*/share/torchlike/build.txt")
     extracted.write_text("stale\n")  # what an older seal would no longer vouch for
     messages = []
     fresh = project.root / "fresh"
-    create_or_update(EnvOptions("py310", project.lock_path("py310"), fresh, "linux-64", project.root / ".cache"),
-                     Feedback(notify=messages.append))
+    create_or_update(
+        EnvOptions("py310", project.lock_path("py310"), fresh, "linux-64", project.root / ".cache"),
+        Feedback(notify=messages.append),
+    )
     assert not any("edited" in m for m in messages), messages  # not taken for an edit: never linked from
     assert (fresh / "share/torchlike/build.txt").read_text().startswith("cuda12")
     assert all(seal.read_text().startswith("bootstrap-seal 3\n") for seal in seals)
 
 
-def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: Project, channel: Path,
-                                                                       monkeypatch) -> None:
+def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(
+    project: Project, channel: Path, monkeypatch
+) -> None:
     """Two envs share a cache: another run may drop an extracted package between our seal check and rattler."""
     from bootstrap.install import store
 
@@ -601,8 +672,9 @@ def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(project: 
     archive.write_bytes(archive.read_bytes()[:-10] + b"0123456789")  # unread while the sealed copy stands in
     assert main(env_args(project, str(channel))) == 0
     assert_matches_lock(project)  # canonical URLs in conda-meta, whichever way each package was linked
-    (entry,) = [e for e in read_lock(project.lock_path("py310")).for_platform("linux-64", "conda")
-                if e.name == "bigpkg"]
+    (entry,) = [
+        e for e in read_lock(project.lock_path("py310")).for_platform("linux-64", "conda") if e.name == "bigpkg"
+    ]
     assert store.seal_holds(project.root / ".cache", entry)  # extracted and sealed again
     from bootstrap.fsutil import sha256_file
 
@@ -637,13 +709,17 @@ def test_the_link_step_never_downloads(tmp_path: Path, channel: Path, offline: b
             assert url.requests == [f"/noarch/{archive.name}"]
 
 
-@pytest.mark.parametrize("url", [
-    "https://example.org/ch\U0001F600/noarch/a-1-0.conda",  # outside the BMP: JSON would write a surrogate pair
-    "https://example.org/a-1-0.conda",  # no channel path
-    'https://example.org/ch"\x7f/noarch/a-1-0.conda',  # a quote and DEL, which TOML wants escaped
-    "https://exa mple.org/ch/noarch/a-1-0.conda",  # a host rattler's URL parser refuses
-    "file:///srv/channel/noarch/a-1-0.conda",  # read by rattler itself: no mirror needed
-], ids=["non-BMP", "no-channel-path", "quote-and-DEL", "bad-host", "file"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.org/ch\U0001f600/noarch/a-1-0.conda",  # outside the BMP: JSON would write a surrogate pair
+        "https://example.org/a-1-0.conda",  # no channel path
+        'https://example.org/ch"\x7f/noarch/a-1-0.conda',  # a quote and DEL, which TOML wants escaped
+        "https://exa mple.org/ch/noarch/a-1-0.conda",  # a host rattler's URL parser refuses
+        "file:///srv/channel/noarch/a-1-0.conda",  # read by rattler itself: no mirror needed
+    ],
+    ids=["non-BMP", "no-channel-path", "quote-and-DEL", "bad-host", "file"],
+)
 def test_link_config_takes_any_url_a_lock_holds(url: str) -> None:
     """Each URL the lock accepts gives a config rattler reads; the offline client wherever it can name the host."""
     from bootstrap.install.link import link_config
@@ -655,8 +731,9 @@ def test_link_config_takes_any_url_a_lock_holds(url: str) -> None:
     assert bool(config.tls_no_verify) is (url != "https://exa mple.org/ch/noarch/a-1-0.conda")
 
 
-def test_a_warm_cache_links_sealed_copies_without_reading_their_archives(project: Project, channel: Path,
-                                                                          monkeypatch) -> None:
+def test_a_warm_cache_links_sealed_copies_without_reading_their_archives(
+    project: Project, channel: Path, monkeypatch
+) -> None:
     import bootstrap.install.fetch as fetch_module
 
     assert main(env_args(project, str(channel))) == 0
@@ -680,8 +757,9 @@ def seal_of(project: Project, name: str) -> Path:
     return path
 
 
-def test_an_unsealed_copy_is_left_alone_while_another_run_may_be_linking_from_it(project: Project,
-                                                                                 channel: Path) -> None:
+def test_an_unsealed_copy_is_left_alone_while_another_run_may_be_linking_from_it(
+    project: Project, channel: Path
+) -> None:
     """Two envs made at once on one cache: a copy the other run extracted is unsealed until it has linked
     from it; dropped as stale, that run failed with 'No such file or directory' under pkgs/."""
     import fcntl
@@ -763,7 +841,7 @@ def test_a_stored_wheel_is_hashed_again_once_it_changed(project: Project, channe
 
     info = gamma.stat()
     middle = len(original) // 2
-    gamma.write_bytes(original[:middle] + bytes([original[middle] ^ 0xFF]) + original[middle + 1:])
+    gamma.write_bytes(original[:middle] + bytes([original[middle] ^ 0xFF]) + original[middle + 1 :])
     os.utime(gamma, ns=(info.st_atime_ns, info.st_mtime_ns))  # same size, same mtime: the stamp still holds
     third = project.root / "third"
     capsys.readouterr()
@@ -806,7 +884,10 @@ def test_escaping_archives_are_refused(tmp_path: Path, wheels: Path) -> None:
         relock(project, channel, wheels)
         done = subprocess.run(
             [sys.executable, "-m", "bootstrap", *env_args(project, str(channel))],
-            capture_output=True, text=True, cwd=REPO, check=False,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
         )
         assert done.returncode == 2, done.stderr
         assert "refused" in done.stderr and "outside the prefix" in done.stderr
@@ -839,11 +920,14 @@ def test_a_path_two_packages_ship_is_kept_once_and_said(tmp_path: Path, wheels: 
     """Two packages ship share/same.txt: the env keeps one copy, and the run says where the other went."""
     from tests.fixtures.conda_channel import PackageSpec
 
-    clashing = [PackageSpec(name, "1.0", noarch="generic", files={"share/same.txt": f"{name}\n"})
-                for name in ("clob-a", "clob-b")]
+    clashing = [
+        PackageSpec(name, "1.0", noarch="generic", files={"share/same.txt": f"{name}\n"})
+        for name in ("clob-a", "clob-b")
+    ]
     channel = build_runnable_channel(tmp_path / "channel", extra=clashing)
-    project = make_project(tmp_path / "proj", platforms=("linux-64",), conda=(f"python={SHORT}.*", "clob-a", "clob-b"),
-                           pip=())
+    project = make_project(
+        tmp_path / "proj", platforms=("linux-64",), conda=(f"python={SHORT}.*", "clob-a", "clob-b"), pip=()
+    )
     relock(project, channel, wheels)
     capsys.readouterr()
     assert main(env_args(project, str(channel), "--json")) == 0
@@ -851,7 +935,8 @@ def test_a_path_two_packages_ship_is_kept_once_and_said(tmp_path: Path, wheels: 
     prefix = prefix_of(project)
     assert [n for n in notes if n.startswith("1 file(s) are shipped by more than one package")] == [
         f"1 file(s) are shipped by more than one package: the env keeps one copy of each path, the others are in "
-        f"{prefix / '__clobbers__'} (clob-b/share/same.txt)"], notes
+        f"{prefix / '__clobbers__'} (clob-b/share/same.txt)"
+    ], notes
     assert (prefix / "share" / "same.txt").read_text() == "clob-a\n"
 
 
@@ -870,16 +955,19 @@ def test_unreachable_channel_leaves_the_env_alone(project: Project, channel: Pat
     assert main(env_args(project, "http://127.0.0.1:9/conda-forge")) == 2
     err = capsys.readouterr().err
     assert "http://127.0.0.1:9/conda-forge/linux-64/zlibstub" in err
-    assert "(the mirror lacks it or is down: sync it from https://conda.anaconda.org/conda-forge, or fix --mirror " \
-           "https://conda.anaconda.org/conda-forge=http://127.0.0.1:9/conda-forge)" in err
+    assert (
+        "(the mirror lacks it or is down: sync it from https://conda.anaconda.org/conda-forge, or fix --mirror "
+        "https://conda.anaconda.org/conda-forge=http://127.0.0.1:9/conda-forge)" in err
+    )
     assert os.readlink(prefix) == before
     assert generation_dirs(project) == ["1", "2"]
     assert main(["env", "--root", str(project.root), "--rollback"]) == 0
     assert run_python(prefix, "import alpha; print(alpha.__version__)") == "1.1"
 
 
-def test_unreachable_wheel_leaves_the_env_and_its_rollback_alone(project: Project, channel: Path, wheels: Path,
-                                                                 tmp_path: Path, capsys) -> None:
+def test_unreachable_wheel_leaves_the_env_and_its_rollback_alone(
+    project: Project, channel: Path, wheels: Path, tmp_path: Path, capsys
+) -> None:
     """Wheels are fetched before the retired generation is recycled too (uv fetched them mid-install)."""
     from tests.fixtures.wheels import build_wheel
 
@@ -917,8 +1005,9 @@ def test_an_env_for_another_os_is_refused_before_fetching(project: Project, chan
     monkeypatch.setattr(bootstrap.platforms, "host_platform", lambda: "osx-arm64")
     capsys.readouterr()
     assert main(env_args(project, str(channel))) == 2
-    assert capsys.readouterr().err.startswith("error: --platform linux-64: an env for linux-64 cannot be built on this "
-                                              "osx-arm64 machine")
+    assert capsys.readouterr().err.startswith(
+        "error: --platform linux-64: an env for linux-64 cannot be built on this osx-arm64 machine"
+    )
     assert not (project.root / ".cache" / "archives").exists() and not prefix_of(project).parent.exists()
     assert main(env_args(project, str(channel), "--dry-run")) == 0  # the plan is still shown
 
@@ -941,8 +1030,9 @@ def test_the_activate_hint_quotes_a_path_with_spaces(project: Project, channel: 
     assert run_python(prefix, "import alpha; print('runs')") == "runs"
 
 
-def test_a_prefix_too_long_for_a_binary_placeholder_says_to_shorten_it(locked_once: Project, wheels: Path,
-                                                                       tmp_path: Path, capsys) -> None:
+def test_a_prefix_too_long_for_a_binary_placeholder_says_to_shorten_it(
+    locked_once: Project, wheels: Path, tmp_path: Path, capsys
+) -> None:
     import hashlib
 
     from tests.fixtures.conda_channel import PackageSpec
@@ -950,10 +1040,22 @@ def test_a_prefix_too_long_for_a_binary_placeholder_says_to_shorten_it(locked_on
     # An older package's shorter placeholder: a prefix under the 255 bytes refused up front can still be too long.
     placeholder = ("/home/conda/feedstock_root/build_artifacts/binpkg_1700000000000/_h_env" + "_placehold" * 25)[:100]
     data = b"\x7fELF\x00" + placeholder.encode() + b"/lib\x00" + b"\x00" * 32
-    paths = [{"_path": "lib/libbin.so", "path_type": "hardlink", "sha256": hashlib.sha256(data).hexdigest(),
-              "size_in_bytes": len(data), "prefix_placeholder": placeholder, "file_mode": "binary"}]
-    channel = build_runnable_channel(tmp_path / "channel", extra=[
-        PackageSpec("binpkg", "1.0", subdir="linux-64", files={"lib/libbin.so": data}, raw_paths_override=paths)])
+    paths = [
+        {
+            "_path": "lib/libbin.so",
+            "path_type": "hardlink",
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size_in_bytes": len(data),
+            "prefix_placeholder": placeholder,
+            "file_mode": "binary",
+        }
+    ]
+    channel = build_runnable_channel(
+        tmp_path / "channel",
+        extra=[
+            PackageSpec("binpkg", "1.0", subdir="linux-64", files={"lib/libbin.so": data}, raw_paths_override=paths)
+        ],
+    )
     project = copy_project(locked_once, tmp_path / "proj")
     change_lock(project, channel, tmp_path, conda=(*CONDA, "binpkg"), pip=())
     prefix = tmp_path / ("d" * 60) / ("e" * 40) / "env"
@@ -961,15 +1063,17 @@ def test_a_prefix_too_long_for_a_binary_placeholder_says_to_shorten_it(locked_on
     capsys.readouterr()
     assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 2
     err = without_progress(capsys.readouterr().err)
-    assert (err.startswith(f"error: --prefix {prefix}: is {len(str(prefix))} bytes long, "
-                           "longer than a package's binary files leave room for: failed to link binpkg-1.0")
-            and err.endswith("choose a shorter --prefix; conda-forge's packages have room for 255 bytes)\n"))
+    assert err.startswith(
+        f"error: --prefix {prefix}: is {len(str(prefix))} bytes long, "
+        "longer than a package's binary files leave room for: failed to link binpkg-1.0"
+    ) and err.endswith("choose a shorter --prefix; conda-forge's packages have room for 255 bytes)\n")
     assert not prefix.exists()
     assert main(env_args(project, str(channel), "--prefix", str(tmp_path / "short"))) == 0
 
 
-def test_a_relative_prefix_with_dotdot_is_embedded_normalised(project: Project, channel: Path, tmp_path: Path,
-                                                               monkeypatch) -> None:
+def test_a_relative_prefix_with_dotdot_is_embedded_normalised(
+    project: Project, channel: Path, tmp_path: Path, monkeypatch
+) -> None:
     """`<cwd>/../env` in shebangs and placeholders would stop resolving once the directory run from is gone."""
     (tmp_path / "scratch").mkdir()
     monkeypatch.chdir(tmp_path / "scratch")
@@ -988,14 +1092,17 @@ def test_the_activate_hint_of_a_windows_env_names_its_python_exe(tmp_path: Path)
     from bootstrap.install.env import EnvResult
     from bootstrap.install.plan import Plan
 
-    result = EnvResult(prefix=tmp_path / "env", platform="win-64", plan=Plan(), generation=1, changed=True,
-                       dry_run=False)
+    result = EnvResult(
+        prefix=tmp_path / "env", platform="win-64", plan=Plan(), generation=1, changed=True, dry_run=False
+    )
     assert _summary("py310", result, SimpleNamespace(lock_path=Path("conda-lock.yml"))).endswith(
-        f"or run {tmp_path / 'env' / 'python.exe'}")
+        f"or run {tmp_path / 'env' / 'python.exe'}"
+    )
 
 
-def test_a_symlink_bootstrap_did_not_make_is_refused_on_every_path(project: Project, channel: Path, wheels: Path,
-                                                                   capsys) -> None:
+def test_a_symlink_bootstrap_did_not_make_is_refused_on_every_path(
+    project: Project, channel: Path, wheels: Path, capsys
+) -> None:
     """A stable path linked by hand to another env is neither read through nor replaced, and a stable
     link re-pointed by hand costs no generation."""
     scratch = project.root / "scratch" / "py310"
@@ -1029,20 +1136,24 @@ def test_a_symlink_bootstrap_did_not_make_is_refused_on_every_path(project: Proj
     assert generation_dirs(project) == ["1", "2"]
 
 
-def test_a_cache_dir_that_is_a_file_is_refused_before_anything_is_created(project: Project, channel: Path,
-                                                                          capsys) -> None:
+def test_a_cache_dir_that_is_a_file_is_refused_before_anything_is_created(
+    project: Project, channel: Path, capsys
+) -> None:
     cache = project.root / "cache-file"
     cache.write_text("x\n")
     capsys.readouterr()
     assert main([*env_args(project, str(channel)), "--cache-dir", str(cache)]) == 2
-    assert capsys.readouterr().err == f"error: --cache-dir {cache}: not a directory " \
-                                      "(pass a directory as --cache-dir; the default is ~/.cache/bootstrap)\n"
+    assert (
+        capsys.readouterr().err == f"error: --cache-dir {cache}: not a directory "
+        "(pass a directory as --cache-dir; the default is ~/.cache/bootstrap)\n"
+    )
     assert not (project.root / ".envs").exists()
 
 
 @pytest.mark.parametrize("length", [256, 4000])
-def test_a_prefix_too_long_for_conda_binaries_is_refused_before_anything_is_fetched(project: Project, channel: Path,
-                                                                                   capsys, length: int) -> None:
+def test_a_prefix_too_long_for_conda_binaries_is_refused_before_anything_is_fetched(
+    project: Project, channel: Path, capsys, length: int
+) -> None:
     prefix = project.root / "envs-here"
     prefix = prefix / ("d" * (length - len(str(prefix)) - 1))
     capsys.readouterr()
@@ -1053,8 +1164,9 @@ def test_a_prefix_too_long_for_conda_binaries_is_refused_before_anything_is_fetc
     assert not (project.root / ".cache").exists() and not (project.root / "envs-here").exists()
 
 
-def test_a_read_only_package_cache_is_named_with_the_flag(project: Project, channel: Path, make_read_only,
-                                                          capsys) -> None:
+def test_a_read_only_package_cache_is_named_with_the_flag(
+    project: Project, channel: Path, make_read_only, capsys
+) -> None:
     """Found before a generation is started: rattler would fail to lock its cache halfway, naming neither."""
     assert main(env_args(project, str(channel))) == 0
     cache = project.root / ".cache"
@@ -1063,13 +1175,16 @@ def test_a_read_only_package_cache_is_named_with_the_flag(project: Project, chan
     capsys.readouterr()
     assert main([*env_args(project, str(channel)), "--prefix", str(second)]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: --cache-dir {cache}: {cache / 'pkgs'} cannot be written (a read-only file system, or not " \
-                  "yours) (pass a --cache-dir you can write; the default is ~/.cache/bootstrap)\n"
+    assert (
+        err == f"error: --cache-dir {cache}: {cache / 'pkgs'} cannot be written (a read-only file system, or not "
+        "yours) (pass a --cache-dir you can write; the default is ~/.cache/bootstrap)\n"
+    )
     assert sorted(p.name for p in second.parent.iterdir()) == [".env.lock"]
 
 
-def test_an_env_directory_that_cannot_be_written_is_one_line(project: Project, channel: Path, wheels: Path,
-                                                             make_read_only, capsys) -> None:
+def test_an_env_directory_that_cannot_be_written_is_one_line(
+    project: Project, channel: Path, wheels: Path, make_read_only, capsys
+) -> None:
     """Found before fetching, on a change and a rollback: it was an OSError traceback from renaming a generation."""
     assert main(env_args(project, str(channel))) == 0
     change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
@@ -1079,9 +1194,11 @@ def test_an_env_directory_that_cannot_be_written_is_one_line(project: Project, c
     make_read_only(prefix.parent)
     capsys.readouterr()
     assert main(env_args(project, str(channel))) == 2
-    assert capsys.readouterr().err == f"error: {prefix}: {prefix.parent} cannot be written " \
-                                      "(a read-only file system, or not yours) " \
-                                      "(make it writable, or choose a --prefix you can write)\n"
+    assert (
+        capsys.readouterr().err == f"error: {prefix}: {prefix.parent} cannot be written "
+        "(a read-only file system, or not yours) "
+        "(make it writable, or choose a --prefix you can write)\n"
+    )
     assert main(["env", "--root", str(project.root), "--rollback"]) == 2
     assert f"error: {prefix}: {prefix.parent} cannot be written" in capsys.readouterr().err
     assert os.readlink(prefix).endswith("/2") and generation_dirs(project) == ["1", "2"]
@@ -1096,15 +1213,22 @@ def big_channel(tmp_path_factory) -> Path:
 
 
 def env_process(project: Project, channel: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "bootstrap", *env_args(project, str(channel))],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bootstrap", *env_args(project, str(channel))],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.slow  # test_env_concurrency and the full-disk tests keep the previous env by default
-@pytest.mark.parametrize("recycled", [pytest.param(False, id="first-change"),
-                                      pytest.param(True, id="recycled-generation")])
-def test_sigkill_mid_install_keeps_the_previous_generation(project: Project, big_channel: Path, wheels: Path,
-                                                           recycled: bool) -> None:
+@pytest.mark.parametrize(
+    "recycled", [pytest.param(False, id="first-change"), pytest.param(True, id="recycled-generation")]
+)
+def test_sigkill_mid_install_keeps_the_previous_generation(
+    project: Project, big_channel: Path, wheels: Path, recycled: bool
+) -> None:
     import signal
     import time
 
@@ -1153,8 +1277,9 @@ def test_two_concurrent_runs(project: Project, big_channel: Path, wheels: Path) 
 
 
 @pytest.mark.slow  # two env runs and a uv left behind
-def test_uv_outliving_a_killed_run_keeps_the_next_run_waiting(project: Project, channel: Path, wheels: Path,
-                                                              tmp_path: Path) -> None:
+def test_uv_outliving_a_killed_run_keeps_the_next_run_waiting(
+    project: Project, channel: Path, wheels: Path, tmp_path: Path
+) -> None:
     """uv runs in a session of its own: SIGKILL of bootstrap's process group (a cancelled CI job) leaves it
     installing into the partial generation. It holds the env's lock until it is done, so the next run waits
     rather than build a generation of the same number for it to write into; then it converges."""
@@ -1167,14 +1292,23 @@ def test_uv_outliving_a_killed_run_keeps_the_next_run_waiting(project: Project, 
     change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
     started, go_on = tmp_path / "uv-started", tmp_path / "uv-go-on"
     uv = tmp_path / "uv"  # the real uv, held at its install until the test says
-    uv.write_text(f'#!/bin/sh\nif [ "$2" = install ]; then : > {started}; '
-                  f'while [ ! -e {go_on} ]; do sleep 0.05; done; fi\n'
-                  f'exec {uv_binary(PipOptions())} "$@"\n')
+    uv.write_text(
+        f'#!/bin/sh\nif [ "$2" = install ]; then : > {started}; '
+        f"while [ ! -e {go_on} ]; do sleep 0.05; done; fi\n"
+        f'exec {uv_binary(PipOptions())} "$@"\n'
+    )
     uv.chmod(0o755)
-    code = (f"import sys, bootstrap.install.pip as p; p.uv_binary = lambda _: {str(uv)!r}; "
-            "from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))")
-    killed = subprocess.Popen([sys.executable, "-c", code, *env_args(project, str(channel))], cwd=REPO,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    code = (
+        f"import sys, bootstrap.install.pip as p; p.uv_binary = lambda _: {str(uv)!r}; "
+        "from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    killed = subprocess.Popen(
+        [sys.executable, "-c", code, *env_args(project, str(channel))],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while not started.exists():
         assert killed.poll() is None and time.monotonic() < deadline
@@ -1198,9 +1332,15 @@ def test_export_from_prefix_reads_the_request_bootstrap_recorded(project: Projec
     assert main(env_args(project, str(channel))) == 0
     portable = portable_from_prefix(prefix_of(project))
     conda = sorted(line.text for line in portable.conda)
-    assert conda == sorted(["bigpkg=1.0", "pip=25.0",
-                            f"python={sys.version_info[0]}.{sys.version_info[1]}.{sys.version_info[2]}",
-                            "torchlike=1.0", "zlibstub=1.3.1"])
+    assert conda == sorted(
+        [
+            "bigpkg=1.0",
+            "pip=25.0",
+            f"python={sys.version_info[0]}.{sys.version_info[1]}.{sys.version_info[2]}",
+            "torchlike=1.0",
+            "zlibstub=1.3.1",
+        ]
+    )
     # The fixture wheels were installed from file:// URLs, which export does not pass on as PyPI pins.
     assert portable.pip == () and any("alpha" in note for note in portable.notes), portable.notes
 
@@ -1239,12 +1379,18 @@ def test_pip_entry_points_run_through_the_stable_path(tmp_path: Path, channel: P
     from tests.fixtures.wheels import build_wheel
 
     wheels = tmp_path / "wheels"
-    build_wheel(wheels, "delta", "1.0", files={
-        "delta/__init__.py": "def main():\n    print('delta ok')\n",
-        "delta-1.0.dist-info/entry_points.txt": "[console_scripts]\ndelta = delta:main\n",
-    })
-    project = make_project(tmp_path / "proj", platforms=("linux-64",), conda=(f"python={SHORT}.*", "pip"),
-                           pip=("delta",))
+    build_wheel(
+        wheels,
+        "delta",
+        "1.0",
+        files={
+            "delta/__init__.py": "def main():\n    print('delta ok')\n",
+            "delta-1.0.dist-info/entry_points.txt": "[console_scripts]\ndelta = delta:main\n",
+        },
+    )
+    project = make_project(
+        tmp_path / "proj", platforms=("linux-64",), conda=(f"python={SHORT}.*", "pip"), pip=("delta",)
+    )
     relock(project, channel, wheels)
     prefix = project.root / ("p" * 120 if long_path else "short") / "py310"
     assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 0
@@ -1263,11 +1409,21 @@ def test_pip_entry_points_run_through_the_stable_path(tmp_path: Path, channel: P
 
 # --------------------------------------------------------------------------- disk full
 
+
 # The fetches fill the disk through the same download path; `make test-slow` runs them.
-@pytest.mark.parametrize("where", [pytest.param("conda-fetch", marks=pytest.mark.slow), "conda-extract",
-                                   "conda-link", pytest.param("pip-fetch", marks=pytest.mark.slow), "pip-install"])
-def test_a_full_disk_leaves_the_env_as_it_was(locked_once: Project, blob_sources: tuple, blob_bytes: bytes,
-                                               small_fs: tuple, tmp_path: Path, capsys, where: str) -> None:
+@pytest.mark.parametrize(
+    "where",
+    [
+        pytest.param("conda-fetch", marks=pytest.mark.slow),
+        "conda-extract",
+        "conda-link",
+        pytest.param("pip-fetch", marks=pytest.mark.slow),
+        "pip-install",
+    ],
+)
+def test_a_full_disk_leaves_the_env_as_it_was(
+    locked_once: Project, blob_sources: tuple, blob_bytes: bytes, small_fs: tuple, tmp_path: Path, capsys, where: str
+) -> None:
     """ENOSPC while fetching into the package cache, from rattler extracting into it or linking, or
     from uv: one line naming the file system, the env unchanged, no half-built generation left; with
     space, the next run converges."""
@@ -1299,14 +1455,18 @@ def test_a_full_disk_leaves_the_env_as_it_was(locked_once: Project, blob_sources
     resize("64m")
     assert main(args) == 0
     assert_matches_lock(project)
-    blob = (next(prefix.glob("lib/python*/site-packages/blobwheel/blob.bin")) if where.startswith("pip")
-            else prefix / "lib/libblob.so")
+    blob = (
+        next(prefix.glob("lib/python*/site-packages/blobwheel/blob.bin"))
+        if where.startswith("pip")
+        else prefix / "lib/libblob.so"
+    )
     assert blob.read_bytes() == blob_bytes
 
 
 @pytest.mark.parametrize("served", [False, True], ids=["file", "http"])
-def test_a_file_size_limit_is_reported_like_a_full_disk(project: Project, blob_sources: tuple, file_size_limit,
-                                                        capsys, served: bool) -> None:
+def test_a_file_size_limit_is_reported_like_a_full_disk(
+    project: Project, blob_sources: tuple, file_size_limit, capsys, served: bool
+) -> None:
     """EFBIG (`ulimit -f`) while fetching, from a directory or over HTTP (small reads, so what is
     buffered fails again when the partial is closed): one line saying so and what to raise, the env
     as it was; the mirror is not blamed, and nothing is retried."""
@@ -1325,18 +1485,25 @@ def test_a_file_size_limit_is_reported_like_a_full_disk(project: Project, blob_s
         assert main(args) == 2
         file_size_limit(None)
         error = without_progress(capsys.readouterr().err)
-        ours = [line for line in error.splitlines() if "Exception occurred during processing" not in line
-                and not line.startswith(("-" * 40, " ", "Traceback", "ConnectionResetError", "BrokenPipeError"))]
-        assert ours == [f"error: a file reached the file size limit (ulimit -f: {1 << 20} bytes) while building "
-                        f"{prefix}; the env is unchanged (raise the limit, e.g. `ulimit -f unlimited`, and run "
-                        "again)"], error  # the lines dropped are the test server's, on the connection cut
+        ours = [
+            line
+            for line in error.splitlines()
+            if "Exception occurred during processing" not in line
+            and not line.startswith(("-" * 40, " ", "Traceback", "ConnectionResetError", "BrokenPipeError"))
+        ]
+        assert ours == [
+            f"error: a file reached the file size limit (ulimit -f: {1 << 20} bytes) while building "
+            f"{prefix}; the env is unchanged (raise the limit, e.g. `ulimit -f unlimited`, and run "
+            "again)"
+        ], error  # the lines dropped are the test server's, on the connection cut
         assert os.readlink(prefix) == before and generation_dirs(project) == ["1"]
         assert main(args) == 0
     assert_matches_lock(project)
 
 
-def test_a_full_disk_on_a_fresh_create_leaves_nothing_half_built(locked_once: Project, blob_sources: tuple,
-                                                                 small_fs: tuple, capsys) -> None:
+def test_a_full_disk_on_a_fresh_create_leaves_nothing_half_built(
+    locked_once: Project, blob_sources: tuple, small_fs: tuple, capsys
+) -> None:
     channel, wheels = blob_sources
     mount, resize = small_fs
     project = copy_project(locked_once, mount / "proj")

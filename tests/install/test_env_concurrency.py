@@ -37,8 +37,9 @@ def _raced_once(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
-def test_a_read_that_races_a_switch_reads_again(project: Project, channel: Path, monkeypatch, capsys,
-                                                dry_run: bool) -> None:
+def test_a_read_that_races_a_switch_reads_again(
+    project: Project, channel: Path, monkeypatch, capsys, dry_run: bool
+) -> None:
     """The lock-free read of an env another run is switching may fail; it must never be the run's
     traceback: the run reads again (under the env's lock) and finds the env up to date."""
     assert main(env_args(project, str(channel))) == 0
@@ -51,8 +52,13 @@ def test_a_read_that_races_a_switch_reads_again(project: Project, channel: Path,
 
 
 def _env_process(project: Project, channel: Path, lock: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "bootstrap", *env_args(project, str(channel), "--lock", str(lock))],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bootstrap", *env_args(project, str(channel), "--lock", str(lock))],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _assert_is_one_locks_env(project: Project, locks: dict) -> Path:
@@ -62,11 +68,13 @@ def _assert_is_one_locks_env(project: Project, locks: dict) -> Path:
     assert lock_path in locks.values()
     lock = read_lock(lock_path)
     installed = conda_records(prefix)
-    assert {(c.name, c.version, c.sha256) for c in installed} == \
-        {(p.name, p.version, p.sha256) for p in lock.for_platform("linux-64", "conda")}
+    assert {(c.name, c.version, c.sha256) for c in installed} == {
+        (p.name, p.version, p.sha256) for p in lock.for_platform("linux-64", "conda")
+    }
     names = {c.name for c in installed}
-    assert {(d.name, d.version) for d in pip_distributions(prefix) if d.name not in names} == \
-        {(p.name, p.version) for p in lock.for_platform("linux-64", "pip")}
+    assert {(d.name, d.version) for d in pip_distributions(prefix) if d.name not in names} == {
+        (p.name, p.version) for p in lock.for_platform("linux-64", "pip")
+    }
     return lock_path
 
 
@@ -89,8 +97,10 @@ def _pairs(project: Project, channel: Path, wheels: Path, pairs: int) -> None:
             out, err = process.communicate(timeout=120)
             assert "Traceback" not in err and process.returncode == 0, (index, out, err)
             # The one line a run may print besides its result and its download's size: that it waited for the other.
-            assert all("waiting for another `bootstrap env`" in line
-                       for line in without_progress(err).splitlines()), (index, err)
+            assert all("waiting for another `bootstrap env`" in line for line in without_progress(err).splitlines()), (
+                index,
+                err,
+            )
         _assert_is_one_locks_env(project, locks)
     assert main(env_args(project, str(channel), "--lock", str(locks["b"]))) == 0
     assert _assert_is_one_locks_env(project, locks) == locks["b"]

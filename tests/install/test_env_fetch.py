@@ -72,7 +72,7 @@ class _Trickle(http.server.SimpleHTTPRequestHandler):
             if self.server.closing.wait(0.1):  # type: ignore[attr-defined]
                 return
             try:
-                self.wfile.write(data[start:start + 32])
+                self.wfile.write(data[start : start + 32])
                 self.wfile.flush()
             except OSError:  # the client gave up
                 return
@@ -103,8 +103,9 @@ def test_a_failed_download_stops_the_others_at_once(project: Project, channel: P
     assert not os.path.lexists(prefix_of(project)) and not (prefix_of(project).parent / ".py310.gens").exists()
 
 
-def test_a_download_cut_short_is_a_network_error_not_a_hash_mismatch(project: Project, channel: Path, wheels: Path,
-                                                                     capsys) -> None:
+def test_a_download_cut_short_is_a_network_error_not_a_hash_mismatch(
+    project: Project, channel: Path, wheels: Path, capsys
+) -> None:
     without_zlib = tuple(c for c in CONDA if c != "zlibstub")
     change_lock(project, channel, wheels, conda=without_zlib)
     assert main(env_args(project, str(channel))) == 0
@@ -120,24 +121,30 @@ def test_a_download_cut_short_is_a_network_error_not_a_hash_mismatch(project: Pr
     cut = f"connection closed after {size // 2} of {size} bytes"
     assert without_progress(capsys.readouterr().err) == "".join(
         f"{archive.name}: {cut} from {source}; retrying ({attempt} of 4)\n" for attempt in (2, 3, 4)
-    ) + (f"error: cannot fetch {archive.name} from {source}: {cut}, 4 attempts; nothing was installed (the mirror "
-         f"lacks it or is down: sync it from {CHANNEL}, or fix --mirror {CHANNEL}={url})\n")
+    ) + (
+        f"error: cannot fetch {archive.name} from {source}: {cut}, 4 attempts; nothing was installed (the mirror "
+        f"lacks it or is down: sync it from {CHANNEL}, or fix --mirror {CHANNEL}={url})\n"
+    )
     assert os.readlink(prefix) == before
     # what arrived is kept for the next run to resume, under a name no reader takes for the archive
-    assert [p.name for p in (project.root / ".cache" / "archives").glob("*/*") if "zlibstub" in p.name] == \
-        [f".part-{archive.name}"]
+    assert [p.name for p in (project.root / ".cache" / "archives").glob("*/*") if "zlibstub" in p.name] == [
+        f".part-{archive.name}"
+    ]
 
 
-def test_a_mirror_that_lacks_a_file_is_named_as_the_one_to_sync(project: Project, channel: Path, tmp_path: Path,
-                                                                capsys) -> None:
+def test_a_mirror_that_lacks_a_file_is_named_as_the_one_to_sync(
+    project: Project, channel: Path, tmp_path: Path, capsys
+) -> None:
     empty = tmp_path / "empty-mirror"
     empty.mkdir()
     capsys.readouterr()
     assert main(env_args(project, str(empty))) == 2
     err = without_progress(capsys.readouterr().err)
     assert f"from {empty.as_uri()}/" in err and "No such file" in err
-    assert err.strip().endswith("(the mirror lacks it or is down: sync it from https://conda.anaconda.org/conda-forge, "
-                                f"or fix --mirror https://conda.anaconda.org/conda-forge={empty})")
+    assert err.strip().endswith(
+        "(the mirror lacks it or is down: sync it from https://conda.anaconda.org/conda-forge, "
+        f"or fix --mirror https://conda.anaconda.org/conda-forge={empty})"
+    )
     assert "serve it from a mirror" not in err and len(err.splitlines()) == 1
 
 
@@ -147,9 +154,11 @@ def test_a_mirror_for_no_channel_of_the_lock_is_refused(project: Project, channe
     for extra in ([], ["--dry-run"]):  # the no-op path too: the typo would bite on the next change
         assert main([*env_args(project, str(channel)), "--mirror", f"conda-froge={channel}", *extra]) == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"error: --mirror https://conda.anaconda.org/conda-froge={channel}: no URL of "
-                              "conda-lock.yml is under https://conda.anaconda.org/conda-froge (CANONICAL is one of "
-                              "the lock's channels or wheel hosts: file://")
+        assert err.startswith(
+            f"error: --mirror https://conda.anaconda.org/conda-froge={channel}: no URL of "
+            "conda-lock.yml is under https://conda.anaconda.org/conda-froge (CANONICAL is one of "
+            "the lock's channels or wheel hosts: file://"
+        )
         assert "https://conda.anaconda.org/conda-forge" in err and len(err.splitlines()) == 1
 
 
@@ -174,11 +183,21 @@ class _SlowBody:
 
 
 @pytest.mark.parametrize("failure", [OSError(111, "Connection refused"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
-def test_a_failed_or_interrupted_fetch_does_not_wait_for_the_downloads_under_way(tmp_path: Path, monkeypatch,
-                                                                                failure: BaseException) -> None:
+def test_a_failed_or_interrupted_fetch_does_not_wait_for_the_downloads_under_way(
+    tmp_path: Path, monkeypatch, failure: BaseException
+) -> None:
     """Leaving the thread pool waits for its downloads: they stop at their next block, not at their end."""
-    entries = [LockedPackage(f"p{i}", "1.0", "conda", "linux-64", f"https://conda.anaconda.org/conda-forge/linux-64/p{i}-1.0-0.conda",
-                             f"{i:064x}") for i in range(4)]
+    entries = [
+        LockedPackage(
+            f"p{i}",
+            "1.0",
+            "conda",
+            "linux-64",
+            f"https://conda.anaconda.org/conda-forge/linux-64/p{i}-1.0-0.conda",
+            f"{i:064x}",
+        )
+        for i in range(4)
+    ]
 
     def opened(url: str, start: int = 0):
         if url.endswith("/p0-1.0-0.conda"):
@@ -204,17 +223,21 @@ class _Trickling(_SlowBody):
 
 def test_a_stalled_download_is_given_up_with_one_line(tmp_path: Path, monkeypatch) -> None:
     """Each read returns well inside the socket's timeout, so only a speed floor ends it."""
-    entry = LockedPackage("p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda",
-                          f"{1:064x}")
+    entry = LockedPackage(
+        "p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda", f"{1:064x}"
+    )
     monkeypatch.setattr(download, "STALL_SECONDS", 0.3)
     monkeypatch.setattr(download, "open_url", lambda url, start=0: _Trickling())
     started = time.monotonic()
     with pytest.raises(FetchError) as stalled:
         fetch.fetch_archive(entry, tmp_path)
     assert time.monotonic() - started < 3
-    assert "cannot fetch p-1.0-0.conda from https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda: stalled, " \
-           in str(stalled.value) and " bytes in the last 0 s; nothing was installed" in str(stalled.value) \
+    assert (
+        "cannot fetch p-1.0-0.conda from https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda: stalled, "
+        in str(stalled.value)
+        and " bytes in the last 0 s; nothing was installed" in str(stalled.value)
         and "--mirror" in str(stalled.value)
+    )
     assert not [p for p in tmp_path.glob("archives/*/*") if not p.name.startswith(".part-p")]  # kept to resume
     slow = _SlowBody()  # 50 kB/s for 0.6 s: slow, not stalled
     slow._left = 30
@@ -226,14 +249,24 @@ def test_a_stalled_download_is_given_up_with_one_line(tmp_path: Path, monkeypatc
 
 
 @pytest.mark.parametrize("how", ["error", pytest.param("sigint", marks=pytest.mark.slow)])
-def test_a_download_stuck_in_connect_does_not_hold_a_failed_or_interrupted_fetch(tmp_path: Path, monkeypatch,
-                                                                                 how: str) -> None:
+def test_a_download_stuck_in_connect_does_not_hold_a_failed_or_interrupted_fetch(
+    tmp_path: Path, monkeypatch, how: str
+) -> None:
     """A server that never answers holds urlopen() for the socket's 60 s timeout, deaf to the stop
     flag: the fetch ends anyway, and that download's worker ends on its own later."""
     import signal
 
-    entries = [LockedPackage(f"p{i}", "1.0", "conda", "linux-64", f"https://conda.anaconda.org/conda-forge/linux-64/p{i}-1.0-0.conda",
-                             f"{i:064x}") for i in range(3)]
+    entries = [
+        LockedPackage(
+            f"p{i}",
+            "1.0",
+            "conda",
+            "linux-64",
+            f"https://conda.anaconda.org/conda-forge/linux-64/p{i}-1.0-0.conda",
+            f"{i:064x}",
+        )
+        for i in range(3)
+    ]
     released = threading.Event()
 
     def opened(url: str, start: int = 0):
@@ -272,8 +305,9 @@ def test_a_download_paused_by_ctrl_z_is_not_taken_for_a_stalled_one(tmp_path: Pa
 
     monkeypatch.setattr(download.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(download, "open_url", lambda url, start=0: Body())
-    entry = LockedPackage("p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda",
-                          f"{1:064x}")
+    entry = LockedPackage(
+        "p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda", f"{1:064x}"
+    )
     with pytest.raises(Exception) as fetched:
         fetch.fetch_archive(entry, tmp_path)
     assert "does not match the lock" in str(fetched.value)  # read to its end, then hashed
@@ -313,8 +347,9 @@ def test_a_chunked_download_trickling_its_framing_is_given_up_as_stalled(tmp_pat
     thread.start()
     monkeypatch.setattr(download, "STALL_SECONDS", 0.2)  # the socket's timeout too: 4x each byte's wait
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    entry = LockedPackage("p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda",
-                          f"{1:064x}")
+    entry = LockedPackage(
+        "p", "1.0", "conda", "linux-64", "https://conda.anaconda.org/conda-forge/linux-64/p-1.0-0.conda", f"{1:064x}"
+    )
     try:
         with pytest.raises(FetchError, match="stalled"):
             fetch.fetch_archive(entry, tmp_path, [Mirror.parse(f"https://conda.anaconda.org/conda-forge={url}")])
@@ -327,8 +362,17 @@ def test_a_chunked_download_trickling_its_framing_is_given_up_as_stalled(tmp_pat
 def test_a_ctrl_c_while_the_workers_start_stops_those_already_started(tmp_path: Path, monkeypatch) -> None:
     """Thread.start() waits on an Event, where a Ctrl-C lands: the workers started before it must be
     told to stop, not left downloading (and calling `progress`) behind the caller's back."""
-    entries = [LockedPackage(f"p{i}", "1.0", "conda", "linux-64", f"https://conda.anaconda.org/conda-forge/linux-64/p{i}-1.0-0.conda",
-                             f"{i:064x}") for i in range(4)]
+    entries = [
+        LockedPackage(
+            f"p{i}",
+            "1.0",
+            "conda",
+            "linux-64",
+            f"https://conda.anaconda.org/conda-forge/linux-64/p{i}-1.0-0.conda",
+            f"{i:064x}",
+        )
+        for i in range(4)
+    ]
     saw_stop = threading.Event()
 
     def fetched(entry, cache_dir, mirrors, bundle, stop, watch):
@@ -353,8 +397,9 @@ def test_a_ctrl_c_while_the_workers_start_stops_those_already_started(tmp_path: 
 
 
 @pytest.mark.parametrize("how", ["read-only", "a file"])
-def test_a_cache_folder_that_cannot_be_written_is_named_with_the_flag(project: Project, channel: Path, wheels: Path,
-                                                                      make_read_only, capsys, how: str) -> None:
+def test_a_cache_folder_that_cannot_be_written_is_named_with_the_flag(
+    project: Project, channel: Path, wheels: Path, make_read_only, capsys, how: str
+) -> None:
     """`archives/<sha256>/` read-only (another user's, a read-only mount) or a file: one line naming
     it and --cache-dir, exit 2, the env as it was."""
     change_lock(project, channel, wheels, conda=tuple(c for c in CONDA if c != "zlibstub"))
@@ -372,8 +417,11 @@ def test_a_cache_folder_that_cannot_be_written_is_named_with_the_flag(project: P
     capsys.readouterr()
     assert main(env_args(project, str(channel))) == 2
     err = without_progress(capsys.readouterr().err)
-    problem, fix = (("cannot be written", "pass a --cache-dir you can write") if how == "read-only" else
-                    ("is not a directory", "remove it: what the cache holds is fetched again"))
+    problem, fix = (
+        ("cannot be written", "pass a --cache-dir you can write")
+        if how == "read-only"
+        else ("is not a directory", "remove it: what the cache holds is fetched again")
+    )
     assert err.startswith(f"error: --cache-dir {project.root / '.cache'}: {folder} {problem}"), err
     assert fix in err and len(err.splitlines()) == 1, err
     assert os.readlink(prefix) == before

@@ -25,19 +25,30 @@ from tests.fixtures.env_project import PIP, change_lock, env_args, prefix_of
 from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
 
 OLD = HostSystem("linux", glibc="2.17")
-REFUSED = ("conda-lock.yml: linux-64 needs glibc >= 2.28 (delta 1.0 wheel manylinux_2_28), this host has 2.17: "
-           "use a machine with a newer OS, or relock for an older __glibc in envs/virtual-packages.yml")
+REFUSED = (
+    "conda-lock.yml: linux-64 needs glibc >= 2.28 (delta 1.0 wheel manylinux_2_28), this host has 2.17: "
+    "use a machine with a newer OS, or relock for an older __glibc in envs/virtual-packages.yml"
+)
 
 
 @pytest.fixture(scope="module")
 def manylinux_wheels(tmp_path_factory) -> Path:
-    return build_wheelhouse(tmp_path_factory.mktemp("manylinux"),
-                            [*standard_wheels(), WheelSpec("delta", "1.0", tag="py3-none-manylinux_2_28_x86_64")])
+    return build_wheelhouse(
+        tmp_path_factory.mktemp("manylinux"),
+        [*standard_wheels(), WheelSpec("delta", "1.0", tag="py3-none-manylinux_2_28_x86_64")],
+    )
 
 
 def options(project: Project, mirror: str, dry_run: bool = False) -> EnvOptions:
-    return EnvOptions("py310", project.lock_path("py310"), prefix_of(project), "linux-64", project.root / ".cache",
-                      mirrors=(Mirror.parse(f"conda-forge={mirror}"),), dry_run=dry_run)
+    return EnvOptions(
+        "py310",
+        project.lock_path("py310"),
+        prefix_of(project),
+        "linux-64",
+        project.root / ".cache",
+        mirrors=(Mirror.parse(f"conda-forge={mirror}"),),
+        dry_run=dry_run,
+    )
 
 
 def tree(root: Path) -> dict:
@@ -47,8 +58,9 @@ def tree(root: Path) -> dict:
     return {str(p.relative_to(root)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in root.rglob("*")}
 
 
-def test_a_new_env_on_an_old_host_fetches_and_creates_nothing(project: Project, channel: Path,
-                                                               manylinux_wheels: Path) -> None:
+def test_a_new_env_on_an_old_host_fetches_and_creates_nothing(
+    project: Project, channel: Path, manylinux_wheels: Path
+) -> None:
     change_lock(project, channel, manylinux_wheels, pip=(*PIP, "delta"))
     with serve_directory(channel) as url:
         for dry_run in (True, False):  # --dry-run reports it the same way
@@ -60,8 +72,9 @@ def test_a_new_env_on_an_old_host_fetches_and_creates_nothing(project: Project, 
     assert not (project.root / ".cache").exists()
 
 
-def test_an_env_is_left_as_it_was_when_the_new_lock_needs_a_newer_host(project: Project, channel: Path,
-                                                                        manylinux_wheels: Path) -> None:
+def test_an_env_is_left_as_it_was_when_the_new_lock_needs_a_newer_host(
+    project: Project, channel: Path, manylinux_wheels: Path
+) -> None:
     with serve_directory(channel) as url:
         create_or_update(options(project, url), host=HostSystem("linux", glibc="2.28"))
         record = read_install_record(prefix_of(project))
@@ -75,8 +88,9 @@ def test_an_env_is_left_as_it_was_when_the_new_lock_needs_a_newer_host(project: 
     assert read_install_record(prefix_of(project)) == record
 
 
-def test_the_command_line_says_it_in_one_line_and_exits_2(project: Project, channel: Path, manylinux_wheels: Path,
-                                                          monkeypatch, capsys) -> None:
+def test_the_command_line_says_it_in_one_line_and_exits_2(
+    project: Project, channel: Path, manylinux_wheels: Path, monkeypatch, capsys
+) -> None:
     import bootstrap.install.env as env_module
 
     change_lock(project, channel, manylinux_wheels, pip=(*PIP, "delta"))

@@ -35,8 +35,9 @@ def add_files(site: Path, files: dict) -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(LEGACY))
-def test_a_leftover_without_a_file_list_is_removed_and_the_run_converges(project: Project, channel: Path, capsys,
-                                                                          kind: str) -> None:
+def test_a_leftover_without_a_file_list_is_removed_and_the_run_converges(
+    project: Project, channel: Path, capsys, kind: str
+) -> None:
     assert main(env_args(project, str(channel))) == 0
     prefix = prefix_of(project)
     add_files(site_packages(prefix), LEGACY[kind])
@@ -65,15 +66,23 @@ def test_the_summary_names_a_leftover_removed_by_its_metadata(project: Project, 
     assert "  pip rm  legacy 1.0" in out
     assert [line for line in out if line.startswith("note: ")] == [
         f"note: legacy 1.0: only its metadata was removed ({site.relative_to(prefix)}/legacy-1.0.dist-info), "
-        "which lists no files to uninstall; any files it installed are still there"]
+        "which lists no files to uninstall; any files it installed are still there"
+    ]
 
 
-def test_an_egg_info_with_top_level_is_uninstalled_by_uv_with_its_package(project: Project, channel: Path,
-                                                                          capsys) -> None:
+def test_an_egg_info_with_top_level_is_uninstalled_by_uv_with_its_package(
+    project: Project, channel: Path, capsys
+) -> None:
     assert main(env_args(project, str(channel))) == 0
     site = site_packages(prefix_of(project))
-    add_files(site, {**LEGACY["egg-info-dir"], "legacy-1.0-py3.11.egg-info/top_level.txt": "legacy\n",
-                     "legacy/__init__.py": "x = 1\n"})
+    add_files(
+        site,
+        {
+            **LEGACY["egg-info-dir"],
+            "legacy-1.0-py3.11.egg-info/top_level.txt": "legacy\n",
+            "legacy/__init__.py": "x = 1\n",
+        },
+    )
     capsys.readouterr()
     assert main(env_args(project, str(channel))) == 0
     out = capsys.readouterr().out
@@ -82,14 +91,21 @@ def test_an_egg_info_with_top_level_is_uninstalled_by_uv_with_its_package(projec
     assert_matches_lock(project)
 
 
-def test_a_conda_packages_egg_info_under_another_name_stays(project: Project, wheels: Path, tmp_path: Path,
-                                                            capsys) -> None:
+def test_a_conda_packages_egg_info_under_another_name_stays(
+    project: Project, wheels: Path, tmp_path: Path, capsys
+) -> None:
     """pytables ships `tables-*.egg-info`: no conda name matches it, its record's files say whose it is."""
     site = f"lib/python{SHORT}/site-packages"
     egg_info = f"{site}/tables-3.9-py{SHORT}.egg-info"
-    pytables = PackageSpec("pytables", "3.9", noarch="generic", files={
-        f"{egg_info}/PKG-INFO": "Metadata-Version: 1.1\nName: tables\nVersion: 3.9\n",
-        f"{site}/tables/__init__.py": ""})
+    pytables = PackageSpec(
+        "pytables",
+        "3.9",
+        noarch="generic",
+        files={
+            f"{egg_info}/PKG-INFO": "Metadata-Version: 1.1\nName: tables\nVersion: 3.9\n",
+            f"{site}/tables/__init__.py": "",
+        },
+    )
     channel = build_runnable_channel(tmp_path / "channel", extra=[pytables])
     change_lock(project, channel, wheels, conda=(*CONDA, "pytables"))
     assert main(env_args(project, str(channel))) == 0

@@ -35,14 +35,17 @@ CPU_TORCH, CUDA_TORCH = {"name": "torch", "version": "2.10.0+cpu"}, {"name": "to
 @pytest.fixture(scope="module")
 def torch_wheels(tmp_path_factory) -> Path:
     """The standard wheels and two builds of a pure-Python `torch`, told apart by their local version."""
-    return build_wheelhouse(tmp_path_factory.mktemp("torch-wheels"), [
-        *standard_wheels(), WheelSpec("torch", "2.10.0+cpu"), WheelSpec("torch", "2.10.0+cu128")])
+    return build_wheelhouse(
+        tmp_path_factory.mktemp("torch-wheels"),
+        [*standard_wheels(), WheelSpec("torch", "2.10.0+cpu"), WheelSpec("torch", "2.10.0+cu128")],
+    )
 
 
 @pytest.fixture(scope="module")
 def variants_once(tmp_path_factory, channel: Path, torch_wheels: Path) -> Project:
-    project = make_project(tmp_path_factory.mktemp("variants") / "proj", platforms=("linux-64",), conda=CONDA,
-                           pip=(*PIP, "torch"))
+    project = make_project(
+        tmp_path_factory.mktemp("variants") / "proj", platforms=("linux-64",), conda=CONDA, pip=(*PIP, "torch")
+    )
     spec = yaml.safe_load(project.spec_path("py310").read_text())
     project.spec_path("py310").write_text(yaml.safe_dump({**spec, "variants": VARIANTS}, sort_keys=False))
     relock(project, channel, torch_wheels)
@@ -67,12 +70,16 @@ def env_json(project: Project, channel: Path, capsys, *extra: str) -> dict:
 
 def installed(project: Project) -> tuple:
     record = read_install_record(prefix_of(project))
-    return record.variant, Path(record.lock_path).name, run_python(prefix_of(project), "import torch; "
-                                                                   "print(torch.__version__)")
+    return (
+        record.variant,
+        Path(record.lock_path).name,
+        run_python(prefix_of(project), "import torch; print(torch.__version__)"),
+    )
 
 
-def test_auto_installs_the_pick_and_a_switch_applies_only_the_difference(project: Project, channel: Path,
-                                                                          no_gpu: Path, capsys) -> None:
+def test_auto_installs_the_pick_and_a_switch_applies_only_the_difference(
+    project: Project, channel: Path, no_gpu: Path, capsys
+) -> None:
     first = env_json(project, channel, capsys, "--facts", str(no_gpu))
     assert first["variant"]["name"] == "cpu" and first["variant"]["how"] == "auto"
     assert first["variant"]["why"].startswith("cpu: no NVIDIA GPU here, and the default variant is a CPU build")
@@ -107,14 +114,16 @@ def test_dry_run_says_which_variant_and_why(project: Project, channel: Path, cap
     assert not prefix_of(project).exists()
 
 
-def test_a_variant_that_will_not_run_here_is_refused_before_any_download(project: Project, channel: Path,
-                                                                         capsys) -> None:
+def test_a_variant_that_will_not_run_here_is_refused_before_any_download(
+    project: Project, channel: Path, capsys
+) -> None:
     capsys.readouterr()
     cache = project.root / ".cache"
     assert main(env_args(project, "/nonexistent-mirror", "--variant", "cpu", "--facts", str(H200))) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: --variant cpu: torch 2.10.0+cpu (CPU build) will not run "
-                                                   "on this host (torch.cuda_build: ")
+    assert err.count("\n") == 1 and err.startswith(
+        "error: --variant cpu: torch 2.10.0+cpu (CPU build) will not run on this host (torch.cuda_build: "
+    )
     assert "(cu128 would run: `--variant cu128` (or auto); --force installs the other anyway)" in err
     assert not prefix_of(project).exists() and not cache.exists()
     forced = env_json(project, channel, capsys, "--variant", "cpu", "--force")
@@ -145,19 +154,33 @@ def test_unknown_or_unlocked_variants_and_mixed_flags_are_one_line(project: Proj
 
 
 # The default suite breaks each lock one way; `make test-slow` every way.
-@pytest.mark.parametrize(("which", "corrupt"), [
-    (which, corrupt) if (which, corrupt) in (("cpu", "empty"), ("cu128", "version 2"))
-    else pytest.param(which, corrupt, marks=pytest.mark.slow)
-    for which in ("cpu", "cu128") for corrupt in ("empty", "version 2", "truncated", "binary", "null", "a list")])
-def test_a_lock_that_cannot_be_read_stops_auto_instead_of_being_passed_over(project: Project, channel: Path,
-                                                                           capsys, corrupt: str, which: str) -> None:
+@pytest.mark.parametrize(
+    ("which", "corrupt"),
+    [
+        (which, corrupt)
+        if (which, corrupt) in (("cpu", "empty"), ("cu128", "version 2"))
+        else pytest.param(which, corrupt, marks=pytest.mark.slow)
+        for which in ("cpu", "cu128")
+        for corrupt in ("empty", "version 2", "truncated", "binary", "null", "a list")
+    ],
+)
+def test_a_lock_that_cannot_be_read_stops_auto_instead_of_being_passed_over(
+    project: Project, channel: Path, capsys, corrupt: str, which: str
+) -> None:
     """Auto judges every variant's lock: a broken one (the default's or the pick's) is bad input naming the
     file, exit 2, not a silent switch to whichever other variant still reads."""
     path = project.lock_path("py310") if which == "cpu" else project.variant_lock_path("py310", "cu128")
     text = path.read_text()
-    path.write_bytes({"empty": b"", "version 2": text.replace("version: 1", "version: 2").encode(),
-                      "truncated": text[: len(text) // 2].encode(), "binary": bytes(range(256)) * 4,
-                      "null": b"null\n", "a list": b"- 1\n- 2\n"}[corrupt])
+    path.write_bytes(
+        {
+            "empty": b"",
+            "version 2": text.replace("version: 1", "version: 2").encode(),
+            "truncated": text[: len(text) // 2].encode(),
+            "binary": bytes(range(256)) * 4,
+            "null": b"null\n",
+            "a list": b"- 1\n- 2\n",
+        }[corrupt]
+    )
     for facts in (H200, None):
         capsys.readouterr()
         extra = ["--dry-run"] + (["--facts", str(facts)] if facts else [])
@@ -167,8 +190,9 @@ def test_a_lock_that_cannot_be_read_stops_auto_instead_of_being_passed_over(proj
     assert not prefix_of(project).exists()
 
 
-def test_facts_recorded_on_another_platform_are_not_judged_for_this_one(project: Project, channel: Path, capsys,
-                                                                         tmp_path: Path) -> None:
+def test_facts_recorded_on_another_platform_are_not_judged_for_this_one(
+    project: Project, channel: Path, capsys, tmp_path: Path
+) -> None:
     """An aarch64 node's facts judged for a linux-64 plan would pick a variant for the wrong machine."""
     facts = json.loads(H200.read_text())
     facts["platform"] = "linux_aarch64"
@@ -176,10 +200,13 @@ def test_facts_recorded_on_another_platform_are_not_judged_for_this_one(project:
     aarch64.write_text(json.dumps(facts))
     capsys.readouterr()
     assert main(env_args(project, str(channel), "--dry-run", "--facts", str(aarch64))) == 2
-    assert capsys.readouterr().err == (f"error: --facts {aarch64}: was recorded on linux-aarch64, the env is planned "
-                                       "for linux-64 (add --platform linux-aarch64, with --dry-run on this machine)\n")
-    assert main(env_args(project, str(channel), "--dry-run", "--facts", str(aarch64),
-                         "--platform", "linux-aarch64")) == 2  # no variant is locked for it: nothing to force
+    assert capsys.readouterr().err == (
+        f"error: --facts {aarch64}: was recorded on linux-aarch64, the env is planned "
+        "for linux-64 (add --platform linux-aarch64, with --dry-run on this machine)\n"
+    )
+    assert (
+        main(env_args(project, str(channel), "--dry-run", "--facts", str(aarch64), "--platform", "linux-aarch64")) == 2
+    )  # no variant is locked for it: nothing to force
     err = capsys.readouterr().err
     assert "no variant is locked for this platform" in err and "add it to `platforms:`" in err
     assert "--force" not in err
@@ -199,20 +226,23 @@ def no_smi(argv, timeout=300.0, **kwargs):
 def env_variant(project: Project, nvml: FakeNvml):
     from bootstrap.checks.verify import VerifyOptions, run_verify
 
-    result = run_verify(VerifyOptions(prefix=prefix_of(project), root=project.root, bench=False), nvml=nvml,
-                        runner=no_smi)
+    result = run_verify(
+        VerifyOptions(prefix=prefix_of(project), root=project.root, bench=False), nvml=nvml, runner=no_smi
+    )
     return next(c for c in result.checks if c.id == "env.variant")
 
 
-def test_verify_reports_the_installed_variant_and_fails_when_another_should_run(project: Project, channel: Path,
-                                                                                 no_gpu: Path, capsys) -> None:
+def test_verify_reports_the_installed_variant_and_fails_when_another_should_run(
+    project: Project, channel: Path, no_gpu: Path, capsys
+) -> None:
     env_json(project, channel, capsys, "--facts", str(no_gpu))
     here = env_variant(project, FakeNvml({}, init_error=12))
     assert here.status is Status.OK
     assert here.observed == "cpu from conda-lock.yml: torch 2.10.0+cpu (CPU build), the pick for this host"
     gpu = env_variant(project, FakeNvml.load("h200x8-580.95.05.json"))
-    assert gpu.status is Status.FAIL and gpu.observed.startswith("cpu from conda-lock.yml: will not run here "
-                                                                 "(torch.cuda_build: ")
+    assert gpu.status is Status.FAIL and gpu.observed.startswith(
+        "cpu from conda-lock.yml: will not run here (torch.cuda_build: "
+    )
     assert gpu.observed.endswith("; this host should run cu128")
     assert gpu.remedy == "`make env VARIANT=cu128` installs it in place"
     env_json(project, channel, capsys, "--variant", "cu128", "--facts", str(no_gpu))
@@ -223,18 +253,48 @@ def test_verify_reports_the_installed_variant_and_fails_when_another_should_run(
     assert env_variant(project, FakeNvml.load("h200x8-580.95.05.json")).status is Status.OK
 
 
-def test_a_bundle_holds_the_variants_named_and_env_installs_only_those(project: Project, channel: Path, no_gpu: Path,
-                                                                      tmp_path: Path, capsys) -> None:
+def test_a_bundle_holds_the_variants_named_and_env_installs_only_those(
+    project: Project, channel: Path, no_gpu: Path, tmp_path: Path, capsys
+) -> None:
     output = tmp_path / "cu128.tar"
     capsys.readouterr()
-    assert main(["bundle", "--root", str(project.root), "--platform", "linux-64", "--variant", "cu128",
-                 "--mirror", f"conda-forge={channel}", "--cache-dir", str(tmp_path / "bundle-cache"),
-                 "-o", str(output), "--no-tools"]) == 0
+    assert (
+        main(
+            [
+                "bundle",
+                "--root",
+                str(project.root),
+                "--platform",
+                "linux-64",
+                "--variant",
+                "cu128",
+                "--mirror",
+                f"conda-forge={channel}",
+                "--cache-dir",
+                str(tmp_path / "bundle-cache"),
+                "-o",
+                str(output),
+                "--no-tools",
+            ]
+        )
+        == 0
+    )
     with tarfile.open(output) as tar:
         index = json.loads(tar.extractfile("bundle.json").read())
     assert [e["lock"] for e in index["envs"]] == ["locks/py310/py310.cu128.conda-lock.yml"]
-    from_bundle = ["env", "--root", str(project.root), "--platform", "linux-64", "--bundle", str(output),
-                   "--cache-dir", str(project.root / ".cache"), "--facts", str(no_gpu)]
+    from_bundle = [
+        "env",
+        "--root",
+        str(project.root),
+        "--platform",
+        "linux-64",
+        "--bundle",
+        str(output),
+        "--cache-dir",
+        str(project.root / ".cache"),
+        "--facts",
+        str(no_gpu),
+    ]
     capsys.readouterr()
     assert main(from_bundle) == 2  # no GPU: the pick is cpu, which the bundle does not hold
     err = capsys.readouterr().err
@@ -251,8 +311,10 @@ def test_prune_keeps_what_every_variant_installs(project: Project, channel: Path
     env_json(project, channel, capsys, "--facts", str(no_gpu))
     env_json(project, channel, capsys, "--variant", "cu128", "--facts", str(no_gpu))
     capsys.readouterr()
-    assert main(["cache", "--prune", "--json", "--root", str(project.root), "--cache-dir",
-                 str(project.root / ".cache")]) == 0
+    assert (
+        main(["cache", "--prune", "--json", "--root", str(project.root), "--cache-dir", str(project.root / ".cache")])
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["kept_for"] == [str(project.lock_path("py310")), str(project.variant_lock_path("py310", "cu128"))]
     kept = {p.name for p in (project.root / ".cache" / "archives").iterdir()}

@@ -56,7 +56,7 @@ class _Flaky(http.server.BaseHTTPRequestHandler):
             return
         data = server.files[self.path]  # type: ignore[attr-defined]
         asked = self.headers.get("Range", "")
-        start = int(asked[len("bytes="):-1]) if server.ranges and asked.startswith("bytes=") else 0  # type: ignore[attr-defined]
+        start = int(asked[len("bytes=") : -1]) if server.ranges and asked.startswith("bytes=") else 0  # type: ignore[attr-defined]
         self.send_response(206 if start else 200)
         if start:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
@@ -70,8 +70,9 @@ class _Flaky(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def flaky_server(files: dict, ranges: bool = True, drops: int = 0, fail: tuple = (),
-                 login: Optional[str] = None) -> Iterator[http.server.ThreadingHTTPServer]:
+def flaky_server(
+    files: dict, ranges: bool = True, drops: int = 0, fail: tuple = (), login: Optional[str] = None
+) -> Iterator[http.server.ThreadingHTTPServer]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
     server.daemon_threads = True
     server.files, server.ranges, server.drops = files, ranges, drops  # type: ignore[attr-defined]
@@ -97,8 +98,10 @@ def test_a_connection_cut_mid_file_is_resumed_with_a_range_request(tmp_path: Pat
         path = fetch.fetch_archive(entry, tmp_path, watch=download.Watch(retrying=said.append))
     assert path.read_bytes() == DATA
     assert gets(server) == [None, f"bytes={len(DATA) // 2}-"]
-    assert said == [f"{NAME}: connection closed after {len(DATA) // 2} of {len(DATA)} bytes from "
-                    f"{server.url}/{NAME}; retrying (2 of 4)"]
+    assert said == [
+        f"{NAME}: connection closed after {len(DATA) // 2} of {len(DATA)} bytes from "
+        f"{server.url}/{NAME}; retrying (2 of 4)"
+    ]
     assert sorted(p.name for p in path.parent.iterdir()) == [f".{NAME}.verified", NAME]  # no partial left
 
 
@@ -121,8 +124,9 @@ def test_503_twice_then_served(tmp_path: Path) -> None:
     with flaky_server({f"/{NAME}": DATA}, fail=(503, 503)) as server:
         path = fetch.fetch_archive(entry_for(server.url), tmp_path, watch=download.Watch(retrying=said.append))
     assert path.read_bytes() == DATA
-    assert said == [f"{NAME}: HTTP Error 503: Service Unavailable from {server.url}/{NAME}; retrying ({n} of 4)"
-                    for n in (2, 3)]
+    assert said == [
+        f"{NAME}: HTTP Error 503: Service Unavailable from {server.url}/{NAME}; retrying ({n} of 4)" for n in (2, 3)
+    ]
 
 
 def test_a_server_that_ignores_range_starts_the_file_over(tmp_path: Path) -> None:
@@ -159,8 +163,10 @@ def test_a_resumed_file_still_wrong_when_fetched_whole_is_refused(tmp_path: Path
         with pytest.raises(IntegrityError) as refused:
             fetch.fetch_archive(entry, tmp_path)
     assert gets(server) == ["bytes=1000-", None]
-    assert str(refused.value).startswith(f"{NAME}: sha256 {hashlib.sha256(wrong).hexdigest()} does not match the "
-                                         f"lock's {entry.sha256} (fetched from {server.url}/{NAME})")
+    assert str(refused.value).startswith(
+        f"{NAME}: sha256 {hashlib.sha256(wrong).hexdigest()} does not match the "
+        f"lock's {entry.sha256} (fetched from {server.url}/{NAME})"
+    )
     assert "\n" not in str(refused.value)
     assert list(part.parent.iterdir()) == []  # no partial of the wrong bytes to resume
 
@@ -173,9 +179,11 @@ def test_a_server_that_keeps_failing_is_named_once_without_credentials(tmp_path:
             fetch.fetch_archive(entry, tmp_path, watch=download.Watch(retrying=said.append))
     assert len(gets(server)) == 4
     message = str(failed.value)
-    assert message == (f"cannot fetch {NAME} from {server.url}/{NAME}: HTTP Error 500: Internal Server Error, 4 "
-                       f"attempts; nothing was installed (offline? serve it from a mirror: --mirror {server.url}"
-                       "=URL_OR_DIR)")
+    assert message == (
+        f"cannot fetch {NAME} from {server.url}/{NAME}: HTTP Error 500: Internal Server Error, 4 "
+        f"attempts; nothing was installed (offline? serve it from a mirror: --mirror {server.url}"
+        "=URL_OR_DIR)"
+    )
     assert "s3cret" not in message + "".join(said) and len(said) == 3
 
 
@@ -223,17 +231,26 @@ def test_a_log_gets_the_total_then_a_line_every_few_seconds(tmp_path: Path, monk
     monkeypatch.setattr(env_command, "PLAIN_EVERY_S", 0.0)
     files = {f"/{NAME}": DATA, "/q-1.0-py3-none-any.whl": DATA[:1000]}
     with flaky_server(files) as server:
-        entries = [entry_for(server.url),
-                   LockedPackage("q", "1.0", "pip", "linux-64", f"{server.url}/q-1.0-py3-none-any.whl",
-                                 hashlib.sha256(DATA[:1000]).hexdigest())]
+        entries = [
+            entry_for(server.url),
+            LockedPackage(
+                "q",
+                "1.0",
+                "pip",
+                "linux-64",
+                f"{server.url}/q-1.0-py3-none-any.whl",
+                hashlib.sha256(DATA[:1000]).hexdigest(),
+            ),
+        ]
         with env_command.progress_feedback(tty=False) as feedback:
             fetch.fetch_archives(entries, tmp_path, progress=feedback.fetched, watch=feedback.watch)
         lines = capsys.readouterr().err.splitlines()
         with env_command.progress_feedback(tty=False, quiet=True) as feedback:  # --json
             fetch.fetch_archives(entries, tmp_path / "again", progress=feedback.fetched, watch=feedback.watch)
     assert lines[0] == f"fetching 2 files, {(len(DATA) + 1000) / 2**20:.1f} MiB"
-    assert len(lines) > 2 and all(line.startswith("fetched ") and " of 3.0 MiB, " in line and "/s" in line
-                                  for line in lines[1:])
+    assert len(lines) > 2 and all(
+        line.startswith("fetched ") and " of 3.0 MiB, " in line and "/s" in line for line in lines[1:]
+    )
     # the last line says where the bytes ended, however long since the one before
     assert lines[-1].startswith("fetched 3.0 MiB of 3.0 MiB, ") and lines[-1].endswith(", 2 of 2 files (done)")
     assert capsys.readouterr().err == ""

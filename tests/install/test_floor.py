@@ -28,8 +28,9 @@ CHANNEL = "https://conda.anaconda.org/conda-forge"
 
 def record(name: str, dependencies: dict, platform: str = "linux-64", version: str = "1.0") -> LockedPackage:
     url = f"{CHANNEL}/{platform}/{name}-{version}-h0_0.conda"
-    return LockedPackage(name, version, "conda", platform, url, "a" * 64, md5="b" * 32, build="h0_0",
-                         dependencies=dependencies)
+    return LockedPackage(
+        name, version, "conda", platform, url, "a" * 64, md5="b" * 32, build="h0_0", dependencies=dependencies
+    )
 
 
 def wheel(name: str, tag: str, platform: str = "linux-64", version: str = "1.0") -> LockedPackage:
@@ -51,21 +52,24 @@ def need(entries, system: str) -> Optional[tuple]:
     return None if found is None else (found.version_text, found.by)
 
 
-@pytest.mark.parametrize("tag, system, version, named", [
-    ("manylinux_2_28_x86_64", "glibc", "2.28", "manylinux_2_28"),
-    ("manylinux_2_17_aarch64", "glibc", "2.17", "manylinux_2_17"),
-    ("manylinux2014_x86_64", "glibc", "2.17", "manylinux2014"),
-    ("manylinux2010_x86_64", "glibc", "2.12", "manylinux2010"),
-    ("manylinux1_x86_64", "glibc", "2.5", "manylinux1"),
-    ("manylinux2014_x86_64.manylinux_2_17_x86_64", "glibc", "2.17", "manylinux2014"),
-    ("manylinux_2_24_x86_64.manylinux_2_28_x86_64", "glibc", "2.24", "manylinux_2_24"),  # where either will do
-    ("manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64", "glibc", "2.17", "manylinux2014"),
-    ("manylinux2010_x86_64.manylinux_2_12_x86_64", "glibc", "2.12", "manylinux2010"),
-    ("macosx_11_0_arm64", "macOS", "11.0", "macosx_11_0"),
-    ("macosx_10_9_universal2", "macOS", "10.9", "macosx_10_9"),
-    ("macosx_10_13_x86_64.macosx_11_0_arm64", "macOS", "10.13", "macosx_10_13"),
-    ("macosx_14_0_arm64", "macOS", "14.0", "macosx_14_0"),
-])
+@pytest.mark.parametrize(
+    "tag, system, version, named",
+    [
+        ("manylinux_2_28_x86_64", "glibc", "2.28", "manylinux_2_28"),
+        ("manylinux_2_17_aarch64", "glibc", "2.17", "manylinux_2_17"),
+        ("manylinux2014_x86_64", "glibc", "2.17", "manylinux2014"),
+        ("manylinux2010_x86_64", "glibc", "2.12", "manylinux2010"),
+        ("manylinux1_x86_64", "glibc", "2.5", "manylinux1"),
+        ("manylinux2014_x86_64.manylinux_2_17_x86_64", "glibc", "2.17", "manylinux2014"),
+        ("manylinux_2_24_x86_64.manylinux_2_28_x86_64", "glibc", "2.24", "manylinux_2_24"),  # where either will do
+        ("manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64", "glibc", "2.17", "manylinux2014"),
+        ("manylinux2010_x86_64.manylinux_2_12_x86_64", "glibc", "2.12", "manylinux2010"),
+        ("macosx_11_0_arm64", "macOS", "11.0", "macosx_11_0"),
+        ("macosx_10_9_universal2", "macOS", "10.9", "macosx_10_9"),
+        ("macosx_10_13_x86_64.macosx_11_0_arm64", "macOS", "10.13", "macosx_10_13"),
+        ("macosx_14_0_arm64", "macOS", "14.0", "macosx_14_0"),
+    ],
+)
 def test_a_wheel_needs_the_lowest_of_its_tags(tag: str, system: str, version: str, named: str) -> None:
     found = lock_floor([wheel("torch", tag, version="2.10.0+cpu")]).of(system)
     assert found is not None and (found.version_text, found.by) == (version, f"torch 2.10.0+cpu wheel {named}")
@@ -76,20 +80,23 @@ def test_a_tag_that_asks_no_minimum(tag: str) -> None:
     assert lock_floor([wheel("alpha", tag)]) == Floor()
 
 
-@pytest.mark.parametrize("constraint, bound", [
-    (">=2.17,<3.0.a0", (2, 17)),
-    (">=2.28", (2, 28)),
-    (">= 2.17", (2, 17)),
-    ("<3.0.a0,>=2.17", (2, 17)),
-    (">=11.0", (11, 0)),
-    ("2.17.*", (2, 17)),
-    ("==2.28", (2, 28)),
-    (">=2.28|>=2.17", (2, 17)),  # either will do: the lower
-    ("*", None),
-    ("<3", None),
-    (">=2.17|<3", None),  # one alternative allows any old version
-    (">=garbage", None),
-])
+@pytest.mark.parametrize(
+    "constraint, bound",
+    [
+        (">=2.17,<3.0.a0", (2, 17)),
+        (">=2.28", (2, 28)),
+        (">= 2.17", (2, 17)),
+        ("<3.0.a0,>=2.17", (2, 17)),
+        (">=11.0", (11, 0)),
+        ("2.17.*", (2, 17)),
+        ("==2.28", (2, 28)),
+        (">=2.28|>=2.17", (2, 17)),  # either will do: the lower
+        ("*", None),
+        ("<3", None),
+        (">=2.17|<3", None),  # one alternative allows any old version
+        (">=garbage", None),
+    ],
+)
 def test_the_lower_bound_of_a_conda_constraint(constraint: str, bound) -> None:
     assert lower_bound(constraint) == bound
 
@@ -110,8 +117,17 @@ def test_the_floor_is_the_highest_need_and_names_who_asks_it() -> None:
 
 def test_no_entries_and_none_that_asks_set_no_floor() -> None:
     assert lock_floor([]) == Floor()
-    assert lock_floor([record("tzdata", {}), record("ca-certificates", {"__unix": "*"}),
-                       record("python_abi", {"__glibc": "*"}), wheel("alpha", "py3-none-any")]) == Floor()
+    assert (
+        lock_floor(
+            [
+                record("tzdata", {}),
+                record("ca-certificates", {"__unix": "*"}),
+                record("python_abi", {"__glibc": "*"}),
+                wheel("alpha", "py3-none-any"),
+            ]
+        )
+        == Floor()
+    )
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -152,7 +168,8 @@ def test_a_glibc_too_old_names_the_lock_the_floor_the_package_and_the_fix() -> N
     assert str(caught.value) == (
         "conda-lock.yml: linux-64 needs glibc >= 2.28 (torch 2.10.0 wheel manylinux_2_28), this host has 2.17: "
         "use a machine with a newer OS, or pin torch < 2.7 in the spec and relock for an older __glibc in "
-        "envs/virtual-packages.yml")
+        "envs/virtual-packages.yml"
+    )
     assert caught.value.exit_code == 2
 
 
@@ -160,7 +177,8 @@ def test_a_floor_set_by_another_package_is_relocked_without_pinning_torch() -> N
     floor = Floor(glibc=Need("glibc", (2, 28), "numpy 2.2.6 wheel manylinux_2_28"))
     problem = host_problem(floor, "linux-64", HostSystem("linux", glibc="2.17"))
     assert problem is not None and problem.endswith(
-        "use a machine with a newer OS, or relock for an older __glibc in envs/virtual-packages.yml")
+        "use a machine with a newer OS, or relock for an older __glibc in envs/virtual-packages.yml"
+    )
 
 
 @pytest.mark.parametrize("glibc", ["2.28", "2.36", "2.28.9000", "3.0"])
@@ -176,18 +194,23 @@ def test_musl_is_told_the_lock_needs_glibc() -> None:
 
 def test_a_macos_too_old() -> None:
     problem = host_problem(MACOS_14, "osx-arm64", HostSystem("macos", macos="12.7.6"))
-    assert problem == ("osx-arm64 needs macOS >= 14.0 (torch 2.10.0 wheel macosx_14_0), this host has 12.7.6: "
-                       "use a newer macOS, or relock for an older __osx in envs/virtual-packages.yml")
+    assert problem == (
+        "osx-arm64 needs macOS >= 14.0 (torch 2.10.0 wheel macosx_14_0), this host has 12.7.6: "
+        "use a newer macOS, or relock for an older __osx in envs/virtual-packages.yml"
+    )
     assert host_problem(MACOS_14, "osx-arm64", HostSystem("macos", macos="14")) is None
     assert host_problem(MACOS_14, "osx-64", HostSystem("macos", macos="15.1")) is None
 
 
-@pytest.mark.parametrize("platform, host", [
-    ("linux-64", HostSystem("macos", macos="12.0")),  # --dry-run --platform of another OS: not this host's floor
-    ("osx-arm64", HostSystem("linux", glibc="2.17")),
-    ("win-64", HostSystem("windows")),
-    ("osx-arm64", HostSystem("macos", macos=None)),  # a Mac that does not say its release: let it try
-])
+@pytest.mark.parametrize(
+    "platform, host",
+    [
+        ("linux-64", HostSystem("macos", macos="12.0")),  # --dry-run --platform of another OS: not this host's floor
+        ("osx-arm64", HostSystem("linux", glibc="2.17")),
+        ("win-64", HostSystem("windows")),
+        ("osx-arm64", HostSystem("macos", macos=None)),  # a Mac that does not say its release: let it try
+    ],
+)
 def test_no_problem_where_the_floor_is_not_this_hosts(platform: str, host: HostSystem) -> None:
     both = Floor(glibc=GLIBC_228.glibc, macos=MACOS_14.macos)
     assert host_problem(both, platform, host) is None
@@ -200,8 +223,11 @@ def test_the_committed_locks_need_no_more_than_the_machines_they_were_solved_for
     for path in (REPO / "conda-lock.yml", REPO / "envs" / "py39.conda-lock.yml"):
         lock = read_lock(path)
         for platform in lock.platforms:
-            machine = HostSystem("linux" if platform.startswith("linux") else "macos",
-                                 glibc=vpkgs.version_of(platform, "__glibc"), macos=vpkgs.version_of(platform, "__osx"))
+            machine = HostSystem(
+                "linux" if platform.startswith("linux") else "macos",
+                glibc=vpkgs.version_of(platform, "__glibc"),
+                macos=vpkgs.version_of(platform, "__osx"),
+            )
             check_host(lock, platform, machine)
 
 

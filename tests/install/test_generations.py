@@ -50,8 +50,9 @@ def test_first_change_starts_from_a_hard_linked_clone(tmp_path: Path) -> None:
     assert (new.partial / "bin").stat().st_mode & 0o777 == 0o700
     assert (new.partial / "share" / "ro").stat().st_mode & 0o777 == 0o555
     assert (new.partial / "share" / "ro" / "data").read_text() == "read-only directory\n"
-    assert sorted(str(p.relative_to(new.partial)) for p in new.partial.rglob("*")) == \
-        sorted(str(p.relative_to(first)) for p in first.rglob("*"))
+    assert sorted(str(p.relative_to(new.partial)) for p in new.partial.rglob("*")) == sorted(
+        str(p.relative_to(first)) for p in first.rglob("*")
+    )
 
 
 def test_clone_copies_where_hard_links_fail(tmp_path: Path, monkeypatch) -> None:
@@ -63,8 +64,10 @@ def test_clone_copies_where_hard_links_fail(tmp_path: Path, monkeypatch) -> None
     monkeypatch.setattr(os, "link", no_links)
     new = gens.start(layout)
     assert marker(new.partial) == "1"
-    assert (os.stat(new.partial / "conda-meta" / "marker").st_ino
-            != os.stat(layout.path(1) / "conda-meta" / "marker").st_ino)
+    assert (
+        os.stat(new.partial / "conda-meta" / "marker").st_ino
+        != os.stat(layout.path(1) / "conda-meta" / "marker").st_ino
+    )
 
 
 def test_copy_over_never_writes_through_a_shared_inode(tmp_path: Path) -> None:
@@ -179,8 +182,9 @@ def test_an_env_inside_a_generation_of_another_is_refused(tmp_path: Path, inside
 
     outer = layout_with(tmp_path, [1], current=1)
     inner = gens.Layout(outer.stable.parent / inside)
-    with pytest.raises(InputError,
-                       match=f"is inside {outer.path(1)}, a generation of the env {outer.stable},") as caught:
+    with pytest.raises(
+        InputError, match=f"is inside {outer.path(1)}, a generation of the env {outer.stable},"
+    ) as caught:
         inner.check_managed()
     assert f"choose a --prefix outside {outer.stable}" in str(caught.value)
     gens.Layout(outer.stable.parent / "sibling").check_managed()  # beside it is fine
@@ -226,10 +230,17 @@ def test_an_older_bootstraps_ready_made_clone_is_removed_and_never_started_from(
 
 def test_where_the_next_change_starts_is_decided_without_touching_anything(tmp_path: Path) -> None:
     """`next_start` is what `start` then makes: the plan is made against that base before it exists."""
-    for numbers, current, expected in (([], None, (1, None, "empty")), ([1], 1, (2, 1, "clone")),
-                                       ([1, 2], 2, (3, 1, "recycled")), ([1, 2], 1, (3, 2, "recycled"))):
-        layout = layout_with(tmp_path / f"case{len(numbers)}{current}", numbers, current=current) if numbers \
+    for numbers, current, expected in (
+        ([], None, (1, None, "empty")),
+        ([1], 1, (2, 1, "clone")),
+        ([1, 2], 2, (3, 1, "recycled")),
+        ([1, 2], 1, (3, 2, "recycled")),
+    ):
+        layout = (
+            layout_with(tmp_path / f"case{len(numbers)}{current}", numbers, current=current)
+            if numbers
             else gens.Layout(tmp_path / "none" / "py310")
+        )
         before = sorted(p.name for p in layout.gens_dir.iterdir()) if layout.gens_dir.is_dir() else None
         chosen = gens.next_start(layout)
         assert (chosen.number, chosen.base, chosen.made) == expected
@@ -247,5 +258,3 @@ def test_a_prefix_under_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x\n")
     with pytest.raises(InputError, match=f"env: {tmp_path / 'afile'} is not a directory"):
         gens.Layout(tmp_path / "afile" / "sub" / "env").check_writable()
-
-

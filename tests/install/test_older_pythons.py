@@ -45,25 +45,53 @@ def older(request, tmp_path_factory) -> SimpleNamespace:
     if interpreter is None:
         pytest.skip(f"no Python {request.param} on this machine (PATH or ~/.pyenv/versions)")
     root = tmp_path_factory.mktemp(f"py{request.param}")
-    channel = build_channel(root / "channel", [runnable_python_spec(interpreter=interpreter), pip_spec(),
-                                               zlibstub_spec("linux-64")])
+    channel = build_channel(
+        root / "channel", [runnable_python_spec(interpreter=interpreter), pip_spec(), zlibstub_spec("linux-64")]
+    )
     wheels = build_wheelhouse(root / "wheels", [*standard_wheels(), pure_pyyaml()])
     name = "py" + request.param.replace(".", "")
-    project = make_project(root / "proj", name=name, platforms=("linux-64",),
-                           conda=(f"python={request.param}.*", "pip", "zlibstub"), pip=("alpha", "gamma", "pyyaml"))
+    project = make_project(
+        root / "proj",
+        name=name,
+        platforms=("linux-64",),
+        conda=(f"python={request.param}.*", "pip", "zlibstub"),
+        pip=("alpha", "gamma", "pyyaml"),
+    )
     relock(project, channel, wheels)
-    args = ["env", name, "--root", str(project.root), "--platform", "linux-64", "--mirror", f"conda-forge={channel}",
-            "--cache-dir", str(root / "cache")]
+    args = [
+        "env",
+        name,
+        "--root",
+        str(project.root),
+        "--platform",
+        "linux-64",
+        "--mirror",
+        f"conda-forge={channel}",
+        "--cache-dir",
+        str(root / "cache"),
+    ]
     assert main(args) == 0
-    return SimpleNamespace(interpreter=interpreter, name=name, project=project, prefix=project.root / ".envs" / name,
-                           make_env=lambda: main(args))
+    return SimpleNamespace(
+        interpreter=interpreter,
+        name=name,
+        project=project,
+        prefix=project.root / ".envs" / name,
+        make_env=lambda: main(args),
+    )
 
 
 def run(older: SimpleNamespace, *args: str) -> subprocess.CompletedProcess:
     """`python -m bootstrap ARGS` with the env's own python (bootstrap from the checkout, as `make verify` runs it)."""
     environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    return subprocess.run([str(older.prefix / "bin" / "python"), "-m", "bootstrap", *args], capture_output=True,
-                          text=True, cwd=REPO, env={**environ, "PYTHONNOUSERSITE": "1"}, timeout=300, check=False)
+    return subprocess.run(
+        [str(older.prefix / "bin" / "python"), "-m", "bootstrap", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**environ, "PYTHONNOUSERSITE": "1"},
+        timeout=300,
+        check=False,
+    )
 
 
 def verify_json(older: SimpleNamespace, *args: str) -> tuple:
@@ -98,8 +126,9 @@ def test_export_and_doctor_answer_as_on_the_tools_python(older, tmp_path: Path, 
     assert theirs.read_text() == ours.read_text() and "python=" in ours.read_text()
 
     job = json.loads(H200.read_text())  # a job given two of the node's GPUs, by UUID and by index
-    job["host"]["cuda_visible_devices"] = ("GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b06,"
-                                           "GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b07,1")
+    job["host"]["cuda_visible_devices"] = (
+        "GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b06,GPU-5b1c7e2a-0f4d-4c8e-9a61-2d3e4f5a6b07,1"
+    )
     (tmp_path / "job.json").write_text(json.dumps(job))
     for facts in (H200, tmp_path / "job.json"):
         capsys.readouterr()
@@ -120,9 +149,12 @@ def test_monitor_without_nvml_says_so_in_one_line(older) -> None:
 
 def test_the_env_python_is_the_one_asked_for(older) -> None:
     assert older.project.lock_path(older.name).is_file()
-    done = subprocess.run([str(older.prefix / "bin" / "python"), "-c",
-                           "import platform, yaml; print(platform.python_version())"],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [str(older.prefix / "bin" / "python"), "-c", "import platform, yaml; print(platform.python_version())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert done.stdout.strip() == older.interpreter.version
 
 
@@ -132,14 +164,26 @@ def locked_at_39(tmp_path: Path) -> tuple:
     interpreters = [find_interpreter(short) for short in ("3.9", "3.10")]
     if None in interpreters:
         pytest.skip("needs Python 3.9 and 3.10 on this machine (PATH or ~/.pyenv/versions)")
-    channel = build_channel(tmp_path / "channel", [*(runnable_python_spec(interpreter=i) for i in interpreters),
-                                                   pip_spec(), zlibstub_spec("linux-64")])
+    channel = build_channel(
+        tmp_path / "channel",
+        [*(runnable_python_spec(interpreter=i) for i in interpreters), pip_spec(), zlibstub_spec("linux-64")],
+    )
     wheels = build_wheelhouse(tmp_path / "wheels", standard_wheels())
-    project = make_project(tmp_path / "proj", platforms=("linux-64",), conda=("python=3.9.*", "pip"),
-                           pip=("alpha", "gamma"))
+    project = make_project(
+        tmp_path / "proj", platforms=("linux-64",), conda=("python=3.9.*", "pip"), pip=("alpha", "gamma")
+    )
     relock(project, channel, wheels)
-    args = ["env", "--root", str(project.root), "--platform", "linux-64", "--mirror", f"conda-forge={channel}",
-            "--cache-dir", str(tmp_path / "cache")]
+    args = [
+        "env",
+        "--root",
+        str(project.root),
+        "--platform",
+        "linux-64",
+        "--mirror",
+        f"conda-forge={channel}",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    ]
     return project, channel, wheels, args
 
 
@@ -163,9 +207,12 @@ def test_a_python_minor_upgrade_installs_the_pip_part_into_its_site_packages(tmp
     assert main(args) == 0
     assert_matches_lock(project)  # conda-meta names the lock's URLs, the relinked pip's too
     prefix = project.root / ".envs" / "py310"
-    done = subprocess.run([str(prefix / "bin" / "python"), "-c",
-                           "import sys, alpha, gamma; print(sys.version_info[:2])"],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(prefix / "bin" / "python"), "-c", "import sys, alpha, gamma; print(sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.stdout.strip() == "(3, 10)", done.stderr
     capsys.readouterr()
     assert main(args) == 0

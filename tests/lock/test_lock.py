@@ -33,8 +33,16 @@ def project(tmp_path: Path) -> Project:
 
 def lock_args(project: Project, wheelhouse: Path, *extra: str) -> list[str]:
     return [
-        "lock", "--root", str(project.root), "--cache-dir", str(project.root / ".cache"),
-        "--pip-find-links", str(wheelhouse), "--pip-no-index", "--pip-offline", *extra,
+        "lock",
+        "--root",
+        str(project.root),
+        "--cache-dir",
+        str(project.root / ".cache"),
+        "--pip-find-links",
+        str(wheelhouse),
+        "--pip-no-index",
+        "--pip-offline",
+        *extra,
     ]
 
 
@@ -113,14 +121,27 @@ def test_conda_lock_parses_renders_and_accepts_the_hash(locked: Project) -> None
     assert {p.name for p in parsed.package} >= {"python", "pip", "torchlike", "alpha", "beta", "gamma"}
     lock = read_lock(path)
     for platform, value in lock.content_hash.items():
-        assert conda_lock_accepts_hash(read_spec(locked.spec_path("py310")),
-                                       read_virtual_packages(locked.virtual_packages_path), platform, value)
+        assert conda_lock_accepts_hash(
+            read_spec(locked.spec_path("py310")), read_virtual_packages(locked.virtual_packages_path), platform, value
+        )
     out = locked.root / "rendered"
     out.mkdir()
     done = subprocess.run(
-        [CONDA_LOCK, "render", "-k", "explicit", "-p", "linux-64", "--filename-template", f"{out}/{{platform}}.lock",
-         str(path)],
-        capture_output=True, text=True, check=False, cwd=locked.root,
+        [
+            CONDA_LOCK,
+            "render",
+            "-k",
+            "explicit",
+            "-p",
+            "linux-64",
+            "--filename-template",
+            f"{out}/{{platform}}.lock",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=locked.root,
     )
     assert done.returncode == 0, done.stderr
     rendered = (out / "linux-64.lock").read_text()
@@ -169,18 +190,39 @@ def test_to_locked_keeps_every_dependency_as_conda_lock_writes_it() -> None:
 
     from bootstrap.lock.conda import to_locked
 
-    depends = ["__glibc >=2.17,<3.0.a0", "__unix", "libgcc >=14", "python_abi 3.10.* *_cp310", "pip >=24 py_0",
-               "libgcc <15", "_libgcc_mutex 0.1 conda_forge"]
+    depends = [
+        "__glibc >=2.17,<3.0.a0",
+        "__unix",
+        "libgcc >=14",
+        "python_abi 3.10.* *_cp310",
+        "pip >=24 py_0",
+        "libgcc <15",
+        "_libgcc_mutex 0.1 conda_forge",
+    ]
     record = RepoDataRecord(
-        PackageRecord("libfoo", "1.0", BuildString("h0_0"), 0, "linux-64", depends=depends,
-                      sha256=bytes(32), md5=bytes(16)),
-        "libfoo-1.0-h0_0.conda", f"{CANONICAL_CHANNEL}/linux-64/libfoo-1.0-h0_0.conda", CANONICAL_CHANNEL)
+        PackageRecord(
+            "libfoo", "1.0", BuildString("h0_0"), 0, "linux-64", depends=depends, sha256=bytes(32), md5=bytes(16)
+        ),
+        "libfoo-1.0-h0_0.conda",
+        f"{CANONICAL_CHANNEL}/linux-64/libfoo-1.0-h0_0.conda",
+        CANONICAL_CHANNEL,
+    )
     locked = to_locked(record, "linux-64")
     # conda-lock's conda solver: the version part of each MatchSpec, '' for none, one name's specs merged
-    assert locked.dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": "", "libgcc": "<15,>=14",
-                                   "python_abi": "3.10.*", "pip": ">=24", "_libgcc_mutex": "0.1"}
-    assert locked.locked_dependencies == {"libgcc": "<15,>=14", "python_abi": "3.10.*", "pip": ">=24",
-                                          "_libgcc_mutex": "0.1"}
+    assert locked.dependencies == {
+        "__glibc": ">=2.17,<3.0.a0",
+        "__unix": "",
+        "libgcc": "<15,>=14",
+        "python_abi": "3.10.*",
+        "pip": ">=24",
+        "_libgcc_mutex": "0.1",
+    }
+    assert locked.locked_dependencies == {
+        "libgcc": "<15,>=14",
+        "python_abi": "3.10.*",
+        "pip": ">=24",
+        "_libgcc_mutex": "0.1",
+    }
     assert locked.virtual_dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": ""}
 
 
@@ -256,18 +298,24 @@ def test_check_survives_a_comment_edit_in_the_spec(locked: Project, capsys) -> N
 
 def check_in_a_process(project: Project) -> tuple[int, bool]:
     """`lock --check` in a fresh interpreter: (exit code, whether it imported conda-lock, the slow path)."""
-    probe = ("import sys; from bootstrap.cli import main; code = main(sys.argv[1:]); "
-             "print(code, 'conda_lock' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", probe, "lock", "--check", "--root", str(project.root)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    probe = (
+        "import sys; from bootstrap.cli import main; code = main(sys.argv[1:]); "
+        "print(code, 'conda_lock' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "lock", "--check", "--root", str(project.root)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     code, slow = done.stdout.split()[-2:]
     return int(code), slow == "True"
 
 
 COSMETIC_EDITS = {
     "a comment": lambda text: "# why this env exists\n" + text.replace("\n", "  # trailing\n", 1),
-    "reordered keys": lambda text: yaml.safe_dump(dict(reversed(list(yaml.safe_load(text).items()))),
-                                                  sort_keys=False),
+    "reordered keys": lambda text: yaml.safe_dump(dict(reversed(list(yaml.safe_load(text).items()))), sort_keys=False),
     "whitespace": lambda text: "\n\n" + text.replace("\n", "\n\n") + "\n   \n",
     "flow style": lambda text: yaml.safe_dump(yaml.safe_load(text), default_flow_style=True),
 }
@@ -288,8 +336,9 @@ def test_an_edit_of_what_is_locked_leaves_the_fast_path(locked: Project) -> None
     assert check_in_a_process(locked) == (1, True)
 
 
-def test_dry_run_writes_nothing_and_relock_prints_a_diff(locked: Project, wheelhouse: Path, fixture_channel: Path,
-                                                         capsys) -> None:
+def test_dry_run_writes_nothing_and_relock_prints_a_diff(
+    locked: Project, wheelhouse: Path, fixture_channel: Path, capsys
+) -> None:
     path = locked.lock_path("py310")
     before = path.read_bytes()
     write_spec(locked.root, pip=("alpha==1.0", "gamma"))
@@ -304,8 +353,9 @@ def test_dry_run_writes_nothing_and_relock_prints_a_diff(locked: Project, wheelh
 
 
 @pytest.mark.slow  # three real solves and uv resolutions
-def test_lock_says_each_long_phase_on_stderr_and_quiet_says_none(locked: Project, wheelhouse: Path,
-                                                                 fixture_channel: Path, capsys) -> None:
+def test_lock_says_each_long_phase_on_stderr_and_quiet_says_none(
+    locked: Project, wheelhouse: Path, fixture_channel: Path, capsys
+) -> None:
     """A relock is silent for as long as rattler solves and uv resolves: each phase says it is starting,
     on stderr only, so stdout and --json read as before; --quiet drops those lines."""
     write_spec(locked.root, pip=("alpha==1.0", "gamma"))
@@ -329,8 +379,9 @@ def test_lock_says_each_long_phase_on_stderr_and_quiet_says_none(locked: Project
 
 
 @pytest.mark.slow
-def test_lock_with_json_prints_what_moved_per_platform(locked: Project, wheelhouse: Path, fixture_channel: Path,
-                                                        capsys) -> None:
+def test_lock_with_json_prints_what_moved_per_platform(
+    locked: Project, wheelhouse: Path, fixture_channel: Path, capsys
+) -> None:
     path = locked.lock_path("py310")
     before = path.read_bytes()
     write_spec(locked.root, pip=("alpha==1.0", "gamma"))
@@ -341,16 +392,21 @@ def test_lock_with_json_prints_what_moved_per_platform(locked: Project, wheelhou
     assert (data["format"], data["version"], data["dry_run"]) == ("bootstrap.lock", 1, True)
     (env,) = data["envs"]
     assert (env["env"], env["lock_path"], env["written"], env["new"]) == ("py310", str(path), False, False)
-    assert (env["solved"] == ["linux-64", "osx-arm64", "win-64"]
-            and sorted(env["seconds"]) == ["conda_solve", "pip_resolve", "write"])
+    assert env["solved"] == ["linux-64", "osx-arm64", "win-64"] and sorted(env["seconds"]) == [
+        "conda_solve",
+        "pip_resolve",
+        "write",
+    ]
     lock = read_lock(path)
     for platform in env["platforms"]:
         assert platform["conda_packages"] == len(lock.for_platform(platform["platform"], "conda"))
         assert platform["pip_packages"] == len(lock.for_platform(platform["platform"], "pip")) - 1  # beta goes
         assert (platform["added"], platform["removed"], platform["changed"]) == ([], ["beta 2.0"], ["alpha 1.1 -> 1.0"])
     assert path.read_bytes() == before
-    assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--platform", "win-64",
-                    "--json") == 0
+    assert (
+        run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--platform", "win-64", "--json")
+        == 0
+    )
     (env,) = json.loads(capsys.readouterr().out)["envs"]
     assert (env["written"], env["solved"]) == (True, ["win-64"])
     assert [p["changed"] for p in env["platforms"]] == [[], [], ["alpha 1.1 -> 1.0"]]  # the others kept
@@ -360,10 +416,21 @@ def test_check_with_json_lists_each_stale_entry_and_keeps_the_exit_codes(locked:
     code, out = check(locked, capsys, "--json")
     fresh = json.loads(out)
     assert code == 0
-    assert fresh == {"format": "bootstrap.lock-check", "version": 1, "fresh": True, "envs": [{
-        "env": "py310", "variant": None, "lock_path": str(locked.lock_path("py310")),
-        "platforms": ["linux-64", "osx-arm64", "win-64"],
-        "fresh": True, "stale": []}]}
+    assert fresh == {
+        "format": "bootstrap.lock-check",
+        "version": 1,
+        "fresh": True,
+        "envs": [
+            {
+                "env": "py310",
+                "variant": None,
+                "lock_path": str(locked.lock_path("py310")),
+                "platforms": ["linux-64", "osx-arm64", "win-64"],
+                "fresh": True,
+                "stale": [],
+            }
+        ],
+    }
     path = locked.lock_path("py310")
     data = yaml.safe_load(path.read_text())
     data["package"] = [p for p in data["package"] if not (p["name"] == "python_abi" and p["platform"] == "win-64")]
@@ -371,8 +438,11 @@ def test_check_with_json_lists_each_stale_entry_and_keeps_the_exit_codes(locked:
     code, out = check(locked, capsys, "--json", "--platform", "win-64")
     stale = json.loads(out)
     assert code == 1 and stale["fresh"] is False and stale["envs"][0]["platforms"] == ["win-64"]
-    assert {"platform": "win-64", "subject": "python_abi (needed by python)", "reason": "missing from the lock"} in \
-        stale["envs"][0]["stale"]
+    assert {
+        "platform": "win-64",
+        "subject": "python_abi (needed by python)",
+        "reason": "missing from the lock",
+    } in stale["envs"][0]["stale"]
     code, out = check(locked, capsys, "--json", "--platform", "linux-32")
     assert code == 2 and json.loads(out)["error"]["type"] == "InputError"
 
@@ -387,11 +457,13 @@ def test_relock_one_platform_keeps_the_others(locked: Project, wheelhouse: Path,
 
 
 @pytest.mark.slow
-def test_relocking_one_platform_leaves_the_others_stale_hash(locked: Project, wheelhouse: Path, fixture_channel: Path,
-                                                              capsys) -> None:
+def test_relocking_one_platform_leaves_the_others_stale_hash(
+    locked: Project, wheelhouse: Path, fixture_channel: Path, capsys
+) -> None:
     """A platform kept by `--platform` keeps its old content_hash: it was not solved for the new inputs."""
-    write_virtual_packages(locked.root, {**VIRTUAL_PACKAGES,
-                                         "linux-64": {**VIRTUAL_PACKAGES["linux-64"], "__glibc": "2.17"}})
+    write_virtual_packages(
+        locked.root, {**VIRTUAL_PACKAGES, "linux-64": {**VIRTUAL_PACKAGES["linux-64"], "__glibc": "2.17"}}
+    )
     assert check(locked, capsys)[0] == 1
     assert run_lock(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--platform", "win-64") == 0
     code, out = check(locked, capsys)
@@ -405,19 +477,30 @@ def test_relocking_one_platform_leaves_the_others_stale_hash(locked: Project, wh
 def test_two_relocks_of_one_env_take_turns(locked: Project, wheelhouse: Path, fixture_channel: Path) -> None:
     """`--platform linux-64` and `--platform win-64` at once: each reads the lock the other wrote."""
     write_spec(locked.root, pip=("alpha==1.0", "gamma"))
-    runs = [subprocess.Popen([sys.executable, "-m", "bootstrap",
-                              *lock_args(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}",
-                                         "--platform", platform)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-            for platform in ("linux-64", "win-64")]
+    runs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bootstrap",
+                *lock_args(locked, wheelhouse, "--mirror", f"conda-forge={fixture_channel}", "--platform", platform),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for platform in ("linux-64", "win-64")
+    ]
     assert [run.wait(timeout=120) for run in runs] == [0, 0], [run.stderr.read() for run in runs]
     lock = read_lock(locked.lock_path("py310"))
     assert entry(lock, "linux-64", "alpha").version == entry(lock, "win-64", "alpha").version == "1.0"
 
 
 @pytest.mark.slow
-def test_a_pip_requirement_whose_marker_is_false_asks_nothing(project: Project, wheelhouse: Path, fixture_channel: Path,
-                                                              capsys) -> None:
+def test_a_pip_requirement_whose_marker_is_false_asks_nothing(
+    project: Project, wheelhouse: Path, fixture_channel: Path, capsys
+) -> None:
     write_spec(project.root, pip=("alpha>=1", "gamma; sys_platform == 'win32'"))
     assert run_lock(project, wheelhouse, "--mirror", f"conda-forge={fixture_channel}") == 0
     lock = read_lock(project.lock_path("py310"))
@@ -427,8 +510,9 @@ def test_a_pip_requirement_whose_marker_is_false_asks_nothing(project: Project, 
 
 
 @pytest.mark.slow  # a real lock first
-def test_a_virtual_package_in_the_spec_is_not_staleness(project: Project, wheelhouse: Path, fixture_channel: Path,
-                                                         capsys) -> None:
+def test_a_virtual_package_in_the_spec_is_not_staleness(
+    project: Project, wheelhouse: Path, fixture_channel: Path, capsys
+) -> None:
     """`__cuda>=12` asks the machine (virtual-packages.yml, covered by the content hash), never the lock."""
     write_spec(project.root, platforms=("linux-64",), conda=("python=3.10.*", "pip", "torchlike", "__cuda>=12"))
     assert run_lock(project, wheelhouse, "--mirror", f"conda-forge={fixture_channel}") == 0
@@ -454,8 +538,9 @@ def test_check_names_a_constraint_it_cannot_parse(locked: Project, capsys) -> No
     path.write_text(yaml.safe_dump(data))
     assert main(["lock", "--check", "--root", str(locked.root)]) == 2
     error = capsys.readouterr().err
-    assert (f"package python.dependencies.{dependency}: " in error and "(win-64)" in error
-            and error.count("\n") == 1), error
+    assert f"package python.dependencies.{dependency}: " in error and "(win-64)" in error and error.count("\n") == 1, (
+        error
+    )
 
 
 def test_check_of_some_platforms_and_the_flags_it_refuses(locked: Project, capsys) -> None:
@@ -465,8 +550,13 @@ def test_check_of_some_platforms_and_the_flags_it_refuses(locked: Project, capsy
     path.write_text(yaml.safe_dump(data))
     assert check(locked, capsys, "--platform", "win-64")[0] == 1
     assert check(locked, capsys, "--platform", "linux-64") == (0, "py310: conda-lock.yml is fresh\n")
-    for flags in (("--platform", "linux-32"), ("--mirror", "conda-forge=/nowhere"), ("--dry-run",), ("--pip-offline",),
-                  ("--cache-dir", str(locked.root / "cache"))):
+    for flags in (
+        ("--platform", "linux-32"),
+        ("--mirror", "conda-forge=/nowhere"),
+        ("--dry-run",),
+        ("--pip-offline",),
+        ("--cache-dir", str(locked.root / "cache")),
+    ):
         assert check(locked, capsys, *flags)[0] == 2
 
 
@@ -476,8 +566,13 @@ def test_check_leaves_no_temporary_directory(locked: Project, tmp_path: Path) ->
     spec.write_text("# a comment: the inputs digest no longer vouches, so conda-lock hashes\n" + spec.read_text())
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    done = subprocess.run([sys.executable, "-m", "bootstrap", "lock", "--check", "--root", str(locked.root)], cwd=REPO,
-                          env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "bootstrap", "lock", "--check", "--root", str(locked.root)],
+        cwd=REPO,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert list(tmp.iterdir()) == []
 
@@ -515,6 +610,8 @@ def test_lock_from_a_private_mirror_with_a_wrong_password_shows_no_password(
     from tests.fixtures.conda_channel import serve_directory
 
     with serve_directory(fixture_channel, login="alice:hunter2") as server:
-        code = run_lock(project, wheelhouse, "--mirror", "conda-forge=" + server.replace("http://", "http://alice:WRONGPW@"))
+        code = run_lock(
+            project, wheelhouse, "--mirror", "conda-forge=" + server.replace("http://", "http://alice:WRONGPW@")
+        )
     out, err = capfd.readouterr()
     assert code != 0 and "401" in err and "WRONGPW" not in out + err and "alice" not in out + err, err

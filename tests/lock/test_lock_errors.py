@@ -19,8 +19,13 @@ from tests.fixtures.project import make_project, write_spec
 
 def bootstrap(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "bootstrap", *args], cwd=cwd, capture_output=True, text=True, check=False,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(cwd)}, timeout=120,
+        [sys.executable, "-m", "bootstrap", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(cwd)},
+        timeout=120,
     )
 
 
@@ -44,8 +49,17 @@ def root(tmp_path: Path) -> Path:
 
 
 def lock(root: Path, *args: str, wheelhouse: Path) -> subprocess.CompletedProcess:
-    return bootstrap("lock", "--cache-dir", str(root / ".cache"), "--pip-find-links", str(wheelhouse),
-                     "--pip-no-index", "--pip-offline", *args, cwd=root)
+    return bootstrap(
+        "lock",
+        "--cache-dir",
+        str(root / ".cache"),
+        "--pip-find-links",
+        str(wheelhouse),
+        "--pip-no-index",
+        "--pip-offline",
+        *args,
+        cwd=root,
+    )
 
 
 def test_malformed_yaml(root: Path, wheelhouse: Path) -> None:
@@ -102,8 +116,9 @@ def test_bad_match_spec(root: Path, wheelhouse: Path, fixture_channel: Path) -> 
 
 def test_unreachable_mirror_names_url_and_option(root: Path, wheelhouse: Path) -> None:
     done = lock(root, "--mirror", "conda-forge=http://u:hunter2@127.0.0.1:9/conda-forge", wheelhouse=wheelhouse)
-    assert_clean_failure(done, "http://127.0.0.1:9/conda-forge (mirror of https://conda.anaconda.org/conda-forge)",
-                         "check --mirror")
+    assert_clean_failure(
+        done, "http://127.0.0.1:9/conda-forge (mirror of https://conda.anaconda.org/conda-forge)", "check --mirror"
+    )
     assert "hunter2" not in done.stderr
     assert not (root / "conda-lock.yml").exists()
 
@@ -118,10 +133,17 @@ def test_bad_mirror_syntax(root: Path, wheelhouse: Path) -> None:
 
 
 def test_a_channel_mirrored_twice(root: Path, fixture_channel: Path, wheelhouse: Path) -> None:
-    done = lock(root, "--mirror", f"conda-forge={fixture_channel}",
-                "--mirror", f"https://conda.anaconda.org/conda-forge/={root}", wheelhouse=wheelhouse)
-    assert_clean_failure(done, "--mirror: https://conda.anaconda.org/conda-forge is mirrored twice",
-                         "one --mirror per channel")
+    done = lock(
+        root,
+        "--mirror",
+        f"conda-forge={fixture_channel}",
+        "--mirror",
+        f"https://conda.anaconda.org/conda-forge/={root}",
+        wheelhouse=wheelhouse,
+    )
+    assert_clean_failure(
+        done, "--mirror: https://conda.anaconda.org/conda-forge is mirrored twice", "one --mirror per channel"
+    )
 
 
 def test_corrupt_existing_lock_is_left_alone(root: Path, fixture_channel: Path, wheelhouse: Path) -> None:
@@ -129,8 +151,9 @@ def test_corrupt_existing_lock_is_left_alone(root: Path, fixture_channel: Path, 
     path.write_text("version: 1\nmetadata: {}\npackage: []\n")
     before = files(root)
     done = lock(root, "--mirror", f"conda-forge={fixture_channel}", wheelhouse=wheelhouse)
-    assert_clean_failure(done, "conda-lock.yml", "metadata.content_hash",
-                         "restore it (e.g. `git checkout conda-lock.yml`) or remove it")
+    assert_clean_failure(
+        done, "conda-lock.yml", "metadata.content_hash", "restore it (e.g. `git checkout conda-lock.yml`) or remove it"
+    )
     assert files(root) == before
     check = bootstrap("lock", "--check", cwd=root)
     assert_clean_failure(check, "conda-lock.yml", "metadata.content_hash")
@@ -142,10 +165,14 @@ def test_check_without_lock(root: Path) -> None:
 
 SYNTAX = {
     "match spec": (dict(conda=("python=3.10.*", "pip", "torchlike >=>1")), "is not a valid conda match spec"),
-    "name rattler refuses with a cause": (dict(conda=("python=3.10.*", "pip", "nümpy")),
-                                          "'nümpy' is not a valid conda match spec: invalid package name"),
-    "package URL": (dict(conda=("python=3.10.*", "pip", "https://conda.anaconda.org/conda-forge/noarch/t-1-0.conda")),
-                    "dependencies: 'https://conda.anaconda.org/conda-forge/noarch/t-1-0.conda' is a package file"),
+    "name rattler refuses with a cause": (
+        dict(conda=("python=3.10.*", "pip", "nümpy")),
+        "'nümpy' is not a valid conda match spec: invalid package name",
+    ),
+    "package URL": (
+        dict(conda=("python=3.10.*", "pip", "https://conda.anaconda.org/conda-forge/noarch/t-1-0.conda")),
+        "dependencies: 'https://conda.anaconda.org/conda-forge/noarch/t-1-0.conda' is a package file",
+    ),
     "package file": (dict(conda=("python=3.10.*", "pip", "./t-1-0.tar.bz2")), "'./t-1-0.tar.bz2' is a package file"),
     "pip requirement": (dict(pip=("alpha>=>1",)), "pip: 'alpha>=>1' is not a valid requirement"),
     "pip file URL": (dict(pip=("alpha @ file:///tmp/alpha-1.0-py3-none-any.whl",)), "only a wheel over http(s)"),
@@ -169,14 +196,31 @@ def test_check_names_a_syntax_error_before_the_lock(root: Path, capsys, case: st
     assert err.startswith("error: ") and err.count("\n") == 1 and phrase in err, err
 
 
-def test_bad_syntax_in_a_later_env_writes_no_lock_for_an_earlier_one(root: Path, fixture_channel: Path,
-                                                                      wheelhouse: Path, capsys) -> None:
+def test_bad_syntax_in_a_later_env_writes_no_lock_for_an_earlier_one(
+    root: Path, fixture_channel: Path, wheelhouse: Path, capsys
+) -> None:
     """Every env's spec, variants and syntax are checked before the first env is solved."""
     write_spec(root, name="py39", conda=("python=3.10.*", "pip", "torchlike>=>1"))
     before = files(root)
-    assert main(["lock", "--root", str(root), "--quiet", "--cache-dir", str(root / ".cache"),
-                 "--mirror", f"conda-forge={fixture_channel}", "--pip-find-links", str(wheelhouse),
-                 "--pip-no-index", "--pip-offline"]) == 2
+    assert (
+        main(
+            [
+                "lock",
+                "--root",
+                str(root),
+                "--quiet",
+                "--cache-dir",
+                str(root / ".cache"),
+                "--mirror",
+                f"conda-forge={fixture_channel}",
+                "--pip-find-links",
+                str(wheelhouse),
+                "--pip-no-index",
+                "--pip-offline",
+            ]
+        )
+        == 2
+    )
     out, err = capsys.readouterr()
     assert "envs/py39.yml: dependencies: 'torchlike>=>1' is not a valid conda match spec" in err
     assert err.count("\n") == 1 and out == "" and files(root) == before
@@ -201,22 +245,46 @@ def test_failed_fetch_exits_2_every_time(root: Path, wheelhouse: Path) -> None:
     assert codes == [2] * 8
 
 
-def test_a_checkout_it_cannot_write_is_refused_before_solving(root: Path, fixture_channel: Path, wheelhouse: Path,
-                                                              tmp_path: Path, make_read_only) -> None:
+def test_a_checkout_it_cannot_write_is_refused_before_solving(
+    root: Path, fixture_channel: Path, wheelhouse: Path, tmp_path: Path, make_read_only
+) -> None:
     make_read_only(root)
-    done = bootstrap("lock", "--cache-dir", str(tmp_path / "cache"), "--mirror", f"conda-forge={fixture_channel}",
-                     "--pip-find-links", str(wheelhouse), "--pip-no-index", "--pip-offline", cwd=root)
-    assert_clean_failure(done, f"conda-lock.yml: cannot write in {root} (no permission, or a read-only file system)",
-                         "lock in a checkout you can write")
+    done = bootstrap(
+        "lock",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--mirror",
+        f"conda-forge={fixture_channel}",
+        "--pip-find-links",
+        str(wheelhouse),
+        "--pip-no-index",
+        "--pip-offline",
+        cwd=root,
+    )
+    assert_clean_failure(
+        done,
+        f"conda-lock.yml: cannot write in {root} (no permission, or a read-only file system)",
+        "lock in a checkout you can write",
+    )
     assert not (tmp_path / "cache").exists()  # refused before the solve
 
 
-def test_a_full_disk_leaves_the_lock_as_it_was(fixture_channel: Path, wheelhouse: Path, tmp_path: Path,
-                                               small_fs) -> None:
+def test_a_full_disk_leaves_the_lock_as_it_was(
+    fixture_channel: Path, wheelhouse: Path, tmp_path: Path, small_fs
+) -> None:
     mount, _ = small_fs
     root = make_project(mount / "proj").root
-    argv = ("lock", "--cache-dir", str(tmp_path / "cache"), "--mirror", f"conda-forge={fixture_channel}",
-            "--pip-find-links", str(wheelhouse), "--pip-no-index", "--pip-offline")
+    argv = (
+        "lock",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--mirror",
+        f"conda-forge={fixture_channel}",
+        "--pip-find-links",
+        str(wheelhouse),
+        "--pip-no-index",
+        "--pip-offline",
+    )
     assert bootstrap(*argv, cwd=root).returncode == 0
     before = files(root)
     with open(mount / "filler", "wb", buffering=0) as filler:  # the disk full but for a few bytes
@@ -228,9 +296,14 @@ def test_a_full_disk_leaves_the_lock_as_it_was(fixture_channel: Path, wheelhouse
     assert files(root) == before  # the old lock byte for byte, no temp directory left
 
 
-@pytest.mark.parametrize("edit", [("  - pillow>=10\n", "  - pillow>=10  # [linux]\n"),
-                                  ("  - pillow>=10\n", "  - pillow>=10" + " " * 100_000 + "\n")],
-                         ids=["selector", "100k spaces"])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("  - pillow>=10\n", "  - pillow>=10  # [linux]\n"),
+        ("  - pillow>=10\n", "  - pillow>=10" + " " * 100_000 + "\n"),
+    ],
+    ids=["selector", "100k spaces"],
+)
 def test_lock_check_refuses_lines_conda_lock_reads_its_own_way(tmp_path: Path, edit: tuple) -> None:
     """A `# [linux]` selector kept the inputs digest (comments are not data), so `lock --check` said
     fresh while conda-lock, which drops the line on osx-arm64 and win-64, hashes another spec; and

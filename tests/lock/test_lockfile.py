@@ -35,34 +35,54 @@ def duplicate(data: dict, **changes) -> None:
 
 BROKEN = {
     "garbage md5": (lambda d: first(d)["hash"].update(md5="qq"), "package[0].hash.md5: 'qq' is not 32 hex digits"),
-    "cut sha256": (lambda d: first(d)["hash"].update(sha256="fe51de61"),
-                   "hash.sha256: 'fe51de61' is not 64 hex digits"),
-    "unquoted zeros": (lambda d: first(d)["hash"].update(sha256=0),
-                       "package[0].hash.sha256: not a quoted string (YAML read 0; conda-lock refuses it too)"),
+    "cut sha256": (
+        lambda d: first(d)["hash"].update(sha256="fe51de61"),
+        "hash.sha256: 'fe51de61' is not 64 hex digits",
+    ),
+    "unquoted zeros": (
+        lambda d: first(d)["hash"].update(sha256=0),
+        "package[0].hash.sha256: not a quoted string (YAML read 0; conda-lock refuses it too)",
+    ),
     "numeric md5": (lambda d: first(d)["hash"].update(md5=123), "package[0].hash.md5: not a quoted string"),
     "numeric version": (lambda d: first(d).update(version=1.5), "package[0].version: not a quoted string"),
-    "numeric build": (lambda d: first(d).update(build=7, url=first(d)["url"].replace("conda_forge", "7")),
-                      "package[0].build: not a quoted string (YAML read 7; conda-lock refuses it too)"),
+    "numeric build": (
+        lambda d: first(d).update(build=7, url=first(d)["url"].replace("conda_forge", "7")),
+        "package[0].build: not a quoted string (YAML read 7; conda-lock refuses it too)",
+    ),
     "build as a list": (lambda d: first(d).update(build=["x"]), "package[0].build: not a quoted string"),
     "numeric url": (lambda d: first(d).update(url=7), "package[0].url: not a quoted string"),
-    "bad version": (lambda d: first(d).update(version="not a version!!"),
-                    "version: 'not a version!!' is not a version"),
+    "bad version": (
+        lambda d: first(d).update(version="not a version!!"),
+        "version: 'not a version!!' is not a version",
+    ),
     "name as path": (lambda d: first(d).update(name="../../evil"), "name: '../../evil' is not a conda package name"),
-    "name not the file's": (lambda d: first(d).update(name="otherpkg"),
-                            "url: the file '_libgcc_mutex-0.1-conda_forge.tar.bz2' is not otherpkg"),
-    "dot-dot url": (lambda d: first(d).update(url="https://conda.anaconda.org/conda-forge/noarch/../../../etc/passwd"),
-                    "is not a plain URL"),
+    "name not the file's": (
+        lambda d: first(d).update(name="otherpkg"),
+        "url: the file '_libgcc_mutex-0.1-conda_forge.tar.bz2' is not otherpkg",
+    ),
+    "dot-dot url": (
+        lambda d: first(d).update(url="https://conda.anaconda.org/conda-forge/noarch/../../../etc/passwd"),
+        "is not a plain URL",
+    ),
     "wheel not the name's": (lambda d: first(d, "pip").update(name="torch"), "url: the file"),
-    "twice, differing": (lambda d: duplicate(d, version="0.2", url=first(d)["url"].replace("0.1", "0.2")),
-                         "_libgcc_mutex is listed twice for linux-64 (also package[0])"),
-    "no packages": (lambda d: d.update(package=[]),
-                    "metadata.platforms: no packages are locked for linux-64, osx-arm64, win-64"),
+    "twice, differing": (
+        lambda d: duplicate(d, version="0.2", url=first(d)["url"].replace("0.1", "0.2")),
+        "_libgcc_mutex is listed twice for linux-64 (also package[0])",
+    ),
+    "no packages": (
+        lambda d: d.update(package=[]),
+        "metadata.platforms: no packages are locked for linux-64, osx-arm64, win-64",
+    ),
     "no platforms": (lambda d: d["metadata"].update(platforms=[]), "metadata.platforms: empty"),
-    "unlisted platform": (lambda d: first(d).update(platform="linux-aarch64"),
-                          "platform: 'linux-aarch64' is not in metadata.platforms"),
+    "unlisted platform": (
+        lambda d: first(d).update(platform="linux-aarch64"),
+        "platform: 'linux-aarch64' is not in metadata.platforms",
+    ),
     "dependencies as a list": (lambda d: first(d).update(dependencies=["libgcc"]), "dependencies: expected a mapping"),
-    "custom metadata as a list": (lambda d: d["metadata"].update(custom_metadata=["x"]),
-                                  "metadata.custom_metadata: expected a mapping"),
+    "custom metadata as a list": (
+        lambda d: d["metadata"].update(custom_metadata=["x"]),
+        "metadata.custom_metadata: expected a mapping",
+    ),
 }
 
 
@@ -83,6 +103,7 @@ def test_hashes_are_read_in_lower_case(tmp_path: Path) -> None:
 @pytest.mark.parametrize("upper", [False, True], ids=["byte-identical", "hash in upper case"])
 def test_an_exact_repeat_is_refused_as_conda_lock_cannot_read_it(tmp_path: Path, upper: bool) -> None:
     """`conda-lock render` fails on a repeated entry (an AssertionError), so the readers refuse it too."""
+
     def edit(data: dict) -> None:
         duplicate(data)
         if upper:
@@ -92,16 +113,20 @@ def test_an_exact_repeat_is_refused_as_conda_lock_cannot_read_it(tmp_path: Path,
     with pytest.raises(InputError) as caught:
         read_lock(path)
     index = len(COMMITTED["package"])
-    assert str(caught.value) == (f"{path}: package[{index}]: _libgcc_mutex is listed twice for linux-64 (also "
-                                 "package[0]) (regenerate it with `make lock`)")
+    assert str(caught.value) == (
+        f"{path}: package[{index}]: _libgcc_mutex is listed twice for linux-64 (also "
+        "package[0]) (regenerate it with `make lock`)"
+    )
 
 
 def test_conda_names_differing_in_separators_are_two_packages_pip_names_one(tmp_path: Path) -> None:
     """conda-forge has `typing-extensions` (a metapackage) depending on `typing_extensions`, both locked
     side by side; pip reads `cuda_bindings` and `cuda-bindings` as one distribution (PEP 503)."""
+
     def twin(data: dict, manager: str, name: str) -> None:
-        entry = next(p for p in data["package"] if p["manager"] == manager and p["platform"] == "linux-64"
-                     and p["name"] == name)
+        entry = next(
+            p for p in data["package"] if p["manager"] == manager and p["platform"] == "linux-64" and p["name"] == name
+        )
         other = name.replace("-", "_")
         data["package"].append({**entry, "name": other, "url": entry["url"].replace(f"/{name}-", f"/{other}-")})
 
@@ -125,8 +150,12 @@ def test_conda_locks_one_entry_per_category_reads_as_one_package_of_both(tmp_pat
     with pytest.raises(InputError, match=r"_libgcc_mutex is listed twice for linux-64 \(also package\[0\]\)"):
         read_lock(edited(tmp_path, lambda d: [duplicate(d, category="dev"), duplicate(d, category="dev")]))
     with pytest.raises(InputError, match="listed twice"):  # another record, not the same one in another category
-        read_lock(edited(tmp_path, lambda d: duplicate(d, category="dev", version="0.2",
-                                                       url=first(d)["url"].replace("0.1", "0.2"))))
+        read_lock(
+            edited(
+                tmp_path,
+                lambda d: duplicate(d, category="dev", version="0.2", url=first(d)["url"].replace("0.1", "0.2")),
+            )
+        )
 
 
 def test_the_relock_diff_names_versions_and_for_another_wheel_of_one_version_the_files() -> None:
@@ -134,14 +163,23 @@ def test_the_relock_diff_names_versions_and_for_another_wheel_of_one_version_the
     from bootstrap.lock.write import diff_locks
 
     def wheel(version: str, tag: str, sha: str) -> LockedPackage:
-        return LockedPackage("numpy", version, "pip", "osx-arm64",
-                             f"https://files.example/numpy-{version}-cp310-cp310-{tag}.whl", sha * 64)
+        return LockedPackage(
+            "numpy",
+            version,
+            "pip",
+            "osx-arm64",
+            f"https://files.example/numpy-{version}-cp310-cp310-{tag}.whl",
+            sha * 64,
+        )
 
-    old = [wheel("2.2.6", "macosx_11_0_arm64", "a"),
-           LockedPackage("six", "1", "pip", "osx-arm64", "https://files.example/six-1-py3-none-any.whl", "c" * 64)]
+    old = [
+        wheel("2.2.6", "macosx_11_0_arm64", "a"),
+        LockedPackage("six", "1", "pip", "osx-arm64", "https://files.example/six-1-py3-none-any.whl", "c" * 64),
+    ]
     (same_version,) = diff_locks(old, [wheel("2.2.6", "macosx_14_0_arm64", "b")], ["osx-arm64"])
-    assert same_version.changed == ("numpy 2.2.6: numpy-2.2.6-cp310-cp310-macosx_11_0_arm64.whl -> "
-                                    "numpy-2.2.6-cp310-cp310-macosx_14_0_arm64.whl",)
+    assert same_version.changed == (
+        "numpy 2.2.6: numpy-2.2.6-cp310-cp310-macosx_11_0_arm64.whl -> numpy-2.2.6-cp310-cp310-macosx_14_0_arm64.whl",
+    )
     assert same_version.removed == ("six 1",)
     (newer,) = diff_locks(old[:1], [wheel("2.3.0", "macosx_14_0_arm64", "b")], ["osx-arm64"])
     assert newer.changed == ("numpy 2.2.6 -> 2.3.0",)
@@ -150,23 +188,36 @@ def test_the_relock_diff_names_versions_and_for_another_wheel_of_one_version_the
 
 
 CREDENTIALS = {
-    "conda url with a password": (lambda d: first(d).update(url=first(d)["url"].replace("https://", "https://bob:PW-SECRET@")),
-                                  "package[0].url"),
-    "conda url with a token": (lambda d: first(d).update(url=first(d)["url"].replace(".org/", ".org/t/TK-SECRET/")),
-                               "package[0].url"),
-    "wheel url with a password": (lambda d: first(d, "pip").update(url=first(d, "pip")["url"].replace(
-        "https://", "https://bob:PW-SECRET@")), "].url"),
-    "channel with a token": (lambda d: d["metadata"]["channels"][0].update(
-        url="https://conda.anaconda.org/t/TK-SECRET/conda-forge"), "metadata.channels"),
+    "conda url with a password": (
+        lambda d: first(d).update(url=first(d)["url"].replace("https://", "https://bob:PW-SECRET@")),
+        "package[0].url",
+    ),
+    "conda url with a token": (
+        lambda d: first(d).update(url=first(d)["url"].replace(".org/", ".org/t/TK-SECRET/")),
+        "package[0].url",
+    ),
+    "wheel url with a password": (
+        lambda d: first(d, "pip").update(url=first(d, "pip")["url"].replace("https://", "https://bob:PW-SECRET@")),
+        "].url",
+    ),
+    "channel with a token": (
+        lambda d: d["metadata"]["channels"][0].update(url="https://conda.anaconda.org/t/TK-SECRET/conda-forge"),
+        "metadata.channels",
+    ),
     "conda url with a query": (lambda d: first(d).update(url=first(d)["url"] + "?token=TK-SECRET"), "package[0].url"),
-    "wheel url with a query": (lambda d: first(d, "pip").update(url=first(d, "pip")["url"] + "?X-Sig=TK-SECRET"),
-                               "].url"),
-    "wheel url with a fragment": (lambda d: first(d, "pip").update(url=first(d, "pip")["url"] + "#TK-SECRET"),
-                                  "].url"),
-    "wheel url with a bare question mark": (lambda d: first(d, "pip").update(url=first(d, "pip")["url"] + "?"),
-                                            "].url"),
-    "channel with a query": (lambda d: d["metadata"]["channels"][0].update(
-        url="https://conda.anaconda.org/conda-forge?token=TK-SECRET"), "metadata.channels"),
+    "wheel url with a query": (
+        lambda d: first(d, "pip").update(url=first(d, "pip")["url"] + "?X-Sig=TK-SECRET"),
+        "].url",
+    ),
+    "wheel url with a fragment": (lambda d: first(d, "pip").update(url=first(d, "pip")["url"] + "#TK-SECRET"), "].url"),
+    "wheel url with a bare question mark": (
+        lambda d: first(d, "pip").update(url=first(d, "pip")["url"] + "?"),
+        "].url",
+    ),
+    "channel with a query": (
+        lambda d: d["metadata"]["channels"][0].update(url="https://conda.anaconda.org/conda-forge?token=TK-SECRET"),
+        "metadata.channels",
+    ),
 }
 
 
@@ -181,12 +232,17 @@ def test_a_lock_carrying_credentials_is_refused_without_showing_them(tmp_path: P
     assert "PW-SECRET" not in message and "TK-SECRET" not in message and "bob" not in message
 
 
-@pytest.mark.parametrize("edit", [
-    lambda d: d["metadata"].update(platforms=[f"{p} " for p in d["metadata"]["platforms"]]),
-    lambda d: [p.update(platform=f"{p['platform']} ") for p in d["package"]]
-    and d["metadata"].update(platforms=[f"{p} " for p in d["metadata"]["platforms"]]),
-    lambda d: d["metadata"]["channels"][0].update(url=" https://u:hunter2@conda.anaconda.org/conda-forge"),
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d["metadata"].update(platforms=[f"{p} " for p in d["metadata"]["platforms"]]),
+        lambda d: (
+            [p.update(platform=f"{p['platform']} ") for p in d["package"]]
+            and d["metadata"].update(platforms=[f"{p} " for p in d["metadata"]["platforms"]])
+        ),
+        lambda d: d["metadata"]["channels"][0].update(url=" https://u:hunter2@conda.anaconda.org/conda-forge"),
+    ],
+)
 def test_a_platform_or_channel_with_spaces_is_refused(tmp_path: Path, edit) -> None:
     with pytest.raises(InputError) as caught:
         read_lock(edited(tmp_path, edit))
@@ -196,17 +252,26 @@ def test_a_platform_or_channel_with_spaces_is_refused(tmp_path: Path, edit) -> N
 
 WHEEL = "cuda_bindings-12.9.4-cp310-cp310-manylinux_2_28_x86_64.whl"  # the first pip entry: cuda-bindings 12.9.4
 PIP_URLS_REFUSED = [
-    "file:///etc/passwd", "file:///etc/", "https://example.org/etc/passwd", "ftp://example.org/" + WHEEL,
-    "s3://bucket/" + WHEEL, "https:///" + WHEEL, "file://otherhost/wheels/" + WHEEL,
+    "file:///etc/passwd",
+    "file:///etc/",
+    "https://example.org/etc/passwd",
+    "ftp://example.org/" + WHEEL,
+    "s3://bucket/" + WHEEL,
+    "https:///" + WHEEL,
+    "file://otherhost/wheels/" + WHEEL,
     "https://u:hunter2@example.org/" + WHEEL.replace("12.9.4", "12.9.5"),  # another version
     "file:///w/" + WHEEL.replace("cuda_bindings", "cuda_pathfinder"),  # another package
     "https://example.org/cuda_bindings-12.9.4.whl",  # not a wheel file name
-    "https://example.org/cuda-bindings-12.9.3.tar.gz", "https://example.org/cuda_pathfinder-12.9.4.zip",
+    "https://example.org/cuda-bindings-12.9.3.tar.gz",
+    "https://example.org/cuda_pathfinder-12.9.4.zip",
     "https://example.org/cuda_bindings-12.9.4.exe",
 ]
 PIP_URLS_ACCEPTED = [
-    "file:///tmp/wheelhouse/" + WHEEL, "file://localhost/w/" + WHEEL, "http://mirror.local/simple/" + WHEEL,
-    "https://example.org/Cuda.Bindings-12.9.4-py3-none-any.whl", "https://example.org/cuda_bindings-12.9.4.tar.gz",
+    "file:///tmp/wheelhouse/" + WHEEL,
+    "file://localhost/w/" + WHEEL,
+    "http://mirror.local/simple/" + WHEEL,
+    "https://example.org/Cuda.Bindings-12.9.4-py3-none-any.whl",
+    "https://example.org/cuda_bindings-12.9.4.tar.gz",
     "https://example.org/cuda-bindings-12.9.4.zip",
 ]
 
@@ -250,6 +315,8 @@ def test_every_lock_reader_refuses_a_url_with_a_query_and_exports_nothing(tmp_pa
     out_dir = tmp_path / "out"
     assert main([*(str(out_dir) if a == "OUT" else a for a in argv), "--root", str(project.root)]) == 2
     out, err = capsys.readouterr()
-    assert f"package[{COMMITTED['package'].index(first(COMMITTED, 'pip'))}].url: '{wheel}' carries credentials " \
-           "or a query" in err
+    assert (
+        f"package[{COMMITTED['package'].index(first(COMMITTED, 'pip'))}].url: '{wheel}' carries credentials "
+        "or a query" in err
+    )
     assert err.count("\n") == 1 and "TK-SECRET" not in out + err and not out_dir.exists()

@@ -35,8 +35,12 @@ WHEELS = [
     WheelSpec("colorama", "0.4.6"),
 ]
 EDGES = {
-    "linux-64": {"filelock": "*", "kernels": "<2,>=1.2", "nvidia-cublas-cu12": "==12.8.4.1",
-                 "typing-extensions": ">=4.10"},
+    "linux-64": {
+        "filelock": "*",
+        "kernels": "<2,>=1.2",
+        "nvidia-cublas-cu12": "==12.8.4.1",
+        "typing-extensions": ">=4.10",
+    },
     "win-64": {"colorama": ">=0.4", "filelock": "*", "kernels": "<2,>=0.5", "typing-extensions": ">=4.10"},
 }
 VPKGS = VirtualPackages(Path("vp.yml"), {"linux-64": (VirtualPackage("__glibc", "2.28"),), "win-64": ()})
@@ -124,10 +128,16 @@ def test_dependency_specifiers() -> None:
     `torch[opt-einsum]`) takes that extra's line; a child no line names stays '*'."""
     linux = marker_environment("linux-64", "3.10.19")
     assert dependency_specifiers(TORCH_CHILDREN, TORCH_METADATA, linux) == {
-        "filelock": "*", "nvidia-cublas-cu12": "==12.8.4.1", "opt-einsum": ">=3.3", "sympy": ">=1.13.3",
-        "typing-extensions": ">=4.10.0", "unlisted": "*"}
+        "filelock": "*",
+        "nvidia-cublas-cu12": "==12.8.4.1",
+        "opt-einsum": ">=3.3",
+        "sympy": ">=1.13.3",
+        "typing-extensions": ">=4.10.0",
+        "unlisted": "*",
+    }
     aarch64 = marker_environment("linux-aarch64", "3.10.19")
     assert dependency_specifiers(["nvidia-cublas-cu12"], TORCH_METADATA, aarch64) == {"nvidia-cublas-cu12": "*"}
-    assert dependency_specifiers(["sympy"], TORCH_METADATA, marker_environment("linux-64", "3.8.20")) == \
-        {"sympy": "<2,>=1.13.3"}
+    assert dependency_specifiers(["sympy"], TORCH_METADATA, marker_environment("linux-64", "3.8.20")) == {
+        "sympy": "<2,>=1.13.3"
+    }
     assert dependency_specifiers(["filelock", "sympy"], None, linux) == {"filelock": "*", "sympy": "*"}

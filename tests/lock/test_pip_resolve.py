@@ -33,8 +33,9 @@ VPKGS = VirtualPackages(
 
 
 def spec(*pip: str) -> EnvSpec:
-    return EnvSpec(Path("envs/t.yml"), "t", ("conda-forge",), ("linux-64", "osx-arm64", "win-64"), ("python", "pip"),
-                   pip)
+    return EnvSpec(
+        Path("envs/t.yml"), "t", ("conda-forge",), ("linux-64", "osx-arm64", "win-64"), ("python", "pip"), pip
+    )
 
 
 @pytest.mark.parametrize(
@@ -63,7 +64,9 @@ def test_parse_via_annotations() -> None:
         "nvidia-cublas-cu12==12.8.4.1  # via nvidia-cudnn-cu12, torch\n"
     )
     assert parse_via_annotations(text) == {
-        "alpha": {"beta"}, "gamma": {"beta"}, "nvidia-cudnn-cu12": {"nvidia-cublas-cu12"},
+        "alpha": {"beta"},
+        "gamma": {"beta"},
+        "nvidia-cudnn-cu12": {"nvidia-cublas-cu12"},
         "torch": {"nvidia-cublas-cu12"},
     }
 
@@ -109,8 +112,11 @@ LINUX_ONLY = "https://example.org/w/markupsafe-2.1.5-cp310-cp310-manylinux_2_17_
 
 def test_requirements_that_cannot_be_locked_by_hash_are_named() -> None:
     assert [r.url for r in pip_requirements(spec(f"six @ {SIX}"))] == [SIX]
-    for text in ("six @ git+https://github.com/benjaminp/six", "six @ https://example.org/six-1.16.0.tar.gz",
-                 "six @ file:///wheels/six-1.16.0-py2.py3-none-any.whl"):
+    for text in (
+        "six @ git+https://github.com/benjaminp/six",
+        "six @ https://example.org/six-1.16.0.tar.gz",
+        "six @ file:///wheels/six-1.16.0-py2.py3-none-any.whl",
+    ):
         with pytest.raises(InputError, match="only a wheel over http"):
             pip_requirements(spec(text))
     with pytest.raises(InputError) as caught:
@@ -126,6 +132,7 @@ def index_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def recorded_uv(pylock: str):
     """A runner standing in for `uv pip compile`: writes `pylock` where uv would, annotates nothing."""
+
     def runner(argv, env=None, cwd=None, timeout=None):
         if "pylock.toml" in argv:
             Path(cwd, "pylock.toml").write_text(pylock)
@@ -135,14 +142,18 @@ def recorded_uv(pylock: str):
 
 
 def archive_lock(url: str) -> str:
-    return ('lock-version = "1.0"\n[[packages]]\nname = "pkg"\nversion = "1.0"\n'
-            f'archive = {{ url = "{url}", hashes = {{ sha256 = "{"ab" * 32}" }} }}\n')
+    return (
+        'lock-version = "1.0"\n[[packages]]\nname = "pkg"\nversion = "1.0"\n'
+        f'archive = {{ url = "{url}", hashes = {{ sha256 = "{"ab" * 32}" }} }}\n'
+    )
 
 
 def wheels_lock(url: str) -> str:
     """uv's pylock.toml for `alpha` served from an index at `url`."""
-    return ('lock-version = "1.0"\n[[packages]]\nname = "alpha"\nversion = "1.0"\n'
-            f'wheels = [{{ url = "{url}", hashes = {{ sha256 = "{"ab" * 32}" }} }}]\n')
+    return (
+        'lock-version = "1.0"\n[[packages]]\nname = "alpha"\nversion = "1.0"\n'
+        f'wheels = [{{ url = "{url}", hashes = {{ sha256 = "{"ab" * 32}" }} }}]\n'
+    )
 
 
 @pytest.mark.usefixtures("index_unreachable")
@@ -161,11 +172,13 @@ def test_dependency_edges_of_a_url_wheel_uv_cannot_serve_offline() -> None:
     """uv's cache may not answer the offline annotation run for `name @ URL`: ask again online, so
     the lock keeps `alpha -> beta` instead of a beta that nothing needs."""
     url = "https://example.org/w/alpha-1.1-py3-none-any.whl"
-    pylock = (f'lock-version = "1.0"\n[[packages]]\nname = "alpha"\nversion = "1.1"\n'
-              f'archive = {{ url = "{url}", hashes = {{ sha256 = "{"ab" * 32}" }} }}\n'
-              f'[[packages]]\nname = "beta"\nversion = "2.0"\n'
-              f'wheels = [{{ url = "https://example.org/w/beta-2.0-py3-none-any.whl", '
-              f'hashes = {{ sha256 = "{"cd" * 32}" }} }}]\n')
+    pylock = (
+        f'lock-version = "1.0"\n[[packages]]\nname = "alpha"\nversion = "1.1"\n'
+        f'archive = {{ url = "{url}", hashes = {{ sha256 = "{"ab" * 32}" }} }}\n'
+        f'[[packages]]\nname = "beta"\nversion = "2.0"\n'
+        f'wheels = [{{ url = "https://example.org/w/beta-2.0-py3-none-any.whl", '
+        f'hashes = {{ sha256 = "{"cd" * 32}" }} }}]\n'
+    )
     calls = []
 
     def runner(argv, env=None, cwd=None, timeout=None):
@@ -176,7 +189,8 @@ def test_dependency_edges_of_a_url_wheel_uv_cannot_serve_offline() -> None:
             return SimpleNamespace(returncode=2, stdout="", stderr=f"error: Failed to download `alpha @ {url}`")
         else:  # uv writes its `-o FILE`, and nothing on stdout with --quiet
             Path(cwd, argv[argv.index("-o") + 1]).write_text(
-                f"alpha @ {url}  # via -r requirements.in\nbeta==2.0  # via alpha\n")
+                f"alpha @ {url}  # via -r requirements.in\nbeta==2.0  # via alpha\n"
+            )
         return SimpleNamespace(returncode=0, stdout="", stderr="")
 
     alpha, beta = resolve_pip(spec(f"alpha @ {url}"), target_for("linux-64", "3.10.19", VPKGS), runner=runner)
@@ -202,21 +216,33 @@ def test_uv_errors_lose_index_tokens() -> None:
     from bootstrap.errors import FetchError
 
     def runner(argv, env=None, cwd=None, timeout=None):
-        return SimpleNamespace(returncode=2, stdout="",
-                               stderr="error: Failed to fetch: `alpha`\n  cause: HTTP status client "
-                                      "error (403 Forbidden) for url "
-                                      "(https://pypi.anaconda.org/t/tk-hunter2/team/simple/alpha/)")
+        return SimpleNamespace(
+            returncode=2,
+            stdout="",
+            stderr="error: Failed to fetch: `alpha`\n  cause: HTTP status client "
+            "error (403 Forbidden) for url "
+            "(https://pypi.anaconda.org/t/tk-hunter2/team/simple/alpha/)",
+        )
 
     with pytest.raises(FetchError) as caught:
         resolve_pip(spec("alpha"), target_for("linux-64", "3.10.19", VPKGS), PipOptions(uv="uv"), runner=runner)
     assert "hunter2" not in str(caught.value) and "/t/<TOKEN>/team" in str(caught.value)
 
 
-@pytest.mark.parametrize(("failing", "hint"), [
-    ("https://mirror.example/whl/cu126/torch/", "index pytorch-cu126: error: Failed to fetch (offline? serve it from "
-     "a mirror: `--index pytorch-cu126=URL`, or fix `pip-indexes: {pytorch-cu126: URL}` in t.yml)"),
-    ("https://pypi.org/simple/numpy/", "index: error: Failed to fetch (offline? point UV_INDEX_URL at a PyPI mirror)"),
-])
+@pytest.mark.parametrize(
+    ("failing", "hint"),
+    [
+        (
+            "https://mirror.example/whl/cu126/torch/",
+            "index pytorch-cu126: error: Failed to fetch (offline? serve it from "
+            "a mirror: `--index pytorch-cu126=URL`, or fix `pip-indexes: {pytorch-cu126: URL}` in t.yml)",
+        ),
+        (
+            "https://pypi.org/simple/numpy/",
+            "index: error: Failed to fetch (offline? point UV_INDEX_URL at a PyPI mirror)",
+        ),
+    ],
+)
 def test_an_unreachable_index_is_named_with_the_option_that_serves_it(failing: str, hint: str) -> None:
     """A variant's torch index is served by `lock --index NAME=URL` or the spec's `pip-indexes:`, which
     UV_INDEX_URL (the default index) does not change."""
@@ -224,12 +250,17 @@ def test_an_unreachable_index_is_named_with_the_option_that_serves_it(failing: s
     from bootstrap.lock.variants import Variant
 
     variant = Variant("cu126", ("linux-64",), index="pytorch-cu126")
-    with_index = replace(spec("torch==2.10.*", "numpy"), indexes={"pytorch-cu126": "https://x.example/whl/cu126"},
-                         variants=(variant,), variant=variant)
+    with_index = replace(
+        spec("torch==2.10.*", "numpy"),
+        indexes={"pytorch-cu126": "https://x.example/whl/cu126"},
+        variants=(variant,),
+        variant=variant,
+    )
 
     def runner(argv, env=None, cwd=None, timeout=None):
-        return SimpleNamespace(returncode=2, stdout="", stderr=f"cause: error sending request for url ({failing})\n"
-                                                               "error: Failed to fetch")
+        return SimpleNamespace(
+            returncode=2, stdout="", stderr=f"cause: error sending request for url ({failing})\nerror: Failed to fetch"
+        )
 
     options = PipOptions(uv="uv", indexes={"pytorch-cu126": "https://bob:hunter2@mirror.example/whl/cu126"})
     with pytest.raises(FetchError) as caught:
@@ -258,7 +289,10 @@ def test_marker_environment() -> None:
     from packaging.markers import Marker
 
     windows_only = Marker("sys_platform == 'win32'")
-    assert [windows_only.evaluate(marker_environment(p, "3.10.19")) for p in ("linux-64", "osx-arm64", "win-64")] == \
-        [False, False, True]
+    assert [windows_only.evaluate(marker_environment(p, "3.10.19")) for p in ("linux-64", "osx-arm64", "win-64")] == [
+        False,
+        False,
+        True,
+    ]
     assert Marker("python_version < '3.10'").evaluate(marker_environment("linux-64", "3.9.23"))
     assert Marker("platform_machine == 'arm64'").evaluate(marker_environment("osx-arm64", "3.10.19"))

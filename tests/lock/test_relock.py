@@ -48,9 +48,22 @@ class Fixture:
         """`bootstrap lock --json ...`; returns the envelope's env (asserting exit 0)."""
         capsys.readouterr()
         mirror = ("--mirror", f"conda-forge={self.channel}") if self.mirror else ()
-        code = main(["lock", "--root", str(self.project.root), "--cache-dir", str(self.project.root / ".cache"),
-                     "--pip-find-links", str(self.wheels), "--pip-no-index", "--pip-offline", *mirror,
-                     "--json", *extra])
+        code = main(
+            [
+                "lock",
+                "--root",
+                str(self.project.root),
+                "--cache-dir",
+                str(self.project.root / ".cache"),
+                "--pip-find-links",
+                str(self.wheels),
+                "--pip-no-index",
+                "--pip-offline",
+                *mirror,
+                "--json",
+                *extra,
+            ]
+        )
         out, err = capsys.readouterr()
         assert code == 0, err
         (env,) = json.loads(out)["envs"]
@@ -83,8 +96,10 @@ def newer_conda() -> List[PackageSpec]:
 
 def new_conda() -> List[PackageSpec]:
     """newpkg 1.0, which needs newdep: in no lock yet."""
-    return [PackageSpec("newpkg", "1.0", noarch="generic", depends=["newdep >=1"]),
-            PackageSpec("newdep", "1.0", noarch="generic")]
+    return [
+        PackageSpec("newpkg", "1.0", noarch="generic", depends=["newdep >=1"]),
+        PackageSpec("newdep", "1.0", noarch="generic"),
+    ]
 
 
 def publish_pip(wheels: Path) -> None:
@@ -119,15 +134,24 @@ def test_a_relock_moves_only_what_the_spec_needs_then_update_then_upgrade(mirror
     assert {key: after[key] for key in before} == before  # every old entry as it was: url, hash, edges
 
     updated = mirrored.lock(capsys, "--update", "torchlike", "Alpha")  # pip names compare normalised
-    assert moved(updated) == {p: ([], [], [
-        f"torchlike 1.0 ({torchlike_build(p)}) -> 1.1 ({torchlike_build(p)})",
-        "zlibstub 1.3.1 (h0_0) -> 1.3.2 (h0_0)",  # torchlike 1.1 needs it
-        "alpha 1.1 -> 1.2", "beta 2.0 -> 2.1",  # alpha 1.2 needs it
-    ]) for p in PLATFORMS}
+    assert moved(updated) == {
+        p: (
+            [],
+            [],
+            [
+                f"torchlike 1.0 ({torchlike_build(p)}) -> 1.1 ({torchlike_build(p)})",
+                "zlibstub 1.3.1 (h0_0) -> 1.3.2 (h0_0)",  # torchlike 1.1 needs it
+                "alpha 1.1 -> 1.2",
+                "beta 2.0 -> 2.1",  # alpha 1.2 needs it
+            ],
+        )
+        for p in PLATFORMS
+    }
 
     upgraded = mirrored.lock(capsys, "--upgrade")
-    assert moved(upgraded) == {p: ([], [], ["pip 25.0 (pyh0_0) -> 25.1 (pyh0_0)", "gamma 0.5 -> 0.6"])
-                               for p in PLATFORMS}
+    assert moved(upgraded) == {
+        p: ([], [], ["pip 25.0 (pyh0_0) -> 25.1 (pyh0_0)", "gamma 0.5 -> 0.6"]) for p in PLATFORMS
+    }
     assert main(["lock", "--check", "--root", str(mirrored.project.root)]) == 0
 
 
@@ -170,11 +194,22 @@ def test_update_of_a_name_in_no_lock_writes_nothing(mirrored: Fixture, capsys) -
     publish_pip(mirrored.wheels)
     locks = [mirrored.project.lock_path(env) for env in ("py310", "py39")]
     before = [path.read_bytes() for path in locks]
-    base = ["lock", "--root", str(root), "--mirror", f"conda-forge={mirrored.channel}",
-            "--pip-find-links", str(mirrored.wheels), "--pip-no-index", "--pip-offline"]
-    for extra, named in [(("--update", "nosuch"), "'nosuch' is in no lock of py310"),
-                         (("--update", "gamma"), "'gamma' is in no lock of py39"),  # py310's would move
-                         (("--update", "gamma", "--upgrade"), "--upgrade already moves every package")]:
+    base = [
+        "lock",
+        "--root",
+        str(root),
+        "--mirror",
+        f"conda-forge={mirrored.channel}",
+        "--pip-find-links",
+        str(mirrored.wheels),
+        "--pip-no-index",
+        "--pip-offline",
+    ]
+    for extra, named in [
+        (("--update", "nosuch"), "'nosuch' is in no lock of py310"),
+        (("--update", "gamma"), "'gamma' is in no lock of py39"),  # py310's would move
+        (("--update", "gamma", "--upgrade"), "--upgrade already moves every package"),
+    ]:
         capsys.readouterr()
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err

@@ -32,7 +32,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             start, end = match.groups()
             first = len(data) - int(end) if not start else int(start)
             last = len(data) - 1 if not start or not end else min(int(end), len(data) - 1)
-            body = data[max(first, 0):last + 1]
+            body = data[max(first, 0) : last + 1]
             self.send_response(206)
             self.send_header("Content-Range", f"bytes {max(first, 0)}-{last}/{len(data)}")
         else:
@@ -63,9 +63,13 @@ def big_wheel(tmp_path_factory) -> Path:
 
     files = {f"bigpkg/module_{i:05d}.py": f"X = {i}\n" for i in range(6000)}
     files["bigpkg/blob.bin"] = os.urandom(3 << 20)
-    return build_wheel(tmp_path_factory.mktemp("wheels"), "bigpkg", "1.0",
-                       requires=("numpy>=1.26", "nvidia-cublas-cu12==12.8.4.1; platform_system == 'Linux'"),
-                       files=files)
+    return build_wheel(
+        tmp_path_factory.mktemp("wheels"),
+        "bigpkg",
+        "1.0",
+        requires=("numpy>=1.26", "nvidia-cublas-cu12==12.8.4.1; platform_system == 'Linux'"),
+        files=files,
+    )
 
 
 def test_metadata_comes_from_a_few_ranges_of_the_wheel(big_wheel: Path) -> None:

@@ -17,8 +17,9 @@ from tests.fixtures import REPO
 
 SNAPSHOT = REPO.parent / "shared" / "conda-forge-snapshot" / "conda-forge"
 
-pytestmark = pytest.mark.skipif(not SNAPSHOT.is_dir(),
-                                reason="../shared/conda-forge-snapshot is not beside the repository")
+pytestmark = pytest.mark.skipif(
+    not SNAPSHOT.is_dir(), reason="../shared/conda-forge-snapshot is not beside the repository"
+)
 
 # From the snapshot's README: records per (python, platform) closure.
 EXPECTED = {
@@ -57,8 +58,11 @@ def test_committed_locks_match_the_snapshot() -> None:
         lock = read_lock(lock_path)
         mirror = Mirror.parse(f"conda-forge={SNAPSHOT}")
         for platform in spec.platforms:
-            solved = {(r.name, r.version, r.build, r.sha256)
-                      for r in (to_locked(x, platform)
-                                for x in solve_conda(spec, platform, vpkgs.for_platform(platform), [mirror]))}
+            solved = {
+                (r.name, r.version, r.build, r.sha256)
+                for r in (
+                    to_locked(x, platform) for x in solve_conda(spec, platform, vpkgs.for_platform(platform), [mirror])
+                )
+            }
             locked = {(p.name, p.version, p.build, p.sha256) for p in lock.for_platform(platform, "conda")}
             assert solved == locked, (env, platform)

@@ -57,22 +57,33 @@ def test_channel_qualified_python_and_pip_count_for_the_pip_section(tmp_path: Pa
     assert spec.pip == ("torch==2.10.*",)
 
 
-@pytest.mark.parametrize("dependency", ["conda-forge::pip", "https://conda.anaconda.org/conda-forge::pip",
-                                        "conda-forge/linux-64::pip", "pip[channel=conda-forge]"])
+@pytest.mark.parametrize(
+    "dependency",
+    [
+        "conda-forge::pip",
+        "https://conda.anaconda.org/conda-forge::pip",
+        "conda-forge/linux-64::pip",
+        "pip[channel=conda-forge]",
+    ],
+)
 def test_a_dependency_may_name_a_channel_of_the_spec(tmp_path: Path, dependency: str) -> None:
     assert dependency in read_spec(write(tmp_path, GOOD.replace("- pip\n", f"- {dependency}\n", 1))).conda
 
 
-@pytest.mark.parametrize(("dependency", "shown"), [
-    ("pytorch::pip", "'pytorch::pip' names the channel 'pytorch'"),
-    ("nvidia/linux-64::pip", "'nvidia/linux-64::pip' names the channel 'nvidia/linux-64'"),
-    ("conda-forge/label/dev::pip", "names the channel 'conda-forge/label/dev'"),
-    ("pip[channel=pytorch]", "'pip[channel=pytorch]' names the channel 'pytorch'"),
-    ("https://user:hunter2@host/ch::pip", "'https://host/ch::pip' carries credentials"),
-    ("https://conda.anaconda.org/t/TK-SECRET/conda-forge::pip", "carries credentials"),
-])
-def test_a_dependency_naming_another_channel_or_credentials_is_refused(tmp_path: Path, dependency: str,
-                                                                        shown: str) -> None:
+@pytest.mark.parametrize(
+    ("dependency", "shown"),
+    [
+        ("pytorch::pip", "'pytorch::pip' names the channel 'pytorch'"),
+        ("nvidia/linux-64::pip", "'nvidia/linux-64::pip' names the channel 'nvidia/linux-64'"),
+        ("conda-forge/label/dev::pip", "names the channel 'conda-forge/label/dev'"),
+        ("pip[channel=pytorch]", "'pip[channel=pytorch]' names the channel 'pytorch'"),
+        ("https://user:hunter2@host/ch::pip", "'https://host/ch::pip' carries credentials"),
+        ("https://conda.anaconda.org/t/TK-SECRET/conda-forge::pip", "carries credentials"),
+    ],
+)
+def test_a_dependency_naming_another_channel_or_credentials_is_refused(
+    tmp_path: Path, dependency: str, shown: str
+) -> None:
     """The solve takes every package from `channels:`, where the channel rules hold (no pytorch, no
     nvidia, no credentials): `pytorch::x` was solved from conda-forge and exported without its channel."""
     path = write(tmp_path, GOOD.replace("- pip\n", f"- {dependency}\n", 1))
@@ -97,22 +108,43 @@ def test_a_dependency_naming_another_channel_or_credentials_is_refused(tmp_path:
         (GOOD.replace("  - pip\n  - pip:", "  - pip:"), "needs `pip`", "add `- pip`"),
         (GOOD.replace("torch==2.10.*", "--index-url https://x"), "pip options", "pip-indexes:"),
         (GOOD.replace("  - pip\n", "  - 42\n"), "dependencies[1]", ""),
-        (GOOD.replace("[conda-forge]", "['https://repo.example/t/tk-hunter2/conda-forge']"), "carries credentials",
-         "~/.netrc"),
+        (
+            GOOD.replace("[conda-forge]", "['https://repo.example/t/tk-hunter2/conda-forge']"),
+            "carries credentials",
+            "~/.netrc",
+        ),
         (GOOD.replace("python=3.10.*", "3.10"), "dependencies[0]: 3.1 is a number", "quote it"),
-        (GOOD.replace("[linux-64, win-64]", "[linux-64, linux-64]"), "platforms: 'linux-64' is listed twice",
-         "list it once"),
+        (
+            GOOD.replace("[linux-64, win-64]", "[linux-64, linux-64]"),
+            "platforms: 'linux-64' is listed twice",
+            "list it once",
+        ),
         (GOOD + "dependencies: [python=3.9.*]\n", "the key 'dependencies' is given twice", "fix the syntax"),
-        (GOOD.replace("name: demo", "name: ../../demo"), "name: '../../demo' is not an environment name",
-         "name: py310"),
-        (GOOD.replace("torch==2.10.*", "torch @ https://u:hunter2@wheels.example/torch-2.10.0-cp310-none-any.whl"),
-         "dependencies[2].pip[0]: 'torch @ https://wheels.example/torch-2.10.0-cp310-none-any.whl' carries credentials",
-         "~/.netrc"),
-        (GOOD.replace("torch==2.10.*", "torch @ https://wheels.example/torch-2.10.0-py3-none-any.whl?token=hunter2"),
-         "dependencies[2].pip[0]: the URL 'https://wheels.example/torch-2.10.0-py3-none-any.whl' has a query or "
-         "fragment", "give the wheel's plain URL"),
-        (GOOD.replace("torch==2.10.*", "torch @ https://wheels.example/torch-2.10.0-py3-none-any.whl#hunter2 ; "
-                      "sys_platform == 'linux'"), "has a query or fragment", "~/.netrc"),
+        (
+            GOOD.replace("name: demo", "name: ../../demo"),
+            "name: '../../demo' is not an environment name",
+            "name: py310",
+        ),
+        (
+            GOOD.replace("torch==2.10.*", "torch @ https://u:hunter2@wheels.example/torch-2.10.0-cp310-none-any.whl"),
+            "dependencies[2].pip[0]: 'torch @ https://wheels.example/torch-2.10.0-cp310-none-any.whl' "
+            "carries credentials",
+            "~/.netrc",
+        ),
+        (
+            GOOD.replace("torch==2.10.*", "torch @ https://wheels.example/torch-2.10.0-py3-none-any.whl?token=hunter2"),
+            "dependencies[2].pip[0]: the URL 'https://wheels.example/torch-2.10.0-py3-none-any.whl' has a query or "
+            "fragment",
+            "give the wheel's plain URL",
+        ),
+        (
+            GOOD.replace(
+                "torch==2.10.*",
+                "torch @ https://wheels.example/torch-2.10.0-py3-none-any.whl#hunter2 ; sys_platform == 'linux'",
+            ),
+            "has a query or fragment",
+            "~/.netrc",
+        ),
     ],
 )
 def test_bad_spec_names_field_and_fix(tmp_path: Path, text: str, field: str, fix: str) -> None:
@@ -158,13 +190,17 @@ def _alias_bomb(levels: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    (_alias_bomb(9), r":7: more than 200000 values, aliases expanded"),
-    ("version: 1\na: &a x\nb: [" + ", ".join(["*a"] * 101) + "]\n", r":3: more than 100 aliases"),
-    ("version: 1\nname: " + "x" * 70_000 + "\n", r":2: a value of 70000 characters \(at most 65536\)"),
-    ("- x\n" * 200_001, r":200000: more than 200000 values"),
-    ("version: 1\nwhen: 2020-13-45\n", r": a value YAML cannot read: month must be in 1..12"),
-], ids=["alias-bomb", "aliases", "long-scalar", "many-nodes", "bad-date"])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (_alias_bomb(9), r":7: more than 200000 values, aliases expanded"),
+        ("version: 1\na: &a x\nb: [" + ", ".join(["*a"] * 101) + "]\n", r":3: more than 100 aliases"),
+        ("version: 1\nname: " + "x" * 70_000 + "\n", r":2: a value of 70000 characters \(at most 65536\)"),
+        ("- x\n" * 200_001, r":200000: more than 200000 values"),
+        ("version: 1\nwhen: 2020-13-45\n", r": a value YAML cannot read: month must be in 1..12"),
+    ],
+    ids=["alias-bomb", "aliases", "long-scalar", "many-nodes", "bad-date"],
+)
 def test_yaml_beyond_the_limits_is_refused_before_it_is_built(tmp_path: Path, text: str, problem: str) -> None:
     from bootstrap.lock.lockfile import read_lock
 
@@ -210,14 +246,23 @@ def test_canonical_channel() -> None:
     assert canonical_channel("file:///srv/channel") == "file:///srv/channel"
 
 
-@pytest.mark.parametrize("key, value", [("platforms", "linux-64 "), ("platforms", " win-64"),
-                                        ("channels", "conda-forge "), ("channels", " https://x.org/c")])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("platforms", "linux-64 "),
+        ("platforms", " win-64"),
+        ("channels", "conda-forge "),
+        ("channels", " https://x.org/c"),
+    ],
+)
 def test_a_name_with_spaces_around_it_is_refused_not_stripped(tmp_path: Path, key: str, value: str) -> None:
     """conda-lock hashes the file as written: a name stripped here only would be two names, and
     the lock writer would find no content hash for the stripped one."""
     text = GOOD.replace("channels: [conda-forge]", "channels: [conda-forge, other]")
-    text = text.replace("[linux-64, win-64]" if key == "platforms" else "[conda-forge, other]",
-                        f"[{value!r}]" if key == "platforms" else f"[conda-forge, {value!r}]")
+    text = text.replace(
+        "[linux-64, win-64]" if key == "platforms" else "[conda-forge, other]",
+        f"[{value!r}]" if key == "platforms" else f"[conda-forge, {value!r}]",
+    )
     with pytest.raises(InputError) as caught:
         read_spec(write(tmp_path, text))
     message = str(caught.value)
@@ -235,8 +280,9 @@ def test_a_bad_value_is_quoted_as_a_short_excerpt(tmp_path: Path) -> None:
     assert "dependencies[0]: expected a conda spec string or a `pip:` list, got [[[" in str(info.value)
     assert len(info.value.problem) < 150
     with pytest.raises(InputError) as info:
-        _dependencies(tmp_path / "demo.yml", ["python=3.10.*", {"pip": ["x" * 100_000, ["y"] * 100_000]}],
-                      ("conda-forge",))
+        _dependencies(
+            tmp_path / "demo.yml", ["python=3.10.*", {"pip": ["x" * 100_000, ["y"] * 100_000]}], ("conda-forge",)
+        )
     assert len(info.value.problem) < 150
 
 
@@ -281,13 +327,16 @@ def test_a_conda_lock_platform_selector_is_refused(tmp_path: Path, edit: str, li
     assert str(caught.value) == (
         f"{path}: line {line}: conda-lock reads '[{selector}]' at its end as a platform selector, which drops the "
         "line on some of linux-64, win-64 (remove it: every dependency is locked for every platform of the spec; a "
-        "pip requirement may take a marker instead, `; sys_platform == \"linux\"`)")
+        'pip requirement may take a marker instead, `; sys_platform == "linux"`)'
+    )
 
 
-@pytest.mark.parametrize(("platforms", "selector"), [("[linux-64]", "linux"), ("[linux-64, osx-arm64]", "unix"),
-                                                     ("[win-64]", "win")])
-def test_a_selector_that_keeps_the_line_on_every_platform_of_the_spec_is_read(tmp_path: Path, platforms: str,
-                                                                              selector: str) -> None:
+@pytest.mark.parametrize(
+    ("platforms", "selector"), [("[linux-64]", "linux"), ("[linux-64, osx-arm64]", "unix"), ("[win-64]", "win")]
+)
+def test_a_selector_that_keeps_the_line_on_every_platform_of_the_spec_is_read(
+    tmp_path: Path, platforms: str, selector: str
+) -> None:
     """conda-lock keeps such a line wherever the spec is locked, so it hashes what bootstrap locks."""
     text = GOOD.replace("[linux-64, win-64]", platforms).replace("  - pip\n", f"  - pip  # [{selector}]\n")
     assert read_spec(write(tmp_path, text)).conda == ("python=3.10.*", "pip")
@@ -302,7 +351,9 @@ def test_a_long_comment_line_is_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize("comment", ["# [linux] a whole comment line", "  # see [1]", "# (x) [y] (z)"])
 def test_comments_conda_lock_reads_as_comments_are_not_selectors(tmp_path: Path, comment: str) -> None:
     assert read_spec(write(tmp_path, GOOD.replace("  - pip\n", f"  - pip\n{comment}\n"))).conda == (
-        "python=3.10.*", "pip")
+        "python=3.10.*",
+        "pip",
+    )
     assert read_spec(write(tmp_path, GOOD.replace("  - pip\n", "  - pip  # [x] (y)\n"))).conda[1] == "pip"
 
 
@@ -334,17 +385,24 @@ def test_an_absurdly_long_line_is_refused_before_conda_lock_reads_it(tmp_path: P
     with pytest.raises(InputError) as caught:
         read_spec(path)
     assert time.process_time() - started < 1
-    assert str(caught.value) == (f"{path}: line 8: 100021 characters long (at most 1000) (a spec line holds one "
-                                 "dependency: drop the spaces or comment after it)")
+    assert str(caught.value) == (
+        f"{path}: line 8: 100021 characters long (at most 1000) (a spec line holds one "
+        "dependency: drop the spaces or comment after it)"
+    )
     assert read_spec(write(tmp_path, GOOD.replace("torch==2.10.*", "torch==2.10.*" + " " * 900))).pip == (
-        "torch==2.10.*",)
+        "torch==2.10.*",
+    )
 
 
-@pytest.mark.parametrize("extra", [
-    ("  - pip" + " " * 900 + "\n") * 3,  # each line short enough: together, too slow for conda-lock
-    (" " * 999 + "\n") * 3,  # blank lines, which conda-lock's pattern still reads
-    ("  - pip  #" + "#" * 900 + "\n") * 3,
-], ids=["trailing spaces", "blank lines", "hashes"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("  - pip" + " " * 900 + "\n") * 3,  # each line short enough: together, too slow for conda-lock
+        (" " * 999 + "\n") * 3,  # blank lines, which conda-lock's pattern still reads
+        ("  - pip  #" + "#" * 900 + "\n") * 3,
+    ],
+    ids=["trailing spaces", "blank lines", "hashes"],
+)
 def test_lines_conda_lock_would_read_slowly_together_are_refused(tmp_path: Path, extra: str) -> None:
     import time
 
@@ -359,9 +417,11 @@ def test_lines_conda_lock_would_read_slowly_together_are_refused(tmp_path: Path,
     with pytest.raises(InputError) as caught:
         read_spec(path)
     assert time.process_time() - started < conda_lock_seconds
-    assert str(caught.value) == (f"{path}: line 8: too many spaces in a row or '#' up to here, which conda-lock's "
-                                 "line filter reads in time growing with their square (drop the spaces and "
-                                 "comments after the dependencies)")
+    assert str(caught.value) == (
+        f"{path}: line 8: too many spaces in a row or '#' up to here, which conda-lock's "
+        "line filter reads in time growing with their square (drop the spaces and "
+        "comments after the dependencies)"
+    )
 
 
 def test_the_committed_specs_cost_conda_lock_little() -> None:

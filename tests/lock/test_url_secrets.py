@@ -18,16 +18,21 @@ from tests.fixtures.project import make_project
 SECRETS = ("PW-SECRET", "TK-SECRET")
 PASSWORDS = ("PW-SECRET", "p@PW-SECRET", "PW-SECRET#1", "PW-SECRET?x", "a:PW-SECRET")
 # The userinfo and the /t/TOKEN/ segment in every place a mirror URL can hold them.
-URLS = tuple(dict.fromkeys(
-    template.format(login=f"bob:{password}@")
-    for template, password in itertools.product((
-        "https://{login}mirror.internal/conda-forge",
-        "https://{login}mirror.internal/t/TK-SECRET/conda-forge",
-        "http://{login}127.0.0.1:8080/api/conda/t/TK-SECRET/conda-forge",
-        "https://mirror.internal/t/TK-SECRET/conda-forge",
-        "https://mirror.internal/prefix/t/TK-SECRET/conda-forge/",
-    ), PASSWORDS)
-))
+URLS = tuple(
+    dict.fromkeys(
+        template.format(login=f"bob:{password}@")
+        for template, password in itertools.product(
+            (
+                "https://{login}mirror.internal/conda-forge",
+                "https://{login}mirror.internal/t/TK-SECRET/conda-forge",
+                "http://{login}127.0.0.1:8080/api/conda/t/TK-SECRET/conda-forge",
+                "https://mirror.internal/t/TK-SECRET/conda-forge",
+                "https://mirror.internal/prefix/t/TK-SECRET/conda-forge/",
+            ),
+            PASSWORDS,
+        )
+    )
+)
 
 
 def _mirror_arguments(url: str) -> list[list[str]]:
@@ -96,9 +101,13 @@ def test_lock_check_does_not_show_a_login_a_lock_s_torch_index_carries(tmp_path:
     shutil.copytree(REPO / "envs", root / "envs")
     shutil.copy(REPO / "conda-lock.yml", root)
     lock = root / "envs" / "py310.cu130.conda-lock.yml"
-    lock.write_text(lock.read_text().replace(
-        "    bootstrap.variant: cu130\n",
-        "    bootstrap.variant: cu130\n    bootstrap.torch-index: https://u:PW-SECRET@x.example/t/TK-SECRET/whl\n", 1))
+    lock.write_text(
+        lock.read_text().replace(
+            "    bootstrap.variant: cu130\n",
+            "    bootstrap.variant: cu130\n    bootstrap.torch-index: https://u:PW-SECRET@x.example/t/TK-SECRET/whl\n",
+            1,
+        )
+    )
     capsys.readouterr()
     code = main(["lock", "--check", "--root", str(root)])
     out, err = capsys.readouterr()

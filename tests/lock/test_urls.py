@@ -9,10 +9,14 @@ from bootstrap.urls import has_credentials, scrub_credentials
 
 
 def test_user_password_and_anaconda_tokens_are_scrubbed() -> None:
-    text = ("cannot fetch https://alice:hunter2@mirror.example/cf/linux-64/x.conda and "
-            "https://conda.anaconda.org/t/tk-SECRET/conda-forge/noarch/y.conda")
-    assert scrub_credentials(text) == ("cannot fetch https://mirror.example/cf/linux-64/x.conda and "
-                                       "https://conda.anaconda.org/t/<TOKEN>/conda-forge/noarch/y.conda")
+    text = (
+        "cannot fetch https://alice:hunter2@mirror.example/cf/linux-64/x.conda and "
+        "https://conda.anaconda.org/t/tk-SECRET/conda-forge/noarch/y.conda"
+    )
+    assert scrub_credentials(text) == (
+        "cannot fetch https://mirror.example/cf/linux-64/x.conda and "
+        "https://conda.anaconda.org/t/<TOKEN>/conda-forge/noarch/y.conda"
+    )
     assert has_credentials("https://repo.example/t/abc/conda-forge")
     assert not has_credentials("https://conda.anaconda.org/conda-forge") and not has_credentials("conda-forge")
 
@@ -44,7 +48,9 @@ def test_a_mirror_url_with_a_query_string_is_refused_without_showing_its_token()
     with pytest.raises(InputError) as refused:
         Mirror.parse("conda-forge=https://bob:SECRET@mirror.internal/cf?x=1")
     assert "SECRET" not in str(refused.value)
-    assert Mirror.parse("conda-forge=https://mirror.internal/conda-forge").target == "https://mirror.internal/conda-forge"
+    assert (
+        Mirror.parse("conda-forge=https://mirror.internal/conda-forge").target == "https://mirror.internal/conda-forge"
+    )
 
 
 def test_a_mirror_password_with_a_hash_or_question_mark_is_never_shown() -> None:
@@ -61,8 +67,17 @@ def test_a_mirror_password_with_a_hash_or_question_mark_is_never_shown() -> None
         assert "%23" in str(refused.value)  # says how to write it
 
 
-@pytest.mark.parametrize("text", ["x" * 200_000, "a://" + "x" * 200_000, "x@" * 100_000, "/t/" + "x" * 200_000,
-                                  "https://" + "u" * 200_000, "bob:" + "p" * 200_000 + "@host"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" * 200_000,
+        "a://" + "x" * 200_000,
+        "x@" * 100_000,
+        "/t/" + "x" * 200_000,
+        "https://" + "u" * 200_000,
+        "bob:" + "p" * 200_000 + "@host",
+    ],
+)
 def test_scrubbing_a_long_value_takes_linear_time(text: str) -> None:
     """A spec or lock value of 64 KB (the reader's limit) is scrubbed before any message: a pattern that
     rescans the rest of the text from every position would take minutes on it."""
