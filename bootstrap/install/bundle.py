@@ -1,26 +1,7 @@
-"""Offline bundles: every artifact a lock installs, and the lock, in one tar.
+"""Offline bundles: every artifact a lock installs, the lock and the tools venv's wheels, in one tar.
 
-    make bundle                                  on a connected host: bundle-py310-linux-64.tar
-    make env BUNDLE=bundle-py310-linux-64.tar    on a node without conda channels or PyPI
-
-Layout (a plain tar: conda archives and wheels are compressed already):
-
-    bundle.json                     what it holds: envs (lock member, platforms, content hashes)
-                                    and artifacts (lock URL, sha256, size, member)
-    SHA256SUMS                      the same checksums for `sha256sum -c` after `tar xf`
-    locks/<env>/<lock file>         the locks it was made from
-    artifacts/<sha256>/<filename>   each conda archive and wheel, laid out as the archive store
-    tools/cp311-linux-64/*.whl      the tools venv's wheels (scripts/requirements-tools.txt) for
-                                    one Python and platform: `make env BUNDLE=...` builds the
-                                    tools venv from them, offline (scripts/tools-venv.sh)
-
-Making one goes through the fetcher, so every artifact is hash-checked (and
-a conda archive's paths vetted) before it goes in; mirrors work as for `env`.
-Members are written in a fixed order with zeroed owners and times: the same
-locks give the same bytes. Installing from one is `env` with the bundle as
-its first source: what the store lacks is read from the member, hash-checked
-again on its way into the store; anything the bundle lacks is fetched from
-its URL as usual (and the error then says the bundle lacks it too).
+Made through the fetcher (hash-checked; the same locks give the same bytes) and installed as
+`env`'s first source. Docs: docs/env.md, "Bundles: nodes without a mirror".
 """
 
 from __future__ import annotations

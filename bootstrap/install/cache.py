@@ -1,16 +1,7 @@
 """The package cache (`~/.cache/bootstrap`, `--cache-dir`): what it holds, and pruning it.
 
-    archives/<sha256>/<file>     verified conda archives and wheels (fetch.py), with wheels' stamps
-    pkgs/<name-version-build>/   rattler's extracted packages, which envs copy from (and `.lock`s)
-    seals/<sha256>.json          what each extracted package looked like when sealed (store.py)
-
-Envs hold copies, never links into it, so whatever goes costs a download or
-an extraction later, never an env. `prune` keeps what the project's locks
-install, on every platform, and removes the rest: what older locks and other
-projects left behind (the other projects fetch theirs again). It holds the
-cache's flock exclusively; `env` and `bundle` hold it shared while they use
-the cache, so a prune never takes a package from under an install.
-Shell equivalent of the report: `du -sh ~/.cache/bootstrap/*`.
+`prune` holds the cache's flock exclusively, `env` and `bundle` hold it shared, so a prune never
+takes a package from under an install. Docs: docs/env.md, "The package cache and its seals".
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""One artifact's bytes from where they are into a partial file, hashed as they arrive: the
-network half of `fetch` (which decides what to fetch, from where, and checks the result).
-
-    GET URL --a reset, a timeout, a 5xx or 429, a body cut short--> wait RETRY_DELAYS_S[i]
-            --> GET URL with `Range: bytes=<bytes kept>-` --206 from that byte: append; 200: start over
-
-The partial is `.part-<fn>` beside the artifact's place in the store, kept when a download fails
-or is interrupted so that the next run resumes it. Credentials: the URL's own, else those of
-~/.netrc (or $NETRC) for its host, as uv reads them at lock time; never shown.
+"""One artifact's bytes into a partial file, hashed as they arrive, retried and resumed with Range: the
+network half of `fetch`, which decides what to fetch and checks the result. Docs: docs/env.md, "Downloads".
 """
 
 from __future__ import annotations

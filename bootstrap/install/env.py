@@ -1,20 +1,8 @@
 """`bootstrap env`: create or update an environment from a lock, without conda.
 
-    lock -> its entries for this platform
-         -> this host against the glibc / macOS those entries need (`floor.check_host`)
-         -> the current generation is the lock's env already: a no-op
-         -> where the change starts (`generations.next_start`: the retired generation, else a
-            hard-linked clone of the current one, else nothing) and the plan against it, made once
-         -> fetch once: the conda archives the plan links without a sealed copy, the wheels it installs
-         -> `<n>.partial` from that start: uv removes what leaves pip, rattler links the conda part,
-            uv installs the pip part, the install record last
-         -> atomic switch of the stable symlink; the generation before the previous one is deleted
-
-`--dry-run` stops after the plan: what it prints is what a run applies. A
-failure or SIGKILL at any point leaves the previous generation in place and
-active; the next run deletes the partial one and converges. A failure after
-the start (a link error, a full disk) uses up the retired generation; one
-while fetching (an unreachable channel or index) does not.
+Read the lock, hold the host against it (`floor`), plan once against where the change starts
+(`generations.next_start`), fetch once, apply into `<n>.partial`, switch the stable symlink.
+Docs: docs/env.md, "Plan, fetch, apply".
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
-"""Fetch the archives an install links (conda) and the wheels it installs (pip), hash-check them,
-and refuse unsafe conda archives.
-
-py-rattler does not hash-check `file://` packages, trusts a warm cache, and
-links whatever paths an archive lists (`../x`, absolute paths and escaping
-symlinks included; tests/test_fixtures.py shows each). So every
-archive to be linked passes through here first:
-
-    lock URL --mirror rewrite--> download into <cache>/archives/<sha256>/.part-<fn>
-             (retried, resumed with Range) --sha256 (and md5) against the lock-->
-             paths checked --> renamed to <fn> --> file:// URL for rattler
-
-(with `--bundle`, a bundle's member stands in for the URL where it holds the artifact)
-
-A stored conda archive is re-hashed before each use and re-fetched if it no
-longer matches, so a corrupted cache heals instead of being installed (rattler
-does not check a local archive; one with a sealed extracted copy is not read
-at all); its paths were vetted before it entered the store, so matching bytes
-need no second look. A stored wheel is not re-hashed while its size and mtime
-are those it was verified with (`.<name>.verified` beside it): uv checks every
-wheel's sha256 itself as it installs, and CUDA wheels weigh gigabytes.
+"""Fetch the conda archives and wheels an install needs into the package cache, hash-checked against
+the lock, and refuse conda archives whose paths escape the prefix (py-rattler would link them).
+Docs: docs/env.md, "Downloads" and "The package cache and its seals".
 """
 
 from __future__ import annotations

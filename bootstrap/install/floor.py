@@ -1,12 +1,6 @@
-"""The machine a lock needs, and this host held against it before anything is fetched.
-
-A lock asks for a minimum C library or OS two ways: its conda records
-through their virtual-package dependencies (`__glibc >=2.17,<3.0.a0`,
-`__osx >=11.0`), its wheels through their platform tags
-(`manylinux_2_28_x86_64`, `macosx_11_0_arm64`). `lock_floor` is the highest
-of each (pure); `check_host` compares a `HostSystem` with it, which
-`probe_host_system` reads from this machine (`getconf GNU_LIBC_VERSION`,
-`sw_vers -productVersion`) or a test writes as data.
+"""The machine a lock needs (`lock_floor`, pure: the highest glibc or macOS its records and wheel tags
+ask for), and this host held against it (`check_host`) before anything is fetched.
+Docs: docs/env.md, "The host a lock needs".
 """
 
 from __future__ import annotations

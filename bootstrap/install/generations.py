@@ -1,33 +1,7 @@
-"""Generations: every change builds a new directory; a symlink is switched atomically.
+"""Generations: every change builds a new directory beside the env, and a symlink switches to it atomically.
 
-    .envs/py310            -> .py310.gens/3     the stable path users activate
-    .envs/.py310.gens/2/                        the previous generation (--rollback)
-    .envs/.py310.gens/3/                        the current one
-    .envs/.py310.gens/4.partial/                a change in progress (SIGKILL leaves it; next run removes it)
-    .envs/.py310.gens/1.garbage/                a generation being deleted (likewise)
-    .envs/.py310.lock                           flock: one writer at a time
-
-Packages are linked with the stable path as their prefix (rattler's
-`alternative_target_prefix`), so files that embed the prefix stay valid
-whichever generation the symlink points to. POSIX only: Windows has no
-atomic symlink switch for directories.
-
-Where a change starts from (`next_start`): two generations are kept, the
-current one and the one before it. A change would make the older of them
-garbage, so instead it is *recycled*: renamed to `<n>.partial` and brought to
-the new lock in place, which costs the difference, not the size of the env.
-Only the first change of an env, when nothing is retired yet, starts from a
-clone of the current generation made of hard links (one directory entry per
-file, no data copied).
-
-So generations share the inodes of the files they have in common: the
-rollback generation costs the disk of what changed, not a second copy of
-the env (several GB with CUDA wheels). The current generation is never
-written to: rattler and uv replace a file (unlink, create) rather than write
-into it, and so does bootstrap for what it writes itself (`fsutil`'s
-atomic writes, `copy_over`). The price: a hand edit *in place* of a file the two
-generations share (an editor writing into the file) shows in both; an edit
-that replaces the file (`sed -i`, `pip install`) shows in one.
+Two are kept, and a change recycles the older one (`next_start`), so a rollback costs the disk of
+what changed. Docs: docs/env.md, "Generations and rollback".
 """
 
 from __future__ import annotations

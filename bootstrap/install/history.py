@@ -1,13 +1,5 @@
-"""conda-meta/history: the record of what was *requested*, in conda's own format.
-
-conda, mamba and micromamba append an entry per change; `conda env export
---from-history` and `bootstrap export --from-prefix` replay it. rattler only
-creates the file, so `bootstrap env` appends the entries itself:
-
-    ==> 2026-11-29 16:31:22 <==
-    # cmd: bootstrap env py310 (conda-lock.yml)
-    # update specs: ['python=3.10.*', 'pip']
-    # remove specs: ['torchlike']
+"""conda-meta/history: the record of what was *requested*, in conda's own format. rattler only creates
+the file, so `bootstrap env` appends an entry per change (`conda env export --from-history` replays it).
 """
 
 from __future__ import annotations

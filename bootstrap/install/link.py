@@ -1,12 +1,5 @@
-"""The conda part of a change: rattler links the locked packages into the generation being built.
-
-rattler is given a record of every locked conda package and computes the
-difference with what the generation holds itself (from its conda-meta), so
-a package already there, compared by the lock's sha256, is left alone. A
-package to link comes either from a sealed extracted copy in the cache
-(`store.sealed_copies`: its record names the lock's URL, and rattler finds
-the copy by sha256) or from its archive, fetched and checked by bootstrap
-(its record names the local file; conda-meta gets the lock's URL back).
+"""The conda part of a change: rattler links the locked packages into the generation being built, each
+from a sealed extracted copy in the cache (`store.sealed_copies`) or from its checked archive.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Plan, then apply: what `bootstrap env` must change to make a prefix match a lock.
 
-`make_plan` is pure: (locked entries for this platform, what is installed)
--> Plan; `plan_against` reads what a prefix holds and calls it. The plan is
-made once, against the directory the change starts from, and is both what
-`--dry-run` prints and what `bootstrap.install.env` applies.
+`make_plan` is pure; the plan is made once, against the directory the change starts from, and is both
+what `--dry-run` prints and what `bootstrap.install.env` applies.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""What an installed environment holds: read from disk, stdlib only.
-
-Used on both sides: `bootstrap env` plans against it, `verify` (inside the
-env, Python 3.9, no rattler) compares it with the lock.
-
-    conda-meta/<name>-<version>-<build>.json      one record per conda package
-    <site-packages>/<dist>.dist-info/              one per pip distribution
-        direct_url.json                            PEP 610: the locked URL + sha256
-    <site-packages>/<dist>.egg-info[/PKG-INFO]     one per distribution of a legacy install (setup.py, distutils)
-    conda-meta/bootstrap                           what `bootstrap env` installed, from which lock and variant (JSON)
+"""What an installed environment holds, read from disk with the stdlib only: `bootstrap env` plans
+against it, `verify` (inside the env, Python 3.9, no rattler) compares it with the lock.
+Docs: docs/env.md, "What an installed env holds".
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """rattler's extracted packages in the package cache, and the seals that vouch for them.
 
-    <cache>/pkgs/<name-version-build>/    rattler's extracted copy, which envs copy from
-    <cache>/seals/<sha256>.json           its seal: a header line, then `fingerprint` of the copy
-    <cache>/.extracting-*                 flock-held by each run that may extract and link before sealing
-
-rattler links from its extracted cache, which it trusts: its "fast" validation
-let a copy through whose file had changed size (py-rattler 0.28), and "full"
-re-hashes every file. So each copy is sealed once rattler has extracted it
-from an archive bootstrap checked, and a run links from a sealed copy only
-after `sealed_copies` has found the copy as sealed; any other package is
-linked from its checked archive, which rattler extracts again.
+A copy is sealed once rattler extracted it from a checked archive, and a run links from it only after
+`sealed_copies` found it as sealed. Docs: docs/env.md, "The package cache and its seals".
 """
 
 from __future__ import annotations

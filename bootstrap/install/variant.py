@@ -1,10 +1,5 @@
-"""Which lock `bootstrap env` installs: the variant `--variant` names, or doctor's pick for this host.
-
-    --variant auto (default): the pick (`compat.pick`) on this host's NVIDIA facts (or `--facts FILE`)
-    --variant NAME: that variant, refused when it will not run here (unless --force)
-    a spec without variants: its one lock, and no facts are gathered
-
-Everything is decided before anything is fetched: a refusal costs no download.
+"""Which lock `bootstrap env` installs: the variant `--variant` names, or doctor's pick for this host,
+decided before anything is fetched. Docs: docs/env.md, "Torch variants: which lock".
 """
 
 from __future__ import annotations
