@@ -1,17 +1,6 @@
-"""The one platform vocabulary: conda subdirs, their OS, and the key the compat tables use.
-
-    linux-64       linux    linux_x86_64      `uname -sm`: Linux x86_64
-    linux-aarch64  linux    linux_aarch64     Linux aarch64 (Grace, Graviton, Jetson)
-    osx-arm64      macos    macos             Darwin arm64
-    win-64         windows  windows_x86_64    Windows AMD64
-
-A lock, a spec and `--platform` name conda subdirs; the compat tables
-(bootstrap.compat.data) key torch wheels by OS and architecture, with both
-macOS subdirs under one `macos` key (no CUDA there); the OS picks the
-NVIDIA driver-number series. `host_platform()` is this machine's subdir;
-`compat_key` and `conda_subdir` convert one way and back. The shell's copy
-(scripts/tools-venv.sh, which maps `uname -s`-`uname -m`) is held to this
-table by tests/test_platforms.py.
+"""The one platform vocabulary: conda subdirs (`linux-64`, `linux-aarch64`, `osx-arm64`, `win-64`), their
+OS, and the key the compat tables use; `host_platform()` is this machine's subdir. The shell's copy in
+scripts/tools-venv.sh is held to this table by tests/test_platforms.py.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Where a project's specs and locks live (the layout of DESIGN.md).
-
-envs/<env>.yml               source spec, conda environment.yml format
-envs/virtual-packages.yml    the virtual packages each platform is solved for
-conda-lock.yml               lock of the default env
-envs/<env>.conda-lock.yml    locks of the other envs
-envs/<env>.<variant>.conda-lock.yml   the env's other torch variants (the first is in the env's lock)
+"""Where a project's specs and locks live: `envs/<env>.yml`, `envs/virtual-packages.yml`,
+`conda-lock.yml` (the default env), `envs/<env>.conda-lock.yml` (the others) and
+`envs/<env>.<variant>.conda-lock.yml` (their other torch variants). Docs: docs/lock.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """`export`: the environment.yml (or explicit files) to share with people who use plain conda.
 
-Three sources, one set of portability rules (`portable`):
-
-* a lock (`from_lock.export_env`): the spec's requested specs pinned to the
-  locked versions, as a portable environment.yml;
-* a lock, pinned (`from_lock.export_pinned`): the whole closure of each
-  platform with hashes, exactly as `conda-lock render --kind explicit` writes it;
-* an existing environment (`from_prefix.export_prefix`): its requested specs
-  and pip distributions, pinned to what is installed.
-
-`render` writes the two file formats; `result` holds what an export returns
-and writes its files, all or none.
+From a lock (`from_lock`) or an existing env (`from_prefix`), one set of portability rules
+(`portable`); `render` writes the formats, `result` writes every file or none.
+Docs: docs/lock.md, "`environment.yml`: the export for plain conda".
 """

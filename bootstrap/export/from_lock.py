@@ -1,10 +1,6 @@
-"""`export` from a lock: the portable environment.yml of an env, or (`--pinned`) one explicit
-file per platform with the whole closure and its hashes, as `conda-lock render --kind explicit`
-writes it (conda URLs with `#md5`, pip lines as `# pip name @ url#sha256=...`).
-
-Only the standard library and pyyaml are needed, so `export` runs inside a
-created environment too; the freshness check of a lock upgrades itself to
-the full `lock --check` where conda-lock and py-rattler are importable.
+"""`export` from a lock: the portable environment.yml of an env, or (`--pinned`) one explicit file per
+platform, as `conda-lock render --kind explicit` writes it. Stdlib and pyyaml only, so `export` runs
+inside an env too; a lock's freshness check there upgrades to `lock --check` where it can.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""`export --from-prefix DIR`: the portable environment.yml of an existing environment.
-
-The requested conda specs come from `conda-meta/history` (conda, mamba,
-micromamba) or from the records' `requested_specs` (rattler, pixi); the pip
-distributions in site-packages are added, each pinned to what is installed.
-The portability rules are those of a lock (`bootstrap.export.portable`).
+"""`export --from-prefix DIR`: the portable environment.yml of an existing environment: its requested
+specs from `conda-meta/history` (conda, mamba) or the records' `requested_specs` (rattler, pixi), and
+its pip distributions, each pinned to what is installed.
 """
 
 from __future__ import annotations

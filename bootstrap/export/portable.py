@@ -1,21 +1,6 @@
-"""The portability rules of `export` (pure): a lock or an existing environment -> what a
-shared environment.yml says (`PortableEnv`), before rendering.
-
-From a lock (`portable_from_lock`): the spec's requested conda specs pinned to
-the locked versions without build strings (`python=3.10.19`), its pip
-requirements pinned with `==`, its channels and conda-lock's `platforms:`
-key. Shell equivalent: `conda env export --from-history`, but pinned.
-
-Portable means: no `prefix:` line, no locked build strings (a build the spec
-asks for, `pytorch * cuda*`, stays: it picks the variant), no machine paths, no
-credentials. When a requested package is locked at different versions on
-different platforms (conda-forge sometimes lags a build on one OS), one
-line must still serve every platform, because plain conda ignores
-selectors: conda specs get the longest common version prefix (`=3.6.*`,
-or `>=lo,<=hi` when not even the major version agrees) with the per-platform
-versions in a comment; pip requirements get one `==` line per OS with a
-`sys_platform` marker (per platform, with `platform_machine`, when two
-platforms of one OS differ), which pip, uv and conda-lock all evaluate.
+"""The portability rules of `export` (pure): a lock or an existing environment -> what a shared
+environment.yml says (`PortableEnv`), before rendering.
+Docs: docs/lock.md, "`environment.yml`: the export for plain conda".
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """`bootstrap lock --check`: does the lock still satisfy the spec? Offline, no solve.
 
-Pixi-style static checks plus conda-lock's content hash:
-
-* the channels and platforms of the lock are those of the spec;
-* on every platform, every conda spec is matched by a locked record and
-  every pip requirement by a locked wheel;
-* the locked records are closed: each record's dependencies are matched by
-  another locked record (a removed record is caught even if nothing names it),
-  and every record is needed: reached from the spec through dependencies; a
-  dependency on a virtual package (`__glibc >=2.17`) asks the machine, never
-  the lock (`bootstrap env` checks the host against it);
-* a pip requirement whose marker is false on a platform (`colorama;
-  sys_platform == 'win32'` on linux-64) asks nothing there;
-* the content hash is the one conda-lock computes for the spec and the
-  virtual packages (memoised: see `content_hash.inputs_digests`).
+Pixi-style static checks, then conda-lock's content hash (memoised: `content_hash.inputs_digests`).
+Docs: docs/lock.md, "`lock --check`: is the lock stale?".
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""conda-lock's `content_hash` of a spec, computed by conda-lock's own code, offline; and the
-digest that lets `lock --check` and `export` trust a recorded hash without importing conda-lock.
-
-The hash covers the channels, the sorted conda and pip specs, the pip
-repositories and the virtual packages (`envs/virtual-packages.yml`), so plain
-`conda-lock lock --check-input-hash` agrees with `bootstrap lock --check`.
+"""conda-lock's `content_hash` of a spec, computed by conda-lock's own code, offline; and the digest that
+lets `lock --check` and `export` trust a recorded hash without importing conda-lock.
+Docs: docs/lock.md, "`lock --check`: is the lock stale?".
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """conda-lock v1 lock files, read: plain YAML into frozen dataclasses, every field checked.
 
-Reading never imports conda-lock, so the env side (Python 3.9, no conda-lock
-installed) reads locks too, and `lock --check` answers without paying for
-conda-lock's import when its inputs are unchanged. Writing with conda-lock's
-own models is `bootstrap.lock.write`; conda-lock's content hash is
-`bootstrap.lock.content_hash`.
+Reading never imports conda-lock, so the env side reads locks too; writing is `bootstrap.lock.write`,
+the content hash `bootstrap.lock.content_hash`.
 """
 
 from __future__ import annotations

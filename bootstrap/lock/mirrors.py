@@ -1,10 +1,6 @@
-"""`--mirror CANONICAL=URL`: serve a channel's data from somewhere else.
-
-Air-gapped clusters map canonical channels to an internal mirror; the lock
-keeps the canonical URLs so it works anywhere. A mirror target is either an
-HTTP(S) URL (py-rattler's mirror middleware) or a local directory / file://
-URL holding `<subdir>/repodata.json` (read as sparse repodata bound to the
-canonical channel). Credentials in a mirror URL are used but never recorded.
+"""`--mirror CANONICAL=URL`: serve a channel's data from an HTTP(S) mirror (py-rattler's mirror
+middleware) or a local directory (sparse repodata bound to the canonical channel), while the lock
+keeps the canonical URLs. Docs: docs/lock.md, "Mirrors and credentials".
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""The pip part of a lock: uv resolves the spec's `pip:` section per target.
+"""The pip part of a lock: uv resolves the spec's `pip:` section per target platform.
 
-For each platform uv is told the target explicitly — `--python-version` from
-the Python the conda solve picked, `--python-platform` from the platform and
-its virtual packages (`__glibc` -> manylinux tag, `__osx` ->
-MACOSX_DEPLOYMENT_TARGET) — so markers are evaluated for the target, not this
-host. (pip's `--platform` evaluates markers for the host: an osx target got a
-linux-only dependency and backtracked to an old torch.) Shell equivalent for
-linux-64:
-
-    uv pip compile req.in --python-version 3.10.19 \
-        --python-platform x86_64-manylinux_2_28 --only-binary :all: \
-        --no-python-downloads --format pylock.toml -o pylock.toml
+uv is told the target explicitly (`--python-version`, `--python-platform` from the virtual packages),
+so markers are evaluated for the target, not this host. Docs: docs/lock.md, "What `lock` does".
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The wheels of a pip lock entry: which one a target gets, and what its METADATA requires.
-
-A package's wheels are ranked the way pip ranks them on the target machine
-(`pip debug --verbose` lists that machine's tags, best first); the lock keeps
-the best. A parent's `Requires-Dist` gives each dependency edge its version
-specifier, as conda-lock writes them. Shell equivalent of reading one wheel's
-requirements from an index that serves PEP 658 metadata:
-
-    curl -s https://files.pythonhosted.org/.../torch-2.8.0-...whl.metadata | grep ^Requires-Dist
+"""The wheels of a pip lock entry: which one a target gets (ranked as pip ranks the target's tags), and
+the version specifier of each dependency edge from its METADATA's `Requires-Dist`, as conda-lock
+writes them.
 """
 
 from __future__ import annotations

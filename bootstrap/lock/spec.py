@@ -1,21 +1,8 @@
 """Read and validate env specs (`envs/<env>.yml`) and `envs/virtual-packages.yml`.
 
-Specs use conda's environment.yml format plus conda-lock's `platforms:` key,
-so `conda env create -f`, `conda-lock lock -f` and bootstrap all read the
-same file:
-
-    name: py310
-    channels: [conda-forge]
-    platforms: [linux-64, osx-arm64, win-64]
-    dependencies:
-      - python=3.10.*
-      - pip
-      - pip:
-          - torch==2.10.*
-
-Only parsing and structural checks live here (stdlib + pyyaml), so the env
-side can read specs too; match-spec and PEP 508 syntax are checked where the
-engines are imported (`bootstrap.lock.conda`, `bootstrap.lock.pip`).
+Parsing and structural checks only (stdlib + pyyaml), so the env side reads specs too; match-spec
+and PEP 508 syntax are checked where the engines are imported (`bootstrap.lock.conda`,
+`bootstrap.lock.pip`). Docs: docs/lock.md, "Specs".
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""A spec's text as conda-lock reads it, line by line, before its YAML is parsed.
-
-conda-lock does not only parse a spec as YAML: for each platform it first
-drops the lines that end in a platform selector it does not match
-(`- cudatoolkit  # [linux]`, conda-build's preprocessing selectors), with a
-regular expression whose time grows with the square of a run of blanks and
-with the number of `#` times the line's length (comment lines it skips
-first). bootstrap solves every dependency for every platform, so a selector
-that drops a line on some platform of the spec would make conda-lock's
-content hash disagree with the lock; and a requirement followed by 100,000
-spaces would keep conda-lock busy for minutes (what `lock` and `lock --check`
-compute the hash with). Both are refused here in one line naming the file
-and line: a line longer than any real one, and lines whose blanks and `#`
-would cost conda-lock's pattern more than a real spec's by far.
+"""A spec's text as conda-lock reads it, line by line, before its YAML is parsed: platform selectors
+that would drop a line, and lines whose blanks and `#` would cost conda-lock's selector pattern
+minutes, are refused by line. Docs: docs/lock.md, "Reference: what a spec may not contain".
 """
 
 from __future__ import annotations

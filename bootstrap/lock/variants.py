@@ -1,21 +1,8 @@
 """Torch builds locked side by side: a spec's `pip-indexes:` and `variants:` keys.
 
-conda and conda-lock ignore both keys, so the spec stays an environment.yml:
-
-    pip-indexes:                 # name -> simple-index URL; `pypi` (the default index) needs no entry
-      pytorch-cu126: https://download.pytorch.org/whl/cu126
-    variants:                    # the first is the default, locked in the env's usual lock file
-      - name: cu128              # the spec as written
-      - name: cu126
-        index: pytorch-cu126     # where the torch family (torch, torchvision, torchaudio) comes from
-        torch: "==2.10.*"        # replaces the spec's torch requirement (optional)
-        virtual-packages: {__cuda: "12.6"}   # over envs/virtual-packages.yml; null removes one
-        platforms: [linux-64]    # default: every platform of the spec that can have these packages
-
-Each variant is locked into its own conda-lock file (`Project.variant_lock_path`)
-from its *effective* spec: the spec with the torch pin applied, solved for the
-virtual packages with the overrides applied. A spec without `variants:` has
-none, and everything behaves as it did before variants existed.
+Each variant is locked into its own conda-lock file (`Project.variant_lock_path`) from its effective
+spec: the torch pin applied, solved for the virtual packages with the overrides applied.
+Docs: docs/lock.md, "A CPU-only torch beside a CUDA one: variants".
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""conda-lock v1 lock files, written with conda-lock's own models and writer, and compared.
-
-Writing goes through conda-lock's pydantic models and `write_conda_lock_file`,
-so the file is exactly what `conda-lock render`, `conda-lock install` and
-`micromamba create -f` expect. conda-lock is imported only when a lock is
-written; reading is `bootstrap.lock.lockfile`.
+"""conda-lock v1 lock files, written with conda-lock's own models and writer (so `conda-lock render`,
+`conda-lock install` and `micromamba create -f` accept them), and compared. conda-lock is imported
+only when a lock is written; reading is `bootstrap.lock.lockfile`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
-"""YAML input files (specs, locks, virtual-packages.yml, bench configs) read with bounds.
-
-Every limit is far from any real file (the committed locks are about 100 KB,
-1,600 lines, 3,600 YAML nodes, no alias; conda-lock writes no alias), and
-beyond it the file is refused in one line before it costs time or memory:
-
-- at most 16 MiB read, of a regular file only (`fsutil.read_input_text`);
-- at most 100 aliases (`*name`), and at most 200,000 nodes counted as the
-  data will be, each alias counting the nodes it repeats: 1.5 KB of nested
-  aliases expand to 10**8 nodes;
-- at most 100 levels of nesting (a real lock has 5);
-- scalars (strings, numbers, keys) of at most 64 KiB, without control
-  characters (YAML writes them only as escapes such as "\0"; in a name, URL or
-  path they can only do harm).
-
-The counting walks libyaml's events (a few ms for a lock) before the file is
-loaded; PyYAML's own composer and constructor would have built it first.
+"""YAML input files (specs, locks, virtual-packages.yml, bench configs) read with bounds on size,
+aliases, nodes, nesting and scalars, counted on libyaml's events before the file is loaded.
+Docs: docs/lock.md, "Reference: what a spec may not contain".
 """
 
 from __future__ import annotations
