@@ -1,23 +1,6 @@
-"""`verify --distributed` under torchrun: every rank verifies its env and GPU, rank 0 reports.
-
-    torchrun --nproc-per-node N [--nnodes M --rdzv-endpoint HOST:PORT] -m bootstrap verify --distributed
-
-Each rank runs `verify`'s checks, the compute checks on its own GPU (not the
-acceptance benchmark: `bench --distributed` measures the loaders of every
-rank), then all ranks
-
-* compare what they run: every package of the env (conda and pip, torch
-  included, from its install record; differing fails) and the driver
-  (warns). The first question a team asks of a cluster is whether every
-  node runs the same environment;
-* all-reduce a tensor whose sum is known (a wrong sum fails), then time
-  all-reduces of a fixed size and report the bus bandwidth as nccl-tests
-  defines it (algbw x 2(n-1)/n, comparable across world sizes) of the
-  slowest rank.
-
-Rank 0 keeps the worst of each check, naming its rank; every rank exits with
-the aggregate's code, so torchrun's exit status is the verdict. NCCL on
-GPUs, gloo on CPU (this is how it is tested).
+"""`verify --distributed` under torchrun: every rank verifies its env and GPU, then the ranks compare
+what they run (`dist.same_env`) and time an all-reduce (`dist.all_reduce`); rank 0 reports.
+Docs: docs/checks.md, "Many GPUs, many nodes: torchrun".
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """`doctor`: which locked torch build of the env runs on this host? Host only, no torch needed.
 
-    facts: NVML / nvidia-smi, /proc, statvfs (or a recorded `--facts FILE`)     (`compat.probe`)
-      + targets: each variant lock's torch pip entry for this platform         (`checks.variant`)
-      -> the pick: every variant judged, the one to install                    (`compat.pick`)
-      -> checks: nvidia.* (`checks.nvidia`), cuda.* (`compat.rules`) and lock.torch for one lock,
-         lock.variant (the pick, when the spec declares variants), host.* (`checks.host`)
-
-Shell equivalent of the facts: `nvidia-smi -q; nproc; free -m; df -m /dev/shm .; ulimit -n`.
-
-The cuda.* checks and `lock.torch` judge the lock of the installed variant
-(at <root>/.envs/<env>), else the one `make env` would install (the pick),
-else the default: so doctor fails exactly when the env that is, or would be,
-installed will not run here. A spec without variants has one lock, judged as
-it always was; `--lock FILE` judges that lock alone. Nothing here prints.
+Facts (`compat.probe`) + each variant lock's torch build (`checks.variant`) -> the pick
+(`compat.pick`) -> checks; nothing here prints. Docs: docs/checks.md.
 """
 
 from __future__ import annotations

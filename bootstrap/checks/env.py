@@ -1,11 +1,7 @@
 """Env drift: is the env on disk exactly the locked one? (the `env.*` checks of `verify`)
 
-    prefix (conda-meta/, dist-info, conda-meta/bootstrap) + lock -> env.prefix, env.lock, env.python,
-    env.conda, env.pip, env.extra, env.files, env.freshness
-
-The env's state (`checks.envstate`) comes first; the file scan lives in
-`checks.files`. Stdlib only (plus pyyaml for the lock): it runs inside envs
-on Python 3.9.
+The env's state comes first (`checks.envstate`), the file scan lives in `checks.files`. Stdlib only
+(plus pyyaml for the lock): it runs inside envs on Python 3.9.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""What `verify` knows about an env before judging it: its prefix, install record, lock and project,
-and the exact commands that repair it (for the remedies of every env check).
-
-    --prefix, or this interpreter's env, or <root>/.envs/<default>  -> EnvState
-
+"""What `verify` knows about an env before judging it: its prefix (`--prefix`, this interpreter's env,
+or <root>/.envs/<default>), install record, lock and project, and the exact commands that repair it.
 Stdlib only (plus pyyaml for the lock): it runs inside envs on Python 3.9.
 """
 

@@ -1,10 +1,5 @@
-"""`env.files`: is every file the env's packages installed still as installed?
-
-    conda-meta/*.json paths_data (sha256, size) + */RECORD (sha256, size) -> FileScan -> env.files
-
-A missing file or another size is always caught; a file's sha256 is
-compared when its mtime or ctime is newer than the install record, or for
-every file with `--deep`.
+"""`env.files`: is every file the env's packages installed still as installed? Sizes always; a file's
+sha256 where its mtime or ctime is newer than the install record, or everywhere with `--deep`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The host checks `doctor` and `verify` share: what a DataLoader on this machine depends on.
-
-    HostFacts (/proc, statvfs, getrlimit) + the job's GPUs -> host.cpus, host.memory, host.disk, host.shm,
-    host.nofile, host.start_method, host.container
-
-Shell equivalent: `nproc; free -m; df -m /dev/shm .; ulimit -n`. Sized for the bench's default
-loader (`LoaderNeeds`); `bench` reuses the nofile rule. Pure: facts in, checks out.
+"""The host checks `doctor` and `verify` share (`host.*`): what a DataLoader on this machine depends on,
+sized for the bench's default loader (`LoaderNeeds`). Pure: facts in, checks out.
+Docs: docs/checks.md, "What is checked".
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ class LoaderNeeds:
 
     A batch of 64 RGB 224x224 images decoded to float32 (38.5 MB) crosses
     /dev/shm once per worker batch; each worker keeps `prefetch_factor`
-    batches in flight (bench_method.md section 3: free shm >= 2 x need).
+    batches in flight (docs/benchmark.md, "Thresholds and their basis": free shm >= 2 x need).
     """
 
     batch_bytes: int = 64 * 3 * 224 * 224 * 4
@@ -137,7 +133,7 @@ def disk_check(host: HostFacts, needs: LoaderNeeds) -> Check:
 
 
 def shm_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check:
-    """Free /dev/shm against workers x prefetch x batch bytes per loader (bench_method.md section 3)."""
+    """Free /dev/shm against workers x prefetch x batch bytes per loader (PyTorch #5040; docs/benchmark.md, Method)."""
     cid = "host.shm"
     if host.shm_free_mib is None:
         return Check(

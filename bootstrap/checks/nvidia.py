@@ -1,9 +1,5 @@
-"""The NVIDIA checks `doctor` and `verify` share: the driver, each GPU's health, the job's GPUs, peer-to-peer.
-
-    DriverFacts (NVML or nvidia-smi) + the job's CUDA_VISIBLE_DEVICES -> nvidia.driver, nvidia.gpuN,
-    nvidia.visible, nvidia.p2p
-
-Shell equivalent: `nvidia-smi -q`, `nvidia-smi -L`, `nvidia-smi topo -p2p r`. Pure: facts in, checks out.
+"""The NVIDIA checks `doctor` and `verify` share (`nvidia.*`): the driver, each GPU's health, the job's
+GPUs, peer-to-peer. Pure: facts in, checks out. Docs: docs/checks.md, "What is checked".
 """
 
 from __future__ import annotations

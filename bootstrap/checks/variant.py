@@ -1,10 +1,6 @@
-"""The locked variants of an env as candidates for the pick, and the checks that carry it.
-
-    envs/<env>.yml `variants:` + each variant's lock -> [Candidate]   (`env_candidates`)
-    Pick (`compat.pick`) -> lock.variant (doctor), env.variant (verify: the installed one vs the pick)
-
-Reading the locks is the I/O here; the pick itself is pure. Stdlib and pyyaml only: verify runs
-this inside the env.
+"""The locked variants of an env as candidates for the pick (`env_candidates`), and the checks that carry
+it: `lock.variant` (doctor) and `env.variant` (verify). Reading the locks is the I/O here; stdlib and
+pyyaml only, since verify runs this inside the env.
 """
 
 from __future__ import annotations

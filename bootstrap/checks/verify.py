@@ -1,19 +1,8 @@
 """`verify`: is this env exactly the locked one, and does this machine's NVIDIA stack run it?
 
-    prefix (conda-meta/, dist-info, conda-meta/bootstrap) + lock      -> env.*
-    the installed variant vs the pick among the spec's variants       -> env.variant
-    NVML facts, torch build (imported inside the env, else the lock)  -> nvidia.*, torch.cuda_build, cuda.*
-    torch inside the env: import, CUDA, devices, matmul/conv, pinning -> torch.*
-    host facts (shared with doctor)                                   -> host.*
-    the acceptance benchmark on a small budget                        -> bench.*
-
-It runs inside the env (Python 3.9 possible; stdlib, pyyaml and, lazily,
-torch and pynvml) or from the tools venv with `--prefix`, where the torch
-checks are skipped and the CUDA rules use the env's installed torch
-version. `run_verify` returns a `VerifyResult`; it never prints. The env
-checks live in `bootstrap.checks.env` and `.files`, the torch checks in
-`bootstrap.checks.torch`, the host and NVIDIA checks (shared with doctor) in
-`bootstrap.checks.host` and `.nvidia`.
+It runs inside the env (Python 3.9 possible; stdlib, pyyaml and, lazily, torch and pynvml) or from
+the tools venv with `--prefix`; `run_verify` returns a `VerifyResult` and never prints.
+Docs: docs/checks.md.
 """
 
 from __future__ import annotations

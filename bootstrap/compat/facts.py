@@ -1,9 +1,6 @@
-"""Facts about the host and its NVIDIA stack, as plain values (absence is data: None and a reason).
-
-Probes (`bootstrap.compat.probe`, `bootstrap.compat.nvml`) fill them in, or
-a support engineer loads them from a `--save-facts` file: each reads back
-its own `to_dict()` with every field checked (`bootstrap.compat.typed`).
-The rules never ask the machine themselves.
+"""Facts about the host and its NVIDIA stack, as plain values (absence is data: None and a reason),
+filled in by the probes or read back from a `--save-facts` file (`bootstrap.compat.typed`); the rules
+never ask the machine themselves. Docs: docs/checks.md, "Facts files: a diagnosis that travels".
 """
 
 from __future__ import annotations

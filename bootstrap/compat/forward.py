@@ -1,15 +1,7 @@
-"""The cuda-compat forward-compatibility package: when NVML's CUDA is its, and which GPUs it refuses.
-
-NVIDIA: forward compatibility "is applicable only for systems with NVIDIA
-Data Center GPUs, select NGC Server Ready SKUs of RTX cards, Jetson boards"
-and "is not an option for GeForce/consumer GPUs"
-(https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html;
-../shared/reference/cuda_compat.yml caveat forward_compat_package). Which
-RTX boards are those SKUs NVIDIA does not list there, so a workstation board
-(RTX A-series, RTX Ada, RTX PRO Workstation, Quadro: the "Workstation/Consumer"
-column of https://developer.nvidia.com/cuda-gpus) is "unsure", not refused.
-Elsewhere it refuses with CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE (804).
-Pure: facts in, answers out.
+"""The cuda-compat forward-compatibility package: when NVML's CUDA is its, and which GPUs it refuses
+(https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html): data-center GPUs and
+Jetson run it, GeForce does not, workstation RTX boards are unsure. Pure: facts in, answers out.
+Docs: docs/checks.md, "Driver and CUDA".
 """
 
 from __future__ import annotations

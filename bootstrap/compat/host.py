@@ -1,11 +1,6 @@
-"""Host probes: the CPUs, memory, disk, /dev/shm, open-file limit, C library, macOS release and
-container this process runs in.
-
-One small function per fact, each returning a value or None with a reason, read from /proc,
-statvfs and the os module (`nproc; free -m; df -m /dev/shm .; ulimit -n`); `collect_host_facts`
-gathers them into a `HostFacts` for the host rules (bootstrap.checks.host) and the benchmark.
-The C library and macOS release are what `bootstrap env` holds against a lock's floor
-(bootstrap.install.floor).
+"""Host probes: the CPUs, memory, disk, /dev/shm, open-file limit, C library, macOS release and container
+this process runs in, each a value or None with a reason, gathered by `collect_host_facts`.
+Shell equivalent: `nproc; free -m; df -m /dev/shm .; ulimit -n`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
 """What the rules say on a Jetson: its driver and its torch come with JetPack, not from the tables.
-
-A Jetson is known by its L4T release (/etc/nv_tegra_release, `DriverFacts.jetson`),
-NVML or not: L4T R35 and older have no NVML, so its integrated GPU is then
-listed nowhere. Its GPU runs only code built for its own compute capability
-(5.3, 6.2, 7.2, 8.7, 11.0: `versions.IGPU_CCS`), which PyPI's aarch64 torch
-builds (CPU-only, or server SBSA builds) do not carry: NVIDIA's PyTorch for
-Jetson wheels do. Pure: facts in, checks and texts out.
+Pure: facts in, checks and texts out. Docs: docs/checks.md, "Unusual hosts".
 """
 
 from __future__ import annotations

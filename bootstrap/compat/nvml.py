@@ -1,14 +1,6 @@
-"""The one NVML chokepoint.
-
-Every NVML call in bootstrap goes through `Nvml`: it imports `pynvml` (the
-`nvidia-ml-py` package) only when first used, initialises NVML once, and
-turns a missing library, a missing driver or an unsupported query into
-`None` plus a reason a person can act on, never a traceback. Tests pass a
-module-like object built from recorded answers instead of `pynvml`.
-
-Shell equivalent of what it gathers: `nvidia-smi -q` (driver, CUDA version,
-and per GPU name, UUID, memory, persistence mode, ECC, retired pages,
-remapped rows) and, with several GPUs, `nvidia-smi topo -m` / `topo -p2p r`.
+"""The one NVML chokepoint: every NVML call goes through `Nvml`, which imports pynvml on first use,
+initialises NVML once, and turns a missing library, driver or query into None plus a reason.
+Tests pass a module-like object built from recorded answers instead of pynvml.
 """
 
 from __future__ import annotations

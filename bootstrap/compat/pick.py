@@ -1,20 +1,6 @@
-"""Which locked torch variant of an env to install on this host: each one judged, one picked.
-
-    NVIDIA facts + [Candidate(variant, lock path, torch target)] -> Pick(verdict of each, the chosen one, why)
-
-Every candidate is judged by the compat rules (`compat.rules.evaluate`). The
-pick is the newest torch that runs fully (every check ok); else one that runs
-with a caveat (warn); else none, with the remedy. On a tie in torch version
-the default variant wins, then the newer CUDA. Without an NVIDIA GPU the CUDA
-libraries are dead weight: a CPU build is picked when a variant locks one,
-else the default variant, which runs on the CPU.
-
-Every GPU the driver lists must run the pick, whatever CUDA_VISIBLE_DEVICES
-says in this shell: the env outlives the variable, and a MIG instance has its
-parent GPU's compute capability. A candidate the packaged tables do not know
-is not judged (skip); it is picked only when nothing else runs and it is the
-default, so tables older than a lock never block an install. Nothing here
-does I/O: `bootstrap.checks.variant` reads the locks.
+"""Which locked torch variant of an env to install on this host: every candidate judged by the
+compat rules, one picked. Pure: `bootstrap.checks.variant` reads the locks.
+Docs: docs/checks.md, "Torch variants: which build this host runs".
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Probes: one small function per fact, each returning a value or None with a reason.
+"""Probes: one small function per fact, each returning a value or None with a reason; the rules judge.
 
-In the style of PyTorch's collect_env.py: probes only gather, the rules in
-`bootstrap.compat.rules` judge, and rendering is a separate step. Subprocesses go
-through the runner passed in and NVML through `bootstrap.compat.nvml`, so every
-probe runs in tests without a GPU. Facts serialise to and from JSON
-(`save_facts` / `load_facts`) so a diagnosis can be replayed on another
-machine (`doctor --save-facts FILE`, `--facts FILE`).
+Subprocesses go through the runner passed in and NVML through `bootstrap.compat.nvml`, so every probe
+runs in tests without a GPU; `save_facts` / `load_facts` make a diagnosis travel (`--save-facts`).
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
 """Pure compatibility rules: (NVIDIA facts, torch target) -> checks.
 
-The facts (`bootstrap.compat.facts`) are plain dataclasses that probes fill
-in (or that a support engineer loads from a `--save-facts` file); the
-target (`bootstrap.compat.target`) is the torch build, read from the running
-torch or derived from the lock's pip entry. Nothing here does I/O: the
-tables come from `bootstrap.compat.data` (generated from
-../shared/reference/cuda_compat.yml, every row with its source and
-confidence, read through `bootstrap.compat.versions`) and every rule is a
-function of its arguments.
-
-Rules (see cuda_compat.md section 5):
-  * driver vs torch CUDA: full compatibility when the driver supports the
-    wheel's CUDA minor; same-major minor-version compatibility (warn: SASS
-    only, no PTX JIT, no newer driver features) when the driver meets the
-    major's floor; otherwise fail.
-  * GPU compute capability vs the torch arch list: SASS of the same major
-    with minor <= the GPU's (Jetson/iGPU CCs excluded), or PTX compute_XY
-    with XY <= CC (warn: JIT on first launch); otherwise fail ("no kernel
-    image is available").
-  * a CPU-only torch on a host with NVIDIA GPUs fails.
-  * no driver / no GPU is a skip with the reason, never an exception.
-  * doctor and verify judge the GPUs CUDA_VISIBLE_DEVICES leaves the job
-    (`visible`); the others get a skip row saying what they would get. The
-    variant pick passes none and judges every GPU the driver lists: an
-    installed env outlives the variable.
+Driver vs the wheel's CUDA, each GPU's compute capability vs the arch list, a CPU torch on a GPU
+host; no I/O, the tables come from `bootstrap.compat.data`. Docs: docs/checks.md, "Reference: the rules".
 """
 
 from __future__ import annotations

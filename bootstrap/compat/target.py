@@ -1,9 +1,6 @@
-"""The torch build to check: what the running torch is, what a locked wheel installs, and what to lock instead.
-
-`torch_target_from_lock_entry` derives a build (CUDA version, arch list)
-from a lock's pip entry and the packaged tables; `lock_torch_target` finds
-that entry in a lock; `suggest_builds` ranks the other builds that would
-run on a driver and its GPUs. Nothing here does I/O.
+"""The torch build to check: what the running torch is, what a locked wheel installs
+(`torch_target_from_lock_entry`, `lock_torch_target`), and what to lock instead (`suggest_builds`).
+Nothing here does I/O.
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
-"""Recorded facts read back by their annotations.
-
-`doctor --facts FILE` and `verify --facts FILE` replay JSON that a person may
-have edited or another tool written, so each field is checked against the
-type its dataclass declares (`Optional[int]`, `Tuple[int, int]`, a nested
-dataclass, ...) before any rule compares it, and a bad one is named by its
-path: `nvidia.gpus[0].compute_capability: expected a list of 2 integers, got '8.6'`.
-Integers are counts and sizes, so they may not be negative unless the class
-lists the field in `NEGATIVE_OK` (e.g. -1 = unlimited); a class with a
-`checked(path)` method adds its own checks (a driver version that is none).
-
-The values end up in a terminal and in shared reports, so the reader also
-bounds what a hostile or corrupt file can make of them: integers fit in 64
-bits, lists hold at most `MAX_ITEMS` entries (a class may allow more in
-`LONG_LISTS`), strings at most `MAX_TEXT` characters, and no string keeps a
-URL's credentials. A control or bidi character (an escape sequence, a
-right-to-left override) is refused, except in the fields a class lists in
-`FREE_TEXT` (a GPU name, a reason), where it is shown as its `\\x1b` escape:
-free text comes from drivers and tools, and one odd byte should not make a
-recorded diagnosis unreadable.
+"""Recorded facts read back by their annotations: every field checked against its declared type and
+bounded, a bad one named by its path. A class adjusts the checks with `NEGATIVE_OK`, `LONG_LISTS`,
+`FREE_TEXT` and a `checked(path)` method. Docs: docs/checks.md, "Facts files: a diagnosis that travels".
 """
 
 from __future__ import annotations

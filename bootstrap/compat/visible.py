@@ -1,14 +1,6 @@
-"""Which of the GPUs NVML lists a CUDA program gets: CUDA_VISIBLE_DEVICES read as CUDA reads it.
-
-NVML (and nvidia-smi) number GPUs in PCI bus order and ignore both
-variables; CUDA numbers them as CUDA_DEVICE_ORDER says: FASTEST_FIRST (the
-default: the fastest GPU by a heuristic of CUDA's is device 0) or
-PCI_BUS_ID (nvidia-smi's order). An index in CUDA_VISIBLE_DEVICES counts in
-CUDA's order, so on a node of several GPU models it names nvidia-smi's GPU
-of that index only under PCI_BUS_ID (CUDA Programming Guide, "CUDA
-Environment Variables": CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER).
-
-Shell equivalent: `nvidia-smi -L` against `echo $CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER`.
+"""Which of the GPUs NVML lists a CUDA program gets: CUDA_VISIBLE_DEVICES read as CUDA reads it, in
+CUDA_DEVICE_ORDER (CUDA Programming Guide, "CUDA Environment Variables").
+Docs: docs/checks.md, "The job's GPUs".
 """
 
 from __future__ import annotations
