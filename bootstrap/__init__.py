@@ -1,10 +1,8 @@
 """bootstrap: reproducible conda environments for PyTorch-on-NVIDIA teams.
 
-The package is imported on two sides (see DESIGN.md "Two Pythons"): by the
-tools venv on the host (lock, env, doctor) and inside created environments
-that may run Python 3.9 (verify, bench, monitor, export). Keep every module
-3.9-compatible and import heavy engines (rattler, conda_lock, torch, pynvml)
-inside the functions that need them.
+Imported on two sides: the tools venv on the host (lock, env, doctor) and created envs that may run
+Python 3.9 (verify, bench, monitor, export). Keep every module 3.9-compatible and import heavy
+engines (rattler, conda_lock, torch, pynvml) inside the functions that need them.
 """
 
 from __future__ import annotations

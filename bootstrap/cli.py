@@ -1,9 +1,7 @@
 """The thin command line: parse, call one core function, render, exit.
 
-Each verb lives in `bootstrap/commands/<verb>.py` with two functions:
-`configure(parser)` adds its options and `run(args) -> int` does the work
-and returns the exit code. Errors derived from `BootstrapError` are caught
-here, once: one line on stderr, a traceback only with `--debug`.
+Each verb is `bootstrap/commands/<verb>.py` with `configure(parser)` and `run(args) -> int`; a
+`BootstrapError` is caught here, once: one line on stderr, a traceback only with `--debug`.
 """
 
 from __future__ import annotations

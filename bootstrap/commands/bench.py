@@ -1,15 +1,7 @@
 """`python -m bootstrap bench [--budget S] [--device D] [--config FILE] [--threshold NAME=VALUE ...] [--json] ...`.
 
-Runs the acceptance benchmark (on the synthetic images, or with `--dataset
-MODULE:FACTORY` on the team's own Dataset: `bench.user`), prints the
-report (or the JSON envelope with `--json`), writes bench.json and
-bench.png into `--out`, and exits 1
-when a verdict fails, 130 when interrupted (143 for SIGTERM; both after
-writing the partial report). Settings come from the defaults, then
-`--config FILE`'s `options`, then the flags. `--out` is checked before the
-run; when the report still cannot be written after it (a full disk), it is
-printed and the command fails with one line, leaving an earlier run's files
-as they were.
+Settings from the defaults, then `--config FILE`'s `options`, then the flags; exit 1 when a verdict
+fails, 130 (143 for SIGTERM) when interrupted. Docs: docs/benchmark.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """`python -m bootstrap doctor [--env NAME | --lock FILE] [--platform SUBDIR] [--json] [--facts FILE]
-[--save-facts FILE]`.
-
-Host only, any Python >= 3.9, no torch: the NVIDIA driver, the highest CUDA
-it supports, every GPU with its compute capability, whether the locked
-torch build will run here (and if not, what to change), and which of the
-env's torch variants `make env` installs here. Exit 1 when a check failed,
-2 on bad usage.
+[--save-facts FILE]`: host only, no torch. Exit 1 when a check failed, 2 on bad usage.
+Docs: docs/checks.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """`python -m bootstrap export [ENV] [-o FILE] [--pinned] [--from-prefix DIR]`.
 
-export                       environment.yml of the default env (portable, pinned, no builds)
-export py39 -o py39.yml      another env
-export --pinned              py310-linux-64.lock, ... : full closure with hashes, one per platform
-export --from-prefix DIR     environment.yml of an existing env (history + pip), same rules
-export -o -                  print instead of writing
-export --json                write, then print what was written (paths, sizes, sha256) as JSON
+Docs: docs/lock.md, "`environment.yml`: the export for plain conda".
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """`python -m bootstrap lock [ENV ...] [--variant V ...] [--platform P ...] [--mirror CANONICAL=URL ...]
 [--index NAME=URL ...] [--update PKG ... | --upgrade] [--check] [--dry-run] [--json] [--quiet]`.
 
-With `--json` stdout holds one envelope (`bootstrap.lock`, or `bootstrap.lock-check`
-with `--check`); progress and notices go to stderr, and `--quiet` drops the progress
-lines. `--check` keeps its exit codes either way: 0 fresh, 1 stale, 2 bad input.
+Docs: docs/lock.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """`python -m bootstrap monitor [--interval S] [--count N] [--csv FILE | --jsonl FILE] [--once] [--json]`.
 
-A live table per GPU (utilisation, memory, temperature, power, SM clock,
-processes) with the running mean / p95 utilisation and a sparkline; Ctrl-C
-(or SIGTERM, or --count reached) prints the summary of the whole run and
-exits 0. `--once`: one table, like `nvidia-smi`. `--json`: no table; when
-the run ends, its statistics and last sample as one envelope.
-
-No NVIDIA driver: one line (with --json, an envelope with `"available":
-false`); exit 0 with --once (a probe), 2 otherwise (a monitor that cannot
-monitor is a usage error).
+Docs: docs/checks.md, "Watching the GPUs: `monitor`".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""SIGTERM (and SIGHUP) end a long-running verb as Ctrl-C does.
-
-`kill PID`, `timeout 60 ...`, Slurm, Docker and Kubernetes stop a job with
-SIGTERM; a closed terminal or a dropped ssh session sends SIGHUP. Python's
-default is to die on the spot: no summary, no partial report, temporary
-data left behind. Within `sigterm_as_interrupt()` either is a
-KeyboardInterrupt instead, which the verbs already handle.
+"""SIGTERM (and SIGHUP) end a long-running verb as Ctrl-C does. Slurm, Docker, `timeout` and a closed
+terminal stop a job with them; within `sigterm_as_interrupt()` each is a KeyboardInterrupt, which the
+verbs handle (a summary, a partial report), instead of Python's death on the spot.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """`python -m bootstrap verify [--prefix DIR] [--lock FILE] [--json] [--deep] [--no-bench] [--facts FILE]
-[--distributed] ...`.
-
-Inside the env (`make verify`): is it exactly the locked env, and does this
-machine's NVIDIA stack run it? Exit 0 when no check failed, 1 when one did,
-2 on bad usage.
+[--distributed] ...`: is the env exactly the locked one, and does this machine run it?
+Exit 1 when a check failed, 2 on bad usage. Docs: docs/checks.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
-"""`monitor`: sample every GPU through one NVML session, on a fixed schedule.
-
-Per GPU and sample: utilisation, memory used/total, temperature, power and
-its limit, SM clock, and the processes with their memory. Shell equivalent
-of one sample:
-
-    nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total,temperature.gpu,\\
-        power.draw,power.limit,clocks.sm --format=csv,nounits
-    nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv
-
-but NVML is initialised once and queried in-process (`bootstrap.compat.nvml.Nvml`,
-the one chokepoint), never a subprocess per sample. A query a GPU does not
-support leaves its field None and is reported once in `notes`.
-
-`utilization.gpu` is NVML's "a kernel ran during the sample period" (a
-period that depends on the GPU): a GPU running one tiny kernel at a time reads
-100 %. It shows *whether* a GPU is kept busy, not how well it is used; the
-acceptance benchmark measures throughput for that (DESIGN.md).
-
-The running statistics are `summary`, the --csv / --jsonl log is `log`; the
-core never prints: `bootstrap.commands.monitor` renders.
+"""`monitor`'s core: sample every GPU through one NVML session (`bootstrap.compat.nvml.Nvml`), on a
+fixed schedule; `summary` keeps the statistics, `log` the CSV / JSONL rows, and nothing here prints.
+Docs: docs/checks.md, "Watching the GPUs: `monitor`".
 """
 
 from __future__ import annotations
