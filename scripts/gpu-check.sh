@@ -4,7 +4,7 @@
 #
 #   doctor --save-facts; verify's torch checks against that torch (verify --no-bench, outside any
 #   bootstrap env); bench --budget 120 on the built-in workload and on the image-folder dataset of
-#   docs/benchmark.md ("Your own dataset", generated here); monitor --count 5; a 1-GPU torchrun
+#   docs/benchmark.md ("Tune your own Dataset in 3 steps", generated here); monitor --count 5; a 1-GPU torchrun
 #   all-reduce (verify --distributed: NCCL on a GPU, gloo without one).
 #
 # Every output (stdout, stderr, json, csv, png) goes into one folder, $OUT if set, else
