@@ -15,7 +15,7 @@ from typing import List, Mapping, Optional, Tuple
 from bootstrap.bench.config import Thresholds
 from bootstrap.bench.results import SamplerReport
 from bootstrap.bench.trust import inconclusive_reason, recheck_check, undecided
-from bootstrap.checks.model import Check, Status
+from bootstrap.report import Check, Status
 
 # Dense (non-sparse) BF16 tensor TFLOP/s by SKU name fragment, most specific first.
 # H100/H200 SXM 989 (bench_method.md [15]); H100 PCIe 756 and A100 312 from NVIDIA's datasheets.

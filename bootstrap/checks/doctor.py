@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from bootstrap.checks import model
 from bootstrap.checks.host import LoaderNeeds, host_checks
-from bootstrap.checks.model import Check, Status, worst
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.checks.variant import env_candidates, lock_candidate, variant_check
 from bootstrap.compat import jetson
@@ -38,7 +36,7 @@ from bootstrap.fsutil import check_output
 from bootstrap.lock.variants import variant_locks
 from bootstrap.platforms import compat_key, conda_subdir, host_platform, os_of
 from bootstrap.project import refuse_input
-from bootstrap.report import result
+from bootstrap.report import Check, Status, body, remedies, result, worst
 from bootstrap.runner import Runner, run
 
 
@@ -78,7 +76,7 @@ class DoctorResult:
 
     def to_dict(self) -> Dict[str, Any]:
         """The `bootstrap.checks` envelope's body, kind 'doctor'."""
-        return model.body(self.checks, "doctor", self.extra())
+        return body(self.checks, "doctor", self.extra())
 
 
 @dataclass(frozen=True)
@@ -327,7 +325,7 @@ def fit_check(
     if status is Status.OK:
         return Check(cid, Status.OK, observed + ": runs here", expected, detail=target.source)
     failing = [c for c in compat_checks if c.status is status]
-    remedy = "; ".join(model.remedies(failing))
+    remedy = "; ".join(remedies(failing))
     if switch:
         remedy = f"{switch}; or {remedy}" if remedy else switch
     if status is Status.FAIL:

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List
 
-from bootstrap.checks.model import Check, Status
 from bootstrap.checks.nvidia import visible_note
 from bootstrap.compat.facts import DriverFacts, HostFacts
 from bootstrap.compat.visible import Visible, visible_gpus
 from bootstrap.fsutil import MIB
+from bootstrap.report import Check, Status
 
 GIB_MIB = 1024  # MiB in a GiB
 

@@ -13,12 +13,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
-from bootstrap.checks.model import Check, Status
 from bootstrap.compat.facts import DriverFacts
 from bootstrap.compat.pick import Candidate, Pick, Verdict, pick_variant
 from bootstrap.compat.target import lock_torch_target
 from bootstrap.errors import InputError
 from bootstrap.lock.variants import META_VARIANT, variant_locks
+from bootstrap.report import Check, Status
 
 
 def env_candidates(project: Any, env: str, spec: Any, platform: str, read: Any = None) -> List[Candidate]:

@@ -10,9 +10,9 @@ Jetson wheels do. Pure: facts in, checks and texts out.
 
 from __future__ import annotations
 
-from bootstrap.checks.model import Check, Status
 from bootstrap.compat.facts import DriverFacts
 from bootstrap.compat.versions import IGPU_CCS
+from bootstrap.report import Check, Status
 
 _IGPU_CCS = ", ".join("{}.{}".format(*cc) for cc in sorted(IGPU_CCS))
 

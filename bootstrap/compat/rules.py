@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from bootstrap.checks.model import Check, Status
 from bootstrap.compat import data, forward, jetson, upgrade
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.target import TorchTarget, driver_fit, older_than_tables, suggest_builds, unlisted_builds
@@ -47,6 +46,7 @@ from bootstrap.compat.versions import (
     short_source,
 )
 from bootstrap.compat.visible import ORDER_REMEDY, Visible
+from bootstrap.report import Check, Status
 
 
 def evaluate(facts: DriverFacts, target: TorchTarget, visible: Optional[Visible] = None) -> List[Check]:

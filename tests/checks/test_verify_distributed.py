@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from bootstrap.checks.distributed import all_reduce_check, all_reduce_trial, bus_bandwidth_gb_s, same_env_check
-from bootstrap.checks.model import Status
 from bootstrap.checks.ranks import torchrun_env
 from bootstrap.errors import InputError
+from bootstrap.report import Status
 from tests.fixtures import REPO
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")

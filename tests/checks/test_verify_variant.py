@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bootstrap.checks.model import Status
 from bootstrap.checks.variant import judge_installed
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.pick import Candidate, pick_variant
 from bootstrap.compat.target import torch_target_from_lock_entry
+from bootstrap.report import Status
 
 
 def candidate(name: str, version: str, default: bool = False) -> Candidate:

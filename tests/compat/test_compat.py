@@ -6,12 +6,12 @@ import importlib.util
 
 import pytest
 
-from bootstrap.checks.model import Status
 from bootstrap.compat import data as compat_data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget, suggest_builds, torch_target_from_lock_entry
 from bootstrap.compat.versions import cuda_supported_by_driver_number, driver_tuple, first_cuda_for, kernel_for
+from bootstrap.report import Status
 from tests.fixtures import REPO
 
 REFERENCE_YAML = REPO.parent / "shared" / "reference" / "cuda_compat.yml"

@@ -20,8 +20,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from bootstrap.checks.model import Status, from_json
 from bootstrap.cli import main
+from bootstrap.report import Status, from_json
 from tests.fixtures import REPO
 from tests.fixtures.conda_channel import build_channel, pip_spec, zlibstub_spec
 from tests.fixtures.env_project import assert_matches_lock, relock
