@@ -99,7 +99,7 @@ def run_verify_distributed(
 def rank_facts(result: VerifyResult) -> Dict[str, Optional[str]]:
     """What a rank runs, as the other ranks must see it too: a digest of every package the env's
     install record lists (conda sha256s, pip versions and sha256s: torch included), and the driver."""
-    from bootstrap.install.prefix import read_install_record
+    from bootstrap.prefix import read_install_record
 
     record = read_install_record(result.prefix) if result.prefix is not None and result.prefix.is_dir() else None
     nvidia = result.facts.nvidia if result.facts is not None else None

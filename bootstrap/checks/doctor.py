@@ -188,7 +188,7 @@ def _declared_variants(project: Any, env: str) -> Any:
 
 def _installed_variant(project: Any, env: str, spec: Any) -> str:
     """The variant the env at <root>/.envs/<env> was installed from ("" when none is, or it is none of the spec's)."""
-    from bootstrap.install.prefix import read_install_record
+    from bootstrap.prefix import read_install_record
 
     try:
         record = read_install_record(project.root / ".envs" / env)

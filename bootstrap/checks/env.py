@@ -17,7 +17,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from bootstrap.checks.envstate import EnvState
 from bootstrap.checks.files import check_files, paths_data
 from bootstrap.errors import InputError, ToolError
-from bootstrap.install.prefix import (
+from bootstrap.prefix import (
     InstalledConda,
     InstalledPip,
     conda_records,

@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks.envstate import EnvState
 from bootstrap.fsutil import sha256_file
-from bootstrap.install.prefix import InstalledConda, InstalledPip
+from bootstrap.prefix import InstalledConda, InstalledPip
 from bootstrap.report import Check, Status, result, shown
 
 _SKIP_PATH_TYPES = ("directory", "pyc_file")

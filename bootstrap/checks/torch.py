@@ -20,8 +20,8 @@ from bootstrap.compat.probe import probe_torch
 from bootstrap.compat.target import TorchTarget, torch_target_from_lock_entry
 from bootstrap.compat.visible import visible_gpus
 from bootstrap.fsutil import MIB
-from bootstrap.install.prefix import pip_distributions
 from bootstrap.platforms import compat_key, host_platform
+from bootstrap.prefix import pip_distributions
 from bootstrap.report import Check, Status
 
 MATMUL_N = 512

@@ -35,8 +35,8 @@ from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import lock_torch_target
 from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import check_output
-from bootstrap.install.prefix import python_executable
 from bootstrap.platforms import conda_subdir, host_platform
+from bootstrap.prefix import python_executable
 from bootstrap.project import default_lock_path, refuse_input
 from bootstrap.report import Check, Status, body, exit_code, result
 from bootstrap.runner import Runner, run

@@ -11,7 +11,7 @@ import pytest
 
 from bootstrap.checks.doctor import DoctorOptions, run_doctor
 from bootstrap.cli import main
-from bootstrap.install.prefix import InstallRecord, write_install_record
+from bootstrap.prefix import InstallRecord, write_install_record
 from bootstrap.report import Status, from_json
 from tests.fixtures import REPO
 from tests.fixtures.fakes import FakeNvml, missing_binary_runner

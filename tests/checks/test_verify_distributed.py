@@ -232,7 +232,7 @@ def test_torchrun_two_ranks_one_report_and_one_exit_code(tmp_path: Path) -> None
 def test_rank_facts_digest_every_package_of_the_install_record(tmp_path: Path) -> None:
     from bootstrap.checks.distributed import rank_facts
     from bootstrap.checks.verify import VerifyResult
-    from bootstrap.install.prefix import InstallRecord, write_install_record
+    from bootstrap.prefix import InstallRecord, write_install_record
 
     def facts(torch_sha: str) -> dict:
         (tmp_path / "conda-meta").mkdir(exist_ok=True)

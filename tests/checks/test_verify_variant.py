@@ -52,7 +52,7 @@ def test_installed_variants_against_the_pick() -> None:
 def test_an_env_whose_spec_declares_no_variants_has_no_variant_check(tmp_path: Path) -> None:
     from bootstrap.checks.envstate import EnvCommands, EnvState
     from bootstrap.checks.variant import installed_variant_check
-    from bootstrap.install.prefix import InstallRecord
+    from bootstrap.prefix import InstallRecord
     from bootstrap.project import Project
     from tests.fixtures.project import make_project
 

@@ -11,7 +11,7 @@ import pytest
 
 from bootstrap.checks.verify import VerifyOptions, run_verify
 from bootstrap.cli import main
-from bootstrap.install.prefix import pip_distributions, site_packages
+from bootstrap.prefix import pip_distributions, site_packages
 from bootstrap.project import Project
 from bootstrap.report import Status
 from tests.fixtures.conda_channel import PackageSpec

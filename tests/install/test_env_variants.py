@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from bootstrap.cli import main
-from bootstrap.install.prefix import read_install_record
 from bootstrap.lock.lockfile import read_lock
+from bootstrap.prefix import read_install_record
 from bootstrap.project import Project
 from bootstrap.report import Status
 from bootstrap.runner import run
