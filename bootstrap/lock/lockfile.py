@@ -17,8 +17,8 @@ from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError, excerpt
 from bootstrap.lock.variants import META_VARIANT
-from bootstrap.lock.yamlfile import load_yaml, read_text
 from bootstrap.urls import has_credentials, has_query, plain_url, scrub_credentials
+from bootstrap.yamlfile import load_yaml, read_text
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
 META_VERSION = "bootstrap.version"
