@@ -32,10 +32,10 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from bootstrap.checks.ranks import check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
 from bootstrap.checks.verify import VerifyOptions, VerifyResult, run_verify
 from bootstrap.fsutil import MIB
 from bootstrap.report import SEVERITY, Check, Status
+from bootstrap.torchrun import check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
 
 ALL_REDUCE_MIB = {"cuda": 256, "cpu": 16}  # nccl-tests' large-message regime on GPUs; gloo is slow
 ALL_REDUCE_ITERATIONS = {"cuda": 20, "cpu": 5}
