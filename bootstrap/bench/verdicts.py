@@ -168,9 +168,9 @@ def start_method_check(f: VerdictFacts, metrics: Mapping[str, Optional[float]]) 
 
 def nofile_check(f: VerdictFacts) -> Check:
     """doctor's `host.nofile` rule (its remedy knows when the hard limit must be raised first), as bench.nofile."""
-    from bootstrap.checks.host import LoaderNeeds
-    from bootstrap.checks.host import nofile_check as host_nofile_check
     from bootstrap.compat.facts import HostFacts
+    from bootstrap.compat.host import LoaderNeeds
+    from bootstrap.compat.host import nofile_check as host_nofile_check
 
     if f.nofile_soft is None:
         return Check("bench.nofile", Status.SKIP, "unknown", "", detail="no resource limits on this OS")

@@ -4,7 +4,7 @@
       + targets: each variant lock's torch pip entry for this platform         (`checks.variant`)
       -> the pick: every variant judged, the one to install                    (`compat.pick`)
       -> checks: nvidia.* (`checks.nvidia`), cuda.* (`compat.rules`) and lock.torch for one lock,
-         lock.variant (the pick, when the spec declares variants), host.* (`checks.host`)
+         lock.variant (the pick, when the spec declares variants), host.* (`compat.host`)
 
 Shell equivalent of the facts: `nvidia-smi -q; nproc; free -m; df -m /dev/shm .; ulimit -n`.
 
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from bootstrap.checks.host import LoaderNeeds, host_checks
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.checks.variant import env_candidates, lock_candidate, variant_check
 from bootstrap.compat import jetson
 from bootstrap.compat.facts import DriverFacts, HostFacts
+from bootstrap.compat.host import LoaderNeeds, host_checks
 from bootstrap.compat.pick import Candidate, Pick, not_locked_remedy, pick_variant, runs_on_cpu
 from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
 from bootstrap.compat.rules import evaluate

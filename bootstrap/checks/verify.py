@@ -13,7 +13,7 @@ checks are skipped and the CUDA rules use the env's installed torch
 version. `run_verify` returns a `VerifyResult`; it never prints. The env
 checks live in `bootstrap.checks.env` and `.files`, the torch checks in
 `bootstrap.checks.torch`, the host and NVIDIA checks (shared with doctor) in
-`bootstrap.checks.host` and `.nvidia`.
+`bootstrap.compat.host` and `bootstrap.checks.nvidia`.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bootstrap.checks.env import env_checks
 from bootstrap.checks.envstate import is_running_in, read_env_state, resolve_prefix
-from bootstrap.checks.host import LoaderNeeds, host_checks
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.checks.torch import check_torch_import, device_checks, find_torch, first_line, installed_torch_target
 from bootstrap.checks.variant import installed_variant_check
+from bootstrap.compat.host import LoaderNeeds, host_checks
 from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import lock_torch_target
