@@ -1,7 +1,7 @@
 """`doctor`: which locked torch build of the env runs on this host? Host only, no torch needed.
 
     facts: NVML / nvidia-smi, /proc, statvfs (or a recorded `--facts FILE`)     (`compat.probe`)
-      + targets: each variant lock's torch pip entry for this platform         (`checks.variant`)
+      + targets: each variant lock's torch pip entry for this platform         (`lock.candidates`)
       -> the pick: every variant judged, the one to install                    (`compat.pick`)
       -> checks: nvidia.* (`checks.nvidia`), cuda.* (`compat.rules`) and lock.torch for one lock,
          lock.variant (the pick, when the spec declares variants), host.* (`compat.host`)
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bootstrap.checks.nvidia import nvidia_checks
-from bootstrap.checks.variant import env_candidates, lock_candidate, variant_check
+from bootstrap.checks.variant import variant_check
 from bootstrap.compat import jetson
 from bootstrap.compat.facts import DriverFacts, HostFacts
 from bootstrap.compat.host import LoaderNeeds, host_checks
@@ -33,6 +33,7 @@ from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget
 from bootstrap.errors import InputError
 from bootstrap.fsutil import check_output
+from bootstrap.lock.candidates import env_candidates, lock_candidate
 from bootstrap.lock.variants import variant_locks
 from bootstrap.platforms import compat_key, conda_subdir, host_platform, os_of
 from bootstrap.project import refuse_input
