@@ -1,6 +1,6 @@
 """bootstrap: reproducible conda environments for PyTorch-on-NVIDIA teams.
 
-The package is imported on two sides (see DESIGN.md "Two Pythons"): by the
+The package is imported on two sides (see docs/design.md, "Two Pythons"): by the
 tools venv on the host (lock, env, doctor) and inside created environments
 that may run Python 3.9 (verify, bench, monitor, export). Keep every module
 3.9-compatible and import heavy engines (rattler, conda_lock, torch, pynvml)

@@ -1,4 +1,4 @@
-"""Where a project's specs and locks live (the layout of DESIGN.md).
+"""Where a project's specs and locks live (the layout of docs/design.md).
 
 envs/<env>.yml               source spec, conda environment.yml format
 envs/virtual-packages.yml    the virtual packages each platform is solved for

@@ -15,7 +15,7 @@ support leaves its field None and is reported once in `notes`.
 `utilization.gpu` is NVML's "a kernel ran during the sample period" (a
 period that depends on the GPU): a GPU running one tiny kernel at a time reads
 100 %. It shows *whether* a GPU is kept busy, not how well it is used; the
-acceptance benchmark measures throughput for that (DESIGN.md).
+acceptance benchmark measures throughput for that (docs/design.md).
 
 The running statistics are `summary`, the --csv / --jsonl log is `log`; the
 core never prints: `bootstrap.commands.monitor` renders.
