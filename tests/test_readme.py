@@ -26,7 +26,7 @@ from tests.fixtures import REPO
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 # The checkout's path in the outputs the README shows.
-SHOWN_ROOT = "/home/me/bootstrap"
+SHOWN_ROOT = "/workspace/bootstrap"
 # The commands whose output the README shows, all offline: each is run and its output compared.
 CHECKED = {
     "make env ENV_ARGS=--dry-run",
