@@ -9,6 +9,8 @@ ENV    ?= py310
 # Extra arguments for `bootstrap lock`, e.g. LOCK_ARGS="--mirror conda-forge=http://mirror.internal/conda-forge"
 LOCK_ARGS ?=
 ENV_ARGS ?=
+# Developers only: the conda-forge repodata snapshot the committed locks were solved against, kept
+# beside the developers' checkout (a clone has none). Only lock-from-snapshot and bench-lock read it.
 SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # Tests of the env-side code (verify, bench) run on a CPU torch in the tools venv.
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
@@ -120,8 +122,8 @@ lock: tools
 	$(PY) -m bootstrap lock $(LOCK_ARGS)
 	$(PY) -m bootstrap export -o environment.yml
 
-## How the committed locks were produced: the conda part from the shared conda-forge snapshot
-## served as a mirror of the canonical channel (real URLs and hashes), the pip part from PyPI.
+## Developers only (needs their conda-forge snapshot, SNAPSHOT): how the committed locks were produced,
+## the conda part from the snapshot served as a mirror of the canonical channel, the pip part from PyPI.
 lock-from-snapshot: tools
 	$(PY) -m bootstrap lock --mirror https://conda.anaconda.org/conda-forge=$(SNAPSHOT) $(LOCK_ARGS)
 	$(PY) -m bootstrap export -o environment.yml
@@ -176,9 +178,12 @@ test-network: tools $(TEST_TOOLS)
 test-all: tools $(TEST_TOOLS)
 	$(PYTEST) -m "not gpu"
 
-## Solve and write times of `lock` against the snapshot, and `lock --check`.
+## Developers only (needs SNAPSHOT, as lock-from-snapshot): solve and write times of `lock` against the
+## snapshot, and `lock --check`.
 bench-lock: tools
 	$(PY) scripts/bench_lock.py
+# bench-report runs bench_lock.py too; the snapshot goes by the environment so the command it shows stays short.
+bench-lock bench-report: export BENCH_LOCK_SNAPSHOT = $(SNAPSHOT)
 
 ## Time to fetch archives from a loopback server that cuts 1 GET in 5 mid-file, against a clean one.
 bench-fetch: tools
