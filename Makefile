@@ -47,6 +47,7 @@ $(TOOLS)/.requirements-test.txt: $(TOOLS)/.requirements-tools.txt
 	@echo "installing $$(grep -c '^[A-Za-z0-9]' scripts/requirements-test.txt) pinned, hash-checked test packages from scripts/requirements-test.txt" >&2
 	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps --retries 2 --timeout 20 \
 	  -r scripts/requirements-test.txt
+	$(PY) scripts/check-tools-deps.py
 	cp scripts/requirements-test.txt $@
 
 FORCE:
@@ -136,7 +137,10 @@ lock-example: tools
 lock-check: tools
 	$(PY) -m bootstrap lock --check
 
-# The stamp holds what was installed: another TORCH_TEST installs again.
+# The stamp holds what was installed: another TORCH_TEST installs again. pip resolves torch's own
+# dependencies here, and its check afterwards would report, as an ERROR, the dependencies the tools venv
+# leaves out on purpose (scripts/requirements-unused.txt): --no-warn-conflicts, and check-tools-deps.py
+# fails on anything else that is missing or conflicting.
 ifneq ($(shell cat $(TOOLS)/.torch-test 2>/dev/null),$(TORCH_TEST))
 $(TOOLS)/.torch-test: FORCE
 endif
@@ -144,11 +148,13 @@ $(TOOLS)/.torch-test: $(TOOLS)/.requirements-tools.txt
 	@if $(PY) -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' "$(TORCH_CPU_INDEX)/" \
 	    2>/dev/null; then \
 	  echo "installing $(TORCH_TEST), a CPU build, from $(TORCH_CPU_INDEX)" >&2; \
-	  $(PY) -m pip install --quiet --disable-pip-version-check --index-url "$(TORCH_CPU_INDEX)" "$(TORCH_TEST)"; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --index-url "$(TORCH_CPU_INDEX)" \
+	    "$(TORCH_TEST)"; \
 	else \
 	  echo "$(TORCH_CPU_INDEX) is unreachable: installing $(TORCH_TEST) from the default index" >&2; \
-	  $(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_TEST)"; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-warn-conflicts "$(TORCH_TEST)"; \
 	fi
+	$(PY) scripts/check-tools-deps.py
 	echo "$(TORCH_TEST)" > $@
 
 # The test requirements and the CPU torch: what the test targets and the torch benchmarks add.
