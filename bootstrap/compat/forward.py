@@ -4,7 +4,7 @@ NVIDIA: forward compatibility "is applicable only for systems with NVIDIA
 Data Center GPUs, select NGC Server Ready SKUs of RTX cards, Jetson boards"
 and "is not an option for GeForce/consumer GPUs"
 (https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html;
-../shared/reference/cuda_compat.yml caveat forward_compat_package). Which
+bootstrap/compat/cuda_compat.yml caveat forward_compat_package). Which
 RTX boards are those SKUs NVIDIA does not list there, so a workstation board
 (RTX A-series, RTX Ada, RTX PRO Workstation, Quadro: the "Workstation/Consumer"
 column of https://developer.nvidia.com/cuda-gpus) is "unsure", not refused.

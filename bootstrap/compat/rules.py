@@ -5,11 +5,11 @@ in (or that a support engineer loads from a `--save-facts` file); the
 target (`bootstrap.compat.target`) is the torch build, read from the running
 torch or derived from the lock's pip entry. Nothing here does I/O: the
 tables come from `bootstrap.compat.data` (generated from
-../shared/reference/cuda_compat.yml, every row with its source and
+bootstrap/compat/cuda_compat.yml, every row with its source and
 confidence, read through `bootstrap.compat.versions`) and every rule is a
 function of its arguments.
 
-Rules (see cuda_compat.md section 5):
+Rules (the YAML's `decision_rules`):
   * driver vs torch CUDA: full compatibility when the driver supports the
     wheel's CUDA minor; same-major minor-version compatibility (warn: SASS
     only, no PTX JIT, no newer driver features) when the driver meets the

@@ -1,7 +1,7 @@
 """Which driver upgrade a remedy offers: never one past the last driver branch of a GPU the host has.
 
 NVIDIA moves old architectures to a last driver branch: R470 for Kepler,
-R580 for Maxwell, Pascal and Volta (../shared/reference/cuda_compat.yml,
+R580 for Maxwell, Pascal and Volta (bootstrap/compat/cuda_compat.yml,
 caveat r580_last_for_pre_turing). The driver serves every GPU it lists,
 whichever of them a job uses, so an upgrade past that branch drops the GPU:
 where a build needs a newer driver than that, no driver runs both. Pure:

@@ -3,8 +3,8 @@
 Driver numbers compare field by field ('570.124.06' -> (570, 124, 6)); CUDA
 versions as NVML encodes them (12.8 -> 12080); arch-list entries as PyTorch
 prints them ('sm_90', 'compute_120'). The tables come from
-`bootstrap.compat.data`, generated from ../shared/reference/cuda_compat.yml
-with every row's source and confidence (cuda_compat.md section 5).
+`bootstrap.compat.data`, generated from bootstrap/compat/cuda_compat.yml
+with every row's source and confidence (its `decision_rules` for the rules).
 """
 
 from __future__ import annotations

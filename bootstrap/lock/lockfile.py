@@ -22,7 +22,7 @@ from bootstrap.yamlfile import load_yaml, read_text
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
 META_VERSION = "bootstrap.version"
-META_MIRRORS = "bootstrap.mirrors"
+META_MIRRORS = "bootstrap.mirrors"  # the channels a mirror served, never where from (mirrors.lock_record)
 # `bootstrap.inputs-sha256.<platform>`: a digest of what that platform's content hash was computed from
 # (`content_hash.inputs_digests`); `bootstrap.inputs-sha256` alone, one for the whole lock, is older.
 META_INPUTS = "bootstrap.inputs-sha256"
