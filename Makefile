@@ -9,6 +9,8 @@ ENV    ?= py310
 # Extra arguments for `bootstrap lock`, e.g. LOCK_ARGS="--mirror conda-forge=http://mirror.internal/conda-forge"
 LOCK_ARGS ?=
 ENV_ARGS ?=
+# Developers only: the conda-forge repodata snapshot the committed locks were solved against, kept
+# beside the developers' checkout (a clone has none). Only lock-from-snapshot and bench-lock read it.
 SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # Tests of the env-side code (verify, bench) run on a CPU torch in the tools venv.
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
@@ -45,6 +47,7 @@ $(TOOLS)/.requirements-test.txt: $(TOOLS)/.requirements-tools.txt
 	@echo "installing $$(grep -c '^[A-Za-z0-9]' scripts/requirements-test.txt) pinned, hash-checked test packages from scripts/requirements-test.txt" >&2
 	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps --retries 2 --timeout 20 \
 	  -r scripts/requirements-test.txt
+	$(PY) scripts/check-tools-deps.py
 	cp scripts/requirements-test.txt $@
 
 FORCE:
@@ -120,8 +123,8 @@ lock: tools
 	$(PY) -m bootstrap lock $(LOCK_ARGS)
 	$(PY) -m bootstrap export -o environment.yml
 
-## How the committed locks were produced: the conda part from the shared conda-forge snapshot
-## served as a mirror of the canonical channel (real URLs and hashes), the pip part from PyPI.
+## Developers only (needs their conda-forge snapshot, SNAPSHOT): how the committed locks were produced,
+## the conda part from the snapshot served as a mirror of the canonical channel, the pip part from PyPI.
 lock-from-snapshot: tools
 	$(PY) -m bootstrap lock --mirror https://conda.anaconda.org/conda-forge=$(SNAPSHOT) $(LOCK_ARGS)
 	$(PY) -m bootstrap export -o environment.yml
@@ -134,7 +137,10 @@ lock-example: tools
 lock-check: tools
 	$(PY) -m bootstrap lock --check
 
-# The stamp holds what was installed: another TORCH_TEST installs again.
+# The stamp holds what was installed: another TORCH_TEST installs again. pip resolves torch's own
+# dependencies here, and its check afterwards would report, as an ERROR, the dependencies the tools venv
+# leaves out on purpose (scripts/requirements-unused.txt): --no-warn-conflicts, and check-tools-deps.py
+# fails on anything else that is missing or conflicting.
 ifneq ($(shell cat $(TOOLS)/.torch-test 2>/dev/null),$(TORCH_TEST))
 $(TOOLS)/.torch-test: FORCE
 endif
@@ -142,11 +148,13 @@ $(TOOLS)/.torch-test: $(TOOLS)/.requirements-tools.txt
 	@if $(PY) -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' "$(TORCH_CPU_INDEX)/" \
 	    2>/dev/null; then \
 	  echo "installing $(TORCH_TEST), a CPU build, from $(TORCH_CPU_INDEX)" >&2; \
-	  $(PY) -m pip install --quiet --disable-pip-version-check --index-url "$(TORCH_CPU_INDEX)" "$(TORCH_TEST)"; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --index-url "$(TORCH_CPU_INDEX)" \
+	    "$(TORCH_TEST)"; \
 	else \
 	  echo "$(TORCH_CPU_INDEX) is unreachable: installing $(TORCH_TEST) from the default index" >&2; \
-	  $(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_TEST)"; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-warn-conflicts "$(TORCH_TEST)"; \
 	fi
+	$(PY) scripts/check-tools-deps.py
 	echo "$(TORCH_TEST)" > $@
 
 # The test requirements and the CPU torch: what the test targets and the torch benchmarks add.
@@ -176,9 +184,12 @@ test-network: tools $(TEST_TOOLS)
 test-all: tools $(TEST_TOOLS)
 	$(PYTEST) -m "not gpu"
 
-## Solve and write times of `lock` against the snapshot, and `lock --check`.
+## Developers only (needs SNAPSHOT, as lock-from-snapshot): solve and write times of `lock` against the
+## snapshot, and `lock --check`.
 bench-lock: tools
 	$(PY) scripts/bench_lock.py
+# bench-report runs bench_lock.py too; the snapshot goes by the environment so the command it shows stays short.
+bench-lock bench-report: export BENCH_LOCK_SNAPSHOT = $(SNAPSHOT)
 
 ## Time to fetch archives from a loopback server that cuts 1 GET in 5 mid-file, against a clean one.
 bench-fetch: tools

@@ -1,4 +1,4 @@
-"""File-system helpers with the project's reliability rules (docs/design.md)."""
+"""File-system helpers with the reliability rules of docs/design.md."""
 
 from __future__ import annotations
 

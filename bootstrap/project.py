@@ -1,6 +1,6 @@
 """Where a project's specs and locks live: `envs/<env>.yml`, `envs/virtual-packages.yml`,
 `conda-lock.yml` (the default env), `envs/<env>.conda-lock.yml` (the others) and
-`envs/<env>.<variant>.conda-lock.yml` (their other torch variants). Docs: docs/lock.md.
+`envs/<env>.<variant>.conda-lock.yml` (their other torch variants). Docs: docs/design.md, "Layout".
 """
 
 from __future__ import annotations

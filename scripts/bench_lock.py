@@ -1,8 +1,9 @@
 """`make bench-lock`: where the time of `bootstrap lock` goes, and how fast `--check` is.
 
 Relocks every env and torch variant (py310: cu128 x 3 platforms and cu130 on
-linux-64; py39: cu128 x 3 platforms) against the shared conda-forge snapshot
-(as a mirror of conda-forge) into a scratch copy of the project, twice: with a
+linux-64; py39: cu128 x 3 platforms) against a conda-forge repodata snapshot
+(as a mirror of conda-forge: `--snapshot DIR`, or BENCH_LOCK_SNAPSHOT, which
+`make bench-lock` sets to the developers' one) into a scratch copy of the project, twice: with a
 cold uv cache, then warm, printing each variant's conda and pip time. Then,
 each from the committed locks again, a one-package `lock --update numpy`
 beside a full relock (`lock --upgrade`). Prints conda
@@ -39,7 +40,6 @@ from bootstrap.lock.mirrors import Mirror  # noqa: E402
 from bootstrap.lock.solve import LockOptions, lock_env  # noqa: E402  (after sys.path)
 from bootstrap.project import Project  # noqa: E402
 
-SNAPSHOT = REPO.parent / "shared" / "conda-forge-snapshot" / "conda-forge"
 UPDATED = "numpy"  # a pip package both envs lock: `lock --update` moves it alone
 
 
@@ -57,10 +57,10 @@ def restore_locks(project: Project) -> None:
         shutil.copy(path, project.envs_dir / path.name)
 
 
-def lock_all(project: Project, label: str, per_variant: bool = False, **moves) -> dict:
+def lock_all(project: Project, snapshot: Path, label: str, per_variant: bool = False, **moves) -> dict:
     """Relock every env (`moves`: LockOptions' update / upgrade); print where the time went, and with
     `per_variant` each variant's share."""
-    options = LockOptions(mirrors=(Mirror.parse(f"conda-forge={SNAPSHOT}"),), **moves)
+    options = LockOptions(mirrors=(Mirror.parse(f"conda-forge={snapshot}"),), **moves)
     totals = {"conda_solve": 0.0, "pip_resolve": 0.0, "write": 0.0}
     moved = 0
     for env in project.env_names():
@@ -126,9 +126,21 @@ def main() -> int:
         action="store_true",
         help="time `lock --check` alone (as committed, then after a cosmetic edit); offline",
     )
+    parser.add_argument(
+        "--snapshot",
+        type=Path,
+        default=os.environ.get("BENCH_LOCK_SNAPSHOT") or None,
+        metavar="DIR",
+        help="a conda-forge repodata snapshot (<subdir>/repodata.json) to solve against as a mirror of conda-forge "
+        "(default: $BENCH_LOCK_SNAPSHOT, which `make bench-lock` sets)",
+    )
     args = parser.parse_args()
-    if not SNAPSHOT.is_dir():
-        print(f"bench-lock: {SNAPSHOT} not found (the shared snapshot sits beside the repository)", file=sys.stderr)
+    if not args.check_only and (args.snapshot is None or not args.snapshot.is_dir()):
+        where = "no --snapshot DIR given" if args.snapshot is None else f"{args.snapshot} is no directory"
+        print(
+            f"bench-lock: {where}: the relocks need a conda-forge snapshot (`make bench-lock` passes one)",
+            file=sys.stderr,
+        )
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-lock-") as tmp:
         os.environ["UV_CACHE_DIR"] = str(Path(tmp, "uv-cache"))
@@ -138,12 +150,12 @@ def main() -> int:
                 "bootstrap lock, every env and variant (7 platform locks), conda part from the snapshot mirror, "
                 "pip part from PyPI"
             )
-            lock_all(project, "cold uv cache")
-            lock_all(project, "warm uv cache", per_variant=True)
+            lock_all(project, args.snapshot, "cold uv cache")
+            lock_all(project, args.snapshot, "warm uv cache", per_variant=True)
             restore_locks(project)
-            lock_all(project, f"lock --update {UPDATED}", update=(UPDATED,))
+            lock_all(project, args.snapshot, f"lock --update {UPDATED}", update=(UPDATED,))
             restore_locks(project)
-            lock_all(project, "lock --upgrade", upgrade=True)
+            lock_all(project, args.snapshot, "lock --upgrade", upgrade=True)
             restore_locks(project)
         baseline = min(time_check_python())
         variants = len(list(project.envs_dir.glob("*.conda-lock.yml"))) + 1

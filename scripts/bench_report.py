@@ -20,6 +20,7 @@ import platform
 import re
 import shlex
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -321,10 +322,23 @@ def _shown_interpreter() -> str:
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
+def neutral_paths(text: str) -> str:
+    """`text` with this machine's own paths written as on any machine: the checkout as `.`, a temp
+    directory as /tmp/PREFIX-XXXXXXXX, the home as `~`. The page is committed: it shows what a
+    benchmark printed, not the directories of whoever ran it."""
+    text = re.sub(r"(?<![\w.-])" + re.escape(str(REPO)) + r"(?![\w.-])", ".", text)
+    # tempfile names: a prefix (`tmp` by default) and 8 random characters from [a-z0-9_].
+    temp = r"(?<![\w.-])" + re.escape(tempfile.gettempdir().rstrip(os.sep))
+    text = re.sub(temp + r"/(tmp|[\w.-]*?[-_.])[a-z0-9_]{8}(?![\w.-])", r"/tmp/\1XXXXXXXX", text)
+    text = re.sub(temp + r"(?![\w.-])", "/tmp", text)
+    home = str(Path.home()).rstrip(os.sep)
+    return re.sub(r"(?<![\w.-])" + re.escape(home) + r"(?![\w.-])", "~", text) if home else text
+
+
 def measure(bench: Benchmark) -> tuple[str, bool]:
     """Run one benchmark: its section of the page, whatever happened, and whether it exited 0."""
     script = Path(bench.script) if Path(bench.script).is_absolute() else Path("scripts") / bench.script
-    shown = shlex.join([_shown_interpreter(), str(script), *bench.args])
+    shown = neutral_paths(shlex.join([_shown_interpreter(), str(script), *bench.args]))
     make = f"make bench-{bench.name}" + (f" {bench.make_args}" if bench.make_args else "")
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load_before, started = _loadavg(), time.perf_counter()
@@ -356,9 +370,9 @@ def measure(bench: Benchmark) -> tuple[str, bool]:
         "```console",
         f"$ {shown}",
     ]
-    lines += [out, "```"] if out else ["```"]
+    lines += [neutral_paths(out), "```"] if out else ["```"]
     if failed and err.strip():
-        tail = err.rstrip("\n").splitlines()[-STDERR_LINES:]
+        tail = neutral_paths(err.rstrip("\n")).splitlines()[-STDERR_LINES:]
         lines += ["", f"It failed ({status}); the last lines of its stderr:", "", "```text", *tail, "```"]
     lines += [
         "",

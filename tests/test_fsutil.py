@@ -51,19 +51,49 @@ print(sorted(os.listdir(top)))
 """
 
 
+def readable_copy_of_the_package() -> str:
+    """A copy of `bootstrap/` that any user may read, in a new temp directory (the caller removes it).
+
+    The checkout may sit where `nobody` cannot read it (a clone inside `mktemp -d`, mode 0700), and so
+    may pytest's temp directories: the copy goes to the system temp directory, its modes set here
+    rather than copied from a checkout made under a strict umask."""
+    import shutil
+    import tempfile
+
+    top = tempfile.mkdtemp(prefix="fsutil-as-nobody-")
+    shutil.copytree(REPO / "bootstrap", os.path.join(top, "bootstrap"), ignore=shutil.ignore_patterns("__pycache__"))
+    for folder, _, files in os.walk(top):
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
+    return top
+
+
 def test_remove_tree_goes_through_read_only_directories_as_a_non_root_user() -> None:
-    """Root ignores directory modes, so as root the check runs as `nobody`."""
+    """Root ignores directory modes, so as root the check runs as `nobody`, on a copy of the package it
+    can read wherever the checkout is."""
+    import shutil
     import subprocess
     import sys
+    import tempfile
 
-    repo = str(REPO)
-    if os.geteuid() == 0:
+    if os.geteuid() != 0:
+        done = subprocess.run([sys.executable, "-c", REMOVE_AS_USER, str(REPO)], capture_output=True, text=True)
+    else:
         python = "/usr/bin/python3"
         if not os.path.exists(python):
             pytest.skip("needs a system python that `nobody` may run")
-        done = subprocess.run([python, "-c", REMOVE_AS_USER, repo], capture_output=True, text=True, user="nobody")
-    else:
-        done = subprocess.run([sys.executable, "-c", REMOVE_AS_USER, repo], capture_output=True, text=True)
+        temp = Path(tempfile.gettempdir())
+        closed = [str(p) for p in (temp, *temp.parents) if not os.stat(p).st_mode & 0o001]
+        if closed:  # TMPDIR set to a private directory
+            pytest.skip(f"`nobody` cannot reach the temp directory {temp}: {closed[0]} is closed to others")
+        copy = readable_copy_of_the_package()
+        try:
+            done = subprocess.run(
+                [python, "-I", "-c", REMOVE_AS_USER, copy], capture_output=True, text=True, user="nobody", cwd=copy
+            )
+        finally:
+            shutil.rmtree(copy)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 

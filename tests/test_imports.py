@@ -1,73 +1,188 @@
-"""The package's shape: no import cycle, and the core never imports the CLI.
+"""The package's shape: each package imports only the packages below it, and nothing imports itself back.
 
-Imports are read from the source (ast), at module level and inside functions
-alike, since a deferred import that closes a cycle is a cycle all the same;
-only `if TYPE_CHECKING:` blocks are left out, as they never run.
+The order is declared once, in `BELOW`, and drawn in docs/design.md ("Layers"). Imports are read
+from the source (ast): at module level, inside functions and under `if TYPE_CHECKING:` alike, and
+`importlib.import_module("bootstrap....")` with a literal prefix too. A deferred import that closes
+a cycle is a cycle all the same, and a type-only import ties a module to the one it names just as
+much for a type checker, a reader and the next refactoring.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Set
 
 from tests.fixtures import REPO
 
 PACKAGE = REPO / "bootstrap"
-CLI = ("bootstrap.cli", "bootstrap.__main__", "bootstrap.commands")
-# Generated from ../shared/reference/cuda_compat.yml by scripts/gen_compat_data.py: tables, not code to read.
-GENERATED = ("bootstrap/compat/data.py",)
+SHARED = "shared"  # the top-level modules listed in SHARED_MODULES
+TOP = "commands"  # with bootstrap.cli and bootstrap.__main__: the command line
+# Each layer -> the layers right below it. A layer may import its own modules and everything its
+# layers below reach; nothing above it. docs/design.md draws the same graph.
+BELOW: Dict[str, tuple] = {
+    SHARED: (),
+    "compat": (SHARED,),
+    "lock": ("compat",),
+    "install": ("lock",),
+    "export": ("install",),
+    "bench": ("compat",),
+    "checks": ("bench", "install"),
+    "monitor": ("compat",),
+    TOP: ("export", "checks", "monitor"),
+}
+# The vocabulary every package may use: one module per noun, below every folder.
+SHARED_MODULES = (
+    "bootstrap",  # __init__: the version
+    "bootstrap.aio",
+    "bootstrap.errors",
+    "bootstrap.fsutil",
+    "bootstrap.platforms",
+    "bootstrap.prefix",
+    "bootstrap.project",
+    "bootstrap.report",
+    "bootstrap.runner",
+    "bootstrap.torchrun",
+    "bootstrap.urls",
+    "bootstrap.yamlfile",
+)
+COMMAND_LINE = ("bootstrap.cli", "bootstrap.__main__")
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
+# --------------------------------------------------------------------------- reading the imports
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+def modules(root: Path = REPO) -> Dict[str, Path]:
+    """Every module of the `bootstrap` package under `root`, by dotted name."""
+    return {module_name(path, root): path for path in sorted((root / "bootstrap").rglob("*.py"))}
 
 
-def imports_of(path: Path, known: set[str]) -> set[str]:
-    """The bootstrap modules `path` imports, resolved to modules (`from bootstrap.install import store`
-    is bootstrap.install.store), outside `if TYPE_CHECKING:` blocks."""
-    found: set[str] = set()
+def _known(name: str, known: Set[str]) -> Optional[str]:
+    """`name`, or the nearest package above it, among the known modules (`bootstrap.x.y` of an
+    f-string's prefix `bootstrap.x.y.` is that package)."""
+    name = name.rstrip(".")
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
 
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
+
+def _dynamic(node: ast.Call) -> Optional[str]:
+    """The literal start of `importlib.import_module(...)`'s or `__import__(...)`'s first argument."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if called not in ("import_module", "__import__") or not node.args:
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr) and arg.values:
+        first = arg.values[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            return first.value
+    return None
+
+
+def imports_of(name: str, path: Path, known: Set[str]) -> Set[str]:
+    """The bootstrap modules that module `name` (at `path`) imports, resolved to modules (`from
+    bootstrap.install import store` is bootstrap.install.store), wherever the import statement is."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: Set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "bootstrap")
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "bootstrap":
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: `from ..checks import doctor` in bootstrap.bench.plot
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([node.module] if node.module else []))
             for alias in node.names:
-                child = f"{node.module}.{alias.name}"
-                found.add(child if child in known else node.module)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(ast.parse(path.read_text(encoding="utf-8")))
-    return {name for name in found if name in known}
-
-
-def import_graph() -> dict[str, set[str]]:
-    known = modules()
-    return {name: imports_of(path, set(known)) - {name} for name, path in known.items()}
+                child = f"{base}.{alias.name}"
+                found.add(child if child in known else base)
+        elif isinstance(node, ast.Call):
+            target = _dynamic(node)
+            if target is not None:
+                found.add(target)
+    resolved = {_known(target, known) for target in found if target.split(".")[0] == "bootstrap"}
+    return {target for target in resolved if target is not None} - {name}
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
+def import_graph(root: Path = REPO) -> Dict[str, Set[str]]:
+    known = modules(root)
+    return {name: imports_of(name, path, set(known)) for name, path in known.items()}
+
+
+# --------------------------------------------------------------------------- judging them
+
+
+def layer_of(module: str) -> Optional[str]:
+    """The layer of `bootstrap.x...`: its package folder, `shared` for the listed top-level modules,
+    the command line's for cli and __main__; None for a top-level module that has no place yet."""
+    if module in SHARED_MODULES:
+        return SHARED
+    if module in COMMAND_LINE:
+        return TOP
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in BELOW else None
+
+
+def reachable(layer: str, below: Mapping[str, tuple] = BELOW) -> Set[str]:
+    """The layers `layer` may import: itself and every layer under it."""
+    seen = {layer}
+    todo = [layer]
+    while todo:
+        for lower in below[todo.pop()]:
+            if lower not in seen:
+                seen.add(lower)
+                todo.append(lower)
+    return seen
+
+
+def upward_imports(graph: Mapping[str, Set[str]]) -> List[str]:
+    """'importer -> imported (X may not import Y)' for every import that goes up or sideways between
+    layers, and for every module that has no layer."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        layer = layer_of(module)
+        if layer is None:
+            found.append(f"{module}: no layer (add it to SHARED_MODULES or move it into a package)")
+            continue
+        allowed = reachable(layer)
+        for target in sorted(targets):
+            if layer_of(target) not in allowed:
+                found.append(f"{module} -> {target} ({layer} may not import {layer_of(target)})")
+    return found
+
+
+def layer_graph(graph: Mapping[str, Set[str]]) -> Dict[str, Set[str]]:
+    """The module graph collapsed to layers (a module without one stands for itself)."""
+    out: Dict[str, Set[str]] = {}
+    for module, targets in graph.items():
+        layer = layer_of(module) or module
+        out.setdefault(layer, set()).update((layer_of(t) or t) for t in targets)
+        for target in targets:
+            out.setdefault(layer_of(target) or target, set())
+    return {layer: targets - {layer} for layer, targets in out.items()}
+
+
+def cycles(graph: Mapping[str, Set[str]]) -> List[List[str]]:
+    """The strongly connected components of more than one node (Tarjan)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[List[str]] = []
 
     def connect(node: str) -> None:
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for target in sorted(graph[node]):
+        for target in sorted(graph.get(node, ())):
             if target not in index:
                 connect(target)
                 low[node] = min(low[node], low[target])
@@ -90,8 +205,41 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# --------------------------------------------------------------------------- the package
+
+
+def test_every_package_and_top_level_module_has_its_layer() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(BELOW) - {SHARED}, "each package folder is placed in BELOW"
+    top_level = {module_name(path, REPO) for path in PACKAGE.glob("*.py")}
+    assert top_level == set(SHARED_MODULES) | set(COMMAND_LINE)
+
+
+def test_the_declared_order_is_a_tree_of_layers_with_the_command_line_on_top() -> None:
+    assert cycles({layer: set(lower) for layer, lower in BELOW.items()}) == []
+    assert reachable(TOP) == set(BELOW)
+    assert all(SHARED in reachable(layer) for layer in BELOW)
+
+
+def test_no_package_imports_one_above_it_or_beside_it() -> None:
+    assert upward_imports(import_graph()) == []
+
+
 def test_the_package_has_no_import_cycle() -> None:
     assert cycles(import_graph()) == []
+
+
+def test_no_cycle_between_packages() -> None:
+    assert cycles(layer_graph(import_graph())) == []
+
+
+def test_the_core_never_imports_the_command_line() -> None:
+    core = {name: targets for name, targets in import_graph().items() if layer_of(name) != TOP}
+    offenders = {name: sorted(t for t in targets if layer_of(t) == TOP) for name, targets in core.items()}
+    assert {name: targets for name, targets in offenders.items() if targets} == {}
+
+
+# --------------------------------------------------------------------------- the checker itself
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
@@ -99,14 +247,40 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles(graph) == [["a", "b", "c"]]
 
 
-def test_the_core_never_imports_the_command_line() -> None:
-    core = {name: targets for name, targets in import_graph().items() if not name.startswith(CLI)}
-    offenders = {name: sorted(t for t in targets if t.startswith(CLI)) for name, targets in core.items()}
-    assert {name: targets for name, targets in offenders.items() if targets} == {}
+def _plant(path: Path, text: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + "\n" + text, encoding="utf-8")
 
 
-def test_the_top_level_holds_the_cli_a_few_shared_modules_and_the_noun_folders() -> None:
-    files = sorted(p.name for p in PACKAGE.glob("*.py"))
-    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
-    assert len(files) <= 12, files
-    assert {"lock", "install", "checks", "compat", "bench", "commands"} <= set(folders), folders
+def test_the_checker_finds_imports_planted_into_a_copy_of_the_package(tmp_path: Path) -> None:
+    """Each way of importing upward, or back, that the package never uses yet is still seen."""
+    shutil.copytree(PACKAGE, tmp_path / "bootstrap", ignore=shutil.ignore_patterns("__pycache__"))
+    copy = tmp_path / "bootstrap"
+    assert upward_imports(import_graph(tmp_path)) == [] and cycles(import_graph(tmp_path)) == []
+
+    # upward, deferred into a function
+    _plant(copy / "compat" / "pick.py", "def _planted():\n    from bootstrap.checks.doctor import run_doctor\n")
+    # type-only, and closing a cycle between modules of one package
+    _plant(copy / "install" / "fetch.py", "if TYPE_CHECKING:\n    from bootstrap.install.bundle import Bundle\n")
+    # type-only and upward, from a shared module: a cycle between layers too
+    _plant(
+        copy / "yamlfile.py", "import typing\nif typing.TYPE_CHECKING:\n    from bootstrap.lock.spec import EnvSpec\n"
+    )
+    # sideways, relative
+    _plant(copy / "bench" / "plot.py", "def _planted():\n    from ..monitor import log\n")
+    # upward, by name
+    _plant(copy / "monitor" / "log.py", "def _planted():\n    importlib.import_module(f'bootstrap.commands.{x}')\n")
+    # a top-level module without a layer
+    (copy / "helpers.py").write_text("from bootstrap import errors\n", encoding="utf-8")
+
+    graph = import_graph(tmp_path)
+    assert upward_imports(graph) == [
+        "bootstrap.bench.plot -> bootstrap.monitor.log (bench may not import monitor)",
+        "bootstrap.compat.pick -> bootstrap.checks.doctor (compat may not import checks)",
+        "bootstrap.helpers: no layer (add it to SHARED_MODULES or move it into a package)",
+        "bootstrap.monitor.log -> bootstrap.commands (monitor may not import commands)",
+        "bootstrap.yamlfile -> bootstrap.lock.spec (shared may not import lock)",
+    ]
+    found = cycles(graph)
+    assert ["bootstrap.install.bundle", "bootstrap.install.fetch"] in found
+    assert any({"bootstrap.yamlfile", "bootstrap.lock.spec"} <= set(cycle) for cycle in found), found
+    assert any({SHARED, "lock"} <= set(cycle) for cycle in cycles(layer_graph(graph)))

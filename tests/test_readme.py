@@ -26,7 +26,7 @@ from tests.fixtures import REPO
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 # The checkout's path in the outputs the README shows.
-SHOWN_ROOT = "/home/me/bootstrap"
+SHOWN_ROOT = "/workspace/bootstrap"
 # The commands whose output the README shows, all offline: each is run and its output compared.
 CHECKED = {
     "make env ENV_ARGS=--dry-run",
@@ -294,6 +294,33 @@ def test_only_measures_one_section_and_keeps_the_others(tmp_path: Path) -> None:
     sections = [report.previous_sections(text)[0] for text in (before, after)]
     assert [name for name in sections[0] if sections[0][name] != sections[1][name]] == [report.BENCHMARKS[1].name]
     assert "run 2" in sections[1][report.BENCHMARKS[1].name]
+
+
+def test_the_page_shows_no_path_of_the_machine_that_measured(tmp_path: Path) -> None:
+    """The page is committed: the checkout, a benchmark's temp directories and the home of whoever ran
+    it are written as on any machine."""
+    report = bench_report()
+    home = Path.home()
+    printer = fake(
+        tmp_path,
+        "paths",
+        "import os, shutil, sys, tempfile\n"
+        "made = [tempfile.mkdtemp(prefix='bench-verify-'), tempfile.mkdtemp()]\n"
+        f"print(f'py310: {{made[0]}}/proj/.envs/py310 -> generation 1; scratch {{made[1]}}')\n"
+        f"print('checkout {REPO}/conda-lock.yml, home ' + os.path.join({str(home)!r}, '.cache', 'bootstrap'))\n"
+        "for path in made:\n    shutil.rmtree(path)\n"
+        "sys.exit(f'failed in {made[0]}')\n",
+    )
+    report.BENCHMARKS = tuple(replace(b, script=printer, args=()) for b in report.BENCHMARKS[:1])
+    page = tmp_path / "PERFORMANCE.md"
+    assert report.main(["--out", str(page)]) == 1
+    text = page.read_text()
+    assert "py310: /tmp/bench-verify-XXXXXXXX/proj/.envs/py310 -> generation 1; scratch /tmp/tmpXXXXXXXX" in text
+    assert "checkout ./conda-lock.yml, home ~/.cache/bootstrap" in text
+    assert "failed in /tmp/bench-verify-XXXXXXXX" in text  # its stderr too
+    assert str(REPO) not in text and not re.search(r"bench-verify-(?!XXXXXXXX)", text)
+    if len(home.parts) > 1:
+        assert str(home) + os.sep not in text
 
 
 def test_the_committed_figures_are_read_by_the_script_that_wrote_them() -> None:

@@ -427,7 +427,7 @@ def load_config(path: Path, thresholds: Optional[ThresholdSet] = None) -> Tuple[
     value checked and named `FILE: options.NAME` in errors, which the CLI
     applies under its own flags.
     """
-    from bootstrap.lock.spec import load_yaml  # YAML is a superset of JSON, so one reader serves both
+    from bootstrap.yamlfile import load_yaml  # YAML is a superset of JSON, so one reader serves both
 
     data = load_yaml(path)
     where = str(path)

@@ -22,9 +22,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from bootstrap.bench.config import BenchOptions
 from bootstrap.bench.results import BenchResult
 from bootstrap.bench.run import ProgressFn, run_bench
-from bootstrap.checks.model import Check, Status
-from bootstrap.checks.ranks import SEVERITY, check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
 from bootstrap.errors import RankLostError
+from bootstrap.report import SEVERITY, Check, Status
+from bootstrap.torchrun import check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
 
 DDP_SECONDS = 3.0
 

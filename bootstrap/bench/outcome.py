@@ -18,8 +18,8 @@ from bootstrap.bench.search import least_prediction
 from bootstrap.bench.state import LoaderFailure, RunState
 from bootstrap.bench.stream import DUPLICATED, NO_BATCH, SHM_FAILURE
 from bootstrap.bench.user import is_stream
-from bootstrap.checks.model import Status
 from bootstrap.fsutil import MIB
+from bootstrap.report import Status
 
 # What a tune stands on: a measurement left out of these (not micro, not scaling) makes it incomplete.
 TUNE_PHASES = ("loader", "ceiling", "naive", "tune", "tuned")

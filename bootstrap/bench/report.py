@@ -17,9 +17,9 @@ from typing import Any, Dict, List, Optional
 
 from bootstrap.bench.config import WorkloadSpec
 from bootstrap.bench.results import BenchResult, LoaderConfig
-from bootstrap.checks.model import render_table, to_json
 from bootstrap.errors import InputError
 from bootstrap.fsutil import check_directory, check_output, write_target, write_together
+from bootstrap.report import render_table, to_json
 
 SCHEMA = "bootstrap.bench"
 SCHEMA_VERSION = 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from bootstrap.checks.model import Check
+from bootstrap.report import Check
 
 
 @dataclass(frozen=True)

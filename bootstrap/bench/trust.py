@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import List, Mapping, Optional, Tuple
 
 from bootstrap.bench.config import Thresholds
-from bootstrap.checks.model import Check, Status
+from bootstrap.report import Check, Status
 
 # Verdicts on the loader's measured rates: what a saturated or noisy host leaves undecided.
 RATE_CHECKS = (

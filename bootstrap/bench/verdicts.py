@@ -15,7 +15,7 @@ from typing import List, Mapping, Optional, Tuple
 from bootstrap.bench.config import Thresholds
 from bootstrap.bench.results import SamplerReport
 from bootstrap.bench.trust import inconclusive_reason, recheck_check, undecided
-from bootstrap.checks.model import Check, Status
+from bootstrap.report import Check, Status
 
 # Dense (non-sparse) BF16 tensor TFLOP/s by SKU name fragment, most specific first.
 # H100/H200 SXM 989 (bench_method.md [15]); H100 PCIe 756 and A100 312 from NVIDIA's datasheets.
@@ -168,9 +168,9 @@ def start_method_check(f: VerdictFacts, metrics: Mapping[str, Optional[float]]) 
 
 def nofile_check(f: VerdictFacts) -> Check:
     """doctor's `host.nofile` rule (its remedy knows when the hard limit must be raised first), as bench.nofile."""
-    from bootstrap.checks.host import LoaderNeeds
-    from bootstrap.checks.host import nofile_check as host_nofile_check
     from bootstrap.compat.facts import HostFacts
+    from bootstrap.compat.host import LoaderNeeds
+    from bootstrap.compat.host import nofile_check as host_nofile_check
 
     if f.nofile_soft is None:
         return Check("bench.nofile", Status.SKIP, "unknown", "", detail="no resource limits on this OS")

@@ -15,10 +15,10 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from bootstrap.checks.model import SEVERITY, Check, Status
-from bootstrap.checks.ranks import check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
 from bootstrap.checks.verify import VerifyOptions, VerifyResult, run_verify
 from bootstrap.fsutil import MIB
+from bootstrap.report import SEVERITY, Check, Status
+from bootstrap.torchrun import check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
 
 ALL_REDUCE_MIB = {"cuda": 256, "cpu": 16}  # nccl-tests' large-message regime on GPUs; gloo is slow
 ALL_REDUCE_ITERATIONS = {"cuda": 20, "cpu": 5}
@@ -82,7 +82,7 @@ def run_verify_distributed(
 def rank_facts(result: VerifyResult) -> Dict[str, Optional[str]]:
     """What a rank runs, as the other ranks must see it too: a digest of every package the env's
     install record lists (conda sha256s, pip versions and sha256s: torch included), and the driver."""
-    from bootstrap.install.prefix import read_install_record
+    from bootstrap.prefix import read_install_record
 
     record = read_install_record(result.prefix) if result.prefix is not None and result.prefix.is_dir() else None
     nvidia = result.facts.nvidia if result.facts is not None else None

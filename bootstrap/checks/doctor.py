@@ -1,6 +1,6 @@
 """`doctor`: which locked torch build of the env runs on this host? Host only, no torch needed.
 
-Facts (`compat.probe`) + each variant lock's torch build (`checks.variant`) -> the pick
+Facts (`compat.probe`) + each variant lock's torch build (`lock.candidates`) -> the pick
 (`compat.pick`) -> checks; nothing here prints. Docs: docs/checks.md.
 """
 
@@ -11,23 +11,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from bootstrap.checks import model
-from bootstrap.checks.host import LoaderNeeds, host_checks
-from bootstrap.checks.model import Check, Status, worst
 from bootstrap.checks.nvidia import nvidia_checks
-from bootstrap.checks.variant import env_candidates, lock_candidate, variant_check
+from bootstrap.checks.variant import variant_check
 from bootstrap.compat import jetson
 from bootstrap.compat.facts import DriverFacts, HostFacts
+from bootstrap.compat.host import LoaderNeeds, host_checks
 from bootstrap.compat.pick import Candidate, Pick, not_locked_remedy, pick_variant, runs_on_cpu
 from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget
 from bootstrap.errors import InputError
 from bootstrap.fsutil import check_output
+from bootstrap.lock.candidates import env_candidates, lock_candidate
 from bootstrap.lock.variants import variant_locks
 from bootstrap.platforms import compat_key, conda_subdir, host_platform, os_of
 from bootstrap.project import refuse_input
-from bootstrap.report import result
+from bootstrap.report import Check, Status, body, remedies, result, worst
 from bootstrap.runner import Runner, run
 
 
@@ -67,7 +66,7 @@ class DoctorResult:
 
     def to_dict(self) -> Dict[str, Any]:
         """The `bootstrap.checks` envelope's body, kind 'doctor'."""
-        return model.body(self.checks, "doctor", self.extra())
+        return body(self.checks, "doctor", self.extra())
 
 
 @dataclass(frozen=True)
@@ -179,7 +178,7 @@ def _declared_variants(project: Any, env: str) -> Any:
 
 def _installed_variant(project: Any, env: str, spec: Any) -> str:
     """The variant the env at <root>/.envs/<env> was installed from ("" when none is, or it is none of the spec's)."""
-    from bootstrap.install.prefix import read_install_record
+    from bootstrap.prefix import read_install_record
 
     try:
         record = read_install_record(project.root / ".envs" / env)
@@ -316,7 +315,7 @@ def fit_check(
     if status is Status.OK:
         return Check(cid, Status.OK, observed + ": runs here", expected, detail=target.source)
     failing = [c for c in compat_checks if c.status is status]
-    remedy = "; ".join(model.remedies(failing))
+    remedy = "; ".join(remedies(failing))
     if switch:
         remedy = f"{switch}; or {remedy}" if remedy else switch
     if status is Status.FAIL:

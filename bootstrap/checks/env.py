@@ -12,9 +12,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from bootstrap.checks.envstate import EnvState
 from bootstrap.checks.files import check_files, paths_data
-from bootstrap.checks.model import Check, Status, shown
 from bootstrap.errors import InputError, ToolError
-from bootstrap.install.prefix import (
+from bootstrap.prefix import (
     InstalledConda,
     InstalledPip,
     conda_records,
@@ -23,6 +22,7 @@ from bootstrap.install.prefix import (
     pip_distributions,
     python_executable,
 )
+from bootstrap.report import Check, Status, shown
 from bootstrap.runner import Runner, run
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bootstrap.errors import InputError
-from bootstrap.install.prefix import InstallRecord, read_install_record
+from bootstrap.prefix import InstallRecord, read_install_record
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.checks.envstate import EnvState
-from bootstrap.checks.model import Check, Status, shown
 from bootstrap.fsutil import sha256_file
-from bootstrap.install.prefix import InstalledConda, InstalledPip
-from bootstrap.report import result
+from bootstrap.prefix import InstalledConda, InstalledPip
+from bootstrap.report import Check, Status, result, shown
 
 _SKIP_PATH_TYPES = ("directory", "pyc_file")
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import List, Optional
 
-from bootstrap.checks.model import Check, Status
 from bootstrap.compat.facts import P2P_OK, P2P_STATUS, TOPOLOGY, DriverFacts, GpuFacts, HostFacts
 from bootstrap.compat.target import older_than_tables
 from bootstrap.compat.versions import cuda_from_int, cuda_supported_by_driver_number, oldest_tabled_cuda
-from bootstrap.compat.visible import ORDER_REMEDY, Visible, visible_gpus
+from bootstrap.compat.visible import ORDER_REMEDY, Visible, visible_gpus, visible_note
+from bootstrap.report import Check, Status
 
 # A loaded driver that lists no GPU: a CUDA torch would quietly train on the CPU.
 NO_GPU_REMEDY = (
@@ -256,8 +256,3 @@ _P2P_REMEDIES = {
     4: "P2P is switched off in the NVIDIA driver's configuration: look for a registry key among the nvidia "
     "module's options (`/etc/modprobe.d/`), remove it and reload the module",
 }
-
-
-def visible_note(visible: Visible) -> str:
-    """', CUDA_VISIBLE_DEVICES=...' after a figure that counts the job's GPUs; '' when the variable is unset."""
-    return f", {visible.note}" if visible.note else ""

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from bootstrap.checks.envstate import EnvState
-from bootstrap.checks.model import Check, Status
 from bootstrap.compat import jetson
 from bootstrap.compat.facts import DriverFacts
 from bootstrap.compat.probe import probe_torch
 from bootstrap.compat.target import TorchTarget, torch_target_from_lock_entry
 from bootstrap.compat.visible import visible_gpus
 from bootstrap.fsutil import MIB
-from bootstrap.install.prefix import pip_distributions
 from bootstrap.platforms import compat_key, host_platform
+from bootstrap.prefix import pip_distributions
+from bootstrap.report import Check, Status
 
 MATMUL_N = 512
 # Relative to the largest reference value: TF32 (the default for conv, optional for matmul) stays near 1e-3;

@@ -1,77 +1,19 @@
-"""The locked variants of an env as candidates for the pick (`env_candidates`), and the checks that carry
-it: `lock.variant` (doctor) and `env.variant` (verify). Reading the locks is the I/O here; stdlib and
-pyyaml only, since verify runs this inside the env.
+"""The checks that carry the pick of a locked variant: `lock.variant` (doctor) and `env.variant`
+(verify: the installed one vs the pick), from the candidates of `lock.candidates`. Stdlib and pyyaml
+only: verify runs this inside the env.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Optional
 
-from bootstrap.checks.model import Check, Status
 from bootstrap.compat.facts import DriverFacts
-from bootstrap.compat.pick import Candidate, Pick, Verdict, pick_variant
-from bootstrap.compat.target import lock_torch_target
+from bootstrap.compat.pick import Pick, Verdict, pick_variant
 from bootstrap.errors import InputError
-from bootstrap.lock.variants import META_VARIANT, variant_locks
-
-
-def env_candidates(project: Any, env: str, spec: Any, platform: str, read: Any = None) -> List[Candidate]:
-    """Each locked variant of `env` (`spec` read from its file) as the pick sees it on `platform`,
-    default first; a spec without variants gives its one lock. `read`: a lock the caller has already
-    read, used in place of its file."""
-    out = []
-    for variant, path in variant_locks(project, env, spec):
-        if variant is not None and platform not in variant.platforms:
-            out.append(
-                Candidate(
-                    variant.name,
-                    path,
-                    None,
-                    f"not locked for {platform} (the variant's platforms: {', '.join(variant.platforms)})",
-                    variant.default,
-                    installs=False,
-                )
-            )
-        else:
-            out.append(
-                lock_candidate(
-                    path,
-                    platform,
-                    variant.name if variant else "",
-                    default=variant is None or variant.default,
-                    read=read,
-                )
-            )
-    return out
-
-
-def lock_candidate(
-    path: Path, platform: str, name: Optional[str] = None, default: bool = True, read: Any = None
-) -> Candidate:
-    """One lock as a candidate: the torch it installs on `platform`, or why there is none. `name`
-    None: the variant its metadata records; `read`: a lock already read, used when it is the one at `path`."""
-    from bootstrap.lock.lockfile import read_lock
-
-    if not os.path.lexists(path):  # a FIFO, a device or a dangling link in its place is read, and refused
-        return Candidate(
-            name or "", path, None, f"not locked yet: no {path.name} (`make lock`)", default, installs=False
-        )
-    try:
-        lock = read if read is not None and read.path == path else read_lock(path)
-    except InputError as exc:
-        return Candidate(name or "", path, None, str(exc), default, installs=False)
-    target, why = lock_torch_target(lock, platform)
-    return Candidate(
-        lock.custom.get(META_VARIANT, "") if name is None else name,
-        path,
-        target,
-        why,
-        default,
-        installs=platform in lock.platforms,
-        lock=lock,
-    )
+from bootstrap.lock.candidates import env_candidates
+from bootstrap.lock.variants import META_VARIANT
+from bootstrap.report import Check, Status
 
 
 def variant_check(pick: Pick, env: str, installed: str = "") -> Check:

@@ -13,23 +13,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from bootstrap.checks import model
 from bootstrap.checks.env import env_checks
 from bootstrap.checks.envstate import is_running_in, read_env_state, resolve_prefix
-from bootstrap.checks.host import LoaderNeeds, host_checks
-from bootstrap.checks.model import Check, Status, exit_code
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.checks.torch import check_torch_import, device_checks, find_torch, first_line, installed_torch_target
 from bootstrap.checks.variant import installed_variant_check
+from bootstrap.compat.host import LoaderNeeds, host_checks
 from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import lock_torch_target
 from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import check_output
-from bootstrap.install.prefix import python_executable
 from bootstrap.platforms import conda_subdir, host_platform
+from bootstrap.prefix import python_executable
 from bootstrap.project import default_lock_path, refuse_input
-from bootstrap.report import result
+from bootstrap.report import Check, Status, body, exit_code, result
 from bootstrap.runner import Runner, run
 
 BENCH_BUDGET_S = 20.0  # the default workload's setup and three timed windows fit on a 2-core host
@@ -79,7 +77,7 @@ class VerifyResult:
 
     def to_dict(self) -> Dict[str, Any]:
         """The `bootstrap.checks` envelope's body, kind 'verify'."""
-        return model.body(self.checks, "verify", self.extra())
+        return body(self.checks, "verify", self.extra())
 
 
 # --------------------------------------------------------------------------- bench

@@ -27,11 +27,11 @@ from bootstrap.bench.config import (
     load_config,
     parse_threshold_flags,
 )
-from bootstrap.checks.model import exit_code
 from bootstrap.commands import argtypes
 from bootstrap.commands.signals import sigterm_as_interrupt
 from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import disk_full, out_of_space
+from bootstrap.report import exit_code
 
 _WORKLOAD_OPTIONS = tuple(f.name for f in fields(WorkloadSpec))
 

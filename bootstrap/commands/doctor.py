@@ -53,8 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bootstrap.checks.doctor import DoctorOptions, run_doctor
-    from bootstrap.checks.model import FORMAT, exit_code, render_table
-    from bootstrap.report import dumps
+    from bootstrap.report import FORMAT, dumps, exit_code, render_table
 
     if args.facts is not None and args.save_facts is not None:
         raise InputError(

@@ -58,9 +58,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bootstrap.bench.config import MAX_BUDGET_S
-    from bootstrap.checks.model import FORMAT, render_table
     from bootstrap.checks.verify import BENCH_BUDGET_S, VerifyOptions, run_verify
-    from bootstrap.report import dumps
+    from bootstrap.report import FORMAT, dumps, render_table
 
     if args.facts is not None:
         clash = [

@@ -1,7 +1,7 @@
 """The cuda-compat forward-compatibility package: when NVML's CUDA is its, and which GPUs it refuses
-(https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html): data-center GPUs and
-Jetson run it, GeForce does not, workstation RTX boards are unsure. Pure: facts in, answers out.
-Docs: docs/checks.md, "Driver and CUDA".
+(https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html; cuda_compat.yml caveat
+forward_compat_package): data-center GPUs and Jetson run it, GeForce does not, workstation RTX boards
+are unsure. Pure: facts in, answers out. Docs: docs/checks.md, "Driver and CUDA".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Host probes: the CPUs, memory, disk, /dev/shm, open-file limit, C library, macOS release and container
-this process runs in, each a value or None with a reason, gathered by `collect_host_facts`.
-Shell equivalent: `nproc; free -m; df -m /dev/shm .; ulimit -n`.
+"""The host a DataLoader runs on: its facts, probed (`collect_host_facts`: `nproc; free -m;
+df -m /dev/shm .; ulimit -n`), and the pure `host.*` rules `doctor` and `verify` share, sized for
+the bench's default loader (`LoaderNeeds`). Docs: docs/checks.md, "What is checked".
 """
 
 from __future__ import annotations
@@ -9,11 +9,14 @@ import multiprocessing
 import os
 import platform
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
-from bootstrap.compat.facts import HostFacts
+from bootstrap.compat.facts import DriverFacts, HostFacts
+from bootstrap.compat.visible import Visible, visible_gpus, visible_note
 from bootstrap.fsutil import MIB
+from bootstrap.report import Check, Status
 
 _CONTAINER_CGROUP_WORDS = ("docker", "kubepods", "containerd", "libpod", "lxc")
 
@@ -200,3 +203,215 @@ def collect_host_facts(*, root: str = "/", disk_path: str = ".", environ: Mappin
         macos=probe_macos()[0] or "",
         missing=tuple(missing),
     )
+
+
+# --------------------------------------------------------------------------- the host rules
+
+GIB_MIB = 1024  # MiB in a GiB
+
+
+@dataclass(frozen=True)
+class LoaderNeeds:
+    """The DataLoader that the /dev/shm and CPU checks size for: the bench's default workload.
+
+    A batch of 64 RGB 224x224 images decoded to float32 (38.5 MB) crosses
+    /dev/shm once per worker batch; each worker keeps `prefetch_factor`
+    batches in flight (docs/benchmark.md, "Thresholds and their basis": free shm >= 2 x need).
+    """
+
+    batch_bytes: int = 64 * 3 * 224 * 224 * 4
+    prefetch_factor: int = 2
+    reserved_cpus: int = 2  # the main process and the pin-memory thread
+    cpus_per_gpu_min: int = 3  # DS-Analyzer: 3 (ResNet-50) to 24 cores per GPU hide the prep stall
+    shm_pass_factor: float = 2.0
+    shm_warn_factor: float = 1.0
+    nofile_min: int = 4096
+    disk_warn_mib: int = 10 * GIB_MIB
+    disk_fail_mib: int = 1 * GIB_MIB
+    memory_available_warn_mib: int = 2 * GIB_MIB
+
+    def workers_per_loader(self, cpus: int, loaders: int) -> int:
+        return max(1, cpus // max(1, loaders) - self.reserved_cpus)
+
+    def shm_need_mib(self, cpus: int, loaders: int) -> float:
+        return loaders * self.workers_per_loader(cpus, loaders) * self.prefetch_factor * self.batch_bytes / MIB
+
+
+def host_checks(host: HostFacts, nvidia: DriverFacts, needs: LoaderNeeds = LoaderNeeds()) -> List[Check]:
+    """CPUs, memory, disk, /dev/shm, open files, start method, container: what a DataLoader depends on.
+
+    Sized for the job's GPUs, as its CPUs are (affinity): those CUDA_VISIBLE_DEVICES leaves it."""
+    visible = visible_gpus(nvidia.gpus, host.cuda_visible_devices, host.cuda_device_order)
+    return [
+        cpus_check(host, visible, needs),
+        memory_check(host, visible, needs),
+        disk_check(host, needs),
+        shm_check(host, visible, needs),
+        nofile_check(host, needs),
+        start_method_check(host),
+        container_check(host),
+    ]
+
+
+def _missing(host: HostFacts, *fields: str) -> str:
+    reasons = [m for m in host.missing if m.split(":", 1)[0] in fields]
+    return "; ".join(reasons) or "not recorded"
+
+
+def cpus_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check:
+    cid = "host.cpus"
+    if host.cpus_usable is None:
+        return Check(cid, Status.SKIP, "unknown", "usable CPUs", detail=_missing(host, "cpus_usable"))
+    observed = f"{host.cpus_usable} of {host.cpus_total or '?'} CPUs usable (affinity)"
+    gpus = visible.devices
+    if not gpus:
+        return Check(cid, Status.OK, observed, f"any (no GPU to feed{visible_note(visible)})")
+    minimum = needs.cpus_per_gpu_min * gpus
+    expected = f">= {needs.cpus_per_gpu_min} per GPU ({minimum} for {gpus} GPU(s){visible_note(visible)})"
+    if host.cpus_usable < minimum:
+        return Check(
+            cid,
+            Status.WARN,
+            observed,
+            expected,
+            f"give the job more CPUs: `docker run --cpus={minimum}`, `srun --cpus-per-task={minimum}`, "
+            f"or widen the affinity (`taskset -cp 0-{minimum - 1} PID`)",
+            "DS-Analyzer: 3-24 cores per GPU hide the data-prep stall; fewer starve the GPU",
+        )
+    return Check(cid, Status.OK, observed, expected)
+
+
+def memory_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check:
+    cid = "host.memory"
+    if host.memory_total_mib is None:
+        return Check(cid, Status.SKIP, "unknown", "RAM", detail=_missing(host, "memory"))
+    observed = f"{host.memory_available_mib} MiB available of {host.memory_total_mib} MiB"
+    gpu_mib = sum(g.memory_total_mib or 0 for g in visible.gpus)
+    expected = f">= {needs.memory_available_warn_mib} MiB available" + (
+        f", total >= GPU memory ({gpu_mib} MiB)" if gpu_mib else ""
+    )
+    remedy = (
+        "free memory or give the job more (`docker run --memory=...`, `srun --mem=...`); "
+        "fewer DataLoader workers (`num_workers`) use less, as each copies the parent's pages"
+    )
+    if (host.memory_available_mib or 0) < needs.memory_available_warn_mib:
+        return Check(cid, Status.WARN, observed, expected, remedy)
+    if gpu_mib and host.memory_total_mib < gpu_mib:
+        return Check(
+            cid,
+            Status.WARN,
+            observed,
+            expected,
+            remedy,
+            "less RAM than GPU memory: pinned staging buffers and checkpoint loads run short",
+        )
+    return Check(cid, Status.OK, observed, expected)
+
+
+def disk_check(host: HostFacts, needs: LoaderNeeds) -> Check:
+    cid = "host.disk"
+    if host.disk_free_mib is None:
+        return Check(cid, Status.SKIP, f"unknown ({host.disk_path})", "free disk", detail=_missing(host, "disk"))
+    observed = f"{host.disk_free_mib} MiB free on {host.disk_path}"
+    expected = f">= {needs.disk_warn_mib} MiB free"
+    remedy = (
+        f"free space on the file system of {host.disk_path}: `du -sh ~/.cache/bootstrap ~/.cache/pip "
+        "~/.cache/uv` shows caches that can go"
+    )
+    if host.disk_free_mib < needs.disk_fail_mib:
+        return Check(cid, Status.FAIL, observed, expected, remedy)
+    if host.disk_free_mib < needs.disk_warn_mib:
+        return Check(cid, Status.WARN, observed, expected, remedy)
+    return Check(cid, Status.OK, observed, expected)
+
+
+def shm_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check:
+    """Free /dev/shm against workers x prefetch x batch bytes per loader (PyTorch #5040; docs/benchmark.md, Method)."""
+    cid = "host.shm"
+    if host.shm_free_mib is None:
+        return Check(
+            cid, Status.SKIP, "no /dev/shm", "shared memory for DataLoader workers", detail=_missing(host, "shm")
+        )
+    loaders = max(1, visible.devices)
+    cpus = host.cpus_usable or 1
+    workers = needs.workers_per_loader(cpus, loaders)
+    need = needs.shm_need_mib(cpus, loaders)
+    observed = f"{host.shm_free_mib} MiB free of {host.shm_total_mib} MiB"
+    expected = f">= {needs.shm_pass_factor:g} x need ({needs.shm_pass_factor * need:.0f} MiB)"
+    detail = (
+        f"need = {loaders} loader(s) x {workers} workers x prefetch {needs.prefetch_factor} x "
+        f"{needs.batch_bytes / MIB:.1f} MiB batch = {need:.0f} MiB; workers die with 'Bus error' when "
+        "shm runs out (PyTorch #5040; Docker's default is 64 MB)"
+    )
+    ratio = host.shm_free_mib / need if need else float("inf")
+    if ratio >= needs.shm_pass_factor:
+        return Check(cid, Status.OK, observed, expected, detail=detail)
+    status = Status.WARN if ratio >= needs.shm_warn_factor else Status.FAIL
+    size_gib = max(1, int(-(-needs.shm_pass_factor * need // GIB_MIB)))
+    return Check(cid, status, observed, expected, _shm_remedy(host, size_gib), detail)
+
+
+def _shm_remedy(host: HostFacts, size_gib: int) -> str:
+    lower = "or lower num_workers / prefetch_factor / batch size"
+    if any("kube" in h for h in host.container_hints):
+        return (
+            f"mount a memory-backed volume at /dev/shm (`emptyDir: {{medium: Memory, sizeLimit: {size_gib}Gi}}`), "
+            + lower
+        )
+    if host.container_hints:
+        return (
+            f"start the container with `docker run --ipc=host ...` or `docker run --shm-size={size_gib}g ...`, " + lower
+        )
+    return f"grow it: `sudo mount -o remount,size={size_gib}G /dev/shm`, " + lower
+
+
+def nofile_check(host: HostFacts, needs: LoaderNeeds) -> Check:
+    cid = "host.nofile"
+    if host.nofile_soft is None:
+        return Check(cid, Status.SKIP, "unknown", f">= {needs.nofile_min}", detail=_missing(host, "nofile"))
+    soft = "unlimited" if host.nofile_soft == -1 else str(host.nofile_soft)
+    hard = "unlimited" if host.nofile_hard == -1 else str(host.nofile_hard)
+    observed = f"soft {soft}, hard {hard}"
+    expected = f"soft >= {needs.nofile_min}"
+    if host.nofile_soft == -1 or host.nofile_soft >= needs.nofile_min:
+        return Check(cid, Status.OK, observed, expected)
+    hard_ok = host.nofile_hard == -1 or (host.nofile_hard or 0) >= 65536
+    remedy = (
+        "`ulimit -n 65536` in the shell that starts training"
+        if hard_ok
+        else "raise the hard limit (`docker run --ulimit nofile=65536:65536`, or `nofile` in "
+        "/etc/security/limits.conf), then `ulimit -n 65536`"
+    )
+    return Check(
+        cid,
+        Status.WARN,
+        observed,
+        expected,
+        remedy + "; or torch.multiprocessing.set_sharing_strategy('file_system')",
+        "worker batches travel as file descriptors: a low limit fails with 'Too many open files' / "
+        "'received 0 items of ancdata'",
+    )
+
+
+def start_method_check(host: HostFacts) -> Check:
+    cid = "host.start_method"
+    if host.start_method is None:
+        return Check(cid, Status.SKIP, "unknown", "a start method", detail="not recorded")
+    origin = "set by the program" if host.start_method_explicit else "platform default"
+    notes = {
+        "fork": "fork: fast worker start; the Dataset must not touch CUDA ('Cannot re-initialize CUDA in forked "
+        "subprocess')",
+        "spawn": "spawn: slow worker start and a picklable Dataset; use persistent_workers=True",
+        "forkserver": "forkserver (Python 3.14's Linux default): picklable Dataset; use persistent_workers=True",
+    }
+    return Check(cid, Status.OK, f"{host.start_method} ({origin})", "recorded", detail=notes.get(host.start_method, ""))
+
+
+def container_check(host: HostFacts) -> Check:
+    observed = ", ".join(host.container_hints) if host.container_hints else "none detected"
+    detail = (
+        "in a container /dev/shm, CPUs and memory are the container's limits, checked above"
+        if host.container_hints
+        else ""
+    )
+    return Check("host.container", Status.OK, observed, "recorded", detail=detail)

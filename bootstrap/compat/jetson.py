@@ -4,9 +4,9 @@ Pure: facts in, checks and texts out. Docs: docs/checks.md, "Unusual hosts".
 
 from __future__ import annotations
 
-from bootstrap.checks.model import Check, Status
 from bootstrap.compat.facts import DriverFacts
 from bootstrap.compat.versions import IGPU_CCS
+from bootstrap.report import Check, Status
 
 _IGPU_CCS = ", ".join("{}.{}".format(*cc) for cc in sorted(IGPU_CCS))
 

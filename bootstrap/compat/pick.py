@@ -9,13 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from bootstrap.checks.model import Check, Status, remedies, worst
 from bootstrap.compat import jetson
 from bootstrap.compat.facts import DriverFacts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget, suggest_builds
 from bootstrap.compat.versions import cuda_to_int, release_key
-from bootstrap.report import result
+from bootstrap.report import Check, Status, remedies, result, worst
 
 RUNS = (Status.OK, Status.WARN)
 NOT_LOCKED_HERE = (

@@ -1,7 +1,8 @@
 """Pure compatibility rules: (NVIDIA facts, torch target) -> checks.
 
 Driver vs the wheel's CUDA, each GPU's compute capability vs the arch list, a CPU torch on a GPU
-host; no I/O, the tables come from `bootstrap.compat.data`. Docs: docs/checks.md, "Reference: the rules".
+host; no I/O, the tables come from `bootstrap.compat.data` (cuda_compat.yml's `decision_rules`).
+Docs: docs/checks.md, "Reference: the rules".
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from bootstrap.checks.model import Check, Status
 from bootstrap.compat import data, forward, jetson, upgrade
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.target import TorchTarget, driver_fit, older_than_tables, suggest_builds, unlisted_builds
@@ -25,6 +25,7 @@ from bootstrap.compat.versions import (
     short_source,
 )
 from bootstrap.compat.visible import ORDER_REMEDY, Visible
+from bootstrap.report import Check, Status
 
 
 def evaluate(facts: DriverFacts, target: TorchTarget, visible: Optional[Visible] = None) -> List[Check]:

@@ -9,7 +9,6 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from bootstrap.checks.model import Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, checked_platform
 from bootstrap.compat.forward import judged_as, newer_than_driver
@@ -26,7 +25,7 @@ from bootstrap.compat.versions import (
     short_source,
 )
 from bootstrap.platforms import compat_key
-from bootstrap.report import result
+from bootstrap.report import Status, result
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 

@@ -1,6 +1,6 @@
 """Which driver upgrade a remedy offers: never one past the last driver branch of a GPU the host has
-(R470 for Kepler, R580 for Maxwell, Pascal and Volta). Pure: facts in, remedy text out.
-Docs: docs/checks.md, "Driver and CUDA".
+(R470 for Kepler, R580 for Maxwell, Pascal and Volta: cuda_compat.yml caveat r580_last_for_pre_turing).
+Pure: facts in, remedy text out. Docs: docs/checks.md, "Driver and CUDA".
 """
 
 from __future__ import annotations

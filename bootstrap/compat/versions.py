@@ -1,7 +1,7 @@
 """Version arithmetic and the packaged driver and arch tables: pure functions of their arguments.
 
 Driver numbers compare field by field ('570.124.06' -> (570, 124, 6)), CUDA versions as NVML encodes
-them (12.8 -> 12080); the tables come from `bootstrap.compat.data`.
+them (12.8 -> 12080); the tables come from `bootstrap.compat.data`, generated from cuda_compat.yml.
 """
 
 from __future__ import annotations

@@ -101,6 +101,11 @@ def visible_gpus(gpus: Sequence[GpuFacts], value: Optional[str], order: Optional
 _STRTOUL = re.compile(r"\s*\+?([0-9]+)")  # C's strtoul: spaces, a sign, ASCII digits, then anything
 
 
+def visible_note(visible: Visible) -> str:
+    """', CUDA_VISIBLE_DEVICES=...' after a figure that counts the job's GPUs; '' when the variable is unset."""
+    return f", {visible.note}" if visible.note else ""
+
+
 def _by_index(gpus: Sequence[GpuFacts], item: str) -> Optional[GpuFacts]:
     number = _STRTOUL.match(item)
     return next((g for g in gpus if number and g.index == int(number.group(1))), None)

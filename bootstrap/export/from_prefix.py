@@ -25,7 +25,7 @@ from bootstrap.export.portable import (
 from bootstrap.export.render import render_environment_yml
 from bootstrap.export.result import ExportResult
 from bootstrap.install.history import requested_specs, spec_name
-from bootstrap.install.prefix import InstalledConda, InstalledPip, conda_records, metadata_names, pip_distributions
+from bootstrap.prefix import InstalledConda, InstalledPip, conda_records, metadata_names, pip_distributions
 from bootstrap.urls import scrub_credentials
 
 

@@ -25,7 +25,8 @@ from bootstrap.install.fetch import Source, Watch, archive_path, check_mirrors, 
 from bootstrap.install.plan import locked_entries
 from bootstrap.lock.lockfile import LockedPackage, read_lock
 from bootstrap.lock.mirrors import Mirror
-from bootstrap.lock.pip import PipOptions, Target, resolve_pip
+from bootstrap.lock.pip import PipOptions, resolve_pip
+from bootstrap.lock.pip_wheels import Target
 from bootstrap.lock.spec import EnvSpec
 from bootstrap.report import result
 

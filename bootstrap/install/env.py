@@ -27,17 +27,17 @@ from bootstrap.install.history import COMMAND as HISTORY_COMMAND
 from bootstrap.install.history import append_request
 from bootstrap.install.link import LinkTarget, clobbered, link_conda
 from bootstrap.install.plan import Change, Plan, locked_entries, plan_change
-from bootstrap.install.prefix import (
+from bootstrap.lock.lockfile import Lock, LockedPackage, read_lock
+from bootstrap.lock.mirrors import Mirror
+from bootstrap.lock.spec import read_spec
+from bootstrap.lock.variants import META_VARIANT
+from bootstrap.prefix import (
     InstallRecord,
     conda_meta_fingerprint,
     normalise,
     read_install_record,
     write_install_record,
 )
-from bootstrap.lock.lockfile import Lock, LockedPackage, read_lock
-from bootstrap.lock.mirrors import Mirror
-from bootstrap.lock.spec import read_spec
-from bootstrap.lock.variants import META_VARIANT
 from bootstrap.report import result
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError, IntegrityError, excerpt
@@ -28,11 +28,17 @@ from bootstrap.lock.lockfile import Lock, LockedPackage
 from bootstrap.lock.mirrors import Mirror
 from bootstrap.urls import scrub_credentials
 
-if TYPE_CHECKING:
-    from bootstrap.install.bundle import Bundle
-
 Progress = Callable[[LockedPackage], None]
 SIZE_WORKERS = 16  # HEAD requests at once when sizing a fetch: each waits mostly on a round trip
+
+
+class BundleReader(Protocol):
+    """What a fetch reads from a bundle (`install.bundle.Bundle`, which itself fetches through this
+    module): where it holds an entry's bytes, and what to add when it lacks them."""
+
+    def source(self, entry: LockedPackage) -> Optional[Source]: ...
+
+    def lacks(self) -> str: ...
 
 
 def mirror_of(url: str, mirrors: Sequence[Mirror]) -> Optional[Mirror]:
@@ -55,7 +61,7 @@ def fetch_archives(
     mirrors: Sequence[Mirror] = (),
     progress: Optional[Progress] = None,
     workers: int = 4,
-    bundle: Optional["Bundle"] = None,
+    bundle: Optional[BundleReader] = None,
     watch: Optional[Watch] = None,
 ) -> dict[str, Path]:
     """Verified local archives (conda) or wheels (pip) for `entries`, keyed by package name.
@@ -123,7 +129,7 @@ def _announce_size(
     entries: Sequence[LockedPackage],
     cache_dir: Path,
     mirrors: Sequence[Mirror],
-    bundle: Optional["Bundle"],
+    bundle: Optional[BundleReader],
     sized: Callable[[int, int, int], None],
 ) -> None:
     """Tell `sized` what the fetch will download: those not in the store, sized by a HEAD request each
@@ -166,7 +172,7 @@ def fetch_archive(
     entry: LockedPackage,
     cache_dir: Path,
     mirrors: Sequence[Mirror] = (),
-    bundle: Optional["Bundle"] = None,
+    bundle: Optional[BundleReader] = None,
     stop: Optional[threading.Event] = None,
     watch: Optional[Watch] = None,
 ) -> Path:

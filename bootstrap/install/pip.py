@@ -17,9 +17,9 @@ from typing import Mapping, Sequence
 from bootstrap.errors import IntegrityError, ToolError
 from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, remove_tree
 from bootstrap.install.fetch import forget_verified
-from bootstrap.install.prefix import InstalledPip, python_executable, site_packages
 from bootstrap.lock.lockfile import LockedPackage
 from bootstrap.lock.pip import PipOptions, uv_binary
+from bootstrap.prefix import InstalledPip, python_executable, site_packages
 from bootstrap.runner import Completed, run
 from bootstrap.urls import scrub_credentials
 

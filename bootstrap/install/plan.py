@@ -13,7 +13,8 @@ from typing import Optional, Sequence
 
 from bootstrap.errors import InputError
 from bootstrap.install import generations as gens
-from bootstrap.install.prefix import (
+from bootstrap.lock.lockfile import Lock, LockedPackage
+from bootstrap.prefix import (
     InstalledConda,
     InstalledPip,
     conda_owned_metadata,
@@ -24,7 +25,6 @@ from bootstrap.install.prefix import (
     python_version,
     site_packages,
 )
-from bootstrap.lock.lockfile import Lock, LockedPackage
 
 
 @dataclass(frozen=True)

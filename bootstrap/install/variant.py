@@ -9,15 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from bootstrap.checks.model import Status
-from bootstrap.checks.variant import env_candidates
 from bootstrap.compat.pick import Pick, Verdict, pick_variant
 from bootstrap.errors import InputError
+from bootstrap.lock.candidates import env_candidates
 from bootstrap.lock.lockfile import read_lock
 from bootstrap.lock.spec import read_spec
 from bootstrap.lock.variants import variant_locks
 from bootstrap.project import Project
-from bootstrap.report import result
+from bootstrap.report import Status, result
 from bootstrap.runner import Runner, run
 
 AUTO = "auto"

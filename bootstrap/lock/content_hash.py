@@ -17,7 +17,7 @@ from bootstrap.errors import InputError
 from bootstrap.lock.lockfile import META_INPUTS, META_VARIANT, Lock, read_lock
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
 from bootstrap.lock.variants import PYPI
-from bootstrap.lock.yamlfile import load_yaml
+from bootstrap.yamlfile import load_yaml
 
 if TYPE_CHECKING:
     from bootstrap.project import Project

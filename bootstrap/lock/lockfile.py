@@ -14,12 +14,12 @@ from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import InputError, excerpt
 from bootstrap.lock.variants import META_VARIANT
-from bootstrap.lock.yamlfile import load_yaml, read_text
 from bootstrap.urls import has_credentials, has_query, plain_url, scrub_credentials
+from bootstrap.yamlfile import load_yaml, read_text
 
 # Keys bootstrap adds to conda-lock's `metadata.custom_metadata` (a str -> str map).
 META_VERSION = "bootstrap.version"
-META_MIRRORS = "bootstrap.mirrors"
+META_MIRRORS = "bootstrap.mirrors"  # the channels a mirror served, never where from (mirrors.lock_record)
 # `bootstrap.inputs-sha256.<platform>`: a digest of what that platform's content hash was computed from
 # (`content_hash.inputs_digests`); `bootstrap.inputs-sha256` alone, one for the whole lock, is older.
 META_INPUTS = "bootstrap.inputs-sha256"

@@ -1,6 +1,7 @@
 """`--mirror CANONICAL=URL`: serve a channel's data from an HTTP(S) mirror (py-rattler's mirror
-middleware) or a local directory (sparse repodata bound to the canonical channel), while the lock
-keeps the canonical URLs. Docs: docs/lock.md, "Mirrors and credentials".
+middleware) or a local directory (sparse repodata bound to the canonical channel); the lock keeps the
+canonical URLs and records which channels a mirror served, never where (`lock_record`).
+Docs: docs/lock.md, "Mirrors and credentials".
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from bootstrap.urls import scrub_argument, scrub_credentials
 class Mirror:
     canonical: str
     target: str  # an http(s) URL, or an absolute directory
-    given: str = ""  # the target as the user wrote it; recorded for local directories
+    given: str = ""  # the target as the user wrote it; messages show it for local directories
 
     @classmethod
     def parse(cls, text: str, base: Optional[Path] = None) -> "Mirror":
@@ -72,9 +73,9 @@ class Mirror:
         return None if "://" in self.target else Path(self.target)
 
     def public(self) -> str:
-        """`canonical=target` with any user:password or token removed, safe to write into a lock."""
+        """`canonical=target` with any user:password or token removed, safe to show in a message."""
         if self.local_dir is not None:
-            # As written on the command line (often relative): no machine paths in a lock.
+            # As written on the command line (often relative): the words the user knows it by.
             return f"{self.canonical}={self.given or self.local_dir.name}"
         return f"{self.canonical}={scrub_credentials(self.target)}"
 
@@ -94,6 +95,17 @@ def parse_mirrors(texts: Sequence[str], base: Optional[Path] = None) -> tuple[Mi
                 "--mirror", f"{scrub_argument(mirror.canonical)} is mirrored twice", "give one --mirror per channel"
             )
     return mirrors
+
+
+def lock_record(mirrors: Sequence[Mirror]) -> str:
+    """What a lock records of the mirrors it was solved through: the canonical channels they served.
+
+    Where a mirror was is the locking machine's business: a directory on one developer's disk or an
+    internal host, which a committed lock would carry to everyone who clones it, and which would make
+    two teammates' relocks of the same inputs differ by who ran them. Nothing reads it back. That a
+    channel came through a mirror is worth keeping: a mirror can lag its channel, which explains a
+    lock that misses the channel's newest builds."""
+    return " ".join(scrub_credentials(mirror.canonical) for mirror in mirrors)
 
 
 def mirror_for(channel_url: str, mirrors: Sequence[Mirror]) -> Optional[Mirror]:

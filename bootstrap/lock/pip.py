@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Sequence
 
 from bootstrap.errors import FetchError, InputError, SolveError, ToolError, one_line
 from bootstrap.lock.lockfile import LockedPackage
-from bootstrap.lock.pip_wheels import best_wheel, dependency_specifiers, read_metadata_all, tag_ranks
+from bootstrap.lock.pip_wheels import Target, best_wheel, dependency_specifiers, read_metadata_all, tag_ranks
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
 from bootstrap.lock.variants import PYPI, torch_family
 from bootstrap.runner import Runner, run
@@ -52,16 +52,6 @@ class PipOptions:
         if self.offline:
             args.append("--offline")
         return args
-
-
-@dataclass(frozen=True)
-class Target:
-    """The machine uv resolves for."""
-
-    platform: str
-    python_version: str
-    python_platform: str
-    env: Mapping[str, str]
 
 
 def target_for(platform: str, python_version: str, virtual_packages: VirtualPackages) -> Target:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import re
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
     from packaging.tags import Tag
-
-    from bootstrap.lock.pip import Target
 
 _MACHINE = {
     "linux-64": "x86_64",
@@ -31,6 +30,16 @@ _METADATA_MAX_BYTES = 4 << 20
 
 
 # --------------------------------------------------------------------------- the best wheel
+
+
+@dataclass(frozen=True)
+class Target:
+    """The machine uv resolves for, and whose wheel tags rank the wheels (`lock.pip.target_for` makes one)."""
+
+    platform: str
+    python_version: str
+    python_platform: str
+    env: Mapping[str, str]
 
 
 def tag_ranks(target: Target) -> dict[Tag, int]:

@@ -29,7 +29,7 @@ from bootstrap.lock.lockfile import (
     LockedPackage,
     read_lock,
 )
-from bootstrap.lock.mirrors import Mirror
+from bootstrap.lock.mirrors import Mirror, lock_record
 from bootstrap.lock.pip import PipOptions, resolve_all, target_for
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
 from bootstrap.lock.variants import Variant, check_variant_platforms, variant_locks
@@ -430,7 +430,7 @@ def _content(
     if spec.torch_index:
         custom[META_TORCH_INDEX] = spec.torch_index
     if options.mirrors:
-        custom[META_MIRRORS] = " ".join(m.public() for m in options.mirrors)
+        custom[META_MIRRORS] = lock_record(options.mirrors)
     return LockContent(
         channels=spec.channels,
         platforms=tuple(content_hash),

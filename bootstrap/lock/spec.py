@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 from bootstrap.errors import InputError, excerpt
 from bootstrap.lock.spec_text import check_spec_text
 from bootstrap.lock.variants import META_VARIANT, PYPI, Variant, effective_pip, read_indexes, read_variants
-from bootstrap.lock.yamlfile import load_yaml, read_text
 from bootstrap.platforms import KNOWN_PLATFORMS
 from bootstrap.urls import has_credentials, has_query, plain_url, scrub_credentials
+from bootstrap.yamlfile import load_yaml, read_text
 
 SPEC_KEYS = ("name", "channels", "platforms", "dependencies", "pip-indexes", "variants")
 _VIRTUAL_VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z_]+)*")  # "2.28", "12.8", "14.0", "0"

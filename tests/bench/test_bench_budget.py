@@ -21,7 +21,7 @@ from bootstrap.bench.config import BenchOptions, WorkloadSpec
 from bootstrap.bench.report import dataloader_snippet, envelope_json
 from bootstrap.bench.results import LoaderConfig, Measurement
 from bootstrap.bench.verdicts import VerdictFacts, tuned_check
-from bootstrap.checks.model import Status
+from bootstrap.report import Status
 from tests.fixtures.bench import run_after_setup
 
 # --------------------------------------------------------------------------- what a measurement costs

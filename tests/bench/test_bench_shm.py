@@ -19,9 +19,9 @@ from bootstrap.bench.outcome import shm_need_mib
 from bootstrap.bench.state import new_state
 from bootstrap.bench.stream import SHM_FAILURE, worker_failure
 from bootstrap.bench.verdicts import VerdictFacts, shm_check
-from bootstrap.checks.model import Status
 from bootstrap.compat.facts import HostFacts
 from bootstrap.fsutil import MIB
+from bootstrap.report import Status
 from tests.fixtures.mounts import in_private_mounts, needs_unshare
 
 # What torch raises in the main process when a worker could not put its batch in /dev/shm (torch 2.13).

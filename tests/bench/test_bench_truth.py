@@ -24,7 +24,7 @@ from bootstrap.bench.results import LoaderConfig, Measurement, SamplerReport
 from bootstrap.bench.schedule import PHASES
 from bootstrap.bench.trust import RATE_CHECKS, recheck_check
 from bootstrap.bench.verdicts import VerdictFacts, efficiency_check, evaluate
-from bootstrap.checks.model import Status, exit_code, summary
+from bootstrap.report import Status, exit_code, summary
 from tests.fixtures import REPO
 
 # --------------------------------------------------------------------------- the budget holds

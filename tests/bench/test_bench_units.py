@@ -27,8 +27,8 @@ from bootstrap.bench.results import (
     UtilStats,
 )
 from bootstrap.bench.verdicts import VerdictFacts, efficiency_check, evaluate, shm_check, speedup_check
-from bootstrap.checks.model import Status
 from bootstrap.errors import InputError
+from bootstrap.report import Status
 from tests.fixtures import DATA as ALL_DATA
 from tests.fixtures.bench import assert_bench_contract, synthetic_result
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from bootstrap.checks.doctor import DoctorOptions, run_doctor
-from bootstrap.checks.model import Status, from_json
 from bootstrap.cli import main
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.probe import load_facts, probe_gpus, save_facts
 from bootstrap.errors import InputError
+from bootstrap.report import Status, from_json
 from tests.fixtures import REPO
 from tests.fixtures.fakes import FakeNvml, missing_binary_runner
 

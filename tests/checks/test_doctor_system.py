@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.checks.model import Status, from_json
 from bootstrap.cli import main
+from bootstrap.report import Status, from_json
 from tests.fixtures import REPO
 from tests.fixtures.variants import R580, facts_file
 

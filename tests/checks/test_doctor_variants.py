@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from bootstrap.checks.doctor import DoctorOptions, run_doctor
-from bootstrap.checks.model import Status, from_json
 from bootstrap.cli import main
-from bootstrap.install.prefix import InstallRecord, write_install_record
+from bootstrap.prefix import InstallRecord, write_install_record
+from bootstrap.report import Status, from_json
 from tests.fixtures import REPO
 from tests.fixtures.fakes import FakeNvml, missing_binary_runner
 from tests.fixtures.variants import R570, facts_file, plain_project, variant_project

@@ -17,7 +17,6 @@ from types import SimpleNamespace
 import pytest
 
 from bootstrap.checks.doctor import fit_check
-from bootstrap.checks.model import Status, worst
 from bootstrap.checks.torch import device_checks
 from bootstrap.cli import main
 from bootstrap.compat import data
@@ -26,6 +25,7 @@ from bootstrap.compat.pick import Candidate, pick_variant
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget, find_release, torch_target_from_lock_entry, variant_arch_list
 from bootstrap.compat.versions import IGPU_CCS, cuda_to_int, kernel_for
+from bootstrap.report import Status, worst
 from tests.fixtures import REPO
 
 WHEELS = "NVIDIA's PyTorch for Jetson wheels"

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from bootstrap.checks.model import Status
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.compat.facts import DriverFacts, HostFacts
+from bootstrap.report import Status
 
 DRIVERS = ("470.82.01", "535.183.01", "570.124.06", "580.95.05", "590.44.01")
 WHY_NONE = ("", "NVML: GPU 0: GPU is lost (fell off the bus; see `dmesg`)", "NVML: GPU 0: not found")

@@ -22,7 +22,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from bootstrap.checks.model import Status, from_json
 from bootstrap.checks.torch import compute_checks, device_checks
 from bootstrap.checks.verify import VerifyOptions, run_verify
 from bootstrap.cli import main
@@ -30,6 +29,7 @@ from bootstrap.compat.probe import probe_torch
 from bootstrap.compat.rules import evaluate
 from bootstrap.lock.pip import PipOptions, uv_binary
 from bootstrap.project import Project
+from bootstrap.report import Status, from_json
 from tests.fixtures import REPO
 from tests.fixtures.env_project import CONDA, PIP, env_args, relock
 from tests.fixtures.fakes import FakeNvml, fake_torch
@@ -483,8 +483,8 @@ def test_bench_verdicts_become_checks() -> None:
     from dataclasses import fields
 
     from bootstrap.bench import BenchOptions, BenchResult
-    from bootstrap.checks.model import Check
     from bootstrap.checks.verify import bench_checks
+    from bootstrap.report import Check
 
     used = {"device", "seconds", "budget_s", "best", "partial", "notes", "checks"}
     assert used <= {f.name for f in fields(BenchResult)}  # the stand-in below has the real result's shape
@@ -522,8 +522,8 @@ def test_an_interrupted_benchmark_does_not_pass() -> None:
     assert summary.status is Status.FAIL and "(interrupted)" in summary.observed
     assert "--no-bench" in summary.remedy
     # Exit 130 as `bench` does, so CI tells a Ctrl-C from a failed verdict; any other failure stays 1.
-    from bootstrap.checks.model import Check
     from bootstrap.checks.verify import VerifyResult
+    from bootstrap.report import Check
 
     def code(*checks) -> int:
         return VerifyResult(

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from bootstrap.checks.distributed import all_reduce_check, all_reduce_trial, bus_bandwidth_gb_s, same_env_check
-from bootstrap.checks.model import Status
-from bootstrap.checks.ranks import torchrun_env
 from bootstrap.errors import InputError
+from bootstrap.report import Status
+from bootstrap.torchrun import torchrun_env
 from tests.fixtures import REPO
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -182,11 +182,11 @@ def test_a_master_addr_that_names_no_host_is_one_line_not_a_silent_wait(tmp_path
 def test_a_resolver_that_never_answers_is_given_up_on(monkeypatch) -> None:
     """getaddrinfo(3) has no timeout: a resolver that never answers (faked, as no test host has one) would hold
     the run as long as the rendezvous."""
-    from bootstrap.checks import ranks
+    from bootstrap import torchrun
 
     released = threading.Event()
-    monkeypatch.setattr(ranks.socket, "getaddrinfo", lambda *args, **kwargs: released.wait(60))
-    monkeypatch.setattr(ranks, "RESOLVE_S", 1.0)
+    monkeypatch.setattr(torchrun.socket, "getaddrinfo", lambda *args, **kwargs: released.wait(60))
+    monkeypatch.setattr(torchrun, "RESOLVE_S", 1.0)
     environ = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "node1", "MASTER_PORT": "29500"}
     try:
         with pytest.raises(
@@ -232,7 +232,7 @@ def test_torchrun_two_ranks_one_report_and_one_exit_code(tmp_path: Path) -> None
 def test_rank_facts_digest_every_package_of_the_install_record(tmp_path: Path) -> None:
     from bootstrap.checks.distributed import rank_facts
     from bootstrap.checks.verify import VerifyResult
-    from bootstrap.install.prefix import InstallRecord, write_install_record
+    from bootstrap.prefix import InstallRecord, write_install_record
 
     def facts(torch_sha: str) -> dict:
         (tmp_path / "conda-meta").mkdir(exist_ok=True)

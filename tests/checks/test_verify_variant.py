@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bootstrap.checks.model import Status
 from bootstrap.checks.variant import judge_installed
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.pick import Candidate, pick_variant
 from bootstrap.compat.target import torch_target_from_lock_entry
+from bootstrap.report import Status
 
 
 def candidate(name: str, version: str, default: bool = False) -> Candidate:
@@ -52,7 +52,7 @@ def test_installed_variants_against_the_pick() -> None:
 def test_an_env_whose_spec_declares_no_variants_has_no_variant_check(tmp_path: Path) -> None:
     from bootstrap.checks.envstate import EnvCommands, EnvState
     from bootstrap.checks.variant import installed_variant_check
-    from bootstrap.install.prefix import InstallRecord
+    from bootstrap.prefix import InstallRecord
     from bootstrap.project import Project
     from tests.fixtures.project import make_project
 

@@ -12,13 +12,13 @@ import json
 
 import pytest
 
-from bootstrap.checks.model import Status
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.cli import main
 from bootstrap.compat.facts import HostFacts
 from bootstrap.compat.probe import Facts, load_facts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.visible import visible_gpus
+from bootstrap.report import Status
 from tests.compat.test_visible import CU126, CU130, MODELS, node, uuid
 from tests.fixtures import REPO
 

@@ -15,7 +15,6 @@ import re
 
 import pytest
 
-from bootstrap.checks.model import Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.forward import REFUSED, UNSURE, board_support, compat_in_use
@@ -23,6 +22,7 @@ from bootstrap.compat.rules import check_driver, evaluate
 from bootstrap.compat.target import TorchTarget, driver_fit
 from bootstrap.compat.versions import cuda_from_int, cuda_to_int, driver_tuple, full_support_driver
 from bootstrap.compat.visible import visible_gpus
+from bootstrap.report import Status
 
 DRIVERS = sorted({row["linux"] for row in data.TOOLKIT_DRIVERS if driver_tuple(row["linux"])}, key=driver_tuple)
 CUDAS = sorted({cuda_to_int(row["cuda"]) // 10 * 10 for row in data.TOOLKIT_DRIVERS})

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 
-from bootstrap.checks.model import Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import torch_target_from_lock_entry
 from bootstrap.compat.upgrade import LAST_BRANCHES, branch_cuda
 from bootstrap.compat.versions import cuda_to_int, driver_tuple
+from bootstrap.report import Status
 
 OLD = {"Tesla K80": (3, 7), "Tesla M60": (5, 2), "Tesla P100": (6, 0), "Tesla V100": (7, 0)}
 NEW = {"NVIDIA H100": (9, 0), "NVIDIA Rubin": (10, 7)}  # one every driver knows, one none of these does

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from bootstrap.checks.doctor import fit_check
-from bootstrap.checks.model import Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.pick import Candidate, pick_variant
@@ -23,6 +22,7 @@ from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import find_release, suggest_builds, torch_target_from_lock_entry, variant_arch_list
 from bootstrap.compat.versions import cuda_to_int, kernel_for
 from bootstrap.compat.visible import visible_gpus
+from bootstrap.report import Status
 
 MODELS = {
     "K80": (3, 7),

@@ -12,7 +12,6 @@ import json
 
 import pytest
 
-from bootstrap.checks.model import Status
 from bootstrap.cli import main
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
@@ -25,6 +24,7 @@ from bootstrap.compat.versions import (
     driver_tuple,
     minor_version_floor,
 )
+from bootstrap.report import Status
 from tests.fixtures import REPO
 
 V100 = GpuFacts(index=0, name="Tesla V100-SXM2-32GB", compute_capability=(7, 0))

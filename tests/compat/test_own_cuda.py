@@ -9,13 +9,13 @@ branch that reports a newer CUDA (cuda-compat) is still judged by its own.
 
 from __future__ import annotations
 
-from bootstrap.checks.model import Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.forward import compat_in_use, newer_than_driver, own_cuda
 from bootstrap.compat.rules import check_gpu_arch
 from bootstrap.compat.target import torch_target_from_lock_entry
 from bootstrap.compat.versions import cuda_to_int, driver_tuple, first_cuda_for
+from bootstrap.report import Status
 
 CCS = sorted({(int(row["sm"][3:-1]), int(row["sm"][-1])) for row in data.SASS_INTRODUCED})
 ROWS = [

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from bootstrap.checks.doctor import fit_check
-from bootstrap.checks.model import Status
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.pick import Candidate, pick_variant
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import torch_target_from_lock_entry
 from bootstrap.compat.versions import release_key
+from bootstrap.report import Status
 
 H200 = ("NVIDIA H200", (9, 0))
 RTX3090 = ("NVIDIA GeForce RTX 3090", (8, 6))

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.checks.model import Status
 from bootstrap.compat.facts import DriverFacts, HostFacts
 from bootstrap.compat.host import (
     collect_host_facts,
@@ -28,6 +27,7 @@ from bootstrap.compat.probe import Facts, collect_facts, parse_nvidia_smi_csv, p
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import torch_target_from_lock_entry
 from bootstrap.errors import InputError
+from bootstrap.report import Status
 from tests.fixtures.fakes import DATA, FakeNvml, fake_runner, fake_torch, missing_binary_runner
 
 SMI_ARGV = ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader,nounits"]

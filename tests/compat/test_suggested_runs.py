@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bootstrap.checks.model import Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.forward import REFUSED, unsupported_board
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import suggest_builds, torch_target_from_lock_entry
 from bootstrap.compat.versions import cuda_to_int, driver_tuple
+from bootstrap.report import Status
 
 MODELS = {
     "Tesla K80": (3, 7),

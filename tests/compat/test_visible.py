@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.checks.model import Status
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.pick import Candidate, pick_variant
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import TorchTarget
 from bootstrap.compat.visible import visible_gpus
+from bootstrap.report import Status
 
 MODELS = {  # name, CC
     "V100": ("Tesla V100-SXM2-32GB", (7, 0)),

@@ -6,11 +6,11 @@ import itertools
 
 import pytest
 
-from bootstrap.checks.model import Status
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
 from bootstrap.compat.rules import evaluate
 from bootstrap.compat.target import torch_target_from_lock_entry, unlisted_builds
+from bootstrap.report import Status
 
 GPUS = [
     ("NVIDIA GeForce RTX 3090", (8, 6)),

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from bootstrap.cli import main
-from bootstrap.install.prefix import INSTALL_RECORD, conda_records, read_install_record
 from bootstrap.lock.lockfile import read_lock
+from bootstrap.prefix import INSTALL_RECORD, conda_records, read_install_record
 from bootstrap.project import Project
 from tests.fixtures import REPO
 from tests.fixtures.conda_channel import corrupt_archive_after_index, serve_directory
@@ -409,7 +409,7 @@ def test_a_change_after_rollback_keeps_the_generation_rolled_back_to(
 def test_planning_reads_the_install_record_until_conda_meta_changes(
     project: Project, channel: Path, monkeypatch
 ) -> None:
-    import bootstrap.install.prefix as prefix_module
+    import bootstrap.prefix as prefix_module
 
     assert main(env_args(project, str(channel))) == 0
     prefix = prefix_of(project)

@@ -14,8 +14,8 @@ import pytest
 
 import bootstrap.install.env as env_module
 from bootstrap.cli import main
-from bootstrap.install.prefix import conda_records, pip_distributions, read_install_record
 from bootstrap.lock.lockfile import read_lock
+from bootstrap.prefix import conda_records, pip_distributions, read_install_record
 from bootstrap.project import Project
 from tests.fixtures import REPO
 from tests.fixtures.env_project import change_lock, env_args, prefix_of, without_progress

@@ -17,8 +17,8 @@ from bootstrap.cli import main
 from bootstrap.errors import HostError
 from bootstrap.install.env import EnvOptions, create_or_update
 from bootstrap.install.floor import HostSystem
-from bootstrap.install.prefix import read_install_record
 from bootstrap.lock.mirrors import Mirror
+from bootstrap.prefix import read_install_record
 from bootstrap.project import Project
 from tests.fixtures.conda_channel import serve_directory
 from tests.fixtures.env_project import PIP, change_lock, env_args, prefix_of

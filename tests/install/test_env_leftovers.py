@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.checks.model import Status
 from bootstrap.checks.verify import VerifyOptions, run_verify
 from bootstrap.cli import main
-from bootstrap.install.prefix import pip_distributions, site_packages
+from bootstrap.prefix import pip_distributions, site_packages
 from bootstrap.project import Project
+from bootstrap.report import Status
 from tests.fixtures.conda_channel import PackageSpec
 from tests.fixtures.env_project import CONDA, assert_matches_lock, change_lock, env_args, prefix_of, run_python
 from tests.fixtures.fakes import FakeNvml

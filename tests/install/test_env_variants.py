@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bootstrap.checks.model import Status
 from bootstrap.cli import main
-from bootstrap.install.prefix import read_install_record
 from bootstrap.lock.lockfile import read_lock
+from bootstrap.prefix import read_install_record
 from bootstrap.project import Project
+from bootstrap.report import Status
 from bootstrap.runner import run
 from tests.fixtures import DATA
 from tests.fixtures.env_project import CONDA, PIP, env_args, prefix_of, relock, run_python

@@ -20,8 +20,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from bootstrap.checks.model import Status, from_json
 from bootstrap.cli import main
+from bootstrap.report import Status, from_json
 from tests.fixtures import REPO
 from tests.fixtures.conda_channel import build_channel, pip_spec, zlibstub_spec
 from tests.fixtures.env_project import assert_matches_lock, relock
@@ -224,7 +224,7 @@ def test_a_python_minor_upgrade_relinks_noarch_packages_past_a_stray_site_packag
     """A `lib/python3.10` made by hand in the 3.9 env hides the move from the plan, which reads the
     site-packages folder; rattler, handed every package when python is linked, sees it from python's
     own record and relinks the noarch: python `pip` into the new site-packages."""
-    from bootstrap.install.prefix import conda_records
+    from bootstrap.prefix import conda_records
 
     project, channel, wheels, args = locked_at_39(tmp_path)
     assert main(args) == 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bootstrap.install.plan import make_plan
-from bootstrap.install.prefix import InstalledPip
 from bootstrap.lock.lockfile import LockedPackage
+from bootstrap.prefix import InstalledPip
 
 
 def wheel(name: str, version: str, sha256: str) -> LockedPackage:

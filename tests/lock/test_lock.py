@@ -85,7 +85,28 @@ def test_lock_from_directory_mirror(locked: Project, fixture_channel: Path) -> N
     assert entry(lock, "win-64", "torchlike").build.startswith("cpu")
     assert entry(lock, "osx-arm64", "torchlike").build.startswith("cpu")
     assert all(str(fixture_channel) not in p.url for p in lock.packages)
-    assert lock.custom[META_MIRRORS] == f"{CANONICAL_CHANNEL}={fixture_channel}"
+    # The channel the mirror served, never the directory: a committed lock carries no machine's path.
+    assert lock.custom[META_MIRRORS] == CANONICAL_CHANNEL
+    assert str(fixture_channel) not in locked.lock_path("py310").read_text()
+
+
+@pytest.mark.parametrize("written", ["relative", "file-url"])
+def test_a_lock_made_through_a_local_mirror_records_no_path(
+    tmp_path: Path, fixture_channel: Path, wheelhouse: Path, monkeypatch, written: str
+) -> None:
+    """However the directory is written (`../snapshot/conda-forge` as the Makefile's snapshot target
+    does, or a file:// URL), the lock names the canonical channel it stood in for and nothing of where."""
+    project = make_project(tmp_path / "proj")
+    (tmp_path / "snapshot-of-cf").symlink_to(fixture_channel)
+    monkeypatch.chdir(project.root)
+    target = "../snapshot-of-cf" if written == "relative" else file_url(tmp_path / "snapshot-of-cf")
+    assert run_lock(project, wheelhouse, "--mirror", f"conda-forge={target}") == 0
+    text = project.lock_path("py310").read_text()
+    lock = read_lock(project.lock_path("py310"))
+    assert lock.custom[META_MIRRORS] == CANONICAL_CHANNEL
+    assert entry(lock, "linux-64", "python").url.startswith(CANONICAL_CHANNEL + "/linux-64/")
+    for path in ("snapshot-of-cf", str(fixture_channel), str(tmp_path)):
+        assert path not in text
 
 
 @pytest.mark.slow
@@ -99,7 +120,8 @@ def test_lock_over_http_mirror_keeps_canonical_urls_and_no_credentials(
     assert entry(lock, "linux-64", "python").url.startswith(CANONICAL_CHANNEL + "/linux-64/")
     assert channel_server.requested("linux-64/repodata.json")  # the mirror really served it
     assert "hunter2" not in text and "alice" not in text
-    assert lock.custom[META_MIRRORS] == f"{CANONICAL_CHANNEL}={channel_server}"
+    assert lock.custom[META_MIRRORS] == CANONICAL_CHANNEL  # which channel a mirror served, not its host
+    assert channel_server.split("://", 1)[1] not in text
 
 
 @pytest.mark.slow  # a real lock; the mirror tests cover the solve, this the file:// channel URL in the lock

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bootstrap.lock.mirrors import Mirror
+from bootstrap.lock.mirrors import Mirror, lock_record, parse_mirrors
 from bootstrap.urls import has_credentials, scrub_credentials
 
 
@@ -25,6 +25,7 @@ def test_a_mirror_is_recorded_without_its_credentials() -> None:
     mirror = Mirror.parse("conda-forge=https://bob:pw@mirror.internal/t/tk-SECRET/conda-forge")
     assert mirror.target == "https://bob:pw@mirror.internal/t/tk-SECRET/conda-forge"  # used as given
     assert mirror.public() == "https://conda.anaconda.org/conda-forge=https://mirror.internal/t/<TOKEN>/conda-forge"
+    assert lock_record([mirror]) == "https://conda.anaconda.org/conda-forge"  # a lock names no host at all
 
 
 def test_a_mirror_directory_may_start_with_a_tilde(monkeypatch, tmp_path) -> None:
@@ -32,6 +33,24 @@ def test_a_mirror_directory_may_start_with_a_tilde(monkeypatch, tmp_path) -> Non
     mirror = Mirror.parse("conda-forge=~/mirrors/conda-forge/")
     assert mirror.local_dir == tmp_path / "mirrors" / "conda-forge"
     assert mirror.public() == "https://conda.anaconda.org/conda-forge=~/mirrors/conda-forge/"  # as written
+    assert lock_record([mirror]) == "https://conda.anaconda.org/conda-forge"  # and no path in a lock
+
+
+def test_a_lock_records_the_channels_its_mirrors_served_and_never_where_they_were(tmp_path) -> None:
+    (tmp_path / "cf").mkdir()
+    (tmp_path / "bio").mkdir()
+    mirrors = parse_mirrors(
+        [
+            f"conda-forge=file://{tmp_path}/cf",
+            "bioconda=bio",
+            "https://repo.example/nvidia=https://bob:pw@m.internal/nv",
+        ],
+        base=tmp_path,
+    )
+    assert lock_record(mirrors) == (
+        "https://conda.anaconda.org/conda-forge https://conda.anaconda.org/bioconda https://repo.example/nvidia"
+    )
+    assert lock_record(()) == ""
 
 
 def test_a_mirror_url_with_a_query_string_is_refused_without_showing_its_token() -> None:

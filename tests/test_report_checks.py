@@ -1,4 +1,4 @@
-"""The check-result model: exit code, table rendering, and the pinned JSON envelope."""
+"""The checks of `bootstrap.report`: exit code, table rendering, and the pinned JSON envelope."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from bootstrap.checks.model import (
+from bootstrap.errors import InputError
+from bootstrap.report import (
     FORMAT,
     FORMAT_VERSION,
     Check,
@@ -18,7 +19,6 @@ from bootstrap.checks.model import (
     summary,
     to_json,
 )
-from bootstrap.errors import InputError
 
 CHECKS = [
     Check(

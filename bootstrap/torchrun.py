@@ -14,8 +14,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from bootstrap.checks.model import SEVERITY, Check
 from bootstrap.errors import InputError
+from bootstrap.report import SEVERITY, Check
 
 
 def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, int]:
