@@ -2,7 +2,7 @@
 
 Each variant is locked into its own conda-lock file (`Project.variant_lock_path`) from its effective
 spec: the torch pin applied, solved for the virtual packages with the overrides applied.
-Docs: docs/lock.md, "A CPU-only torch beside a CUDA one: variants".
+Docs: docs/lock.md, "Variants: torch builds side by side".
 """
 
 from __future__ import annotations
