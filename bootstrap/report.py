@@ -1,17 +1,7 @@
-"""What a verb returns and prints: a result, the checks it is made of, and their two renderings.
-
-A result is a frozen value built once by the core (`@result` makes its
-constructor keyword-only) with a `to_dict()` of plain JSON types; the CLI
-prints it either for people or through `dumps` here, as one envelope:
-`{"format", "version", ...the result's to_dict()}`. The formats and their
-versions are listed once, in `FORMATS`; a test runs every verb with
-`--json` and holds each envelope to it. A change that renames or drops a
-key bumps that format's version.
-
-Every check `verify`, `doctor` and `bench` run returns a `Check`; the exit
-code comes from the statuses; the same list renders as a plain-text table
-for people (`render_table`) and as the `bootstrap.checks` envelope for CI
-(`to_json`). Nothing here prints. Stdlib only: the env side imports it.
+"""What a verb returns and prints: a frozen result with a plain-JSON `to_dict()`, printed for people or
+as one `{"format", "version", ...}` envelope (`dumps`; formats and versions are listed in `FORMATS`,
+and renaming or dropping a key bumps its version), and the `Check`s verify, doctor and bench return,
+rendered as a table or as the `bootstrap.checks` envelope. Stdlib only; nothing here prints.
 """
 
 from __future__ import annotations

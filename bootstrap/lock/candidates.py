@@ -1,10 +1,6 @@
-"""The locked variants of an env as candidates for the pick (`compat.pick`).
-
-    envs/<env>.yml `variants:` + each variant's lock -> [Candidate]   (`env_candidates`)
-
-doctor judges them all, `bootstrap env` installs the pick, verify compares the installed
-variant with it. Reading the locks is the I/O here; the pick itself is pure. Stdlib and
-pyyaml only: verify runs this inside the env.
+"""The locked variants of an env as candidates for the pick (`env_candidates`, `compat.pick`): doctor
+judges them all, `bootstrap env` installs the pick, verify compares the installed variant with it.
+Stdlib and pyyaml only: verify runs this inside the env.
 """
 
 from __future__ import annotations
