@@ -11,7 +11,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 from bootstrap.errors import BootstrapError, BusyError, DiskFullError, InputError
 from bootstrap.project import refuse_input
@@ -159,12 +159,12 @@ def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
         raise
 
 
-def write_together(files: Sequence[Tuple[Path, bytes]]) -> None:
+def write_together(files: Sequence[tuple[Path, bytes]]) -> None:
     """Every file or none: each is written to a hidden staging file beside its target (an atomic write,
     so a failure leaves nothing half-written), then all are renamed over their targets. A FIFO or
     /dev/stdout is written directly in the second step; a symlink is written through. An OSError
     names the path it was given for, never a staging or temp file."""
-    staged: List[Tuple[Optional[Path], Path, bytes, Path]] = []
+    staged: list[tuple[Optional[Path], Path, bytes, Path]] = []
     try:
         for path, data in files:
             target = write_target(path)
@@ -224,7 +224,7 @@ def out_of_space(exc: BaseException) -> bool:
     return _says(exc, (errno.ENOSPC, errno.EDQUOT, errno.EFBIG), _OUT_OF_SPACE + _TOO_LARGE)
 
 
-def _says(exc: BaseException, errnos: Tuple[int, ...], texts: Tuple[str, ...]) -> bool:
+def _says(exc: BaseException, errnos: tuple[int, ...], texts: tuple[str, ...]) -> bool:
     seen: Optional[BaseException] = exc
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in errnos:

@@ -6,7 +6,7 @@ scripts/tools-venv.sh is held to this table by tests/test_platforms.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class Platform:
     subdir: str  # conda's name: 'linux-64'
     os: str  # 'linux', 'macos' or 'windows': the driver-number series, the wheels' OS
     compat_key: str  # the compat tables' key: 'linux_x86_64'
-    machines: Tuple[str, ...]  # platform.machine(), lowercased, on that OS
+    machines: tuple[str, ...]  # platform.machine(), lowercased, on that OS
 
 
 PLATFORMS = (

@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Union
+from typing import Mapping, Optional, Union
 
 from bootstrap.errors import InputError, excerpt
 
@@ -137,7 +137,7 @@ def default_lock_path(root: Optional[Path]) -> Optional[Path]:
     return path if path.is_file() else None
 
 
-def project_files(root: Path) -> Dict[Path, str]:
+def project_files(root: Path) -> dict[Path, str]:
     """The files of the project at `root` that commands read and only `lock` or a person writes:
     path -> what it is, as a message says it ("the project's lock conda-lock.yml")."""
     project = Project(root)

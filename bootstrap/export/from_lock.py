@@ -6,7 +6,7 @@ inside an env too; a lock's freshness check there upgrades to `lock --check` whe
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Iterable, Optional
 
 from bootstrap.errors import InputError
 from bootstrap.export.portable import ExportOptions, check_options, chosen_platforms, portable_from_lock
@@ -56,7 +56,7 @@ def export_pinned(
             f"'{template}' would hold {len(platforms)} platforms in one file",
             f"put {{platform}} in the name, e.g. -o '{name}-{{platform}}.lock', or pick one with --platform",
         )
-    files: Dict[Path, str] = {}
+    files: dict[Path, str] = {}
     for platform in platforms:
         path = Path(template.replace("{platform}", platform).replace("{name}", name))
         files[path] = render_explicit(lock, platform, _explicit_header(name, platform, path, lock, project))
@@ -71,7 +71,7 @@ def export_pinned(
     )
 
 
-def _explicit_header(name: str, platform: str, path: Path, lock: Lock, project: Project) -> List[str]:
+def _explicit_header(name: str, platform: str, path: Path, lock: Lock, project: Project) -> list[str]:
     return [
         f"{HEADER_MARK} --pinned`: {_relative(lock.path, project.root)}, {platform}. Do not edit.",
         f"# platform: {platform}",
@@ -88,7 +88,7 @@ def _refuse_inputs(paths: Iterable[Path], project: Project, spec: EnvSpec, lock:
         refuse_input(path, "-o", {source: f"{what} this export is made from" for source, what in inputs.items()})
 
 
-def _spec_and_lock(project: Project, env: str) -> Tuple[EnvSpec, Lock, List[str]]:
+def _spec_and_lock(project: Project, env: str) -> tuple[EnvSpec, Lock, list[str]]:
     project.resolve_envs([env])
     spec = read_spec(project.spec_path(env))
     lock_path = project.lock_path(env)
@@ -98,7 +98,7 @@ def _spec_and_lock(project: Project, env: str) -> Tuple[EnvSpec, Lock, List[str]
     return spec, lock, _check_fresh(project, env, spec, lock)
 
 
-def _check_fresh(project: Project, env: str, spec: EnvSpec, lock: Lock) -> List[str]:
+def _check_fresh(project: Project, env: str, spec: EnvSpec, lock: Lock) -> list[str]:
     """Refuse to share a lock `lock --check` calls stale (its records, not only its inputs: a hand
     edit of a version is caught too); on the env side (no rattler or conda-lock) say what could
     not be checked."""

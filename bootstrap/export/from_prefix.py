@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 from bootstrap.errors import InputError
 from bootstrap.export.portable import (
@@ -57,7 +57,7 @@ def portable_from_prefix(prefix: Path, options: ExportOptions = ExportOptions())
     records = conda_records(prefix)
     if not records:
         raise InputError(meta, "no package records", "is the environment empty?")
-    notes: List[str] = []
+    notes: list[str] = []
     requested, how = requested_conda_specs(meta / "history", records)
     notes.append(f"requested conda specs taken from {how}")
     by_name = {r.name: r for r in records}
@@ -83,7 +83,7 @@ def portable_from_prefix(prefix: Path, options: ExportOptions = ExportOptions())
     )
 
 
-def requested_conda_specs(history: Path, records: Sequence[InstalledConda]) -> Tuple[Dict[str, str], str]:
+def requested_conda_specs(history: Path, records: Sequence[InstalledConda]) -> tuple[dict[str, str], str]:
     """name -> requested spec, and where the answer came from.
 
     1. `conda-meta/history`, replayed like conda's `History.get_requested_specs_map`:
@@ -109,14 +109,14 @@ def requested_conda_specs(history: Path, records: Sequence[InstalledConda]) -> T
     return leaves, "the packages nothing else depends on (no history recorded)"
 
 
-def _prefix_platforms(records: Sequence[InstalledConda]) -> Tuple[str, ...]:
+def _prefix_platforms(records: Sequence[InstalledConda]) -> tuple[str, ...]:
     subdirs = sorted({r.subdir for r in records if r.subdir and r.subdir != "noarch"})
     return tuple(subdirs)
 
 
-def _prefix_channels(records: Sequence[InstalledConda]) -> Tuple[str, ...]:
+def _prefix_channels(records: Sequence[InstalledConda]) -> tuple[str, ...]:
     """Channels by number of packages taken from each (ties: first seen); the busiest first."""
-    counts: Dict[str, int] = {}
+    counts: dict[str, int] = {}
     for record in records:
         if record.channel and record.channel != "pypi":
             key = portable_channel(record.channel)
@@ -124,7 +124,7 @@ def _prefix_channels(records: Sequence[InstalledConda]) -> Tuple[str, ...]:
     return tuple(sorted(counts, key=lambda c: -counts[c]))
 
 
-def _pip_lines(prefix: Path, records: Sequence[InstalledConda]) -> Tuple[Tuple[Line, ...], List[str]]:
+def _pip_lines(prefix: Path, records: Sequence[InstalledConda]) -> tuple[tuple[Line, ...], list[str]]:
     owned = metadata_names(records)
     dists = [d for d in pip_distributions(prefix) if d.installer != "conda" and d.dist_info.name not in owned]
     if not dists:

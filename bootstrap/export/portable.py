@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Iterable, Mapping, Optional, Sequence
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError
@@ -37,8 +37,8 @@ _ANACONDA_TOKEN = re.compile(r"/t/[^/]+")
 @dataclass(frozen=True)
 class ExportOptions:
     name: Optional[str] = None  # the `name:` of the export (default: the spec's / the prefix's)
-    channels: Tuple[str, ...] = ()  # replace the channels (e.g. a local channel by the one the team uses)
-    platforms: Tuple[str, ...] = ()  # a subset of the locked platforms
+    channels: tuple[str, ...] = ()  # replace the channels (e.g. a local channel by the one the team uses)
+    platforms: tuple[str, ...] = ()  # a subset of the locked platforms
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,12 @@ class PortableEnv:
     """What a portable environment.yml says, before rendering."""
 
     name: str
-    channels: Tuple[str, ...]
-    platforms: Tuple[str, ...]
-    conda: Tuple[Line, ...]
-    pip: Tuple[Line, ...]
+    channels: tuple[str, ...]
+    platforms: tuple[str, ...]
+    conda: tuple[Line, ...]
+    pip: tuple[Line, ...]
     source: str  # one line for the header, e.g. "envs/py310.yml pinned to conda-lock.yml"
-    notes: Tuple[str, ...] = ()  # things the user should know; the command prints them on stderr
+    notes: tuple[str, ...] = ()  # things the user should know; the command prints them on stderr
     from_lock: bool = True  # a lock also has a --pinned form; an existing environment does not
 
 
@@ -86,7 +86,7 @@ def portable_from_lock(
     """The spec's requested specs pinned to the versions `lock` holds (pure)."""
     platforms = chosen_platforms(lock, options.platforms)
     conda = tuple(_pin_conda(text, lock, platforms) for text in spec.conda)
-    pip: List[Line] = []
+    pip: list[Line] = []
     for text in spec.pip:
         pip.extend(_pin_pip(text, lock, platforms))
     channels = portable_channels(options.channels or spec.channels, bool(options.channels))
@@ -101,7 +101,7 @@ def portable_from_lock(
     )
 
 
-def chosen_platforms(lock: Lock, requested: Sequence[str]) -> Tuple[str, ...]:
+def chosen_platforms(lock: Lock, requested: Sequence[str]) -> tuple[str, ...]:
     for platform in requested:
         if platform not in lock.platforms:
             raise InputError(
@@ -167,8 +167,8 @@ def requested_build(spec: str) -> Optional[str]:
     return build if build and build != "*" else None
 
 
-def _common_prefix(split_versions: List[List[str]]) -> List[str]:
-    common: List[str] = []
+def _common_prefix(split_versions: list[list[str]]) -> list[str]:
+    common: list[str] = []
     for parts in zip(*split_versions):
         if len(set(parts)) != 1:
             break
@@ -182,7 +182,7 @@ def _version_key(version: str) -> list:
     return [(1, int(p), "") if p.isdigit() else (0, 0, p.lower()) for p in parts]
 
 
-def _pin_pip(text: str, lock: Lock, platforms: Sequence[str]) -> List[Line]:
+def _pin_pip(text: str, lock: Lock, platforms: Sequence[str]) -> list[Line]:
     match = _PIP_REQ.match(text)
     if match is None or match.group("rest").startswith("@"):
         return [Line(text)]  # a direct reference (`name @ URL`) is already exact
@@ -219,7 +219,7 @@ def canonical_pip(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _platform_groups(versions: Mapping[str, str]) -> List[Tuple[List[str], str]]:
+def _platform_groups(versions: Mapping[str, str]) -> list[tuple[list[str], str]]:
     """Platforms that can share one marker, and that marker: one group per OS, or per platform
     when two platforms of one OS are locked at different versions.
 
@@ -239,7 +239,7 @@ def _platform_groups(versions: Mapping[str, str]) -> List[Tuple[List[str], str]]
     return groups
 
 
-def _index_notes(lock: Lock, platforms: Sequence[str]) -> Tuple[str, ...]:
+def _index_notes(lock: Lock, platforms: Sequence[str]) -> tuple[str, ...]:
     hosts = sorted(
         {
             urlsplit(scrub_credentials(p.url)).netloc or "local files"
@@ -259,8 +259,8 @@ def _index_notes(lock: Lock, platforms: Sequence[str]) -> Tuple[str, ...]:
 # --------------------------------------------------------------------------- channels
 
 
-def portable_channels(channels: Iterable[str], overridden: bool) -> Tuple[str, ...]:
-    out: List[str] = []
+def portable_channels(channels: Iterable[str], overridden: bool) -> tuple[str, ...]:
+    out: list[str] = []
     for channel in channels:
         short = portable_channel(channel)
         if _is_local(short):

@@ -4,7 +4,7 @@ with the same lines, in the same order, as `conda-lock render --kind explicit`."
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from bootstrap.export.portable import Line, PortableEnv
 from bootstrap.lock.lockfile import Lock, LockedPackage
@@ -66,7 +66,7 @@ def render_explicit(lock: Lock, platform: str, header: Sequence[str] = ()) -> st
     return "\n".join(lines) + "\n"
 
 
-def _toposorted(packages: List[LockedPackage]) -> List[LockedPackage]:
+def _toposorted(packages: list[LockedPackage]) -> list[LockedPackage]:
     """conda-lock's order: conda's `toposort` over dependency names (ties alphabetical). Those of
     virtual packages (`__glibc`) stay in the graph, as in conda-lock's: they move a record a level down."""
     by_name = {p.name: p for p in packages}
@@ -74,14 +74,14 @@ def _toposorted(packages: List[LockedPackage]) -> List[LockedPackage]:
     return [by_name[n] for n in order if n in by_name]
 
 
-def _toposort_names(graph: Mapping[str, Iterable[str]]) -> List[str]:
+def _toposort_names(graph: Mapping[str, Iterable[str]]) -> list[str]:
     """conda's `common.toposort.toposort(safe=True)`: levels in sorted order, cycles broken by fewest deps."""
     data = {k: set(v) for k, v in graph.items()}
     if "python" in data:
         data["python"].discard("pip")  # conda's special case: python before anything that needs it
     if not data:
         return []
-    out: List[str] = []
+    out: list[str] = []
     levels = _levels(data)
     while True:
         try:
@@ -95,7 +95,7 @@ def _toposort_names(graph: Mapping[str, Iterable[str]]) -> List[str]:
             levels = _levels(data)
 
 
-def _levels(data: Dict[str, set]):
+def _levels(data: dict[str, set]):
     if not data:
         return
     for key, deps in data.items():
@@ -115,7 +115,7 @@ def _levels(data: Dict[str, set]):
         raise ValueError("cyclic dependencies")
 
 
-def _pop_key(data: Dict[str, set]) -> str:
+def _pop_key(data: dict[str, set]) -> str:
     key = sorted(data.items(), key=lambda item: (len(item[1]), item[0]))[0][0]
     data.pop(key)
     for deps in data.values():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Mapping
 
 from bootstrap.fsutil import check_output, write_failed, write_together
 from bootstrap.report import result
@@ -17,11 +17,11 @@ class ExportResult:
     kind: str  # "portable" (an environment.yml) or "pinned" (explicit files, one per platform)
     name: str  # the environment's name in the files
     source: str  # what they were made from, as their header says: "envs/py310.yml pinned to conda-lock.yml"
-    platforms: Tuple[str, ...]
+    platforms: tuple[str, ...]
     files: Mapping[Path, str]
-    notes: Tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The `--json` body: each file by path, size and sha256 (the text itself is the file)."""
         return {
             "kind": self.kind,
@@ -33,7 +33,7 @@ class ExportResult:
         }
 
 
-def _file(path: Path, text: str) -> Dict[str, Any]:
+def _file(path: Path, text: str) -> dict[str, Any]:
     data = text.encode("utf-8")
     return {"path": str(path), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional, Tuple
+from typing import Iterable, Iterator, Optional
 from urllib.parse import unquote, urlsplit
 
 from bootstrap.compat.host import probe_glibc, probe_macos
@@ -29,7 +29,7 @@ _BOUND = re.compile(r"(?:>=|>|==|=)?\s*(\d+(?:\.\d+)*)(?:\.\*)?")
 _RELOCK = {GLIBC: "__glibc", MACOS: "__osx"}
 _NEWER = {GLIBC: "use a machine with a newer OS", MACOS: "use a newer macOS"}
 
-Version = Tuple[int, ...]
+Version = tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def wheel_needs(entry: LockedPackage) -> Iterator[Need]:
         yield Need(system, version, f"{entry.name} {entry.version} wheel {label}")
 
 
-def tag_need(tag: str) -> Optional[Tuple[str, Version, str]]:
+def tag_need(tag: str) -> Optional[tuple[str, Version, str]]:
     """(system, version, tag without its architecture) of one platform tag: `manylinux2014_x86_64` ->
     ("glibc", (2, 17), "manylinux2014"); None for a tag that asks no minimum (`any`, `win_amd64`)."""
     match = _TAG.match(tag)

@@ -8,7 +8,7 @@ import ast
 import re
 from datetime import datetime
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import Sequence
 
 # `[channel::]name`: the package name of a conda match spec, and its channel if pinned.
 # The channel may be a URL (`https://conda.anaconda.org/conda-forge::numpy`), so it ends at the first `::`.
@@ -23,7 +23,7 @@ def spec_name(spec: str) -> str:
     return match.group("name").lower() if match else ""
 
 
-def requested_specs(history: Path) -> Dict[str, str]:
+def requested_specs(history: Path) -> dict[str, str]:
     """name -> spec as last requested, replaying update/install/create/remove entries like conda."""
     try:
         text = history.read_text(encoding="utf-8", errors="replace")
@@ -32,8 +32,8 @@ def requested_specs(history: Path) -> Dict[str, str]:
     return _replay(text.splitlines())
 
 
-def _replay(lines: Sequence[str]) -> Dict[str, str]:
-    spec_map: Dict[str, str] = {}
+def _replay(lines: Sequence[str]) -> dict[str, str]:
+    spec_map: dict[str, str] = {}
     for line in lines:
         match = _SPECS_LINE.match(line.strip())
         if not match:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from bootstrap.compat.pick import Pick, Verdict, pick_variant
 from bootstrap.errors import InputError
@@ -44,7 +44,7 @@ class VariantChoice:
     pick: Optional[Pick] = None
     facts_source: str = ""
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name or None,
             "lock": str(self.lock_path),

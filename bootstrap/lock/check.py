@@ -9,7 +9,7 @@ from __future__ import annotations
 import glob
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence
 
 from bootstrap.errors import InputError
 from bootstrap.lock.conda import match_specs
@@ -41,7 +41,7 @@ class Stale:
     def __str__(self) -> str:
         return f"{self.platform}: {self.subject}: {self.reason}"
 
-    def to_dict(self) -> Dict[str, str]:
+    def to_dict(self) -> dict[str, str]:
         return asdict(self)
 
 
@@ -52,14 +52,14 @@ class CheckResult:
     env: str
     variant: str  # "" when the spec declares no variants
     lock_path: Path
-    platforms: Tuple[str, ...]  # the platforms checked
-    stale: Tuple[Stale, ...]
+    platforms: tuple[str, ...]  # the platforms checked
+    stale: tuple[Stale, ...]
 
     @property
     def fresh(self) -> bool:
         return not self.stale
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "env": self.env,
             "variant": self.variant or None,
@@ -74,19 +74,19 @@ class CheckResult:
 class CheckRun:
     """`bootstrap lock --check [ENV ...]`: one result per env; fresh when every lock is."""
 
-    envs: Tuple[CheckResult, ...]
+    envs: tuple[CheckResult, ...]
 
     @property
     def fresh(self) -> bool:
         return all(env.fresh for env in self.envs)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"fresh": self.fresh, "envs": [env.to_dict() for env in self.envs]}
 
 
 def check_env(
-    project: Project, env: str, platforms: Tuple[str, ...] = (), variants: Tuple[str, ...] = ()
-) -> Tuple[CheckResult, ...]:
+    project: Project, env: str, platforms: tuple[str, ...] = (), variants: tuple[str, ...] = ()
+) -> tuple[CheckResult, ...]:
     """The locks of `env` (one per variant) against its spec, on `platforms` (default: all of the spec's)."""
     spec = read_spec(project.spec_path(env))
     for platform in platforms:
@@ -130,7 +130,7 @@ def check_syntax(spec: EnvSpec, variants: Sequence[Optional[Variant]]) -> None:
 
 
 def _check_lock(
-    env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path, platforms: Tuple[str, ...]
+    env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path, platforms: tuple[str, ...]
 ) -> CheckResult:
     variant = spec.variant.name if spec.variant else ""
     if not lock_path.exists() and variant and not spec.variant.default:

@@ -12,7 +12,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence
 
 from bootstrap import __version__
 from bootstrap.errors import BootstrapError, InputError, SolveError, in_variant
@@ -61,12 +61,12 @@ class LockResult:
     path: Path
     written: bool
     new: bool  # there was no lock before
-    platforms: Tuple[str, ...]  # the platforms solved this time; the others were kept (`--platform`)
-    counts: Dict[str, Dict[str, int]]  # every platform of the spec -> {"conda": n, "pip": n}
-    diffs: Tuple[PlatformDiff, ...]  # every platform of the spec, against the lock before
-    seconds: Dict[str, float] = field(default_factory=dict)  # conda_solve, pip_resolve, write
+    platforms: tuple[str, ...]  # the platforms solved this time; the others were kept (`--platform`)
+    counts: dict[str, dict[str, int]]  # every platform of the spec -> {"conda": n, "pip": n}
+    diffs: tuple[PlatformDiff, ...]  # every platform of the spec, against the lock before
+    seconds: dict[str, float] = field(default_factory=dict)  # conda_solve, pip_resolve, write
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "env": self.env,
             "variant": self.variant or None,
@@ -100,7 +100,7 @@ class DroppedLock:
     deleted: bool
     why: str
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "env": self.env,
             "variant": self.variant,
@@ -115,10 +115,10 @@ class LockRun:
     """`bootstrap lock [ENV ...]`: one result per env (per variant of it), in the order they were locked."""
 
     dry_run: bool
-    envs: Tuple[LockResult, ...]
-    dropped: Tuple[DroppedLock, ...] = ()
+    envs: tuple[LockResult, ...]
+    dropped: tuple[DroppedLock, ...] = ()
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "dry_run": self.dry_run,
             "envs": [env.to_dict() for env in self.envs],
@@ -132,7 +132,7 @@ def lock_env(
     options: LockOptions = LockOptions(),
     notify: Callable[[str], None] = lambda _message: None,
     progress: Callable[[str], None] = lambda _message: None,
-) -> Tuple[LockResult, ...]:
+) -> tuple[LockResult, ...]:
     """Solve `env` and write its lock, one per variant. Every variant is solved before any lock is
     written, so a variant that fails leaves every lock as it was. Two runs on one env take turns (an
     flock on the spec), so a `--platform` relock never writes over another's platforms with what it
@@ -186,7 +186,7 @@ def _check_kept_variant(project: Project, env: str, variant: Optional[Variant], 
         )
 
 
-def drop_orphan_locks(project: Project, env: str, options: LockOptions) -> Tuple[DroppedLock, ...]:
+def drop_orphan_locks(project: Project, env: str, options: LockOptions) -> tuple[DroppedLock, ...]:
     """Delete the locks `orphan_locks` finds, so that no stale lock of a removed variant, or of one
     that became the default, lingers beside the others (only listed with `dry_run`; kept with `--variant`
     or `--platform`)."""
@@ -287,7 +287,7 @@ def _solve(
     )
 
 
-def _write_plans(plans: Sequence[_Plan], options: LockOptions) -> Tuple[LockResult, ...]:
+def _write_plans(plans: Sequence[_Plan], options: LockOptions) -> tuple[LockResult, ...]:
     """Write every variant's solved lock, or none (nothing with `dry_run`): each is rendered before
     the first is replaced, so one that cannot be written leaves every lock as it was."""
     started = time.perf_counter()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError, excerpt
@@ -50,7 +50,7 @@ class Variant:
     """One torch build of an env: the platforms it is locked for and what differs from the spec."""
 
     name: str
-    platforms: Tuple[str, ...]
+    platforms: tuple[str, ...]
     index: str = PYPI
     torch: str = ""  # a PEP 440 specifier replacing the spec's torch requirement; "" keeps it
     virtual_packages: Mapping[str, Optional[str]] = field(default_factory=dict)  # None: removed
@@ -62,7 +62,7 @@ class Variant:
         return not self.torch and not self.virtual_packages and self.index == PYPI
 
 
-def read_indexes(path: Path, value: Any) -> Dict[str, str]:
+def read_indexes(path: Path, value: Any) -> dict[str, str]:
     """`pip-indexes:` as name -> URL (without a trailing slash)."""
     if value is None:
         return {}
@@ -107,8 +107,8 @@ def read_indexes(path: Path, value: Any) -> Dict[str, str]:
 
 
 def read_variants(
-    path: Path, value: Any, platforms: Tuple[str, ...], indexes: Mapping[str, str], pip: Tuple[str, ...]
-) -> Tuple[Variant, ...]:
+    path: Path, value: Any, platforms: tuple[str, ...], indexes: Mapping[str, str], pip: tuple[str, ...]
+) -> tuple[Variant, ...]:
     """`variants:` checked against the spec's platforms, indexes and pip section."""
     if value is None:
         return ()
@@ -129,7 +129,7 @@ def read_variants(
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise InputError(path, f"variants: two variants are named {excerpt(twice[0])}", "give each its own name")
-    by_folded: Dict[str, str] = {}
+    by_folded: dict[str, str] = {}
     for name in names:
         other = by_folded.setdefault(name.lower(), name)
         if other != name:  # their lock files are one file where names ignore case
@@ -141,7 +141,7 @@ def read_variants(
     return (replace(variants[0], default=True),) + variants[1:]
 
 
-def _variant(path: Path, index: int, raw: Any, spec_platforms: Tuple[str, ...], indexes: Mapping[str, str]) -> Variant:
+def _variant(path: Path, index: int, raw: Any, spec_platforms: tuple[str, ...], indexes: Mapping[str, str]) -> Variant:
     where = f"variants[{index}]"
     if not isinstance(raw, dict):
         raise InputError(path, f"{where}: expected a mapping with a name", "e.g. `- name: cu128`")
@@ -202,12 +202,12 @@ def _pep440(pin: str) -> bool:
     return True
 
 
-def _virtual_packages(path: Path, where: str, value: Any) -> Dict[str, Optional[str]]:
+def _virtual_packages(path: Path, where: str, value: Any) -> dict[str, Optional[str]]:
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise InputError(path, f'{where}.virtual-packages: expected a mapping like {{__cuda: "12.6"}}')
-    out: Dict[str, Optional[str]] = {}
+    out: dict[str, Optional[str]] = {}
     for name, version in value.items():
         if not isinstance(name, str) or not _VIRTUAL.fullmatch(name):
             raise InputError(
@@ -234,8 +234,8 @@ def _virtual_packages(path: Path, where: str, value: Any) -> Dict[str, Optional[
 
 
 def _platforms(
-    path: Path, where: str, value: Any, spec_platforms: Tuple[str, ...], virtual: Mapping[str, Optional[str]]
-) -> Tuple[str, ...]:
+    path: Path, where: str, value: Any, spec_platforms: tuple[str, ...], virtual: Mapping[str, Optional[str]]
+) -> tuple[str, ...]:
     """The variant's platforms: those named, else every platform of the spec that can have its
     virtual packages (a `__cuda` variant is not locked for macOS)."""
     wanted = [name for name, version in virtual.items() if version is not None]
@@ -276,7 +276,7 @@ def _can_have(platform: str, virtual_package: str) -> bool:
     return os_of(platform) in _VIRTUAL_OS.get(virtual_package, (os_of(platform),))
 
 
-def effective_pip(pip: Tuple[str, ...], variant: Variant) -> Tuple[str, ...]:
+def effective_pip(pip: tuple[str, ...], variant: Variant) -> tuple[str, ...]:
     """The spec's pip: section with the variant's torch pin in place of the torch requirement's
     (its extras and marker kept)."""
     if not variant.torch:
@@ -290,7 +290,7 @@ def effective_pip(pip: Tuple[str, ...], variant: Variant) -> Tuple[str, ...]:
     return tuple(out)
 
 
-def torch_family(pip: Tuple[str, ...]) -> Tuple[str, ...]:
+def torch_family(pip: tuple[str, ...]) -> tuple[str, ...]:
     """The torch packages the spec lists (they come from the variant's index together)."""
     names = {_requirement_name(p) for p in pip}
     return tuple(name for name in TORCH_FAMILY if name in names)
@@ -301,7 +301,7 @@ def _requirement_name(text: str) -> str:
 
 
 def check_variant_platforms(
-    env: str, variants: Tuple[Optional[Variant], ...], platforms: Tuple[str, ...], named: bool
+    env: str, variants: tuple[Optional[Variant], ...], platforms: tuple[str, ...], named: bool
 ) -> None:
     """`--platform` against the variants acted on: each variant named by `--variant` (`named`) must be
     locked for every platform asked for, and otherwise some variant must be, else nothing would be
@@ -324,7 +324,7 @@ def check_variant_platforms(
             )
 
 
-def variant_locks(project: Any, env: str, spec: Any, names: Tuple[str, ...] = ()) -> list:
+def variant_locks(project: Any, env: str, spec: Any, names: tuple[str, ...] = ()) -> list:
     """(variant, lock path) of each variant of `env` (`spec` read from its file), default first;
     a spec without variants has one lock, `(None, project.lock_path(env))`. `names` picks some."""
     if not spec.variants:

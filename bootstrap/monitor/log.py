@@ -9,7 +9,7 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 from bootstrap.errors import BootstrapError, InputError
 from bootstrap.fsutil import check_output, is_special, write_failed
@@ -36,7 +36,7 @@ COLUMNS = (
 )
 
 
-def rows(sample: Sample) -> List[Dict[str, Any]]:
+def rows(sample: Sample) -> list[dict[str, Any]]:
     """One row per GPU, keyed by COLUMNS; missing values are None."""
     stamp = datetime.fromtimestamp(sample.timestamp, tz=timezone.utc).isoformat(timespec="milliseconds")
     stamp = stamp.replace("+00:00", "Z")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional
 
 from bootstrap.monitor.log import rows
 from bootstrap.monitor.sampler import Sample
@@ -25,14 +25,14 @@ class MonitorResult:
     samples: int
     duration_s: float
     gpu_count: int
-    gpus: Tuple[GpuStats, ...]
+    gpus: tuple[GpuStats, ...]
     last: Optional[Sample]
     log_path: Optional[Path]
     log_format: Optional[str]  # "csv" | "jsonl"
     log_rows: int
-    notes: Tuple[str, ...]
+    notes: tuple[str, ...]
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "available": self.available,
             "reason": self.reason,
@@ -53,7 +53,7 @@ def monitor_result(
     summary: RunningSummary,
     interval_s: Optional[float],
     gpu_count: int,
-    notes: Tuple[str, ...],
+    notes: tuple[str, ...],
     log_path: Optional[Path] = None,
     log_format: Optional[str] = None,
     log_rows: int = 0,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, Optional
 
 from bootstrap.compat.nvml import Nvml
 from bootstrap.errors import EXIT_USAGE, BootstrapError
@@ -45,7 +45,7 @@ class GpuSample:
     power_w: Optional[float]
     power_limit_w: Optional[float]
     sm_clock_mhz: Optional[int]
-    processes: Tuple[GpuProcess, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Sample:
 
     timestamp: float  # seconds since the epoch (wall clock)
     elapsed_s: float  # since the first sample (monotonic clock)
-    gpus: Tuple[GpuSample, ...]
+    gpus: tuple[GpuSample, ...]
 
 
 @dataclass
@@ -73,11 +73,11 @@ class GpuSampler:
 
     def __init__(self, module: Any = None) -> None:
         self._nvml = Nvml(module)
-        self._gpus: List[_Gpu] = []
-        self._notes: Dict[str, str] = {}  # "GPU 0 power_w" -> reason, first failure only
-        self._names: Dict[int, Optional[str]] = {}  # pid -> process name, for processes still running
+        self._gpus: list[_Gpu] = []
+        self._notes: dict[str, str] = {}  # "GPU 0 power_w" -> reason, first failure only
+        self._names: dict[int, Optional[str]] = {}  # pid -> process name, for processes still running
         # NVML calls that have an older fallback: the first variant that answered, per GPU.
-        self._variant: Dict[Tuple[int, str], str] = {}
+        self._variant: dict[tuple[int, str], str] = {}
 
     def __enter__(self) -> "GpuSampler":
         self.open()
@@ -91,7 +91,7 @@ class GpuSampler:
         return len(self._gpus)
 
     @property
-    def notes(self) -> Tuple[str, ...]:
+    def notes(self) -> tuple[str, ...]:
         return tuple(f"{key}: {reason}" for key, reason in self._notes.items())
 
     def open(self) -> None:
@@ -125,13 +125,13 @@ class GpuSampler:
     def close(self) -> None:
         self._nvml.shutdown()
 
-    def sample(self) -> Tuple[GpuSample, ...]:
+    def sample(self) -> tuple[GpuSample, ...]:
         seen: set = set()
         out = tuple(self._sample_gpu(gpu, seen) for gpu in self._gpus)
         self._names = {pid: name for pid, name in self._names.items() if pid in seen}
         return out
 
-    def _ask(self, gpu: _Gpu, column: str, *variants: Tuple[str, tuple]) -> Any:
+    def _ask(self, gpu: _Gpu, column: str, *variants: tuple[str, tuple]) -> Any:
         """The first variant of a query that answers; remembered so later samples call only it."""
         key = (gpu.index, column)
         chosen = self._variant.get(key)
@@ -175,8 +175,8 @@ class GpuSampler:
             processes=self._processes(gpu, seen),
         )
 
-    def _processes(self, gpu: _Gpu, seen: set) -> Tuple[GpuProcess, ...]:
-        by_pid: Dict[int, Optional[int]] = {}
+    def _processes(self, gpu: _Gpu, seen: set) -> tuple[GpuProcess, ...]:
+        by_pid: dict[int, Optional[int]] = {}
         for kind, variants in (
             ("compute", ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2")),
             ("graphics", ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2")),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 from bootstrap.monitor.sampler import GpuSample, Sample
 
@@ -19,9 +19,9 @@ class _Series:
 
     def __init__(self, width: int) -> None:
         self._width = width
-        self._points: List[float] = []
+        self._points: list[float] = []
         self._bucket = 1  # samples per point
-        self._pending: List[float] = []
+        self._pending: list[float] = []
 
     def add(self, value: float) -> None:
         self._pending.append(value)
@@ -33,7 +33,7 @@ class _Series:
             self._points = [(a + b) / 2 for a, b in zip(self._points[::2], self._points[1::2])]
             self._bucket *= 2
 
-    def points(self) -> List[float]:
+    def points(self) -> list[float]:
         tail = [sum(self._pending) / len(self._pending)] if self._pending else []
         return self._points + tail
 
@@ -51,10 +51,10 @@ class GpuStats:
     memory_used_peak_mib: Optional[int]
     power_mean_w: Optional[float]
     temperature_max_c: Optional[int]
-    recent: Tuple[float, ...]  # the last utilisation values, oldest first (the live sparkline)
-    overview: Tuple[float, ...]  # the whole run compressed to a few dozen points (the summary sparkline)
+    recent: tuple[float, ...]  # the last utilisation values, oldest first (the live sparkline)
+    overview: tuple[float, ...]  # the whole run compressed to a few dozen points (the summary sparkline)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The figures, units in the names; not the sparklines' points, which only draw them."""
         return {
             "index": self.index,
@@ -83,7 +83,7 @@ class _GpuRunning:
         self.memory_peak: Optional[int] = None
         self.power_sum, self.power_n = 0.0, 0
         self.temperature_max: Optional[int] = None
-        self.recent: Deque[float] = deque(maxlen=recent)
+        self.recent: deque[float] = deque(maxlen=recent)
         self.overview = _Series(overview)
 
     def add(self, gpu: GpuSample) -> None:
@@ -127,7 +127,7 @@ class RunningSummary:
 
     def __init__(self, recent: int = 30, overview: int = 40) -> None:
         self._recent, self._overview = recent, overview
-        self._gpus: Dict[int, _GpuRunning] = {}
+        self._gpus: dict[int, _GpuRunning] = {}
         self.samples = 0
         self.first: Optional[Sample] = None
         self.last: Optional[Sample] = None
@@ -146,7 +146,7 @@ class RunningSummary:
     def duration_s(self) -> float:
         return self.last.elapsed_s - self.first.elapsed_s if self.first and self.last else 0.0
 
-    def per_gpu(self) -> List[GpuStats]:
+    def per_gpu(self) -> list[GpuStats]:
         return [self._gpus[i].stats() for i in sorted(self._gpus)]
 
 
