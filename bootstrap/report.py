@@ -11,9 +11,17 @@ import functools
 import json
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, TypeVar
 
 from bootstrap.errors import EXIT_FAILED, EXIT_OK, InputError
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform  # typing's own from 3.11
+else:
+
+    def dataclass_transform(**_: Any) -> Any:  # read by type checkers only
+        return lambda decorated: decorated
+
 
 # format -> version. What each one carries is pinned by tests/test_report.py.
 FORMATS = {
@@ -31,6 +39,7 @@ FORMATS = {
 T = TypeVar("T")
 
 
+@dataclass_transform(kw_only_default=True, frozen_default=True)
 def result(cls: type[T]) -> type[T]:
     """A frozen dataclass whose constructor takes keywords only (dataclass's own `kw_only` needs 3.10),
     so that `EnvResult(changed=False, ...)` says what each value is."""
