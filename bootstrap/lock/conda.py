@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Union
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from bootstrap import aio
@@ -19,8 +19,13 @@ from bootstrap.lock.mirrors import Mirror, mirror_for
 from bootstrap.lock.spec import EnvSpec, VirtualPackage
 from bootstrap.urls import scrub_credentials
 
+if TYPE_CHECKING:
+    from rattler import Channel, Client, Gateway, GenericVirtualPackage, MatchSpec, RepoDataRecord, SparseRepoData
 
-def match_specs(spec: EnvSpec) -> list:
+    Source = Union[Channel, SparseRepoData]
+
+
+def match_specs(spec: EnvSpec) -> list[MatchSpec]:
     """The spec's conda dependencies as rattler MatchSpecs; bad syntax names the entry."""
     from rattler import MatchSpec
 
@@ -54,7 +59,7 @@ def solve_conda(
     mirrors: Sequence[Mirror] = (),
     cache_dir: Optional[Path] = None,
     prefer: Sequence[LockedPackage] = (),
-) -> list:
+) -> list[RepoDataRecord]:
     """Solve the spec's conda dependencies for one platform; returns rattler RepoDataRecords.
 
     `prefer`: locked entries the solver keeps where the spec still allows them (rattler's
@@ -84,22 +89,29 @@ def solve_conda(
 
 
 async def _solve(
-    sources: list, specs: list, gateway, platform: str, vpkgs: list, prefer: Sequence[LockedPackage]
-) -> list:
+    sources: list[Source],
+    specs: list[MatchSpec],
+    gateway: Gateway,
+    platform: str,
+    vpkgs: list[GenericVirtualPackage],
+    prefer: Sequence[LockedPackage],
+) -> list[RepoDataRecord]:
     import rattler
 
     return await rattler.solve(
         sources=sources,
         specs=specs,
         gateway=gateway,
-        platforms=[platform, "noarch"],
+        platforms=[rattler.Subdir(platform), rattler.Subdir("noarch")],
         locked_packages=await _channel_records(sources, gateway, platform, prefer) if prefer else None,
         virtual_packages=vpkgs,
         channel_priority=rattler.ChannelPriority.Strict,
     )
 
 
-async def _channel_records(sources: list, gateway, platform: str, entries: Sequence[LockedPackage]) -> list:
+async def _channel_records(
+    sources: list[Source], gateway: Gateway, platform: str, entries: Sequence[LockedPackage]
+) -> list[RepoDataRecord]:
     """The channels' records of the locked `entries`, matched by sha256 (the bytes the lock vouches
     for: the URL differs when a mirror or another spelling of the channel served them); an entry
     the channels no longer have is left out.
@@ -113,7 +125,13 @@ async def _channel_records(sources: list, gateway, platform: str, entries: Seque
     names = sorted({entry.name for entry in entries})
     channels = [s for s in sources if isinstance(s, rattler.Channel)]
     found = (
-        [r for rs in await gateway.query(channels, [platform, "noarch"], names, recursive=False) for r in rs]
+        [
+            r
+            for rs in await gateway.query(
+                channels, [rattler.Subdir(platform), rattler.Subdir("noarch")], names, recursive=False
+            )
+            for r in rs
+        ]
         if channels
         else []
     )
@@ -122,15 +140,17 @@ async def _channel_records(sources: list, gateway, platform: str, entries: Seque
     return [r for r in found if r.sha256 is not None and r.sha256.hex() in wanted]
 
 
-def _sources(channel_urls: Sequence[str], platform: str, mirrors: Sequence[Mirror]):
+def _sources(
+    channel_urls: Sequence[str], platform: str, mirrors: Sequence[Mirror]
+) -> tuple[list[Source], dict[str, list[str]]]:
     import rattler
 
-    sources: list = []
+    sources: list[Source] = []
     http_mirrors: dict[str, list[str]] = {}
     for url in channel_urls:
         mirror = mirror_for(url, mirrors)
         if mirror is not None and mirror.local_dir is not None:
-            sources.extend(_local_repodata(url, mirror, subdir) for subdir in (platform, "noarch"))
+            sources.extend(_local_repodata(url, mirror.local_dir, mirror, subdir) for subdir in (platform, "noarch"))
             continue
         if mirror is not None:
             # The middleware rewrites by URL prefix: keep the trailing slash so
@@ -140,7 +160,7 @@ def _sources(channel_urls: Sequence[str], platform: str, mirrors: Sequence[Mirro
     return sources, http_mirrors
 
 
-def _mirror_client(http_mirrors: dict[str, list[str]]):
+def _mirror_client(http_mirrors: dict[str, list[str]]) -> Client:
     """A rattler client that fetches from the mirrors, sending each one's `user:password@` as Basic auth.
 
     rattler drops the userinfo of a mirror URL (the request goes out without it: 401), so it is taken
@@ -168,16 +188,15 @@ def _mirror_client(http_mirrors: dict[str, list[str]]):
         )
 
     # Order matters: the header callback must see the mirror's URL, i.e. run after the rewrite.
-    middlewares = [rattler.networking.MirrorMiddleware(rewrites)]
-    if logins:
-        middlewares.append(rattler.networking.AddHeadersMiddleware(headers))
-    return rattler.Client(middlewares)
+    mirror = rattler.networking.MirrorMiddleware(rewrites)
+    auth = [rattler.networking.AddHeadersMiddleware(headers)] if logins else []
+    return rattler.Client([mirror, *auth])
 
 
-def _local_repodata(url: str, mirror: Mirror, subdir: str):
+def _local_repodata(url: str, local_dir: Path, mirror: Mirror, subdir: str) -> SparseRepoData:
     import rattler
 
-    path = mirror.local_dir / subdir / "repodata.json"
+    path = local_dir / subdir / "repodata.json"
     if not path.is_file():
         raise FetchError(
             f"{path}: not found; a directory mirror of {url} needs <dir>/{subdir}/repodata.json "
@@ -206,9 +225,14 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def to_locked(record, platform: str) -> LockedPackage:
+def to_locked(record: RepoDataRecord, platform: str) -> LockedPackage:
     """A solved RepoDataRecord as a lock entry: conda-lock's fields, and every dependency as conda-lock
     writes it, those on virtual packages (`__glibc >=2.17,<3.0.a0`) included."""
+    if record.sha256 is None or record.md5 is None:
+        raise SolveError(
+            f"{scrub_credentials(record.url)}: the channel's repodata gives no sha256 or md5 for it, and a lock "
+            "records both to check the download (pin another build of it, or use a channel that has them)"
+        )
     return LockedPackage(
         name=record.name.source,
         version=str(record.version),
@@ -222,14 +246,14 @@ def to_locked(record, platform: str) -> LockedPackage:
     )
 
 
-def _dependencies(depends) -> dict[str, str]:
+def _dependencies(depends: Iterable[str]) -> dict[str, str]:
     """name -> version constraint, by conda-lock's own rule (its conda solver's): the version part
     of each match spec (`python_abi 3.10.* *_cp310` -> `3.10.*`, `libgcc 15.2.0 h0_1` -> `15.2.0`),
     `''` for none, the specs of one name merged. conda's MatchSpec, which conda-lock vendors, spells
     an exact version as written where rattler's would write `==15.2.0`."""
     from conda_lock.interfaces.vendored_conda import MatchSpec
 
-    specs: dict[str, list] = {}
+    specs: dict[str, list[Any]] = {}  # conda's vendored MatchSpecs
     for depend in depends:
         spec = MatchSpec(depend)
         specs.setdefault(spec.name, []).append(spec)

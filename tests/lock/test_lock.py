@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -246,6 +247,23 @@ def test_to_locked_keeps_every_dependency_as_conda_lock_writes_it() -> None:
         "_libgcc_mutex": "0.1",
     }
     assert locked.virtual_dependencies == {"__glibc": ">=2.17,<3.0.a0", "__unix": ""}
+
+
+def test_to_locked_names_a_record_without_the_hashes_a_lock_records() -> None:
+    from rattler import BuildString, PackageRecord, RepoDataRecord
+
+    from bootstrap.errors import SolveError
+    from bootstrap.lock.conda import to_locked
+
+    url = f"{CANONICAL_CHANNEL}/linux-64/libfoo-1.0-h0_0.tar.bz2"
+    record = RepoDataRecord(
+        PackageRecord("libfoo", "1.0", BuildString("h0_0"), 0, "linux-64", md5=bytes(16)),
+        "libfoo-1.0-h0_0.tar.bz2",
+        url,
+        CANONICAL_CHANNEL,
+    )
+    with pytest.raises(SolveError, match=f"^{re.escape(url)}: the channel's repodata gives no sha256"):
+        to_locked(record, "linux-64")
 
 
 def test_check_catches_an_edited_spec(locked: Project, capsys) -> None:
