@@ -93,7 +93,7 @@ def in_variant(exc: BootstrapError, path: object, label: str) -> BootstrapError:
 _TREE = re.compile(r"^[\s×╰─▶│├└┬┼]+")
 
 
-def one_line(text: str) -> str:
+def one_line(text: object) -> str:
     """A tool's explanation (rattler's solver, uv) as one line: tree glyphs and blank lines dropped,
     the lines joined, a line's own trailing colon kept (`...dependencies: Because ...`)."""
     parts = (_TREE.sub("", line).strip() for line in str(text).splitlines())

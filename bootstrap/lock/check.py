@@ -9,14 +9,13 @@ from __future__ import annotations
 import glob
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
 
 from bootstrap.errors import InputError
 from bootstrap.lock.conda import match_specs
 from bootstrap.lock.content_hash import conda_lock_accepts_hash, trusted_platforms
 from bootstrap.lock.lockfile import (
     META_TORCH_INDEX,
-    META_VARIANT,
     Lock,
     LockedPackage,
     is_virtual,
@@ -24,10 +23,16 @@ from bootstrap.lock.lockfile import (
 )
 from bootstrap.lock.pip import marker_environment, pip_requirements
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
-from bootstrap.lock.variants import Variant, check_variant_platforms, is_variant_name, variant_locks
+from bootstrap.lock.variants import META_VARIANT, Variant, check_variant_platforms, is_variant_name, variant_locks
 from bootstrap.project import LOCK_SUFFIX, Project
 from bootstrap.report import result
 from bootstrap.urls import scrub_credentials
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
+    from rattler import PackageRecord
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,7 @@ def _check_lock(
     env: str, spec: EnvSpec, vpkgs: VirtualPackages, lock_path: Path, platforms: tuple[str, ...]
 ) -> CheckResult:
     variant = spec.variant.name if spec.variant else ""
-    if not lock_path.exists() and variant and not spec.variant.default:
+    if not lock_path.exists() and spec.variant and not spec.variant.default:
         # A variant just added to the spec: stale, like a platform just added.
         return CheckResult(
             env=env,
@@ -215,7 +220,7 @@ class _BadEntry(Exception):
     """A lock entry rattler cannot parse: `package NAME.field: rattler's reason`."""
 
 
-def _parsed(what: str, make: Callable[[], Any]) -> Any:
+def _parsed(what: str, make: Callable[[], T]) -> T:
     from rattler.exceptions import InvalidMatchSpecError, InvalidVersionError
 
     try:
@@ -224,7 +229,7 @@ def _parsed(what: str, make: Callable[[], Any]) -> Any:
         raise _BadEntry(f"{what}: {exc}") from None
 
 
-def _record(entry: LockedPackage):
+def _record(entry: LockedPackage) -> PackageRecord:
     from rattler import BuildString, PackageRecord
 
     return _parsed(
@@ -271,7 +276,7 @@ def _conda_not_closed(platform: str, locked: list[LockedPackage]) -> list[Stale]
     return out
 
 
-def _pip_applying(spec: EnvSpec, platform: str, conda: list[LockedPackage]) -> list[tuple[str, Any]]:
+def _pip_applying(spec: EnvSpec, platform: str, conda: list[LockedPackage]) -> list[tuple[str, Requirement]]:
     """(text, Requirement) of the spec's pip entries whose marker holds on `platform` with the
     locked Python."""
     python = next((p.version for p in conda if p.name == "python"), "")
@@ -283,7 +288,9 @@ def _pip_applying(spec: EnvSpec, platform: str, conda: list[LockedPackage]) -> l
     ]
 
 
-def _pip_unsatisfied(platform: str, requirements: list[tuple[str, Any]], locked: list[LockedPackage]) -> list[Stale]:
+def _pip_unsatisfied(
+    platform: str, requirements: list[tuple[str, Requirement]], locked: list[LockedPackage]
+) -> list[Stale]:
     from packaging.utils import canonicalize_name
 
     versions = {canonicalize_name(p.name): p.version for p in locked}
@@ -300,7 +307,7 @@ def _pip_unsatisfied(platform: str, requirements: list[tuple[str, Any]], locked:
 def _not_needed(
     platform: str,
     spec: EnvSpec,
-    requirements: list[tuple[str, Any]],
+    requirements: list[tuple[str, Requirement]],
     conda: list[LockedPackage],
     pip: list[LockedPackage],
 ) -> list[Stale]:
@@ -343,7 +350,7 @@ def _pip_not_closed(platform: str, locked: list[LockedPackage]) -> list[Stale]:
     ]
 
 
-def orphan_locks(project: Any, env: str, spec: Any) -> list:
+def orphan_locks(project: Project, env: str, spec: EnvSpec) -> list[tuple[str, Path, str]]:
     """(variant name, lock path, why) of each variant lock of `env` that no variant of the spec is locked
     in: `envs/<env>.<variant>.conda-lock.yml` whose variant the spec no longer declares, or which is now
     the default (locked in the env's own lock), no env of that name, and the lock itself says it holds

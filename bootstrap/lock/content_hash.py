@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
 from bootstrap.errors import InputError
-from bootstrap.lock.lockfile import META_INPUTS, META_VARIANT, Lock, read_lock
+from bootstrap.lock.lockfile import META_INPUTS, Lock, read_lock
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
-from bootstrap.lock.variants import PYPI
+from bootstrap.lock.variants import META_VARIANT, PYPI
 from bootstrap.yamlfile import load_yaml
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def spec_changed_since(project: Project, env: str, lock_path: Path, platform: st
     )
 
 
-def _canonical_json(data: Any) -> bytes:
+def _canonical_json(data: object) -> bytes:
     """YAML data as canonical JSON: mapping keys sorted, lists in order, each scalar tagged with its
     type (`1` and `"1"` stay apart), comments and layout gone."""
     return json.dumps(_canonical(data), separators=(",", ":")).encode()
@@ -137,7 +137,8 @@ def conda_lock_content_hashes(spec: EnvSpec, vpkgs: VirtualPackages) -> dict[str
     from conda_lock.content_hash import compute_content_hashes
 
     with _input_files(spec, vpkgs) as paths, conda_lock_inputs(*paths) as (lock_spec, vpr):
-        return compute_content_hashes(lock_spec, vpr)
+        hashes: dict[str, str] = compute_content_hashes(lock_spec, vpr)
+        return hashes
 
 
 def conda_lock_accepts_hash(spec: EnvSpec, vpkgs: VirtualPackages, platform: str, value: str) -> bool:
@@ -181,7 +182,7 @@ def _input_files(spec: EnvSpec, vpkgs: VirtualPackages) -> Iterator[tuple[Path, 
 
 
 @contextmanager
-def conda_lock_inputs(spec_path: Path, virtual_packages_path: Path) -> Iterator[tuple]:
+def conda_lock_inputs(spec_path: Path, virtual_packages_path: Path) -> Iterator[tuple[Any, Any]]:
     """conda-lock's view of a spec file and a virtual-packages file, quietly: its warnings (e.g. on pip
     markers it cannot evaluate) are about its own solver, which bootstrap does not use."""
     import logging

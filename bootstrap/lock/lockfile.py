@@ -133,13 +133,13 @@ def _parse(path: Path, text: str) -> Lock:
     )
 
 
-def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[LockedPackage, ...]:
+def _packages(path: Path, entries: list[Any], platforms: tuple[str, ...]) -> tuple[LockedPackage, ...]:
     """Each entry checked; one entry per (platform, manager, `entry_name_key`), but for entries
     identical except for their category, which conda-lock writes for a package of several categories
     and reads as one package of them all; an exact repeat refused too (conda-lock's own reader fails
     on it: `conda-lock render` stops with an AssertionError); every locked platform with at least one
     package."""
-    seen: dict = {}
+    seen: dict[tuple[str, str, str], tuple[int, LockedPackage]] = {}
     for index, entry in enumerate(entries):
         _refuse_credentials(path, f"package[{index}].url", entry.get("url") if isinstance(entry, dict) else None)
         package = _package(path, index, entry)
@@ -169,28 +169,28 @@ def _packages(path: Path, entries: list, platforms: tuple[str, ...]) -> tuple[Lo
     return tuple(package for _, package in seen.values())
 
 
-def _mapping(path: Path, data: dict, key: str, prefix: str = "") -> dict:
+def _mapping(path: Path, data: dict[str, Any], key: str, prefix: str = "") -> dict[str, Any]:
     value = data.get(key)
     if not isinstance(value, dict):
         raise InputError(path, f"{prefix}{key}: missing or not a mapping", _REGENERATE)
     return value
 
 
-def _list(path: Path, data: dict, key: str) -> list:
+def _list(path: Path, data: dict[str, Any], key: str) -> list[Any]:
     value = data.get(key)
     if not isinstance(value, list):
         raise InputError(path, f"metadata.{key}: missing or not a list", _REGENERATE)
     return value
 
 
-def _strings(path: Path, where: str, value: Any) -> dict:
+def _strings(path: Path, where: str, value: object) -> dict[str, str]:
     """A mapping of strings to strings (conda-lock's type for custom_metadata and dependencies)."""
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise InputError(path, f"{where}: expected a mapping of names to strings", _REGENERATE)
     return dict(value)
 
 
-def _channel_url(path: Path, entry: Any) -> str:
+def _channel_url(path: Path, entry: object) -> str:
     used = entry.get("used_env_vars", []) if isinstance(entry, dict) else []
     if not isinstance(used, list) or not all(isinstance(v, str) for v in used):
         raise InputError(path, "metadata.channels: used_env_vars must be a list of variable names", _REGENERATE)
@@ -201,7 +201,7 @@ def _channel_url(path: Path, entry: Any) -> str:
     raise InputError(path, f"metadata.channels: bad entry {excerpt(scrub_credentials(str(entry)))}", _REGENERATE)
 
 
-def _word(path: Path, where: str, value: Any) -> str:
+def _word(path: Path, where: str, value: object) -> str:
     """A platform or channel URL as the lock's entries and the host name it: a string without spaces
     (`'linux-64 '` would lock packages no host ever asks for)."""
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
@@ -213,7 +213,7 @@ def _word(path: Path, where: str, value: Any) -> str:
     return value
 
 
-def _refuse_credentials(path: Path, where: str, url: Any) -> None:
+def _refuse_credentials(path: Path, where: str, url: object) -> None:
     """A lock is shared (committed, bundled into a node's cache, exported): it must hold no
     `user:password@`, `/t/TOKEN/` or query (`?token=...`), which the spec reader and the writer
     refuse too; nor a fragment, which conda-lock drops from the URLs it locks."""
@@ -225,7 +225,7 @@ def _refuse_credentials(path: Path, where: str, url: Any) -> None:
         )
 
 
-def _package(path: Path, index: int, entry: Any) -> LockedPackage:
+def _package(path: Path, index: int, entry: object) -> LockedPackage:
     where = f"package[{index}]"
     if not isinstance(entry, dict):
         raise InputError(path, f"{where}: not a mapping", _REGENERATE)
@@ -260,7 +260,7 @@ def _package(path: Path, index: int, entry: Any) -> LockedPackage:
     return package
 
 
-def _refuse_numbers(path: Path, where: str, entry: dict, hashes: dict) -> None:
+def _refuse_numbers(path: Path, where: str, entry: dict[str, Any], hashes: dict[str, Any]) -> None:
     """YAML reads unquoted digits as a number (a hash of zeros becomes 0, `0123` an octal number, a
     build `7` the number 7), and conda-lock refuses a number wherever its models say str: so do we,
     before the text is lost (rattler's BuildString and conda-lock's writer fail on one later)."""

@@ -12,19 +12,23 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from bootstrap.errors import FetchError, InputError, SolveError, ToolError, one_line
 from bootstrap.lock.lockfile import LockedPackage
 from bootstrap.lock.pip_wheels import Target, best_wheel, dependency_specifiers, read_metadata_all, tag_ranks
 from bootstrap.lock.spec import EnvSpec, VirtualPackages
 from bootstrap.lock.variants import PYPI, torch_family
-from bootstrap.runner import Runner, run
+from bootstrap.runner import Completed, Runner, run
 from bootstrap.urls import has_credentials, has_query, plain_url, scrub_credentials
 
 _ARCH = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "osx-64": "x86_64", "osx-arm64": "aarch64"}
 _WINDOWS = {"win-64": "x86_64-pc-windows-msvc", "win-arm64": "aarch64-pc-windows-msvc"}
 _VIA = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==\S+\s+# via (?P<parents>.+)$")
+_Wheel = tuple[str, str, str, str]  # name, version, wheel URL, sha256
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 
 @dataclass(frozen=True)
@@ -212,7 +216,7 @@ def _write_preferences(directory: Path, prefer: Sequence[LockedPackage]) -> None
     directory.joinpath("pylock.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def _pinned_output(directory: Path, wheels: Sequence[tuple]) -> list[str]:
+def _pinned_output(directory: Path, wheels: Sequence[_Wheel]) -> list[str]:
     """uv arguments that make the annotation run resolve the versions the pylock run chose: its
     output file, written beforehand with them, holds its preferences, which the same requirements
     always allow. Otherwise it would pick the newest versions, not the preferred ones, and the
@@ -228,11 +232,11 @@ def _write_input(directory: Path, spec: EnvSpec, options: PipOptions) -> str:
     torch family comes from its own index needs a pyproject.toml: only there can uv tie packages to
     an index (`tool.uv.sources`), and an `explicit` index serves nothing else, so numpy and the
     rest still come from the default index."""
-    url = options.index_url(spec, spec.variant.index) if spec.torch_index else None
+    index = spec.torch_index_name
+    url = options.index_url(spec, index) if index else None
     if not url:
         directory.joinpath("requirements.in").write_text("\n".join(spec.pip) + "\n", encoding="utf-8")
         return "requirements.in"
-    index = spec.variant.index
     lines = [
         "[project]",
         f'name = "{_INPUT_PROJECT}"',
@@ -259,7 +263,7 @@ def _toml_string(text: str) -> str:
     return json.dumps(text)  # a JSON string is a TOML basic string
 
 
-def _raise_for(done, spec: EnvSpec, target: Target, options: PipOptions) -> None:
+def _raise_for(done: Completed, spec: EnvSpec, target: Target, options: PipOptions) -> None:
     if done.returncode == 0:
         return
     message = scrub_credentials(done.stderr.strip())  # uv hides a password, not an anaconda.org /t/TOKEN
@@ -276,8 +280,8 @@ def _unreached_index(spec: EnvSpec, options: PipOptions, message: str) -> str:
     index where the message names its URL (served elsewhere with `lock --index NAME=URL`, or moved in
     the spec's `pip-indexes:`), else the default index (UV_INDEX_URL, what `bundle` reads too)."""
     last = message.splitlines()[-1]
-    if spec.torch_index:
-        name = spec.variant.index
+    name = spec.torch_index_name
+    if name:
         url = scrub_credentials(options.index_url(spec, name) or "")
         if url and url in message:
             return (
@@ -287,7 +291,7 @@ def _unreached_index(spec: EnvSpec, options: PipOptions, message: str) -> str:
     return f": {last} (offline? point UV_INDEX_URL at a PyPI mirror)"
 
 
-def _parse_pylock(text: str, target: Target) -> list[tuple[str, str, str, str]]:
+def _parse_pylock(text: str, target: Target) -> list[_Wheel]:
     """(name, version, wheel url, sha256) for each package of a PEP 751 pylock.toml."""
     if sys.version_info >= (3, 11):
         import tomllib  # novermin: only reached on 3.11+
@@ -374,7 +378,7 @@ def resolve_all(
         return {platform: future.result() for platform, future in futures.items()}
 
 
-def pip_requirements(spec: EnvSpec) -> list:
+def pip_requirements(spec: EnvSpec) -> list[Requirement]:
     """The spec's pip: entries as `packaging` Requirements; bad syntax, or a URL that cannot be
     locked with a hash, names the entry."""
     from packaging.requirements import InvalidRequirement, Requirement

@@ -8,10 +8,14 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
 
 if TYPE_CHECKING:
+    from packaging.markers import Marker
+    from packaging.requirements import Requirement
     from packaging.tags import Tag
+
+    from bootstrap.lock.remote_zip import RemoteFile
 
 _MACHINE = {
     "linux-64": "x86_64",
@@ -87,14 +91,14 @@ def _manylinux_tags(machine: str, glibc_minor: int) -> list[str]:
     return [*out, f"linux_{machine}"]
 
 
-def best_wheel(wheels: Sequence[Mapping], ranks: Mapping[Tag, int]) -> Mapping:
+def best_wheel(wheels: Sequence[Mapping[str, Any]], ranks: Mapping[Tag, int]) -> Mapping[str, Any]:
     """The wheel (a pylock `wheels` entry) whose best tag ranks first; the first wheel when none
     of them ranks (uv, which knows the target too, chose them)."""
     ranked = [(rank, index) for index, wheel in enumerate(wheels) if (rank := _wheel_rank(wheel, ranks)) is not None]
     return wheels[min(ranked)[1]] if ranked else wheels[0]
 
 
-def _wheel_rank(wheel: Mapping, ranks: Mapping[Tag, int]) -> Optional[int]:
+def _wheel_rank(wheel: Mapping[str, Any], ranks: Mapping[Tag, int]) -> Optional[int]:
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
     from packaging.version import InvalidVersion
 
@@ -140,7 +144,7 @@ def read_metadata(url: str, offline: bool) -> Optional[str]:
     return None
 
 
-def _metadata_in_archive(path_or_file) -> Optional[str]:
+def _metadata_in_archive(path_or_file: Union[str, RemoteFile]) -> Optional[str]:
     import zipfile
 
     try:
@@ -176,7 +180,8 @@ def _metadata_beside(url: str) -> Optional[str]:
     metadata_url = urlunsplit(parts._replace(path=parts.path + ".metadata", fragment=""))
     try:
         with urlopen(metadata_url, timeout=_METADATA_TIMEOUT_S) as response:
-            return response.read(_METADATA_MAX_BYTES).decode("utf-8", "replace")
+            data: bytes = response.read(_METADATA_MAX_BYTES)
+            return data.decode("utf-8", "replace")
     except (OSError, ValueError, http.client.HTTPException):  # 404, offline, timeout: the edge stays '*'
         return None
 
@@ -199,7 +204,7 @@ def dependency_specifiers(
     return {child: _specifier_of(child, requirements, ([base], with_extras)) for child in sorted(children)}
 
 
-def _specifier_of(child: str, requirements: list, stages: Sequence[Sequence[Mapping[str, str]]]) -> str:
+def _specifier_of(child: str, requirements: list[Requirement], stages: Sequence[Sequence[Mapping[str, str]]]) -> str:
     from packaging.utils import canonicalize_name
 
     name = canonicalize_name(child)
@@ -215,7 +220,7 @@ def _specifier_of(child: str, requirements: list, stages: Sequence[Sequence[Mapp
     return "*"
 
 
-def _holds(marker, environments: Sequence[Mapping[str, str]]) -> bool:
+def _holds(marker: Optional[Marker], environments: Sequence[Mapping[str, str]]) -> bool:
     from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
 
     try:
@@ -224,7 +229,7 @@ def _holds(marker, environments: Sequence[Mapping[str, str]]) -> bool:
         return False
 
 
-def _requirement(text: str):
+def _requirement(text: str) -> Optional[Requirement]:
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:

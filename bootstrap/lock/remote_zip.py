@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 _CHUNK = 256 << 10  # each request fetches at least this much: zipfile reads in small pieces
 _MAX_FETCHED = 16 << 20  # a central directory beyond this is not a wheel worth reading remotely
@@ -44,8 +47,9 @@ class RemoteFile(io.RawIOBase):
     def tell(self) -> int:
         return self.position
 
-    def readinto(self, buffer) -> int:
-        wanted = min(len(buffer), self.size - self.position)
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
+        wanted = min(len(view), self.size - self.position)
         if wanted <= 0:
             return 0
         data = self._cached(self.position, wanted)
@@ -53,7 +57,7 @@ class RemoteFile(io.RawIOBase):
             start, data = self._get(f"bytes={self.position}-{min(self.size, self.position + max(wanted, _CHUNK)) - 1}")
             self._cache[start] = data
             data = data[:wanted]
-        buffer[: len(data)] = data
+        view[: len(data)] = data
         self.position += len(data)
         return len(data)
 

@@ -12,7 +12,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from bootstrap import __version__
 from bootstrap.errors import BootstrapError, InputError, SolveError, in_variant
@@ -23,7 +23,6 @@ from bootstrap.lock.content_hash import conda_lock_content_hashes, inputs_digest
 from bootstrap.lock.lockfile import (
     META_MIRRORS,
     META_TORCH_INDEX,
-    META_VARIANT,
     META_VERSION,
     Lock,
     LockedPackage,
@@ -32,10 +31,13 @@ from bootstrap.lock.lockfile import (
 from bootstrap.lock.mirrors import Mirror, lock_record
 from bootstrap.lock.pip import PipOptions, resolve_all, target_for
 from bootstrap.lock.spec import EnvSpec, VirtualPackages, read_spec, read_virtual_packages
-from bootstrap.lock.variants import Variant, check_variant_platforms, variant_locks
+from bootstrap.lock.variants import META_VARIANT, Variant, check_variant_platforms, variant_locks
 from bootstrap.lock.write import LockContent, PlatformDiff, diff_locks, write_locks
 from bootstrap.project import Project
 from bootstrap.report import result
+
+if TYPE_CHECKING:
+    from rattler import RepoDataRecord
 
 
 @dataclass(frozen=True)
@@ -141,9 +143,9 @@ def lock_env(
     waiting = f"waiting for another `bootstrap lock` of {env} to finish"
     with nullcontext() if options.dry_run else flocked(spec.path, notify, waiting):
         plans = [
-            _solve_variant(project, env, spec, variant, vpkgs.for_variant(variant), path, options, progress)
-            for variant, path in locks
-            if not options.platforms or set(options.platforms) & set(spec.for_variant(variant).platforms)
+            _solve_variant(project, env, spec, lock, vpkgs, options, progress)
+            for lock in locks
+            if not options.platforms or set(options.platforms) & set(spec.for_variant(lock[0]).platforms)
         ]
         return _write_plans(plans, options)
 
@@ -155,7 +157,9 @@ def check_inputs(project: Project, envs: Sequence[str], options: LockOptions) ->
         _checked_inputs(project, env, options)
 
 
-def _checked_inputs(project: Project, env: str, options: LockOptions) -> tuple:
+def _checked_inputs(
+    project: Project, env: str, options: LockOptions
+) -> tuple[EnvSpec, list[tuple[Optional[Variant], Path]], VirtualPackages]:
     """(spec, [(variant, lock path)], virtual packages) of `env`, each checked; InputError otherwise."""
     spec = read_spec(project.spec_path(env))
     locks = variant_locks(project, env, spec, options.variants)
@@ -212,17 +216,18 @@ def _solve_variant(
     project: Project,
     env: str,
     spec: EnvSpec,
-    variant: Optional[Variant],
+    lock: tuple[Optional[Variant], Path],
     vpkgs: VirtualPackages,
-    lock_path: Path,
     options: LockOptions,
     progress: Callable[[str], None],
 ) -> _Plan:
-    """`_solve` for one variant of `spec`; what fails is named by the variant (`variants[1] (cu126): ...`)."""
+    """`_solve` for one variant of `spec` and its lock path; what fails is named by the variant
+    (`variants[1] (cu126): ...`)."""
+    variant, lock_path = lock
     if variant is None:
         return _solve(project, env, spec, vpkgs, lock_path, options, progress)
     try:
-        return _solve(project, env, spec.for_variant(variant), vpkgs, lock_path, options, progress)
+        return _solve(project, env, spec.for_variant(variant), vpkgs.for_variant(variant), lock_path, options, progress)
     except BootstrapError as exc:
         raise in_variant(exc, spec.path, f"variants[{spec.variants.index(variant)}] ({variant.name})") from exc
 
@@ -387,7 +392,7 @@ def _check_platforms(spec: EnvSpec, requested: tuple[str, ...]) -> None:
             )
 
 
-def _python_version(spec: EnvSpec, platform: str, records: list) -> str:
+def _python_version(spec: EnvSpec, platform: str, records: list[RepoDataRecord]) -> str:
     for record in records:
         if record.name.normalized == "python":
             return str(record.version)

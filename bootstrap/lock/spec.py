@@ -11,7 +11,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError, excerpt
@@ -20,6 +20,9 @@ from bootstrap.lock.variants import META_VARIANT, PYPI, Variant, effective_pip, 
 from bootstrap.platforms import KNOWN_PLATFORMS
 from bootstrap.urls import has_credentials, has_query, plain_url, scrub_credentials
 from bootstrap.yamlfile import load_yaml, read_text
+
+if TYPE_CHECKING:
+    from bootstrap.lock.lockfile import Lock
 
 SPEC_KEYS = ("name", "channels", "platforms", "dependencies", "pip-indexes", "variants")
 _VIRTUAL_VERSION = re.compile(r"[0-9]+(\.[0-9A-Za-z_]+)*")  # "2.28", "12.8", "14.0", "0"
@@ -62,14 +65,18 @@ class EnvSpec:
         return tuple(canonical_channel(c) for c in self.channels)
 
     @property
+    def torch_index_name(self) -> Optional[str]:
+        """The `pip-indexes:` name the torch family comes from, when the variant names one other than the default."""
+        return None if self.variant is None or self.variant.index == PYPI else self.variant.index
+
+    @property
     def torch_index(self) -> Optional[str]:
         """The URL the torch family comes from, when the variant names an index other than the default."""
-        if self.variant is None or self.variant.index == PYPI:
-            return None
-        return self.indexes[self.variant.index]
+        name = self.torch_index_name
+        return None if name is None else self.indexes[name]
 
-    def for_lock(self, lock: Any) -> "EnvSpec":
-        """What `lock` (a `lockfile.Lock`) was locked from: the variant its metadata names, if the spec has it."""
+    def for_lock(self, lock: Lock) -> EnvSpec:
+        """What `lock` was locked from: the variant its metadata names, if the spec has it."""
         name = lock.custom.get(META_VARIANT, "")
         return self.for_variant(next((v for v in self.variants if v.name == name), None))
 
@@ -92,7 +99,7 @@ class VirtualPackages:
     """conda-lock's virtual-packages.yml: the machine each platform is solved for."""
 
     path: Path
-    by_platform: dict = field(default_factory=dict)  # platform -> tuple[VirtualPackage, ...]
+    by_platform: dict[str, tuple[VirtualPackage, ...]] = field(default_factory=dict)
 
     def for_platform(self, platform: str) -> tuple[VirtualPackage, ...]:
         if platform not in self.by_platform:
@@ -177,7 +184,7 @@ def is_env_name(name: str) -> bool:
     return bool(_ENV_NAME.fullmatch(name)) and name not in (".", "..")
 
 
-def _string_list(path: Path, data: dict, key: str) -> list[str]:
+def _string_list(path: Path, data: dict[str, Any], key: str) -> list[str]:
     value = data.get(key)
     if value is None:
         return []
@@ -233,7 +240,7 @@ def _channel_syntax_ok(channel: str) -> bool:
     return bool(parts.netloc) if parts.scheme != "file" else bool(parts.path.strip("/"))
 
 
-def _dependencies(path: Path, deps: Any, channels: tuple[str, ...]) -> tuple[list[str], list[str]]:
+def _dependencies(path: Path, deps: object, channels: tuple[str, ...]) -> tuple[list[str], list[str]]:
     if not isinstance(deps, list) or not deps:
         raise InputError(path, "dependencies: must be a non-empty list", "list at least `python=3.10.*` and `pip`")
     conda: list[str] = []
@@ -294,7 +301,7 @@ def _check_dependency_channel(path: Path, where: str, text: str, channels: tuple
         )
 
 
-def _pip_section(path: Path, where: str, items: Any) -> list[str]:
+def _pip_section(path: Path, where: str, items: object) -> list[str]:
     if not isinstance(items, list):
         raise InputError(path, f"{where}.pip: must be a list of requirement strings")
     out = []
@@ -347,7 +354,7 @@ def read_virtual_packages(path: Path) -> VirtualPackages:
     return VirtualPackages(path, by_platform)
 
 
-def _virtual_package(path: Path, platform: str, name: Any, value: Any) -> VirtualPackage:
+def _virtual_package(path: Path, platform: str, name: object, value: object) -> VirtualPackage:
     where = f"subdirs.{platform}.packages.{name}"
     if not isinstance(name, str) or not name.startswith("__"):
         raise InputError(path, f"{where}: virtual package names start with '__'")

@@ -10,12 +10,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional, Protocol
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError, excerpt
 from bootstrap.platforms import os_of
 from bootstrap.urls import has_credentials, scrub_credentials
+
+if TYPE_CHECKING:
+    from bootstrap.project import Project
 
 META_VARIANT = "bootstrap.variant"  # a lock's custom_metadata key: which variant it holds (absent: none declared)
 PYPI = "pypi"  # the default index: PyPI, or UV_DEFAULT_INDEX / UV_INDEX_URL, or `pip-indexes: {pypi: URL}`
@@ -62,7 +65,7 @@ class Variant:
         return not self.torch and not self.virtual_packages and self.index == PYPI
 
 
-def read_indexes(path: Path, value: Any) -> dict[str, str]:
+def read_indexes(path: Path, value: object) -> dict[str, str]:
     """`pip-indexes:` as name -> URL (without a trailing slash)."""
     if value is None:
         return {}
@@ -107,7 +110,7 @@ def read_indexes(path: Path, value: Any) -> dict[str, str]:
 
 
 def read_variants(
-    path: Path, value: Any, platforms: tuple[str, ...], indexes: Mapping[str, str], pip: tuple[str, ...]
+    path: Path, value: object, platforms: tuple[str, ...], indexes: Mapping[str, str], pip: tuple[str, ...]
 ) -> tuple[Variant, ...]:
     """`variants:` checked against the spec's platforms, indexes and pip section."""
     if value is None:
@@ -141,7 +144,9 @@ def read_variants(
     return (replace(variants[0], default=True),) + variants[1:]
 
 
-def _variant(path: Path, index: int, raw: Any, spec_platforms: tuple[str, ...], indexes: Mapping[str, str]) -> Variant:
+def _variant(
+    path: Path, index: int, raw: object, spec_platforms: tuple[str, ...], indexes: Mapping[str, str]
+) -> Variant:
     where = f"variants[{index}]"
     if not isinstance(raw, dict):
         raise InputError(path, f"{where}: expected a mapping with a name", "e.g. `- name: cu128`")
@@ -174,7 +179,7 @@ def _variant(path: Path, index: int, raw: Any, spec_platforms: tuple[str, ...], 
     )
 
 
-def _torch_pin(path: Path, where: str, value: Any) -> str:
+def _torch_pin(path: Path, where: str, value: object) -> str:
     if value is None:
         return ""
     if not isinstance(value, str) or not value.strip():
@@ -202,7 +207,7 @@ def _pep440(pin: str) -> bool:
     return True
 
 
-def _virtual_packages(path: Path, where: str, value: Any) -> dict[str, Optional[str]]:
+def _virtual_packages(path: Path, where: str, value: object) -> dict[str, Optional[str]]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -234,7 +239,7 @@ def _virtual_packages(path: Path, where: str, value: Any) -> dict[str, Optional[
 
 
 def _platforms(
-    path: Path, where: str, value: Any, spec_platforms: tuple[str, ...], virtual: Mapping[str, Optional[str]]
+    path: Path, where: str, value: object, spec_platforms: tuple[str, ...], virtual: Mapping[str, Optional[str]]
 ) -> tuple[str, ...]:
     """The variant's platforms: those named, else every platform of the spec that can have its
     virtual packages (a `__cuda` variant is not locked for macOS)."""
@@ -324,7 +329,18 @@ def check_variant_platforms(
             )
 
 
-def variant_locks(project: Any, env: str, spec: Any, names: tuple[str, ...] = ()) -> list:
+class _Declaring(Protocol):
+    """A spec as `variant_locks` reads it (`lock.spec.EnvSpec`, which imports this module)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def variants(self) -> tuple[Variant, ...]: ...
+
+
+def variant_locks(
+    project: Project, env: str, spec: _Declaring, names: tuple[str, ...] = ()
+) -> list[tuple[Optional[Variant], Path]]:
     """(variant, lock path) of each variant of `env` (`spec` read from its file), default first;
     a spec without variants has one lock, `(None, project.lock_path(env))`. `names` picks some."""
     if not spec.variants:

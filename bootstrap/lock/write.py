@@ -8,7 +8,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from bootstrap.fsutil import write_target, write_together
 from bootstrap.lock.lockfile import LockedPackage
@@ -46,7 +46,7 @@ def write_locks(contents: Sequence[tuple[Path, LockContent]]) -> None:
     write_together([(path, render_lock(path, content)) for path, content in contents])
 
 
-def _to_conda_lock_model(content: LockContent):
+def _to_conda_lock_model(content: LockContent) -> Any:  # conda-lock's Lockfile
     from conda_lock.lockfile.v1.models import HashModel, LockMeta
     from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
 
