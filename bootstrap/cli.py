@@ -13,7 +13,7 @@ import io
 import json
 import os
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 from bootstrap import __version__
 from bootstrap.errors import EXIT_INTERRUPTED, EXIT_USAGE, BootstrapError, DiskFullError, MissingModuleError
@@ -69,7 +69,7 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)  # `doctor --s x` must not quietly mean --save-facts x
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         if len(message) > USAGE_MESSAGE_CHARS:  # "unrecognized arguments: " quotes every one of them
             message = message[: USAGE_MESSAGE_CHARS - 3] + "..."
         raise _UsageError(f"{message} (see `{self.prog} --help`)")
@@ -98,6 +98,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:  # while the verb's modules were still loading
         print("interrupted", file=sys.stderr)
         return _early_error(argv, "KeyboardInterrupt", "interrupted", EXIT_INTERRUPTED)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The verb's exit code; an error it raises is one line (and the error envelope with --json)."""
     try:
         code = int(args._run(args))
         sys.stdout.flush()

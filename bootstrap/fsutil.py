@@ -11,7 +11,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence, Union
+from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 
 from bootstrap.errors import BootstrapError, BusyError, DiskFullError, InputError
 from bootstrap.project import refuse_input
@@ -174,24 +174,31 @@ def write_together(files: Sequence[tuple[Path, bytes]]) -> None:
                 with _naming(path):
                     atomic_write_bytes(stage, data)
     except BaseException:
-        for stage, _, _, _ in staged:
-            if stage is not None:
-                stage.unlink(missing_ok=True)
+        _unstage(staged)
         raise
     for done, (stage, target, data, path) in enumerate(staged):
         try:
             with _naming(path):
-                if stage is None:
-                    atomic_write_bytes(target, data)
-                    continue
-                if target.exists():
-                    os.chmod(stage, stat.S_IMODE(target.stat().st_mode))
-                os.replace(stage, target)
+                _put(stage, target, data)
         except BaseException:
-            for left, _, _, _ in staged[done:]:
-                if left is not None:
-                    left.unlink(missing_ok=True)
+            _unstage(staged[done:])
             raise
+
+
+def _put(stage: Optional[Path], target: Path, data: bytes) -> None:
+    """The staged file renamed over `target` with its mode; `data` written directly where there is none."""
+    if stage is None:
+        atomic_write_bytes(target, data)
+        return
+    if target.exists():
+        os.chmod(stage, stat.S_IMODE(target.stat().st_mode))
+    os.replace(stage, target)
+
+
+def _unstage(staged: Sequence[tuple[Optional[Path], Path, bytes, Path]]) -> None:
+    for stage, _, _, _ in staged:
+        if stage is not None:
+            stage.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -246,10 +253,10 @@ def free_space(path: PathLike) -> tuple[Path, int]:
     return mount, shutil.disk_usage(existing).free
 
 
-def space_report(places: dict) -> str:
+def space_report(places: Mapping[str, PathLike]) -> str:
     """`/ (env and package cache: 812 MiB free), /tmp (bundle: 3 MiB free)` for {what: path}: each
     file system once, with what lives on it."""
-    mounts: dict = {}  # mount point -> (bytes free, what lives there)
+    mounts: dict[Path, tuple[int, list[str]]] = {}  # mount point -> (bytes free, what lives there)
     for what, path in places.items():
         mount, free = free_space(path)
         mounts.setdefault(mount, (free, []))[1].append(what)
@@ -258,7 +265,9 @@ def space_report(places: dict) -> str:
     )
 
 
-def disk_full(doing: str, places: dict, outcome: str, fix: str, cause: Optional[BaseException] = None) -> DiskFullError:
+def disk_full(
+    doing: str, places: Mapping[str, PathLike], outcome: str, fix: str, cause: Optional[BaseException] = None
+) -> DiskFullError:
     """The one line for ENOSPC: `no space left on device while DOING on <space_report(places)>;
     OUTCOME (FIX)`, with the free space as it is now that the caller has removed what it half-wrote.
     When `cause` says EFBIG, the line names the file size limit instead, and how to raise it."""

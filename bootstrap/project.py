@@ -109,7 +109,7 @@ class Project:
         for env in requested:
             if env not in known:
                 raise InputError(self.spec_path(env), f"unknown env '{env}'", f"known envs: {', '.join(known)}")
-        by_folded: dict = {}
+        by_folded: dict[str, str] = {}
         for env in known:
             other = by_folded.setdefault(env.lower(), env)
             if other != env:

@@ -54,7 +54,7 @@ def result(cls: type[T]) -> type[T]:
     return cls
 
 
-def envelope(format_name: str, body: Mapping[str, Any]) -> dict:
+def envelope(format_name: str, body: Mapping[str, Any]) -> dict[str, Any]:
     """`{"format": format_name, "version": FORMATS[format_name], **body}`."""
     return {"format": format_name, "version": FORMATS[format_name], **body}
 

@@ -76,7 +76,7 @@ def run(
     )
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the process and everything in its group (POSIX); on Windows, the process."""
     killpg = getattr(os, "killpg", None)
     with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -176,7 +176,7 @@ def _common_prefix(split_versions: list[list[str]]) -> list[str]:
     return common
 
 
-def _version_key(version: str) -> list:
+def _version_key(version: str) -> list[tuple[int, int, str]]:
     """An approximation of conda's VersionOrder, enough to order a few versions of one package."""
     parts = re.findall(r"\d+|[A-Za-z]+", version)
     return [(1, int(p), "") if p.isdigit() else (0, 0, p.lower()) for p in parts]

@@ -4,7 +4,7 @@ with the same lines, in the same order, as `conda-lock render --kind explicit`."
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from bootstrap.export.portable import Line, PortableEnv
 from bootstrap.lock.lockfile import Lock, LockedPackage
@@ -95,7 +95,7 @@ def _toposort_names(graph: Mapping[str, Iterable[str]]) -> list[str]:
             levels = _levels(data)
 
 
-def _levels(data: dict[str, set]):
+def _levels(data: dict[str, set[str]]) -> Iterator[str]:
     if not data:
         return
     for key, deps in data.items():
@@ -115,7 +115,7 @@ def _levels(data: dict[str, set]):
         raise ValueError("cyclic dependencies")
 
 
-def _pop_key(data: dict[str, set]) -> str:
+def _pop_key(data: dict[str, set[str]]) -> str:
     key = sorted(data.items(), key=lambda item: (len(item[1]), item[0]))[0][0]
     data.pop(key)
     for deps in data.values():

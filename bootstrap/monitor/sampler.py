@@ -126,12 +126,12 @@ class GpuSampler:
         self._nvml.shutdown()
 
     def sample(self) -> tuple[GpuSample, ...]:
-        seen: set = set()
+        seen: set[int] = set()
         out = tuple(self._sample_gpu(gpu, seen) for gpu in self._gpus)
         self._names = {pid: name for pid, name in self._names.items() if pid in seen}
         return out
 
-    def _ask(self, gpu: _Gpu, column: str, *variants: tuple[str, tuple]) -> Any:
+    def _ask(self, gpu: _Gpu, column: str, *variants: tuple[str, tuple[int, ...]]) -> Any:
         """The first variant of a query that answers; remembered so later samples call only it."""
         key = (gpu.index, column)
         chosen = self._variant.get(key)
@@ -146,7 +146,7 @@ class GpuSampler:
         self._notes.setdefault(f"GPU {gpu.index} {column}", reason)
         return None
 
-    def _sample_gpu(self, gpu: _Gpu, seen: set) -> GpuSample:
+    def _sample_gpu(self, gpu: _Gpu, seen: set[int]) -> GpuSample:
         util = self._ask(gpu, "gpu_utilization_pct", ("nvmlDeviceGetUtilizationRates", ()))
         memory = self._ask(gpu, "memory_used_mib", ("nvmlDeviceGetMemoryInfo", ()))
         temperature = self._ask(
@@ -175,7 +175,7 @@ class GpuSampler:
             processes=self._processes(gpu, seen),
         )
 
-    def _processes(self, gpu: _Gpu, seen: set) -> tuple[GpuProcess, ...]:
+    def _processes(self, gpu: _Gpu, seen: set[int]) -> tuple[GpuProcess, ...]:
         by_pid: dict[int, Optional[int]] = {}
         for kind, variants in (
             ("compute", ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2")),
