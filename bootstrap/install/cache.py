@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from bootstrap.errors import InputError
 from bootstrap.fsutil import flocked, remove_tree
@@ -45,8 +45,8 @@ class CacheReport:
     usage: tuple[Usage, ...]
     pruned: Optional[PruneResult] = None
 
-    def to_dict(self) -> dict:
-        def by_kind(usages) -> dict:
+    def to_dict(self) -> dict[str, Any]:
+        def by_kind(usages: tuple[Usage, ...]) -> dict[str, dict[str, int]]:
             return {u.kind: {"entries": u.entries, "bytes": u.bytes} for u in usages}
 
         pruned = self.pruned
@@ -95,7 +95,7 @@ def cache_lock(cache_dir: Path, notify: Callable[[str], None], shared: bool) -> 
         yield
 
 
-def prune(cache_dir: Path, keep: Iterable[LockedPackage]) -> tuple[list, list]:
+def prune(cache_dir: Path, keep: Iterable[LockedPackage]) -> tuple[list[Usage], list[Usage]]:
     """Remove every entry not needed by `keep` (locked packages):
     (removed, left: entries it could not remove, e.g. another user's), per kind."""
     keep = list(keep)
@@ -129,7 +129,7 @@ def prune(cache_dir: Path, keep: Iterable[LockedPackage]) -> tuple[list, list]:
     return removed, left
 
 
-def _lock_paths(project: Project, env: str) -> list:
+def _lock_paths(project: Project, env: str) -> list[Path]:
     """Every lock of `env`: one per torch variant its spec declares."""
     from bootstrap.lock.spec import read_spec
     from bootstrap.lock.variants import variant_locks

@@ -17,13 +17,16 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, Optional
 from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import FetchError
 from bootstrap.fsutil import out_of_space
 from bootstrap.lock.lockfile import LockedPackage
 from bootstrap.urls import scrub_credentials
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
 
 _CHUNK = 1 << 20
 # Waits between the attempts at one download (so len + 1 attempts): a reset, a timeout or a 5xx
@@ -230,7 +233,7 @@ class Download:
     def _failed(self, exc: BaseException) -> FetchError:
         return FetchError(f"cannot fetch {self.entry.filename} from {self._label()}: {exc} ({self.source.remedy})")
 
-    def _hash_kept(self, start: int):
+    def _hash_kept(self, start: int) -> tuple[_Hash, _Hash]:
         """Hashers over the partial's first `start` bytes, the rest of it dropped."""
         sha256, md5 = hashlib.sha256(), hashlib.md5()
         out = self.part.file
@@ -242,7 +245,7 @@ class Download:
         self._tell(start)
         return sha256, md5
 
-    def _copy(self, data, sha256, md5, copied: int) -> int:
+    def _copy(self, data: BinaryIO, sha256: _Hash, md5: _Hash, copied: int) -> int:
         out = self.part.file
         read = getattr(data, "read1", data.read)  # what has arrived: a stop is seen between two network reads
         floor = _SpeedFloor()
@@ -264,21 +267,20 @@ class Download:
         return copied
 
 
-def _resumes(response, start: int) -> bool:
+def _resumes(response: BinaryIO, start: int) -> bool:
     """Whether an HTTP response to `Range: bytes=START-` holds the artifact from byte START on."""
-    if getattr(response, "status", None) != 206:
+    if not isinstance(response, http.client.HTTPResponse) or response.status != 206:
         return False
-    content_range = response.headers.get("Content-Range", "")
-    return content_range.startswith(f"bytes {start}-")
+    return response.headers.get("Content-Range", "").startswith(f"bytes {start}-")
 
 
-def _content_length(response) -> Optional[int]:
+def _content_length(response: BinaryIO) -> Optional[int]:
     """The Content-Length an HTTP response promised; None for a file, or a server that did not say."""
-    value = getattr(response, "headers", None) and response.headers.get("Content-Length")
+    value = response.headers.get("Content-Length") if isinstance(response, http.client.HTTPResponse) else None
     return int(value) if value and value.isdigit() else None
 
 
-def open_url(url: str, start: int = 0):
+def open_url(url: str, start: int = 0) -> BinaryIO:
     """A file, or an HTTP(S) response from byte `start` on (a server may ignore the Range and send all)."""
     parts = urlsplit(url)
     if parts.scheme == "file":
@@ -303,7 +305,7 @@ def size_of(url: str) -> Optional[int]:
     return None
 
 
-def _http(url: str, method: str, headers: dict, timeout: float):
+def _http(url: str, method: str, headers: dict[str, str], timeout: float) -> http.client.HTTPResponse:
     """urlopen with the URL's own credentials, else those ~/.netrc (or $NETRC) holds for its host,
     as uv reads them at lock time."""
     parts = urlsplit(url)
@@ -319,7 +321,8 @@ def _http(url: str, method: str, headers: dict, timeout: float):
         # to wherever a redirect points: the login is this host's.
         token = base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode("ascii")
         request.add_unredirected_header("Authorization", f"Basic {token}")
-    return urllib.request.urlopen(request, timeout=timeout)
+    response: http.client.HTTPResponse = urllib.request.urlopen(request, timeout=timeout)
+    return response
 
 
 def _netrc_login(host: str) -> Optional[tuple[str, str]]:

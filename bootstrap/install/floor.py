@@ -75,7 +75,7 @@ def probe_host_system() -> HostSystem:
 
 def lock_floor(entries: Iterable[LockedPackage]) -> Floor:
     """The highest need of each system over `entries` (one platform's); the first entry to ask it names it."""
-    highest: dict = {}
+    highest: dict[str, Need] = {}
     for need in (n for entry in entries for n in entry_needs(entry)):
         have = highest.get(need.system)
         if have is None or _key(need.version) > _key(have.version):
@@ -135,8 +135,9 @@ def host_problem(floor: Floor, platform: str, host: HostSystem) -> Optional[str]
     """Why `host` cannot run `platform`'s part of a lock with `floor`, or None. A host of another OS
     than the platform's is not what the floor is about (`--dry-run --platform` for another machine)."""
     system = _OS_SYSTEM.get(os_of(platform))
-    need = floor.of(system) if system is not None and host.os == os_of(platform) else None
-    have = host.version_of(system) if need is not None else None
+    if system is None or host.os != os_of(platform):
+        return None
+    need, have = floor.of(system), host.version_of(system)
     if need is None or (have is None and system == MACOS):  # a Mac that does not say its version: let it try
         return None
     asked = f"{platform} needs {system} >= {need.version_text} ({need.by})"

@@ -198,12 +198,12 @@ def start(layout: Layout, chosen: Optional[Start] = None) -> Start:
     (so a kill at any point leaves either it or a partial), a clone of the current one, or empty."""
     chosen = chosen or next_start(layout)
     layout.gens_dir.mkdir(parents=True, exist_ok=True)
-    if chosen.made == "recycled":
-        os.rename(layout.path(chosen.base), chosen.partial)
-    elif chosen.made == "clone":
-        clone_tree(layout.path(chosen.base), chosen.partial)
-    else:
+    if chosen.base is None:
         chosen.partial.mkdir()
+    elif chosen.recycled:
+        os.rename(layout.path(chosen.base), chosen.partial)
+    else:
+        clone_tree(layout.path(chosen.base), chosen.partial)
     return chosen
 
 
@@ -211,7 +211,8 @@ def clone_tree(source: Path, target: Path, workers: int = min(8, os.cpu_count() 
     """`cp -al`: the same tree, every file a hard link to the source's (a copy where linking fails),
     symlinks recreated. The directories are made first, then `workers` threads make the links:
     link(2) is CPU-bound in the kernel, so each core makes its share."""
-    links, made_dirs = [], []
+    links: list[tuple[str, str]] = []
+    made_dirs: list[tuple[str, str]] = []
     pending = [(str(source), str(target))]
     while pending:
         directory, out = pending.pop()
@@ -226,9 +227,13 @@ def clone_tree(source: Path, target: Path, workers: int = min(8, os.cpu_count() 
                     pending.append((entry.path, made))
                 else:
                     links.append((entry.path, made))
-    chunks = [links[i::workers] for i in range(workers)]
+
+    def link(chunk: list[tuple[str, str]]) -> None:
+        for source, made in chunk:
+            _link_or_copy(source, made)
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(lambda chunk: [_link_or_copy(*pair) for pair in chunk], chunks))
+        list(pool.map(link, [links[i::workers] for i in range(workers)]))
     for directory, out in made_dirs:  # last: a read-only directory must be filled first
         shutil.copymode(directory, out)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
 from bootstrap import aio
@@ -66,7 +66,7 @@ def link_conda(
     _restore_canonical_urls(target.partial, extracted)
 
 
-def clobbered(target: LinkTarget) -> list:
+def clobbered(target: LinkTarget) -> list[str]:
     """A note when two packages ship one path: rattler keeps one copy and moves the others to
     `__clobbers__/<package>/<path>` (conda warns of the same as a ClobberWarning)."""
     moved = target.partial / CLOBBERS
@@ -111,7 +111,7 @@ def _rattler_install(
     pkgs = target.cache_dir / "pkgs"
     linking = {e.name for e in to_link}
 
-    async def record(entry: LockedPackage):
+    async def record(entry: LockedPackage) -> Union[rattler.RepoDataRecord, rattler.PrefixRecord]:
         if entry.name in archives:
             return await rattler.RepoDataRecord.from_package_archive(archives[entry.name])
         found = _from_copy(entry, target.cache_dir)
@@ -140,7 +140,7 @@ def _rattler_install(
     aio.run(install())
 
 
-def _from_copy(entry: LockedPackage, cache_dir: Path):
+def _from_copy(entry: LockedPackage, cache_dir: Path) -> Optional[rattler.RepoDataRecord]:
     import rattler
 
     index = store.extracted_dir(cache_dir, entry) / "info" / "index.json"
@@ -153,7 +153,7 @@ def _from_copy(entry: LockedPackage, cache_dir: Path):
     return rattler.RepoDataRecord(package, entry.filename, entry.url, _channel_of(entry.url))
 
 
-def link_config(conda_urls: Iterable[str]) -> "rattler.Config":
+def link_config(conda_urls: Iterable[str]) -> rattler.Config:
     """rattler's config for linking the packages at `conda_urls`.
 
     Copies (or copy-on-write clones), never hard links into the package cache: an edit

@@ -147,7 +147,7 @@ def _pip_failure(message: str, stable: Path) -> Exception:
     return _uv_failed("install", message, stable)
 
 
-def _installed_from(partial: Path, local: dict) -> list:
+def _installed_from(partial: Path, local: Mapping[str, LockedPackage]) -> list[tuple[Path, LockedPackage]]:
     """(dist-info, lock entry) of each distribution uv just installed: its direct_url.json names
     one of the store's `file://` URLs in `local`. Older ones were finished when they came in."""
     site = site_packages(partial)

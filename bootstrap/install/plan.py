@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from bootstrap.errors import InputError
 from bootstrap.install import generations as gens
@@ -58,7 +58,7 @@ class Plan:
             pip_remove=tuple(dataclasses.replace(d, dist_info=at_new(d.dist_info)) for d in self.pip_remove),
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "link": [{"name": p.name, "version": p.version, "build": p.build} for p in self.link],
             "unlink": [{"name": p.name, "version": p.version, "build": p.build} for p in self.unlink],
@@ -174,15 +174,16 @@ class Change:
         return self.plan if self.base is None else self.plan.moved(self.base, self.start.partial)
 
 
-def plan_change(layout: gens.Layout, entries: list) -> Optional[Change]:
+def plan_change(layout: gens.Layout, entries: list[LockedPackage]) -> Optional[Change]:
     """None when the current generation holds exactly `entries`; else where the next change starts
     (`generations.next_start`) and the plan against what that directory holds."""
     current = layout.current()
     against_current = plan_against(entries, layout.path(current)) if current is not None else None
-    if against_current is not None and layout.path(current).is_dir() and against_current.empty:
+    if current is not None and against_current is not None and layout.path(current).is_dir() and against_current.empty:
         return None
     start = gens.next_start(layout)
     if start.base is None:
         return Change(start, make_plan(entries, (), ()), None)
     base = layout.path(start.base)
-    return Change(start, against_current if start.base == current else plan_against(entries, base), base)
+    kept = against_current if start.base == current else None
+    return Change(start, kept if kept is not None else plan_against(entries, base), base)

@@ -20,7 +20,7 @@ from bootstrap.lock.lockfile import LockedPackage
 # counts as none: the package is extracted again from its checked archive and sealed anew.
 SEAL_HEADER = "bootstrap-seal 3\n"
 _EXTRACTING = ".extracting-"
-_HELD: set = set()  # this process's own `extracting` files
+_HELD: set[str] = set()  # this process's own `extracting` files
 
 
 def extracted_dir(cache_dir: Path, entry: LockedPackage) -> Path:
@@ -77,7 +77,7 @@ def drop_extracted(cache_dir: Path, entry: LockedPackage) -> None:
     seal_path(cache_dir, entry).unlink(missing_ok=True)
 
 
-def fingerprint(directory: Path) -> dict:
+def fingerprint(directory: Path) -> dict[str, object]:
     """How many files and links are under `directory`, and one sha256 over a line of each: its
     relative path, size, mtime_ns and ctime_ns, in path order.
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from bootstrap.compat.pick import Pick, Verdict, pick_variant
 from bootstrap.errors import InputError
@@ -18,6 +18,9 @@ from bootstrap.lock.variants import variant_locks
 from bootstrap.project import Project
 from bootstrap.report import Status, result
 from bootstrap.runner import Runner, run
+
+if TYPE_CHECKING:
+    from bootstrap.compat.facts import DriverFacts
 
 AUTO = "auto"
 _RUNS = {Status.OK: "runs", Status.WARN: "runs with a caveat", Status.SKIP: "is not judged"}
@@ -65,10 +68,11 @@ def choose_variant(request: VariantRequest, *, nvml: Any = None, runner: Runner 
     locks = variant_locks(project, env, spec, named)  # an unknown name is an InputError naming the known ones
     if not spec.variants:
         return VariantChoice(name="", lock_path=locks[0][1], how="only", why="the env declares no variants")
+    first, path = locks[0]
+    assert first is not None  # the spec declares variants
     if named and request.force:
-        variant, path = locks[0]
-        _check_locked(path, variant.name, variant.platforms, request.platform)
-        return VariantChoice(name=variant.name, lock_path=path, how="forced", why="asked for with --force")
+        _check_locked(path, first.name, first.platforms, request.platform)
+        return VariantChoice(name=first.name, lock_path=path, how="forced", why="asked for with --force")
     nvidia, source = _driver_facts(request, nvml, runner)
     candidates = env_candidates(project, env, spec, request.platform)
     pick = pick_variant(nvidia, candidates)
@@ -76,7 +80,7 @@ def choose_variant(request: VariantRequest, *, nvml: Any = None, runner: Runner 
         if candidate.target is None and os.path.lexists(candidate.lock_path):
             read_lock(candidate.lock_path)
     if named:
-        return _named(pick, request, locks[0][0].platforms, source)
+        return _named(pick, request, first.platforms, source)
     if pick.chosen is None:
         force = "`--variant NAME --force` installs one anyway" if pick.installs_here else ""
         raise InputError(
@@ -90,7 +94,7 @@ def choose_variant(request: VariantRequest, *, nvml: Any = None, runner: Runner 
     )
 
 
-def _named(pick: Pick, request: VariantRequest, platforms: tuple, source: str) -> VariantChoice:
+def _named(pick: Pick, request: VariantRequest, platforms: tuple[str, ...], source: str) -> VariantChoice:
     """The variant asked for, if it is locked here and will run."""
     verdict = next(v for v in pick.verdicts if v.candidate.name == request.name)  # variant_locks knew the name
     path = verdict.candidate.lock_path
@@ -113,7 +117,7 @@ def _named(pick: Pick, request: VariantRequest, platforms: tuple, source: str) -
     )
 
 
-def _check_locked(path: Path, name: str, platforms: tuple, platform: str) -> None:
+def _check_locked(path: Path, name: str, platforms: tuple[str, ...], platform: str) -> None:
     """A variant with no lock yet, or none for this platform, is one line naming the fix."""
     if not path.is_file():
         raise InputError(f"--variant {name}", f"not locked yet: {path} is missing", "run `make lock`")
@@ -135,7 +139,7 @@ def _instead(pick: Pick, refused: Verdict) -> str:
     return "no locked variant runs here; --force installs it anyway"
 
 
-def _driver_facts(request: VariantRequest, nvml: Any, runner: Runner) -> tuple:
+def _driver_facts(request: VariantRequest, nvml: Any, runner: Runner) -> tuple[DriverFacts, str]:
     """This host's NVIDIA facts (NVML, else nvidia-smi), or those recorded in `request.facts_path`; none
     for an env of another OS (`--platform`, a dry run), whose machine this host says nothing about."""
     from bootstrap.compat.facts import DriverFacts

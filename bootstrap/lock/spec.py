@@ -126,7 +126,7 @@ class VirtualPackages:
             by_platform[platform] = tuple(base.values())
         return replace(self, by_platform=by_platform)
 
-    def version_of(self, platform: str, name: str) -> str | None:
+    def version_of(self, platform: str, name: str) -> Optional[str]:
         for vp in self.for_platform(platform):
             if vp.name == name:
                 return vp.version
