@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import IO, Any, Dict, Iterator, Optional
 
 from bootstrap.bench.config import (
     MODELS,
@@ -324,8 +324,9 @@ def stdout_kept_for(json_out: bool) -> Iterator[None]:
         return
     sys.stdout.flush()
     out_fd, err_fd = _fileno(sys.stdout), _fileno(sys.stderr)
-    saved = os.dup(out_fd) if out_fd is not None and err_fd is not None else None
-    if saved is not None:
+    saved = None
+    if out_fd is not None and err_fd is not None:
+        saved = os.dup(out_fd)
         os.dup2(err_fd, out_fd)
     real, sys.stdout = sys.stdout, sys.stderr
     try:
@@ -333,12 +334,12 @@ def stdout_kept_for(json_out: bool) -> Iterator[None]:
     finally:
         sys.stderr.flush()
         sys.stdout = real
-        if saved is not None:
+        if saved is not None and out_fd is not None:
             os.dup2(saved, out_fd)
             os.close(saved)
 
 
-def _fileno(stream: Any) -> Optional[int]:
+def _fileno(stream: IO[str]) -> Optional[int]:
     try:
         return stream.fileno()
     except (AttributeError, OSError, io.UnsupportedOperation):  # a test's captured stream has no descriptor

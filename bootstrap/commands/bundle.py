@@ -7,6 +7,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bootstrap.commands import argtypes
 from bootstrap.commands.cache import size_text
@@ -14,6 +15,9 @@ from bootstrap.commands.lock import add_pip_index_options
 from bootstrap.errors import EXIT_OK, InputError
 from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
+
+if TYPE_CHECKING:
+    from bootstrap.lock.pip import Target
 
 TOOLS_REQUIREMENTS = Path(__file__).resolve().parents[2] / "scripts" / "requirements-tools.txt"
 
@@ -118,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _locks(project: Project, envs: list, variants: tuple) -> tuple:
+def _locks(project: Project, envs: list[str], variants: tuple[str, ...]) -> tuple[tuple[str, Path], ...]:
     """(env, lock path) of each lock to bundle: the variants named, else each env's default one."""
     from bootstrap.lock.spec import read_spec
     from bootstrap.lock.variants import variant_locks
@@ -130,7 +134,7 @@ def _locks(project: Project, envs: list, variants: tuple) -> tuple:
     return tuple(out)
 
 
-def _tools_targets(project: Project, platforms: tuple, pythons: list) -> tuple:
+def _tools_targets(project: Project, platforms: tuple[str, ...], pythons: list[str]) -> tuple[Target, ...]:
     """What the nodes' python3 and platform are: the tools venv is built there from these wheels.
     Windows has none: `bootstrap env` runs on POSIX only."""
     from bootstrap.lock.pip import target_for

@@ -11,11 +11,19 @@ import shlex
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from bootstrap.commands import argtypes
 from bootstrap.errors import EXIT_OK, InputError
 from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
+
+    from bootstrap.install.env import EnvOptions, EnvResult, Feedback
+    from bootstrap.install.variant import VariantChoice
+    from bootstrap.lock.lockfile import LockedPackage
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -105,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         if args.lock is not None
         else choose_variant(VariantRequest(project, env, platform, args.variant, args.force, args.facts))
     )
+    lock_path: Path = args.lock if choice is None else choice.lock_path
     bundle = Bundle.open(args.bundle.absolute()) if args.bundle is not None else None
     if bundle is not None and choice is not None and not bundle.has_lock(choice.lock_path):
         held = ", ".join(Path(e["lock"]).name for e in bundle.index["envs"])
@@ -114,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
             f"bundle it: `bootstrap bundle {env} --variant {choice.name}`, "
             "or install one the bundle holds with --variant NAME",
         )
-    made_for = bundle.platforms(args.lock or choice.lock_path) if bundle is not None else ()
+    made_for = bundle.platforms(lock_path) if bundle is not None else ()
     if made_for and platform not in made_for:  # before any fetch: every artifact would be sought online
         target = "--platform" if args.platform else "this machine"
         raise InputError(
@@ -124,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         )
     options = EnvOptions(
         env=env,
-        lock_path=(args.lock or choice.lock_path).absolute(),
+        lock_path=lock_path.absolute(),
         prefix=prefix,
         platform=platform,
         cache_dir=(args.cache_dir or default_cache_dir()).absolute(),
@@ -162,13 +171,13 @@ PLAIN_EVERY_S = 5.0  # a progress line this often when stderr is a log (CI, Slur
 
 
 @contextlib.contextmanager
-def progress_feedback(tty: bool, quiet: bool = False):
+def progress_feedback(tty: bool, quiet: bool = False) -> Iterator[Feedback]:
     """How downloads show on stderr: on a TTY a bar with bytes, speed and ETA (rattler draws its own
     for linking); elsewhere the total before the first download and a plain line every
     `PLAIN_EVERY_S`; with `quiet` (`--json`) neither. Retries and the "waiting for another run"
     notice are printed either way."""
+    from bootstrap.install.download import Watch
     from bootstrap.install.env import Feedback
-    from bootstrap.install.fetch import Watch
 
     one_at_a_time = threading.Lock()
 
@@ -193,7 +202,8 @@ def progress_feedback(tty: bool, quiet: bool = False):
         TimeRemainingColumn(),
     )
     with Progress(*columns, transient=True) as progress:
-        task, count = {}, {"done": 0, "of": 0}
+        task: dict[str, TaskID] = {}
+        count = {"done": 0, "of": 0}
 
         def started(total: int) -> None:
             count["of"] = total
@@ -206,7 +216,7 @@ def progress_feedback(tty: bool, quiet: bool = False):
         def moved(nbytes: int) -> None:
             progress.update(task["id"], advance=nbytes)
 
-        def fetched(entry) -> None:
+        def fetched(entry: LockedPackage) -> None:
             count["done"] += 1
             progress.update(task["id"], description=f"fetched {count['done']} of {count['of']}: {entry.name}")
 
@@ -230,18 +240,17 @@ def _size_line(nbytes: int, files: int, unknown: int) -> str:
 class _PlainMeter:
     """Download progress as plain lines, for a log: the total, then bytes done every `PLAIN_EVERY_S`."""
 
-    def __init__(self, emit) -> None:
-        import threading
-
+    def __init__(self, emit: Callable[[str], None]) -> None:
         self.emit, self.lock = emit, threading.Lock()
         self.total = self.done = self.files = self.fetched_files = 0
-        self.started = self.last = None
+        self.started: Optional[float] = None
+        self.last = 0.0
 
     def sized(self, nbytes: int, files: int, unknown: int) -> None:
         self.total, self.files = nbytes, files
         self.emit(_size_line(nbytes, files, unknown))
 
-    def fetched(self, _entry) -> None:
+    def fetched(self, _entry: LockedPackage) -> None:
         with self.lock:
             self.fetched_files += 1
 
@@ -256,7 +265,7 @@ class _PlainMeter:
             if now - self.last < PLAIN_EVERY_S:
                 return
             self.last = now
-            line = self._line(now)
+            line = self._line(now - self.started)
         self.emit(line)
 
     def finish(self) -> None:
@@ -264,20 +273,20 @@ class _PlainMeter:
         import time
 
         with self.lock:
-            line = None if self.started is None else self._line(time.monotonic()) + " (done)"
+            line = None if self.started is None else self._line(time.monotonic() - self.started) + " (done)"
         if line:
             self.emit(line)
 
-    def _line(self, now: float) -> str:
+    def _line(self, elapsed: float) -> str:
         from bootstrap.commands.cache import size_text
 
-        speed = self.done / max(now - self.started, 1e-9)
+        speed = self.done / max(elapsed, 1e-9)
         of = f" of {size_text(self.total)}" if self.total else ""
         files = f", {self.fetched_files} of {self.files} files" if self.files else ""
         return f"fetched {size_text(max(self.done, 0))}{of}, {size_text(int(speed))}/s{files}"
 
 
-def _summary(env: str, result, options) -> str:
+def _summary(env: str, result: EnvResult, options: EnvOptions) -> str:
     if result.dry_run:
         head = f"{env}: plan for {result.prefix} [{result.platform}]" + (
             f": generation {result.generation} {_built_from(result)}" if result.made else ": nothing to do"
@@ -302,7 +311,7 @@ def _summary(env: str, result, options) -> str:
     return "\n".join(lines)
 
 
-def _variant_lines(choice, dry_run: bool) -> list:
+def _variant_lines(choice: Optional[VariantChoice], dry_run: bool) -> list[str]:
     """Which variant, and why; a dry run shows every variant's verdict too, the one installed starred."""
     if choice is None or not choice.name:
         return []
@@ -312,7 +321,7 @@ def _variant_lines(choice, dry_run: bool) -> list:
     return lines
 
 
-def _built_from(result) -> str:
+def _built_from(result: EnvResult) -> str:
     """How the generation is had: the plan's actions are against that directory."""
     return {
         "recycled": f"by updating retired generation {result.base}",

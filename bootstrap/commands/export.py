@@ -8,9 +8,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
 from bootstrap.commands import argtypes
 from bootstrap.errors import EXIT_OK, InputError
+
+if TYPE_CHECKING:
+    from bootstrap.export.portable import ExportOptions
+    from bootstrap.export.result import ExportResult
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -85,19 +90,7 @@ def run(args: argparse.Namespace) -> int:
             )
         result = export_prefix(args.from_prefix, options, output)
     else:
-        from bootstrap.export.from_lock import export_env, export_pinned
-        from bootstrap.project import Project, find_root
-
-        project = Project(args.root or find_root(Path.cwd()))
-        env = project.env_or_default(args.env)
-        if args.pinned:
-            if to_stdout and len(platforms) != 1:
-                raise InputError(
-                    "-o -", "--pinned writes one file per platform", "pick one with --platform P to print it"
-                )
-            result = export_pinned(project, env, options, args.output if not to_stdout else None)
-        else:
-            result = export_env(project, env, options, output)
+        result = _from_lock(args, options, output)
 
     if to_stdout:
         for text in result.files.values():
@@ -114,3 +107,17 @@ def run(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     return EXIT_OK
+
+
+def _from_lock(args: argparse.Namespace, options: ExportOptions, output: Optional[Path]) -> ExportResult:
+    """The env's lock exported: as an environment.yml, or with --pinned as one explicit file per platform."""
+    from bootstrap.export.from_lock import export_env, export_pinned
+    from bootstrap.project import Project, find_root
+
+    project = Project(args.root or find_root(Path.cwd()))
+    env = project.env_or_default(args.env)
+    if not args.pinned:
+        return export_env(project, env, options, output)
+    if args.output == "-" and len(options.platforms) != 1:
+        raise InputError("-o -", "--pinned writes one file per platform", "pick one with --platform P to print it")
+    return export_pinned(project, env, options, args.output if args.output != "-" else None)

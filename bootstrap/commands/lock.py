@@ -9,11 +9,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Union
 
 from bootstrap.commands import argtypes
 from bootstrap.errors import EXIT_FAILED, EXIT_OK, InputError
 from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
+
+if TYPE_CHECKING:
+    from bootstrap.lock.check import CheckResult
+    from bootstrap.lock.solve import LockResult
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -83,7 +88,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_pip_index_options(group):
+def add_pip_index_options(group: argparse._ArgumentGroup) -> argparse._ArgumentGroup:
     """Where uv looks for wheels besides PyPI (or UV_INDEX_URL): `lock` and `bundle`."""
     group.add_argument(
         "--pip-find-links",
@@ -152,7 +157,7 @@ def _check(
     return EXIT_OK if checked.fresh else EXIT_FAILED
 
 
-def _print_check(result, root: Path) -> None:
+def _print_check(result: CheckResult, root: Path) -> None:
     name = _relative(result.lock_path, root)
     if result.fresh:
         print(f"{_title(result)}: {name} is fresh")
@@ -215,7 +220,7 @@ def _to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _print_lock(result, root: Path) -> None:
+def _print_lock(result: LockResult, root: Path) -> None:
     verb = "wrote" if result.written else "would write"
     timing = ", ".join(f"{k} {v:.2f}s" for k, v in result.seconds.items())
     print(f"{_title(result)}: {verb} {_relative(result.path, root)} ({timing})")
@@ -236,7 +241,7 @@ def _print_lock(result, root: Path) -> None:
             print(f"      ~ {line}")
 
 
-def _title(result) -> str:
+def _title(result: Union[LockResult, CheckResult]) -> str:
     """`py310`, or `py310 [cu130]` for one variant of it."""
     return f"{result.env} [{result.variant}]" if result.variant else result.env
 
@@ -260,7 +265,7 @@ def parse_indexes(texts: list[str]) -> dict[str, str]:
     return out
 
 
-def _check_index_names(project: Project, envs: list[str], indexes: dict[str, str]) -> None:
+def _check_index_names(project: Project, envs: list[str], indexes: Mapping[str, str]) -> None:
     from bootstrap.lock.spec import read_spec
     from bootstrap.lock.variants import PYPI
 

@@ -7,11 +7,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import List, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar
 
 from bootstrap.commands import argtypes
 from bootstrap.commands.signals import sigterm_as_interrupt
 from bootstrap.errors import EXIT_OK, excerpt
+
+if TYPE_CHECKING:
+    from bootstrap.monitor.log import SampleLog
+    from bootstrap.monitor.sampler import GpuSampler, Sample
+    from bootstrap.monitor.summary import RunningSummary
+
+T = TypeVar("T")
 
 _CLEAR = "\x1b[H\x1b[J"  # cursor home, clear to the end of the screen
 
@@ -33,7 +41,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _number(kind, text: str, wanted: str):
+def _number(kind: Callable[[str], T], text: str, wanted: str) -> T:
     """`kind(text)`, or argparse's one-line error saying what was wanted (not 'invalid _positive_int value')."""
     try:
         return kind(text)
@@ -59,9 +67,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bootstrap.fsutil import check_output
-    from bootstrap.monitor.log import SampleLog
     from bootstrap.monitor.result import monitor_result, unavailable
-    from bootstrap.monitor.sampler import GpuSampler, NvmlUnavailable, run_samples
+    from bootstrap.monitor.sampler import GpuSampler, NvmlUnavailable
     from bootstrap.monitor.summary import SPARK, RunningSummary
     from bootstrap.report import dumps
 
@@ -78,39 +85,10 @@ def run(args: argparse.Namespace) -> int:
         raise
 
     ascii_only = not _can_print(SPARK)
-    live = sys.stdout.isatty() and not args.once
     summary = RunningSummary()
-    log = None
-    rows_logged = 0
     try:
-        log = SampleLog(log_path, fmt, f"--{fmt}") if log_path is not None else None
-        with sigterm_as_interrupt() as received:
-            try:
-                for sample in run_samples(sampler, args.interval, 1 if args.once else args.count):
-                    summary.add(sample)
-                    if log is not None:
-                        log.write(sample)
-                        rows_logged = log.rows_written
-                    if args.json:
-                        continue
-                    frame = _frame(sample, summary, args, ascii_only, sampler.gpu_count)
-                    sys.stdout.write((_CLEAR if live else "") + frame + ("" if live else "\n\n"))
-                    sys.stdout.flush()
-            except KeyboardInterrupt:
-                if not args.json:
-                    sys.stdout.write("\n")
-            except BrokenPipeError:  # `monitor --csv F | head`, a pager quit: the samples taken are kept
-                if log is not None:
-                    log.commit()
-                    log = None
-                raise
-            received.wind_down()  # a signal now (`timeout` signals the whole process group) is only noted
-            if log is not None:
-                log.commit()
-                log = None
+        rows_logged = _record(args, sampler, summary, (log_path, fmt), ascii_only)
     finally:
-        if log is not None:
-            log.discard()  # an error, not an interruption: the command failed, so nothing is left
         sampler.close()
 
     if args.json:
@@ -133,6 +111,59 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _record(
+    args: argparse.Namespace,
+    sampler: GpuSampler,
+    summary: RunningSummary,
+    log_to: tuple[Optional[Path], str],
+    ascii_only: bool,
+) -> int:
+    """Sample until --count or Ctrl-C (or SIGTERM); the rows logged to `log_to` (path, format), whose file
+    is kept when the run ends or its reader goes away, and removed on an error."""
+    from bootstrap.monitor.log import SampleLog
+
+    log: Optional[SampleLog] = None
+    try:
+        log = SampleLog(log_to[0], log_to[1], f"--{log_to[1]}") if log_to[0] is not None else None
+        with sigterm_as_interrupt() as received:
+            try:
+                _show(args, sampler, summary, log, ascii_only)
+            except KeyboardInterrupt:
+                if not args.json:
+                    sys.stdout.write("\n")
+            except BrokenPipeError:  # `monitor --csv F | head`, a pager quit: the samples taken are kept
+                if log is not None:
+                    log.commit()
+                    log = None
+                raise
+            received.wind_down()  # a signal now (`timeout` signals the whole process group) is only noted
+            if log is None:
+                return 0
+            log.commit()
+            rows, log = log.rows_written, None
+            return rows
+    finally:
+        if log is not None:
+            log.discard()  # an error, not an interruption: the command failed, so nothing is left
+
+
+def _show(
+    args: argparse.Namespace, sampler: GpuSampler, summary: RunningSummary, log: Optional[SampleLog], ascii_only: bool
+) -> None:
+    """Take the samples: each into the summary, the log and (without --json) the screen."""
+    from bootstrap.monitor.sampler import run_samples
+
+    live = sys.stdout.isatty() and not args.once
+    for sample in run_samples(sampler, args.interval, 1 if args.once else args.count):
+        summary.add(sample)
+        if log is not None:
+            log.write(sample)
+        if not args.json:
+            frame = _frame(sample, summary, args, ascii_only, sampler.gpu_count)
+            sys.stdout.write((_CLEAR if live else "") + frame + ("" if live else "\n\n"))
+            sys.stdout.flush()
+
+
 def _can_print(text: str) -> bool:
     try:
         text.encode(sys.stdout.encoding or "ascii")
@@ -141,7 +172,7 @@ def _can_print(text: str) -> bool:
         return False
 
 
-def _frame(sample, summary, args: argparse.Namespace, ascii_only: bool, gpu_count: int) -> str:
+def _frame(sample: Sample, summary: RunningSummary, args: argparse.Namespace, ascii_only: bool, gpu_count: int) -> str:
     from bootstrap.monitor.log import rows
     from bootstrap.monitor.summary import sparkline
 
@@ -177,7 +208,7 @@ def _frame(sample, summary, args: argparse.Namespace, ascii_only: bool, gpu_coun
     return "\n".join(lines)
 
 
-def _summary(summary, ascii_only: bool) -> str:
+def _summary(summary: RunningSummary, ascii_only: bool) -> str:
     from bootstrap.monitor.summary import sparkline
 
     if not summary.samples:
@@ -212,18 +243,18 @@ def _round(value: Optional[float], digits: int = 0) -> Optional[float]:
     return round(value, digits) if digits else float(round(value))
 
 
-def _num(value) -> str:
+def _num(value: float) -> str:
     if isinstance(value, float) and value == int(value):
         return str(int(value))
     return str(value)
 
 
-def _unit(value, unit: str) -> str:
+def _unit(value: Optional[float], unit: str) -> str:
     return "n/a" if value is None else f"{_num(value)} {unit}"
 
 
-def _pair(used, total, unit: str) -> str:
+def _pair(used: Optional[float], total: Optional[float], unit: str) -> str:
     if used is None and total is None:
         return "n/a"
-    parts: List[str] = ["?" if used is None else _num(used), "?" if total is None else _num(total)]
+    parts = ["?" if used is None else _num(used), "?" if total is None else _num(total)]
     return f"{parts[0]}/{parts[1]} {unit}"
