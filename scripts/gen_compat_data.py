@@ -41,6 +41,8 @@ lists are `sm_XY` SASS and `compute_XY` PTX entries as torch reports them.
 
 from __future__ import annotations
 
+from typing import Any
+
 '''
 
 
@@ -219,7 +221,9 @@ def render(data: Dict[str, Any]) -> str:
     ]
     body = []
     for name, value in sections:
-        body.append(f"{name} = {pprint.pformat(value, width=110, sort_dicts=False)}\n")
+        # The rows' shape, for the type checker: a table is a list of rows or a mapping, a row's values vary.
+        kind = {list: ": list[dict[str, Any]]", dict: ": dict[str, Any]"}.get(type(value), "")
+        body.append(f"{name}{kind} = {pprint.pformat(value, width=110, sort_dicts=False)}\n")
     return HEADER.format(stamp=stamp) + "\n".join(body)
 
 

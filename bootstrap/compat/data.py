@@ -12,11 +12,13 @@ lists are `sm_XY` SASS and `compute_XY` PTX entries as torch reports them.
 
 from __future__ import annotations
 
+from typing import Any
+
 SCHEMA_VERSION = 1
 
 RESEARCHED = '2026-11-29'
 
-MINOR_VERSION_FLOORS = [{'cuda_major': 11,
+MINOR_VERSION_FLOORS: list[dict[str, Any]] = [{'cuda_major': 11,
   'branch': 450,
   'linux': '450.80.02',
   'windows': '452.39',
@@ -44,7 +46,7 @@ MINOR_VERSION_FLOORS = [{'cuda_major': 11,
             'Table 3)',
   'confidence': 'high'}]
 
-TOOLKIT_DRIVERS = [{'cuda': '13.5',
+TOOLKIT_DRIVERS: list[dict[str, Any]] = [{'cuda': '13.5',
   'label': 'CUDA 13.5',
   'linux': None,
   'windows': None,
@@ -460,7 +462,7 @@ TOOLKIT_DRIVERS = [{'cuda': '13.5',
             'Table 3)',
   'confidence': 'high'}]
 
-CAVEATS = {'ptx_jit_needs_full_driver': {'text': "Under minor-version compatibility 'Applications that compile device "
+CAVEATS: dict[str, Any] = {'ptx_jit_needs_full_driver': {'text': "Under minor-version compatibility 'Applications that compile device "
                                        "code to PTX will not work on older drivers'. If a kernel must be "
                                        'JIT-compiled from PTX (e.g. the GPU is newer than every SASS target '
                                        'in the binary), the driver must be at least the Table 3 driver of '
@@ -521,7 +523,7 @@ CAVEATS = {'ptx_jit_needs_full_driver': {'text': "Under minor-version compatibil
                                         '(pages corpus); NVIDIA page not read',
                               'confidence': 'medium'}}
 
-GPUS = [{'gpu': 'NVIDIA Tesla K80',
+GPUS: list[dict[str, Any]] = [{'gpu': 'NVIDIA Tesla K80',
   'compute_capability': (3, 7),
   'architecture': 'Kepler',
   'source': 'older revisions of https://developer.nvidia.com/cuda-gpus as copied at '
@@ -637,7 +639,7 @@ GPUS = [{'gpu': 'NVIDIA Tesla K80',
   'source': 'https://developer.nvidia.com/cuda-gpus',
   'confidence': 'high'}]
 
-SASS_INTRODUCED = [{'sm': 'sm_80',
+SASS_INTRODUCED: list[dict[str, Any]] = [{'sm': 'sm_80',
   'cuda': '11.0',
   'source': "https://github.com/llvm/llvm-project/commit/0f49116e261cf5a156221b006acb677e3565fd1a ('sm_30 "
             "and sm_32 were removed in cuda-11.0, sm_35 and sm_37 were removed in cuda-12.0'); Nsight VSE "
@@ -712,7 +714,7 @@ SASS_INTRODUCED = [{'sm': 'sm_80',
             'https://github.com/FLAMEGPU/FLAMEGPU2/issues/1413',
   'confidence': 'medium'}]
 
-TORCH_RELEASES = [{'release': '2.4',
+TORCH_RELEASES: list[dict[str, Any]] = [{'release': '2.4',
   'versions': ['2.4.0', '2.4.1'],
   'requires_python': '>=3.8.0',
   'python_wheels': ['3.8', '3.9', '3.10', '3.11', '3.12'],
@@ -1515,7 +1517,7 @@ TORCH_RELEASES = [{'release': '2.4',
             'pymatrix_linux.txt)',
   'confidence': 'medium'}]
 
-WINDOWS_ARCH_LISTS = {'applies_to': 'Windows CUDA wheels on download.pytorch.org, recent main branch (roughly releases '
+WINDOWS_ARCH_LISTS: dict[str, Any] = {'applies_to': 'Windows CUDA wheels on download.pytorch.org, recent main branch (roughly releases '
                '2.12-2.14); not verified per release',
  'sass': {'cu126': ['sm_50', 'sm_60', 'sm_61', 'sm_70', 'sm_75', 'sm_80', 'sm_86', 'sm_90'],
           'cu128': ['sm_75', 'sm_80', 'sm_86', 'sm_90', 'sm_100', 'sm_120'],

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Hashable, Iterable, Mapping, Optional, TypeVar
 
 from bootstrap.compat.typed import MAX_ITEMS, FieldError, from_mapping
 from bootstrap.compat.versions import cuda_supported_by_driver_number, driver_column
 from bootstrap.errors import excerpt
 from bootstrap.platforms import PLATFORMS
+
+H = TypeVar("H", bound=Hashable)
 
 # --------------------------------------------------------------------------- platform
 
@@ -39,7 +41,7 @@ class GpuFacts:
 
     index: int
     name: str
-    compute_capability: Optional[Tuple[int, int]] = None
+    compute_capability: Optional[tuple[int, int]] = None
     memory_total_mib: Optional[int] = None
     memory_used_mib: Optional[int] = None
     uuid: Optional[str] = None
@@ -49,8 +51,8 @@ class GpuFacts:
     retired_pages_pending: Optional[bool] = None
     remapped_rows_pending: Optional[bool] = None
     remapped_rows_failed: Optional[bool] = None
-    missing: Tuple[str, ...] = ()  # "field: why it is None", e.g. "ecc_enabled: not supported on this GPU"
-    mig_uuids: Tuple[str, ...] = ()  # its MIG instances (`nvidia-smi -L`), so CUDA_VISIBLE_DEVICES=MIG-... finds it
+    missing: tuple[str, ...] = ()  # "field: why it is None", e.g. "ecc_enabled: not supported on this GPU"
+    mig_uuids: tuple[str, ...] = ()  # its MIG instances (`nvidia-smi -L`), so CUDA_VISIBLE_DEVICES=MIG-... finds it
 
     FREE_TEXT = ("name", "missing")  # what the driver says: a control character in it is shown escaped
     # nvml.h's NVML_DEVICE_NAME_V2_BUFFER_SIZE and NVML_DEVICE_UUID_V2_BUFFER_SIZE, NUL included
@@ -60,7 +62,7 @@ class GpuFacts:
     def cc_text(self) -> str:
         return "unknown" if self.compute_capability is None else "{}.{}".format(*self.compute_capability)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["compute_capability"] = None if self.compute_capability is None else list(self.compute_capability)
         out["missing"] = list(self.missing)
@@ -138,11 +140,11 @@ class PeerFacts:
     read: Optional[int] = None
     nvlink: Optional[int] = None
     topology: Optional[int] = None
-    missing: Tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
 
     FREE_TEXT = ("missing",)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["missing"] = list(self.missing)
         return out
@@ -174,14 +176,14 @@ class DriverFacts:
     os: str = "linux"
     driver_version: Optional[str] = None
     cuda_driver_version: Optional[int] = None
-    gpus: Tuple[GpuFacts, ...] = ()
+    gpus: tuple[GpuFacts, ...] = ()
     source: str = ""
     reason: str = ""
-    peers: Tuple[PeerFacts, ...] = ()  # every pair of GPUs, where NVML answered (not nvidia-smi's CSV)
+    peers: tuple[PeerFacts, ...] = ()  # every pair of GPUs, where NVML answered (not nvidia-smi's CSV)
     # Written only when set, so files from before them read and write back the same:
     wsl: str = ""  # why this is WSL2 ('/proc/sys/kernel/osrelease: ...'): the driver is Windows' (os 'windows')
     jetson: str = ""  # the L4T release ('R36 (release), REVISION: 4.0, ...'): the driver comes with JetPack
-    gpu_signs: Tuple[str, ...] = ()  # no driver, yet GPUs the kernel shows: /proc/driver/nvidia/gpus/*, /dev/nvidia0
+    gpu_signs: tuple[str, ...] = ()  # no driver, yet GPUs the kernel shows: /proc/driver/nvidia/gpus/*, /dev/nvidia0
 
     FREE_TEXT = ("source", "reason", "wsl", "jetson", "gpu_signs")  # tools' words: controls shown escaped
     OSES = ("linux", "windows", "macos")  # bootstrap.platforms' OS names: the driver-number series
@@ -198,7 +200,7 @@ class DriverFacts:
     def has_driver(self) -> bool:
         return bool(self.driver_version) or bool(self.cuda_driver_version)
 
-    def supported_cuda(self) -> Tuple[Optional[int], str]:
+    def supported_cuda(self) -> tuple[Optional[int], str]:
         """The highest CUDA the driver supports (12080 = 12.8), and where that number came from."""
         if self.cuda_driver_version:
             return self.cuda_driver_version, "reported by the driver"
@@ -208,7 +210,7 @@ class DriverFacts:
                 return derived, f"at least, derived from the {driver_column(self.os)} driver number (Table 3)"
         return None, "unknown"
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "os": self.os,
             "driver_version": self.driver_version,
@@ -225,8 +227,13 @@ class DriverFacts:
         """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
         return cls(**from_mapping(cls, raw, path)).checked(path)
 
-    def checked(self, path: str) -> "DriverFacts":
+    def checked(self, path: str) -> DriverFacts:
         """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
+        self._check_driver(path)
+        self._check_gpus(path)
+        return self
+
+    def _check_driver(self, path: str) -> None:
         if self.os not in self.OSES:
             raise FieldError(f"{path}.os: {excerpt(self.os)} is not a driver's OS ({', '.join(self.OSES)})")
         # Two or three runs of ASCII digits, '580.95.05' (Linux) or '566.36' (Windows): int() also takes '-580'
@@ -249,16 +256,15 @@ class DriverFacts:
             )
         if self.jetson and self.os != "linux":
             raise FieldError(f"{path}.os: {excerpt(self.os)} contradicts {path}.jetson (a Jetson runs Linux: 'linux')")
-        indices, pairs = {gpu.index for gpu in self.gpus}, set()
-        if len(indices) < len(self.gpus):
-            seen: set = set()
-            twice = next(gpu.index for gpu in self.gpus if gpu.index in seen or seen.add(gpu.index))
+
+    def _check_gpus(self, path: str) -> None:
+        twice = _repeated(gpu.index for gpu in self.gpus)
+        if twice is not None:
             raise FieldError(f"{path}.gpus: GPU index {twice} is given twice (NVML numbers each GPU once)")
-        uuids = [gpu.uuid for gpu in self.gpus if gpu.uuid is not None]
-        if len(set(uuids)) < len(uuids):
-            known: set = set()
-            twice_uuid = next(u for u in uuids if u in known or known.add(u))
+        twice_uuid = _repeated(gpu.uuid for gpu in self.gpus if gpu.uuid is not None)
+        if twice_uuid is not None:
             raise FieldError(f"{path}.gpus: GPU UUID {excerpt(twice_uuid, 60)} is given twice (each GPU has its own)")
+        indices, pairs = {gpu.index for gpu in self.gpus}, set()
         for number, peer in enumerate(self.peers):
             where = f"{path}.peers[{number}]"
             if not {peer.a, peer.b} <= indices:
@@ -269,7 +275,6 @@ class DriverFacts:
             if (peer.a, peer.b) in pairs:
                 raise FieldError(f"{where}: the pair {peer.a}-{peer.b} is given twice")
             pairs.add((peer.a, peer.b))
-        return self
 
     def checked_on(self, platform: str, path: str) -> "DriverFacts":
         """Itself, if a host of `platform` (a compat key) reports it: the driver series is the platform's
@@ -307,14 +312,14 @@ class HostFacts:
     nofile_hard: Optional[int] = None
     start_method: Optional[str] = None
     start_method_explicit: bool = False
-    container_hints: Tuple[str, ...] = ()
+    container_hints: tuple[str, ...] = ()
     cuda_visible_devices: Optional[str] = None  # the job's GPUs among NVML's (None: unset, all of them)
     cuda_device_order: Optional[str] = None  # how CUDA numbers them (None: unset, fastest first); written when set
     libc: str = ""  # Linux: "glibc 2.36", or "not glibc" (musl); "" off Linux or not recorded
     macos: str = ""  # macOS: its release, "14.5"; "" elsewhere or not recorded
-    missing: Tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["container_hints"] = list(self.container_hints)
         out["missing"] = list(self.missing)
@@ -340,3 +345,13 @@ class HostFacts:
             if platform and getattr(self, name) and not platform.startswith(os_name):
                 raise FieldError(f"{path}.{name}: recorded, but the platform is {platform}, not {os_name}")
         return self
+
+
+def _repeated(items: Iterable[H]) -> Optional[H]:
+    """The first item met a second time; None when each is met once."""
+    seen: set[H] = set()
+    for item in items:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
@@ -63,7 +63,7 @@ def own_cuda(facts: DriverFacts) -> Optional[int]:
     return native if native is not None else facts.supported_cuda()[0]
 
 
-def newer_than_driver(cc: Tuple[int, int], facts: DriverFacts) -> Optional[int]:
+def newer_than_driver(cc: tuple[int, int], facts: DriverFacts) -> Optional[int]:
     """The CUDA that first targets the GPU, when the driver's own CUDA (`own_cuda`) is older: it cannot
     drive the GPU whatever torch carries. None otherwise, and on a Jetson, whose driver comes with its
     JetPack, made for its GPU."""
@@ -75,7 +75,7 @@ def newer_than_driver(cc: Tuple[int, int], facts: DriverFacts) -> Optional[int]:
 def unsupported_board(
     facts: DriverFacts,
     gpus: Optional[Sequence[GpuFacts]] = None,
-) -> Tuple[Optional[str], Optional[str], Optional[int]]:
+) -> tuple[Optional[str], Optional[str], Optional[int]]:
     """(a GPU's name, REFUSED or UNSURE, the driver's own CUDA) when cuda-compat is in use beside a GPU
     that it refuses, or may refuse, among `gpus` (the job's; None: every GPU the driver lists); a refused
     GPU is named before an unsure one. (None, None, None) otherwise."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 from bootstrap.compat.facts import DriverFacts, GpuFacts, PeerFacts
 from bootstrap.fsutil import MIB
@@ -71,7 +71,7 @@ class Nvml:
         _, reason = self._call("nvmlInit")
         return reason
 
-    def _call(self, name: str, *args: Any) -> Tuple[Any, str]:
+    def _call(self, name: str, *args: Any) -> tuple[Any, str]:
         """Call one NVML function; (result, '') or (None, reason)."""
         function = getattr(self._module, name, None)
         if function is None:
@@ -79,22 +79,22 @@ class Nvml:
         try:
             return function(*args), ""
         except self._module.NVMLError as exc:
-            code = getattr(exc, "value", None)
+            code: Any = getattr(exc, "value", None)  # an NVMLError carries its code
             return None, NVML_REASONS.get(code, f"NVML error {code}: {exc}")
         except OSError as exc:  # ctypes could not load the library or a symbol
             return None, f"NVML library unusable: {exc}"
 
-    def query(self, name: str, *args: Any) -> Tuple[Any, str]:
+    def query(self, name: str, *args: Any) -> tuple[Any, str]:
         """Call any `pynvml.<name>(*args)` through the chokepoint: (value, "") or (None, reason)."""
         reason = self.init()
         return (None, reason) if reason else self._call(name, *args)
 
-    def driver_version(self) -> Tuple[Optional[str], str]:
+    def driver_version(self) -> tuple[Optional[str], str]:
         """Driver version string such as '580.95.05' (`nvidia-smi --query-gpu=driver_version`)."""
         value, reason = self.query("nvmlSystemGetDriverVersion")
         return (None if value is None else _text(value)), reason
 
-    def cuda_driver_version(self) -> Tuple[Optional[int], str]:
+    def cuda_driver_version(self) -> tuple[Optional[int], str]:
         """Highest CUDA the driver supports, 1000*major + 10*minor (the `CUDA Version` in `nvidia-smi`).
 
         `_v2` reads libcuda itself; where libcuda is missing the v1 call
@@ -109,17 +109,17 @@ class Nvml:
             return int(fallback), f"nvmlSystemGetCudaDriverVersion_v2: {reason}; used v1"
         return None, reason or fallback_reason or "driver reports CUDA version 0"
 
-    def device_count(self) -> Tuple[Optional[int], str]:
+    def device_count(self) -> tuple[Optional[int], str]:
         """Number of GPUs NVML sees (`nvidia-smi --list-gpus | wc -l`)."""
         value, reason = self.query("nvmlDeviceGetCount")
         return (None if value is None else int(value)), reason
 
-    def gpu(self, index: int) -> Tuple[Optional[GpuFacts], str]:
+    def gpu(self, index: int) -> tuple[Optional[GpuFacts], str]:
         """Facts of GPU `index`; a query the GPU does not support leaves its field None, noted in `missing`."""
         handle, reason = self.query("nvmlDeviceGetHandleByIndex", index)
         if handle is None:
             return None, f"GPU {index}: {reason}"
-        missing: List[str] = []
+        missing: list[str] = []
 
         def ask(field: str, name: str, *args: Any) -> Any:
             value, why = self._call(name, handle, *args)
@@ -153,7 +153,7 @@ class Nvml:
         )
         return facts, ""
 
-    def _mig_uuids(self, handle: Any) -> Tuple[str, ...]:
+    def _mig_uuids(self, handle: Any) -> tuple[str, ...]:
         """The UUIDs of the GPU's MIG instances (`nvidia-smi -L`); () when MIG is off or not offered.
 
         Not listed in `missing`: most GPUs have no MIG, and saying so on each would bury the rest."""
@@ -195,13 +195,13 @@ class Nvml:
             peers=self.peers([g.index for g in gpus]),
         )
 
-    def peers(self, indices: Sequence[int]) -> Tuple[PeerFacts, ...]:
+    def peers(self, indices: Sequence[int]) -> tuple[PeerFacts, ...]:
         """How each pair of GPUs `indices` reaches the other: P2P reads, NVLink, and the PCIe path."""
         handles = {index: self.query("nvmlDeviceGetHandleByIndex", index)[0] for index in indices}
         pairs = itertools.combinations([index for index in indices if handles[index] is not None], 2)
         found = []
         for a, b in pairs:
-            missing: List[str] = []
+            missing: list[str] = []
 
             def ask(field: str, name: str, *args: Any) -> Optional[int]:  # called in this iteration only
                 value, why = self._call(name, handles[a], handles[b], *args)  # noqa: B023
@@ -231,6 +231,6 @@ def _optional_text(value: Any) -> Optional[str]:
     return None if value is None else _text(value)
 
 
-def _dedupe(items: List[str]) -> Tuple[str, ...]:
+def _dedupe(items: list[str]) -> tuple[str, ...]:
     # Both retirement-cause queries fail with the same reason; report it once.
     return tuple(dict.fromkeys(items))

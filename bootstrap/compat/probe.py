@@ -14,7 +14,7 @@ import platform
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional
 
 from bootstrap.compat.facts import DriverFacts, GpuFacts, HostFacts, checked_platform
 from bootstrap.compat.host import collect_host_facts, probe_gpu_signs, probe_jetson, probe_wsl
@@ -55,19 +55,21 @@ def probe_gpus(
     """
     wsl = probe_wsl(root, environ)
     os_name = "windows" if wsl else os_name or os_of(host_platform())
-    signs = {"wsl": wsl, "jetson": probe_jetson(root)}
+    jetson = probe_jetson(root)
     with Nvml(nvml, os_name=os_name) as session:
         from_nvml = session.facts()
     if from_nvml.has_driver:
-        return replace(from_nvml, **signs)
+        return replace(from_nvml, wsl=wsl, jetson=jetson)
     from_smi = probe_nvidia_smi(runner, os_name)
     if from_smi.has_driver:
-        return replace(from_smi, reason="; ".join(r for r in (from_nvml.reason, from_smi.reason) if r), **signs)
+        reason = "; ".join(r for r in (from_nvml.reason, from_smi.reason) if r)
+        return replace(from_smi, reason=reason, wsl=wsl, jetson=jetson)
     return DriverFacts(
         os=os_name,
         reason=f"no NVIDIA driver found ({from_nvml.reason}; {from_smi.reason})",
         gpu_signs=probe_gpu_signs(root),
-        **signs,
+        wsl=wsl,
+        jetson=jetson,
     )
 
 
@@ -78,7 +80,7 @@ def probe_nvidia_smi(runner: Runner = run, os_name: str = "linux") -> DriverFact
     without it and the compute capability stays None. Rows that do not read
     as a GPU (no driver version) are not taken for one.
     """
-    fields = SMI_FIELDS
+    fields: tuple[str, ...] = SMI_FIELDS
     answer, reason, refused = _run_smi(runner, fields)
     note = ""
     if refused and "compute_cap" in reason:
@@ -94,7 +96,7 @@ def probe_nvidia_smi(runner: Runner = run, os_name: str = "linux") -> DriverFact
     return DriverFacts(os=os_name, driver_version=driver, gpus=tuple(gpus), source="nvidia-smi", reason=note)
 
 
-def _run_smi(runner: Runner, fields: Tuple[str, ...]) -> Tuple[Optional[str], str, bool]:
+def _run_smi(runner: Runner, fields: tuple[str, ...]) -> tuple[Optional[str], str, bool]:
     """(its output or None, why not, whether nvidia-smi ran and refused the query)."""
     argv = ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
     try:
@@ -109,11 +111,11 @@ def _run_smi(runner: Runner, fields: Tuple[str, ...]) -> Tuple[Optional[str], st
     return done.stdout, "", False
 
 
-def parse_nvidia_smi_csv(text: str, fields: Tuple[str, ...] = SMI_FIELDS) -> Tuple[Optional[str], List[GpuFacts]]:
+def parse_nvidia_smi_csv(text: str, fields: tuple[str, ...] = SMI_FIELDS) -> tuple[Optional[str], list[GpuFacts]]:
     """Parse `--format=csv,noheader,nounits` output: (driver version, GPUs in index order). A row
     with another number of cells or no driver version like 570.124.06 is not a GPU."""
     driver: Optional[str] = None
-    gpus = []
+    gpus: list[GpuFacts] = []
     for row in (r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r):
         values = dict(zip(fields, (_smi_value(cell) for cell in row)))
         if len(row) != len(fields) or driver_tuple(values.get("driver_version")) is None:
@@ -136,7 +138,7 @@ def _smi_value(cell: str) -> Optional[str]:
     return None if cell.lower() in _SMI_ABSENT else cell
 
 
-def _parse_cc(text: Optional[str]) -> Optional[Tuple[int, int]]:
+def _parse_cc(text: Optional[str]) -> Optional[tuple[int, int]]:
     if not text or "." not in text:
         return None
     major, minor = text.split(".", 1)
@@ -156,7 +158,7 @@ def _parse_int(text: Optional[str]) -> Optional[int]:
 # --------------------------------------------------------------------------- torch
 
 
-def probe_torch(torch_module: Any = None) -> Tuple[Optional[TorchTarget], str]:
+def probe_torch(torch_module: Any = None) -> tuple[Optional[TorchTarget], str]:
     """The installed torch build (`python -c 'import torch; print(torch.version.cuda)'`); None if no torch.
 
     The arch list comes from `torch._C._cuda_getArchFlags()`, which unlike
@@ -195,7 +197,7 @@ def probe_torch(torch_module: Any = None) -> Tuple[Optional[TorchTarget], str]:
     ), ""
 
 
-def _torch_arch_list(torch: Any) -> Optional[Tuple[str, ...]]:
+def _torch_arch_list(torch: Any) -> Optional[tuple[str, ...]]:
     try:
         flags = torch._C._cuda_getArchFlags()
     except (AttributeError, RuntimeError):
@@ -266,7 +268,7 @@ class Facts:
         """The GPUs this run's CUDA_VISIBLE_DEVICES leaves it, among those the driver lists."""
         return visible_gpus(self.nvidia.gpus, self.host.cuda_visible_devices, self.host.cuda_device_order)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "format": FACTS_FORMAT,
             "version": FACTS_VERSION,
@@ -321,9 +323,9 @@ class _RepeatedKey(ValueError):
     pass
 
 
-def _no_repeated_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object's members, each key once: json would keep the last of a repeated one unsaid."""
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
             raise _RepeatedKey(f"key {excerpt(key, 60)} is given twice in one object")

@@ -10,7 +10,7 @@ import functools
 import math
 import re
 import typing
-from typing import Any, Dict, Mapping
+from typing import Any, Mapping
 
 from bootstrap.urls import scrub_credentials
 
@@ -26,7 +26,7 @@ class FieldError(ValueError):
     """One field of a record is missing, unknown or of the wrong type: `path: problem`."""
 
 
-def from_mapping(cls: type, raw: Any, path: str = "") -> Dict[str, Any]:
+def from_mapping(cls: type, raw: Any, path: str = "") -> dict[str, Any]:
     """The keyword arguments of dataclass `cls` from `raw`, each checked against its annotation."""
     if not isinstance(raw, Mapping):
         raise FieldError(f"{path or 'the file'}: expected an object, got {_shown(raw)}")
@@ -50,7 +50,7 @@ def from_mapping(cls: type, raw: Any, path: str = "") -> Dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=None)
-def _hints(cls: type) -> Dict[str, Any]:
+def _hints(cls: type) -> dict[str, Any]:
     # Resolving string annotations compiles each one: once per class, not once per GPU read.
     return typing.get_type_hints(cls)
 
@@ -79,7 +79,7 @@ def _value(value: Any, hint: Any, path: str, rules: _Rules = _Rules()) -> Any:
             size = "" if len(args) == 2 and args[1] is Ellipsis else f"{len(args)} "
             raise FieldError(f"{path}: expected a list of {size}{_PLURAL.get(args[0], 'values')}, got {_shown(value)}")
         return tuple(_value(v, t, f"{path}[{i}]", rules) for i, (v, t) in enumerate(zip(value, items)))
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         record = hint(**from_mapping(hint, value, path))
         return record.checked(path) if hasattr(record, "checked") else record  # its own range checks
     if hint is Any:

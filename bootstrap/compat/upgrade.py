@@ -5,7 +5,7 @@ Pure: facts in, remedy text out. Docs: docs/checks.md, "Driver and CUDA".
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional
 
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, GpuFacts
@@ -33,7 +33,7 @@ def branch_cuda(branch: int) -> Optional[int]:
     return max(shipped) if shipped else None
 
 
-def last_branch(facts: DriverFacts) -> Optional[Tuple[GpuFacts, str, int, int]]:
+def last_branch(facts: DriverFacts) -> Optional[tuple[GpuFacts, str, int, int]]:
     """(the GPU, its architecture, its last driver branch, that branch's CUDA) for the listed GPU whose
     last branch is the oldest; None when every GPU takes current drivers."""
     found = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Iterable, Mapping, Optional
 
 from bootstrap.compat import data
 
@@ -24,7 +24,7 @@ _ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
 # --------------------------------------------------------------------------- versions
 
 
-def driver_tuple(text: Optional[str]) -> Optional[Tuple[int, ...]]:
+def driver_tuple(text: Optional[str]) -> Optional[tuple[int, ...]]:
     """'570.124.06' -> (570, 124, 6): driver numbers compare field by field, not as strings."""
     if not text:
         return None
@@ -51,7 +51,7 @@ def cuda_from_tag(tag: str) -> Optional[str]:
     return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
-def release_key(text: str) -> Tuple[int, ...]:
+def release_key(text: str) -> tuple[int, ...]:
     """'2.10' -> (2, 10): torch releases compare as numbers."""
     return tuple(int(p) for p in re.findall(r"\d+", text))
 
@@ -70,7 +70,7 @@ def driver_column(os_name: str) -> str:
     return "windows" if os_name == "windows" else "linux"
 
 
-def minor_version_floor(major: int, os_name: str) -> Tuple[Optional[str], Optional[Mapping[str, Any]]]:
+def minor_version_floor(major: int, os_name: str) -> tuple[Optional[str], Optional[Mapping[str, Any]]]:
     """The lowest driver that runs any CUDA `major`.x binary (Table 2), per OS series.
 
     Where the exact number is unknown (Windows 13.x) the branch number
@@ -82,21 +82,21 @@ def minor_version_floor(major: int, os_name: str) -> Tuple[Optional[str], Option
     return None, None
 
 
-def full_support_driver(cuda: int, os_name: str) -> Tuple[Optional[str], Optional[Mapping[str, Any]]]:
+def full_support_driver(cuda: int, os_name: str) -> tuple[Optional[str], Optional[Mapping[str, Any]]]:
     """The driver bundled with CUDA major.minor GA (Table 3): the floor for full compatibility."""
     prefix = cuda_from_int(cuda) + "."
-    best: Optional[Tuple[Tuple[int, ...], str, Mapping[str, Any]]] = None
+    best: Optional[tuple[tuple[int, ...], str, Mapping[str, Any]]] = None
     for row in data.TOOLKIT_DRIVERS:
         number = row[driver_column(os_name)]
-        if not (row["cuda"] + ".").startswith(prefix) or driver_tuple(number) is None:
-            continue
         key = driver_tuple(number)
+        if not (row["cuda"] + ".").startswith(prefix) or key is None:
+            continue
         if best is None or key < best[0]:
             best = (key, number, row)
     return (best[1], best[2]) if best else (None, None)
 
 
-def cuda_supported_by_driver_number(driver: str, os_name: str) -> Optional[int]:
+def cuda_supported_by_driver_number(driver: Optional[str], os_name: str) -> Optional[int]:
     """Highest CUDA a driver number supports, from Table 3 (a lower bound).
 
     Secondary signal only: NVML's nvmlSystemGetCudaDriverVersion is exact.
@@ -124,7 +124,7 @@ def driver_older_than_tables(driver: Optional[str], os_name: str) -> bool:
     """Whether a driver number is below every driver the tables list for its OS series (Table 3's oldest
     row and every Table 2 floor): too old for any CUDA 11.0 or newer binary. False when it does not read
     as a driver number, which is unknown rather than too old."""
-    return driver_tuple(driver) is not None and cuda_supported_by_driver_number(driver or "", os_name) is None
+    return driver_tuple(driver) is not None and cuda_supported_by_driver_number(driver, os_name) is None
 
 
 def oldest_tabled_cuda() -> int:
@@ -136,7 +136,7 @@ def oldest_tabled_cuda() -> int:
 
 
 @functools.lru_cache(maxsize=None)  # the entries of a few arch lists, parsed for every GPU x every build
-def parse_arch(entry: str) -> Optional[Tuple[str, Tuple[int, int], str]]:
+def parse_arch(entry: str) -> Optional[tuple[str, tuple[int, int], str]]:
     """'sm_120' -> ('sm', (12, 0), ''); 'compute_90' -> ('compute', (9, 0), ''); 'sm_90a' -> (..., 'a')."""
     match = _ARCH.match(entry.strip())
     if not match:
@@ -144,7 +144,7 @@ def parse_arch(entry: str) -> Optional[Tuple[str, Tuple[int, int], str]]:
     return match.group(1), (int(match.group(2)), int(match.group(3))), match.group(4)
 
 
-def sass_runs_on(code: Tuple[int, int], suffix: str, cc: Tuple[int, int], wheel_cuda: int) -> bool:
+def sass_runs_on(code: tuple[int, int], suffix: str, cc: tuple[int, int], wheel_cuda: int) -> bool:
     """SASS for X.y runs on X.z with z >= y; 'a' targets and Jetson/iGPU CCs need an exact match."""
     if code == cc:
         return True
@@ -154,7 +154,7 @@ def sass_runs_on(code: Tuple[int, int], suffix: str, cc: Tuple[int, int], wheel_
     return not ((cc in IGPU_CCS and not relaxed) or code in IGPU_CCS)
 
 
-def ptx_runs_on(code: Tuple[int, int], suffix: str, cc: Tuple[int, int]) -> bool:
+def ptx_runs_on(code: tuple[int, int], suffix: str, cc: tuple[int, int]) -> bool:
     """PTX compute_XY JIT-compiles for any CC >= X.Y ('a' PTX only for X.Y itself, 'f' within the major)."""
     if suffix == "a":
         return code == cc
@@ -163,13 +163,13 @@ def ptx_runs_on(code: Tuple[int, int], suffix: str, cc: Tuple[int, int]) -> bool
     return code <= cc
 
 
-def kernel_for(cc: Tuple[int, int], arch_list: Iterable[str], wheel_cuda: int) -> Tuple[Optional[str], Optional[str]]:
+def kernel_for(cc: tuple[int, int], arch_list: Iterable[str], wheel_cuda: int) -> tuple[Optional[str], Optional[str]]:
     """(best SASS entry, best PTX entry) for a GPU, None where there is none.
 
     Best = the highest matching target, the one the CUDA loader picks.
     """
-    sass: List[Tuple[Tuple[int, int], str]] = []
-    ptx: List[Tuple[Tuple[int, int], str]] = []
+    sass: list[tuple[tuple[int, int], str]] = []
+    ptx: list[tuple[tuple[int, int], str]] = []
     for entry in arch_list:
         parsed = parse_arch(entry)
         if parsed is None:
@@ -182,14 +182,14 @@ def kernel_for(cc: Tuple[int, int], arch_list: Iterable[str], wheel_cuda: int) -
     return (max(sass)[1] if sass else None), (max(ptx)[1] if ptx else None)
 
 
-def architecture_name(cc: Tuple[int, int]) -> str:
+def architecture_name(cc: tuple[int, int]) -> str:
     for row in data.GPUS:
         if tuple(row["compute_capability"]) == cc:
             return str(row["architecture"])
     return "unknown architecture"
 
 
-def first_cuda_for(cc: Tuple[int, int]) -> Optional[int]:
+def first_cuda_for(cc: tuple[int, int]) -> Optional[int]:
     """The CUDA release that first targets this GPU's SASS (its own, else the nearest below in its
     major): no driver older than that release's knows the GPU. None for GPUs older than the table."""
     shipped = [(int(row["sm"][3:-1]), int(row["sm"][-1]), cuda_to_int(row["cuda"])) for row in data.SASS_INTRODUCED]
