@@ -155,7 +155,7 @@ def project_files(root: Path) -> dict[Path, str]:
     return files
 
 
-def refuse_input(path: Union[str, "os.PathLike[str]"], flag: str, inputs: Optional[Mapping[Path, str]] = None) -> None:
+def refuse_input(path: Union[str, os.PathLike[str]], flag: str, inputs: Optional[Mapping[Path, str]] = None) -> None:
     """InputError when writing `path` (through a symlink) would replace a file commands read: one of
     `inputs` (path -> what it is, "the lock this export is made from"), or a lock, spec or virtual
     packages file of the project `path` lies in; or, new or not, a .yml file in its envs/ folder,

@@ -36,7 +36,7 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Sequence
+from typing import Any, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -54,7 +54,7 @@ from bootstrap.errors import InputError  # noqa: E402
 
 # Set by Ctrl-C. The KeyboardInterrupt it raises can land in a finaliser (a DataLoader iterator's __del__
 # joining its workers), where Python reports and drops it: the flag still stops the run at the next config.
-INTERRUPTED: List[int] = []
+INTERRUPTED: list[int] = []
 
 
 def _interrupt(signum: int, _frame: Any) -> None:
@@ -95,7 +95,7 @@ class ReplayNvml:
         return 1, [SimpleNamespace(timeStamp=now, sampleValue=SimpleNamespace(uiVal=97))]
 
 
-def tuned_run(label: str, spec: WorkloadSpec, budget: float) -> Dict[str, Any]:
+def tuned_run(label: str, spec: WorkloadSpec, budget: float) -> dict[str, Any]:
     """`bench` on this workload: its pick, tuned rate, how long tuning took, whether the tune was complete."""
     started = time.perf_counter()
     result = run_bench(BenchOptions(workload=spec, budget_s=budget, device="cpu"))
@@ -117,7 +117,7 @@ def tuned_run(label: str, spec: WorkloadSpec, budget: float) -> Dict[str, Any]:
     }
 
 
-def grid(workers: Sequence[int]) -> List[LoaderConfig]:
+def grid(workers: Sequence[int]) -> list[LoaderConfig]:
     """workers x pin_memory x prefetch_factor {2, 4} (prefetch only with workers), persistent workers."""
     out = []
     for w in workers:
@@ -129,7 +129,7 @@ def grid(workers: Sequence[int]) -> List[LoaderConfig]:
     return out
 
 
-def interleaved(spec: WorkloadSpec, configs: Sequence[LoaderConfig], rounds: int, window_s: float) -> Dict[Any, float]:
+def interleaved(spec: WorkloadSpec, configs: Sequence[LoaderConfig], rounds: int, window_s: float) -> dict[Any, float]:
     """Samples/s of each config with the training step, the median over `rounds` rounds, each round in a
     rotated order so a host whose load drifts favours none of them."""
     import torch
@@ -141,7 +141,7 @@ def interleaved(spec: WorkloadSpec, configs: Sequence[LoaderConfig], rounds: int
     device = Device("cpu")
     model, _ = resolve_model_name(spec.model, "cpu")
     trainer = Trainer(model, spec.num_classes, device, LoaderConfig(), step_s=spec.step_ms / 1000)
-    rates: Dict[Any, List[float]] = {c: [] for c in configs}
+    rates: dict[Any, list[float]] = {c: [] for c in configs}
     # Every config gets the same seconds: a step floor would stretch the slow ones' windows and the round
     plan = replace(WindowPlan().scaled(window_s), min_steps=WindowPlan().floor_steps)
     try:
@@ -180,7 +180,7 @@ def compare(
     rounds: int,
     final_rounds: int,
     window_s: float,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Tune with bench; the grid (and naive, the advice, the pick) interleaved to choose the grid's best;
     then naive, the advice, the grid's best and the pick again in fresh rounds, which give the figures."""
     row = tuned_run(label, spec, budget)
@@ -230,7 +230,7 @@ def _f(value: Any, spec: str) -> str:
     return f"{value:{spec}}"
 
 
-def sampler_ab(spec: WorkloadSpec, workers: int, seconds: float, rounds: int = 3) -> Dict[str, Any]:
+def sampler_ab(spec: WorkloadSpec, workers: int, seconds: float, rounds: int = 3) -> dict[str, Any]:
     """Steps/s of the tuned pipeline with the sampler off and on (0.2 s and 0.02 s polling), interleaved.
 
     The step gets half the CPUs' torch threads, as `bench` does on a CPU host.
@@ -246,8 +246,8 @@ def sampler_ab(spec: WorkloadSpec, workers: int, seconds: float, rounds: int = 3
     trainer = Trainer("tiny", spec.num_classes, device, config, step_s=spec.step_ms / 1000)
     stream = BatchStream(make_loader(dataset, spec.batch_size, config))
     plan = WindowPlan().scaled(seconds)
-    rates: Dict[str, List[float]] = {"off": [], "on 0.2 s": [], "on 0.02 s": []}
-    cpu: Dict[str, List[float]] = {"on 0.2 s": [], "on 0.02 s": []}
+    rates: dict[str, list[float]] = {"off": [], "on 0.2 s": [], "on 0.02 s": []}
+    cpu: dict[str, list[float]] = {"on 0.2 s": [], "on 0.02 s": []}
     try:
         warm_up(lambda: next(stream), trainer.step, device, plan, time.perf_counter() + 5)
         for _ in range(rounds):
@@ -277,13 +277,13 @@ def sampler_ab(spec: WorkloadSpec, workers: int, seconds: float, rounds: int = 3
     finally:
         stream.close()
         torch.set_num_threads(threads)
-    out: Dict[str, Any] = {mode: statistics.median(values) for mode, values in rates.items()}
+    out: dict[str, Any] = {mode: statistics.median(values) for mode, values in rates.items()}
     out["rounds"] = rates
     out.update({f"cpu% {mode}": statistics.median(values) for mode, values in cpu.items()})
     return out
 
 
-def w2_rates(seconds: float) -> List[Dict[str, Any]]:
+def w2_rates(seconds: float) -> list[dict[str, Any]]:
     """Loader-only samples/s, num_workers=0: memory vs many small files vs one packed file, warm and cold."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-w2-") as tmp:
@@ -407,7 +407,7 @@ def main() -> int:
                 if cid in ("bench.efficiency", "bench.speedup", "bench.recheck")
             )
         )
-    out: Dict[str, Any] = {"runs": runs}
+    out: dict[str, Any] = {"runs": runs}
     if not args.quick:
         tuned_workers = next((int(r["pick_label"].split()[0][2:]) for r in runs if r["pick_label"].startswith("w=")), 1)
         ab = sampler_ab(IO, max(1, tuned_workers), seconds=2.0)

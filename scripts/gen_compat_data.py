@@ -17,7 +17,7 @@ import pprint
 import re
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_YAML = ROOT / "bootstrap" / "compat" / "cuda_compat.yml"
@@ -72,12 +72,12 @@ def parse_pin(text: Any) -> Optional[str]:
     return match.group(1) if match else None
 
 
-def arch_list_to_sass(text: Any) -> List[str]:
+def arch_list_to_sass(text: Any) -> list[str]:
     """'8.0;9.0;10.0;11.0;12.0+PTX' -> ['sm_80', 'sm_90', 'sm_100', 'sm_110', 'sm_120'] (PTX dropped)."""
     return [f"sm_{major}{minor}" for major, minor in _ARCH_NUMBER.findall(str(text or ""))]
 
 
-def parse_ptx(text: Any) -> Dict[str, Any]:
+def parse_ptx(text: Any) -> dict[str, Any]:
     """The YAML's free-text PTX cell -> {'ptx': [...], 'ptx_known': bool, 'ptx_note': raw}."""
     raw = str(text).strip()
     entries = re.findall(r"\bcompute_\d+[af]?\b", raw)
@@ -89,11 +89,11 @@ def parse_ptx(text: Any) -> Dict[str, Any]:
     return {"ptx": [], "ptx_known": False, "ptx_note": raw}
 
 
-def _provenance(row: Dict[str, Any]) -> Dict[str, str]:
+def _provenance(row: dict[str, Any]) -> dict[str, str]:
     return {"source": str(row["source"]), "confidence": str(row["confidence"])}
 
 
-def minor_version_floors(data: Dict[str, Any]) -> List[Dict[str, Any]]:
+def minor_version_floors(data: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for row in data["cuda_driver_requirements"]["minor_version_compatibility"]:
         out = {
@@ -109,7 +109,7 @@ def minor_version_floors(data: Dict[str, Any]) -> List[Dict[str, Any]]:
     return rows
 
 
-def toolkit_drivers(data: Dict[str, Any]) -> List[Dict[str, Any]]:
+def toolkit_drivers(data: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for row in data["cuda_driver_requirements"]["toolkit_release_min_driver"]:
         out = {
@@ -125,14 +125,14 @@ def toolkit_drivers(data: Dict[str, Any]) -> List[Dict[str, Any]]:
     return rows
 
 
-def caveats(data: Dict[str, Any]) -> Dict[str, Dict[str, str]]:
+def caveats(data: dict[str, Any]) -> dict[str, dict[str, str]]:
     return {
         str(row["id"]): {"text": str(row["text"]), **_provenance(row)}
         for row in data["cuda_driver_requirements"]["caveats"]
     }
 
 
-def gpus(data: Dict[str, Any]) -> List[Dict[str, Any]]:
+def gpus(data: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for row in data["gpu_architectures"]["gpus"]:
         major, minor = str(row["compute_capability"]).split(".")
@@ -147,7 +147,7 @@ def gpus(data: Dict[str, Any]) -> List[Dict[str, Any]]:
     return rows
 
 
-def sass_introduced(data: Dict[str, Any]) -> List[Dict[str, Any]]:
+def sass_introduced(data: dict[str, Any]) -> list[dict[str, Any]]:
     """The CUDA release that first targets each SASS ('sm_100 ...' -> {'sm': 'sm_100', 'cuda': '12.8'});
     the 'a'/'f' variants and prose are left out."""
     rows = []
@@ -158,8 +158,8 @@ def sass_introduced(data: Dict[str, Any]) -> List[Dict[str, Any]]:
     return rows
 
 
-def _variant(row: Dict[str, Any]) -> Dict[str, Any]:
-    out: Dict[str, Any] = {
+def _variant(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "tag": str(row["tag"]),
         "cuda": str(row["cuda"]),
         "status": str(row["status"]),
@@ -173,8 +173,8 @@ def _variant(row: Dict[str, Any]) -> Dict[str, Any]:
     return {**out, **_provenance(row)}
 
 
-def _pypi_default(row: Dict[str, Any]) -> Dict[str, Any]:
-    out: Dict[str, Any] = {"cuda": parse_cuda(row["cuda"])}
+def _pypi_default(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"cuda": parse_cuda(row["cuda"])}
     if out["cuda"] is None:
         out["cuda_note"] = str(row["cuda"])
     for key in ("cudnn", "nccl"):
@@ -183,7 +183,7 @@ def _pypi_default(row: Dict[str, Any]) -> Dict[str, Any]:
     return {**out, **_provenance(row)}
 
 
-def torch_releases(data: Dict[str, Any]) -> List[Dict[str, Any]]:
+def torch_releases(data: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for row in data["pytorch"]["releases"]:
         rows.append(
@@ -200,13 +200,13 @@ def torch_releases(data: Dict[str, Any]) -> List[Dict[str, Any]]:
     return rows
 
 
-def windows_arch_lists(data: Dict[str, Any]) -> Dict[str, Any]:
+def windows_arch_lists(data: dict[str, Any]) -> dict[str, Any]:
     (row,) = data["pytorch"]["windows_arch_lists"]
     tags = {key: arch_list_to_sass(value) for key, value in row.items() if re.fullmatch(r"cu\d+", str(key))}
     return {"applies_to": str(row["applies_to"]), "sass": tags, "note": str(row.get("note", "")), **_provenance(row)}
 
 
-def render(data: Dict[str, Any]) -> str:
+def render(data: dict[str, Any]) -> str:
     stamp = f"schema_version {data['schema_version']}, researched {data['generated_utc']}"
     sections = [
         ("SCHEMA_VERSION", int(data["schema_version"])),
@@ -227,7 +227,7 @@ def render(data: Dict[str, Any]) -> str:
     return HEADER.format(stamp=stamp) + "\n".join(body)
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     import yaml  # the tools venv has it; only this script needs it
 
     check = "--check" in argv

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable
 
 import pytest
 import yaml
@@ -57,7 +57,7 @@ def _bomb(levels: int = 8) -> str:
 
 
 # Raw files: the same for every kind of input.
-RAW: Dict[str, Callable[[Path], None]] = {
+RAW: dict[str, Callable[[Path], None]] = {
     "empty": lambda p: p.write_text(""),
     "nul-bytes": lambda p: p.write_bytes(b"\x00" * 64),
     "not-utf8": lambda p: p.write_bytes(b"name: caf\xe9\n"),
@@ -84,7 +84,7 @@ RAW: Dict[str, Callable[[Path], None]] = {
 }
 
 
-def _mutations(base: Any, prefix: Tuple = (), depth: int = 2) -> List[Tuple[str, Any]]:
+def _mutations(base: Any, prefix: tuple = (), depth: int = 2) -> list[tuple[str, Any]]:
     """(name, document) for each key of `base` deleted and set to each WRONG value, `depth` levels down."""
     out = []
     items = base.items() if isinstance(base, dict) else enumerate(base[:1]) if isinstance(base, list) else []
@@ -100,11 +100,11 @@ def _mutations(base: Any, prefix: Tuple = (), depth: int = 2) -> List[Tuple[str,
     return out
 
 
-def _replaced(path: Tuple, value: Any, delete: bool = False) -> Tuple[Tuple, Any, bool]:
+def _replaced(path: tuple, value: Any, delete: bool = False) -> tuple[tuple, Any, bool]:
     return (path, value, delete)
 
 
-def _apply(base: Any, change: Tuple[Tuple, Any, bool]) -> Any:
+def _apply(base: Any, change: tuple[tuple, Any, bool]) -> Any:
     path, value, delete = change
     doc = copy.deepcopy(base)
     node = doc
@@ -117,7 +117,7 @@ def _apply(base: Any, change: Tuple[Tuple, Any, bool]) -> Any:
     return doc
 
 
-def _cases() -> List[Any]:
+def _cases() -> list[Any]:
     cases = []
     for kind, base, depth, every in (("spec", SPEC, 3, 5), ("lock", LOCK, 4, 10), ("vpkgs", VPKGS, 3, 5)):
         for index, (name, change) in enumerate(_mutations(base, depth=depth)):
@@ -174,7 +174,7 @@ READERS = {"spec": read_spec, "lock": read_lock, "vpkgs": read_virtual_packages}
 _WRITE = ["export", ENV, "-o", "{out}/environment.yml"]
 _BUNDLE = ["bundle", ENV, "--no-tools", "-o", "{out}/b.tar"]
 _LOCK = ["lock", "--dry-run", ENV, "--pip-offline", "--pip-no-index"]
-VERBS: Dict[str, List[List[str]]] = {
+VERBS: dict[str, list[list[str]]] = {
     "spec": [["lock", "--check", ENV], _LOCK, ["env", "--dry-run", ENV], _WRITE, _BUNDLE, ["doctor", "--env", ENV]],
     "lock": [
         ["lock", "--check", ENV],
@@ -200,7 +200,7 @@ TARGETS = {
 }
 
 
-def _write(target: Path, how: Tuple) -> None:
+def _write(target: Path, how: tuple) -> None:
     if how[0] == "raw":
         RAW[how[1]](target)
     elif how[0] == "text":
@@ -209,7 +209,7 @@ def _write(target: Path, how: Tuple) -> None:
         target.write_text(yaml.safe_dump(_apply(how[1], how[2]), sort_keys=False))
 
 
-def _snapshot(root: Path) -> Dict[str, Tuple[int, int]]:
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(root.rglob("*"))}
 
 
@@ -221,7 +221,7 @@ def _project(tmp_path: Path) -> Path:
     return root
 
 
-def _run(argv: List[str]) -> Tuple[int, str, float]:
+def _run(argv: list[str]) -> tuple[int, str, float]:
     """`python -m bootstrap ARGV` in-process: exit code, stderr, and the CPU seconds it took (what an
     input costs, whatever else the machine is doing)."""
     err = io.StringIO()
@@ -231,14 +231,14 @@ def _run(argv: List[str]) -> Tuple[int, str, float]:
     return code, err.getvalue(), time.process_time() - started
 
 
-def _one_line_naming(code: int, err: str, names: Tuple[str, ...], argv: List[str]) -> str:
+def _one_line_naming(code: int, err: str, names: tuple[str, ...], argv: list[str]) -> str:
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, (argv, code, err[:500])
     assert any(name in lines[0] for name in names) and len(lines[0]) < 500, (argv, names, lines[0][:500])
     return lines[0]
 
 
-def run_case(tmp_path: Path, name: str, kind: str, how: Tuple) -> List[Tuple[float, List[str]]]:
+def run_case(tmp_path: Path, name: str, kind: str, how: tuple) -> list[tuple[float, list[str]]]:
     """The input through its reader and every verb that takes it; (seconds, argv) of each verb run.
     Nothing under `tmp_path` may change (the input aside, written before the first run)."""
     root = _project(tmp_path)
@@ -282,7 +282,7 @@ def test_the_corpus_is_large_enough() -> None:
 
 @pytest.mark.parametrize(("kind", "how"), CASES)
 def test_malformed_input_is_one_line_and_exit_2(
-    tmp_path: Path, kind: str, how: Tuple, request: pytest.FixtureRequest
+    tmp_path: Path, kind: str, how: tuple, request: pytest.FixtureRequest
 ) -> None:
     run_case(tmp_path, request.node.callspec.id, kind, how)
 
@@ -394,7 +394,7 @@ _BY_HAND = [  # (argv, what the line must name)
 ]
 
 
-def _cli_cases() -> List[Any]:
+def _cli_cases() -> list[Any]:
     cases = []
     for kind, table in _OPTIONS.items():
         for verb, options in table.items():
@@ -417,7 +417,7 @@ CLI_CASES = _cli_cases()
 
 
 @pytest.mark.parametrize(("argv", "names"), CLI_CASES)
-def test_bad_argument_is_one_line_and_exit_2(tmp_path: Path, argv: List[str], names: Tuple[str, ...]) -> None:
+def test_bad_argument_is_one_line_and_exit_2(tmp_path: Path, argv: list[str], names: tuple[str, ...]) -> None:
     root = _project(tmp_path)
     (tmp_path / "file").write_text("x\n")
     os.mkfifo(tmp_path / "fifo")

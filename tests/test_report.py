@@ -13,7 +13,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import Callable, Optional
 
 import pytest
 
@@ -27,7 +27,7 @@ from tests.fixtures.project import make_project
 FACTS = DATA / "verify" / "h200x1-580.159.04.facts.json"
 
 # format -> the keys of its envelope, `format` and `version` included.
-KEYS: Dict[str, FrozenSet[str]] = {
+KEYS: dict[str, frozenset[str]] = {
     "bootstrap.lock": frozenset({"format", "version", "dry_run", "envs", "dropped"}),
     "bootstrap.lock-check": frozenset({"format", "version", "fresh", "envs"}),
     "bootstrap.export": frozenset({"format", "version", "kind", "name", "source", "platforms", "files", "notes"}),
@@ -74,7 +74,7 @@ KEYS: Dict[str, FrozenSet[str]] = {
     ),
 }
 # format -> {a list in the envelope: the keys of each of its items}, where the items are this format's own.
-ITEM_KEYS: Dict[str, Dict[str, FrozenSet[str]]] = {
+ITEM_KEYS: dict[str, dict[str, frozenset[str]]] = {
     "bootstrap.lock": {
         "envs": frozenset({"env", "variant", "lock_path", "written", "new", "solved", "platforms", "seconds"})
     },
@@ -126,11 +126,11 @@ class Offline:
 
 @dataclass(frozen=True)
 class Case:
-    argv: Callable[[Offline], List[str]]  # without --json, which every case gets
+    argv: Callable[[Offline], list[str]]  # without --json, which every case gets
     format: str
-    exit_codes: Tuple[int, ...] = (0,)
+    exit_codes: tuple[int, ...] = (0,)
     prepare: Optional[Callable[[pytest.MonkeyPatch], None]] = None  # e.g. a recorded NVML in place of pynvml
-    nested: Optional[Dict[Tuple[str, ...], FrozenSet[str]]] = None  # keys of nested objects (see DOCTOR)
+    nested: Optional[dict[tuple[str, ...], frozenset[str]]] = None  # keys of nested objects (see DOCTOR)
 
 
 def recorded_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,7 +141,7 @@ def no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", RecordedNvml({}, init_error=9))
 
 
-def lock_argv(o: Offline, *extra: str) -> List[str]:
+def lock_argv(o: Offline, *extra: str) -> list[str]:
     return [
         "lock",
         "--root",
@@ -154,7 +154,7 @@ def lock_argv(o: Offline, *extra: str) -> List[str]:
     ]
 
 
-def from_channel(o: Offline) -> List[str]:
+def from_channel(o: Offline) -> list[str]:
     """The locked project's linux-64 env, its conda-forge served from the fixture channel."""
     return [
         "--root",
@@ -168,7 +168,7 @@ def from_channel(o: Offline) -> List[str]:
     ]
 
 
-CASES: Dict[str, Case] = {
+CASES: dict[str, Case] = {
     "lock": Case(lambda o: lock_argv(o), "bootstrap.lock"),
     "lock --dry-run": Case(lambda o: lock_argv(o, "--dry-run"), "bootstrap.lock"),
     "lock --check": Case(lambda o: ["lock", "--check", "--root", str(o.locked)], "bootstrap.lock-check"),
@@ -257,7 +257,7 @@ def test_every_verb_prints_one_envelope_of_its_format(
             assert set(found) == keys, (path, found)
 
 
-def objects_at(value: object, path: Tuple[str, ...]) -> List[dict]:
+def objects_at(value: object, path: tuple[str, ...]) -> list[dict]:
     """The objects at `path` in `value` ("*": every item of a list), leaving out nulls."""
     if value is None:
         return []

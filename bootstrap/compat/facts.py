@@ -73,11 +73,11 @@ class GpuFacts:
         return out
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], path: str = "gpu") -> "GpuFacts":
+    def from_dict(cls, raw: Mapping[str, Any], path: str = "gpu") -> GpuFacts:
         """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
         return cls(**from_mapping(cls, raw, path)).checked(path)
 
-    def checked(self, path: str) -> "GpuFacts":
+    def checked(self, path: str) -> GpuFacts:
         """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
         if self.compute_capability is not None and not (
             1 <= self.compute_capability[0] <= 99 and self.compute_capability[1] <= 9
@@ -149,7 +149,7 @@ class PeerFacts:
         out["missing"] = list(self.missing)
         return out
 
-    def checked(self, path: str) -> "PeerFacts":
+    def checked(self, path: str) -> PeerFacts:
         """Itself, if its values are possible (as read back from a file: a FieldError if not)."""
         if self.a >= self.b:
             raise FieldError(f"{path}: a pair is two GPUs, the lower index first (a < b), got {self.a}-{self.b}")
@@ -223,7 +223,7 @@ class DriverFacts:
         }
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], path: str = "nvidia") -> "DriverFacts":
+    def from_dict(cls, raw: Mapping[str, Any], path: str = "nvidia") -> DriverFacts:
         """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
         return cls(**from_mapping(cls, raw, path)).checked(path)
 
@@ -276,7 +276,7 @@ class DriverFacts:
                 raise FieldError(f"{where}: the pair {peer.a}-{peer.b} is given twice")
             pairs.add((peer.a, peer.b))
 
-    def checked_on(self, platform: str, path: str) -> "DriverFacts":
+    def checked_on(self, platform: str, path: str) -> DriverFacts:
         """Itself, if a host of `platform` (a compat key) reports it: the driver series is the platform's
         OS's, except under WSL2 (a Linux platform), whose driver is Windows'; a Jetson is aarch64 Linux."""
         platform_os = _OS_OF_KEY.get(platform, "")
@@ -331,11 +331,11 @@ class HostFacts:
     FREE_TEXT = ("disk_path", "container_hints", "missing")  # paths and hints as found: controls shown escaped
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], path: str = "host") -> "HostFacts":
+    def from_dict(cls, raw: Mapping[str, Any], path: str = "host") -> HostFacts:
         """Read back `to_dict()`; a field of the wrong type or range is a FieldError naming `path`."""
         return cls(**from_mapping(cls, raw, path)).checked(path)
 
-    def checked(self, path: str, platform: str = "") -> "HostFacts":
+    def checked(self, path: str, platform: str = "") -> HostFacts:
         """Itself, if its values are possible on `platform` (a FieldError if not)."""
         if not re.fullmatch(r"(glibc [0-9]{1,3}\.[0-9]{1,3}|not glibc)?", self.libc):
             raise FieldError(f"{path}.libc: {excerpt(self.libc)} is not 'glibc X.Y' or 'not glibc'")

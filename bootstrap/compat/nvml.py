@@ -45,7 +45,7 @@ class Nvml:
         self._os = os_name
         self._init_reason: Optional[str] = None  # None: not tried yet; '': ready
 
-    def __enter__(self) -> "Nvml":
+    def __enter__(self) -> Nvml:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -249,7 +249,7 @@ class Facts:
 
     FREE_TEXT = ("torch_reason",)  # an import error's words: a control character is shown escaped
 
-    def checked(self) -> "Facts":
+    def checked(self) -> Facts:
         """Itself, if one machine reports all of it (as read back from a file: a FieldError if not)."""
         if self.python and not re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?\+?", self.python):
             raise FieldError(f"python: {excerpt(self.python)} is not a Python version like '3.12.3'")
@@ -281,7 +281,7 @@ class Facts:
         }
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], where: str = "facts") -> "Facts":
+    def from_dict(cls, raw: Mapping[str, Any], where: str = "facts") -> Facts:
         if raw.get("format") != FACTS_FORMAT or raw.get("version") != FACTS_VERSION:
             raise InputError(
                 where,

@@ -287,7 +287,7 @@ class Bundle:
         self._by_sha256 = {a["sha256"]: a["member"] for a in index["artifacts"]}
 
     @classmethod
-    def open(cls, path: Path) -> "Bundle":
+    def open(cls, path: Path) -> Bundle:
         """Read the tar's headers (no data) and its index; a file that is not a bundle, or not all
         of one, is an InputError."""
         remedy = "pass a file `bootstrap bundle` wrote"
@@ -398,7 +398,7 @@ class _Slice:
         self._left -= len(data)
         return data
 
-    def __enter__(self) -> "_Slice":
+    def __enter__(self) -> _Slice:
         return self
 
     def __exit__(self, *exc) -> None:

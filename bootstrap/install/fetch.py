@@ -80,10 +80,10 @@ def fetch_archives(
     if watch.sized is not None:
         _announce_size(entries, cache_dir, mirrors, bundle, watch.sized)
     stop = threading.Event()
-    todo: "queue.SimpleQueue[LockedPackage]" = queue.SimpleQueue()
+    todo: queue.SimpleQueue[LockedPackage] = queue.SimpleQueue()
     for entry in entries:
         todo.put(entry)
-    done: "queue.SimpleQueue[tuple[LockedPackage, Optional[Path], Optional[BaseException]]]" = queue.SimpleQueue()
+    done: queue.SimpleQueue[tuple[LockedPackage, Optional[Path], Optional[BaseException]]] = queue.SimpleQueue()
 
     def work() -> None:
         while not stop.is_set():

@@ -46,7 +46,7 @@ class Plan:
         out += [f"pip add {p.describe()}" for p in self.pip_install]
         return out
 
-    def moved(self, old: Path, new: Path) -> "Plan":
+    def moved(self, old: Path, new: Path) -> Plan:
         """The plan for the same prefix renamed or cloned from `old` to `new`: what it removes, there."""
 
         def at_new(path: Path) -> Path:

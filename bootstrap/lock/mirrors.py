@@ -24,7 +24,7 @@ class Mirror:
     given: str = ""  # the target as the user wrote it; messages show it for local directories
 
     @classmethod
-    def parse(cls, text: str, base: Optional[Path] = None) -> "Mirror":
+    def parse(cls, text: str, base: Optional[Path] = None) -> Mirror:
         """`conda-forge=http://mirror/cf`, `https://conda.anaconda.org/conda-forge=../snapshot/conda-forge`."""
         canonical, sep, target = (part.strip() for part in text.partition("="))
         if not sep or not canonical or not target:

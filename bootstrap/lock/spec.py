@@ -80,7 +80,7 @@ class EnvSpec:
         name = lock.custom.get(META_VARIANT, "")
         return self.for_variant(next((v for v in self.variants if v.name == name), None))
 
-    def for_variant(self, variant: Optional[Variant]) -> "EnvSpec":
+    def for_variant(self, variant: Optional[Variant]) -> EnvSpec:
         """What `variant` is locked from: the torch pin applied, its platforms only (None: this spec)."""
         if variant is None:
             return self
@@ -110,7 +110,7 @@ class VirtualPackages:
             )
         return self.by_platform[platform]
 
-    def for_variant(self, variant: Optional[Variant]) -> "VirtualPackages":
+    def for_variant(self, variant: Optional[Variant]) -> VirtualPackages:
         """The machines `variant` is solved for: its overrides applied where the package can exist."""
         if variant is None or not variant.virtual_packages:
             return self

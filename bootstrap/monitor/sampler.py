@@ -79,7 +79,7 @@ class GpuSampler:
         # NVML calls that have an older fallback: the first variant that answered, per GPU.
         self._variant: dict[tuple[int, str], str] = {}
 
-    def __enter__(self) -> "GpuSampler":
+    def __enter__(self) -> GpuSampler:
         self.open()
         return self
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Any
 
 import pytest
 
@@ -96,7 +96,7 @@ SOME_SECRETS = [
 ]
 
 
-def facts_with(path: Tuple[Any, ...], value: Any, raw: Any = None) -> dict:
+def facts_with(path: tuple[Any, ...], value: Any, raw: Any = None) -> dict:
     raw = copy.deepcopy(BASE if raw is None else raw)
     target = raw
     for key in path[:-1]:
@@ -109,12 +109,12 @@ def facts_with(path: Tuple[Any, ...], value: Any, raw: Any = None) -> dict:
     return raw
 
 
-def dotted(path: Tuple[Any, ...]) -> str:
+def dotted(path: tuple[Any, ...]) -> str:
     """('nvidia', 'gpus', 0, 'uuid') -> 'nvidia.gpus[0].uuid', as the errors name a field."""
     return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path)[1:]
 
 
-def doctor(tmp_path: Path, capsys, raw: dict, *extra: str) -> Tuple[int, str, str]:
+def doctor(tmp_path: Path, capsys, raw: dict, *extra: str) -> tuple[int, str, str]:
     file = tmp_path / "hostile.facts.json"
     file.write_text(json.dumps(raw))
     capsys.readouterr()
@@ -213,7 +213,7 @@ def test_gpu_names_and_uuids_are_bounded_by_nvmls_buffers(tmp_path, capsys, fiel
     refused(tmp_path, capsys, facts_with(("nvidia", "gpus", 0, field), value[: limit + 1]), f"gpus[0].{field}")
 
 
-def gpus(count: int) -> List[dict]:
+def gpus(count: int) -> list[dict]:
     gpu = BASE["nvidia"]["gpus"][0]
     return [dict(gpu, index=i, uuid=f"GPU-{i}") for i in range(count)]
 
@@ -488,7 +488,7 @@ def test_a_file_without_a_platform_is_judged_on_the_one_its_jetson_or_wsl_implie
                     assert _platform(False, facts, None) == "linux-aarch64"
 
 
-def _with_key_twice(value: Any, where: Tuple[Any, ...], at: Tuple[Any, ...] = ()) -> str:
+def _with_key_twice(value: Any, where: tuple[Any, ...], at: tuple[Any, ...] = ()) -> str:
     """`value` as JSON text, the first key of the object at path `where` written twice."""
     if isinstance(value, dict):
         members = [f"{json.dumps(k)}: {_with_key_twice(v, where, at + (k,))}" for k, v in value.items()]
@@ -500,7 +500,7 @@ def _with_key_twice(value: Any, where: Tuple[Any, ...], at: Tuple[Any, ...] = ()
     return json.dumps(value)
 
 
-def _objects(value: Any, at: Tuple[Any, ...] = ()) -> List[Tuple[Any, ...]]:
+def _objects(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     if isinstance(value, dict):
         return [at] * bool(value) + [p for k, v in value.items() for p in _objects(v, at + (k,))]
     return [p for i, v in enumerate(value) for p in _objects(v, at + (i,))] if isinstance(value, list) else []
@@ -521,7 +521,7 @@ def test_a_key_given_twice_in_any_object_is_refused_naming_it(tmp_path, capsys) 
         assert out == "" and err.count("\n") == 1 and f"key {first!r} is given twice" in err, (where, err)
 
 
-def _at(value: Any, path: Tuple[Any, ...]) -> Any:
+def _at(value: Any, path: tuple[Any, ...]) -> Any:
     for key in path:
         value = value[key]
     return value

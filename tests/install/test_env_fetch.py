@@ -175,7 +175,7 @@ class _SlowBody:
         self._left -= 1
         return b"x" * 1024 if self._left > 0 else b""
 
-    def __enter__(self) -> "_SlowBody":
+    def __enter__(self) -> _SlowBody:
         return self
 
     def __exit__(self, *exc: object) -> None:

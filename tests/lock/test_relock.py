@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import List, Sequence
+from typing import Sequence
 
 import pytest
 
@@ -85,7 +85,7 @@ def mirrored(tmp_path: Path, capsys) -> Fixture:
     return fixture
 
 
-def newer_conda() -> List[PackageSpec]:
+def newer_conda() -> list[PackageSpec]:
     """pip 25.1, zlibstub 1.3.2 and torchlike 1.1, which needs zlibstub >=1.3.2."""
     specs = [replace(pip_spec(), version="25.1")]
     for subdir in PLATFORMS:
@@ -94,7 +94,7 @@ def newer_conda() -> List[PackageSpec]:
     return specs
 
 
-def new_conda() -> List[PackageSpec]:
+def new_conda() -> list[PackageSpec]:
     """newpkg 1.0, which needs newdep: in no lock yet."""
     return [
         PackageSpec("newpkg", "1.0", noarch="generic", depends=["newdep >=1"]),
