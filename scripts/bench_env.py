@@ -192,7 +192,7 @@ def at_least(low: int):
     return parse
 
 
-def main(argv: list[str]) -> int:
+def arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # pkg07 is the package the change scenarios move forward, so there are at least 8.
     parser.add_argument(
@@ -219,52 +219,63 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.dir is not None and not args.dir.is_dir():
         parser.error(f"--dir {args.dir}: no such directory")
-    packages, runs = args.packages, args.runs
-    with scratch_dir(args.dir) as tmp_name:
-        tmp = Path(tmp_name)
+    return args
+
+
+class Bench:
+    """The fixture env locked from its local channel, the caches both sides share, and each scenario's
+    figures as it is measured (in the order of the module's docstring, the seal check last)."""
+
+    def __init__(self, tmp: Path, packages: int, runs: int, big_mb: int) -> None:
+        self.tmp, self.runs = tmp, runs
         specs = [runnable_python_spec(), pip_spec(), *(package(i) for i in range(packages))]
-        if args.big_mb:
-            specs.append(
-                PackageSpec("bigdata", "1.0", noarch="generic", files={"lib/libbig.so": bytes(args.big_mb << 20)})
-            )
-        updates = [f"1.{k}" for k in range(1, runs + 2)]  # 1.1 for first changes, then `runs` later ones
-        channel = build_channel(tmp / "channel", specs + [package(7, v) for v in updates])
-        names = [f"pkg{i:02d}" for i in range(packages)] + (["bigdata"] if args.big_mb else [])
-
-        def conda_specs(version: str) -> tuple:
-            return (f"python={SHORT}.*", "pip", *[n if n != "pkg07" else f"pkg07 {version}" for n in names])
-
-        conda = conda_specs("1.0")
-        project = make_project(tmp / "proj", platforms=("linux-64",), conda=conda, pip=())
-        mirror = Mirror.parse(f"conda-forge={channel}")
-        lock_env(project, "py310", LockOptions(mirrors=(mirror,), cache_dir=tmp / "repodata"))
+        if big_mb:
+            specs.append(PackageSpec("bigdata", "1.0", noarch="generic", files={"lib/libbig.so": bytes(big_mb << 20)}))
+        self.updates = [f"1.{k}" for k in range(1, runs + 2)]  # 1.1 for first changes, then `runs` later ones
+        channel = build_channel(tmp / "channel", specs + [package(7, v) for v in self.updates])
+        self.names = [f"pkg{i:02d}" for i in range(packages)] + (["bigdata"] if big_mb else [])
+        self.project = make_project(tmp / "proj", platforms=("linux-64",), conda=self.conda_specs("1.0"), pip=())
+        self.mirror = Mirror.parse(f"conda-forge={channel}")
+        self.relock()
         n_files = sum(len(s.files) + len(s.symlinks) for s in specs)
         print(f"fixture env: {len(specs)} packages, {n_files} files; {runs} interleaved runs per scenario", flush=True)
+        self.cache = tmp / "cache"
+        self.records = {v: solved_records(channel, list(self.conda_specs(v))) for v in ["1.0", *self.updates]}
+        self.stable, self.raw_prefix = tmp / "stable", tmp / "raw-stable"
+        self.lock_path = self.project.lock_path("py310")
+        self.locks: dict[str, str] = {}
+        self.steps: dict[str, list[dict[str, float]]] = {}  # how each kind of change spent its time, run by run
 
-        cache = tmp / "cache"
-        records = {v: solved_records(channel, list(conda_specs(v))) for v in ["1.0", *updates]}
+    def conda_specs(self, version: str) -> tuple[str, ...]:
+        return (f"python={SHORT}.*", "pip", *[n if n != "pkg07" else f"pkg07 {version}" for n in self.names])
 
-        def ours(prefix: Path) -> EnvOptions:
-            return EnvOptions("py310", project.lock_path("py310"), prefix, "linux-64", cache, mirrors=(mirror,))
+    def relock(self) -> None:
+        lock_env(self.project, "py310", LockOptions(mirrors=(self.mirror,), cache_dir=self.tmp / "repodata"))
 
-        # Warm both caches once.
-        create_or_update(ours(tmp / "warm"))
-        raw_install(records["1.0"], tmp / "warm-raw", cache / "pkgs", copies=True)
+    def ours(self, prefix: Path) -> EnvOptions:
+        return EnvOptions("py310", self.lock_path, prefix, "linux-64", self.cache, mirrors=(self.mirror,))
 
-        breakdown = {}
-        fresh = paired(
-            lambda i: breakdown.update(create_or_update(ours(tmp / f"o{i}")).seconds),
-            lambda i: raw_install(records["1.0"], tmp / f"r{i}", cache / "pkgs", True),
-            runs,
+    def raw(self, version: str, prefix: Path, copies: bool = True) -> None:
+        raw_install(self.records[version], prefix, self.cache / "pkgs", copies)
+
+    def fresh(self) -> None:
+        """Fresh creates on caches warmed once; raw with hard links too."""
+        create_or_update(self.ours(self.tmp / "warm"))
+        self.raw("1.0", self.tmp / "warm-raw")
+        self.breakdown: dict[str, float] = {}
+        self.fresh_pairs = paired(
+            lambda i: self.breakdown.update(create_or_update(self.ours(self.tmp / f"o{i}")).seconds),
+            lambda i: self.raw("1.0", self.tmp / f"r{i}"),
+            self.runs,
         )
-        fresh_hard = statistics.median(
-            timed(lambda: raw_install(records["1.0"], tmp / f"h{i}", cache / "pkgs", False)) for i in range(runs)
+        self.fresh_hard = statistics.median(
+            timed(lambda: self.raw("1.0", self.tmp / f"h{i}", copies=False)) for i in range(self.runs)
         )
 
-        stable, raw_prefix = tmp / "stable", tmp / "raw-stable"
-        create_or_update(ours(stable))
-        raw_install(records["1.0"], raw_prefix, cache / "pkgs", True)
-
+    def noop(self) -> None:
+        """`python -m bootstrap env` again on an env it made, against rattler.install again in-process."""
+        create_or_update(self.ours(self.stable))
+        self.raw("1.0", self.raw_prefix)
         # As a user's `make env` runs: with the bytecode Python caches (a CI's PYTHONDONTWRITEBYTECODE
         # would have every run compile the modules it imports again); the untimed first run writes it.
         child_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -278,13 +289,13 @@ def main(argv: list[str]) -> int:
                     "bootstrap",
                     "env",
                     "--root",
-                    str(project.root),
+                    str(self.project.root),
                     "--prefix",
                     str(prefix),
                     "--platform",
                     "linux-64",
                     "--cache-dir",
-                    str(cache),
+                    str(self.cache),
                 ],
                 check=True,
                 capture_output=True,
@@ -292,108 +303,121 @@ def main(argv: list[str]) -> int:
                 env=child_env,
             )
 
-        cli(stable)
-        noop = paired(
-            lambda _i: cli(stable), lambda _i: raw_install(records["1.0"], raw_prefix, cache / "pkgs", True), runs
-        )
-        bare = statistics.median(
+        cli(self.stable)
+        self.noop_pairs = paired(lambda _i: cli(self.stable), lambda _i: self.raw("1.0", self.raw_prefix), self.runs)
+        self.bare = statistics.median(
             timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True, env=child_env))
-            for _ in range(runs)
+            for _ in range(self.runs)
         )
 
-        # Every version locked once (not timed) and extracted + sealed once, so neither side pays extraction below.
-        spec_path, lock_path = project.spec_path("py310"), project.lock_path("py310")
-        text, locks = spec_path.read_text(), {}
-        for version in ["1.0", *updates]:
+    def lock_each_version(self) -> None:
+        """Every version locked once (not timed) and extracted + sealed once, so neither side pays extraction below."""
+        spec_path = self.project.spec_path("py310")
+        text = spec_path.read_text()
+        for version in ["1.0", *self.updates]:
             spec_path.write_text(text.replace("pkg07 1.0", f"pkg07 {version}"))
-            lock_env(project, "py310", LockOptions(mirrors=(mirror,), cache_dir=tmp / "repodata"))
-            locks[version] = lock_path.read_text()
-            create_or_update(ours(tmp / "warm"))
+            self.relock()
+            self.locks[version] = self.lock_path.read_text()
+            create_or_update(self.ours(self.tmp / "warm"))
 
-        steps: dict = {}  # how each kind of change spent its time, run by run
+    def change(self, prefix: Path, version: str, made: str) -> None:
+        self.lock_path.write_text(self.locks[version])
+        result = create_or_update(self.ours(prefix))
+        assert result.made == made, (version, result)
+        self.steps.setdefault(made, []).append(result.seconds)
 
-        def change(prefix: Path, version: str, made: str) -> None:
-            lock_path.write_text(locks[version])
-            result = create_or_update(ours(prefix))
-            assert result.made == made, (version, result)
-            steps.setdefault(made, []).append(result.seconds)
-
-        def new_pair(name: str) -> tuple[Path, Path]:
-            """A bootstrap env and a raw one at the first lock, created untimed."""
-            lock_path.write_text(locks["1.0"])
-            create_or_update(ours(tmp / name))
-            raw_install(records["1.0"], tmp / f"{name}-raw", cache / "pkgs", True)
-            return tmp / name, tmp / f"{name}-raw"
-
-        # First change of an env: from a hard-linked clone of its only generation; new envs per run.
-        first, clone, copy = [], [], []
-        for i in range(runs):
-            env, raw_env = new_pair(f"first{i}")
-            first.append(
+    def first_changes(self) -> None:
+        """First change of an env: from a hard-linked clone of its only generation; new envs per run."""
+        self.first, self.clone, self.copy = [], [], []
+        for i in range(self.runs):
+            name = f"first{i}"
+            self.lock_path.write_text(self.locks["1.0"])  # a bootstrap env and a raw one at the first lock, untimed
+            create_or_update(self.ours(self.tmp / name))
+            self.raw("1.0", self.tmp / f"{name}-raw")
+            env, raw_env = self.tmp / name, self.tmp / f"{name}-raw"
+            self.first.append(
                 pair(
                     i,
-                    lambda: change(env, updates[0], made="clone"),
-                    lambda: raw_install(records[updates[0]], raw_env, cache / "pkgs", True),
+                    lambda: self.change(env, self.updates[0], made="clone"),
+                    lambda: self.raw(self.updates[0], raw_env),
                 )
             )
             current = Path(os.path.realpath(env))
-            clone.append(timed(lambda: clone_tree(current, tmp / f"clone{i}")))
-            copy.append(
+            self.clone.append(timed(lambda: clone_tree(current, self.tmp / f"clone{i}")))
+            self.copy.append(
                 timed(
                     lambda: subprocess.run(
-                        ["cp", "-a", str(current), str(tmp / f"copy{i}")], check=True, capture_output=True
+                        ["cp", "-a", str(current), str(self.tmp / f"copy{i}")], check=True, capture_output=True
                     )
                 )
             )
-            shutil.rmtree(tmp / f"copy{i}")  # a full second env each: 0.3 GB at 15 runs, 8 GB with --big-mb 512
+            shutil.rmtree(self.tmp / f"copy{i}")  # a full second env each: 0.3 GB at 15 runs, 8 GB with --big-mb 512
 
-        # Later changes: the stable env moves forward one version per run, recycling its retired generation.
-        change(stable, updates[0], made="clone")
-        raw_install(records[updates[0]], raw_prefix, cache / "pkgs", True)
-        later = [
+    def later_changes(self) -> None:
+        """Later changes: the stable env moves forward one version per run, recycling its retired generation."""
+        self.change(self.stable, self.updates[0], made="clone")
+        self.raw(self.updates[0], self.raw_prefix)
+        self.later = [
             pair(
                 i,
-                lambda: change(stable, version, made="recycled"),
-                lambda: raw_install(records[version], raw_prefix, cache / "pkgs", True),
+                lambda: self.change(self.stable, version, made="recycled"),
+                lambda: self.raw(version, self.raw_prefix),
             )
-            for i, version in enumerate(updates[1:])
+            for i, version in enumerate(self.updates[1:])
         ]
 
-        lock_path.write_text(locks["1.0"])
+    def unsealed(self) -> None:
+        self.lock_path.write_text(self.locks["1.0"])
         with seal_check_off():  # to size it: the rest of the overhead is bootstrap's bookkeeping; last, so its
-            unsealed = paired(
-                lambda i: create_or_update(ours(tmp / f"u{i}")),  # envs weigh on no other scenario
-                lambda i: raw_install(records["1.0"], tmp / f"ur{i}", cache / "pkgs", True),
-                runs,
+            self.unsealed_pairs = paired(
+                lambda i: create_or_update(self.ours(self.tmp / f"u{i}")),  # envs weigh on no other scenario
+                lambda i: self.raw("1.0", self.tmp / f"ur{i}"),
+                self.runs,
             )
 
+    def report(self) -> None:
         print(f"{'scenario':<28}{'bootstrap':>11}{'raw (copies)':>14}{'ratio':>8}{'overhead':>12}{'runs':>6}")
-        print(row("fresh create, warm cache", *fresh) + f"   raw with hard links: {fresh_hard:.3f}s")
-        print(row("  the same, seal check off", *unsealed) + "   (sizes the check of the cached copies)")
-        print(row("no-op rerun", *noop))
+        print(row("fresh create, warm cache", *self.fresh_pairs) + f"   raw with hard links: {self.fresh_hard:.3f}s")
+        print(row("  the same, seal check off", *self.unsealed_pairs) + "   (sizes the check of the cached copies)")
+        print(row("no-op rerun", *self.noop_pairs))
         print(
-            row("first change (clone)", *zip(*first)) + f"   clone alone: {statistics.median(clone):.3f}s, "
-            f"a copy (`cp -a`) instead: {statistics.median(copy):.3f}s"
+            row("first change (clone)", *zip(*self.first)) + f"   clone alone: {statistics.median(self.clone):.3f}s, "
+            f"a copy (`cp -a`) instead: {statistics.median(self.copy):.3f}s"
         )
-        print(row("later changes (recycled)", *zip(*later)))
-        print(verdicts(fresh, noop, first, later))
+        print(row("later changes (recycled)", *zip(*self.later)))
+        print(verdicts(self.fresh_pairs, self.noop_pairs, self.first, self.later))
         print("ratio, overhead: medians over the pairs, each bootstrap run against the raw run right after it")
-        print("bootstrap fresh create, last run: " + ", ".join(f"{k} {v:.3f}s" for k, v in breakdown.items()))
-        for made, runs_seconds in steps.items():  # `link` is rattler's linking and what bootstrap does around it
+        print("bootstrap fresh create, last run: " + ", ".join(f"{k} {v:.3f}s" for k, v in self.breakdown.items()))
+        for made, runs_seconds in self.steps.items():  # `link` is rattler's linking and what bootstrap does around it
             medians = {k: statistics.median(s.get(k, 0.0) for s in runs_seconds) for k in runs_seconds[-1]}
             print(
                 f"bootstrap change from a {made} generation, medians: "
                 + ", ".join(f"{k} {v:.3f}s" for k, v in medians.items())
             )
-        print(f"no-op rerun includes interpreter start ({bare:.3f} s for `python -c pass`); raw no-op is in-process")
+        print(
+            f"no-op rerun includes interpreter start ({self.bare:.3f} s for `python -c pass`); raw no-op is in-process"
+        )
         print(
             f"raw's rattler.install builds an HTTP client each call ({client_build() * 1000:.1f} ms, TLS set up); "
             "bootstrap's link step, which never downloads, gives rattler one that cannot (env.link_config)"
         )
         print(
-            f"disk: bootstrap's env with its rollback generation {du_mb(stable.parent / '.stable.gens'):.1f} MB, "
-            f"raw env {du_mb(raw_prefix):.1f} MB"
+            f"disk: bootstrap's env with its rollback generation {du_mb(self.stable.parent / '.stable.gens'):.1f} MB, "
+            f"raw env {du_mb(self.raw_prefix):.1f} MB"
         )
+
+
+def main(argv: list[str]) -> int:
+    args = arguments(argv)
+    with scratch_dir(args.dir) as tmp_name:
+        bench = Bench(Path(tmp_name), args.packages, args.runs, args.big_mb)
+        bench.fresh()
+        bench.noop()
+        bench.lock_each_version()
+        bench.first_changes()
+        bench.later_changes()
+        bench.unsealed()
+        bench.report()
     return 0
 
 
