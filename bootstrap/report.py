@@ -11,7 +11,7 @@ import functools
 import json
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, TypeVar
 
 from bootstrap.errors import EXIT_FAILED, EXIT_OK, InputError
 
@@ -104,7 +104,7 @@ class Check:
     remedy: str = ""
     detail: str = ""
 
-    def to_dict(self) -> Dict[str, str]:
+    def to_dict(self) -> dict[str, str]:
         return {
             "id": self.id,
             "status": self.status.value,
@@ -115,7 +115,7 @@ class Check:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Check":
+    def from_dict(cls, data: Mapping[str, Any]) -> Check:
         return cls(
             id=str(data["id"]),
             status=Status(data["status"]),
@@ -142,10 +142,10 @@ def shown(items: Sequence[str]) -> str:
     return "; ".join(items[:SHOWN]) + more
 
 
-def remedies(checks: Iterable[Check]) -> List[str]:
+def remedies(checks: Iterable[Check]) -> list[str]:
     """'id: remedy' for each check with a remedy, one entry per remedy: the checks sharing one are named
     together, the family named once ('cuda.arch.gpu0, gpu1, gpu2: ...'), as a node's GPUs often share it."""
-    named: Dict[str, List[str]] = {}
+    named: dict[str, list[str]] = {}
     for check in checks:
         if check.remedy:
             named.setdefault(check.remedy, []).append(check.id)
@@ -157,7 +157,7 @@ def remedies(checks: Iterable[Check]) -> List[str]:
     return out
 
 
-def summary(checks: Iterable[Check]) -> Dict[str, int]:
+def summary(checks: Iterable[Check]) -> dict[str, int]:
     """Count per status; every status is present, so consumers need no defaults."""
     counts = {status.value: 0 for status in STATUS_ORDER}
     for check in checks:
@@ -192,7 +192,7 @@ def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
     return "  ".join([*padded, cells[-1]]).rstrip()
 
 
-def body(checks: Sequence[Check], kind: str, extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+def body(checks: Sequence[Check], kind: str, extra: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
     """What a verb's checks put in the envelope: `{"kind", "checks", "summary", "extra"}`.
 
     `kind` names the producer ('verify', 'doctor'); `extra` holds
@@ -206,12 +206,12 @@ def body(checks: Sequence[Check], kind: str, extra: Optional[Mapping[str, Any]] 
     }
 
 
-def to_json(checks: Sequence[Check], kind: str, extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+def to_json(checks: Sequence[Check], kind: str, extra: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
     """The versioned envelope `--json` prints (`body` in `envelope`); its keys are pinned by a contract test."""
     return envelope(FORMAT, body(checks, kind, extra))
 
 
-def from_json(data: Mapping[str, Any]) -> List[Check]:
+def from_json(data: Mapping[str, Any]) -> list[Check]:
     """Read back the checks of an envelope written by `to_json` (same format version only)."""
     if data.get("format") != FORMAT or data.get("version") != FORMAT_VERSION:
         raise InputError(

@@ -12,13 +12,13 @@ import socket
 import threading
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Mapping, Optional, Sequence
 
 from bootstrap.errors import InputError
 from bootstrap.report import SEVERITY, Check
 
 
-def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> Dict[str, int]:
+def torchrun_env(environ: Mapping[str, str], verb: str = "bench") -> dict[str, int]:
     """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE as torchrun sets them, checked before any
     rendezvous (a RANK beyond WORLD_SIZE, or a MASTER_ADDR that names no host, would wait there
     until its timeout); InputError outside torchrun."""
@@ -68,7 +68,7 @@ RESOLVE_S = 30.0
 def _check_resolves(host: str, port: int) -> None:
     """InputError unless MASTER_ADDR resolves (`getent ahosts HOST`) within RESOLVE_S: the rendezvous
     would retry it silently for its whole timeout."""
-    answer: List[Optional[str]] = []
+    answer: list[Optional[str]] = []
 
     def lookup() -> None:
         try:
@@ -127,15 +127,15 @@ def _integer(environ: Mapping[str, str], name: str, default: Optional[str]) -> i
         raise InputError(name, f"{text!r} is not an integer", "let torchrun set the rank variables") from None
 
 
-def worst(checks: Sequence[Tuple[int, Check]]) -> Tuple[int, Check]:
+def worst(checks: Sequence[tuple[int, Check]]) -> tuple[int, Check]:
     """The (rank, check) with the worst status; the lowest rank among equals."""
     return max(checks, key=lambda rc: (SEVERITY[rc[1].status], -rc[0]))
 
 
-def merge_checks(gathered: Sequence[Mapping[str, Any]]) -> List[Check]:
+def merge_checks(gathered: Sequence[Mapping[str, Any]]) -> list[Check]:
     """One check per id from every rank's `{"rank", "checks": [Check.to_dict()]}`: the worst
     rank's, its observation prefixed with the rank, every rank's status in the detail."""
-    by_id: Dict[str, List[Tuple[int, Check]]] = {}
+    by_id: dict[str, list[tuple[int, Check]]] = {}
     for item in sorted(gathered, key=lambda g: g["rank"]):
         for raw in item["checks"]:
             check = Check.from_dict(raw)

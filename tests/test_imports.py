@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import shutil
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Set
+from typing import Mapping, Optional
 
 from tests.fixtures import REPO
 
@@ -21,7 +21,7 @@ SHARED = "shared"  # the top-level modules listed in SHARED_MODULES
 TOP = "commands"  # with bootstrap.cli and bootstrap.__main__: the command line
 # Each layer -> the layers right below it. A layer may import its own modules and everything its
 # layers below reach; nothing above it. docs/design.md draws the same graph.
-BELOW: Dict[str, tuple] = {
+BELOW: dict[str, tuple] = {
     SHARED: (),
     "compat": (SHARED,),
     "lock": ("compat",),
@@ -58,12 +58,12 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def modules(root: Path = REPO) -> Dict[str, Path]:
+def modules(root: Path = REPO) -> dict[str, Path]:
     """Every module of the `bootstrap` package under `root`, by dotted name."""
     return {module_name(path, root): path for path in sorted((root / "bootstrap").rglob("*.py"))}
 
 
-def _known(name: str, known: Set[str]) -> Optional[str]:
+def _known(name: str, known: set[str]) -> Optional[str]:
     """`name`, or the nearest package above it, among the known modules (`bootstrap.x.y` of an
     f-string's prefix `bootstrap.x.y.` is that package)."""
     name = name.rstrip(".")
@@ -88,11 +88,11 @@ def _dynamic(node: ast.Call) -> Optional[str]:
     return None
 
 
-def imports_of(name: str, path: Path, known: Set[str]) -> Set[str]:
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     """The bootstrap modules that module `name` (at `path`) imports, resolved to modules (`from
     bootstrap.install import store` is bootstrap.install.store), wherever the import statement is."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: Set[str] = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
@@ -112,7 +112,7 @@ def imports_of(name: str, path: Path, known: Set[str]) -> Set[str]:
     return {target for target in resolved if target is not None} - {name}
 
 
-def import_graph(root: Path = REPO) -> Dict[str, Set[str]]:
+def import_graph(root: Path = REPO) -> dict[str, set[str]]:
     known = modules(root)
     return {name: imports_of(name, path, set(known)) for name, path in known.items()}
 
@@ -131,7 +131,7 @@ def layer_of(module: str) -> Optional[str]:
     return parts[1] if len(parts) > 1 and parts[1] in BELOW else None
 
 
-def reachable(layer: str, below: Mapping[str, tuple] = BELOW) -> Set[str]:
+def reachable(layer: str, below: Mapping[str, tuple] = BELOW) -> set[str]:
     """The layers `layer` may import: itself and every layer under it."""
     seen = {layer}
     todo = [layer]
@@ -143,7 +143,7 @@ def reachable(layer: str, below: Mapping[str, tuple] = BELOW) -> Set[str]:
     return seen
 
 
-def upward_imports(graph: Mapping[str, Set[str]]) -> List[str]:
+def upward_imports(graph: Mapping[str, set[str]]) -> list[str]:
     """'importer -> imported (X may not import Y)' for every import that goes up or sideways between
     layers, and for every module that has no layer."""
     found = []
@@ -159,9 +159,9 @@ def upward_imports(graph: Mapping[str, Set[str]]) -> List[str]:
     return found
 
 
-def layer_graph(graph: Mapping[str, Set[str]]) -> Dict[str, Set[str]]:
+def layer_graph(graph: Mapping[str, set[str]]) -> dict[str, set[str]]:
     """The module graph collapsed to layers (a module without one stands for itself)."""
-    out: Dict[str, Set[str]] = {}
+    out: dict[str, set[str]] = {}
     for module, targets in graph.items():
         layer = layer_of(module) or module
         out.setdefault(layer, set()).update((layer_of(t) or t) for t in targets)
@@ -170,13 +170,13 @@ def layer_graph(graph: Mapping[str, Set[str]]) -> Dict[str, Set[str]]:
     return {layer: targets - {layer} for layer, targets in out.items()}
 
 
-def cycles(graph: Mapping[str, Set[str]]) -> List[List[str]]:
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     """The strongly connected components of more than one node (Tarjan)."""
-    index: Dict[str, int] = {}
-    low: Dict[str, int] = {}
-    stack: List[str] = []
-    on_stack: Set[str] = set()
-    found: List[List[str]] = []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
 
     def connect(node: str) -> None:
         index[node] = low[node] = len(index)

@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from bootstrap.checks.verify import VerifyOptions, VerifyResult, run_verify
 from bootstrap.fsutil import MIB
@@ -54,7 +54,7 @@ def run_verify_distributed(
             "all_reduce_ok": sums_right,
             "all_reduce_s": seconds,
         }
-        gathered: List[Any] = [None] * ranks["world_size"]
+        gathered: list[Any] = [None] * ranks["world_size"]
         dist.all_gather_object(gathered, own)
         checks = [c for c in merge_checks(gathered) if c.id != "bench"]  # run_verify's "--no-bench" skip
         checks += [
@@ -79,7 +79,7 @@ def run_verify_distributed(
         dist.destroy_process_group()
 
 
-def rank_facts(result: VerifyResult) -> Dict[str, Optional[str]]:
+def rank_facts(result: VerifyResult) -> dict[str, Optional[str]]:
     """What a rank runs, as the other ranks must see it too: a digest of every package the env's
     install record lists (conda sha256s, pip versions and sha256s: torch included), and the driver."""
     from bootstrap.prefix import read_install_record
@@ -93,7 +93,7 @@ def rank_facts(result: VerifyResult) -> Dict[str, Optional[str]]:
     return {"packages": packages, "driver": nvidia.driver_version if nvidia is not None else None}
 
 
-def all_reduce_trial(torch: Any, dist: Any, device: Any, rank: int, world_size: int) -> Tuple[bool, Optional[float]]:
+def all_reduce_trial(torch: Any, dist: Any, device: Any, rank: int, world_size: int) -> tuple[bool, Optional[float]]:
     """(every element summed right, seconds per all-reduce of ALL_REDUCE_MIB float32)."""
     probe = torch.full((1024,), float(rank + 1), device=device)
     dist.all_reduce(probe)
@@ -118,7 +118,7 @@ def _sync(torch: Any, device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def bus_bandwidth_gb_s(nbytes: int, seconds: float, world_size: int) -> Tuple[float, float]:
+def bus_bandwidth_gb_s(nbytes: int, seconds: float, world_size: int) -> tuple[float, float]:
     """(algbw, busbw) in GB/s as nccl-tests reports an all-reduce: busbw = algbw x 2(n-1)/n."""
     algbw = nbytes / seconds / 1e9
     return algbw, algbw * 2 * (world_size - 1) / world_size
@@ -159,7 +159,7 @@ def same_env_check(gathered: Sequence[Mapping[str, Any]]) -> Check:
     """Every rank against rank 0: another lock or torch build fails, another driver warns."""
     ordered = sorted(gathered, key=lambda g: g["rank"])
     reference = ordered[0]["facts"]
-    differ: List[str] = []
+    differ: list[str] = []
     status = Status.OK
     for keys, severity in ((SAME, Status.FAIL), (ALIKE, Status.WARN)):
         for key, what in keys:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.checks.variant import variant_check
@@ -43,7 +43,7 @@ class DoctorOptions:
 
 @result
 class DoctorResult:
-    checks: Tuple[Check, ...]
+    checks: tuple[Check, ...]
     facts: Facts
     facts_source: str  # "this host" or the recorded file
     target: Optional[TorchTarget]
@@ -53,7 +53,7 @@ class DoctorResult:
     pick: Optional[Pick] = None  # every lock of the env judged, and the one to install
     variants: bool = False  # the env's spec declares variants (lock.variant carries the pick)
 
-    def extra(self) -> Dict[str, Any]:
+    def extra(self) -> dict[str, Any]:
         return {
             "facts_source": self.facts_source,
             "lock": None if self.lock_path is None else str(self.lock_path),
@@ -64,7 +64,7 @@ class DoctorResult:
             "pick": None if self.pick is None else self.pick.to_dict(),
         }
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The `bootstrap.checks` envelope's body, kind 'doctor'."""
         return body(self.checks, "doctor", self.extra())
 
@@ -74,7 +74,7 @@ class Subject:
     """What doctor judges: one lock (`--lock`), or the locks of an env of the project."""
 
     env: Optional[str]
-    paths: Tuple[Path, ...]  # the locks, the default first; none: no lock at hand
+    paths: tuple[Path, ...]  # the locks, the default first; none: no lock at hand
     project: Any = None  # bootstrap.project.Project, when the locks are an env's
     spec: Any = None  # the env's spec, when it declares variants
     installed: str = ""  # the variant installed at <root>/.envs/<env>, when the spec declares variants
@@ -121,7 +121,7 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
     )
 
 
-def _facts(options: DoctorOptions, nvml: Any, runner: Runner) -> Tuple[Facts, str]:
+def _facts(options: DoctorOptions, nvml: Any, runner: Runner) -> tuple[Facts, str]:
     """This host's facts, or the recorded ones; saved when asked (the path checked before probing)."""
     if options.save_facts is not None:
         check_output(options.save_facts, "--save-facts")  # before nvidia-smi may take its time
@@ -188,7 +188,7 @@ def _installed_variant(project: Any, env: str, spec: Any) -> str:
     return record.variant if record is not None and record.variant in names else ""
 
 
-def system_checks(lock: Any, platform: str, host: HostFacts) -> List[Check]:
+def system_checks(lock: Any, platform: str, host: HostFacts) -> list[Check]:
     """lock.system: the host's glibc (or macOS) against `lock`'s floor for `platform`, which `make env`
     refuses to go below; none where the lock asks for no minimum (Windows)."""
     from bootstrap.install.floor import GLIBC, HostSystem, host_problem, lock_floor
@@ -218,7 +218,7 @@ def system_checks(lock: Any, platform: str, host: HostFacts) -> List[Check]:
     return [Check(cid, Status.FAIL, have, expected, remedy=problem.split(": ", 1)[-1], detail=problem)]
 
 
-def _first_lock(subject: Subject) -> Tuple[Any, str]:
+def _first_lock(subject: Subject) -> tuple[Any, str]:
     """The first lock of the subject that exists, read (it decides the platform), or why there is none."""
     from bootstrap.lock.lockfile import read_lock
 
@@ -238,7 +238,7 @@ def _first_lock(subject: Subject) -> Tuple[Any, str]:
         )
 
 
-def _candidates(subject: Subject, platform: str, first: Any) -> List[Candidate]:
+def _candidates(subject: Subject, platform: str, first: Any) -> list[Candidate]:
     """The subject's locks as candidates; `first`, the one `_first_lock` read, is not read again."""
     if subject.spec is not None:
         return env_candidates(subject.project, subject.env, subject.spec, platform, read=first)

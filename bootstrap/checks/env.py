@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 from bootstrap.checks.envstate import EnvState
 from bootstrap.checks.files import check_files, paths_data
@@ -26,7 +26,7 @@ from bootstrap.report import Check, Status, shown
 from bootstrap.runner import Runner, run
 
 
-def env_checks(state: EnvState, *, deep: bool = False, inside: bool = False, runner: Runner = run) -> List[Check]:
+def env_checks(state: EnvState, *, deep: bool = False, inside: bool = False, runner: Runner = run) -> list[Check]:
     """env.prefix, env.lock, env.python, env.conda, env.pip, env.extra, env.files, env.freshness."""
     prefix_check = check_prefix(state)
     if prefix_check.status is not Status.OK:
@@ -166,7 +166,7 @@ def check_python(state: EnvState, locked: Sequence[Any], inside: bool, runner: R
     return Check(cid, Status.OK, f"python {version} ({how})", expected)
 
 
-def _prefix_python_version(prefix: Path, runner: Runner) -> Tuple[Optional[str], str]:
+def _prefix_python_version(prefix: Path, runner: Runner) -> tuple[Optional[str], str]:
     argv = [str(python_executable(prefix)), "-I", "-S", "-c", "import platform; print(platform.python_version())"]
     try:
         done = runner(argv, timeout=60)

@@ -9,7 +9,7 @@ import csv
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from bootstrap.checks.envstate import EnvState
 from bootstrap.fsutil import sha256_file
@@ -19,7 +19,7 @@ from bootstrap.report import Check, Status, result, shown
 _SKIP_PATH_TYPES = ("directory", "pyc_file")
 
 
-def paths_data(record: InstalledConda) -> List[Mapping[str, Any]]:
+def paths_data(record: InstalledConda) -> list[Mapping[str, Any]]:
     """The files a conda-meta record lists, with their sha256 and size where the record has them."""
     data = json.loads(record.record_path.read_text(encoding="utf-8"))
     paths = (data.get("paths_data") or {}).get("paths")
@@ -34,9 +34,9 @@ class FileScan:
 
     checked: int
     hashed: int
-    problems: Tuple[Tuple[str, str, str], ...]  # (owner, path relative to the prefix, what is wrong)
+    problems: tuple[tuple[str, str, str], ...]  # (owner, path relative to the prefix, what is wrong)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "checked": self.checked,
             "hashed": self.hashed,
@@ -50,7 +50,7 @@ def _b64_to_hex(value: str) -> str:
 
 def _expected_files(
     prefix: Path, conda_paths: Mapping[str, Sequence[Mapping[str, Any]]], pip: Sequence[InstalledPip]
-) -> Iterable[Tuple[str, str, str, Optional[str], Optional[int]]]:
+) -> Iterable[tuple[str, str, str, Optional[str], Optional[int]]]:
     """(owner, absolute path, path type, sha256 (hex, or 'b64:' + RECORD's form), size) of every recorded file."""
     base = str(prefix)
     for name, entries in conda_paths.items():
@@ -89,8 +89,8 @@ def scan_files(
     Shell equivalent of `deep`: `sha256sum` of every file listed in conda-meta/*.json and */RECORD.
     """
     checked = 0
-    problems: List[Tuple[str, str, str]] = []
-    to_hash: List[Tuple[str, str, str]] = []
+    problems: list[tuple[str, str, str]] = []
+    to_hash: list[tuple[str, str, str]] = []
     for owner, path, kind, digest, size in _expected_files(prefix, conda_paths, pip):
         checked += 1
         if kind == "softlink":
@@ -114,7 +114,7 @@ def scan_files(
     return FileScan(checked=checked, hashed=len(to_hash), problems=relative)
 
 
-def _hash_all(paths: Sequence[str]) -> List[str]:
+def _hash_all(paths: Sequence[str]) -> list[str]:
     """sha256 of each path ('' if unreadable); threads for many files (hashlib releases the GIL)."""
 
     def one(path: str) -> str:

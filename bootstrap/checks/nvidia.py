@@ -5,7 +5,7 @@ GPUs, peer-to-peer. Pure: facts in, checks out. Docs: docs/checks.md, "What is c
 from __future__ import annotations
 
 from collections import Counter
-from typing import List, Optional
+from typing import Optional
 
 from bootstrap.compat.facts import P2P_OK, P2P_STATUS, TOPOLOGY, DriverFacts, GpuFacts, HostFacts
 from bootstrap.compat.target import older_than_tables
@@ -25,7 +25,7 @@ NO_GPU_REMEDY = (
 RETIRED_PAGES_WARN = 60
 
 
-def nvidia_checks(nvidia: DriverFacts, host: Optional[HostFacts] = None) -> List[Check]:
+def nvidia_checks(nvidia: DriverFacts, host: Optional[HostFacts] = None) -> list[Check]:
     """The driver, the highest CUDA it supports, each GPU with its health (`nvidia-smi -q`), and for
     the GPUs of the job (`host`'s CUDA_VISIBLE_DEVICES) which they are and peer-to-peer between them."""
     if not nvidia.has_driver:

@@ -11,7 +11,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional
 
 from bootstrap.checks.envstate import EnvState
 from bootstrap.compat import jetson
@@ -82,7 +82,7 @@ def _torch_from_version_file() -> Optional[TorchFound]:
         tree = ast.parse((package / "version.py").read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
         return None
-    values: Dict[str, Any] = {}
+    values: dict[str, Any] = {}
     for node in tree.body:
         target = (
             node.targets[0]
@@ -156,7 +156,7 @@ def _locked_torch(state: Optional[EnvState]) -> Any:
     return next((p for p in state.lock.for_platform(state.platform, "pip") if p.name.lower() == "torch"), None)
 
 
-def installed_torch_target(state: EnvState) -> Tuple[Optional[TorchTarget], str]:
+def installed_torch_target(state: EnvState) -> tuple[Optional[TorchTarget], str]:
     """From outside the env: the torch version installed in the prefix, refined by the lock's entry."""
     entry = _locked_torch(state)
     dist = next((d for d in pip_distributions(state.prefix) if d.name == "torch"), None)
@@ -175,7 +175,7 @@ def device_checks(
     locked: Optional[TorchTarget] = None,
     environ: Mapping[str, str] = os.environ,
     only: Optional[int] = None,
-) -> List[Check]:
+) -> list[Check]:
     """CUDA available, device count vs NVML, cuDNN, NCCL, pinned memory, matmul + conv on each GPU
     (on GPU `only` alone, if given: a torchrun rank checks its own).
 
@@ -317,7 +317,7 @@ def pinned_check(torch: Any, device: str = "cuda:0") -> Check:
     return Check(cid, Status.OK, "allocated and copied", expected)
 
 
-def compute_checks(torch: Any, index: int, device: Optional[str] = None) -> List[Check]:
+def compute_checks(torch: Any, index: int, device: Optional[str] = None) -> list[Check]:
     """A matmul and a convolution on one device, compared with a float64 CPU reference."""
     device = device or f"cuda:{index}"
     prefix = f"torch.gpu{index}"

@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence
 
 from bootstrap.checks.env import env_checks
 from bootstrap.checks.envstate import is_running_in, read_env_state, resolve_prefix
@@ -49,14 +49,14 @@ class VerifyOptions:
 
 @result
 class VerifyResult:
-    checks: Tuple[Check, ...]
+    checks: tuple[Check, ...]
     prefix: Optional[Path]
     lock_path: Optional[Path]
     inside: bool  # verified the interpreter's own env (torch checks ran)
     facts: Optional[Facts]
     facts_source: str
-    seconds: Dict[str, float] = field(default_factory=dict)
-    ranks: Tuple[Dict[str, Any], ...] = ()  # `--distributed`: each rank's host and what it runs
+    seconds: dict[str, float] = field(default_factory=dict)
+    ranks: tuple[dict[str, Any], ...] = ()  # `--distributed`: each rank's host and what it runs
 
     @property
     def exit_code(self) -> int:
@@ -64,7 +64,7 @@ class VerifyResult:
         cut short by Ctrl-C."""
         return EXIT_INTERRUPTED if bench_interrupted(self.checks) else exit_code(self.checks)
 
-    def extra(self) -> Dict[str, Any]:
+    def extra(self) -> dict[str, Any]:
         return {
             "prefix": None if self.prefix is None else str(self.prefix),
             "lock": None if self.lock_path is None else str(self.lock_path),
@@ -75,7 +75,7 @@ class VerifyResult:
             **({"ranks": list(self.ranks)} if self.ranks else {}),
         }
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The `bootstrap.checks` envelope's body, kind 'verify'."""
         return body(self.checks, "verify", self.extra())
 
@@ -92,7 +92,7 @@ def bench_interrupted(checks: Sequence[Check]) -> bool:
 
 def bench_checks(
     enabled: bool, inside: bool, budget_s: float, nvml: Any = None, bench: Optional[Callable[..., Any]] = None
-) -> List[Check]:
+) -> list[Check]:
     """The acceptance benchmark on a small budget, its verdicts as checks (`python -m bootstrap bench --budget S`).
 
     `bench` is `bootstrap.bench.run_bench` (tests pass a stand-in). On a
@@ -171,7 +171,7 @@ def run_verify(
         check_output(options.save_facts, "--save-facts")  # a typo fails before the benchmark, not after
         if options.lock_path is not None:
             refuse_input(options.save_facts, "--save-facts", {options.lock_path: "the lock --lock names"})
-    seconds: Dict[str, float] = {}
+    seconds: dict[str, float] = {}
     started = time.perf_counter()
     prefix = resolve_prefix(options.prefix, options.root)
     inside = is_running_in(prefix)
@@ -236,7 +236,7 @@ def run_verify(
     )
 
 
-def _lap(started: float, seconds: Optional[Dict[str, float]] = None) -> float:
+def _lap(started: float, seconds: Optional[dict[str, float]] = None) -> float:
     return time.perf_counter() - started - sum((seconds or {}).values())
 
 

@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import IO, Any, Dict, Iterator, Optional
+from typing import IO, Any, Iterator, Optional
 
 from bootstrap.bench.config import (
     MODELS,
@@ -147,8 +147,8 @@ def build_options(args: argparse.Namespace) -> BenchOptions:
     Each value is checked where it was given, so an error names the flag or `FILE: options.NAME`.
     """
     thresholds = ThresholdSet()
-    settings: Dict[str, Any] = {}
-    names: Dict[str, str] = {}
+    settings: dict[str, Any] = {}
+    names: dict[str, str] = {}
     if args.config is not None:
         thresholds, file_options = load_config(args.config, thresholds)
         settings.update(file_options)

@@ -17,7 +17,7 @@ from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
 
 if TYPE_CHECKING:
-    from bootstrap.lock.pip import Target
+    from bootstrap.lock.pip_wheels import Target
 
 TOOLS_REQUIREMENTS = Path(__file__).resolve().parents[2] / "scripts" / "requirements-tools.txt"
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from typing import Any, Iterator, List
+from typing import Any, Iterator
 
 
-class Received(List[int]):
+class Received(list[int]):
     """The signals received in the block, in order. After `wind_down()` none raises any more, Ctrl-C
     included: what is left (renaming a finished log into place) is short and must not be cut in half."""
 

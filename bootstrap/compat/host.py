@@ -11,7 +11,7 @@ import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional
 
 from bootstrap.compat.facts import DriverFacts, HostFacts
 from bootstrap.compat.visible import Visible, visible_gpus, visible_note
@@ -21,7 +21,7 @@ from bootstrap.report import Check, Status
 _CONTAINER_CGROUP_WORDS = ("docker", "kubepods", "containerd", "libpod", "lxc")
 
 
-def probe_usable_cpus() -> Tuple[Optional[int], str]:
+def probe_usable_cpus() -> tuple[Optional[int], str]:
     """CPUs this process may run on (`nproc`): the affinity mask, which cgroups and taskset narrow."""
     getaffinity = getattr(os, "sched_getaffinity", None)
     if getaffinity is None:
@@ -30,7 +30,7 @@ def probe_usable_cpus() -> Tuple[Optional[int], str]:
     return len(getaffinity(0)), ""
 
 
-def probe_memory(meminfo: str = "/proc/meminfo") -> Tuple[Optional[Tuple[int, int]], str]:
+def probe_memory(meminfo: str = "/proc/meminfo") -> tuple[Optional[tuple[int, int]], str]:
     """(total, available) MiB (`grep -E 'MemTotal|MemAvailable' /proc/meminfo`)."""
     try:
         text = Path(meminfo).read_text(encoding="ascii", errors="replace")
@@ -47,7 +47,7 @@ def probe_memory(meminfo: str = "/proc/meminfo") -> Tuple[Optional[Tuple[int, in
     return (kib["MemTotal"] // 1024, kib.get("MemAvailable", kib.get("MemFree", 0)) // 1024), ""
 
 
-def probe_statvfs(path: str) -> Tuple[Optional[Tuple[int, int]], str]:
+def probe_statvfs(path: str) -> tuple[Optional[tuple[int, int]], str]:
     """(size, free) MiB of the file system holding `path` (`df -m PATH`)."""
     statvfs = getattr(os, "statvfs", None)
     if statvfs is None:
@@ -59,7 +59,7 @@ def probe_statvfs(path: str) -> Tuple[Optional[Tuple[int, int]], str]:
     return (st.f_frsize * st.f_blocks // MIB, st.f_frsize * st.f_bavail // MIB), ""
 
 
-def probe_nofile() -> Tuple[Optional[Tuple[int, int]], str]:
+def probe_nofile() -> tuple[Optional[tuple[int, int]], str]:
     """(soft, hard) open-file limit (`ulimit -n`, `ulimit -Hn`); -1 means unlimited."""
     try:
         import resource  # not on Windows
@@ -70,7 +70,7 @@ def probe_nofile() -> Tuple[Optional[Tuple[int, int]], str]:
     return ((-1 if soft == unlimited else soft), (-1 if hard == unlimited else hard)), ""
 
 
-def probe_start_method() -> Tuple[Optional[str], bool]:
+def probe_start_method() -> tuple[Optional[str], bool]:
     """(multiprocessing start method, whether the program set it explicitly).
 
     Asks without fixing it: `get_start_method()` without allow_none would
@@ -83,7 +83,7 @@ def probe_start_method() -> Tuple[Optional[str], bool]:
     return multiprocessing.get_all_start_methods()[0], False
 
 
-def probe_glibc(confstr: Optional[Callable[[str], Optional[str]]] = None) -> Tuple[Optional[str], str]:
+def probe_glibc(confstr: Optional[Callable[[str], Optional[str]]] = None) -> tuple[Optional[str], str]:
     """The glibc this process runs on, "2.36" (`getconf GNU_LIBC_VERSION`); None on musl or off Linux."""
     confstr = confstr or getattr(os, "confstr", None)
     if confstr is None:
@@ -98,13 +98,13 @@ def probe_glibc(confstr: Optional[Callable[[str], Optional[str]]] = None) -> Tup
     return version, ""
 
 
-def probe_macos(mac_ver: Callable[[], Tuple[str, Any, str]] = platform.mac_ver) -> Tuple[Optional[str], str]:
+def probe_macos(mac_ver: Callable[[], tuple[str, Any, str]] = platform.mac_ver) -> tuple[Optional[str], str]:
     """The macOS release, "14.5" (`sw_vers -productVersion`); None off macOS."""
     release = mac_ver()[0]
     return (release, "") if release else (None, "not macOS")
 
 
-def probe_container_hints(root: str = "/") -> Tuple[str, ...]:
+def probe_container_hints(root: str = "/") -> tuple[str, ...]:
     """Signs of a container: /.dockerenv, /run/.containerenv, container words in /proc/1/cgroup."""
     base = Path(root)
     hints = [f"/{name}" for name in (".dockerenv", "run/.containerenv") if (base / name).exists()]
@@ -146,7 +146,7 @@ def probe_jetson(root: str = "/") -> str:
     return first[:120] or "/etc/nv_tegra_release"
 
 
-def probe_gpu_signs(root: str = "/") -> Tuple[str, ...]:
+def probe_gpu_signs(root: str = "/") -> tuple[str, ...]:
     """NVIDIA GPUs the kernel shows whether or not a driver library answers (`ls /proc/driver/nvidia/gpus
     /dev/nvidia*`): a container started without `--gpus` still sees the host's /proc/driver/nvidia."""
     base = Path(root)
@@ -159,7 +159,7 @@ def probe_gpu_signs(root: str = "/") -> Tuple[str, ...]:
     return tuple(signs)
 
 
-def _listed(folder: Path) -> List[Path]:
+def _listed(folder: Path) -> list[Path]:
     try:
         return sorted(folder.iterdir())
     except OSError:
@@ -168,9 +168,9 @@ def _listed(folder: Path) -> List[Path]:
 
 def collect_host_facts(*, root: str = "/", disk_path: str = ".", environ: Mapping[str, str] = os.environ) -> HostFacts:
     """Every host probe in one record; each unavailable value is listed in `missing` with its reason."""
-    missing: List[str] = []
+    missing: list[str] = []
 
-    def keep(field: str, found: Tuple[Any, str]) -> Any:
+    def keep(field: str, found: tuple[Any, str]) -> Any:
         value, reason = found
         if reason:
             missing.append(f"{field}: {reason}")
@@ -237,7 +237,7 @@ class LoaderNeeds:
         return loaders * self.workers_per_loader(cpus, loaders) * self.prefetch_factor * self.batch_bytes / MIB
 
 
-def host_checks(host: HostFacts, nvidia: DriverFacts, needs: LoaderNeeds = LoaderNeeds()) -> List[Check]:
+def host_checks(host: HostFacts, nvidia: DriverFacts, needs: LoaderNeeds = LoaderNeeds()) -> list[Check]:
     """CPUs, memory, disk, /dev/shm, open files, start method, container: what a DataLoader depends on.
 
     Sized for the job's GPUs, as its CPUs are (affinity): those CUDA_VISIBLE_DEVICES leaves it."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 from bootstrap.compat import jetson
 from bootstrap.compat.facts import DriverFacts
@@ -54,8 +54,8 @@ class Verdict:
 
     candidate: Candidate
     status: Status
-    reasons: Tuple[str, ...] = ()
-    checks: Tuple[Check, ...] = ()
+    reasons: tuple[str, ...] = ()
+    checks: tuple[Check, ...] = ()
 
     @property
     def runs(self) -> bool:
@@ -69,7 +69,7 @@ class Verdict:
             return "no torch to judge"
         return f"torch {target.label} ({'CUDA ' + target.cuda if target.cuda else 'CPU build'})"
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         target = self.candidate.target
         return {
             "name": self.candidate.name or None,
@@ -86,7 +86,7 @@ class Verdict:
 class Pick:
     """Every candidate's verdict, the one to install (None: none runs here), why, and the way out."""
 
-    verdicts: Tuple[Verdict, ...]
+    verdicts: tuple[Verdict, ...]
     chosen: Optional[Verdict]
     why: str
     remedy: str = ""
@@ -106,14 +106,14 @@ class Pick:
         return any(v.candidate.installs for v in self.verdicts)
 
     @property
-    def others(self) -> Tuple[Verdict, ...]:
+    def others(self) -> tuple[Verdict, ...]:
         """The other candidates that would run here too."""
         return tuple(v for v in self.verdicts if v.runs and v is not self.chosen)
 
     def find(self, name: str) -> Optional[Verdict]:
         return next((v for v in self.verdicts if v.candidate.name == name), None)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         chosen = self.chosen.candidate if self.chosen is not None else None
         return {
             "variants": [v.to_dict() for v in self.verdicts],
@@ -125,7 +125,7 @@ class Pick:
             "others": [v.candidate.label for v in self.others],
         }
 
-    def lines(self, starred: Optional[str] = None) -> List[str]:
+    def lines(self, starred: Optional[str] = None) -> list[str]:
         """One line per candidate, the chosen one (or the one named `starred`) starred, then why: for people."""
         star = self.find(starred) if starred is not None else self.chosen
         rows = [(v.candidate.label, v.build, v.status.value, v.candidate.lock_path.name) for v in self.verdicts]
@@ -187,7 +187,7 @@ def pick_variant(nvidia: DriverFacts, candidates: Sequence[Candidate]) -> Pick:
     )
 
 
-def _none_chosen(nvidia: DriverFacts, verdicts: Tuple[Verdict, ...]) -> Pick:
+def _none_chosen(nvidia: DriverFacts, verdicts: tuple[Verdict, ...]) -> Pick:
     """Nothing runs: the default when the tables cannot judge it (they may be older than the lock),
     else no pick, with the remedy."""
     unjudged = next(
@@ -203,7 +203,7 @@ def _none_chosen(nvidia: DriverFacts, verdicts: Tuple[Verdict, ...]) -> Pick:
     return Pick(verdicts=verdicts, chosen=None, why=_none_runs(verdicts), remedy=_remedy(nvidia, verdicts))
 
 
-def _ranked(verdicts: Sequence[Verdict]) -> List[Verdict]:
+def _ranked(verdicts: Sequence[Verdict]) -> list[Verdict]:
     """Fully running first, then the newest torch, the default, the newest CUDA, the order declared."""
     order = {id(v): i for i, v in enumerate(verdicts)}
 
@@ -216,7 +216,7 @@ def _ranked(verdicts: Sequence[Verdict]) -> List[Verdict]:
     return sorted(verdicts, key=key)
 
 
-def _with_gpus(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:
+def _with_gpus(verdicts: Sequence[Verdict]) -> tuple[Optional[Verdict], str]:
     runs = _ranked([v for v in verdicts if v.runs])
     if not runs:
         return None, ""
@@ -228,7 +228,7 @@ def _with_gpus(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:
     )
 
 
-def _unseen_gpus(verdicts: Sequence[Verdict], release: str = "") -> Tuple[Optional[Verdict], str]:
+def _unseen_gpus(verdicts: Sequence[Verdict], release: str = "") -> tuple[Optional[Verdict], str]:
     """GPUs the kernel shows without a driver to ask (a container started without --gpus), or a Jetson
     without NVML (`release`): the host's GPUs all the same, so no CPU build, which would outlive the fix;
     and no driver to judge newer CUDA builds by, so the default, else the CUDA build the oldest drivers run."""
@@ -249,7 +249,7 @@ def _unseen_gpus(verdicts: Sequence[Verdict], release: str = "") -> Tuple[Option
     )
 
 
-def _without_gpu(verdicts: Sequence[Verdict]) -> Tuple[Optional[Verdict], str]:
+def _without_gpu(verdicts: Sequence[Verdict]) -> tuple[Optional[Verdict], str]:
     runs = [v for v in verdicts if v.runs]
     cpu = _ranked([v for v in runs if _cpu_build(v)])
     default = next((v for v in runs if v.candidate.default), None)

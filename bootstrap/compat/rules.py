@@ -8,7 +8,7 @@ Docs: docs/checks.md, "Reference: the rules".
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Mapping, Optional, Sequence
 
 from bootstrap.compat import data, forward, jetson, upgrade
 from bootstrap.compat.facts import DriverFacts, GpuFacts
@@ -28,7 +28,7 @@ from bootstrap.compat.visible import ORDER_REMEDY, Visible
 from bootstrap.report import Check, Status
 
 
-def evaluate(facts: DriverFacts, target: TorchTarget, visible: Optional[Visible] = None) -> List[Check]:
+def evaluate(facts: DriverFacts, target: TorchTarget, visible: Optional[Visible] = None) -> list[Check]:
     """Every CUDA-stack check for one host and one torch build: the kernel images for the GPUs
     `visible` leaves the job (None: every GPU the driver lists)."""
     judged, hidden = visible.split(facts.gpus) if visible is not None else (facts.gpus, ())
@@ -58,7 +58,7 @@ def evaluate(facts: DriverFacts, target: TorchTarget, visible: Optional[Visible]
     return checks
 
 
-def _maybe_visible(checks: List[Check], visible: Visible) -> List[Check]:
+def _maybe_visible(checks: list[Check], visible: Visible) -> list[Check]:
     """Indices CUDA counts fastest first on a node of several GPU models: the job gets `visible.devices`
     of these GPUs, which ones is CUDA's choice. A GPU without a kernel fails the run only when too few
     others run for the job to miss it; otherwise it is a warning that names the ordering fix."""
@@ -200,7 +200,7 @@ def check_driver(facts: DriverFacts, target: TorchTarget, judged: Optional[Seque
 
 
 def _compat_check(
-    facts: DriverFacts, target: TorchTarget, texts: Tuple[str, str, str], board: str, refused: bool, native: int
+    facts: DriverFacts, target: TorchTarget, texts: tuple[str, str, str], board: str, refused: bool, native: int
 ) -> Check:
     """cuda-compat loaded beside a GPU it refuses (fail) or may refuse (warn): the remedy is what the
     driver's own CUDA runs once it is off, and the driver that fully supports the build where that is short."""
@@ -296,7 +296,7 @@ def _driver_detail(floor_row: Optional[Mapping[str, Any]], full_row: Optional[Ma
 
 
 def check_gpu_arch(
-    gpu: GpuFacts, facts: DriverFacts, target: TorchTarget, ccs: Optional[Sequence[Tuple[int, int]]] = None
+    gpu: GpuFacts, facts: DriverFacts, target: TorchTarget, ccs: Optional[Sequence[tuple[int, int]]] = None
 ) -> Check:
     """The torch build must carry SASS for the GPU's major, or PTX the driver can JIT. A build to lock
     instead must also carry kernels for `ccs`, the job's other GPUs (None: every GPU the driver lists)."""
@@ -361,8 +361,8 @@ def _arch_text(arch_list: Optional[Sequence[str]]) -> str:
 
 
 def _every_cc(
-    cc: Tuple[int, int], facts: DriverFacts, ccs: Optional[Sequence[Tuple[int, int]]]
-) -> List[Tuple[int, int]]:
+    cc: tuple[int, int], facts: DriverFacts, ccs: Optional[Sequence[tuple[int, int]]]
+) -> list[tuple[int, int]]:
     """This GPU's compute capability first, then the others' a build to lock must also run."""
     others = [g.compute_capability for g in facts.gpus if g.compute_capability] if ccs is None else ccs
     return [cc] + sorted(set(others) - {cc})
@@ -372,7 +372,7 @@ def _ptx_check(
     cid: str,
     observed: str,
     expected: str,
-    ccs: Sequence[Tuple[int, int]],
+    ccs: Sequence[tuple[int, int]],
     ptx: str,
     facts: DriverFacts,
     target: TorchTarget,
@@ -410,7 +410,7 @@ def _ptx_check(
 
 
 def _no_kernel_remedy(
-    cc: Tuple[int, int], facts: DriverFacts, target: TorchTarget, every: Sequence[Tuple[int, int]]
+    cc: tuple[int, int], facts: DriverFacts, target: TorchTarget, every: Sequence[tuple[int, int]]
 ) -> str:
     """A build with SASS for this GPU and every other one of the job (`every`, this GPU's CC first)."""
     hints = []
@@ -445,5 +445,5 @@ def _no_kernel_remedy(
     return "; ".join(hints)
 
 
-def _ccs_text(ccs: Sequence[Tuple[int, int]]) -> str:
+def _ccs_text(ccs: Sequence[tuple[int, int]]) -> str:
     return ", ".join(f"{major}.{minor}" for major, minor in ccs)

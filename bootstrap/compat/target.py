@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from bootstrap.compat import data
 from bootstrap.compat.facts import DriverFacts, checked_platform
@@ -42,7 +42,7 @@ class TorchTarget:
 
     version: str
     cuda: Optional[str]
-    arch_list: Optional[Tuple[str, ...]] = None
+    arch_list: Optional[tuple[str, ...]] = None
     variant: str = ""
     platform: str = "linux_x86_64"
     cudnn: Optional[str] = None
@@ -50,7 +50,7 @@ class TorchTarget:
     source: str = ""
     confidence: str = ""
     unknown: str = ""
-    notes: Tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
     locked: bool = False  # the build a lock names, rather than one installed in an env
 
     FREE_TEXT = ("source", "unknown", "notes")  # our and tools' words: a control character is shown escaped
@@ -59,19 +59,19 @@ class TorchTarget:
     def label(self) -> str:
         return f"{self.version}+{self.variant}" if self.variant else self.version
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["arch_list"] = None if self.arch_list is None else list(self.arch_list)
         out["notes"] = list(self.notes)
         return out
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], path: str = "torch") -> "TorchTarget":
+    def from_dict(cls, raw: Mapping[str, Any], path: str = "torch") -> TorchTarget:
         """Read back `to_dict()`; a field of the wrong type, or a version that is none, is a FieldError
         naming `path`."""
         return cls(**from_mapping(cls, raw, path)).checked(path)
 
-    def checked(self, path: str) -> "TorchTarget":
+    def checked(self, path: str) -> TorchTarget:
         """Itself, if its versions read as versions (as read back from a file: a FieldError if not)."""
         if not re.fullmatch(r"\d+\.\d+(\.\d+)?([.+a-z0-9]*)", self.version):
             raise FieldError(f"{path}.version: {self.version!r} is not a torch version like '2.10.0'")
@@ -99,7 +99,7 @@ def find_release(version: str) -> Optional[Mapping[str, Any]]:
     return None
 
 
-def variant_arch_list(variant: Mapping[str, Any], platform: str) -> Optional[Tuple[str, ...]]:
+def variant_arch_list(variant: Mapping[str, Any], platform: str) -> Optional[tuple[str, ...]]:
     """SASS + confirmed PTX entries of a variant on a platform; None where the table has no list."""
     if platform == "linux_x86_64":
         return tuple(variant["sass"]) + tuple(variant["ptx"])
@@ -115,7 +115,7 @@ def variant_arch_list(variant: Mapping[str, Any], platform: str) -> Optional[Tup
 # --------------------------------------------------------------------------- from a lock
 
 
-def _split_local(version: str) -> Tuple[str, str]:
+def _split_local(version: str) -> tuple[str, str]:
     public, _, local = version.strip().partition("+")
     return public, local.lower()
 
@@ -250,7 +250,7 @@ def _target_for_pypi_default(
     )
 
 
-def lock_torch_target(lock: Any, platform: str) -> Tuple[Optional[TorchTarget], str]:
+def lock_torch_target(lock: Any, platform: str) -> tuple[Optional[TorchTarget], str]:
     """The torch build `lock` (a `bootstrap.lock.lockfile.Lock`) installs on conda subdir `platform`, from its
     torch pip entry; (None, why) without one."""
     if platform not in lock.platforms:
@@ -280,7 +280,7 @@ class Suggestion:
     def text(self) -> str:
         return f"torch=={self.pin} (--index-url {self.index_url})"
 
-    def to_dict(self) -> Dict[str, str]:
+    def to_dict(self) -> dict[str, str]:
         return {
             "pin": self.pin,
             "tag": self.tag,
@@ -291,10 +291,10 @@ class Suggestion:
 
 
 def suggest_builds(
-    ccs: Sequence[Tuple[int, int]],
+    ccs: Sequence[tuple[int, int]],
     near: TorchTarget,
     facts: Optional[DriverFacts] = None,
-) -> List[Suggestion]:
+) -> list[Suggestion]:
     """Other torch builds with SASS for every CC that the driver runs, best first: each passes doctor's
     rules on these facts (`forward.judged_as`: with a refused cuda-compat off).
 
@@ -336,7 +336,7 @@ def suggest_builds(
     ]
 
 
-def unlisted_builds(near: TorchTarget, facts: Optional[DriverFacts] = None) -> List[Suggestion]:
+def unlisted_builds(near: TorchTarget, facts: Optional[DriverFacts] = None) -> list[Suggestion]:
     """Builds this driver runs whose arch list the packaged table lacks on `near`'s platform (Windows
     cu118, cu121, cu124), newest first: whether they run on the GPUs is unknown, not 'no'."""
     found = []
@@ -364,7 +364,7 @@ def _status_rank(variant: Mapping[str, Any]) -> int:
     return 0 if "pypi default" in status else 1 if status.startswith("stable") else 2
 
 
-def _sass_only(arch: Iterable[str]) -> List[str]:
+def _sass_only(arch: Iterable[str]) -> list[str]:
     # Suggestions promise native kernels; PTX-only coverage is not offered as a fix.
     return [a for a in arch if a.startswith("sm_")]
 

@@ -6,7 +6,7 @@ Docs: docs/checks.md, "The job's GPUs".
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 from bootstrap.compat.facts import GpuFacts
 from bootstrap.report import result
@@ -23,7 +23,7 @@ ORDER_REMEDY = (
 class Visible:
     """What CUDA_VISIBLE_DEVICES leaves a CUDA program of the GPUs NVML lists (NVML ignores it)."""
 
-    gpus: Tuple[GpuFacts, ...]  # the whole GPUs it names, in its order (read in PCI bus order if `unordered`)
+    gpus: tuple[GpuFacts, ...]  # the whole GPUs it names, in its order (read in PCI bus order if `unordered`)
     devices: int  # the devices a CUDA program sees: those GPUs, or the one MIG instance it names
     note: str = ""  # "CUDA_VISIBLE_DEVICES='2,3'" (abridged); "" when the variable is unset
     mig: bool = False  # it names MIG instances: one device, a slice of one GPU (`parent`, if known)
@@ -33,7 +33,7 @@ class Visible:
     unordered: bool = False
     order: Optional[str] = None  # CUDA_DEVICE_ORDER as set (None: unset, CUDA's FASTEST_FIRST)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = {"gpus": [gpu.index for gpu in self.gpus], "devices": self.devices, "note": self.note}
         return {**out, "unordered": True} if self.unordered else out
 
@@ -47,7 +47,7 @@ class Visible:
         """Indices name some of a mixed node's GPUs in CUDA's own order: which ones is not known here."""
         return self.unordered and bool(self.note) and not self.mig and 0 < self.devices
 
-    def split(self, gpus: Sequence[GpuFacts]) -> Tuple[Tuple[GpuFacts, ...], Tuple[GpuFacts, ...]]:
+    def split(self, gpus: Sequence[GpuFacts]) -> tuple[tuple[GpuFacts, ...], tuple[GpuFacts, ...]]:
         """(the GPUs whose code the job may run, the others): a MIG instance runs its parent's compute
         capability; one whose parent the facts do not tell leaves every GPU that can hold MIG in the
         first; indices counted in CUDA's fastest-first order may name any GPU of the node."""
@@ -87,7 +87,7 @@ def visible_gpus(gpus: Sequence[GpuFacts], value: Optional[str], order: Optional
             return Visible(gpus=(), devices=0, note=note, mig=True)
         return Visible(gpus=(), devices=1, note=note, mig=True, parent=_mig_parent(gpus, first))
     by_uuid = value.startswith("GPU-")
-    named: List[GpuFacts] = []
+    named: list[GpuFacts] = []
     for item in value.split(","):
         gpu = _by_uuid(gpus, item) if by_uuid else _by_index(gpus, item)
         if gpu is None:

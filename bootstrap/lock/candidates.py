@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 from bootstrap.compat.pick import Candidate
 from bootstrap.compat.target import lock_torch_target
@@ -15,7 +15,7 @@ from bootstrap.errors import InputError
 from bootstrap.lock.variants import META_VARIANT, variant_locks
 
 
-def env_candidates(project: Any, env: str, spec: Any, platform: str, read: Any = None) -> List[Candidate]:
+def env_candidates(project: Any, env: str, spec: Any, platform: str, read: Any = None) -> list[Candidate]:
     """Each locked variant of `env` (`spec` read from its file) as the pick sees it on `platform`,
     default first; a spec without variants gives its one lock. `read`: a lock the caller has already
     read, used in place of its file."""
