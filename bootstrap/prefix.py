@@ -11,7 +11,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from bootstrap.errors import InputError
 from bootstrap.fsutil import atomic_write_text
@@ -50,7 +50,7 @@ class InstalledPip:
     installer: str = ""  # INSTALLER: "uv", "pip", "conda", ...
     requested: bool = False  # a REQUESTED file: asked for by name, not pulled in
     requires: tuple[str, ...] = ()  # names of unconditional Requires-Dist entries
-    direct_url: dict = field(default_factory=dict, repr=False)  # PEP 610
+    direct_url: dict[str, Any] = field(default_factory=dict, repr=False)  # PEP 610
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,10 @@ class InstallRecord:
     generation: str
     bootstrap_version: str
     installed_at: str
-    conda: dict = field(default_factory=dict)  # name -> sha256
-    pip: dict = field(default_factory=dict)  # normalised name -> {"version": ..., "sha256": ...}
+    conda: dict[str, str] = field(default_factory=dict)  # name -> sha256
+    pip: dict[str, dict[str, str]] = field(default_factory=dict)  # normalised name -> {"version", "sha256"}
     version: int = INSTALL_RECORD_VERSION
-    conda_meta: dict = field(default_factory=dict)  # conda_meta_fingerprint() once everything was written
+    conda_meta: dict[str, list[int]] = field(default_factory=dict)  # conda_meta_fingerprint() once all was written
     variant: str = ""  # the spec's variant `lock_path` holds ("" when the spec declares none)
 
 
@@ -116,7 +116,7 @@ def _noarch(value: object) -> str:
     return str(value) if isinstance(value, str) else ""
 
 
-def conda_meta_fingerprint(prefix: Path) -> dict:
+def conda_meta_fingerprint(prefix: Path) -> dict[str, list[int]]:
     """`conda-meta/*.json` name -> [size, mtime_ns]: changes when any package record does."""
     out = {}
     try:
@@ -166,7 +166,7 @@ def conda_owned_metadata(prefix: Path) -> set[str]:
 
 def metadata_names(records: Iterable[InstalledConda]) -> set[str]:
     """The `.dist-info` / `.egg-info` entries among `records`' files (conda's, not pip's)."""
-    owned = set()
+    owned: set[str] = set()
     for record in records:
         for path in record.files:
             owned.update(part for part in path.split("/")[:-1] if part.endswith((".dist-info", ".egg-info")))
@@ -260,7 +260,7 @@ def _required_names(requires: list[str]) -> list[str]:
     return names
 
 
-def _wheel_sha256(direct_url: dict) -> Optional[str]:
+def _wheel_sha256(direct_url: dict[str, Any]) -> Optional[str]:
     archive = direct_url.get("archive_info") or {}
     sha256 = (archive.get("hashes") or {}).get("sha256")
     if sha256 is None and str(archive.get("hash", "")).startswith("sha256="):
@@ -275,7 +275,7 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _json(path: Path) -> dict:
+def _json(path: Path) -> dict[str, Any]:
     text = _read(path)
     try:
         value = json.loads(text) if text else {}
