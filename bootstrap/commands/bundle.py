@@ -19,8 +19,6 @@ from bootstrap.report import dumps
 if TYPE_CHECKING:
     from bootstrap.lock.pip_wheels import Target
 
-TOOLS_REQUIREMENTS = Path(__file__).resolve().parents[2] / "scripts" / "requirements-tools.txt"
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("envs", nargs="*", metavar="ENV", help="envs to bundle (default: the project's default, py310)")
@@ -95,7 +93,6 @@ def run(args: argparse.Namespace) -> int:
         cache_dir=(args.cache_dir or default_cache_dir()).absolute(),
         mirrors=parse_mirrors(args.mirror, base=Path.cwd()),
         tools=() if args.no_tools else _tools_targets(project, platforms, args.tools_python),
-        tools_requirements=TOOLS_REQUIREMENTS,
         pip=PipOptions(find_links=tuple(args.pip_find_links), no_index=args.pip_no_index),
     )
     with progress_feedback(sys.stderr.isatty(), quiet=args.json) as feedback:

@@ -15,13 +15,14 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from bootstrap import __version__
 from bootstrap.errors import InputError, IntegrityError
 from bootstrap.fsutil import disk_full, out_of_space
 from bootstrap.install.cache import cache_lock
-from bootstrap.install.fetch import Source, Watch, archive_path, check_mirrors, fetch_archives
+from bootstrap.install.download import Source, Watch
+from bootstrap.install.fetch import archive_path, check_mirrors, fetch_archives
 from bootstrap.install.plan import locked_entries
 from bootstrap.lock.lockfile import LockedPackage, read_lock
 from bootstrap.lock.mirrors import Mirror
@@ -34,6 +35,7 @@ FORMAT = "bootstrap.bundle"
 VERSION = 1
 INDEX = "bundle.json"
 SUMS = "SHA256SUMS"
+TOOLS_REQUIREMENTS = Path(__file__).resolve().parents[2] / "scripts" / "requirements-tools.txt"
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class BundleOptions:
     cache_dir: Path
     mirrors: tuple[Mirror, ...] = ()
     tools: tuple[Target, ...] = ()  # the Pythons and platforms to bundle the tools venv's wheels for
-    tools_requirements: Optional[Path] = None  # scripts/requirements-tools.txt
+    tools_requirements: Path = TOOLS_REQUIREMENTS  # the tools venv's pins
     pip: PipOptions = PipOptions()  # where uv finds the tools' wheels (PyPI by default)
 
 
@@ -57,7 +59,7 @@ class BundleResult:
     tools_wheels: int  # wheels of the tools venv, all Pythons and platforms
     size: int  # bytes of the tar
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "path": str(self.path),
             "envs": list(self.envs),
@@ -135,9 +137,11 @@ def make_bundle(
     )
 
 
-def _locked(options: BundleOptions) -> tuple[list, list]:
+def _locked(options: BundleOptions) -> tuple[list[dict[str, Any]], list[LockedPackage]]:
     """What the bundle says of each env, and the artifacts of them all (each once, in a fixed order)."""
-    envs, artifacts, locks = [], {}, []
+    envs: list[dict[str, Any]] = []
+    artifacts: dict[str, LockedPackage] = {}
+    locks = []
     for env, lock_path in options.locks:
         lock = read_lock(lock_path)
         locks.append(lock)
@@ -175,7 +179,12 @@ def _check_output(output: Path) -> None:
         raise InputError("-o", f"{output.parent} is not writable", "pass -o in a directory you can write")
 
 
-def _write(options: BundleOptions, index: dict, locks: list, members: list) -> int:
+def _write(
+    options: BundleOptions,
+    index: dict[str, Any],
+    locks: list[tuple[Path, str]],
+    members: list[tuple[LockedPackage, str]],
+) -> int:
     """The tar, under a temporary name of its own beside `options.output` (flock-held while written,
     so a later run can tell a killed run's leftover from a live one) until complete and synced;
     its size."""
@@ -245,10 +254,11 @@ def tools_wheels(requirements: Path, target: Target, pip: PipOptions) -> list[Lo
     return wheels
 
 
-def _read_requirements(path: Path) -> tuple[tuple[str, ...], set]:
+def _read_requirements(path: Path) -> tuple[tuple[str, ...], set[str]]:
     """The pins (`name==version ; marker`) and every `--hash=sha256:` of a hash-pinned requirements file."""
     text = path.read_text(encoding="utf-8").replace("\\\n", " ")
-    pins, hashes = [], set()
+    pins: list[str] = []
+    hashes: set[str] = set()
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith(("#", "-")):  # comments (`# via ...`), options
@@ -280,7 +290,7 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 class Bundle:
     """A bundle opened for reading: its index, and where each artifact's bytes lie in the tar."""
 
-    def __init__(self, path: Path, index: dict, members: dict) -> None:
+    def __init__(self, path: Path, index: dict[str, Any], members: dict[str, tuple[int, int]]) -> None:
         self.path = path
         self.index = index
         self._members = members  # member name -> (offset of its data, size)
@@ -353,7 +363,7 @@ class Bundle:
         )
 
 
-def _check_index(path: Path, index: dict, members: dict) -> None:
+def _check_index(path: Path, index: dict[str, Any], members: dict[str, tuple[int, int]]) -> None:
     """The fields `Bundle` reads have their types, and every artifact the index lists is in the tar."""
     where, remedy = f"{path}:{INDEX}", "make the bundle again with `make bundle`"
     artifacts, envs = index.get("artifacts"), index.get("envs", [])
@@ -401,5 +411,5 @@ class _Slice:
     def __enter__(self) -> _Slice:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._file.close()

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, Optional, Protocol
 from urllib.parse import unquote, urlsplit
 
 from bootstrap.errors import FetchError
@@ -27,6 +27,7 @@ from bootstrap.urls import scrub_credentials
 
 if TYPE_CHECKING:
     from hashlib import _Hash
+    from types import TracebackType
 
 _CHUNK = 1 << 20
 # Waits between the attempts at one download (so len + 1 attempts): a reset, a timeout or a 5xx
@@ -52,15 +53,27 @@ class Watch:
     retrying: Callable[[str], None] = _ignore
 
 
+class Readable(Protocol):
+    """What a download reads: a file, an HTTP response, or an artifact's bytes in a bundle."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+    def __enter__(self) -> Readable: ...
+
+    def __exit__(
+        self, kind: Optional[type[BaseException]], value: Optional[BaseException], trace: Optional[TracebackType], /
+    ) -> Optional[bool]: ...
+
+
 @dataclass(frozen=True)
 class Source:
     """Where an artifact's bytes are read from, and what to say if they cannot be."""
 
     label: str  # a URL or `bundle.tar:artifacts/<sha256>/<fn>`; credentials are scrubbed when shown
-    open: Callable[[], BinaryIO]
+    open: Callable[[], Readable]
     remedy: str  # if it cannot be read
     mismatch: str = "A mirror serving other bytes, or a lock edited by hand: relock or fix the mirror"
-    ranged: Optional[Callable[[int], BinaryIO]] = None  # opens at a byte offset (HTTP Range); network: retried
+    ranged: Optional[Callable[[int], Readable]] = None  # opens at a byte offset (HTTP Range); network: retried
     size: Callable[[], Optional[int]] = lambda: None  # the artifact's bytes, if cheaply known
 
 
@@ -245,7 +258,7 @@ class Download:
         self._tell(start)
         return sha256, md5
 
-    def _copy(self, data: BinaryIO, sha256: _Hash, md5: _Hash, copied: int) -> int:
+    def _copy(self, data: Readable, sha256: _Hash, md5: _Hash, copied: int) -> int:
         out = self.part.file
         read = getattr(data, "read1", data.read)  # what has arrived: a stop is seen between two network reads
         floor = _SpeedFloor()
@@ -267,14 +280,14 @@ class Download:
         return copied
 
 
-def _resumes(response: BinaryIO, start: int) -> bool:
+def _resumes(response: Readable, start: int) -> bool:
     """Whether an HTTP response to `Range: bytes=START-` holds the artifact from byte START on."""
     if not isinstance(response, http.client.HTTPResponse) or response.status != 206:
         return False
     return response.headers.get("Content-Range", "").startswith(f"bytes {start}-")
 
 
-def _content_length(response: BinaryIO) -> Optional[int]:
+def _content_length(response: Readable) -> Optional[int]:
     """The Content-Length an HTTP response promised; None for a file, or a server that did not say."""
     value = response.headers.get("Content-Length") if isinstance(response, http.client.HTTPResponse) else None
     return int(value) if value and value.isdigit() else None

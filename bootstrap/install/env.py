@@ -21,7 +21,8 @@ from bootstrap.fsutil import disk_full, out_of_space, remove_tree
 from bootstrap.install import generations as gens
 from bootstrap.install import pip, store
 from bootstrap.install.cache import cache_lock, check_cache_dir
-from bootstrap.install.fetch import Watch, check_mirrors, fetch_archives
+from bootstrap.install.download import Watch
+from bootstrap.install.fetch import check_mirrors, fetch_archives
 from bootstrap.install.floor import HostSystem, check_host, probe_host_system
 from bootstrap.install.history import COMMAND as HISTORY_COMMAND
 from bootstrap.install.history import append_request
@@ -42,6 +43,7 @@ from bootstrap.report import result
 
 if TYPE_CHECKING:
     from bootstrap.install.bundle import Bundle
+    from bootstrap.install.variant import VariantChoice
 
 Notify = Callable[[str], None]
 
@@ -72,7 +74,7 @@ class EnvOptions:
     bundle: Optional[Bundle] = None  # read artifacts the store lacks from this first (`bootstrap bundle`)
     dry_run: bool = False
     show_progress: bool = False
-    variant: Any = None  # install.variant.VariantChoice: the variant `lock_path` holds, and why it was chosen
+    variant: Optional[VariantChoice] = None  # the variant `lock_path` holds, and why it was chosen
 
 
 @result
@@ -85,16 +87,16 @@ class EnvResult:
     dry_run: bool
     base: Optional[int] = None  # the generation the change started from
     made: str = ""  # how: generations.Start.made ("recycled", "clone", "empty")
-    seconds: dict = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
     removed: tuple[str, ...] = ()  # what killed runs had left, removed by this one
     notes: tuple[str, ...] = ()  # what the user should know about how the change was made
-    variant: Any = None  # install.variant.VariantChoice, None with --lock
+    variant: Optional[VariantChoice] = None  # None with --lock
 
     @property
     def recycled(self) -> bool:
         return self.made == "recycled"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "prefix": str(self.prefix),
             "platform": self.platform,
@@ -118,7 +120,7 @@ class Run:
 
     options: EnvOptions
     lock: Lock
-    entries: list
+    entries: list[LockedPackage]
     feedback: Feedback
 
 
@@ -154,7 +156,7 @@ def create_or_update(
         change = plan_change(layout, entries)  # again: another run may have changed the env meanwhile
         run = Run(options, lock, entries, feedback)
         if change is None:
-            if not _recorded(lock, options):
+            if current is not None and not _recorded(lock, options):
                 # Same packages, another lock (e.g. a loosened spec that resolved the
                 # same): refresh the record in place rather than build a generation.
                 _write_record(run, layout.path(current), current)
@@ -177,7 +179,7 @@ def _result(
     started: float,
     change: Optional[Change] = None,
     dry_run: bool = False,
-    seconds: Optional[dict] = None,
+    seconds: Optional[dict[str, float]] = None,
     removed: Sequence[Path] = (),
     notes: Sequence[str] = (),
 ) -> EnvResult:
@@ -216,7 +218,7 @@ def _result(
 _RACED = (OSError, ValueError)
 
 
-def _unchanged_unlocked(lock: Lock, options: EnvOptions, layout: gens.Layout, entries: list) -> bool:
+def _unchanged_unlocked(lock: Lock, options: EnvOptions, layout: gens.Layout, entries: list[LockedPackage]) -> bool:
     """Whether the env is the lock's already, read without the env's lock so that runs with nothing
     to do never wait. A read that races another run's switch answers False, never raises: the caller
     then takes the lock and reads again, where nothing moves."""
@@ -226,7 +228,7 @@ def _unchanged_unlocked(lock: Lock, options: EnvOptions, layout: gens.Layout, en
         return False
 
 
-def _dry_run_change(layout: gens.Layout, entries: list, feedback: Feedback) -> Optional[Change]:
+def _dry_run_change(layout: gens.Layout, entries: list[LockedPackage], feedback: Feedback) -> Optional[Change]:
     """`plan_change` for --dry-run, which takes no lock to read; if another run switches the env
     mid-read, read the new generation, and after a few such races wait for the lock instead."""
     for _ in range(3):
@@ -262,7 +264,7 @@ def check_runs_here(platform: str) -> None:
         )
 
 
-def _build(layout: gens.Layout, change: Change, run: Run, env_lock: int) -> tuple[dict, list]:
+def _build(layout: gens.Layout, change: Change, run: Run, env_lock: int) -> tuple[dict[str, float], list[str]]:
     """Fetch what `change` needs, then build the generation it describes and switch to it; the
     seconds each step took, and notes for the user. `env_lock` is the descriptor of the env's lock,
     which this run holds.
@@ -301,7 +303,14 @@ def _build(layout: gens.Layout, change: Change, run: Run, env_lock: int) -> tupl
     return seconds, notes
 
 
-def _apply(change: Change, fetched: dict, full_validation: bool, run: Run, seconds: dict, held: Sequence[int]) -> list:
+def _apply(
+    change: Change,
+    fetched: dict[str, Path],
+    full_validation: bool,
+    run: Run,
+    seconds: dict[str, float],
+    held: Sequence[int],
+) -> list[str]:
     """Bring the started generation to the lock by the change's plan, adding each step's time to
     `seconds`; returns notes for the user. uv inherits `held` (see `pip.install`)."""
     options, notify, partial, notes = run.options, run.feedback.notify, change.start.partial, []
@@ -341,7 +350,9 @@ def _apply(change: Change, fetched: dict, full_validation: bool, run: Run, secon
     return notes
 
 
-def _fetch(entries: list, options: EnvOptions, feedback: Optional[Feedback] = None) -> dict:
+def _fetch(
+    entries: Sequence[LockedPackage], options: EnvOptions, feedback: Optional[Feedback] = None
+) -> dict[str, Path]:
     """name -> checked local file of each entry: from the store, else the bundle, else its URL after mirrors."""
     if entries and feedback is not None:
         feedback.fetch_started(len(entries))
@@ -424,7 +435,7 @@ class RollbackResult:
     was: Optional[int]  # what it pointed at before
     dry_run: bool
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "prefix": str(self.prefix),
             "rollback": True,

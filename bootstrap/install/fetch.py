@@ -15,6 +15,7 @@ import threading
 import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence
 from urllib.parse import urlsplit
@@ -83,24 +84,11 @@ def fetch_archives(
     todo: queue.SimpleQueue[LockedPackage] = queue.SimpleQueue()
     for entry in entries:
         todo.put(entry)
-    done: queue.SimpleQueue[tuple[LockedPackage, Optional[Path], Optional[BaseException]]] = queue.SimpleQueue()
-
-    def work() -> None:
-        while not stop.is_set():
-            try:
-                entry = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                path = fetch_archive(entry, cache_dir, mirrors, bundle, stop, watch)
-                if progress is not None and not stop.is_set():  # no progress line after the run's error
-                    progress(entry)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-                done.put((entry, None, exc))
-                return
-            done.put((entry, path, None))
-
-    threads: list = []
+    done: queue.SimpleQueue[_Outcome] = queue.SimpleQueue()
+    work = _Worker(
+        todo, done, stop, lambda entry: fetch_archive(entry, cache_dir, mirrors, bundle, stop, watch), progress
+    )
+    threads: list[threading.Thread] = []
     fetched: dict[str, Path] = {}
     try:
         for i in range(max(1, min(workers, len(entries)))):  # a Ctrl-C in start() stops those already started
@@ -123,6 +111,34 @@ def fetch_archives(
 
 
 _GRACE_S = 2.0  # how long a failed or interrupted fetch waits for its downloads to stop
+_Outcome = tuple[LockedPackage, Optional[Path], Optional[BaseException]]  # (entry, its archive, or why not)
+
+
+@dataclass(frozen=True)
+class _Worker:
+    """One fetching thread's loop: the entries of `todo`, one by one, each outcome into `done`, until
+    `todo` is empty, a fetch fails or `stop` is set."""
+
+    todo: queue.SimpleQueue[LockedPackage]
+    done: queue.SimpleQueue[_Outcome]
+    stop: threading.Event
+    fetch: Callable[[LockedPackage], Path]
+    progress: Optional[Progress]
+
+    def __call__(self) -> None:
+        while not self.stop.is_set():
+            try:
+                entry = self.todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                path = self.fetch(entry)
+                if self.progress is not None and not self.stop.is_set():  # no progress line after the run's error
+                    self.progress(entry)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                self.done.put((entry, None, exc))
+                return
+            self.done.put((entry, path, None))
 
 
 def _announce_size(
@@ -300,9 +316,9 @@ def check_archive_paths(archive: Path, filename: Optional[str] = None) -> None:
                 for tar, member in stream_conda_component(filename, handle, component=component):
                     _check_member(filename, member)
                     if member.name == "info/paths.json":
-                        _check_paths_json(filename, tar.extractfile(member).read())
+                        _check_paths_json(filename, _member_bytes(filename, tar, member))
                     elif member.name == "info/index.json":
-                        _check_index_json(filename, tar.extractfile(member).read())
+                        _check_index_json(filename, _member_bytes(filename, tar, member))
                         described = True
             except LookupError:  # a .conda whose components are named for another package
                 raise IntegrityError(
@@ -313,6 +329,13 @@ def check_archive_paths(archive: Path, filename: Optional[str] = None) -> None:
                 raise IntegrityError(f"{filename}: not a readable conda archive ({exc})") from None
     if not described:
         raise IntegrityError(f"{filename}: has no info/index.json: not a conda package; nothing was installed")
+
+
+def _member_bytes(filename: str, tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    handle = tar.extractfile(member)  # None for a directory or a device
+    if handle is None:
+        raise IntegrityError(f"{filename}: not a readable conda archive ({member.name} is not a file)")
+    return handle.read()
 
 
 def _check_index_json(filename: str, data: bytes) -> None:
@@ -337,7 +360,7 @@ def _escapes(path: str) -> bool:
     return normal == ".." or normal.startswith("../")
 
 
-def _check_member(filename: str, member) -> None:
+def _check_member(filename: str, member: tarfile.TarInfo) -> None:
     if _escapes(member.name):
         raise IntegrityError(f"{filename}: refused: member '{member.name}' would be written outside the prefix")
     if member.issym() or member.islnk():

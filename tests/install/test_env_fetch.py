@@ -439,3 +439,21 @@ def test_an_error_is_not_hidden_by_the_partial_it_leaves(tmp_path: Path, file_si
             raise download.Stopped(target.name)
     file_size_limit(None)
     assert (tmp_path / f".part-{target.name}").read_bytes() == b"x" * 1000  # kept for the next run to resume
+
+
+@pytest.mark.parametrize("member", ["info/index.json", "info/paths.json"])
+def test_an_archive_whose_metadata_is_no_file_is_refused_as_unreadable(tmp_path: Path, member: str) -> None:
+    """A crafted archive with info/index.json or info/paths.json as a directory: one IntegrityError, no traceback."""
+    import tarfile
+
+    from bootstrap.errors import IntegrityError
+
+    archive = tmp_path / "pkg-1.0-0.tar.bz2"
+    with tarfile.open(archive, "w:bz2") as tar:
+        entry = tarfile.TarInfo(member)
+        entry.type = tarfile.DIRTYPE
+        tar.addfile(entry)
+    with pytest.raises(
+        IntegrityError, match=f"^pkg-1.0-0.tar.bz2: not a readable conda archive \\({member} is not a file"
+    ):
+        fetch.check_archive_paths(archive)
