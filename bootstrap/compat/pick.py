@@ -207,11 +207,10 @@ def _ranked(verdicts: Sequence[Verdict]) -> list[Verdict]:
     """Fully running first, then the newest torch, the default, the newest CUDA, the order declared."""
     order = {id(v): i for i, v in enumerate(verdicts)}
 
-    def key(v: Verdict) -> tuple:
+    def key(v: Verdict) -> tuple[bool, tuple[int, ...], bool, int, int]:
         target = v.candidate.target
         newest = tuple(-n for n in release_key(target.version)) if target is not None else ()
-        cuda = -cuda_to_int(target.cuda) if target is not None and target.cuda else 0
-        return (v.status is not Status.OK, newest, not v.candidate.default, cuda, order[id(v)])
+        return (v.status is not Status.OK, newest, not v.candidate.default, -_cuda(v), order[id(v)])
 
     return sorted(verdicts, key=key)
 
@@ -236,7 +235,7 @@ def _unseen_gpus(verdicts: Sequence[Verdict], release: str = "") -> tuple[Option
     if not builds:
         return _with_gpus(verdicts)
     default = next((v for v in builds if v.candidate.default), None)
-    chosen = default or min(builds, key=lambda v: cuda_to_int(v.candidate.target.cuda))
+    chosen = default or min(builds, key=_cuda)
     which = "the default variant" if default else "the CUDA build the oldest drivers run"
     if release:
         return chosen, (
@@ -266,6 +265,12 @@ def _without_gpu(verdicts: Sequence[Verdict]) -> tuple[Optional[Verdict], str]:
         best = _ranked(runs)[0]
         return best, f"{best.candidate.label}: no NVIDIA GPU here; the newest torch locked for this platform"
     return None, ""
+
+
+def _cuda(verdict: Verdict) -> int:
+    """The CUDA of the verdict's build (12080 = 12.8); 0 for a CPU build or none."""
+    target = verdict.candidate.target
+    return cuda_to_int(target.cuda) if target is not None and target.cuda else 0
 
 
 def _cpu_build(verdict: Verdict) -> bool:
@@ -305,8 +310,9 @@ def _remedy(nvidia: DriverFacts, verdicts: Sequence[Verdict]) -> str:
     near = next((v for v in judged if v.candidate.default), judged[0])
     fixes = remedies(c for c in near.checks if c.status is Status.FAIL)
     ccs = [g.compute_capability for g in nvidia.gpus if g.compute_capability]
+    target = near.candidate.target  # a build that fails is a locked one
     # A Jetson without NVML lists no GPU to match a build to: its remedy is JetPack's torch
-    suggestions = [] if jetson.unlisted(nvidia) else suggest_builds(ccs, near.candidate.target, nvidia)
+    suggestions = [] if jetson.unlisted(nvidia) or target is None else suggest_builds(ccs, target, nvidia)
     if suggestions:
         fixes.append(f"or declare a variant with {suggestions[0].text} in the spec and run `make lock`")
     return "; ".join(fixes)

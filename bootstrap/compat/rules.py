@@ -40,7 +40,7 @@ def evaluate(facts: DriverFacts, target: TorchTarget, visible: Optional[Visible]
         checks.append(
             Check("cuda.arch", Status.SKIP, "no NVIDIA GPU", "a GPU to match against the arch list", detail=reason)
         )
-    if facts.gpus and not judged:
+    if facts.gpus and not judged and visible is not None:  # only a CUDA_VISIBLE_DEVICES hides them all
         checks.append(
             Check(
                 "cuda.arch",
@@ -167,7 +167,7 @@ def check_driver(facts: DriverFacts, target: TorchTarget, judged: Optional[Seque
             detail="cannot tell which CUDA the driver supports; " + (facts.reason or detail),
         )
     board, support, native = forward.unsupported_board(facts, judged)
-    if board and native and (support == forward.REFUSED or supported >= wheel):
+    if board and native and (support == forward.REFUSED or (supported is not None and supported >= wheel)):
         return _compat_check(facts, target, (observed, expected, detail), board, support == forward.REFUSED, native)
     if supported is not None and supported >= wheel:
         return Check(cid, Status.OK, observed, expected, detail=detail)

@@ -148,7 +148,7 @@ def torch_target_from_lock_entry(
     """
     public, local = _split_local(version)
     plat = compat_key(platform)
-    release = find_release(public)
+    release = find_release(public) or {}  # {}: not in the packaged table
     base = TorchTarget(version=public, cuda=None, platform=plat, locked=True)
     if plat == "macos":
         return replace(base, variant="cpu", source="macOS torch wheels have no CUDA", confidence="high")
@@ -165,15 +165,15 @@ def _tag_from_url(url: str) -> str:
     return match.group(1) if match else ""
 
 
-def _variant_row(release: Optional[Mapping[str, Any]], tag: str) -> Optional[Mapping[str, Any]]:
-    for variant in (release or {}).get("variants", ()):
-        if variant["tag"] == tag:
-            return variant
-    return None
+def _variant_row(release: Mapping[str, Any], tag: str) -> Optional[Mapping[str, Any]]:
+    variants: Sequence[Mapping[str, Any]] = release.get("variants", ())
+    return next((variant for variant in variants if variant["tag"] == tag), None)
 
 
 def _from_variant(base: TorchTarget, variant: Mapping[str, Any], source: str) -> TorchTarget:
-    notes = () if variant.get("ptx_known", True) else (f"PTX in this build unknown: {variant.get('ptx_note', '')}",)
+    notes: tuple[str, ...] = (
+        () if variant.get("ptx_known", True) else (f"PTX in this build unknown: {variant.get('ptx_note', '')}",)
+    )
     arch_list = variant_arch_list(variant, base.platform)
     arch_source = short_source(variant)
     if base.platform == "windows_x86_64":
@@ -199,7 +199,7 @@ def _from_variant(base: TorchTarget, variant: Mapping[str, Any], source: str) ->
     )
 
 
-def _target_for_variant(base: TorchTarget, release: Optional[Mapping[str, Any]], tag: str) -> TorchTarget:
+def _target_for_variant(base: TorchTarget, release: Mapping[str, Any], tag: str) -> TorchTarget:
     variant = _variant_row(release, tag)
     if variant is not None:
         return _from_variant(base, variant, f"variant {tag} of torch {release['release']}")
@@ -213,10 +213,8 @@ def _target_for_variant(base: TorchTarget, release: Optional[Mapping[str, Any]],
     )
 
 
-def _target_for_pypi_default(
-    base: TorchTarget, release: Optional[Mapping[str, Any]], pinned_cuda: Optional[str]
-) -> TorchTarget:
-    cell = (release or {}).get("pypi_default", {}).get(base.platform)
+def _target_for_pypi_default(base: TorchTarget, release: Mapping[str, Any], pinned_cuda: Optional[str]) -> TorchTarget:
+    cell = release.get("pypi_default", {}).get(base.platform)
     if cell is None and pinned_cuda is None:
         return replace(
             base,
@@ -236,7 +234,7 @@ def _target_for_pypi_default(
         )
     cudnn = (cell or {}).get("cudnn")
     nccl = (cell or {}).get("nccl")
-    for variant in (release or {}).get("variants", ()):
+    for variant in release.get("variants", ()):
         if variant["cuda"] == cuda:
             target = _from_variant(base, variant, f"PyPI default wheel of torch {release['release']} (CUDA {cuda})")
             return replace(target, variant="", cudnn=cudnn, nccl=nccl)
@@ -393,7 +391,7 @@ def driver_fit(facts: Optional[DriverFacts], wheel: int) -> Status:
     if supported // 1000 < wheel // 1000:
         return Status.FAIL
     floor, _ = minor_version_floor(wheel // 1000, facts.os)
-    number = driver_tuple(facts.driver_version)
-    if floor and number is not None and number < driver_tuple(floor):
+    number, lowest = driver_tuple(facts.driver_version), driver_tuple(floor)
+    if number is not None and lowest is not None and number < lowest:
         return Status.FAIL
     return Status.WARN
