@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from bootstrap.checks.nvidia import nvidia_checks
 from bootstrap.checks.variant import variant_check
@@ -23,11 +23,16 @@ from bootstrap.compat.target import TorchTarget
 from bootstrap.errors import InputError
 from bootstrap.fsutil import check_output
 from bootstrap.lock.candidates import env_candidates, lock_candidate
+from bootstrap.lock.lockfile import Lock
 from bootstrap.lock.variants import variant_locks
 from bootstrap.platforms import compat_key, conda_subdir, host_platform, os_of
 from bootstrap.project import refuse_input
 from bootstrap.report import Check, Status, body, remedies, result, worst
 from bootstrap.runner import Runner, run
+
+if TYPE_CHECKING:
+    from bootstrap.lock.spec import EnvSpec
+    from bootstrap.project import Project
 
 
 @dataclass(frozen=True)
@@ -75,8 +80,8 @@ class Subject:
 
     env: Optional[str]
     paths: tuple[Path, ...]  # the locks, the default first; none: no lock at hand
-    project: Any = None  # bootstrap.project.Project, when the locks are an env's
-    spec: Any = None  # the env's spec, when it declares variants
+    project: Optional[Project] = None  # when the locks are an env's
+    spec: Optional[EnvSpec] = None  # the env's spec, when it declares variants
     installed: str = ""  # the variant installed at <root>/.envs/<env>, when the spec declares variants
 
 
@@ -103,9 +108,9 @@ def run_doctor(options: DoctorOptions, *, nvml: Any = None, runner: Runner = run
     checks += compat_checks
     where = f"{lock_path.name if lock_path else 'no lock'} [{platform}]"
     checks.append(fit_check(target, why, compat_checks, where, facts.nvidia, _switch(pick, judged, subject), installs))
-    if judged is not None and judged.lock is not None and installs:
+    if judged is not None and isinstance(judged.lock, Lock) and installs:
         checks += system_checks(judged.lock, platform, facts.host)
-    if subject.spec is not None and pick is not None:
+    if subject.spec is not None and subject.env is not None and pick is not None:
         checks.append(variant_check(pick, subject.env, subject.installed))
     checks += host_checks(facts.host, facts.nvidia, options.needs)
     return DoctorResult(
@@ -163,7 +168,7 @@ def doctor_subject(options: DoctorOptions) -> Subject:
     return Subject(env=env, paths=paths, project=project, spec=spec, installed=installed)
 
 
-def _declared_variants(project: Any, env: str) -> Any:
+def _declared_variants(project: Project, env: str) -> Optional[EnvSpec]:
     """The env's spec when it declares variants; None without them, without a spec, or without pyyaml."""
     from bootstrap.lock.spec import read_spec
 
@@ -176,7 +181,7 @@ def _declared_variants(project: Any, env: str) -> Any:
     return spec if spec.variants else None
 
 
-def _installed_variant(project: Any, env: str, spec: Any) -> str:
+def _installed_variant(project: Project, env: str, spec: EnvSpec) -> str:
     """The variant the env at <root>/.envs/<env> was installed from ("" when none is, or it is none of the spec's)."""
     from bootstrap.prefix import read_install_record
 
@@ -188,7 +193,7 @@ def _installed_variant(project: Any, env: str, spec: Any) -> str:
     return record.variant if record is not None and record.variant in names else ""
 
 
-def system_checks(lock: Any, platform: str, host: HostFacts) -> list[Check]:
+def system_checks(lock: Lock, platform: str, host: HostFacts) -> list[Check]:
     """lock.system: the host's glibc (or macOS) against `lock`'s floor for `platform`, which `make env`
     refuses to go below; none where the lock asks for no minimum (Windows)."""
     from bootstrap.install.floor import GLIBC, HostSystem, host_problem, lock_floor
@@ -218,7 +223,7 @@ def system_checks(lock: Any, platform: str, host: HostFacts) -> list[Check]:
     return [Check(cid, Status.FAIL, have, expected, remedy=problem.split(": ", 1)[-1], detail=problem)]
 
 
-def _first_lock(subject: Subject) -> tuple[Any, str]:
+def _first_lock(subject: Subject) -> tuple[Optional[Lock], str]:
     """The first lock of the subject that exists, read (it decides the platform), or why there is none."""
     from bootstrap.lock.lockfile import read_lock
 
@@ -238,9 +243,9 @@ def _first_lock(subject: Subject) -> tuple[Any, str]:
         )
 
 
-def _candidates(subject: Subject, platform: str, first: Any) -> list[Candidate]:
+def _candidates(subject: Subject, platform: str, first: Optional[Lock]) -> list[Candidate]:
     """The subject's locks as candidates; `first`, the one `_first_lock` read, is not read again."""
-    if subject.spec is not None:
+    if subject.spec is not None and subject.project is not None and subject.env is not None:  # an env's variants
         return env_candidates(subject.project, subject.env, subject.spec, platform, read=first)
     return [lock_candidate(subject.paths[0], platform, read=first)]
 
@@ -264,7 +269,7 @@ def _switch(pick: Optional[Pick], judged: Optional[Candidate], subject: Subject)
     )
 
 
-def _platform(here: bool, facts: Facts, lock: Any) -> str:
+def _platform(here: bool, facts: Facts, lock: Optional[Lock]) -> str:
     """The locked platform to judge: this host's subdir, or the one recorded facts' compat key stands for
     (macOS's key names no architecture: the lock decides)."""
     if here:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from bootstrap.checks.envstate import EnvState
 from bootstrap.checks.files import check_files, paths_data
@@ -16,6 +16,7 @@ from bootstrap.errors import InputError, ToolError
 from bootstrap.prefix import (
     InstalledConda,
     InstalledPip,
+    InstallRecord,
     conda_records,
     metadata_names,
     normalise,
@@ -25,13 +26,17 @@ from bootstrap.prefix import (
 from bootstrap.report import Check, Status, shown
 from bootstrap.runner import Runner, run
 
+if TYPE_CHECKING:
+    from bootstrap.lock.lockfile import LockedPackage
+
 
 def env_checks(state: EnvState, *, deep: bool = False, inside: bool = False, runner: Runner = run) -> list[Check]:
     """env.prefix, env.lock, env.python, env.conda, env.pip, env.extra, env.files, env.freshness."""
     prefix_check = check_prefix(state)
-    if prefix_check.status is not Status.OK:
+    record = state.record
+    if prefix_check.status is not Status.OK or record is None:  # an env that passes has its record
         return [prefix_check]
-    checks = [prefix_check, check_lock(state)]
+    checks = [prefix_check, check_lock(state, record)]
     try:
         installed_conda = conda_records(state.prefix)
         paths = {c.name: paths_data(c) for c in installed_conda}
@@ -59,9 +64,9 @@ def env_checks(state: EnvState, *, deep: bool = False, inside: bool = False, run
         checks.append(check_python(state, locked, inside, runner))
         checks.append(check_conda(state, locked, installed_conda))
         checks.append(check_pip(state, locked, pip))
-        checks.append(check_extra(state, locked, installed_conda, pip))
+        checks.append(check_extra(state, record.env, locked, installed_conda, pip))
     checks.append(check_files(state, paths, pip, deep))
-    checks.append(check_freshness(state))
+    checks.append(check_freshness(state, record.env))
     return checks
 
 
@@ -99,9 +104,8 @@ def check_prefix(state: EnvState) -> Check:
     )
 
 
-def check_lock(state: EnvState) -> Check:
+def check_lock(state: EnvState, record: InstallRecord) -> Check:
     cid = "env.lock"
-    record = state.record
     if state.lock is None:
         return Check(
             cid,
@@ -134,13 +138,14 @@ def check_lock(state: EnvState) -> Check:
     )
 
 
-def check_python(state: EnvState, locked: Sequence[Any], inside: bool, runner: Runner) -> Check:
+def check_python(state: EnvState, locked: Sequence[LockedPackage], inside: bool, runner: Runner) -> Check:
     """The interpreter runs and is the locked python (`python -V`)."""
     cid = "env.python"
     entry = next((p for p in locked if p.manager == "conda" and p.name == "python"), None)
     if entry is None:
         return Check(cid, Status.SKIP, "no python in the lock", "the locked python", detail=str(state.lock_path))
     expected = f"python {entry.version}"
+    version: Optional[str]
     if inside:
         import platform
 
@@ -178,7 +183,7 @@ def _prefix_python_version(prefix: Path, runner: Runner) -> tuple[Optional[str],
     return done.stdout.strip(), f"{python_executable(prefix).name} in the env"
 
 
-def check_conda(state: EnvState, locked: Sequence[Any], installed: Sequence[InstalledConda]) -> Check:
+def check_conda(state: EnvState, locked: Sequence[LockedPackage], installed: Sequence[InstalledConda]) -> Check:
     """Every locked conda record is installed with its version, build and sha256 (`ls conda-meta`)."""
     cid = "env.conda"
     have = {c.name: c for c in installed}
@@ -207,7 +212,7 @@ def check_conda(state: EnvState, locked: Sequence[Any], installed: Sequence[Inst
     return Check(cid, Status.OK, f"{len(wanted)} match", expected)
 
 
-def check_pip(state: EnvState, locked: Sequence[Any], pip: Sequence[InstalledPip]) -> Check:
+def check_pip(state: EnvState, locked: Sequence[LockedPackage], pip: Sequence[InstalledPip]) -> Check:
     """Every locked pip distribution is installed at its version, from its wheel, not reinstalled since."""
     cid = "env.pip"
     have = {d.name: d for d in pip}
@@ -253,7 +258,11 @@ def _installer(dist: InstalledPip) -> str:
 
 
 def check_extra(
-    state: EnvState, locked: Sequence[Any], installed: Sequence[InstalledConda], pip: Sequence[InstalledPip]
+    state: EnvState,
+    env: str,
+    locked: Sequence[LockedPackage],
+    installed: Sequence[InstalledConda],
+    pip: Sequence[InstalledPip],
 ) -> Check:
     """Nothing is installed that the lock does not list (`pip list` / `ls conda-meta` minus the lock)."""
     cid = "env.extra"
@@ -269,7 +278,7 @@ def check_extra(
     if pip_extra:
         remedies.append(f"`pip uninstall -y {' '.join(d.name for d in pip_extra)}`")
     remedies.append(f"{state.commands.update} removes what the lock lacks")
-    keep = f"to keep them, add them to envs/{state.record.env}.yml (pip: for PyPI packages) and run `make lock`"
+    keep = f"to keep them, add them to envs/{env}.yml (pip: for PyPI packages) and run `make lock`"
     return Check(
         cid,
         Status.FAIL,
@@ -280,13 +289,13 @@ def check_extra(
     )
 
 
-def check_freshness(state: EnvState) -> Check:
+def check_freshness(state: EnvState, env: str) -> Check:
     """Does the lock still satisfy the spec (`make lock-check`)? Needs py-rattler: tools side only."""
     cid = "env.freshness"
     expected = "the lock satisfies the spec"
     if state.lock is None or state.project is None:
         return Check(cid, Status.SKIP, "no spec at hand", expected, detail=state.lock_problem or "no project root")
-    spec_path = state.project.spec_path(state.record.env)
+    spec_path = state.project.spec_path(env)
     if not spec_path.is_file():
         return Check(cid, Status.SKIP, f"no spec {spec_path}", expected)
     if importlib.util.find_spec("rattler") is None:
@@ -315,4 +324,4 @@ def check_freshness(state: EnvState) -> Check:
             f"re-lock and apply: `make lock` then {state.commands.update}",
             "; ".join(items),
         )
-    return Check(cid, Status.OK, f"{spec_path.name} satisfied by {state.lock_path.name} [{state.platform}]", expected)
+    return Check(cid, Status.OK, f"{spec_path.name} satisfied by {state.lock.path.name} [{state.platform}]", expected)

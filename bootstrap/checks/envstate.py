@@ -9,10 +9,14 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from bootstrap.errors import InputError
 from bootstrap.prefix import InstallRecord, read_install_record
+
+if TYPE_CHECKING:
+    from bootstrap.lock.lockfile import Lock
+    from bootstrap.project import Project
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,12 @@ class EnvState:
     prefix: Path
     record: Optional[InstallRecord]
     record_mtime: float
-    lock: Any  # bootstrap.lock.lockfile.Lock, or None with `lock_problem`
+    lock: Optional[Lock]  # None with `lock_problem`
     lock_path: Optional[Path]
     lock_problem: str
     platform: str
     commands: EnvCommands
-    project: Any  # bootstrap.project.Project, or None
+    project: Optional[Project]
     record_problem: str = ""
 
 

@@ -22,7 +22,7 @@ _SKIP_PATH_TYPES = ("directory", "pyc_file")
 def paths_data(record: InstalledConda) -> list[Mapping[str, Any]]:
     """The files a conda-meta record lists, with their sha256 and size where the record has them."""
     data = json.loads(record.record_path.read_text(encoding="utf-8"))
-    paths = (data.get("paths_data") or {}).get("paths")
+    paths: Optional[list[Mapping[str, Any]]] = (data.get("paths_data") or {}).get("paths")
     if paths is None:  # old records: a bare file list, no hashes
         return [{"_path": p} for p in data.get("files", ())]
     return paths

@@ -5,7 +5,7 @@ GPUs, peer-to-peer. Pure: facts in, checks out. Docs: docs/checks.md, "What is c
 from __future__ import annotations
 
 from collections import Counter
-from typing import Optional
+from typing import Mapping, Optional
 
 from bootstrap.compat.facts import P2P_OK, P2P_STATUS, TOPOLOGY, DriverFacts, GpuFacts, HostFacts
 from bootstrap.compat.target import older_than_tables
@@ -216,14 +216,15 @@ def peer_check(nvidia: DriverFacts, visible: Visible) -> Optional[Check]:
         if unanswered:  # no verdict on the pairs NVML did not answer for
             return Check(cid, Status.SKIP, observed, expected, detail=why_not_answered)
         return Check(cid, Status.OK, observed, expected)
-    why = Counter(p.read for p in without).most_common(1)[0][0]
+    why = Counter(p.read for p in without if p.read is not None).most_common(1)[0][0]
     shown = ", ".join(f"{p.a}-{p.b}" for p in without[:6]) + (", ..." if len(without) > 6 else "")
     observed = (
         f"{len(without)} of {_pairs(len(answered))} without it ({P2P_STATUS.get(why, f'status {why}')}): "
         f"{shown}{note}{unanswered}"
     )
     detail = "; ".join(
-        f"{p.a}-{p.b}: {P2P_STATUS.get(p.read, f'status {p.read}')}, {TOPOLOGY.get(p.topology, 'PCIe path unknown')}"
+        f"{p.a}-{p.b}: {_lookup(P2P_STATUS, p.read, f'status {p.read}')}, "
+        f"{_lookup(TOPOLOGY, p.topology, 'PCIe path unknown')}"
         for p in without[:6]
     )
     return Check(
@@ -256,3 +257,8 @@ _P2P_REMEDIES = {
     4: "P2P is switched off in the NVIDIA driver's configuration: look for a registry key among the nvidia "
     "module's options (`/etc/modprobe.d/`), remove it and reload the module",
 }
+
+
+def _lookup(table: Mapping[int, str], code: Optional[int], default: str) -> str:
+    """`table[code]`, or `default` for a code it lacks or none."""
+    return table.get(code, default) if code is not None else default

@@ -11,7 +11,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from bootstrap.checks.envstate import EnvState
 from bootstrap.compat import jetson
@@ -23,6 +23,9 @@ from bootstrap.fsutil import MIB
 from bootstrap.platforms import compat_key, host_platform
 from bootstrap.prefix import pip_distributions
 from bootstrap.report import Check, Status
+
+if TYPE_CHECKING:
+    from bootstrap.lock.lockfile import LockedPackage
 
 MATMUL_N = 512
 # Relative to the largest reference value: TF32 (the default for conv, optional for matmul) stays near 1e-3;
@@ -57,15 +60,14 @@ def find_torch(import_it: bool, torch_module: Any = None) -> TorchFound:
         located = _torch_from_version_file()
         if located is not None:
             return located
-    torch = torch_module
-    if torch is None:
+    if torch_module is None:
         try:
-            import torch  # heavy: inside the env, and only with a GPU to test
+            torch_module = importlib.import_module("torch")  # heavy: inside the env, and only with a GPU to test
         except (ImportError, OSError) as exc:  # OSError: a shared library of a CUDA wheel is missing or broken
             return TorchFound(None, None, None, None, f"import torch: {exc}")
-    target, _ = probe_torch(torch)
-    location = os.path.dirname(os.path.dirname(os.path.realpath(getattr(torch, "__file__", "") or "")))
-    return TorchFound(torch, str(torch.__version__), location, target, "imported")
+    target, _ = probe_torch(torch_module)
+    location = os.path.dirname(os.path.dirname(os.path.realpath(getattr(torch_module, "__file__", "") or "")))
+    return TorchFound(torch_module, str(torch_module.__version__), location, target, "imported")
 
 
 def _torch_from_version_file() -> Optional[TorchFound]:
@@ -83,17 +85,17 @@ def _torch_from_version_file() -> Optional[TorchFound]:
     except (OSError, SyntaxError, ValueError):
         return None
     values: dict[str, Any] = {}
+    value: Optional[ast.expr]
     for node in tree.body:
-        target = (
-            node.targets[0]
-            if isinstance(node, ast.Assign) and len(node.targets) == 1
-            else node.target
-            if isinstance(node, ast.AnnAssign)
-            else None
-        )
-        if isinstance(target, ast.Name) and getattr(node, "value", None) is not None:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            name, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            name, value = node.target, node.value
+        else:
+            continue
+        if isinstance(name, ast.Name) and value is not None:
             try:
-                values[target.id] = ast.literal_eval(node.value)
+                values[name.id] = ast.literal_eval(value)
             except ValueError:
                 continue
     version = values.get("__version__")
@@ -115,10 +117,12 @@ def _torch_from_version_file() -> Optional[TorchFound]:
     return TorchFound(None, version, str(package.parent.resolve()), target, how)
 
 
-def check_torch_import(found: TorchFound, state: Optional[EnvState]) -> Check:
-    """The env's own torch: the locked version, from the env, not from PYTHONPATH or a user site."""
+def check_torch_import(found: TorchFound, state: EnvState) -> Check:
+    """The env's own torch: the locked version, from the env, not from PYTHONPATH or a user site; without
+    an install record (no env yet), only whether torch imports."""
     cid = "torch.import"
-    entry = _locked_torch(state)
+    record = state.record
+    entry = _locked_torch(state) if record is not None else None
     expected = f"torch {entry.version} from {state.prefix}" if entry is not None else "the env's torch"
     if found.version is None:
         if entry is None:
@@ -127,19 +131,19 @@ def check_torch_import(found: TorchFound, state: Optional[EnvState]) -> Check:
     where = found.location or "?"
     observed = f"torch {found.version} from {where}"
     detail = "" if found.module is not None else found.how
-    outside = state is not None and not where.startswith(os.path.realpath(state.prefix) + os.sep)
+    outside = record is not None and not where.startswith(os.path.realpath(state.prefix) + os.sep)
     shadow = (
         "`unset PYTHONPATH` and `export PYTHONNOUSERSITE=1` so the env's torch is the one imported "
         "(`python -c 'import torch; print(torch.__file__)'`)"
     )
     if entry is None:
-        if outside:
+        if outside and record is not None:
             return Check(
                 cid,
                 Status.WARN,
                 observed + " (outside the env)",
                 "torch from the lock",
-                f"add torch to envs/{state.record.env}.yml under pip: and `make lock`, or {shadow}",
+                f"add torch to envs/{record.env}.yml under pip: and `make lock`, or {shadow}",
                 detail,
             )
         return Check(cid, Status.OK, observed, expected, detail=detail)
@@ -150,8 +154,8 @@ def check_torch_import(found: TorchFound, state: Optional[EnvState]) -> Check:
     return Check(cid, Status.OK, observed, expected, detail=detail)
 
 
-def _locked_torch(state: Optional[EnvState]) -> Any:
-    if state is None or state.lock is None:
+def _locked_torch(state: EnvState) -> Optional[LockedPackage]:
+    if state.lock is None:
         return None
     return next((p for p in state.lock.for_platform(state.platform, "pip") if p.name.lower() == "torch"), None)
 

@@ -6,7 +6,7 @@ only: verify runs this inside the env.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from bootstrap.compat.facts import DriverFacts
 from bootstrap.compat.pick import Pick, Verdict, pick_variant
@@ -14,6 +14,9 @@ from bootstrap.errors import InputError
 from bootstrap.lock.candidates import env_candidates
 from bootstrap.lock.variants import META_VARIANT
 from bootstrap.report import Check, Status
+
+if TYPE_CHECKING:
+    from bootstrap.checks.envstate import EnvState
 
 
 def variant_check(pick: Pick, env: str, installed: str = "") -> Check:
@@ -32,7 +35,7 @@ def variant_check(pick: Pick, env: str, installed: str = "") -> Check:
     return Check(cid, pick.status, observed, expected, pick.remedy, pick.why)
 
 
-def installed_variant_check(state: Any, nvidia: DriverFacts) -> Optional[Check]:
+def installed_variant_check(state: EnvState, nvidia: DriverFacts) -> Optional[Check]:
     """env.variant for verify: the variant the env was installed from, against the pick for this host;
     None when the env's spec declares no variants (or there is no env or project to tell)."""
     from bootstrap.lock.spec import read_spec

@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from bootstrap.checks.env import env_checks
 from bootstrap.checks.envstate import is_running_in, read_env_state, resolve_prefix
@@ -21,14 +21,20 @@ from bootstrap.checks.variant import installed_variant_check
 from bootstrap.compat.host import LoaderNeeds, host_checks
 from bootstrap.compat.probe import Facts, collect_facts, load_facts, save_facts
 from bootstrap.compat.rules import evaluate
-from bootstrap.compat.target import lock_torch_target
 from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import check_output
+from bootstrap.lock.candidates import lock_torch_target
 from bootstrap.platforms import conda_subdir, host_platform
 from bootstrap.prefix import python_executable
 from bootstrap.project import default_lock_path, refuse_input
 from bootstrap.report import Check, Status, body, exit_code, result
 from bootstrap.runner import Runner, run
+
+if TYPE_CHECKING:
+    from bootstrap.bench import BenchOptions, BenchResult
+    from bootstrap.checks.envstate import EnvState
+    from bootstrap.checks.torch import TorchFound
+    from bootstrap.compat.target import TorchTarget
 
 BENCH_BUDGET_S = 20.0  # the default workload's setup and three timed windows fit on a 2-core host
 
@@ -91,7 +97,11 @@ def bench_interrupted(checks: Sequence[Check]) -> bool:
 
 
 def bench_checks(
-    enabled: bool, inside: bool, budget_s: float, nvml: Any = None, bench: Optional[Callable[..., Any]] = None
+    enabled: bool,
+    inside: bool,
+    budget_s: float,
+    nvml: Any = None,
+    bench: Optional[Callable[[BenchOptions], BenchResult]] = None,
 ) -> list[Check]:
     """The acceptance benchmark on a small budget, its verdicts as checks (`python -m bootstrap bench --budget S`).
 
@@ -166,7 +176,7 @@ def run_verify(
 ) -> VerifyResult:
     """Every check for one env on this machine (or for recorded facts with `facts_path`)."""
     if options.facts_path is not None:
-        return replay(options)
+        return replay(options, options.facts_path)
     if options.save_facts is not None:
         check_output(options.save_facts, "--save-facts")  # a typo fails before the benchmark, not after
         if options.lock_path is not None:
@@ -188,19 +198,10 @@ def run_verify(
     else:
         facts = replace(facts, torch=None, torch_reason=f"verifying {prefix} from another interpreter ({sys.prefix})")
     seconds["torch_import"] = _lap(started, seconds)
-    locked_target, locked_why = None, "no lock"
-    if state.lock is not None:
-        platform = state.platform or host_platform()
-        locked_target, locked_why = lock_torch_target(state.lock, platform)
-    if found is not None:
-        target, target_why = found.target, found.how
-    elif state.record is not None:
-        target, target_why = installed_torch_target(state)
-    else:  # no env yet: judge the build the lock would install, as doctor does
-        target, target_why = locked_target, locked_why
+    target, target_why, locked_target = _targets(state, found)
     checks += nvidia_checks(facts.nvidia, facts.host)
     if found is not None:
-        checks.append(check_torch_import(found, state if state.record is not None else None))
+        checks.append(check_torch_import(found, state))
     checks += (
         evaluate(facts.nvidia, target, facts.visible())
         if target is not None
@@ -236,16 +237,29 @@ def run_verify(
     )
 
 
+def _targets(state: EnvState, found: Optional[TorchFound]) -> tuple[Optional[TorchTarget], str, Optional[TorchTarget]]:
+    """(the torch build to judge, why that one, the build the lock installs): the imported torch's, else
+    the one installed in the env, else (no env yet) the lock's, as doctor judges it."""
+    locked_target, locked_why = None, "no lock"
+    if state.lock is not None:
+        locked_target, locked_why = lock_torch_target(state.lock, state.platform or host_platform())
+    if found is not None:
+        return found.target, found.how, locked_target
+    if state.record is not None:
+        return (*installed_torch_target(state), locked_target)
+    return locked_target, locked_why, locked_target
+
+
 def _lap(started: float, seconds: Optional[dict[str, float]] = None) -> float:
     return time.perf_counter() - started - sum((seconds or {}).values())
 
 
-def replay(options: VerifyOptions) -> VerifyResult:
+def replay(options: VerifyOptions, facts_path: Path) -> VerifyResult:
     """`verify --facts FILE`: the host, NVIDIA and CUDA rules on recorded facts; no env, no device, no bench."""
     from bootstrap.lock.lockfile import read_lock
 
-    facts = load_facts(options.facts_path)
-    source = str(options.facts_path)
+    facts = load_facts(facts_path)
+    source = str(facts_path)
     lock_path = options.lock_path or default_lock_path(options.root)
     target, why = facts.torch, facts.torch_reason
     if target is None and lock_path is not None:

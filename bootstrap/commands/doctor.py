@@ -6,9 +6,14 @@ Docs: docs/checks.md.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from bootstrap.commands import argtypes
 from bootstrap.errors import InputError
+
+if TYPE_CHECKING:
+    from bootstrap.checks.doctor import DoctorResult
+    from bootstrap.compat.pick import Pick
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -76,12 +81,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"doctor: facts from {result.facts_source}; torch build from {lock}")
         print(render_table(result.checks, show_detail=args.verbose), end="")
         if result.variants and result.pick is not None:
-            print("\n".join(_variant_lines(result)))
+            print("\n".join(_variant_lines(result, result.pick)))
     return exit_code(result.checks)
 
 
-def _variant_lines(result) -> list:
+def _variant_lines(result: DoctorResult, pick: Pick) -> list[str]:
     """Every variant's verdict, the pick starred, and why."""
-    *rows, why = result.pick.lines()
-    install = f"; `make env ENV={result.env}` installs it" if result.pick.chosen is not None else ""
+    *rows, why = pick.lines()
+    install = f"; `make env ENV={result.env}` installs it" if pick.chosen is not None else ""
     return [f"variants of {result.env} on this host [{result.platform}]:", *(f"  {row}" for row in rows), why + install]

@@ -6,9 +6,13 @@ Exit 1 when a check failed, 2 on bad usage. Docs: docs/checks.md.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from bootstrap.commands import argtypes
 from bootstrap.errors import InputError
+
+if TYPE_CHECKING:
+    from bootstrap.checks.verify import VerifyResult
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         root=args.root,
     )
 
-    def render(result) -> None:
+    def render(result: VerifyResult) -> None:
         if args.json:
             print(dumps(FORMAT, result.to_dict()))
         else:
@@ -115,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _header(result) -> str:
+def _header(result: VerifyResult) -> str:
     if result.prefix is None:
         return f"verify: recorded facts from {result.facts_source}"
     where = "this interpreter's env" if result.inside else "from outside the env: torch checks skipped"

@@ -41,7 +41,9 @@ class Candidate:
     why: str = ""
     default: bool = False
     installs: bool = True  # False: `make env` installs nothing from it here (no lock, or not for this platform)
-    lock: Any = field(default=None, compare=False, repr=False)  # the lock read (bootstrap.lock.lockfile.Lock)
+    lock: object = field(
+        default=None, compare=False, repr=False
+    )  # the lock read (a lock.lockfile.Lock), for the caller
 
     @property
     def label(self) -> str:

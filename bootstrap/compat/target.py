@@ -1,6 +1,6 @@
 """The torch build to check: what the running torch is, what a locked wheel installs
-(`torch_target_from_lock_entry`, `lock_torch_target`), and what to lock instead (`suggest_builds`).
-Nothing here does I/O.
+(`torch_target_from_lock_entry`; `lock.candidates` finds that entry in a lock), and what to lock
+instead (`suggest_builds`). Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -246,19 +246,6 @@ def _target_for_pypi_default(base: TorchTarget, release: Mapping[str, Any], pinn
         confidence="medium",
         source=f"Requires-Dist pins CUDA {cuda}; arch list not in the packaged table",
     )
-
-
-def lock_torch_target(lock: Any, platform: str) -> tuple[Optional[TorchTarget], str]:
-    """The torch build `lock` (a `bootstrap.lock.lockfile.Lock`) installs on conda subdir `platform`, from its
-    torch pip entry; (None, why) without one."""
-    if platform not in lock.platforms:
-        return None, f"{lock.path.name} does not lock {platform} (locked: {', '.join(lock.platforms)})"
-    for entry in lock.for_platform(platform, "pip"):
-        if entry.name.lower() == "torch":
-            return torch_target_from_lock_entry(
-                entry.version, platform, url=entry.url, dependencies=entry.dependencies
-            ), ""
-    return None, f"{lock.path.name} has no torch pip entry for {platform}"
 
 
 # --------------------------------------------------------------------------- what to lock instead

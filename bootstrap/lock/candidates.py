@@ -7,15 +7,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from bootstrap.compat.pick import Candidate
-from bootstrap.compat.target import lock_torch_target
+from bootstrap.compat.target import TorchTarget, torch_target_from_lock_entry
 from bootstrap.errors import InputError
 from bootstrap.lock.variants import META_VARIANT, variant_locks
 
+if TYPE_CHECKING:
+    from bootstrap.lock.lockfile import Lock
+    from bootstrap.lock.spec import EnvSpec
+    from bootstrap.project import Project
 
-def env_candidates(project: Any, env: str, spec: Any, platform: str, read: Any = None) -> list[Candidate]:
+
+def env_candidates(
+    project: Project, env: str, spec: EnvSpec, platform: str, read: Optional[Lock] = None
+) -> list[Candidate]:
     """Each locked variant of `env` (`spec` read from its file) as the pick sees it on `platform`,
     default first; a spec without variants gives its one lock. `read`: a lock the caller has already
     read, used in place of its file."""
@@ -46,7 +53,7 @@ def env_candidates(project: Any, env: str, spec: Any, platform: str, read: Any =
 
 
 def lock_candidate(
-    path: Path, platform: str, name: Optional[str] = None, default: bool = True, read: Any = None
+    path: Path, platform: str, name: Optional[str] = None, default: bool = True, read: Optional[Lock] = None
 ) -> Candidate:
     """One lock as a candidate: the torch it installs on `platform`, or why there is none. `name`
     None: the variant its metadata records; `read`: a lock already read, used when it is the one at `path`."""
@@ -70,3 +77,16 @@ def lock_candidate(
         installs=platform in lock.platforms,
         lock=lock,
     )
+
+
+def lock_torch_target(lock: Lock, platform: str) -> tuple[Optional[TorchTarget], str]:
+    """The torch build `lock` installs on conda subdir `platform`, from its torch pip entry; (None, why)
+    without one."""
+    if platform not in lock.platforms:
+        return None, f"{lock.path.name} does not lock {platform} (locked: {', '.join(lock.platforms)})"
+    for entry in lock.for_platform(platform, "pip"):
+        if entry.name.lower() == "torch":
+            return torch_target_from_lock_entry(
+                entry.version, platform, url=entry.url, dependencies=entry.dependencies
+            ), ""
+    return None, f"{lock.path.name} has no torch pip entry for {platform}"
