@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, TypeVar
 
 T = TypeVar("T")
 
@@ -30,10 +30,10 @@ class _QuietHalfBuiltLoops:
     """An unraisable hook that drops the AttributeError of a half-built event loop's `__del__` and
     passes every other report on to the hook it replaced."""
 
-    def __init__(self, previous: Any) -> None:
+    def __init__(self, previous: Callable[[sys.UnraisableHookArgs], object]) -> None:
         self.previous = previous
 
-    def __call__(self, unraisable: Any) -> None:
+    def __call__(self, unraisable: sys.UnraisableHookArgs) -> None:
         if (
             isinstance(unraisable.exc_value, AttributeError)
             and getattr(unraisable.object, "__qualname__", "") == "BaseEventLoop.__del__"

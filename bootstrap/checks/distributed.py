@@ -151,7 +151,7 @@ def all_reduce_check(gathered: Sequence[Mapping[str, Any]], device_type: str, ba
     )
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     return "none seen" if value is None else str(value)
 
 

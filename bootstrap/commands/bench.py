@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import IO, Any, Iterator, Optional
+from typing import IO, TYPE_CHECKING, Any, Iterator, Optional
 
 from bootstrap.bench.config import (
     MODELS,
@@ -32,6 +32,9 @@ from bootstrap.commands.signals import sigterm_as_interrupt
 from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import disk_full, out_of_space
 from bootstrap.report import exit_code
+
+if TYPE_CHECKING:
+    from bootstrap.bench import Progress, UserWorkload
 
 _WORKLOAD_OPTIONS = tuple(f.name for f in fields(WorkloadSpec))
 
@@ -228,7 +231,7 @@ _SYNTHETIC_ONLY = (
 )
 
 
-def _user_workload(args: argparse.Namespace) -> Any:
+def _user_workload(args: argparse.Namespace) -> Optional[UserWorkload]:
     """--dataset and its companions as a `UserWorkload`, or None for the synthetic images."""
     from bootstrap.bench.user import UserWorkload, check_ref
 
@@ -266,7 +269,7 @@ def _user_workload(args: argparse.Namespace) -> Any:
     return UserWorkload(paths=tuple(args.path), **refs)
 
 
-def _progress(event: Any) -> None:
+def _progress(event: Progress) -> None:
     print(
         f"bench [{event.elapsed_s:6.1f}/{event.budget_s:g} s] {event.phase}: {event.message}",
         file=sys.stderr,

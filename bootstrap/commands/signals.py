@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from typing import Any, Iterator
+from types import FrameType
+from typing import Iterator, Optional
 
 
 class Received(list[int]):
@@ -28,7 +29,7 @@ def sigterm_as_interrupt() -> Iterator[Received]:
     thread (a program embedding bootstrap), its signals are left alone."""
     received = Received()
 
-    def interrupt(signum: int, frame: Any) -> None:  # noqa: ARG001 (signal handler signature)
+    def interrupt(signum: int, frame: Optional[FrameType]) -> None:  # noqa: ARG001 (signal handler signature)
         if signum == signal.SIGINT and received.raising:
             raise KeyboardInterrupt  # Python's own Ctrl-C, until `wind_down`
         received.append(signum)

@@ -11,7 +11,7 @@ import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, TypeVar
 
 from bootstrap.compat.facts import DriverFacts, HostFacts
 from bootstrap.compat.visible import Visible, visible_gpus, visible_note
@@ -19,6 +19,7 @@ from bootstrap.fsutil import MIB
 from bootstrap.report import Check, Status
 
 _CONTAINER_CGROUP_WORDS = ("docker", "kubepods", "containerd", "libpod", "lxc")
+T = TypeVar("T")
 
 
 def probe_usable_cpus() -> tuple[Optional[int], str]:
@@ -98,7 +99,9 @@ def probe_glibc(confstr: Optional[Callable[[str], Optional[str]]] = None) -> tup
     return version, ""
 
 
-def probe_macos(mac_ver: Callable[[], tuple[str, Any, str]] = platform.mac_ver) -> tuple[Optional[str], str]:
+def probe_macos(
+    mac_ver: Callable[[], tuple[str, tuple[str, str, str], str]] = platform.mac_ver,
+) -> tuple[Optional[str], str]:
     """The macOS release, "14.5" (`sw_vers -productVersion`); None off macOS."""
     release = mac_ver()[0]
     return (release, "") if release else (None, "not macOS")
@@ -170,7 +173,7 @@ def collect_host_facts(*, root: str = "/", disk_path: str = ".", environ: Mappin
     """Every host probe in one record; each unavailable value is listed in `missing` with its reason."""
     missing: list[str] = []
 
-    def keep(field: str, found: tuple[Any, str]) -> Any:
+    def keep(field: str, found: tuple[T, str]) -> T:
         value, reason = found
         if reason:
             missing.append(f"{field}: {reason}")

@@ -119,7 +119,7 @@ def _text(value: str, path: str, free_text: bool) -> str:
     return scrub_credentials(value)
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     # A bad value is quoted in the error, never whole (a 100,000-digit number, a 1 MB name) and
     # never with a URL's password; repr shows its controls as escapes.
     if isinstance(value, int) and not isinstance(value, bool) and not -(10**30) < value < 10**30:

@@ -121,7 +121,7 @@ def _canonical_json(data: object) -> bytes:
     return json.dumps(_canonical(data), separators=(",", ":")).encode()
 
 
-def _canonical(value: Any) -> Any:
+def _canonical(value: object) -> list[object]:
     if isinstance(value, dict):
         items = [[_canonical(k), _canonical(v)] for k, v in value.items()]
         return ["map", sorted(items, key=lambda item: json.dumps(item[0]))]

@@ -133,7 +133,7 @@ def _parse(path: Path, text: str) -> Lock:
     )
 
 
-def _packages(path: Path, entries: list[Any], platforms: tuple[str, ...]) -> tuple[LockedPackage, ...]:
+def _packages(path: Path, entries: list[object], platforms: tuple[str, ...]) -> tuple[LockedPackage, ...]:
     """Each entry checked; one entry per (platform, manager, `entry_name_key`), but for entries
     identical except for their category, which conda-lock writes for a package of several categories
     and reads as one package of them all; an exact repeat refused too (conda-lock's own reader fails

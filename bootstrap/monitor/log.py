@@ -68,7 +68,7 @@ def rows(sample: Sample) -> list[dict[str, Any]]:
     return out
 
 
-def csv_cell(value: Any) -> str:
+def csv_cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, list):
