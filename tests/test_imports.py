@@ -189,13 +189,9 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
             elif target in on_stack:
                 low[node] = min(low[node], index[target])
         if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
+            component = stack[stack.index(node) :]  # `node` and all above it on the stack
+            del stack[stack.index(node) :]
+            on_stack.difference_update(component)
             if len(component) > 1:
                 found.append(sorted(component))
 
