@@ -165,11 +165,12 @@ TEST_TOOLS := $(TOOLS)/.requirements-test.txt $(TOOLS)/.torch-test
 # some of another's (worksteal): a few long tests would otherwise keep one worker busy alone at the end.
 PYTEST := $(PY) -m pytest -q -n auto --maxprocesses 4 --dist worksteal
 
-## The offline test suite without the slow tests, ruff (lint and format), and the Python 3.9 static check; the first run installs a CPU torch.
+## The offline test suite without the slow tests, ruff (lint, complexity and format), mypy, and the Python 3.9 static check; the first run installs a CPU torch.
 test: tools $(TEST_TOOLS)
 	$(TOOLS)/bin/ruff check --quiet .
 	$(TOOLS)/bin/ruff format --check --quiet .
 	$(PY) scripts/check-py39.py
+	$(PY) -m mypy
 	$(PYTEST)
 
 ## The tests marked slow (CI runs them after `make test`).
@@ -203,7 +204,7 @@ tools-requirements: tools
 
 ## Remove the tools venv (the next target builds it again).
 clean:
-	rm -rf $(TOOLS) $(TOOLS).old $(TOOLS).trash $(TOOLS).lock .pytest_cache
+	rm -rf $(TOOLS) $(TOOLS).old $(TOOLS).trash $(TOOLS).lock .pytest_cache .mypy_cache
 
 ## The shareable environment.yml of the default env: requested specs pinned to conda-lock.yml,
 ## no build strings, no paths (`make test` fails when it drifts from the lock).
