@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Protocol, Sequence
 
 from bootstrap.errors import ToolError
 
@@ -25,7 +25,18 @@ class Completed:
     stderr: str
 
 
-Runner = Callable[..., Completed]
+class Runner(Protocol):
+    """`run`, or what a test passes in its place."""
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float = ...,
+        env: Optional[Mapping[str, str]] = ...,
+        cwd: Optional[str] = ...,
+        pass_fds: Sequence[int] = ...,
+    ) -> Completed: ...
 
 
 def run(
