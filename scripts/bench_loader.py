@@ -42,14 +42,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bootstrap.bench import BenchOptions, WorkloadSpec, run_bench  # noqa: E402  (after sys.path)
-from bootstrap.bench.config import OPTION_RULES, check_value  # noqa: E402
-from bootstrap.bench.device import Device, Trainer  # noqa: E402
+from bootstrap.bench.config import MAX_BUDGET_S, OPTION_RULES, check_value  # noqa: E402
+from bootstrap.bench.device import Device  # noqa: E402
 from bootstrap.bench.host import usable_cpus  # noqa: E402
+from bootstrap.bench.loader import BatchStream, make_loader  # noqa: E402
+from bootstrap.bench.measure import Window, run_window, warm_up  # noqa: E402
 from bootstrap.bench.results import LoaderConfig  # noqa: E402
-from bootstrap.bench.sampler import UtilSampler  # noqa: E402
-from bootstrap.bench.stream import BatchStream, make_loader  # noqa: E402
-from bootstrap.bench.window import WindowPlan, measure_loader_only, run_window, warm_up  # noqa: E402
-from bootstrap.bench.workloads import SyntheticImages, build_store, drop_page_cache, resolve_model_name  # noqa: E402
+from bootstrap.bench.state import RunState, new_state  # noqa: E402
+from bootstrap.bench.step import Trainer, resolve_model_name  # noqa: E402
+from bootstrap.bench.synthetic import SyntheticImages, build_store, drop_page_cache  # noqa: E402
+from bootstrap.bench.utilization import UtilSampler  # noqa: E402
 from bootstrap.errors import InputError  # noqa: E402
 
 # Set by Ctrl-C. The KeyboardInterrupt it raises can land in a finaliser (a DataLoader iterator's __del__
@@ -101,7 +103,7 @@ def tuned_run(label: str, spec: WorkloadSpec, budget: float) -> dict[str, Any]:
     result = run_bench(BenchOptions(workload=spec, budget_s=budget, device="cpu"))
     if result.partial:  # bench turns Ctrl-C into a partial report: here it stops the figures, not just this run
         raise KeyboardInterrupt
-    m = result.metrics
+    m = result.metrics.to_dict()
     return {
         "workload": label,
         "budget_s": budget,
@@ -138,12 +140,12 @@ def interleaved(spec: WorkloadSpec, configs: Sequence[LoaderConfig], rounds: int
     torch.set_num_threads(max(1, usable_cpus() // 2))  # as bench does on a CPU host
     store = build_store(spec, None)
     dataset = SyntheticImages(store, spec)
-    device = Device("cpu")
+    state = timing(spec)
     model, _ = resolve_model_name(spec.model, "cpu")
-    trainer = Trainer(model, spec.num_classes, device, LoaderConfig(), step_s=spec.step_ms / 1000)
+    trainer = Trainer(model, spec.num_classes, state.device, LoaderConfig(), step_s=spec.step_ms / 1000)
     rates: dict[Any, list[float]] = {c: [] for c in configs}
     # Every config gets the same seconds: a step floor would stretch the slow ones' windows and the round
-    plan = replace(WindowPlan().scaled(window_s), min_steps=WindowPlan().floor_steps)
+    plan = replace(Window.scaled(window_s), min_steps=Window(0).min_steps)
     try:
         for index in range(rounds):
             shift = index * len(configs) // max(1, rounds)
@@ -151,19 +153,11 @@ def interleaved(spec: WorkloadSpec, configs: Sequence[LoaderConfig], rounds: int
                 stop_if_interrupted()
                 stream = BatchStream(make_loader(dataset, spec.batch_size, config, seed=spec.seed))
                 try:
-                    zero = time.perf_counter()
-                    m = run_window(
-                        lambda s=stream: next(s),
-                        trainer.step,
-                        device,
-                        plan,
-                        zero + 3 * window_s + 5,
-                        phase="grid",
-                        label=config.label,
-                        config=config,
-                        batch_size=spec.batch_size,
-                        clock_zero=zero,
-                    )
+                    deadline = time.perf_counter() + 3 * window_s + 5
+                    what = ("grid", config.label, config)
+                    take = lambda s=stream: next(s)  # noqa: E731
+                    warm_up(state, take, trainer.step, plan, deadline)
+                    m = run_window(state, take, trainer.step, plan, deadline, what)
                     rates[config].append(m.samples_per_s)
                 finally:
                     stream.close()
@@ -241,15 +235,15 @@ def sampler_ab(spec: WorkloadSpec, workers: int, seconds: float, rounds: int = 3
     torch.set_num_threads(max(1, usable_cpus() // 2))
     store = build_store(spec, None)
     dataset = SyntheticImages(store, spec)
-    device = Device("cpu")
+    state = timing(spec)
     config = LoaderConfig(num_workers=workers, persistent_workers=workers > 0)
-    trainer = Trainer("tiny", spec.num_classes, device, config, step_s=spec.step_ms / 1000)
+    trainer = Trainer("tiny", spec.num_classes, state.device, config, step_s=spec.step_ms / 1000)
     stream = BatchStream(make_loader(dataset, spec.batch_size, config))
-    plan = WindowPlan().scaled(seconds)
+    plan = Window.scaled(seconds)
     rates: dict[str, list[float]] = {"off": [], "on 0.2 s": [], "on 0.02 s": []}
     cpu: dict[str, list[float]] = {"on 0.2 s": [], "on 0.02 s": []}
     try:
-        warm_up(lambda: next(stream), trainer.step, device, plan, time.perf_counter() + 5)
+        warm_up(state, lambda: next(stream), trainer.step, plan, time.perf_counter() + 5)
         for _ in range(rounds):
             for mode in rates:
                 stop_if_interrupted()
@@ -257,20 +251,8 @@ def sampler_ab(spec: WorkloadSpec, workers: int, seconds: float, rounds: int = 3
                 if mode != "off":
                     interval = 0.2 if "0.2 s" in mode else 0.02
                     sampler = UtilSampler(nvml_module=ReplayNvml(), device_index=0, interval_s=interval).start()
-                zero = time.perf_counter()
-                m = run_window(
-                    lambda: next(stream),
-                    trainer.step,
-                    device,
-                    plan,
-                    zero + 2 * seconds,
-                    phase="ab",
-                    label=mode,
-                    config=config,
-                    batch_size=spec.batch_size,
-                    clock_zero=zero,
-                    warmup=False,
-                )
+                deadline = time.perf_counter() + 2 * seconds
+                m = run_window(state, lambda: next(stream), trainer.step, plan, deadline, ("ab", mode, config))
                 rates[mode].append(m.samples_per_s)
                 if sampler is not None:
                     cpu[mode].append(sampler.stop().overhead_pct)
@@ -296,21 +278,19 @@ def w2_rates(seconds: float) -> list[dict[str, Any]]:
                 if cold:
                     drop_page_cache(store)
                 stream = BatchStream(make_loader(dataset, spec.batch_size, LoaderConfig()))
-                zero = time.perf_counter()
-                m = measure_loader_only(
-                    lambda s=stream: next(s),
-                    replace(WindowPlan().scaled(seconds), warmup_steps=0, warmup_s=0.0),
-                    zero + 2 * seconds,
-                    phase="w2",
-                    label=storage,
-                    config=LoaderConfig(),
-                    batch_size=spec.batch_size,
-                    clock_zero=zero,
-                    first_batch_s=None,
-                )
+                deadline = time.perf_counter() + 2 * seconds
+                what = ("w2", storage, LoaderConfig())
+                m = run_window(timing(spec), lambda s=stream: next(s), None, Window.scaled(seconds), deadline, what)
                 stream.close()
                 rows.append({"storage": storage, "cache": "cold" if cold else "warm", "samples_per_s": m.samples_per_s})
     return rows
+
+
+def timing(spec: WorkloadSpec) -> RunState:
+    """What a window is timed against: the CPU, the batch size, and no end to the run."""
+    state = new_state(BenchOptions(workload=spec, budget_s=MAX_BUDGET_S, device="cpu"))
+    state.device = Device("cpu")
+    return state
 
 
 def _loadavg() -> str:

@@ -1,15 +1,8 @@
-"""The GPU-utilisation acceptance benchmark (`python -m bootstrap bench`).
+"""The GPU-utilisation acceptance benchmark (`python -m bootstrap bench`; docs/benchmark.md).
 
-Library first: `run_bench(BenchOptions(...))` returns a frozen
-`BenchResult` (measurements, metrics, tuner record, sampler report,
-verdicts as `Check`s, the winning `DataLoader(...)` as code); `report`
-renders it as text, JSON (`bench.json`) and PNG (`bench.png`);
-`distributed.run_distributed` runs it on every torchrun rank and
-aggregates on rank 0. `tune_loader(dataset, batch_size=...)` tunes a
-training script's own DataLoader and returns its keyword arguments. Method and thresholds:
-../shared/reference/bench_method.md.
-
-Importing this package does not import torch, numpy, Pillow or pynvml.
+`run_bench(BenchOptions(...))` returns a frozen `BenchResult`; `tune_loader(dataset, batch_size=...)`
+tunes a training script's own DataLoader and returns its keyword arguments. Importing this package
+does not import torch, numpy, Pillow or pynvml.
 """
 
 from __future__ import annotations
@@ -18,9 +11,8 @@ import importlib
 from typing import Any
 
 # Each public name and the module it lives in, imported on first use (PEP 562): every
-# `python -m bootstrap` start imports `bootstrap.bench.config` to build its parser, and
-# must not pay for the runner, the tuner and the sampler on the way (they were a
-# noticeable share of a `make env` no-op).
+# `python -m bootstrap` start imports `bootstrap.bench.config` to build its parser, and must not pay
+# for the runner, the tuner and the sampler on the way.
 _HOMES = {
     "BenchOptions": "config",
     "Thresholds": "config",
@@ -32,7 +24,7 @@ _HOMES = {
     "Measurement": "results",
     "Progress": "state",
     "run_bench": "run",
-    "tune_loader": "script",
+    "tune_loader": "run",
     "UserWorkload": "user",
 }
 __all__ = sorted(_HOMES)

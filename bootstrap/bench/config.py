@@ -1,10 +1,8 @@
-"""What a bench run is asked to do: workload, budget, verdict thresholds.
+"""What a bench run is asked to do: workload, budget, verdict thresholds (docs/benchmark.md, "Options").
 
-All plain frozen dataclasses, built once by the CLI (or a caller such as
-`verify`) and passed down. Thresholds start from the defaults of
-../shared/reference/bench_method.md (section 5, "Thresholds"); a YAML/JSON
-config file and `--threshold NAME=VALUE` flags override them, and every
-value remembers where it came from so the report can say so.
+Frozen dataclasses built once by the CLI (or `verify`, `tune_loader`) and passed down. Thresholds
+start from the defaults docs/benchmark.md tabulates; a YAML/JSON config file and `--threshold
+NAME=VALUE` override them, and every value remembers where it came from.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ MODELS = ("auto", "tiny", "resnet18", "resnet50")
 STORAGES = ("memory", "files", "packed")
 MAX_BUDGET_S = 24 * 3600.0  # a day: longer is a soak test, not an acceptance benchmark
 MIN_CROP = 16  # the small CNN's 4x4 stride-4 stem and its BatchNorms need a few pixels left
+Namer = Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -38,21 +37,52 @@ class Rule:
     def describe(self) -> str:
         if self.kind == "choice":
             return f"one of {', '.join(self.choices)}"
-        noun = {"int": "an integer", "number": "a number", "bool": "true or false", "text": "text", "path": "a path"}[
-            self.kind
-        ]
+        noun = {"int": "an integer", "number": "a number", "bool": "true or false", "text": "text"}
+        what = noun.get(self.kind, "a path")
         if self.low is not None and self.high is not None and not self.above:
-            return f"{noun} from {_bound(self.low)} to {_bound(self.high)}"
-        bounds = []
-        if self.low is not None:
-            bounds.append(f"{'>' if self.above else '>='} {_bound(self.low)}")
-        if self.high is not None:
-            bounds.append(f"<= {_bound(self.high)}")
-        return f"{noun} {' and '.join(bounds)}" if bounds else noun
+            return f"{what} from {_bound(self.low)} to {_bound(self.high)}"
+        bounds = [f"{'>' if self.above else '>='} {_bound(self.low)}"] if self.low is not None else []
+        bounds += [f"<= {_bound(self.high)}"] if self.high is not None else []
+        return f"{what} {' and '.join(bounds)}" if bounds else what
+
+    def check(self, value: Any, where: str, python: bool = False) -> Any:
+        """`value` if this rule accepts it (ints widened to float for numbers, text to Path for paths), else
+        an InputError `WHERE: expected ..., got ...` (the value as YAML writes it, or as `python` does).
+        Booleans are not numbers here, nor NaN or infinity."""
+        bad = InputError(where, f"expected {self.describe()}, got {_shown(value, python)}")
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise bad
+            return value
+        if self.kind in ("choice", "text"):
+            if not isinstance(value, str) or (self.choices and value not in self.choices):
+                raise bad
+            return value
+        if self.kind == "path":
+            if not isinstance(value, (str, os.PathLike)) or not str(value):
+                raise bad
+            return Path(value)
+        numeric = int if self.kind == "int" else (int, float)
+        infinite = isinstance(value, float) and not math.isfinite(value)  # an int of any size is finite
+        if isinstance(value, bool) or not isinstance(value, numeric) or infinite:
+            raise bad
+        if self.low is not None and (value <= self.low if self.above else value < self.low):
+            raise bad
+        if self.high is not None and value > self.high:
+            raise bad
+        return value if self.kind == "int" else float(value)
 
 
 def _bound(value: float) -> str:
     return f"{int(value):,}" if float(value).is_integer() and abs(value) < 1e13 else f"{value:g}"
+
+
+def _shown(value: Any, python: bool) -> str:
+    if python or not (value is None or isinstance(value, (bool, str))):  # a script's values as Python writes them
+        return excerpt(value)
+    if isinstance(value, str):
+        return f"{excerpt(value)} (text)"
+    return "null" if value is None else str(value).lower()
 
 
 def _int(low: float, high: float) -> Rule:
@@ -85,75 +115,35 @@ OPTION_RULES: Dict[str, Rule] = {
     "data_dir": Rule("path"),
     "batched": Rule("bool"),
 }
-_FLAGS = {"budget_s": "--budget"}
 # tune_loader's keyword for each option it takes: its errors name what the script wrote, not a flag
 KEYWORDS = {"batch_size": "batch_size", "budget_s": "budget", "device": "device", "max_workers": "max_workers"}
 
 
 def flag_name(name: str) -> str:
     """The command-line spelling of option `name` (`batch_size` -> `--batch-size`, `budget_s` -> `--budget`)."""
-    return _FLAGS.get(name, "--" + name.replace("_", "-"))
+    return "--budget" if name == "budget_s" else "--" + name.replace("_", "-")
 
 
 def option_name(name: str, script: bool = False, where: bool = False) -> str:
-    """Option `name` in a message: its flag, or a `script`'s keyword (`batch_size`, `where`: `tune_loader(...)`)."""
+    """Option `name` in a message: its flag, or a `script`'s keyword (`where`: `tune_loader(batch_size=...)`)."""
     if not script or name not in KEYWORDS:
         return flag_name(name)
     return f"tune_loader({KEYWORDS[name]}=...)" if where else KEYWORDS[name]
 
 
-def _shown(value: Any, python: bool = False) -> str:
-    if python:  # a script's values, as Python writes them (None, True)
-        return excerpt(value)
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, str):
-        return f"{excerpt(value)} (text)"
-    return excerpt(value)
-
-
 def check_value(value: Any, rule: Rule, where: str, python: bool = False) -> Any:
-    """`value` if it is what `rule` accepts (ints widened to float for numbers, text to Path for paths),
-    else an InputError `WHERE: expected ..., got ...` (the value in YAML's words, or `python`'s). Booleans
-    are not numbers here, nor NaN or infinity."""
-    bad = InputError(where, f"expected {rule.describe()}, got {_shown(value, python)}")
-    if rule.kind == "bool":
-        if not isinstance(value, bool):
-            raise bad
-        return value
-    if rule.kind in ("choice", "text"):
-        if not isinstance(value, str) or (rule.choices and value not in rule.choices):
-            raise bad
-        return value
-    if rule.kind == "path":
-        if not isinstance(value, (str, os.PathLike)) or not str(value):
-            raise bad
-        return Path(value)
-    numeric = int if rule.kind == "int" else (int, float)
-    infinite = isinstance(value, float) and not math.isfinite(value)  # an int of any size is finite
-    if isinstance(value, bool) or not isinstance(value, numeric) or infinite:
-        raise bad
-    if rule.low is not None and (value <= rule.low if rule.above else value < rule.low):
-        raise bad
-    if rule.high is not None and value > rule.high:
-        raise bad
-    return value if rule.kind == "int" else float(value)
+    return rule.check(value, where, python)
 
 
-def check_options(values: Mapping[str, Any], where: Callable[[str], str], python: bool = False) -> Dict[str, Any]:
+def check_options(values: Mapping[str, Any], where: Namer, python: bool = False) -> Dict[str, Any]:
     """Every value of `values` checked against OPTION_RULES, errors named by `where(name)`."""
-    return {name: check_value(value, OPTION_RULES[name], where(name), python) for name, value in values.items()}
+    return {name: OPTION_RULES[name].check(value, where(name), python) for name, value in values.items()}
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Verdict thresholds; names say which side passes (`*_pass` is the ok bound, `*_warn` the fail bound).
-
-    Defaults are bench_method.md's table. Fractions are 0..1, utilisation
-    percentages are 0..100.
-    """
+    """Verdict thresholds; `*_pass` is the ok bound, `*_warn` the fail bound. Fractions are 0..1,
+    utilisation percentages 0..100; docs/benchmark.md gives each one's basis."""
 
     efficiency_pass: float = 0.90  # tuned / ceiling >= this: ok
     efficiency_warn: float = 0.75  # below this: fail
@@ -183,6 +173,20 @@ class Thresholds:
         return tuple(f.name for f in fields(cls))
 
 
+_PERCENT = ("util_p95_pass", "util_p5_pass", "host_saturated_pct", "shm_pass_factor", "shm_warn_factor")
+THRESHOLD_RULES: Dict[str, Rule] = {n: _number(0, 100 if n in _PERCENT else 1) for n in Thresholds.names()}
+# (pass bound, warn bound, higher is better)
+THRESHOLD_PAIRS: Tuple[Tuple[str, str, bool], ...] = (
+    ("efficiency_pass", "efficiency_warn", True),
+    ("device_idle_pass", "device_idle_warn", False),
+    ("sm_active_pass", "sm_active_warn", True),
+    ("pss_growth_pass", "pss_growth_warn", False),
+    ("shm_pass_factor", "shm_warn_factor", True),
+    ("matmul_pass", "matmul_warn", True),
+    ("h2d_pass", "h2d_warn", True),
+)
+
+
 @dataclass(frozen=True)
 class ThresholdSet:
     """Thresholds plus where each value came from ('default', 'FILE', '--threshold')."""
@@ -194,104 +198,48 @@ class ThresholdSet:
         return dict(self.sources).get(name, "default")
 
     def to_dict(self) -> Dict[str, Dict[str, Any]]:
-        return {name: {"value": getattr(self.values, name), "source": self.source(name)} for name in Thresholds.names()}
+        return {n: {"value": getattr(self.values, n), "source": self.source(n)} for n in Thresholds.names()}
 
-    def override(self, updates: Mapping[str, Any], source: str) -> "ThresholdSet":
+    def override(self, updates: Mapping[str, Any], source: str) -> ThresholdSet:
         """New set with `updates` applied. Unknown names, values that are not finite numbers or are out of
         range, and a pass bound on the wrong side of its warn bound are InputErrors naming `source`."""
-        where = _threshold_where(source)
+        where: Namer = (
+            (lambda n: f"--threshold {n}") if source == "--threshold" else (lambda n: f"{source}: thresholds.{n}")
+        )
         clean: Dict[str, float] = {}
         for name, raw in updates.items():
             if name not in Thresholds.names():
                 close = difflib.get_close_matches(str(name), Thresholds.names(), n=1)
-                raise InputError(
-                    source,
-                    f"unknown threshold {excerpt(name)}",
-                    f"did you mean {close[0]}?"
-                    if close
-                    else f"one of {len(Thresholds.names())} names such as efficiency_pass or "
-                    "device_idle_pass; docs/benchmark.md lists them",
-                )
+                hint = f"one of {len(Thresholds.names())} names such as efficiency_pass or device_idle_pass; "
+                fix = f"did you mean {close[0]}?" if close else hint + "docs/benchmark.md lists them"
+                raise InputError(source, f"unknown threshold {excerpt(name)}", fix)
             if source == "--threshold" and isinstance(raw, str):
                 raw = _flag_number(raw)
-            clean[name] = check_value(raw, THRESHOLD_RULES[name], where(name))
-        merged = dict(self.sources)
-        merged.update({name: source for name in clean})
+            clean[name] = THRESHOLD_RULES[name].check(raw, where(name))
+        merged = {**dict(self.sources), **{name: source for name in clean}}
         result = ThresholdSet(replace(self.values, **clean), tuple(sorted(merged.items())))
         result.check_pairs(set(clean), where)
         return result
 
-    def check_pairs(self, changed: Any, where: Callable[[str], str]) -> None:
+    def check_pairs(self, changed: Any, where: Namer) -> None:
         """Each `*_pass` bound must not be on the failing side of its `*_warn` bound."""
         for good, bad, higher_is_better in THRESHOLD_PAIRS:
             if good not in changed and bad not in changed:
                 continue
             a, b = getattr(self.values, good), getattr(self.values, bad)
             if (a < b) if higher_is_better else (a > b):
-                name = good if good in changed else bad
-                other = bad if name == good else good
+                name, other = (good, bad) if good in changed else (bad, good)
                 side = "below" if (name == good) == higher_is_better else "above"
-                raise InputError(
-                    where(name),
-                    f"{getattr(self.values, name):g} is {side} {other} "
-                    f"{getattr(self.values, other):g} (from {self.source(other)})",
-                    f"{good} must be {'>=' if higher_is_better else '<='} {bad}",
-                )
-
-
-def _threshold_where(source: str) -> Callable[[str], str]:
-    if source == "--threshold":
-        return lambda name: f"--threshold {name}"
-    return lambda name: f"{source}: thresholds.{name}"
+                value, bound = getattr(self.values, name), getattr(self.values, other)
+                problem = f"{value:g} is {side} {other} {bound:g} (from {self.source(other)})"
+                raise InputError(where(name), problem, f"{good} must be {'>=' if higher_is_better else '<='} {bad}")
 
 
 def _flag_number(text: str) -> Any:
     try:
         return float(text)
     except ValueError:
-        return text  # refused by check_value, which shows it
-
-
-_FRACTION = _number(0, 1)
-THRESHOLD_RULES: Dict[str, Rule] = {
-    name: _FRACTION
-    for name in (
-        "efficiency_pass",
-        "efficiency_warn",
-        "device_idle_pass",
-        "device_idle_warn",
-        "speedup_pass_fraction",
-        "sm_active_pass",
-        "sm_active_warn",
-        "pss_growth_pass",
-        "pss_growth_warn",
-        "matmul_pass",
-        "matmul_warn",
-        "h2d_pass",
-        "h2d_warn",
-        "loader_scaling_pass",
-        "noise_floor_min",
-        "early_stop_efficiency",
-        "noise_inconclusive",
-    )
-}
-THRESHOLD_RULES.update(
-    util_p95_pass=_number(0, 100),
-    util_p5_pass=_number(0, 100),
-    host_saturated_pct=_number(0, 100),
-    shm_pass_factor=_number(0, 100),
-    shm_warn_factor=_number(0, 100),
-)
-# (pass bound, warn bound, higher is better)
-THRESHOLD_PAIRS: Tuple[Tuple[str, str, bool], ...] = (
-    ("efficiency_pass", "efficiency_warn", True),
-    ("device_idle_pass", "device_idle_warn", False),
-    ("sm_active_pass", "sm_active_warn", True),
-    ("pss_growth_pass", "pss_growth_warn", False),
-    ("shm_pass_factor", "shm_warn_factor", True),
-    ("matmul_pass", "matmul_warn", True),
-    ("h2d_pass", "h2d_warn", True),
-)
+        return text  # refused by the rule, which shows it
 
 
 def parse_threshold_flags(pairs: Sequence[str]) -> Dict[str, str]:
@@ -309,17 +257,15 @@ def parse_threshold_flags(pairs: Sequence[str]) -> Dict[str, str]:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """The synthetic workload: images held encoded, decoded + cropped + flipped per sample.
+    """The synthetic workload (JPEG images decoded, cropped and flipped per sample), and the batch size.
 
-    `cpu_ms` is extra CPU time per sample (spent on the worker's own CPU
-    clock, so it is the same on a busy machine); `io_ms` is extra latency
-    per sample (a sleep: storage or network latency, costs no CPU);
-    `step_ms` is extra consumer time per step (a known stand-in for a
-    slower device step; 0 for real runs).
+    `cpu_ms` is extra CPU time per sample (on the worker's own CPU clock, the same on a busy machine);
+    `io_ms` is extra latency per sample (a sleep: storage or network, no CPU); `step_ms` is extra time
+    per step (a known stand-in for a slower device; 0 for real runs).
     """
 
     samples: int = 512  # distinct samples stored
-    epoch_batches: int = 1000  # batches per epoch: the dataset repeats its samples (see SyntheticImages)
+    epoch_batches: int = 1000  # batches per epoch: the dataset repeats its samples
     image_size: int = 256  # stored (encoded) side
     crop_size: int = 224  # random crop fed to the model
     batch_size: int = 64
@@ -327,7 +273,7 @@ class WorkloadSpec:
     cpu_ms: float = 0.0
     io_ms: float = 0.0
     step_ms: float = 0.0
-    storage: str = "memory"  # memory | files | packed (W2)
+    storage: str = "memory"  # memory | files | packed
     cold_cache: bool = False  # files/packed: drop our files from the page cache before each phase
     model: str = "auto"  # auto | tiny | resnet18 | resnet50
     jpeg_quality: int = 90
@@ -339,23 +285,19 @@ class WorkloadSpec:
         """DataLoader's batch_size: None when the dataset batches itself (no automatic batching)."""
         return None if self.batched else self.batch_size
 
-    def validate(self, names: Optional[Mapping[str, str]] = None, script: bool = False) -> "WorkloadSpec":
+    def validate(self, names: Optional[Mapping[str, str]] = None, script: bool = False) -> WorkloadSpec:
         """Every field's type and range, then the ones that depend on each other. Errors name the field as
         `names` spells it (a config file's `FILE: options.crop_size`), else by flag (or `script` keyword)."""
         where = _namer(names, script)
         check_options(self.to_dict(), where, python=script)
         if self.crop_size > self.image_size:
             name = "crop_size" if names is None or "crop_size" in names else "image_size"
-            raise InputError(
-                where(name),
-                f"the crop ({self.crop_size}) is larger than the image ({self.image_size})",
-                "keep crop_size <= image_size",
-            )
+            problem = f"the crop ({self.crop_size}) is larger than the image ({self.image_size})"
+            raise InputError(where(name), problem, "keep crop_size <= image_size")
         if self.cold_cache and self.storage == "memory":
+            fix = "add --storage files or --storage packed, or drop --cold-cache"
             raise InputError(
-                where("cold_cache"),
-                "only applies to files on disk: the memory store has no page cache",
-                "add --storage files or --storage packed, or drop --cold-cache",
+                where("cold_cache"), "only applies to files on disk: the memory store has no page cache", fix
             )
         return self
 
@@ -363,9 +305,12 @@ class WorkloadSpec:
         return dict(self.__dict__)
 
 
+RUN_OPTIONS = ("budget_s", "device", "max_workers", "target_rate", "data_dir")
+
+
 @dataclass(frozen=True)
 class BenchOptions:
-    """One bench run. `budget_s` bounds the measured phases (setup excluded from no phase: it is spent first)."""
+    """One bench run. `budget_s` bounds the whole run, set-up included."""
 
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     budget_s: float = 120.0
@@ -379,30 +324,23 @@ class BenchOptions:
     sampler_interval_s: float = 0.2
     user: Any = None  # user.UserWorkload: the team's own dataset (None: the synthetic images)
 
-    def validate(self, names: Optional[Mapping[str, str]] = None) -> "BenchOptions":
+    def validate(self, names: Optional[Mapping[str, str]] = None) -> BenchOptions:
         """The workload's fields and this run's, named as `names` spells them (else by flag or keyword)."""
         script = self.from_script
         where = _namer(names, script)
         self.workload.validate(names, script)
-        check_options(
-            {name: getattr(self, name) for name in RUN_OPTIONS if getattr(self, name) is not None}, where, python=script
-        )
+        given = {name: getattr(self, name) for name in RUN_OPTIONS if getattr(self, name) is not None}
+        check_options(given, where, python=script)
         if self.workload.batched and self.user is None:
             raise InputError(where("batched"), "only applies to your own dataset", "add --dataset MODULE:FACTORY")
         device = self.device
         if not (device in ("auto", "cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit())):
-            raise InputError(
-                where("device"),
-                f"{device!r} is not auto, cpu, cuda, cuda:N or mps",
-                "e.g. device='cuda:0'" if script else "e.g. --device cuda:0",
-            )
+            fix = "e.g. device='cuda:0'" if script else "e.g. --device cuda:0"
+            raise InputError(where("device"), f"{device!r} is not auto, cpu, cuda, cuda:N or mps", fix)
         if self.data_dir is not None:
             if self.workload.storage == "memory":
-                raise InputError(
-                    where("data_dir"),
-                    "only used by --storage files or packed",
-                    "add --storage files or --storage packed, or drop --data-dir",
-                )
+                fix = "add --storage files or --storage packed, or drop --data-dir"
+                raise InputError(where("data_dir"), "only used by --storage files or packed", fix)
             check_directory(Path(self.data_dir), where("data_dir"))
         return self
 
@@ -412,42 +350,31 @@ class BenchOptions:
         return self.user is not None and not isinstance(self.user.dataset, str)
 
 
-RUN_OPTIONS = ("budget_s", "device", "max_workers", "target_rate", "data_dir")
-
-
-def _namer(names: Optional[Mapping[str, str]], script: bool = False) -> Callable[[str], str]:
+def _namer(names: Optional[Mapping[str, str]], script: bool = False) -> Namer:
     return lambda name: (names or {}).get(name) or option_name(name, script, where=True)
 
 
 def load_config(path: Path, thresholds: Optional[ThresholdSet] = None) -> Tuple[ThresholdSet, Dict[str, Any]]:
-    """Read a YAML or JSON config: `{thresholds: {name: value}, options: {...}}`.
+    """Read a YAML or JSON config `{thresholds: {name: value}, options: {...}}`: the thresholds with the
+    file's overrides applied, and its `options` (CLI names with `_`, e.g. `budget_s`), each checked and
+    named `FILE: options.NAME` in errors."""
+    from bootstrap.yamlfile import load_yaml  # YAML is a superset of JSON: one reader serves both
 
-    Returns the thresholds with the file's overrides applied and the
-    `options` mapping (CLI option names with `_`, e.g. `budget_s`), each
-    value checked and named `FILE: options.NAME` in errors, which the CLI
-    applies under its own flags.
-    """
-    from bootstrap.yamlfile import load_yaml  # YAML is a superset of JSON, so one reader serves both
-
-    data = load_yaml(path)
     where = str(path)
-    if data is None:
-        data = {}
+    data = load_yaml(path)
+    data = {} if data is None else data
     if not isinstance(data, dict):
         raise InputError(where, "top level must be a mapping", "write `thresholds:` and/or `options:` keys")
     unknown = sorted(set(data) - {"thresholds", "options"})
     if unknown:
         raise InputError(where, f"unknown key {unknown[0]!r}", "only `thresholds` and `options` are read")
-    raw_thresholds = data.get("thresholds") or {}
-    raw_options = data.get("options") or {}
-    for key, value in (("thresholds", raw_thresholds), ("options", raw_options)):
+    raw: Dict[str, Any] = {key: data.get(key) or {} for key in ("thresholds", "options")}
+    for key, value in raw.items():
         if not isinstance(value, dict):
             raise InputError(f"{where}: {key}", "must be a mapping of name: value", f"e.g. {key}: {{name: value}}")
-    unknown = sorted(set(raw_options) - set(OPTION_RULES))
+    unknown = sorted(set(raw["options"]) - set(OPTION_RULES))
     if unknown:
-        raise InputError(
-            f"{where}: options", f"unknown option {unknown[0]!r}", f"use one of: {', '.join(OPTION_RULES)}"
-        )
-    base = thresholds or ThresholdSet()
-    options = check_options(raw_options, lambda name: f"{where}: options.{name}")
-    return base.override(raw_thresholds, where), options
+        fix = f"use one of: {', '.join(OPTION_RULES)}"
+        raise InputError(f"{where}: options", f"unknown option {unknown[0]!r}", fix)
+    options = check_options(raw["options"], lambda name: f"{where}: options.{name}")
+    return (thresholds or ThresholdSet()).override(raw["thresholds"], where), options

@@ -21,7 +21,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.bench.config import BenchOptions
 from bootstrap.bench.results import BenchResult
-from bootstrap.bench.run import ProgressFn, run_bench
+from bootstrap.bench.run import run_bench
+from bootstrap.bench.state import ProgressFn
 from bootstrap.errors import RankLostError
 from bootstrap.report import SEVERITY, Check, Status
 from bootstrap.torchrun import check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
@@ -98,11 +99,12 @@ def ddp_ceiling(result: BenchResult, options: BenchOptions, dist: Any) -> Option
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    from bootstrap.bench.device import Device, Trainer
+    from bootstrap.bench.device import Device
     from bootstrap.bench.results import LoaderConfig
+    from bootstrap.bench.step import Trainer
 
     spec = options.workload
-    rate = result.metrics.get("ceiling_samples_per_s") or 0.0
+    rate = result.metrics.ceiling_samples_per_s or 0.0
     steps = [max(5, min(200, int(rate / spec.batch_size * min(DDP_SECONDS, 0.05 * options.budget_s))))]
     dist.broadcast_object_list(steps, src=0)
     device = Device(options.device)

@@ -60,7 +60,7 @@ def usable_cpus() -> int:
 
 def host_busy_pct(seconds: float) -> Optional[float]:
     """Machine-wide CPU busy % over `seconds` while this process sleeps (/proc/stat; None where absent)."""
-    from bootstrap.bench.sampler import read_proc_stat
+    from bootstrap.bench.utilization import read_proc_stat
 
     first = read_proc_stat()
     if first is None:

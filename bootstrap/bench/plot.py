@@ -161,8 +161,8 @@ def _fit(chart: Chart, text: str, width: int) -> str:
 def _place_bars(chart: Chart, bars: Sequence[Tuple[str, str, float]], result: BenchResult, top: int) -> int:
     """The bars, their rates, the ceiling and tuned marks, and the axis; returns the bars' bottom."""
     left, right = 300, WIDTH - 120
-    ceiling = result.metrics.get("ceiling_samples_per_s")
-    tuned = result.metrics.get("tuned_samples_per_s")
+    ceiling = result.metrics.ceiling_samples_per_s
+    tuned = result.metrics.tuned_samples_per_s
     peak = max([b[2] for b in bars] + [ceiling or 0.0, tuned or 0.0, 1e-9])
 
     def x_of(rate: float) -> int:

@@ -1,9 +1,8 @@
 """Renderings of a `BenchResult`: the text report, the JSON envelope, the code snippet, the files.
 
-The JSON report is the `bootstrap.checks.model` envelope (kind 'bench', the
-verdicts as its checks) with the bench's own payload under `extra`, which
-carries its own schema name and version (`SCHEMA`, `SCHEMA_VERSION`);
-tests/test_bench_report.py pins both layouts.
+The JSON report is the checks envelope (kind 'bench', the verdicts as its checks) with the bench's
+own payload under `extra`, which carries its own schema name and version (`SCHEMA`,
+`SCHEMA_VERSION`); tests/fixtures/bench.py pins both layouts (docs/benchmark.md, "The JSON report").
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from bootstrap.bench.config import WorkloadSpec
-from bootstrap.bench.results import BenchResult, LoaderConfig
+from bootstrap.bench.results import BenchResult, LoaderConfig, Metrics
 from bootstrap.errors import InputError
 from bootstrap.fsutil import check_directory, check_output, write_target, write_together
 from bootstrap.report import render_table, to_json
@@ -39,7 +38,7 @@ def payload(result: BenchResult) -> Dict[str, Any]:
         "workload": result.workload,
         "thresholds": result.thresholds,
         "phases": [p.to_dict() for p in result.phases],
-        "metrics": result.metrics,
+        "metrics": result.metrics.to_dict(),
         "measurements": [m.to_dict() for m in result.measurements],
         "tuning": result.tuning.to_dict(),
         "sampler": result.sampler.to_dict(),
@@ -286,58 +285,54 @@ def _measurement_table(result: BenchResult) -> str:
     return "\n".join(out)
 
 
-def _efficiency(m: Dict[str, Optional[float]]) -> str:
-    over = m.get("tuned_over_ceiling")
-    if m.get("efficiency") is None and over is not None:
+def _efficiency(m: Metrics) -> str:
+    over = m.tuned_over_ceiling
+    if m.efficiency is None and over is not None:
         return f"- (tuned {over:.2f}x the ceiling: a measurement error, see bench.efficiency)"
-    return _num(m.get("efficiency"), ".2f")
+    return _num(m.efficiency, ".2f")
 
 
-def _headline(m: Dict[str, Optional[float]]) -> List[str]:
+def _headline(m: Metrics) -> List[str]:
     lines = [
-        f"ceiling {_num(m.get('ceiling_samples_per_s'))} samples/s (batch resident on the device)"
-        + (f", with the copy {_num(m.get('ceiling_h2d_samples_per_s'))}" if m.get("ceiling_h2d_samples_per_s") else ""),
-        f"naive   {_num(m.get('naive_samples_per_s'))} samples/s; tuned {_num(m.get('tuned_samples_per_s'))} samples/s "
-        f"(min {_num(m.get('tuned_min_samples_per_s'))}, max {_num(m.get('tuned_max_samples_per_s'))}); "
-        f"re-measured {_num(m.get('recheck_samples_per_s'))} samples/s with a fresh loader",
-        f"efficiency {_efficiency(m)}; speedup {_num(m.get('speedup'), '.2f')}x over naive "
-        f"(predicted {_num(m.get('predicted_speedup'), '.2f')}x); "
-        f"stall: host wait {_num(m.get('stall_host_wait_pct'), '.1f')}%, "
-        f"differential {_num(m.get('stall_differential_pct'), '.1f')}%, "
-        f"device idle {_num(m.get('stall_device_idle_pct'), '.1f')}%",
+        f"ceiling {_num(m.ceiling_samples_per_s)} samples/s (batch resident on the device)"
+        + (f", with the copy {_num(m.ceiling_h2d_samples_per_s)}" if m.ceiling_h2d_samples_per_s else ""),
+        f"naive   {_num(m.naive_samples_per_s)} samples/s; tuned {_num(m.tuned_samples_per_s)} samples/s "
+        f"(min {_num(m.tuned_min_samples_per_s)}, max {_num(m.tuned_max_samples_per_s)}); "
+        f"re-measured {_num(m.recheck_samples_per_s)} samples/s with a fresh loader",
+        f"efficiency {_efficiency(m)}; speedup {_num(m.speedup, '.2f')}x over naive "
+        f"(predicted {_num(m.predicted_speedup, '.2f')}x); "
+        f"stall: host wait {_num(m.stall_host_wait_pct, '.1f')}%, "
+        f"differential {_num(m.stall_differential_pct, '.1f')}%, "
+        f"device idle {_num(m.stall_device_idle_pct, '.1f')}%",
     ]
-    c = m.get("cpu_s_per_sample")
+    c = m.cpu_s_per_sample
     if c:
         sizing = (
             f"sizing: c = {c * 1000:.2f} ms CPU "
-            f"and l = {_num((m.get('wall_s_per_sample') or 0) * 1000, '.2f')} ms wall "
-            f"per sample; this host can feed ~{_num(m.get('feedable_samples_per_s'), ',.0f')} samples/s; "
-            f"the ceiling needs ~{_num(m.get('cores_per_device_needed'), '.1f')} loader cores "
-            f"and ~{_num(m.get('workers_per_device_needed'), '.1f')} workers in flight"
+            f"and l = {_num((m.wall_s_per_sample or 0) * 1000, '.2f')} ms wall "
+            f"per sample; this host can feed ~{_num(m.feedable_samples_per_s, ',.0f')} samples/s; "
+            f"the ceiling needs ~{_num(m.cores_per_device_needed, '.1f')} loader cores "
+            f"and ~{_num(m.workers_per_device_needed, '.1f')} workers in flight"
         )
-        if m.get("cores_needed_for_target") is not None:
-            sizing += f"; the target rate needs ~{m['cores_needed_for_target']:.1f} cores"
+        if m.cores_needed_for_target is not None:
+            sizing += f"; the target rate needs ~{m.cores_needed_for_target:.1f} cores"
         lines.append(sizing)
-    if m.get("loader_scaling_efficiency") is not None:
-        scaling = ", ".join(
-            f"S({k[8:].split('_')[0]}) = {v:,.0f}/s"
-            for k, v in sorted(m.items())
-            if k.startswith("loader_w") and v is not None
-        )
-        lines.append(f"loader scaling: {scaling}; efficiency {m['loader_scaling_efficiency']:.2f}")
+    if m.loader_scaling_efficiency is not None:
+        scaling = ", ".join(f"S({w}) = {v:,.0f}/s" for w, v in sorted(m.loader_scaling.items()))
+        lines.append(f"loader scaling: {scaling}; efficiency {m.loader_scaling_efficiency:.2f}")
     extra = []
-    if m.get("matmul_tflops") is not None:
-        extra.append(f"matmul {m['matmul_tflops']:.3f} TFLOP/s")
-    for direction in ("h2d", "d2h"):  # measured on CUDA only
-        if m.get(f"{direction}_pinned_gb_per_s") is not None:
-            extra.append(
-                f"{direction.upper()} pinned {m[f'{direction}_pinned_gb_per_s']:.1f} / "
-                f"pageable {_num(m.get(f'{direction}_pageable_gb_per_s'))} GB/s"
-            )
-    if m.get("peak_memory_mib") is not None:
-        extra.append(f"peak memory {m['peak_memory_mib']:,.0f} MiB")
-    if m.get("time_to_first_batch_s") is not None:
-        extra.append(f"first batch {m['time_to_first_batch_s']:.2f} s")
+    if m.matmul_tflops is not None:
+        extra.append(f"matmul {m.matmul_tflops:.3f} TFLOP/s")
+    for name, pinned, pageable in (
+        ("H2D", m.h2d_pinned_gb_per_s, m.h2d_pageable_gb_per_s),
+        ("D2H", m.d2h_pinned_gb_per_s, m.d2h_pageable_gb_per_s),
+    ):  # measured on CUDA only
+        if pinned is not None:
+            extra.append(f"{name} pinned {pinned:.1f} / pageable {_num(pageable)} GB/s")
+    if m.peak_memory_mib is not None:
+        extra.append(f"peak memory {m.peak_memory_mib:,.0f} MiB")
+    if m.time_to_first_batch_s is not None:
+        extra.append(f"first batch {m.time_to_first_batch_s:.2f} s")
     if extra:
         lines.append("; ".join(extra))
     return lines
@@ -347,7 +342,7 @@ def _tuner_lines(result: BenchResult) -> List[str]:
     t, m = result.tuning, result.metrics
     if t.predicted_workers is None:
         return []
-    measured = m.get("tune_candidates_measured")
+    measured = m.tune_candidates_measured
     searched = f" ({measured:.0f} measured)" if measured is not None and measured < len(t.candidates) else ""
     lines = [
         f"tuner: W* = {t.predicted_workers} (cap {t.cap}: {t.cap_reason}); candidates "

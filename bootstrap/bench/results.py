@@ -1,13 +1,12 @@
-"""The frozen records a bench run returns; rendering lives in `report`.
+"""The frozen records a bench run returns; `report` renders them (docs/benchmark.md, "The JSON report").
 
-Metric names carry their units (`samples_per_s`, `_pct`, `_gb_per_s`,
-`_mib`, `_s`). Every record has `to_dict()` for the JSON report, whose
-layout `report.SCHEMA_VERSION` pins.
+Names carry their units (`samples_per_s`, `_pct`, `_gb_per_s`, `_mib`, `_s`); every record has
+`to_dict()` for the JSON report, whose layout `report.SCHEMA_VERSION` pins.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Tuple
 
 from bootstrap.report import Check
@@ -27,24 +26,16 @@ class LoaderConfig:
 
     @property
     def label(self) -> str:
-        parts = [f"w={self.num_workers}"]
-        if self.num_workers:
-            parts.append(f"pf={self.prefetch_factor}")
-        parts.append("pin" if self.pin_memory else "nopin")
-        if self.non_blocking:
-            parts.append("nb")
-        if self.amp_dtype:
-            parts.append(self.amp_dtype.replace("float", "f"))
-        if self.channels_last:
-            parts.append("cl")
-        return " ".join(parts)
+        parts = [f"w={self.num_workers}"] + ([f"pf={self.prefetch_factor}"] if self.num_workers else [])
+        parts += ["pin" if self.pin_memory else "nopin"] + (["nb"] if self.non_blocking else [])
+        parts += [self.amp_dtype.replace("float", "f")] if self.amp_dtype else []
+        return " ".join(parts + (["cl"] if self.channels_last else []))
 
     def dataloader_kwargs(self) -> Dict[str, Any]:
         """Keyword arguments of `torch.utils.data.DataLoader` (prefetch/persistence only with workers)."""
         kwargs: Dict[str, Any] = {"num_workers": self.num_workers, "pin_memory": self.pin_memory}
         if self.num_workers > 0:
-            kwargs["prefetch_factor"] = self.prefetch_factor
-            kwargs["persistent_workers"] = self.persistent_workers
+            kwargs.update(prefetch_factor=self.prefetch_factor, persistent_workers=self.persistent_workers)
         return kwargs
 
     def to_dict(self) -> Dict[str, Any]:
@@ -55,7 +46,7 @@ class LoaderConfig:
 class Measurement:
     """One timed window: warm-up discarded, synchronised at both ends."""
 
-    phase: str  # ceiling | ceiling_h2d | naive | loader | scaling | tune | knob | tuned
+    phase: str  # ceiling | ceiling_h2d | naive | loader | scaling | tune | knob | tuned | recheck
     label: str
     config: Optional[LoaderConfig]
     steps: int
@@ -67,7 +58,7 @@ class Measurement:
     first_batch_s: Optional[float] = None
     cpu_s: float = 0.0  # CPU seconds of this process during the window
     device_idle_s: Optional[float] = None  # CUDA only: gaps between steps' GPU work
-    truncated: bool = False  # ended by the phase deadline before its planned length
+    truncated: bool = False  # a deadline ended it before its planned length
     started_s: float = 0.0  # since the run started (for the timeline)
 
     @property
@@ -76,9 +67,11 @@ class Measurement:
 
     def to_dict(self) -> Dict[str, Any]:
         out = asdict(self)
-        out["config"] = None if self.config is None else self.config.to_dict()
-        out["host_wait_pct"] = self.host_wait_pct
+        out.update(config=self.config and self.config.to_dict(), host_wait_pct=self.host_wait_pct)
         return out
+
+
+Knob = Tuple[str, str, bool, float, float]  # (knob, tried label, kept, gain, noise floor)
 
 
 @dataclass(frozen=True)
@@ -92,39 +85,33 @@ class TuningRecord:
     cap_reason: str = ""
     candidates: Tuple[int, ...] = ()
     rounds: Tuple[Tuple[float, Tuple[Tuple[str, float], ...]], ...] = ()  # (window_s, ((label, samples/s), ...))
-    knobs: Tuple[Tuple[str, str, bool, float, float], ...] = ()  # (knob, tried, kept, gain, noise)
+    knobs: Tuple[Knob, ...] = ()
     winner: Optional[LoaderConfig] = None
     stopped_early: bool = False
     seconds: float = 0.0
     budget_s: float = 0.0
 
     def to_dict(self) -> Dict[str, Any]:
-        return {
-            "cpu_s_per_sample": self.cpu_s_per_sample,
-            "wall_s_per_sample": self.wall_s_per_sample,
-            "predicted_workers": self.predicted_workers,
-            "cap": self.cap,
-            "cap_reason": self.cap_reason,
-            "candidates": list(self.candidates),
-            "rounds": [
+        out = asdict(self)
+        out.update(
+            candidates=list(self.candidates),
+            rounds=[
                 {"window_s": w, "results": [{"label": label, "samples_per_s": r} for label, r in res]}
                 for w, res in self.rounds
             ],
-            "knobs": [
+            knobs=[
                 {"knob": k, "tried": t, "kept": kept, "gain": g, "noise_floor": n} for k, t, kept, g, n in self.knobs
             ],
-            "winner": None if self.winner is None else self.winner.to_dict(),
-            "stopped_early": self.stopped_early,
-            "seconds": self.seconds,
-            "budget_s": self.budget_s,
-        }
+            winner=self.winner and self.winner.to_dict(),
+        )
+        return out
 
 
 @dataclass(frozen=True)
 class UtilStats:
-    """Summary of sampled utilisation (percent) plus how it was sampled and what sampling cost."""
+    """Sampled utilisation (percent): its source, count and spread."""
 
-    source: str  # e.g. 'nvmlDeviceGetSamples', 'nvmlDeviceGetUtilizationRates', '/proc/stat'
+    source: str  # 'nvmlDeviceGetSamples', 'nvmlDeviceGetUtilizationRates' or '/proc/stat (all CPUs)'
     count: int
     mean: Optional[float] = None
     p5: Optional[float] = None
@@ -132,13 +119,13 @@ class UtilStats:
     p50: Optional[float] = None
     p95: Optional[float] = None
 
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+
+Timeline = Tuple[Tuple[float, float], ...]  # (seconds since the run started, percent)
 
 
 @dataclass(frozen=True)
 class SamplerReport:
-    """The sampler thread's results: GPU and host series, GPM, and its own overhead."""
+    """The utilisation sampler's results: GPU and host series, GPM, and its own cost."""
 
     gpu: Optional[UtilStats] = None
     host_cpu: Optional[UtilStats] = None
@@ -149,29 +136,25 @@ class SamplerReport:
     busy_s: float = 0.0  # wall time spent inside polls
     cpu_s: float = 0.0  # the sampler thread's CPU time
     wall_s: float = 0.0
-    gpu_timeline: Tuple[Tuple[float, float], ...] = ()  # (seconds since start, %)
-    host_timeline: Tuple[Tuple[float, float], ...] = ()
+    gpu_timeline: Timeline = ()
+    host_timeline: Timeline = ()
 
     @property
     def overhead_pct(self) -> float:
-        """CPU the sampler took, as a percentage of the time it ran (the GIL makes this time the main thread lost)."""
+        """CPU the sampler took, as a share of the time it ran (under the GIL the main thread lost it)."""
         return 100.0 * self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
     def to_dict(self) -> Dict[str, Any]:
-        return {
-            "gpu_utilization_pct": None if self.gpu is None else self.gpu.to_dict(),
-            "host_cpu_busy_pct": None if self.host_cpu is None else self.host_cpu.to_dict(),
-            "gpm_sm_active": self.gpm_sm_active,
-            "gpm_reason": self.gpm_reason,
-            "reason": self.reason,
-            "polls": self.polls,
-            "busy_s": self.busy_s,
-            "cpu_s": self.cpu_s,
-            "wall_s": self.wall_s,
-            "overhead_pct": self.overhead_pct,
-            "gpu_timeline": [list(p) for p in self.gpu_timeline],
-            "host_timeline": [list(p) for p in self.host_timeline],
-        }
+        out = asdict(self)
+        del out["gpu"], out["host_cpu"]
+        out.update(
+            gpu_utilization_pct=self.gpu and asdict(self.gpu),
+            host_cpu_busy_pct=self.host_cpu and asdict(self.host_cpu),
+            overhead_pct=self.overhead_pct,
+            gpu_timeline=[list(p) for p in self.gpu_timeline],
+            host_timeline=[list(p) for p in self.host_timeline],
+        )
+        return out
 
 
 @dataclass(frozen=True)
@@ -187,6 +170,87 @@ class PhaseRecord:
         return asdict(self)
 
 
+@dataclass
+class Metrics:
+    """Every figure a run measured or derived (`bench.json`'s `metrics`); None: not measured."""
+
+    # the host before and during the run
+    host_busy_before_pct: Optional[float] = None
+    load_average: Optional[float] = None
+    # the device micro-benchmarks (CUDA copies only)
+    matmul_tflops: Optional[float] = None
+    h2d_pinned_gb_per_s: Optional[float] = None
+    h2d_pageable_gb_per_s: Optional[float] = None
+    d2h_pinned_gb_per_s: Optional[float] = None
+    d2h_pageable_gb_per_s: Optional[float] = None
+    # the loader alone, num_workers=0: c (CPU) and l (wall) seconds per sample
+    loader_only_samples_per_s: Optional[float] = None
+    cpu_s_per_sample: Optional[float] = None
+    wall_s_per_sample: Optional[float] = None
+    run_queue_s_per_sample: Optional[float] = None
+    loader_run_queue_pct: Optional[float] = None
+    # the step on a batch resident on the device, and the naive loader
+    ceiling_samples_per_s: Optional[float] = None
+    ceiling_fp32_samples_per_s: Optional[float] = None
+    ceiling_amp_samples_per_s: Optional[float] = None
+    ceiling_h2d_samples_per_s: Optional[float] = None
+    step_cpu_s_per_sample: Optional[float] = None
+    naive_samples_per_s: Optional[float] = None
+    naive_host_wait_pct: Optional[float] = None
+    # CPU hosts: loader rate S(W) by workers, and S(W) / (W x S(1))
+    loader_scaling: Dict[int, float] = field(default_factory=dict)
+    loader_scaling_workers: Optional[float] = None
+    loader_scaling_efficiency: Optional[float] = None
+    # the search
+    tune_candidates: Optional[float] = None
+    tune_candidates_measured: Optional[float] = None
+    tune_candidates_failed: Optional[float] = None
+    tune_repeat_noise: Optional[float] = None
+    tune_knobs: Optional[float] = None
+    tune_knobs_tried: Optional[float] = None
+    tuning_seconds: Optional[float] = None
+    tuning_budget_s: Optional[float] = None
+    # the tuned windows and the re-measure
+    tuned_samples_per_s: Optional[float] = None
+    tuned_min_samples_per_s: Optional[float] = None
+    tuned_max_samples_per_s: Optional[float] = None
+    tuned_spread_pct: Optional[float] = None
+    tuned_window_steps: Optional[float] = None
+    tuned_prefetched_batches: Optional[float] = None
+    tuned_windows: Optional[float] = None
+    time_to_first_batch_s: Optional[float] = None
+    worker_pss_growth_pct: Optional[float] = None
+    worker_pss_mib: Optional[float] = None
+    recheck_samples_per_s: Optional[float] = None
+    recheck_steps: Optional[float] = None
+    recheck_gap_pct: Optional[float] = None
+    recheck_noise: Optional[float] = None
+    # what the verdicts judge
+    efficiency: Optional[float] = None
+    tuned_over_ceiling: Optional[float] = None
+    stall_host_wait_pct: Optional[float] = None
+    stall_device_idle_pct: Optional[float] = None
+    stall_differential_pct: Optional[float] = None
+    speedup: Optional[float] = None
+    speedup_noise: Optional[float] = None
+    predicted_samples_per_s: Optional[float] = None
+    predicted_speedup: Optional[float] = None
+    # sizing: what the ceiling needs, what this host can feed
+    cores_per_device_needed: Optional[float] = None
+    workers_per_device_needed: Optional[float] = None
+    feedable_samples_per_s: Optional[float] = None
+    cores_needed_for_target: Optional[float] = None
+    shm_need_mib: Optional[float] = None
+    peak_memory_mib: Optional[float] = None
+    sampler_overhead_pct: Optional[float] = None
+    budget_needed_s: Optional[float] = None
+
+    def to_dict(self) -> Dict[str, Optional[float]]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "loader_scaling"}
+        out.update({f"loader_w{w}_samples_per_s": rate for w, rate in sorted(self.loader_scaling.items())})
+        return out
+
+
 @dataclass(frozen=True)
 class BenchResult:
     """Everything one bench run measured and decided. `partial` when Ctrl-C cut it short."""
@@ -197,7 +261,7 @@ class BenchResult:
     thresholds: Dict[str, Dict[str, Any]]
     phases: Tuple[PhaseRecord, ...]
     measurements: Tuple[Measurement, ...]
-    metrics: Dict[str, Optional[float]]
+    metrics: Metrics
     tuning: TuningRecord
     sampler: SamplerReport
     checks: Tuple[Check, ...]

@@ -1,22 +1,31 @@
-"""The state of one bench run: one value the phases read and fill in, and its bookkeeping.
+"""The state of one bench run: what set-up built, what the phases found, and the run's bookkeeping.
 
-`RunState` is created once (`new_state`), set up by `startup.set_up`, then
-handed to each phase function (`phase(state, deadline) -> note`) in turn;
-`outcome.build_result` derives the frozen `BenchResult` from it. Clock
-readings are `time.perf_counter()` values (`clock_zero`, `run_deadline`,
-a phase's `deadline`); durations end in `_s`.
+Clock readings are `time.perf_counter()` values (`clock_zero`, `run_deadline`, a phase's deadline);
+durations end in `_s`.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from bootstrap.bench.budget import Costs, Ledger
 from bootstrap.bench.config import BenchOptions, Thresholds, WorkloadSpec
-from bootstrap.bench.results import LoaderConfig, Measurement, PhaseRecord, SamplerReport, TuningRecord
+from bootstrap.bench.results import LoaderConfig, Measurement, Metrics, PhaseRecord, SamplerReport, TuningRecord
+
+if TYPE_CHECKING:
+    from bootstrap.bench.device import Device
+    from bootstrap.bench.loader import BatchStream
+    from bootstrap.bench.step import Trainer
+    from bootstrap.bench.tuner import WorkerPrediction
+    from bootstrap.bench.user import Sampling, UserParts
+    from bootstrap.bench.utilization import UtilSampler
+    from bootstrap.compat.facts import HostFacts
+
+
+FLOOR_STEPS = 3  # a rate needs a few steps, and its CV needs thirds
+CUT_SHARE = 0.25  # a window ended this much short of its plan was cut, not just ended by a busy moment
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,7 @@ class Progress:
 
 
 ProgressFn = Callable[[Progress], None]
+Barrier = Callable[[], None]
 
 
 class LoaderFailure(NamedTuple):
@@ -40,61 +50,58 @@ class LoaderFailure(NamedTuple):
     why: str
 
 
+class Cut(NamedTuple):
+    """A measurement the budget cut short or left out, and about what more it needed."""
+
+    phase: str
+    what: str
+    need_s: float
+
+
 @dataclass
 class RunState:
-    """Everything a run has set up and measured so far (see the module docstring)."""
+    """Everything a run has set up and measured so far."""
 
-    # What was asked, and how the run reports back
     options: BenchOptions
     progress: ProgressFn
-    barrier: Optional[Callable[[], None]]  # torchrun: dist.barrier, called alike on every rank
+    barrier: Optional[Barrier]  # torchrun: dist.barrier, called alike on every rank
     rank: Dict[str, int]
-    clock_zero: float  # perf_counter when the run began
-    run_deadline: float  # perf_counter when the budget ends
-    current_phase: str = "setup"
-
-    # Set up once (startup.set_up)
-    host: Any = None  # compat.facts.HostFacts
-    device: Any = None  # device.Device
+    clock_zero: float
+    run_deadline: float
+    phase: str = "setup"
+    # set up once
+    host: Optional[HostFacts] = None
+    device: Optional[Device] = None
     cpus: int = 1
     model_name: str = ""
-    store: Any = None  # workloads.MemoryStore / files / packed
-    dataset: Any = None  # workloads.SyntheticImages, or the user's (parts.resolve)
-    collate_fn: Any = None  # the user's --collate, else DataLoader's default
-    user_parts: Any = None  # parts.UserParts when the run measures the user's workload
-    sample_batch: Optional[Tuple[Any, Any]] = None  # the first batch: the ceiling's when the loader phase kept none
-    ceiling_batches: List[Any] = field(default_factory=list)  # batches the loader phase loaded, for the ceiling
-    samples_in: Optional[Callable[[Any], int]] = None  # samples in a batch it did not size (own_batch_counter)
+    dataset: Any = None  # synthetic.SyntheticImages, or the user's (`user.resolve`)
+    store: Any = None  # the synthetic samples' store, for --cold-cache
+    collate_fn: Optional[Callable[..., Any]] = None
+    user: Optional[UserParts] = None
+    sample_batch: Any = None  # the first batch: the ceiling's when the loader phase kept none
+    ceiling_batches: List[Tuple[Any, Optional[int]]] = field(default_factory=list)
+    samples_in: Optional[Callable[[Any], int]] = None  # samples in a batch the DataLoader did not size
     batch_bytes: int = 0
-    sampler: Any = None  # sampler.UtilSampler while it runs
+    sampler: Optional[UtilSampler] = None
     device_info: Dict[str, Any] = field(default_factory=dict)
-
-    # What the clean-up (startup.clean_up) restores or removes
-    saved_cudnn_benchmark: Optional[bool] = None
-    saved_torch_threads: Optional[int] = None
-    sample_dir: Optional[str] = None
-    made_dir: Optional[Path] = None  # the outermost directory of --data-dir that the run created
-    trainers: Dict[Tuple[Optional[str], bool], Any] = field(default_factory=dict)  # (amp, channels_last)
-
-    # What the phases found
-    costs: Optional[Costs] = None
+    undo: List[Callable[[], None]] = field(default_factory=list)  # what clean-up restores, last first
+    trainers: Dict[Tuple[Optional[str], bool], Trainer] = field(default_factory=dict)
+    # what the phases found
     step_config: LoaderConfig = field(default_factory=LoaderConfig)
+    step_s: float = 0.0  # one step on a resident batch, as the ceiling (or set-up) timed it
     ceiling: Optional[Measurement] = None
     naive: Optional[Measurement] = None
-    prediction: Any = None  # tune.WorkerPrediction, once the loader and ceiling are known
-    cpu_bound: Optional[bool] = None
+    prediction: Optional[WorkerPrediction] = None
     pcie: Optional[Tuple[int, int, int, int]] = None
     best: Optional[LoaderConfig] = None
     tuning: TuningRecord = field(default_factory=TuningRecord)
-    tuned_barriers_due: int = 0  # tuned-window barriers still owed this phase (torchrun)
     measurements: List[Measurement] = field(default_factory=list)
     phase_records: List[PhaseRecord] = field(default_factory=list)
-    metrics: Dict[str, Optional[float]] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
     notes: List[str] = field(default_factory=list)
     failures: List[LoaderFailure] = field(default_factory=list)
-    ledger: Ledger = field(default_factory=Ledger)  # measurements the budget could not pay for
-
-    # How it ended
+    cuts: List[Cut] = field(default_factory=list)
+    # how it ended
     interrupted: bool = False
     sampler_report: SamplerReport = field(default_factory=lambda: SamplerReport(reason="not started"))
     elapsed_at_end_s: float = 0.0
@@ -104,13 +111,12 @@ class RunState:
         return self.options.workload
 
     @property
-    def sampling(self) -> Any:
-        """The user's sampler or batch sampler (`sampling.Sampling`); None: bench's shuffle."""
-        return self.user_parts.sampling if self.user_parts is not None else None
-
-    @property
     def thresholds(self) -> Thresholds:
         return self.options.thresholds.values
+
+    @property
+    def sampling(self) -> Optional[Sampling]:
+        return self.user.sampling if self.user is not None else None
 
     @property
     def is_cuda(self) -> bool:
@@ -122,39 +128,78 @@ class RunState:
     def say(self, phase: str, message: str) -> None:
         self.progress(Progress(phase, self.elapsed_s(), self.options.budget_s, message))
 
-    def record(self, measurement: Measurement) -> Measurement:
-        self.measurements.append(measurement)
-        self.say(
-            measurement.phase,
-            f"{measurement.label}: {measurement.samples_per_s:,.1f} samples/s over "
-            f"{measurement.seconds:.2f} s ({measurement.steps} steps)",
+    def record(self, m: Measurement, planned_s: float = 0.0) -> Measurement:
+        """Keep `m`; a window a deadline cut well short enters the cuts with about what it lacked."""
+        self.measurements.append(m)
+        self.say(m.phase, f"{m.label}: {m.samples_per_s:,.1f} samples/s over {m.seconds:.2f} s ({m.steps} steps)")
+        lacked_s = max(0.0, planned_s - m.seconds) + max(0, FLOOR_STEPS - m.steps) * m.seconds / max(1, m.steps)
+        if m.truncated and (m.steps < FLOOR_STEPS or lacked_s > CUT_SHARE * planned_s):
+            self.cut(m.phase, m.label, lacked_s)
+        return m
+
+    def cut(self, phase: str, what: str, need_s: float) -> None:
+        self.cuts.append(Cut(phase, what, max(0.0, need_s)))
+
+    def cuts_summary(self, phases: Tuple[str, ...] = ()) -> str:
+        """'PHASE: WHAT (~SECONDS s); ...' for each cut, of `phases` only when given."""
+        shown = [c for c in self.cuts if not phases or c.phase in phases]
+        return "; ".join(f"{c.phase}: {c.what} (~{c.need_s:.1f} s)" for c in shown)
+
+    def budget_needed_s(self) -> float:
+        """A budget that would have paid for what was cut too: what the run spent plus what the cuts
+        lacked, a tenth more for the estimate's error, rounded up to 5 s."""
+        spent = self.elapsed_at_end_s or self.elapsed_s()
+        return float(5 * math.ceil((spent + sum(c.need_s for c in self.cuts)) * 1.1 / 5))
+
+    def stream(self, config: LoaderConfig) -> BatchStream:
+        """A fresh DataLoader of the run's dataset with `config`, read as a stream of batches."""
+        from bootstrap.bench.loader import BatchStream, make_loader
+
+        spec = self.workload
+        sampling, collate_fn = self.sampling, self.collate_fn
+        loader = make_loader(
+            self.dataset, spec.loader_batch_size, config, seed=spec.seed, collate_fn=collate_fn, sampling=sampling
         )
-        return measurement
+        return BatchStream(loader)
 
-    def measurements_of(self, *phases: str) -> List[Measurement]:
-        return [m for m in self.measurements if m.phase in phases]
+    def trainer(self, config: LoaderConfig) -> Trainer:
+        """The model for `config`'s step settings (AMP, channels_last), built once and reused. Its first
+        two steps on the sample batch pay for lazy initialisation (CUDA context, autograd, cuDNN's
+        autotune) outside every window; the second times the step until the ceiling does."""
+        from bootstrap.bench.step import Trainer
 
-    def affords(self, what: str, least_s: float, until: Optional[float] = None, need_s: Optional[float] = None) -> bool:
-        """True when a measurement whose shortest useful run takes `least_s` ends by `until` (default: the
-        run's end, never later); otherwise it is left out and entered in the ledger with what a useful
-        run of it costs (`need_s`, default `least_s`)."""
-        until = self.run_deadline if until is None else min(until, self.run_deadline)
-        if time.perf_counter() + least_s <= until:
-            return True
-        self.ledger.skip(self.current_phase, what, least_s if need_s is None else need_s)
-        return False
-
-    def skipped(self, what: str) -> str:
-        """The phase note for a measurement `affords` just left out."""
-        left = max(0.0, self.run_deadline - time.perf_counter())
-        return f"skipped: {what} needs ~{self.ledger.skipped[-1][2]:.1f} s, {left:.1f} s of the budget left"
+        key = (config.amp_dtype, config.channels_last)
+        if key not in self.trainers:
+            assert self.device is not None
+            parts = self.user
+            step_config = LoaderConfig(amp_dtype=config.amp_dtype, channels_last=config.channels_last)
+            trainer = Trainer(
+                self.model_name,
+                self.workload.num_classes,
+                self.device,
+                step_config,
+                step_s=self.workload.step_ms / 1000.0,
+                model_factory=parts.model_factory if parts else None,
+                step_fn=parts.step_fn if parts else None,
+                user_code=parts is not None,
+            )
+            self.trainers[key] = trainer
+            for timed in (False, True):
+                started = time.perf_counter()
+                trainer.step(self.sample_batch)
+                self.device.sync()
+                if timed and not self.step_s:
+                    self.step_s = time.perf_counter() - started
+        trainer = self.trainers[key]
+        trainer.config = replace(trainer.config, non_blocking=config.non_blocking)
+        return trainer
 
 
 def new_state(
     options: BenchOptions,
     progress: Optional[ProgressFn] = None,
     *,
-    barrier: Optional[Callable[[], None]] = None,
+    barrier: Optional[Barrier] = None,
     rank: Optional[Dict[str, int]] = None,
 ) -> RunState:
     """A fresh run of `options` (validated): its budget starts now."""

@@ -243,8 +243,7 @@ def test_tune_loader_with_no_batch_size_tunes_a_stream_of_batches(tmp_path, clea
 
 
 def test_a_batch_of_dicts_is_counted_by_its_first_tensor(clean_imports, tmp_path) -> None:  # noqa: F811
-    from bootstrap.bench.parts import resolve
-    from bootstrap.bench.user import UserWorkload
+    from bootstrap.bench.user import UserWorkload, resolve
 
     sys.path.insert(0, str(batches_module(tmp_path, "user_batches_named")))
     import user_batches_named
@@ -263,8 +262,7 @@ class _NoneBatches:
 
 def test_a_dataset_that_yields_none_as_a_batch_is_told_so_not_that_it_ended() -> None:
     """Read whole, None passes default_convert as it is: a batch of None, not the end of the batches."""
-    from bootstrap.bench.parts import resolve
-    from bootstrap.bench.user import UserWorkload
+    from bootstrap.bench.user import UserWorkload, resolve
     from bootstrap.errors import InputError
 
     with pytest.raises(InputError, match=r"^dataset _NoneBatches: yielded None as a whole batch "):
@@ -355,8 +353,7 @@ def test_a_config_file_may_say_batched_but_not_with_a_batch_size(tmp_path, capsy
 
 
 def test_a_batch_with_a_number_and_a_scalar_beside_its_rows_is_a_batch(tmp_path, clean_imports):  # noqa: F811
-    from bootstrap.bench.parts import resolve
-    from bootstrap.bench.user import UserWorkload
+    from bootstrap.bench.user import UserWorkload, resolve
 
     root = batches_module(tmp_path, "user_batches_epoch")
     parts = resolve(UserWorkload("user_batches_epoch:with_epoch", paths=(str(root),)), None)

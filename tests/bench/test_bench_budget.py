@@ -1,70 +1,128 @@
-"""The budget: what measurements cost, how phases share the time, and a search that never runs past it.
+"""The budget: phases end by fixed points of it, measurements are cut at their deadline, the search
+never runs past it, and what was cut is reported with the budget a complete run needs.
 
-Pure parts are fed numbers; one real run with slow batches (each sample
-sleeps IO_MS, so a batch takes BATCH x IO_MS) checks that the run ends
-within its budget, that --max-workers caps every phase, and that a budget
-too small for a tune is reported as such. Its budget starts when set-up
-ends (`run_after_setup`): on a busy host set-up alone can outlast a small
-budget, and then no phase would be left to check.
+Pure parts run on fake phases and a fake clock; one real run with slow batches (each sample sleeps
+IO_MS, so a batch takes BATCH x IO_MS) checks that the run ends within its budget, that --max-workers
+caps every phase, and that a budget too small for a tune is reported as such. Its budget starts when
+set-up ends (`run_after_setup`): on a busy host set-up alone can outlast a small budget.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
+from dataclasses import replace
 
 import pytest
 
-from bootstrap.bench import tune
-from bootstrap.bench.budget import Costs, Ledger, advised_budget_s, phase_budget_s, search_s, startup_guess_s, tuned_s
+from bootstrap.bench import phases, tuner
 from bootstrap.bench.config import BenchOptions, WorkloadSpec
+from bootstrap.bench.measure import Window, run_window
 from bootstrap.bench.report import dataloader_snippet, envelope_json
-from bootstrap.bench.results import LoaderConfig, Measurement
+from bootstrap.bench.results import LoaderConfig, Measurement, Metrics
+from bootstrap.bench.state import new_state
 from bootstrap.bench.verdicts import VerdictFacts, tuned_check
 from bootstrap.report import Status
 from tests.fixtures.bench import run_after_setup
 
-# --------------------------------------------------------------------------- what a measurement costs
+# --------------------------------------------------------------------------- phases and windows
 
 
-def test_costs_of_a_measurement():
-    cpu = Costs(batch_size=10, wall_s_per_sample=0.1, cpu_s_per_sample=0.1, cpus=2, step_s=0.2, startup_s=0.1)
-    assert cpu.batch_s == pytest.approx(1.0)
-    assert cpu.period_s(0) == pytest.approx(1.2)  # load, then step
-    assert cpu.period_s(8) == pytest.approx(0.5)  # CPU-bound: two CPUs make two batches a second
-    assert cpu.period_s(8, with_step=False) == pytest.approx(0.5)
-    assert cpu.window_s(2) == pytest.approx(4.0)  # workers: four batch latencies
-    assert cpu.window_s(0) == pytest.approx(3 * 1.2)  # the main process: three steps
-    assert cpu.least_s(0) == pytest.approx(1.0 + 0.2 + 3.6)  # first batch, one step on it, the window
-    assert cpu.least_s(2) == pytest.approx(1.2 + (2 * 0.2 + 0.5) + 4.0)  # two workers start: 0.1 s each
-    io = Costs(batch_size=10, wall_s_per_sample=0.1, cpu_s_per_sample=0.001, cpus=2, step_s=0.05)
-    assert io.period_s(8) == pytest.approx(1.0 / 8)  # sleeping workers are not capped by CPUs
-    assert io.period_s(100) == pytest.approx(0.05)  # never faster than the step
+def fake_phases(monkeypatch, overrun_s=0.0):
+    """PHASES replaced by fakes that note their deadline; 'naive' overruns it by `overrun_s`."""
+    seen = {}
+
+    def body(name):
+        def run(state, deadline):
+            seen[name] = deadline
+            if name == "naive":
+                time.sleep(max(0.0, deadline - time.perf_counter()) + overrun_s)
+            return "done"
+
+        return run
+
+    fakes = tuple(phases.Phase(p.name, p.share, body(p.name), cuda_never=p.cuda_never) for p in phases.PHASES)
+    monkeypatch.setattr(phases, "PHASES", fakes)
+    return seen
 
 
-def test_worker_start_up_is_learned_from_the_first_batch_and_priced_per_worker():
-    """Spawned workers import torch afresh, together, queueing for the CPUs: what a loader's first batch
-    waited beyond one batch's load prices every later loader, in proportion past the most workers seen,
-    even within the CPU count (on a busy host 2 spawned workers took 3x one worker's start-up)."""
-    c = Costs(
-        batch_size=10,
-        wall_s_per_sample=0.01,
-        cpu_s_per_sample=0.01,
-        cpus=2,
-        step_s=0.1,
-        startup_s=startup_guess_s("spawn"),
+def test_each_phase_ends_by_its_fixed_point_of_what_set_up_left(monkeypatch):
+    seen = fake_phases(monkeypatch)
+    state = new_state(BenchOptions(budget_s=100.0, device="cpu"))
+    state.run_deadline = time.perf_counter() + 1.0
+    start = time.perf_counter()
+    phases.run_phases(state)
+    total = sum(p.share for p in phases.PHASES)
+    cumulative = 0.0
+    for phase in phases.PHASES:  # a CPU run: every phase applies
+        cumulative += phase.share
+        expected = start + (state.run_deadline - start) * cumulative / total
+        assert seen[phase.name] == pytest.approx(expected, abs=0.01), phase.name
+    assert [r.name for r in state.phase_records] == [p.name for p in phases.PHASES]
+
+
+def test_a_phase_that_overruns_leaves_the_later_ones_less_and_the_run_end_stays(monkeypatch):
+    seen = fake_phases(monkeypatch, overrun_s=0.3)
+    state = new_state(BenchOptions(budget_s=100.0, device="cpu"))
+    state.run_deadline = time.perf_counter() + 0.5
+    phases.run_phases(state)
+    assert seen["tuned"] == pytest.approx(state.run_deadline)
+    records = {r.name: r for r in state.phase_records}
+    assert records["naive"].seconds >= 0.3 and records["scaling"].budget_s < 0.05
+
+
+def test_phases_after_the_run_s_end_are_skipped_and_counted_as_cut(monkeypatch):
+    seen = fake_phases(monkeypatch)
+    state = new_state(BenchOptions(budget_s=10.0, device="cpu"))
+    state.run_deadline = time.perf_counter() - 1.0  # set-up took the whole budget
+    phases.run_phases(state)
+    assert set(seen) == {"checks"}  # host facts are always reported
+    skipped = [r for r in state.phase_records if r.status == "skipped"]
+    assert [r.note for r in skipped] == ["skipped: the budget is spent"] * (len(phases.PHASES) - 1)
+    assert {c.phase for c in state.cuts} == {p.name for p in phases.PHASES} - {"checks"}
+    assert state.budget_needed_s() > 10.0
+
+
+def window_state(run_left_s):
+    state = new_state(BenchOptions(workload=WorkloadSpec(batch_size=2), budget_s=60.0, device="cpu"))
+    state.run_deadline = time.perf_counter() + run_left_s
+    return state
+
+
+def slow_step(_batch):
+    time.sleep(0.02)
+
+
+def test_a_window_ends_by_its_plan_or_is_cut_at_its_deadline_after_three_steps():
+    state = window_state(60.0)
+    planned = run_window(state, lambda: 0, slow_step, Window(0.1), time.perf_counter() + 10, ("tune", "x", None))
+    assert not planned.truncated and planned.seconds >= 0.1 and planned.steps >= 3
+    cut = run_window(state, lambda: 0, slow_step, Window(5.0), time.perf_counter() + 0.01, ("tune", "x", None))
+    assert cut.truncated and cut.steps == 3 and cut.seconds < 1.0
+    slow = run_window(
+        state, lambda: 0, slow_step, Window(0.05, min_steps=100), time.perf_counter() + 10, ("t", "x", None)
     )
-    assert startup_guess_s("fork") < startup_guess_s("forkserver") == c.startup_s
-    assert c.startup_for(0) == 0.0 and c.startup_for(8) == pytest.approx(4 * c.startup_for(2))
-    one = c.learn_startup(1, first_batch_s=1.6)  # one worker: 1.5 s
-    assert one.startup_for(1) == pytest.approx(1.5) and one.startup_for(2) == pytest.approx(3.0)
-    learned = one.learn_startup(4, first_batch_s=6.1)  # 4 workers: 6 s
-    assert (learned.startup_s, learned.startup_workers) == (pytest.approx(6.0), 4)
-    assert learned.least_s(8) - c.least_s(8) == pytest.approx(2 * 6.0 - 8 * c.startup_s)
-    assert learned.learn_startup(1, first_batch_s=0.2) is learned  # a faster start never lowers the price
-    assert learned.learn_startup(0, first_batch_s=60.0) is learned  # no workers: nothing started
-    quick = one.learn_startup(8, first_batch_s=1.1)  # 8 workers started in 1 s: priced from 8, not 1
-    assert quick.startup_for(8) == pytest.approx(1.5) and quick.startup_for(16) == pytest.approx(3.0)
+    assert not slow.truncated and slow.steps < 100  # twice its seconds after three steps: too few steps is no cut
+
+
+def test_the_run_s_end_cuts_a_window_at_once():
+    state = window_state(0.0)
+    cut = run_window(state, lambda: 0, slow_step, Window(5.0), time.perf_counter() + 10, ("tune", "x", None))
+    assert cut.truncated and cut.steps == 1
+
+
+def test_a_window_cut_well_short_is_a_cut_with_what_it_lacked_and_the_advice_covers_it():
+    state = window_state(60.0)
+    short = Measurement("tune", "w=2", LoaderConfig(num_workers=2), 2, 16, 0.5, 32.0, truncated=True)
+    state.record(short, planned_s=2.0)
+    (cut,) = state.cuts
+    assert cut.phase == "tune" and cut.need_s == pytest.approx(1.5 + 0.25)  # 1.5 s of window, one step short
+    state.record(Measurement("tune", "w=4", None, 30, 240, 1.9, 126.0, truncated=True), planned_s=2.0)
+    assert len(state.cuts) == 1  # a window a busy moment ended a little early lacked nothing worth a budget
+    state.elapsed_at_end_s = 10.2
+    assert state.budget_needed_s() == 5 * math.ceil((10.2 + 1.75) * 1.1 / 5)
+    assert state.cuts_summary() == "tune: w=2 (~1.8 s)" and state.cuts_summary(("tuned",)) == ""
 
 
 class SlowStart:
@@ -89,12 +147,10 @@ class SlowStart:
         return torch.zeros(3, 8, 8, dtype=torch.uint8), index % 10
 
 
-def test_a_loader_s_slow_start_prices_the_later_ones_and_stays_out_of_its_window():
-    import time
-
-    from bootstrap.bench.startup import clean_up, set_up
-    from bootstrap.bench.state import new_state
-    from bootstrap.bench.trials import measure_loader
+def test_a_loader_s_slow_start_stays_out_of_its_window():
+    """The warm-up drains a batch of each worker: the window holds none of the later ones' start-up."""
+    from bootstrap.bench.measure import measure_loader
+    from bootstrap.bench.run import clean_up, set_up
     from bootstrap.bench.user import UserWorkload
 
     state = new_state(
@@ -102,31 +158,22 @@ def test_a_loader_s_slow_start_prices_the_later_ones_and_stays_out_of_its_window
     )
     try:
         set_up(state)
-        guessed = state.costs.least_s(4)
-        measured = measure_loader(
-            state,
-            LoaderConfig(num_workers=4, persistent_workers=True),
-            0.3,
-            time.perf_counter() + 30,
-            "tune",
-            with_step=False,
-        )
+        config = LoaderConfig(num_workers=4, persistent_workers=True)
+        plan = Window.scaled(0.3, drain=5)
+        measured = measure_loader(state, config, plan, time.perf_counter() + 30, "tune", with_step=False)
     finally:
         clean_up(state)
     assert measured.first_batch_s >= 1.0
-    assert state.costs.least_s(4) - guessed >= 0.5
-    # the warm-up drained a batch of each worker: the window holds none of the later ones' start-up
     assert measured.seconds < 1.0, measured
 
 
-def test_the_step_is_priced_with_the_torch_threads_the_phases_give_it():
-    """On the host the step gets half the CPUs' threads beside the workers; priced with all of them, on a
-    busy host, its OpenMP threads spin against the other load and the price comes out many times too high."""
+def test_the_step_is_timed_with_the_torch_threads_the_phases_give_it():
+    """On the host the step gets half the CPUs' threads beside the workers; timed with all of them, on a
+    busy host, its OpenMP threads spin against the other load and the step comes out many times slower."""
     import torch
     from torch.utils.data import TensorDataset
 
-    from bootstrap.bench.startup import clean_up, set_up
-    from bootstrap.bench.state import new_state
+    from bootstrap.bench.run import clean_up, set_up
     from bootstrap.bench.user import UserWorkload
 
     threads = []
@@ -151,30 +198,7 @@ def test_the_step_is_priced_with_the_torch_threads_the_phases_give_it():
     finally:
         clean_up(state)
         torch.set_num_threads(saved)
-    assert threads == [1, 1]  # the first step and the one that prices the phases
-
-
-def test_each_phase_gets_its_least_first_then_a_share_of_the_rest():
-    later = [("naive", 0.1, 2.0), ("tune", 0.6, 10.0), ("tuned", 0.3, 5.0)]
-    assert phase_budget_s("naive", 37.0, later) == pytest.approx(2.0 + 20.0 * 0.1)
-    assert phase_budget_s("tuned", 37.0, later[2:]) == pytest.approx(37.0)  # the last phase takes what is left
-    # Less than the phases' least: slices in proportion to it, so the search leaves the tuned windows theirs.
-    assert phase_budget_s("naive", 8.5, later) == pytest.approx(1.0)
-    assert phase_budget_s("tune", 7.5, later[1:]) == pytest.approx(5.0)
-    assert phase_budget_s("tuned", 2.5, later[2:]) == pytest.approx(2.5)
-
-
-def test_search_and_tuned_least_and_the_advice():
-    c = Costs(batch_size=8, wall_s_per_sample=0.05, cpu_s_per_sample=0.001, cpus=2, step_s=0.01)
-    window = c.window_s(4)  # 4 batch latencies = 1.6 s
-    assert search_s(c, (0, 1, 2, 4), reserve=1, overhead_s=0.3) == pytest.approx(5 * (window * 1.4 + 0.3))
-    assert tuned_s(c, 4, 3) == pytest.approx(c.batch_s + 4 * c.startup_s + window / 3 + 3 * window)  # 4 workers
-    assert advised_budget_s(41.0) == 50.0 and advised_budget_s(45.0) == 50.0 and advised_budget_s(46.0) == 55.0
-    ledger = Ledger()
-    ledger.skip("tune", "w=4", 2.25)
-    ledger.skip("tuned", "window #3", 1.0)
-    assert ledger.needed_s(10.2) == 14.0
-    assert ledger.summary() == "tune: w=4 (~2.2 s); tuned: window #3 (~1.0 s)"
+    assert threads == [1, 1]  # the first step and the one that times it
 
 
 # --------------------------------------------------------------------------- the search inside its deadline
@@ -202,14 +226,11 @@ def test_with_no_time_left_the_winner_is_the_fastest_result_already_known():
     def measure(config, window):
         raise AssertionError("nothing fits: nothing may be measured")
 
-    result = tune.successive_halving(
+    result = tuner.successive_halving(
         configs,
         measure,
-        deadline=0.5,
-        ceiling_samples_per_s=600.0,
-        early_stop=0.95,
-        minimum_noise=0.03,
-        min_window_s=1.0,
+        0.5,
+        tuner.SearchOptions(ceiling_samples_per_s=600.0, early_stop=0.95, minimum_noise=0.03, min_window_s=1.0),
         prior=prior,
         clock=clock,
     )
@@ -221,14 +242,11 @@ def test_no_measurement_starts_that_would_end_past_the_deadline():
     """No candidate is measured whose window would end past the deadline, the first one included."""
     clock = Clock()
     configs = [LoaderConfig(num_workers=w) for w in (1, 2)]
-    result = tune.successive_halving(
+    result = tuner.successive_halving(
         configs,
         lambda c, w: pytest.fail("measured"),
-        deadline=1.0,
-        ceiling_samples_per_s=None,
-        early_stop=0.95,
-        minimum_noise=0.03,
-        min_window_s=2.0,
+        1.0,
+        tuner.SearchOptions(ceiling_samples_per_s=None, early_stop=0.95, minimum_noise=0.03, min_window_s=2.0),
         clock=clock,
     )
     assert result.winner is None and result.unmeasured == tuple(configs)
@@ -243,8 +261,12 @@ def test_the_winner_is_never_slower_than_a_config_measured_in_an_earlier_round()
         clock.now += window
         return measured(config, rates[config.num_workers].pop(0))
 
-    result = tune.successive_halving(
-        configs, measure, deadline=100.0, ceiling_samples_per_s=None, early_stop=0.95, minimum_noise=0.03, clock=clock
+    result = tuner.successive_halving(
+        configs,
+        measure,
+        100.0,
+        tuner.SearchOptions(ceiling_samples_per_s=None, early_stop=0.95, minimum_noise=0.03),
+        clock=clock,
     )
     assert len(result.rounds) == 2
     assert result.winner.config.num_workers == 3 and result.winner.samples_per_s == 98.0
@@ -258,11 +280,15 @@ def test_a_candidate_whose_loader_dies_drops_out():
         clock.now += window
         return None if config.num_workers == 2 else measured(config, 50.0 + config.num_workers)
 
-    result = tune.successive_halving(
-        configs, measure, deadline=100.0, ceiling_samples_per_s=None, early_stop=0.95, minimum_noise=0.03, clock=clock
+    result = tuner.successive_halving(
+        configs,
+        measure,
+        100.0,
+        tuner.SearchOptions(ceiling_samples_per_s=None, early_stop=0.95, minimum_noise=0.03),
+        clock=clock,
     )
     assert result.failed == (configs[2],) and result.winner.config.num_workers in (0, 1)
-    knobs = tune.try_knobs(
+    knobs = tuner.try_knobs(
         result.winner,
         [("prefetch_factor=4", LoaderConfig(num_workers=1, prefetch_factor=4))],
         lambda c, w: None,
@@ -279,20 +305,20 @@ def test_a_candidate_whose_loader_dies_drops_out():
 
 def test_tuned_verdict_says_when_the_budget_was_too_small():
     facts = VerdictFacts(device_type="cpu", budget_s=10.0, left_out="tune: w=2 pf=2 nopin (~9.0 s)")
-    complete = {"tune_candidates": 3.0, "tune_candidates_measured": 3.0, "tuned_windows": 3.0}
+    complete = Metrics(tune_candidates=3.0, tune_candidates_measured=3.0, tuned_windows=3.0)
     assert tuned_check(complete, facts).status is Status.OK
-    short = tuned_check({**complete, "tune_candidates_measured": 2.0, "budget_needed_s": 50.0}, facts)
+    short = tuned_check(replace(complete, tune_candidates_measured=2.0, budget_needed_s=50.0), facts)
     assert short.status is Status.WARN and short.observed.startswith("budget too small: ~50 s needed, 10 s given")
     assert short.remedy == "rerun with --budget 50 (or more)" and "w=2 pf=2 nopin" in short.detail
     # A budget too small for the scaling phase alone is no reason to call the tune incomplete.
-    assert tuned_check({**complete, "budget_needed_s": 50.0}, VerdictFacts(device_type="cpu")).status is Status.OK
-    died = tuned_check({**complete, "tune_candidates_measured": 1.0, "tune_candidates_failed": 2.0}, facts)
+    assert tuned_check(replace(complete, budget_needed_s=50.0), VerdictFacts(device_type="cpu")).status is Status.OK
+    died = tuned_check(replace(complete, tune_candidates_measured=1.0, tune_candidates_failed=2.0), facts)
     assert died.status is Status.WARN and "2 failed" in died.observed and "bench.shm" in died.remedy
-    assert tuned_check({"naive_samples_per_s": 90.0}, facts).status is Status.WARN  # no search at all
-    nothing = tuned_check({"budget_needed_s": 2410.0}, facts)  # not even the naive loader fed the step
+    assert tuned_check(Metrics(naive_samples_per_s=90.0), facts).status is Status.WARN  # no search at all
+    nothing = tuned_check(Metrics(budget_needed_s=2410.0), facts)  # not even the naive loader fed the step
     assert nothing.status is Status.FAIL and nothing.remedy == "rerun with --budget 2410 (or more)"
     assert nothing.observed == "no loader was measured with the step: the budget ended first"
-    assert tuned_check({}, VerdictFacts(device_type="cpu", partial=True)).status is Status.SKIP
+    assert tuned_check(Metrics(), VerdictFacts(device_type="cpu", partial=True)).status is Status.SKIP
 
 
 def test_a_snippet_from_an_incomplete_search_says_so_first():

@@ -16,7 +16,7 @@ SEQUENCES = textwrap.dedent(f'''
     import torch
     from torch.utils.data import DataLoader, Dataset
 
-    from bootstrap.bench.sampling import loader_kwargs
+    from bootstrap.bench.user import loader_kwargs
 
     class Sequences(Dataset):
         """64 token sequences: those of the first batch bench's shuffle draws short, every other one long."""

@@ -656,7 +656,8 @@ def test_a_dataset_named_by_reference_travels_to_spawned_workers_as_its_name(tmp
     --path) and the factory builds it again where it is unpickled, so the object itself never travels."""
     import pickle
 
-    from bootstrap.bench.user import NamedDataset, import_ref
+    from bootstrap.bench.named import NamedDataset
+    from bootstrap.bench.user import import_ref
 
     root = write_image_folder(tmp_path, module="user_images_pickled")
     built = import_ref("user_images_pickled:make", "--dataset", [str(root)])()

@@ -67,7 +67,7 @@ def test_auto_without_accelerators_is_the_cpu_and_syncs_nothing(fake_accelerator
 def test_mps_asked_where_torch_has_none_is_one_line(fake_accelerators):
     import torch
 
-    from bootstrap.bench.startup import _check_device
+    from bootstrap.bench.run import _check_device
 
     with pytest.raises(InputError, match="mps: Apple MPS is not available") as caught:
         _check_device(torch, "mps")

@@ -284,10 +284,10 @@ def test_a_step_raising_runtime_error_beside_workers_is_the_step_s_error_not_dea
     """The step runs in this process between two `next(loader)`: its RuntimeError, raised while workers
     run, is not torch's 'DataLoader worker exited' and must not make the config a failed one (exit 0)."""
     from bootstrap.bench.config import BenchOptions, WorkloadSpec
+    from bootstrap.bench.measure import measure_loader
     from bootstrap.bench.results import LoaderConfig
-    from bootstrap.bench.startup import clean_up, set_up
+    from bootstrap.bench.run import clean_up, set_up
     from bootstrap.bench.state import new_state
-    from bootstrap.bench.trials import measure_loader
     from bootstrap.bench.user import UserWorkload
     from bootstrap.errors import InputError
 
@@ -403,7 +403,7 @@ def test_torch_s_pickling_warning_does_not_leak_beside_the_one_line(recwarn):
     import torch
     from torch.utils.data import DataLoader
 
-    from bootstrap.bench.stream import BatchStream
+    from bootstrap.bench.loader import BatchStream
 
     class Holding(torch.utils.data.Dataset):
         def __init__(self):
@@ -428,7 +428,7 @@ def test_only_an_exit_mid_run_is_told_to_return_not_exit(exc, exited):
     from bootstrap.bench.user import UserWorkload
 
     state = new_state(BenchOptions(budget_s=5, user=UserWorkload("data:make")))
-    state.current_phase = "tune"
+    state.phase = "tune"
     error = user_code_error(state, exc)
     assert str(error).startswith(f"--dataset data:make: {type(exc).__name__}: ") and "in the tune phase" in str(error)
     assert ("must return, not exit" in error.fix) is exited, error.fix
@@ -444,15 +444,12 @@ def test_only_an_exit_mid_run_is_told_to_return_not_exit(exc, exited):
 def test_a_step_out_of_memory_mid_run_is_told_to_shrink_the_batch(samples_in, fix):
     import torch
 
-    from bootstrap.bench.config import BenchOptions
-    from bootstrap.bench.device import StepFailed
-    from bootstrap.bench.state import new_state
-    from bootstrap.bench.trials import step_failed
-    from bootstrap.bench.user import UserWorkload
+    from bootstrap.bench.step import StepFailed
+    from bootstrap.bench.user import UserWorkload, step_failed
 
-    state = new_state(BenchOptions(budget_s=5, user=UserWorkload("data:make", step="data:step")))
-    state.samples_in = samples_in
-    error = step_failed(state, StepFailed(torch.OutOfMemoryError("CUDA out of memory.")), "while bench measured w=2")
+    user = UserWorkload("data:make", step="data:step")
+    failed = StepFailed(torch.OutOfMemoryError("CUDA out of memory."))
+    error = step_failed(user, failed, "while bench measured w=2", "tiny", samples_in is not None, 10)
     assert str(error).startswith("--step data:step: raised OutOfMemoryError: CUDA out of memory. while bench"), error
     assert error.fix == fix
 
@@ -466,7 +463,7 @@ def test_a_dataset_that_does_not_pickle_for_spawned_workers_is_told_so():
     from bootstrap.bench.user import UserWorkload
 
     state = new_state(BenchOptions(budget_s=5, user=UserWorkload(object())))
-    state.current_phase = "tune"
+    state.phase = "tune"
     error = user_code_error(state, AttributeError("Can't pickle local object 'Mine.__init__.<locals>.<lambda>'"))
     assert str(error) == (
         "dataset: cannot be sent to DataLoader workers: AttributeError: Can't pickle local object "
@@ -603,7 +600,7 @@ def test_tune_loader_in_a_worker_importing_the_main_script_refuses_at_once(monke
     ],
 )
 def test_a_worker_that_exited_under_spawn_names_an_unguarded_script(monkeypatch, method, cause):
-    from bootstrap.bench.stream import sample_failure
+    from bootstrap.bench.loader import sample_failure
     from bootstrap.compat import host
 
     monkeypatch.setattr(host, "probe_start_method", lambda: (method, True))

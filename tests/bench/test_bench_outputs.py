@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bootstrap.bench import report
+from bootstrap.bench.results import Metrics
 from bootstrap.errors import InputError
 from tests.fixtures.bench import SMALL, assert_bench_contract, bench, synthetic_result
 from tests.fixtures.mounts import in_private_mounts, needs_unshare
@@ -172,7 +173,7 @@ def test_json_is_strict_even_when_a_figure_is_not_finite(tmp_path):
     result = replace(
         synthetic_result(),
         budget_s=float("nan"),
-        metrics={"efficiency": float("inf"), "speedup": float("nan"), "tuned_samples_per_s": 1.0},
+        metrics=Metrics(efficiency=float("inf"), speedup=float("nan"), tuned_samples_per_s=1.0),
     )
 
     def refuse(token):

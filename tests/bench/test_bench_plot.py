@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from bootstrap.bench.plot import MAX_BARS, chart_height, layout, render_png
+from bootstrap.bench.results import Metrics
 from tests.fixtures.bench import synthetic_result
 
 
@@ -60,7 +61,9 @@ def test_no_ceiling_or_tuned_rate_no_mark_and_still_a_png():
     from PIL import Image
 
     result = synthetic_result(partial=True)
-    result = replace(result, metrics={}, measurements=tuple(m for m in result.measurements if m.phase == "naive"))
+    result = replace(
+        result, metrics=Metrics(), measurements=tuple(m for m in result.measurements if m.phase == "naive")
+    )
     chart = layout(result)
     assert not {"ceiling", "tuned"} & set(chart.roles())
     with Image.open(io.BytesIO(render_png(result))) as image:

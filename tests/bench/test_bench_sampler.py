@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from bootstrap.bench.config import Thresholds
-from bootstrap.bench.sampler import UtilSampler, percentile, read_proc_stat, summarize
+from bootstrap.bench.utilization import UtilSampler, percentile, read_proc_stat, summarize
 from bootstrap.bench.verdicts import VerdictFacts, sm_active_check, util_check
 from bootstrap.report import Status
 from tests.fixtures import DATA as ALL_DATA

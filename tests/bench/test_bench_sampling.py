@@ -112,7 +112,7 @@ def bench(tmp_path, capsys, *argv) -> tuple:
 def test_loader_kwargs_shuffle_the_same_way_every_time_unless_the_user_orders() -> None:
     from torch.utils.data import DataLoader, SequentialSampler
 
-    from bootstrap.bench.sampling import Sampling, loader_kwargs
+    from bootstrap.bench.user import Sampling, loader_kwargs
 
     def first(**kwargs):
         return next(iter(DataLoader(range(64), **kwargs))).tolist()
@@ -350,7 +350,7 @@ def test_a_sampler_that_fails_mid_run_is_named_too(tmp_path, clean_imports):  # 
 def test_keys_that_are_not_integers_pass_to_the_dataset_as_they_are() -> None:
     """YOLOX's batch sampler yields (mosaic, index) pairs, a dataset keyed by file name takes names:
     DataLoader hands them to __getitem__, and so does the check."""
-    from bootstrap.bench.sampling import Checked
+    from bootstrap.bench.user import Checked
 
     pairs = Checked([[(True, 0), (False, 1)], [(True, 2)]], "--batch-sampler m:f", 4, batches=True)
     assert list(pairs) == [[(True, 0), (False, 1)], [(True, 2)]]

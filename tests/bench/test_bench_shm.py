@@ -15,9 +15,9 @@ import textwrap
 import pytest
 
 from bootstrap.bench.config import BenchOptions, Thresholds
+from bootstrap.bench.loader import SHM_FAILURE, worker_failure
 from bootstrap.bench.outcome import shm_need_mib
 from bootstrap.bench.state import new_state
-from bootstrap.bench.stream import SHM_FAILURE, worker_failure
 from bootstrap.bench.verdicts import VerdictFacts, shm_check
 from bootstrap.compat.facts import HostFacts
 from bootstrap.fsutil import MIB
@@ -63,7 +63,7 @@ class _LoaderWithoutShm:
 
 
 def test_a_loader_whose_queues_find_no_shm_is_a_worker_failure_not_a_traceback():
-    from bootstrap.bench.stream import BatchStream
+    from bootstrap.bench.loader import BatchStream
 
     with pytest.raises(RuntimeError) as caught:
         BatchStream(_LoaderWithoutShm(num_workers=2))

@@ -83,7 +83,7 @@ def test_a_main_class_inside_a_library_dataset_is_refused_naming_it(fileless_mai
 
 
 def test_the_same_datasets_pass_when_main_has_a_file_or_workers_fork(monkeypatch) -> None:
-    from bootstrap.bench.spawn import check_workers_can_import
+    from bootstrap.bench.user import check_workers_can_import
     from bootstrap.compat import host
 
     monkeypatch.setattr(Images, "__module__", "__main__")
@@ -101,7 +101,7 @@ def test_the_probe_finds_nothing_in_importable_datasets_and_copies_no_data() -> 
     import numpy as np
     import torch
 
-    from bootstrap.bench.spawn import main_reference
+    from bootstrap.bench.user import main_reference
 
     held = Transformed(torch.utils.data.TensorDataset(torch.zeros(32 << 20, dtype=torch.uint8)), flip)
     held.array = np.zeros(32 << 20, dtype=np.uint8)
@@ -115,7 +115,7 @@ def test_the_probe_finds_nothing_in_importable_datasets_and_copies_no_data() -> 
 
 
 def test_a_dataset_that_does_not_pickle_is_left_to_the_run_to_report() -> None:
-    from bootstrap.bench.spawn import main_reference
+    from bootstrap.bench.user import main_reference
 
     unpicklable = Transformed([1, 2], lambda sample: sample)
     unpicklable.lock = __import__("threading").Lock()

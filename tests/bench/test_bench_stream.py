@@ -71,13 +71,13 @@ def test_a_stream_named_by_reference_travels_to_spawned_workers_as_its_name(tmp_
     root = streams(tmp_path, "user_streams_pickled")
     built = import_ref("user_streams_pickled:make", "--dataset", [str(root)])()
     built.unpicklable = lambda: None  # a closure: pickling the object itself would fail
-    copy = pickle.loads(pickle.dumps(NamedStream("user_streams_pickled:make", [str(root)], built, import_ref)))
+    copy = pickle.loads(pickle.dumps(NamedStream("user_streams_pickled:make", [str(root)], built)))
     assert copy.dataset is None and len(list(copy)) == 256
 
 
 def test_a_loader_whose_workers_each_hold_less_than_a_batch_is_a_failed_config(tmp_path, clean_imports):  # noqa: F811
+    from bootstrap.bench.loader import NO_BATCH, BatchStream, make_loader
     from bootstrap.bench.results import LoaderConfig
-    from bootstrap.bench.stream import NO_BATCH, BatchStream, make_loader
 
     sys.path.insert(0, str(streams(tmp_path, "user_streams_tiny")))
     import user_streams_tiny
@@ -91,8 +91,8 @@ def test_a_loader_whose_workers_each_hold_less_than_a_batch_is_a_failed_config(t
 def test_a_stream_every_worker_reads_whole_is_a_failed_config(tmp_path, clean_imports, workers):  # noqa: F811
     """Its first two batches (the first and second worker's) are the same: the rates would count every sample
     once per worker. A stream that splits itself passes, every sample once."""
+    from bootstrap.bench.loader import DUPLICATED, BatchStream, make_loader
     from bootstrap.bench.results import LoaderConfig
-    from bootstrap.bench.stream import DUPLICATED, BatchStream, make_loader
 
     sys.path.insert(0, str(streams(tmp_path, "user_streams_whole")))
     import user_streams_whole
@@ -157,8 +157,7 @@ def test_a_slow_to_open_stream_is_priced_by_its_batches_not_its_opening() -> Non
     import torch
     from torch.utils.data import IterableDataset
 
-    from bootstrap.bench.parts import resolve
-    from bootstrap.bench.user import UserWorkload
+    from bootstrap.bench.user import UserWorkload, resolve
 
     class SlowToOpen(IterableDataset):
         def __iter__(self):

@@ -12,47 +12,30 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from bootstrap.bench import tune
-from bootstrap.bench.budget import PRE_TUNE_PHASES, allowance_s
+from bootstrap.bench import tuner
 from bootstrap.bench.config import Thresholds
 from bootstrap.bench.host import usable_cpus
-from bootstrap.bench.results import LoaderConfig, Measurement, SamplerReport
-from bootstrap.bench.schedule import PHASES
-from bootstrap.bench.trust import RATE_CHECKS, recheck_check
-from bootstrap.bench.verdicts import VerdictFacts, efficiency_check, evaluate
+from bootstrap.bench.phases import PHASES, PRE_TUNE
+from bootstrap.bench.results import LoaderConfig, Measurement, Metrics, SamplerReport
+from bootstrap.bench.verdicts import RATE_CHECKS, VerdictFacts, efficiency_check, evaluate, recheck_check
 from bootstrap.report import Status, exit_code, summary
 from tests.fixtures import REPO
 
 # --------------------------------------------------------------------------- the budget holds
 
 
-def shares(budget_s: float, setup_s: float, least_s: float = 0.5) -> dict:
-    """Each phase's allowance when every phase takes what it is given and needs `least_s` at least."""
-    elapsed, out = setup_s, {}
-    for index, (name, _) in enumerate(PHASES):
-        later = [(phase, weight, least_s if phase != "checks" else 0.0) for phase, weight in PHASES[index:]]
-        out[name] = allowance_s(name, elapsed, budget_s, later)
-        elapsed += out[name]
-    return out
-
-
-@pytest.mark.parametrize("budget_s, setup_s", [(60, 6.0), (60, 9.0), (120, 6.0), (20, 3.0)])
-def test_phases_before_the_tuner_get_at_most_a_quarter_of_the_budget(budget_s, setup_s):
-    given = shares(budget_s, setup_s)
-    before = sum(seconds for name, seconds in given.items() if name in PRE_TUNE_PHASES)
-    assert setup_s + before <= 0.25 * budget_s + 1e-9
-    assert given["tune"] + given["tuned"] >= 0.7 * budget_s - setup_s  # the rest goes to the search and windows
-    assert setup_s + sum(given.values()) == pytest.approx(budget_s)
-
-
-def test_set_up_past_the_quarter_leaves_the_phases_before_the_tuner_nothing_beyond_their_least():
-    given = shares(60, 20.0, least_s=0.0)
-    assert all(given[name] == 0.0 for name in PRE_TUNE_PHASES)
-    assert given["tune"] + given["tuned"] == pytest.approx(40.0)
+@pytest.mark.parametrize("cuda", [False, True])
+def test_phases_before_the_tuner_get_at_most_a_quarter_of_what_set_up_left(cuda):
+    """The search and the tuned windows, which the verdicts stand on, keep three quarters and more."""
+    shares = {p.name: p.share for p in PHASES if not (cuda and p.cuda_never)}
+    before = sum(share for name, share in shares.items() if name in PRE_TUNE)
+    assert before / sum(shares.values()) <= 0.25
+    assert (shares["tune"] + shares["tuned"]) / sum(shares.values()) >= 0.75
 
 
 class FakeMeasure:
@@ -67,27 +50,24 @@ class FakeMeasure:
 
     def __call__(self, config, window_s):
         self.order.append(config.num_workers)
-        self.now += window_s * tune.MEASURE_OVERHEAD + 0.1
+        self.now += window_s * tuner.MEASURE_OVERHEAD + 0.1
         rate = self.rate(config.num_workers)
         return Measurement("tune", config.label, config, 10, int(rate * window_s), window_s, rate, cv=0.01)
 
 
 def test_the_prediction_is_measured_first_and_a_short_deadline_never_leaves_it_out():
-    counts = tune.worker_candidates(10, 16)
-    order = tune.measure_order(counts, 10)
+    counts = tuner.worker_candidates(10, 16)
+    order = tuner.measure_order(counts, 10)
     assert 10 in counts and order[0] == 10 and sorted(order) == list(counts)
     assert order.index(8) < order.index(2) < order.index(0)  # nearest (in doublings) first
 
     measure = FakeMeasure(lambda workers: 100.0 + workers)
     configs = [LoaderConfig(num_workers=w) for w in order]
-    result = tune.successive_halving(
+    result = tuner.successive_halving(
         configs,
         measure,
-        deadline=3.0,
-        ceiling_samples_per_s=None,
-        early_stop=0.95,
-        minimum_noise=0.03,
-        min_window_s=0.5,
+        3.0,
+        tuner.SearchOptions(ceiling_samples_per_s=None, early_stop=0.95, minimum_noise=0.03, min_window_s=0.5),
         clock=measure.clock,
     )
     assert measure.order[0] == 10 and 1 < len(result.unmeasured) < len(configs)
@@ -106,11 +86,11 @@ def test_fewer_workers_do_not_win_over_a_real_gain_on_noisy_windows():
     """The busy-host case: w=1 at 121/s against w=0 at 109/s, windows with 10 % CV. An 11 % gain is real;
     the cheaper config wins only within the measured noise, never beyond PICK_NOISE_CAP."""
     pool = [window(0, 109.0, cv=0.10), window(1, 121.0, cv=0.10)]
-    assert tune.pick(pool, 0.03).config.num_workers == 1
-    assert tune.pick(pool, 0.03, noise=0.02).config.num_workers == 1
+    assert tuner.pick(pool, 0.03).config.num_workers == 1
+    assert tuner.pick(pool, 0.03, noise=0.02).config.num_workers == 1
     close = [window(0, 118.0), window(1, 121.0)]
-    assert tune.pick(close, 0.03, noise=0.04).config.num_workers == 0  # within the repeats' noise
-    assert tune.pick(close, 0.03, noise=0.01).config.num_workers == 0  # within the 3 % floor
+    assert tuner.pick(close, 0.03, noise=0.04).config.num_workers == 0  # within the repeats' noise
+    assert tuner.pick(close, 0.03, noise=0.01).config.num_workers == 0  # within the 3 % floor
 
 
 def test_a_prior_from_a_quiet_moment_does_not_decide_the_winner():
@@ -122,16 +102,18 @@ def test_a_prior_from_a_quiet_moment_does_not_decide_the_winner():
     order = measure.order
     configs = [LoaderConfig(num_workers=w, persistent_workers=w > 0) for w in (1, 2, 0)]
     prior = {configs[2]: window(0, 170.0, cv=0.2, seconds=0.8, phase="naive")}
-    result = tune.successive_halving(
+    result = tuner.successive_halving(
         configs,
         measure,
-        deadline=60.0,
-        ceiling_samples_per_s=None,
-        early_stop=0.95,
-        minimum_noise=0.03,
+        60.0,
+        tuner.SearchOptions(
+            ceiling_samples_per_s=None,
+            early_stop=0.95,
+            minimum_noise=0.03,
+            reserve_measurements=tuner.CONFIRM,
+            confirm=tuner.CONFIRM,
+        ),
         prior=prior,
-        reserve_measurements=tune.CONFIRM,
-        confirm=tune.CONFIRM,
         clock=measure.clock,
     )
     assert result.winner.config.num_workers == 1
@@ -143,26 +125,26 @@ def test_a_prior_from_a_quiet_moment_does_not_decide_the_winner():
 
 # --------------------------------------------------------------------------- the truth
 
-QUIET = {
-    "host_busy_before_pct": 10.0,
-    "tuned_samples_per_s": 200.0,
-    "ceiling_samples_per_s": 400.0,
-    "efficiency": 0.5,
-    "tuned_over_ceiling": 0.5,
-    "naive_samples_per_s": 100.0,
-    "speedup": 2.0,
-    "predicted_speedup": 2.0,
-    "tuned_spread_pct": 4.0,
-    "recheck_samples_per_s": 196.0,
-    "recheck_gap_pct": -2.0,
-    "recheck_noise": 0.05,
-    "loader_scaling_efficiency": 0.8,
-    "loader_scaling_workers": 2.0,
-}
+QUIET = Metrics(
+    host_busy_before_pct=10.0,
+    tuned_samples_per_s=200.0,
+    ceiling_samples_per_s=400.0,
+    efficiency=0.5,
+    tuned_over_ceiling=0.5,
+    naive_samples_per_s=100.0,
+    speedup=2.0,
+    predicted_speedup=2.0,
+    tuned_spread_pct=4.0,
+    recheck_samples_per_s=196.0,
+    recheck_gap_pct=-2.0,
+    recheck_noise=0.05,
+    loader_scaling_efficiency=0.8,
+    loader_scaling_workers=2.0,
+)
 FACTS = VerdictFacts(device_type="cpu", cpus=2, cpus_total=2)
 
 
-def statuses(metrics: dict) -> dict:
+def statuses(metrics: Metrics) -> dict:
     return {c.id: c for c in evaluate(metrics, FACTS, SamplerReport(), Thresholds())}
 
 
@@ -178,12 +160,15 @@ def test_a_quiet_host_gets_verdicts():
     [
         ({"host_busy_before_pct": 98.0}, "host saturated: 98% CPU busy"),
         ({"tuned_spread_pct": 40.0}, "too noisy: the tuned windows spread 40%"),
-        ({"tuned_window_steps": 6.0, "tuned_prefetched_batches": 4.0}, "windows too short: a tuned window ran 6 steps"),
+        (
+            {"tuned_window_steps": 6.0, "tuned_prefetched_batches": 4.0},
+            "windows too short: a tuned window ran 6 steps",
+        ),
         ({"recheck_samples_per_s": 100.0, "recheck_gap_pct": -50.0}, "not repeatable"),
     ],
 )
 def test_a_saturated_or_noisy_host_makes_the_rate_verdicts_inconclusive(change, why):
-    checks = statuses({**QUIET, **change})
+    checks = statuses(replace(QUIET, **change))
     for cid in ("bench.efficiency", "bench.speedup", "bench.loader_scaling"):
         assert checks[cid].status is Status.INCONCLUSIVE and why in checks[cid].observed, checks[cid]
         assert "rerun" in checks[cid].remedy and checks[cid].detail.startswith("would be ")
@@ -192,20 +177,20 @@ def test_a_saturated_or_noisy_host_makes_the_rate_verdicts_inconclusive(change, 
 
 
 def test_tuned_windows_that_outlast_the_prefetched_batches_are_trusted():
-    enough = {**QUIET, "tuned_window_steps": 7.0, "tuned_prefetched_batches": 4.0}
+    enough = replace(QUIET, tuned_window_steps=7.0, tuned_prefetched_batches=4.0)
     assert statuses(enough)["bench.efficiency"].status is Status.WARN
-    main_process = {**QUIET, "tuned_window_steps": 3.0, "tuned_prefetched_batches": 0.0}
+    main_process = replace(QUIET, tuned_window_steps=3.0, tuned_prefetched_batches=0.0)
     assert statuses(main_process)["bench.efficiency"].status is Status.WARN
 
 
 def test_tuned_above_the_ceiling_is_a_measurement_error_not_an_efficiency():
-    metrics = {
-        **QUIET,
-        "tuned_samples_per_s": 208.0,
-        "ceiling_samples_per_s": 177.0,
-        "efficiency": None,
-        "tuned_over_ceiling": 208.0 / 177.0,
-    }
+    metrics = replace(
+        QUIET,
+        tuned_samples_per_s=208.0,
+        ceiling_samples_per_s=177.0,
+        efficiency=None,
+        tuned_over_ceiling=208.0 / 177.0,
+    )
     check = efficiency_check(metrics, FACTS, Thresholds())
     assert check.status is Status.INCONCLUSIVE and check.observed.startswith("measurement error: tuned 208 above")
     assert "1.18x" in check.observed and "1.18" not in check.expected
@@ -214,17 +199,17 @@ def test_tuned_above_the_ceiling_is_a_measurement_error_not_an_efficiency():
 def test_the_re_measure_agrees_within_the_noise_or_says_so():
     t = Thresholds()
     assert recheck_check(QUIET, t).status is Status.OK
-    off = recheck_check({**QUIET, "recheck_samples_per_s": 105.0}, t)
+    off = recheck_check(replace(QUIET, recheck_samples_per_s=105.0), t)
     assert off.status is Status.INCONCLUSIVE and "tuned 200, re-measured 105" in off.observed
-    assert recheck_check({"tuned_samples_per_s": 200.0}, t).status is Status.SKIP
+    assert recheck_check(Metrics(tuned_samples_per_s=200.0), t).status is Status.SKIP
     # within a noise wider than a verdict stands on (noise_inconclusive): as undecided as the rate checks
-    wide = recheck_check({**QUIET, "recheck_samples_per_s": 160.0, "recheck_noise": 0.25}, t)
+    wide = recheck_check(replace(QUIET, recheck_samples_per_s=160.0, recheck_noise=0.25), t)
     assert wide.status is Status.INCONCLUSIVE and "agree only within a noise of 25%" in wide.observed
-    assert recheck_check({**QUIET, "recheck_samples_per_s": 180.0, "recheck_noise": 0.25}, t).status is Status.OK
+    assert recheck_check(replace(QUIET, recheck_samples_per_s=180.0, recheck_noise=0.25), t).status is Status.OK
     # a re-measure of a few steps (a fresh loader's slow first batch ate the budget) confirms nothing
-    short = recheck_check({**QUIET, "recheck_steps": 3}, t)
+    short = recheck_check(replace(QUIET, recheck_steps=3), t)
     assert short.status is Status.SKIP and "over 3 steps: too few to confirm or refute" in short.observed
-    assert recheck_check({**QUIET, "recheck_steps": 6}, t).status is Status.OK
+    assert recheck_check(replace(QUIET, recheck_steps=6), t).status is Status.OK
 
 
 # --------------------------------------------------------------------------- real runs
@@ -322,25 +307,25 @@ def test_time_on_the_run_queue_is_contention_not_io_and_keeps_the_workers_to_the
     sleep was run-queue time) takes that wait out: the prediction stays CPU-bound, capped at the CPUs."""
     import time
 
-    from bootstrap.bench import baselines
+    from bootstrap.bench import phases
     from bootstrap.bench.config import BenchOptions, WorkloadSpec
-    from bootstrap.bench.search import predict
-    from bootstrap.bench.startup import clean_up, set_up
+    from bootstrap.bench.phases import predict
+    from bootstrap.bench.run import clean_up, set_up
     from bootstrap.bench.state import new_state
     from bootstrap.bench.user import UserWorkload
 
-    monkeypatch.setattr(baselines, "run_queue_s", lambda: 0.6 * time.perf_counter())
+    monkeypatch.setattr(phases, "run_queue_s", lambda: 0.6 * time.perf_counter())
     state = new_state(
         BenchOptions(workload=WorkloadSpec(batch_size=8), budget_s=60, device="cpu", user=UserWorkload(HalfWaiting()))
     )
     try:
         set_up(state)
-        baselines.loader(state, time.perf_counter() + 1.0)
-        baselines.ceiling(state, time.perf_counter() + 1.0)
+        phases.loader(state, time.perf_counter() + 1.0)
+        phases.ceiling(state, time.perf_counter() + 1.0)
         prediction = predict(state)
     finally:
         clean_up(state)
-    assert state.metrics["loader_run_queue_pct"] == pytest.approx(60.0, abs=0.5)
+    assert state.metrics.loader_run_queue_pct == pytest.approx(60.0, abs=0.5)
     assert prediction.cpu_bound and prediction.cap <= state.cpus, prediction
     assert any("waited 60% of its time for a CPU" in note for note in state.notes), state.notes
 
@@ -349,19 +334,17 @@ def test_time_on_the_run_queue_is_contention_not_io_and_keeps_the_workers_to_the
 def test_a_load_average_above_the_machine_s_cpus_is_a_caveat_in_the_report(monkeypatch, load, noted):
     from types import SimpleNamespace
 
-    from bootstrap.bench import startup
+    from bootstrap.bench import run
 
-    monkeypatch.setattr(startup, "load_average", lambda: load)
+    monkeypatch.setattr(run, "load_average", lambda: load)
     state = SimpleNamespace(
-        metrics={"host_busy_before_pct": 0.0},
+        metrics=Metrics(host_busy_before_pct=0.0),
         rank={},
         notes=[],
         cpus=2,
         host=SimpleNamespace(cpus_total=4),
         workload=SimpleNamespace(step_ms=0.0),
     )
-    startup._notes_on_the_host(state)
-    caveat = [
-        note for note in state.notes if note.startswith(f"the load average ({load:.1f}) is above the machine's 4 CPUs")
-    ]
-    assert bool(caveat) is noted, state.notes
+    notes = run._notes_on_the_host(state)
+    caveat = [note for note in notes if note.startswith(f"the load average ({load:.1f}) is above the machine's 4 CPUs")]
+    assert bool(caveat) is noted, notes

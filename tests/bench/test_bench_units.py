@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from bootstrap.bench import tune
+from bootstrap.bench import tuner
 from bootstrap.bench.config import (
     BenchOptions,
     Thresholds,
@@ -23,6 +23,7 @@ from bootstrap.bench.report import dataloader_snippet, render_text, to_envelope,
 from bootstrap.bench.results import (
     LoaderConfig,
     Measurement,
+    Metrics,
     SamplerReport,
     UtilStats,
 )
@@ -125,44 +126,31 @@ def test_options_validate():
 
 
 def test_predict_workers_caps():
-    io_bound = tune.predict_workers(
-        wall_s_per_sample=0.010, cpu_s_per_sample=0.0005, ceiling_samples_per_s=1000, cpus=2
-    )
+    io_bound = tuner.predict_workers(0.010, 0.0005, 1000, tuner.Limits(cpus=2))
     assert io_bound.predicted == 12 and not io_bound.cpu_bound
     assert io_bound.cap == 16 and "I/O-bound" in io_bound.cap_reason
-    cpu_bound = tune.predict_workers(
-        wall_s_per_sample=0.004, cpu_s_per_sample=0.004, ceiling_samples_per_s=3000, cpus=16
-    )
+    cpu_bound = tuner.predict_workers(0.004, 0.004, 3000, tuner.Limits(cpus=16))
     assert cpu_bound.predicted == 15 and cpu_bound.start == 14 and cpu_bound.cap == 16 and cpu_bound.chosen == 14
-    assert tune.worker_candidates(cpu_bound.start, cpu_bound.cap) == (0, 1, 2, 4, 7, 8, 14, 16)
-    small_host = tune.predict_workers(
-        wall_s_per_sample=0.003, cpu_s_per_sample=0.003, ceiling_samples_per_s=4000, cpus=2, reserved_cpus=1
-    )
+    assert tuner.worker_candidates(cpu_bound.start, cpu_bound.cap) == (0, 1, 2, 4, 7, 8, 14, 16)
+    small_host = tuner.predict_workers(0.003, 0.003, 4000, tuner.Limits(cpus=2, reserved_cpus=1))
     assert (small_host.start, small_host.cap) == (1, 2)
-    assert tune.worker_candidates(small_host.start, small_host.cap) == (0, 1, 2)
-    small_shm = tune.predict_workers(
-        wall_s_per_sample=0.004,
-        cpu_s_per_sample=0.004,
-        ceiling_samples_per_s=3000,
-        cpus=16,
-        shm_free_bytes=64 << 20,
-        batch_bytes=9_633_792,
+    assert tuner.worker_candidates(small_host.start, small_host.cap) == (0, 1, 2)
+    small_shm = tuner.predict_workers(
+        0.004, 0.004, 3000, tuner.Limits(cpus=16, shm_free_bytes=64 << 20, batch_bytes=9_633_792)
     )
     assert small_shm.cap == 1 and "/dev/shm" in small_shm.cap_reason
-    forced = tune.predict_workers(
-        wall_s_per_sample=0.004, cpu_s_per_sample=0.004, ceiling_samples_per_s=3000, cpus=16, max_workers=3
-    )
+    forced = tuner.predict_workers(0.004, 0.004, 3000, tuner.Limits(cpus=16, max_workers=3))
     assert forced.cap == 3 and forced.cap_reason == "--max-workers"
 
 
 def test_candidates_and_units():
-    assert tune.worker_candidates(5, 40) == (0, 1, 2, 3, 4, 5, 8, 10)
-    assert tune.worker_candidates(18, 14) == (0, 1, 2, 4, 7, 8, 14)
-    assert tune.worker_candidates(3, 0) == (0,)
+    assert tuner.worker_candidates(5, 40) == (0, 1, 2, 3, 4, 5, 8, 10)
+    assert tuner.worker_candidates(18, 14) == (0, 1, 2, 4, 7, 8, 14)
+    assert tuner.worker_candidates(3, 0) == (0,)
     # I/O-bound reaches 4 W*: sleeping workers cost memory, not cores
-    assert tune.worker_candidates(5, 16, io_bound=True) == (0, 1, 2, 3, 4, 5, 8, 10, 16)
-    assert tune.worker_candidates(5, 40, io_bound=True) == (0, 1, 2, 3, 4, 5, 8, 10, 16, 20)
-    assert tune.halving_units(8) == 24 and tune.measurements_left(8) == 14 and tune.rounds_left(8) == 3
+    assert tuner.worker_candidates(5, 16, io_bound=True) == (0, 1, 2, 3, 4, 5, 8, 10, 16)
+    assert tuner.worker_candidates(5, 40, io_bound=True) == (0, 1, 2, 3, 4, 5, 8, 10, 16, 20)
+    assert tuner.halving_units(8) == 24 and tuner.measurements_left(8) == 14 and tuner.rounds_left(8) == 3
 
 
 class FakeLoaderModel:
@@ -187,15 +175,12 @@ class FakeLoaderModel:
 
 def test_successive_halving_picks_a_saturating_count_within_budget():
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0)  # W_sat = 5
-    configs = [LoaderConfig(num_workers=w) for w in tune.worker_candidates(5, 16)]
-    result = tune.successive_halving(
+    configs = [LoaderConfig(num_workers=w) for w in tuner.worker_candidates(5, 16)]
+    result = tuner.successive_halving(
         configs,
         model.measure,
-        deadline=30.0,
-        ceiling_samples_per_s=1000.0,
-        early_stop=0.95,
-        minimum_noise=0.03,
-        reserve_measurements=1,
+        30.0,
+        tuner.SearchOptions(ceiling_samples_per_s=1000.0, early_stop=0.95, minimum_noise=0.03, reserve_measurements=1),
         clock=model.clock,
     )
     assert result.winner.config.num_workers >= 5
@@ -208,22 +193,24 @@ def test_successive_halving_picks_a_saturating_count_within_budget():
 def test_a_further_round_starts_only_when_it_and_the_reserved_windows_fit():
     """The knobs and confirmations after the search keep their time: a round that would eat it is not run."""
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0, startup_s=0.3)
-    configs = [LoaderConfig(num_workers=w) for w in tune.worker_candidates(5, 16)]
+    configs = [LoaderConfig(num_workers=w) for w in tuner.worker_candidates(5, 16)]
     deadline, reserve = 14.0, 4
-    result = tune.successive_halving(
+    result = tuner.successive_halving(
         configs,
         model.measure,
-        deadline=deadline,
-        ceiling_samples_per_s=None,
-        early_stop=0.95,
-        minimum_noise=0.03,
-        reserve_measurements=reserve,
-        min_window_s=0.5,
-        confirm=tune.CONFIRM,
+        deadline,
+        tuner.SearchOptions(
+            ceiling_samples_per_s=None,
+            early_stop=0.95,
+            minimum_noise=0.03,
+            reserve_measurements=reserve,
+            min_window_s=0.5,
+            confirm=tuner.CONFIRM,
+        ),
         clock=model.clock,
     )
     last_window = result.rounds[-1][0]
-    knobs_s = (reserve - tune.CONFIRM) * (last_window * tune.MEASURE_OVERHEAD + result.overhead_s)
+    knobs_s = (reserve - tuner.CONFIRM) * (last_window * tuner.MEASURE_OVERHEAD + result.overhead_s)
     assert deadline - model.now >= knobs_s  # the knob window still fits after the search
     assert result.winner is not None
 
@@ -233,22 +220,19 @@ def test_io_bound_search_takes_the_fastest_not_the_cheapest_in_the_noise_band():
         Measurement("tune", f"w={w}", LoaderConfig(num_workers=w), 10, 80, 2.0, rate, cv=0.04)
         for w, rate in ((4, 560.0), (8, 575.0), (16, 580.0))
     ]
-    assert tune.pick(pool, 0.03).config.num_workers == 4  # CPU-bound: within the noise, fewer workers win
-    assert tune.pick(pool, 0.03, prefer_fewer=False).config.num_workers == 16
+    assert tuner.pick(pool, 0.03).config.num_workers == 4  # CPU-bound: within the noise, fewer workers win
+    assert tuner.pick(pool, 0.03, prefer_fewer=False).config.num_workers == 16
 
 
 def test_successive_halving_on_a_tight_budget_decides_on_what_fits():
     """With room for a few measurements only, the search skips what would overrun and still picks one."""
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0, startup_s=0.5)
-    configs = [LoaderConfig(num_workers=w) for w in tune.worker_candidates(5, 16)]
-    result = tune.successive_halving(
+    configs = [LoaderConfig(num_workers=w) for w in tuner.worker_candidates(5, 16)]
+    result = tuner.successive_halving(
         configs,
         model.measure,
-        deadline=3.0,
-        ceiling_samples_per_s=1000.0,
-        early_stop=0.95,
-        minimum_noise=0.03,
-        min_window_s=0.2,
+        3.0,
+        tuner.SearchOptions(ceiling_samples_per_s=1000.0, early_stop=0.95, minimum_noise=0.03, min_window_s=0.2),
         clock=model.clock,
     )
     assert model.now <= 3.0 + 0.5 + 0.2 * 1.33  # at most the first measurement runs past the estimate
@@ -260,15 +244,13 @@ def test_a_start_up_slower_than_the_guess_prices_the_next_measurement_of_the_rou
     measurement showed it, the next one of the same round is priced with it and not started past the end."""
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0, startup_s=3.0)
     configs = [LoaderConfig(num_workers=w) for w in (1, 2, 4)]
-    result = tune.successive_halving(
+    result = tuner.successive_halving(
         configs,
         model.measure,
-        deadline=4.5,
-        ceiling_samples_per_s=None,
-        early_stop=0.95,
-        minimum_noise=0.03,
-        min_window_s=0.2,
-        overhead_s=0.1,
+        4.5,
+        tuner.SearchOptions(
+            ceiling_samples_per_s=None, early_stop=0.95, minimum_noise=0.03, min_window_s=0.2, overhead_s=0.1
+        ),
         clock=model.clock,
     )
     assert len(model.windows) == 1 and model.now <= 4.5
@@ -278,13 +260,11 @@ def test_a_start_up_slower_than_the_guess_prices_the_next_measurement_of_the_rou
 def test_successive_halving_stops_early_at_the_ceiling():
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0)
     configs = [LoaderConfig(num_workers=w) for w in (0, 2, 5, 8)]
-    result = tune.successive_halving(
+    result = tuner.successive_halving(
         configs,
         model.measure,
-        deadline=30.0,
-        ceiling_samples_per_s=450.0,
-        early_stop=0.95,
-        minimum_noise=0.03,
+        30.0,
+        tuner.SearchOptions(ceiling_samples_per_s=450.0, early_stop=0.95, minimum_noise=0.03),
         clock=model.clock,
     )
     assert result.stopped_early and len(result.rounds) == 1 and result.winner.samples_per_s >= 0.95 * 450
@@ -294,13 +274,11 @@ def test_successive_halving_reuses_prior_measurement():
     model = FakeLoaderModel(per_worker=100.0, ceiling=450.0)
     configs = [LoaderConfig(num_workers=w) for w in (0, 1, 2)]
     prior = {configs[0]: Measurement("naive", "naive", configs[0], 5, 40, 1.0, 40.0)}
-    tune.successive_halving(
+    tuner.successive_halving(
         configs,
         model.measure,
-        deadline=10.0,
-        ceiling_samples_per_s=None,
-        early_stop=0.95,
-        minimum_noise=0.03,
+        10.0,
+        tuner.SearchOptions(ceiling_samples_per_s=None, early_stop=0.95, minimum_noise=0.03),
         prior=prior,
         clock=model.clock,
     )
@@ -316,13 +294,13 @@ def test_knobs_kept_only_above_the_noise_floor():
         changed = [k for k in rates if getattr(config, k) != getattr(base_config, k)]
         return Measurement("knob", config.label, config, 10, 80, window, rates[changed[-1]], cv=0.01)
 
-    result = tune.try_knobs(
-        base, tune.knob_changes(base_config, cuda=True), measure, 1.0, deadline=1e9, minimum_noise=0.03
+    result = tuner.try_knobs(
+        base, tuner.knob_changes(base_config, cuda=True), measure, 1.0, deadline=1e9, minimum_noise=0.03
     )
     kept = {name.split("=")[0]: keep for name, _, keep, _, _ in result.trials}
     assert kept == {"prefetch_factor": False, "pin_memory": False, "non_blocking": True}
     assert result.winner.config.non_blocking is False and result.winner.config.prefetch_factor == 2
-    assert [name for name, _ in tune.knob_changes(base_config, cuda=False)] == ["prefetch_factor=4"]
+    assert [name for name, _ in tuner.knob_changes(base_config, cuda=False)] == ["prefetch_factor=4"]
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -331,13 +309,13 @@ def test_knobs_kept_only_above_the_noise_floor():
 def test_efficiency_bands_and_cpu_never_fails():
     t = Thresholds()
     cuda = VerdictFacts(device_type="cuda")
-    assert efficiency_check({"efficiency": 0.93}, cuda, t).status is Status.OK
-    assert efficiency_check({"efficiency": 0.80}, cuda, t).status is Status.WARN
-    assert efficiency_check({"efficiency": 0.50, "cores_per_device_needed": 12.0}, cuda, t).status is Status.FAIL
-    assert "12.0 cores" in efficiency_check({"efficiency": 0.50, "cores_per_device_needed": 12.0}, cuda, t).remedy
-    assert efficiency_check({"efficiency": 0.50}, VerdictFacts(device_type="cpu"), t).status is Status.WARN
-    assert efficiency_check({}, cuda, t).status is Status.SKIP
-    assert efficiency_check({"efficiency": 0.80}, cuda, replace(t, efficiency_pass=0.8)).status is Status.OK
+    assert efficiency_check(Metrics(efficiency=0.93), cuda, t).status is Status.OK
+    assert efficiency_check(Metrics(efficiency=0.80), cuda, t).status is Status.WARN
+    assert efficiency_check(Metrics(efficiency=0.50, cores_per_device_needed=12.0), cuda, t).status is Status.FAIL
+    assert "12.0 cores" in efficiency_check(Metrics(efficiency=0.50, cores_per_device_needed=12.0), cuda, t).remedy
+    assert efficiency_check(Metrics(efficiency=0.50), VerdictFacts(device_type="cpu"), t).status is Status.WARN
+    assert efficiency_check(Metrics(), cuda, t).status is Status.SKIP
+    assert efficiency_check(Metrics(efficiency=0.80), cuda, replace(t, efficiency_pass=0.8)).status is Status.OK
 
 
 @pytest.mark.parametrize(
@@ -353,16 +331,16 @@ def test_an_io_bound_loader_at_the_worker_cap_is_told_to_raise_it(cpu_bound, wor
     facts = VerdictFacts(
         device_type="cuda", cpu_bound=cpu_bound, workers=workers, worker_cap=cap, predicted_workers=predicted
     )
-    remedy = efficiency_check({"efficiency": 0.5, "cores_per_device_needed": 3.0}, facts, Thresholds()).remedy
+    remedy = efficiency_check(Metrics(efficiency=0.5, cores_per_device_needed=3.0), facts, Thresholds()).remedy
     assert (f"--max-workers {predicted}" in remedy) is says_max_workers, remedy
     assert ("DALI" in remedy) is not says_max_workers
 
 
 def test_speedup_against_prediction_and_naive():
     t = Thresholds()
-    assert speedup_check({"speedup": 4.5, "predicted_speedup": 5.0}, t).status is Status.OK
-    assert speedup_check({"speedup": 3.0, "predicted_speedup": 5.0}, t).status is Status.WARN
-    assert speedup_check({"speedup": 0.9, "predicted_speedup": 5.0}, t).status is Status.FAIL
+    assert speedup_check(Metrics(speedup=4.5, predicted_speedup=5.0), t).status is Status.OK
+    assert speedup_check(Metrics(speedup=3.0, predicted_speedup=5.0), t).status is Status.WARN
+    assert speedup_check(Metrics(speedup=0.9, predicted_speedup=5.0), t).status is Status.FAIL
 
 
 def test_shm_need_against_free():
@@ -390,9 +368,9 @@ def test_scaling_verdict_names_its_w_and_says_why_it_is_missing():
     from bootstrap.bench.verdicts import scaling_check
 
     t = Thresholds()
-    slower = scaling_check({"loader_scaling_efficiency": 0.45, "loader_scaling_workers": 2.0}, t)
+    slower = scaling_check(Metrics(loader_scaling_efficiency=0.45, loader_scaling_workers=2.0), t)
     assert slower.status is Status.WARN and slower.observed == "S(2) / (2 x S(1)) = 0.45"
-    only_one = scaling_check({"loader_w1_samples_per_s": 40.0}, t)
+    only_one = scaling_check(Metrics(loader_scaling={1: 40.0}), t)
     assert only_one.status is Status.SKIP and only_one.observed == "only S(1) measured"
 
 
@@ -402,22 +380,24 @@ def test_gpu_micro_verdicts_on_recorded_figures():
 
     t = Thresholds()
     h200 = VerdictFacts(device_type="cuda", gpu_name="NVIDIA H200", pcie=(5, 16, 5, 16))
-    assert matmul_check({"matmul_tflops": 760.0}, h200, t).status is Status.OK  # 77% of 989
-    assert matmul_check({"matmul_tflops": 600.0}, h200, t).status is Status.WARN  # 61%
-    assert matmul_check({"matmul_tflops": 500.0}, replace(h200, gpu_name="NVIDIA H100 PCIe"), t).status is Status.WARN
-    assert matmul_check({"matmul_tflops": 90.0}, replace(h200, gpu_name="Tesla T4"), t).status is Status.SKIP
-    assert h2d_check({"h2d_pinned_gb_per_s": 53.0}, h200, t).status is Status.OK  # 84% of 63 GB/s
-    assert h2d_check({"h2d_pinned_gb_per_s": 40.0}, h200, t).status is Status.WARN
-    downtrained = h2d_check({"h2d_pinned_gb_per_s": 26.0}, replace(h200, pcie=(4, 16, 5, 16)), t)
+    assert matmul_check(Metrics(matmul_tflops=760.0), h200, t).status is Status.OK  # 77% of 989
+    assert matmul_check(Metrics(matmul_tflops=600.0), h200, t).status is Status.WARN  # 61%
+    assert (
+        matmul_check(Metrics(matmul_tflops=500.0), replace(h200, gpu_name="NVIDIA H100 PCIe"), t).status is Status.WARN
+    )
+    assert matmul_check(Metrics(matmul_tflops=90.0), replace(h200, gpu_name="Tesla T4"), t).status is Status.SKIP
+    assert h2d_check(Metrics(h2d_pinned_gb_per_s=53.0), h200, t).status is Status.OK  # 84% of 63 GB/s
+    assert h2d_check(Metrics(h2d_pinned_gb_per_s=40.0), h200, t).status is Status.WARN
+    downtrained = h2d_check(Metrics(h2d_pinned_gb_per_s=26.0), replace(h200, pcie=(4, 16, 5, 16)), t)
     assert downtrained.status is Status.FAIL and "Gen5 x16" in downtrained.observed
-    assert device_idle_check({"stall_device_idle_pct": 4.0}, h200, t).status is Status.OK
-    contention = device_idle_check({"stall_device_idle_pct": 12.0, "stall_differential_pct": 40.0}, h200, t)
+    assert device_idle_check(Metrics(stall_device_idle_pct=4.0), h200, t).status is Status.OK
+    contention = device_idle_check(Metrics(stall_device_idle_pct=12.0, stall_differential_pct=40.0), h200, t)
     assert contention.status is Status.WARN and "CPU contention" in contention.detail
 
 
 def test_device_idle_gaps_from_cuda_events():
     """Gaps between one step's end event and the next step's start event, summed; overlaps count as 0."""
-    from bootstrap.bench.window import _CudaGaps
+    from bootstrap.bench.measure import _CudaGaps
 
     class Event:
         def __init__(self, t_ms):
@@ -434,7 +414,7 @@ def test_device_idle_gaps_from_cuda_events():
 
 def test_every_verdict_on_a_cpu_host_skips_gpu_checks():
     checks = evaluate(
-        {"efficiency": 0.95, "speedup": 4.0, "predicted_speedup": 4.2},
+        Metrics(efficiency=0.95, speedup=4.0, predicted_speedup=4.2),
         VerdictFacts(device_type="cpu", cpus=2, cpus_total=2, shm_free_mib=1000, shm_need_mib=1),
         SamplerReport(reason="no GPU: CPU run"),
         Thresholds(),
@@ -476,13 +456,8 @@ def test_text_report_has_the_figures_and_the_snippet():
     assert "DataLoader(" in text and "num_workers=4," in text
     assert "GPU util mean 90%" in text
     assert "H2D" not in text and "D2H" not in text  # a CPU run copies nothing to a device
-    copies = {
-        "h2d_pinned_gb_per_s": 55.3,
-        "h2d_pageable_gb_per_s": 21.04,
-        "d2h_pinned_gb_per_s": 53.9,
-        "d2h_pageable_gb_per_s": None,
-    }
-    cuda = dataclasses.replace(synthetic_result(), metrics={**synthetic_result().metrics, **copies})
+    copies = {"h2d_pinned_gb_per_s": 55.3, "h2d_pageable_gb_per_s": 21.04, "d2h_pinned_gb_per_s": 53.9}
+    cuda = dataclasses.replace(synthetic_result(), metrics=dataclasses.replace(synthetic_result().metrics, **copies))
     assert "H2D pinned 55.3 / pageable 21.0 GB/s; D2H pinned 53.9 / pageable - GB/s" in render_text(cuda)
 
 
@@ -509,7 +484,8 @@ def test_snippet_is_python_that_builds_the_loader_and_trains(config, device):
     import torch
     from torch.utils.data import DataLoader
 
-    from bootstrap.bench.workloads import MemoryStore, SyntheticImages, build_model, encode_images
+    from bootstrap.bench.step import build_model
+    from bootstrap.bench.synthetic import MemoryStore, SyntheticImages, encode_images
 
     spec = WorkloadSpec(samples=16, image_size=24, crop_size=16, batch_size=4, num_classes=4, epoch_batches=2)
     snippet = dataloader_snippet(config, spec, device)
@@ -621,7 +597,9 @@ def test_gpu_utilization_is_judged_only_when_a_tuned_loader_trained():
     utilization of the set-up alone: no 'the GPU idles' failure."""
     idle = SamplerReport(gpu=UtilStats("nvmlDeviceGetSamples", 40, 2.0, 0.0, 0.0, 1.0, 9.0))
     facts = VerdictFacts(device_type="cuda", cpus=16, cpus_total=16, shm_free_mib=1000, shm_need_mib=1)
-    untrained = {c.id: c for c in evaluate({}, facts, idle, Thresholds())}["bench.nvml_util"]
+    untrained = {c.id: c for c in evaluate(Metrics(), facts, idle, Thresholds())}["bench.nvml_util"]
     assert untrained.status is Status.SKIP and untrained.observed == "no tuned windows ran"
-    trained = {c.id: c for c in evaluate({"tuned_samples_per_s": 100.0}, facts, idle, Thresholds())}["bench.nvml_util"]
+    trained = {c.id: c for c in evaluate(Metrics(tuned_samples_per_s=100.0), facts, idle, Thresholds())}[
+        "bench.nvml_util"
+    ]
     assert trained.status is Status.FAIL

@@ -70,10 +70,10 @@ def killers(tmp_path, monkeypatch):
 def measure_two_workers(dataset: str):
     """(what a 2-worker loader measured, the failures recorded) for `dataset`, with the killing step."""
     from bootstrap.bench.config import BenchOptions, WorkloadSpec
+    from bootstrap.bench.measure import measure_loader
     from bootstrap.bench.results import LoaderConfig
-    from bootstrap.bench.startup import clean_up, set_up
+    from bootstrap.bench.run import clean_up, set_up
     from bootstrap.bench.state import new_state
-    from bootstrap.bench.trials import measure_loader
     from bootstrap.bench.user import UserWorkload
 
     user = UserWorkload(dataset, step="killers:kill_the_worker")
@@ -104,7 +104,7 @@ def test_a_worker_killed_by_a_signal_is_a_failed_config_not_the_dataset_s_fault(
 
 def test_a_worker_that_exited_by_itself_keeps_its_exit_code():
     """The real exit code, which torch's 'exited unexpectedly' leaves out, tells a signal from an exit."""
-    from bootstrap.bench.stream import worker_death
+    from bootstrap.bench.loader import worker_death
 
     class Worker:
         def __init__(self, pid, exitcode):

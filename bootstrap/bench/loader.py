@@ -1,7 +1,6 @@
-"""Loader streams: a DataLoader over the workload, its batches forever, and why its workers died.
+"""The DataLoader a measurement reads: built from a config, its batches forever, and why its workers died.
 
-Shell equivalents: none; `dmesg` and `df /dev/shm` show what a worker that
-died of /dev/shm left behind.
+`dmesg` and `df /dev/shm` show what a worker that died of /dev/shm left behind.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ class BatchStream:
     workers died does.
 
     `samples`: what the batch last returned holds, when a batch sampler made it (the length of its list
-    of indices, which `sampling.Checked` records as DataLoader draws it; batches come back in that
+    of indices, which `user.Checked` records as DataLoader draws it; batches come back in that
     order); None otherwise."""
 
     def __init__(self, loader: Any) -> None:
@@ -52,7 +51,7 @@ class BatchStream:
 
     def _check_the_workers_split_the_stream(self) -> None:
         from bootstrap.bench.batch import same_batch
-        from bootstrap.bench.sampling import is_stream
+        from bootstrap.bench.user import is_stream
 
         workers = getattr(self.loader, "num_workers", 0)
         if workers < 2 or not is_stream(self.loader.dataset):
@@ -141,10 +140,10 @@ def make_loader(
     sampling: Any = None,
 ) -> Any:
     """The DataLoader `config` describes; `batch_size` None: the dataset yields whole batches; `sampling`:
-    the user's sampler or batch sampler (`sampling.loader_kwargs`)."""
+    the user's sampler or batch sampler (`user.loader_kwargs`)."""
     from torch.utils.data import DataLoader
 
-    from bootstrap.bench.sampling import loader_kwargs
+    from bootstrap.bench.user import loader_kwargs
 
     with _quiet_worker_count():
         return DataLoader(
@@ -223,7 +222,7 @@ def sample_failure(exc: BaseException, workers: int) -> Optional[str]:
 
 def _spawn_cause() -> str:
     """What else kills a worker started by spawn or forkserver: it imports the main script, and one that
-    runs the bench at module level fails there (`script.refuse_in_bootstrapping_child`)."""
+    runs the bench at module level fails there (`run.refuse_in_bootstrapping_child`)."""
     from bootstrap.compat.host import probe_start_method
 
     method = probe_start_method()[0]

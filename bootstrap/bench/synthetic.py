@@ -1,15 +1,8 @@
-"""Synthetic image-classification workloads (bench_method.md section 5, W1 and W2).
+"""The synthetic workload: JPEG images in memory, in files or in one packed file (docs/benchmark.md, "Workloads").
 
-Samples are JPEG-encoded images (Pillow) held in one of three stores:
-`memory` (W1: one byte buffer with an offset index), `files` (W2a: one small
-file per sample) or `packed` (W2b: one file read through a numpy memmap with
-an offset index). `__getitem__` reads, optionally waits `io_ms` (storage
-latency), decodes, random-crops, flips and spends `cpu_ms` of extra CPU.
-
-Index structures are numpy arrays, never Python lists or dicts: forked
-workers would otherwise copy them page by page as reference counts change
-(PyTorch #13246). The dataset itself is CPU-only, so forked workers never
-touch CUDA (#40403).
+Index structures are numpy arrays, never Python lists or dicts: forked workers would otherwise copy
+them page by page as reference counts change (PyTorch #13246); the dataset is CPU-only, so forked
+workers never touch CUDA (#40403).
 """
 
 from __future__ import annotations
@@ -212,49 +205,3 @@ class SyntheticImages:
         tensor = torch.from_numpy(np.array(image, dtype=np.uint8)).permute(2, 0, 1).contiguous()
         spin_cpu(self.cpu_s)
         return tensor, index % self.num_classes
-
-
-def resolve_model_name(name: str, device_type: str) -> Tuple[str, str]:
-    """('tiny'|'resnet18'|'resnet50', why): `auto` is ResNet-50 on a GPU (CUDA or Apple MPS) when
-    torchvision is installed."""
-    if name != "auto":
-        return name, "asked for"
-    if device_type not in ("cuda", "mps"):
-        return "tiny", "auto: CPU run, small CNN"
-    try:
-        import torchvision  # noqa: F401  (probe only)
-    except ImportError:
-        return "tiny", "auto: torchvision is not installed"
-    return "resnet50", "auto: GPU run, torchvision installed"
-
-
-def build_model(name: str, num_classes: int) -> Any:
-    """The model a training step runs: a small CNN, or torchvision's ResNet-18/50."""
-    import torch.nn as nn
-
-    if name in ("resnet18", "resnet50"):
-        try:
-            import torchvision
-        except ImportError:
-            from bootstrap.errors import InputError
-
-            raise InputError(
-                "--model",
-                f"{name} needs torchvision, which is not installed",
-                "install torchvision or use --model tiny",
-            ) from None
-        return getattr(torchvision.models, name)(num_classes=num_classes)
-    # A patchify stem (4x4, stride 4) keeps the small CNN cheap at 224 px, so a CPU run still measures the loader.
-    return nn.Sequential(
-        nn.Conv2d(3, 16, 4, stride=4),
-        nn.BatchNorm2d(16),
-        nn.ReLU(inplace=True),
-        nn.Conv2d(16, 32, 3, stride=2, padding=1),
-        nn.BatchNorm2d(32),
-        nn.ReLU(inplace=True),
-        nn.Conv2d(32, 64, 3, stride=2, padding=1),
-        nn.ReLU(inplace=True),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(64, num_classes),
-    )
