@@ -68,7 +68,8 @@ class _CudaGaps:
         if not self.enabled:
             return None
         pairs = self.pairs
-        return sum(max(0.0, pairs[i][1].elapsed_time(pairs[i + 1][0])) for i in range(len(pairs) - 1)) / 1000.0
+        gaps_ms = [max(0.0, float(end.elapsed_time(start))) for (_, end), (start, _) in zip(pairs, pairs[1:])]
+        return sum(gaps_ms) / 1000.0
 
 
 def warm_up(state: RunState, take: Take, step: Optional[Step], plan: Window, deadline: float) -> None:

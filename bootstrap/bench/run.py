@@ -141,9 +141,8 @@ def set_up(state: RunState) -> None:
         previous, benchmark = torch.cuda.current_device(), torch.backends.cudnn.benchmark
         torch.cuda.set_device(device.torch_device)  # CUDA events and streams of the run are this device's
         torch.backends.cudnn.benchmark = True
-        state.undo.append(
-            lambda: (torch.cuda.set_device(previous), setattr(torch.backends.cudnn, "benchmark", benchmark))
-        )
+        state.undo.append(lambda: torch.cuda.set_device(previous))
+        state.undo.append(lambda: setattr(torch.backends.cudnn, "benchmark", benchmark))
         name, uuid = torch.cuda.get_device_name(device.torch_device), _cuda_uuid(torch, device.index)
     state.sampler = UtilSampler(
         nvml_module=options.nvml_module,

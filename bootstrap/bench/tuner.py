@@ -319,10 +319,14 @@ def confirmed(
 
 def knob_changes(base: LoaderConfig, *, cuda: bool) -> List[Tuple[str, LoaderConfig]]:
     """The one-at-a-time changes tried on the search's winner (CPU: only prefetch_factor applies)."""
-    fields = {"prefetch_factor": 4 if base.prefetch_factor == 2 else 2} if base.num_workers > 0 else {}
+    changes: List[Tuple[str, LoaderConfig]] = []
+    if base.num_workers > 0:
+        prefetch = 4 if base.prefetch_factor == 2 else 2
+        changes.append((f"prefetch_factor={prefetch}", replace(base, prefetch_factor=prefetch)))
     if cuda:
-        fields.update(pin_memory=not base.pin_memory, non_blocking=not base.non_blocking)
-    return [(f"{name}={value}", replace(base, **{name: value})) for name, value in fields.items()]
+        changes.append((f"pin_memory={not base.pin_memory}", replace(base, pin_memory=not base.pin_memory)))
+        changes.append((f"non_blocking={not base.non_blocking}", replace(base, non_blocking=not base.non_blocking)))
+    return changes
 
 
 @dataclass(frozen=True)
