@@ -1,32 +1,37 @@
-"""Datasets named by reference ('MODULE:FACTORY'): they pickle as that name and are rebuilt where they
-are unpickled, so workers started by spawn never pickle the user's object. A stream must be an
-`IterableDataset` for DataLoader to read it as one, which makes this module import torch."""
+"""Datasets named 'MODULE:FACTORY': they pickle as that name and are built again where they are unpickled,
+so workers started by spawn never pickle the user's object."""
 
 from __future__ import annotations
 
-import functools
 import importlib
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset  # a stream must be one for DataLoader to read it as one
 
 
 class _Named:
     def __init__(self, ref: str, paths: Sequence[str], dataset: Any) -> None:
-        self.ref, self.paths, self.dataset = ref, tuple(str(Path(p).absolute()) for p in paths), dataset
+        self.ref = ref
+        self.paths = tuple(str(Path(p).absolute()) for p in paths)
+        self.dataset = dataset
 
     def _built(self) -> Any:
-        if self.dataset is None:  # unpickled in a worker: the main process checked the reference already
-            for path in reversed(self.paths):
-                if path not in sys.path:
-                    sys.path.insert(0, path)
-            module, _, name = self.ref.partition(":")
-            self.dataset = functools.reduce(getattr, name.split("."), importlib.import_module(module))()
+        if self.dataset is not None:
+            return self.dataset
+        # Unpickled in a worker: the main process checked the reference already.
+        for path in reversed(self.paths):
+            if path not in sys.path:
+                sys.path.insert(0, path)
+        module_name, _, name = self.ref.partition(":")
+        factory: Any = importlib.import_module(module_name)
+        for attribute in name.split("."):
+            factory = getattr(factory, attribute)
+        self.dataset = factory()
         return self.dataset
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "dataset": None}
 
 
