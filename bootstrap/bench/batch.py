@@ -72,7 +72,10 @@ def own_batch_counter(typical: int) -> Callable[[Any], int]:
 def own_batch_problem(batch: Any) -> str:
     """Why the first batch a dataset made itself cannot say how many samples it holds ('' when it can)."""
     shared, dims = shared_first_dim(batch)
-    if _holds_a_number(batch) and len(dims) < 2:  # (image, label): one sample; a batch's tensors share their rows
+    items = list(batch.values()) if isinstance(batch, dict) else batch
+    sequence = isinstance(items, (list, tuple))
+    number = sequence and any(isinstance(item, (int, float)) and not isinstance(item, bool) for item in items)
+    if number and len(dims) < 2:  # (image, label): one sample; a batch's tensors would share their rows
         return "yields items that hold a plain number beside one tensor, as one sample does, not a whole batch"
     if not dims:
         return f"yields a batch ({type(batch).__name__}) that holds no tensor to count its samples by"
@@ -83,15 +86,6 @@ def own_batch_problem(batch: Any) -> str:
             "counted (time-major tensors?)"
         )
     return ""
-
-
-def _holds_a_number(batch: Any) -> bool:
-    """Whether a tuple, list or dict batch holds a plain number, as one sample's label is."""
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if not isinstance(batch, (list, tuple)):
-        return False
-    return any(isinstance(item, (int, float)) and not isinstance(item, bool) for item in batch)
 
 
 def same_batch(first: Any, second: Any) -> bool:

@@ -9,9 +9,12 @@ import re
 import signal
 import time
 import warnings
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from bootstrap.bench.results import LoaderConfig
+
+if TYPE_CHECKING:
+    from bootstrap.bench.user import Sampling
 
 SHM_FAILURE = "out of /dev/shm"
 NO_BATCH = "no batch in an epoch"
@@ -133,11 +136,10 @@ def make_loader(
     config: LoaderConfig,
     *,
     seed: int = 0,
-    collate_fn: Any = None,
-    sampling: Any = None,
+    collate_fn: Optional[Callable[..., Any]] = None,
+    sampling: Optional[Sampling] = None,
 ) -> Any:
-    """The DataLoader `config` describes; `batch_size` None: the dataset yields whole batches; `sampling`:
-    the user's sampler or batch sampler (`user.loader_kwargs`)."""
+    """The DataLoader `config` describes (`batch_size` None: the dataset yields whole batches)."""
     from torch.utils.data import DataLoader
 
     from bootstrap.bench.user import loader_kwargs

@@ -175,7 +175,6 @@ def call_user(factory: Any, where: str, *args: Any) -> Any:
 
 
 def is_stream(dataset: Any) -> bool:
-    """Whether DataLoader reads `dataset` as an iterable stream rather than by index."""
     from torch.utils.data import IterableDataset
 
     return isinstance(dataset, IterableDataset)
@@ -445,7 +444,7 @@ class UserParts:
     model_factory: Optional[Callable[[], Any]]
     step_fn: Optional[Callable[..., Any]]
     first_batch: Any
-    batch_s: float  # one batch loaded in this process (a stream's second: see `_first_batch`)
+    batch_s: float  # one batch loaded in this process (a stream's second: see `resolve`)
     samples: int  # in a batch: the batch size, or the length of the first (a dataset's, a batch sampler's)
     sampling: Sampling = Sampling()
 
@@ -470,8 +469,14 @@ def resolve(user: UserWorkload, batch_size: Optional[int], seed: int = 0) -> Use
     check_function_pickles(user.where("collate"), collate_fn)
     collating = _Collating(collate_fn or (default_collate if batch_size is not None else default_convert))
     try:
-        loader = DataLoader(dataset, collate_fn=collating, **loader_kwargs(dataset, batch_size, seed, sampling))
-        first, batch_s = _first_batch(iter(loader), is_stream(dataset))
+        batches = iter(DataLoader(dataset, collate_fn=collating, **loader_kwargs(dataset, batch_size, seed, sampling)))
+        started = time.perf_counter()
+        first = next(batches, _END)
+        batch_s = time.perf_counter() - started
+        if first is not _END and is_stream(dataset):  # its first batch also paid for opening it: time the second
+            started = time.perf_counter()
+            if next(batches, _END) is not _END:
+                batch_s = time.perf_counter() - started
     except BaseException as exc:  # noqa: BLE001 (the user's __getitem__ or collate; sys.exit too)
         if passes_through(exc) or isinstance(exc, InputError):  # InputError: the sampler's (`Checked`)
             raise
@@ -492,20 +497,6 @@ def _build_dataset(user: UserWorkload, where: str, batch_size: Optional[int]) ->
     check_dataset(built, where, batch_size)
     wrap = NamedStream if is_stream(built) else NamedDataset
     return built, wrap(user.dataset, user.paths, built)
-
-
-def _first_batch(batches: Iterator[Any], stream: bool) -> tuple[Any, float]:
-    """(the first batch, or _END; the seconds one batch took: a stream's second, as its first also pays
-    for opening it, shards on a network mount or a database cursor, once a pass)."""
-    started = time.perf_counter()
-    first = next(batches, _END)
-    first_s = time.perf_counter() - started
-    if first is _END or not stream:
-        return first, first_s
-    started = time.perf_counter()
-    second = next(batches, _END)
-    second_s = time.perf_counter() - started
-    return first, (first_s if second is _END else second_s)
 
 
 def _check_first(first: Any, user: UserWorkload, where: str, batch_size: Optional[int], sampling: Sampling) -> None:
