@@ -500,12 +500,11 @@ def _build_dataset(user: UserWorkload, where: str, batch_size: Optional[int]) ->
 
 
 def _check_first(first: Any, user: UserWorkload, where: str, batch_size: Optional[int], sampling: Sampling) -> None:
+    a_batch = "the batch: a tensor, or a tuple, list or dict of tensors"
     if first is None and user.collate is not None:
-        fix = "return the batch: a tensor, or a tuple, list or dict of tensors"
-        raise InputError(user.where("collate"), "returned None for the first batch", fix)
+        raise InputError(user.where("collate"), "returned None for the first batch", f"return {a_batch}")
     if first is None:  # `default_convert` passes a None item on as the batch; `default_collate` never makes one
-        fix = "yield the batch: a tensor, or a tuple, list or dict of tensors"
-        raise InputError(where, "yielded None as a whole batch (read with no collate function)", fix)
+        raise InputError(where, "yielded None as a whole batch (read with no collate function)", f"yield {a_batch}")
     if first is not _END:
         return
     smaller = f"give a smaller {option_name('batch_size', not user.named)}"
