@@ -39,21 +39,12 @@ class Device:
         self.torch_device = torch.device(name)
         if self.torch_device.type == "cuda" and self.torch_device.index is None:
             self.torch_device = torch.device("cuda", torch.cuda.current_device())
-        self.is_cuda = self.torch_device.type == "cuda"
-        self.is_mps = self.torch_device.type == "mps"
-
-    @property
-    def type(self) -> str:
-        return str(self.torch_device.type)
-
-    @property
-    def index(self) -> Optional[int]:
-        return self.torch_device.index if self.is_cuda else None
-
-    @property
-    def is_accelerator(self) -> bool:
-        """A device other than the host's CPU: the step does not compete with the loader for cores."""
-        return self.is_cuda or self.is_mps
+        self.type = str(self.torch_device.type)
+        self.is_cuda = self.type == "cuda"
+        self.is_mps = self.type == "mps"
+        self.index: Optional[int] = self.torch_device.index if self.is_cuda else None
+        # A device other than the host's CPU: the step does not compete with the loader for cores.
+        self.is_accelerator = self.is_cuda or self.is_mps
 
     def sync(self) -> None:
         """Wait for the device's queued work, so that a timer read after it counts that work."""
