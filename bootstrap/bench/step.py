@@ -10,6 +10,7 @@ import os
 import time
 from typing import Any, Callable, Optional, Tuple
 
+from bootstrap.bench.device import Device
 from bootstrap.bench.results import LoaderConfig
 from bootstrap.errors import InputError
 
@@ -85,7 +86,7 @@ class Trainer:
         self,
         model_name: str,
         num_classes: int,
-        device: Any,
+        device: Device,
         config: LoaderConfig,
         *,
         step_s: float = 0.0,
@@ -138,15 +139,10 @@ class Trainer:
     def _guarded(self, call: Callable[[Any], None], batch: Any) -> None:
         # The step runs in this process, between two `next(loader)` calls: its error must stay apart
         # from the loader's, whose RuntimeErrors mean workers that died.
-        if not self.user_code:
-            call(batch)
-            return
         try:
             call(batch)
-        except StepFailed:
-            raise
         except Exception as exc:  # noqa: BLE001 (the user's step or model may raise anything)
-            if raised_by_worker_watch(exc):
+            if not self.user_code or isinstance(exc, StepFailed) or raised_by_worker_watch(exc):
                 raise
             raise StepFailed(exc, batch) from exc
 
