@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
-from bootstrap.bench.host import busy_pct, read_proc_stat
+from bootstrap.bench.host import CpuTimes, busy_pct, read_proc_stat
 from bootstrap.bench.results import SamplerReport, UtilStats
 from bootstrap.compat.nvml import Nvml
 
@@ -91,7 +91,7 @@ class UtilSampler:
         self._last_us = 0
         self._gpu: Series = []
         self._host: Series = []
-        self._last_stat: Optional[Tuple[int, int]] = None
+        self._last_stat: Optional[CpuTimes] = None
         self._windows: List[Tuple[float, float]] = []
         self._gpm: Optional[Tuple[Any, Any]] = None
         self._gpm_reason = "" if device_index is not None or device_uuid else "no GPU"
