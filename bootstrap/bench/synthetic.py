@@ -1,6 +1,7 @@
 """The synthetic workload: JPEG images in memory, in files or in one packed file.
 
-Why its indexes are numpy arrays and its dataset is CPU-only: docs/benchmark.md, "Method".
+Why its indexes are numpy arrays and its dataset is CPU-only: docs/benchmark.md,
+"The built-in workload's samples".
 """
 
 from __future__ import annotations
@@ -10,15 +11,22 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from bootstrap.bench.config import WorkloadSpec
+
+if TYPE_CHECKING:  # numpy is imported where it is used: importing this module imports neither it nor torch
+    import numpy as np
+    from numpy.typing import NDArray
+
+    Bytes = NDArray[np.uint8]
+    Offsets = NDArray[np.int64]  # where each sample starts in the buffer, and the end
 
 _DISTINCT_IMAGES = 32  # distinct pictures; the rest repeat them (decode cost is what matters)
 
 
-def encode_images(spec: WorkloadSpec) -> Tuple[Any, Any]:
-    """(blob uint8 array, offsets int64 array of len samples+1): `spec.samples` JPEGs back to back.
+def encode_images(spec: WorkloadSpec) -> tuple[Bytes, Offsets]:
+    """(blob, offsets of len samples+1): `spec.samples` JPEGs back to back.
 
     Pictures are smooth random fields plus noise, so they compress and decode like photographs.
     """
@@ -41,55 +49,28 @@ def encode_images(spec: WorkloadSpec) -> Tuple[Any, Any]:
     return np.concatenate(samples), offsets
 
 
+def _cut(buffer: Bytes, offsets: Offsets, index: int) -> bytes:
+    """Sample `index` of a buffer laid out by `offsets`."""
+    return buffer[offsets[index] : offsets[index + 1]].tobytes()
+
+
 def _file_name(index: int) -> str:
     return f"{index:06d}.jpg"
 
 
 class MemoryStore:
-    """W1: every encoded sample in one in-RAM buffer, at `offsets`."""
+    """W1: every encoded sample in one in-RAM buffer."""
 
-    def __init__(self, blob: Any, offsets: Any) -> None:
+    def __init__(self, blob: Bytes, offsets: Offsets) -> None:
         self.blob = blob
         self.offsets = offsets
         self.count = len(offsets) - 1
 
     def read(self, index: int) -> bytes:
-        return self._buffer()[self.offsets[index] : self.offsets[index + 1]].tobytes()
+        return _cut(self.blob, self.offsets, index)
 
-    def _buffer(self) -> Any:
-        return self.blob
-
-    def files(self) -> Tuple[Path, ...]:
+    def files(self) -> tuple[Path, ...]:
         return ()
-
-
-class PackedStore(MemoryStore):
-    """W2b: the same buffer in one file, opened as a numpy memmap in each process."""
-
-    def __init__(self, path: Path, offsets: Any) -> None:
-        super().__init__(None, offsets)
-        self.path = str(path)
-
-    @classmethod
-    def write(cls, path: Path, blob: Any, offsets: Any) -> PackedStore:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as handle:  # not ndarray.tofile: its short write is an OSError without errno
-            handle.write(memoryview(blob))
-        return cls(path, offsets)
-
-    def __getstate__(self) -> Dict[str, Any]:
-        # A memmap must not travel to workers: each process maps the file itself.
-        return {**self.__dict__, "blob": None}
-
-    def _buffer(self) -> Any:
-        if self.blob is None:
-            import numpy as np
-
-            self.blob = np.memmap(self.path, dtype=np.uint8, mode="r")
-        return self.blob
-
-    def files(self) -> Tuple[Path, ...]:
-        return (Path(self.path),)
 
 
 class FilesStore:
@@ -100,19 +81,50 @@ class FilesStore:
         self.count = count
 
     @classmethod
-    def write(cls, directory: Path, blob: Any, offsets: Any) -> FilesStore:
+    def write(cls, directory: Path, blob: Bytes, offsets: Offsets) -> FilesStore:
         directory.mkdir(parents=True, exist_ok=True)
-        samples = MemoryStore(blob, offsets)
-        for index in range(samples.count):
-            (directory / _file_name(index)).write_bytes(samples.read(index))
-        return cls(directory, samples.count)
+        count = len(offsets) - 1
+        for index in range(count):
+            (directory / _file_name(index)).write_bytes(_cut(blob, offsets, index))
+        return cls(directory, count)
 
     def read(self, index: int) -> bytes:
         with open(os.path.join(self.directory, _file_name(index)), "rb") as handle:
             return handle.read()
 
-    def files(self) -> Tuple[Path, ...]:
+    def files(self) -> tuple[Path, ...]:
         return tuple(Path(self.directory) / _file_name(i) for i in range(self.count))
+
+
+class PackedStore:
+    """W2b: one packed file plus an offset index, opened as a numpy memmap in each process."""
+
+    def __init__(self, path: Path, offsets: Offsets) -> None:
+        self.path = str(path)
+        self.offsets = offsets
+        self.count = len(offsets) - 1
+        self._map: Optional[Bytes] = None
+
+    @classmethod
+    def write(cls, path: Path, blob: Bytes, offsets: Offsets) -> PackedStore:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as handle:  # not ndarray.tofile: its short write is an OSError without errno
+            handle.write(blob.data)
+        return cls(path, offsets)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A memmap must not travel to workers: each process maps the file itself.
+        return {**self.__dict__, "_map": None}
+
+    def read(self, index: int) -> bytes:
+        if self._map is None:
+            import numpy as np
+
+            self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+        return _cut(self._map, self.offsets, index)
+
+    def files(self) -> tuple[Path, ...]:
+        return (Path(self.path),)
 
 
 Store = Union[MemoryStore, FilesStore, PackedStore]
@@ -157,8 +169,8 @@ def spin_cpu(seconds: float) -> None:
 
 
 class SyntheticImages:
-    """A map-style dataset of (uint8 CHW crop, int label), `epoch_batches` batches long (docs/benchmark.md,
-    "Method"); not a torch Dataset subclass, so that importing this module does not import torch."""
+    """A map-style dataset of (uint8 CHW crop, int label), at least `epoch_batches` batches long; not a
+    torch Dataset subclass, so that importing this module does not import torch."""
 
     def __init__(self, store: Store, spec: WorkloadSpec) -> None:
         self.store = store
@@ -172,7 +184,7 @@ class SyntheticImages:
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, index: int) -> Tuple[Any, int]:
+    def __getitem__(self, index: int) -> tuple[Any, int]:
         import numpy as np
         import torch
         from PIL import Image
