@@ -1,18 +1,20 @@
 """The torch device a run measures, and its micro-benchmarks: matmul TFLOP/s and host<->device copies.
 
-Closest shell equivalents: CUDA's `bandwidthTest` and the MAMF matmul benchmark (docs/benchmark.md, "Method").
+Closest shell equivalents: CUDA's `bandwidthTest` and the MAMF matmul benchmark (docs/benchmark.md, "Micro-benchmarks").
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Optional, TypeVar
 
 from bootstrap.fsutil import MIB
 
+T = TypeVar("T")
 
-def pick_device(requested: str, cuda_available: bool, mps_available: bool) -> Tuple[str, str]:
+
+def pick_device(requested: str, cuda_available: bool, mps_available: bool) -> tuple[str, str]:
     """(torch device name, why): `auto` is the first of cuda, mps, cpu this torch can use; else as asked."""
     if requested != "auto":
         return requested, "asked for"
@@ -66,7 +68,7 @@ class Device:
 MATMUL_SYNC_EVERY = 5  # launches queue up asynchronously: a deadline is only seen after a sync
 
 
-def matmul_tflops(device: Device, deadline: float) -> Tuple[Optional[float], str]:
+def matmul_tflops(device: Device, deadline: float) -> tuple[Optional[float], str]:
     """Square-matmul TFLOP/s, and what was multiplied; warm-up and timed launches stop at `deadline`."""
     import torch
 
@@ -96,14 +98,14 @@ def matmul_tflops(device: Device, deadline: float) -> Tuple[Optional[float], str
 
 
 def h2d_bandwidth(
-    device: Device, nbytes: int = 256 * MIB, repeats: int = 10, during: Optional[Callable[[], Any]] = None
-) -> Tuple[Dict[str, float], Any]:
+    device: Device, nbytes: int = 256 * MIB, repeats: int = 10, during: Optional[Callable[[], T]] = None
+) -> tuple[dict[str, float], Optional[T]]:
     """Host<->device GB/s, pinned and pageable (CUDA only), and what `during()` returned: it runs while
     the pinned host-to-device copies are in flight (idle PCIe links train down)."""
     import torch
 
-    out: Dict[str, float] = {}
-    seen: Any = None
+    out: dict[str, float] = {}
+    seen: Optional[T] = None
     if not device.is_cuda:
         return out, seen
     target = torch.empty(nbytes, dtype=torch.uint8, device=device.torch_device)

@@ -1,14 +1,14 @@
 """The training step a run times: the model, its optimizer, one forward/backward/update per batch.
 
 The built-in step trains a small CNN or a torchvision ResNet; `--model` and `--step` replace either
-(docs/benchmark.md, "Your own dataset").
+(docs/benchmark.md, "Your model and training step").
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional
 
 from bootstrap.bench.device import Device
 from bootstrap.bench.results import LoaderConfig
@@ -35,7 +35,7 @@ class NoParameters(ValueError):
     """The model has no parameters for the step's update to train."""
 
 
-def resolve_model_name(name: str, device_type: str) -> Tuple[str, str]:
+def resolve_model_name(name: str, device_type: str) -> tuple[str, str]:
     """(model name, why): `auto` is ResNet-50 on a GPU (CUDA or MPS) with torchvision, else the small CNN."""
     if name != "auto":
         return name, "asked for"
@@ -111,7 +111,7 @@ class Trainer:
         self.optimizer = torch.optim.SGD(parameters, lr=0.01, momentum=0.9) if parameters else None
         self.amp_dtype = getattr(torch, config.amp_dtype) if config.amp_dtype else None
 
-    def to_device(self, images: Any, labels: Any, non_blocking: bool) -> Tuple[Any, Any]:
+    def to_device(self, images: Any, labels: Any, non_blocking: bool) -> tuple[Any, Any]:
         """Images and labels on the device; uint8 images scaled there (a quarter of the bytes to copy)."""
         import torch
 
@@ -188,4 +188,5 @@ def raised_by_worker_watch(exc: BaseException) -> bool:
         tb = tb.tb_next
     if tb is None:
         return False
-    return os.path.normcase(tb.tb_frame.f_code.co_filename) == os.path.normcase(signal_handling.__file__)
+    handler_file: str = signal_handling.__file__
+    return os.path.normcase(tb.tb_frame.f_code.co_filename) == os.path.normcase(handler_file)

@@ -1,6 +1,7 @@
 """The run's watchdog: a bench run still going well past its budget is stuck, not slow.
 
-How it interrupts a sample that never returns, and where it cannot: docs/benchmark.md, "Method".
+How it interrupts a sample that never returns, and where it cannot: docs/benchmark.md,
+"What bench refuses, and when".
 """
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Any, Iterator, Optional
+from types import FrameType
+from typing import Iterator, Optional
 
 GRACE_MIN_S = 30.0  # past the budget before giving up: slow first steps (a cold GPU) stay legitimate
 GRACE_SHARE = 0.5  # ... or this share of the budget, whichever is longer
@@ -50,10 +52,10 @@ def watchdog(seconds: float) -> Iterator[None]:
     fired = threading.Event()
     stop = threading.Event()
 
-    def raise_stalled(_signum: int, _frame: Any) -> None:
+    def raise_stalled(_signum: int, _frame: Optional[FrameType]) -> None:
         raise Stalled(seconds)
 
-    previous: Optional[Any] = signal.signal(signal.SIGALRM, raise_stalled) if _alarm_is_free() else None
+    previous = signal.signal(signal.SIGALRM, raise_stalled) if _alarm_is_free() else None
     main = threading.get_ident()  # the main thread's, as checked above
 
     def bark() -> None:
