@@ -11,7 +11,7 @@ import socket
 import time
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 from bootstrap.bench.config import BenchOptions, Thresholds
 from bootstrap.bench.device import Device
@@ -27,7 +27,7 @@ from bootstrap.report import SEVERITY, Check, Status
 from bootstrap.torchrun import check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
 
 DDP_SECONDS = 3.0
-Row = Dict[str, Any]  # one rank's figures in the aggregate
+Row = dict[str, Any]  # one rank's figures in the aggregate
 
 # A collective's RuntimeError that means a peer rank is gone, as gloo and NCCL word it.
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "NCCL communicator")
@@ -36,7 +36,7 @@ _STALLS = (("stall_device_idle_pct", "device idle"), ("stall_host_wait_pct", "ho
 _WORST_RANK_FIX = "one rank's stall shows as compute on the others"
 
 
-def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None) -> Tuple[BenchResult, bool]:
+def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None) -> tuple[BenchResult, bool]:
     """(result, is_reporter): rank 0 gets the aggregate and reports; other ranks get their own result."""
     import torch
     import torch.distributed as dist
@@ -71,8 +71,8 @@ def lost_a_rank(exc: RuntimeError, dist: Any) -> bool:
 
 
 def _run_ranks(
-    rank_options: BenchOptions, progress: Optional[ProgressFn], ranks: Dict[str, int], dist: Any, options: BenchOptions
-) -> Tuple[BenchResult, bool]:
+    rank_options: BenchOptions, progress: Optional[ProgressFn], ranks: dict[str, int], dist: Any, options: BenchOptions
+) -> tuple[BenchResult, bool]:
     """This rank's run, its DDP ceiling, and on rank 0 the aggregate of every rank's."""
     result = run_bench(rank_options, progress if ranks["rank"] == 0 else None, barrier=dist.barrier, rank=ranks)
     if result.partial:
@@ -86,7 +86,7 @@ def _run_ranks(
         "extra": payload(result),
         "ddp_ceiling_samples_per_s": ddp,
     }
-    gathered: List[Any] = [None] * ranks["world_size"]
+    gathered: list[Any] = [None] * ranks["world_size"]
     dist.all_gather_object(gathered, own)
     if ranks["rank"] != 0:
         return result, False
@@ -124,7 +124,7 @@ def ddp_ceiling(result: BenchResult, options: BenchOptions, dist: Any) -> Option
     return steps[0] * spec.batch_size / (time.perf_counter() - started)
 
 
-def aggregate(own: BenchResult, gathered: Sequence[Dict[str, Any]], thresholds: Thresholds) -> BenchResult:
+def aggregate(own: BenchResult, gathered: Sequence[dict[str, Any]], thresholds: Thresholds) -> BenchResult:
     """Rank 0's report: every rank's figures, the worst status per check, the worst rank, scaling."""
     rows = [_rank_row(item) for item in sorted(gathered, key=lambda g: g["rank"])]
     worst = min(rows, key=_worst_first)
@@ -149,7 +149,7 @@ def aggregate(own: BenchResult, gathered: Sequence[Dict[str, Any]], thresholds: 
     return replace(own, checks=tuple(checks), aggregate=summary, ranks=tuple(gathered))
 
 
-def _rank_row(item: Dict[str, Any]) -> Row:
+def _rank_row(item: dict[str, Any]) -> Row:
     metrics = item["extra"]["metrics"]
     best = item["extra"].get("best") or {}
     return {
@@ -168,30 +168,30 @@ def _rank_row(item: Dict[str, Any]) -> Row:
     }
 
 
-def _worst_first(row: Row) -> Tuple[float, float]:
+def _worst_first(row: Row) -> tuple[float, float]:
     """Sort key: the lowest tuned efficiency (unknown lowest of all), then the highest stall."""
     efficiency = row["efficiency"] if row["efficiency"] is not None else -1.0
     stall = row["stall_device_idle_pct"] or row["stall_host_wait_pct"] or 0.0
     return efficiency, -stall
 
 
-def _shm_across_ranks(rows: List[Row], thresholds: Thresholds) -> Check:
+def _shm_across_ranks(rows: list[Row], thresholds: Thresholds) -> Check:
     """Ranks on one host share /dev/shm: sum their needs per host, report the tightest host."""
-    hosts: Dict[str, List[Row]] = {}
+    hosts: dict[str, list[Row]] = {}
     for row in rows:
         hosts.setdefault(row["host"], []).append(row)
     checks = [shm_check(_host_shm(members), thresholds) for members in hosts.values()]
     return max(checks, key=lambda c: SEVERITY[c.status])
 
 
-def _host_shm(members: List[Row]) -> VerdictFacts:
+def _host_shm(members: list[Row]) -> VerdictFacts:
     free = [m["shm_free_mib"] for m in members if m["shm_free_mib"] is not None]
     least_free = min(free) if free else None
     need = sum(m["shm_need_mib"] for m in members)
     return VerdictFacts(device_type="", shm_free_mib=least_free, shm_need_mib=need, local_ranks=len(members))
 
 
-def _worst_rank_check(worst: Row, checks: List[Check], summary: Dict[str, Any]) -> Check:
+def _worst_rank_check(worst: Row, checks: list[Check], summary: dict[str, Any]) -> Check:
     """The worst rank, with the status of the efficiency check across ranks."""
     efficiency = next((c for c in checks if c.id == "bench.efficiency"), None)
     status = Status.SKIP if efficiency is None else efficiency.status

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Optional
 
-CpuTimes = Tuple[int, int]  # (busy, total) jiffies over all CPUs
+CpuTimes = tuple[int, int]  # (busy, total) jiffies over all CPUs
 
 
 def read_proc_stat(path: str = "/proc/stat") -> Optional[CpuTimes]:
@@ -52,9 +52,9 @@ def _proc_field(path: Path, index: int) -> Optional[int]:
         return None
 
 
-def child_pids(proc: str = "/proc") -> List[int]:
+def child_pids(proc: str = "/proc") -> list[int]:
     """PIDs of this process's children (`/proc/self/task/*/children`; empty where the kernel lacks it)."""
-    pids: List[int] = []
+    pids: list[int] = []
     for task in Path(proc, "self", "task").glob("*"):
         try:
             pids += [int(p) for p in (task / "children").read_text().split()]
@@ -75,7 +75,7 @@ def pss_kib(pid: int, proc: str = "/proc") -> Optional[int]:
     return None
 
 
-def workers_pss_kib(pids: List[int]) -> Optional[int]:
+def workers_pss_kib(pids: list[int]) -> Optional[int]:
     known = [kib for kib in map(pss_kib, pids) if kib is not None]
     return sum(known) if known else None
 

@@ -1,6 +1,6 @@
 """The utilisation sampler: a background thread reading NVML and /proc/stat while the bench runs.
 
-How it samples, and what it costs: docs/benchmark.md, "Method". Shell equivalent:
+How it samples, and what it costs: docs/benchmark.md, "Sampling utilisation". Shell equivalent:
 `nvidia-smi --query-gpu=utilization.gpu --format=csv -lms 200` and `dcgmi dmon -e 1002` (SM active).
 """
 
@@ -11,7 +11,7 @@ import math
 import threading
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 from bootstrap.bench.host import CpuTimes, busy_pct, read_proc_stat
 from bootstrap.bench.results import SamplerReport, UtilStats
@@ -32,7 +32,7 @@ _SAMPLES = "nvmlDeviceGetSamples"  # the driver's sample buffer, else polled rat
 _RATES = "nvmlDeviceGetUtilizationRates"
 _HOST_SOURCE = "/proc/stat (all CPUs)"
 
-Series = List[Tuple[float, float]]  # (run-relative seconds, percent)
+Series = list[tuple[float, float]]  # (run-relative seconds, percent)
 
 
 def percentile(values: Sequence[float], q: float) -> Optional[float]:
@@ -92,8 +92,8 @@ class UtilSampler:
         self._gpu: Series = []
         self._host: Series = []
         self._last_stat: Optional[CpuTimes] = None
-        self._windows: List[Tuple[float, float]] = []
-        self._gpm: Optional[Tuple[Any, Any]] = None
+        self._windows: list[tuple[float, float]] = []
+        self._gpm: Optional[tuple[Any, Any]] = None
         self._gpm_reason = "" if device_index is not None or device_uuid else "no GPU"
         self._gpm_value: Optional[float] = None
         self._stop = threading.Event()
@@ -175,7 +175,7 @@ class UtilSampler:
             self._gpu.append((stamp / 1e6 - self._epoch_zero, float(getattr(sample.sampleValue, field))))
             self._last_us = stamp
 
-    def pcie_link(self) -> Optional[Tuple[int, int, int, int]]:
+    def pcie_link(self) -> Optional[tuple[int, int, int, int]]:
         """(current gen, current width, max gen, max width) of the GPU's PCIe link; read it under load,
         since idle links train down to save power (`nvidia-smi -q -d PCIE`)."""
         if self._handle is None:
@@ -257,7 +257,7 @@ class UtilSampler:
         self._polls += 1
         self._busy += time.perf_counter() - began
 
-    def _in_windows(self, series: Series) -> List[float]:
+    def _in_windows(self, series: Series) -> list[float]:
         if not self._windows:
             return [value for _, value in series]
         return [value for t, value in series if any(lo <= t <= hi for lo, hi in self._windows)]
