@@ -1,21 +1,21 @@
 """The torch device a run measures, and its micro-benchmarks: matmul TFLOP/s and host<->device copies.
 
-Shell equivalents: none in `nvidia-smi`; CUDA's `bandwidthTest` and the MAMF matmul benchmark are the
-closest (docs/benchmark.md, "Method").
+Closest shell equivalents: CUDA's `bandwidthTest` and the MAMF matmul benchmark (docs/benchmark.md, "Micro-benchmarks").
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Optional, TypeVar
 
 from bootstrap.fsutil import MIB
 
+T = TypeVar("T")
 
-def pick_device(requested: str, cuda_available: bool, mps_available: bool) -> Tuple[str, str]:
-    """(torch device name, why): `auto` is the first of cuda, mps (Apple silicon), cpu this torch can use;
-    any other name is kept as asked (set-up refuses one that is absent)."""
+
+def pick_device(requested: str, cuda_available: bool, mps_available: bool) -> tuple[str, str]:
+    """(torch device name, why): `auto` is the first of cuda, mps, cpu this torch can use; else as asked."""
     if requested != "auto":
         return requested, "asked for"
     if cuda_available:
@@ -26,7 +26,7 @@ def pick_device(requested: str, cuda_available: bool, mps_available: bool) -> Tu
 
 
 def mps_available(torch: Any) -> bool:
-    """`torch.backends.mps.is_available()`, False on a torch built without the MPS backend."""
+    """Whether Apple MPS is there; False on a torch built without the MPS backend."""
     backend = getattr(getattr(torch, "backends", None), "mps", None)
     return bool(backend is not None and backend.is_available())
 
@@ -41,21 +41,12 @@ class Device:
         self.torch_device = torch.device(name)
         if self.torch_device.type == "cuda" and self.torch_device.index is None:
             self.torch_device = torch.device("cuda", torch.cuda.current_device())
-        self.is_cuda = self.torch_device.type == "cuda"
-        self.is_mps = self.torch_device.type == "mps"
-
-    @property
-    def type(self) -> str:
-        return str(self.torch_device.type)
-
-    @property
-    def index(self) -> Optional[int]:
-        return self.torch_device.index if self.is_cuda else None
-
-    @property
-    def is_accelerator(self) -> bool:
-        """A device other than the host's CPU: the step does not compete with the loader for cores."""
-        return self.is_cuda or self.is_mps
+        self.type = str(self.torch_device.type)
+        self.is_cuda = self.type == "cuda"
+        self.is_mps = self.type == "mps"
+        self.index: Optional[int] = self.torch_device.index if self.is_cuda else None
+        # A device other than the host's CPU: the step does not compete with the loader for cores.
+        self.is_accelerator = self.is_cuda or self.is_mps
 
     def sync(self) -> None:
         """Wait for the device's queued work, so that a timer read after it counts that work."""
@@ -67,9 +58,8 @@ class Device:
             torch.mps.synchronize()
 
     def bf16_supported(self) -> bool:
-        """Whether this GPU computes bf16 in hardware (compute capability 8.0 and newer). torch's own
-        `is_bf16_supported()` also answers yes for emulated bf16 (T4, V100), which is slow and which
-        cuDNN's convolutions refuse."""
+        """Whether this GPU computes bf16 in hardware (compute capability 8.0 and newer): torch's own
+        `is_bf16_supported()` also says yes to the slow emulated bf16 (T4, V100)."""
         import torch
 
         return self.is_cuda and tuple(torch.cuda.get_device_capability(self.torch_device)) >= (8, 0)
@@ -78,9 +68,8 @@ class Device:
 MATMUL_SYNC_EVERY = 5  # launches queue up asynchronously: a deadline is only seen after a sync
 
 
-def matmul_tflops(device: Device, deadline: float) -> Tuple[Optional[float], str]:
-    """Square-matmul TFLOP/s: bf16 (else fp16) 8192^3 on CUDA, after MAMF's warm-up, fp32 1024^3 on CPU;
-    warm-up and timed launches both stop at `deadline` (`time.perf_counter()`)."""
+def matmul_tflops(device: Device, deadline: float) -> tuple[Optional[float], str]:
+    """Square-matmul TFLOP/s, and what was multiplied; warm-up and timed launches stop at `deadline`."""
     import torch
 
     if device.is_cuda:
@@ -109,14 +98,14 @@ def matmul_tflops(device: Device, deadline: float) -> Tuple[Optional[float], str
 
 
 def h2d_bandwidth(
-    device: Device, nbytes: int = 256 * MIB, repeats: int = 10, during: Optional[Callable[[], Any]] = None
-) -> Tuple[Dict[str, float], Any]:
-    """Host<->device GB/s (1e9 B/s), pinned and pageable (CUDA only), and what `during()` returned: it runs
-    while the pinned host-to-device copies are in flight (read the PCIe link there: idle links train down)."""
+    device: Device, nbytes: int = 256 * MIB, repeats: int = 10, during: Optional[Callable[[], T]] = None
+) -> tuple[dict[str, float], Optional[T]]:
+    """Host<->device GB/s, pinned and pageable (CUDA only), and what `during()` returned: it runs while
+    the pinned host-to-device copies are in flight (idle PCIe links train down)."""
     import torch
 
-    out: Dict[str, float] = {}
-    seen: Any = None
+    out: dict[str, float] = {}
+    seen: Optional[T] = None
     if not device.is_cuda:
         return out, seen
     target = torch.empty(nbytes, dtype=torch.uint8, device=device.torch_device)
@@ -140,8 +129,7 @@ def h2d_bandwidth(
 
 
 def peak_memory_mib(device: Device) -> Optional[float]:
-    """CUDA: torch's peak allocated bytes on the device; CPU and MPS (memory the host shares): this
-    process's peak RSS."""
+    """Torch's peak allocation on a CUDA device; elsewhere (memory the host shares) this process's peak RSS."""
     if device.is_cuda:
         import torch
 

@@ -1,12 +1,6 @@
 """`bench --distributed` under torchrun: every rank runs the phases, rank 0 aggregates.
 
-Backend NCCL on GPUs, gloo on CPU. Each rank gets affinity / LOCAL_WORLD_SIZE
-CPUs for its loader search. Phase starts and tuned windows are aligned with
-`dist.barrier()`; after the run a short synthetic-data DDP ceiling (fixed
-step count, decided by rank 0) separates communication loss from loader
-loss. One rank's stall shows up as compute on the others (DS-Analyzer), so
-the aggregate names the worst rank by efficiency and device-idle stall.
-
+Backends, each rank's CPUs, the DDP ceiling and the worst rank: docs/benchmark.md, "Many GPUs".
 Shell equivalent: `torchrun --nproc-per-node N -m bootstrap bench --distributed`.
 """
 
@@ -17,25 +11,35 @@ import socket
 import time
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
-from bootstrap.bench.config import BenchOptions
-from bootstrap.bench.results import BenchResult
+from bootstrap.bench.config import BenchOptions, Thresholds
+from bootstrap.bench.device import Device
+from bootstrap.bench.host import usable_cpus
+from bootstrap.bench.report import payload
+from bootstrap.bench.results import BenchResult, LoaderConfig
 from bootstrap.bench.run import run_bench
 from bootstrap.bench.state import ProgressFn
+from bootstrap.bench.step import Trainer
+from bootstrap.bench.verdicts import VerdictFacts, shm_check
 from bootstrap.errors import RankLostError
 from bootstrap.report import SEVERITY, Check, Status
 from bootstrap.torchrun import check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
 
 DDP_SECONDS = 3.0
+Row = dict[str, Any]  # one rank's figures in the aggregate
+
+# A collective's RuntimeError that means a peer rank is gone, as gloo and NCCL word it.
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "NCCL communicator")
+_RANK_LOST = "another rank of the job went away (interrupted, or crashed: its own output says why)"
+_STALLS = (("stall_device_idle_pct", "device idle"), ("stall_host_wait_pct", "host wait"))
+_WORST_RANK_FIX = "one rank's stall shows as compute on the others"
 
 
-def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None) -> Tuple[BenchResult, bool]:
+def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None) -> tuple[BenchResult, bool]:
     """(result, is_reporter): rank 0 gets the aggregate and reports; other ranks get their own result."""
     import torch
     import torch.distributed as dist
-
-    from bootstrap.bench.host import usable_cpus
 
     ranks = torchrun_env(os.environ)
     cuda = options.device != "cpu" and torch.cuda.is_available()
@@ -45,36 +49,31 @@ def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None
     device = f"cuda:{ranks['local_rank']}" if cuda else "cpu"
     cpus = max(1, (options.cpus or usable_cpus()) // max(1, ranks["local_world_size"]))
     rank_options = replace(options, device=device, cpus=cpus)  # each rank's samples go to its own temp dir
-    init_process_group(dist, "nccl" if cuda else "gloo", timedelta(seconds=options.budget_s + 300), os.environ)
+    timeout = timedelta(seconds=options.budget_s + 300)
+    init_process_group(dist, "nccl" if cuda else "gloo", timeout, os.environ)
     try:
         return _run_ranks(rank_options, progress, ranks, dist, options)
     except RuntimeError as exc:
         if not lost_a_rank(exc, dist):
             raise
-        raise RankLostError(
-            f"rank {ranks['rank']}: another rank of the job went away (interrupted, or crashed: "
-            f"its own output says why), so this one stopped without a report: "
-            f"{str(exc).strip().splitlines()[0][:200]}"
-        ) from None
+        cause = str(exc).strip().splitlines()[0][:200]
+        message = f"rank {ranks['rank']}: {_RANK_LOST}, so this one stopped without a report: {cause}"
+        raise RankLostError(message) from None
     finally:
         dist.destroy_process_group()
 
 
 def lost_a_rank(exc: RuntimeError, dist: Any) -> bool:
-    """Whether `exc`, raised by a collective, means a peer rank is gone: c10d's DistError (DistBackendError,
-    DistNetworkError), or gloo's and NCCL's own RuntimeErrors about a closed or reset connection."""
+    """Whether `exc`, raised by a collective, means a peer rank is gone (c10d's DistError, or a closed
+    or reset connection)."""
     text = str(exc)
-    return isinstance(exc, getattr(dist, "DistError", ())) or any(
-        sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "NCCL communicator")
-    )
+    return isinstance(exc, getattr(dist, "DistError", ())) or any(sign in text for sign in _PEER_GONE)
 
 
 def _run_ranks(
-    rank_options: BenchOptions, progress: Optional[ProgressFn], ranks: Dict[str, int], dist: Any, options: BenchOptions
-) -> Tuple[BenchResult, bool]:
+    rank_options: BenchOptions, progress: Optional[ProgressFn], ranks: dict[str, int], dist: Any, options: BenchOptions
+) -> tuple[BenchResult, bool]:
     """This rank's run, its DDP ceiling, and on rank 0 the aggregate of every rank's."""
-    from bootstrap.bench import report
-
     result = run_bench(rank_options, progress if ranks["rank"] == 0 else None, barrier=dist.barrier, rank=ranks)
     if result.partial:
         # A Ctrl-C reaches every rank at a different point: gathering could hang. Each keeps its own.
@@ -84,10 +83,10 @@ def _run_ranks(
         "rank": ranks["rank"],
         "host": socket.gethostname(),
         "checks": [c.to_dict() for c in result.checks],
-        "extra": report.payload(result),
+        "extra": payload(result),
         "ddp_ceiling_samples_per_s": ddp,
     }
-    gathered: List[Any] = [None] * ranks["world_size"]
+    gathered: list[Any] = [None] * ranks["world_size"]
     dist.all_gather_object(gathered, own)
     if ranks["rank"] != 0:
         return result, False
@@ -99,14 +98,11 @@ def ddp_ceiling(result: BenchResult, options: BenchOptions, dist: Any) -> Option
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    from bootstrap.bench.device import Device
-    from bootstrap.bench.results import LoaderConfig
-    from bootstrap.bench.step import Trainer
-
     spec = options.workload
     rate = result.metrics.ceiling_samples_per_s or 0.0
-    steps = [max(5, min(200, int(rate / spec.batch_size * min(DDP_SECONDS, 0.05 * options.budget_s))))]
-    dist.broadcast_object_list(steps, src=0)
+    seconds = min(DDP_SECONDS, 0.05 * options.budget_s)
+    steps = [max(5, min(200, int(rate / spec.batch_size * seconds)))]
+    dist.broadcast_object_list(steps, src=0)  # rank 0's count
     device = Device(options.device)
     config = LoaderConfig(
         amp_dtype=result.best.amp_dtype if result.best else None,
@@ -128,101 +124,88 @@ def ddp_ceiling(result: BenchResult, options: BenchOptions, dist: Any) -> Option
     return steps[0] * spec.batch_size / (time.perf_counter() - started)
 
 
-def aggregate(own: BenchResult, gathered: Sequence[Mapping[str, Any]], thresholds: Any) -> BenchResult:
+def aggregate(own: BenchResult, gathered: Sequence[dict[str, Any]], thresholds: Thresholds) -> BenchResult:
     """Rank 0's report: every rank's figures, the worst status per check, the worst rank, scaling."""
-    from bootstrap.bench.verdicts import VerdictFacts, shm_check
-
-    rows = []
-    for item in sorted(gathered, key=lambda g: g["rank"]):
-        metrics = item["extra"]["metrics"]
-        best = item["extra"].get("best") or {}
-        rows.append(
-            {
-                "rank": item["rank"],
-                "host": item["host"],
-                "efficiency": metrics.get("efficiency"),
-                "tuned_samples_per_s": metrics.get("tuned_samples_per_s"),
-                "ceiling_samples_per_s": metrics.get("ceiling_samples_per_s"),
-                "naive_samples_per_s": metrics.get("naive_samples_per_s"),
-                "stall_device_idle_pct": metrics.get("stall_device_idle_pct"),
-                "stall_host_wait_pct": metrics.get("stall_host_wait_pct"),
-                "config": best.get("label"),
-                "shm_need_mib": metrics.get("shm_need_mib") or 0.0,
-                "shm_free_mib": item["extra"]["device"].get("shm_free_mib"),
-                "ddp_ceiling_samples_per_s": item.get("ddp_ceiling_samples_per_s"),
-            }
-        )
-    worst = min(
-        rows,
-        key=lambda r: (
-            r["efficiency"] if r["efficiency"] is not None else -1.0,
-            -(r["stall_device_idle_pct"] or r["stall_host_wait_pct"] or 0.0),
-        ),
-    )
+    rows = [_rank_row(item) for item in sorted(gathered, key=lambda g: g["rank"])]
+    worst = min(rows, key=_worst_first)
     tuned = sum(r["tuned_samples_per_s"] or 0.0 for r in rows)
     ceiling = sum(r["ceiling_samples_per_s"] or 0.0 for r in rows)
     ddp = [r["ddp_ceiling_samples_per_s"] for r in rows if r["ddp_ceiling_samples_per_s"]]
+    ddp_total = sum(ddp) if len(ddp) == len(rows) else None
     summary = {
         "world_size": len(rows),
         "tuned_samples_per_s": tuned,
         "ceiling_samples_per_s": ceiling,
         "scaling_efficiency": tuned / ceiling if ceiling else None,
-        "ddp_ceiling_samples_per_s": sum(ddp) if len(ddp) == len(rows) else None,
+        "ddp_ceiling_samples_per_s": ddp_total,
         "worst_rank": worst["rank"],
         "worst_efficiency": worst["efficiency"],
         "ranks": rows,
     }
-    if summary["ddp_ceiling_samples_per_s"] and ceiling:
-        summary["communication_loss_pct"] = 100.0 * (1.0 - summary["ddp_ceiling_samples_per_s"] / ceiling)
-    checks = merge_checks(gathered)
-    checks = [
-        _shm_across_ranks(rows, thresholds, shm_check, VerdictFacts) if c.id == "bench.shm" else c for c in checks
-    ]
+    if ddp_total and ceiling:
+        summary["communication_loss_pct"] = 100.0 * (1.0 - ddp_total / ceiling)
+    checks = [_shm_across_ranks(rows, thresholds) if c.id == "bench.shm" else c for c in merge_checks(gathered)]
     checks.insert(0, _worst_rank_check(worst, checks, summary))
     return replace(own, checks=tuple(checks), aggregate=summary, ranks=tuple(gathered))
 
 
-def _shm_across_ranks(rows: List[Dict[str, Any]], thresholds: Any, shm_check: Any, facts_type: Any) -> Check:
+def _rank_row(item: dict[str, Any]) -> Row:
+    metrics = item["extra"]["metrics"]
+    best = item["extra"].get("best") or {}
+    return {
+        "rank": item["rank"],
+        "host": item["host"],
+        "efficiency": metrics.get("efficiency"),
+        "tuned_samples_per_s": metrics.get("tuned_samples_per_s"),
+        "ceiling_samples_per_s": metrics.get("ceiling_samples_per_s"),
+        "naive_samples_per_s": metrics.get("naive_samples_per_s"),
+        "stall_device_idle_pct": metrics.get("stall_device_idle_pct"),
+        "stall_host_wait_pct": metrics.get("stall_host_wait_pct"),
+        "config": best.get("label"),
+        "shm_need_mib": metrics.get("shm_need_mib") or 0.0,
+        "shm_free_mib": item["extra"]["device"].get("shm_free_mib"),
+        "ddp_ceiling_samples_per_s": item.get("ddp_ceiling_samples_per_s"),
+    }
+
+
+def _worst_first(row: Row) -> tuple[float, float]:
+    """Sort key: the lowest tuned efficiency (unknown lowest of all), then the highest stall."""
+    efficiency = row["efficiency"] if row["efficiency"] is not None else -1.0
+    stall = row["stall_device_idle_pct"] or row["stall_host_wait_pct"] or 0.0
+    return efficiency, -stall
+
+
+def _shm_across_ranks(rows: list[Row], thresholds: Thresholds) -> Check:
     """Ranks on one host share /dev/shm: sum their needs per host, report the tightest host."""
-    hosts: Dict[str, List[Dict[str, Any]]] = {}
+    hosts: dict[str, list[Row]] = {}
     for row in rows:
         hosts.setdefault(row["host"], []).append(row)
-    results = []
-    for members in hosts.values():
-        free = [m["shm_free_mib"] for m in members if m["shm_free_mib"] is not None]
-        need = sum(m["shm_need_mib"] for m in members)
-        results.append(
-            shm_check(
-                facts_type(
-                    device_type="",
-                    shm_free_mib=min(free) if free else None,
-                    shm_need_mib=need,
-                    local_ranks=len(members),
-                ),
-                thresholds,
-            )
-        )
-    return max(results, key=lambda c: SEVERITY[c.status])
+    checks = [shm_check(_host_shm(members), thresholds) for members in hosts.values()]
+    return max(checks, key=lambda c: SEVERITY[c.status])
 
 
-def _worst_rank_check(worst: Dict[str, Any], checks: List[Check], summary: Dict[str, Any]) -> Check:
-    eff = next((c for c in checks if c.id == "bench.efficiency"), None)
-    status = Status.SKIP if eff is None else eff.status
+def _host_shm(members: list[Row]) -> VerdictFacts:
+    free = [m["shm_free_mib"] for m in members if m["shm_free_mib"] is not None]
+    least_free = min(free) if free else None
+    need = sum(m["shm_need_mib"] for m in members)
+    return VerdictFacts(device_type="", shm_free_mib=least_free, shm_need_mib=need, local_ranks=len(members))
+
+
+def _worst_rank_check(worst: Row, checks: list[Check], summary: dict[str, Any]) -> Check:
+    """The worst rank, with the status of the efficiency check across ranks."""
+    efficiency = next((c for c in checks if c.id == "bench.efficiency"), None)
+    status = Status.SKIP if efficiency is None else efficiency.status
     parts = [f"rank {worst['rank']} on {worst['host']}"]
     if worst["efficiency"] is not None:
         parts.append(f"efficiency {worst['efficiency']:.2f}")
-    for key, name in (("stall_device_idle_pct", "device idle"), ("stall_host_wait_pct", "host wait")):
+    for key, name in _STALLS:
         if worst[key] is not None:
             parts.append(f"{name} {worst[key]:.0f}%")
+    expected = f"every rank's efficiency passes; aggregate {summary['tuned_samples_per_s']:,.0f} samples/s"
     scaling = summary.get("scaling_efficiency")
-    return Check(
-        "bench.worst_rank",
-        status,
-        ", ".join(parts),
-        f"every rank's efficiency passes; aggregate {summary['tuned_samples_per_s']:,.0f} samples/s"
-        + (f", scaling {scaling:.2f}" if scaling is not None else ""),
-        ""
-        if status in (Status.OK, Status.SKIP)
-        else f"fix rank {worst['rank']} first: one rank's stall shows as compute on the others",
-        "worst = lowest tuned efficiency, then highest stall",
-    )
+    if scaling is not None:
+        expected += f", scaling {scaling:.2f}"
+    passed = status in (Status.OK, Status.SKIP)
+    remedy = "" if passed else f"fix rank {worst['rank']} first: {_WORST_RANK_FIX}"
+    detail = "worst = lowest tuned efficiency, then highest stall"
+    return Check("bench.worst_rank", status, ", ".join(parts), expected, remedy, detail)

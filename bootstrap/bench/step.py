@@ -1,22 +1,22 @@
 """The training step a run times: the model, its optimizer, one forward/backward/update per batch.
 
-The built-in step trains a small CNN or a torchvision ResNet on (images, labels); the team's own model
-and step replace either (`--model`, `--step`; docs/benchmark.md, "Your model and step").
+The built-in step trains a small CNN or a torchvision ResNet; `--model` and `--step` replace either
+(docs/benchmark.md, "Your model and training step").
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional
 
+from bootstrap.bench.device import Device
 from bootstrap.bench.results import LoaderConfig
 from bootstrap.errors import InputError
 
 
 class StepFailed(Exception):
-    """The training step raised `error` (the user's step or model, or the built-in step on the user's
-    batch): raised in its place, so a phase never takes it for the loader's (a worker that died)."""
+    """The training step raised `error`: raised in its place, so that no phase takes it for the loader's."""
 
     def __init__(self, error: Exception, batch: Any = None) -> None:
         super().__init__()
@@ -28,16 +28,15 @@ class StepFailed(Exception):
 
 
 class NotALoss(TypeError):
-    """The user's step returned what is no loss tensor: bench calls `backward()` on what it returns."""
+    """The user's step returned something other than a loss tensor, to call `backward()` on."""
 
 
 class NoParameters(ValueError):
-    """The model has no parameters, so nothing for the step's backward pass and update to train."""
+    """The model has no parameters for the step's update to train."""
 
 
-def resolve_model_name(name: str, device_type: str) -> Tuple[str, str]:
-    """('tiny'|'resnet18'|'resnet50', why): `auto` is ResNet-50 on a GPU (CUDA or Apple MPS) when
-    torchvision is installed."""
+def resolve_model_name(name: str, device_type: str) -> tuple[str, str]:
+    """(model name, why): `auto` is ResNet-50 on a GPU (CUDA or MPS) with torchvision, else the small CNN."""
     if name != "auto":
         return name, "asked for"
     if device_type not in ("cuda", "mps"):
@@ -77,18 +76,17 @@ def build_model(name: str, num_classes: int) -> Any:
 
 
 class Trainer:
-    """One model + SGD optimizer; `step` is a full forward/backward/update on one batch.
+    """One model and its SGD optimizer; `step` is a full forward/backward/update on one batch.
 
-    Images arrive as uint8 and are scaled on the device (4x less to copy); `step_s` adds a known sleep
-    per step (a stand-in for a slower device). With `user_code` (the step, model or batches are the
-    user's) what the step raises comes as `StepFailed`.
+    `step_s` adds a known sleep per step (a stand-in for a slower device). With `user_code` (the step,
+    model or batches are the user's) what the step raises comes as `StepFailed`.
     """
 
     def __init__(
         self,
         model_name: str,
         num_classes: int,
-        device: Any,
+        device: Device,
         config: LoaderConfig,
         *,
         step_s: float = 0.0,
@@ -98,7 +96,11 @@ class Trainer:
     ) -> None:
         import torch
 
-        self.device, self.config, self.step_s, self.step_fn, self.user_code = device, config, step_s, step_fn, user_code
+        self.device = device
+        self.config = config
+        self.step_s = step_s
+        self.step_fn = step_fn
+        self.user_code = user_code
         model = model_factory() if model_factory is not None else build_model(model_name, num_classes)
         model = model.to(device.torch_device)
         if config.channels_last:
@@ -109,7 +111,8 @@ class Trainer:
         self.optimizer = torch.optim.SGD(parameters, lr=0.01, momentum=0.9) if parameters else None
         self.amp_dtype = getattr(torch, config.amp_dtype) if config.amp_dtype else None
 
-    def to_device(self, images: Any, labels: Any, non_blocking: bool) -> Tuple[Any, Any]:
+    def to_device(self, images: Any, labels: Any, non_blocking: bool) -> tuple[Any, Any]:
+        """Images and labels on the device; uint8 images scaled there (a quarter of the bytes to copy)."""
         import torch
 
         images = images.to(self.device.torch_device, non_blocking=non_blocking)
@@ -119,8 +122,7 @@ class Trainer:
         return (images.float().div_(255) if images.dtype == torch.uint8 else images.float()), labels
 
     def prepare(self, batch: Any, non_blocking: bool) -> Any:
-        """`batch` on the device as the step takes it: (scaled images, labels) for the built-in step; for a
-        user's step, every tensor in it moved."""
+        """`batch` on the device as the step takes it: for a user's step, every tensor in it moved."""
         if self.step_fn is None:
             return self.to_device(batch[0], batch[1], non_blocking)
         from bootstrap.bench.batch import map_tensors
@@ -128,8 +130,7 @@ class Trainer:
         return map_tensors(lambda t: t.to(self.device.torch_device, non_blocking=non_blocking), batch)
 
     def run(self, prepared: Any) -> None:
-        """One step on a batch `prepare` returned: the built-in one, or the user's (whose loss, when it
-        returns one, gets the backward pass and the update)."""
+        """One step on a batch `prepare` returned."""
         self._guarded(self._run, prepared)
 
     def step(self, batch: Any) -> None:
@@ -138,15 +139,10 @@ class Trainer:
     def _guarded(self, call: Callable[[Any], None], batch: Any) -> None:
         # The step runs in this process, between two `next(loader)` calls: its error must stay apart
         # from the loader's, whose RuntimeErrors mean workers that died.
-        if not self.user_code:
-            call(batch)
-            return
         try:
             call(batch)
-        except StepFailed:
-            raise
         except Exception as exc:  # noqa: BLE001 (the user's step or model may raise anything)
-            if raised_by_worker_watch(exc):
+            if not self.user_code or isinstance(exc, StepFailed) or raised_by_worker_watch(exc):
                 raise
             raise StepFailed(exc, batch) from exc
 
@@ -157,7 +153,7 @@ class Trainer:
             self.step_on_device(*prepared)
             return
         loss = self.step_fn(self.model, prepared, self.device.torch_device)
-        if loss is not None:
+        if loss is not None:  # None: the step updated the model itself
             if not isinstance(loss, torch.Tensor):
                 raise NotALoss(f"returned a {type(loss).__name__}, not a loss tensor")
             self._update(loss)
@@ -183,8 +179,8 @@ class Trainer:
 
 
 def raised_by_worker_watch(exc: BaseException) -> bool:
-    """Whether `exc` is torch's news of a DataLoader worker that died, raised by its SIGCHLD handler in
-    whatever this process was running when the signal came: often a step in the middle of the run."""
+    """Whether `exc` is torch's news of a DataLoader worker that died, raised by its SIGCHLD handler
+    in whatever this process was running (often a step)."""
     from torch.utils.data._utils import signal_handling
 
     tb = exc.__traceback__
@@ -192,4 +188,5 @@ def raised_by_worker_watch(exc: BaseException) -> bool:
         tb = tb.tb_next
     if tb is None:
         return False
-    return os.path.normcase(tb.tb_frame.f_code.co_filename) == os.path.normcase(signal_handling.__file__)
+    handler_file: str = signal_handling.__file__
+    return os.path.normcase(tb.tb_frame.f_code.co_filename) == os.path.normcase(handler_file)
