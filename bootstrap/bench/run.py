@@ -45,6 +45,10 @@ def run_bench(
     number of times on every rank."""
     state = new_state(options, progress, barrier=barrier, rank=rank)
     failure: Optional[InputError] = None
+    # torch's first import is slow on a busy host: a watchdog firing inside it would leave torch half
+    # imported for the rest of the process (a training script calling tune_loader goes on after it).
+    import torch  # noqa: F401
+
     try:
         with watchdog(give_up_s(state.options.budget_s)):
             state.say("setup", "building the workload")
