@@ -198,6 +198,9 @@ def build_options(args: argparse.Namespace) -> BenchOptions:
 def _import_refs(user: Any, budget_s: float) -> None:
     """Import each reference, so a name that does not import is refused before the run says anything. An
     import that never returns (a module waiting on a mount or a lock) is stopped as a stuck run is."""
+    # The user's modules import torch: its first import, slow on a busy host, is not theirs to time out.
+    import torch  # noqa: F401
+
     from bootstrap.bench.user import REF_FLAGS, import_ref
     from bootstrap.bench.watchdog import Stalled, give_up_s, watchdog
 
