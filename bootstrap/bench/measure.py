@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, List, Optional, Tuple
 
 from bootstrap.bench.loader import WORKER_EXITED, BatchStream, sample_failure, worker_failure
@@ -97,8 +97,6 @@ def run_window(
     plan: Window,
     deadline: float,
     what: Tuple[str, str, Optional[LoaderConfig]],
-    *,
-    first_batch_s: Optional[float] = None,
     counted: Optional[Callable[[Any], int]] = None,
 ) -> Measurement:
     """Time `step(take())` until the plan ends the window (its seconds and steps, or twice its seconds
@@ -142,7 +140,6 @@ def run_window(
         samples_per_s=samples / seconds if seconds > 0 else 0.0,
         host_wait_s=waited,
         cv=_thirds_cv(started, stamps),
-        first_batch_s=first_batch_s,
         cpu_s=time.process_time() - cpu_started,
         device_idle_s=gaps.idle_s(),
         truncated=not ended_by_plan,
@@ -200,16 +197,8 @@ def measure_loader(
         step = state.trainer(config).step if with_step else None
         label = config.label if with_step else f"loader {config.label}"
         warm_up(state, take, step, plan, deadline)
-        measured = run_window(
-            state,
-            take,
-            step,
-            plan,
-            deadline,
-            (phase, label, config),
-            first_batch_s=stream.first_batch_s,
-            counted=stream_counter(state, stream),
-        )
+        measured = run_window(state, take, step, plan, deadline, (phase, label, config), stream_counter(state, stream))
+        measured = replace(measured, first_batch_s=stream.first_batch_s)
     except Exception as exc:  # noqa: BLE001 (the user's samples may raise anything: see `loader_failed`)
         loader_failed(state, phase, config, exc, stream)
         return None

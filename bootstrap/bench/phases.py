@@ -198,7 +198,7 @@ def _resident(state: RunState, config: LoaderConfig, slots: int, deadline: float
         plan,
         deadline,
         ("ceiling", f"ceiling {config.label}", config),
-        counted=stream_counter(state, resident),
+        stream_counter(state, resident),
     )
     return state.record(measured, plan.seconds)
 
@@ -211,7 +211,7 @@ def _with_copy(state: RunState, deadline: float) -> Measurement:
     plan = Window.scaled((deadline - time.perf_counter()) / 1.4)
     what = ("ceiling_h2d", f"ceiling+h2d {config.label}", config)
     warm_up(state, pinned, trainer.step, plan, deadline)
-    measured = run_window(state, pinned, trainer.step, plan, deadline, what, counted=stream_counter(state, pinned))
+    measured = run_window(state, pinned, trainer.step, plan, deadline, what, stream_counter(state, pinned))
     return state.record(measured, plan.seconds)
 
 
@@ -368,15 +368,12 @@ def tune(state: RunState, deadline: float) -> str:
     rounds = tuple((window, tuple((x.label, x.samples_per_s) for x in results)) for window, results in search.rounds)
     changes = tuner.knob_changes(search.winner.config, cuda=state.is_cuda)
     window_s = search.rounds[-1][0]
-    knobs = tuner.try_knobs(
-        search.winner,
-        changes,
-        lambda c, w: measure(c, w, "knob"),
-        window_s,
-        deadline,
-        limits.noise_floor_min,
-        search.overhead_s,
-    )
+
+    def fits() -> bool:
+        return time.perf_counter() + window_s * tuner.MEASURE_OVERHEAD + search.overhead_s <= deadline
+
+    knob = lambda c, w: measure(c, w, "knob")  # noqa: E731 (the knob trials' phase)
+    knobs = tuner.try_knobs(search.winner, changes, knob, window_s, limits.noise_floor_min, fits)
     # Knobs refine a searched winner; one left out for time is reported, not counted as a tune cut short.
     m.tune_knobs, m.tune_knobs_tried = float(len(changes)), float(len(knobs.trials))
     state.best = knobs.winner.config
@@ -455,17 +452,8 @@ def _tuned_windows(
             state.cut("tuned", label, plan.seconds)
             continue
         window = Window.scaled(window_s, drain=1 + workers)
-        measured = run_window(
-            state,
-            take,
-            trainer.step,
-            window,
-            deadline,
-            ("tuned", label, config),
-            first_batch_s=stream.first_batch_s,
-            counted=counted,
-        )
-        state.record(measured, window.seconds)
+        measured = run_window(state, take, trainer.step, window, deadline, ("tuned", label, config), counted)
+        measured = state.record(replace(measured, first_batch_s=stream.first_batch_s), window.seconds)
         count += 1
         if state.sampler is not None:
             state.sampler.stat_window(measured.started_s, measured.started_s + measured.seconds)

@@ -171,17 +171,10 @@ class RunState:
         key = (config.amp_dtype, config.channels_last)
         if key not in self.trainers:
             assert self.device is not None
-            parts = self.user
             step_config = LoaderConfig(amp_dtype=config.amp_dtype, channels_last=config.channels_last)
+            step_s = self.workload.step_ms / 1000.0
             trainer = Trainer(
-                self.model_name,
-                self.workload.num_classes,
-                self.device,
-                step_config,
-                step_s=self.workload.step_ms / 1000.0,
-                model_factory=parts.model_factory if parts else None,
-                step_fn=parts.step_fn if parts else None,
-                user_code=parts is not None,
+                self.model_name, self.workload.num_classes, self.device, step_config, step_s=step_s, user=self.user
             )
             self.trainers[key] = trainer
             for timed in (False, True):

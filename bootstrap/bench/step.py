@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from bootstrap.bench.device import Device
 from bootstrap.bench.results import LoaderConfig
 from bootstrap.errors import InputError
+
+if TYPE_CHECKING:
+    from bootstrap.bench.user import UserParts
 
 
 class StepFailed(Exception):
@@ -90,18 +93,17 @@ class Trainer:
         config: LoaderConfig,
         *,
         step_s: float = 0.0,
-        model_factory: Optional[Callable[[], Any]] = None,
-        step_fn: Optional[Callable[..., Any]] = None,
-        user_code: bool = False,
+        user: Optional[UserParts] = None,
     ) -> None:
         import torch
 
         self.device = device
         self.config = config
         self.step_s = step_s
-        self.step_fn = step_fn
-        self.user_code = user_code
-        model = model_factory() if model_factory is not None else build_model(model_name, num_classes)
+        self.step_fn = user.step_fn if user is not None else None
+        self.user_code = user is not None
+        factory = user.model_factory if user is not None else None
+        model = factory() if factory is not None else build_model(model_name, num_classes)
         model = model.to(device.torch_device)
         if config.channels_last:
             model = model.to(memory_format=torch.channels_last)

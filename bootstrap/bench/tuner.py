@@ -340,16 +340,14 @@ def try_knobs(
     changes: Sequence[Tuple[str, LoaderConfig]],
     measure: Measure,
     window_s: float,
-    deadline: float,
     minimum_noise: float,
-    overhead_s: float = 0.0,
-    clock: Clock = time.perf_counter,
+    fits: Callable[[], bool] = lambda: True,
 ) -> KnobResult:
-    """Each change tried against the current best and kept only when its gain beats the noise floor; one
-    that would not finish by `deadline` is not tried, one whose loader dies gets a NaN gain."""
+    """Each change tried against the current best and kept only when its gain beats the noise floor, while
+    another measurement `fits` the time left; one whose loader dies gets a NaN gain."""
     current, trials = start, []
     for name, proposed in changes:
-        if clock() + window_s * MEASURE_OVERHEAD + overhead_s > deadline:
+        if not fits():
             break
         # Re-applied to the config as it stands now, so that a kept prefetch change survives the next trial.
         knob = name.split("=", 1)[0]

@@ -293,9 +293,7 @@ def test_a_candidate_whose_loader_dies_drops_out():
         [("prefetch_factor=4", LoaderConfig(num_workers=1, prefetch_factor=4))],
         lambda c, w: None,
         1.0,
-        100.0,
         0.03,
-        clock=clock,
     )
     assert knobs.winner is result.winner and math.isnan(knobs.trials[0][3]) and knobs.trials[0][2] is False
 
