@@ -1,15 +1,6 @@
-"""bench.png with Pillow: samples/s per configuration, and utilisation over time.
-
-Pillow is in the env's lock and matplotlib is not, so the chart is drawn
-with `PIL.ImageDraw`: horizontal bars (one per measured window, coloured by
-phase) on a samples/s axis with the ceiling (dashed) and the tuned rate
-(solid) marked and labelled, and, when the sampler collected samples, a
-timeline of GPU utilisation and host CPU busy % over shaded phase bands.
-
-`layout` places every mark as data (`Chart`), measured with the font that
-draws it, so a test can check that each label lies inside the image and that
-the marks are there without reading pixels; `render_png` only paints it.
-"""
+"""bench.png, drawn with Pillow (matplotlib is not in the env's lock): samples/s per measured window, then
+utilisation over time. `layout` places every mark as data, so tests check the chart without reading pixels;
+`render_png` only paints it. docs/benchmark.md, "Reading the report"."""
 
 from __future__ import annotations
 
@@ -24,7 +15,7 @@ ROW = 16
 MAX_BARS = 40
 MARGIN = 10
 TIMELINE_HEIGHT = 260
-COLOURS = {
+COLOURS = {  # a bar by its phase
     "ceiling": (90, 90, 90),
     "ceiling_h2d": (140, 140, 140),
     "loader": (170, 120, 200),
@@ -34,11 +25,15 @@ COLOURS = {
     "knob": (250, 210, 120),
     "tuned": (60, 150, 90),
 }
+OTHER_BAR = (120, 120, 120)  # a phase not in COLOURS
+TRIALS = ("tune", "knob")  # the phases whose bars give way, slowest first, past MAX_BARS
 GPU_LINE = (40, 140, 60)
 HOST_LINE = (60, 100, 200)
 TUNED_LINE = (30, 110, 60)
 GREY = (80, 80, 80)
+PHASE_SHADES = ((245, 245, 245), (232, 236, 244))
 Colour = Tuple[int, int, int]
+Bar = Tuple[str, str, float]  # (phase, label, samples/s)
 
 
 @dataclass(frozen=True)
@@ -72,6 +67,9 @@ class Chart:
         """A label at (x, y), moved left where it would run past the right edge."""
         x = max(0, min(x, self.width - MARGIN // 2 - self.text_width(text)))
         self.texts.append(Text(x, y, text, role, fill))
+
+    def shape(self, kind: str, points: Tuple[int, ...], role: str, fill: Colour, width: int = 1) -> None:
+        self.shapes.append(Shape(kind, points, role, fill=fill, width=width))
 
     def text_width(self, text: str) -> int:
         left, _, right, _ = self.font.getbbox(text)
@@ -137,16 +135,17 @@ def _paint(draw: Any, shape: Shape) -> None:
         draw.line(list(shape.points), fill=shape.fill, width=shape.width)
 
 
-def _bars(result: BenchResult) -> List[Tuple[str, str, float]]:
-    bars = [
-        (m.phase, m.label if m.label.startswith(m.phase.split("_")[0]) else f"{m.phase} {m.label}", m.samples_per_s)
-        for m in result.measurements
-    ]
-    if len(bars) > MAX_BARS:  # keep every non-tune bar and the fastest tune trials
-        fixed = [b for b in bars if b[0] not in ("tune", "knob")]
-        trials = sorted((b for b in bars if b[0] in ("tune", "knob")), key=lambda b: -b[2])
-        bars = fixed + trials[: max(0, MAX_BARS - len(fixed))]
-    return bars
+def _bars(result: BenchResult) -> List[Bar]:
+    """A bar a measured window; past MAX_BARS, every bar but the trials, then the fastest trials."""
+    bars = []
+    for m in result.measurements:
+        says_phase = m.label.startswith(m.phase.split("_")[0])  # "ceiling w=0", "tuned #1"
+        bars.append((m.phase, m.label if says_phase else f"{m.phase} {m.label}", m.samples_per_s))
+    if len(bars) <= MAX_BARS:
+        return bars
+    fixed = [bar for bar in bars if bar[0] not in TRIALS]
+    trials = sorted((bar for bar in bars if bar[0] in TRIALS), key=lambda bar: -bar[2])
+    return fixed + trials[: max(0, MAX_BARS - len(fixed))]
 
 
 def _fit(chart: Chart, text: str, width: int) -> str:
@@ -158,12 +157,12 @@ def _fit(chart: Chart, text: str, width: int) -> str:
     return text + "..."
 
 
-def _place_bars(chart: Chart, bars: Sequence[Tuple[str, str, float]], result: BenchResult, top: int) -> int:
+def _place_bars(chart: Chart, bars: Sequence[Bar], result: BenchResult, top: int) -> int:
     """The bars, their rates, the ceiling and tuned marks, and the axis; returns the bars' bottom."""
     left, right = 300, WIDTH - 120
     ceiling = result.metrics.ceiling_samples_per_s
     tuned = result.metrics.tuned_samples_per_s
-    peak = max([b[2] for b in bars] + [ceiling or 0.0, tuned or 0.0, 1e-9])
+    peak = max([bar[2] for bar in bars] + [ceiling or 0.0, tuned or 0.0, 1e-9])
 
     def x_of(rate: float) -> int:
         return left + int((right - left) * max(0.0, rate) / peak)
@@ -171,31 +170,27 @@ def _place_bars(chart: Chart, bars: Sequence[Tuple[str, str, float]], result: Be
     for row, (phase, label, rate) in enumerate(bars):
         y = top + row * ROW
         chart.text(MARGIN, y + 2, _fit(chart, label, left - 2 * MARGIN), "bar-label")
-        chart.shapes.append(
-            Shape(
-                "rect",
-                (left, y + 2, max(left + 1, x_of(rate)), y + ROW - 3),
-                "bar",
-                fill=COLOURS.get(phase, (120, 120, 120)),
-            )
-        )
+        chart.shape("rect", (left, y + 2, max(left + 1, x_of(rate)), y + ROW - 3), "bar", COLOURS.get(phase, OTHER_BAR))
         chart.text(x_of(rate) + 6, y + 2, f"{rate:,.0f}/s", "bar-rate")
     bottom = top + ROW * max(1, len(bars))
-    chart.shapes.append(Shape("line", (left, bottom, right, bottom), "x-axis", fill=GREY))
+    chart.shape("line", (left, bottom, right, bottom), "x-axis", GREY)
     marks = [(tuned, "tuned", TUNED_LINE, "line"), (ceiling, "ceiling", (0, 0, 0), "dashed")]
-    for row, (rate, name, colour, kind) in enumerate(marks):
-        if rate:
-            chart.shapes.append(Shape(kind, (x_of(rate), top, x_of(rate), bottom), name, fill=colour, width=2))
-            text = f"{name} {rate:,.0f} samples/s"
-            chart.text(x_of(rate) - chart.text_width(text) // 2, bottom + 4 + 13 * row, text, name, colour)
+    for row, (mark, name, colour, kind) in enumerate(marks):
+        if mark:
+            chart.shape(kind, (x_of(mark), top, x_of(mark), bottom), name, colour, width=2)
+            text = f"{name} {mark:,.0f} samples/s"
+            chart.text(x_of(mark) - chart.text_width(text) // 2, bottom + 4 + 13 * row, text, name, colour)
     chart.text(left, bottom + 32, "throughput (samples/s; longer is faster)", "x-axis", GREY)
     return bottom
 
 
 def _place_timeline(chart: Chart, result: BenchResult, top: int, height: int) -> None:
+    """GPU utilisation and host CPU busy % over the run, on shaded phase bands."""
     left, right = 60, WIDTH - 20
     bottom = top + height - 30
-    span = max([result.seconds, 1e-3] + [t for t, _ in result.sampler.gpu_timeline + result.sampler.host_timeline])
+    sampler = result.sampler
+    series = ((sampler.host_timeline, HOST_LINE, "host-busy"), (sampler.gpu_timeline, GPU_LINE, "gpu-utilization"))
+    span = max([result.seconds, 1e-3] + [t for timeline, _, _ in series for t, _ in timeline])
 
     def x_of(seconds: float) -> int:
         return left + int((right - left) * max(0.0, seconds) / span)
@@ -203,24 +198,20 @@ def _place_timeline(chart: Chart, result: BenchResult, top: int, height: int) ->
     def y_of(percent: float) -> int:
         return bottom - int((bottom - top - 16) * max(0.0, min(100.0, percent)) / 100.0)
 
-    shades = [(245, 245, 245), (232, 236, 244)]
     for index, phase in enumerate(result.phases):
         x0, x1 = x_of(phase.started_s), x_of(phase.started_s + phase.seconds)
-        chart.shapes.append(Shape("rect", (x0, top + 16, max(x0 + 1, x1), bottom), "phase", fill=shades[index % 2]))
+        chart.shape("rect", (x0, top + 16, max(x0 + 1, x1), bottom), "phase", PHASE_SHADES[index % 2])
         chart.text(x0 + 2, top + 18, phase.name[:8], "phase-label", (90, 90, 90))
     chart.shapes.append(Shape("rect", (left, top + 16, right, bottom), "frame", outline=(0, 0, 0)))
     for percent in (0, 50, 100):
         chart.text(MARGIN, y_of(percent) - 6, f"{percent}%", "y-tick")
-    for series, colour, role in (
-        (result.sampler.host_timeline, HOST_LINE, "host-busy"),
-        (result.sampler.gpu_timeline, GPU_LINE, "gpu-utilization"),
-    ):
-        points = [(x_of(t), y_of(v)) for t, v in series]
+    for timeline, colour, role in series:
+        points = [(x_of(t), y_of(v)) for t, v in timeline]
         if len(points) > 1:
-            chart.shapes.append(Shape("line", tuple(c for p in points for c in p), role, fill=colour, width=2))
+            chart.shape("line", tuple(c for point in points for c in point), role, colour, width=2)
         elif points:
             ((x, y),) = points
-            chart.shapes.append(Shape("dot", (x - 2, y - 2, x + 2, y + 2), role, fill=colour))
+            chart.shape("dot", (x - 2, y - 2, x + 2, y + 2), role, colour)
     chart.text(left, top, "utilisation (%) over time:", "y-axis")
     chart.text(left + 180, top, "GPU utilization.gpu (%)", "legend", GPU_LINE)
     chart.text(left + 350, top, "host CPU busy (%)", "legend", HOST_LINE)
