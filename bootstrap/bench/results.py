@@ -1,8 +1,5 @@
-"""The frozen records a bench run returns; `report` renders them (docs/benchmark.md, "The JSON report").
-
-Names carry their units (`samples_per_s`, `_pct`, `_gb_per_s`, `_mib`, `_s`); every record has
-`to_dict()` for the JSON report, whose layout `report.SCHEMA_VERSION` pins.
-"""
+"""The records a bench run returns, names with their units (`_samples_per_s`, `_pct`, `_s`); `to_dict()`
+gives bench.json's layout, which `report.SCHEMA_VERSION` pins. docs/benchmark.md, "Reading the report"."""
 
 from __future__ import annotations
 
@@ -26,10 +23,18 @@ class LoaderConfig:
 
     @property
     def label(self) -> str:
-        parts = [f"w={self.num_workers}"] + ([f"pf={self.prefetch_factor}"] if self.num_workers else [])
-        parts += ["pin" if self.pin_memory else "nopin"] + (["nb"] if self.non_blocking else [])
-        parts += [self.amp_dtype.replace("float", "f")] if self.amp_dtype else []
-        return " ".join(parts + (["cl"] if self.channels_last else []))
+        """As the report's table shows it: `w=4 pf=2 pin nb bf16 cl`."""
+        parts = [f"w={self.num_workers}"]
+        if self.num_workers:
+            parts.append(f"pf={self.prefetch_factor}")
+        parts.append("pin" if self.pin_memory else "nopin")
+        if self.non_blocking:
+            parts.append("nb")
+        if self.amp_dtype:
+            parts.append(self.amp_dtype.replace("float", "f"))
+        if self.channels_last:
+            parts.append("cl")
+        return " ".join(parts)
 
     def dataloader_kwargs(self) -> Dict[str, Any]:
         """Keyword arguments of `torch.utils.data.DataLoader` (prefetch/persistence only with workers)."""
@@ -66,9 +71,7 @@ class Measurement:
         return 100.0 * self.host_wait_s / self.seconds if self.seconds > 0 else 0.0
 
     def to_dict(self) -> Dict[str, Any]:
-        out = asdict(self)
-        out.update(config=self.config and self.config.to_dict(), host_wait_pct=self.host_wait_pct)
-        return out
+        return {**asdict(self), "config": self.config and self.config.to_dict(), "host_wait_pct": self.host_wait_pct}
 
 
 Knob = Tuple[str, str, bool, float, float]  # (knob, tried label, kept, gain, noise floor)
@@ -92,19 +95,14 @@ class TuningRecord:
     budget_s: float = 0.0
 
     def to_dict(self) -> Dict[str, Any]:
-        out = asdict(self)
-        out.update(
-            candidates=list(self.candidates),
-            rounds=[
-                {"window_s": w, "results": [{"label": label, "samples_per_s": r} for label, r in res]}
-                for w, res in self.rounds
-            ],
-            knobs=[
-                {"knob": k, "tried": t, "kept": kept, "gain": g, "noise_floor": n} for k, t, kept, g, n in self.knobs
-            ],
-            winner=self.winner and self.winner.to_dict(),
-        )
-        return out
+        rounds = [
+            {"window_s": window_s, "results": [{"label": label, "samples_per_s": rate} for label, rate in results]}
+            for window_s, results in self.rounds
+        ]
+        knob_keys = ("knob", "tried", "kept", "gain", "noise_floor")
+        knobs = [dict(zip(knob_keys, knob)) for knob in self.knobs]
+        winner = self.winner and self.winner.to_dict()
+        return {**asdict(self), "candidates": list(self.candidates), "rounds": rounds, "knobs": knobs, "winner": winner}
 
 
 @dataclass(frozen=True)
