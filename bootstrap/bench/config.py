@@ -1,18 +1,14 @@
-"""What a bench run is asked to do: workload, budget, verdict thresholds (docs/benchmark.md, "Options").
-
-Frozen dataclasses built once by the CLI (or `verify`, `tune_loader`) and passed down. Thresholds
-start from the defaults docs/benchmark.md tabulates; a YAML/JSON config file and `--threshold
-NAME=VALUE` override them, and every value remembers where it came from.
-"""
+"""What a bench run is asked to do (workload, budget, verdict thresholds) and the checks of each value;
+a threshold remembers where it came from. docs/benchmark.md, "Verdicts" and "`tune_loader` keywords"."""
 
 from __future__ import annotations
 
 import difflib
 import math
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from bootstrap.errors import InputError, excerpt
 from bootstrap.fsutil import check_directory
@@ -46,31 +42,30 @@ class Rule:
         return f"{what} {' and '.join(bounds)}" if bounds else what
 
     def check(self, value: Any, where: str, python: bool = False) -> Any:
-        """`value` if this rule accepts it (ints widened to float for numbers, text to Path for paths), else
-        an InputError `WHERE: expected ..., got ...` (the value as YAML writes it, or as `python` does).
-        Booleans are not numbers here, nor NaN or infinity."""
-        bad = InputError(where, f"expected {self.describe()}, got {_shown(value, python)}")
-        if self.kind == "bool":
-            if not isinstance(value, bool):
-                raise bad
-            return value
-        if self.kind in ("choice", "text"):
-            if not isinstance(value, str) or (self.choices and value not in self.choices):
-                raise bad
-            return value
+        """`value` (a number as float, a path as Path), or InputError `WHERE: expected ..., got ...` with the
+        value as YAML writes it (or Python, for a script)."""
+        if not self.accepts(value):
+            raise InputError(where, f"expected {self.describe()}, got {_shown(value, python)}")
         if self.kind == "path":
-            if not isinstance(value, (str, os.PathLike)) or not str(value):
-                raise bad
             return Path(value)
+        return float(value) if self.kind == "number" else value
+
+    def accepts(self, value: Any) -> bool:
+        """Whether `value` is of this kind and in range: a bool is no number here, nor NaN or infinity."""
+        if self.kind == "bool":
+            return isinstance(value, bool)
+        if self.kind in ("choice", "text"):
+            return isinstance(value, str) and (not self.choices or value in self.choices)
+        if self.kind == "path":
+            return isinstance(value, (str, os.PathLike)) and bool(str(value))
         numeric = int if self.kind == "int" else (int, float)
-        infinite = isinstance(value, float) and not math.isfinite(value)  # an int of any size is finite
-        if isinstance(value, bool) or not isinstance(value, numeric) or infinite:
-            raise bad
+        if isinstance(value, bool) or not isinstance(value, numeric):
+            return False
+        if isinstance(value, float) and not math.isfinite(value):  # an int of any size is finite
+            return False
         if self.low is not None and (value <= self.low if self.above else value < self.low):
-            raise bad
-        if self.high is not None and value > self.high:
-            raise bad
-        return value if self.kind == "int" else float(value)
+            return False
+        return self.high is None or value <= self.high
 
 
 def _bound(value: float) -> str:
@@ -85,33 +80,25 @@ def _shown(value: Any, python: bool) -> str:
     return "null" if value is None else str(value).lower()
 
 
-def _int(low: float, high: float) -> Rule:
-    return Rule("int", low, high)
-
-
-def _number(low: float, high: float, above: bool = False) -> Rule:
-    return Rule("number", low, high, above)
-
-
 OPTION_RULES: Dict[str, Rule] = {
-    "samples": _int(1, 1_000_000),
-    "epoch_batches": _int(1, 10_000_000),
-    "image_size": _int(MIN_CROP, 8192),
-    "crop_size": _int(MIN_CROP, 8192),
-    "batch_size": _int(1, 65536),
-    "num_classes": _int(1, 1_000_000),
-    "cpu_ms": _number(0, 60_000),
-    "io_ms": _number(0, 60_000),
-    "step_ms": _number(0, 60_000),
+    "samples": Rule("int", 1, 1_000_000),
+    "epoch_batches": Rule("int", 1, 10_000_000),
+    "image_size": Rule("int", MIN_CROP, 8192),
+    "crop_size": Rule("int", MIN_CROP, 8192),
+    "batch_size": Rule("int", 1, 65536),
+    "num_classes": Rule("int", 1, 1_000_000),
+    "cpu_ms": Rule("number", 0, 60_000),
+    "io_ms": Rule("number", 0, 60_000),
+    "step_ms": Rule("number", 0, 60_000),
     "storage": Rule("choice", choices=STORAGES),
     "cold_cache": Rule("bool"),
     "model": Rule("choice", choices=MODELS),
-    "jpeg_quality": _int(1, 100),
-    "seed": _int(0, 2**32 - 1),
-    "budget_s": _number(0, MAX_BUDGET_S, above=True),
+    "jpeg_quality": Rule("int", 1, 100),
+    "seed": Rule("int", 0, 2**32 - 1),
+    "budget_s": Rule("number", 0, MAX_BUDGET_S, above=True),
     "device": Rule("text"),
-    "max_workers": _int(0, 1024),
-    "target_rate": _number(0, 1e12, above=True),
+    "max_workers": Rule("int", 0, 1024),
+    "target_rate": Rule("number", 0, 1e12, above=True),
     "data_dir": Rule("path"),
     "batched": Rule("bool"),
 }
@@ -174,7 +161,7 @@ class Thresholds:
 
 
 _PERCENT = ("util_p95_pass", "util_p5_pass", "host_saturated_pct", "shm_pass_factor", "shm_warn_factor")
-THRESHOLD_RULES: Dict[str, Rule] = {n: _number(0, 100 if n in _PERCENT else 1) for n in Thresholds.names()}
+THRESHOLD_RULES: Dict[str, Rule] = {n: Rule("number", 0, 100 if n in _PERCENT else 1) for n in Thresholds.names()}
 # (pass bound, warn bound, higher is better)
 THRESHOLD_PAIRS: Tuple[Tuple[str, str, bool], ...] = (
     ("efficiency_pass", "efficiency_warn", True),
@@ -201,38 +188,41 @@ class ThresholdSet:
         return {n: {"value": getattr(self.values, n), "source": self.source(n)} for n in Thresholds.names()}
 
     def override(self, updates: Mapping[str, Any], source: str) -> ThresholdSet:
-        """New set with `updates` applied. Unknown names, values that are not finite numbers or are out of
-        range, and a pass bound on the wrong side of its warn bound are InputErrors naming `source`."""
-        where: Namer = (
-            (lambda n: f"--threshold {n}") if source == "--threshold" else (lambda n: f"{source}: thresholds.{n}")
-        )
+        """A new set with `updates` from `source` (a file, or `--threshold`) applied, each name, value and
+        pass/warn pair checked."""
+        prefix = "--threshold " if source == "--threshold" else f"{source}: thresholds."
         clean: Dict[str, float] = {}
         for name, raw in updates.items():
-            if name not in Thresholds.names():
-                close = difflib.get_close_matches(str(name), Thresholds.names(), n=1)
-                hint = f"one of {len(Thresholds.names())} names such as efficiency_pass or device_idle_pass; "
-                fix = f"did you mean {close[0]}?" if close else hint + "docs/benchmark.md lists them"
-                raise InputError(source, f"unknown threshold {excerpt(name)}", fix)
+            _check_threshold_name(name, source)
             if source == "--threshold" and isinstance(raw, str):
                 raw = _flag_number(raw)
-            clean[name] = THRESHOLD_RULES[name].check(raw, where(name))
+            clean[name] = THRESHOLD_RULES[name].check(raw, prefix + name)
         merged = {**dict(self.sources), **{name: source for name in clean}}
         result = ThresholdSet(replace(self.values, **clean), tuple(sorted(merged.items())))
-        result.check_pairs(set(clean), where)
+        result.check_pairs(set(clean), prefix)
         return result
 
-    def check_pairs(self, changed: Any, where: Namer) -> None:
-        """Each `*_pass` bound must not be on the failing side of its `*_warn` bound."""
+    def check_pairs(self, changed: AbstractSet[str], prefix: str) -> None:
+        """Each `*_pass` bound must not be on the failing side of its `*_warn` bound (the changed one is named)."""
         for good, bad, higher_is_better in THRESHOLD_PAIRS:
-            if good not in changed and bad not in changed:
+            ok, warn = getattr(self.values, good), getattr(self.values, bad)
+            crossed = ok < warn if higher_is_better else ok > warn
+            if not crossed or not changed & {good, bad}:
                 continue
-            a, b = getattr(self.values, good), getattr(self.values, bad)
-            if (a < b) if higher_is_better else (a > b):
-                name, other = (good, bad) if good in changed else (bad, good)
-                side = "below" if (name == good) == higher_is_better else "above"
-                value, bound = getattr(self.values, name), getattr(self.values, other)
-                problem = f"{value:g} is {side} {other} {bound:g} (from {self.source(other)})"
-                raise InputError(where(name), problem, f"{good} must be {'>=' if higher_is_better else '<='} {bad}")
+            name, other = (good, bad) if good in changed else (bad, good)
+            side = "below" if (name == good) == higher_is_better else "above"
+            value, bound = getattr(self.values, name), getattr(self.values, other)
+            problem = f"{value:g} is {side} {other} {bound:g} (from {self.source(other)})"
+            raise InputError(prefix + name, problem, f"{good} must be {'>=' if higher_is_better else '<='} {bad}")
+
+
+def _check_threshold_name(name: Any, source: str) -> None:
+    if name in Thresholds.names():
+        return
+    close = difflib.get_close_matches(str(name), Thresholds.names(), n=1)
+    hint = f"one of {len(Thresholds.names())} names such as efficiency_pass or device_idle_pass"
+    fix = f"did you mean {close[0]}?" if close else f"{hint}; docs/benchmark.md lists them"
+    raise InputError(source, f"unknown threshold {excerpt(name)}", fix)
 
 
 def _flag_number(text: str) -> Any:
@@ -248,21 +238,15 @@ def parse_threshold_flags(pairs: Sequence[str]) -> Dict[str, str]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
-            raise InputError(
-                "--threshold", f"{pair!r} is not NAME=VALUE", "write e.g. --threshold efficiency_pass=0.85"
-            )
+            fix = "write e.g. --threshold efficiency_pass=0.85"
+            raise InputError("--threshold", f"{pair!r} is not NAME=VALUE", fix)
         out[name.strip()] = value.strip()
     return out
 
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """The synthetic workload (JPEG images decoded, cropped and flipped per sample), and the batch size.
-
-    `cpu_ms` is extra CPU time per sample (on the worker's own CPU clock, the same on a busy machine);
-    `io_ms` is extra latency per sample (a sleep: storage or network, no CPU); `step_ms` is extra time
-    per step (a known stand-in for a slower device; 0 for real runs).
-    """
+    """The built-in workload (JPEG images decoded, cropped and flipped per sample), and the batch size."""
 
     samples: int = 512  # distinct samples stored
     epoch_batches: int = 1000  # batches per epoch: the dataset repeats its samples
@@ -270,9 +254,9 @@ class WorkloadSpec:
     crop_size: int = 224  # random crop fed to the model
     batch_size: int = 64
     num_classes: int = 100
-    cpu_ms: float = 0.0
-    io_ms: float = 0.0
-    step_ms: float = 0.0
+    cpu_ms: float = 0.0  # extra CPU time per sample, on the worker's own CPU clock (the same on a busy host)
+    io_ms: float = 0.0  # extra latency per sample: a sleep (storage or network), no CPU
+    step_ms: float = 0.0  # extra time per step: a known stand-in for a slower device (0 for real runs)
     storage: str = "memory"  # memory | files | packed
     cold_cache: bool = False  # files/packed: drop our files from the page cache before each phase
     model: str = "auto"  # auto | tiny | resnet18 | resnet50
@@ -286,8 +270,8 @@ class WorkloadSpec:
         return None if self.batched else self.batch_size
 
     def validate(self, names: Optional[Mapping[str, str]] = None, script: bool = False) -> WorkloadSpec:
-        """Every field's type and range, then the ones that depend on each other. Errors name the field as
-        `names` spells it (a config file's `FILE: options.crop_size`), else by flag (or `script` keyword)."""
+        """Each field, then those that depend on each other; errors name a field as `names` spells it
+        (`FILE: options.crop_size`), else by its flag or (`script`) keyword."""
         where = _namer(names, script)
         check_options(self.to_dict(), where, python=script)
         if self.crop_size > self.image_size:
@@ -295,14 +279,13 @@ class WorkloadSpec:
             problem = f"the crop ({self.crop_size}) is larger than the image ({self.image_size})"
             raise InputError(where(name), problem, "keep crop_size <= image_size")
         if self.cold_cache and self.storage == "memory":
+            problem = "only applies to files on disk: the memory store has no page cache"
             fix = "add --storage files or --storage packed, or drop --cold-cache"
-            raise InputError(
-                where("cold_cache"), "only applies to files on disk: the memory store has no page cache", fix
-            )
+            raise InputError(where("cold_cache"), problem, fix)
         return self
 
     def to_dict(self) -> Dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 RUN_OPTIONS = ("budget_s", "device", "max_workers", "target_rate", "data_dir")
@@ -334,7 +317,7 @@ class BenchOptions:
         if self.workload.batched and self.user is None:
             raise InputError(where("batched"), "only applies to your own dataset", "add --dataset MODULE:FACTORY")
         device = self.device
-        if not (device in ("auto", "cpu", "cuda", "mps") or (device.startswith("cuda:") and device[5:].isdigit())):
+        if device not in ("auto", "cpu", "cuda", "mps") and not (device.startswith("cuda:") and device[5:].isdigit()):
             fix = "e.g. device='cuda:0'" if script else "e.g. --device cuda:0"
             raise InputError(where("device"), f"{device!r} is not auto, cpu, cuda, cuda:N or mps", fix)
         if self.data_dir is not None:
@@ -355,9 +338,7 @@ def _namer(names: Optional[Mapping[str, str]], script: bool = False) -> Namer:
 
 
 def load_config(path: Path, thresholds: Optional[ThresholdSet] = None) -> Tuple[ThresholdSet, Dict[str, Any]]:
-    """Read a YAML or JSON config `{thresholds: {name: value}, options: {...}}`: the thresholds with the
-    file's overrides applied, and its `options` (CLI names with `_`, e.g. `budget_s`), each checked and
-    named `FILE: options.NAME` in errors."""
+    """A YAML or JSON file's `thresholds:` applied to `thresholds`, and its `options:` (`budget_s`, ...), checked."""
     from bootstrap.yamlfile import load_yaml  # YAML is a superset of JSON: one reader serves both
 
     where = str(path)
