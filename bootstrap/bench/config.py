@@ -8,7 +8,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import AbstractSet, Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Callable, Mapping, Optional, Sequence
 
 from bootstrap.errors import InputError, excerpt
 from bootstrap.fsutil import check_directory
@@ -28,7 +28,7 @@ class Rule:
     low: Optional[float] = None
     high: Optional[float] = None
     above: bool = False  # `low` itself is excluded (> low)
-    choices: Tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
 
     def describe(self) -> str:
         if self.kind == "choice":
@@ -80,7 +80,7 @@ def _shown(value: Any, python: bool) -> str:
     return "null" if value is None else str(value).lower()
 
 
-OPTION_RULES: Dict[str, Rule] = {
+OPTION_RULES: dict[str, Rule] = {
     "samples": Rule("int", 1, 1_000_000),
     "epoch_batches": Rule("int", 1, 10_000_000),
     "image_size": Rule("int", MIN_CROP, 8192),
@@ -122,7 +122,7 @@ def check_value(value: Any, rule: Rule, where: str, python: bool = False) -> Any
     return rule.check(value, where, python)
 
 
-def check_options(values: Mapping[str, Any], where: Namer, python: bool = False) -> Dict[str, Any]:
+def check_options(values: Mapping[str, Any], where: Namer, python: bool = False) -> dict[str, Any]:
     """Every value of `values` checked against OPTION_RULES, errors named by `where(name)`."""
     return {name: OPTION_RULES[name].check(value, where(name), python) for name, value in values.items()}
 
@@ -156,14 +156,14 @@ class Thresholds:
     noise_inconclusive: float = 0.15  # tuned windows' spread or re-measure gap above this: inconclusive
 
     @classmethod
-    def names(cls) -> Tuple[str, ...]:
+    def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
 
 
 _PERCENT = ("util_p95_pass", "util_p5_pass", "host_saturated_pct", "shm_pass_factor", "shm_warn_factor")
-THRESHOLD_RULES: Dict[str, Rule] = {n: Rule("number", 0, 100 if n in _PERCENT else 1) for n in Thresholds.names()}
+THRESHOLD_RULES: dict[str, Rule] = {n: Rule("number", 0, 100 if n in _PERCENT else 1) for n in Thresholds.names()}
 # (pass bound, warn bound, higher is better)
-THRESHOLD_PAIRS: Tuple[Tuple[str, str, bool], ...] = (
+THRESHOLD_PAIRS: tuple[tuple[str, str, bool], ...] = (
     ("efficiency_pass", "efficiency_warn", True),
     ("device_idle_pass", "device_idle_warn", False),
     ("sm_active_pass", "sm_active_warn", True),
@@ -179,19 +179,19 @@ class ThresholdSet:
     """Thresholds plus where each value came from ('default', 'FILE', '--threshold')."""
 
     values: Thresholds = field(default_factory=Thresholds)
-    sources: Tuple[Tuple[str, str], ...] = ()
+    sources: tuple[tuple[str, str], ...] = ()
 
     def source(self, name: str) -> str:
         return dict(self.sources).get(name, "default")
 
-    def to_dict(self) -> Dict[str, Dict[str, Any]]:
+    def to_dict(self) -> dict[str, dict[str, Any]]:
         return {n: {"value": getattr(self.values, n), "source": self.source(n)} for n in Thresholds.names()}
 
     def override(self, updates: Mapping[str, Any], source: str) -> ThresholdSet:
         """A new set with `updates` from `source` (a file, or `--threshold`) applied, each name, value and
         pass/warn pair checked."""
         prefix = "--threshold " if source == "--threshold" else f"{source}: thresholds."
-        clean: Dict[str, float] = {}
+        clean: dict[str, float] = {}
         for name, raw in updates.items():
             _check_threshold_name(name, source)
             if source == "--threshold" and isinstance(raw, str):
@@ -232,9 +232,9 @@ def _flag_number(text: str) -> Any:
         return text  # refused by the rule, which shows it
 
 
-def parse_threshold_flags(pairs: Sequence[str]) -> Dict[str, str]:
+def parse_threshold_flags(pairs: Sequence[str]) -> dict[str, str]:
     """['efficiency_pass=0.85', ...] -> {'efficiency_pass': '0.85'} (values checked by `override`)."""
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
@@ -284,7 +284,7 @@ class WorkloadSpec:
             raise InputError(where("cold_cache"), problem, fix)
         return self
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -337,7 +337,7 @@ def _namer(names: Optional[Mapping[str, str]], script: bool = False) -> Namer:
     return lambda name: (names or {}).get(name) or option_name(name, script, where=True)
 
 
-def load_config(path: Path, thresholds: Optional[ThresholdSet] = None) -> Tuple[ThresholdSet, Dict[str, Any]]:
+def load_config(path: Path, thresholds: Optional[ThresholdSet] = None) -> tuple[ThresholdSet, dict[str, Any]]:
     """A YAML or JSON file's `thresholds:` applied to `thresholds`, and its `options:` (`budget_s`, ...), checked."""
     from bootstrap.yamlfile import load_yaml  # YAML is a superset of JSON: one reader serves both
 
@@ -349,7 +349,7 @@ def load_config(path: Path, thresholds: Optional[ThresholdSet] = None) -> Tuple[
     unknown = sorted(set(data) - {"thresholds", "options"})
     if unknown:
         raise InputError(where, f"unknown key {unknown[0]!r}", "only `thresholds` and `options` are read")
-    raw: Dict[str, Any] = {key: data.get(key) or {} for key in ("thresholds", "options")}
+    raw: dict[str, Any] = {key: data.get(key) or {} for key in ("thresholds", "options")}
     for key, value in raw.items():
         if not isinstance(value, dict):
             raise InputError(f"{where}: {key}", "must be a mapping of name: value", f"e.g. {key}: {{name: value}}")

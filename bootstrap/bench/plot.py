@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 from bootstrap.bench.results import BenchResult
 
@@ -32,8 +32,8 @@ HOST_LINE = (60, 100, 200)
 TUNED_LINE = (30, 110, 60)
 GREY = (80, 80, 80)
 PHASE_SHADES = ((245, 245, 245), (232, 236, 244))
-Colour = Tuple[int, int, int]
-Bar = Tuple[str, str, float]  # (phase, label, samples/s)
+Colour = tuple[int, int, int]
+Bar = tuple[str, str, float]  # (phase, label, samples/s)
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Text:
 @dataclass(frozen=True)
 class Shape:
     kind: str  # "rect" | "line" | "dashed" | "dot"
-    points: Tuple[int, ...]  # rect/dot: x0, y0, x1, y1; line/dashed: x0, y0, x1, y1, ...
+    points: tuple[int, ...]  # rect/dot: x0, y0, x1, y1; line/dashed: x0, y0, x1, y1, ...
     role: str
     fill: Optional[Colour] = None
     outline: Optional[Colour] = None
@@ -60,27 +60,27 @@ class Chart:
     width: int
     height: int
     font: Any
-    texts: List[Text] = field(default_factory=list)
-    shapes: List[Shape] = field(default_factory=list)
+    texts: list[Text] = field(default_factory=list)
+    shapes: list[Shape] = field(default_factory=list)
 
     def text(self, x: int, y: int, text: str, role: str, fill: Colour = (0, 0, 0)) -> None:
         """A label at (x, y), moved left where it would run past the right edge."""
         x = max(0, min(x, self.width - MARGIN // 2 - self.text_width(text)))
         self.texts.append(Text(x, y, text, role, fill))
 
-    def shape(self, kind: str, points: Tuple[int, ...], role: str, fill: Colour, width: int = 1) -> None:
+    def shape(self, kind: str, points: tuple[int, ...], role: str, fill: Colour, width: int = 1) -> None:
         self.shapes.append(Shape(kind, points, role, fill=fill, width=width))
 
     def text_width(self, text: str) -> int:
         left, _, right, _ = self.font.getbbox(text)
         return int(right - left) + 1
 
-    def text_box(self, item: Text) -> Tuple[int, int, int, int]:
+    def text_box(self, item: Text) -> tuple[int, int, int, int]:
         """Where `item` lands in the image (left, top, right, bottom)."""
         left, top, right, bottom = self.font.getbbox(item.text)
         return item.x + int(left), item.y + int(top), item.x + int(right), item.y + int(bottom)
 
-    def roles(self) -> List[str]:
+    def roles(self) -> list[str]:
         return [t.role for t in self.texts] + [s.role for s in self.shapes]
 
 
@@ -135,7 +135,7 @@ def _paint(draw: Any, shape: Shape) -> None:
         draw.line(list(shape.points), fill=shape.fill, width=shape.width)
 
 
-def _bars(result: BenchResult) -> List[Bar]:
+def _bars(result: BenchResult) -> list[Bar]:
     """A bar a measured window; past MAX_BARS, every bar but the trials, then the fastest trials."""
     bars = []
     for m in result.measurements:

@@ -8,7 +8,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from bootstrap.bench.config import WorkloadSpec
 from bootstrap.bench.results import BenchResult, LoaderConfig, Metrics
@@ -22,7 +22,7 @@ JSON_NAME = "bench.json"
 PNG_NAME = "bench.png"
 
 
-def payload(result: BenchResult) -> Dict[str, Any]:
+def payload(result: BenchResult) -> dict[str, Any]:
     """The bench-specific part of the report (the envelope's `extra`)."""
     return {
         "schema": SCHEMA,
@@ -46,7 +46,7 @@ def payload(result: BenchResult) -> Dict[str, Any]:
     }
 
 
-def to_envelope(result: BenchResult) -> Dict[str, Any]:
+def to_envelope(result: BenchResult) -> dict[str, Any]:
     return to_json(list(result.checks), "bench", extra=payload(result))
 
 
@@ -69,11 +69,11 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def report_paths(out_dir: Path, *, png: bool = True) -> List[Path]:
+def report_paths(out_dir: Path, *, png: bool = True) -> list[Path]:
     return [out_dir / JSON_NAME] + ([out_dir / PNG_NAME] if png else [])
 
 
-def check_out(out_dir: Path, *, png: bool = True) -> List[Path]:
+def check_out(out_dir: Path, *, png: bool = True) -> list[Path]:
     """Before the run: `--out` is (or can become) a writable directory whose report files can be replaced."""
     check_directory(out_dir, "--out")
     _try_writing_in(out_dir)
@@ -102,7 +102,7 @@ def _try_writing_in(out_dir: Path) -> None:
     os.unlink(name)
 
 
-def write_reports(result: BenchResult, out_dir: Path, *, png: bool = True) -> List[Path]:
+def write_reports(result: BenchResult, out_dir: Path, *, png: bool = True) -> list[Path]:
     """Write bench.json (and bench.png) into `out_dir`, all or none; returns the paths written."""
     paths = report_paths(out_dir, png=png)
     data = [envelope_json(result).encode("utf-8")]
@@ -119,7 +119,7 @@ def write_reports(result: BenchResult, out_dir: Path, *, png: bool = True) -> Li
 
 
 def dataloader_snippet(
-    config: LoaderConfig, spec: WorkloadSpec, device_type: str, caveat: str = "", user: Optional[Dict[str, Any]] = None
+    config: LoaderConfig, spec: WorkloadSpec, device_type: str, caveat: str = "", user: Optional[dict[str, Any]] = None
 ) -> str:
     """The winning DataLoader call (and for the built-in workload its training loop) as Python that runs as
     is; `caveat` says why the tune is not complete; `user` is `UserWorkload.describe()`."""
@@ -131,7 +131,7 @@ def dataloader_snippet(
     return "\n".join(lines + _training_loop(config, device_type)) + "\n"
 
 
-def _user_snippet(config: LoaderConfig, spec: WorkloadSpec, user: Dict[str, Any], caveat: str) -> str:
+def _user_snippet(config: LoaderConfig, spec: WorkloadSpec, user: dict[str, Any], caveat: str) -> str:
     """The DataLoader call alone, ordered and batched as the run was; `collate_fn`, `sampler` and
     `batch_sampler` stand for the user's own objects."""
     own = [name for name in ("collate_fn", "sampler", "batch_sampler") if name.replace("_fn", "") in user]
@@ -149,8 +149,8 @@ def _user_snippet(config: LoaderConfig, spec: WorkloadSpec, user: Dict[str, Any]
 
 
 def _loader_call(
-    config: LoaderConfig, caveat: str, expects: Sequence[str], arguments: List[str], imports: Sequence[str] = ()
-) -> List[str]:
+    config: LoaderConfig, caveat: str, expects: Sequence[str], arguments: list[str], imports: Sequence[str] = ()
+) -> list[str]:
     """`loader = DataLoader(...)` with `arguments` and the winning config's, headed by what it expects."""
     names = ", ".join(f"`{name}`" for name in expects)
     lines = [f"# NOT FULLY TUNED: {caveat}"] if caveat else []
@@ -160,7 +160,7 @@ def _loader_call(
     return lines + [")"]
 
 
-def _training_loop(config: LoaderConfig, device_type: str) -> List[str]:
+def _training_loop(config: LoaderConfig, device_type: str) -> list[str]:
     """The built-in workload's loop: uint8 images scaled to float on the device, with the winner's settings."""
     copy = f"to(device, non_blocking={config.non_blocking})"
     layout = ".contiguous(memory_format=torch.channels_last)" if config.channels_last else ""
@@ -207,7 +207,7 @@ def _num(value: Optional[float], fmt: str = ",.1f", unit: str = "") -> str:
     return "-" if value is None else f"{value:{fmt}}{unit}"
 
 
-def _workload_line(w: Dict[str, Any]) -> str:
+def _workload_line(w: dict[str, Any]) -> str:
     user = w.get("user")
     if not user:
         size = f"3x{w.get('crop_size')}x{w.get('crop_size')}"
@@ -235,7 +235,7 @@ def _measurement_table(result: BenchResult) -> str:
     return "\n".join(lines)
 
 
-def _headline(m: Metrics) -> List[str]:
+def _headline(m: Metrics) -> list[str]:
     """The rates, efficiency and stalls; sizing, loader scaling and the micro-benchmarks where measured."""
     ceiling = f"ceiling {_num(m.ceiling_samples_per_s)} samples/s (batch resident on the device)"
     if m.ceiling_h2d_samples_per_s:
@@ -274,7 +274,7 @@ def _sizing_line(m: Metrics, cpu_s_per_sample: float) -> str:
     return sizing
 
 
-def _device_figures(m: Metrics) -> List[str]:
+def _device_figures(m: Metrics) -> list[str]:
     """Matmul, copies (CUDA only), peak memory, first batch: those measured."""
     figures = []
     if m.matmul_tflops is not None:
@@ -290,7 +290,7 @@ def _device_figures(m: Metrics) -> List[str]:
     return figures
 
 
-def _tuner_lines(result: BenchResult) -> List[str]:
+def _tuner_lines(result: BenchResult) -> list[str]:
     t = result.tuning
     if t.predicted_workers is None:
         return []
@@ -328,7 +328,7 @@ def _sampler_line(result: BenchResult) -> str:
     return "sampler: " + "; ".join(parts)
 
 
-def _aggregate_line(a: Dict[str, Any]) -> str:
+def _aggregate_line(a: dict[str, Any]) -> str:
     tuned = f"aggregate tuned {_num(a.get('tuned_samples_per_s'))} samples/s"
     scaling = f"scaling efficiency {_num(a.get('scaling_efficiency'), '.2f')}"
     worst = f"worst rank {a.get('worst_rank')} (efficiency {_num(a.get('worst_efficiency'), '.2f')})"

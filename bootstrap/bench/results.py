@@ -4,7 +4,7 @@ gives bench.json's layout, which `report.SCHEMA_VERSION` pins. docs/benchmark.md
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 from bootstrap.report import Check
 
@@ -36,14 +36,14 @@ class LoaderConfig:
             parts.append("cl")
         return " ".join(parts)
 
-    def dataloader_kwargs(self) -> Dict[str, Any]:
+    def dataloader_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of `torch.utils.data.DataLoader` (prefetch/persistence only with workers)."""
-        kwargs: Dict[str, Any] = {"num_workers": self.num_workers, "pin_memory": self.pin_memory}
+        kwargs: dict[str, Any] = {"num_workers": self.num_workers, "pin_memory": self.pin_memory}
         if self.num_workers > 0:
             kwargs.update(prefetch_factor=self.prefetch_factor, persistent_workers=self.persistent_workers)
         return kwargs
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "label": self.label}
 
 
@@ -70,11 +70,11 @@ class Measurement:
     def host_wait_pct(self) -> float:
         return 100.0 * self.host_wait_s / self.seconds if self.seconds > 0 else 0.0
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "config": self.config and self.config.to_dict(), "host_wait_pct": self.host_wait_pct}
 
 
-Knob = Tuple[str, str, bool, float, float]  # (knob, tried label, kept, gain, noise floor)
+Knob = tuple[str, str, bool, float, float]  # (knob, tried label, kept, gain, noise floor)
 
 
 @dataclass(frozen=True)
@@ -86,15 +86,15 @@ class TuningRecord:
     predicted_workers: Optional[int] = None
     cap: Optional[int] = None
     cap_reason: str = ""
-    candidates: Tuple[int, ...] = ()
-    rounds: Tuple[Tuple[float, Tuple[Tuple[str, float], ...]], ...] = ()  # (window_s, ((label, samples/s), ...))
-    knobs: Tuple[Knob, ...] = ()
+    candidates: tuple[int, ...] = ()
+    rounds: tuple[tuple[float, tuple[tuple[str, float], ...]], ...] = ()  # (window_s, ((label, samples/s), ...))
+    knobs: tuple[Knob, ...] = ()
     winner: Optional[LoaderConfig] = None
     stopped_early: bool = False
     seconds: float = 0.0
     budget_s: float = 0.0
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         rounds = [
             {"window_s": window_s, "results": [{"label": label, "samples_per_s": rate} for label, rate in results]}
             for window_s, results in self.rounds
@@ -118,7 +118,7 @@ class UtilStats:
     p95: Optional[float] = None
 
 
-Timeline = Tuple[Tuple[float, float], ...]  # (seconds since the run started, percent)
+Timeline = tuple[tuple[float, float], ...]  # (seconds since the run started, percent)
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ class SamplerReport:
         """CPU the sampler took, as a share of the time it ran (under the GIL the main thread lost it)."""
         return 100.0 * self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         del out["gpu"], out["host_cpu"]
         out.update(
@@ -164,7 +164,7 @@ class PhaseRecord:
     status: str  # done | skipped | interrupted
     note: str = ""
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -196,7 +196,7 @@ class Metrics:
     naive_samples_per_s: Optional[float] = None
     naive_host_wait_pct: Optional[float] = None
     # CPU hosts: loader rate S(W) by workers, and S(W) / (W x S(1))
-    loader_scaling: Dict[int, float] = field(default_factory=dict)
+    loader_scaling: dict[int, float] = field(default_factory=dict)
     loader_scaling_workers: Optional[float] = None
     loader_scaling_efficiency: Optional[float] = None
     # the search
@@ -243,7 +243,7 @@ class Metrics:
     sampler_overhead_pct: Optional[float] = None
     budget_needed_s: Optional[float] = None
 
-    def to_dict(self) -> Dict[str, Optional[float]]:
+    def to_dict(self) -> dict[str, Optional[float]]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "loader_scaling"}
         out.update({f"loader_w{w}_samples_per_s": rate for w, rate in sorted(self.loader_scaling.items())})
         return out
@@ -253,23 +253,23 @@ class Metrics:
 class BenchResult:
     """Everything one bench run measured and decided. `partial` when Ctrl-C cut it short."""
 
-    device: Dict[str, Any]
-    workload: Dict[str, Any]
+    device: dict[str, Any]
+    workload: dict[str, Any]
     budget_s: float
-    thresholds: Dict[str, Dict[str, Any]]
-    phases: Tuple[PhaseRecord, ...]
-    measurements: Tuple[Measurement, ...]
+    thresholds: dict[str, dict[str, Any]]
+    phases: tuple[PhaseRecord, ...]
+    measurements: tuple[Measurement, ...]
     metrics: Metrics
     tuning: TuningRecord
     sampler: SamplerReport
-    checks: Tuple[Check, ...]
+    checks: tuple[Check, ...]
     best: Optional[LoaderConfig]
     snippet: str
-    notes: Tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
     partial: bool = False
     seconds: float = 0.0
-    ranks: Tuple[Dict[str, Any], ...] = ()  # --distributed, rank 0: every rank's own report
-    aggregate: Dict[str, Any] = field(default_factory=dict)
+    ranks: tuple[dict[str, Any], ...] = ()  # --distributed, rank 0: every rank's own report
+    aggregate: dict[str, Any] = field(default_factory=dict)
 
-    def measurements_of(self, phase: str) -> List[Measurement]:
+    def measurements_of(self, phase: str) -> list[Measurement]:
         return [m for m in self.measurements if m.phase == phase]

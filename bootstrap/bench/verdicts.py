@@ -6,7 +6,7 @@ docs/benchmark.md, "Verdicts", gives each rule, its thresholds, and when the rat
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import List, Optional, Tuple
+from typing import Optional
 
 from bootstrap.bench.config import Thresholds
 from bootstrap.bench.results import Metrics, SamplerReport
@@ -61,14 +61,14 @@ class VerdictFacts:
     cpu_bound: Optional[bool] = None
     worker_cap: Optional[int] = None  # the most workers the tuner tried, and the count it predicted
     predicted_workers: Optional[int] = None
-    pcie: Optional[Tuple[int, int, int, int]] = None  # (current gen, current width, max gen, max width)
+    pcie: Optional[tuple[int, int, int, int]] = None  # (current gen, current width, max gen, max width)
     local_ranks: int = 1
     budget_s: Optional[float] = None
     partial: bool = False  # interrupted
     left_out: str = ""  # what of the tune the budget cut short or left out
 
 
-def evaluate(m: Metrics, facts: VerdictFacts, sampler: SamplerReport, t: Thresholds) -> List[Check]:
+def evaluate(m: Metrics, facts: VerdictFacts, sampler: SamplerReport, t: Thresholds) -> list[Check]:
     """Every bench verdict, in report order."""
     checks = [
         shm_check(facts, t),
@@ -416,7 +416,7 @@ def scaling_check(m: Metrics, t: Thresholds) -> Check:
     return _judged(check_id, status, observed, expected, remedy, SCALING_DETAIL)
 
 
-def inconclusive_reason(m: Metrics, t: Thresholds) -> Tuple[str, str]:
+def inconclusive_reason(m: Metrics, t: Thresholds) -> tuple[str, str]:
     """(why, what to do) when the rates cannot separate pass from fail; ('', '') when they can."""
     busy, steps, prefetched = m.host_busy_before_pct, m.tuned_window_steps, m.tuned_prefetched_batches
     limit = f"(> {t.noise_inconclusive:.0%})"
@@ -438,7 +438,7 @@ def inconclusive_reason(m: Metrics, t: Thresholds) -> Tuple[str, str]:
     return "", ""
 
 
-def undecided(checks: List[Check], reason: Tuple[str, str]) -> List[Check]:
+def undecided(checks: list[Check], reason: tuple[str, str]) -> list[Check]:
     """The rate checks (RATE_CHECKS) that judged ok/warn/fail turned `inconclusive` for `reason`."""
     why, remedy = reason
     if not why:
