@@ -129,8 +129,8 @@ def check_options(values: Mapping[str, Any], where: Namer, python: bool = False)
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Verdict thresholds; `*_pass` is the ok bound, `*_warn` the fail bound. Fractions are 0..1,
-    utilisation percentages 0..100; docs/benchmark.md gives each one's basis."""
+    """Verdict thresholds: `*_pass` the ok bound, `*_warn` the fail bound; fractions 0..1, percentages 0..100.
+    docs/benchmark.md, "Thresholds and their basis"."""
 
     efficiency_pass: float = 0.90  # tuned / ceiling >= this: ok
     efficiency_warn: float = 0.75  # below this: fail
