@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 from bootstrap.bench.loader import WORKER_EXITED, BatchStream, sample_failure, worker_failure
 from bootstrap.bench.results import LoaderConfig, Measurement
@@ -46,7 +46,7 @@ class _CudaGaps:
 
     def __init__(self, cuda: bool) -> None:
         self.enabled = cuda
-        self.pairs: List[Tuple[Any, Any]] = []
+        self.pairs: list[tuple[Any, Any]] = []
 
     def begin(self) -> Any:
         return self._event() if self.enabled else None
@@ -96,7 +96,7 @@ def run_window(
     step: Optional[Step],
     plan: Window,
     deadline: float,
-    what: Tuple[str, str, Optional[LoaderConfig]],
+    what: tuple[str, str, Optional[LoaderConfig]],
     counted: Optional[Callable[[Any], int]] = None,
 ) -> Measurement:
     """Time `step(take())` until the plan ends the window (its seconds and steps, or twice its seconds
@@ -107,7 +107,7 @@ def run_window(
     if device is not None:
         device.sync()
     started, cpu_started = time.perf_counter(), time.process_time()
-    stamps: List[float] = []
+    stamps: list[float] = []
     waited, samples, ended_by_plan = 0.0, 0, False
     while True:
         before = time.perf_counter()
@@ -147,7 +147,7 @@ def run_window(
     )
 
 
-def _thirds_cv(started: float, stamps: List[float]) -> float:
+def _thirds_cv(started: float, stamps: list[float]) -> float:
     """Coefficient of variation of the step rate over the window's three thirds (0 with < 3 steps)."""
     if len(stamps) < 3:
         return 0.0

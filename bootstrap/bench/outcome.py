@@ -4,7 +4,6 @@ the closing notes and the snippet, as one frozen `BenchResult`."""
 from __future__ import annotations
 
 import statistics
-from typing import List
 
 from bootstrap.bench.device import peak_memory_mib
 from bootstrap.bench.loader import DUPLICATED, NO_BATCH, SHM_FAILURE
@@ -16,7 +15,7 @@ from bootstrap.fsutil import MIB
 from bootstrap.report import Status
 
 
-def _spread(rates: List[float]) -> float:
+def _spread(rates: list[float]) -> float:
     return statistics.pstdev(rates) / statistics.mean(rates) if len(rates) > 1 else 0.0
 
 

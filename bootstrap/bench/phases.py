@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 from bootstrap.bench import tuner
 from bootstrap.bench.batch import map_tensors, shared_first_dim
@@ -284,7 +284,7 @@ def scaling(state: RunState, deadline: float) -> str:
         return f"skipped: no loader workers allowed ({prediction.cap_reason})"
     judged = min(widest, max(2, min(8, state.cpus - 1)))
     counts = sorted({1, judged, widest})
-    rates: Dict[int, float] = {}
+    rates: dict[int, float] = {}
     for index, workers in enumerate(counts):
         if time.perf_counter() >= deadline:
             state.cut("scaling", f"loader w={workers}", state.options.budget_s * 0.05 / len(counts))
@@ -300,11 +300,11 @@ def scaling(state: RunState, deadline: float) -> str:
     return ", ".join(f"S({w}) = {r:.0f}/s" for w, r in rates.items()) or "no worker count measured"
 
 
-def _priors(state: RunState, configs: List[LoaderConfig]) -> Dict[LoaderConfig, Measurement]:
+def _priors(state: RunState, configs: list[LoaderConfig]) -> dict[LoaderConfig, Measurement]:
     """What the run already knows of the candidates: the naive phase measured candidate 0 on a CPU, and
     the scaling phase the loader alone at S samples/s; with the step, at least 1 / (1/S + 1/R) (R the
     ceiling): the rate if loading and stepping did not overlap at all, which workers only beat."""
-    known: Dict[LoaderConfig, Measurement] = {}
+    known: dict[LoaderConfig, Measurement] = {}
     if state.naive is not None and state.naive.config is not None:
         known[state.naive.config] = state.naive
     ceiling_rate = state.ceiling.samples_per_s if state.ceiling else 0.0
@@ -477,7 +477,7 @@ def _recheck(state: RunState, config: LoaderConfig, deadline: float) -> str:
     return "" if again is None else f"; re-measured {again.samples_per_s:.1f} samples/s"
 
 
-PHASES: Tuple[Phase, ...] = (
+PHASES: tuple[Phase, ...] = (
     Phase("checks", 0.0, checks),
     Phase("micro", 0.02, micro),
     Phase("loader", 0.05, loader),

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 from bootstrap.bench.config import BenchOptions, WorkloadSpec, option_name
 from bootstrap.bench.device import Device, mps_available
@@ -37,7 +37,7 @@ def run_bench(
     progress: Optional[ProgressFn] = None,
     *,
     barrier: Optional[Barrier] = None,
-    rank: Optional[Dict[str, int]] = None,
+    rank: Optional[dict[str, int]] = None,
 ) -> BenchResult:
     """Every phase within `options.budget_s`; Ctrl-C returns the partial result instead of raising. A run
     stuck past its budget, or the user's code raising what no phase expects (sys.exit, say), raises one
@@ -211,7 +211,7 @@ def _share_cpus_with_workers(state: RunState, torch: Any) -> None:
     )
 
 
-def _notes_on_the_host(state: RunState) -> List[str]:
+def _notes_on_the_host(state: RunState) -> list[str]:
     notes = []
     busy = state.metrics.host_busy_before_pct
     if busy is not None and busy >= NOISY_HOST_PCT:
@@ -277,7 +277,7 @@ def _set_up_user(state: RunState, model_reason: str) -> str:
     return model_reason
 
 
-def _counting_notes(spec: WorkloadSpec, parts: Any, own: bool) -> List[str]:
+def _counting_notes(spec: WorkloadSpec, parts: Any, own: bool) -> list[str]:
     """What the report says of how it counts samples, where it is not simply the batch size a batch."""
     from bootstrap.bench.batch import shared_first_dim
 
@@ -395,7 +395,7 @@ def tune_loader(  # noqa: PLR0913 (the Python API: DataLoader's own keywords, an
     progress: Optional[ProgressFn] = None,
     sampler: Any = None,
     batch_sampler: Any = None,
-) -> Tuple[Dict[str, Any], BenchResult]:
+) -> tuple[dict[str, Any], BenchResult]:
     """Tune `DataLoader(dataset, ...)` for this host: (DataLoader keyword arguments, BenchResult).
 
         from bootstrap.bench import tune_loader

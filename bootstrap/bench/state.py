@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 from bootstrap.bench.config import BenchOptions, Thresholds, WorkloadSpec
 from bootstrap.bench.results import LoaderConfig, Measurement, Metrics, PhaseRecord, SamplerReport, TuningRecord
@@ -65,7 +65,7 @@ class RunState:
     options: BenchOptions
     progress: ProgressFn
     barrier: Optional[Barrier]  # torchrun: dist.barrier, called alike on every rank
-    rank: Dict[str, int]
+    rank: dict[str, int]
     clock_zero: float
     run_deadline: float
     phase: str = "setup"
@@ -79,28 +79,28 @@ class RunState:
     collate_fn: Optional[Callable[..., Any]] = None
     user: Optional[UserParts] = None
     sample_batch: Any = None  # the first batch: the ceiling's when the loader phase kept none
-    ceiling_batches: List[Tuple[Any, Optional[int]]] = field(default_factory=list)
+    ceiling_batches: list[tuple[Any, Optional[int]]] = field(default_factory=list)
     samples_in: Optional[Callable[[Any], int]] = None  # samples in a batch the DataLoader did not size
     batch_bytes: int = 0
     sampler: Optional[UtilSampler] = None
-    device_info: Dict[str, Any] = field(default_factory=dict)
-    undo: List[Callable[[], None]] = field(default_factory=list)  # what clean-up restores, last first
-    trainers: Dict[Tuple[Optional[str], bool], Trainer] = field(default_factory=dict)
+    device_info: dict[str, Any] = field(default_factory=dict)
+    undo: list[Callable[[], None]] = field(default_factory=list)  # what clean-up restores, last first
+    trainers: dict[tuple[Optional[str], bool], Trainer] = field(default_factory=dict)
     # what the phases found
     step_config: LoaderConfig = field(default_factory=LoaderConfig)
     step_s: float = 0.0  # one step on a resident batch, as the ceiling (or set-up) timed it
     ceiling: Optional[Measurement] = None
     naive: Optional[Measurement] = None
     prediction: Optional[WorkerPrediction] = None
-    pcie: Optional[Tuple[int, int, int, int]] = None
+    pcie: Optional[tuple[int, int, int, int]] = None
     best: Optional[LoaderConfig] = None
     tuning: TuningRecord = field(default_factory=TuningRecord)
-    measurements: List[Measurement] = field(default_factory=list)
-    phase_records: List[PhaseRecord] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+    phase_records: list[PhaseRecord] = field(default_factory=list)
     metrics: Metrics = field(default_factory=Metrics)
-    notes: List[str] = field(default_factory=list)
-    failures: List[LoaderFailure] = field(default_factory=list)
-    cuts: List[Cut] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    failures: list[LoaderFailure] = field(default_factory=list)
+    cuts: list[Cut] = field(default_factory=list)
     # how it ended
     interrupted: bool = False
     sampler_report: SamplerReport = field(default_factory=lambda: SamplerReport(reason="not started"))
@@ -140,7 +140,7 @@ class RunState:
     def cut(self, phase: str, what: str, need_s: float) -> None:
         self.cuts.append(Cut(phase, what, max(0.0, need_s)))
 
-    def cuts_summary(self, phases: Tuple[str, ...] = ()) -> str:
+    def cuts_summary(self, phases: tuple[str, ...] = ()) -> str:
         """'PHASE: WHAT (~SECONDS s); ...' for each cut, of `phases` only when given."""
         shown = [c for c in self.cuts if not phases or c.phase in phases]
         return "; ".join(f"{c.phase}: {c.what} (~{c.need_s:.1f} s)" for c in shown)
@@ -193,7 +193,7 @@ def new_state(
     progress: Optional[ProgressFn] = None,
     *,
     barrier: Optional[Barrier] = None,
-    rank: Optional[Dict[str, int]] = None,
+    rank: Optional[dict[str, int]] = None,
 ) -> RunState:
     """A fresh run of `options` (validated): its budget starts now."""
     options = options.validate()

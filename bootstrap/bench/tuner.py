@@ -13,7 +13,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence
 
 from bootstrap.bench.results import Knob, LoaderConfig, Measurement
 
@@ -94,7 +94,7 @@ def predict_workers(wall_s: float, cpu_s: float, ceiling_samples_per_s: float, l
     return WorkerPrediction(predicted, min(start, cap), cap, reason, cpu_share >= 0.5)
 
 
-def worker_candidates(predicted: int, cap: int, io_bound: bool = False) -> Tuple[int, ...]:
+def worker_candidates(predicted: int, cap: int, io_bound: bool = False) -> tuple[int, ...]:
     """{0, W*/2, W*, 1.5 W*, 2 W*} plus powers of two up to min(cap, 2 W*), all within [0, cap]; I/O-bound
     work reaches to 4 W* ({0, W*/2, W*, 2 W*, 4 W*}): a sleeping worker costs memory, not a core."""
     w = max(1, min(predicted, cap)) if cap > 0 else 0
@@ -104,7 +104,7 @@ def worker_candidates(predicted: int, cap: int, io_bound: bool = False) -> Tuple
     return tuple(sorted(v for v in values if 0 <= v <= cap))
 
 
-def measure_order(counts: Sequence[int], predicted: int) -> Tuple[int, ...]:
+def measure_order(counts: Sequence[int], predicted: int) -> tuple[int, ...]:
     """`counts` in the order the first round measures them: the prediction first, then by distance from it
     in doublings, fewer workers first on a tie; a deadline cuts the furthest, never the prediction."""
     return tuple(sorted(counts, key=lambda w: (abs(math.log2(w + 1) - math.log2(predicted + 1)), w)))
@@ -164,7 +164,7 @@ def pooled(first: Measurement, second: Measurement) -> Measurement:
     return replace(second, steps=steps, samples=samples, seconds=seconds, samples_per_s=rate, cv=cv)
 
 
-def repeat_noise(pairs: Sequence[Tuple[Measurement, Measurement]]) -> Optional[float]:
+def repeat_noise(pairs: Sequence[tuple[Measurement, Measurement]]) -> Optional[float]:
     """The largest relative gap between two windows of the same config over `pairs` (None: no pair)."""
     rates = [(a.samples_per_s, b.samples_per_s) for a, b in pairs if a.samples_per_s + b.samples_per_s > 0]
     return max((abs(a - b) / (a + b) for a, b in rates), default=None)
@@ -191,11 +191,11 @@ class SearchOptions:
 @dataclass(frozen=True)
 class SearchResult:
     winner: Optional[Measurement]  # None: nothing could be measured and nothing was known
-    rounds: Tuple[Tuple[float, Tuple[Measurement, ...]], ...]
+    rounds: tuple[tuple[float, tuple[Measurement, ...]], ...]
     stopped_early: bool
     overhead_s: float = 0.0  # the fixed cost per measurement the search observed
-    unmeasured: Tuple[LoaderConfig, ...] = ()  # first-round candidates the deadline left out
-    failed: Tuple[LoaderConfig, ...] = ()  # candidates whose loader died (measure returned None)
+    unmeasured: tuple[LoaderConfig, ...] = ()  # first-round candidates the deadline left out
+    failed: tuple[LoaderConfig, ...] = ()  # candidates whose loader died (measure returned None)
     cost_s: float = 0.0  # what one first-round measurement was expected to cost
     noise: Optional[float] = None  # the gap between repeated windows of the confirmed configs
 
@@ -207,9 +207,9 @@ class _Search:
     measure: Measure
     clock: Clock
     overhead_s: float
-    fixed: List[float] = field(default_factory=list)  # each measurement's cost beyond its window
-    latest: Dict[LoaderConfig, Measurement] = field(default_factory=dict)
-    failed: List[LoaderConfig] = field(default_factory=list)
+    fixed: list[float] = field(default_factory=list)  # each measurement's cost beyond its window
+    latest: dict[LoaderConfig, Measurement] = field(default_factory=dict)
+    failed: list[LoaderConfig] = field(default_factory=list)
 
     @property
     def per_measurement(self) -> float:
@@ -228,11 +228,11 @@ class _Search:
 
     def run(
         self, configs: Sequence[LoaderConfig], window: float, deadline: float, known: Sequence[Measurement]
-    ) -> Tuple[List[Measurement], List[LoaderConfig]]:
+    ) -> tuple[list[Measurement], list[LoaderConfig]]:
         """(measurements, left out): each of `configs` not `known` measured while, priced with what those
         before it cost (a slow start-up counts at once), it ends by `deadline`."""
         measured, done = list(known), {m.config for m in known}
-        left_out: List[LoaderConfig] = []
+        left_out: list[LoaderConfig] = []
         for config in (c for c in configs if c not in done):
             if left_out or self.clock() + self.cost(window) > deadline:
                 left_out.append(config)  # it would not finish in time: decide on what was measured
@@ -248,7 +248,7 @@ def successive_halving(
     measure: Measure,
     deadline: float,
     options: SearchOptions,
-    prior: Optional[Dict[LoaderConfig, Measurement]] = None,
+    prior: Optional[dict[LoaderConfig, Measurement]] = None,
     clock: Clock = time.perf_counter,
 ) -> SearchResult:
     """Successive halving over `configs`, finishing by `deadline` (a `clock()` value). Each round's window
@@ -259,8 +259,8 @@ def successive_halving(
     o, search = options, _Search(measure, clock, options.overhead_s)
     survivors = list(configs)
     known = [prior[c] for c in survivors if prior and c in prior]
-    rounds: List[Tuple[float, Tuple[Measurement, ...]]] = []
-    unmeasured: List[LoaderConfig] = []
+    rounds: list[tuple[float, tuple[Measurement, ...]]] = []
+    unmeasured: list[LoaderConfig] = []
     first_cost = 0.0
     while True:
         final_scale = o.eta ** (rounds_left(len(survivors), o.eta) - 1)
@@ -290,8 +290,8 @@ def successive_halving(
 
 
 def confirmed(
-    search: _Search, pool: List[Measurement], count: int, window: float, deadline: float
-) -> Tuple[List[Measurement], Optional[float]]:
+    search: _Search, pool: list[Measurement], count: int, window: float, deadline: float
+) -> tuple[list[Measurement], Optional[float]]:
     """`pool` with its fastest `count` configs measured again, slowest of them first (the reverse of their
     ranking), each pooled with its earlier window; and the noise those pairs show."""
     ranked = sorted(pool, key=lambda m: m.samples_per_s, reverse=True)
@@ -299,7 +299,7 @@ def confirmed(
     # As many as the time left pays for, the fastest always among them: the others are its rivals.
     fits = int(max(0.0, deadline - search.clock()) // cost) if cost > 0 else count
     again = [m for m in ranked[: min(count, fits)] if m.config is not None][::-1] if count > 1 else []
-    pairs: List[Tuple[Measurement, Measurement]] = []
+    pairs: list[tuple[Measurement, Measurement]] = []
     for earlier in again:
         assert earlier.config is not None
         if search.clock() + cost > deadline:
@@ -317,9 +317,9 @@ def confirmed(
     return [merged.get(m.config, m) for m in pool], repeat_noise(same)
 
 
-def knob_changes(base: LoaderConfig, *, cuda: bool) -> List[Tuple[str, LoaderConfig]]:
+def knob_changes(base: LoaderConfig, *, cuda: bool) -> list[tuple[str, LoaderConfig]]:
     """The one-at-a-time changes tried on the search's winner (CPU: only prefetch_factor applies)."""
-    changes: List[Tuple[str, LoaderConfig]] = []
+    changes: list[tuple[str, LoaderConfig]] = []
     if base.num_workers > 0:
         prefetch = 4 if base.prefetch_factor == 2 else 2
         changes.append((f"prefetch_factor={prefetch}", replace(base, prefetch_factor=prefetch)))
@@ -332,12 +332,12 @@ def knob_changes(base: LoaderConfig, *, cuda: bool) -> List[Tuple[str, LoaderCon
 @dataclass(frozen=True)
 class KnobResult:
     winner: Measurement
-    trials: Tuple[Knob, ...]
+    trials: tuple[Knob, ...]
 
 
 def try_knobs(
     start: Measurement,
-    changes: Sequence[Tuple[str, LoaderConfig]],
+    changes: Sequence[tuple[str, LoaderConfig]],
     measure: Measure,
     window_s: float,
     minimum_noise: float,
