@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from bootstrap.bench.device import Device
 from bootstrap.bench.results import LoaderConfig
 from bootstrap.errors import InputError
 
-if TYPE_CHECKING:
-    from bootstrap.bench.user import UserParts
+
+class UserCode(Protocol):
+    """The user's model factory and step, as `user.UserParts` holds them."""
+
+    model_factory: Optional[Callable[[], Any]]
+    step_fn: Optional[Callable[..., Any]]
 
 
 class StepFailed(Exception):
@@ -93,7 +97,7 @@ class Trainer:
         config: LoaderConfig,
         *,
         step_s: float = 0.0,
-        user: Optional[UserParts] = None,
+        user: Optional[UserCode] = None,
     ) -> None:
         import torch
 
