@@ -65,7 +65,7 @@ def io_every_phase(tmp_path_factory):
     from bootstrap.bench.report import envelope_json, write_reports
 
     out = tmp_path_factory.mktemp("bench-io")
-    result = run_every_phase(BenchOptions(workload=IO_WORKLOAD, device="cpu"))
+    result = run_every_phase(BenchOptions(workload=IO_WORKLOAD, device="cpu"), budget_s=30.0)
     write_reports(result, out)
     return json.loads(envelope_json(result)), out
 
