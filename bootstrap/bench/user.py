@@ -329,7 +329,10 @@ class Checked:
             yield item
 
     def first_length(self) -> int:
-        """The length of a batch sampler's first list of indices."""
+        """The length of the first list of indices this batch sampler gave: the first batch's, as drawn
+        (a random batch sampler drawn again could give another)."""
+        if self.lengths:
+            return self.lengths[0]
         try:
             first = next(iter(self), None)
             length = len(first) if first is not None else 0

@@ -355,3 +355,39 @@ def test_keys_that_are_not_integers_pass_to_the_dataset_as_they_are() -> None:
     pairs = Checked([[(True, 0), (False, 1)], [(True, 2)]], "--batch-sampler m:f", 4, batches=True)
     assert list(pairs) == [[(True, 0), (False, 1)], [(True, 2)]]
     assert list(Checked(["im0", "im1"], "--sampler m:f", 2, batches=False)) == ["im0", "im1"]
+
+
+def test_a_batch_samplers_first_batch_counts_the_list_it_was_made_from_not_a_second_draw() -> None:
+    """A random batch sampler gives another first list each pass: the first batch, whose tensors share no
+    first dimension, counts the list it was made from, not one drawn again."""
+    import torch
+    from torch.utils.data import Dataset
+
+    from bootstrap.bench.user import UserWorkload, resolve
+
+    class Items(Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, index):
+            return index
+
+    class Shifting:
+        """Its first list holds 3 indices on the first pass, 5 on the next, 7 on the one after."""
+
+        def __init__(self):
+            self.passes = 0
+
+        def __iter__(self):
+            self.passes += 1
+            size = 1 + 2 * self.passes
+            return iter([list(range(size)), list(range(size, 2 * size))])
+
+        def __len__(self):
+            return 2
+
+    def time_major(items):  # (T, B) beside (B,): no first dimension shared
+        return torch.zeros(7, len(items)), torch.tensor(items)
+
+    parts = resolve(UserWorkload(Items(), collate=time_major, batch_sampler=Shifting()), None)
+    assert parts.samples == len(parts.first_batch[1]) > 0
