@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 from bootstrap.bench.host import CpuTimes, busy_pct, read_proc_stat
 from bootstrap.bench.results import SamplerReport, UtilStats
-from bootstrap.compat.nvml import Nvml
+from bootstrap.compat.nvml import NVML_ERROR_NOT_FOUND, Nvml
 
 # nvml.h values (stable ABI): nvmlSamplingType_t, nvmlValueType_t, GPM metric ids and struct version.
 NVML_GPU_UTILIZATION_SAMPLES = 1
@@ -149,13 +149,15 @@ class UtilSampler:
 
     def _poll_gpu(self) -> None:
         if self._mode == _SAMPLES:
-            answer, why = self._nvml.query(_SAMPLES, self._handle, NVML_GPU_UTILIZATION_SAMPLES, self._last_us)
-            if answer is not None:
-                self._append_samples(answer)
+            answer = self._nvml.ask(_SAMPLES, self._handle, NVML_GPU_UTILIZATION_SAMPLES, self._last_us)
+            if answer.value is not None:
+                self._append_samples(answer.value)
                 return
-            if self._gpu:
-                return  # a transient error after samples arrived: keep the source, skip this poll
-            self._reason = f"{_SAMPLES}: {why}; polled {_RATES} instead"
+            # NOT_FOUND: no sample newer than the last one read yet (an idle poll). Any other error after
+            # samples arrived is transient. Either way the source stays; this poll is skipped.
+            if self._gpu or answer.code == NVML_ERROR_NOT_FOUND:
+                return
+            self._reason = f"{_SAMPLES}: {answer.reason}; polled {_RATES} instead"
             self._mode = _RATES
         rates, why = self._nvml.query(_RATES, self._handle)
         if rates is None:
@@ -265,6 +267,11 @@ class UtilSampler:
     def _stats(self, series: Series, source: str) -> Optional[UtilStats]:
         return summarize(self._in_windows(series), source) if series else None
 
+    def _empty_reason(self) -> str:
+        if self._mode == _SAMPLES and not self._gpu and self._polls:
+            return f"{_SAMPLES}: the driver buffered no sample newer than the run's start"
+        return ""
+
     def report(self) -> SamplerReport:
         # A series without a mode is what the rates fallback polled before it failed.
         gpu_source = _SAMPLES if self._mode == _SAMPLES else _RATES
@@ -274,7 +281,7 @@ class UtilSampler:
             host_cpu=self._stats(self._host, _HOST_SOURCE),
             gpm_sm_active=self._gpm_value,
             gpm_reason="" if self._gpm_value is not None else self._gpm_reason,
-            reason=self._reason,
+            reason=self._reason or self._empty_reason(),
             polls=self._polls,
             busy_s=self._busy,
             cpu_s=self._thread_cpu,

@@ -184,6 +184,37 @@ def test_falls_back_to_utilization_rates_when_samples_unsupported():
     assert "not supported on this GPU" in report.reason and "polled nvmlDeviceGetUtilizationRates" in report.reason
 
 
+class IdleAtFirst(FakePynvml):
+    """NVML's answer to nvmlDeviceGetSamples with nothing newer than the timestamp asked: NOT_FOUND (6),
+    for the first `idle_polls` polls, then the recorded samples."""
+
+    def __init__(self, start_us, idle_polls):
+        super().__init__(start_us)
+        self.idle_polls = idle_polls
+
+    def nvmlDeviceGetSamples(self, handle, sampling_type, last_us):
+        if self.idle_polls:
+            self.idle_polls -= 1
+            self.calls.append("nvmlDeviceGetSamples")
+            raise FakeNVMLError(6)  # NVML_ERROR_NOT_FOUND
+        return super().nvmlDeviceGetSamples(handle, sampling_type, last_us)
+
+
+def test_an_idle_poll_keeps_the_sample_buffer_as_the_source():
+    fake = IdleAtFirst(start_us=int(time.time() * 1e6), idle_polls=3)
+    _, report = run_sampler(fake, seconds=0.15, interval=0.02)
+    assert fake.idle_polls == 0 and "nvmlDeviceGetUtilizationRates" not in fake.calls
+    assert report.gpu.source == "nvmlDeviceGetSamples" and report.gpu.count == 30
+    assert report.reason == ""
+
+
+def test_a_run_without_a_new_sample_says_so():
+    fake = IdleAtFirst(start_us=0, idle_polls=10**6)
+    _, report = run_sampler(fake, seconds=0.08, interval=0.02)
+    assert report.gpu is None and "nvmlDeviceGetUtilizationRates" not in fake.calls
+    assert report.reason == "nvmlDeviceGetSamples: the driver buffered no sample newer than the run's start"
+
+
 def test_no_nvml_is_a_reason_and_a_skip():
     fake = FakePynvml(start_us=0, init_error=12)
     _, report = run_sampler(fake, seconds=0.05, gpm=True)
