@@ -201,12 +201,20 @@ class UtilSampler:
         second, why2 = self._nvml.query("nvmlGpmSampleAlloc")
         if first is None or second is None:
             self._gpm_reason = f"nvmlGpmSampleAlloc: {why or why2}"
+            self._gpm_free(first, second)
             return
         taken, why = self._nvml.query("nvmlGpmSampleGet", self._handle, first)
         if taken is None:
             self._gpm_reason = f"nvmlGpmSampleGet: {why}"
+            self._gpm_free(first, second)
             return
         self._gpm = (first, second)
+
+    def _gpm_free(self, *samples: Any) -> None:
+        """Give back what nvmlGpmSampleAlloc allocated (NVML's own memory: nothing else frees it)."""
+        for sample in samples:
+            if sample is not None:
+                self._nvml.query("nvmlGpmSampleFree", sample)
 
     def gpm_end(self, metrics_get_type: Any = None) -> Optional[float]:
         """Second GPM sample and the SM_UTIL metric between the two, as a 0..1 fraction."""
@@ -232,8 +240,7 @@ class UtilSampler:
             self._gpm_value = float(answer.metrics[0].value) / 100.0
             return self._gpm_value
         finally:
-            self._nvml.query("nvmlGpmSampleFree", first)
-            self._nvml.query("nvmlGpmSampleFree", second)
+            self._gpm_free(first, second)
 
     def _metrics_get_type(self) -> Any:
         # The ctypes struct nvmlGpmMetricsGet fills in lives in the binding module; NVML is initialised

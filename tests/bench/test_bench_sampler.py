@@ -51,7 +51,7 @@ class FakePynvml:
         self.cost_s = cost_s
         self.init_error = init_error
         self.calls = []
-        self.freed = 0
+        self.allocated = self.freed = 0
 
     def _check(self, name):
         self.calls.append(name)
@@ -97,6 +97,8 @@ class FakePynvml:
         return SimpleNamespace(**self.recorded["nvmlGpmQueryDeviceSupport"])
 
     def nvmlGpmSampleAlloc(self):
+        self._check("nvmlGpmSampleAlloc")
+        self.allocated += 1
         return object()
 
     def nvmlGpmSampleGet(self, handle, sample):
@@ -228,7 +230,7 @@ def test_gpm_sm_activity_between_two_samples():
     fake = FakePynvml(start_us=int(time.time() * 1e6))
     _, report = run_sampler(fake, gpm=True)
     assert report.gpm_sm_active == pytest.approx(0.715)
-    assert fake.freed == 2
+    assert fake.allocated == fake.freed == 2
     assert sm_active_check(report, Thresholds()).status is Status.WARN
 
 
@@ -237,6 +239,28 @@ def test_gpm_unsupported_is_a_reason():
     _, report = run_sampler(fake, gpm=True, seconds=0.05)
     assert report.gpm_sm_active is None and "GPM not supported" in report.gpm_reason
     assert sm_active_check(report, Thresholds()).status is Status.SKIP
+
+
+class SecondAllocFails(FakePynvml):
+    def nvmlGpmSampleAlloc(self):
+        if self.allocated:
+            raise FakeNVMLError(7)  # NVML_ERROR_INSUFFICIENT_SIZE: no room for the second
+        return super().nvmlGpmSampleAlloc()
+
+
+@pytest.mark.parametrize(
+    ("fake", "failed"),
+    [
+        (lambda: FakePynvml(start_us=0, errors={"nvmlGpmSampleGet": 3}), "nvmlGpmSampleGet"),
+        (lambda: SecondAllocFails(start_us=0), "nvmlGpmSampleAlloc"),
+    ],
+    ids=["first-sample-fails", "second-alloc-fails"],
+)
+def test_gpm_samples_are_freed_when_the_first_sample_fails(fake, failed):
+    fake = fake()
+    _, report = run_sampler(fake, gpm=True, seconds=0.05)
+    assert report.gpm_sm_active is None and report.gpm_reason.startswith(failed)
+    assert fake.allocated >= 1 and fake.freed == fake.allocated
 
 
 def test_pcie_link_read_through_nvml():
