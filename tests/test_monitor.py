@@ -203,6 +203,51 @@ def test_a_driver_without_the_v3_process_calls_lists_processes_through_v2():
     assert not any("processes" in note for note in notes)
 
 
+def with_reserved_memory(v2_error=None):
+    """The RTX 3090 recording as a driver answers both memory calls: v1's `used` counts 300 MiB the
+    driver reserves, v2 (`nvmlDeviceGetMemoryInfo(handle, nvmlMemory_v2)`) tells them apart."""
+    recorded = json.loads((DATA / "rtx3090-windows-wddm.json").read_text())
+    reserved = 300 << 20
+    for frame in recorded["devices"][0]["frames"]:
+        v1 = frame["nvmlDeviceGetMemoryInfo"]
+        frame["nvmlDeviceGetMemoryInfo_v2"] = (
+            {"error": v2_error}
+            if v2_error
+            else {
+                "version": 0x02000028,
+                "total": v1["total"],
+                "reserved": reserved,
+                "free": v1["free"],
+                "used": v1["used"],
+            }
+        )
+        frame["nvmlDeviceGetMemoryInfo"] = {**v1, "used": v1["used"] + reserved, "free": v1["free"] - reserved}
+    return RecordedNvml(recorded)
+
+
+def memory_samples(fake):
+    with GpuSampler(fake) as sampler:
+        used = [sampler.sample()[0].memory_used_mib for _ in range(3)]
+        return used, sampler.notes
+
+
+def test_memory_used_is_nvidia_smi_s_without_the_reserved_memory():
+    used, notes = memory_samples(with_reserved_memory())
+    assert used == [3120, 9300, 9310] and notes == ()
+
+
+def test_memory_from_v1_on_a_driver_without_v2_says_it_counts_the_reserved_memory():
+    fake = with_reserved_memory(v2_error=13)  # FUNCTION_NOT_FOUND: a driver before R510
+    used, notes = memory_samples(fake)
+    assert used == [3420, 9600, 9610]
+    assert notes == (
+        "GPU 0 memory_used_mib: nvmlDeviceGetMemoryInfo_v2 not in this driver or pynvml: used counts "
+        "the memory the driver reserves (nvidia-smi's does not)",
+    )
+    v2_asked = [call for call in fake.calls if call[0] == "nvmlDeviceGetMemoryInfo" and call[2]]
+    assert len(v2_asked) == 1  # not asked again
+
+
 def test_an_unsupported_field_is_none_and_noted_once():
     recorded = json.loads((DATA / "rtx3090-windows-wddm.json").read_text())
     for frame in recorded["devices"][0]["frames"]:

@@ -27,6 +27,8 @@ NVML_REASONS = {
 }
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
+# nvmlMemory_v2: the struct version nvmlDeviceGetMemoryInfo_v2 takes (pynvml's `nvmlMemory_v2`).
+NVML_MEMORY_V2 = 0x02000028
 # nvmlPageRetirementCause_t: multiple single-bit ECC errors, double-bit ECC error.
 _RETIREMENT_CAUSES = (0, 1)
 # nvmlGpuP2PCapsIndex_t: P2P reads, NVLink.
@@ -55,6 +57,7 @@ class Nvml:
         self._module = module
         self._os = os_name
         self._init_reason: Optional[str] = None  # None: not tried yet; '': ready
+        self._memory_v2 = True  # False once the driver or pynvml lacks nvmlDeviceGetMemoryInfo_v2
 
     def __enter__(self) -> Nvml:
         return self
@@ -121,6 +124,21 @@ class Nvml:
         reason = self.init()
         return Answer(None, reason) if reason else self._answer(name, *args)
 
+    def memory_info(self, handle: Any) -> tuple[Any, str, bool]:
+        """(memory, reason, v2) of a GPU, in bytes: `nvmlDeviceGetMemoryInfo_v2`, whose `used` leaves out
+        the memory the driver reserves, as nvidia-smi shows it; else (drivers before R510, pynvml before
+        11.510) the v1 call, whose `used` counts the reserved memory too (v2 False)."""
+        if self._memory_v2:
+            try:
+                answer = self.ask("nvmlDeviceGetMemoryInfo", handle, NVML_MEMORY_V2)
+            except TypeError:  # a pynvml whose nvmlDeviceGetMemoryInfo takes no version
+                answer = Answer(None, "", NVML_ERROR_FUNCTION_NOT_FOUND)
+            if answer.value is not None:
+                return answer.value, "", True
+            self._memory_v2 = answer.code != NVML_ERROR_FUNCTION_NOT_FOUND
+        value, reason = self.query("nvmlDeviceGetMemoryInfo", handle)
+        return value, reason, False
+
     def driver_version(self) -> tuple[Optional[str], str]:
         """Driver version string such as '580.95.05' (`nvidia-smi --query-gpu=driver_version`)."""
         value, reason = self.query("nvmlSystemGetDriverVersion")
@@ -160,7 +178,9 @@ class Nvml:
             return value
 
         name = ask("name", "nvmlDeviceGetName")
-        memory = ask("memory_total_mib", "nvmlDeviceGetMemoryInfo")
+        memory, why, _ = self.memory_info(handle)
+        if why:
+            missing.append(f"memory_total_mib: {why}")
         cc = ask("compute_capability", "nvmlDeviceGetCudaComputeCapability")
         persistence = ask("persistence_mode", "nvmlDeviceGetPersistenceMode")
         ecc = ask("ecc_enabled", "nvmlDeviceGetEccMode")
