@@ -9,12 +9,14 @@ one InputError naming the dataset. Nothing here prints; progress goes to the cal
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
+import re
 import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from bootstrap.bench.config import BenchOptions, WorkloadSpec, option_name
 from bootstrap.bench.device import Device, mps_available
@@ -359,12 +361,23 @@ def _remove_made(data_dir: Path, outermost: Path) -> None:
 
 
 def _cuda_uuid(torch: Any, index: Optional[int]) -> Optional[str]:
-    """NVML's spelling of the GPU's UUID ('GPU-...'), from torch's device properties where it has them."""
+    """NVML's spelling of the device's UUID, from torch's device properties where it has them: 'MIG-...'
+    for a MIG instance (CUDA names one 'NVIDIA A100-SXM4-40GB MIG 1g.5gb'; CUDA_VISIBLE_DEVICES=MIG-...
+    shows one), else 'GPU-...'."""
     try:
-        uuid = str(torch.cuda.get_device_properties(index).uuid)
+        properties = torch.cuda.get_device_properties(index)
+        uuid = str(properties.uuid)
     except (AttributeError, RuntimeError, AssertionError):
         return None
-    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+    if uuid.startswith(("GPU-", "MIG-")):
+        return uuid
+    named_mig = re.search(r"\bMIG\b", str(getattr(properties, "name", "")))
+    return f"MIG-{uuid}" if named_mig or _visible_mig(os.environ) else f"GPU-{uuid}"
+
+
+def _visible_mig(environ: Mapping[str, str]) -> bool:
+    """Whether CUDA_VISIBLE_DEVICES names a MIG instance: the first entry decides what the list holds."""
+    return environ.get("CUDA_VISIBLE_DEVICES", "").strip().startswith("MIG-")
 
 
 def clean_up(state: RunState) -> None:

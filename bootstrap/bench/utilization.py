@@ -134,11 +134,8 @@ class UtilSampler:
         if reason:
             self._reason = f"NVML: {reason}"
             return
-        handle, why = (None, "")
-        if self._device_uuid:
-            # NVML indices ignore CUDA_VISIBLE_DEVICES and CUDA's ordering; the UUID does not.
-            handle, why = self._nvml.query("nvmlDeviceGetHandleByUUID", self._device_uuid)
-        if handle is None and self._device_index is not None:
+        handle, why, by_index = self._handle_by_uuid()
+        if handle is None and by_index and self._device_index is not None:
             handle, why = self._nvml.query("nvmlDeviceGetHandleByIndex", self._device_index)
         if handle is None:
             self._reason = f"NVML: no handle for the bench's GPU ({why})"
@@ -146,6 +143,25 @@ class UtilSampler:
         self._handle = handle
         self._mode = _SAMPLES
         self._last_us = int(self._epoch_zero * 1e6)
+
+    def _handle_by_uuid(self) -> tuple[Any, str, bool]:
+        """(handle, why not, whether the CUDA index may stand in). NVML indices ignore CUDA_VISIBLE_DEVICES
+        and CUDA's ordering; the UUID does not. A UUID NVML does not know as a GPU's may be a MIG
+        instance's, which it knows as 'MIG-...'. The index stands in only where the UUID could not be
+        asked: for a MIG instance, or a UUID NVML answered NOT_FOUND, it would name another GPU."""
+        uuid = self._device_uuid
+        if not uuid:
+            return None, "", True
+        answer = self._nvml.ask("nvmlDeviceGetHandleByUUID", uuid)
+        if answer.value is None and answer.code == NVML_ERROR_NOT_FOUND and uuid.startswith("GPU-"):
+            uuid = f"MIG-{uuid[len('GPU-') :]}"
+            answer = self._nvml.ask("nvmlDeviceGetHandleByUUID", uuid)
+        if answer.value is not None:
+            return answer.value, "", False
+        if uuid.startswith("MIG-") or answer.code == NVML_ERROR_NOT_FOUND:
+            why = f"{uuid}: {answer.reason}; not sampled by CUDA index, which would read another GPU"
+            return None, why, False
+        return None, answer.reason, True
 
     def _poll_gpu(self) -> None:
         if self._mode == _SAMPLES:

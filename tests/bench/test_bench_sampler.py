@@ -263,6 +263,48 @@ def test_gpm_samples_are_freed_when_the_first_sample_fails(fake, failed):
     assert fake.allocated >= 1 and fake.freed == fake.allocated
 
 
+class KnowsUuids(FakePynvml):
+    """nvmlDeviceGetHandleByUUID answering only the UUIDs in `known` (NVML's NOT_FOUND for the others)."""
+
+    def __init__(self, known):
+        super().__init__(start_us=0)
+        self.known = known
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self.calls.append(("nvmlDeviceGetHandleByUUID", uuid))
+        if uuid not in self.known:
+            raise FakeNVMLError(6)  # NVML_ERROR_NOT_FOUND
+        return self.known[uuid]
+
+
+MIG_UUID = "MIG-8f0a6e5c-2b1d-5a3e-9c4f-0d1e2f3a4b5c"
+
+
+def test_a_mig_instance_is_sampled_by_its_mig_uuid_never_by_cuda_index():
+    mig = {"mig": True}
+    for given in (MIG_UUID, "GPU-" + MIG_UUID[len("MIG-") :]):  # named MIG by torch, or not
+        fake = KnowsUuids({MIG_UUID: mig})
+        sampler = UtilSampler(nvml_module=fake, device_uuid=given, device_index=0)
+        sampler._open_gpu()
+        assert sampler._handle is mig and "nvmlDeviceGetHandleByIndex" not in fake.calls
+    lost = KnowsUuids({})
+    sampler = UtilSampler(nvml_module=lost, device_uuid=MIG_UUID, device_index=0)
+    sampler._open_gpu()
+    assert sampler._handle is None and "nvmlDeviceGetHandleByIndex" not in lost.calls
+    assert sampler.report().gpu is None
+    assert sampler.report().reason == (
+        f"NVML: no handle for the bench's GPU ({MIG_UUID}: not found; not sampled by CUDA index, "
+        "which would read another GPU)"
+    )
+
+
+def test_the_cuda_index_stands_in_only_where_the_uuid_could_not_be_asked():
+    fake = FakePynvml(start_us=0, errors={"nvmlDeviceGetHandleByUUID": 2})  # INVALID_ARGUMENT
+    sampler = UtilSampler(nvml_module=fake, device_uuid="GPU-x", device_index=0)
+    sampler._open_gpu()
+    assert sampler._handle == fake.recorded["nvmlDeviceGetHandleByIndex"]
+
+
 def test_pcie_link_read_through_nvml():
     sampler = UtilSampler(nvml_module=FakePynvml(start_us=0), device_index=0)
     sampler._open_gpu()
