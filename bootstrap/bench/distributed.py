@@ -24,7 +24,7 @@ from bootstrap.bench.step import Trainer
 from bootstrap.bench.verdicts import VerdictFacts, shm_check
 from bootstrap.errors import RankLostError
 from bootstrap.report import SEVERITY, Check, Status
-from bootstrap.torchrun import check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
+from bootstrap.torchrun import gpu_of_rank, init_process_group, merge_checks, torchrun_env
 
 DDP_SECONDS = 3.0
 Row = dict[str, Any]  # one rank's figures in the aggregate
@@ -43,10 +43,10 @@ def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None
 
     ranks = torchrun_env(os.environ)
     cuda = options.device != "cpu" and torch.cuda.is_available()
+    index = gpu_of_rank(ranks["local_rank"], torch.cuda.device_count(), os.environ) if cuda else 0
     if cuda:
-        check_gpu_of_rank(ranks["local_rank"], torch.cuda.device_count())
-        torch.cuda.set_device(ranks["local_rank"])
-    device = f"cuda:{ranks['local_rank']}" if cuda else "cpu"
+        torch.cuda.set_device(index)
+    device = f"cuda:{index}" if cuda else "cpu"
     cpus = max(1, (options.cpus or usable_cpus()) // max(1, ranks["local_world_size"]))
     rank_options = replace(options, device=device, cpus=cpus)  # each rank's samples go to its own temp dir
     timeout = timedelta(seconds=options.budget_s + 300)
