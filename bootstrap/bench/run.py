@@ -40,11 +40,13 @@ def run_bench(
     *,
     barrier: Optional[Barrier] = None,
     rank: Optional[dict[str, int]] = None,
+    after: Optional[Callable[[RunState], None]] = None,
 ) -> BenchResult:
     """Every phase within `options.budget_s`; Ctrl-C returns the partial result instead of raising. A run
     stuck past its budget, or the user's code raising what no phase expects (sys.exit, say), raises one
     InputError naming them, after the clean-up. `barrier` (torchrun: `dist.barrier`) is called the same
-    number of times on every rank."""
+    number of times on every rank. `after` is handed the run's state once every phase ran, before the
+    clean-up (torchrun: the DDP ceiling, on the run's own model, step and batches)."""
     state = new_state(options, progress, barrier=barrier, rank=rank)
     failure: Optional[InputError] = None
     # torch's first import is slow on a busy host: a watchdog firing inside it would leave torch half
@@ -56,6 +58,8 @@ def run_bench(
             state.say("setup", "building the workload")
             set_up(state)
             run_phases(state)
+            if after is not None:
+                after(state)
     except KeyboardInterrupt:
         mark_interrupted(state)
     except Stalled:
