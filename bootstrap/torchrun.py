@@ -108,15 +108,21 @@ def init_process_group(dist: Any, backend: str, timeout: timedelta, environ: Map
         ) from None
 
 
-def check_gpu_of_rank(local_rank: int, gpus: int) -> None:
-    """One process per GPU: a local rank beyond the GPUs CUDA sees is a usage error, said before any
-    rendezvous (torch.cuda.set_device's 'invalid device ordinal' otherwise)."""
-    if local_rank >= gpus:
-        raise InputError(
-            "--nproc-per-node",
-            f"LOCAL_RANK {local_rank} but {gpus} GPU(s) visible",
-            "start one process per GPU: `torchrun --nproc-per-node NUMBER_OF_GPUS ...`",
-        )
+def gpu_of_rank(local_rank: int, gpus: int, environ: Mapping[str, str]) -> int:
+    """The CUDA device index of this rank, said before any rendezvous: LOCAL_RANK where each rank sees the
+    node's GPUs, as torchrun's agent starts them (it sets TORCHELASTIC_RUN_ID, and every process it starts
+    inherits its CUDA_VISIBLE_DEVICES); 0 where another launcher gives each task one GPU of its own
+    (`srun --gpus-per-task=1`, a Kubernetes device plugin), the only one it sees. A local rank beyond the
+    GPUs CUDA sees otherwise is a usage error (torch.cuda.set_device's 'invalid device ordinal')."""
+    if local_rank < gpus:
+        return local_rank
+    if gpus == 1 and not environ.get("TORCHELASTIC_RUN_ID"):
+        return 0
+    raise InputError(
+        "--nproc-per-node",
+        f"LOCAL_RANK {local_rank} but {gpus} GPU(s) visible",
+        "start one process per GPU: `torchrun --nproc-per-node NUMBER_OF_GPUS ...`",
+    )
 
 
 def _integer(environ: Mapping[str, str], name: str, default: Optional[str]) -> int:

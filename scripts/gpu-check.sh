@@ -4,8 +4,9 @@
 #
 #   doctor --save-facts; verify's torch checks against that torch (verify --no-bench, outside any
 #   bootstrap env); bench --budget 120 on the built-in workload and on the image-folder dataset of
-#   docs/benchmark.md ("Tune your own Dataset in 3 steps", generated here); monitor --count 5; a 1-GPU torchrun
-#   all-reduce (verify --distributed: NCCL on a GPU, gloo without one).
+#   docs/benchmark.md ("Tune your own Dataset in 3 steps", generated here); monitor --count 5 and
+#   monitor --once; a 1-GPU torchrun all-reduce (verify --distributed: NCCL on a GPU, gloo without one);
+#   on a machine with two GPUs or more, a short bench --device cuda:1 (the device a run measures).
 #
 # Every output (stdout, stderr, json, csv, png) goes into one folder, $OUT if set, else
 # ./gpu-check-<date>, with summary.txt: one line per step, its exit status, wall time and verdict.
@@ -17,6 +18,7 @@
 #   OUT                         the output folder
 #   GPU_CHECK_TOTAL_S           the whole script's limit (480)
 #   GPU_CHECK_BENCH_BUDGET      bench --budget of each bench run (120)
+#   GPU_CHECK_CUDA1_BUDGET      bench --budget of the cuda:1 run, with two GPUs or more (30)
 #   GPU_CHECK_BENCH_ARGS        more bench arguments for both runs (e.g. "--samples 64")
 #   GPU_CHECK_MONITOR_COUNT     monitor --count (5)
 #   GPU_CHECK_IMAGES            images per class in the generated dataset (128)
@@ -31,6 +33,7 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-./gpu-check-$(date -u +%Y%m%d-%H%M%S)}
 TOTAL_S=${GPU_CHECK_TOTAL_S:-480}
 BUDGET=${GPU_CHECK_BENCH_BUDGET:-120}
+CUDA1_BUDGET=${GPU_CHECK_CUDA1_BUDGET:-30}
 BENCH_EXTRA=${GPU_CHECK_BENCH_ARGS:-}
 MONITOR_COUNT=${GPU_CHECK_MONITOR_COUNT:-5}
 IMAGES=${GPU_CHECK_IMAGES:-128}
@@ -118,9 +121,10 @@ MISSING=$(grep -o '^[A-Za-z_]* *MISSING' "$OUT/preflight.stdout" 2>/dev/null | a
 verdict preflight "${MISSING:+missing: $MISSING}"
 has() { ! grep -q "^$1 *MISSING" "$OUT/preflight.stdout" 2>/dev/null; }
 CUDA=$(grep -q 'available=True' "$OUT/preflight.stdout" 2>/dev/null && echo yes || echo no)
+GPUS=$(grep -o 'available=True devices=[0-9]*' "$OUT/preflight.stdout" 2>/dev/null | grep -o '[0-9]*$' || echo 0)
 
 if ! has torch; then
-    for step in doctor verify bench-builtin bench-dataset monitor allreduce; do
+    for step in doctor verify monitor monitor-once allreduce bench-cuda1 bench-builtin bench-dataset; do
         record "$step" "-" "0.0" "skipped" "$PY cannot import torch"
     done
     echo "gpu-check: summary in $SUMMARY" >&2
@@ -164,6 +168,14 @@ else
     verdict monitor "monitor.csv"
 fi
 
+# --- monitor --once: one table, as nvidia-smi prints it (exit 0 without a driver too).
+run_step monitor-once 20 "$PY" -m bootstrap monitor --once
+if [[ $CUDA == no && -n "$STEP_RC" ]]; then
+    record monitor-once "$STEP_RC" "$STEP_SECONDS" "skipped" "no CUDA GPU here: $(tail -n 1 "$OUT/monitor-once.stdout" | cut -c1-120)"
+else
+    verdict monitor-once "monitor-once.stdout"
+fi
+
 # --- a 1-GPU torchrun all-reduce: verify --distributed times it (NCCL on a GPU, gloo without one).
 if "$PY" -c 'import torch.distributed.run' 2>/dev/null; then
     run_step allreduce 90 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 \
@@ -186,6 +198,32 @@ EOF
     fi
 else
     record allreduce "-" "0.0" "skipped" "torch.distributed.run is not importable"
+fi
+
+# --- bench --device cuda:1: the run measures the device it was given, not the current one (cuda:0).
+if (( GPUS >= 2 )); then
+    # shellcheck disable=SC2086
+    run_step bench-cuda1 $(( CUDA1_BUDGET + 45 )) "$PY" -m bootstrap bench --device cuda:1 --budget "$CUDA1_BUDGET" \
+        --json --no-png --out "$OUT/bench-cuda1" $BENCH_EXTRA
+    if [[ -n "$STEP_RC" ]]; then
+        NOTE=$("$PY" - "$OUT/bench-cuda1/bench.json" <<'EOF'
+import json, sys
+try:
+    extra = json.load(open(sys.argv[1]))["extra"]
+except Exception as exc:
+    print(f"no JSON report ({type(exc).__name__})"); sys.exit(1)
+device, metrics, sampler = extra["device"], extra["metrics"], extra["sampler"]
+gpu = (sampler.get("gpu_utilization_pct") or {}).get("source") or sampler.get("reason") or "no GPU series"
+figure = lambda value: "-" if value is None else f"{value:.1f}"
+print(f"ran on cuda:{device.get('index')} ({device.get('name')}); matmul {figure(metrics.get('matmul_tflops'))} "
+      f"TFLOP/s, H2D pinned {figure(metrics.get('h2d_pinned_gb_per_s'))} GB/s; GPU series: {gpu}")
+sys.exit(0 if device.get("index") == 1 else 1)
+EOF
+        )
+        judged bench-cuda1 $? "$NOTE"
+    fi
+else
+    record bench-cuda1 "-" "0.0" "skipped" "needs two CUDA GPUs or more (${GPUS:-0} here)"
 fi
 
 # --- bench on the built-in workload.

@@ -15,7 +15,18 @@ import pytest
 
 from tests.fixtures import REPO
 
-STEPS = ("preflight", "doctor", "verify", "monitor", "allreduce", "bench-builtin", "dataset", "bench-dataset")
+STEPS = (
+    "preflight",
+    "doctor",
+    "verify",
+    "monitor",
+    "monitor-once",
+    "allreduce",
+    "bench-cuda1",
+    "bench-builtin",
+    "dataset",
+    "bench-dataset",
+)
 SMALL = {
     "GPU_CHECK_BENCH_BUDGET": "3",
     "GPU_CHECK_BENCH_ARGS": "--samples 64 --image-size 32 --crop-size 24",
@@ -63,6 +74,9 @@ def test_the_gpu_check_completes_on_a_cpu_host_into_one_folder(tmp_path):
     assert rows["doctor"][2] == "ok" and (out / "facts.json").is_file()
     assert rows["verify"][2] == "ok" and "env.* left out" in rows["verify"][3]  # torch checks, no bootstrap env
     assert rows["monitor"][2] == "skipped" and "no CUDA GPU" in rows["monitor"][3]
+    once = rows["monitor-once"]
+    assert once[0] == "0" and once[2] == "skipped" and "no CUDA GPU here: no NVIDIA GPU to monitor" in once[3]
+    assert rows["bench-cuda1"][2] == "skipped" and "needs two CUDA GPUs or more (0 here)" in rows["bench-cuda1"][3]
     assert "dist.all_reduce" in rows["allreduce"][3]
     for run in ("bench-builtin", "bench-dataset"):
         assert (out / run / "bench.json").is_file() and (out / run / "bench.png").is_file(), run

@@ -9,12 +9,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from bootstrap.cli import main
 from bootstrap.monitor.log import COLUMNS, rows
-from bootstrap.monitor.sampler import GpuSampler, NvmlUnavailable, run_samples
+from bootstrap.monitor.sampler import GpuProcess, GpuSampler, NvmlUnavailable, run_samples
 from bootstrap.monitor.summary import RunningSummary, _Series, percentile_from_histogram, sparkline
 from tests.fixtures import DATA as ALL_DATA
 from tests.fixtures import REPO
@@ -137,6 +138,114 @@ def test_windows_wddm_fallbacks_and_missing_process_memory():
     assert fake.count("nvmlDeviceGetEnforcedPowerLimit") == 1
     assert fake.count("nvmlDeviceGetComputeRunningProcesses") == 1
     assert fake.count("nvmlDeviceGetComputeRunningProcesses_v2") == 3
+
+
+class R470Driver:
+    """pynvml's own error classes and version decorator over a driver without the `_v3` process calls
+    (R470 era): the unversioned call raises NVMLLibraryMismatchError, a plain Exception."""
+
+    def __init__(self, pynvml):
+        self.NVMLError = pynvml.NVMLError
+        self.NVMLLibraryMismatchError = pynvml.NVMLLibraryMismatchError
+        self._pynvml = pynvml
+        self.calls = []
+
+        def v3(handle):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)  # the driver lacks the symbol
+
+        self.nvmlDeviceGetComputeRunningProcesses = pynvml.throwOnVersionMismatch(v3)
+        self.nvmlDeviceGetGraphicsRunningProcesses = pynvml.throwOnVersionMismatch(v3)
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetName(self, handle):
+        return "Tesla V100-SXM2-32GB"
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle):
+        self.calls.append("compute_v2")
+        return [SimpleNamespace(pid=811, usedGpuMemory=2048 * 1024 * 1024)]
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle):
+        self.calls.append("graphics_v2")
+        return []
+
+    def nvmlSystemGetProcessName(self, pid):
+        return "/usr/bin/python3"
+
+    def __getattr__(self, name):
+        if not name.startswith("nvml"):
+            raise AttributeError(name)
+
+        def not_supported(*args):
+            raise self._pynvml.NVMLError(self._pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+        return not_supported
+
+
+def test_a_driver_without_the_v3_process_calls_lists_processes_through_v2():
+    pynvml = pytest.importorskip("pynvml")
+    fake = R470Driver(pynvml)
+    with GpuSampler(fake) as sampler:
+        samples = [sampler.sample() for _ in range(2)]
+        notes = sampler.notes
+    assert [s[0].processes for s in samples] == [(GpuProcess(811, "python3", 2048),)] * 2
+    assert fake.calls == ["compute_v2", "graphics_v2"] * 2  # the _v3 call is not asked again
+    assert not any("processes" in note for note in notes)
+
+
+def with_reserved_memory(v2_error=None):
+    """The RTX 3090 recording as a driver answers both memory calls: v1's `used` counts 300 MiB the
+    driver reserves, v2 (`nvmlDeviceGetMemoryInfo(handle, nvmlMemory_v2)`) tells them apart."""
+    recorded = json.loads((DATA / "rtx3090-windows-wddm.json").read_text())
+    reserved = 300 << 20
+    for frame in recorded["devices"][0]["frames"]:
+        v1 = frame["nvmlDeviceGetMemoryInfo"]
+        frame["nvmlDeviceGetMemoryInfo_v2"] = (
+            {"error": v2_error}
+            if v2_error
+            else {
+                "version": 0x02000028,
+                "total": v1["total"],
+                "reserved": reserved,
+                "free": v1["free"],
+                "used": v1["used"],
+            }
+        )
+        frame["nvmlDeviceGetMemoryInfo"] = {**v1, "used": v1["used"] + reserved, "free": v1["free"] - reserved}
+    return RecordedNvml(recorded)
+
+
+def memory_samples(fake):
+    with GpuSampler(fake) as sampler:
+        used = [sampler.sample()[0].memory_used_mib for _ in range(3)]
+        return used, sampler.notes
+
+
+def test_memory_used_is_nvidia_smi_s_without_the_reserved_memory():
+    used, notes = memory_samples(with_reserved_memory())
+    assert used == [3120, 9300, 9310] and notes == ()
+
+
+def test_memory_from_v1_on_a_driver_without_v2_says_it_counts_the_reserved_memory():
+    fake = with_reserved_memory(v2_error=13)  # FUNCTION_NOT_FOUND: a driver before R510
+    used, notes = memory_samples(fake)
+    assert used == [3420, 9600, 9610]
+    assert notes == (
+        "GPU 0 memory_used_mib: nvmlDeviceGetMemoryInfo_v2 not in this driver or pynvml: used counts "
+        "the memory the driver reserves (nvidia-smi's does not)",
+    )
+    v2_asked = [call for call in fake.calls if call[0] == "nvmlDeviceGetMemoryInfo" and call[2]]
+    assert len(v2_asked) == 1  # not asked again
 
 
 def test_an_unsupported_field_is_none_and_noted_once():

@@ -14,17 +14,17 @@ from datetime import timedelta
 from typing import Any, Optional, Sequence
 
 from bootstrap.bench.config import BenchOptions, Thresholds
-from bootstrap.bench.device import Device
 from bootstrap.bench.host import usable_cpus
+from bootstrap.bench.phases import resident_batches
 from bootstrap.bench.report import payload
 from bootstrap.bench.results import BenchResult, LoaderConfig
 from bootstrap.bench.run import run_bench
-from bootstrap.bench.state import ProgressFn
-from bootstrap.bench.step import Trainer
+from bootstrap.bench.state import ProgressFn, RunState
+from bootstrap.bench.step import StepFailed, Trainer
 from bootstrap.bench.verdicts import VerdictFacts, shm_check
 from bootstrap.errors import RankLostError
 from bootstrap.report import SEVERITY, Check, Status
-from bootstrap.torchrun import check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
+from bootstrap.torchrun import gpu_of_rank, init_process_group, merge_checks, torchrun_env
 
 DDP_SECONDS = 3.0
 Row = dict[str, Any]  # one rank's figures in the aggregate
@@ -43,10 +43,10 @@ def run_distributed(options: BenchOptions, progress: Optional[ProgressFn] = None
 
     ranks = torchrun_env(os.environ)
     cuda = options.device != "cpu" and torch.cuda.is_available()
+    index = gpu_of_rank(ranks["local_rank"], torch.cuda.device_count(), os.environ) if cuda else 0
     if cuda:
-        check_gpu_of_rank(ranks["local_rank"], torch.cuda.device_count())
-        torch.cuda.set_device(ranks["local_rank"])
-    device = f"cuda:{ranks['local_rank']}" if cuda else "cpu"
+        torch.cuda.set_device(index)
+    device = f"cuda:{index}" if cuda else "cpu"
     cpus = max(1, (options.cpus or usable_cpus()) // max(1, ranks["local_world_size"]))
     rank_options = replace(options, device=device, cpus=cpus)  # each rank's samples go to its own temp dir
     timeout = timedelta(seconds=options.budget_s + 300)
@@ -74,17 +74,25 @@ def _run_ranks(
     rank_options: BenchOptions, progress: Optional[ProgressFn], ranks: dict[str, int], dist: Any, options: BenchOptions
 ) -> tuple[BenchResult, bool]:
     """This rank's run, its DDP ceiling, and on rank 0 the aggregate of every rank's."""
-    result = run_bench(rank_options, progress if ranks["rank"] == 0 else None, barrier=dist.barrier, rank=ranks)
+    ddp: list[tuple[Optional[float], str]] = []
+    result = run_bench(
+        rank_options,
+        progress if ranks["rank"] == 0 else None,
+        barrier=dist.barrier,
+        rank=ranks,
+        after=lambda state: ddp.append(ddp_ceiling(state, dist)),
+    )
     if result.partial:
         # A Ctrl-C reaches every rank at a different point: gathering could hang. Each keeps its own.
         return replace(result, notes=result.notes + ("interrupted: ranks not aggregated",)), ranks["rank"] == 0
-    ddp = ddp_ceiling(result, rank_options, dist)
+    rate, why = ddp[0] if ddp else (None, "not measured: the run ended before it")
     own = {
         "rank": ranks["rank"],
         "host": socket.gethostname(),
         "checks": [c.to_dict() for c in result.checks],
         "extra": payload(result),
-        "ddp_ceiling_samples_per_s": ddp,
+        "ddp_ceiling_samples_per_s": rate,
+        "ddp_ceiling_reason": why,
     }
     gathered: list[Any] = [None] * ranks["world_size"]
     dist.all_gather_object(gathered, own)
@@ -93,35 +101,49 @@ def _run_ranks(
     return aggregate(result, gathered, options.thresholds.values), True
 
 
-def ddp_ceiling(result: BenchResult, options: BenchOptions, dist: Any) -> Optional[float]:
-    """Samples/s of DDP steps on a resident synthetic batch, the same step count on every rank."""
-    import torch
+def ddp_steps(state: RunState) -> int:
+    """DDP_SECONDS (or 5 % of the budget, if shorter) of steps at the ceiling's own step time: 5 to 200."""
+    seconds = min(DDP_SECONDS, 0.05 * state.options.budget_s)
+    return max(5, min(200, int(seconds / state.step_s) if state.step_s else 0))
+
+
+def ddp_ceiling(state: RunState, dist: Any) -> tuple[Optional[float], str]:
+    """(samples/s, '') of DDP steps on the ceiling's own batches, resident on the device, with its model,
+    step and step config (the user's, on their workload), counted as the ceiling counts them, the same
+    step count on every rank (rank 0's); (None, why) where the workload cannot train under DDP."""
+    steps = [ddp_steps(state)]
+    dist.broadcast_object_list(steps, src=0)
+    state.trainers.clear()  # the run's models are done with: the device holds the DDP one alone
+    try:
+        return _time_ddp(state, steps[0], dist), ""
+    except Exception as exc:  # noqa: BLE001 (the user's model or step under DDP may raise anything)
+        if isinstance(exc, RuntimeError) and lost_a_rank(exc, dist):
+            raise
+        error = exc.error if isinstance(exc, StepFailed) else exc
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        return None, f"the workload did not train under DistributedDataParallel: {type(error).__name__}: {first}"
+
+
+def _time_ddp(state: RunState, steps: int, dist: Any) -> float:
     from torch.nn.parallel import DistributedDataParallel
 
-    spec = options.workload
-    rate = result.metrics.ceiling_samples_per_s or 0.0
-    seconds = min(DDP_SECONDS, 0.05 * options.budget_s)
-    steps = [max(5, min(200, int(rate / spec.batch_size * seconds)))]
-    dist.broadcast_object_list(steps, src=0)  # rank 0's count
-    device = Device(options.device)
-    config = LoaderConfig(
-        amp_dtype=result.best.amp_dtype if result.best else None,
-        channels_last=bool(result.best and result.best.channels_last),
-    )
-    trainer = Trainer(result.device.get("model", "tiny"), spec.num_classes, device, config)
-    ids = [device.torch_device.index] if device.is_cuda else None
-    trainer.model = DistributedDataParallel(trainer.model, device_ids=ids)
-    images = torch.randint(0, 256, (spec.batch_size, 3, spec.crop_size, spec.crop_size), dtype=torch.uint8)
-    labels = torch.randint(0, spec.num_classes, (spec.batch_size,))
-    images, labels = trainer.to_device(images, labels, non_blocking=False)
-    trainer.step_on_device(images, labels)  # DDP's first step builds its buckets
+    device = state.device
+    assert device is not None
+    config = LoaderConfig(amp_dtype=state.step_config.amp_dtype, channels_last=state.step_config.channels_last)
+    step_s = state.workload.step_ms / 1000.0  # as the ceiling's trainer (`RunState.trainer`)
+    trainer = Trainer(state.model_name, state.workload.num_classes, device, config, step_s=step_s, user=state.user)
+    trainer.model = DistributedDataParallel(trainer.model, device_ids=[device.index] if device.is_cuda else None)
+    take, counted = resident_batches(state, trainer)
+    trainer.run(take())  # DDP's first step builds its buckets
     device.sync()
     dist.barrier()
-    started = time.perf_counter()
-    for _ in range(steps[0]):
-        trainer.step_on_device(images, labels)
+    samples, started = 0, time.perf_counter()
+    for _ in range(steps):
+        batch = take()
+        samples += state.workload.batch_size if counted is None else counted(batch)
+        trainer.run(batch)
     device.sync()
-    return steps[0] * spec.batch_size / (time.perf_counter() - started)
+    return samples / (time.perf_counter() - started)
 
 
 def aggregate(own: BenchResult, gathered: Sequence[dict[str, Any]], thresholds: Thresholds) -> BenchResult:
@@ -144,6 +166,8 @@ def aggregate(own: BenchResult, gathered: Sequence[dict[str, Any]], thresholds: 
     }
     if ddp_total and ceiling:
         summary["communication_loss_pct"] = 100.0 * (1.0 - ddp_total / ceiling)
+    else:
+        summary["ddp_ceiling_reason"] = _no_ddp_ceiling(rows, bool(ddp_total))
     checks = [_shm_across_ranks(rows, thresholds) if c.id == "bench.shm" else c for c in merge_checks(gathered)]
     checks.insert(0, _worst_rank_check(worst, checks, summary))
     return replace(own, checks=tuple(checks), aggregate=summary, ranks=tuple(gathered))
@@ -165,7 +189,16 @@ def _rank_row(item: dict[str, Any]) -> Row:
         "shm_need_mib": metrics.get("shm_need_mib") or 0.0,
         "shm_free_mib": item["extra"]["device"].get("shm_free_mib"),
         "ddp_ceiling_samples_per_s": item.get("ddp_ceiling_samples_per_s"),
+        "ddp_ceiling_reason": item.get("ddp_ceiling_reason") or "",
     }
+
+
+def _no_ddp_ceiling(rows: list[Row], measured: bool) -> str:
+    """Why the aggregate has no communication loss: the first rank without a DDP ceiling, and its reason."""
+    if measured:
+        return "no single-GPU ceiling to compare the DDP ceiling with"
+    row = next(r for r in rows if not r["ddp_ceiling_samples_per_s"])
+    return f"rank {row['rank']}: {row['ddp_ceiling_reason'] or 'not measured'}; communication loss not reported"
 
 
 def _worst_first(row: Row) -> tuple[float, float]:

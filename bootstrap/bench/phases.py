@@ -30,6 +30,7 @@ from bootstrap.bench.measure import (
 )
 from bootstrap.bench.results import LoaderConfig, Measurement, PhaseRecord, TuningRecord
 from bootstrap.bench.state import RunState
+from bootstrap.bench.step import Trainer
 from bootstrap.fsutil import MIB
 
 
@@ -182,23 +183,24 @@ def ceiling(state: RunState, deadline: float) -> str:
     return f"step config {state.step_config.label}"
 
 
-def _resident(state: RunState, config: LoaderConfig, slots: int, deadline: float) -> Measurement:
-    trainer = state.trainer(config)
+def resident_batches(state: RunState, trainer: Trainer) -> tuple[Callable[[], Any], Optional[Callable[[Any], int]]]:
+    """The ceiling's batches already on the device, in turn, and how a window counts them: the source of
+    the ceiling and of the DDP ceiling (`distributed`)."""
     resident = _Turns(state, lambda batch: trainer.prepare(batch, non_blocking=False))
-    plan = Window.scaled((deadline - time.perf_counter()) / (1.4 * slots))
-    plan = replace(plan, min_steps=max(5, plan.min_steps))  # resident steps are the fastest measured: five cost little
     # Each step gets its own containers of the resident tensors: a step that pops a key from its batch
     # dict (HF's `labels = batch.pop("labels")`) must find it again on the next turn.
     take = lambda: map_tensors(lambda tensor: tensor, resident())  # noqa: E731 (the window's source)
+    return take, stream_counter(state, resident)
+
+
+def _resident(state: RunState, config: LoaderConfig, slots: int, deadline: float) -> Measurement:
+    trainer = state.trainer(config)
+    take, counted = resident_batches(state, trainer)
+    plan = Window.scaled((deadline - time.perf_counter()) / (1.4 * slots))
+    plan = replace(plan, min_steps=max(5, plan.min_steps))  # resident steps are the fastest measured: five cost little
     warm_up(state, take, trainer.run, plan, deadline)
     measured = run_window(
-        state,
-        take,
-        trainer.run,
-        plan,
-        deadline,
-        ("ceiling", f"ceiling {config.label}", config),
-        stream_counter(state, resident),
+        state, take, trainer.run, plan, deadline, ("ceiling", f"ceiling {config.label}", config), counted
     )
     return state.record(measured, plan.seconds)
 

@@ -332,4 +332,9 @@ def _aggregate_line(a: dict[str, Any]) -> str:
     tuned = f"aggregate tuned {_num(a.get('tuned_samples_per_s'))} samples/s"
     scaling = f"scaling efficiency {_num(a.get('scaling_efficiency'), '.2f')}"
     worst = f"worst rank {a.get('worst_rank')} (efficiency {_num(a.get('worst_efficiency'), '.2f')})"
-    return f"ranks: {a.get('world_size')}; {tuned}; {scaling}; {worst}"
+    if a.get("communication_loss_pct") is not None:
+        ddp = f"DDP ceiling {_num(a.get('ddp_ceiling_samples_per_s'))} samples/s"
+        ddp += f", communication loss {_num(a.get('communication_loss_pct'), '.1f')}%"
+    else:
+        ddp = f"no DDP ceiling: {a.get('ddp_ceiling_reason') or 'not measured'}"
+    return f"ranks: {a.get('world_size')}; {tuned}; {scaling}; {worst}; {ddp}"

@@ -9,12 +9,14 @@ one InputError naming the dataset. Nothing here prints; progress goes to the cal
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
+import re
 import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from bootstrap.bench.config import BenchOptions, WorkloadSpec, option_name
 from bootstrap.bench.device import Device, mps_available
@@ -38,11 +40,13 @@ def run_bench(
     *,
     barrier: Optional[Barrier] = None,
     rank: Optional[dict[str, int]] = None,
+    after: Optional[Callable[[RunState], None]] = None,
 ) -> BenchResult:
     """Every phase within `options.budget_s`; Ctrl-C returns the partial result instead of raising. A run
     stuck past its budget, or the user's code raising what no phase expects (sys.exit, say), raises one
     InputError naming them, after the clean-up. `barrier` (torchrun: `dist.barrier`) is called the same
-    number of times on every rank."""
+    number of times on every rank. `after` is handed the run's state once every phase ran, before the
+    clean-up (torchrun: the DDP ceiling, on the run's own model, step and batches)."""
     state = new_state(options, progress, barrier=barrier, rank=rank)
     failure: Optional[InputError] = None
     # torch's first import is slow on a busy host: a watchdog firing inside it would leave torch half
@@ -54,6 +58,8 @@ def run_bench(
             state.say("setup", "building the workload")
             set_up(state)
             run_phases(state)
+            if after is not None:
+                after(state)
     except KeyboardInterrupt:
         mark_interrupted(state)
     except Stalled:
@@ -359,12 +365,23 @@ def _remove_made(data_dir: Path, outermost: Path) -> None:
 
 
 def _cuda_uuid(torch: Any, index: Optional[int]) -> Optional[str]:
-    """NVML's spelling of the GPU's UUID ('GPU-...'), from torch's device properties where it has them."""
+    """NVML's spelling of the device's UUID, from torch's device properties where it has them: 'MIG-...'
+    for a MIG instance (CUDA names one 'NVIDIA A100-SXM4-40GB MIG 1g.5gb'; CUDA_VISIBLE_DEVICES=MIG-...
+    shows one), else 'GPU-...'."""
     try:
-        uuid = str(torch.cuda.get_device_properties(index).uuid)
+        properties = torch.cuda.get_device_properties(index)
+        uuid = str(properties.uuid)
     except (AttributeError, RuntimeError, AssertionError):
         return None
-    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+    if uuid.startswith(("GPU-", "MIG-")):
+        return uuid
+    named_mig = re.search(r"\bMIG\b", str(getattr(properties, "name", "")))
+    return f"MIG-{uuid}" if named_mig or _visible_mig(os.environ) else f"GPU-{uuid}"
+
+
+def _visible_mig(environ: Mapping[str, str]) -> bool:
+    """Whether CUDA_VISIBLE_DEVICES names a MIG instance: the first entry decides what the list holds."""
+    return environ.get("CUDA_VISIBLE_DEVICES", "").strip().startswith("MIG-")
 
 
 def clean_up(state: RunState) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 from bootstrap.bench.host import CpuTimes, busy_pct, read_proc_stat
 from bootstrap.bench.results import SamplerReport, UtilStats
-from bootstrap.compat.nvml import Nvml
+from bootstrap.compat.nvml import NVML_ERROR_NOT_FOUND, Nvml
 
 # nvml.h values (stable ABI): nvmlSamplingType_t, nvmlValueType_t, GPM metric ids and struct version.
 NVML_GPU_UTILIZATION_SAMPLES = 1
@@ -134,11 +134,8 @@ class UtilSampler:
         if reason:
             self._reason = f"NVML: {reason}"
             return
-        handle, why = (None, "")
-        if self._device_uuid:
-            # NVML indices ignore CUDA_VISIBLE_DEVICES and CUDA's ordering; the UUID does not.
-            handle, why = self._nvml.query("nvmlDeviceGetHandleByUUID", self._device_uuid)
-        if handle is None and self._device_index is not None:
+        handle, why, by_index = self._handle_by_uuid()
+        if handle is None and by_index and self._device_index is not None:
             handle, why = self._nvml.query("nvmlDeviceGetHandleByIndex", self._device_index)
         if handle is None:
             self._reason = f"NVML: no handle for the bench's GPU ({why})"
@@ -147,15 +144,36 @@ class UtilSampler:
         self._mode = _SAMPLES
         self._last_us = int(self._epoch_zero * 1e6)
 
+    def _handle_by_uuid(self) -> tuple[Any, str, bool]:
+        """(handle, why not, whether the CUDA index may stand in). NVML indices ignore CUDA_VISIBLE_DEVICES
+        and CUDA's ordering; the UUID does not. A UUID NVML does not know as a GPU's may be a MIG
+        instance's, which it knows as 'MIG-...'. The index stands in only where the UUID could not be
+        asked: for a MIG instance, or a UUID NVML answered NOT_FOUND, it would name another GPU."""
+        uuid = self._device_uuid
+        if not uuid:
+            return None, "", True
+        answer = self._nvml.ask("nvmlDeviceGetHandleByUUID", uuid)
+        if answer.value is None and answer.code == NVML_ERROR_NOT_FOUND and uuid.startswith("GPU-"):
+            uuid = f"MIG-{uuid[len('GPU-') :]}"
+            answer = self._nvml.ask("nvmlDeviceGetHandleByUUID", uuid)
+        if answer.value is not None:
+            return answer.value, "", False
+        if uuid.startswith("MIG-") or answer.code == NVML_ERROR_NOT_FOUND:
+            why = f"{uuid}: {answer.reason}; not sampled by CUDA index, which would read another GPU"
+            return None, why, False
+        return None, answer.reason, True
+
     def _poll_gpu(self) -> None:
         if self._mode == _SAMPLES:
-            answer, why = self._nvml.query(_SAMPLES, self._handle, NVML_GPU_UTILIZATION_SAMPLES, self._last_us)
-            if answer is not None:
-                self._append_samples(answer)
+            answer = self._nvml.ask(_SAMPLES, self._handle, NVML_GPU_UTILIZATION_SAMPLES, self._last_us)
+            if answer.value is not None:
+                self._append_samples(answer.value)
                 return
-            if self._gpu:
-                return  # a transient error after samples arrived: keep the source, skip this poll
-            self._reason = f"{_SAMPLES}: {why}; polled {_RATES} instead"
+            # NOT_FOUND: no sample newer than the last one read yet (an idle poll). Any other error after
+            # samples arrived is transient. Either way the source stays; this poll is skipped.
+            if self._gpu or answer.code == NVML_ERROR_NOT_FOUND:
+                return
+            self._reason = f"{_SAMPLES}: {answer.reason}; polled {_RATES} instead"
             self._mode = _RATES
         rates, why = self._nvml.query(_RATES, self._handle)
         if rates is None:
@@ -199,12 +217,20 @@ class UtilSampler:
         second, why2 = self._nvml.query("nvmlGpmSampleAlloc")
         if first is None or second is None:
             self._gpm_reason = f"nvmlGpmSampleAlloc: {why or why2}"
+            self._gpm_free(first, second)
             return
         taken, why = self._nvml.query("nvmlGpmSampleGet", self._handle, first)
         if taken is None:
             self._gpm_reason = f"nvmlGpmSampleGet: {why}"
+            self._gpm_free(first, second)
             return
         self._gpm = (first, second)
+
+    def _gpm_free(self, *samples: Any) -> None:
+        """Give back what nvmlGpmSampleAlloc allocated (NVML's own memory: nothing else frees it)."""
+        for sample in samples:
+            if sample is not None:
+                self._nvml.query("nvmlGpmSampleFree", sample)
 
     def gpm_end(self, metrics_get_type: Any = None) -> Optional[float]:
         """Second GPM sample and the SM_UTIL metric between the two, as a 0..1 fraction."""
@@ -230,8 +256,7 @@ class UtilSampler:
             self._gpm_value = float(answer.metrics[0].value) / 100.0
             return self._gpm_value
         finally:
-            self._nvml.query("nvmlGpmSampleFree", first)
-            self._nvml.query("nvmlGpmSampleFree", second)
+            self._gpm_free(first, second)
 
     def _metrics_get_type(self) -> Any:
         # The ctypes struct nvmlGpmMetricsGet fills in lives in the binding module; NVML is initialised
@@ -265,6 +290,11 @@ class UtilSampler:
     def _stats(self, series: Series, source: str) -> Optional[UtilStats]:
         return summarize(self._in_windows(series), source) if series else None
 
+    def _empty_reason(self) -> str:
+        if self._mode == _SAMPLES and not self._gpu and self._polls:
+            return f"{_SAMPLES}: the driver buffered no sample newer than the run's start"
+        return ""
+
     def report(self) -> SamplerReport:
         # A series without a mode is what the rates fallback polled before it failed.
         gpu_source = _SAMPLES if self._mode == _SAMPLES else _RATES
@@ -274,7 +304,7 @@ class UtilSampler:
             host_cpu=self._stats(self._host, _HOST_SOURCE),
             gpm_sm_active=self._gpm_value,
             gpm_reason="" if self._gpm_value is not None else self._gpm_reason,
-            reason=self._reason,
+            reason=self._reason or self._empty_reason(),
             polls=self._polls,
             busy_s=self._busy,
             cpu_s=self._thread_cpu,

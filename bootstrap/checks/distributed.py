@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from bootstrap.checks.verify import VerifyOptions, VerifyResult, run_verify
 from bootstrap.fsutil import MIB
 from bootstrap.report import SEVERITY, Check, Status
-from bootstrap.torchrun import check_gpu_of_rank, init_process_group, merge_checks, torchrun_env
+from bootstrap.torchrun import gpu_of_rank, init_process_group, merge_checks, torchrun_env
 
 ALL_REDUCE_MIB = {"cuda": 256, "cpu": 16}  # nccl-tests' large-message regime on GPUs; gloo is slow
 ALL_REDUCE_ITERATIONS = {"cuda": 20, "cpu": 5}
@@ -38,13 +38,13 @@ def run_verify_distributed(
 
     ranks = torchrun_env(environ, "verify")
     cuda = torch.cuda.is_available()
-    if cuda:
-        check_gpu_of_rank(ranks["local_rank"], torch.cuda.device_count())
-        torch.cuda.set_device(ranks["local_rank"])
+    index = gpu_of_rank(ranks["local_rank"], torch.cuda.device_count(), environ) if cuda else None
+    if index is not None:
+        torch.cuda.set_device(index)
     init_process_group(dist, "nccl" if cuda else "gloo", timedelta(seconds=600), environ)
     try:
-        result = run_verify(replace(options, bench=False, gpu=ranks["local_rank"] if cuda else None))
-        device = torch.device("cuda", ranks["local_rank"]) if cuda else torch.device("cpu")
+        result = run_verify(replace(options, bench=False, gpu=index))
+        device = torch.device("cuda", index) if index is not None else torch.device("cpu")
         sums_right, seconds = all_reduce_trial(torch, dist, device, ranks["rank"], ranks["world_size"])
         own = {
             "rank": ranks["rank"],

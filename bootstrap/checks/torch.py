@@ -303,13 +303,7 @@ def pinned_check(torch: Any, device: str = "cuda:0") -> Check:
         torch.cuda.synchronize(device)
         ok = bool(host.is_pinned()) and bool(torch.equal(back, host))
     except Exception as exc:  # noqa: BLE001 - see _compare: any CUDA error is a verdict, not a traceback
-        return Check(
-            cid,
-            Status.FAIL,
-            first_line(exc),
-            expected,
-            "raise the locked-memory limit: `ulimit -l unlimited` (docker: `--ulimit memlock=-1`)",
-        )
+        return Check(cid, Status.FAIL, first_line(exc), expected, _pinning_remedy(str(exc)))
     if not ok:
         return Check(
             cid,
@@ -319,6 +313,17 @@ def pinned_check(torch: Any, device: str = "cuda:0") -> Check:
             "the GPU or its PCIe link corrupts transfers: run `dcgmi diag -r 2` and drain the GPU",
         )
     return Check(cid, Status.OK, "allocated and copied", expected)
+
+
+def _pinning_remedy(error: str) -> str:
+    # cudaHostAlloc pins through the CUDA driver, which RLIMIT_MEMLOCK (`ulimit -l`) does not bound: what
+    # runs out is host memory, or the container's or job's share of it.
+    if "out of memory" in error.lower():
+        return (
+            "the host could not page-lock 16 MiB: free host memory, or raise the container's or job's memory "
+            "limit (docker `--memory`, the job's memory request)"
+        )
+    return "a CUDA error before or during the copy: the torch.gpu* checks say whether the GPU computes"
 
 
 def compute_checks(torch: Any, index: int, device: Optional[str] = None) -> list[Check]:

@@ -253,8 +253,6 @@ def _user_workload(args: argparse.Namespace) -> Optional[UserWorkload]:
             if value is not None:
                 raise InputError(flag, "only applies to your own dataset", "add --dataset MODULE:FACTORY")
         return None
-    if getattr(args, "distributed", False):  # its DDP ceiling builds the built-in model, not the user's
-        raise InputError("--distributed", "does not measure --dataset yet", "run bench --dataset without torchrun")
     for path in args.path:  # a typo here would only surface as "cannot import" later
         if not Path(path).is_dir():
             raise InputError(f"--path {path}", "is not a directory", "give the directory that holds the module")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 from bootstrap.compat.facts import DriverFacts, GpuFacts, PeerFacts
 from bootstrap.fsutil import MIB
@@ -25,18 +25,31 @@ NVML_REASONS = {
     17: "blocked by the operating system",
     18: "driver/library version mismatch: reboot, or reload the nvidia kernel module",
 }
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+# nvmlMemory_v2: the struct version nvmlDeviceGetMemoryInfo_v2 takes (pynvml's `nvmlMemory_v2`).
+NVML_MEMORY_V2 = 0x02000028
 # nvmlPageRetirementCause_t: multiple single-bit ECC errors, double-bit ECC error.
 _RETIREMENT_CAUSES = (0, 1)
 # nvmlGpuP2PCapsIndex_t: P2P reads, NVLink.
 _P2P_CAPS_READ, _P2P_CAPS_NVLINK = 0, 2
 
 
+class Answer(NamedTuple):
+    """One NVML call's outcome: its value, or why not (a reason for people, the NVML code for code)."""
+
+    value: Any
+    reason: str = ""  # '' when it answered
+    code: Optional[int] = None  # the nvmlReturn_t of a failed call, where it had one
+
+
 class Nvml:
     """Lazy, initialise-once access to NVML that answers `(value, reason)`.
 
     `module` is `pynvml` or any object with the same functions and an
-    `NVMLError` class whose instances carry the NVML code in `.value`;
-    None imports `pynvml` on first use. Use as a context manager so
+    `NVMLError` class whose instances carry the NVML code in `.value`
+    (and, like pynvml, an `NVMLLibraryMismatchError`); None imports
+    `pynvml` on first use. Use as a context manager so
     `nvmlShutdown` runs when NVML was initialised.
     """
 
@@ -44,6 +57,7 @@ class Nvml:
         self._module = module
         self._os = os_name
         self._init_reason: Optional[str] = None  # None: not tried yet; '': ready
+        self._memory_v2 = True  # False once the driver or pynvml lacks nvmlDeviceGetMemoryInfo_v2
 
     def __enter__(self) -> Nvml:
         return self
@@ -73,21 +87,57 @@ class Nvml:
 
     def _call(self, name: str, *args: Any) -> tuple[Any, str]:
         """Call one NVML function; (result, '') or (None, reason)."""
+        value, reason, _ = self._answer(name, *args)
+        return value, reason
+
+    def _answer(self, name: str, *args: Any) -> Answer:
         function = getattr(self._module, name, None)
         if function is None:
-            return None, f"{name} missing from this pynvml (upgrade nvidia-ml-py)"
+            return Answer(None, f"{name} missing from this pynvml (upgrade nvidia-ml-py)")
         try:
-            return function(*args), ""
+            return Answer(function(*args))
         except self._module.NVMLError as exc:
             code: Any = getattr(exc, "value", None)  # an NVMLError carries its code
-            return None, NVML_REASONS.get(code, f"NVML error {code}: {exc}")
+            return Answer(None, NVML_REASONS.get(code, f"NVML error {code}: {exc}"), code)
+        except self._mismatch():
+            # pynvml's unversioned calls (nvmlDeviceGetComputeRunningProcesses, ...) raise this in place
+            # of FUNCTION_NOT_FOUND when the driver lacks the version they call: the versioned ones may answer.
+            code = NVML_ERROR_FUNCTION_NOT_FOUND
+            return Answer(None, NVML_REASONS[code], code)
         except OSError as exc:  # ctypes could not load the library or a symbol
-            return None, f"NVML library unusable: {exc}"
+            return Answer(None, f"NVML library unusable: {exc}")
+
+    def _mismatch(self) -> tuple[type[Exception], ...]:
+        """pynvml's NVMLLibraryMismatchError, a plain Exception rather than an NVMLError; () where the
+        module has none (pynvml before 11.5)."""
+        mismatch = getattr(self._module, "NVMLLibraryMismatchError", None)
+        return (mismatch,) if isinstance(mismatch, type) and issubclass(mismatch, Exception) else ()
 
     def query(self, name: str, *args: Any) -> tuple[Any, str]:
         """Call any `pynvml.<name>(*args)` through the chokepoint: (value, "") or (None, reason)."""
+        value, reason, _ = self.ask(name, *args)
+        return value, reason
+
+    def ask(self, name: str, *args: Any) -> Answer:
+        """`query` with the NVML code of a failure, for a caller whose next step depends on it
+        (NOT_FOUND from nvmlDeviceGetSamples: nothing newer yet)."""
         reason = self.init()
-        return (None, reason) if reason else self._call(name, *args)
+        return Answer(None, reason) if reason else self._answer(name, *args)
+
+    def memory_info(self, handle: Any) -> tuple[Any, str, bool]:
+        """(memory, reason, v2) of a GPU, in bytes: `nvmlDeviceGetMemoryInfo_v2`, whose `used` leaves out
+        the memory the driver reserves, as nvidia-smi shows it; else (drivers before R510, pynvml before
+        11.510) the v1 call, whose `used` counts the reserved memory too (v2 False)."""
+        if self._memory_v2:
+            try:
+                answer = self.ask("nvmlDeviceGetMemoryInfo", handle, NVML_MEMORY_V2)
+            except TypeError:  # a pynvml whose nvmlDeviceGetMemoryInfo takes no version
+                answer = Answer(None, "", NVML_ERROR_FUNCTION_NOT_FOUND)
+            if answer.value is not None:
+                return answer.value, "", True
+            self._memory_v2 = answer.code != NVML_ERROR_FUNCTION_NOT_FOUND
+        value, reason = self.query("nvmlDeviceGetMemoryInfo", handle)
+        return value, reason, False
 
     def driver_version(self) -> tuple[Optional[str], str]:
         """Driver version string such as '580.95.05' (`nvidia-smi --query-gpu=driver_version`)."""
@@ -128,7 +178,9 @@ class Nvml:
             return value
 
         name = ask("name", "nvmlDeviceGetName")
-        memory = ask("memory_total_mib", "nvmlDeviceGetMemoryInfo")
+        memory, why, _ = self.memory_info(handle)
+        if why:
+            missing.append(f"memory_total_mib: {why}")
         cc = ask("compute_capability", "nvmlDeviceGetCudaComputeCapability")
         persistence = ask("persistence_mode", "nvmlDeviceGetPersistenceMode")
         ecc = ask("ecc_enabled", "nvmlDeviceGetEccMode")

@@ -148,7 +148,7 @@ class GpuSampler:
 
     def _sample_gpu(self, gpu: _Gpu, seen: set[int]) -> GpuSample:
         util = self._ask(gpu, "gpu_utilization_pct", ("nvmlDeviceGetUtilizationRates", ()))
-        memory = self._ask(gpu, "memory_used_mib", ("nvmlDeviceGetMemoryInfo", ()))
+        memory = self._memory(gpu)
         temperature = self._ask(
             gpu,
             "temperature_c",
@@ -174,6 +174,18 @@ class GpuSampler:
             sm_clock_mhz=None if clock is None else int(clock),
             processes=self._processes(gpu, seen),
         )
+
+    def _memory(self, gpu: _Gpu) -> Any:
+        memory, reason, v2 = self._nvml.memory_info(gpu.handle)
+        if memory is None:
+            self._notes.setdefault(f"GPU {gpu.index} memory_used_mib", reason)
+        elif not v2:
+            self._notes.setdefault(
+                f"GPU {gpu.index} memory_used_mib",
+                "nvmlDeviceGetMemoryInfo_v2 not in this driver or pynvml: used counts the memory the driver "
+                "reserves (nvidia-smi's does not)",
+            )
+        return memory
 
     def _processes(self, gpu: _Gpu, seen: set[int]) -> tuple[GpuProcess, ...]:
         by_pid: dict[int, Optional[int]] = {}

@@ -490,7 +490,6 @@ BAD_DATASETS = textwrap.dedent('''
             "update have nothing to train: ",
         ),
         (["--dataset", "nocolon"], "--dataset nocolon", "is not MODULE:NAME"),
-        (["--dataset", "bad_inputs:good", "--distributed"], "--distributed", "does not measure --dataset yet"),
         (["--collate", "bad_inputs:value"], "--collate", "only applies to your own dataset"),
         (["--dataset", "bad_inputs:ragged", "--cpu-ms", "5"], "--cpu-ms", "describes the synthetic images"),
     ],

@@ -6,6 +6,7 @@ torch gives on the GPUs named, the calls are recorded. Each test fails without t
 * `--device cuda:N` makes device N current for the run (CUDA events record on the current stream)
   and gives the previous one back after it.
 * The matmul sees its deadline: launches queue up asynchronously, so it synchronises every few.
+* A MIG instance's UUID is spelt as NVML knows it, 'MIG-...': with 'GPU-' NVML finds no such GPU.
 """
 
 from __future__ import annotations
@@ -88,3 +89,32 @@ def test_cuda_n_is_the_current_device_for_the_run_and_the_previous_one_after(mon
     finally:
         clean_up(state)
     assert fake.set_devices == [1, 0] and fake.current == 0
+
+
+UUID = "8f0a6e5c-2b1d-5a3e-9c4f-0d1e2f3a4b5c"  # str() of torch's _CUuuid: no prefix
+
+
+def properties_torch(name):
+    from types import SimpleNamespace
+
+    properties = SimpleNamespace(name=name, uuid=UUID)
+    return SimpleNamespace(cuda=SimpleNamespace(get_device_properties=lambda index: properties))
+
+
+@pytest.mark.parametrize(
+    ("name", "visible", "uuid"),
+    [
+        ("NVIDIA H100 80GB HBM3", None, f"GPU-{UUID}"),
+        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", None, f"MIG-{UUID}"),
+        ("NVIDIA A100-SXM4-40GB", f"MIG-{UUID}", f"MIG-{UUID}"),
+        ("NVIDIA A100-SXM4-40GB", "GPU-1234,GPU-5678", f"GPU-{UUID}"),
+    ],
+)
+def test_a_mig_instance_keeps_nvml_s_mig_spelling(monkeypatch, name, visible, uuid):
+    from bootstrap.bench.run import _cuda_uuid
+
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert _cuda_uuid(properties_torch(name), 0) == uuid

@@ -51,7 +51,7 @@ class FakePynvml:
         self.cost_s = cost_s
         self.init_error = init_error
         self.calls = []
-        self.freed = 0
+        self.allocated = self.freed = 0
 
     def _check(self, name):
         self.calls.append(name)
@@ -97,6 +97,8 @@ class FakePynvml:
         return SimpleNamespace(**self.recorded["nvmlGpmQueryDeviceSupport"])
 
     def nvmlGpmSampleAlloc(self):
+        self._check("nvmlGpmSampleAlloc")
+        self.allocated += 1
         return object()
 
     def nvmlGpmSampleGet(self, handle, sample):
@@ -184,6 +186,37 @@ def test_falls_back_to_utilization_rates_when_samples_unsupported():
     assert "not supported on this GPU" in report.reason and "polled nvmlDeviceGetUtilizationRates" in report.reason
 
 
+class IdleAtFirst(FakePynvml):
+    """NVML's answer to nvmlDeviceGetSamples with nothing newer than the timestamp asked: NOT_FOUND (6),
+    for the first `idle_polls` polls, then the recorded samples."""
+
+    def __init__(self, start_us, idle_polls):
+        super().__init__(start_us)
+        self.idle_polls = idle_polls
+
+    def nvmlDeviceGetSamples(self, handle, sampling_type, last_us):
+        if self.idle_polls:
+            self.idle_polls -= 1
+            self.calls.append("nvmlDeviceGetSamples")
+            raise FakeNVMLError(6)  # NVML_ERROR_NOT_FOUND
+        return super().nvmlDeviceGetSamples(handle, sampling_type, last_us)
+
+
+def test_an_idle_poll_keeps_the_sample_buffer_as_the_source():
+    fake = IdleAtFirst(start_us=int(time.time() * 1e6), idle_polls=3)
+    _, report = run_sampler(fake, seconds=0.15, interval=0.02)
+    assert fake.idle_polls == 0 and "nvmlDeviceGetUtilizationRates" not in fake.calls
+    assert report.gpu.source == "nvmlDeviceGetSamples" and report.gpu.count == 30
+    assert report.reason == ""
+
+
+def test_a_run_without_a_new_sample_says_so():
+    fake = IdleAtFirst(start_us=0, idle_polls=10**6)
+    _, report = run_sampler(fake, seconds=0.08, interval=0.02)
+    assert report.gpu is None and "nvmlDeviceGetUtilizationRates" not in fake.calls
+    assert report.reason == "nvmlDeviceGetSamples: the driver buffered no sample newer than the run's start"
+
+
 def test_no_nvml_is_a_reason_and_a_skip():
     fake = FakePynvml(start_us=0, init_error=12)
     _, report = run_sampler(fake, seconds=0.05, gpm=True)
@@ -197,7 +230,7 @@ def test_gpm_sm_activity_between_two_samples():
     fake = FakePynvml(start_us=int(time.time() * 1e6))
     _, report = run_sampler(fake, gpm=True)
     assert report.gpm_sm_active == pytest.approx(0.715)
-    assert fake.freed == 2
+    assert fake.allocated == fake.freed == 2
     assert sm_active_check(report, Thresholds()).status is Status.WARN
 
 
@@ -206,6 +239,70 @@ def test_gpm_unsupported_is_a_reason():
     _, report = run_sampler(fake, gpm=True, seconds=0.05)
     assert report.gpm_sm_active is None and "GPM not supported" in report.gpm_reason
     assert sm_active_check(report, Thresholds()).status is Status.SKIP
+
+
+class SecondAllocFails(FakePynvml):
+    def nvmlGpmSampleAlloc(self):
+        if self.allocated:
+            raise FakeNVMLError(7)  # NVML_ERROR_INSUFFICIENT_SIZE: no room for the second
+        return super().nvmlGpmSampleAlloc()
+
+
+@pytest.mark.parametrize(
+    ("fake", "failed"),
+    [
+        (lambda: FakePynvml(start_us=0, errors={"nvmlGpmSampleGet": 3}), "nvmlGpmSampleGet"),
+        (lambda: SecondAllocFails(start_us=0), "nvmlGpmSampleAlloc"),
+    ],
+    ids=["first-sample-fails", "second-alloc-fails"],
+)
+def test_gpm_samples_are_freed_when_the_first_sample_fails(fake, failed):
+    fake = fake()
+    _, report = run_sampler(fake, gpm=True, seconds=0.05)
+    assert report.gpm_sm_active is None and report.gpm_reason.startswith(failed)
+    assert fake.allocated >= 1 and fake.freed == fake.allocated
+
+
+class KnowsUuids(FakePynvml):
+    """nvmlDeviceGetHandleByUUID answering only the UUIDs in `known` (NVML's NOT_FOUND for the others)."""
+
+    def __init__(self, known):
+        super().__init__(start_us=0)
+        self.known = known
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self.calls.append(("nvmlDeviceGetHandleByUUID", uuid))
+        if uuid not in self.known:
+            raise FakeNVMLError(6)  # NVML_ERROR_NOT_FOUND
+        return self.known[uuid]
+
+
+MIG_UUID = "MIG-8f0a6e5c-2b1d-5a3e-9c4f-0d1e2f3a4b5c"
+
+
+def test_a_mig_instance_is_sampled_by_its_mig_uuid_never_by_cuda_index():
+    mig = {"mig": True}
+    for given in (MIG_UUID, "GPU-" + MIG_UUID[len("MIG-") :]):  # named MIG by torch, or not
+        fake = KnowsUuids({MIG_UUID: mig})
+        sampler = UtilSampler(nvml_module=fake, device_uuid=given, device_index=0)
+        sampler._open_gpu()
+        assert sampler._handle is mig and "nvmlDeviceGetHandleByIndex" not in fake.calls
+    lost = KnowsUuids({})
+    sampler = UtilSampler(nvml_module=lost, device_uuid=MIG_UUID, device_index=0)
+    sampler._open_gpu()
+    assert sampler._handle is None and "nvmlDeviceGetHandleByIndex" not in lost.calls
+    assert sampler.report().gpu is None
+    assert sampler.report().reason == (
+        f"NVML: no handle for the bench's GPU ({MIG_UUID}: not found; not sampled by CUDA index, "
+        "which would read another GPU)"
+    )
+
+
+def test_the_cuda_index_stands_in_only_where_the_uuid_could_not_be_asked():
+    fake = FakePynvml(start_us=0, errors={"nvmlDeviceGetHandleByUUID": 2})  # INVALID_ARGUMENT
+    sampler = UtilSampler(nvml_module=fake, device_uuid="GPU-x", device_index=0)
+    sampler._open_gpu()
+    assert sampler._handle == fake.recorded["nvmlDeviceGetHandleByIndex"]
 
 
 def test_pcie_link_read_through_nvml():

@@ -568,26 +568,52 @@ def test_torchrun_env_required():
     )
 
 
+RANK_1_OF_2 = {
+    "RANK": "1",
+    "WORLD_SIZE": "2",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}
+
+
 def test_more_ranks_than_gpus_is_one_line(monkeypatch):
     """`torchrun --nproc-per-node 8` on a node with fewer GPUs: before, torch.cuda.set_device's traceback
-    ('invalid device ordinal') on the extra ranks; verify --distributed already said it in one line."""
+    ('invalid device ordinal') on the extra ranks; verify --distributed already said it in one line.
+    torchrun's agent sets TORCHELASTIC_RUN_ID in every process it starts."""
     import torch
 
     from bootstrap.bench.distributed import run_distributed
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    for name, value in {
-        "RANK": "1",
-        "WORLD_SIZE": "2",
-        "LOCAL_RANK": "1",
-        "LOCAL_WORLD_SIZE": "2",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": "29500",
-    }.items():
+    for name, value in {**RANK_1_OF_2, "TORCHELASTIC_RUN_ID": "a1b2c3"}.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(InputError, match=r"LOCAL_RANK 1 but 1 GPU\(s\) visible.*--nproc-per-node NUMBER_OF_GPUS"):
         run_distributed(BenchOptions())
+
+
+def test_one_gpu_per_task_runs_each_rank_on_the_gpu_it_sees(monkeypatch):
+    """`srun --gpus-per-task=1` (or a Kubernetes device plugin) starts each task with its own GPU and no
+    torchrun agent: LOCAL_RANK 1 sees one GPU, cuda:0, and runs there."""
+    import torch
+    import torch.distributed as dist
+
+    from bootstrap.bench import distributed
+
+    current = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    monkeypatch.setattr(distributed, "init_process_group", lambda *args: None)
+    monkeypatch.setattr(dist, "destroy_process_group", lambda *args: None)
+    monkeypatch.setattr(distributed, "_run_ranks", lambda rank_options, *args: (rank_options.device, False))
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    for name, value in RANK_1_OF_2.items():
+        monkeypatch.setenv(name, value)
+    assert distributed.run_distributed(BenchOptions()) == ("cuda:0", False)
+    assert current == [0]
 
 
 def test_gpu_utilization_is_judged_only_when_a_tuned_loader_trained():

@@ -396,6 +396,30 @@ def test_wrong_results_and_device_errors_fail_with_a_remedy() -> None:
     assert all(c.status is Status.FAIL and c.remedy for c in broken) and broken[0].id == "torch.gpu3.matmul"
 
 
+class Unpinnable:
+    """A host tensor whose pin_memory() fails as cudaHostAlloc does when the host has no memory to lock."""
+
+    def __mod__(self, other):
+        return self
+
+    def to(self, *args, **kwargs):
+        return self
+
+    def pin_memory(self):
+        raise RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported")
+
+
+def test_pinning_that_fails_names_host_memory_not_the_locked_memory_limit() -> None:
+    """cudaHostAlloc pins through the driver: RLIMIT_MEMLOCK (`ulimit -l`) does not bound it."""
+    from bootstrap.checks.torch import pinned_check
+
+    torch = Proxy(pytest.importorskip("torch"), arange=lambda *args, **kwargs: Unpinnable())
+    check = pinned_check(torch, "cuda:0")
+    assert check.status is Status.FAIL and check.observed == "CUDA error: out of memory"
+    assert "memlock" not in check.remedy and "ulimit" not in check.remedy
+    assert "free host memory" in check.remedy and "memory limit" in check.remedy
+
+
 def cuda_torch(available: bool, count: int):
     cuda = SimpleNamespace(is_available=lambda: available, device_count=lambda: count)
     return SimpleNamespace(cuda=cuda, version=SimpleNamespace(cuda="12.8"))

@@ -121,6 +121,62 @@ def test_rank_variables_torchrun_would_never_set_are_refused(changes: dict, word
         torchrun_env({**environ, **changes})
 
 
+@pytest.mark.parametrize(
+    ("local_rank", "gpus", "agent", "device"),
+    [
+        (0, 8, True, 0),
+        (5, 8, True, 5),
+        (0, 1, True, 0),
+        (1, 1, True, None),  # torchrun --nproc-per-node 2 on one GPU: both ranks would share it
+        (3, 2, False, None),
+        (1, 1, False, 0),  # srun --gpus-per-task=1, a Kubernetes device plugin: each task its own GPU
+        (7, 1, False, 0),
+    ],
+)
+def test_a_rank_runs_on_its_local_rank_or_on_the_one_gpu_its_task_was_given(local_rank, gpus, agent, device) -> None:
+    from bootstrap.torchrun import gpu_of_rank
+
+    environ = {"TORCHELASTIC_RUN_ID": "a1b2c3"} if agent else {}
+    if device is None:
+        with pytest.raises(InputError, match=f"LOCAL_RANK {local_rank} but {gpus} GPU"):
+            gpu_of_rank(local_rank, gpus, environ)
+    else:
+        assert gpu_of_rank(local_rank, gpus, environ) == device
+
+
+def test_verify_with_one_gpu_per_task_checks_the_gpu_the_task_sees(monkeypatch) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from bootstrap.checks import distributed
+    from bootstrap.checks.verify import VerifyOptions
+
+    class Checked(Exception):
+        pass
+
+    def run_verify(options):
+        raise Checked(options.gpu)
+
+    current = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    monkeypatch.setattr(distributed, "init_process_group", lambda *args: None)
+    monkeypatch.setattr(dist, "destroy_process_group", lambda *args: None)
+    monkeypatch.setattr(distributed, "run_verify", run_verify)
+    environ = {
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "3",
+        "LOCAL_WORLD_SIZE": "4",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+    }
+    with pytest.raises(Checked) as checked:
+        distributed.run_verify_distributed(VerifyOptions(), lambda result: None, environ)
+    assert checked.value.args == (0,) and current == [0]
+
+
 def test_all_reduce_trial_on_a_real_gloo_group_of_one(tmp_path: Path) -> None:
     import torch
     import torch.distributed as dist

@@ -90,6 +90,46 @@ def test_nvml_v2_missing_libcuda_falls_back_to_v1():
     assert value == 12020 and "used v1" in reason
 
 
+RESERVED = 615 << 20  # what the driver keeps of an idle H200's memory
+
+
+def h200_with_reserved_memory(v2=None):
+    """The H200 recording as a driver answers both memory calls: v1's `used` counts the reserved memory,
+    v2 (`nvmlDeviceGetMemoryInfo(handle, nvmlMemory_v2)`) tells it apart; `v2` replaces its answer."""
+    recorded = json.loads((DATA / "nvml" / "h200x8-580.95.05.json").read_text())
+    for device in recorded["devices"]:
+        total, free, used = (device["nvmlDeviceGetMemoryInfo"][k] for k in ("total", "free", "used"))
+        device["nvmlDeviceGetMemoryInfo"] = {"total": total, "free": free - RESERVED, "used": used + RESERVED}
+        device["nvmlDeviceGetMemoryInfo_v2"] = v2 or {
+            "version": 0x02000028,
+            "total": total,
+            "reserved": RESERVED,
+            "free": free - RESERVED,
+            "used": used,
+        }
+    return recorded
+
+
+def test_nvml_memory_used_leaves_out_what_the_driver_reserves():
+    """As nvidia-smi: nvmlDeviceGetMemoryInfo_v2's used, not v1's (which counts the reserved 615 MiB)."""
+    gpu = probe_gpus(nvml=FakeNvml(h200_with_reserved_memory()), runner=missing_binary_runner).gpus[0]
+    assert (gpu.memory_total_mib, gpu.memory_used_mib) == (143771, 4)
+    assert not any(m.startswith("memory") for m in gpu.missing)
+
+
+def test_nvml_memory_from_v1_where_the_driver_or_pynvml_has_no_v2():
+    old_driver = FakeNvml(h200_with_reserved_memory(v2={"error": 13}))  # FUNCTION_NOT_FOUND: before R510
+    gpu = probe_gpus(nvml=old_driver, runner=missing_binary_runner).gpus[0]
+    assert (gpu.memory_total_mib, gpu.memory_used_mib) == (143771, 4 + 615)
+
+    class OldPynvml(FakeNvml):  # nvidia-ml-py before 11.510: nvmlDeviceGetMemoryInfo(handle) only
+        def nvmlDeviceGetMemoryInfo(self, handle):
+            return self._device_answer(handle, "nvmlDeviceGetMemoryInfo")
+
+    gpu = probe_gpus(nvml=OldPynvml(h200_with_reserved_memory()), runner=missing_binary_runner).gpus[0]
+    assert gpu.memory_used_mib == 4 + 615
+
+
 def test_nvml_library_missing_is_a_reason_not_a_crash():
     facts = Nvml(FakeNvml({}, init_error=12)).facts()
     assert not facts.has_driver and facts.gpus == ()
