@@ -7,7 +7,7 @@ import statistics
 
 from bootstrap.bench.device import peak_memory_mib
 from bootstrap.bench.loader import DUPLICATED, NO_BATCH, SHM_FAILURE
-from bootstrap.bench.phases import TUNE_PHASES, least_prediction
+from bootstrap.bench.phases import TUNE_PHASES, least_prediction, sample_costs
 from bootstrap.bench.results import BenchResult, Metrics
 from bootstrap.bench.state import LoaderFailure, RunState
 from bootstrap.bench.verdicts import VerdictFacts, evaluate
@@ -138,6 +138,34 @@ def _failure_note(failure: LoaderFailure) -> str:
     return f"{failure.phase} {failure.config.label}: {what}; that config counts as failed"
 
 
+def tuner_notes(state: RunState) -> list[str]:
+    """What the tuner's pick needs said: the configs it tied with (the cheapest was kept), knob changes
+    kept as ties, and why it has more workers than CPUs when the samples wait on I/O."""
+    notes, ties, best = [], state.tuning.ties, state.best
+    if ties is not None and ties.results:
+        others = ", ".join(f"{label} ({rate:,.0f}/s)" for label, rate in ties.results)
+        label, rate = ties.picked
+        notes.append(
+            f"tie: {others} {'ties' if len(ties.results) == 1 else 'tie'} with {label} ({rate:,.0f}/s) within "
+            f"the noise ({ties.noise or 0:.0%}): the cheapest was kept (fewest workers, then no pinning, "
+            "then the smaller prefetch)"
+        )
+    for name, _tried, kept, gain, noise in state.tuning.knobs:
+        if kept and gain <= noise:
+            notes.append(f"tie: {name} kept as the cheaper, {gain:+.1%} within the noise ({noise:.1%})")
+    prediction = state.prediction
+    if best is not None and prediction is not None and not prediction.cpu_bound and best.num_workers > state.cpus:
+        cpu_s, wall_s = sample_costs(state.metrics)
+        waits = 1.0 - cpu_s / wall_s if wall_s > 0 else 0.0
+        notes.append(
+            f"num_workers={best.num_workers} is more than the {state.cpus} usable CPUs: a sample waits on I/O "
+            f"{waits:.0%} of its time ({cpu_s * 1e3:.2f} ms CPU of {wall_s * 1e3:.2f} ms, measured with "
+            "num_workers=0), and a waiting worker holds no CPU; torch's warning that the suggested max number "
+            f"of workers is {state.cpus} counts CPUs, not waits"
+        )
+    return notes
+
+
 def build_result(state: RunState) -> BenchResult:
     """The frozen result of the run as it stands (complete, cut short by the budget, or interrupted)."""
     from bootstrap.bench.report import dataloader_snippet
@@ -146,7 +174,7 @@ def build_result(state: RunState) -> BenchResult:
     metrics = derived_metrics(state)
     facts = verdict_facts(state)
     checks = evaluate(metrics, facts, state.sampler_report, state.thresholds) if state.device_info else []
-    notes = [*state.notes, *(_failure_note(f) for f in state.failures)]
+    notes = [*state.notes, *(_failure_note(f) for f in state.failures), *tuner_notes(state)]
     if metrics.budget_needed_s is not None:
         needed = metrics.budget_needed_s
         notes.append(

@@ -28,7 +28,7 @@ from bootstrap.bench.measure import (
     stream_counter,
     warm_up,
 )
-from bootstrap.bench.results import LoaderConfig, Measurement, PhaseRecord, TuningRecord
+from bootstrap.bench.results import LoaderConfig, Measurement, Metrics, PhaseRecord, Ties, TuningRecord
 from bootstrap.bench.state import RunState
 from bootstrap.bench.step import Trainer
 from bootstrap.fsutil import MIB
@@ -235,11 +235,16 @@ def predict(state: RunState) -> Optional[tuner.WorkerPrediction]:
     """W*, where the search starts and the cap, once the loader and ceiling are measured."""
     m = state.metrics
     if state.prediction is None and state.ceiling is not None and m.wall_s_per_sample is not None:
-        # l less the loader's wait for a CPU: what is left beyond the CPU time is what workers can overlap
-        cpu_s = m.cpu_s_per_sample or 0.0
-        wall_s = max(cpu_s, m.wall_s_per_sample - (m.run_queue_s_per_sample or 0.0))
+        cpu_s, wall_s = sample_costs(m)
         state.prediction = _predict(state, wall_s, cpu_s, state.ceiling.samples_per_s)
     return state.prediction
+
+
+def sample_costs(m: Metrics) -> tuple[float, float]:
+    """(CPU, wall) seconds per sample that the workers share: the wall time less the loader's wait for a
+    CPU, so that what is left beyond the CPU time is what workers can overlap (I/O, sleeps)."""
+    cpu_s = m.cpu_s_per_sample or 0.0
+    return cpu_s, max(cpu_s, (m.wall_s_per_sample or 0.0) - (m.run_queue_s_per_sample or 0.0))
 
 
 def least_prediction(state: RunState) -> Optional[tuner.WorkerPrediction]:
@@ -379,9 +384,12 @@ def tune(state: RunState, deadline: float) -> str:
     # Knobs refine a searched winner; one left out for time is reported, not counted as a tune cut short.
     m.tune_knobs, m.tune_knobs_tried = float(len(changes)), float(len(knobs.trials))
     state.best = knobs.winner.config
+    picked = (search.winner.label, search.winner.samples_per_s)
+    ties = Ties(picked, tuple((x.label, x.samples_per_s) for x in search.ties), search.tie_noise)
     state.tuning = replace(
         state.tuning,
         winner=state.best,
+        ties=ties,
         stopped_early=search.stopped_early,
         rounds=rounds,
         knobs=knobs.trials,

@@ -75,6 +75,22 @@ class Measurement:
 
 
 Knob = tuple[str, str, bool, float, float]  # (knob, tried label, kept, gain, noise floor)
+Rate = tuple[str, float]  # (label, samples/s)
+
+
+@dataclass(frozen=True)
+class Ties:
+    """The worker search's pick and the configs equal to it within the noise: it was kept as the cheapest."""
+
+    picked: Rate
+    results: tuple[Rate, ...] = ()  # the others, fastest first
+    noise: Optional[float] = None  # the noise band they tie within (None: no tie)
+
+    def to_dict(self) -> dict[str, Any]:
+        def rate(entry: Rate) -> dict[str, Any]:
+            return {"label": entry[0], "samples_per_s": entry[1]}
+
+        return {"picked": rate(self.picked), "noise": self.noise, "results": [rate(r) for r in self.results]}
 
 
 @dataclass(frozen=True)
@@ -93,6 +109,7 @@ class TuningRecord:
     stopped_early: bool = False
     seconds: float = 0.0
     budget_s: float = 0.0
+    ties: Optional[Ties] = None  # None: the search picked nothing
 
     def to_dict(self) -> dict[str, Any]:
         rounds = [
@@ -102,7 +119,15 @@ class TuningRecord:
         knob_keys = ("knob", "tried", "kept", "gain", "noise_floor")
         knobs = [dict(zip(knob_keys, knob)) for knob in self.knobs]
         winner = self.winner and self.winner.to_dict()
-        return {**asdict(self), "candidates": list(self.candidates), "rounds": rounds, "knobs": knobs, "winner": winner}
+        ties = self.ties and self.ties.to_dict()
+        return {
+            **asdict(self),
+            "candidates": list(self.candidates),
+            "rounds": rounds,
+            "knobs": knobs,
+            "winner": winner,
+            "ties": ties,
+        }
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """The DataLoader auto-tuner, as pure functions over a `measure(config, window_s)` callback
-(docs/benchmark.md, "How the tuner searches").
+(docs/benchmark.md, "Tuning the workers").
 
 Predict W* from the measured costs, search the worker counts around it by successive halving inside a
-deadline (confirming the top few in reverse order, so drift cannot decide the winner), then try the
-knobs one at a time, each kept only above the noise floor. Nothing here imports torch: the tests drive
+deadline (confirming the top few in reverse order, so drift cannot decide the winner), keep the cheapest
+of the configs tied within the noise, then try the knobs one at a time, each kept only above the noise
+floor unless it makes the loader cheaper. Nothing here imports torch: the tests drive
 the search with a fake loader on a fake clock.
 """
 
@@ -23,7 +24,7 @@ ETA = 2
 MEASURE_OVERHEAD = 1.4
 IO_WORKERS_PER_CPU = 8
 IO_WORKERS_MAX = 64
-# A cheaper config wins only within the measured noise, and never when it is this much slower.
+# A cheaper config (`cost`) wins only within the measured noise, and never when it is this much slower.
 PICK_NOISE_CAP = 0.05
 CONFIRM = 3
 Measure = Callable[[LoaderConfig, float], Optional[Measurement]]
@@ -139,21 +140,50 @@ def noise_floor(a: Measurement, b: Measurement, minimum: float) -> float:
     return max(minimum, 2.0 * max(a.cv, b.cv))
 
 
-def pick(
+def cost(config: Optional[LoaderConfig]) -> tuple[int, bool, int]:
+    """What a config costs, to order configs equal within the noise: its workers (each a process, and
+    its memory), then pinning (a pin thread and page-locked memory), then the batches it prefetches."""
+    c = config or LoaderConfig()
+    return c.num_workers, c.pin_memory, c.prefetch_factor if c.num_workers else 0
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The winner of a pool, the others equal to it within the noise (fastest first), and the widest
+    noise band that admitted one of them (None when none did)."""
+
+    winner: Measurement
+    ties: tuple[Measurement, ...] = ()
+    noise: Optional[float] = None
+
+
+def tied(
     pool: Sequence[Measurement], minimum_noise: float, noise: Optional[float] = None, prefer_fewer: bool = True
-) -> Measurement:
-    """The fastest, except that a cheaper config (fewer workers) within the noise of it wins: the noise
-    measured between repeated windows, else twice the windows' own CV, capped at PICK_NOISE_CAP. Without
-    `prefer_fewer` (I/O-bound work: a worker is not a core) the fastest wins."""
+) -> Pick:
+    """The cheapest config (`cost`) of those equal to the fastest within the noise, and which others tie.
+    CPU-bound work (`prefer_fewer`): the noise measured between repeated windows, else twice the windows'
+    own CV, at least `minimum_noise`. I/O-bound work: only the measured repeat noise, since more waiting
+    workers keep raising the rate and only a repeat shows how much of a gap is a lucky window. Either
+    band is capped at PICK_NOISE_CAP: a cheaper config never costs more throughput than that."""
     best = max(pool, key=lambda m: m.samples_per_s)
-    if not prefer_fewer:
-        return best
 
     def band(m: Measurement) -> float:
+        if not prefer_fewer:
+            return 0.0 if noise is None else min(PICK_NOISE_CAP, noise)
         return min(PICK_NOISE_CAP, noise_floor(m, best, minimum_noise) if noise is None else max(minimum_noise, noise))
 
     close = [m for m in pool if m.samples_per_s >= best.samples_per_s * (1.0 - band(m))]
-    return min(close, key=lambda m: (m.config.num_workers if m.config else 0, -m.samples_per_s))
+    winner = min(close, key=lambda m: (*cost(m.config), -m.samples_per_s))
+    ties = sorted((m for m in close if m is not winner), key=lambda m: -m.samples_per_s)
+    widest = max((band(m) for m in ties), default=None)
+    return Pick(winner, tuple(ties), widest)
+
+
+def pick(
+    pool: Sequence[Measurement], minimum_noise: float, noise: Optional[float] = None, prefer_fewer: bool = True
+) -> Measurement:
+    """The winner of `tied`: the cheapest config within the noise of the fastest."""
+    return tied(pool, minimum_noise, noise, prefer_fewer).winner
 
 
 def pooled(first: Measurement, second: Measurement) -> Measurement:
@@ -175,7 +205,7 @@ class SearchOptions:
     """How successive halving runs: stop once a candidate reaches `early_stop` x the ceiling; keep
     `reserve_measurements` final-round windows for the knobs; windows of at least `min_window_s` (workers
     started together deliver in bursts); a fixed cost per measurement first guessed as `overhead_s`;
-    the top `confirm` measured again; `prefer_fewer` goes to `pick`."""
+    the top `confirm` measured again; `prefer_fewer` goes to `tied`."""
 
     ceiling_samples_per_s: Optional[float]
     early_stop: float
@@ -198,6 +228,8 @@ class SearchResult:
     failed: tuple[LoaderConfig, ...] = ()  # candidates whose loader died (measure returned None)
     cost_s: float = 0.0  # what one first-round measurement was expected to cost
     noise: Optional[float] = None  # the gap between repeated windows of the confirmed configs
+    ties: tuple[Measurement, ...] = ()  # configs equal to the winner within the noise, fastest first
+    tie_noise: Optional[float] = None  # the noise band they tie within
 
 
 @dataclass
@@ -282,10 +314,18 @@ def successive_halving(
     if not reached:
         after_s = max(0, o.reserve_measurements - o.confirm) * search.cost(window)
         pool, noise = confirmed(search, list(search.latest.values()), o.confirm, window, deadline - after_s)
-    winner = pick(pool, o.minimum_noise, noise, o.prefer_fewer) if pool else None
-    failed = tuple(search.failed)
+    chosen = tied(pool, o.minimum_noise, noise, o.prefer_fewer) if pool else None
     return SearchResult(
-        winner, tuple(rounds), bool(reached), search.per_measurement, tuple(unmeasured), failed, first_cost, noise
+        chosen.winner if chosen else None,
+        tuple(rounds),
+        bool(reached),
+        search.per_measurement,
+        tuple(unmeasured),
+        tuple(search.failed),
+        first_cost,
+        noise,
+        chosen.ties if chosen else (),
+        chosen.noise if chosen else None,
     )
 
 
@@ -343,7 +383,8 @@ def try_knobs(
     minimum_noise: float,
     fits: Callable[[], bool] = lambda: True,
 ) -> KnobResult:
-    """Each change tried against the current best and kept only when its gain beats the noise floor, while
+    """Each change tried against the current best and kept when its gain beats the noise floor, or, for a
+    cheaper config (`cost`), when it is not slower beyond that floor (capped at PICK_NOISE_CAP), while
     another measurement `fits` the time left; one whose loader dies gets a NaN gain."""
     current, trials = start, []
     for name, proposed in changes:
@@ -358,6 +399,9 @@ def try_knobs(
             continue
         noise = noise_floor(current, trial, minimum_noise)
         gain = trial.samples_per_s / current.samples_per_s - 1.0 if current.samples_per_s > 0 else 0.0
-        trials.append((name, config.label, gain > noise, gain, noise))
-        current = trial if gain > noise else current
+        # A cheaper change (no pinning) that is not slower beyond the noise ties, and the cheaper wins.
+        cheaper = cost(config) < cost(current.config)
+        kept = gain > noise or (cheaper and gain >= -min(PICK_NOISE_CAP, noise))
+        trials.append((name, config.label, kept, gain, noise))
+        current = trial if kept else current
     return KnobResult(current, tuple(trials))

@@ -25,6 +25,8 @@ from bootstrap.bench.results import (
     Measurement,
     Metrics,
     SamplerReport,
+    Ties,
+    TuningRecord,
     UtilStats,
 )
 from bootstrap.bench.verdicts import VerdictFacts, efficiency_check, evaluate, shm_check, speedup_check
@@ -154,10 +156,12 @@ def test_candidates_and_units():
 
 
 class FakeLoaderModel:
-    """Throughput of a pipeline with W workers of known latency feeding a consumer of known rate, on a fake clock."""
+    """Throughput of a pipeline with W workers of known latency feeding a consumer of known rate, on a fake clock.
+    `luck` gives a worker count's successive windows a factor each (a lucky or unlucky moment of the host)."""
 
-    def __init__(self, per_worker, ceiling, startup_s=0.3):
+    def __init__(self, per_worker, ceiling, startup_s=0.3, luck=None):
         self.per_worker, self.ceiling, self.startup_s = per_worker, ceiling, startup_s
+        self.luck = {workers: list(factors) for workers, factors in (luck or {}).items()}
         self.now = 0.0
         self.windows = []
 
@@ -170,7 +174,9 @@ class FakeLoaderModel:
         # 0 workers: the main process loads (half a worker's rate, it also steps); more processes cost a little.
         rate = min(self.ceiling, max(config.num_workers, 0.5) * self.per_worker)
         rate *= 0.99 if config.num_workers > 6 else 1.0
-        return Measurement("tune", config.label, config, 10, 80, window_s, rate, cv=0.01)
+        factors = self.luck.get(config.num_workers)
+        rate *= factors.pop(0) if factors else 1.0
+        return Measurement("tune", config.label, config, 10, round(rate * window_s), window_s, rate, cv=0.01)
 
 
 def test_successive_halving_picks_a_saturating_count_within_budget():
@@ -222,6 +228,110 @@ def test_io_bound_search_takes_the_fastest_not_the_cheapest_in_the_noise_band():
     ]
     assert tuner.pick(pool, 0.03).config.num_workers == 4  # CPU-bound: within the noise, fewer workers win
     assert tuner.pick(pool, 0.03, prefer_fewer=False).config.num_workers == 16
+
+
+def test_an_io_bound_search_keeps_the_cheapest_of_the_configs_tied_within_the_repeat_noise():
+    """3 to 16 workers all deliver about what the step eats; w=6 had a lucky first window (876/s) and w=8 an
+    unlucky repeat. Within the noise the repeats measured, the fastest is as likely the lucky window: the
+    fewest workers win, and the others are named as ties."""
+    model = FakeLoaderModel(per_worker=300.0, ceiling=840.0, luck={6: [1.043], 3: [0.95], 8: [1.0, 0.9]})
+    counts = tuner.worker_candidates(6, 16, io_bound=True)
+    configs = [LoaderConfig(num_workers=w, persistent_workers=w > 0) for w in tuner.measure_order(counts, 6)]
+    options = tuner.SearchOptions(
+        ceiling_samples_per_s=None,
+        early_stop=0.95,
+        minimum_noise=0.03,
+        reserve_measurements=4,
+        min_window_s=0.2,
+        confirm=tuner.CONFIRM,
+        prefer_fewer=False,
+    )
+    result = tuner.successive_halving(configs, model.measure, 8.0, options, clock=model.clock)
+    assert len(result.rounds) == 1 and result.noise > tuner.PICK_NOISE_CAP  # w=8's repeat: 832 then 749/s
+    assert result.winner.config.num_workers == 4 and result.winner.samples_per_s == pytest.approx(840.0, rel=1e-3)
+    assert [m.config.num_workers for m in result.ties] == [6, 12, 16]  # fastest first; w=3 (798/s) is beyond
+    assert result.tie_noise == tuner.PICK_NOISE_CAP
+    assert max(result.ties, key=lambda m: m.samples_per_s).samples_per_s > 850.0  # the lucky w=6, pooled
+
+
+def test_ties_go_to_fewer_workers_then_no_pinning_then_the_smaller_prefetch():
+    def at(rate, **config):
+        loader = LoaderConfig(**config)
+        return Measurement("tune", loader.label, loader, 10, round(rate * 4), 4.0, rate, cv=0.01)
+
+    pool = [at(101.0, num_workers=4, pin_memory=True), at(100.0, num_workers=4), at(102.0, num_workers=8)]
+    picked = tuner.tied(pool, 0.03, noise=0.02)
+    assert picked.winner.config == LoaderConfig(num_workers=4) and picked.noise == 0.03
+    assert [m.config for m in picked.ties] == [pool[2].config, pool[0].config]
+    prefetch = [at(100.0, num_workers=4, prefetch_factor=4), at(99.0, num_workers=4)]
+    assert tuner.pick(prefetch, 0.03).config.prefetch_factor == 2
+    alone = at(100.0, num_workers=2)
+    assert tuner.tied([alone], 0.03) == tuner.Pick(alone)  # no ties, no band
+    assert tuner.tied(pool, 0.03, prefer_fewer=False).winner is pool[2]  # I/O-bound, no repeats: the fastest
+
+
+def test_a_knob_that_makes_the_loader_cheaper_is_kept_within_the_noise():
+    """Unpinned memory within the noise of pinned ties with it, and the cheaper wins; pinning again, or a
+    deeper prefetch, must gain beyond the noise."""
+    base_config = LoaderConfig(num_workers=4, prefetch_factor=2, pin_memory=True, non_blocking=True)
+    base = Measurement("knob", "base", base_config, 10, 400, 4.0, 100.0, cv=0.01)
+    rates = {"prefetch_factor": 102.0, "pin_memory": 98.5, "non_blocking": 101.0}
+
+    def measure(config, window):
+        changed = [k for k in rates if getattr(config, k) != getattr(base_config, k)]
+        rate = rates[changed[-1]]
+        return Measurement("knob", config.label, config, 10, round(rate * window), window, rate, cv=0.01)
+
+    result = tuner.try_knobs(base, tuner.knob_changes(base_config, cuda=True), measure, 4.0, minimum_noise=0.03)
+    kept = {name.split("=")[0]: keep for name, _, keep, _, _ in result.trials}
+    assert kept == {"prefetch_factor": False, "pin_memory": True, "non_blocking": False}
+    assert result.winner.config.pin_memory is False and result.winner.config.prefetch_factor == 2
+    unpinned = replace(base, config=replace(base_config, pin_memory=False))
+    pinned = Measurement("knob", "pin", base_config, 10, 404, 4.0, 101.0, cv=0.01)
+    again = tuner.try_knobs(unpinned, [("pin_memory=True", base_config)], lambda c, w: pinned, 4.0, 0.03)
+    assert again.winner.config.pin_memory is False  # pinning costs more, and +1% is within the noise
+
+
+def tuned_state(best, *, cpus=2, cpu_bound=False, ties=None, knobs=()):
+    """A run's state as the tuner left it: the loader phase's costs (0.6 ms CPU of 4 ms a sample), the
+    prediction, the winner, and what the search and the knobs recorded."""
+    from bootstrap.bench.state import new_state
+
+    state = new_state(BenchOptions(device="cpu", budget_s=5.0))
+    state.cpus, state.best = cpus, best
+    state.metrics.cpu_s_per_sample, state.metrics.wall_s_per_sample = 0.0006, 0.0045
+    state.metrics.run_queue_s_per_sample = 0.0005  # waiting for a CPU is contention, not I/O
+    state.prediction = tuner.WorkerPrediction(12, 12, 16, "I/O-bound", cpu_bound)
+    state.tuning = TuningRecord(winner=best, ties=ties, knobs=knobs)
+    return state
+
+
+def test_the_report_names_the_configs_the_pick_tied_with():
+    from bootstrap.bench.outcome import build_result
+
+    ties = Ties(("w=3 pf=2 nopin", 812.0), (("w=6 pf=2 nopin", 876.0), ("w=12 pf=2 nopin", 799.0)), 0.05)
+    knobs = (("pin_memory=False", "w=3 pf=2 nopin", True, -0.012, 0.03),)
+    notes = build_result(tuned_state(LoaderConfig(num_workers=3), cpus=4, ties=ties, knobs=knobs)).notes
+    assert notes == (
+        "tie: w=6 pf=2 nopin (876/s), w=12 pf=2 nopin (799/s) tie with w=3 pf=2 nopin (812/s) within the noise "
+        "(5%): the cheapest was kept (fewest workers, then no pinning, then the smaller prefetch)",
+        "tie: pin_memory=False kept as the cheaper, -1.2% within the noise (3.0%)",
+    )
+    alone = Ties(("w=3 pf=2 nopin", 812.0))
+    assert build_result(tuned_state(LoaderConfig(num_workers=3), cpus=4, ties=alone)).notes == ()
+
+
+def test_more_workers_than_cpus_says_the_samples_wait_on_io():
+    from bootstrap.bench.outcome import build_result
+
+    notes = build_result(tuned_state(LoaderConfig(num_workers=8))).notes
+    assert notes == (
+        "num_workers=8 is more than the 2 usable CPUs: a sample waits on I/O 85% of its time (0.60 ms CPU of "
+        "4.00 ms, measured with num_workers=0), and a waiting worker holds no CPU; torch's warning that the "
+        "suggested max number of workers is 2 counts CPUs, not waits",
+    )
+    assert build_result(tuned_state(LoaderConfig(num_workers=2))).notes == ()  # within the CPUs
+    assert build_result(tuned_state(LoaderConfig(num_workers=8), cpu_bound=True)).notes == ()  # bench.affinity's
 
 
 def test_successive_halving_on_a_tight_budget_decides_on_what_fits():
@@ -432,6 +542,11 @@ def test_json_contract_on_a_synthetic_result(tmp_path):
     assert_bench_contract(envelope)
     assert envelope["extra"]["best"]["num_workers"] == 4 and envelope["extra"]["best"]["label"] == "w=4 pf=2 nopin"
     assert envelope["extra"]["sampler"]["gpu_utilization_pct"]["p95"] == 99.0
+    assert envelope["extra"]["tuning"]["ties"] == {
+        "picked": {"label": "w=4 pf=2 nopin", "samples_per_s": 230.0},
+        "noise": 0.03,
+        "results": [{"label": "w=8 pf=2 nopin", "samples_per_s": 232.0}],
+    }
 
 
 def test_reports_written_and_png_opens(tmp_path):
