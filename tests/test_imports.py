@@ -48,6 +48,11 @@ SHARED_MODULES = (
     "bootstrap.yamlfile",
 )
 COMMAND_LINE = ("bootstrap.cli", "bootstrap.__main__")
+# The package's own lazy `__getattr__` (PEP 562) hands a training script the benchmark's Python API,
+# `from bootstrap import tune_loader`. It runs on first attribute access, never when a module imports the
+# package, so it ties no layer to another; it is the one import allowed to reach up from the shared layer,
+# and only to these modules (test_the_package_hands_out_only_the_bench_api_and_only_on_first_use).
+FACADE_MODULE, FACADE_FUNCTION, FACADE_TARGETS = "bootstrap", "__getattr__", {"bootstrap.bench"}
 
 
 # --------------------------------------------------------------------------- reading the imports
@@ -88,12 +93,22 @@ def _dynamic(node: ast.Call) -> Optional[str]:
     return None
 
 
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+def imports_of(name: str, path: Path, known: set[str], skip_function: Optional[str] = None) -> set[str]:
     """The bootstrap modules that module `name` (at `path`) imports, resolved to modules (`from
-    bootstrap.install import store` is bootstrap.install.store), wherever the import statement is."""
+    bootstrap.install import store` is bootstrap.install.store), wherever the import statement is, except
+    inside the module-level function `skip_function`."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = {
+        id(inner)
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == skip_function
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -113,8 +128,10 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
 
 
 def import_graph(root: Path = REPO) -> dict[str, set[str]]:
+    """Every module's imports, the package's lazy API (FACADE_FUNCTION) left out."""
     known = modules(root)
-    return {name: imports_of(name, path, set(known)) for name, path in known.items()}
+    skip = {FACADE_MODULE: FACADE_FUNCTION}
+    return {name: imports_of(name, path, set(known), skip.get(name)) for name, path in known.items()}
 
 
 # --------------------------------------------------------------------------- judging them
@@ -227,6 +244,15 @@ def test_the_package_has_no_import_cycle() -> None:
 
 def test_no_cycle_between_packages() -> None:
     assert cycles(layer_graph(import_graph())) == []
+
+
+def test_the_package_hands_out_only_the_bench_api_and_only_on_first_use() -> None:
+    """What the graph leaves out of the package's `__init__` is its lazy `__getattr__`, and that imports
+    the bench's public face alone (tests/test_package.py checks that `import bootstrap` does not)."""
+    known, path = set(modules()), PACKAGE / "__init__.py"
+    lazy = imports_of(FACADE_MODULE, path, known) - imports_of(FACADE_MODULE, path, known, FACADE_FUNCTION)
+    assert lazy == FACADE_TARGETS
+    assert all(layer_of(target) == SHARED for target in import_graph()[FACADE_MODULE])
 
 
 def test_the_core_never_imports_the_command_line() -> None:

@@ -50,6 +50,22 @@ def test_the_bench_package_still_exports_its_api_on_first_use() -> None:
         bench.nothing  # noqa: B018
 
 
+def test_the_python_api_is_importable_from_the_package_and_loads_nothing_until_used() -> None:
+    """`from bootstrap import tune_loader`, as a training script writes it; a bare `import bootstrap` (every
+    module's first import) loads neither torch nor numpy nor the bench."""
+    heavy = "{'torch', 'numpy', 'PIL', 'pynvml', 'bootstrap.bench'}"
+    loaded = f"sorted(m for m in sys.modules if m in {heavy} or m.split('.')[0] in {heavy})"
+    code = (
+        f"import sys, bootstrap; print({loaded}); "
+        "from bootstrap import tune_loader; import bootstrap.bench; "
+        "print(tune_loader is bootstrap.bench.tune_loader, tune_loader.__module__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert done.stdout.splitlines() == ["[]", "True bootstrap.bench.run"]
+    with pytest.raises(AttributeError, match="no attribute 'run_bench'"):
+        bootstrap.run_bench  # noqa: B018 (the CLI's full run stays in bootstrap.bench)
+
+
 def test_a_verb_imports_only_its_own_command() -> None:
     """A no-op `make env` is promised under 0.2 s: the other verbs' commands are not loaded for it."""
     code = (
