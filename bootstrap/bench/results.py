@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
-from bootstrap.report import Check
+from bootstrap.report import Check, Status, shown, summary
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,7 @@ class Metrics:
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class BenchResult:
     """Everything one bench run measured and decided. `partial` when Ctrl-C cut it short."""
 
@@ -298,3 +298,43 @@ class BenchResult:
 
     def measurements_of(self, phase: str) -> list[Measurement]:
         return [m for m in self.measurements if m.phase == phase]
+
+    def __repr__(self) -> str:
+        """A few lines for `print(report)` and a notebook: the device, the winner against naive and the
+        ceiling, the verdicts, and where the rest is (every field stays an attribute, and in `asdict`)."""
+        d, m = self.device, self.metrics
+        partial = " [PARTIAL]" if self.partial else ""
+        header = f"{d.get('type', '?')} ({d.get('name', '?')}), torch {d.get('torch', '?')}, "
+        header += f"{d.get('cpus_usable', '?')} CPUs; {self.seconds:.1f} s of a {self.budget_s:g} s budget{partial}"
+        return "\n".join(
+            [
+                f"BenchResult: {header}",
+                f"  {_winner_line(self.best, m)}",
+                f"  verdicts: {_verdict_line(self.checks)}",
+                "  more: report.checks (each verdict, its remedy), report.notes, report.best, report.metrics",
+                "  the full report: print(bootstrap.bench.report.render_text(report))",
+            ]
+        )
+
+
+def _rate(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _winner_line(best: Optional[LoaderConfig], m: Metrics) -> str:
+    if best is None:
+        return "winner: none (the budget ended before the tuner picked: see bench.tuned in report.checks)"
+    line = f"winner {best.label}: {_rate(m.tuned_samples_per_s)} samples/s"
+    if m.naive_samples_per_s is not None:
+        speedup = f" ({m.speedup:.2f}x)" if m.speedup is not None else ""
+        line += f"; naive {_rate(m.naive_samples_per_s)}{speedup}"
+    if m.ceiling_samples_per_s is not None:
+        efficiency = f" (efficiency {m.efficiency:.2f})" if m.efficiency is not None else ""
+        line += f"; ceiling {_rate(m.ceiling_samples_per_s)}{efficiency}"
+    return line
+
+
+def _verdict_line(checks: tuple[Check, ...]) -> str:
+    counts = ", ".join(f"{n} {status}" for status, n in summary(checks).items() if n)
+    judged = [f"{c.id} {c.status.value}" for c in checks if c.status in (Status.FAIL, Status.WARN, Status.INCONCLUSIVE)]
+    return f"{counts or 'none'}" + (f"; not ok: {shown(judged)}" if judged else "")

@@ -31,7 +31,7 @@ from bootstrap.bench.results import (
 )
 from bootstrap.bench.verdicts import VerdictFacts, efficiency_check, evaluate, shm_check, speedup_check
 from bootstrap.errors import InputError
-from bootstrap.report import Status
+from bootstrap.report import Check, Status
 from tests.fixtures import DATA as ALL_DATA
 from tests.fixtures.bench import assert_bench_contract, synthetic_result
 
@@ -572,6 +572,31 @@ def test_text_report_has_the_figures_and_the_snippet():
     copies = {"h2d_pinned_gb_per_s": 55.3, "h2d_pageable_gb_per_s": 21.04, "d2h_pinned_gb_per_s": 53.9}
     cuda = dataclasses.replace(synthetic_result(), metrics=dataclasses.replace(synthetic_result().metrics, **copies))
     assert "H2D pinned 55.3 / pageable 21.0 GB/s; D2H pinned 53.9 / pageable - GB/s" in render_text(cuda)
+
+
+def test_printing_a_result_gives_a_few_lines_and_where_the_rest_is():
+    """`print(report)` in a script or a notebook: the device, the winner against naive and the ceiling, the
+    verdicts; every field is still there, and asdict and the JSON are as they were."""
+    result = synthetic_result(partial=True)
+    warned = Check("bench.tuned", Status.WARN, "x", "y", "rerun")
+    checks = (*result.checks, warned, Check("bench.recheck", Status.INCONCLUSIVE, "x", "y"))
+    shown = replace(result, checks=checks)
+    assert str(shown) == repr(shown)
+    assert repr(shown).splitlines() == [
+        "BenchResult: cpu (CPU), torch 2.x, 2 CPUs; 6.0 s of a 10 s budget [PARTIAL]",
+        "  winner w=4 pf=2 nopin: 228.0 samples/s; naive 80.0 (2.85x); ceiling 240.0 (efficiency 0.95)",
+        "  verdicts: 1 ok, 1 warn, 1 inconclusive; not ok: bench.tuned warn; bench.recheck inconclusive",
+        "  more: report.checks (each verdict, its remedy), report.notes, report.best, report.metrics",
+        "  the full report: print(bootstrap.bench.report.render_text(report))",
+    ]
+    unpicked = repr(replace(shown, best=None, checks=())).splitlines()
+    assert unpicked[1:3] == [
+        "  winner: none (the budget ended before the tuner picked: see bench.tuned in report.checks)",
+        "  verdicts: none",
+    ]
+    fields = dataclasses.asdict(shown)
+    assert fields["best"]["num_workers"] == 4 and fields["metrics"]["tuned_samples_per_s"] == 228.0
+    assert_bench_contract(json.loads(json.dumps(to_envelope(shown))))
 
 
 @pytest.mark.parametrize(
