@@ -118,6 +118,14 @@ def option_name(name: str, script: bool = False, where: bool = False) -> str:
     return f"tune_loader({KEYWORDS[name]}=...)" if where else KEYWORDS[name]
 
 
+def option(name: str, value: object = None, script: bool = False) -> str:
+    """Option `name` set to `value` in a remedy, as the caller writes it: `--budget 25` on the command
+    line, `tune_loader(budget=25)` in a script (`...` for no value)."""
+    if script and name in KEYWORDS:
+        return f"tune_loader({KEYWORDS[name]}={'...' if value is None else value})"
+    return flag_name(name) + ("" if value is None else f" {value}")
+
+
 def check_value(value: Any, rule: Rule, where: str, python: bool = False) -> Any:
     return rule.check(value, where, python)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 
+from bootstrap.bench.config import option
 from bootstrap.bench.device import peak_memory_mib
 from bootstrap.bench.loader import DUPLICATED, NO_BATCH, SHM_FAILURE
 from bootstrap.bench.phases import TUNE_PHASES, least_prediction, sample_costs
@@ -129,6 +130,7 @@ def verdict_facts(state: RunState) -> VerdictFacts:
         budget_s=state.options.budget_s,
         partial=state.interrupted,
         left_out=state.cuts_summary(TUNE_PHASES),
+        script=state.options.from_script,
     )
 
 
@@ -179,7 +181,7 @@ def build_result(state: RunState) -> BenchResult:
         needed = metrics.budget_needed_s
         notes.append(
             f"budget too small for a complete run: left out {state.cuts_summary()}; "
-            f"~{needed:.0f} s would cover them (--budget {needed:.0f})"
+            f"~{needed:.0f} s would cover them ({option('budget_s', f'{needed:.0f}', facts.script)})"
         )
     if state.interrupted:
         notes.append("interrupted (Ctrl-C or SIGTERM): partial report of the phases measured so far")

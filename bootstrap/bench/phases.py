@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 
 from bootstrap.bench import tuner
 from bootstrap.bench.batch import map_tensors, shared_first_dim
+from bootstrap.bench.config import option_name
 from bootstrap.bench.device import h2d_bandwidth, matmul_tflops
 from bootstrap.bench.host import child_pids, rss_bytes, run_queue_s, workers_pss_kib
 from bootstrap.bench.loader import BatchStream
@@ -263,6 +264,7 @@ def _predict(state: RunState, wall_s: float, cpu_s: float, ceiling: float) -> tu
         mem_available_bytes=None if memory is None else int(memory * MIB),
         worker_bytes=rss_bytes(),
         max_workers=state.options.max_workers,
+        max_workers_name=option_name("max_workers", state.options.from_script, where=True),
     )
     return tuner.predict_workers(wall_s, cpu_s, ceiling, limits)
 

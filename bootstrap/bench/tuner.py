@@ -44,6 +44,7 @@ class Limits:
     mem_available_bytes: Optional[int] = None
     worker_bytes: Optional[int] = None
     max_workers: Optional[int] = None
+    max_workers_name: str = "--max-workers"  # how the caller set it (a script: tune_loader's keyword)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def predict_workers(wall_s: float, cpu_s: float, ceiling_samples_per_s: float, l
     cpu_share = cpu_s / wall_s if wall_s > 0 else 1.0
     cpus, start = limits.cpus, predicted
     if limits.max_workers is not None:
-        caps = [(limits.max_workers, "--max-workers")]
+        caps = [(limits.max_workers, limits.max_workers_name)]
     elif cpu_share >= 0.5:
         start = min(predicted, max(1, cpus - limits.reserved_cpus))
         why = f"search starts at W* <= {cpus} - {limits.reserved_cpus} for the main process and pin thread"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from bootstrap.bench.config import Thresholds
+from bootstrap.bench.config import Thresholds, option
 from bootstrap.bench.results import Metrics, SamplerReport
 from bootstrap.report import Check, Status
 
@@ -28,7 +28,6 @@ RATE_CHECKS = (
 STEPS_PAST_PREFETCH = 3  # a tuned window outlasts the batches its workers prefetched by this many steps
 MIN_RECHECK_STEPS = 6  # fewer, and the re-measure's own noise is unknown (its CV needs steps in each third)
 
-QUIET_HOST = "rerun on a quieter host, or with a longer --budget"
 CPU_RUN_EFFICIENCY = (
     "CPU run: the step and the loader workers share the cores, so a low figure is expected; never a fail here"
 )
@@ -66,6 +65,11 @@ class VerdictFacts:
     budget_s: Optional[float] = None
     partial: bool = False  # interrupted
     left_out: str = ""  # what of the tune the budget cut short or left out
+    script: bool = False  # the run came from tune_loader: remedies name its keywords, not the CLI's flags
+
+
+def quiet_host(script: bool = False) -> str:
+    return f"rerun on a quieter host, or with a longer {option('budget_s', script=script)}"
 
 
 def evaluate(m: Metrics, facts: VerdictFacts, sampler: SamplerReport, t: Thresholds) -> list[Check]:
@@ -78,7 +82,7 @@ def evaluate(m: Metrics, facts: VerdictFacts, sampler: SamplerReport, t: Thresho
         matmul_check(m, facts, t),
         h2d_check(m, facts, t),
         tuned_check(m, facts),
-        recheck_check(m, t),
+        recheck_check(m, t, script=facts.script),
         efficiency_check(m, facts, t),
         device_idle_check(m, facts, t),
         speedup_check(m, t),
@@ -87,7 +91,7 @@ def evaluate(m: Metrics, facts: VerdictFacts, sampler: SamplerReport, t: Thresho
         pss_check(m, t),
         scaling_check(m, t),
     ]
-    return undecided(checks, inconclusive_reason(m, t))
+    return undecided(checks, inconclusive_reason(m, t, script=facts.script))
 
 
 def _skip(check_id: str, observed: str = "not measured", detail: str = "") -> Check:
@@ -118,7 +122,7 @@ def shm_check(f: VerdictFacts, t: Thresholds) -> Check:
     free = "unknown" if f.shm_free_mib is None else f"{_mib(f.shm_free_mib)} free"
     observed = f"{free}, need {_mib(need)}"
     if f.shm_failure:
-        remedy = _shm_remedy(max(need, f.shm_free_mib or 0.0, 32.0), t)
+        remedy = _shm_remedy(max(need, f.shm_free_mib or 0.0, 32.0), t, f.script)
         return Check(check_id, Status.FAIL, f"{observed}; a loader died: {f.shm_failure}", expected, remedy, detail)
     if f.shm_free_mib is None:
         return _skip(check_id, "unknown", "/dev/shm could not be read")
@@ -128,14 +132,15 @@ def shm_check(f: VerdictFacts, t: Thresholds) -> Check:
         unused = "no loader workers: batches do not pass through shm"
         return Check(check_id, Status.OK, observed, expected, detail=unused)
     status = _band(f.shm_free_mib / need, t.shm_pass_factor, t.shm_warn_factor)
-    return _judged(check_id, status, observed, expected, _shm_remedy(need, t), detail)
+    return _judged(check_id, status, observed, expected, _shm_remedy(need, t, f.script), detail)
 
 
-def _shm_remedy(need_mib: float, t: Thresholds) -> str:
+def _shm_remedy(need_mib: float, t: Thresholds, script: bool = False) -> str:
     size = max(64, int(need_mib * t.shm_pass_factor / 64 + 1) * 64)
+    fewer = option("max_workers", script=script)
     return (
         f"give /dev/shm {size} MiB or more: `docker run --shm-size={size}m ...` (or `--ipc=host`), "
-        f"`sudo mount -o remount,size={size}m /dev/shm` on a host; or use fewer workers (--max-workers) "
+        f"`sudo mount -o remount,size={size}m /dev/shm` on a host; or use fewer workers ({fewer}) "
         "or a smaller batch (loader workers die with 'Bus error' when shm runs out)"
     )
 
@@ -152,7 +157,8 @@ def affinity_check(f: VerdictFacts) -> Check:
     observed += f", {f.workers} CPU-bound workers"
     expected = "CPU-bound workers <= usable CPUs"
     detail = "PyTorch warns past sched_getaffinity (#46867); throughput falls past the core count"
-    return Check(check_id, Status.WARN, observed, expected, f"cap the workers: --max-workers {f.cpus}", detail)
+    remedy = f"cap the workers: {option('max_workers', f.cpus, f.script)}"
+    return Check(check_id, Status.WARN, observed, expected, remedy, detail)
 
 
 def start_method_check(f: VerdictFacts, m: Metrics) -> Check:
@@ -223,12 +229,13 @@ def tuned_check(m: Metrics, f: VerdictFacts) -> Check:
     expected = "every candidate measured and 3 tuned windows, within the budget"
     if f.partial:
         return Check(check_id, Status.SKIP, "interrupted", expected)
-    needed = m.budget_needed_s
-    rerun = f"rerun with --budget {needed:.0f} (or more)" if needed else "rerun with a larger --budget"
+    needed, script = m.budget_needed_s, f.script
+    budget = option("budget_s", f"{needed:.0f}" if needed else None, script)
+    rerun = f"rerun with {budget} (or more)" if needed else f"rerun with a larger {budget}"
     if not (m.tune_candidates_measured or m.tuned_windows or m.naive_samples_per_s):
         # Nothing fed the step: no verdict on the pipeline can be given, and a pass would say otherwise.
         observed = "no loader was measured with the step: the budget ended first"
-        detail = "slow samples? a smaller --batch-size makes each measurement shorter"
+        detail = f"slow samples? a smaller {option('batch_size', script=script)} makes each measurement shorter"
         return Check(check_id, Status.FAIL, observed, expected, rerun, detail)
     progress = _tune_progress(m)
     if f.left_out and needed is not None:
@@ -257,7 +264,7 @@ def _tune_progress(m: Metrics) -> str:
     return ", ".join(parts)
 
 
-def recheck_check(m: Metrics, t: Thresholds) -> Check:
+def recheck_check(m: Metrics, t: Thresholds, script: bool = False) -> Check:
     """The tuned figure against an independent re-measure of the same config (a fresh loader)."""
     check_id, tuned, again = "bench.recheck", m.tuned_samples_per_s, m.recheck_samples_per_s
     if tuned is None or again is None:
@@ -268,7 +275,7 @@ def recheck_check(m: Metrics, t: Thresholds) -> Check:
     expected = f"within the measured noise ({noise:.0%}) and {t.noise_inconclusive:.0%}"
     if m.recheck_steps is not None and m.recheck_steps < MIN_RECHECK_STEPS:
         observed += f", over {m.recheck_steps:.0f} steps: too few to confirm or refute"
-        remedy = "a longer --budget leaves the re-measure a full window"
+        remedy = f"a longer {option('budget_s', script=script)} leaves the re-measure a full window"
         detail = "the budget left the re-measure less than a window (a slow first batch of a fresh loader?)"
         return Check(check_id, Status.SKIP, observed, expected, remedy, detail)
     detail = "a fresh loader of the winner, after the tuned windows"
@@ -276,7 +283,8 @@ def recheck_check(m: Metrics, t: Thresholds) -> Check:
         return Check(check_id, Status.OK, observed, expected, detail=detail)
     # Agreement inside a noise wider than a verdict can stand on is not agreement (`inconclusive_reason`).
     why = "the two disagree beyond the noise" if abs(gap) > noise else f"they agree only within a noise of {noise:.0%}"
-    remedy = "the host's load changed during the run: rerun on a quiet host, or with a longer --budget"
+    longer = option("budget_s", script=script)
+    remedy = f"the host's load changed during the run: rerun on a quiet host, or with a longer {longer}"
     detail += "; the rates are not repeatable"
     return Check(check_id, Status.INCONCLUSIVE, f"{observed}; {why}", expected, remedy, detail)
 
@@ -304,11 +312,12 @@ def efficiency_check(m: Metrics, f: VerdictFacts, t: Thresholds) -> Check:
 
 def _efficiency_remedy(m: Metrics, f: VerdictFacts) -> str:
     if _waits_at_the_cap(f):
+        raise_cap = option("max_workers", f.predicted_workers, f.script)
+        raise_cap += "" if f.script else " (tune_loader: max_workers=)"
         return (
             f"the loader waits on I/O, not on CPU, and the winner sits at the tuner's cap of {f.worker_cap} "
-            f"workers (predicted {f.predicted_workers}): try --max-workers {f.predicted_workers} (tune_loader: "
-            "max_workers=), since a waiting worker needs no core (each needs RAM and /dev/shm), or read from "
-            "faster storage"
+            f"workers (predicted {f.predicted_workers}): try {raise_cap}, since a waiting worker needs no core "
+            "(each needs RAM and /dev/shm), or read from faster storage"
         )
     if m.cores_per_device_needed:
         return (
@@ -416,7 +425,7 @@ def scaling_check(m: Metrics, t: Thresholds) -> Check:
     return _judged(check_id, status, observed, expected, remedy, SCALING_DETAIL)
 
 
-def inconclusive_reason(m: Metrics, t: Thresholds) -> tuple[str, str]:
+def inconclusive_reason(m: Metrics, t: Thresholds, script: bool = False) -> tuple[str, str]:
     """(why, what to do) when the rates cannot separate pass from fail; ('', '') when they can."""
     busy, steps, prefetched = m.host_busy_before_pct, m.tuned_window_steps, m.tuned_prefetched_batches
     limit = f"(> {t.noise_inconclusive:.0%})"
@@ -428,13 +437,15 @@ def inconclusive_reason(m: Metrics, t: Thresholds) -> tuple[str, str]:
             f"windows too short: a tuned window ran {steps:.0f} steps, and the workers had up to {prefetched:.0f} "
             "batches prefetched, which it drains faster than the loader makes them"
         )
-        return why, "rerun with a longer --budget for longer windows"
+        return why, f"rerun with a longer {option('budget_s', script=script)} for longer windows"
     spread = m.tuned_spread_pct
     if spread is not None and spread / 100.0 > t.noise_inconclusive:
-        return f"too noisy: the tuned windows spread {spread:.0f}% {limit}", f"{QUIET_HOST} for longer windows"
+        return f"too noisy: the tuned windows spread {spread:.0f}% {limit}", f"{quiet_host(script)} for longer windows"
     gap = m.recheck_gap_pct
     if gap is not None and abs(gap) / 100.0 > t.noise_inconclusive:
-        return f"not repeatable: an independent re-measure of the winner differs by {gap:+.0f}% {limit}", QUIET_HOST
+        return f"not repeatable: an independent re-measure of the winner differs by {gap:+.0f}% {limit}", quiet_host(
+            script
+        )
     return "", ""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -29,7 +30,17 @@ from bootstrap.bench.results import (
     TuningRecord,
     UtilStats,
 )
-from bootstrap.bench.verdicts import VerdictFacts, efficiency_check, evaluate, shm_check, speedup_check
+from bootstrap.bench.verdicts import (
+    VerdictFacts,
+    affinity_check,
+    efficiency_check,
+    evaluate,
+    inconclusive_reason,
+    recheck_check,
+    shm_check,
+    speedup_check,
+    tuned_check,
+)
 from bootstrap.errors import InputError
 from bootstrap.report import Check, Status
 from tests.fixtures import DATA as ALL_DATA
@@ -442,6 +453,88 @@ def test_an_io_bound_loader_at_the_worker_cap_is_told_to_raise_it(cpu_bound, wor
     remedy = efficiency_check(Metrics(efficiency=0.5, cores_per_device_needed=3.0), facts, Thresholds()).remedy
     assert (f"--max-workers {predicted}" in remedy) is says_max_workers, remedy
     assert ("DALI" in remedy) is not says_max_workers
+
+
+def remedies_of_a_troubled_run(script):
+    """Every remedy (and detail) that names an option, each from the case that gives it."""
+    t = Thresholds()
+    facts = VerdictFacts(device_type="cuda", cpus=2, cpus_total=2, budget_s=10.0, script=script)
+    short = replace(facts, left_out="tune: w=2 pf=2 nopin (~9.0 s)")
+    complete = Metrics(tune_candidates=3.0, tune_candidates_measured=2.0, tuned_windows=3.0, budget_needed_s=50.0)
+    at_cap = replace(facts, cpu_bound=False, workers=16, worker_cap=16, predicted_workers=51)
+    checks = [
+        tuned_check(complete, short),
+        tuned_check(Metrics(), facts),  # nothing fed the step, and no estimate of what would
+        affinity_check(replace(facts, cpu_bound=True, workers=4)),
+        shm_check(replace(facts, shm_free_mib=10.0, shm_need_mib=100.0), t),
+        efficiency_check(Metrics(efficiency=0.5), at_cap, t),
+        recheck_check(Metrics(tuned_samples_per_s=200.0, recheck_samples_per_s=150.0), t, script=script),
+        recheck_check(Metrics(tuned_samples_per_s=200.0, recheck_samples_per_s=198.0, recheck_steps=3), t, script),
+    ]
+    reasons = [
+        inconclusive_reason(Metrics(tuned_window_steps=4.0, tuned_prefetched_batches=8.0), t, script),
+        inconclusive_reason(Metrics(tuned_spread_pct=30.0), t, script),
+        inconclusive_reason(Metrics(recheck_gap_pct=-30.0), t, script),
+    ]
+    return [c.remedy for c in checks] + [checks[1].detail] + [remedy for _why, remedy in reasons]
+
+
+def test_remedies_name_the_flag_on_the_command_line_and_the_keyword_in_a_script():
+    """A run from tune_loader is told `tune_loader(budget=50)`, not `--budget 50`; the command line's own
+    remedies are as they were."""
+    assert remedies_of_a_troubled_run(script=False) == [
+        "rerun with --budget 50 (or more)",
+        "rerun with a larger --budget",
+        "cap the workers: --max-workers 2",
+        "give /dev/shm 256 MiB or more: `docker run --shm-size=256m ...` (or `--ipc=host`), `sudo mount -o "
+        "remount,size=256m /dev/shm` on a host; or use fewer workers (--max-workers) or a smaller batch (loader "
+        "workers die with 'Bus error' when shm runs out)",
+        "the loader waits on I/O, not on CPU, and the winner sits at the tuner's cap of 16 workers (predicted 51): "
+        "try --max-workers 51 (tune_loader: max_workers=), since a waiting worker needs no core (each needs RAM "
+        "and /dev/shm), or read from faster storage",
+        "the host's load changed during the run: rerun on a quiet host, or with a longer --budget",
+        "a longer --budget leaves the re-measure a full window",
+        "slow samples? a smaller --batch-size makes each measurement shorter",
+        "rerun with a longer --budget for longer windows",
+        "rerun on a quieter host, or with a longer --budget for longer windows",
+        "rerun on a quieter host, or with a longer --budget",
+    ]
+    script = remedies_of_a_troubled_run(script=True)
+    assert not [r for r in script if re.search(r"--(budget|max-workers|batch-size)", r)], script
+    assert script[:3] == [
+        "rerun with tune_loader(budget=50) (or more)",
+        "rerun with a larger tune_loader(budget=...)",
+        "cap the workers: tune_loader(max_workers=2)",
+    ]
+    assert "or use fewer workers (tune_loader(max_workers=...))" in script[3]
+    assert "try tune_loader(max_workers=51), since a waiting worker" in script[4]
+    assert script[7] == "slow samples? a smaller tune_loader(batch_size=...) makes each measurement shorter"
+    assert script[-1] == "rerun on a quieter host, or with a longer tune_loader(budget=...)"
+
+
+def test_the_budget_note_and_the_worker_cap_of_a_script_name_the_keyword():
+    from bootstrap.bench.outcome import build_result
+    from bootstrap.bench.phases import least_prediction
+    from bootstrap.bench.state import new_state
+    from bootstrap.bench.user import UserWorkload
+    from bootstrap.compat.facts import HostFacts
+
+    def note(user):
+        state = new_state(BenchOptions(device="cpu", budget_s=5.0, user=user))
+        state.cut("tune", "w=2 pf=2 nopin", 20.0)
+        return [n for n in build_result(state).notes if n.startswith("budget too small")][0]
+
+    def cap_reason(user):
+        state = new_state(BenchOptions(device="cpu", budget_s=5.0, max_workers=3, user=user))
+        state.host, state.cpus, state.batch_bytes = HostFacts(), 2, 1 << 20
+        return least_prediction(state).cap_reason
+
+    assert cap_reason(None) == "--max-workers"
+    assert cap_reason(UserWorkload(object())) == "tune_loader(max_workers=...)"
+
+    assert re.fullmatch(r"budget too small .* s would cover them \(--budget \d+\)", note(None))
+    script = note(UserWorkload(object()))
+    assert re.fullmatch(r"budget too small .* s would cover them \(tune_loader\(budget=\d+\)\)", script), script
 
 
 def test_speedup_against_prediction_and_naive():
