@@ -13,6 +13,7 @@ import io
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence
 
 from bootstrap import __version__
@@ -110,11 +111,7 @@ def _run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if args.debug or not exc.name or exc.name.split(".")[0] == "bootstrap":
             raise  # our own module missing is a bug: its traceback is the report
-        module = exc.name.split(".")[0]
-        return _error(
-            args,
-            MissingModuleError(f"{sys.executable} cannot import {module}, which `bootstrap {args.verb}` needs", module),
-        )
+        return _error(args, _missing(args.verb, exc.name.split(".")[0]))
     except BootstrapError as exc:
         if args.debug:
             raise
@@ -145,7 +142,7 @@ def _error(args: argparse.Namespace, exc: BootstrapError) -> int:
     """One line on stderr (and the error envelope on stdout with --json); the exit code."""
     # The last guard: a message that interpolated a user-given URL must not show its secrets.
     message = scrub_credentials(str(exc))
-    if isinstance(exc, MissingModuleError):
+    if isinstance(exc, MissingModuleError) and not exc.fixed:
         message += f": {_install_fix(args.verb, exc.name or '')}"
     print(f"error: {message}", file=sys.stderr)
     _error_envelope(args, type(exc).__name__, message, exc.exit_code)
@@ -187,6 +184,40 @@ def _install_fix(verb: str, module: str) -> str:
         f"add `{package}` to the env's spec (envs/*.yml), then `make lock` and `make env`; "
         f"to try it first, `{sys.executable} -m pip install {package}`"
     )
+
+
+def _missing(verb: str, module: str) -> MissingModuleError:
+    """The error for `module`, which this Python lacks and `verb` needs."""
+    outside = _outside_env_fix(verb)
+    if outside:
+        message = f"{module} is missing from this Python ({sys.executable}): {outside}"
+        return MissingModuleError(message, module, fixed=True)
+    return MissingModuleError(f"{sys.executable} cannot import {module}, which `bootstrap {verb}` needs", module)
+
+
+# The verbs `make` runs inside an env (`.envs/ENV/bin/python`), on the torch its lock installs.
+ENV_VERBS = ("verify", "bench")
+
+
+def _outside_env_fix(verb: str) -> str:
+    """Where `verb` runs, when this Python is not an env `bootstrap env` made (the tools venv, a bare
+    python3): a module it lacks belongs to the env, not here. '' inside such an env, or for other verbs."""
+    from bootstrap.prefix import INSTALL_RECORD
+    from bootstrap.project import DEFAULT_ENV
+
+    if verb not in ENV_VERBS or (Path(sys.prefix) / "conda-meta" / INSTALL_RECORD).is_file():
+        return ""
+    runs = f"`bootstrap {verb}` runs inside the env, on the torch its lock installs"
+    root = Path(__file__).resolve().parent.parent  # the checkout this package is imported from
+    if not ((root / "Makefile").is_file() and (root / "envs").is_dir()):
+        return f"{runs}: `make {verb}` in the project's checkout, or `.envs/ENV/bin/python -m bootstrap {verb}`"
+    envs_dir = root / ".envs"
+    made = sorted(p.name for p in envs_dir.glob("*") if not p.name.startswith(".") and (p / "bin" / "python").exists())
+    env = DEFAULT_ENV if DEFAULT_ENV in made or not made else made[0]
+    make = f"make {verb}" + ("" if env == DEFAULT_ENV else f" ENV={env}")
+    python = envs_dir / env / "bin" / "python"
+    fix = f"{runs}: `{make}` in {root}, or `PYTHONPATH={root} {python} -m bootstrap {verb}` with the same arguments"
+    return fix if made else f"{fix} (no env there yet: `make env` creates it)"
 
 
 def _stdout_to_devnull() -> None:

@@ -56,9 +56,10 @@ class MissingModuleError(ToolError, ImportError):
     lock lacks it). An ImportError as well, so a caller with a fallback (doctor on a bare host
     python3) keeps it; uncaught, it is one line like any other error."""
 
-    def __init__(self, message: str, module: str) -> None:
+    def __init__(self, message: str, module: str, fixed: bool = False) -> None:
         super().__init__(message)
         self.name = module
+        self.fixed = fixed  # the message names its fix already: the CLI adds none
 
 
 class IntegrityError(BootstrapError):

@@ -115,7 +115,7 @@ def import_ref(ref: str, flag: str, paths: Sequence[str] = ()) -> Any:
     try:
         module = importlib.import_module(module_name)
     except BaseException as exc:  # noqa: BLE001 (a user module's import may raise anything; SystemExit too)
-        if passes_through(exc):
+        if passes_through(exc) or missing_torch(exc):  # no torch here: the CLI says where bench runs
             raise
         if isinstance(exc, ModuleNotFoundError) and module_name.startswith(exc.name or "\0"):
             fix = "run from the directory that holds it or add --path DIR"
@@ -129,6 +129,11 @@ def import_ref(ref: str, flag: str, paths: Sequence[str] = ()) -> Any:
             raise InputError(where, f"{module_name} has no attribute {attr!r}", fix)
         value = getattr(value, part)
     return value
+
+
+def missing_torch(exc: BaseException) -> bool:
+    """Whether `exc` says torch itself is not installed in this Python (not the user's module's fault)."""
+    return isinstance(exc, ModuleNotFoundError) and exc.name == "torch"  # not one of its submodules: a typo
 
 
 def add_paths(paths: Sequence[str]) -> None:
