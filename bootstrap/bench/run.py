@@ -313,7 +313,7 @@ def _first_user_step(state: RunState) -> None:
     """Build the model and step once on the first batch: a batch the model or step cannot take is one
     line naming the step, not a traceback from the middle of the run."""
     from bootstrap.bench.step import StepFailed
-    from bootstrap.bench.user import builtin_step_fix, describe_error, passes_through, step_error_fix, step_where
+    from bootstrap.bench.user import builtin_step_fix, describe_step_error, passes_through, step_error_fix, step_where
 
     user = state.options.user
     try:
@@ -327,7 +327,7 @@ def _first_user_step(state: RunState) -> None:
         fix = step_error_fix(user, error, state.samples_in is not None)
         if not fix and user.step is None:
             fix = builtin_step_fix(user, state.sample_batch, state.workload.num_classes)
-        problem = f"failed on the first batch: {describe_error(error)}"
+        problem = f"failed on the first batch: {describe_step_error(error)}"
         raise InputError(step_where(user, state.model_name), problem, fix) from None
 
 

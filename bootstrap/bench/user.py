@@ -152,12 +152,20 @@ def describe_error(exc: BaseException) -> str:
 
 
 def clip(text: str) -> str:
-    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
+    """`text`, or its first ERROR_CHARS characters ending with '...', cut at the end of a word: where the
+    clipped text is all the user gets, a word cut in two reads as a typo."""
+    if len(text) <= ERROR_CHARS:
+        return text
+    cut = text[: ERROR_CHARS - 3]
+    space = cut.rfind(" ")
+    if space > ERROR_CHARS // 2:  # else one long word (a path, a blob of data): cut inside it
+        cut = cut[:space]
+    return cut.rstrip(" ,;:.") + "..."
 
 
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:ERROR_CHARS]}" if lines else type(exc).__name__
+    return clip(f"{type(exc).__name__}: {lines[0]}") if lines else type(exc).__name__
 
 
 def passes_through(exc: BaseException) -> bool:
@@ -641,8 +649,10 @@ def step_error_fix(user: UserWorkload, error: BaseException, own_batches: bool) 
     `own_batches`: the DataLoader did not size the batches (the dataset's own, a batch sampler's)."""
     import torch
 
-    from bootstrap.bench.step import NoParameters, NotALoss
+    from bootstrap.bench.step import GraphFreed, NoParameters, NotALoss
 
+    if isinstance(error, GraphFreed):
+        return error.fix
     script = not user.named
     if isinstance(error, NoParameters):
         own_step = "step=" if script else "a --step"
@@ -693,7 +703,15 @@ def step_failed(
         fix = "the built-in step runs the model on every batch the loader gives: fix the model for this batch"
     elif not fix:
         fix = builtin_step_fix(user, exc.batch, num_classes)
-    return InputError(step_where(user, model_name), f"raised {describe_error(exc.error)} {during}", fix)
+    return InputError(step_where(user, model_name), f"{describe_step_error(exc.error, 'raised ')} {during}", fix)
+
+
+def describe_step_error(error: BaseException, raised: str = "") -> str:
+    """What the step did, for its one line: bench's own words for a loss it could not backpropagate (torch's
+    are a paragraph), else `raised` and `describe_error`'s 'TypeName: first line'."""
+    from bootstrap.bench.step import GraphFreed
+
+    return str(error) if isinstance(error, GraphFreed) else f"{raised}{describe_error(error)}"
 
 
 def user_where(user: UserWorkload) -> str:

@@ -80,7 +80,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     own.add_argument(
         "--step",
         metavar="MODULE:FN",
-        help="with --dataset: the training step, FN(model, batch, device) -> loss or None",
+        help="with --dataset: the training step, FN(model, batch, device): return the loss and bench calls "
+        "backward() and steps, or call backward() and step yourself and return None",
     )
     own.add_argument(
         "--sampler",
