@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence
 
 from bootstrap import __version__
-from bootstrap.errors import EXIT_INTERRUPTED, EXIT_USAGE, BootstrapError, DiskFullError, MissingModuleError
+from bootstrap.errors import EXIT_INTERRUPTED, EXIT_USAGE, BootstrapError, DiskFullError, Frame, MissingModuleError
 from bootstrap.urls import scrub_credentials
 
 # verb -> (module under bootstrap.commands, one-line help)
@@ -81,7 +81,8 @@ class _UsageError(Exception):
 
 
 # `--json` runs that fail print this envelope on stdout (the one line still goes to stderr),
-# so CI parses every outcome: {"format", "version", "verb", "error": {"type", "message", "exit_code"}}.
+# so CI parses every outcome: {"format", "version", "verb", "error": {"type", "message", "exit_code"}},
+# and "frames" in "error" ([{"file", "line", "function"}]) where the error arose in the user's own code.
 ERROR_JSON_FORMAT = "bootstrap.error"
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a C tool whose reader went away
 
@@ -114,6 +115,8 @@ def _run(args: argparse.Namespace) -> int:
         return _error(args, _missing(args.verb, exc.name.split(".")[0]))
     except BootstrapError as exc:
         if args.debug:
+            if exc.frames:  # raised `from None`: the traceback shows the user's error it was raised over too
+                exc.__suppress_context__ = False
             raise
         return _error(args, exc)
     except KeyboardInterrupt:
@@ -145,7 +148,11 @@ def _error(args: argparse.Namespace, exc: BootstrapError) -> int:
     if isinstance(exc, MissingModuleError) and not exc.fixed:
         message += f": {_install_fix(args.verb, exc.name or '')}"
     print(f"error: {message}", file=sys.stderr)
-    _error_envelope(args, type(exc).__name__, message, exc.exit_code)
+    if exc.frames and getattr(args, "verbose", False):
+        print("  in your code (most recent call last):", file=sys.stderr)
+        for frame in exc.frames:
+            print(f"    {frame.file}:{frame.line} in {frame.function}", file=sys.stderr)
+    _error_envelope(args, type(exc).__name__, message, exc.exit_code, exc.frames)
     return exc.exit_code
 
 
@@ -156,18 +163,16 @@ def _early_error(argv: Sequence[str], kind: str, message: str, exit_code: int) -
     return exit_code
 
 
-def _error_envelope(args: argparse.Namespace, kind: str, message: str, exit_code: int) -> None:
+def _error_envelope(
+    args: argparse.Namespace, kind: str, message: str, exit_code: int, frames: Sequence[Frame] = ()
+) -> None:
     if getattr(args, "json", False):
         from bootstrap.report import envelope
 
-        print(
-            json.dumps(
-                envelope(
-                    ERROR_JSON_FORMAT,
-                    {"verb": args.verb, "error": {"type": kind, "message": message, "exit_code": exit_code}},
-                )
-            )
-        )
+        error: dict[str, Any] = {"type": kind, "message": message, "exit_code": exit_code}
+        if frames:  # the user's own code, where the error arose
+            error["frames"] = [frame._asdict() for frame in frames]
+        print(json.dumps(envelope(ERROR_JSON_FORMAT, {"verb": args.verb, "error": error})))
 
 
 # The verbs the tools venv runs (`make lock`, `make env`, ...); the others run in the team's env.

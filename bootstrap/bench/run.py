@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from bootstrap.bench.config import BenchOptions, WorkloadSpec, option_name
 from bootstrap.bench.device import Device, mps_available
+from bootstrap.bench.frames import with_frames
 from bootstrap.bench.host import host_busy_pct, load_average
 from bootstrap.bench.loader import BatchStream, make_loader
 from bootstrap.bench.outcome import build_result
@@ -62,14 +63,15 @@ def run_bench(
                 after(state)
     except KeyboardInterrupt:
         mark_interrupted(state)
-    except Stalled:
-        failure = stalled_error(state)
-    except BootstrapError:
+    except Stalled as exc:
+        failure = with_frames(stalled_error(state), exc)  # where the user's code was when it was stopped
+    except BootstrapError as exc:
+        with_frames(exc)
         raise
     except BaseException as exc:
         if state.options.user is None:
             raise
-        failure = user_code_error(state, exc)
+        failure = with_frames(user_code_error(state, exc), exc)
         failure.__cause__ = exc  # --debug shows where it came from
     finally:
         try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from bootstrap.bench.config import option_name
+from bootstrap.bench.frames import with_frames
 from bootstrap.errors import InputError, excerpt
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def import_ref(ref: str, flag: str, paths: Sequence[str] = ()) -> Any:
             fix = "run from the directory that holds it or add --path DIR"
         else:
             fix = "the error is in the module (or what it imports)"
-        raise InputError(where, f"cannot import {module_name}: {describe_error(exc)}", fix) from None
+        raise with_frames(InputError(where, f"cannot import {module_name}: {describe_error(exc)}", fix), exc) from None
     value: Any = module
     for part in attr.split("."):
         if not hasattr(value, part):
