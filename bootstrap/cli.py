@@ -13,10 +13,11 @@ import io
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence
 
 from bootstrap import __version__
-from bootstrap.errors import EXIT_INTERRUPTED, EXIT_USAGE, BootstrapError, DiskFullError, MissingModuleError
+from bootstrap.errors import EXIT_INTERRUPTED, EXIT_USAGE, BootstrapError, DiskFullError, Frame, MissingModuleError
 from bootstrap.urls import scrub_credentials
 
 # verb -> (module under bootstrap.commands, one-line help)
@@ -80,7 +81,8 @@ class _UsageError(Exception):
 
 
 # `--json` runs that fail print this envelope on stdout (the one line still goes to stderr),
-# so CI parses every outcome: {"format", "version", "verb", "error": {"type", "message", "exit_code"}}.
+# so CI parses every outcome: {"format", "version", "verb", "error": {"type", "message", "exit_code"}},
+# and "frames" in "error" ([{"file", "line", "function"}]) where the error arose in the user's own code.
 ERROR_JSON_FORMAT = "bootstrap.error"
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a C tool whose reader went away
 
@@ -110,13 +112,11 @@ def _run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if args.debug or not exc.name or exc.name.split(".")[0] == "bootstrap":
             raise  # our own module missing is a bug: its traceback is the report
-        module = exc.name.split(".")[0]
-        return _error(
-            args,
-            MissingModuleError(f"{sys.executable} cannot import {module}, which `bootstrap {args.verb}` needs", module),
-        )
+        return _error(args, _missing(args.verb, exc.name.split(".")[0]))
     except BootstrapError as exc:
         if args.debug:
+            if exc.frames:  # raised `from None`: the traceback shows the user's error it was raised over too
+                exc.__suppress_context__ = False
             raise
         return _error(args, exc)
     except KeyboardInterrupt:
@@ -145,10 +145,14 @@ def _error(args: argparse.Namespace, exc: BootstrapError) -> int:
     """One line on stderr (and the error envelope on stdout with --json); the exit code."""
     # The last guard: a message that interpolated a user-given URL must not show its secrets.
     message = scrub_credentials(str(exc))
-    if isinstance(exc, MissingModuleError):
+    if isinstance(exc, MissingModuleError) and not exc.fixed:
         message += f": {_install_fix(args.verb, exc.name or '')}"
     print(f"error: {message}", file=sys.stderr)
-    _error_envelope(args, type(exc).__name__, message, exc.exit_code)
+    if exc.frames and getattr(args, "verbose", False):
+        print("  in your code (most recent call last):", file=sys.stderr)
+        for frame in exc.frames:
+            print(f"    {frame.file}:{frame.line} in {frame.function}", file=sys.stderr)
+    _error_envelope(args, type(exc).__name__, message, exc.exit_code, exc.frames)
     return exc.exit_code
 
 
@@ -159,18 +163,16 @@ def _early_error(argv: Sequence[str], kind: str, message: str, exit_code: int) -
     return exit_code
 
 
-def _error_envelope(args: argparse.Namespace, kind: str, message: str, exit_code: int) -> None:
+def _error_envelope(
+    args: argparse.Namespace, kind: str, message: str, exit_code: int, frames: Sequence[Frame] = ()
+) -> None:
     if getattr(args, "json", False):
         from bootstrap.report import envelope
 
-        print(
-            json.dumps(
-                envelope(
-                    ERROR_JSON_FORMAT,
-                    {"verb": args.verb, "error": {"type": kind, "message": message, "exit_code": exit_code}},
-                )
-            )
-        )
+        error: dict[str, Any] = {"type": kind, "message": message, "exit_code": exit_code}
+        if frames:  # the user's own code, where the error arose
+            error["frames"] = [frame._asdict() for frame in frames]
+        print(json.dumps(envelope(ERROR_JSON_FORMAT, {"verb": args.verb, "error": error})))
 
 
 # The verbs the tools venv runs (`make lock`, `make env`, ...); the others run in the team's env.
@@ -187,6 +189,40 @@ def _install_fix(verb: str, module: str) -> str:
         f"add `{package}` to the env's spec (envs/*.yml), then `make lock` and `make env`; "
         f"to try it first, `{sys.executable} -m pip install {package}`"
     )
+
+
+def _missing(verb: str, module: str) -> MissingModuleError:
+    """The error for `module`, which this Python lacks and `verb` needs."""
+    outside = _outside_env_fix(verb)
+    if outside:
+        message = f"{module} is missing from this Python ({sys.executable}): {outside}"
+        return MissingModuleError(message, module, fixed=True)
+    return MissingModuleError(f"{sys.executable} cannot import {module}, which `bootstrap {verb}` needs", module)
+
+
+# The verbs `make` runs inside an env (`.envs/ENV/bin/python`), on the torch its lock installs.
+ENV_VERBS = ("verify", "bench")
+
+
+def _outside_env_fix(verb: str) -> str:
+    """Where `verb` runs, when this Python is not an env `bootstrap env` made (the tools venv, a bare
+    python3): a module it lacks belongs to the env, not here. '' inside such an env, or for other verbs."""
+    from bootstrap.prefix import INSTALL_RECORD
+    from bootstrap.project import DEFAULT_ENV
+
+    if verb not in ENV_VERBS or (Path(sys.prefix) / "conda-meta" / INSTALL_RECORD).is_file():
+        return ""
+    runs = f"`bootstrap {verb}` runs inside the env, on the torch its lock installs"
+    root = Path(__file__).resolve().parent.parent  # the checkout this package is imported from
+    if not ((root / "Makefile").is_file() and (root / "envs").is_dir()):
+        return f"{runs}: `make {verb}` in the project's checkout, or `.envs/ENV/bin/python -m bootstrap {verb}`"
+    envs_dir = root / ".envs"
+    made = sorted(p.name for p in envs_dir.glob("*") if not p.name.startswith(".") and (p / "bin" / "python").exists())
+    env = DEFAULT_ENV if DEFAULT_ENV in made or not made else made[0]
+    make = f"make {verb}" + ("" if env == DEFAULT_ENV else f" ENV={env}")
+    python = envs_dir / env / "bin" / "python"
+    fix = f"{runs}: `{make}` in {root}, or `PYTHONPATH={root} {python} -m bootstrap {verb}` with the same arguments"
+    return fix if made else f"{fix} (no env there yet: `make env` creates it)"
 
 
 def _stdout_to_devnull() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import reprlib
+from typing import NamedTuple
 
 # Exit codes shared by every verb.
 EXIT_OK = 0
@@ -16,10 +17,20 @@ EXIT_USAGE = 2  # bad input, bad usage, unreachable source
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
 
 
+class Frame(NamedTuple):
+    """A frame of the user's own code an error passed through (their dataset, step, ...)."""
+
+    file: str
+    line: int
+    function: str
+
+
 class BootstrapError(Exception):
-    """Base of every error bootstrap reports without a traceback."""
+    """Base of every error bootstrap reports without a traceback. `frames`: where in the user's own code
+    it arose (outermost first), which `-v` prints under the one line and `--json` adds to the envelope."""
 
     exit_code = EXIT_USAGE
+    frames: tuple[Frame, ...] = ()
 
 
 class InputError(BootstrapError):
@@ -56,9 +67,10 @@ class MissingModuleError(ToolError, ImportError):
     lock lacks it). An ImportError as well, so a caller with a fallback (doctor on a bare host
     python3) keeps it; uncaught, it is one line like any other error."""
 
-    def __init__(self, message: str, module: str) -> None:
+    def __init__(self, message: str, module: str, fixed: bool = False) -> None:
         super().__init__(message)
         self.name = module
+        self.fixed = fixed  # the message names its fix already: the CLI adds none
 
 
 class IntegrityError(BootstrapError):

@@ -299,8 +299,15 @@ def test_a_venv_missing_a_dependency_gets_one_line_and_a_bug_its_traceback(tmp_p
 
 
 def test_an_env_missing_a_module_is_told_to_lock_it_not_to_rebuild_the_tools_venv(tmp_path: Path) -> None:
-    """`bench` runs in the team's env: a torch missing there belongs in the env's spec and lock."""
-    code = "import sys; sys.modules['torch'] = None; from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))"
+    """`bench` runs in the team's env: a torch missing there belongs in the env's spec and lock. This
+    Python plays such an env: its prefix holds the record `bootstrap env` writes."""
+    env = tmp_path / "env"
+    (env / "conda-meta").mkdir(parents=True)
+    (env / "conda-meta" / "bootstrap").write_text("{}")
+    code = (
+        f"import sys; sys.prefix = {str(env)!r}; sys.modules['torch'] = None; "
+        "from bootstrap.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code, "bench", "--json", "--budget", "5", "--out", str(tmp_path / "out")],
         capture_output=True,
@@ -317,6 +324,35 @@ def test_an_env_missing_a_module_is_told_to_lock_it_not_to_rebuild_the_tools_ven
     assert fix in last and "make tools" not in done.stderr
     error = json.loads(done.stdout)["error"]
     assert error["type"] == "MissingModuleError" and error["message"] == last[len("error: ") :]
+    assert not (tmp_path / "out").exists()
+
+
+def test_bench_in_a_python_without_torch_says_where_bench_runs(tmp_path: Path) -> None:
+    """After the README's set-up, bench run by a Python that is no env of bootstrap's (the tools venv, a
+    bare python3) and has no torch: the one line names this Python and where bench runs, not the user's
+    module (which imports torch) nor the env's spec."""
+    import venv
+
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)
+    python = bare / "bin" / "python"
+    (tmp_path / "mymod.py").write_text("import torch\n\n\ndef make():\n    return torch.zeros(64, 3)\n")
+    runs = f"torch is missing from this Python ({python}): `bootstrap bench` runs inside the env, on the torch its lock"
+    where = f"`make bench` in {REPO}, or `PYTHONPATH={REPO} {REPO}/.envs/"
+    for argv in (["--dataset", "mymod:make"], ["--json", "--budget", "5"]):
+        done = subprocess.run(
+            [str(python), "-m", "bootstrap", "bench", "--out", str(tmp_path / "out"), *argv],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            timeout=60,
+        )
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith(f"error: {runs}") and where in done.stderr, done.stderr
+        assert "/bin/python -m bootstrap bench` with the same arguments" in done.stderr
+        assert "mymod" not in done.stderr and "make lock" not in done.stderr
+    assert json.loads(done.stdout)["error"]["message"] == done.stderr[len("error: ") : -1]
     assert not (tmp_path / "out").exists()
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from bootstrap.bench.config import BenchOptions, WorkloadSpec, option_name
 from bootstrap.bench.device import Device, mps_available
+from bootstrap.bench.frames import with_frames
 from bootstrap.bench.host import host_busy_pct, load_average
 from bootstrap.bench.loader import BatchStream, make_loader
 from bootstrap.bench.outcome import build_result
@@ -62,14 +63,15 @@ def run_bench(
                 after(state)
     except KeyboardInterrupt:
         mark_interrupted(state)
-    except Stalled:
-        failure = stalled_error(state)
-    except BootstrapError:
+    except Stalled as exc:
+        failure = with_frames(stalled_error(state), exc)  # where the user's code was when it was stopped
+    except BootstrapError as exc:
+        with_frames(exc)
         raise
     except BaseException as exc:
         if state.options.user is None:
             raise
-        failure = user_code_error(state, exc)
+        failure = with_frames(user_code_error(state, exc), exc)
         failure.__cause__ = exc  # --debug shows where it came from
     finally:
         try:
@@ -313,7 +315,7 @@ def _first_user_step(state: RunState) -> None:
     """Build the model and step once on the first batch: a batch the model or step cannot take is one
     line naming the step, not a traceback from the middle of the run."""
     from bootstrap.bench.step import StepFailed
-    from bootstrap.bench.user import builtin_step_fix, describe_error, passes_through, step_error_fix, step_where
+    from bootstrap.bench.user import builtin_step_fix, describe_step_error, passes_through, step_error_fix, step_where
 
     user = state.options.user
     try:
@@ -327,7 +329,7 @@ def _first_user_step(state: RunState) -> None:
         fix = step_error_fix(user, error, state.samples_in is not None)
         if not fix and user.step is None:
             fix = builtin_step_fix(user, state.sample_batch, state.workload.num_classes)
-        problem = f"failed on the first batch: {describe_error(error)}"
+        problem = f"failed on the first batch: {describe_step_error(error)}"
         raise InputError(step_where(user, state.model_name), problem, fix) from None
 
 

@@ -42,6 +42,25 @@ class NoParameters(ValueError):
     """The model has no parameters for the step's update to train."""
 
 
+# What torch's backward() says of a graph whose saved tensors an earlier backward() freed.
+_BACKWARD_TWICE = "Trying to backward through the graph a second time"
+
+
+class GraphFreed(RuntimeError):
+    """bench's backward() on the loss the user's step returned found its graph already backpropagated:
+    on the trainer's first update (`first`), by the step itself; later, a graph that reaches into an
+    earlier batch's (a hidden state kept without detach())."""
+
+    def __init__(self, first: bool) -> None:
+        if first:
+            problem = "returned a loss it had already called backward() on; bench calls backward() on the loss itself"
+            self.fix = "return the loss and let bench call backward() and step, or do both yourself and return None"
+        else:
+            problem = "returned a loss whose graph reaches into an earlier batch's, already backpropagated"
+            self.fix = "detach() what the step or model keeps from one batch to the next, such as a hidden state"
+        super().__init__(problem)
+
+
 def resolve_model_name(name: str, device_type: str) -> tuple[str, str]:
     """(model name, why): `auto` is ResNet-50 on a GPU (CUDA or MPS) with torchvision, else the small CNN."""
     if name != "auto":
@@ -116,6 +135,7 @@ class Trainer:
         # A step that returns None updates the model itself: it may train one without parameters.
         self.optimizer = torch.optim.SGD(parameters, lr=0.01, momentum=0.9) if parameters else None
         self.amp_dtype = getattr(torch, config.amp_dtype) if config.amp_dtype else None
+        self.updates = 0  # backward passes and steps bench took
 
     def to_device(self, images: Any, labels: Any, non_blocking: bool) -> tuple[Any, Any]:
         """Images and labels on the device; uint8 images scaled there (a quarter of the bytes to copy)."""
@@ -162,7 +182,7 @@ class Trainer:
         if loss is not None:  # None: the step updated the model itself
             if not isinstance(loss, torch.Tensor):
                 raise NotALoss(f"returned a {type(loss).__name__}, not a loss tensor")
-            self._update(loss)
+            self._update(loss, returned=True)
         if self.step_s:
             time.sleep(self.step_s)
 
@@ -176,12 +196,19 @@ class Trainer:
         if self.step_s:
             time.sleep(self.step_s)
 
-    def _update(self, loss: Any) -> None:
+    def _update(self, loss: Any, returned: bool = False) -> None:
+        """zero_grad, backward and an SGD step on `loss` (`returned`: by the user's step)."""
         if self.optimizer is None:
             raise NoParameters("the model has no parameters to train")
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        try:
+            loss.backward()
+        except RuntimeError as exc:
+            if returned and _BACKWARD_TWICE in str(exc):
+                raise GraphFreed(first=self.updates == 0) from exc
+            raise
         self.optimizer.step()
+        self.updates += 1
 
 
 def raised_by_worker_watch(exc: BaseException) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from bootstrap.bench.config import option_name
+from bootstrap.bench.frames import with_frames
 from bootstrap.errors import InputError, excerpt
 
 if TYPE_CHECKING:
@@ -115,13 +116,13 @@ def import_ref(ref: str, flag: str, paths: Sequence[str] = ()) -> Any:
     try:
         module = importlib.import_module(module_name)
     except BaseException as exc:  # noqa: BLE001 (a user module's import may raise anything; SystemExit too)
-        if passes_through(exc):
+        if passes_through(exc) or missing_torch(exc):  # no torch here: the CLI says where bench runs
             raise
         if isinstance(exc, ModuleNotFoundError) and module_name.startswith(exc.name or "\0"):
             fix = "run from the directory that holds it or add --path DIR"
         else:
             fix = "the error is in the module (or what it imports)"
-        raise InputError(where, f"cannot import {module_name}: {describe_error(exc)}", fix) from None
+        raise with_frames(InputError(where, f"cannot import {module_name}: {describe_error(exc)}", fix), exc) from None
     value: Any = module
     for part in attr.split("."):
         if not hasattr(value, part):
@@ -129,6 +130,11 @@ def import_ref(ref: str, flag: str, paths: Sequence[str] = ()) -> Any:
             raise InputError(where, f"{module_name} has no attribute {attr!r}", fix)
         value = getattr(value, part)
     return value
+
+
+def missing_torch(exc: BaseException) -> bool:
+    """Whether `exc` says torch itself is not installed in this Python (not the user's module's fault)."""
+    return isinstance(exc, ModuleNotFoundError) and exc.name == "torch"  # not one of its submodules: a typo
 
 
 def add_paths(paths: Sequence[str]) -> None:
@@ -147,12 +153,20 @@ def describe_error(exc: BaseException) -> str:
 
 
 def clip(text: str) -> str:
-    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
+    """`text`, or its first ERROR_CHARS characters ending with '...', cut at the end of a word: where the
+    clipped text is all the user gets, a word cut in two reads as a typo."""
+    if len(text) <= ERROR_CHARS:
+        return text
+    cut = text[: ERROR_CHARS - 3]
+    space = cut.rfind(" ")
+    if space > ERROR_CHARS // 2:  # else one long word (a path, a blob of data): cut inside it
+        cut = cut[:space]
+    return cut.rstrip(" ,;:.") + "..."
 
 
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:ERROR_CHARS]}" if lines else type(exc).__name__
+    return clip(f"{type(exc).__name__}: {lines[0]}") if lines else type(exc).__name__
 
 
 def passes_through(exc: BaseException) -> bool:
@@ -636,8 +650,10 @@ def step_error_fix(user: UserWorkload, error: BaseException, own_batches: bool) 
     `own_batches`: the DataLoader did not size the batches (the dataset's own, a batch sampler's)."""
     import torch
 
-    from bootstrap.bench.step import NoParameters, NotALoss
+    from bootstrap.bench.step import GraphFreed, NoParameters, NotALoss
 
+    if isinstance(error, GraphFreed):
+        return error.fix
     script = not user.named
     if isinstance(error, NoParameters):
         own_step = "step=" if script else "a --step"
@@ -688,7 +704,15 @@ def step_failed(
         fix = "the built-in step runs the model on every batch the loader gives: fix the model for this batch"
     elif not fix:
         fix = builtin_step_fix(user, exc.batch, num_classes)
-    return InputError(step_where(user, model_name), f"raised {describe_error(exc.error)} {during}", fix)
+    return InputError(step_where(user, model_name), f"{describe_step_error(exc.error, 'raised ')} {during}", fix)
+
+
+def describe_step_error(error: BaseException, raised: str = "") -> str:
+    """What the step did, for its one line: bench's own words for a loss it could not backpropagate (torch's
+    are a paragraph), else `raised` and `describe_error`'s 'TypeName: first line'."""
+    from bootstrap.bench.step import GraphFreed
+
+    return str(error) if isinstance(error, GraphFreed) else f"{raised}{describe_error(error)}"
 
 
 def user_where(user: UserWorkload) -> str:

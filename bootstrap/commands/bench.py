@@ -80,7 +80,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     own.add_argument(
         "--step",
         metavar="MODULE:FN",
-        help="with --dataset: the training step, FN(model, batch, device) -> loss or None",
+        help="with --dataset: the training step, FN(model, batch, device): return the loss and bench calls "
+        "backward() and steps, or call backward() and step yourself and return None",
     )
     own.add_argument(
         "--sampler",
@@ -201,6 +202,7 @@ def _import_refs(user: Any, budget_s: float) -> None:
     # The user's modules import torch: its first import, slow on a busy host, is not theirs to time out.
     import torch  # noqa: F401
 
+    from bootstrap.bench.frames import with_frames
     from bootstrap.bench.user import REF_FLAGS, import_ref
     from bootstrap.bench.watchdog import Stalled, give_up_s, watchdog
 
@@ -211,12 +213,13 @@ def _import_refs(user: Any, budget_s: float) -> None:
             try:
                 with watchdog(limit_s):
                     import_ref(ref, flag, user.paths)
-            except Stalled:
-                raise InputError(
+            except Stalled as exc:
+                stopped = InputError(
                     f"{flag} {ref}",
                     f"its import was still running after {limit_s:.0f} s: stopped",
                     "does the module wait on a mount, a lock or the network when imported?",
-                ) from None
+                )
+                raise with_frames(stopped, exc) from None  # where the import was waiting
 
 
 # What only the synthetic workload has: refused beside --dataset rather than silently ignored.
