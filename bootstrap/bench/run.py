@@ -52,7 +52,9 @@ def run_bench(
     failure: Optional[InputError] = None
     # torch's first import is slow on a busy host: a watchdog firing inside it would leave torch half
     # imported for the rest of the process (a training script calling tune_loader goes on after it).
+    # torch._dynamo too: the first optimizer the run builds imports it.
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
 
     try:
         with watchdog(give_up_s(state.options.budget_s)):
