@@ -54,7 +54,9 @@ def run_bench(
     # imported for the rest of the process (a training script calling tune_loader goes on after it).
     # torch._dynamo too: the first optimizer the run builds imports it.
     import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # a torch before 2.0 has none
+        import torch._dynamo  # noqa: F401
 
     try:
         with watchdog(give_up_s(state.options.budget_s)):
