@@ -25,6 +25,9 @@ except BrokenPipeError:  # the reader of stdout went away while an error was bei
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     code = EXIT_BROKEN_PIPE
 except KeyboardInterrupt:  # Ctrl-C before main could catch it, or a second while it reported the first
+    from bootstrap import aio
+
+    aio.interrupted()
     print("interrupted", file=sys.stderr)
     code = EXIT_INTERRUPTED
 if "rattler" in sys.modules:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any, Callable, Coroutine, TypeVar
 
 T = TypeVar("T")
@@ -40,3 +41,10 @@ class _QuietHalfBuiltLoops:
         ):
             return
         self.previous(unraisable)
+
+
+def interrupted() -> None:
+    """Called where a Ctrl-C is caught to end the process: a coroutine made but never run is then
+    the interrupt's doing, so Python's "never awaited" warning would only trail the one line
+    that says "interrupted". `run` cannot close one the signal caught before `run` was entered."""
+    warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)

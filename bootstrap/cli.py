@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence
 
-from bootstrap import __version__
+from bootstrap import __version__, aio
 from bootstrap.errors import EXIT_INTERRUPTED, EXIT_USAGE, BootstrapError, DiskFullError, Frame, MissingModuleError
 from bootstrap.urls import scrub_credentials
 
@@ -98,6 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {message}", file=sys.stderr)
         return _early_error(argv, "UsageError", message, EXIT_USAGE)
     except KeyboardInterrupt:  # while the verb's modules were still loading
+        aio.interrupted()
         print("interrupted", file=sys.stderr)
         return _early_error(argv, "KeyboardInterrupt", "interrupted", EXIT_INTERRUPTED)
     return _run(args)
@@ -120,6 +121,7 @@ def _run(args: argparse.Namespace) -> int:
             raise
         return _error(args, exc)
     except KeyboardInterrupt:
+        aio.interrupted()
         print("interrupted", file=sys.stderr)
         _error_envelope(args, "KeyboardInterrupt", "interrupted", EXIT_INTERRUPTED)  # an outcome like any other for CI
         return EXIT_INTERRUPTED

@@ -425,6 +425,7 @@ if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
     except KeyboardInterrupt:
+        aio.interrupted()
         print("\nbench-env: interrupted", file=sys.stderr)
         sys.exit(130)
     except subprocess.CalledProcessError as exc:  # e.g. `cp -a` on a full --dir: its last words, not a page of them

@@ -36,6 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bootstrap import aio  # noqa: E402
 from bootstrap.lock.mirrors import Mirror  # noqa: E402
 from bootstrap.lock.solve import LockOptions, lock_env  # noqa: E402  (after sys.path)
 from bootstrap.project import Project  # noqa: E402
@@ -178,5 +179,6 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt:
+        aio.interrupted()
         print("\nbench-lock: interrupted", file=sys.stderr)
         sys.exit(130)
