@@ -125,27 +125,37 @@ def dataloader_snippet(
     is; `caveat` says why the tune is not complete; `user` is `UserWorkload.describe()`."""
     if user is not None:
         return _user_snippet(config, spec, user, caveat)
-    arguments = [f"    batch_size={spec.batch_size},", "    shuffle=True,", "    drop_last=True,"]
+    arguments = [f"    batch_size={spec.batch_size},", *_assumed(shuffled=True, full_batches=True)]
     imports = ["import torch", "import torch.nn.functional as F"]
     lines = _loader_call(config, caveat, ["dataset", "model", "optimizer", "device"], arguments, imports)
     return "\n".join(lines + _training_loop(config, device_type)) + "\n"
 
 
 def _user_snippet(config: LoaderConfig, spec: WorkloadSpec, user: dict[str, Any], caveat: str) -> str:
-    """The DataLoader call alone, ordered and batched as the run was; `collate_fn`, `sampler` and
-    `batch_sampler` stand for the user's own objects."""
+    """The DataLoader call alone, with what the user gave bench (batch size or batch sampler, sampler,
+    collate) and the winner's settings; `collate_fn`, `sampler` and `batch_sampler` stand for the user's own
+    objects. The order and batching bench chose itself (`user.loader_kwargs`) are said, not passed."""
     own = [name for name in ("collate_fn", "sampler", "batch_sampler") if name.replace("_fn", "") in user]
+    assumed: list[str] = []
     if "batch_sampler" in user:
         arguments = ["    batch_sampler=batch_sampler,"]
     else:
-        arguments = [f"    batch_size={spec.loader_batch_size},"]
-        if not user.get("stream"):
-            arguments.append("    sampler=sampler," if "sampler" in user else "    shuffle=True,")
-        if not spec.batched:
-            arguments.append("    drop_last=True,")
-    if "collate" in user:
-        arguments.append("    collate_fn=collate_fn,")
+        arguments = [f"    batch_size={spec.loader_batch_size},"] + ["    sampler=sampler,"] * ("sampler" in user)
+        shuffled = not user.get("stream") and "sampler" not in user
+        assumed = _assumed(shuffled=shuffled, full_batches=not spec.batched)
+    arguments += ["    collate_fn=collate_fn,"] * ("collate" in user) + assumed
     return "\n".join(_loader_call(config, caveat, ["dataset", *own], arguments)) + "\n"
+
+
+def _assumed(*, shuffled: bool, full_batches: bool) -> list[str]:
+    """The comment that names the order and batching bench read the data in where the user gave none:
+    pasted as arguments, they would change how the user trains without being asked."""
+    said = ["shuffle=True"] * shuffled + ["drop_last=True"] * full_batches
+    if not said:
+        return []
+    how = ", ".join(["shuffled"] * shuffled + ["in full batches"] * full_batches)
+    names = " and ".join(name.split("=")[0] for name in said)
+    return [f"    # bench read the data {how} ({', '.join(said)}):", f"    # set {names} as you train"]
 
 
 def _loader_call(
