@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from bootstrap.bench.advice import summary_lines
 from bootstrap.bench.config import WorkloadSpec
 from bootstrap.bench.results import BenchResult, LoaderConfig, Metrics
 from bootstrap.errors import InputError
@@ -194,13 +195,19 @@ def _training_loop(config: LoaderConfig, device_type: str) -> list[str]:
 # --------------------------------------------------------------------------- text
 
 
+DETAILS = '---- details: docs/benchmark.md, "Reading the report", explains them ----'
+PASTE = "# ---- paste: the winning DataLoader and loop settings ----"
+
+
 def render_text(result: BenchResult, *, verbose: bool = False) -> str:
-    """The human report: header, measurements, headline figures, tuner, sampler, verdicts, snippet."""
+    """The human report: the verdict and the advice in plain words; under DETAILS the header and notes,
+    measurements, headline figures, tuner, sampler and verdicts (`verbose`: with their evidence); the
+    snippet last."""
     d = result.device
     header = f"bench: {d.get('type', '?')} ({d.get('name', '?')}), torch {d.get('torch', '?')}, "
     header += f"{d.get('cpus_usable', '?')} CPUs, model {d.get('model', '?')}, {_workload_line(result.workload)}; "
     header += f"{result.seconds:.1f} s of a {result.budget_s:g} s budget" + ("  [PARTIAL]" if result.partial else "")
-    lines = [header] + [f"note: {note}" for note in result.notes]
+    lines = [*summary_lines(result), "", DETAILS, header] + [f"note: {note}" for note in result.notes]
     if result.measurements:
         lines += ["", _measurement_table(result)]
     lines += ["", *_headline(result.metrics), *_tuner_lines(result), _sampler_line(result)]
@@ -209,7 +216,7 @@ def render_text(result: BenchResult, *, verbose: bool = False) -> str:
     if result.checks:
         lines += ["", render_table(list(result.checks), show_detail=verbose).rstrip("\n")]
     if result.snippet:
-        lines += ["", "# ---- paste: the winning DataLoader and loop settings ----", result.snippet.rstrip("\n")]
+        lines += ["", PASTE, result.snippet.rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
