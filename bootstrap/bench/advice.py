@@ -27,7 +27,7 @@ def summary_lines(result: BenchResult) -> list[str]:
     if result.snippet:
         fields.append(("", "(the DataLoader(...) to paste is at the end)"))
     fields += [
-        ("Speed", _speed(result.metrics, result.best)),
+        ("Speed", _speed(result.metrics, result.best) + _unsure(result.checks, "bench.speedup")),
         ("GPU", _device(result)),
     ]
     first = _first_to_act_on(result.checks)
@@ -106,7 +106,7 @@ def _speed(m: Metrics, best: Optional[LoaderConfig]) -> str:
     if naive is None or not m.speedup:
         return f"{rate}; the untuned loader was not measured"
     if best is not None and _untuned(best):
-        return f"{rate}; the untuned loader's own settings won (it measured {naive:,.0f} samples/s)"
+        return f"{rate}; the untuned loader's own settings won (measured earlier at {naive:,.0f} samples/s)"
     return f"{rate}, {m.speedup:.2f}x the untuned loader (num_workers=0: {naive:,.0f} samples/s)"
 
 
@@ -121,9 +121,12 @@ def _device(result: BenchResult) -> str:
     kind = result.device.get("type", "?")
     if kind == "cpu":
         feeds = m.feedable_samples_per_s
+        text = "none on this run (cpu): the rates are this host's, not a GPU's"
         if feeds:
-            return f"none on this run (cpu); this host's loader could feed a GPU ~{feeds:,.0f} samples/s"
-        return "none on this run (cpu): the rates are this host's, not a GPU's"
+            text = f"none on this run (cpu); this host's loader could feed a GPU ~{feeds:,.0f} samples/s"
+        if m.cores_needed_for_target is not None:
+            text += f"; --target-rate needs ~{m.cores_needed_for_target:.1f} loader cores"
+        return text
     if m.efficiency is None and m.tuned_over_ceiling is not None:
         return "not known: the tuned rate measured above the ceiling, a measurement error (see bench.efficiency)"
     if m.efficiency is None or m.ceiling_samples_per_s is None:
@@ -131,11 +134,18 @@ def _device(result: BenchResult) -> str:
     good = m.efficiency >= float(result.thresholds.get("efficiency_pass", {}).get("value", 0.9))
     busy = "kept busy" if good else "waits for data"
     text = f"{busy}: it trains at {m.efficiency:.0%} of its rate on data already on it"
-    text += f" ({m.ceiling_samples_per_s:,.0f} samples/s)"
+    text += f" ({m.ceiling_samples_per_s:,.0f} samples/s)" + _unsure(result.checks, "bench.efficiency")
     gpu = result.sampler.gpu
     if gpu is not None and gpu.count and gpu.p95 is not None:
         text += f"; utilization (nvidia-smi's) p95 {gpu.p95:.0f}%"
     return text
+
+
+def _unsure(checks: Sequence[Check], check_id: str) -> str:
+    """What qualifies a figure whose verdict could not tell (a noisy or busy host)."""
+    if any(c.id == check_id and c.status is Status.INCONCLUSIVE for c in checks):
+        return f" (too noisy to be sure: see {check_id})"
+    return ""
 
 
 def _first_to_act_on(checks: Sequence[Check]) -> Optional[Check]:

@@ -12,7 +12,7 @@ from bootstrap.bench.config import WorkloadSpec
 from bootstrap.bench.report import DETAILS, PASTE, dataloader_snippet, render_text
 from bootstrap.bench.results import LoaderConfig, Metrics
 from bootstrap.report import Check, Status
-from tests.fixtures.bench import synthetic_result
+from tests.fixtures.bench import SMALL, bench, synthetic_result
 
 LONG_REMEDY = (
     "the loader needs ~37.2 cores at the ceiling rate: give the job more CPUs, cut per-sample work "
@@ -120,11 +120,30 @@ def test_a_cpu_run_says_there_is_no_gpu_and_what_this_host_could_feed():
     )
 
 
+def test_a_figure_whose_verdict_could_not_tell_says_so():
+    noisy = (
+        Check("bench.efficiency", Status.INCONCLUSIVE, "0.60; too noisy", ">= 0.90", "rerun on a quieter host"),
+        Check("bench.speedup", Status.INCONCLUSIVE, "2.18x; too noisy", ">= 0.85 x predicted", "rerun"),
+    )
+    words = " ".join(" ".join(summary_of(render_text(on_a_gpu(0.60, checks=noisy)))).split())
+    assert "2.18x the untuned loader (num_workers=0: 835 samples/s) (too noisy to be sure: see bench.speedup)" in words
+    assert "(3,039 samples/s) (too noisy to be sure: see bench.efficiency)" in words
+    assert "too noisy" not in " ".join(summary_of(render_text(on_a_gpu(0.60))))
+
+
+def test_a_cpu_run_with_a_target_rate_says_the_cores_it_needs():
+    metrics = replace(synthetic_result().metrics, feedable_samples_per_s=1299.0, cores_needed_for_target=1.54)
+    words = " ".join(" ".join(summary_of(render_text(replace(synthetic_result(), metrics=metrics)))).split())
+    assert "this host's loader could feed a GPU ~1,299 samples/s; --target-rate needs ~1.5 loader cores" in words
+
+
 def test_when_the_untuned_settings_win_the_speed_says_so_not_a_speedup():
     best = LoaderConfig()
     result = replace(synthetic_result(), best=best, snippet=dataloader_snippet(best, WorkloadSpec(), "cpu"))
     speed = next(line for line in summary_of(render_text(result)) if line.startswith("Speed:"))
-    assert speed == "Speed:      228 samples/s; the untuned loader's own settings won (it measured 80 samples/s)"
+    assert (
+        speed == "Speed:      228 samples/s; the untuned loader's own settings won (measured earlier at 80 samples/s)"
+    )
 
 
 def test_a_tune_cut_short_and_a_run_without_a_winner_say_so():
@@ -152,3 +171,16 @@ def test_a_tune_cut_short_and_a_run_without_a_winner_say_so():
         "GPU:        none on this run (cpu): the rates are this host's, not a GPU's",
         "Fix first:  tuned: a longer --budget",
     ]
+
+
+def test_a_real_run_prints_the_summary_first_then_the_details_then_the_code(tmp_path):
+    done = bench("--budget", "2", "--quiet", "--no-png", "--out", str(tmp_path), *SMALL)
+    assert done.returncode in (0, 1), done.stderr
+    summary = summary_of(done.stdout)
+    labels = [line.split(":")[0] for line in summary if not line.startswith(" ")]
+    assert labels[:4] == ["Verdict", "Run with", "Speed", "GPU"] and len(summary) <= 10, done.stdout
+    assert all(len(line) < 100 for line in summary), summary
+    details = done.stdout.split(DETAILS)[1]
+    assert details.index("bench: cpu (CPU)") < details.index("STATUS  CHECK")
+    advised = not summary[1].startswith("Run with:   no advice")  # a busy host may leave the tune no time
+    assert (PASTE in details) is advised and (not advised or details.index("STATUS  CHECK") < details.index(PASTE))
