@@ -144,7 +144,7 @@ def _device(result: BenchResult) -> str:
 def _unsure(checks: Sequence[Check], check_id: str) -> str:
     """What qualifies a figure whose verdict could not tell (a noisy or busy host)."""
     if any(c.id == check_id and c.status is Status.INCONCLUSIVE for c in checks):
-        return f" (too noisy to be sure: see {check_id})"
+        return f"; too noisy to be sure ({check_id})"
     return ""
 
 

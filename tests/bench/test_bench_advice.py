@@ -126,8 +126,8 @@ def test_a_figure_whose_verdict_could_not_tell_says_so():
         Check("bench.speedup", Status.INCONCLUSIVE, "2.18x; too noisy", ">= 0.85 x predicted", "rerun"),
     )
     words = " ".join(" ".join(summary_of(render_text(on_a_gpu(0.60, checks=noisy)))).split())
-    assert "2.18x the untuned loader (num_workers=0: 835 samples/s) (too noisy to be sure: see bench.speedup)" in words
-    assert "(3,039 samples/s) (too noisy to be sure: see bench.efficiency)" in words
+    assert "2.18x the untuned loader (num_workers=0: 835 samples/s); too noisy to be sure (bench.speedup)" in words
+    assert "(3,039 samples/s); too noisy to be sure (bench.efficiency)" in words
     assert "too noisy" not in " ".join(summary_of(render_text(on_a_gpu(0.60))))
 
 
