@@ -32,6 +32,8 @@ HOST_LINE = (60, 100, 200)
 TUNED_LINE = (30, 110, 60)
 GREY = (80, 80, 80)
 PHASE_SHADES = ((245, 245, 245), (232, 236, 244))
+PHASE_LABEL_ROWS = 3  # a phase's label goes down these rows where a longer phase's label takes its place
+PHASE_LABEL_ROW = 12
 Colour = tuple[int, int, int]
 Bar = tuple[str, str, float]  # (phase, label, samples/s)
 
@@ -201,7 +203,9 @@ def _place_timeline(chart: Chart, result: BenchResult, top: int, height: int) ->
     for index, phase in enumerate(result.phases):
         x0, x1 = x_of(phase.started_s), x_of(phase.started_s + phase.seconds)
         chart.shape("rect", (x0, top + 16, max(x0 + 1, x1), bottom), "phase", PHASE_SHADES[index % 2])
-        chart.text(x0 + 2, top + 18, phase.name[:8], "phase-label", (90, 90, 90))
+    placed: list[tuple[int, int, int, int]] = []
+    for phase in sorted(result.phases, key=lambda phase: -phase.seconds):  # the longest phases choose first
+        _place_phase_label(chart, phase.name, x_of(phase.started_s) + 2, top + 18, right, placed)
     chart.shapes.append(Shape("rect", (left, top + 16, right, bottom), "frame", outline=(0, 0, 0)))
     for percent in (0, 50, 100):
         chart.text(MARGIN, y_of(percent) - 6, f"{percent}%", "y-tick")
@@ -216,3 +220,23 @@ def _place_timeline(chart: Chart, result: BenchResult, top: int, height: int) ->
     chart.text(left + 180, top, "GPU utilization.gpu (%)", "legend", GPU_LINE)
     chart.text(left + 350, top, "host CPU busy (%)", "legend", HOST_LINE)
     chart.text(left, bottom + 8, f"time since start (s), 0 to {span:.0f}", "x-axis", GREY)
+
+
+def _place_phase_label(
+    chart: Chart, name: str, x: int, y: int, right: int, placed: list[tuple[int, int, int, int]]
+) -> None:
+    """`name` at the start of its phase's band, on the first of PHASE_LABEL_ROWS rows where it meets no label
+    already `placed`; else abbreviated the same way; else left out, as adjacent short phases leave no room."""
+    for text in (name, name[:3] + "."):
+        for row in range(PHASE_LABEL_ROWS):
+            item = Text(max(0, min(x, right - chart.text_width(text))), y + row * PHASE_LABEL_ROW, text, "phase-label")
+            box = chart.text_box(item)
+            if not any(_overlap(box, other) for other in placed):
+                placed.append(box)
+                chart.text(item.x, item.y, text, "phase-label", (90, 90, 90))
+                return
+
+
+def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int], gap: int = 8) -> bool:
+    """Whether boxes `a` and `b` (left, top, right, bottom) share a row and come closer than `gap` pixels."""
+    return a[0] < b[2] + gap and b[0] < a[2] + gap and a[1] < b[3] and b[1] < a[3]

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from bootstrap.bench.advice import summary_lines
 from bootstrap.bench.config import WorkloadSpec
 from bootstrap.bench.results import BenchResult, LoaderConfig, Metrics
 from bootstrap.errors import InputError
@@ -125,27 +126,37 @@ def dataloader_snippet(
     is; `caveat` says why the tune is not complete; `user` is `UserWorkload.describe()`."""
     if user is not None:
         return _user_snippet(config, spec, user, caveat)
-    arguments = [f"    batch_size={spec.batch_size},", "    shuffle=True,", "    drop_last=True,"]
+    arguments = [f"    batch_size={spec.batch_size},", *_assumed(shuffled=True, full_batches=True)]
     imports = ["import torch", "import torch.nn.functional as F"]
     lines = _loader_call(config, caveat, ["dataset", "model", "optimizer", "device"], arguments, imports)
     return "\n".join(lines + _training_loop(config, device_type)) + "\n"
 
 
 def _user_snippet(config: LoaderConfig, spec: WorkloadSpec, user: dict[str, Any], caveat: str) -> str:
-    """The DataLoader call alone, ordered and batched as the run was; `collate_fn`, `sampler` and
-    `batch_sampler` stand for the user's own objects."""
+    """The DataLoader call alone, with what the user gave bench (batch size or batch sampler, sampler,
+    collate) and the winner's settings; `collate_fn`, `sampler` and `batch_sampler` stand for the user's own
+    objects. The order and batching bench chose itself (`user.loader_kwargs`) are said, not passed."""
     own = [name for name in ("collate_fn", "sampler", "batch_sampler") if name.replace("_fn", "") in user]
+    assumed: list[str] = []
     if "batch_sampler" in user:
         arguments = ["    batch_sampler=batch_sampler,"]
     else:
-        arguments = [f"    batch_size={spec.loader_batch_size},"]
-        if not user.get("stream"):
-            arguments.append("    sampler=sampler," if "sampler" in user else "    shuffle=True,")
-        if not spec.batched:
-            arguments.append("    drop_last=True,")
-    if "collate" in user:
-        arguments.append("    collate_fn=collate_fn,")
+        arguments = [f"    batch_size={spec.loader_batch_size},"] + ["    sampler=sampler,"] * ("sampler" in user)
+        shuffled = not user.get("stream") and "sampler" not in user
+        assumed = _assumed(shuffled=shuffled, full_batches=not spec.batched)
+    arguments += ["    collate_fn=collate_fn,"] * ("collate" in user) + assumed
     return "\n".join(_loader_call(config, caveat, ["dataset", *own], arguments)) + "\n"
+
+
+def _assumed(*, shuffled: bool, full_batches: bool) -> list[str]:
+    """The comment that names the order and batching bench read the data in where the user gave none:
+    pasted as arguments, they would change how the user trains without being asked."""
+    said = ["shuffle=True"] * shuffled + ["drop_last=True"] * full_batches
+    if not said:
+        return []
+    how = ", ".join(["shuffled"] * shuffled + ["in full batches"] * full_batches)
+    names = " and ".join(name.split("=")[0] for name in said)
+    return [f"    # bench read the data {how} ({', '.join(said)}):", f"    # set {names} as you train"]
 
 
 def _loader_call(
@@ -184,13 +195,19 @@ def _training_loop(config: LoaderConfig, device_type: str) -> list[str]:
 # --------------------------------------------------------------------------- text
 
 
+DETAILS = '---- details: docs/benchmark.md, "Reading the report", explains them ----'
+PASTE = "# ---- paste: the winning DataLoader and loop settings ----"
+
+
 def render_text(result: BenchResult, *, verbose: bool = False) -> str:
-    """The human report: header, measurements, headline figures, tuner, sampler, verdicts, snippet."""
+    """The human report: the verdict and the advice in plain words; under DETAILS the header and notes,
+    measurements, headline figures, tuner, sampler and verdicts (`verbose`: with their evidence); the
+    snippet last."""
     d = result.device
     header = f"bench: {d.get('type', '?')} ({d.get('name', '?')}), torch {d.get('torch', '?')}, "
     header += f"{d.get('cpus_usable', '?')} CPUs, model {d.get('model', '?')}, {_workload_line(result.workload)}; "
     header += f"{result.seconds:.1f} s of a {result.budget_s:g} s budget" + ("  [PARTIAL]" if result.partial else "")
-    lines = [header] + [f"note: {note}" for note in result.notes]
+    lines = [*summary_lines(result), "", DETAILS, header] + [f"note: {note}" for note in result.notes]
     if result.measurements:
         lines += ["", _measurement_table(result)]
     lines += ["", *_headline(result.metrics), *_tuner_lines(result), _sampler_line(result)]
@@ -199,7 +216,7 @@ def render_text(result: BenchResult, *, verbose: bool = False) -> str:
     if result.checks:
         lines += ["", render_table(list(result.checks), show_detail=verbose).rstrip("\n")]
     if result.snippet:
-        lines += ["", "# ---- paste: the winning DataLoader and loop settings ----", result.snippet.rstrip("\n")]
+        lines += ["", PASTE, result.snippet.rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 

@@ -125,7 +125,7 @@ def test_the_snippet_for_a_stream_does_not_shuffle() -> None:
     from bootstrap.bench.results import LoaderConfig
 
     config, spec = LoaderConfig(num_workers=2), WorkloadSpec()
-    assert "shuffle=True" in dataloader_snippet(config, spec, "cpu", user={"dataset": "m:f"})
+    assert "(shuffle=True, drop_last=True):" in dataloader_snippet(config, spec, "cpu", user={"dataset": "m:f"})
     snippet = dataloader_snippet(config, spec, "cpu", user={"dataset": "m:f", "stream": True})
     assert "shuffle" not in snippet and "num_workers=2" in snippet
 

@@ -741,6 +741,55 @@ def test_snippet_is_python_that_builds_the_loader_and_trains(config, device):
     assert namespace["loss"].item() > 0 and namespace["images"].dtype == torch.float32
 
 
+BOTH = (
+    "# bench read the data shuffled, in full batches (shuffle=True, drop_last=True):",
+    "# set shuffle and drop_last as you train",
+)
+FULL = ("# bench read the data in full batches (drop_last=True):", "# set drop_last as you train")
+ASSUMED = {  # the comment on what bench read the data with, unasked, by what the user gave it
+    "builtin": BOTH,
+    "map": BOTH,
+    "stream": FULL,
+    "sampler": FULL,
+    "batched": ("# bench read the data shuffled (shuffle=True):", "# set shuffle as you train"),
+    "batch_sampler": (),
+}
+
+
+@pytest.mark.parametrize("given", sorted(ASSUMED))
+def test_the_snippet_passes_what_the_user_gave_and_says_what_bench_assumed(given):
+    """No shuffle or drop_last the user did not ask for as arguments: the loader it builds reads the data
+    as DataLoader's defaults and the user's own objects say, and a comment names what bench read it with."""
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, SubsetRandomSampler, TensorDataset
+
+    dataset = TensorDataset(torch.arange(10))
+    objects = {"dataset": dataset}
+    user = {"dataset": "m:f", "stream": True} if given == "stream" else {"dataset": "m:f"}
+    if given in ("sampler", "batch_sampler"):
+        user = {"dataset": "m:f", given: "m:s", "collate": "m:c"}
+        objects["collate_fn"] = lambda batch: torch.stack([sample[0] for sample in batch])
+        objects["sampler"] = SubsetRandomSampler(range(7))
+        objects["batch_sampler"] = BatchSampler(SequentialSampler(dataset), 3, False)
+    spec = WorkloadSpec(batch_size=4, batched=given == "batched")
+    snippet = dataloader_snippet(LoaderConfig(num_workers=1), spec, "cpu", user=None if given == "builtin" else user)
+    comments = tuple(line.strip() for line in snippet.splitlines() if line.startswith("    #"))
+    assert comments == ASSUMED[given]
+    arguments = [line.strip() for line in snippet.splitlines() if line.startswith("    ") and "=" in line]
+    assert not {"shuffle=True,", "drop_last=True,", "generator=generator,"} & set(arguments)
+    assert all(len(line) < 100 for line in snippet.splitlines())
+    if given == "builtin":
+        return  # its loop needs a model; test_snippet_is_python_that_builds_the_loader_and_trains runs it
+    namespace = dict(objects)
+    exec(compile(snippet, "bench-snippet", "exec"), namespace)
+    loader = namespace["loader"]
+    assert isinstance(loader, DataLoader) and loader.num_workers == 1 and loader.drop_last is False
+    expected = SubsetRandomSampler if given == "sampler" else SequentialSampler
+    assert type(loader.sampler) is expected  # the user's own order, or DataLoader's: never a shuffle bench added
+    batch_sizes = {"map": 4, "stream": 4, "sampler": 4, "batched": None, "batch_sampler": None}
+    assert loader.batch_size == batch_sizes[given]
+
+
 # --------------------------------------------------------------------------- distributed aggregation
 
 
