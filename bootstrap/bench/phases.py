@@ -449,7 +449,11 @@ def _tuned_windows(
     trainer, workers = state.trainer(config), config.num_workers
     take = lambda: next(stream)  # noqa: E731 (one name for the three windows' source)
     slots = TUNED_WINDOWS + 1.5  # the windows, the re-measure, and the warm-ups
-    plan = Window.scaled((deadline - time.perf_counter()) / slots, drain=1 + workers)
+    slot_s = (deadline - time.perf_counter()) / slots
+    plan = Window.scaled(slot_s, drain=1 + workers)
+    # The windows end where the re-measure's slot begins: on a host slower than the windows' plan
+    # (a window may run to twice its seconds), the fresh loader still gets its start and a window.
+    recheck_at = deadline - slot_s
     counted, count = stream_counter(state, stream), 0
     warm_up(state, take, trainer.step, plan, deadline)
     pids = child_pids() if workers else []
@@ -459,12 +463,12 @@ def _tuned_windows(
     for index in range(TUNED_WINDOWS):
         barrier()
         label = f"tuned #{index + 1} {config.label}"
-        window_s = (deadline - time.perf_counter()) / (slots - index) * 0.95
+        window_s = (recheck_at - time.perf_counter()) / (TUNED_WINDOWS - index) * 0.95
         if window_s <= 0:
             state.cut("tuned", label, plan.seconds)
             continue
         window = Window.scaled(window_s, drain=1 + workers)
-        measured = run_window(state, take, trainer.step, window, deadline, ("tuned", label, config), counted)
+        measured = run_window(state, take, trainer.step, window, recheck_at, ("tuned", label, config), counted)
         measured = state.record(replace(measured, first_batch_s=stream.first_batch_s), window.seconds)
         count += 1
         if state.sampler is not None:
