@@ -124,6 +124,11 @@ class UtilSampler:
         self._nvml.shutdown()
         return self.report()
 
+    @property
+    def sampling_gpu(self) -> bool:
+        """Whether the sampler reads a GPU series (else `report().reason` says why not)."""
+        return bool(self._mode)
+
     def stat_window(self, start_s: float, end_s: float) -> None:
         """Count samples between these run-relative seconds in the statistics (the tuned windows)."""
         self._windows.append((start_s, end_s))
