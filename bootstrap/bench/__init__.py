@@ -1,7 +1,8 @@
 """The GPU-utilisation acceptance benchmark (`python -m bootstrap bench`; docs/benchmark.md).
 
 `run_bench(BenchOptions(...))` returns a frozen `BenchResult`; `tune_loader(dataset, batch_size=...)`
-tunes a training script's own DataLoader and returns its keyword arguments. Importing this package
+tunes a training script's own DataLoader and returns its keyword arguments; `watch(loader)` reports, from
+the training loop itself, how much of its time it waits for data. Importing this package
 does not import torch, numpy, Pillow or pynvml.
 """
 
@@ -26,6 +27,9 @@ _HOMES = {
     "run_bench": "run",
     "tune_loader": "run",
     "UserWorkload": "user",
+    # not a module `watch`: importing it would set the package's `watch` to the module, over the function
+    "Watch": "watcher",
+    "watch": "watcher",
 }
 __all__ = sorted(_HOMES)
 

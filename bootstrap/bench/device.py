@@ -5,9 +5,11 @@ Closest shell equivalents: CUDA's `bandwidthTest` and the MAMF matmul benchmark 
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import time
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from bootstrap.fsutil import MIB
 
@@ -29,6 +31,26 @@ def mps_available(torch: Any) -> bool:
     """Whether Apple MPS is there; False on a torch built without the MPS backend."""
     backend = getattr(getattr(torch, "backends", None), "mps", None)
     return bool(backend is not None and backend.is_available())
+
+
+def cuda_uuid(torch: Any, index: Optional[int]) -> Optional[str]:
+    """NVML's spelling of the device's UUID, from torch's device properties where it has them: 'MIG-...'
+    for a MIG instance (CUDA names one 'NVIDIA A100-SXM4-40GB MIG 1g.5gb'; CUDA_VISIBLE_DEVICES=MIG-...
+    shows one), else 'GPU-...'."""
+    try:
+        properties = torch.cuda.get_device_properties(index)
+        uuid = str(properties.uuid)
+    except (AttributeError, RuntimeError, AssertionError):
+        return None
+    if uuid.startswith(("GPU-", "MIG-")):
+        return uuid
+    named_mig = re.search(r"\bMIG\b", str(getattr(properties, "name", "")))
+    return f"MIG-{uuid}" if named_mig or _visible_mig(os.environ) else f"GPU-{uuid}"
+
+
+def _visible_mig(environ: Mapping[str, str]) -> bool:
+    """Whether CUDA_VISIBLE_DEVICES names a MIG instance: the first entry decides what the list holds."""
+    return environ.get("CUDA_VISIBLE_DEVICES", "").strip().startswith("MIG-")
 
 
 class Device:

@@ -9,17 +9,15 @@ one InputError naming the dataset. Nothing here prints; progress goes to the cal
 from __future__ import annotations
 
 import contextlib
-import os
 import platform
-import re
 import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 from bootstrap.bench.config import BenchOptions, WorkloadSpec, option_name
-from bootstrap.bench.device import Device, mps_available
+from bootstrap.bench.device import Device, cuda_uuid, mps_available
 from bootstrap.bench.frames import with_frames
 from bootstrap.bench.host import host_busy_pct, load_average
 from bootstrap.bench.loader import BatchStream, make_loader
@@ -159,7 +157,7 @@ def set_up(state: RunState) -> None:
         torch.backends.cudnn.benchmark = True
         state.undo.append(lambda: torch.cuda.set_device(previous))
         state.undo.append(lambda: setattr(torch.backends.cudnn, "benchmark", benchmark))
-        name, uuid = torch.cuda.get_device_name(device.torch_device), _cuda_uuid(torch, device.index)
+        name, uuid = torch.cuda.get_device_name(device.torch_device), cuda_uuid(torch, device.index)
     state.sampler = UtilSampler(
         nvml_module=options.nvml_module,
         device_index=device.index,
@@ -368,26 +366,6 @@ def _remove_made(data_dir: Path, outermost: Path) -> None:
             directory.rmdir()
         if directory == outermost:
             break
-
-
-def _cuda_uuid(torch: Any, index: Optional[int]) -> Optional[str]:
-    """NVML's spelling of the device's UUID, from torch's device properties where it has them: 'MIG-...'
-    for a MIG instance (CUDA names one 'NVIDIA A100-SXM4-40GB MIG 1g.5gb'; CUDA_VISIBLE_DEVICES=MIG-...
-    shows one), else 'GPU-...'."""
-    try:
-        properties = torch.cuda.get_device_properties(index)
-        uuid = str(properties.uuid)
-    except (AttributeError, RuntimeError, AssertionError):
-        return None
-    if uuid.startswith(("GPU-", "MIG-")):
-        return uuid
-    named_mig = re.search(r"\bMIG\b", str(getattr(properties, "name", "")))
-    return f"MIG-{uuid}" if named_mig or _visible_mig(os.environ) else f"GPU-{uuid}"
-
-
-def _visible_mig(environ: Mapping[str, str]) -> bool:
-    """Whether CUDA_VISIBLE_DEVICES names a MIG instance: the first entry decides what the list holds."""
-    return environ.get("CUDA_VISIBLE_DEVICES", "").strip().startswith("MIG-")
 
 
 def clean_up(state: RunState) -> None:

@@ -65,6 +65,7 @@ class UtilSampler:
 
     `nvml_module` is pynvml or a stand-in (None imports pynvml lazily). `device_uuid` (from torch) picks the
     GPU, else `device_index`; neither means no GPU series. `clock_zero` is the run's `perf_counter()` origin.
+    `proc_stat` '' samples no host CPU series.
     """
 
     def __init__(
@@ -84,12 +85,13 @@ class UtilSampler:
         self._interval = interval_s
         self._zero = time.perf_counter() if clock_zero is None else clock_zero
         self._epoch_zero = time.time() - (time.perf_counter() - self._zero)
-        self._proc_stat = proc_stat if Path(proc_stat).exists() else ""
+        self._proc_stat = proc_stat if proc_stat and Path(proc_stat).exists() else ""
         self._handle: Any = None
         self._mode = ""  # _SAMPLES | _RATES | '' (no GPU series)
         self._reason = ""
         self._last_us = 0
         self._gpu: Series = []
+        self._taken = 0  # GPU samples handed over by take_gpu()
         self._host: Series = []
         self._last_stat: Optional[CpuTimes] = None
         self._windows: list[tuple[float, float]] = []
@@ -121,6 +123,11 @@ class UtilSampler:
             self._poll()  # the driver's buffer holds samples newer than our last poll
         self._nvml.shutdown()
         return self.report()
+
+    @property
+    def sampling_gpu(self) -> bool:
+        """Whether the sampler reads a GPU series (else `report().reason` says why not)."""
+        return bool(self._mode)
 
     def stat_window(self, start_s: float, end_s: float) -> None:
         """Count samples between these run-relative seconds in the statistics (the tuned windows)."""
@@ -171,7 +178,7 @@ class UtilSampler:
                 return
             # NOT_FOUND: no sample newer than the last one read yet (an idle poll). Any other error after
             # samples arrived is transient. Either way the source stays; this poll is skipped.
-            if self._gpu or answer.code == NVML_ERROR_NOT_FOUND:
+            if self._gpu or self._taken or answer.code == NVML_ERROR_NOT_FOUND:
                 return
             self._reason = f"{_SAMPLES}: {answer.reason}; polled {_RATES} instead"
             self._mode = _RATES
@@ -192,6 +199,17 @@ class UtilSampler:
                 continue
             self._gpu.append((stamp / 1e6 - self._epoch_zero, float(getattr(sample.sampleValue, field))))
             self._last_us = stamp
+
+    def take_gpu(self) -> Series:
+        """The GPU samples read since the last call, handed over and no longer kept: a caller that runs
+        for days (`watch`) holds what its current interval needs, not every sample since the start.
+        Those taken are left out of `report()`."""
+        count = len(self._gpu)
+        taken = self._gpu[:count]
+        # One slice deletion, atomic under the GIL: a sample the thread appends meanwhile stays for the next call.
+        del self._gpu[:count]
+        self._taken += count
+        return taken
 
     def pcie_link(self) -> Optional[tuple[int, int, int, int]]:
         """(current gen, current width, max gen, max width) of the GPU's PCIe link; read it under load,
@@ -291,7 +309,7 @@ class UtilSampler:
         return summarize(self._in_windows(series), source) if series else None
 
     def _empty_reason(self) -> str:
-        if self._mode == _SAMPLES and not self._gpu and self._polls:
+        if self._mode == _SAMPLES and not self._gpu and not self._taken and self._polls:
             return f"{_SAMPLES}: the driver buffered no sample newer than the run's start"
         return ""
 

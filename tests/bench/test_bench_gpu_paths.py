@@ -111,10 +111,10 @@ def properties_torch(name):
     ],
 )
 def test_a_mig_instance_keeps_nvml_s_mig_spelling(monkeypatch, name, visible, uuid):
-    from bootstrap.bench.run import _cuda_uuid
+    from bootstrap.bench.device import cuda_uuid
 
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    assert _cuda_uuid(properties_torch(name), 0) == uuid
+    assert cuda_uuid(properties_torch(name), 0) == uuid

@@ -335,3 +335,17 @@ def test_host_cpu_series_from_proc_stat(tmp_path):
 
 def test_summarize_empty():
     assert summarize([], "x").count == 0 and summarize([], "x").mean is None
+
+
+def test_samples_taken_are_handed_over_once_and_no_longer_kept():
+    """`watch` drains the series as it goes: nothing is handed over twice, and the sampler holds none of it."""
+    fake = FakePynvml(start_us=int(time.time() * 1e6))
+    sampler = UtilSampler(nvml_module=fake, device_index=0, interval_s=0.02, proc_stat="")
+    sampler.start()
+    time.sleep(0.1)
+    first = sampler.take_gpu()
+    report = sampler.stop()
+    rest = sampler.take_gpu()
+    assert [v for _, v in first + rest] == recorded_values()
+    assert report.host_cpu is None and sampler.take_gpu() == []
+    assert report.reason == ""
