@@ -1,7 +1,8 @@
 """The GPU-utilisation acceptance benchmark (`python -m bootstrap bench`; docs/benchmark.md).
 
 `run_bench(BenchOptions(...))` returns a frozen `BenchResult`; `tune_loader(dataset, batch_size=...)`
-tunes a training script's own DataLoader and returns its keyword arguments. Importing this package
+tunes a training script's own DataLoader and returns its keyword arguments; `tune_training(dataset, model,
+effective_batch=...)` tunes its micro-batch, accumulation, precision and memory format as well. Importing this package
 does not import torch, numpy, Pillow or pynvml.
 """
 
@@ -25,6 +26,9 @@ _HOMES = {
     "Progress": "state",
     "run_bench": "run",
     "tune_loader": "run",
+    "tune_training": "training",
+    "TrainingOptions": "training",
+    "TrainingAdvice": "recipe",
     "UserWorkload": "user",
 }
 __all__ = sorted(_HOMES)
