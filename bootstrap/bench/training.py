@@ -365,7 +365,7 @@ class Workbench:
                 raise InputError(_at("dataset"), problem, "pass step=... that computes the loss from your batch")
             return torch.nn.functional.cross_entropy(model(batch[0]), batch[1])
 
-    def update(self, loss: Any, optimizer: Any, scaler: Any, scale: float = 1.0) -> None:
+    def update(self, loss: Any, optimizer: Any, scaler: Any) -> None:
         """backward on `loss` (None: the step updated the model itself) and an optimizer step."""
         if loss is None:
             return
@@ -374,8 +374,7 @@ class Workbench:
         if optimizer is None:
             raise ValueError("the model has no parameters to train")
         optimizer.zero_grad(set_to_none=True)
-        scaled = loss / scale
-        (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        (scaler.scale(loss) if scaler is not None else loss).backward()
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
@@ -383,17 +382,13 @@ class Workbench:
             optimizer.step()
 
     def step(self, model: Any, optimizer: Any, batch: Any, precision: str, scaler: Any = None) -> Optional[float]:
-        """One training step; its loss (None: the step returned none). The user's errors in one line."""
-        try:
-            loss = self.loss(model, batch, precision)
-            self.update(loss, optimizer, scaler)
-            self.device.sync()
-        except InputError:
-            raise
-        except Exception as exc:  # noqa: BLE001 (the user's model or step may raise anything)
-            if is_out_of_memory(exc):
-                raise OutOfMemory(str(exc)) from exc
-            raise self.failed(exc) from exc
+        """One training step, finished on the device; its loss (None: the step returned none)."""
+        return self.guarded(functools.partial(self._step, model, optimizer, batch, precision, scaler))  # type: ignore[no-any-return]
+
+    def _step(self, model: Any, optimizer: Any, batch: Any, precision: str, scaler: Any) -> Optional[float]:
+        loss = self.loss(model, batch, precision)
+        self.update(loss, optimizer, scaler)
+        self.device.sync()
         return None if loss is None else float(loss.detach().float())
 
     def failed(self, exc: BaseException) -> InputError:
@@ -467,6 +462,7 @@ class Workbench:
                 return Probe(size, predicted, False, "predicted")
             peak = self.peak(size)
             if peak is None:
+                self.free()  # the error's frames, released only now, held the tensors of that size
                 return Probe(size, None, False, "out of memory")
             measured.append((size, peak))
             return Probe(size, peak, limit is None or peak <= limit, "measured")
@@ -570,6 +566,7 @@ class Workbench:
         return True
 
     def guarded(self, call: Callable[[], Any]) -> Any:
+        """`call()`, what the user's model or step raises in one line; running out of memory as OutOfMemory."""
         try:
             return call()
         except InputError:
