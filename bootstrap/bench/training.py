@@ -1053,6 +1053,7 @@ def _dataloader(
         device=bench.options.device,
         collate_fn=bench.options.collate_fn,
         model=lambda: bench.model(choice.channels_last)[0],
+        progress=lambda event: clock.say("loader", f"{event.phase}: {event.message}"),
         step=lambda model, batch, _device: bench.loss(
             model, bench.shape(batch, choice.channels_last), choice.precision
         ),

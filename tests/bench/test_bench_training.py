@@ -184,6 +184,23 @@ def test_a_step_that_ignores_autocast_is_seen() -> None:
     assert not bench(step=own_precision).autocast_applies("bf16", 4)
 
 
+def test_a_step_that_keeps_its_own_precision_is_measured_as_it_is() -> None:
+    from bootstrap.bench.training import run_training
+
+    def own_precision(model, batch, device):
+        inputs, targets = batch
+        with torch.autocast("cpu", enabled=False):
+            return nn.functional.cross_entropy(model(inputs), targets)
+
+    options = TrainingOptions(effective_batch=16, budget_s=1.0, device="cpu", tune_loader=False)
+    result = run_training(dataset(), linear(), own_precision, options)
+    assert result.precision_by_step and result.precision == "fp32"
+    assert {r.precision for r in result.grid} == {"fp32"}  # bf16 would time the same step again
+    precision = next(c for c in result.checks if c.id == "training.precision")
+    assert precision.status is Status.SKIP and "could not be changed from outside" in precision.observed
+    assert "the step's own precision" in repr(result) and "autocast" not in result.snippet()
+
+
 # --------------------------------------------------------------------------- the recommendation, from a grid
 
 
