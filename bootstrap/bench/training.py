@@ -155,12 +155,15 @@ def recommend(
     precisions: Optional[Sequence[str]] = None,
 ) -> Optional[GridRow]:
     """The fastest row that fit (of `precisions`, if given), unless it does not beat the user's own
-    (`baseline`: their micro-batch, fp32, contiguous) by more than `min_gain`: then theirs. None when no
-    row was timed."""
+    (`baseline`: their micro-batch, fp32, contiguous) by more than `min_gain`: then theirs. Among rows
+    within `min_gain` of the fastest, a difference the host's noise could make, the least change wins: fp32,
+    then contiguous, then the largest micro-batch (the fewest accumulation steps). None when no row was timed."""
     rows = [r for r in grid if r.fits and r.samples_per_s and (precisions is None or r.precision in precisions)]
     if not rows:
         return None
-    best = max(rows, key=lambda r: (r.samples_per_s or 0.0, -r.micro))
+    fastest = max(r.samples_per_s or 0.0 for r in rows)
+    close = [r for r in rows if (r.samples_per_s or 0.0) * (1.0 + min_gain) >= fastest]
+    best = min(close, key=lambda r: (r.precision != "fp32", r.channels_last, -r.micro, -(r.samples_per_s or 0.0)))
     base = next((r for r in grid if r.key == baseline and r.fits and r.samples_per_s), None)
     if base is not None and (best.samples_per_s or 0.0) <= (base.samples_per_s or 0.0) * (1.0 + min_gain):
         return base

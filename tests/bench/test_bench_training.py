@@ -215,6 +215,14 @@ def test_nothing_faster_than_the_users_own_keeps_theirs() -> None:
     assert recommend(grid, (16, "fp32", False), min_gain=0.0) is grid[2]
 
 
+def test_among_rows_within_the_noise_the_least_change_wins() -> None:
+    grid = [row(16, rate=100.0), row(32, "bf16", True, rate=200.0), row(32, rate=197.0), row(64, rate=196.0)]
+    assert recommend(grid, (16, "fp32", False), 0.03).key == (64, "fp32", False)  # fp32, contiguous, fewest steps
+    assert recommend(grid, (16, "fp32", False), 0.0).key == (32, "bf16", True)
+    grid.append(row(16, "bf16", rate=300.0))
+    assert recommend(grid, (16, "fp32", False), 0.03).key == (16, "bf16", False)  # well beyond the noise
+
+
 def test_a_choice_that_is_slower_when_timed_again_gives_way_to_the_users(monkeypatch) -> None:
     from bootstrap.bench.training import confirm
 
