@@ -352,3 +352,16 @@ def test_a_real_run_on_the_cpu() -> None:
     assert any(r.key == (8, "fp32", False) and r.samples_per_s for r in result.grid)
     assert {c.id for c in result.checks} == {"training.precision", "training.accumulation", "training.not_slower"}
     assert all(c.status is not Status.FAIL for c in result.checks if c.id == "training.not_slower")
+
+
+@pytest.mark.slow
+def test_a_real_run_tunes_the_dataloader_for_the_chosen_step() -> None:
+    images = torch.utils.data.TensorDataset(torch.rand(256, 3, 16, 16), torch.randint(0, 3, (256,)))
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 3))
+    events = []
+    result = tune_training(
+        images, model, effective_batch=64, batch_size=16, budget=60, device="cpu", progress=events.append
+    )
+    assert "num_workers" in result.dataloader_kwargs
+    assert result.gains["over_fixed_advice"] is not None
+    assert any(e.phase == "loader" for e in events) and all(e.budget_s == 60 for e in events)
