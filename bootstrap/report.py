@@ -33,6 +33,7 @@ FORMATS = {
     "bootstrap.monitor": 1,  # monitor --once / --count N: {"available", "samples", "gpus", "last_sample", "log", ...}
     "bootstrap.cache": 1,  # cache, cache --prune
     "bootstrap.bundle-result": 1,  # bundle (the tar's own index is "bootstrap.bundle")
+    "bootstrap.training": 1,  # tune_training: {"micro_batch", "accumulation_steps", "precision", "grid", "checks", ...}
     "bootstrap.error": 1,  # any verb that failed: {"verb", "error": {"type", "message", "exit_code", "frames"?}}
 }
 

@@ -1,9 +1,10 @@
 """The GPU-utilisation acceptance benchmark (`python -m bootstrap bench`; docs/benchmark.md).
 
 `run_bench(BenchOptions(...))` returns a frozen `BenchResult`; `tune_loader(dataset, batch_size=...)`
-tunes a training script's own DataLoader and returns its keyword arguments; `watch(loader)` reports, from
-the training loop itself, how much of its time it waits for data. Importing this package
-does not import torch, numpy, Pillow or pynvml.
+tunes a training script's own DataLoader and returns its keyword arguments; `tune_training(dataset, model,
+effective_batch=...)` tunes its micro-batch, accumulation, precision and memory format as well;
+`watch(loader)` reports, from the training loop itself, how much of its time it waits for data.
+Importing this package does not import torch, numpy, Pillow or pynvml.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ _HOMES = {
     "Progress": "state",
     "run_bench": "run",
     "tune_loader": "run",
+    "tune_training": "training",
+    "TrainingOptions": "training",
+    "TrainingAdvice": "recipe",
     "UserWorkload": "user",
     # not a module `watch`: importing it would set the package's `watch` to the module, over the function
     "Watch": "watcher",
