@@ -107,7 +107,8 @@ DOCTOR = {
     **{("extra", *path): keys for path, keys in PICK.items()},
 }
 ENV_VARIANT = {
-    ("variant",): frozenset({"name", "lock", "how", "why", "facts_source", "pick"}),
+    ("variant",): frozenset({"name", "lock", "how", "why", "skipped", "facts_source", "pick"}),
+    ("variant", "skipped", "*"): frozenset({"name", "lock", "why"}),
     **{("variant", *path): keys for path, keys in PICK.items()},
 }
 # Formats whose verbs have no case here yet; whoever adds one removes the format from this set.

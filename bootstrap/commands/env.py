@@ -85,7 +85,6 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.install.bundle import Bundle
     from bootstrap.install.cache import default_cache_dir
     from bootstrap.install.env import EnvOptions, create_or_update, rollback
-    from bootstrap.install.variant import VariantRequest, choose_variant
     from bootstrap.lock.content_hash import spec_changed_since
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.platforms import host_platform
@@ -108,11 +107,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{env}: {prefix} now points at generation {done.generation}")
         return EXIT_OK
     platform = args.platform or host_platform()
-    choice = (
-        None
-        if args.lock is not None
-        else choose_variant(VariantRequest(project, env, platform, args.variant, args.force, args.facts))
-    )
+    choice = None if args.lock is not None else _choose(project, env, platform, args)
     lock_path: Path = args.lock if choice is None else choice.lock_path
     bundle = Bundle.open(args.bundle.absolute()) if args.bundle is not None else None
     if bundle is not None and choice is not None and not bundle.has_lock(choice.lock_path):
@@ -153,6 +148,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_summary(env, result, options))
     return EXIT_OK
+
+
+def _choose(project: Project, env: str, platform: str, args: argparse.Namespace) -> VariantChoice:
+    """The variant to install; a variant passed over is told on stderr at once, before a fetch that may
+    take minutes (the plan and --json say it too)."""
+    from bootstrap.install.variant import VariantRequest, choose_variant
+
+    choice = choose_variant(VariantRequest(project, env, platform, args.variant, args.force, args.facts))
+    if not args.json and not args.dry_run:
+        for line in choice.skipped_lines():
+            print(f"note: {line}", file=sys.stderr, flush=True)
+    return choice
 
 
 def _check_variant_flags(args: argparse.Namespace) -> None:
@@ -316,6 +323,7 @@ def _variant_lines(choice: Optional[VariantChoice], dry_run: bool) -> list[str]:
     if choice is None or not choice.name:
         return []
     lines = [f"variant {choice.name} ({choice.lock_path.name}, {choice.how}): {choice.why}"]
+    lines += [f"note: {line}" for line in choice.skipped_lines()]
     if dry_run and choice.pick is not None:
         lines += [f"  {line}" for line in choice.pick.lines(starred=choice.name)[:-1]]
     return lines
