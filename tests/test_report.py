@@ -67,6 +67,7 @@ KEYS: dict[str, frozenset[str]] = {
             "notes",
             "seconds",
             "variant",
+            "size",
         }
     ),
     "bootstrap.bundle-result": frozenset(

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rich.progress import TaskID
 
     from bootstrap.install.env import EnvOptions, EnvResult, Feedback
+    from bootstrap.install.fetch import FetchSize
     from bootstrap.install.variant import VariantChoice
     from bootstrap.lock.lockfile import LockedPackage
 
@@ -309,6 +310,8 @@ def _summary(env: str, result: EnvResult, options: EnvOptions) -> str:
     changes = result.plan.lines()
     shown = changes if len(changes) <= 40 else changes[:40] + [f"... and {len(changes) - 40} more (--json lists all)"]
     lines += [f"  {line}" for line in shown]
+    if result.size is not None and result.size.files:
+        lines.append(f"  {_weight_line(result.size, result.dry_run)}")
     lines += [f"note: {note}" for note in result.notes]
     if result.changed:
         if result.base is not None:
@@ -316,6 +319,20 @@ def _summary(env: str, result: EnvResult, options: EnvOptions) -> str:
         python = result.prefix / ("python.exe" if result.platform.startswith("win-") else "bin/python")
         lines.append(f"activate: conda activate {shlex.quote(str(result.prefix))}   or run {shlex.quote(str(python))}")
     return "\n".join(lines)
+
+
+def _weight_line(size: FetchSize, dry_run: bool) -> str:
+    """`size: 9 packages and wheels, 2.7 GiB; 2.6 GiB of it to download (7 not in the cache)`."""
+    from bootstrap.commands.cache import size_text
+
+    unknown = f", {size.unknown} of unknown size" if size.unknown else ""
+    fetch = "to download" if dry_run else "downloaded"
+    fetched = (
+        f"{size_text(size.download_bytes)} of it {fetch} ({size.download_files} not in the cache{unknown})"
+        if size.download_files
+        else "all in the package cache"
+    )
+    return f"size: {size.files} packages and wheels, {size_text(size.nbytes)}; {fetched}"
 
 
 def _variant_lines(choice: Optional[VariantChoice], dry_run: bool) -> list[str]:
