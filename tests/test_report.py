@@ -100,7 +100,7 @@ ITEM_KEYS: dict[str, dict[str, frozenset[str]]] = {
 # Objects nested in an envelope, by their path ("*": each item of a list): the keys each holds, where
 # a case names them (a null there is fine: an env without variants has no pick).
 PICK = {
-    ("pick",): frozenset({"variants", "chosen", "chosen_lock", "status", "why", "remedy", "others"}),
+    ("pick",): frozenset({"variants", "chosen", "chosen_lock", "status", "why", "remedy", "note", "others"}),
     ("pick", "variants", "*"): frozenset({"name", "lock", "default", "torch", "cuda", "status", "reasons"}),
 }
 DOCTOR = {

@@ -340,9 +340,11 @@ def _variant_lines(choice: Optional[VariantChoice], dry_run: bool) -> list[str]:
     if choice is None or not choice.name:
         return []
     lines = [f"variant {choice.name} ({choice.lock_path.name}, {choice.how}): {choice.why}"]
-    lines += [f"note: {line}" for line in choice.skipped_lines()]
     if dry_run and choice.pick is not None:
         lines += [f"  {line}" for line in choice.pick.lines(starred=choice.name)[:-1]]
+    lines += [f"note: {line}" for line in choice.skipped_lines()]
+    if choice.pick is not None and choice.pick.note:
+        lines.append(f"note: {choice.pick.note}")
     return lines
 
 
