@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Union
 
-from bootstrap.errors import InputError, excerpt
+from bootstrap.errors import EXCERPT_CHARS, InputError, excerpt
 
 DEFAULT_ENV = "py310"
 VIRTUAL_PACKAGES_FILE = "virtual-packages.yml"
@@ -20,6 +21,29 @@ LOCK_SUFFIX = ".conda-lock.yml"
 # a path or a message, and short enough to quote whole.
 ENV_NAME_CHARS = 64
 ENV_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,%d}" % (ENV_NAME_CHARS - 1))
+_NAME_CHAR = re.compile(r"[A-Za-z0-9._-]")
+_NOT_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def name_problem(name: str) -> Optional[str]:
+    """Why `name` is no env name (the first thing ENV_NAME finds wrong with it), or None when it is one."""
+    if ENV_NAME.fullmatch(name):
+        return None
+    bad = next((c for c in name if not _NAME_CHAR.fullmatch(c)), None)
+    if bad is not None:
+        return f"{excerpt(bad)} is not an ASCII letter, digit, '.', '_' or '-'"
+    if len(name) > ENV_NAME_CHARS:
+        return f"it is {len(name)} characters long, more than {ENV_NAME_CHARS}"
+    return f"it starts with {excerpt(name[:1])}, not a letter or digit" if name else "it is empty"
+
+
+def _renamed(name: str, taken: set[str]) -> str:
+    """A name within the rule, close to `name` and none of `taken` (folded to lower case): the fix a
+    message suggests for a spec file named against it."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    base = _NOT_NAME_CHARS.sub("-", ascii_name).lstrip("._-")[: ENV_NAME_CHARS - 4].rstrip("-") or "env"
+    candidates = [base, *(f"{base}-{n}" for n in range(1, len(taken) + 2))]
+    return next(c for c in candidates if c.lower() not in taken)
 
 
 @dataclass(frozen=True)
@@ -67,13 +91,28 @@ class Project:
         return next((p for p in sorted(self.envs_dir.glob("*.yml")) if p.name.lower() == folded), None)
 
     def env_names(self) -> list[str]:
-        """Every env that has a spec in envs/, default first."""
-        names = sorted(
-            p.stem
+        """Every env that has a spec in envs/, default first. A spec file whose name breaks the rule
+        `env NAME` applies is bad input: no verb may lock, list or advise an env it would then refuse."""
+        specs = sorted(
+            p
             for p in self.envs_dir.glob("*.yml")
             if p.name != VIRTUAL_PACKAGES_FILE and not p.name.endswith(LOCK_SUFFIX)
         )
-        return sorted(names, key=lambda n: n != self.default_env)
+        for path in specs:
+            self._check_spec_file_name(path, {p.stem.lower() for p in specs})
+        return sorted((p.stem for p in specs), key=lambda n: n != self.default_env)
+
+    def _check_spec_file_name(self, path: Path, taken: set[str]) -> None:
+        why = name_problem(path.stem)
+        if why is None:
+            return
+        # the file's own name only where it prints as itself and is short enough to read whole
+        shown = path if path.name.isprintable() and len(path.name) <= EXCERPT_CHARS else self.envs_dir
+        raise InputError(
+            shown,
+            f"{excerpt(path.stem)} is no env name: {why}",
+            f"rename the file, e.g. to {_renamed(path.stem, taken)}.yml, or move it out of envs/",
+        )
 
     def env_or_default(self, env: Optional[str], where: str = "ENV") -> str:
         """The env a command names, or the default env when it names none. An empty name (`env ''`,

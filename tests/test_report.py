@@ -67,6 +67,7 @@ KEYS: dict[str, frozenset[str]] = {
             "notes",
             "seconds",
             "variant",
+            "size",
         }
     ),
     "bootstrap.bundle-result": frozenset(
@@ -99,7 +100,7 @@ ITEM_KEYS: dict[str, dict[str, frozenset[str]]] = {
 # Objects nested in an envelope, by their path ("*": each item of a list): the keys each holds, where
 # a case names them (a null there is fine: an env without variants has no pick).
 PICK = {
-    ("pick",): frozenset({"variants", "chosen", "chosen_lock", "status", "why", "remedy", "others"}),
+    ("pick",): frozenset({"variants", "chosen", "chosen_lock", "status", "why", "remedy", "note", "others"}),
     ("pick", "variants", "*"): frozenset({"name", "lock", "default", "torch", "cuda", "status", "reasons"}),
 }
 DOCTOR = {
@@ -107,7 +108,8 @@ DOCTOR = {
     **{("extra", *path): keys for path, keys in PICK.items()},
 }
 ENV_VARIANT = {
-    ("variant",): frozenset({"name", "lock", "how", "why", "facts_source", "pick"}),
+    ("variant",): frozenset({"name", "lock", "how", "why", "skipped", "facts_source", "pick"}),
+    ("variant", "skipped", "*"): frozenset({"name", "lock", "why"}),
     **{("variant", *path): keys for path, keys in PICK.items()},
 }
 # Formats whose verbs have no case here yet; whoever adds one removes the format from this set.

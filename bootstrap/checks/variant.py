@@ -32,6 +32,8 @@ def variant_check(pick: Pick, env: str, installed: str = "") -> Check:
     observed = f"{chosen.label}: {pick.chosen.build} from {chosen.lock_path.name}; also runs: {others}"
     if installed and installed != chosen.name:
         observed += f"; installed: {installed}"
+    if pick.note and pick.status is Status.OK:  # it runs, but the user should hear what it costs
+        return Check(cid, Status.WARN, observed, expected, pick.note, pick.why)
     return Check(cid, pick.status, observed, expected, pick.remedy, pick.why)
 
 

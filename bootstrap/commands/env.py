@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rich.progress import TaskID
 
     from bootstrap.install.env import EnvOptions, EnvResult, Feedback
+    from bootstrap.install.fetch import FetchSize
     from bootstrap.install.variant import VariantChoice
     from bootstrap.lock.lockfile import LockedPackage
 
@@ -85,7 +86,6 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.install.bundle import Bundle
     from bootstrap.install.cache import default_cache_dir
     from bootstrap.install.env import EnvOptions, create_or_update, rollback
-    from bootstrap.install.variant import VariantRequest, choose_variant
     from bootstrap.lock.content_hash import spec_changed_since
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.platforms import host_platform
@@ -108,11 +108,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{env}: {prefix} now points at generation {done.generation}")
         return EXIT_OK
     platform = args.platform or host_platform()
-    choice = (
-        None
-        if args.lock is not None
-        else choose_variant(VariantRequest(project, env, platform, args.variant, args.force, args.facts))
-    )
+    choice = None if args.lock is not None else _choose(project, env, platform, args)
     lock_path: Path = args.lock if choice is None else choice.lock_path
     bundle = Bundle.open(args.bundle.absolute()) if args.bundle is not None else None
     if bundle is not None and choice is not None and not bundle.has_lock(choice.lock_path):
@@ -153,6 +149,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_summary(env, result, options))
     return EXIT_OK
+
+
+def _choose(project: Project, env: str, platform: str, args: argparse.Namespace) -> VariantChoice:
+    """The variant to install; a variant passed over is told on stderr at once, before a fetch that may
+    take minutes (the plan and --json say it too)."""
+    from bootstrap.install.variant import VariantRequest, choose_variant
+
+    choice = choose_variant(VariantRequest(project, env, platform, args.variant, args.force, args.facts))
+    if not args.json and not args.dry_run:
+        for line in choice.skipped_lines():
+            print(f"note: {line}", file=sys.stderr, flush=True)
+    return choice
 
 
 def _check_variant_flags(args: argparse.Namespace) -> None:
@@ -302,6 +310,8 @@ def _summary(env: str, result: EnvResult, options: EnvOptions) -> str:
     changes = result.plan.lines()
     shown = changes if len(changes) <= 40 else changes[:40] + [f"... and {len(changes) - 40} more (--json lists all)"]
     lines += [f"  {line}" for line in shown]
+    if result.size is not None and result.size.files:
+        lines.append(f"  {_weight_line(result.size, result.dry_run)}")
     lines += [f"note: {note}" for note in result.notes]
     if result.changed:
         if result.base is not None:
@@ -311,6 +321,20 @@ def _summary(env: str, result: EnvResult, options: EnvOptions) -> str:
     return "\n".join(lines)
 
 
+def _weight_line(size: FetchSize, dry_run: bool) -> str:
+    """`size: 9 packages and wheels, 2.7 GiB; 2.6 GiB of it to download (7 not in the cache)`."""
+    from bootstrap.commands.cache import size_text
+
+    unknown = f", {size.unknown} of unknown size" if size.unknown else ""
+    fetch = "to download" if dry_run else "downloaded"
+    fetched = (
+        f"{size_text(size.download_bytes)} of it {fetch} ({size.download_files} not in the cache{unknown})"
+        if size.download_files
+        else "all in the package cache"
+    )
+    return f"size: {size.files} packages and wheels, {size_text(size.nbytes)}; {fetched}"
+
+
 def _variant_lines(choice: Optional[VariantChoice], dry_run: bool) -> list[str]:
     """Which variant, and why; a dry run shows every variant's verdict too, the one installed starred."""
     if choice is None or not choice.name:
@@ -318,6 +342,9 @@ def _variant_lines(choice: Optional[VariantChoice], dry_run: bool) -> list[str]:
     lines = [f"variant {choice.name} ({choice.lock_path.name}, {choice.how}): {choice.why}"]
     if dry_run and choice.pick is not None:
         lines += [f"  {line}" for line in choice.pick.lines(starred=choice.name)[:-1]]
+    lines += [f"note: {line}" for line in choice.skipped_lines()]
+    if choice.pick is not None and choice.pick.note:
+        lines.append(f"note: {choice.pick.note}")
     return lines
 
 

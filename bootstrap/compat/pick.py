@@ -92,6 +92,7 @@ class Pick:
     chosen: Optional[Verdict]
     why: str
     remedy: str = ""
+    note: str = ""  # what the user should know of the pick although it runs (CUDA libraries without a GPU)
 
     @property
     def status(self) -> Status:
@@ -124,6 +125,7 @@ class Pick:
             "status": self.status.value,
             "why": self.why,
             "remedy": self.remedy,
+            "note": self.note,
             "others": [v.candidate.label for v in self.others],
         }
 
@@ -186,6 +188,23 @@ def pick_variant(nvidia: DriverFacts, candidates: Sequence[Candidate]) -> Pick:
         chosen=chosen,
         why=why + _default_note(chosen, verdicts),
         remedy=caveats if chosen.status is Status.WARN else "",
+        note=_cuda_without_gpu(nvidia, chosen, verdicts),
+    )
+
+
+CPU_VARIANT_DOCS = 'docs/lock.md, "A CPU-only torch beside a CUDA one"'
+
+
+def _cuda_without_gpu(nvidia: DriverFacts, chosen: Verdict, verdicts: Sequence[Verdict]) -> str:
+    """A CUDA build picked on a host with no sign of an NVIDIA GPU, for want of a CPU build: it runs,
+    but brings gigabytes of CUDA libraries nothing here uses. The way to a CPU variant."""
+    if nvidia.gpus or nvidia.gpu_signs or nvidia.jetson or chosen.candidate.target is None or _cpu_build(chosen):
+        return ""
+    if any(_cpu_build(v) for v in verdicts):
+        return ""
+    return (
+        f"no NVIDIA GPU here and no CPU variant locked: {chosen.candidate.label} installs CUDA libraries "
+        f"nothing here uses; declare a CPU variant in the spec and `make lock` ({CPU_VARIANT_DOCS})"
     )
 
 

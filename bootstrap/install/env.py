@@ -8,6 +8,7 @@ Docs: docs/env.md, "Plan, fetch, apply".
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from bootstrap.install import generations as gens
 from bootstrap.install import pip, store
 from bootstrap.install.cache import cache_lock, check_cache_dir
 from bootstrap.install.download import Watch
-from bootstrap.install.fetch import check_mirrors, fetch_archives
+from bootstrap.install.fetch import FetchSize, check_mirrors, fetch_archives, measure
 from bootstrap.install.floor import HostSystem, check_host, probe_host_system
 from bootstrap.install.history import COMMAND as HISTORY_COMMAND
 from bootstrap.install.history import append_request
@@ -91,6 +92,7 @@ class EnvResult:
     removed: tuple[str, ...] = ()  # what killed runs had left, removed by this one
     notes: tuple[str, ...] = ()  # what the user should know about how the change was made
     variant: Optional[VariantChoice] = None  # None with --lock
+    size: Optional[FetchSize] = None  # of what the plan installs, and of what of it was (would be) downloaded
 
     @property
     def recycled(self) -> bool:
@@ -111,6 +113,7 @@ class EnvResult:
             "notes": list(self.notes),
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
             "variant": None if self.variant is None else self.variant.to_dict(),
+            "size": None if self.size is None else self.size.to_dict(),
         }
 
 
@@ -145,7 +148,9 @@ def create_or_update(
     layout = gens.Layout(options.prefix)
     layout.check_managed()
     if options.dry_run:
-        return _result(options, started, _dry_run_change(layout, entries, feedback), dry_run=True)
+        change = _dry_run_change(layout, entries, feedback)
+        size = None if change is None else _measure(change.plan, options)
+        return dataclasses.replace(_result(options, started, change, dry_run=True), size=size)
     if _unchanged_unlocked(lock, options, layout, entries):  # the common case, without the env's lock
         return _result(options, started, removed=gens.tidy_if_idle(layout))
     check_runs_here(options.platform)
@@ -162,7 +167,7 @@ def create_or_update(
                 _write_record(run, layout.path(current), current)
             return _result(options, started, removed=removed)
         with cache_lock(options.cache_dir, feedback.waiting, shared=True), store.extracting(options.cache_dir):
-            seconds, notes = _build(layout, change, run, env_lock)
+            seconds, notes, size = _build(layout, change, run, env_lock)
         try:
             gens.collect_garbage(layout, keep=(change.start.number, current))
         except KeyboardInterrupt:  # the env is switched: say so, rather than "interrupted" as if it were not
@@ -171,7 +176,8 @@ def create_or_update(
                 "interrupted while removing older generations, after the switch: the env is "
                 "the new one; a later `make env` removes what is left",
             ]
-    return _result(options, started, change, seconds=seconds, removed=removed, notes=notes)
+    done = _result(options, started, change, seconds=seconds, removed=removed, notes=notes)
+    return dataclasses.replace(done, size=size)
 
 
 def _result(
@@ -264,10 +270,17 @@ def check_runs_here(platform: str) -> None:
         )
 
 
-def _build(layout: gens.Layout, change: Change, run: Run, env_lock: int) -> tuple[dict[str, float], list[str]]:
+def _measure(plan: Plan, options: EnvOptions, cached: Sequence[str] = ()) -> FetchSize:
+    """What the plan installs weighs, and what of it the package cache lacks."""
+    return measure([*plan.link, *plan.pip_install], options.cache_dir, options.mirrors, options.bundle, cached)
+
+
+def _build(
+    layout: gens.Layout, change: Change, run: Run, env_lock: int
+) -> tuple[dict[str, float], list[str], FetchSize]:
     """Fetch what `change` needs, then build the generation it describes and switch to it; the
-    seconds each step took, and notes for the user. `env_lock` is the descriptor of the env's lock,
-    which this run holds.
+    seconds each step took, notes for the user, and what the plan weighs. `env_lock` is the
+    descriptor of the env's lock, which this run holds.
 
     The fetch comes first: an unreachable channel or index, or a bad archive or wheel, fails before
     the retired generation is recycled, so `--rollback` still has it."""
@@ -280,8 +293,10 @@ def _build(layout: gens.Layout, change: Change, run: Run, env_lock: int) -> tupl
         run.feedback.notify(
             f"cached copies of {', '.join(edited)} were edited: extracting them again from their archives"
         )
+    fetching = [*(e for e in plan.link if e.name not in sealed), *plan.pip_install]
+    size = _measure(plan, options, cached=sorted(sealed))
     try:
-        fetched = _fetch([*(e for e in plan.link if e.name not in sealed), *plan.pip_install], options, run.feedback)
+        fetched = _fetch(fetching, options, _announced(run.feedback, fetching, size))
     except Exception as exc:
         if out_of_space(exc):  # the package cache's file system
             raise _disk_full(layout, options, exc, created=first, started=False) from exc
@@ -300,7 +315,7 @@ def _build(layout: gens.Layout, change: Change, run: Run, env_lock: int) -> tupl
         if isinstance(exc, Exception) and out_of_space(exc):
             raise _disk_full(layout, options, exc, created=first, started=True) from exc
         raise
-    return seconds, notes
+    return seconds, notes, size
 
 
 def _apply(
@@ -363,6 +378,18 @@ def _fetch(
         bundle=options.bundle,
         progress=feedback.fetched if feedback is not None else None,
         watch=feedback.watch if feedback is not None else None,
+    )
+
+
+def _announced(feedback: Feedback, entries: Sequence[LockedPackage], size: FetchSize) -> Feedback:
+    """`feedback` told the fetch's start and size here, and handed on without them: the plan's size
+    is measured once (a HEAD request per artifact the cache lacks), not again by the fetch."""
+    if entries:
+        feedback.fetch_started(len(entries))
+        if feedback.watch.sized is not None and size.download_files:
+            feedback.watch.sized(size.download_bytes, size.download_files, size.unknown)
+    return dataclasses.replace(
+        feedback, fetch_started=lambda _total: None, watch=dataclasses.replace(feedback.watch, sized=None)
     )
 
 

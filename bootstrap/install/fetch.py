@@ -17,7 +17,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Callable, Collection, Optional, Protocol, Sequence
 from urllib.parse import urlsplit
 
 from bootstrap.errors import InputError, IntegrityError, excerpt
@@ -141,6 +141,53 @@ class _Worker:
             self.done.put((entry, path, None))
 
 
+@dataclass(frozen=True)
+class FetchSize:
+    """What the archives and wheels of a plan weigh: all of them (what is installed from), and those
+    the package cache lacks (what is downloaded). `unknown`: how many of those to download have no
+    known size (a lock records none, and the server did not say)."""
+
+    files: int = 0
+    nbytes: int = 0
+    download_files: int = 0
+    download_bytes: int = 0
+    unknown: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "files": self.files,
+            "bytes": self.nbytes,
+            "download_files": self.download_files,
+            "download_bytes": self.download_bytes,
+            "unknown": self.unknown,
+        }
+
+
+def measure(
+    entries: Sequence[LockedPackage],
+    cache_dir: Path,
+    mirrors: Sequence[Mirror] = (),
+    bundle: Optional[BundleReader] = None,
+    cached: Collection[str] = (),
+) -> FetchSize:
+    """The size of `entries`: a stored artifact's from its file; one not in the store (nor named in
+    `cached`, those whose extracted copy the cache holds) by a HEAD request each (a lock records no
+    sizes), `SIZE_WORKERS` at a time, or from the bundle or local mirror that holds it."""
+    stored, sources = 0, []
+    for entry in entries:
+        path = archive_path(cache_dir, entry)
+        if path.is_file():
+            stored += path.stat().st_size
+        elif entry.name not in cached:
+            sources.append((bundle.source(entry) if bundle is not None else None) or url_source(entry, mirrors))
+    sizes: list[Optional[int]] = []
+    if sources:
+        with ThreadPoolExecutor(max_workers=min(SIZE_WORKERS, len(sources))) as pool:
+            sizes = list(pool.map(lambda source: source.size(), sources))
+    known = sum(size for size in sizes if size is not None)
+    return FetchSize(len(entries), stored + known, len(sizes), known, sum(size is None for size in sizes))
+
+
 def _announce_size(
     entries: Sequence[LockedPackage],
     cache_dir: Path,
@@ -148,18 +195,11 @@ def _announce_size(
     bundle: Optional[BundleReader],
     sized: Callable[[int, int, int], None],
 ) -> None:
-    """Tell `sized` what the fetch will download: those not in the store, sized by a HEAD request each
-    (a lock records no sizes), `SIZE_WORKERS` at a time; a stored artifact that no longer hashes right
-    is fetched again unannounced."""
-    pending = [entry for entry in entries if not archive_path(cache_dir, entry).is_file()]
-    sources = [
-        (bundle.source(entry) if bundle is not None else None) or url_source(entry, mirrors) for entry in pending
-    ]
-    if not sources:
-        return
-    with ThreadPoolExecutor(max_workers=min(SIZE_WORKERS, len(sources))) as pool:
-        sizes = list(pool.map(lambda source: source.size(), sources))
-    sized(sum(size for size in sizes if size is not None), len(sizes), sum(size is None for size in sizes))
+    """Tell `sized` what the fetch will download: those not in the store; a stored artifact that no
+    longer hashes right is fetched again unannounced."""
+    size = measure(entries, cache_dir, mirrors, bundle)
+    if size.download_files:
+        sized(size.download_bytes, size.download_files, size.unknown)
 
 
 def archive_path(cache_dir: Path, entry: LockedPackage) -> Path:

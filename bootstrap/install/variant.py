@@ -47,12 +47,32 @@ class VariantChoice:
     pick: Optional[Pick] = None
     facts_source: str = ""
 
+    @property
+    def skipped(self) -> tuple[tuple[str, Path, str], ...]:
+        """(name, lock, why) of each other variant whose lock installs this platform but holds no torch
+        to judge (damaged, or edited by hand): passed over by the pick, which the user must hear of."""
+        if self.pick is None:
+            return ()
+        return tuple(
+            (v.candidate.label, v.candidate.lock_path, v.candidate.why)
+            for v in self.pick.verdicts
+            if v.candidate.target is None and v.candidate.installs and v.candidate.name != self.name
+        )
+
+    def skipped_lines(self) -> list[str]:
+        """One line per variant skipped, naming its lock, why and the fix."""
+        return [
+            f"skipped variant {name}: {why} (damaged or edited by hand? `make lock` writes it again)"
+            for name, _, why in self.skipped
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name or None,
             "lock": str(self.lock_path),
             "how": self.how,
             "why": self.why,
+            "skipped": [{"name": name, "lock": str(lock), "why": why} for name, lock, why in self.skipped],
             "facts_source": self.facts_source or None,
             "pick": None if self.pick is None else self.pick.to_dict(),
         }

@@ -109,7 +109,7 @@ def test_the_installed_variant_is_judged_and_the_pick_named_as_the_way_out(tmp_p
     "gpus, visible, variants, chosen, status",
     [
         ((), None, CU128_CPU, "cpu", Status.OK),  # no GPU: the CPU build
-        ((), None, CU128_CU130, "cu128", Status.OK),  # no GPU, no CPU build: the default
+        ((), None, CU128_CU130, "cu128", Status.WARN),  # no GPU, no CPU build: the default, and how to add one
         ((V100, RTX5090), None, CU128_CU130, "cu128", Status.OK),  # cu130 lacks sm_70: every GPU must run it
         ((H200,), "MIG-4f3e2d1c-aaaa-bbbb-cccc-000000000001", CU128_CPU, "cu128", Status.OK),  # a MIG slice is a GPU
         ((H200,), "", CU128_CPU, "cu128", Status.OK),  # hidden from this shell, not from the env
@@ -123,6 +123,12 @@ def test_the_pick_on_recorded_hosts(tmp_path: Path, capsys, gpus, visible, varia
     code, checks, extra = doctor(capsys, project.root, "--facts", str(facts))
     assert (extra["pick"]["chosen"], checks["lock.variant"].status) == (chosen, status)
     assert code == (1 if status is Status.FAIL else 0)
+    if status is Status.WARN:  # the CUDA build runs on the CPU, with libraries nothing uses: the way to a CPU one
+        assert checks["lock.variant"].remedy == (
+            "no NVIDIA GPU here and no CPU variant locked: cu128 installs CUDA libraries nothing here uses; "
+            'declare a CPU variant in the spec and `make lock` (docs/lock.md, "A CPU-only torch beside a CUDA one")'
+        )
+        assert extra["pick"]["note"] == checks["lock.variant"].remedy
     if chosen is None:
         assert checks["lock.torch"].observed.startswith("torch 2.10.0+cu128 (CUDA 12.8) from conda-lock.yml")
         assert "declare a variant with torch==" in checks["lock.variant"].remedy

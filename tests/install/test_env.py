@@ -485,6 +485,52 @@ def test_dry_run_prints_the_plan_and_touches_nothing(project: Project, channel: 
     assert not (project.root / ".cache").exists()  # not even the parsed form of the lock is kept
 
 
+def artifact_bytes(project: Project, channel: Path) -> int:
+    """What every archive and wheel of the lock weighs, read from the files the fixture serves."""
+    total = 0
+    for entry in read_lock(project.lock_path("py310")).for_platform("linux-64"):
+        local = entry.url.replace("https://conda.anaconda.org/conda-forge", channel.as_uri())
+        total += Path(local.replace("file://", "")).stat().st_size
+    return total
+
+
+def test_every_plan_says_what_it_installs_and_downloads_weigh(project: Project, channel: Path, capsys) -> None:
+    """A dry run, a run and --json give the bytes of what the plan installs and of what the package cache
+    lacks of it; a second env from the same cache downloads nothing."""
+    from bootstrap.commands.cache import size_text
+
+    count = len(read_lock(project.lock_path("py310")).for_platform("linux-64"))
+    total = artifact_bytes(project, channel)
+    fresh = f"size: {count} packages and wheels, {size_text(total)}; {size_text(total)} of it"
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--dry-run")) == 0
+    assert f"\n  {fresh} to download ({count} not in the cache)\n" in capsys.readouterr().out
+    dry = env_json(project, channel, capsys, "--dry-run")
+    assert dry["size"] == {
+        "files": count,
+        "bytes": total,
+        "download_files": count,
+        "download_bytes": total,
+        "unknown": 0,
+    }
+    assert main(env_args(project, str(channel))) == 0
+    assert f"\n  {fresh} downloaded ({count} not in the cache)\n" in capsys.readouterr().out
+    second = env_json(project, channel, capsys, "--dry-run", "--prefix", str(project.root / ".envs" / "other"))
+    assert second["size"] == {**dry["size"], "download_files": 0, "download_bytes": 0}
+    assert main(env_args(project, str(channel), "--prefix", str(project.root / ".envs" / "other"))) == 0
+    out = capsys.readouterr().out
+    assert f"\n  size: {count} packages and wheels, {size_text(total)}; all in the package cache\n" in out
+    assert env_json(project, channel, capsys)["size"] is None  # nothing to do, nothing weighed
+
+
+def test_a_plan_offline_says_which_sizes_it_does_not_know(project: Project, capsys) -> None:
+    """A mirror that cannot be reached sizes nothing: the plan says how many it could not size."""
+    capsys.readouterr()
+    assert main(env_args(project, "http://127.0.0.1:9/nowhere", "--dry-run")) == 0
+    out = capsys.readouterr().out
+    assert "not in the cache, " in out and " of unknown size)" in out, out
+
+
 def test_rollback(project: Project, channel: Path, wheels: Path, capsys) -> None:
     assert main(env_args(project, str(channel))) == 0
     write_spec(project.root, platforms=("linux-64",), conda=CONDA, pip=("alpha==1.0",))

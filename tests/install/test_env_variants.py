@@ -321,3 +321,50 @@ def test_prune_keeps_what_every_variant_installs(project: Project, channel: Path
     for path in report["kept_for"]:
         torch = next(e for e in read_lock(Path(path)).packages if e.name == "torch")
         assert torch.sha256 in kept  # both builds of torch stay: either variant reinstalls offline
+
+
+def without_torch(path: Path) -> None:
+    """The lock as a hand edit or a damaged copy leaves it: every entry kept but torch's."""
+    lock = yaml.safe_load(path.read_text())
+    lock["package"] = [p for p in lock["package"] if p["name"] != "torch"]
+    path.write_text(yaml.safe_dump(lock, sort_keys=False))
+
+
+@pytest.mark.parametrize("facts", ["no-gpu", "h200"])
+def test_auto_says_which_variant_it_skipped_and_why(
+    project: Project, channel: Path, no_gpu: Path, capsys, facts: str
+) -> None:
+    """The default's lock lost its torch entry: auto installs the other variant, and says which it skipped
+    and why, in one line: in the plan, on stderr before the install starts, and in --json."""
+    without_torch(project.lock_path("py310"))
+    facts_path = str(no_gpu if facts == "no-gpu" else H200)
+    skipped = (
+        "note: skipped variant cpu: conda-lock.yml has no torch pip entry for linux-64 "
+        "(damaged or edited by hand? `make lock` writes it again)\n"
+    )
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--dry-run", "--facts", facts_path)) == 0
+    assert skipped in capsys.readouterr().out
+    done = env_json(project, channel, capsys, "--dry-run", "--facts", facts_path)
+    assert done["variant"]["name"] == "cu128"
+    assert done["variant"]["skipped"] == [
+        {
+            "name": "cpu",
+            "lock": str(project.lock_path("py310")),
+            "why": "conda-lock.yml has no torch pip entry for linux-64",
+        }
+    ]
+    assert main(env_args(project, str(channel), "--facts", facts_path)) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith(skipped) and skipped in captured.out
+    assert installed(project)[0] == "cu128"
+
+
+def test_auto_names_no_skipped_variant_when_every_lock_holds_torch(
+    project: Project, channel: Path, no_gpu: Path, capsys
+) -> None:
+    done = env_json(project, channel, capsys, "--dry-run", "--facts", str(H200))
+    assert done["variant"]["name"] == "cu128" and done["variant"]["skipped"] == []
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--dry-run", "--facts", str(no_gpu))) == 0
+    assert "skipped variant" not in capsys.readouterr().out
