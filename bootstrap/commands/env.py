@@ -1,5 +1,6 @@
 """`python -m bootstrap env [ENV] [--variant auto|NAME [--force]] [--facts FILE] [--lock FILE] [--prefix DIR]
-[--platform P] [--mirror C=URL ...] [--bundle FILE] [--dry-run] [--rollback] [--json]`."""
+[--platform P] [--mirror C=URL ...] [--bundle FILE] [--link auto|reflink|hardlink|copy] [--dry-run] [--rollback]
+[--json]`."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from bootstrap.commands import argtypes
 from bootstrap.errors import EXIT_OK, InputError
+from bootstrap.install.linkmode import MODES
 from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from rich.progress import TaskID
 
     from bootstrap.install.env import EnvOptions, EnvResult, Feedback
+    from bootstrap.install.linkmode import LinkUse
     from bootstrap.install.variant import VariantChoice
     from bootstrap.lock.lockfile import LockedPackage
 
@@ -73,6 +76,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--dry-run",
         action="store_true",
         help="print the plan (with --rollback: the generation it would switch to); change nothing",
+    )
+    parser.add_argument(
+        "--link",
+        choices=MODES,
+        default="auto",
+        help="how the env's files come from the package caches (default auto: reflinks where the file "
+        "system has them, else hard links, else copies; copy for a team that edits files inside its envs)",
     )
     parser.add_argument("--rollback", action="store_true", help="switch back to the previous generation")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -142,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         show_progress=sys.stderr.isatty() and not args.json,
         variant=choice,
+        link=args.link,
     )
     with progress_feedback(sys.stderr.isatty(), quiet=args.json) as feedback:
         result = create_or_update(options, feedback)
@@ -306,9 +317,24 @@ def _summary(env: str, result: EnvResult, options: EnvOptions) -> str:
     if result.changed:
         if result.base is not None:
             lines.append(f"built {_built_from(result)}; `--rollback` switches back to the previous one")
+        if result.link is not None:
+            lines.append(_link_line(result.link))
         python = result.prefix / ("python.exe" if result.platform.startswith("win-") else "bin/python")
         lines.append(f"activate: conda activate {shlex.quote(str(result.prefix))}   or run {shlex.quote(str(python))}")
     return "\n".join(lines)
+
+
+_LINKED = {"reflink": "reflinks", "hardlink": "hard links", "copy": "copies"}
+
+
+def _link_line(link: LinkUse) -> str:
+    """How the files came from the caches, e.g. `files: hard links from the package caches (--link auto)`."""
+    how = (
+        _LINKED[link.conda]
+        if link.conda == link.pip
+        else f"{_LINKED[link.conda]} (conda part), {_LINKED[link.pip]} (pip part)"
+    )
+    return f"files: {how} from the package caches (--link {link.requested})"
 
 
 def _variant_lines(choice: Optional[VariantChoice], dry_run: bool) -> list[str]:

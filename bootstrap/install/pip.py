@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from bootstrap.errors import IntegrityError, ToolError
 from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, remove_tree
@@ -40,12 +40,21 @@ def remove(dists: Sequence[InstalledPip], partial: Path, stable: Path, held: Seq
     return notes
 
 
+# `linkmode` names -> uv's --link-mode
+UV_LINK_MODES = {"reflink": "clone", "hardlink": "hardlink", "copy": "copy"}
+
+
 def install(
-    entries: Sequence[LockedPackage], partial: Path, stable: Path, wheels: Mapping[str, Path], held: Sequence[int] = ()
+    entries: Sequence[LockedPackage],
+    partial: Path,
+    stable: Path,
+    wheels: Mapping[str, Path],
+    held: Sequence[int] = (),
+    link: str = "copy",
 ) -> None:
     """uv installs `entries` into `partial` from their checked local `wheels` (name -> file), so it
     never downloads mid-install; then each new distribution gets the lock's URL and the stable
-    path (`_finish_wheel`).
+    path (`_finish_wheel`). uv links the files from its cache by `link` (`linkmode.choose`).
 
     uv inherits `held`, the descriptor of the env's lock. uv runs in a session of its own, so
     a SIGKILL of bootstrap, or of its process group (a CI job cancelled, `timeout -s KILL`),
@@ -69,7 +78,7 @@ def install(
                 "--no-deps",
                 "--require-hashes",
                 "--link-mode",
-                "copy",
+                UV_LINK_MODES[link],
                 "--no-index",
                 "-r",
                 str(requirements),
@@ -85,6 +94,14 @@ def install(
         raise _pip_failure(_uv_message(done, partial), stable)
     for dist_info, entry in _installed_from(partial, local):
         _finish_wheel(dist_info, entry, partial, stable)
+
+
+def cache_dir() -> Optional[Path]:
+    """uv's cache, which it links the wheels' files from (`uv cache dir`: `UV_CACHE_DIR`, else the
+    user's cache); None if uv cannot say."""
+    done = _run_uv([uv_binary(PipOptions()), "cache", "dir"], timeout=60, held=())
+    found = done.stdout.strip()
+    return Path(found) if done.returncode == 0 and found else None
 
 
 def _drop_unlisted(dists: Sequence[InstalledPip], partial: Path) -> list[str]:

@@ -622,10 +622,10 @@ def test_an_edited_cached_copy_with_its_mtime_put_back_is_found(project: Project
     assert (fresh / "share/torchlike/build.txt").read_bytes() == original == extracted.read_bytes()
 
 
-@pytest.mark.parametrize("older", ["size-and-mtime", "per-file-table"])
+@pytest.mark.parametrize("older", ["size-and-mtime", "per-file-table", "one-digest"])
 def test_a_seal_of_an_older_format_counts_as_none(project: Project, channel: Path, older: str) -> None:
-    """Size and mtime only (before the ctime was sealed), or version 2's table of every file: the
-    copy is extracted again from its checked archive, and sealed anew."""
+    """Size and mtime only (before the ctime was sealed), version 2's table of every file, or version
+    3's one digest: the copy is extracted again from its checked archive, and sealed anew."""
     from bootstrap.install.env import EnvOptions, Feedback, create_or_update
 
     assert main(env_args(project, str(channel))) == 0
@@ -636,6 +636,8 @@ def test_a_seal_of_an_older_format_counts_as_none(project: Project, channel: Pat
             json.dumps({path: stat[:2] for path, stat in table.items()})
             if older == "size-and-mtime"
             else "bootstrap-seal 2\n" + json.dumps(table)
+            if older == "per-file-table"
+            else "bootstrap-seal 3\n" + json.dumps({"files": 1, "sha256": "0" * 64})
         )
     (extracted,) = (project.root / ".cache").glob("pkgs/torchlike-*/share/torchlike/build.txt")
     extracted.write_text("stale\n")  # what an older seal would no longer vouch for
@@ -647,7 +649,7 @@ def test_a_seal_of_an_older_format_counts_as_none(project: Project, channel: Pat
     )
     assert not any("edited" in m for m in messages), messages  # not taken for an edit: never linked from
     assert (fresh / "share/torchlike/build.txt").read_text().startswith("cuda12")
-    assert all(seal.read_text().startswith("bootstrap-seal 3\n") for seal in seals)
+    assert all(seal.read_text().startswith("bootstrap-seal 4\n") for seal in seals)
 
 
 def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(
@@ -855,11 +857,12 @@ def test_a_stored_wheel_is_hashed_again_once_it_changed(project: Project, channe
 
 
 def test_editing_one_env_leaves_cache_and_sibling_alone(project: Project, channel: Path) -> None:
+    """With `--link copy`, an edit in place inside one env reaches neither the cache nor another env."""
     from bootstrap.fsutil import sha256_file
 
     first, second = project.root / "envs-a", project.root / "envs-b"
     for prefix in (first, second):
-        assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 0
+        assert main(env_args(project, str(channel), "--prefix", str(prefix), "--link", "copy")) == 0
     targets = ["share/bigpkg/f000002.txt", "share/torchlike/build.txt"]  # with and without a placeholder
     for target in targets:
         assert os.stat(first / target).st_nlink == 1  # no other path shares the inode
