@@ -328,13 +328,8 @@ _LINKED = {"reflink": "reflinks", "hardlink": "hard links", "copy": "copies"}
 
 
 def _link_line(link: LinkUse) -> str:
-    """How the files came from the caches, e.g. `files: hard links from the package caches (--link auto)`."""
-    how = (
-        _LINKED[link.conda]
-        if link.conda == link.pip
-        else f"{_LINKED[link.conda]} (conda part), {_LINKED[link.pip]} (pip part)"
-    )
-    return f"files: {how} from the package caches (--link {link.requested})"
+    """How the files came from the cache, e.g. `files: hard links from the package cache (--link auto)`."""
+    return f"files: {_LINKED[link.used]} from the package cache (--link {link.requested})"
 
 
 def _variant_lines(choice: Optional[VariantChoice], dry_run: bool) -> list[str]:

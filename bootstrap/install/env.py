@@ -316,10 +316,7 @@ def _link_use(layout: gens.Layout, run: Run) -> linkmode.LinkUse:
     """How this run links files into the env: `--link`, where the file systems of the caches and the
     env allow it (tried once per pair), else the next cheaper mode."""
     options = run.options
-    uv_cache = pip.cache_dir() if any(e.manager == "pip" for e in run.entries) else None
-    return linkmode.choose(
-        options.link, options.cache_dir / "pkgs", uv_cache or options.cache_dir, layout.gens_dir, layout.stable
-    )
+    return linkmode.choose(options.link, options.cache_dir, layout.gens_dir, layout.stable)
 
 
 def _apply(
@@ -344,7 +341,7 @@ def _apply(
         t = time.perf_counter()
         notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
         target = LinkTarget(
-            partial, options.prefix, options.platform, options.cache_dir, options.show_progress, link.conda
+            partial, options.prefix, options.platform, options.cache_dir, options.show_progress, link.used
         )
         link_conda(
             [e for e in run.entries if e.manager == "conda"],
@@ -366,7 +363,9 @@ def _apply(
     if plan.pip_install:
         t = time.perf_counter()
         notify(f"pip: installing {len(plan.pip_install)} distributions")
-        pip.install(plan.pip_install, partial, options.prefix, fetched, held=held, link=link.pip)
+        notes += pip.install(
+            plan.pip_install, partial, options.prefix, fetched, options.cache_dir, held=held, link=link.used
+        )
         seconds["pip"] = seconds.get("pip", 0.0) + time.perf_counter() - t
     _write_record(run, partial, change.start.number, fsync=False, link=link)  # committed by the generation's rename
     return notes
@@ -436,7 +435,7 @@ def _write_record(
     alone), the link modes it had."""
     options, entries = run.options, run.entries
     before = read_install_record(prefix) if link is None else None
-    modes = {"requested": link.requested, "conda": link.conda, "pip": link.pip} if link is not None else {}
+    modes = {"requested": link.requested, "used": link.used} if link is not None else {}
     write_install_record(
         prefix,
         fsync=fsync,

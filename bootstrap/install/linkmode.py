@@ -24,38 +24,34 @@ _probed: dict[tuple[int, int], str] = {}  # (cache st_dev, env st_dev) -> the ch
 
 @dataclass(frozen=True)
 class LinkUse:
-    """The mode asked for and the one each engine was given, with why they differ (or "")."""
+    """The mode asked for, the one rattler and uv were given, and why they differ (or "")."""
 
     requested: str
-    conda: str
-    pip: str
+    used: str
     fallback: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"requested": self.requested, "conda": self.conda, "pip": self.pip, "fallback": self.fallback or None}
+        return {"requested": self.requested, "used": self.used, "fallback": self.fallback or None}
 
 
-def choose(requested: str, cache_dir: Path, pip_cache_dir: Path, env_dir: Path, env: Path) -> LinkUse:
-    """The modes for the conda part (rattler, from `cache_dir`) and the pip part (uv, from
-    `pip_cache_dir`) into `env_dir`, where the env `env` is built: `requested`, or the next
-    cheaper one where a file system refuses it (a cache on another device: no hard link; ext4:
-    no reflink)."""
+def choose(requested: str, cache_dir: Path, env_dir: Path, env: Path) -> LinkUse:
+    """The mode for linking from the package cache `cache_dir` (rattler's extracted packages, uv's
+    unpacked wheels) into `env_dir`, where the env `env` is built: `requested`, or the next cheaper
+    one where the file systems refuse it (a cache on another device: no hard link; ext4: no reflink)."""
     if requested == "copy":
-        return LinkUse(requested, "copy", "copy")
-    conda, pip = supported(cache_dir, env_dir), supported(pip_cache_dir, env_dir)
+        return LinkUse(requested, "copy")
+    possible = supported(cache_dir, env_dir)
     if requested == "auto":
-        return LinkUse(requested, conda, pip)
-    wanted = _ORDER.index(requested)
-    used = tuple(_ORDER[max(wanted, _ORDER.index(mode))] for mode in (conda, pip))
-    fallback = ""
-    if used != (requested, requested):
-        refused = [what for what, mode in zip(("package cache", "pip cache"), used) if mode != requested]
-        fallback = (
-            f"--link {requested}: the file system refuses {_NOUNS[requested]} from the "
-            f"{' and the '.join(refused)} into {env} (another device, or none of those there), "
-            f"so the conda part is linked by {_NOUNS[used[0]]}, the pip part by {_NOUNS[used[1]]}"
-        )
-    return LinkUse(requested, used[0], used[1], fallback)
+        return LinkUse(requested, possible)
+    used = _ORDER[max(_ORDER.index(requested), _ORDER.index(possible))]
+    if used == requested:
+        return LinkUse(requested, used)
+    return LinkUse(
+        requested,
+        used,
+        f"--link {requested}: the file systems refuse {_NOUNS[requested]} from the package cache {cache_dir} "
+        f"into {env} (another device, or none of those there), so its files are {_NOUNS[used]}",
+    )
 
 
 def supported(cache_dir: Path, env_dir: Path) -> str:
