@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from bootstrap import __version__
 from bootstrap.errors import DiskFullError, InputError
-from bootstrap.fsutil import disk_full, out_of_space, remove_tree
+from bootstrap.fsutil import disk_full, out_of_space
 from bootstrap.install import generations as gens
 from bootstrap.install import linkmode, pip, store
 from bootstrap.install.cache import cache_lock, check_cache_dir
@@ -388,8 +388,9 @@ def _fetch(
 
 
 def _discard(layout: gens.Layout, partial: Path, first: bool) -> None:
-    """Remove a half-built generation; after a failed first create, the gens dir it was alone in too."""
-    remove_tree(partial)
+    """Remove a half-built generation, once its writers are done (`generations.discard`); after a
+    failed first create, the gens dir it was alone in too."""
+    gens.discard(partial)
     if first:
         with contextlib.suppress(OSError):  # not empty: another run's, or generations of an earlier env
             layout.gens_dir.rmdir()
