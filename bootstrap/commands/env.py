@@ -110,12 +110,15 @@ def run(args: argparse.Namespace) -> int:
     prefix = Path(os.path.abspath(args.prefix or project.root / ".envs" / env))
     if args.rollback:
         done = rollback(prefix, dry_run=args.dry_run)
+        notes = _edited_in(prefix, done.generation)
         if args.json:
-            print(dumps("bootstrap.env", done.to_dict()))
+            print(dumps("bootstrap.env", {**done.to_dict(), "notes": notes}))
         elif done.dry_run:
             print(f"{env}: {prefix} would point at generation {done.generation} (now {done.was}); nothing changed")
         else:
             print(f"{env}: {prefix} now points at generation {done.generation}")
+        for note in notes:
+            print(f"note: {note}")
         return EXIT_OK
     platform = args.platform or host_platform()
     choice = (
@@ -164,6 +167,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_summary(env, result, options))
     return EXIT_OK
+
+
+def _edited_in(prefix: Path, generation: int) -> list[str]:
+    """A note if files of `generation` changed since it was made: generations share inodes (hard
+    links from the package cache, the clone of an env's first change), so an edit written in place
+    in a later one is in this one too, and a rollback must not bring it back unsaid."""
+    from bootstrap.checks.files import edited_files
+    from bootstrap.install.generations import Layout
+
+    try:
+        scan = edited_files(Layout(prefix).path(generation))
+    except (OSError, ValueError, InputError):  # unreadable records: `verify` says what is wrong
+        return []
+    if not scan.problems:
+        return []
+    items = [f"{path} ({owner})" for owner, path, _ in scan.problems]
+    shown = ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+    return [
+        f"{len(items)} file(s) of generation {generation} were edited after it was made, through a link that a "
+        f"later generation or env shares: {shown}; `make env` goes forward to the lock, `make clean-env env` "
+        "rebuilds it with every file as packaged, `verify` lists them"
+    ]
 
 
 def _check_variant_flags(args: argparse.Namespace) -> None:
