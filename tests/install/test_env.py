@@ -1216,9 +1216,9 @@ def big_channel(tmp_path_factory) -> Path:
     return build_runnable_channel(tmp_path_factory.mktemp("big") / "channel", extra=[big_spec(4000, name="hugepkg")])
 
 
-def env_process(project: Project, channel: Path) -> subprocess.Popen:
+def env_process(project: Project, channel: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "bootstrap", *env_args(project, str(channel))],
+        [sys.executable, "-m", "bootstrap", *env_args(project, str(channel), *extra)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -1227,24 +1227,25 @@ def env_process(project: Project, channel: Path) -> subprocess.Popen:
 
 
 @pytest.mark.slow  # test_env_concurrency and the full-disk tests keep the previous env by default
+@pytest.mark.parametrize("link", ["auto", "reflink", "hardlink", "copy"])
 @pytest.mark.parametrize(
     "recycled", [pytest.param(False, id="first-change"), pytest.param(True, id="recycled-generation")]
 )
 def test_sigkill_mid_install_keeps_the_previous_generation(
-    project: Project, big_channel: Path, wheels: Path, recycled: bool
+    project: Project, big_channel: Path, wheels: Path, recycled: bool, link: str
 ) -> None:
     import signal
     import time
 
     relock(project, big_channel, wheels)
-    assert main(env_args(project, str(big_channel))) == 0
+    assert main(env_args(project, str(big_channel), "--link", link)) == 0
     if recycled:  # a second generation, so the change below starts from the retired first one
         change_lock(project, big_channel, wheels, pip=("alpha==1.0", "gamma"))
-        assert main(env_args(project, str(big_channel))) == 0
+        assert main(env_args(project, str(big_channel), "--link", link)) == 0
     prefix = prefix_of(project)
     before = os.readlink(prefix)
     change_lock(project, big_channel, wheels, conda=(*CONDA, "hugepkg"))
-    process = env_process(project, big_channel)
+    process = env_process(project, big_channel, "--link", link)
     partial = prefix.parent / ".py310.gens" / ("3.partial" if recycled else "2.partial")
     deadline = time.monotonic() + 60
     while not ((partial / "share" / "hugepkg").is_dir() and any((partial / "share" / "hugepkg").iterdir())):
@@ -1257,7 +1258,7 @@ def test_sigkill_mid_install_keeps_the_previous_generation(
     assert run_python(prefix, "import alpha; print('usable')") == "usable"
     assert not (prefix / "share" / "hugepkg").exists()
     assert partial.exists()  # what the kill left behind
-    assert main(env_args(project, str(big_channel))) == 0  # the next run converges
+    assert main(env_args(project, str(big_channel), "--link", link)) == 0  # the next run converges
     assert not list((prefix.parent / ".py310.gens").glob("*.partial"))
     assert_matches_lock(project)
     assert len(list((prefix / "share" / "hugepkg").iterdir())) == 4000
