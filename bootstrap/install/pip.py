@@ -57,8 +57,8 @@ def install(
     """uv installs `entries` into `partial` from their checked local `wheels` (name -> file), so it
     never downloads mid-install; then each new distribution gets the lock's URL and the stable
     path (`_finish_wheel`). uv unpacks them in its cache in the package cache `cache_dir` and links
-    the files from there by `link` (`linkmode.choose`); by hard links, only from unpacked wheels as
-    they were sealed (`wheelstore`). Returns notes for the user.
+    the files from there by `link` (`linkmode.choose`), only from unpacked wheels as they were
+    sealed (`wheelstore`). Returns notes for the user.
 
     uv inherits `held`, the descriptor of the env's lock. uv runs in a session of its own, so
     a SIGKILL of bootstrap, or of its process group (a CI job cancelled, `timeout -s KILL`),
@@ -66,10 +66,9 @@ def install(
     is done, rather than have that run build a generation of the same number for it to write into."""
     if not entries:
         return []
-    notes, checked = [], []
-    if link == "hardlink":
-        notes = _drop_edited(cache_dir, wheelstore.edited(cache_dir), held)
-        checked = wheelstore.archives(cache_dir)  # what is left: as sealed, or found intact
+    # Whatever the mode: a wheel edited through an earlier env's hard link must not be copied either.
+    notes = _drop_edited(cache_dir, wheelstore.edited(cache_dir), held)
+    checked = wheelstore.archives(cache_dir)  # what is left: as sealed, or found intact
     local = {wheels[e.name].as_uri(): e for e in entries}
     requirements = partial / ".bootstrap-requirements.txt"
     requirements.write_text(
@@ -102,8 +101,7 @@ def install(
         # if a stored wheel changed unseen, the next run's hashing finds it
         forget_verified([wheels[e.name] for e in entries])
         raise _pip_failure(_uv_message(done, partial), stable)
-    if link == "hardlink":
-        wheelstore.seal_all(cache_dir, checked)
+    wheelstore.seal_all(cache_dir, checked)
     for dist_info, entry in _installed_from(partial, local):
         _finish_wheel(dist_info, entry, partial, stable)
     return notes

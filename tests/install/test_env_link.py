@@ -70,12 +70,14 @@ def test_auto_links_from_a_cache_on_the_same_file_system(project: Project, chann
     assert_matches_lock(project)
 
 
+@pytest.mark.parametrize("then", ["hardlink", "copy"])
 @pytest.mark.parametrize("keep", [False, True], ids=["appended", "same-size-and-mtime"])
 def test_an_edit_through_a_hard_link_is_caught_and_reaches_no_later_env(
-    project: Project, channel: Path, capsys, keep: bool
+    project: Project, channel: Path, capsys, keep: bool, then: str
 ) -> None:
     """An edit written in place into a hard-linked file of one env (the cache's inode too) fails that
-    env's `verify`, naming file and package; an env made after it gets the files as packaged."""
+    env's `verify`, naming file and package; an env made after it, linked or copied, gets the files
+    as packaged."""
     first, second = project.root / "env-a", project.root / "env-b"
     assert main(env_args(project, str(channel), "--prefix", str(first), "--link", "hardlink")) == 0
     originals = {}
@@ -94,7 +96,7 @@ def test_an_edit_through_a_hard_link_is_caught_and_reaches_no_later_env(
     assert "hard links" in check["remedy"] and "env" in check["remedy"]
 
     capsys.readouterr()
-    assert main(env_args(project, str(channel), "--prefix", str(second), "--link", "hardlink")) == 0
+    assert main(env_args(project, str(channel), "--prefix", str(second), "--link", then)) == 0
     assert "alpha" in capsys.readouterr().out
     for relative, data in originals.items():
         assert (second / relative).read_bytes() == data, relative
