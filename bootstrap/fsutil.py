@@ -331,7 +331,7 @@ def _rmtree_past_vanished(path: PathLike) -> None:
             raise error
 
     if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=hook)
+        shutil.rmtree(path, onexc=hook)  # novermin: only reached on 3.12+, where onerror is deprecated
     else:
         shutil.rmtree(path, onerror=lambda function, where, info: hook(function, where, info[1]))
 
