@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -313,12 +314,26 @@ def remove_tree(path: PathLike) -> None:
     user cannot unlink inside it until it is writable). What still cannot go is left for
     the caller's next attempt; a missing `path` is fine."""
     try:
-        shutil.rmtree(path)
+        _rmtree_past_vanished(path)
     except FileNotFoundError:
         return
     except OSError:
         _make_directories_writable(path)
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _rmtree_past_vanished(path: PathLike) -> None:
+    """rmtree, for which an entry that another process removed meanwhile (a writer's temp file) is
+    what it was after, and no reason to stop before the rest of the tree."""
+
+    def hook(_function: Callable[..., object], _path: str, error: BaseException) -> None:
+        if not isinstance(error, FileNotFoundError):
+            raise error
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=hook)  # novermin: only reached on 3.12+, where onerror is deprecated
+    else:
+        shutil.rmtree(path, onerror=lambda function, where, info: hook(function, where, info[1]))
 
 
 def _make_directories_writable(top: PathLike) -> None:

@@ -69,6 +69,8 @@ class InstallRecord:
     version: int = INSTALL_RECORD_VERSION
     conda_meta: dict[str, list[int]] = field(default_factory=dict)  # conda_meta_fingerprint() once all was written
     variant: str = ""  # the spec's variant `lock_path` holds ("" when the spec declares none)
+    # how the files came from the package cache: {"requested": auto|..., "used": reflink|hardlink|copy}; {} before
+    link: dict[str, str] = field(default_factory=dict)
 
 
 def normalise(name: str) -> str:

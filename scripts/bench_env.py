@@ -9,8 +9,13 @@ The development VM's disk speed drifts by 5x over minutes (a raw fresh
 create takes 0.15 s or 0.9 s), so read the ratios, which compare neighbours:
 medians, and the medians of the per-pair ratio and difference.
 
-  fresh create, warm cache   bootstrap env -> new prefix | rattler.install -> new prefix; again
-                             with bootstrap's check of its cached copies switched off, to size it
+  fresh create, warm cache   bootstrap env --link copy -> new prefix | rattler.install with copies ->
+                             new prefix; again with bootstrap's check of its cached copies switched
+                             off, to size it
+  fresh create, linked       bootstrap env --link auto (reflinks or hard links, whichever the file
+                             system has) | rattler.install with its default link mode (hard links)
+  second env, disk           `du` over the envs and the package cache together, before and after a
+                             second env from the same lock, --link auto and --link copy
   no-op rerun                `python -m bootstrap env` (interpreter start included) | rattler.install again
   first change (clone)       pkg07 1.0 -> 1.1 on new envs: bootstrap starts from a hard-linked clone
                              of generation 1 | rattler in place; "clone alone" times that clone by
@@ -21,9 +26,10 @@ medians, and the medians of the per-pair ratio and difference.
 
 Updates only move forward: toggling between two locks would hand bootstrap a
 retired generation that is already the target.
-Raw rattler uses our link mode (copies; hard links off, see bootstrap/install/link.py);
-its default (hard links into the cache) is shown for fresh create.
+Except in the linked and disk scenarios both sides copy (bootstrap --link copy; rattler with hard
+links off), so those rows compare the same work.
 Targets (issue 19): fresh create <= 1.15x raw, no-op rerun <= 0.3 s whole process, any change <= 2x raw.
+Issue 36: a linked fresh create <= 1.15x rattler's default; a second env adds <= 5 % of an env's size.
 """
 
 from __future__ import annotations
@@ -239,7 +245,7 @@ class Bench:
         self.relock()
         n_files = sum(len(s.files) + len(s.symlinks) for s in specs)
         print(f"fixture env: {len(specs)} packages, {n_files} files; {runs} interleaved runs per scenario", flush=True)
-        self.cache = tmp / "cache"
+        self.cache, self.raw_cache = tmp / "cache", tmp / "raw-cache"
         self.records = {v: solved_records(channel, list(self.conda_specs(v))) for v in ["1.0", *self.updates]}
         self.stable, self.raw_prefix = tmp / "stable", tmp / "raw-stable"
         self.lock_path = self.project.lock_path("py310")
@@ -252,16 +258,21 @@ class Bench:
     def relock(self) -> None:
         lock_env(self.project, "py310", LockOptions(mirrors=(self.mirror,), cache_dir=self.tmp / "repodata"))
 
-    def ours(self, prefix: Path) -> EnvOptions:
-        return EnvOptions("py310", self.lock_path, prefix, "linux-64", self.cache, mirrors=(self.mirror,))
+    def ours(self, prefix: Path, link: str = "copy", cache: Path | None = None) -> EnvOptions:
+        return EnvOptions(
+            "py310", self.lock_path, prefix, "linux-64", cache or self.cache, mirrors=(self.mirror,), link=link
+        )
 
     def raw(self, version: str, prefix: Path, copies: bool = True) -> None:
-        raw_install(self.records[version], prefix, self.cache / "pkgs", copies)
+        # Linking, raw rattler has a cache of its own: its hard links would change the inodes of
+        # bootstrap's sealed copies, which bootstrap would then hash before trusting them again.
+        raw_install(self.records[version], prefix, (self.cache if copies else self.raw_cache) / "pkgs", copies)
 
     def fresh(self) -> None:
         """Fresh creates on caches warmed once; raw with hard links too."""
         create_or_update(self.ours(self.tmp / "warm"))
         self.raw("1.0", self.tmp / "warm-raw")
+        self.raw("1.0", self.tmp / "warm-raw-linked", copies=False)
         self.breakdown: dict[str, float] = {}
         self.fresh_pairs = paired(
             lambda i: self.breakdown.update(create_or_update(self.ours(self.tmp / f"o{i}")).seconds),
@@ -271,6 +282,28 @@ class Bench:
         self.fresh_hard = statistics.median(
             timed(lambda: self.raw("1.0", self.tmp / f"h{i}", copies=False)) for i in range(self.runs)
         )
+
+    def linked(self) -> None:
+        """Fresh creates, both sides linking from the cache: bootstrap's auto against rattler's default."""
+        self.linked_mode = create_or_update(self.ours(self.tmp / "warm-linked", "auto")).link
+        self.linked_pairs = paired(
+            lambda i: create_or_update(self.ours(self.tmp / f"l{i}", "auto")),
+            lambda i: self.raw("1.0", self.tmp / f"lr{i}", copies=False),
+            self.runs,
+        )
+
+    def second_env_disk(self) -> None:
+        """MB that a second env from the same lock adds to the envs and the package cache together (`du`
+        counts a hard-linked inode once), and one env's own size, per link mode."""
+        self.disk: dict[str, tuple[float, float]] = {}
+        for link in ("auto", "copy"):
+            root = self.tmp / f"disk-{link}"
+            cache = root / "cache"
+            shutil.copytree(self.cache / "archives", cache / "archives")  # checked archives: no download to time
+            create_or_update(self.ours(root / "envs" / "a", link, cache))
+            before = du_mb(root)
+            create_or_update(self.ours(root / "envs" / "b", link, cache))
+            self.disk[link] = (du_mb(root) - before, du_mb(root / "envs" / ".b.gens"))
 
     def noop(self) -> None:
         """`python -m bootstrap env` again on an env it made, against rattler.install again in-process."""
@@ -379,6 +412,10 @@ class Bench:
         print(f"{'scenario':<28}{'bootstrap':>11}{'raw (copies)':>14}{'ratio':>8}{'overhead':>12}{'runs':>6}")
         print(row("fresh create, warm cache", *self.fresh_pairs) + f"   raw with hard links: {self.fresh_hard:.3f}s")
         print(row("  the same, seal check off", *self.unsealed_pairs) + "   (sizes the check of the cached copies)")
+        print(
+            row("fresh create, linked", *self.linked_pairs)
+            + f"   bootstrap --link auto ({self.linked_mode.used}) against raw with its default (hard links)"
+        )
         print(row("no-op rerun", *self.noop_pairs))
         print(
             row("first change (clone)", *zip(*self.first)) + f"   clone alone: {statistics.median(self.clone):.3f}s, "
@@ -405,6 +442,11 @@ class Bench:
             f"disk: bootstrap's env with its rollback generation {du_mb(self.stable.parent / '.stable.gens'):.1f} MB, "
             f"raw env {du_mb(self.raw_prefix):.1f} MB"
         )
+        for link, (added, size) in self.disk.items():
+            print(
+                f"disk, second env from the same lock, --link {link}: +{added:.1f} MB over envs and cache, "
+                f"{100 * added / size:.1f}% of the env's {size:.1f} MB"
+            )
 
 
 def main(argv: list[str]) -> int:
@@ -412,6 +454,8 @@ def main(argv: list[str]) -> int:
     with scratch_dir(args.dir) as tmp_name:
         bench = Bench(Path(tmp_name), args.packages, args.runs, args.big_mb)
         bench.fresh()
+        bench.linked()
+        bench.second_env_disk()
         bench.noop()
         bench.lock_each_version()
         bench.first_changes()

@@ -169,7 +169,25 @@ def read_env(out: str) -> str:
         f"generation: {first[0]:.3f} s against raw's in-place {first[1]:.3f} s, of which the clone by itself takes "
         f"{clone:.3f} s. Later changes update the retired generation in place: {later[0]:.3f} s against "
         f"{later[1]:.3f} s. Each ratio is the median over pairs of a bootstrap run and the raw run beside it, "
-        f"so drift of the disk or of other load on the machine moves both sides of a pair."
+        f"so drift of the disk or of other load on the machine moves both sides of a pair.{_env_linked(out)}"
+    )
+
+
+def _env_linked(out: str) -> str:
+    """Issue 36's rows: a fresh create linking from the cache, and the disk a second env adds."""
+    linked = _env_row(out, "fresh create, linked")
+    mode = re.search(r"bootstrap --link auto \((\w+)\)", out)
+    pattern = r"^disk, second env from the same lock, --link (\w+): \+([\d.]+) MB over envs and cache, ([\d.]+)%"
+    disk = {link: (float(mb), float(share)) for link, mb, share in re.findall(pattern, out, re.MULTILINE)}
+    if "auto" not in disk or "copy" not in disk:
+        raise ValueError("no disk rows for --link auto and copy")
+    return (
+        f" Linked (issue 36: <= 1.15x the peers' way, a second env <= 5 % of an env's size): a fresh create with "
+        f"`--link auto` ({mode.group(1) if mode else '?'}) took {linked[0]:.3f} s against raw rattler's default "
+        f"(hard links) {linked[1]:.3f} s, {linked[2]:.2f}x, {'met' if linked[2] <= 1.15 else '**missed**'}; a "
+        f"second env from the same lock added {disk['auto'][0]:.1f} MB to the envs and the cache together, "
+        f"{disk['auto'][1]:.1f} % of an env's size, {'met' if disk['auto'][1] <= 5 else '**missed**'} "
+        f"(with `--link copy`: {disk['copy'][0]:.1f} MB, {disk['copy'][1]:.0f} %)."
     )
 
 

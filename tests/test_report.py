@@ -68,6 +68,7 @@ KEYS: dict[str, frozenset[str]] = {
             "seconds",
             "variant",
             "size",
+            "link",
         }
     ),
     "bootstrap.bundle-result": frozenset(

@@ -82,9 +82,12 @@ def scan_files(
     pip: Sequence[InstalledPip],
     since: float,
     deep: bool = False,
+    by_ctime: bool = True,
 ) -> FileScan:
     """Files changed since install: a missing file, a size that differs, or (when its mtime/ctime is
     newer than the install record, or always with `deep`) a sha256 that differs from the record.
+    Without `by_ctime`, a newer ctime alone does not get a file hashed: in an env of hard links,
+    every env linked from the same cache since changed it.
 
     Shell equivalent of `deep`: `sha256sum` of every file listed in conda-meta/*.json and */RECORD.
     """
@@ -104,7 +107,7 @@ def scan_files(
             continue
         if size is not None and st.st_size != size:
             problems.append((owner, path, f"size {st.st_size} != {size}"))
-        elif digest and (deep or max(st.st_mtime, st.st_ctime) > since):
+        elif digest and (deep or max(st.st_mtime, st.st_ctime if by_ctime else 0.0) > since):
             to_hash.append((owner, path, _b64_to_hex(digest[4:]) if digest.startswith("b64:") else digest))
     for (owner, path, digest), actual in zip(to_hash, _hash_all([p for _, p, _ in to_hash])):
         if actual != digest:
@@ -144,6 +147,11 @@ def check_files(
     remedy = (
         f"restore them: {state.commands.recreate} recreates the env from the lock (the package cache keeps it quick)"
     )
+    if state.record is not None and state.record.link.get("used") == "hardlink":
+        remedy += (
+            "; its files are hard links into the package cache, so the edit is there too: the next `env` run "
+            "finds it and extracts those packages again (`--link copy` keeps edits in one env)"
+        )
     if _older_generation(state.prefix):
         remedy += f", or {state.commands.rollback} returns to the previous generation if that one is intact"
     return Check(
@@ -154,6 +162,18 @@ def check_files(
         remedy,
         "; ".join(items),
     )
+
+
+def edited_files(prefix: Path) -> FileScan:
+    """The files of the env at `prefix` (a generation) no longer as installed, by size and by the
+    sha256 of those modified since its install record (`scan_files` without `by_ctime`)."""
+    from bootstrap.prefix import INSTALL_RECORD, conda_records, metadata_names, normalise, pip_distributions
+
+    installed = conda_records(prefix)
+    owned, names = metadata_names(installed), {normalise(c.name) for c in installed}
+    pip = [d for d in pip_distributions(prefix) if d.dist_info.name not in owned and d.name not in names]
+    since = os.stat(prefix / "conda-meta" / INSTALL_RECORD).st_mtime
+    return scan_files(prefix, {c.name: paths_data(c) for c in installed}, pip, since, by_ctime=False)
 
 
 def _older_generation(prefix: Path) -> bool:

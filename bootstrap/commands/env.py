@@ -1,5 +1,6 @@
 """`python -m bootstrap env [ENV] [--variant auto|NAME [--force]] [--facts FILE] [--lock FILE] [--prefix DIR]
-[--platform P] [--mirror C=URL ...] [--bundle FILE] [--dry-run] [--rollback] [--json]`."""
+[--platform P] [--mirror C=URL ...] [--bundle FILE] [--link auto|reflink|hardlink|copy] [--dry-run] [--rollback]
+[--json]`."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from bootstrap.commands import argtypes
 from bootstrap.errors import EXIT_OK, InputError
+from bootstrap.install.linkmode import MODES
 from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
 
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 
     from bootstrap.install.env import EnvOptions, EnvResult, Feedback
     from bootstrap.install.fetch import FetchSize
+    from bootstrap.install.linkmode import LinkUse
     from bootstrap.install.variant import VariantChoice
     from bootstrap.lock.lockfile import LockedPackage
 
@@ -75,6 +78,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the plan (with --rollback: the generation it would switch to); change nothing",
     )
+    parser.add_argument(
+        "--link",
+        choices=MODES,
+        default="auto",
+        help="how the env's files come from the package caches (default auto: reflinks where the file "
+        "system has them, else hard links, else copies; copy for a team that edits files inside its envs)",
+    )
     parser.add_argument("--rollback", action="store_true", help="switch back to the previous generation")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument(
@@ -100,12 +110,15 @@ def run(args: argparse.Namespace) -> int:
     prefix = Path(os.path.abspath(args.prefix or project.root / ".envs" / env))
     if args.rollback:
         done = rollback(prefix, dry_run=args.dry_run)
+        notes = _edited_in(prefix, done.generation)
         if args.json:
-            print(dumps("bootstrap.env", done.to_dict()))
+            print(dumps("bootstrap.env", {**done.to_dict(), "notes": notes}))
         elif done.dry_run:
             print(f"{env}: {prefix} would point at generation {done.generation} (now {done.was}); nothing changed")
         else:
             print(f"{env}: {prefix} now points at generation {done.generation}")
+        for note in notes:
+            print(f"note: {note}")
         return EXIT_OK
     platform = args.platform or host_platform()
     choice = None if args.lock is not None else _choose(project, env, platform, args)
@@ -138,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         show_progress=sys.stderr.isatty() and not args.json,
         variant=choice,
+        link=args.link,
     )
     with progress_feedback(sys.stderr.isatty(), quiet=args.json) as feedback:
         result = create_or_update(options, feedback)
@@ -161,6 +175,28 @@ def _choose(project: Project, env: str, platform: str, args: argparse.Namespace)
         for line in choice.skipped_lines():
             print(f"note: {line}", file=sys.stderr, flush=True)
     return choice
+
+
+def _edited_in(prefix: Path, generation: int) -> list[str]:
+    """A note if files of `generation` changed since it was made: generations share inodes (hard
+    links from the package cache, the clone of an env's first change), so an edit written in place
+    in a later one is in this one too, and a rollback must not bring it back unsaid."""
+    from bootstrap.checks.files import edited_files
+    from bootstrap.install.generations import Layout
+
+    try:
+        scan = edited_files(Layout(prefix).path(generation))
+    except (OSError, ValueError, InputError):  # unreadable records: `verify` says what is wrong
+        return []
+    if not scan.problems:
+        return []
+    items = [f"{path} ({owner})" for owner, path, _ in scan.problems]
+    shown = ", ".join(items[:5]) + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+    return [
+        f"{len(items)} file(s) of generation {generation} were edited after it was made, through a link that a "
+        f"later generation or env shares: {shown}; `make env` goes forward to the lock, `make clean-env env` "
+        "rebuilds it with every file as packaged, `verify` lists them"
+    ]
 
 
 def _check_variant_flags(args: argparse.Namespace) -> None:
@@ -316,6 +352,8 @@ def _summary(env: str, result: EnvResult, options: EnvOptions) -> str:
     if result.changed:
         if result.base is not None:
             lines.append(f"built {_built_from(result)}; `--rollback` switches back to the previous one")
+        if result.link is not None:
+            lines.append(_link_line(result.link))
         python = result.prefix / ("python.exe" if result.platform.startswith("win-") else "bin/python")
         lines.append(f"activate: conda activate {shlex.quote(str(result.prefix))}   or run {shlex.quote(str(python))}")
     return "\n".join(lines)
@@ -333,6 +371,14 @@ def _weight_line(size: FetchSize, dry_run: bool) -> str:
         else "all in the package cache"
     )
     return f"size: {size.files} packages and wheels, {size_text(size.nbytes)}; {fetched}"
+
+
+_LINKED = {"reflink": "reflinks", "hardlink": "hard links", "copy": "copies"}
+
+
+def _link_line(link: LinkUse) -> str:
+    """How the files came from the cache, e.g. `files: hard links from the package cache (--link auto)`."""
+    return f"files: {_LINKED[link.used]} from the package cache (--link {link.requested})"
 
 
 def _variant_lines(choice: Optional[VariantChoice], dry_run: bool) -> list[str]:

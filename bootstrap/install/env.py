@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from bootstrap import __version__
 from bootstrap.errors import DiskFullError, InputError
-from bootstrap.fsutil import disk_full, out_of_space, remove_tree
+from bootstrap.fsutil import disk_full, out_of_space
 from bootstrap.install import generations as gens
-from bootstrap.install import pip, store
+from bootstrap.install import linkmode, pip, store
 from bootstrap.install.cache import cache_lock, check_cache_dir
 from bootstrap.install.download import Watch
 from bootstrap.install.fetch import FetchSize, check_mirrors, fetch_archives, measure
@@ -76,6 +76,7 @@ class EnvOptions:
     dry_run: bool = False
     show_progress: bool = False
     variant: Optional[VariantChoice] = None  # the variant `lock_path` holds, and why it was chosen
+    link: str = "auto"  # how files come from the caches: one of linkmode.MODES
 
 
 @result
@@ -93,6 +94,7 @@ class EnvResult:
     notes: tuple[str, ...] = ()  # what the user should know about how the change was made
     variant: Optional[VariantChoice] = None  # None with --lock
     size: Optional[FetchSize] = None  # of what the plan installs, and of what of it was (would be) downloaded
+    link: Optional[linkmode.LinkUse] = None  # how this run linked the files it installed; None: it linked none
 
     @property
     def recycled(self) -> bool:
@@ -114,6 +116,7 @@ class EnvResult:
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
             "variant": None if self.variant is None else self.variant.to_dict(),
             "size": None if self.size is None else self.size.to_dict(),
+            "link": None if self.link is None else self.link.to_dict(),
         }
 
 
@@ -167,7 +170,7 @@ def create_or_update(
                 _write_record(run, layout.path(current), current)
             return _result(options, started, removed=removed)
         with cache_lock(options.cache_dir, feedback.waiting, shared=True), store.extracting(options.cache_dir):
-            seconds, notes, size = _build(layout, change, run, env_lock)
+            seconds, notes, size, link = _build(layout, change, run, env_lock)
         try:
             gens.collect_garbage(layout, keep=(change.start.number, current))
         except KeyboardInterrupt:  # the env is switched: say so, rather than "interrupted" as if it were not
@@ -177,7 +180,7 @@ def create_or_update(
                 "the new one; a later `make env` removes what is left",
             ]
     done = _result(options, started, change, seconds=seconds, removed=removed, notes=notes)
-    return dataclasses.replace(done, size=size)
+    return dataclasses.replace(done, size=size, link=link)
 
 
 def _result(
@@ -277,10 +280,10 @@ def _measure(plan: Plan, options: EnvOptions, cached: Sequence[str] = ()) -> Fet
 
 def _build(
     layout: gens.Layout, change: Change, run: Run, env_lock: int
-) -> tuple[dict[str, float], list[str], FetchSize]:
+) -> tuple[dict[str, float], list[str], FetchSize, linkmode.LinkUse]:
     """Fetch what `change` needs, then build the generation it describes and switch to it; the
-    seconds each step took, notes for the user, and what the plan weighs. `env_lock` is the
-    descriptor of the env's lock, which this run holds.
+    seconds each step took, notes for the user, what the plan weighs and how files were linked.
+    `env_lock` is the descriptor of the env's lock, which this run holds.
 
     The fetch comes first: an unreachable channel or index, or a bad archive or wheel, fails before
     the retired generation is recycled, so `--rollback` still has it."""
@@ -302,20 +305,28 @@ def _build(
             raise _disk_full(layout, options, exc, created=first, started=False) from exc
         raise
     seconds["fetch"] = time.perf_counter() - t
+    link = _link_use(layout, run)
     t = time.perf_counter()
     partial = gens.start(layout, change.start).partial
     try:
         if current is not None:
             gens.carry_env_state(layout.path(current), partial)
         seconds["start"] = time.perf_counter() - t
-        notes = _apply(change, fetched, full_validation, run, seconds, held=(env_lock,))
+        notes = _apply(change, fetched, full_validation, run, seconds, held=(env_lock,), link=link)
         gens.commit(layout, change.start.number, partial)
     except BaseException as exc:
         _discard(layout, partial, first)
         if isinstance(exc, Exception) and out_of_space(exc):
             raise _disk_full(layout, options, exc, created=first, started=True) from exc
         raise
-    return seconds, notes, size
+    return seconds, ([link.fallback] if link.fallback else []) + notes, size, link
+
+
+def _link_use(layout: gens.Layout, run: Run) -> linkmode.LinkUse:
+    """How this run links files into the env: `--link`, where the file systems of the caches and the
+    env allow it (tried once per pair), else the next cheaper mode."""
+    options = run.options
+    return linkmode.choose(options.link, options.cache_dir, layout.gens_dir, layout.stable)
 
 
 def _apply(
@@ -325,9 +336,10 @@ def _apply(
     run: Run,
     seconds: dict[str, float],
     held: Sequence[int],
+    link: linkmode.LinkUse,
 ) -> list[str]:
     """Bring the started generation to the lock by the change's plan, adding each step's time to
-    `seconds`; returns notes for the user. uv inherits `held` (see `pip.install`)."""
+    `seconds`, linking files by `link`; returns notes for the user. uv inherits `held` (see `pip.install`)."""
     options, notify, partial, notes = run.options, run.feedback.notify, change.start.partial, []
     plan = change.plan_in_partial()
     if plan.pip_remove:  # first: a distribution moving to conda would take the files its conda package links
@@ -338,7 +350,9 @@ def _apply(
     if plan.link or plan.unlink:
         t = time.perf_counter()
         notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
-        target = LinkTarget(partial, options.prefix, options.platform, options.cache_dir, options.show_progress)
+        target = LinkTarget(
+            partial, options.prefix, options.platform, options.cache_dir, options.show_progress, link.used
+        )
         link_conda(
             [e for e in run.entries if e.manager == "conda"],
             plan.link,
@@ -359,9 +373,11 @@ def _apply(
     if plan.pip_install:
         t = time.perf_counter()
         notify(f"pip: installing {len(plan.pip_install)} distributions")
-        pip.install(plan.pip_install, partial, options.prefix, fetched, held=held)
+        notes += pip.install(
+            plan.pip_install, partial, options.prefix, fetched, options.cache_dir, held=held, link=link.used
+        )
         seconds["pip"] = seconds.get("pip", 0.0) + time.perf_counter() - t
-    _write_record(run, partial, change.start.number, fsync=False)  # committed by the generation's rename
+    _write_record(run, partial, change.start.number, fsync=False, link=link)  # committed by the generation's rename
     return notes
 
 
@@ -394,8 +410,9 @@ def _announced(feedback: Feedback, entries: Sequence[LockedPackage], size: Fetch
 
 
 def _discard(layout: gens.Layout, partial: Path, first: bool) -> None:
-    """Remove a half-built generation; after a failed first create, the gens dir it was alone in too."""
-    remove_tree(partial)
+    """Remove a half-built generation, once its writers are done (`generations.discard`); after a
+    failed first create, the gens dir it was alone in too."""
+    gens.discard(partial)
     if first:
         with contextlib.suppress(OSError):  # not empty: another run's, or generations of an earlier env
             layout.gens_dir.rmdir()
@@ -434,8 +451,14 @@ def _requested_conda_specs(lock: Lock) -> list[str]:
     return []
 
 
-def _write_record(run: Run, prefix: Path, number: int, fsync: bool = True) -> None:
+def _write_record(
+    run: Run, prefix: Path, number: int, fsync: bool = True, link: Optional[linkmode.LinkUse] = None
+) -> None:
+    """The install record of generation `number` at `prefix`; without `link` (a refresh of the record
+    alone), the link modes it had."""
     options, entries = run.options, run.entries
+    before = read_install_record(prefix) if link is None else None
+    modes = {"requested": link.requested, "used": link.used} if link is not None else {}
     write_install_record(
         prefix,
         fsync=fsync,
@@ -451,6 +474,7 @@ def _write_record(run: Run, prefix: Path, number: int, fsync: bool = True) -> No
             pip={normalise(e.name): {"version": e.version, "sha256": e.sha256} for e in entries if e.manager == "pip"},
             conda_meta=conda_meta_fingerprint(prefix),
             variant=options.variant.name if options.variant is not None else run.lock.custom.get(META_VARIANT, ""),
+            link=modes if link is not None else before.link if before is not None else {},
         ),
     )
 

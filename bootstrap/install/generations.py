@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,6 +269,41 @@ def copy_over(source: Path, target: Path) -> None:
     temp = target.with_name(f".{target.name}.new")
     shutil.copy2(source, temp)
     os.replace(temp, target)
+
+
+def discard(partial: Path, settle: float = 0.2, limit: float = 30.0) -> None:
+    """Remove a half-built generation once nothing writes into it any more. A failed rattler.install
+    returns while link tasks it had started are still running (they cannot be cancelled), and they
+    create directories and files (empty ones, on a full disk) after the error: removed too early,
+    the partial is re-created behind the removal. So wait until its tree stays the same for
+    `settle` seconds (at most `limit`), move it aside, remove it, and remove whatever a late writer
+    made again at its name."""
+    deadline = time.monotonic() + limit
+    seen = _tree_state(partial)
+    while seen is not None and time.monotonic() < deadline:
+        time.sleep(settle)
+        now = _tree_state(partial)
+        if now == seen:
+            break
+        seen = now
+    garbage = partial.with_name(f"{partial.name[: -len(PARTIAL)]}{GARBAGE}")
+    with contextlib.suppress(FileNotFoundError):
+        remove_tree(garbage)
+        os.rename(partial, garbage)
+    remove_tree(garbage)
+    remove_tree(partial)
+
+
+def _tree_state(top: Path) -> Optional[tuple[int, int]]:
+    """How many entries are under `top`, and the newest mtime of its directories; None if it is gone."""
+    if not os.path.lexists(top):
+        return None
+    count, newest = 0, 0
+    for root, dirs, files in os.walk(top):
+        count += len(dirs) + len(files)
+        with contextlib.suppress(OSError):
+            newest = max(newest, os.lstat(root).st_mtime_ns)
+    return count, newest
 
 
 def commit(layout: Layout, number: int, partial: Path) -> Path:

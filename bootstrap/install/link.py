@@ -30,6 +30,7 @@ class LinkTarget:
     platform: str
     cache_dir: Path
     show_progress: bool = False
+    mode: str = "copy"  # reflink, hardlink or copy (`linkmode.choose`)
 
 
 class _Vanished(Exception):
@@ -63,6 +64,10 @@ def link_conda(
     extracted = [e for e in to_link if e.name in from_archives]
     for entry in extracted:
         store.seal(target.cache_dir, entry)
+    if target.mode == "hardlink":  # the links just made changed the copies' inodes, not their files
+        for entry in to_link:
+            if entry.name not in from_archives:
+                store.reseal(target.cache_dir, entry)
     _restore_canonical_urls(target.partial, extracted)
 
 
@@ -130,7 +135,7 @@ def _rattler_install(
             execute_link_scripts=False,
             show_progress=target.show_progress,
             alternative_target_prefix=target.stable,
-            config=link_config(e.url for e in conda),
+            config=link_config((e.url for e in conda), target.mode),
             package_cache=rattler.PackageCache.new_layered(
                 [pkgs],
                 validation_mode=rattler.ValidationMode.full() if full_validation else rattler.ValidationMode.skip(),
@@ -153,11 +158,13 @@ def _from_copy(entry: LockedPackage, cache_dir: Path) -> Optional[rattler.RepoDa
     return rattler.RepoDataRecord(package, entry.filename, entry.url, _channel_of(entry.url))
 
 
-def link_config(conda_urls: Iterable[str]) -> rattler.Config:
-    """rattler's config for linking the packages at `conda_urls`.
+def link_config(conda_urls: Iterable[str], mode: str = "copy") -> rattler.Config:
+    """rattler's config for linking the packages at `conda_urls` by `mode` (`linkmode.choose`).
 
-    Copies (or copy-on-write clones), never hard links into the package cache: an edit
-    inside one env must not reach the cache or any other env.
+    Each mode allows rattler that link alone, so a file it cannot link that way is copied,
+    never linked some other way: a reflink shares no writes, a hard link shares the inode with
+    the cache (whose seal then notices an edit made through it, `store.seal_holds`), a copy
+    shares nothing.
 
     And a client that never goes online: what rattler links was fetched and checked by
     bootstrap (through its mirrors, with its speed floor) or is a sealed copy in the cache.
@@ -166,7 +173,9 @@ def link_config(conda_urls: Iterable[str]) -> rattler.Config:
     rattler's config cannot name a host, it gets the usual client, verification on."""
     import rattler
 
-    copies = "allow-hard-links = false\n"
+    copies = (
+        f"allow-hard-links = {str(mode == 'hardlink').lower()}\nallow-ref-links = {str(mode == 'reflink').lower()}\n"
+    )
     origins = sorted({origin for origin in map(_origin, conda_urls) if origin is not None})
     offline = "".join(f'{_toml_string(origin)} = ["file:///dev/null/bootstrap-links-offline"]\n' for origin in origins)
     try:

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 
 from bootstrap.errors import IntegrityError, ToolError
 from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, remove_tree
+from bootstrap.install import wheelstore
 from bootstrap.install.fetch import forget_verified
 from bootstrap.lock.lockfile import LockedPackage
 from bootstrap.lock.pip import PipOptions, uv_binary
@@ -40,19 +41,34 @@ def remove(dists: Sequence[InstalledPip], partial: Path, stable: Path, held: Seq
     return notes
 
 
+# `linkmode` names -> uv's --link-mode
+UV_LINK_MODES = {"reflink": "clone", "hardlink": "hardlink", "copy": "copy"}
+
+
 def install(
-    entries: Sequence[LockedPackage], partial: Path, stable: Path, wheels: Mapping[str, Path], held: Sequence[int] = ()
-) -> None:
+    entries: Sequence[LockedPackage],
+    partial: Path,
+    stable: Path,
+    wheels: Mapping[str, Path],
+    cache_dir: Path,
+    held: Sequence[int] = (),
+    link: str = "copy",
+) -> list[str]:
     """uv installs `entries` into `partial` from their checked local `wheels` (name -> file), so it
     never downloads mid-install; then each new distribution gets the lock's URL and the stable
-    path (`_finish_wheel`).
+    path (`_finish_wheel`). uv unpacks them in its cache in the package cache `cache_dir` and links
+    the files from there by `link` (`linkmode.choose`), only from unpacked wheels as they were
+    sealed (`wheelstore`). Returns notes for the user.
 
     uv inherits `held`, the descriptor of the env's lock. uv runs in a session of its own, so
     a SIGKILL of bootstrap, or of its process group (a CI job cancelled, `timeout -s KILL`),
     leaves it writing into `partial`; holding the lock, it keeps the next run waiting until it
     is done, rather than have that run build a generation of the same number for it to write into."""
     if not entries:
-        return
+        return []
+    # Whatever the mode: a wheel edited through an earlier env's hard link must not be copied either.
+    notes = _drop_edited(cache_dir, wheelstore.edited(cache_dir), held)
+    checked = wheelstore.archives(cache_dir)  # what is left: as sealed, or found intact
     local = {wheels[e.name].as_uri(): e for e in entries}
     requirements = partial / ".bootstrap-requirements.txt"
     requirements.write_text(
@@ -66,10 +82,12 @@ def install(
                 "install",
                 "--python",
                 str(python_executable(partial)),
+                "--cache-dir",
+                str(wheelstore.uv_cache(cache_dir)),
                 "--no-deps",
                 "--require-hashes",
                 "--link-mode",
-                "copy",
+                UV_LINK_MODES[link],
                 "--no-index",
                 "-r",
                 str(requirements),
@@ -83,8 +101,28 @@ def install(
         # if a stored wheel changed unseen, the next run's hashing finds it
         forget_verified([wheels[e.name] for e in entries])
         raise _pip_failure(_uv_message(done, partial), stable)
+    wheelstore.seal_all(cache_dir, checked)
     for dist_info, entry in _installed_from(partial, local):
         _finish_wheel(dist_info, entry, partial, stable)
+    return notes
+
+
+def _drop_edited(cache_dir: Path, edited: Sequence[tuple[Path, str]], held: Sequence[int]) -> list[str]:
+    """`uv cache clean NAME` for each unpacked wheel edited since it was sealed: uv unpacks it again
+    from the checked wheel rather than link the edited files into another env."""
+    names = sorted({name for _, name in edited if name})
+    if not names:
+        return []
+    done = _run_uv(
+        [uv_binary(PipOptions()), "cache", "clean", "--cache-dir", str(wheelstore.uv_cache(cache_dir)), *names],
+        timeout=600,
+        held=held,
+    )
+    if done.returncode != 0:
+        raise ToolError(
+            f"uv cache clean of the edited unpacked wheels {', '.join(names)} failed: {done.stderr.strip()}"
+        )
+    return [f"unpacked files of the wheels {', '.join(names)} in the package cache were edited: unpacked again"]
 
 
 def _drop_unlisted(dists: Sequence[InstalledPip], partial: Path) -> list[str]:

@@ -13,12 +13,13 @@ import os
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from bootstrap.fsutil import atomic_write_text, remove_tree
+from bootstrap.fsutil import atomic_write_text, remove_tree, sha256_file
 from bootstrap.lock.lockfile import LockedPackage
 
 # A seal's first line, then the JSON of `fingerprint`. A seal of another header (an older bootstrap's)
 # counts as none: the package is extracted again from its checked archive and sealed anew.
-SEAL_HEADER = "bootstrap-seal 3\n"
+SEAL_HEADER = "bootstrap-seal 4\n"
+_CONTENT = ("files", "content")  # what an edit changes; a link made or removed changes `inodes` only
 _EXTRACTING = ".extracting-"
 _HELD: set[str] = set()  # this process's own `extracting` files
 
@@ -50,11 +51,38 @@ def sealed_copies(cache_dir: Path, entries: Sequence[LockedPackage], drop: bool)
 
 
 def seal_holds(cache_dir: Path, entry: LockedPackage) -> bool:
+    """Whether the extracted copy is as sealed. A copy whose inodes changed (a hard link made or
+    removed by an env, or an edit that kept each file's size and mtime) but whose files kept their
+    sizes and mtimes is hashed against its own `info/paths.json`, and sealed anew if it matches."""
+    directory = extracted_dir(cache_dir, entry)
     try:
         header, _, body = seal_path(cache_dir, entry).read_text(encoding="utf-8").partition("\n")
-        return header + "\n" == SEAL_HEADER and json.loads(body) == fingerprint(extracted_dir(cache_dir, entry))
+        if header + "\n" != SEAL_HEADER:
+            return False
+        sealed, now = json.loads(body), fingerprint(directory)
     except (OSError, ValueError):
         return False  # gone, or a broken seal
+    if sealed == now:
+        return True
+    if not isinstance(sealed, dict) or {k: sealed.get(k) for k in _CONTENT} != {k: now[k] for k in _CONTENT}:
+        return False
+    if not _matches_paths_json(directory):
+        return False
+    _write_seal(seal_path(cache_dir, entry), now)
+    return True
+
+
+def _matches_paths_json(directory: Path) -> bool:
+    """Every file `info/paths.json` lists with a sha256 still has it (rattler's own full validation)."""
+    try:
+        paths = json.loads((directory / "info" / "paths.json").read_text(encoding="utf-8"))["paths"]
+        return all(
+            sha256_file(directory / item["_path"]) == item["sha256"]
+            for item in paths
+            if item.get("sha256") and item.get("path_type", "hardlink") == "hardlink"
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def _has_current_seal(cache_dir: Path, entry: LockedPackage) -> bool:
@@ -69,7 +97,23 @@ def seal(cache_dir: Path, entry: LockedPackage) -> None:
     directory, path = extracted_dir(cache_dir, entry), seal_path(cache_dir, entry)
     if directory.is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, SEAL_HEADER + json.dumps(fingerprint(directory), sort_keys=True) + "\n")
+        _write_seal(path, fingerprint(directory))
+
+
+def reseal(cache_dir: Path, entry: LockedPackage) -> None:
+    """Seal again a copy just hard-linked into an env, which changed its inodes' ctime and link
+    count, if its files kept the sizes and mtimes it was sealed with."""
+    try:
+        header, _, body = seal_path(cache_dir, entry).read_text(encoding="utf-8").partition("\n")
+        sealed, now = json.loads(body), fingerprint(extracted_dir(cache_dir, entry))
+    except (OSError, ValueError):
+        return
+    if header + "\n" == SEAL_HEADER and isinstance(sealed, dict) and all(sealed.get(k) == now[k] for k in _CONTENT):
+        _write_seal(seal_path(cache_dir, entry), now)
+
+
+def _write_seal(path: Path, print_: dict[str, object]) -> None:
+    atomic_write_text(path, SEAL_HEADER + json.dumps(print_, sort_keys=True) + "\n")
 
 
 def drop_extracted(cache_dir: Path, entry: LockedPackage) -> None:
@@ -78,15 +122,16 @@ def drop_extracted(cache_dir: Path, entry: LockedPackage) -> None:
 
 
 def fingerprint(directory: Path) -> dict[str, object]:
-    """How many files and links are under `directory`, and one sha256 over a line of each: its
-    relative path, size, mtime_ns and ctime_ns, in path order.
+    """How many files and links are under `directory`, and two sha256 over a line of each, in path
+    order: `content` over its relative path, size and mtime_ns; `inodes` over those and its ctime_ns.
 
     The inode change time is set to now by any write, chmod or utime(), and no call a user can
     make sets it back: an edit that keeps the size and restores the mtime (`cp -p`, `rsync -t`,
-    `touch -d`) still shows. rattler copies out of the cache (no hard links, which would change
-    it), so linking leaves it alone. Each entry is lstat'ed relative to an open directory, so the
-    kernel looks up one name per file rather than a path from the root."""
-    digest, count = hashlib.sha256(), 0
+    `touch -d`) still shows in `inodes`. So does a hard link made or removed (an env linked from
+    the copy, or deleted), which is why a change of `inodes` alone is settled by hashing
+    (`seal_holds`). Each entry is lstat'ed relative to an open directory, so the kernel looks up
+    one name per file rather than a path from the root."""
+    content, inodes, count = hashlib.sha256(), hashlib.sha256(), 0
 
     def walk(fd: int, relative: str) -> None:
         nonlocal count
@@ -100,11 +145,11 @@ def fingerprint(directory: Path) -> dict[str, object]:
                         os.close(child)
                 else:
                     info = entry.stat(follow_symlinks=False)
-                    digest.update(
-                        f"{relative}{entry.name}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\n".encode(
-                            "utf-8", "surrogateescape"
-                        )
+                    line = f"{relative}{entry.name}\0{info.st_size}\0{info.st_mtime_ns}".encode(
+                        "utf-8", "surrogateescape"
                     )
+                    content.update(line + b"\n")
+                    inodes.update(line + f"\0{info.st_ctime_ns}\n".encode())
                     count += 1
 
     root = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -112,7 +157,7 @@ def fingerprint(directory: Path) -> dict[str, object]:
         walk(root, "")
     finally:
         os.close(root)
-    return {"files": count, "sha256": digest.hexdigest()}
+    return {"files": count, "content": content.hexdigest(), "inodes": inodes.hexdigest()}
 
 
 @contextlib.contextmanager

@@ -551,6 +551,7 @@ def test_rollback(project: Project, channel: Path, wheels: Path, capsys) -> None
         "generation": 1,
         "was": 2,
         "changed": False,
+        "notes": [],  # files of generation 1 edited since it was made, through a link generation 2 shares
     }
     assert os.readlink(prefix).endswith("/2")
     assert main(["env", "--root", str(project.root), "--rollback"]) == 0
@@ -668,20 +669,22 @@ def test_an_edited_cached_copy_with_its_mtime_put_back_is_found(project: Project
     assert (fresh / "share/torchlike/build.txt").read_bytes() == original == extracted.read_bytes()
 
 
-@pytest.mark.parametrize("older", ["size-and-mtime", "per-file-table"])
+@pytest.mark.parametrize("older", ["size-and-mtime", "per-file-table", "one-digest"])
 def test_a_seal_of_an_older_format_counts_as_none(project: Project, channel: Path, older: str) -> None:
-    """Size and mtime only (before the ctime was sealed), or version 2's table of every file: the
-    copy is extracted again from its checked archive, and sealed anew."""
+    """Size and mtime only (before the ctime was sealed), version 2's table of every file, or version
+    3's one digest: the copy is extracted again from its checked archive, and sealed anew."""
     from bootstrap.install.env import EnvOptions, Feedback, create_or_update
 
     assert main(env_args(project, str(channel))) == 0
-    seals = sorted((project.root / ".cache" / "seals").glob("*.json"))
+    seals = sorted((project.root / ".cache" / "seals").glob("[0-9a-f]*.json"))  # the conda packages'
     for seal in seals:  # as an older bootstrap wrote them (the table's contents do not matter: the header does)
         table = {"share/x": [1, 2, 3]}
         seal.write_text(
             json.dumps({path: stat[:2] for path, stat in table.items()})
             if older == "size-and-mtime"
             else "bootstrap-seal 2\n" + json.dumps(table)
+            if older == "per-file-table"
+            else "bootstrap-seal 3\n" + json.dumps({"files": 1, "sha256": "0" * 64})
         )
     (extracted,) = (project.root / ".cache").glob("pkgs/torchlike-*/share/torchlike/build.txt")
     extracted.write_text("stale\n")  # what an older seal would no longer vouch for
@@ -693,7 +696,7 @@ def test_a_seal_of_an_older_format_counts_as_none(project: Project, channel: Pat
     )
     assert not any("edited" in m for m in messages), messages  # not taken for an edit: never linked from
     assert (fresh / "share/torchlike/build.txt").read_text().startswith("cuda12")
-    assert all(seal.read_text().startswith("bootstrap-seal 3\n") for seal in seals)
+    assert all(seal.read_text().startswith("bootstrap-seal 4\n") for seal in seals)
 
 
 def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(
@@ -901,11 +904,12 @@ def test_a_stored_wheel_is_hashed_again_once_it_changed(project: Project, channe
 
 
 def test_editing_one_env_leaves_cache_and_sibling_alone(project: Project, channel: Path) -> None:
+    """With `--link copy`, an edit in place inside one env reaches neither the cache nor another env."""
     from bootstrap.fsutil import sha256_file
 
     first, second = project.root / "envs-a", project.root / "envs-b"
     for prefix in (first, second):
-        assert main(env_args(project, str(channel), "--prefix", str(prefix))) == 0
+        assert main(env_args(project, str(channel), "--prefix", str(prefix), "--link", "copy")) == 0
     targets = ["share/bigpkg/f000002.txt", "share/torchlike/build.txt"]  # with and without a placeholder
     for target in targets:
         assert os.stat(first / target).st_nlink == 1  # no other path shares the inode
@@ -1258,9 +1262,9 @@ def big_channel(tmp_path_factory) -> Path:
     return build_runnable_channel(tmp_path_factory.mktemp("big") / "channel", extra=[big_spec(4000, name="hugepkg")])
 
 
-def env_process(project: Project, channel: Path) -> subprocess.Popen:
+def env_process(project: Project, channel: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "bootstrap", *env_args(project, str(channel))],
+        [sys.executable, "-m", "bootstrap", *env_args(project, str(channel), *extra)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -1269,24 +1273,25 @@ def env_process(project: Project, channel: Path) -> subprocess.Popen:
 
 
 @pytest.mark.slow  # test_env_concurrency and the full-disk tests keep the previous env by default
+@pytest.mark.parametrize("link", ["auto", "reflink", "hardlink", "copy"])
 @pytest.mark.parametrize(
     "recycled", [pytest.param(False, id="first-change"), pytest.param(True, id="recycled-generation")]
 )
 def test_sigkill_mid_install_keeps_the_previous_generation(
-    project: Project, big_channel: Path, wheels: Path, recycled: bool
+    project: Project, big_channel: Path, wheels: Path, recycled: bool, link: str
 ) -> None:
     import signal
     import time
 
     relock(project, big_channel, wheels)
-    assert main(env_args(project, str(big_channel))) == 0
+    assert main(env_args(project, str(big_channel), "--link", link)) == 0
     if recycled:  # a second generation, so the change below starts from the retired first one
         change_lock(project, big_channel, wheels, pip=("alpha==1.0", "gamma"))
-        assert main(env_args(project, str(big_channel))) == 0
+        assert main(env_args(project, str(big_channel), "--link", link)) == 0
     prefix = prefix_of(project)
     before = os.readlink(prefix)
     change_lock(project, big_channel, wheels, conda=(*CONDA, "hugepkg"))
-    process = env_process(project, big_channel)
+    process = env_process(project, big_channel, "--link", link)
     partial = prefix.parent / ".py310.gens" / ("3.partial" if recycled else "2.partial")
     deadline = time.monotonic() + 60
     while not ((partial / "share" / "hugepkg").is_dir() and any((partial / "share" / "hugepkg").iterdir())):
@@ -1299,7 +1304,7 @@ def test_sigkill_mid_install_keeps_the_previous_generation(
     assert run_python(prefix, "import alpha; print('usable')") == "usable"
     assert not (prefix / "share" / "hugepkg").exists()
     assert partial.exists()  # what the kill left behind
-    assert main(env_args(project, str(big_channel))) == 0  # the next run converges
+    assert main(env_args(project, str(big_channel), "--link", link)) == 0  # the next run converges
     assert not list((prefix.parent / ".py310.gens").glob("*.partial"))
     assert_matches_lock(project)
     assert len(list((prefix / "share" / "hugepkg").iterdir())) == 4000

@@ -51,9 +51,9 @@ def test_a_read_that_races_a_switch_reads_again(
     assert ("plan for" in out and "nothing to do" in out) if dry_run else "is up to date" in out, out
 
 
-def _env_process(project: Project, channel: Path, lock: Path) -> subprocess.Popen:
+def _env_process(project: Project, channel: Path, lock: Path, link: str = "auto") -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "bootstrap", *env_args(project, str(channel), "--lock", str(lock))],
+        [sys.executable, "-m", "bootstrap", *env_args(project, str(channel), "--lock", str(lock), "--link", link)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -78,7 +78,7 @@ def _assert_is_one_locks_env(project: Project, locks: dict) -> Path:
     return lock_path
 
 
-def _pairs(project: Project, channel: Path, wheels: Path, pairs: int) -> None:
+def _pairs(project: Project, channel: Path, wheels: Path, pairs: int, link: str = "auto") -> None:
     """`pairs` times: two runs on the one prefix, one with each of two locks, in random order and
     staggered so that one often reads the env while the other switches it."""
     locks = {}
@@ -90,9 +90,9 @@ def _pairs(project: Project, channel: Path, wheels: Path, pairs: int) -> None:
     rng = random.Random(21)
     for index in range(pairs):
         order = rng.sample(["a", "b"], 2)
-        first = _env_process(project, channel, locks[order[0]])
+        first = _env_process(project, channel, locks[order[0]], link)
         time.sleep(rng.uniform(0.0, 0.6))
-        second = _env_process(project, channel, locks[order[1]])
+        second = _env_process(project, channel, locks[order[1]], link)
         for process in (first, second):
             out, err = process.communicate(timeout=120)
             assert "Traceback" not in err and process.returncode == 0, (index, out, err)
@@ -106,8 +106,12 @@ def _pairs(project: Project, channel: Path, wheels: Path, pairs: int) -> None:
     assert _assert_is_one_locks_env(project, locks) == locks["b"]
 
 
-def test_three_pairs_of_runs_on_one_prefix(project: Project, channel: Path, wheels: Path) -> None:
-    _pairs(project, channel, wheels, 3)
+# Each mode links the same files another way; auto (hard links or reflinks here) runs by default.
+@pytest.mark.parametrize(
+    "link", ["auto", *(pytest.param(mode, marks=pytest.mark.slow) for mode in ("reflink", "hardlink", "copy"))]
+)
+def test_three_pairs_of_runs_on_one_prefix(project: Project, channel: Path, wheels: Path, link: str) -> None:
+    _pairs(project, channel, wheels, 3, link)
 
 
 @pytest.mark.slow

@@ -120,11 +120,11 @@ def test_a_generation_killed_while_being_deleted_is_never_recycled(tmp_path: Pat
     layout = layout_with(tmp_path, [1, 2, 3], current=3)
     real_rmtree = shutil.rmtree
 
-    def killed_halfway(path, ignore_errors=False):
+    def killed_halfway(path, ignore_errors=False, **hooks):
         if str(path).endswith(gens.GARBAGE) and Path(path).exists():
             real_rmtree(Path(path) / "conda-meta")  # some of it gone, then the process dies
             raise KeyboardInterrupt
-        real_rmtree(path, ignore_errors=ignore_errors)
+        real_rmtree(path, ignore_errors=ignore_errors, **hooks)
 
     monkeypatch.setattr(gens.shutil, "rmtree", killed_halfway)
     with pytest.raises(KeyboardInterrupt):

@@ -1,0 +1,212 @@
+"""`bootstrap env --link`: files linked from the package cache by reflink, hard link or copy; the mode
+falls back where a file system refuses it, and an edit made through a hard link is caught by `verify`
+and never reaches an env made after it (the seals of rattler's extracted packages and uv's unpacked
+wheels). Also: a failed first create leaves nothing, even while the linker is still writing."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bootstrap.cli import main
+from bootstrap.install import linkmode
+from bootstrap.prefix import read_install_record, site_packages
+from bootstrap.project import Project
+from tests.fixtures.env_project import (
+    assert_matches_lock,
+    change_lock,
+    env_args,
+    prefix_of,
+    run_python,
+    without_progress,
+)
+from tests.fixtures.project import copy_project
+
+CONDA_FILE = "lib/libzstub.so.1"  # zlibstub's, without a prefix placeholder: linked, not rewritten
+
+
+@pytest.fixture(autouse=True)
+def _probe_afresh() -> None:
+    linkmode._probed.clear()  # each test's file systems (and fakes) are probed anew
+
+
+def pip_file(prefix: Path) -> Path:
+    site = site_packages(prefix)
+    assert site is not None
+    return site / "alpha" / "__init__.py"
+
+
+def env_json(args: list, capsys) -> dict:
+    capsys.readouterr()
+    assert main([*args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def verify_files(prefix: Path, project: Project, capsys) -> dict:
+    capsys.readouterr()
+    main(["verify", "--prefix", str(prefix), "--lock", str(project.lock_path("py310")), "--no-bench", "--json"])
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    return next(c for c in checks if c["id"] == "env.files")
+
+
+def test_auto_links_from_a_cache_on_the_same_file_system(project: Project, channel: Path, capsys) -> None:
+    """Same device: reflinks where the file system has them, else hard links, for both parts; the
+    mode is in the install record, `--json` and the summary."""
+    expected = linkmode.supported(project.root, project.root)
+    assert expected in ("reflink", "hardlink")
+    result = env_json(env_args(project, str(channel)), capsys)
+    assert result["link"] == {"requested": "auto", "used": expected, "fallback": None}
+    prefix = prefix_of(project)
+    assert read_install_record(prefix).link == {"requested": "auto", "used": expected}
+    if expected == "hardlink":
+        assert os.stat(prefix / CONDA_FILE).st_nlink > 1 and os.stat(pip_file(prefix)).st_nlink > 1
+    assert run_python(prefix, "import alpha; print('usable')") == "usable"
+    assert_matches_lock(project)
+
+
+@pytest.mark.parametrize("then", ["hardlink", "copy"])
+@pytest.mark.parametrize("keep", [False, True], ids=["appended", "same-size-and-mtime"])
+def test_an_edit_through_a_hard_link_is_caught_and_reaches_no_later_env(
+    project: Project, channel: Path, capsys, keep: bool, then: str
+) -> None:
+    """An edit written in place into a hard-linked file of one env (the cache's inode too) fails that
+    env's `verify`, naming file and package; an env made after it, linked or copied, gets the files
+    as packaged."""
+    first, second = project.root / "env-a", project.root / "env-b"
+    assert main(env_args(project, str(channel), "--prefix", str(first), "--link", "hardlink")) == 0
+    originals = {}
+    for path in (first / CONDA_FILE, pip_file(first)):
+        assert os.stat(path).st_nlink > 1
+        originals[path.relative_to(first)] = data = path.read_bytes()
+        info = os.stat(path)
+        with open(path, "r+b") as handle:  # in place: same inode, as an editor may write
+            handle.write(b"X" * min(4, len(data)) if keep else data + b"# EDITED\n")
+        if keep:  # what `cp -p` or `touch -d` leave: only the inode's ctime shows the edit
+            os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+    check = verify_files(first, project, capsys)
+    assert check["status"] == "fail"
+    assert f"{CONDA_FILE} (conda:zlibstub" in check["observed"] and "alpha/__init__.py (pip:alpha" in check["observed"]
+    assert "hard links" in check["remedy"] and "env" in check["remedy"]
+
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--prefix", str(second), "--link", then)) == 0
+    assert "alpha" in capsys.readouterr().out
+    for relative, data in originals.items():
+        assert (second / relative).read_bytes() == data, relative
+    assert verify_files(second, project, capsys)["status"] == "ok"
+
+
+def _refuse_hard_links(monkeypatch) -> None:
+    real = os.link
+
+    def link(source, target, *args, **kwargs):
+        if ".link-probe-" in os.fspath(source):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "link", link)
+
+
+@pytest.mark.parametrize(
+    ("requested", "no_hard_links", "used"),
+    [
+        ("reflink", False, "hardlink"),
+        ("reflink", True, "copy"),
+        ("hardlink", True, "copy"),
+        ("auto", True, "copy"),
+    ],
+)
+def test_a_mode_the_file_system_refuses_falls_back(
+    project: Project, channel: Path, capsys, monkeypatch, requested: str, no_hard_links: bool, used: str
+) -> None:
+    """No reflinks here (ext4, tmpfs), or no hard links (EXDEV, faked at the probe): the next cheaper
+    mode, said in a note; the env is the lock's."""
+    if linkmode.supported(project.root, project.root) == "reflink":
+        pytest.skip("this file system has reflinks")
+    linkmode._probed.clear()
+    if no_hard_links:
+        _refuse_hard_links(monkeypatch)
+    result = env_json(env_args(project, str(channel), "--link", requested), capsys)
+    assert result["link"]["used"] == used
+    assert (result["link"]["fallback"] is None) == (requested == "auto")
+    if requested != "auto":
+        assert any(note.startswith(f"--link {requested}: the file systems refuse") for note in result["notes"])
+    prefix = prefix_of(project)
+    assert read_install_record(prefix).link == {"requested": requested, "used": used}
+    assert (os.stat(prefix / CONDA_FILE).st_nlink > 1) == (used == "hardlink")
+    assert_matches_lock(project)
+
+
+def test_a_cache_on_another_device_is_copied_from(
+    locked_once: Project, channel: Path, small_fs: tuple, tmp_path: Path, capsys
+) -> None:
+    """The env on a tmpfs, the cache on the test's file system: hard links are refused (EXDEV), so
+    rattler and uv are told to copy; the env runs."""
+    mount, resize = small_fs
+    resize("64m")
+    project = copy_project(locked_once, mount / "proj")
+    args = [*env_args(project, str(channel)), "--cache-dir", str(tmp_path / "cache"), "--link", "hardlink"]
+    result = env_json(args, capsys)
+    assert result["link"]["used"] == "copy" and "refuse hard links" in result["link"]["fallback"]
+    prefix = prefix_of(project)
+    assert os.stat(prefix / CONDA_FILE).st_nlink == 1 and os.stat(pip_file(prefix)).st_nlink == 1
+    assert run_python(prefix, "import alpha; print('usable')") == "usable"
+
+
+def test_a_rollback_says_when_files_of_its_generation_were_edited(
+    project: Project, channel: Path, wheels: Path, capsys
+) -> None:
+    """Generations share inodes (hard links from the cache, and the clone of an env's first change): a
+    file edited in place in the current one is edited in the previous one too, and the rollback says so."""
+    assert main(env_args(project, str(channel), "--link", "hardlink")) == 0
+    change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
+    assert main(env_args(project, str(channel), "--link", "hardlink")) == 0
+    prefix = prefix_of(project)
+    with open(prefix / CONDA_FILE, "ab") as handle:
+        handle.write(b"EDITED")
+    capsys.readouterr()
+    assert main(["env", "--root", str(project.root), "--rollback"]) == 0
+    out = capsys.readouterr().out
+    assert "now points at generation 1" in out
+    assert "note: 1 file(s) of generation 1 were edited after it was made" in out and CONDA_FILE in out, out
+
+
+def test_a_first_create_that_fails_while_the_linker_still_writes_leaves_nothing(
+    project: Project, channel: Path, capsys, monkeypatch
+) -> None:
+    """rattler returns its error (here ENOSPC) while link tasks it started go on writing into the
+    generation: the clean-up waits for them, so the message's "nothing was created" is true."""
+    from bootstrap.install import link
+
+    writers = []
+
+    def failing_install(conda, to_link, archives, target, full_validation) -> None:
+        def keep_writing() -> None:
+            for index in range(40):
+                directory = target.partial / "lib" / f"late{index % 4}"
+                directory.mkdir(parents=True, exist_ok=True)
+                (directory / f"f{index}").write_bytes(b"")  # a full disk still takes empty files
+                time.sleep(0.02)
+
+        writer = threading.Thread(target=keep_writing)
+        writer.start()
+        writers.append(writer)
+        time.sleep(0.05)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(link, "_rattler_install", failing_install)
+    capsys.readouterr()
+    assert main(env_args(project, str(channel))) == 2
+    error = without_progress(capsys.readouterr().err)
+    assert error.startswith("error: no space left on device") and "nothing was created" in error, error
+    for writer in writers:
+        writer.join()
+    gens = project.root / ".envs" / ".py310.gens"
+    assert not os.path.lexists(prefix_of(project)) and not gens.exists(), list(gens.rglob("*"))
