@@ -85,6 +85,8 @@ def test_an_edit_through_a_hard_link_is_caught_and_reaches_no_later_env(
         assert os.stat(path).st_nlink > 1
         originals[path.relative_to(first)] = data = path.read_bytes()
         info = os.stat(path)
+        if keep:
+            _after_ctime_of(path)
         with open(path, "r+b") as handle:  # in place: same inode, as an editor may write
             handle.write(b"X" * min(4, len(data)) if keep else data + b"# EDITED\n")
         if keep:  # what `cp -p` or `touch -d` leave: only the inode's ctime shows the edit
@@ -101,6 +103,19 @@ def test_an_edit_through_a_hard_link_is_caught_and_reaches_no_later_env(
     for relative, data in originals.items():
         assert (second / relative).read_bytes() == data, relative
     assert verify_files(second, project, capsys)["status"] == "ok"
+
+
+def _after_ctime_of(path: Path) -> None:
+    """Wait until the file system's clock has passed `path`'s change time. Inode times come from a
+    coarse clock (a scheduler tick): an edit in the same tick as the install's seal leaves ctime as
+    sealed, and with size and mtime restored nothing a stat shows has changed."""
+    probe = path.parent.parent / ".ctime-probe"
+    while True:
+        probe.write_bytes(b"")
+        if os.stat(probe).st_ctime_ns > os.stat(path).st_ctime_ns:
+            break
+        time.sleep(0.001)
+    probe.unlink()
 
 
 def _refuse_hard_links(monkeypatch) -> None:
