@@ -25,36 +25,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from bench_loader import ReplayNvml  # noqa: E402  (the sampler's NVML stand-in, beside this script)
 
 from bootstrap.bench.watcher import Watch  # noqa: E402  (after sys.path)
 
 BATCH = 64
 EVERY = 100
 TARGET = 1.01  # watched / bare time per step: at most 1 % more
-
-
-class ReplayNvml:
-    """Answers the sampler's NVML calls at once with a busy GPU: the thread's polling is what is timed."""
-
-    class NVMLError(Exception):
-        value = 3
-
-    def nvmlInit(self) -> None:
-        return None
-
-    def nvmlShutdown(self) -> None:
-        return None
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
-        return "gpu0"
-
-    def nvmlDeviceGetSamples(self, handle: str, kind: int, last_us: int) -> Any:
-        return 1, [SimpleNamespace(timeStamp=int(time.time() * 1e6), sampleValue=SimpleNamespace(uiVal=97))]
 
 
 def calibrated_step(step_ms: float) -> tuple[Callable[[Any], None], int, float]:
