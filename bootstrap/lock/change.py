@@ -431,6 +431,13 @@ def _relocated(exc: BootstrapError, shadow: Path, real: Path) -> BootstrapError:
     return moved
 
 
+# uv's words for a requirement nothing in the indexes matches (rattler's: "No candidates were found for NAME")
+_NO_VERSION = (
+    r"\b{name} was not found in the"
+    r"|(only {name}\S* (is|are) available|no versions? of {name}\b)[^.]*you require {name}\b"
+)
+
+
 def _conflict(exc: BootstrapError, staged: _Staged, spec_path: Path) -> BootstrapError:
     """A failed solve, as bad input naming what the new requirements conflict with: the other
     requirements of the spec that the solver's explanation names."""
@@ -440,14 +447,18 @@ def _conflict(exc: BootstrapError, staged: _Staged, spec_path: Path) -> Bootstra
         return exc
     asked = ", ".join(repr(edit.text) for edit in new)
     unmatched = [e.name for e in new if re.search(rf"No candidates were found for {re.escape(e.name)}\b", message)]
-    unmatched += [e.name for e in new if re.search(rf"\b{re.escape(e.name)} was not found in the", message)]
+    unmatched += [e.name for e in new if re.search(_NO_VERSION.format(name=re.escape(e.name)), message)]
     if unmatched:
         problem = f"nothing on the channel or the pip indexes matches {', '.join(unmatched)}"
         return InputError(spec_path, f"add {asked}: {problem}: {_why(message)}", "check the name and the version")
     mentioned = {edit.name for edit in new}
     doc = SpecText(spec_path, staged.text)
     others = sorted(
-        {e.text for e in doc.entries if e.name not in mentioned and re.search(rf"\b{re.escape(e.name)}\b", message)}
+        {
+            e.text
+            for e in doc.entries
+            if e.name not in mentioned and re.search(rf"\b{re.escape(e.name)}\b(?!:)", message)
+        }
     )
     conflicts = f"conflicts with {', '.join(map(repr, others))}" if others else "cannot be solved with the spec"
     return InputError(
