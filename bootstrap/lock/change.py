@@ -24,7 +24,7 @@ from bootstrap.lock.solve import LockOptions, LockResult, lock_env
 from bootstrap.lock.spec import EnvSpec, read_spec
 from bootstrap.lock.spec_edit import CONDA, PIP, Entry, SpecText, requirement_name, same_package
 from bootstrap.lock.variants import variant_locks
-from bootstrap.project import LOCK_SUFFIX, Project
+from bootstrap.project import Project
 from bootstrap.report import result
 
 ADD, REMOVE = "add", "remove"
@@ -485,8 +485,3 @@ def _shell(text: str) -> str:
 
     return shlex.quote(text)
 
-
-def lock_files(project: Project, env: str) -> list[Path]:
-    """Every file `add` or `remove` of `env` may replace, that exists: for tests and the docs."""
-    paths = [project.spec_path(env), project.lock_path(env), *project.envs_dir.glob(f"{env}.*{LOCK_SUFFIX}")]
-    return [p for p in paths if p.is_file()]
