@@ -484,4 +484,3 @@ def _shell(text: str) -> str:
     import shlex
 
     return shlex.quote(text)
-
