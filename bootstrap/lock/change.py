@@ -318,7 +318,15 @@ def _parsed_name(path: Path, text: str) -> str:
         return requirement_name(PIP, Requirement(text).name)
     except InvalidRequirement:
         pass
-    _conda_spec(path, text)
+    try:
+        _conda_spec(path, text)
+    except InputError as exc:
+        reason = exc.problem.partition(" match spec: ")[2] or exc.problem
+        raise InputError(
+            path,
+            f"add {excerpt(text)}: neither a pip requirement nor a conda match spec ({reason})",
+            "e.g. `numpy>=1.26` (either), `zlib=1.3` (conda) or `tqdm; sys_platform == 'linux'` (pip)",
+        ) from None
     return requirement_name(CONDA, text)
 
 

@@ -244,7 +244,7 @@ BAD = [
     (("add", "torchlike>=1"), "torchlike is listed already as 'torchlike' (py310.yml:13, the conda dependencies)"),
     (("add", "GAMMA<1"), "gamma is listed already as 'gamma'"),
     (("add", "newpkg", "newpkg>=1"), "'newpkg' and 'newpkg>=1' name one package"),
-    (("add", "alpha >>= 1"), "is not a valid conda match spec"),
+    (("add", "alpha >>= 1"), "neither a pip requirement nor a conda match spec (unable to parse"),
     (("add", "-e ."), "is not a requirement"),
     (("add", ""), "is not a requirement"),
     (("add", "--conda", "newpkg; sys_platform == 'linux'"), "add --conda:"),
@@ -297,3 +297,23 @@ def test_a_spec_without_a_pip_section_gets_one(project: Project, sources: Source
     code, _, err = run(capsys, sources, project, "remove", "gamma")
     assert code == 0, err
     assert inserted(text, project.spec_path("py310").read_text()) == ["  - pip\n"]
+
+
+# Requirement strings that are neither a pip requirement nor a conda match spec, made from pieces
+# that each break one rule: an operator without a version, a bracket left open, a bare URL, ...
+BROKEN = [
+    f"{head}{tail}"
+    for head in ("alpha", "newpkg")
+    for tail in (" ==", "[", " @", ";", "==1.0;;", ">>=1", "(", "[extra", " @ ", "===")
+] + ["@", "==1.0", "[x]", "; sys_platform == 'linux'", "-r requirements.txt", "--index-url x"]
+
+
+def test_many_broken_requirements_are_one_line_each_and_write_nothing(
+    project: Project, sources: Sources, capsys
+) -> None:
+    files = hashes(project)
+    for text in BROKEN:
+        code, out, err = run(capsys, sources, project, "add", "--", text)
+        assert (code, out) == (2, ""), (text, err)
+        assert err.startswith("error: ") and err.count("\n") == 1, (text, err)
+    assert hashes(project) == files
