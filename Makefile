@@ -19,7 +19,7 @@ TORCH_TEST ?= torch==2.13.0
 # nvidia wheels. Where this index is unreachable (a PyPI mirror only), the default index is used.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: env bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench bench-loader bench-watch bench-report gpu-check help FORCE
+.PHONY: env add remove bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench bench-loader bench-watch bench-report gpu-check help FORCE
 
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
@@ -77,6 +77,27 @@ env: tools
 	$(CHECK_ENV)
 	$(CHECK_VARIANT)
 	$(PY) -m bootstrap env $(ENV) --variant $(VARIANT)$(if $(BUNDLE), --bundle "$(BUNDLE)") $(ENV_ARGS)
+
+## Add PKG="numpy>=1.26 zlib" (requirements, each without spaces) to $(ENV)'s spec, in pip: or the conda
+## dependencies, whichever the channel has it in; relock only what they need, export environment.yml,
+## update .envs/$(ENV). ADD_ARGS="--pip", "--replace", "--no-install", "--mirror C=URL", ... (bootstrap add --help).
+PKG ?=
+ADD_ARGS ?=
+# Each word of PKG single-quoted for the shell: `numpy>=1.26` must not become a redirection.
+PKG_WORDS = $(foreach word,$(PKG),'$(subst ','\'',$(word))')
+CHECK_PKG = @test -n "$(strip $(PKG))" || { echo "PKG is empty: name what to $@, e.g. make $@ PKG=\"numpy>=1.26\"" >&2; exit 2; }
+add: tools
+	$(CHECK_ENV)
+	$(CHECK_VARIANT)
+	$(CHECK_PKG)
+	$(PY) -m bootstrap add --env $(ENV) --variant $(VARIANT) $(PKG_WORDS) $(ADD_ARGS)
+
+## Remove PKG="numpy zlib" from $(ENV)'s spec; what only they needed leaves the lock too (ADD_ARGS as for add).
+remove: tools
+	$(CHECK_ENV)
+	$(CHECK_VARIANT)
+	$(CHECK_PKG)
+	$(PY) -m bootstrap remove --env $(ENV) --variant $(VARIANT) $(PKG_WORDS) $(ADD_ARGS)
 
 ## Every artifact the lock of $(ENV) installs on this platform, and the lock, in one tar for nodes
 ## without internet; BUNDLE_ARGS="--platform linux-64 -o FILE" for another platform or name.

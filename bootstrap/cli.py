@@ -23,6 +23,8 @@ from bootstrap.urls import scrub_credentials
 # verb -> (module under bootstrap.commands, one-line help)
 VERBS = {
     "lock": ("lock", "solve the specs in envs/ for every platform and write the lock"),
+    "add": ("add", "add requirements to an env's spec, relock only what they need, export, update the env"),
+    "remove": ("remove", "take packages out of an env's spec; what only they needed leaves the lock too"),
     "env": ("env", "create or update an environment from its lock, without conda"),
     "cache": ("cache", "what the package cache holds; --prune keeps only what this project's locks install"),
     "bundle": ("bundle", "every artifact a lock installs, with the lock, in one tar for nodes without internet"),
@@ -178,7 +180,7 @@ def _error_envelope(
 
 
 # The verbs the tools venv runs (`make lock`, `make env`, ...); the others run in the team's env.
-TOOLS_VERBS = ("lock", "env", "bundle", "cache")
+TOOLS_VERBS = ("lock", "add", "remove", "env", "bundle", "cache")
 _PACKAGE_OF = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "rattler": "py-rattler", "conda_lock": "conda-lock"}
 
 

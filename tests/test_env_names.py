@@ -21,6 +21,8 @@ VERBS = {
     "lock --check": ["lock", "--check", "{blank}"],
     "bundle": ["bundle", "{blank}"],
     "doctor --env": ["doctor", "--env", "{blank}"],
+    "add --env": ["add", "--env", "{blank}", "--no-install", "newpkg"],
+    "remove --env": ["remove", "--env", "{blank}", "--no-install", "torchlike"],
 }
 
 

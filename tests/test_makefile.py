@@ -153,6 +153,16 @@ def test_env_passes_the_variant_on_and_refuses_one_that_is_no_name(scratch: Path
         assert done.returncode == 2 and f"VARIANT='{bad}' is not a variant name" in done.stderr, bad
 
 
+def test_add_and_remove_quote_each_package_and_need_one(scratch: Path) -> None:
+    planned = make(scratch, "-n", "add", "PKG=numpy>=1.26 it's", "ADD_ARGS=--pip").stdout.splitlines()[-1]
+    assert planned == ".tools/bin/python -m bootstrap add --env py310 --variant auto 'numpy>=1.26' 'it'\\''s' --pip"
+    planned = make(scratch, "-n", "remove", "PKG=zlib", "ENV=py39").stdout.splitlines()[-1]
+    assert planned == ".tools/bin/python -m bootstrap remove --env py39 --variant auto 'zlib' "
+    for target in ("add", "remove"):
+        done = make(scratch, target, "PKG= ")
+        assert done.returncode == 2 and f"PKG is empty: name what to {target}" in done.stderr
+
+
 def test_bench_loader_passes_its_arguments_on(scratch: Path) -> None:
     (scratch / ".tools" / ".torch-test").write_text("torch==0\n")
     planned = make(scratch, "-n", "bench-loader", "BENCH_LOADER_ARGS=--budget 20", "TORCH_TEST=torch==0").stdout

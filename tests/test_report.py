@@ -30,6 +30,9 @@ FACTS = DATA / "verify" / "h200x1-580.159.04.facts.json"
 KEYS: dict[str, frozenset[str]] = {
     "bootstrap.lock": frozenset({"format", "version", "dry_run", "envs", "dropped"}),
     "bootstrap.lock-check": frozenset({"format", "version", "fresh", "envs"}),
+    "bootstrap.change": frozenset(
+        {"format", "version", "verb", "env", "spec_path", "dry_run", "edits", "locks", "written", "install"}
+    ),
     "bootstrap.export": frozenset({"format", "version", "kind", "name", "source", "platforms", "files", "notes"}),
     "bootstrap.monitor": frozenset(
         {
@@ -81,6 +84,10 @@ ITEM_KEYS: dict[str, dict[str, frozenset[str]]] = {
         "envs": frozenset({"env", "variant", "lock_path", "written", "new", "solved", "platforms", "seconds"})
     },
     "bootstrap.lock-check": {"envs": frozenset({"env", "variant", "lock_path", "platforms", "fresh", "stale"})},
+    "bootstrap.change": {
+        "edits": frozenset({"action", "manager", "name", "text", "before", "why"}),
+        "locks": frozenset({"env", "variant", "lock_path", "written", "new", "solved", "platforms", "seconds"}),
+    },
     "bootstrap.export": {"files": frozenset({"path", "bytes", "sha256"})},
     "bootstrap.monitor": {
         "gpus": frozenset(
@@ -158,6 +165,18 @@ def lock_argv(o: Offline, *extra: str) -> list[str]:
     ]
 
 
+def change_sources(o: Offline) -> list[str]:
+    """`add` and `remove` on the unlocked project, its conda-forge served from the fixture channel."""
+    return [
+        "--root",
+        str(o.unlocked),
+        "--mirror",
+        f"conda-forge={o.channel}",
+        "--repodata-cache",
+        str(o.tmp / "repodata"),
+    ]
+
+
 def from_channel(o: Offline) -> list[str]:
     """The locked project's linux-64 env, its conda-forge served from the fixture channel."""
     return [
@@ -179,6 +198,10 @@ CASES: dict[str, Case] = {
     "lock --check, a platform not locked": Case(
         lambda o: ["lock", "--check", "--root", str(o.locked), "--platform", "linux-aarch64"], "bootstrap.error", (2,)
     ),
+    "add --no-install": Case(
+        lambda o: ["add", "--no-install", "--conda", "zlibstub", *change_sources(o)], "bootstrap.change"
+    ),
+    "remove --dry-run": Case(lambda o: ["remove", "--dry-run", "torchlike", *change_sources(o)], "bootstrap.change"),
     "export": Case(
         lambda o: ["export", "--root", str(o.locked), "-o", str(o.tmp / "environment.yml")], "bootstrap.export"
     ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 
@@ -43,6 +44,9 @@ def platform(text: str) -> str:
 def find_links(text: str) -> str:
     """`--pip-find-links`: a directory of wheels, or an http(s)/file URL of an index page."""
     scheme = text.partition("://")[0] if "://" in text else ""
-    if scheme in ("http", "https", "file") or (not scheme and text.strip() and Path(text).is_dir()):
+    if scheme in ("http", "https", "file"):
         return text
+    if not scheme and text.strip() and Path(text).is_dir():
+        return os.path.abspath(text)  # uv runs in a temp directory, where a relative path finds nothing
+
     raise argparse.ArgumentTypeError(f"'{scrub_argument(text)}' is neither a directory nor an http(s) or file URL")

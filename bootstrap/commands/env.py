@@ -93,22 +93,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap.install.bundle import Bundle
-    from bootstrap.install.cache import default_cache_dir
-    from bootstrap.install.env import EnvOptions, create_or_update, rollback
-    from bootstrap.lock.content_hash import spec_changed_since
-    from bootstrap.lock.mirrors import parse_mirrors
-    from bootstrap.platforms import host_platform
+    from bootstrap.install.env import rollback
 
     project = Project(args.root or find_root(Path.cwd()))
     env = project.env_or_default(args.env)
     if args.lock is None:
         project.resolve_envs([env])
     _check_variant_flags(args)
-    # abspath, not Path.absolute(): `--prefix ../envs/x` from a directory deleted later must not leave
-    # `<cwd>/../envs/x` (which then resolves no more) in every shebang and text file of the env.
-    prefix = Path(os.path.abspath(args.prefix or project.root / ".envs" / env))
     if args.rollback:
+        prefix = _prefix(project, env, args)
         done = rollback(prefix, dry_run=args.dry_run)
         notes = _edited_in(prefix, done.generation)
         if args.json:
@@ -120,6 +113,36 @@ def run(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"note: {note}")
         return EXIT_OK
+    result, options = install(project, env, args)
+    if args.json:
+        print(dumps("bootstrap.env", result.to_dict()))
+    else:
+        print(_summary(env, result, options))
+    return EXIT_OK
+
+
+def summary(env: str, result: EnvResult, options: EnvOptions) -> str:
+    """What `env` prints for `result`: the plan or what changed, the variant, notes, how to activate."""
+    return _summary(env, result, options)
+
+
+def _prefix(project: Project, env: str, args: argparse.Namespace) -> Path:
+    # abspath, not Path.absolute(): `--prefix ../envs/x` from a directory deleted later must not leave
+    # `<cwd>/../envs/x` (which then resolves no more) in every shebang and text file of the env.
+    return Path(os.path.abspath(args.prefix or project.root / ".envs" / env))
+
+
+def install(project: Project, env: str, args: argparse.Namespace) -> tuple[EnvResult, EnvOptions]:
+    """Create or update `env` from its lock as `args` (this verb's options) say; `add` and `remove`
+    apply their relock with it."""
+    from bootstrap.install.bundle import Bundle
+    from bootstrap.install.cache import default_cache_dir
+    from bootstrap.install.env import EnvOptions, create_or_update
+    from bootstrap.lock.content_hash import spec_changed_since
+    from bootstrap.lock.mirrors import parse_mirrors
+    from bootstrap.platforms import host_platform
+
+    prefix = _prefix(project, env, args)
     platform = args.platform or host_platform()
     choice = None if args.lock is not None else _choose(project, env, platform, args)
     lock_path: Path = args.lock if choice is None else choice.lock_path
@@ -158,11 +181,7 @@ def run(args: argparse.Namespace) -> int:
     stale = None if args.lock is not None else spec_changed_since(project, env, options.lock_path, platform)
     if stale is not None:
         result = dataclasses.replace(result, notes=(*result.notes, stale))
-    if args.json:
-        print(dumps("bootstrap.env", result.to_dict()))
-    else:
-        print(_summary(env, result, options))
-    return EXIT_OK
+    return result, options
 
 
 def _choose(project: Project, env: str, platform: str, args: argparse.Namespace) -> VariantChoice:

@@ -198,7 +198,7 @@ def _lock(project: Project, envs: list[str], args: argparse.Namespace) -> int:
         ):
             results.append(result)
             if not args.json:
-                _print_lock(result, project.root)
+                print_lock(result, project.root)
         for lock in drop_orphan_locks(project, env, options):
             dropped.append(lock)
             if not args.json:
@@ -220,7 +220,7 @@ def _to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _print_lock(result: LockResult, root: Path) -> None:
+def print_lock(result: LockResult, root: Path) -> None:
     verb = "wrote" if result.written else "would write"
     timing = ", ".join(f"{k} {v:.2f}s" for k, v in result.seconds.items())
     print(f"{_title(result)}: {verb} {_relative(result.path, root)} ({timing})")

@@ -88,6 +88,32 @@ def solve_conda(
         raise FetchError(scrub_credentials(_fetch_failure(spec, platform, mirrors, exc))) from None
 
 
+def channel_names(
+    spec: EnvSpec, platforms: Sequence[str], mirrors: Sequence[Mirror] = (), cache_dir: Optional[Path] = None
+) -> set[str]:
+    """The names of every package the spec's channels hold for `platforms` and noarch, read from the
+    repodata the solve reads (the same mirrors and cache): `add` asks it where a package comes from."""
+    import rattler
+
+    names: set[str] = set()
+    for platform in platforms:
+        sources, http_mirrors = _sources(spec.channel_urls, platform, mirrors)
+        channels = [s for s in sources if isinstance(s, rattler.Channel)]
+        for source in sources:
+            if isinstance(source, rattler.SparseRepoData):
+                names.update(str(name) for name in source.package_names())
+        if not channels:
+            continue
+        gateway = rattler.Gateway(cache_dir=cache_dir, client=_mirror_client(http_mirrors) if http_mirrors else None)
+        subdirs = [rattler.Subdir(platform), rattler.Subdir("noarch")]
+        try:
+            found = aio.run(gateway.names(channels, subdirs))
+        except Exception as exc:  # noqa: BLE001 - every rattler fetch/IO/gateway failure
+            raise FetchError(scrub_credentials(_fetch_failure(spec, platform, mirrors, exc))) from None
+        names.update(name.normalized for name in found)
+    return names
+
+
 async def _solve(
     sources: list[Source],
     specs: list[MatchSpec],
