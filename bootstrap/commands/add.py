@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from bootstrap.commands import argtypes
+from bootstrap.commands.env import add_link_option
 from bootstrap.commands.lock import add_pip_index_options, parse_indexes, print_lock
 from bootstrap.errors import EXIT_OK, BootstrapError
 from bootstrap.project import Project, find_root
@@ -81,6 +82,7 @@ def configure_common(parser: argparse.ArgumentParser) -> None:
     install.add_argument(
         "--cache-dir", type=argtypes.path, default=None, help="package cache (default: ~/.cache/bootstrap)"
     )
+    add_link_option(install)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,6 +154,7 @@ def _install(project: Project, env: str, args: argparse.Namespace) -> tuple[Opti
         mirror=args.mirror,
         bundle=None,
         cache_dir=args.cache_dir,
+        link=args.link,
         dry_run=False,
         json=args.json,
         root=project.root,

@@ -78,17 +78,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the plan (with --rollback: the generation it would switch to); change nothing",
     )
+    add_link_option(parser)
+    parser.add_argument("--rollback", action="store_true", help="switch back to the previous generation")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--root", type=argtypes.directory, default=None, help="project root (default: nearest dir with envs/)"
+    )
+
+
+def add_link_option(parser: argparse._ActionsContainer) -> None:
+    """`--link`, for every verb that installs (`env`, and `add`/`remove` after their relock)."""
     parser.add_argument(
         "--link",
         choices=MODES,
         default="auto",
         help="how the env's files come from the package caches (default auto: reflinks where the file "
         "system has them, else hard links, else copies; copy for a team that edits files inside its envs)",
-    )
-    parser.add_argument("--rollback", action="store_true", help="switch back to the previous generation")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument(
-        "--root", type=argtypes.directory, default=None, help="project root (default: nearest dir with envs/)"
     )
 
 
