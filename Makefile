@@ -19,7 +19,7 @@ TORCH_TEST ?= torch==2.13.0
 # nvidia wheels. Where this index is unreachable (a PyPI mirror only), the default index is used.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: env add remove bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench bench-loader bench-watch bench-report gpu-check help FORCE
+.PHONY: env add remove bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench-prolog bench bench-loader bench-watch bench-report gpu-check help FORCE
 
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
@@ -242,6 +242,10 @@ monitor: tools
 bench-verify: tools $(TEST_TOOLS)
 	$(PY) scripts/bench_verify.py
 
+## The pre-job check, `verify --no-bench --prolog`, whole process on a ~20,000-file env (target <= 1 s), median of 7 runs.
+bench-prolog: tools $(TEST_TOOLS)
+	$(PY) scripts/bench_prolog.py
+
 ## Inside the env, as `verify`: the GPU-utilisation acceptance benchmark on the env's own torch,
 ## e.g. BENCH_ARGS="--budget 60 --device cuda:0 --out results/" (--device auto: cuda, else mps, else cpu).
 BENCH_ARGS ?=
@@ -261,7 +265,7 @@ BENCH_WATCH_ARGS ?=
 bench-watch: tools $(TEST_TOOLS)
 	$(PY) scripts/bench_watch.py $(BENCH_WATCH_ARGS)
 
-## Run the benchmark scripts (bench-lock, -env, -verify, -loader, -fetch, -watch) and write docs/PERFORMANCE.md: their figures,
+## Run the benchmark scripts (bench-lock, -env, -verify, -prolog, -loader, -fetch, -watch) and write docs/PERFORMANCE.md: their figures,
 ## the command behind each, the machine; BENCH_REPORT_ARGS="--only env" measures one and keeps the others.
 BENCH_REPORT_ARGS ?=
 bench-report: tools $(TEST_TOOLS)

@@ -35,6 +35,7 @@ FORMATS = {
     "bootstrap.cache": 1,  # cache, cache --prune
     "bootstrap.bundle-result": 1,  # bundle (the tar's own index is "bootstrap.bundle")
     "bootstrap.training": 1,  # tune_training: {"micro_batch", "accumulation_steps", "precision", "grid", "checks", ...}
+    "bootstrap.fleet": 1,  # doctor --fleet: {"groups", "release", "variants", "left_out", ...}
     "bootstrap.error": 1,  # any verb that failed: {"verb", "error": {"type", "message", "exit_code", "frames"?}}
 }
 

@@ -37,6 +37,7 @@ CHECKED = {
 # a conda channel or a minute of benchmark).
 CHECKED_IN_DOCS = {
     "python -m bootstrap doctor --facts tests/data/verify/h200x1-580.159.04.facts.json",
+    "python -m bootstrap doctor --fleet tests/data/verify",
 }
 
 
@@ -174,7 +175,12 @@ def test_every_bootstrap_command_shown_is_a_verb_whose_options_parse(page: Path)
 def test_the_outputs_shown_are_checked_here() -> None:
     shown = {command for command, output in COMMANDS if output}
     assert shown == CHECKED, "a command whose output the README shows needs a way to run it here (CHECKED)"
-    replays = {command for page in PAGES[1:] for command, output in shown_on(page) if output and "--facts" in command}
+    replays = {
+        command
+        for page in PAGES[1:]
+        for command, output in shown_on(page)
+        if output and ("--facts" in command or "--fleet" in command)
+    }
     assert replays == CHECKED_IN_DOCS
 
 

@@ -53,6 +53,21 @@ KEYS: dict[str, frozenset[str]] = {
     "bootstrap.checks": frozenset({"format", "version", "kind", "checks", "summary", "extra"}),
     "bootstrap.cache": frozenset({"format", "version", "cache_dir", "usage", "removed", "left", "kept_for"}),
     "bootstrap.error": frozenset({"format", "version", "verb", "error"}),
+    "bootstrap.fleet": frozenset(
+        {
+            "format",
+            "version",
+            "directory",
+            "env",
+            "hosts",
+            "groups",
+            "release",
+            "beyond",
+            "variants",
+            "unserved",
+            "left_out",
+        }
+    ),
     "bootstrap.env": frozenset(
         {
             "format",
@@ -89,6 +104,13 @@ ITEM_KEYS: dict[str, dict[str, frozenset[str]]] = {
         "locks": frozenset({"env", "variant", "lock_path", "written", "new", "solved", "platforms", "seconds"}),
     },
     "bootstrap.export": {"files": frozenset({"path", "bytes", "sha256"})},
+    "bootstrap.fleet": {
+        "groups": frozenset(
+            {"kind", "platform", "hosts", "variant", "torch", "status", "why", "newest_release", "newest_build"}
+        ),
+        "variants": frozenset({"name", "torch", "cuda", "runs_on", "blocked"}),
+        "left_out": frozenset({"file", "why"}),
+    },
     "bootstrap.monitor": {
         "gpus": frozenset(
             {
@@ -225,6 +247,9 @@ CASES: dict[str, Case] = {
     ),
     "doctor --facts": Case(
         lambda o: ["doctor", "--facts", str(FACTS), "--root", str(REPO)], "bootstrap.checks", (0, 1), nested=DOCTOR
+    ),
+    "doctor --fleet": Case(
+        lambda o: ["doctor", "--fleet", str(FACTS.parent), "--root", str(REPO)], "bootstrap.fleet", (0, 1)
     ),
     "cache, empty": Case(lambda o: ["cache", "--cache-dir", str(o.tmp / "cache")], "bootstrap.cache"),
     "env --dry-run": Case(

@@ -30,8 +30,11 @@ if TYPE_CHECKING:
     from bootstrap.lock.lockfile import LockedPackage
 
 
-def env_checks(state: EnvState, *, deep: bool = False, inside: bool = False, runner: Runner = run) -> list[Check]:
-    """env.prefix, env.lock, env.python, env.conda, env.pip, env.extra, env.files, env.freshness."""
+def env_checks(
+    state: EnvState, *, deep: bool = False, inside: bool = False, runner: Runner = run, hash_changed: bool = True
+) -> list[Check]:
+    """env.prefix, env.lock, env.python, env.conda, env.pip, env.extra, env.files, env.freshness;
+    `hash_changed` off: env.files by sizes and times alone (`scan_files`)."""
     prefix_check = check_prefix(state)
     record = state.record
     if prefix_check.status is not Status.OK or record is None:  # an env that passes has its record
@@ -65,7 +68,7 @@ def env_checks(state: EnvState, *, deep: bool = False, inside: bool = False, run
         checks.append(check_conda(state, locked, installed_conda))
         checks.append(check_pip(state, locked, pip))
         checks.append(check_extra(state, record.env, locked, installed_conda, pip))
-    checks.append(check_files(state, paths, pip, deep))
+    checks.append(check_files(state, paths, pip, deep, hash_changed))
     checks.append(check_freshness(state, record.env))
     return checks
 

@@ -35,11 +35,13 @@ class FileScan:
     checked: int
     hashed: int
     problems: tuple[tuple[str, str, str], ...]  # (owner, path relative to the prefix, what is wrong)
+    unhashed: int = 0  # changed since install by their times, their content not compared (`hash_changed` off)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "checked": self.checked,
             "hashed": self.hashed,
+            "unhashed": self.unhashed,
             "problems": [{"owner": owner, "path": path, "problem": what} for owner, path, what in self.problems],
         }
 
@@ -83,11 +85,13 @@ def scan_files(
     since: float,
     deep: bool = False,
     by_ctime: bool = True,
+    hash_changed: bool = True,
 ) -> FileScan:
     """Files changed since install: a missing file, a size that differs, or (when its mtime/ctime is
     newer than the install record, or always with `deep`) a sha256 that differs from the record.
     Without `by_ctime`, a newer ctime alone does not get a file hashed: in an env of hard links,
-    every env linked from the same cache since changed it.
+    every env linked from the same cache since changed it. Without `hash_changed` (a pre-job check, which
+    must not read an env's worth of files), those files are counted, not hashed: sizes and times only.
 
     Shell equivalent of `deep`: `sha256sum` of every file listed in conda-meta/*.json and */RECORD.
     """
@@ -109,12 +113,15 @@ def scan_files(
             problems.append((owner, path, f"size {st.st_size} != {size}"))
         elif digest and (deep or max(st.st_mtime, st.st_ctime if by_ctime else 0.0) > since):
             to_hash.append((owner, path, _b64_to_hex(digest[4:]) if digest.startswith("b64:") else digest))
+    unhashed = 0 if hash_changed or deep else len(to_hash)
+    if unhashed:
+        to_hash = []
     for (owner, path, digest), actual in zip(to_hash, _hash_all([p for _, p, _ in to_hash])):
         if actual != digest:
             problems.append((owner, path, "content differs" if actual else "unreadable"))
     base = str(prefix)
     relative = tuple((owner, os.path.relpath(os.path.normpath(path), base), what) for owner, path, what in problems)
-    return FileScan(checked=checked, hashed=len(to_hash), problems=relative)
+    return FileScan(checked=checked, hashed=len(to_hash), problems=relative, unhashed=unhashed)
 
 
 def _hash_all(paths: Sequence[str]) -> list[str]:
@@ -135,12 +142,34 @@ def _hash_all(paths: Sequence[str]) -> list[str]:
 
 
 def check_files(
-    state: EnvState, conda_paths: Mapping[str, Sequence[Mapping[str, Any]]], pip: Sequence[InstalledPip], deep: bool
+    state: EnvState,
+    conda_paths: Mapping[str, Sequence[Mapping[str, Any]]],
+    pip: Sequence[InstalledPip],
+    deep: bool,
+    hash_changed: bool = True,
 ) -> Check:
+    """env.files; without `hash_changed` (verify --prolog) by sizes and times alone."""
     cid = "env.files"
-    mode = "sha256 of every file" if deep else "size, then sha256 of files changed since install"
-    scan = scan_files(state.prefix, conda_paths, pip, state.record_mtime, deep)
+    mode = (
+        "sha256 of every file"
+        if deep
+        else "size, then sha256 of files changed since install"
+        if hash_changed
+        else "size and time (--prolog)"
+    )
+    # Without hashing, a newer ctime alone (another env hard-linking the same cached file) is no sign
+    scan = scan_files(
+        state.prefix, conda_paths, pip, state.record_mtime, deep, by_ctime=hash_changed, hash_changed=hash_changed
+    )
     expected = f"as installed ({mode})"
+    if not scan.problems and scan.unhashed:
+        return Check(
+            cid,
+            Status.WARN,
+            f"{scan.unhashed} of {scan.checked} files modified since install, their content not compared",
+            expected,
+            "`python -m bootstrap verify --no-bench` (without --prolog) compares their sha256 with the record",
+        )
     if not scan.problems:
         return Check(cid, Status.OK, f"{scan.checked} files unchanged ({scan.hashed} hashed)", expected)
     items = [f"{path} ({owner}, {what})" for owner, path, what in scan.problems]

@@ -51,6 +51,7 @@ class VerifyOptions:
     root: Optional[Path] = None  # project root; None: found from the prefix or the current directory
     needs: LoaderNeeds = field(default_factory=LoaderNeeds)
     gpu: Optional[int] = None  # compute-check this GPU only (a torchrun rank's own); None: every GPU
+    prolog: bool = False  # a pre-job check: no torch import, no device work, files by sizes and times
 
 
 @result
@@ -186,13 +187,13 @@ def run_verify(
     prefix = resolve_prefix(options.prefix, options.root)
     inside = is_running_in(prefix)
     state = read_env_state(prefix, options.root, options.lock_path)
-    checks = env_checks(state, deep=options.deep, inside=inside, runner=runner)
+    checks = env_checks(state, deep=options.deep, inside=inside, runner=runner, hash_changed=not options.prolog)
     seconds["env"] = _lap(started)
     facts = collect_facts(nvml, runner, disk_path=str(prefix if prefix.is_dir() else Path.cwd()))
     seconds["facts"] = _lap(started, seconds)
     checks += [c for c in (installed_variant_check(state, facts.nvidia),) if c is not None]
     # torch is imported only inside the env and only with a GPU to test (or when the caller passes one).
-    found = find_torch(bool(facts.nvidia.gpus), torch_module) if inside else None
+    found = find_torch(bool(facts.nvidia.gpus) and not options.prolog, torch_module) if inside else None
     if found is not None:
         facts = replace(facts, torch=found.target, torch_reason=found.how)
     else:
@@ -207,18 +208,7 @@ def run_verify(
         if target is not None
         else [Check("torch.cuda_build", Status.SKIP, "no torch", "a torch build", detail=target_why)]
     )
-    if found is not None:
-        checks += device_checks(found.module, facts.nvidia, found.target, locked_target, only=options.gpu)
-    else:
-        checks.append(
-            Check(
-                "torch.gpu",
-                Status.SKIP,
-                "not inside the env",
-                "CUDA, matmul, conv and pinned memory",
-                detail=f"{facts.torch_reason}: run `{python_executable(prefix)} -m bootstrap verify` for them",
-            )
-        )
+    checks += _device_checks(options, found, facts, locked_target, prefix)
     seconds["torch"] = _lap(started, seconds)
     checks += host_checks(facts.host, facts.nvidia, options.needs)
     checks += bench_checks(options.bench, inside, options.bench_budget_s, nvml)
@@ -235,6 +225,32 @@ def run_verify(
         facts_source="this host",
         seconds=seconds,
     )
+
+
+def _device_checks(
+    options: VerifyOptions,
+    found: Optional[TorchFound],
+    facts: Facts,
+    locked: Optional[TorchTarget],
+    prefix: Path,
+) -> list[Check]:
+    """torch on the GPUs, inside the env; a skip saying why not (outside it, or a pre-job check)."""
+    if found is not None and not options.prolog:
+        return device_checks(found.module, facts.nvidia, found.target, locked, only=options.gpu)
+    observed, why = (
+        ("--prolog", "a pre-job check imports no torch and runs nothing on the GPUs")
+        if options.prolog
+        else ("not inside the env", facts.torch_reason)
+    )
+    return [
+        Check(
+            "torch.gpu",
+            Status.SKIP,
+            observed,
+            "CUDA, matmul, conv and pinned memory",
+            detail=f"{why}: run `{python_executable(prefix)} -m bootstrap verify` for them",
+        )
+    ]
 
 
 def _targets(state: EnvState, found: Optional[TorchFound]) -> tuple[Optional[TorchTarget], str, Optional[TorchTarget]]:

@@ -51,6 +51,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="write the gathered facts (JSON) to reproduce this diagnosis elsewhere",
     )
     parser.add_argument(
+        "--fleet",
+        type=argtypes.path,
+        default=None,
+        metavar="DIR",
+        help="judge the facts files (*.json, one per host, from --save-facts) of a whole cluster at once",
+    )
+    parser.add_argument(
         "--root", type=argtypes.directory, default=None, help="project root (default: nearest dir with envs/)"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="show each check's evidence")
@@ -60,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.checks.doctor import DoctorOptions, run_doctor
     from bootstrap.report import FORMAT, dumps, exit_code, render_table
 
+    if args.fleet is not None:
+        return _fleet(args)
     if args.facts is not None and args.save_facts is not None:
         raise InputError(
             "--save-facts", "does not apply to --facts (the facts are already recorded)", "drop one of them"
@@ -83,6 +92,37 @@ def run(args: argparse.Namespace) -> int:
         if result.variants and result.pick is not None:
             print("\n".join(_variant_lines(result, result.pick)))
     return exit_code(result.checks)
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    """`doctor --fleet DIR`: many hosts' recorded facts; a file left out is named on stderr, one line each."""
+    import sys
+
+    from bootstrap.checks.fleet import FleetOptions, fleet_lines, run_fleet
+    from bootstrap.report import dumps
+
+    clash = [
+        flag
+        for flag, value in (
+            ("--facts", args.facts),
+            ("--save-facts", args.save_facts),
+            ("--lock", args.lock),
+            ("--platform", args.platform),
+        )
+        if value is not None
+    ]
+    if clash:
+        raise InputError(
+            clash[0], "does not apply to --fleet, which judges each host's recorded facts", f"drop {clash[0]}"
+        )
+    result = run_fleet(FleetOptions(directory=args.fleet, env=args.env, root=args.root))
+    for left in result.left_out:
+        print(f"doctor --fleet: left out: {left.why}", file=sys.stderr)
+    if args.json:
+        print(dumps("bootstrap.fleet", result.to_dict()))
+    else:
+        print("\n".join(fleet_lines(result)))
+    return result.exit_code
 
 
 def _variant_lines(result: DoctorResult, pick: Pick) -> list[str]:

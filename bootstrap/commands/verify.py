@@ -57,6 +57,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="under torchrun: every rank verifies, all-reduce checked and timed, one report on rank 0",
     )
+    parser.add_argument(
+        "--prolog",
+        action="store_true",
+        help="pre-job check (Slurm prolog, init container): no bench, no torch import, files by size and "
+        "time; one line of at most 256 characters; exit 0 ok, 1 drain-worthy failure, 2 bad input",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show each check's evidence")
 
 
@@ -82,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
                 "does not apply to --facts, which re-evaluates recorded facts without the env",
                 f"drop {clash[0]} or --facts",
             )
+    if args.prolog:
+        _refuse_with_prolog(args)
     if args.bench_budget is not None and not 0 < args.bench_budget <= MAX_BUDGET_S:  # NaN fails this too
         raise InputError(
             "--bench-budget", f"{args.bench_budget} is not a number of seconds in (0, {MAX_BUDGET_S:g}]", "e.g. 20"
@@ -90,15 +98,20 @@ def run(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         lock_path=args.lock,
         deep=args.deep,
-        bench=args.bench,
+        bench=args.bench and not args.prolog,
         bench_budget_s=args.bench_budget or BENCH_BUDGET_S,
         facts_path=args.facts,
         save_facts=args.save_facts,
         root=args.root,
+        prolog=args.prolog,
     )
 
     def render(result: VerifyResult) -> None:
-        if args.json:
+        if args.prolog:
+            from bootstrap.checks.prolog import prolog_line
+
+            print(prolog_line(result.checks, str(result.prefix)))
+        elif args.json:
             print(dumps(FORMAT, result.to_dict()))
         else:
             print(_header(result))
@@ -117,6 +130,20 @@ def run(args: argparse.Namespace) -> int:
     result = run_verify(options)
     render(result)
     return result.exit_code
+
+
+def _refuse_with_prolog(args: argparse.Namespace) -> None:
+    """--prolog checks this node's env as a job would start it, quickly, in one line: no other output."""
+    for flag, value in (
+        ("--json", args.json),
+        ("--facts", args.facts),
+        ("--save-facts", args.save_facts),
+        ("--distributed", args.distributed),
+        ("--deep", args.deep),
+        ("--bench-budget", args.bench_budget),
+    ):
+        if value:
+            raise InputError(flag, "does not apply to --prolog, a quick pre-job check in one line", f"drop {flag}")
 
 
 def _header(result: VerifyResult) -> str:

@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import re
+import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -32,6 +33,7 @@ FACTS_FORMAT = "bootstrap.facts"
 FACTS_VERSION = 1
 SMI_FIELDS = ("name", "driver_version", "compute_cap", "memory.total")
 SMI_TIMEOUT_S = 20.0
+HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")  # RFC 1123 labels, dots, and what clusters use
 _SMI_ABSENT = {"", "[n/a]", "n/a", "[not supported]", "[unknown error]"}
 
 
@@ -246,6 +248,7 @@ class Facts:
     torch_reason: str = ""
     python: str = ""
     platform: str = ""
+    hostname: str = ""  # the fleet view tells hosts apart by it; written only when recorded
 
     FREE_TEXT = ("torch_reason",)  # an import error's words: a control character is shown escaped
 
@@ -253,6 +256,8 @@ class Facts:
         """Itself, if one machine reports all of it (as read back from a file: a FieldError if not)."""
         if self.python and not re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?\+?", self.python):
             raise FieldError(f"python: {excerpt(self.python)} is not a Python version like '3.12.3'")
+        if self.hostname and not HOSTNAME.fullmatch(self.hostname):
+            raise FieldError(f"hostname: {excerpt(self.hostname)} is not a host name like 'node07'")
         self.host.checked("host", self.platform)
         if self.platform:  # files written before the field existed leave it empty
             checked_platform(self.platform, "platform")
@@ -278,6 +283,7 @@ class Facts:
             "nvidia": self.nvidia.to_dict(),
             "torch": None if self.torch is None else self.torch.to_dict(),
             "torch_reason": self.torch_reason,
+            **({"hostname": self.hostname} if self.hostname else {}),
         }
 
     @classmethod
@@ -316,7 +322,14 @@ def collect_facts(
         torch_reason=torch_reason,
         python=platform.python_version(),
         platform=compat_key(host_platform()),
+        hostname=this_hostname(),
     )
+
+
+def this_hostname() -> str:
+    """This host's name, as Slurm's %h and `hostname` give it; "" where it is not one a facts file takes."""
+    name = socket.gethostname()
+    return name if HOSTNAME.fullmatch(name) else ""
 
 
 class _RepeatedKey(ValueError):

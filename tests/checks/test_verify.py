@@ -13,6 +13,7 @@ JSON envelope on this CPU-only machine.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -576,3 +577,74 @@ def test_torch_build_read_without_importing_agrees_with_the_import(monkeypatch) 
         imported.target.cuda,
         imported.target.variant,
     )
+
+
+# --------------------------------------------------------------------------- verify --prolog
+
+
+def prolog(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setitem(sys.modules, "pynvml", NO_DRIVER)
+    capsys.readouterr()
+    code = main(["verify", "--prolog", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_prolog_prints_one_line_and_an_exit_status_a_scheduler_acts_on(env, capsys, monkeypatch) -> None:
+    code, out, err = prolog(capsys, monkeypatch, "--prefix", str(env.prefix))
+    assert code == 0 and err == "" and out.count("\n") == 1 and len(out) <= 257, out
+    assert out.startswith(f"bootstrap: ok: {env.prefix}: ") and " 0 warn" in out
+    # A same-size edit with a newer time: named, not hashed (verify without --prolog compares the content)
+    module = next(env.prefix.glob("lib/python*/site-packages/alpha/__init__.py"))
+    module.write_text(module.read_text().replace("1.1", "9.9"))
+    later = (env.prefix / "conda-meta" / "bootstrap").stat().st_mtime + 5
+    os.utime(module, (later, later))
+    code, out, _ = prolog(capsys, monkeypatch, "--prefix", str(env.prefix))
+    assert code == 0 and "warn: env.files" in out
+    files = verify(env.prefix, prolog=True)["env.files"]
+    assert files.status is Status.WARN and "(--prolog)" in files.expected
+    assert files.observed.startswith("1 of ") and "modified since install, their content not compared" in files.observed
+    assert verify(env.prefix)["env.files"].observed.startswith("1 of ")  # hashed, and found to differ
+    # A file of another size: a failure, its line under the limit of a drain reason
+    grown = env.prefix / "share/bigpkg/f000002.txt"
+    grown.write_text(grown.read_text() + "edited\n")
+    code, out, _ = prolog(capsys, monkeypatch, "--prefix", str(env.prefix))
+    assert code == 1 and out.count("\n") == 1 and len(out.rstrip("\n")) <= 256, out
+    assert out.startswith("bootstrap: env.files: 1 of ") and "share/bigpkg/f000002.txt" in out
+    checks = verify(env.prefix, prolog=True)
+    assert checks["torch.gpu"].observed == "--prolog" and checks["bench"].status is Status.SKIP
+
+
+def test_prolog_names_the_node_failure_first_in_printable_ascii() -> None:
+    from bootstrap.checks.prolog import MAX_CHARS, prolog_line
+    from bootstrap.compat.facts import DriverFacts, GpuFacts
+    from bootstrap.compat.target import torch_target_from_lock_entry
+    from bootstrap.report import Check
+
+    old = DriverFacts(
+        driver_version="470.82.01",
+        cuda_driver_version=11040,
+        gpus=(GpuFacts(index=0, name="Tesla V100-SXM2-32GB\x1b[31m", compute_capability=(7, 0)),),
+    )
+    checks = [
+        Check("env.files", Status.FAIL, "3 of 20027 files changed", "as installed", "recreate it: `make env`"),
+        Check("host.nofile", Status.WARN, "soft 1024", "soft >= 4096", "`ulimit -n 65536`"),
+        *evaluate(old, torch_target_from_lock_entry("2.10.0+cu128", "linux-64")),
+    ]
+    line = prolog_line(checks, "/shared/proj/.envs/py310")
+    assert len(line) <= MAX_CHARS and all(" " <= c <= "~" for c in line), line
+    assert line.startswith("bootstrap: cuda.driver: driver 470.82.01 (linux), CUDA 11.4")
+    assert "needs CUDA >= 12.8 for torch 2.10.0+cu128 (CUDA 12.x needs driver >= 525.60.13)" in line
+    assert line.endswith("[+1 more: env.files]")
+    assert prolog_line([], "x") == "bootstrap: ok: x: 0 ok, 0 warn, 0 skip"
+    noisy = [Check("nvidia.gpu0", Status.FAIL, "GPU \x1b[2J\n\u202e fell off", "a GPU", "reseat it")]
+    assert (
+        prolog_line(noisy, "x") == "bootstrap: nvidia.gpu0: GPU \\x1b[2J \\u202e fell off; needs a GPU; fix: reseat it"
+    )
+
+
+@pytest.mark.parametrize("flag", [["--json"], ["--deep"], ["--distributed"], ["--bench-budget", "5"]])
+def test_prolog_refuses_what_does_not_apply(capsys, monkeypatch, flag) -> None:
+    code, out, err = prolog(capsys, monkeypatch, *flag)
+    assert code == 2 and f"{flag[0]}: does not apply to --prolog" in err and err.count("\n") == 1
+    assert out == "" or json.loads(out)["format"] == "bootstrap.error"  # --json asks for errors as JSON too

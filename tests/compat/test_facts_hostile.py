@@ -70,6 +70,7 @@ STRICT = [
     ("python", ("python",)),
     ("start_method", ("host", "start_method")),
     ("cvd", ("host", "cuda_visible_devices")),
+    ("hostname", ("hostname",)),
 ]
 # Free text from drivers and tools: a control character is shown as its escape.
 FREE = [
