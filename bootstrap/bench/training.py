@@ -911,8 +911,8 @@ def search(bench: Workbench, clock: Clock, notes: list[str]) -> int:
     found, tried = largest_fitting(bench.prober(limit), cap, lambda: time.perf_counter() > deadline)
     if found == 0:
         first = tried[-1]
-        held = f"{first.peak_bytes / 2**20:.1f} MiB" if first.peak_bytes else "out of memory"
-        allowed = f" against the limit of {limit / 2**20:.1f} MiB" if limit else ""
+        held = f"{_mib(first.peak_bytes)} MiB" if first.peak_bytes else "out of memory"
+        allowed = f" against the limit of {_mib(limit)} MiB" if limit else ""
         problem = f"a training step does not fit even one sample: {held}{allowed}"
         raise InputError(bench.where, problem, "raise memory_limit, or use a smaller model or input")
     refused = [p for p in tried if not p.fits]
@@ -921,6 +921,11 @@ def search(bench: Workbench, clock: Clock, notes: list[str]) -> int:
     if limit is not None and options.memory_limit is None:
         notes.append(f"memory limit: {HOST_MEMORY_SHARE:.0%} of the host's available memory, {limit / 2**30:.1f} GiB")
     return found
+
+
+def _mib(nbytes: int) -> str:
+    """Bytes in MiB, with the digits a small model's few KiB need."""
+    return f"{nbytes / 2**20:.1f}" if nbytes >= 2**20 else f"{nbytes / 2**20:.3g}"
 
 
 def time_grid(bench: Workbench, clock: Clock, configs: Configs) -> list[GridRow]:
