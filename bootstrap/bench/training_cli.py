@@ -95,8 +95,8 @@ def as_flags(exc: InputError, names: dict[str, str]) -> InputError:
     where = names.get(keyword) or FLAGS.get(keyword) or exc.where
     fix = exc.fix
     for name, flag in FLAGS.items():
-        fix = re.sub(rf"\b{name}=(?!\.\.\.)", f"{flag} ", fix)
-        fix = re.sub(rf"\b{name}\b(?!=)", flag, fix)
+        fix = re.sub(rf"(?<![-\w]){name}=(?!\.\.\.)", f"{flag} ", fix)
+        fix = re.sub(rf"(?<![-\w]){name}\b(?!=)", flag, fix)
     fix = fix.replace("step=...", "--step MODULE:FN")
     error = InputError(where, exc.problem, fix)
     error.frames = exc.frames

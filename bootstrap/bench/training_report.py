@@ -83,7 +83,7 @@ def speed(advice: TrainingAdvice, given: bool = True) -> str:
     text = f"{rate:,.0f} samples/s for the step" if rate else "the recommended step was not timed"
     yours = _yours(advice.grid)
     current = advice.gains.get("over_current")
-    whose = "your settings" if given else "plain fp32 at that size (no --batch-size given)"
+    whose = "your settings" if given else "fp32 at the largest micro-batch timed"
     if yours is not None and current:
         same = (advice.micro_batch, advice.precision, advice.channels_last) == yours.key
         text += (
