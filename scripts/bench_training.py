@@ -103,17 +103,18 @@ def abab(
     """a / b over `pairs` pairs, timed alternately, the order flipped every pair (ABBA...)."""
     ratios = []
     for pair in range(pairs):
-        order = (a, b) if pair % 2 == 0 else (b, a)
-        rate = {key: bench.time_row(*key, window_s).samples_per_s or 0.0 for key in order}
-        if rate[b]:
-            ratios.append(rate[a] / rate[b])
+        first, second = (a, b) if pair % 2 == 0 else (b, a)
+        rates = [bench.time_row(*key, window_s).samples_per_s or 0.0 for key in (first, second)]
+        rate_a, rate_b = rates if pair % 2 == 0 else rates[::-1]
+        if rate_b:
+            ratios.append(rate_a / rate_b)
     return ratios
 
 
 def quartiles(values: Sequence[float]) -> tuple[float, float]:
     if len(values) < 2:
         return values[0], values[0]
-    q = statistics.quantiles(values, n=4)
+    q = statistics.quantiles(values, n=4, method="inclusive")
     return q[0], q[2]
 
 
