@@ -377,7 +377,15 @@ class Workbench:
         if optimizer is None:
             raise ValueError("the model has no parameters to train")
         optimizer.zero_grad(set_to_none=True)
-        (scaler.scale(loss) if scaler is not None else loss).backward()
+        try:
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        except RuntimeError as exc:
+            from bootstrap.bench.step import _BACKWARD_TWICE, GraphFreed
+
+            if self.step_fn is not None and _BACKWARD_TWICE in str(exc):
+                # no optimizer state yet: the model's first update, so the step itself ran backward()
+                raise GraphFreed(first=not optimizer.state) from exc
+            raise
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
@@ -395,9 +403,12 @@ class Workbench:
         return None if loss is None else float(loss.detach().float())
 
     def failed(self, exc: BaseException) -> InputError:
+        from bootstrap.bench.step import GraphFreed
         from bootstrap.bench.user import describe_step_error
 
         fix = "the tuner runs it on micro-batches of several sizes, built from your dataset: fix it for those"
+        if isinstance(exc, GraphFreed):
+            fix = exc.fix
         return InputError(self.where, describe_step_error(exc, "raised "), fix)
 
     # -- memory

@@ -131,6 +131,26 @@ def test_the_engines_keywords_become_flags_and_parts() -> None:
     assert as_flags(other, names) is other
 
 
+def test_a_step_that_calls_backward_itself_and_returns_the_loss_is_told_the_contract() -> None:
+    torch = pytest.importorskip("torch")
+    from bootstrap.bench.training import TrainingOptions, Workbench
+
+    def step(model, batch, device):
+        loss = torch.nn.functional.cross_entropy(model(batch[0]), batch[1])
+        loss.backward()
+        return loss
+
+    data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,)))
+    bench = Workbench(data, torch.nn.Linear(4, 2), step, TrainingOptions(effective_batch=8, tune_loader=False))
+    model, optimizer = bench.model(False)
+    with pytest.raises(InputError) as raised:
+        bench.step(model, optimizer, bench.batch(4), "fp32")
+    error = raised.value
+    assert error.where == "tune_training(step=...)"
+    assert "returned a loss it had already called backward() on" in error.problem
+    assert error.fix == "return the loss and let bench call backward() and step, or do both yourself and return None"
+
+
 # --------------------------------------------------------------------------- the report, from a given advice
 
 
