@@ -310,3 +310,52 @@ def test_a_model_that_never_fits_is_one_line_naming_it(tmp_path: Path) -> None:
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("error: --model tinymod:huge: a training step does not fit even one sample")
     assert "raise --memory-limit" in lines[0]
+
+
+BROKEN = """\
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+
+def make():
+    return TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,)))
+
+
+class Broken(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        raise ValueError("a shape this model did not expect")
+
+
+def model():
+    return Broken()
+"""
+
+
+def test_an_error_in_the_users_model_names_it_and_its_line(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "training_cli_broken.py").write_text(BROKEN)
+    workload = [
+        "--path",
+        str(tmp_path),
+        "--dataset",
+        "training_cli_broken:make",
+        "--model",
+        "training_cli_broken:model",
+    ]
+    argv = [*workload, "--effective-batch", "8", "--device", "cpu", "--quiet", "--out", str(tmp_path / "out")]
+    try:
+        code, out, err = run_cli(capsys, *argv, "--json", "-v")
+    finally:
+        sys.modules.pop("training_cli_broken", None)
+    assert code == 2
+    message = "--model training_cli_broken:model: raised ValueError: a shape this model did not expect"
+    assert err.startswith(f"error: {message} (")
+    assert f"{tmp_path / 'training_cli_broken.py'}:16 in forward" in err  # -v: the user's own frame
+    frames = json.loads(out)["error"]["frames"]
+    assert frames == [{"file": str(tmp_path / "training_cli_broken.py"), "line": 16, "function": "forward"}]
+    assert not (tmp_path / "out" / "training.json").exists()
