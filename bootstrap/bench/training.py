@@ -807,7 +807,7 @@ def run_training(
     """`tune_training` over a `TrainingOptions` (what the command line builds)."""
     options = options.validate()
     clock = Clock(options.budget_s, progress)
-    _check_device(options.device)
+    check_device(options.device)
     bench = Workbench(dataset, model, step, options)
     with _host_threads(bench) as notes:
         return _tune(bench, clock, notes)
@@ -880,7 +880,7 @@ class Found:
     notes: tuple[str, ...]
 
 
-def _check_device(device: str) -> None:
+def check_device(device: str) -> None:
     import torch
 
     from bootstrap.bench.device import mps_available

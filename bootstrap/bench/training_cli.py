@@ -46,7 +46,12 @@ def load_workload(options: BenchOptions, first_batch: int) -> Workload:
     (`step.resolve_model_name`)."""
     from bootstrap.bench.device import Device
     from bootstrap.bench.step import build_model, resolve_model_name
+    from bootstrap.bench.training import check_device
 
+    try:
+        check_device(options.device)  # before Device(), which assumes the device is there
+    except InputError as exc:
+        raise as_flags(exc, {}) from None
     spec, user = options.workload, options.user
     name, _ = resolve_model_name(spec.model, Device(options.device).type)
     builtin = f"the built-in model ({name})"

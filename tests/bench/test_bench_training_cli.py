@@ -359,3 +359,12 @@ def test_an_error_in_the_users_model_names_it_and_its_line(tmp_path: Path, capsy
     frames = json.loads(out)["error"]["frames"]
     assert frames == [{"file": str(tmp_path / "training_cli_broken.py"), "line": 16, "function": "forward"}]
     assert not (tmp_path / "out" / "training.json").exists()
+
+
+def test_a_device_this_torch_lacks_is_one_line_naming_the_flag(capsys) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    code, out, err = run_cli(capsys, "--effective-batch", "8", "--device", "cuda", "--quiet")
+    assert code == 2 and out == ""
+    assert err == "error: --device: cuda: CUDA is not available to this torch (use --device 'cpu' or 'auto')\n"
