@@ -166,8 +166,8 @@ def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
             value = kind(text)
         except ValueError:
             value = None
-        if value is None or not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+        if value is None or not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
         return value
 
     return check
