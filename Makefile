@@ -236,7 +236,7 @@ bench-loader: tools $(TEST_TOOLS)
 	$(PY) scripts/bench_loader.py $(BENCH_LOADER_ARGS)
 
 ## tune_training's recommendation against an exhaustive grid of the same choices, interleaved, and its wall time
-## against its 120 s budget (bench's tiny CNN and a model with a fixed cost a step, on the CPU; about 8 minutes).
+## against its 120 s budget (bench's tiny CNN and a model with a fixed cost a step, on the CPU; about 6 minutes).
 BENCH_TRAINING_ARGS ?=
 bench-training: tools $(TEST_TOOLS)
 	$(PY) scripts/bench_training.py $(BENCH_TRAINING_ARGS)

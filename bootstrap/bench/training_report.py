@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bootstrap.bench.advice import NEXT, _field, _first_to_act_on, _verdict
+from bootstrap.bench.advice import NEXT, field_lines, first_to_act_on, verdict_line
 from bootstrap.bench.recipe import FORMAT, GridRow, TrainingAdvice
 from bootstrap.errors import InputError
 from bootstrap.fsutil import check_directory, check_output, write_target, write_together
@@ -47,15 +47,15 @@ def render_text(advice: TrainingAdvice, workload: str = "", *, given: bool = Tru
 def summary_lines(advice: TrainingAdvice, given: bool = True) -> list[str]:
     """Verdict, the recipe to run with, what it gained, and the check to act on first."""
     fields = [
-        ("Verdict", _verdict(advice.checks, False)),
+        ("Verdict", verdict_line(advice.checks, False)),
         ("Run with", run_with(advice)),
         ("", "(the training loop to paste is at the end)"),
         ("Speed", speed(advice, given)),
     ]
-    first = _first_to_act_on(advice.checks)
+    first = first_to_act_on(advice.checks)
     if first is not None:
         fields.append((NEXT[first.status], f"{first.id.split('.', 1)[-1]}: {first.remedy or first.observed}"))
-    return [line for label, text in fields for line in _field(label, text)]
+    return [line for label, text in fields for line in field_lines(label, text)]
 
 
 def run_with(advice: TrainingAdvice) -> str:
