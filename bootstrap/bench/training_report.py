@@ -145,7 +145,10 @@ def report_paths(out_dir: Path, *, png: bool = True) -> list[Path]:
 
 def check_out(out_dir: Path, *, png: bool = True) -> None:
     """Before the run: `--out` is (or can become) a directory whose report files can be replaced."""
+    from bootstrap.bench.report import try_writing_in
+
     check_directory(out_dir, "--out")
+    try_writing_in(out_dir)
     if out_dir.is_dir():
         for path in report_paths(out_dir, png=png):
             if write_target(path).is_dir():

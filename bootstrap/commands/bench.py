@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
         print(render_text(result, verbose=args.verbose), end="")
     if failure is not None:
         args.json = False  # stdout holds the report's envelope: no error envelope after it, the line goes to stderr
-        raise _not_written(failure, args.out, not args.no_png)
+        raise _not_written(failure, args.out, ["bench.json"] + ([] if args.no_png else ["bench.png"]))
     print(
         f"wrote {', '.join(str(p) for p in written)}" + (" (partial)" if result.partial else ""),
         file=sys.stderr if args.json else sys.stdout,
@@ -334,7 +334,16 @@ def _run_training(args: argparse.Namespace, progress: Any) -> int:
     with stdout_kept_for(args.json), sigterm_as_interrupt():
         options = build_options(args)  # imports --dataset's module: what it prints is the user's output
         advice, described = bench_training.tune(args, options, progress)
-    return bench_training.report(args, advice, described)
+    try:
+        written, failure = bench_training.write(args, advice), None
+    except OSError as exc:
+        written, failure = [], exc
+    bench_training.show(args, advice, described)
+    if failure is not None:
+        args.json = False  # stdout holds the report's envelope: no error envelope after it, the line goes to stderr
+        raise _not_written(failure, args.out, bench_training.file_names(args))
+    print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr if args.json else sys.stdout, flush=True)
+    return exit_code(advice.checks)
 
 
 @contextlib.contextmanager
@@ -368,9 +377,9 @@ def _fileno(stream: IO[str]) -> Optional[int]:
         return None
 
 
-def _not_written(exc: OSError, out: Path, png: bool) -> Exception:
+def _not_written(exc: OSError, out: Path, files: list[str]) -> Exception:
     """The one line for a report the run produced but could not store (it was printed above)."""
-    names = " and ".join(["bench.json"] + (["bench.png"] if png else []))
+    names = " and ".join(files)
     outcome = f"{names} not written (any from an earlier run are left as they were); the report is above"
     if out_of_space(exc):
         return disk_full(

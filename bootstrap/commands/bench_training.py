@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from typing import Any, Optional
 
 from bootstrap.errors import InputError
@@ -133,15 +132,24 @@ def tune(args: argparse.Namespace, options: Any, progress: Any) -> tuple[Any, st
     return tune(workload, training, progress), workload.description
 
 
-def report(args: argparse.Namespace, advice: Any, described: str) -> int:
-    """Print the report (or its JSON), write training.json and training.png to --out; the exit code."""
-    from bootstrap.bench.training_report import envelope_json, render_text, write_reports
-    from bootstrap.report import exit_code
+def file_names(args: argparse.Namespace) -> list[str]:
+    from bootstrap.bench.training_report import JSON_NAME, PNG_NAME
 
-    written = write_reports(advice, args.out, png=not args.no_png)
+    return [JSON_NAME] + ([] if args.no_png else [PNG_NAME])
+
+
+def write(args: argparse.Namespace, advice: Any) -> list[Any]:
+    """training.json (and training.png) in --out; the paths written."""
+    from bootstrap.bench.training_report import write_reports
+
+    return write_reports(advice, args.out, png=not args.no_png)
+
+
+def show(args: argparse.Namespace, advice: Any, described: str) -> None:
+    """The report on stdout: its JSON envelope with --json, else the text."""
+    from bootstrap.bench.training_report import envelope_json, render_text
+
     if args.json:
         print(envelope_json(advice), end="")
     else:
         print(render_text(advice, described, given=args.batch_size is not None, verbose=args.verbose), end="")
-    print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr if args.json else sys.stdout, flush=True)
-    return exit_code(advice.checks)

@@ -368,3 +368,30 @@ def test_a_device_this_torch_lacks_is_one_line_naming_the_flag(capsys) -> None:
     code, out, err = run_cli(capsys, "--effective-batch", "8", "--device", "cuda", "--quiet")
     assert code == 2 and out == ""
     assert err == "error: --device: cuda: CUDA is not available to this torch (use --device 'cpu' or 'auto')\n"
+
+
+@pytest.mark.parametrize("json_out", [True, False])
+def test_a_report_that_cannot_be_written_is_printed_then_one_line(
+    tmp_path: Path, monkeypatch, capsys, json_out
+) -> None:
+    import errno
+    import os
+
+    import bootstrap.bench.training_report as training_report
+    from bootstrap.commands import bench_training
+
+    def denied(*args, **kwargs):
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(bench_training, "tune", lambda args, options, progress: (advice(), "a workload"))
+    monkeypatch.setattr(training_report, "write_reports", denied)
+    code, out, err = run_cli(
+        capsys, "--effective-batch", "256", "--quiet", "--out", str(tmp_path), *["--json"] * json_out
+    )
+    assert code == 2
+    if json_out:
+        assert json.loads(out)["format"] == "bootstrap.training"  # one document: the report
+    else:
+        assert out.startswith("Verdict:") and "# ---- paste" in out
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"error: {tmp_path}: could not write training.json and training.png: Permission denied")
