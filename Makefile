@@ -19,7 +19,7 @@ TORCH_TEST ?= torch==2.13.0
 # nvidia wheels. Where this index is unreachable (a PyPI mirror only), the default index is used.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: env add remove bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench-prolog bench bench-loader bench-watch bench-report gpu-check help FORCE
+.PHONY: env add remove bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench-prolog bench bench-loader bench-training bench-watch bench-report gpu-check help FORCE
 
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
@@ -260,19 +260,26 @@ BENCH_LOADER_ARGS ?=
 bench-loader: tools $(TEST_TOOLS)
 	$(PY) scripts/bench_loader.py $(BENCH_LOADER_ARGS)
 
+## tune_training's recommendation against an exhaustive grid of the same choices, interleaved, and its wall time
+## against its 120 s budget (bench's tiny CNN and a model with a fixed cost a step, on the CPU; about 6 minutes).
+BENCH_TRAINING_ARGS ?=
+bench-training: tools $(TEST_TOOLS)
+	$(PY) scripts/bench_training.py $(BENCH_TRAINING_ARGS)
+
 ## What `bootstrap.watch(loader)` costs a ~1 ms training step: bare and watched loops interleaved (under a minute).
 BENCH_WATCH_ARGS ?=
 bench-watch: tools $(TEST_TOOLS)
 	$(PY) scripts/bench_watch.py $(BENCH_WATCH_ARGS)
 
-## Run the benchmark scripts (bench-lock, -env, -verify, -prolog, -loader, -fetch, -watch) and write docs/PERFORMANCE.md: their figures,
+## Run the benchmark scripts (bench-lock, -env, -verify, -prolog, -loader, -fetch, -training, -watch) and write docs/PERFORMANCE.md: their figures,
 ## the command behind each, the machine; BENCH_REPORT_ARGS="--only env" measures one and keeps the others.
 BENCH_REPORT_ARGS ?=
 bench-report: tools $(TEST_TOOLS)
 	$(PY) scripts/bench_report.py $(BENCH_REPORT_ARGS)
 
 ## On a lent GPU machine with its own CUDA torch (no conda, no tools venv): doctor, verify's torch checks,
-## bench on the built-in workload and an image folder, monitor, a 1-GPU torchrun all-reduce, in <= 8 min;
+## bench on the built-in workload and an image folder, the training tuner (ResNet-50, bf16), monitor, a 1-GPU
+## torchrun all-reduce, in <= 8 min;
 ## every output in OUT=DIR (default ./gpu-check-DATE) with summary.txt; PYTHON= the interpreter with torch.
 gpu-check:
 	PYTHON="$(PYTHON)" scripts/gpu-check.sh

@@ -6,7 +6,9 @@
 #   bootstrap env); bench --budget 120 on the built-in workload and on the image-folder dataset of
 #   docs/benchmark.md ("Tune your own Dataset in 3 steps", generated here); monitor --count 5 and
 #   monitor --once; a 1-GPU torchrun all-reduce (verify --distributed: NCCL on a GPU, gloo without one);
-#   on a machine with two GPUs or more, a short bench --device cuda:1 (the device a run measures).
+#   on a machine with two GPUs or more, a short bench --device cuda:1 (the device a run measures);
+#   bench --effective-batch 256 --budget 90, the training tuner on the built-in workload (ResNet-50 on
+#   synthetic images where torchvision is installed; bf16 on GPUs with it in hardware, Hopper, Blackwell).
 #
 # Every output (stdout, stderr, json, csv, png) goes into one folder, $OUT if set, else
 # ./gpu-check-<date>, with summary.txt: one line per step, its exit status, wall time and verdict.
@@ -23,6 +25,8 @@
 #   GPU_CHECK_MONITOR_COUNT     monitor --count (5)
 #   GPU_CHECK_IMAGES            images per class in the generated dataset (128)
 #   GPU_CHECK_BATCH_SIZE        the dataset run's --batch-size (64)
+#   GPU_CHECK_TRAINING_BUDGET   bench --budget of the training tuner's run (90)
+#   GPU_CHECK_EFFECTIVE_BATCH   its --effective-batch (256)
 #
 # Exit status: 0 when every step that ran passed, 1 when one failed or timed out; summary.txt either way.
 
@@ -38,6 +42,8 @@ BENCH_EXTRA=${GPU_CHECK_BENCH_ARGS:-}
 MONITOR_COUNT=${GPU_CHECK_MONITOR_COUNT:-5}
 IMAGES=${GPU_CHECK_IMAGES:-128}
 BATCH=${GPU_CHECK_BATCH_SIZE:-64}
+TRAINING_BUDGET=${GPU_CHECK_TRAINING_BUDGET:-90}
+EFFECTIVE=${GPU_CHECK_EFFECTIVE_BATCH:-256}
 
 mkdir -p "$OUT" || { echo "gpu-check: cannot create $OUT" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
@@ -124,14 +130,14 @@ CUDA=$(grep -q 'available=True' "$OUT/preflight.stdout" 2>/dev/null && echo yes 
 GPUS=$(grep -o 'available=True devices=[0-9]*' "$OUT/preflight.stdout" 2>/dev/null | grep -o '[0-9]*$' || echo 0)
 
 if ! has torch; then
-    for step in doctor verify monitor monitor-once allreduce bench-cuda1 bench-builtin bench-dataset; do
+    for step in doctor verify monitor monitor-once allreduce bench-cuda1 bench-builtin bench-dataset bench-training; do
         record "$step" "-" "0.0" "skipped" "$PY cannot import torch"
     done
     echo "gpu-check: summary in $SUMMARY" >&2
     exit 1
 fi
 
-# The short steps first, the two bench runs last: a slow bench must not crowd out the all-reduce.
+# The short steps first, the three bench runs last: a slow bench must not crowd out the all-reduce.
 
 # --- doctor: the host, driver and torch facts, saved for `doctor --facts` elsewhere.
 run_step doctor 30 "$PY" -m bootstrap doctor --root "$REPO" --save-facts "$OUT/facts.json"
@@ -284,6 +290,34 @@ EOF
     verdict bench-dataset "bench-dataset/bench.json, bench.png; --dataset my_data:make --batch-size $BATCH"
 else
     record bench-dataset "-" "0.0" "skipped" "the example dataset needs numpy and Pillow (missing: $MISSING)"
+fi
+
+# --- bench --effective-batch: the training tuner (micro-batch x accumulation, precision, memory format,
+# DataLoader) on the built-in workload: ResNet-50 on synthetic images on a GPU with torchvision, else the
+# small CNN. The report is bench-training.stdout; training.json and training.png go to bench-training/.
+# shellcheck disable=SC2086
+run_step bench-training $(( TRAINING_BUDGET + 60 )) "$PY" -m bootstrap bench --effective-batch "$EFFECTIVE" \
+    --budget "$TRAINING_BUDGET" --out "$OUT/bench-training" $BENCH_EXTRA
+if [[ -n "$STEP_RC" ]]; then
+    NOTE=$("$PY" - "$OUT/bench-training/training.json" <<'EOF'
+import json, sys
+try:
+    advice = json.load(open(sys.argv[1]))
+except Exception as exc:
+    print(f"no training.json ({type(exc).__name__})"); sys.exit(0)
+chosen = (advice["micro_batch"], advice["precision"], advice["channels_last"])
+rate = next((r["samples_per_s"] for r in advice["grid"]
+             if (r["micro"], r["precision"], r["channels_last"]) == chosen and r["samples_per_s"]), None)
+gains = advice["gains"]
+said = lambda value: "-" if value is None else f"{value:.2f}x"
+print(f"{advice['device']}: {chosen[0]} x {advice['accumulation_steps']} {chosen[1]}"
+      f"{' channels_last' if chosen[2] else ''}, {'-' if rate is None else f'{rate:,.0f}'} samples/s, "
+      f"{said(gains.get('over_current'))} fp32 at the largest micro-batch, "
+      f"loop {said(gains.get('over_fixed_advice'))} the fixed advice; "
+      + ", ".join(f"{n} {s}" for s, n in advice["summary"].items() if n))
+EOF
+    )
+    verdict bench-training "bench-training/training.json, training.png; $NOTE"
 fi
 
 printf 'total %s s of %s s; every file of this check is in %s\n' "$(( $(date +%s) - STARTED ))" "$TOTAL_S" "$OUT" \

@@ -26,6 +26,7 @@ STEPS = (
     "bench-builtin",
     "dataset",
     "bench-dataset",
+    "bench-training",
 )
 SMALL = {
     "GPU_CHECK_BENCH_BUDGET": "3",
@@ -33,6 +34,8 @@ SMALL = {
     "GPU_CHECK_MONITOR_COUNT": "1",
     "GPU_CHECK_IMAGES": "8",
     "GPU_CHECK_BATCH_SIZE": "8",
+    "GPU_CHECK_TRAINING_BUDGET": "3",
+    "GPU_CHECK_EFFECTIVE_BATCH": "16",
 }
 
 
@@ -81,6 +84,10 @@ def test_the_gpu_check_completes_on_a_cpu_host_into_one_folder(tmp_path):
     for run in ("bench-builtin", "bench-dataset"):
         assert (out / run / "bench.json").is_file() and (out / run / "bench.png").is_file(), run
     assert (out / "my_data.py").is_file() and (out / "verify.json").is_file()
+    training = rows["bench-training"]
+    assert training[2] == "ok" and "cpu: " in training[3], training
+    assert (out / "bench-training" / "training.json").is_file() and (out / "bench-training" / "training.png").is_file()
+    assert (out / "bench-training.stdout").read_text().startswith("Verdict:")
     assert re.search(r"^total \d+ s of 480 s", (out / "summary.txt").read_text(), re.M)
 
 

@@ -23,20 +23,20 @@ UNTUNED = LoaderConfig()  # the naive phase's loader: no workers, no pinning, bl
 
 def summary_lines(result: BenchResult) -> list[str]:
     """The verdict, what to run with, the speed-up, whether the GPU is kept busy, and what to do first."""
-    fields = [("Verdict", _verdict(result.checks, result.partial)), ("Run with", _run_with(result))]
+    fields = [("Verdict", verdict_line(result.checks, result.partial)), ("Run with", _run_with(result))]
     if result.snippet:
         fields.append(("", "(the DataLoader(...) to paste is at the end)"))
     fields += [
         ("Speed", _speed(result.metrics, result.best) + _unsure(result.checks, "bench.speedup")),
         ("GPU", _device(result)),
     ]
-    first = _first_to_act_on(result.checks)
+    first = first_to_act_on(result.checks)
     if first is not None:
         fields.append((NEXT[first.status], f"{_name(first)}: {first.remedy or first.observed}"))
-    return [line for label, text in fields for line in _field(label, text)]
+    return [line for label, text in fields for line in field_lines(label, text)]
 
 
-def _field(label: str, text: str) -> list[str]:
+def field_lines(label: str, text: str) -> list[str]:
     return textwrap.wrap(
         text,
         COLUMNS,
@@ -59,7 +59,7 @@ def _counted(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def _verdict(checks: Sequence[Check], partial: bool) -> str:
+def verdict_line(checks: Sequence[Check], partial: bool) -> str:
     """Passed or failed (the exit status), with the checks that warn or could not tell named."""
     by = {status: [c for c in checks if c.status is status] for status in Status}
     failed, warned, unsure = by[Status.FAIL], by[Status.WARN], by[Status.INCONCLUSIVE]
@@ -148,7 +148,7 @@ def _unsure(checks: Sequence[Check], check_id: str) -> str:
     return ""
 
 
-def _first_to_act_on(checks: Sequence[Check]) -> Optional[Check]:
+def first_to_act_on(checks: Sequence[Check]) -> Optional[Check]:
     """The first check, in report order, of the most pressing status: a failure, else a warning, else one
     that could not tell."""
     for status in NEXT:

@@ -77,7 +77,7 @@ def report_paths(out_dir: Path, *, png: bool = True) -> list[Path]:
 def check_out(out_dir: Path, *, png: bool = True) -> list[Path]:
     """Before the run: `--out` is (or can become) a writable directory whose report files can be replaced."""
     check_directory(out_dir, "--out")
-    _try_writing_in(out_dir)
+    try_writing_in(out_dir)
     paths = report_paths(out_dir, png=png)
     if out_dir.is_dir():
         for path in paths:
@@ -88,7 +88,7 @@ def check_out(out_dir: Path, *, png: bool = True) -> list[Path]:
     return paths
 
 
-def _try_writing_in(out_dir: Path) -> None:
+def try_writing_in(out_dir: Path) -> None:
     """Create and remove a file in `--out` (or where it will be created): os.access says yes to root on a
     read-only mount."""
     probe = out_dir.absolute()

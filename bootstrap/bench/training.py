@@ -377,7 +377,15 @@ class Workbench:
         if optimizer is None:
             raise ValueError("the model has no parameters to train")
         optimizer.zero_grad(set_to_none=True)
-        (scaler.scale(loss) if scaler is not None else loss).backward()
+        try:
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        except RuntimeError as exc:
+            from bootstrap.bench.step import _BACKWARD_TWICE, GraphFreed
+
+            if self.step_fn is not None and _BACKWARD_TWICE in str(exc):
+                # no optimizer state yet: the model's first update, so the step itself ran backward()
+                raise GraphFreed(first=not optimizer.state) from exc
+            raise
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
@@ -395,9 +403,12 @@ class Workbench:
         return None if loss is None else float(loss.detach().float())
 
     def failed(self, exc: BaseException) -> InputError:
+        from bootstrap.bench.step import GraphFreed
         from bootstrap.bench.user import describe_step_error
 
         fix = "the tuner runs it on micro-batches of several sizes, built from your dataset: fix it for those"
+        if isinstance(exc, GraphFreed):
+            fix = exc.fix
         return InputError(self.where, describe_step_error(exc, "raised "), fix)
 
     # -- memory
@@ -796,7 +807,7 @@ def run_training(
     """`tune_training` over a `TrainingOptions` (what the command line builds)."""
     options = options.validate()
     clock = Clock(options.budget_s, progress)
-    _check_device(options.device)
+    check_device(options.device)
     bench = Workbench(dataset, model, step, options)
     with _host_threads(bench) as notes:
         return _tune(bench, clock, notes)
@@ -869,7 +880,7 @@ class Found:
     notes: tuple[str, ...]
 
 
-def _check_device(device: str) -> None:
+def check_device(device: str) -> None:
     import torch
 
     from bootstrap.bench.device import mps_available
@@ -911,8 +922,8 @@ def search(bench: Workbench, clock: Clock, notes: list[str]) -> int:
     found, tried = largest_fitting(bench.prober(limit), cap, lambda: time.perf_counter() > deadline)
     if found == 0:
         first = tried[-1]
-        held = f"{first.peak_bytes / 2**20:.1f} MiB" if first.peak_bytes else "out of memory"
-        allowed = f" against the limit of {limit / 2**20:.1f} MiB" if limit else ""
+        held = f"{_mib(first.peak_bytes)} MiB" if first.peak_bytes else "out of memory"
+        allowed = f" against the limit of {_mib(limit)} MiB" if limit else ""
         problem = f"a training step does not fit even one sample: {held}{allowed}"
         raise InputError(bench.where, problem, "raise memory_limit, or use a smaller model or input")
     refused = [p for p in tried if not p.fits]
@@ -921,6 +932,11 @@ def search(bench: Workbench, clock: Clock, notes: list[str]) -> int:
     if limit is not None and options.memory_limit is None:
         notes.append(f"memory limit: {HOST_MEMORY_SHARE:.0%} of the host's available memory, {limit / 2**30:.1f} GiB")
     return found
+
+
+def _mib(nbytes: int) -> str:
+    """Bytes in MiB, with the digits a small model's few KiB need."""
+    return f"{nbytes / 2**20:.1f}" if nbytes >= 2**20 else f"{nbytes / 2**20:.3g}"
 
 
 def time_grid(bench: Workbench, clock: Clock, configs: Configs) -> list[GridRow]:

@@ -27,7 +27,7 @@ from bootstrap.bench.config import (
     load_config,
     parse_threshold_flags,
 )
-from bootstrap.commands import argtypes
+from bootstrap.commands import argtypes, bench_training
 from bootstrap.commands.signals import sigterm_as_interrupt
 from bootstrap.errors import EXIT_INTERRUPTED, InputError
 from bootstrap.fsutil import disk_full, out_of_space
@@ -51,9 +51,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=argtypes.path,
         default=Path("."),
         metavar="DIR",
-        help="where bench.json and bench.png go (default: .)",
+        help="where bench.json and bench.png go (training.json and training.png with --effective-batch; default: .)",
     )
-    parser.add_argument("--no-png", action="store_true", help="do not draw bench.png")
+    parser.add_argument("--no-png", action="store_true", help="do not draw bench.png (training.png)")
     parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("-v", "--verbose", action="store_true", help="show each verdict's evidence")
@@ -135,6 +135,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="files/packed: the file system to test; a directory made there holds them and is "
         "removed at the end (default: the temp dir)",
     )
+    training = parser.add_argument_group('the training step (docs/benchmark.md, "Tune the training step")')
+    bench_training.configure(training)
     tuner = parser.add_argument_group("tuner and sizing")
     tuner.add_argument("--max-workers", type=int, help="cap the worker search (default: from CPUs, shm, RAM)")
     tuner.add_argument(
@@ -285,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
     from bootstrap.bench.report import check_out, envelope_json, render_text, write_reports
 
     progress = None if args.quiet else _progress
+    if bench_training.wanted(args):
+        return _run_training(args, progress)
     reporter = True
     args.out = args.out.absolute()  # the user's code may change directory before the report is written
     with stdout_kept_for(args.json), sigterm_as_interrupt() as terminated:
@@ -313,13 +317,33 @@ def run(args: argparse.Namespace) -> int:
         print(render_text(result, verbose=args.verbose), end="")
     if failure is not None:
         args.json = False  # stdout holds the report's envelope: no error envelope after it, the line goes to stderr
-        raise _not_written(failure, args.out, not args.no_png)
+        raise _not_written(failure, args.out, ["bench.json"] + ([] if args.no_png else ["bench.png"]))
     print(
         f"wrote {', '.join(str(p) for p in written)}" + (" (partial)" if result.partial else ""),
         file=sys.stderr if args.json else sys.stdout,
         flush=True,
     )
     return code
+
+
+def _run_training(args: argparse.Namespace, progress: Any) -> int:
+    """`--effective-batch`: the training tuner on the workload bench would measure (docs/benchmark.md,
+    "Tune the training step"). Its flags are checked before anything is imported."""
+    bench_training.check_flags(args)
+    args.out = args.out.absolute()  # the user's code may change directory before the report is written
+    with stdout_kept_for(args.json), sigterm_as_interrupt():
+        options = build_options(args)  # imports --dataset's module: what it prints is the user's output
+        advice, described = bench_training.tune(args, options, progress)
+    try:
+        written, failure = bench_training.write(args, advice), None
+    except OSError as exc:
+        written, failure = [], exc
+    bench_training.show(args, advice, described)
+    if failure is not None:
+        args.json = False  # stdout holds the report's envelope: no error envelope after it, the line goes to stderr
+        raise _not_written(failure, args.out, bench_training.file_names(args))
+    print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr if args.json else sys.stdout, flush=True)
+    return exit_code(advice.checks)
 
 
 @contextlib.contextmanager
@@ -353,9 +377,9 @@ def _fileno(stream: IO[str]) -> Optional[int]:
         return None
 
 
-def _not_written(exc: OSError, out: Path, png: bool) -> Exception:
+def _not_written(exc: OSError, out: Path, files: list[str]) -> Exception:
     """The one line for a report the run produced but could not store (it was printed above)."""
-    names = " and ".join(["bench.json"] + (["bench.png"] if png else []))
+    names = " and ".join(files)
     outcome = f"{names} not written (any from an earlier run are left as they were); the report is above"
     if out_of_space(exc):
         return disk_full(

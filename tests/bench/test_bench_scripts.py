@@ -69,6 +69,36 @@ def test_bench_loader_refuses_bad_arguments_before_its_runs(tmp_path: Path, argv
     assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "argv, error",
+    [
+        (("--budget", "0"), "argument --budget: expected a finite number > 0, got 0"),
+        (("--budget", "inf"), "argument --budget: expected a finite number > 0, got inf"),
+        (("--rounds", "1.5"), "argument --rounds: expected a finite number > 0, got 1.5"),
+        (("--pairs", "0"), "argument --pairs: expected a finite number > 0, got 0"),
+        (("--only", "huge"), "argument --only: invalid choice: 'huge'"),  # the choices' quoting varies by Python
+    ],
+)
+def test_bench_training_refuses_bad_arguments_before_its_runs(tmp_path: Path, argv: tuple, error: str) -> None:
+    done = script("bench_training.py", *argv, tmp=tmp_path)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1].startswith(f"bench_training.py: error: {error}")
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_bench_training_prints_the_result_lines_its_reader_parses(tmp_path: Path) -> None:
+    argv = ("--budget", "4", "--rounds", "1", "--pairs", "2", "--window", "0.2", "--only", "overhead")
+    done = script("bench_training.py", *argv, tmp=tmp_path, timeout=300)
+    assert done.returncode in (0, 1), done.stderr
+    assert done.stdout.count("\nresult overhead: recommended ") == 1
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from bench_report import read_training
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    assert read_training(done.stdout).startswith("Target (issue 35)")
+
+
 @pytest.mark.slow
 def test_bench_loader_compares_the_pick_with_the_advice_and_the_grid(tmp_path: Path) -> None:
     done = script(
