@@ -132,7 +132,7 @@ ITEM_KEYS: dict[str, dict[str, frozenset[str]]] = {
         "left_out": frozenset({"file", "why"}),
     },
     "bootstrap.training": {
-        "grid": frozenset({"micro", "precision", "channels_last", "samples_per_s", "peak_bytes", "fits"}),
+        "grid": frozenset({"micro", "precision", "channels_last", "samples_per_s", "peak_bytes", "fits", "timings"}),
         "checks": frozenset({"id", "status", "observed", "expected", "remedy", "detail"}),
     },
     "bootstrap.monitor": {

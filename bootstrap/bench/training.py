@@ -28,7 +28,8 @@ FIXED_ADVICE: dict[str, Any] = {"num_workers": 4, "pin_memory": True, "prefetch_
 # Cumulative shares of the budget: the search ends by the first, the grid by the second, the re-timing of
 # its choice by the third, the checks by the fourth; the DataLoader has the rest.
 SEARCH_END, GRID_END, CONFIRM_END, CHECKS_END = 0.15, 0.55, 0.65, 0.7
-CONFIRM_ROUNDS = 2  # re-timings of the choice and the user's own, alternately, besides the grid's
+CONFIRM_ROUNDS = 2  # re-timings of each contender and of the user's own, in turns, besides the grid's
+CONTENDERS = 3  # the grid's fastest rows re-timed against the user's own
 GRID_SIZES = 4  # micro-batch sizes timed, besides the user's own: each is timed at every precision and layout
 WARMUP_STEPS = 2  # the first steps pay for allocations and kernel selection
 WINDOWS = 3  # the rate is the median of this many windows of timed steps
@@ -962,7 +963,10 @@ def advise(bench: Workbench, clock: Clock, grid: list[GridRow], found: Found) ->
     precision = _precision_check(bench, choice, found.by_step)
     if precision.status is Status.FAIL:
         choice = recommend(grid, found.baseline, options.min_gain, ("fp32",)) or choice
+    checked = choice.precision
     grid, choice = confirm(bench, clock, grid, choice, found.baseline)
+    if choice.precision != checked:  # re-timed, a row of another precision won: the check is of that one
+        precision = _precision_check(bench, choice, found.by_step)
     plan = accumulation_plan(options.effective_batch, choice.micro, found.max_micro)
     if plan.note:
         notes.append(plan.note)
@@ -996,24 +1000,38 @@ def advise(bench: Workbench, clock: Clock, grid: list[GridRow], found: Found) ->
 def confirm(
     bench: Workbench, clock: Clock, grid: list[GridRow], choice: GridRow, baseline: tuple[int, str, bool]
 ) -> tuple[list[GridRow], GridRow]:
-    """The choice and the user's own re-timed, alternately, so that a busy moment during the grid makes
-    neither look faster: each keeps the median of its timings, and the choice must still beat the user's
-    by `min_gain` (`recommend` on the two), else theirs is kept."""
+    """The fastest rows of the grid (`choice` among them) and the user's own re-timed in turns, so that a
+    busy moment during the grid makes none of them look faster: each keeps the median of its timings, and
+    the choice is made again among them (`recommend`: it must still beat the user's by `min_gain`)."""
+    allowed = (choice.precision,) if choice.precision == "fp32" else None
+    fastest = sorted(
+        (r for r in grid if r.fits and r.samples_per_s and (allowed is None or r.precision in allowed)),
+        key=lambda r: -(r.samples_per_s or 0.0),
+    )
     base = next((r for r in grid if r.key == baseline and r.fits and r.samples_per_s), None)
-    if base is None or base.key == choice.key:
+    contenders: list[GridRow] = []
+    for row in (base, choice, *fastest):
+        if row is not None and all(row.key != c.key for c in contenders):
+            contenders.append(row)
+    contenders = contenders[: CONTENDERS + 1]
+    if len(contenders) < 2:
         return grid, choice
-    rates: dict[tuple[int, str, bool], list[float]] = {r.key: [r.samples_per_s or 0.0] for r in (base, choice)}
-    clock.say("confirm", f"{choice.label} against yours, {base.label}, again")
+    rates: dict[tuple[int, str, bool], list[float]] = {r.key: [r.samples_per_s or 0.0] for r in contenders}
+    clock.say("confirm", f"{', '.join(r.label for r in contenders)}: again, in turns")
     deadline = clock.by(CONFIRM_END)
-    for turn in range(2 * CONFIRM_ROUNDS):
-        row = (base, choice)[turn % 2]
-        share = max(0.0, deadline - time.perf_counter()) / (2 * CONFIRM_ROUNDS - turn)
+    turns = CONFIRM_ROUNDS * len(contenders)
+    for turn in range(turns):
+        row = contenders[turn % len(contenders)]
+        share = max(0.0, deadline - time.perf_counter()) / (turns - turn)
         timed = bench.time_row(row.micro, row.precision, row.channels_last, share)
         if timed.samples_per_s:
             rates[row.key].append(timed.samples_per_s)
-    kept = [replace(r, samples_per_s=statistics.median(rates[r.key])) if r.key in rates else r for r in grid]
-    pair = [r for r in kept if r.key in rates]
-    return kept, recommend(pair, baseline, bench.options.min_gain) or choice
+    kept = [
+        replace(r, samples_per_s=statistics.median(rates[r.key]), timings=len(rates[r.key])) if r.key in rates else r
+        for r in grid
+    ]
+    retimed = [r for r in kept if r.key in rates]
+    return kept, recommend(retimed, baseline, bench.options.min_gain, allowed) or choice
 
 
 def _precision_check(bench: Workbench, choice: GridRow, by_step: bool) -> Check:

@@ -119,16 +119,17 @@ def grid_table(advice: TrainingAdvice) -> str:
     """One row a configuration timed: micro-batch, precision, layout, samples/s, peak memory, whether it fit."""
     chosen = (advice.micro_batch, advice.precision, advice.channels_last)
     yours = _yours(advice.grid)
-    header = ("MICRO", "PRECISION", "LAYOUT", "SAMPLES/S", "PEAK MEMORY", "FITS", "")
+    header = ("MICRO", "PRECISION", "LAYOUT", "SAMPLES/S", "TIMED", "PEAK MEMORY", "FITS", "")
     rows = [header]
     for row in advice.grid:
         mark = "<- recommended" if row.key == chosen else ("yours" if yours is not None and row is yours else "")
         rate = "-" if row.samples_per_s is None else f"{row.samples_per_s:,.0f}"
         layout = "channels_last" if row.channels_last else "contiguous"
         fits = "yes" if row.fits else "no"
-        rows.append((str(row.micro), row.precision, layout, rate, _size(row.peak_bytes), fits, mark))
+        timed = str(row.timings) if row.samples_per_s is not None else "-"
+        rows.append((str(row.micro), row.precision, layout, rate, timed, _size(row.peak_bytes), fits, mark))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    right = (0, 3, 4)  # numbers align right
+    right = (0, 3, 4, 5)  # numbers align right
     lines = []
     for r in rows:
         cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]

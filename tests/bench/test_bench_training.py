@@ -235,6 +235,43 @@ def test_a_choice_that_is_slower_when_timed_again_gives_way_to_the_users(monkeyp
     assert [r.samples_per_s for r in kept] == [100.0, 95.0]  # each the median of its three timings
 
 
+def test_the_fastest_rows_are_timed_again_and_the_choice_is_made_among_them(monkeypatch) -> None:
+    """The grid's fastest row owed its place to one lucky timing: re-timed in turns with the next
+    fastest and the user's own, it falls behind, and the row that held its rate is recommended. A row
+    outside the contenders is not timed again."""
+    from bootstrap.bench.training import CONTENDERS, confirm
+
+    workbench = bench()
+    again = {
+        (16, "fp32", False): iter([100.0, 100.0]),
+        (64, "bf16", True): iter([120.0, 118.0]),  # the grid's 300 was a lucky window
+        (32, "fp32", False): iter([190.0, 195.0]),
+        (64, "fp32", False): iter([150.0, 152.0]),
+    }
+    timed: list[tuple[int, str, bool]] = []
+
+    def time_row(m, p, cl, s):
+        timed.append((m, p, cl))
+        return row(m, p, cl, rate=next(again[(m, p, cl)]))
+
+    monkeypatch.setattr(workbench, "time_row", time_row)
+    grid = [
+        row(16, rate=100.0),
+        row(64, "bf16", True, rate=300.0),
+        row(32, rate=200.0),
+        row(64, rate=160.0),
+        row(128, rate=50.0),
+    ]
+    choice = recommend(grid, (16, "fp32", False), 0.03)
+    assert choice is not None and choice.key == (64, "bf16", True)
+    kept, choice = confirm(workbench, Clock(60.0), grid, choice, (16, "fp32", False))
+    assert choice.key == (32, "fp32", False)
+    assert set(timed) == set(again) and len(timed) == 2 * len(again) and CONTENDERS + 1 == len(again)
+    by_key = {r.key: r for r in kept}
+    assert by_key[(64, "bf16", True)].samples_per_s == 120.0 and by_key[(64, "bf16", True)].timings == 3
+    assert by_key[(128, "fp32", False)].timings == 1  # not a contender: its one timing stands
+
+
 def test_a_user_size_that_does_not_fit_is_not_the_baseline() -> None:
     grid = [row(64, fits=False), row(16, rate=100.0), row(32, rate=90.0)]
     assert recommend(grid, (64, "fp32", False), 0.03) is grid[1]

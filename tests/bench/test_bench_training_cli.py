@@ -198,9 +198,10 @@ def test_the_text_report_leads_with_the_verdict_and_the_recipe_and_ends_with_the
     assert "To improve: accumulation: use GroupNorm" in summary
     assert all(len(line) < 100 for line in summary.splitlines())
     table = text[text.index("MICRO") :]
-    assert table.splitlines()[0].split() == ["MICRO", "PRECISION", "LAYOUT", "SAMPLES/S", "PEAK", "MEMORY", "FITS"]
+    header = ["MICRO", "PRECISION", "LAYOUT", "SAMPLES/S", "TIMED", "PEAK", "MEMORY", "FITS"]
+    assert table.splitlines()[0].split() == header
     recommended = [line for line in table.splitlines() if line.endswith("<- recommended")]
-    assert len(recommended) == 1 and recommended[0].split()[:5] == ["64", "bf16", "contiguous", "2,000", "50.0"]
+    assert len(recommended) == 1 and recommended[0].split()[:6] == ["64", "bf16", "contiguous", "2,000", "1", "50.0"]
     assert "3.0 GiB" in table and "note: a note" in text
     assert text.index("training.accumulation") < text.index("# ---- paste")
     assert text.rstrip().endswith("optimizer.zero_grad(set_to_none=True)")
