@@ -961,10 +961,11 @@ def advise(bench: Workbench, clock: Clock, grid: list[GridRow], found: Found) ->
         raise InputError(_at("budget"), "no configuration could be timed", "give it a larger budget")
     clock.say("checks", f"checking {choice.label}")
     precision = _precision_check(bench, choice, found.by_step)
-    if precision.status is Status.FAIL:
-        choice = recommend(grid, found.baseline, options.min_gain, ("fp32",)) or choice
+    allowed = ("fp32",) if precision.status is Status.FAIL else None
+    if allowed:
+        choice = recommend(grid, found.baseline, options.min_gain, allowed) or choice
     checked = choice.precision
-    grid, choice = confirm(bench, clock, grid, choice, found.baseline)
+    grid, choice = confirm(bench, clock, grid, choice, found.baseline, allowed)
     if choice.precision != checked:  # re-timed, a row of another precision won: the check is of that one
         precision = _precision_check(bench, choice, found.by_step)
     plan = accumulation_plan(options.effective_batch, choice.micro, found.max_micro)
@@ -997,13 +998,18 @@ def advise(bench: Workbench, clock: Clock, grid: list[GridRow], found: Found) ->
     )
 
 
-def confirm(
-    bench: Workbench, clock: Clock, grid: list[GridRow], choice: GridRow, baseline: tuple[int, str, bool]
+def confirm(  # noqa: PLR0913 (the grid, the choice, and what the choice may be)
+    bench: Workbench,
+    clock: Clock,
+    grid: list[GridRow],
+    choice: GridRow,
+    baseline: tuple[int, str, bool],
+    allowed: Optional[Sequence[str]] = None,
 ) -> tuple[list[GridRow], GridRow]:
-    """The fastest rows of the grid (`choice` among them) and the user's own re-timed in turns, so that a
-    busy moment during the grid makes none of them look faster: each keeps the median of its timings, and
-    the choice is made again among them (`recommend`: it must still beat the user's by `min_gain`)."""
-    allowed = (choice.precision,) if choice.precision == "fp32" else None
+    """The fastest rows of the grid of the `allowed` precisions (`choice` among them) and the user's own
+    re-timed in turns, so that a busy moment during the grid makes none of them look faster: each keeps
+    the median of its timings, and the choice is made again among them (`recommend`: it must still beat
+    the user's by `min_gain`)."""
     fastest = sorted(
         (r for r in grid if r.fits and r.samples_per_s and (allowed is None or r.precision in allowed)),
         key=lambda r: -(r.samples_per_s or 0.0),

@@ -272,6 +272,22 @@ def test_the_fastest_rows_are_timed_again_and_the_choice_is_made_among_them(monk
     assert by_key[(128, "fp32", False)].timings == 1  # not a contender: its one timing stands
 
 
+def test_after_a_failed_precision_check_only_fp32_rows_contend(monkeypatch) -> None:
+    from bootstrap.bench.training import confirm
+
+    workbench = bench()
+    timed: list[tuple[int, str, bool]] = []
+
+    def time_row(m, p, cl, s):
+        timed.append((m, p, cl))
+        return row(m, p, cl, rate=500.0 if p == "bf16" else 150.0)
+
+    monkeypatch.setattr(workbench, "time_row", time_row)
+    grid = [row(16, rate=100.0), row(32, "bf16", rate=400.0), row(32, rate=160.0), row(64, "bf16", rate=390.0)]
+    _, choice = confirm(workbench, Clock(60.0), grid, grid[2], (16, "fp32", False), ("fp32",))
+    assert choice.precision == "fp32" and {p for _, p, _ in timed} == {"fp32"}
+
+
 def test_a_user_size_that_does_not_fit_is_not_the_baseline() -> None:
     grid = [row(64, fits=False), row(16, rate=100.0), row(32, rate=90.0)]
     assert recommend(grid, (64, "fp32", False), 0.03) is grid[1]
