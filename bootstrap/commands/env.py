@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from bootstrap.commands import argtypes
 from bootstrap.errors import EXIT_OK, InputError
+from bootstrap.install.generations import RECYCLE_AFTER_S
 from bootstrap.install.linkmode import MODES
 from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
@@ -87,7 +88,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def add_link_option(parser: argparse._ActionsContainer) -> None:
-    """`--link`, for every verb that installs (`env`, and `add`/`remove` after their relock)."""
+    """`--link` and `--recycle-after`, for every verb that installs (`env`, and `add`/`remove` after
+    their relock)."""
+    parser.add_argument(
+        "--recycle-after",
+        type=argtypes.hours,
+        default=RECYCLE_AFTER_S / 3600,
+        metavar="HOURS",
+        help=f"recycle or delete a retired generation only once it was retired this long (default "
+        f"{RECYCLE_AFTER_S / 3600:g}: jobs started from it may still read it; 0 where none can)",
+    )
     parser.add_argument(
         "--link",
         choices=MODES,
@@ -180,6 +190,7 @@ def install(project: Project, env: str, args: argparse.Namespace) -> tuple[EnvRe
         show_progress=sys.stderr.isatty() and not args.json,
         variant=choice,
         link=args.link,
+        recycle_after_s=args.recycle_after * 3600,
     )
     with progress_feedback(sys.stderr.isatty(), quiet=args.json) as feedback:
         result = create_or_update(options, feedback)
