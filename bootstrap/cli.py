@@ -221,10 +221,16 @@ def _outside_env_fix(verb: str) -> str:
     if not ((root / "Makefile").is_file() and (root / "envs").is_dir()):
         return f"{runs}: `make {verb}` in the project's checkout, or `.envs/ENV/bin/python -m bootstrap {verb}`"
     envs_dir = root / ".envs"
-    made = sorted(p.name for p in envs_dir.glob("*") if not p.name.startswith(".") and (p / "bin" / "python").exists())
+    made = sorted(
+        p.name
+        for p in envs_dir.glob("*")
+        if not p.name.startswith(".") and ((p / "bin" / "python").exists() or any(p.glob("*/bin/python")))
+    )
     env = DEFAULT_ENV if DEFAULT_ENV in made or not made else made[0]
     make = f"make {verb}" + ("" if env == DEFAULT_ENV else f" ENV={env}")
-    python = envs_dir / env / "bin" / "python"
+    python = str(envs_dir / env / "bin" / "python")
+    if made and not os.path.exists(python):  # a prefix per variant: run in the one this host picks
+        python = f"{root / '.tools' / 'bin' / 'python'} -m bootstrap shell {env} --exec python"
     fix = f"{runs}: `{make}` in {root}, or `PYTHONPATH={root} {python} -m bootstrap {verb}` with the same arguments"
     return fix if made else f"{fix} (no env there yet: `make env` creates it)"
 
