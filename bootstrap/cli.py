@@ -26,6 +26,7 @@ VERBS = {
     "add": ("add", "add requirements to an env's spec, relock only what they need, export, update the env"),
     "remove": ("remove", "take packages out of an env's spec; what only they needed leaves the lock too"),
     "env": ("env", "create or update an environment from its lock, without conda"),
+    "shell": ("shell", "the activation of the env's prefix this host picks (eval it), or --exec a command in it"),
     "cache": ("cache", "what the package cache holds; --prune keeps only what this project's locks install"),
     "bundle": ("bundle", "every artifact a lock installs, with the lock, in one tar for nodes without internet"),
     "verify": ("verify", "inside the env: does it match the lock, and does this machine's CUDA stack run it?"),
@@ -180,7 +181,7 @@ def _error_envelope(
 
 
 # The verbs the tools venv runs (`make lock`, `make env`, ...); the others run in the team's env.
-TOOLS_VERBS = ("lock", "add", "remove", "env", "bundle", "cache")
+TOOLS_VERBS = ("lock", "add", "remove", "env", "shell", "bundle", "cache")
 _PACKAGE_OF = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "rattler": "py-rattler", "conda_lock": "conda-lock"}
 
 
