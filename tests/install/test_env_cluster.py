@@ -193,3 +193,29 @@ def test_shell_says_in_one_line_why_nothing_here_fits(tree: tuple[Project, Path]
     install(project, channel, V100, capsys)
     code, out, _ = shell(project, None, capsys, "--variant", "cu128")  # a name is taken as given
     assert code == 0 and f"export CONDA_PREFIX={top / 'cu128'}\n" in out
+
+
+def test_verify_doctor_and_export_find_a_variant_in_its_own_prefix(
+    tree: tuple[Project, Path], channel: Path, capsys, monkeypatch, tmp_path: Path
+) -> None:
+    from bootstrap.checks.doctor import _installed_variant
+    from bootstrap.checks.envstate import resolve_prefix
+    from bootstrap.compat import probe
+    from bootstrap.compat.facts import DriverFacts
+    from bootstrap.lock.spec import read_spec
+
+    project, _ = tree
+    top = project.env_prefix("py310")
+    spec = read_spec(project.spec_path("py310"))
+    install(project, channel, H200, capsys)
+    assert _installed_variant(project, "py310", spec) == "cu130"  # the only one installed: doctor judges it
+    install(project, channel, V100, capsys)
+    assert _installed_variant(project, "py310", spec) == ""  # several: each host's pick
+    # verify from outside an env: the prefix of this host's pick (no GPU here: the default, cu128)
+    monkeypatch.setattr(probe, "probe_gpus", lambda nvml, runner: DriverFacts(reason="no NVIDIA driver"))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    assert resolve_prefix(None, project.root) == top / "cu128"
+    out = tmp_path / "environment.yml"
+    capsys.readouterr()
+    assert main(["export", "--from-prefix", str(top / "cu130"), "-o", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["name"] == "py310"
