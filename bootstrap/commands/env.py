@@ -463,6 +463,11 @@ def _summary(env: str, result: EnvResult, options: EnvOptions) -> str:
             lines.append(_link_line(result.link))
         python = result.prefix / ("python.exe" if result.platform.startswith("win-") else "bin/python")
         lines.append(f"activate: conda activate {shlex.quote(str(result.prefix))}   or run {shlex.quote(str(python))}")
+        if result.variant is not None and result.variant.name and result.prefix.name == result.variant.name:
+            lines.append(
+                f'on each host of this tree: eval "$(python -m bootstrap shell {env})" activates the variant it '
+                f"picks, `python -m bootstrap shell {env} --exec CMD` runs CMD in it"
+            )
     return "\n".join(lines)
 
 

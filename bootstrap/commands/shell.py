@@ -95,11 +95,13 @@ def resolve(project: Project, env: str, variant: str, facts: Optional[Path]) -> 
         check_variant_layout(project, env)
     prefix = project.env_prefix(env, choice.name)
     if not (prefix / "conda-meta").is_dir():
-        which = f"variant {choice.name} ({choice.how}: {choice.why})" if choice.name else "it"
         make = "make env" + ("" if env == project.default_env else f" ENV={env}")
-        make += "" if choice.how in ("auto", "only") else f" VARIANT={choice.name}"
+        if not choice.name:
+            raise NothingFits(f"{env}: not installed at {prefix} (`{make}` installs it)")
+        make += "" if choice.how == "auto" else f" VARIANT={choice.name}"
         raise NothingFits(
-            f"{env}: {which} is not installed at {prefix} ({make} installs it; `make env VARIANT=all` every variant)"
+            f"{env}: variant {choice.name} ({choice.how}: {choice.why}) is not installed at {prefix} "
+            f"(`{make}` installs it; `make env VARIANT=all` every variant)"
         )
     return prefix
 

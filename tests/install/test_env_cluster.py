@@ -219,3 +219,38 @@ def test_verify_doctor_and_export_find_a_variant_in_its_own_prefix(
     capsys.readouterr()
     assert main(["export", "--from-prefix", str(top / "cu130"), "-o", str(out)]) == 0
     assert yaml.safe_load(out.read_text())["name"] == "py310"
+
+
+def test_an_env_without_variants_activates_its_one_prefix(tmp_path: Path, channel: Path, wheels: Path, capsys) -> None:
+    project = make_project(tmp_path / "plain", platforms=("linux-64",), conda=CONDA, pip=PIP)
+    relock(project, channel, wheels)
+    code, out, err = shell(project, None, capsys)
+    prefix = project.env_prefix("py310")
+    assert (code, out, err) == (1, "", f"error: py310: not installed at {prefix} (`make env` installs it)\n")
+    assert main(env_args(project, str(channel))) == 0
+    code, out, _ = shell(project, None, capsys)
+    assert code == 0 and out.splitlines()[:3] == [
+        f'export PATH={prefix / "bin"}:"$PATH"',
+        f"export CONDA_PREFIX={prefix}",
+        f"export CONDA_DEFAULT_ENV={prefix}",
+    ]
+
+
+def test_the_activation_sets_the_env_vars_and_sources_the_activate_scripts(tmp_path: Path) -> None:
+    """What `conda activate` adds for a plain prefix: `conda env config vars` and activate.d, in name order."""
+    from bootstrap.commands.shell import activation
+
+    prefix = tmp_path / "it's here"
+    (prefix / "conda-meta").mkdir(parents=True)
+    (prefix / "conda-meta" / "state").write_text(json.dumps({"env_vars": {"OMP_NUM_THREADS": "4", "A B": "x"}}))
+    scripts = prefix / "etc" / "conda" / "activate.d"
+    scripts.mkdir(parents=True)
+    for name in ("b.sh", "a.sh", "c.csh"):
+        (scripts / name).write_text(f'export FROM_{name[0].upper()}="$CONDA_PREFIX"\n')
+    text = activation(prefix)
+    assert "export OMP_NUM_THREADS=4\n" in text and "A B" not in text and "c.csh" not in text
+    assert text.index("a.sh") < text.index("b.sh")
+    ran = subprocess.run(
+        ["/bin/sh", "-c", text + 'echo "$FROM_A|$FROM_B|$OMP_NUM_THREADS"'], capture_output=True, text=True, check=True
+    )
+    assert ran.stdout == f"{prefix}|{prefix}|4\n"
