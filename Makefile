@@ -56,7 +56,10 @@ FORCE:
 # (POSIX sh's startup file, e.g. ENV=~/.shrc) or an empty one must not become a path to remove.
 CHECK_ENV = @case "$(ENV)" in ""|*/*|.*|*[!A-Za-z0-9_.-]*) echo "ENV='$(ENV)' is not an env name such as py310 or py39 (the shell's ENV variable? pass ENV=py310 to make)" >&2; exit 2;; esac
 # `verify` and `bench` run in the env they accept, on its own torch: one line when it is not there yet.
-NEED_ENV = @test -x .envs/$(ENV)/bin/python || { echo "no env at .envs/$(ENV): run \`make env$(if $(filter-out py310,$(ENV)), ENV=$(ENV))\` first" >&2; exit 2; }
+# An env with a prefix per variant (.envs/ENV/NAME) runs them in the one this host picks (or VARIANT
+# names), through `bootstrap shell --exec`, which says in one line when that one is not installed.
+IN_ENV = $(if $(wildcard .envs/$(ENV)/bin/python),.envs/$(ENV)/bin/python,$(PY) -m bootstrap shell $(ENV) --variant $(VARIANT) --exec python)
+NEED_ENV = @test -x .envs/$(ENV)/bin/python || test -d .envs/$(ENV) || { echo "no env at .envs/$(ENV): run \`make env$(if $(filter-out py310,$(ENV)), ENV=$(ENV))\` first" >&2; exit 2; }
 # A variant is named like an env, without dots (they separate env and variant in lock file names).
 CHECK_VARIANT = @case "$(VARIANT)" in ""|-*|*[!A-Za-z0-9_-]*) echo "VARIANT='$(VARIANT)' is not a variant name such as auto or cu128" >&2; exit 2;; esac
 
@@ -69,7 +72,8 @@ help:
 	      line = line " " words[i] } print line } text = "" }' $(MAKEFILE_LIST)
 
 ## Create or update .envs/$(ENV) from its lock (ENV=py39 for the other env); ENV_ARGS="--dry-run" prints the plan.
-## VARIANT=NAME installs that torch variant of the spec (default auto: the one `make doctor` picks for this host).
+## An env with torch variants has a prefix per variant, .envs/$(ENV)/NAME: VARIANT=NAME installs that one
+## (default auto: the one `make doctor` picks for this host), VARIANT=all every one locked (a shared tree).
 ## BUNDLE=FILE takes the artifacts from a bundle `make bundle` wrote: no channel or index needed.
 BUNDLE ?=
 VARIANT ?= auto
@@ -114,7 +118,7 @@ cache: tools
 prune-cache: tools
 	$(PY) -m bootstrap cache --prune
 
-## Remove .envs/$(ENV) with all its generations.
+## Remove .envs/$(ENV) with all its generations (and every variant's prefix).
 clean-env:
 	$(CHECK_ENV)
 	rm -rf .envs/$(ENV) .envs/.$(ENV).gens .envs/.$(ENV).lock .envs/.$(ENV).switch
@@ -125,7 +129,7 @@ VERIFY_ARGS ?=
 verify:
 	$(CHECK_ENV)
 	$(NEED_ENV)
-	PYTHONPATH="$(CURDIR)" .envs/$(ENV)/bin/python -m bootstrap verify $(VERIFY_ARGS)
+	PYTHONPATH="$(CURDIR)" $(IN_ENV) -m bootstrap verify $(VERIFY_ARGS)
 
 ## Host only, before any env exists: driver, max CUDA, GPUs, and which torch variant of $(ENV) runs here
 ## (the one `make env` installs); DOCTOR_ARGS="--facts FILE" judges a host recorded with --save-facts.
@@ -252,7 +256,7 @@ BENCH_ARGS ?=
 bench:
 	$(CHECK_ENV)
 	$(NEED_ENV)
-	PYTHONPATH="$(CURDIR)" .envs/$(ENV)/bin/python -m bootstrap bench $(BENCH_ARGS)
+	PYTHONPATH="$(CURDIR)" $(IN_ENV) -m bootstrap bench $(BENCH_ARGS)
 
 ## The tuned loader against naive, the fixed advice and an exhaustive grid, interleaved (bench's --io-ms 5 and
 ## --cpu-ms 5 workloads; several minutes); BENCH_LOADER_ARGS="--quick --json loader.json" for a shorter run.

@@ -26,6 +26,7 @@ VERBS = {
     "add": ("add", "add requirements to an env's spec, relock only what they need, export, update the env"),
     "remove": ("remove", "take packages out of an env's spec; what only they needed leaves the lock too"),
     "env": ("env", "create or update an environment from its lock, without conda"),
+    "shell": ("shell", "the activation of the env's prefix this host picks (eval it), or --exec a command in it"),
     "cache": ("cache", "what the package cache holds; --prune keeps only what this project's locks install"),
     "bundle": ("bundle", "every artifact a lock installs, with the lock, in one tar for nodes without internet"),
     "verify": ("verify", "inside the env: does it match the lock, and does this machine's CUDA stack run it?"),
@@ -180,7 +181,7 @@ def _error_envelope(
 
 
 # The verbs the tools venv runs (`make lock`, `make env`, ...); the others run in the team's env.
-TOOLS_VERBS = ("lock", "add", "remove", "env", "bundle", "cache")
+TOOLS_VERBS = ("lock", "add", "remove", "env", "shell", "bundle", "cache")
 _PACKAGE_OF = {"yaml": "pyyaml", "pynvml": "nvidia-ml-py", "rattler": "py-rattler", "conda_lock": "conda-lock"}
 
 
@@ -221,10 +222,16 @@ def _outside_env_fix(verb: str) -> str:
     if not ((root / "Makefile").is_file() and (root / "envs").is_dir()):
         return f"{runs}: `make {verb}` in the project's checkout, or `.envs/ENV/bin/python -m bootstrap {verb}`"
     envs_dir = root / ".envs"
-    made = sorted(p.name for p in envs_dir.glob("*") if not p.name.startswith(".") and (p / "bin" / "python").exists())
+    made = sorted(
+        p.name
+        for p in envs_dir.glob("*")
+        if not p.name.startswith(".") and ((p / "bin" / "python").exists() or any(p.glob("*/bin/python")))
+    )
     env = DEFAULT_ENV if DEFAULT_ENV in made or not made else made[0]
     make = f"make {verb}" + ("" if env == DEFAULT_ENV else f" ENV={env}")
-    python = envs_dir / env / "bin" / "python"
+    python = str(envs_dir / env / "bin" / "python")
+    if made and not os.path.exists(python):  # a prefix per variant: run in the one this host picks
+        python = f"{root / '.tools' / 'bin' / 'python'} -m bootstrap shell {env} --exec python"
     fix = f"{runs}: `{make}` in {root}, or `PYTHONPATH={root} {python} -m bootstrap {verb}` with the same arguments"
     return fix if made else f"{fix} (no env there yet: `make env` creates it)"
 

@@ -59,6 +59,13 @@ class Project:
     def virtual_packages_path(self) -> Path:
         return self.envs_dir / VIRTUAL_PACKAGES_FILE
 
+    def env_prefix(self, env: str, variant: str = "") -> Path:
+        """Where `env` is installed: `.envs/<env>`; for a variant of an env whose spec declares
+        variants, `.envs/<env>/<variant>`, each variant with its own generations, so that installing
+        one never touches another. Every verb that finds an env's prefix asks here."""
+        prefix = Path(os.path.abspath(self.root)) / ".envs" / env
+        return prefix / variant if variant else prefix
+
     def spec_path(self, env: str) -> Path:
         return self.envs_dir / f"{env}.yml"
 

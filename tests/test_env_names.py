@@ -14,6 +14,7 @@ from tests.fixtures.project import make_project
 
 VERBS = {
     "env": ["env", "{blank}"],
+    "shell": ["shell", "{blank}"],
     "env --lock": ["env", "{blank}", "--lock", "{root}/conda-lock.yml", "--dry-run"],
     "export": ["export", "{blank}", "-o", "{root}/out.yml"],
     "export --from-prefix": ["export", "{blank}", "--from-prefix", "{root}", "-o", "{root}/out.yml"],

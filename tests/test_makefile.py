@@ -141,6 +141,13 @@ def test_bench_runs_in_the_env_it_accepts_and_names_a_missing_one(scratch: Path)
     (scratch / ".envs" / "py310" / "bin" / "python").symlink_to(sys.executable)
     planned = make(scratch, "-n", "bench", "BENCH_ARGS=--budget 60 --device mps").stdout.splitlines()[-1]
     assert planned == f'PYTHONPATH="{scratch}" .envs/py310/bin/python -m bootstrap bench --budget 60 --device mps'
+    shutil.rmtree(scratch / ".envs" / "py310")
+    (scratch / ".envs" / "py310" / "cu130").mkdir(parents=True)  # a prefix per variant: the one this host picks
+    planned = make(scratch, "-n", "bench", "VARIANT=cu130").stdout.splitlines()[-1]
+    assert planned == (
+        f'PYTHONPATH="{scratch}" .tools/bin/python -m bootstrap shell py310 --variant cu130 --exec python '
+        "-m bootstrap bench "
+    )
 
 
 def test_env_passes_the_variant_on_and_refuses_one_that_is_no_name(scratch: Path) -> None:

@@ -103,11 +103,12 @@ def verb_help(verb: str) -> str:
 
 
 def bootstrap_call(line: str) -> tuple[str, list[str]] | None:
-    """(verb, its options) of a `python -m bootstrap VERB ...` command line, or None."""
+    """(verb, its options) of a `python -m bootstrap VERB ...` command line, or None; of the last one in
+    it, the verb that runs in the end (`bootstrap shell ENV --exec python -m bootstrap verify`)."""
     if "-m bootstrap " not in line:
         return None
     argv = shlex.split(line)
-    for i in range(len(argv) - 2):
+    for i in reversed(range(len(argv) - 2)):
         if argv[i : i + 2] == ["-m", "bootstrap"]:
             return argv[i + 2], [a.split("=")[0] for a in argv[i + 3 :] if a.startswith("-")]
     return None

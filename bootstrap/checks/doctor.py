@@ -182,15 +182,21 @@ def _declared_variants(project: Project, env: str) -> Optional[EnvSpec]:
 
 
 def _installed_variant(project: Project, env: str, spec: EnvSpec) -> str:
-    """The variant the env at <root>/.envs/<env> was installed from ("" when none is, or it is none of the spec's)."""
+    """The variant installed for `env` ("" when none is, or it is none of the spec's): the one its
+    one-prefix layout holds, else the one variant with a prefix of its own when only one has (with
+    several, each host runs its pick, which doctor judges)."""
     from bootstrap.prefix import read_install_record
 
-    try:
-        record = read_install_record(project.root / ".envs" / env)
-    except (OSError, ValueError, TypeError):
-        return ""
     names = {v.name for v in spec.variants}
-    return record.variant if record is not None and record.variant in names else ""
+    found = []
+    for prefix in (project.env_prefix(env), *(project.env_prefix(env, v.name) for v in spec.variants)):
+        try:
+            record = read_install_record(prefix) if (prefix / "conda-meta").is_dir() else None
+        except (OSError, ValueError, TypeError):
+            record = None
+        if record is not None and record.variant in names:
+            found.append(record.variant)
+    return found[0] if len(found) == 1 else ""
 
 
 def system_checks(lock: Lock, platform: str, host: HostFacts) -> list[Check]:

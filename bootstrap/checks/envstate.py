@@ -28,6 +28,7 @@ class EnvCommands:
     standard: bool  # prefix is <root>/.envs/<env>, so the Makefile targets apply
     default: bool  # env is the project's default (no ENV=)
     lock_path: Optional[Path] = None
+    variant: str = ""  # the variant whose own prefix this is (.envs/<env>/<variant>); "" in the one-prefix layout
 
     def _env_var(self) -> str:
         return "" if self.default else f" ENV={self.env}"
@@ -47,10 +48,16 @@ class EnvCommands:
         return f"`rm -rf {self.prefix} {gens}` then {self.update}"
 
     def switch(self, variant: str) -> str:
-        """The command that installs `variant` of the env's spec in place of the one installed."""
+        """What installs `variant` of the env's spec and runs from it: in its own prefix beside this one,
+        or (another --prefix) in place of the one installed."""
+        if self.standard and self.variant:
+            return (
+                f"`make env{self._env_var()} VARIANT={variant}` installs it in its own prefix; "
+                f'`eval "$(python -m bootstrap shell {self.env})"` activates the one this host picks'
+            )
         if self.standard:
-            return f"`make env{self._env_var()} VARIANT={variant}`"
-        return f"`python -m bootstrap env {self.env} --prefix {self.prefix} --variant {variant}`"
+            return f"`make env{self._env_var()} VARIANT={variant}` installs it in place"
+        return f"`python -m bootstrap env {self.env} --prefix {self.prefix} --variant {variant}` installs it in place"
 
     @property
     def rollback(self) -> str:
@@ -84,7 +91,23 @@ def resolve_prefix(prefix: Optional[Path], root: Optional[Path]) -> Path:
     from bootstrap.project import Project, find_root
 
     project = Project(root or find_root(Path.cwd()))
-    return project.root.absolute() / ".envs" / project.default_env
+    return default_prefix(project, project.default_env)
+
+
+def default_prefix(project: Project, env: str) -> Path:
+    """The prefix of `env` on this host: `.envs/<env>`, or for an env installed a prefix per variant,
+    that of the variant this host picks; the env's own directory when the pick cannot be made here,
+    which the checks then report as no env."""
+    prefix = project.env_prefix(env)
+    if prefix.is_symlink() or not prefix.is_dir() or (prefix / "conda-meta").is_dir():
+        return prefix
+    try:
+        from bootstrap.install.variant import VariantRequest, choose_variant
+        from bootstrap.platforms import host_platform
+
+        return project.env_prefix(env, choose_variant(VariantRequest(project, env, host_platform())).name)
+    except (ImportError, InputError):  # no pyyaml here, or nothing fits: verify names no prefix of a variant
+        return prefix
 
 
 def stable_path(prefix: Path) -> Path:
@@ -137,7 +160,10 @@ def read_env_state(prefix: Path, root: Optional[Path] = None, lock_path: Optiona
             lock = read_lock(lock_path)
         except InputError as exc:
             problem = str(exc)
-    standard = project is not None and prefix.absolute() == (project.root.absolute() / ".envs" / env)
-    commands = EnvCommands(env, prefix, standard, project is None or env == project.default_env, lock_path)
+    variant = record.variant if record is not None else ""
+    own = project is not None and variant and Path(os.path.abspath(prefix)) == project.env_prefix(env, variant)
+    standard = own or (project is not None and Path(os.path.abspath(prefix)) == project.env_prefix(env))
+    default = project is None or env == project.default_env
+    commands = EnvCommands(env, prefix, bool(standard), default, lock_path, variant if own else "")
     platform = record.platform if record is not None else ""
     return EnvState(prefix, record, mtime, lock, lock_path, problem, platform, commands, project, record_problem)

@@ -69,7 +69,7 @@ def judge_installed(pick: Pick, installed: str, lock_name: str, switch_to: Calla
     observed = f"{installed or '(none recorded)'} from {lock_name}"
     verdict = pick.find(installed) if installed else None
     chosen = pick.chosen
-    switch = "" if chosen is None else f"{switch_to(chosen.candidate.name)} installs it in place"
+    switch = "" if chosen is None else switch_to(chosen.candidate.name)
     if verdict is None:
         return Check(
             cid, Status.WARN, observed + ": not a variant of the spec", expected, switch or pick.remedy, pick.why

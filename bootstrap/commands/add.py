@@ -155,6 +155,7 @@ def _install(project: Project, env: str, args: argparse.Namespace) -> tuple[Opti
         bundle=None,
         cache_dir=args.cache_dir,
         link=args.link,
+        recycle_after=args.recycle_after,
         dry_run=False,
         json=args.json,
         root=project.root,

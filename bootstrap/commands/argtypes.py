@@ -33,6 +33,17 @@ def directory(text: str) -> Path:
     return found
 
 
+def hours(text: str) -> float:
+    """A duration in hours, 0 or more (`--recycle-after`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"'{scrub_argument(text)}' is not a number of hours (0 or more)")
+    return value
+
+
 def platform(text: str) -> str:
     if not _SUBDIR.fullmatch(text):
         raise argparse.ArgumentTypeError(

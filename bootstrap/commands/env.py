@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from bootstrap.commands import argtypes
 from bootstrap.errors import EXIT_OK, InputError
+from bootstrap.install.generations import RECYCLE_AFTER_S
 from bootstrap.install.linkmode import MODES
 from bootstrap.project import Project, find_root
 from bootstrap.report import dumps
@@ -35,8 +36,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--variant",
         default="auto",
-        metavar="auto|NAME",
-        help="torch variant to install (default auto: the one `doctor` picks for this host)",
+        metavar="auto|all|NAME",
+        help="torch variant to install, into its own prefix .envs/ENV/NAME (default auto: the one `doctor` "
+        "picks for this host; all: every locked variant, for a tree that hosts of several kinds share)",
     )
     parser.add_argument("--force", action="store_true", help="install --variant NAME even where it will not run")
     parser.add_argument(
@@ -87,7 +89,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def add_link_option(parser: argparse._ActionsContainer) -> None:
-    """`--link`, for every verb that installs (`env`, and `add`/`remove` after their relock)."""
+    """`--link` and `--recycle-after`, for every verb that installs (`env`, and `add`/`remove` after
+    their relock)."""
+    parser.add_argument(
+        "--recycle-after",
+        type=argtypes.hours,
+        default=RECYCLE_AFTER_S / 3600,
+        metavar="HOURS",
+        help=f"recycle or delete a retired generation only once it was retired this long (default "
+        f"{RECYCLE_AFTER_S / 3600:g}: jobs started from it may still read it; 0 where none can)",
+    )
     parser.add_argument(
         "--link",
         choices=MODES,
@@ -98,26 +109,15 @@ def add_link_option(parser: argparse._ActionsContainer) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bootstrap.install.env import rollback
-
     project = Project(args.root or find_root(Path.cwd()))
     env = project.env_or_default(args.env)
     if args.lock is None:
         project.resolve_envs([env])
     _check_variant_flags(args)
     if args.rollback:
-        prefix = _prefix(project, env, args)
-        done = rollback(prefix, dry_run=args.dry_run)
-        notes = _edited_in(prefix, done.generation)
-        if args.json:
-            print(dumps("bootstrap.env", {**done.to_dict(), "notes": notes}))
-        elif done.dry_run:
-            print(f"{env}: {prefix} would point at generation {done.generation} (now {done.was}); nothing changed")
-        else:
-            print(f"{env}: {prefix} now points at generation {done.generation}")
-        for note in notes:
-            print(f"note: {note}")
-        return EXIT_OK
+        return _rollback(project, env, args)
+    if args.variant == "all":
+        return _install_all(project, env, args)
     result, options = install(project, env, args)
     if args.json:
         print(dumps("bootstrap.env", result.to_dict()))
@@ -126,15 +126,73 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _rollback(project: Project, env: str, args: argparse.Namespace) -> int:
+    from bootstrap.install.env import rollback
+
+    prefix = _prefix(project, env, args, _variant_of(project, env, args))
+    done = rollback(prefix, dry_run=args.dry_run)
+    notes = _edited_in(prefix, done.generation)
+    if args.json:
+        print(dumps("bootstrap.env", {**done.to_dict(), "notes": notes}))
+    elif done.dry_run:
+        print(f"{env}: {prefix} would point at generation {done.generation} (now {done.was}); nothing changed")
+    else:
+        print(f"{env}: {prefix} now points at generation {done.generation}")
+    for note in notes:
+        print(f"note: {note}")
+    return EXIT_OK
+
+
+def _install_all(project: Project, env: str, args: argparse.Namespace) -> int:
+    """`--variant all`: every variant locked for the platform, each into its own prefix, whether or not
+    it runs on this host (a login node preparing a tree its compute nodes share)."""
+    from bootstrap.install.variant import locked_variants
+    from bootstrap.platforms import host_platform
+
+    names, passed = locked_variants(project, env, args.platform or host_platform())
+    for line in passed:
+        print(f"note: {line}", file=sys.stderr, flush=True)
+    done = []
+    for name in names:
+        one = argparse.Namespace(**{**vars(args), "variant": name or "auto", "force": bool(name)})
+        result, options = install(project, env, one)
+        if result.variant is not None and name:
+            why = "--variant all installs every locked variant, whether or not it runs on this host"
+            result = dataclasses.replace(result, variant=dataclasses.replace(result.variant, how="all", why=why))
+        done.append(result.to_dict())
+        if not args.json:
+            print(_summary(env, result, options))
+    if args.json:
+        print(dumps("bootstrap.env", {"variants": done, "passed_over": passed}))
+    return EXIT_OK
+
+
 def summary(env: str, result: EnvResult, options: EnvOptions) -> str:
     """What `env` prints for `result`: the plan or what changed, the variant, notes, how to activate."""
     return _summary(env, result, options)
 
 
-def _prefix(project: Project, env: str, args: argparse.Namespace) -> Path:
-    # abspath, not Path.absolute(): `--prefix ../envs/x` from a directory deleted later must not leave
-    # `<cwd>/../envs/x` (which then resolves no more) in every shebang and text file of the env.
-    return Path(os.path.abspath(args.prefix or project.root / ".envs" / env))
+def _prefix(project: Project, env: str, args: argparse.Namespace, variant: str = "") -> Path:
+    """`--prefix`, else where the project keeps `env` (its `variant`'s own prefix, for an env with variants)."""
+    if args.prefix is not None:
+        # abspath, not Path.absolute(): `--prefix ../envs/x` from a directory deleted later must not leave
+        # `<cwd>/../envs/x` (which then resolves no more) in every shebang and text file of the env.
+        return Path(os.path.abspath(args.prefix))
+    if variant:
+        from bootstrap.install.variant import check_variant_layout
+
+        check_variant_layout(project, env)
+    return project.env_prefix(env, variant)
+
+
+def _variant_of(project: Project, env: str, args: argparse.Namespace) -> str:
+    """The variant whose prefix `--rollback` acts on: the one `--variant` names or auto picks, or the
+    one `--lock FILE` was locked for; "" for an env without variants."""
+    from bootstrap.platforms import host_platform
+
+    if args.lock is None:
+        return _choose(project, env, args.platform or host_platform(), args).name
+    return _locked_variant(args.lock)
 
 
 def install(project: Project, env: str, args: argparse.Namespace) -> tuple[EnvResult, EnvOptions]:
@@ -147,10 +205,10 @@ def install(project: Project, env: str, args: argparse.Namespace) -> tuple[EnvRe
     from bootstrap.lock.mirrors import parse_mirrors
     from bootstrap.platforms import host_platform
 
-    prefix = _prefix(project, env, args)
     platform = args.platform or host_platform()
     choice = None if args.lock is not None else _choose(project, env, platform, args)
     lock_path: Path = args.lock if choice is None else choice.lock_path
+    prefix = _prefix(project, env, args, choice.name if choice is not None else _locked_variant(lock_path))
     bundle = Bundle.open(args.bundle.absolute()) if args.bundle is not None else None
     if bundle is not None and choice is not None and not bundle.has_lock(choice.lock_path):
         held = ", ".join(Path(e["lock"]).name for e in bundle.index["envs"])
@@ -180,6 +238,7 @@ def install(project: Project, env: str, args: argparse.Namespace) -> tuple[EnvRe
         show_progress=sys.stderr.isatty() and not args.json,
         variant=choice,
         link=args.link,
+        recycle_after_s=args.recycle_after * 3600,
     )
     with progress_feedback(sys.stderr.isatty(), quiet=args.json) as feedback:
         result = create_or_update(options, feedback)
@@ -187,6 +246,14 @@ def install(project: Project, env: str, args: argparse.Namespace) -> tuple[EnvRe
     if stale is not None:
         result = dataclasses.replace(result, notes=(*result.notes, stale))
     return result, options
+
+
+def _locked_variant(lock_path: Path) -> str:
+    """The variant `--lock FILE` was locked for ("" when none), whose prefix it installs into."""
+    from bootstrap.lock.lockfile import read_lock
+    from bootstrap.lock.variants import META_VARIANT
+
+    return str(read_lock(lock_path).custom.get(META_VARIANT, ""))
 
 
 def _choose(project: Project, env: str, platform: str, args: argparse.Namespace) -> VariantChoice:
@@ -224,6 +291,22 @@ def _edited_in(prefix: Path, generation: int) -> list[str]:
 
 
 def _check_variant_flags(args: argparse.Namespace) -> None:
+    if args.variant == "all" and (args.rollback or args.facts is not None or args.force or args.lock is not None):
+        flag = next(
+            f
+            for f, on in (
+                ("--rollback", args.rollback),
+                ("--facts", args.facts is not None),
+                ("--force", args.force),
+                ("--lock", args.lock is not None),
+            )
+            if on
+        )
+        raise InputError(
+            flag,
+            "does not apply to --variant all, which installs every locked variant, each into its own prefix",
+            "drop one of them, or name one variant",
+        )
     if args.lock is not None and (args.variant != "auto" or args.facts is not None):
         flag = "--facts" if args.variant == "auto" else "--variant"
         raise InputError(flag, "does not apply to --lock FILE, which names the lock to install", "drop one of them")
@@ -380,6 +463,11 @@ def _summary(env: str, result: EnvResult, options: EnvOptions) -> str:
             lines.append(_link_line(result.link))
         python = result.prefix / ("python.exe" if result.platform.startswith("win-") else "bin/python")
         lines.append(f"activate: conda activate {shlex.quote(str(result.prefix))}   or run {shlex.quote(str(python))}")
+        if result.variant is not None and result.variant.name and result.prefix.name == result.variant.name:
+            lines.append(
+                f'on each host of this tree: eval "$(python -m bootstrap shell {env})" activates the variant it '
+                f"picks, `python -m bootstrap shell {env} --exec CMD` runs CMD in it"
+            )
     return "\n".join(lines)
 
 

@@ -25,7 +25,14 @@ from bootstrap.export.portable import (
 from bootstrap.export.render import render_environment_yml
 from bootstrap.export.result import ExportResult
 from bootstrap.install.history import requested_specs, spec_name
-from bootstrap.prefix import InstalledConda, InstalledPip, conda_records, metadata_names, pip_distributions
+from bootstrap.prefix import (
+    InstalledConda,
+    InstalledPip,
+    conda_records,
+    metadata_names,
+    pip_distributions,
+    read_install_record,
+)
 from bootstrap.urls import scrub_credentials
 
 
@@ -69,8 +76,7 @@ def portable_from_prefix(prefix: Path, options: ExportOptions = ExportOptions())
     notes += pip_notes
     platforms = _prefix_platforms(records)
     channels = options.channels or _prefix_channels(records)
-    # The name as given, links not followed: `.envs/py310` links to its generation `.py310.gens/1`.
-    given = Path(os.path.abspath(prefix)).name
+    given = _env_name(prefix)
     return PortableEnv(
         name=options.name or given,
         channels=portable_channels(channels, bool(options.channels)),
@@ -107,6 +113,19 @@ def requested_conda_specs(history: Path, records: Sequence[InstalledConda]) -> t
     needed = {spec_name(d) for r in records for d in r.depends}
     leaves = {n: n for n in installed if n not in needed or n == "python"}
     return leaves, "the packages nothing else depends on (no history recorded)"
+
+
+def _env_name(prefix: Path) -> str:
+    """The env's name: the prefix's directory as given, links not followed (`.envs/py310` links to its
+    generation `.py310.gens/1`); for a variant's own prefix (`.envs/py310/cu128`), the env's (py310)."""
+    given = Path(os.path.abspath(prefix))
+    try:
+        record = read_install_record(given)
+    except (OSError, ValueError, TypeError):
+        record = None
+    if record is not None and record.variant and given.name == record.variant and given.parent.name == record.env:
+        return record.env
+    return given.name
 
 
 def _prefix_platforms(records: Sequence[InstalledConda]) -> tuple[str, ...]:

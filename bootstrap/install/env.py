@@ -77,6 +77,9 @@ class EnvOptions:
     show_progress: bool = False
     variant: Optional[VariantChoice] = None  # the variant `lock_path` holds, and why it was chosen
     link: str = "auto"  # how files come from the caches: one of linkmode.MODES
+    # A retired generation is recycled in place or deleted only this long after it was retired: a job
+    # started from it, here or on another node sharing the file system, may still read its files.
+    recycle_after_s: float = gens.RECYCLE_AFTER_S
 
 
 @result
@@ -151,7 +154,7 @@ def create_or_update(
     layout = gens.Layout(options.prefix)
     layout.check_managed()
     if options.dry_run:
-        change = _dry_run_change(layout, entries, feedback)
+        change = _dry_run_change(layout, entries, feedback, options.recycle_after_s)
         size = None if change is None else _measure(change.plan, options)
         return dataclasses.replace(_result(options, started, change, dry_run=True), size=size)
     if _unchanged_unlocked(lock, options, layout, entries):  # the common case, without the env's lock
@@ -161,7 +164,9 @@ def create_or_update(
     with gens.exclusive(layout, feedback.waiting) as env_lock:
         removed = gens.remove_leftovers(layout)
         current = layout.current()
-        change = plan_change(layout, entries)  # again: another run may have changed the env meanwhile
+        change = plan_change(
+            layout, entries, options.recycle_after_s
+        )  # again: another run may have changed the env meanwhile
         run = Run(options, lock, entries, feedback)
         if change is None:
             if current is not None and not _recorded(lock, options):
@@ -172,7 +177,7 @@ def create_or_update(
         with cache_lock(options.cache_dir, feedback.waiting, shared=True), store.extracting(options.cache_dir):
             seconds, notes, size, link = _build(layout, change, run, env_lock)
         try:
-            gens.collect_garbage(layout, keep=(change.start.number, current))
+            gens.collect_garbage(layout, keep=(change.start.number, current), grace_s=options.recycle_after_s)
         except KeyboardInterrupt:  # the env is switched: say so, rather than "interrupted" as if it were not
             notes = [
                 *notes,
@@ -232,19 +237,21 @@ def _unchanged_unlocked(lock: Lock, options: EnvOptions, layout: gens.Layout, en
     to do never wait. A read that races another run's switch answers False, never raises: the caller
     then takes the lock and reads again, where nothing moves."""
     try:
-        return _recorded(lock, options) and plan_change(layout, entries) is None
+        return _recorded(lock, options) and plan_change(layout, entries, options.recycle_after_s) is None
     except _RACED:
         return False
 
 
-def _dry_run_change(layout: gens.Layout, entries: list[LockedPackage], feedback: Feedback) -> Optional[Change]:
+def _dry_run_change(
+    layout: gens.Layout, entries: list[LockedPackage], feedback: Feedback, grace_s: float
+) -> Optional[Change]:
     """`plan_change` for --dry-run, which takes no lock to read; if another run switches the env
     mid-read, read the new generation, and after a few such races wait for the lock instead."""
     for _ in range(3):
         with contextlib.suppress(*_RACED):
-            return plan_change(layout, entries)
+            return plan_change(layout, entries, grace_s)
     with gens.exclusive(layout, feedback.waiting):
-        return plan_change(layout, entries)
+        return plan_change(layout, entries, grace_s)
 
 
 def _recorded(lock: Lock, options: EnvOptions) -> bool:

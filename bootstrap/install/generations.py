@@ -1,7 +1,9 @@
 """Generations: every change builds a new directory beside the env, and a symlink switches to it atomically.
 
-Two are kept, and a change recycles the older one (`next_start`), so a rollback costs the disk of
-what changed. Docs: docs/env.md, "Generations and rollback".
+The current one and the one before it are kept. A change recycles a retired one (`next_start`), so a
+rollback costs the disk of what changed, but only one retired longer than a grace period: a process
+started from it (on this machine or another node of a shared file system) may still read it.
+Docs: docs/env.md, "Generations and rollback".
 """
 
 from __future__ import annotations
@@ -12,17 +14,24 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
 from bootstrap.errors import BusyError, InputError, excerpt
-from bootstrap.fsutil import flocked, remove_tree
+from bootstrap.fsutil import atomic_write_text, flocked, remove_tree
 
 PARTIAL = ".partial"
 GARBAGE = ".garbage"  # renamed before deletion: a half-deleted generation never looks complete
 # conda-build pads the build prefix written into binaries to 255 bytes: a longer prefix cannot replace it
 MAX_PREFIX_BYTES = 255
 LEFTOVERS = (PARTIAL, GARBAGE, ".spare")  # what killed runs leave, and older bootstraps' ready-made clones
+# `<n>.retired` beside generation n: when the stable path stopped pointing at it (ISO 8601, UTC). A
+# file of the gens dir, not of the generation: a process may run from it, whose files stay untouched.
+RETIRED = ".retired"
+# How long a retired generation is kept intact by default: longer than most clusters let a job run,
+# so no job started from it sees its files change or go.
+RECYCLE_AFTER_S = 72 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,30 @@ class Layout:
 
     def path(self, generation: int) -> Path:
         return self.gens_dir / str(generation)
+
+    def retired_at(self, generation: int) -> Optional[float]:
+        """When generation `generation` was retired (seconds since the epoch); None when unrecorded."""
+        try:
+            text = (self.gens_dir / f"{generation}{RETIRED}").read_text().strip()
+            return datetime.fromisoformat(text).timestamp()
+        except (OSError, ValueError):
+            return None
+
+    def mark_retired(self, generation: int, now: Optional[float] = None) -> None:
+        stamp = datetime.fromtimestamp(time.time() if now is None else now, timezone.utc)
+        atomic_write_text(self.gens_dir / f"{generation}{RETIRED}", stamp.isoformat(timespec="seconds") + "\n")
+
+    def clear_retired(self, generation: int) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.gens_dir / f"{generation}{RETIRED}").unlink()
+
+    def expired(self, generation: int, grace_s: float, now: Optional[float] = None) -> bool:
+        """Whether a retired generation may be recycled or deleted: retired at least `grace_s` ago (any
+        retired one when `grace_s` is 0). One with no record may be in use: it is never expired."""
+        if grace_s <= 0:
+            return True
+        retired = self.retired_at(generation)
+        return retired is not None and (time.time() if now is None else now) - retired >= grace_s
 
     def check_managed(self) -> None:
         """Refuse to take over a real directory or file, or a symlink, that bootstrap did not create.
@@ -179,14 +212,15 @@ class Start:
         return self.made == "recycled"
 
 
-def next_start(layout: Layout) -> Start:
-    """Where the next change would start, decided without touching anything: the retired generation,
-    else (the first change of an env) the current one, else nothing."""
+def next_start(layout: Layout, grace_s: float = 0.0, now: Optional[float] = None) -> Start:
+    """Where the next change would start, decided without touching anything: the newest generation
+    retired at least `grace_s` ago, else (an env's first change, or one whose retired generations
+    may still be in use) a clone of the current one, else nothing."""
     existing = layout.generations()
     number = max(existing, default=0) + 1
     partial = layout.gens_dir / f"{number}{PARTIAL}"
     current = layout.current()
-    retired = [g for g in existing if g != current]
+    retired = [g for g in existing if g != current and layout.expired(g, grace_s, now)]
     if retired:  # the garbage collector would delete it after this change: reuse it
         return Start(number, partial, retired[-1], "recycled")
     if current is not None and layout.path(current).is_dir():
@@ -315,13 +349,19 @@ def commit(layout: Layout, number: int, partial: Path) -> Path:
 
 
 def switch(layout: Layout, number: int) -> None:
-    """Point the stable symlink at generation `number` (symlink to a temp name + rename)."""
+    """Point the stable symlink at generation `number` (symlink to a temp name + rename), recording
+    when the one it pointed at was retired. Recorded first: a kill between the two leaves a current
+    generation marked, which no run recycles while it is current, and the next retirement re-marks."""
+    was = layout.current()
+    if was is not None and was != number:
+        layout.mark_retired(was)
     relative = os.path.relpath(layout.path(number), layout.stable.parent)
     temp = layout.stable.parent / f".{layout.stable.name}.switch"
     with contextlib.suppress(FileNotFoundError):
         temp.unlink()
     os.symlink(relative, temp)
     os.replace(temp, layout.stable)
+    layout.clear_retired(number)
 
 
 def previous(layout: Layout) -> int:
@@ -353,13 +393,33 @@ def rollback(layout: Layout) -> int:
     return number
 
 
-def collect_garbage(layout: Layout, keep: Iterable[Optional[int]]) -> list[int]:
-    """Delete every complete generation but `keep` (the new current one and the one it replaced)."""
+def collect_garbage(
+    layout: Layout, keep: Iterable[Optional[int]], grace_s: float = 0.0, now: Optional[float] = None
+) -> list[int]:
+    """Delete every complete generation but `keep` (the new current one and the one it replaced) and
+    those retired less than `grace_s` ago. One retired with no record (an older bootstrap's) is
+    recorded as retired now, and kept for the grace period from here."""
     kept = {g for g in keep if g is not None} | {layout.current()}
-    doomed = [g for g in layout.generations() if g not in kept]
+    doomed = []
+    for number in (g for g in layout.generations() if g not in kept):
+        if layout.expired(number, grace_s, now):
+            doomed.append(number)
+        elif layout.retired_at(number) is None:
+            layout.mark_retired(number, now)
     for number in doomed:
         _delete(layout, layout.path(number))
+    _forget_gone(layout)
     return doomed
+
+
+def _forget_gone(layout: Layout) -> None:
+    """Remove the retirement records of generations that are gone (deleted, or recycled into another)."""
+    complete = set(layout.generations())
+    for record in layout.gens_dir.glob(f"*{RETIRED}"):
+        number = record.name[: -len(RETIRED)]
+        if not (number.isdigit() and int(number) in complete):
+            with contextlib.suppress(FileNotFoundError):
+                record.unlink()
 
 
 def _delete(layout: Layout, path: Path) -> None:

@@ -174,14 +174,15 @@ class Change:
         return self.plan if self.base is None else self.plan.moved(self.base, self.start.partial)
 
 
-def plan_change(layout: gens.Layout, entries: list[LockedPackage]) -> Optional[Change]:
+def plan_change(layout: gens.Layout, entries: list[LockedPackage], grace_s: float = 0.0) -> Optional[Change]:
     """None when the current generation holds exactly `entries`; else where the next change starts
-    (`generations.next_start`) and the plan against what that directory holds."""
+    (`generations.next_start`, recycling only generations retired `grace_s` ago) and the plan against
+    what that directory holds."""
     current = layout.current()
     against_current = plan_against(entries, layout.path(current)) if current is not None else None
     if current is not None and against_current is not None and layout.path(current).is_dir() and against_current.empty:
         return None
-    start = gens.next_start(layout)
+    start = gens.next_start(layout, grace_s)
     if start.base is None:
         return Change(start, make_plan(entries, (), ()), None)
     base = layout.path(start.base)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from bootstrap.compat.facts import DriverFacts
 
 AUTO = "auto"
+ALL = "all"  # `env --variant all`: every variant locked for the platform, each into its own prefix
 _RUNS = {Status.OK: "runs", Status.WARN: "runs with a caveat", Status.SKIP: "is not judged"}
 
 
@@ -78,6 +79,10 @@ class VariantChoice:
         }
 
 
+class NoVariantFits(InputError):
+    """`auto` found no locked variant that runs on this host."""
+
+
 def choose_variant(request: VariantRequest, *, nvml: Any = None, runner: Runner = run) -> VariantChoice:
     """The lock of `request.env` to install (see the module's docstring); an InputError when the named
     variant is unknown, not locked (for this platform), or will not run here without `force`, and when
@@ -103,7 +108,7 @@ def choose_variant(request: VariantRequest, *, nvml: Any = None, runner: Runner 
         return _named(pick, request, first.platforms, source)
     if pick.chosen is None:
         force = "`--variant NAME --force` installs one anyway" if pick.installs_here else ""
-        raise InputError(
+        raise NoVariantFits(
             "--variant auto",
             f"no locked variant of {env} runs on this host: {pick.why}",
             "; ".join(part for part in (pick.remedy, force) if part),
@@ -179,3 +184,44 @@ def _driver_facts(request: VariantRequest, nvml: Any, runner: Runner) -> tuple[D
     if os_of(request.platform) != os_of(host_platform()):
         return DriverFacts(reason=f"no facts of a {request.platform} machine"), f"none ({request.platform})"
     return probe_gpus(nvml, runner), "this host"
+
+
+def locked_variants(project: Project, env: str, platform: str) -> tuple[list[str], list[str]]:
+    """`--variant all`: the variants of `env` locked for `platform`, default first, and one line for
+    each passed over (not locked yet, or not for this platform). `[""]` for an env without variants."""
+    spec = read_spec(project.spec_path(env))
+    names: list[str] = []
+    passed: list[str] = []
+    for variant, path in variant_locks(project, env, spec):
+        if variant is None:
+            return [""], []
+        if not path.is_file():
+            passed.append(f"variant {variant.name} is not locked yet ({path.name} is missing: `make lock`)")
+        elif variant.platforms and platform not in variant.platforms:
+            passed.append(f"variant {variant.name} is not locked for {platform} ({', '.join(variant.platforms)})")
+        else:
+            names.append(variant.name)
+    return names, passed
+
+
+def check_variant_layout(project: Project, env: str) -> None:
+    """Refuse an env with variants that an older bootstrap installed in one prefix, `.envs/<env>`
+    itself, where each variant now has its own below it. It is not moved: its files name its prefix
+    (shebangs, text files with the prefix written in), and jobs may be running from it."""
+    old = project.env_prefix(env)
+    if not old.is_symlink():
+        return
+    from bootstrap.prefix import read_install_record
+
+    try:
+        record = read_install_record(old)
+    except (OSError, ValueError, TypeError):
+        record = None
+    held = f"variant {record.variant}" if record is not None and record.variant else "one variant"
+    make = "make clean-env" + ("" if env == project.default_env else f" ENV={env}")
+    raise InputError(
+        old,
+        f"holds {held} in one prefix, as bootstrap made envs with variants before each variant had "
+        f"its own ({old}/<variant>)",
+        f"once no job runs from it, remove it with `{make}` (it and its generations), then `make env`",
+    )

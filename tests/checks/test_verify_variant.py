@@ -17,7 +17,7 @@ def candidate(name: str, version: str, default: bool = False) -> Candidate:
 
 
 def switch(name: str) -> str:
-    return f"`make env VARIANT={name}`"
+    return f"`make env VARIANT={name}` installs it in place"
 
 
 PASCAL = DriverFacts(

@@ -204,7 +204,7 @@ def test_ctrl_c_after_the_switch_reports_the_switch(
     assert main(env_args(project, str(channel))) == 0
     change_lock(project, channel, wheels, pip=("alpha==1.0", "gamma"))
 
-    def interrupted(layout, keep):
+    def interrupted(layout, keep, grace_s):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(generations, "collect_garbage", interrupted)
@@ -217,7 +217,7 @@ def test_ctrl_c_after_the_switch_reports_the_switch(
 
 
 def generation_dirs(project: Project) -> list[str]:
-    return sorted(p.name for p in (prefix_of(project).parent / ".py310.gens").iterdir())
+    return sorted(p.name for p in (prefix_of(project).parent / ".py310.gens").iterdir() if p.is_dir())
 
 
 def test_later_changes_recycle_the_retired_generation(project: Project, channel: Path, wheels: Path, capsys) -> None:

@@ -26,11 +26,11 @@ def _raced_once(monkeypatch) -> list:
     calls: list = []
     real = env_module.plan_change
 
-    def plan_change(layout, entries):
+    def plan_change(layout, entries, grace_s):
         calls.append(layout.current())
         if len(calls) == 1:
             raise FileNotFoundError(2, "No such file or directory", str(layout.gens_dir / "1/conda-meta/x.json"))
-        return real(layout, entries)
+        return real(layout, entries, grace_s)
 
     monkeypatch.setattr(env_module, "plan_change", plan_change)
     return calls

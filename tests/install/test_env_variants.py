@@ -68,39 +68,82 @@ def env_json(project: Project, channel: Path, capsys, *extra: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def installed(project: Project) -> tuple:
-    record = read_install_record(prefix_of(project))
-    return (
-        record.variant,
-        Path(record.lock_path).name,
-        run_python(prefix_of(project), "import torch; print(torch.__version__)"),
-    )
+def installed(project: Project, variant: str) -> tuple:
+    """What the prefix of `variant` holds, `.envs/py310/<variant>`."""
+    prefix = project.env_prefix("py310", variant)
+    record = read_install_record(prefix)
+    return (record.variant, Path(record.lock_path).name, run_python(prefix, "import torch; print(torch.__version__)"))
 
 
-def test_auto_installs_the_pick_and_a_switch_applies_only_the_difference(
+def test_each_variant_installs_into_its_own_prefix_and_never_touches_another(
     project: Project, channel: Path, no_gpu: Path, capsys
 ) -> None:
     first = env_json(project, channel, capsys, "--facts", str(no_gpu))
     assert first["variant"]["name"] == "cpu" and first["variant"]["how"] == "auto"
     assert first["variant"]["why"].startswith("cpu: no NVIDIA GPU here, and the default variant is a CPU build")
     assert first["variant"]["pick"]["chosen"] == "cpu" and CPU_TORCH in first["plan"]["pip_install"]
-    assert installed(project) == ("cpu", "conda-lock.yml", "2.10.0+cpu")
-    switched = env_json(project, channel, capsys, "--variant", "auto", "--facts", str(H200))
-    assert switched["variant"]["name"] == "cu128" and switched["variant"]["lock"].endswith("py310.cu128.conda-lock.yml")
-    assert switched["plan"] == {"link": [], "unlink": [], "pip_install": [CUDA_TORCH], "pip_remove": [CPU_TORCH]}
-    assert (switched["generation"], switched["base"]) == (2, 1)
-    assert installed(project) == ("cu128", "py310.cu128.conda-lock.yml", "2.10.0+cu128")
+    assert first["prefix"] == str(project.root / ".envs" / "py310" / "cpu")
+    assert installed(project, "cpu") == ("cpu", "conda-lock.yml", "2.10.0+cpu")
+    cpu_record = (project.env_prefix("py310", "cpu") / "conda-meta" / "bootstrap").read_bytes()
+    other = env_json(project, channel, capsys, "--variant", "auto", "--facts", str(H200))
+    assert other["variant"]["name"] == "cu128" and other["variant"]["lock"].endswith("py310.cu128.conda-lock.yml")
+    assert (other["prefix"], other["generation"], other["made"]) == (
+        str(project.env_prefix("py310", "cu128")),
+        1,
+        "empty",
+    )
+    assert CUDA_TORCH in other["plan"]["pip_install"] and other["plan"]["pip_remove"] == []
+    assert installed(project, "cu128") == ("cu128", "py310.cu128.conda-lock.yml", "2.10.0+cu128")
+    assert installed(project, "cpu") == ("cpu", "conda-lock.yml", "2.10.0+cpu")  # the other prefix, as it was
+    assert (project.env_prefix("py310", "cpu") / "conda-meta" / "bootstrap").read_bytes() == cpu_record
     again = env_json(project, channel, capsys, "--facts", str(H200))
     assert not again["changed"] and again["variant"]["name"] == "cu128"
+    both = env_json(project, channel, capsys, "--variant", "all")  # a login node: every variant, none changed
+    assert [(d["variant"]["name"], d["variant"]["how"], d["changed"]) for d in both["variants"]] == [
+        ("cpu", "all", False),
+        ("cu128", "all", False),
+    ]
     capsys.readouterr()
-    assert main(env_args(project, str(channel), "--rollback")) == 0
-    assert installed(project) == ("cpu", "conda-lock.yml", "2.10.0+cpu")
-    back = env_json(project, channel, capsys, "--variant", "cu128", "--facts", str(no_gpu))  # runs on the CPU too
-    assert back["variant"]["how"] == "named" and back["variant"]["why"].startswith("asked for; torch 2.10.0+cu128")
-    # The generation rolled back from is recycled, and it holds cu128 already: nothing to apply.
-    assert (back["made"], back["base"], back["generation"]) == ("recycled", 2, 3)
-    assert back["plan"] == {"link": [], "unlink": [], "pip_install": [], "pip_remove": []}
-    assert installed(project) == ("cu128", "py310.cu128.conda-lock.yml", "2.10.0+cu128")
+    assert main(env_args(project, str(channel), "--rollback", "--variant", "cu128", "--facts", str(no_gpu))) == 2
+    assert f"{project.env_prefix('py310', 'cu128')}: no earlier generation" in capsys.readouterr().err
+    assert sorted(p.name for p in prefix_of(project).iterdir()) == [
+        ".cpu.gens",
+        ".cpu.lock",
+        ".cu128.gens",
+        ".cu128.lock",
+        "cpu",
+        "cu128",
+    ]
+
+
+def test_all_installs_every_locked_variant_whether_or_not_it_runs_here(project: Project, channel: Path, capsys) -> None:
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--variant", "all")) == 0
+    out = capsys.readouterr().out
+    assert "variant cpu (conda-lock.yml, all): --variant all installs every locked variant" in out
+    assert installed(project, "cpu")[2] == "2.10.0+cpu" and installed(project, "cu128")[2] == "2.10.0+cu128"
+    for extra in (["--facts", str(H200)], ["--rollback"], ["--force"]):
+        assert main(env_args(project, str(channel), "--variant", "all", *extra)) == 2
+        assert f"error: {extra[0]}: does not apply to --variant all" in capsys.readouterr().err
+
+
+def test_a_variant_env_in_the_one_prefix_layout_is_refused_with_how_to_move(
+    project: Project, channel: Path, no_gpu: Path, capsys
+) -> None:
+    """An older bootstrap installed one variant at `.envs/py310` itself: its files name that prefix and jobs
+    may run from it, so it is neither moved nor replaced; one line says how to go over."""
+    old = prefix_of(project)
+    assert main(env_args(project, str(channel), "--facts", str(no_gpu), "--prefix", str(old))) == 0
+    before = sorted(str(p.relative_to(old.parent)) for p in old.parent.rglob("*"))
+    capsys.readouterr()
+    assert main(env_args(project, str(channel), "--facts", str(no_gpu))) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: {old}: holds variant cpu in one prefix, as bootstrap made envs with variants before each variant "
+        f"had its own ({old}/<variant>) (once no job runs from it, remove it with `make clean-env` (it and its "
+        "generations), then `make env`)\n"
+    )
+    assert sorted(str(p.relative_to(old.parent)) for p in old.parent.rglob("*")) == before
 
 
 def test_dry_run_says_which_variant_and_why(project: Project, channel: Path, capsys) -> None:
@@ -127,7 +170,7 @@ def test_a_variant_that_will_not_run_here_is_refused_before_any_download(
     assert "(cu128 would run: `--variant cu128` (or auto); --force installs the other anyway)" in err
     assert not prefix_of(project).exists() and not cache.exists()
     forced = env_json(project, channel, capsys, "--variant", "cpu", "--force")
-    assert forced["variant"]["how"] == "forced" and installed(project)[0] == "cpu"
+    assert forced["variant"]["how"] == "forced" and installed(project, "cpu")[0] == "cpu"
 
 
 def test_unknown_or_unlocked_variants_and_mixed_flags_are_one_line(project: Project, channel: Path, capsys) -> None:
@@ -223,12 +266,11 @@ def no_smi(argv, timeout=300.0, **kwargs):
     return missing_binary_runner(argv) if "nvidia-smi" in argv[0] else run(argv, timeout=timeout, **kwargs)
 
 
-def env_variant(project: Project, nvml: FakeNvml):
+def env_variant(project: Project, nvml: FakeNvml, variant: str):
     from bootstrap.checks.verify import VerifyOptions, run_verify
 
-    result = run_verify(
-        VerifyOptions(prefix=prefix_of(project), root=project.root, bench=False), nvml=nvml, runner=no_smi
-    )
+    prefix = project.env_prefix("py310", variant)
+    result = run_verify(VerifyOptions(prefix=prefix, root=project.root, bench=False), nvml=nvml, runner=no_smi)
     return next(c for c in result.checks if c.id == "env.variant")
 
 
@@ -236,21 +278,25 @@ def test_verify_reports_the_installed_variant_and_fails_when_another_should_run(
     project: Project, channel: Path, no_gpu: Path, capsys
 ) -> None:
     env_json(project, channel, capsys, "--facts", str(no_gpu))
-    here = env_variant(project, FakeNvml({}, init_error=12))
+    here = env_variant(project, FakeNvml({}, init_error=12), "cpu")
     assert here.status is Status.OK
     assert here.observed == "cpu from conda-lock.yml: torch 2.10.0+cpu (CPU build), the pick for this host"
-    gpu = env_variant(project, FakeNvml.load("h200x8-580.95.05.json"))
+    gpu = env_variant(project, FakeNvml.load("h200x8-580.95.05.json"), "cpu")
     assert gpu.status is Status.FAIL and gpu.observed.startswith(
         "cpu from conda-lock.yml: will not run here (torch.cuda_build: "
     )
     assert gpu.observed.endswith("; this host should run cu128")
-    assert gpu.remedy == "`make env VARIANT=cu128` installs it in place"
+    assert gpu.remedy == (
+        "`make env VARIANT=cu128` installs it in its own prefix; "
+        '`eval "$(python -m bootstrap shell py310)"` activates the one this host picks'
+    )
     env_json(project, channel, capsys, "--variant", "cu128", "--facts", str(no_gpu))
-    cpu_host = env_variant(project, FakeNvml({}, init_error=12))  # runs, but a CPU host is better off with cpu
+    cpu_host = env_variant(project, FakeNvml({}, init_error=12), "cu128")  # runs, but a CPU host is better off with cpu
     assert cpu_host.status is Status.WARN
     assert cpu_host.observed == "cu128 from py310.cu128.conda-lock.yml: runs, but cpu is the pick for this host"
-    assert cpu_host.remedy == "`make env VARIANT=cpu` installs it in place, or keep this one with VARIANT=cu128"
-    assert env_variant(project, FakeNvml.load("h200x8-580.95.05.json")).status is Status.OK
+    assert cpu_host.remedy.startswith("`make env VARIANT=cpu` installs it in its own prefix; ")
+    assert cpu_host.remedy.endswith(", or keep this one with VARIANT=cu128")
+    assert env_variant(project, FakeNvml.load("h200x8-580.95.05.json"), "cu128").status is Status.OK
 
 
 def test_a_bundle_holds_the_variants_named_and_env_installs_only_those(
@@ -302,7 +348,7 @@ def test_a_bundle_holds_the_variants_named_and_env_installs_only_those(
     assert "--variant cpu" in err and len(err.strip().splitlines()) == 1
     assert not prefix_of(project).exists()
     assert main([*from_bundle, "--variant", "cu128"]) == 0
-    assert installed(project) == ("cu128", "py310.cu128.conda-lock.yml", "2.10.0+cu128")
+    assert installed(project, "cu128") == ("cu128", "py310.cu128.conda-lock.yml", "2.10.0+cu128")
     assert main(["bundle", "--root", str(project.root), "--variant", "rocm", "-o", str(tmp_path / "x.tar")]) == 2
     assert "py310 has no variant 'rocm'" in capsys.readouterr().err and not (tmp_path / "x.tar").exists()
 
@@ -357,7 +403,7 @@ def test_auto_says_which_variant_it_skipped_and_why(
     assert main(env_args(project, str(channel), "--facts", facts_path)) == 0
     captured = capsys.readouterr()
     assert captured.err.startswith(skipped) and skipped in captured.out
-    assert installed(project)[0] == "cu128"
+    assert installed(project, "cu128")[0] == "cu128"
 
 
 def test_auto_names_no_skipped_variant_when_every_lock_holds_torch(

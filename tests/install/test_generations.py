@@ -258,3 +258,47 @@ def test_a_prefix_under_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x\n")
     with pytest.raises(InputError, match=f"env: {tmp_path / 'afile'} is not a directory"):
         gens.Layout(tmp_path / "afile" / "sub" / "env").check_writable()
+
+
+HOUR = 3600.0
+
+
+def test_a_generation_retired_within_the_grace_period_is_neither_recycled_nor_deleted(tmp_path: Path) -> None:
+    """A job started from generation 1 (here or on another node) may read it for as long as the grace
+    period: the changes within it start from clones of the current one and leave 1 as it was."""
+    layout = layout_with(tmp_path, [1], current=1)
+    t0 = layout.path(1).stat().st_mtime
+    for number in (2, 3):  # two changes within the grace period
+        chosen = gens.next_start(layout, grace_s=HOUR, now=t0 + 60)
+        assert (chosen.number, chosen.made, chosen.base) == (number, "clone", number - 1)
+        gens.commit(layout, number, gens.start(layout, chosen).partial)
+        assert gens.collect_garbage(layout, keep=(number, number - 1), grace_s=HOUR, now=t0 + 60) == []
+    assert layout.generations() == [1, 2, 3] and marker(layout.path(1)) == "1"
+    assert layout.retired_at(1) is not None and layout.retired_at(2) is not None and layout.retired_at(3) is None
+    # Once retired longer than the grace period, the newest such generation is recycled, older ones deleted.
+    later = max(layout.retired_at(1), layout.retired_at(2)) + HOUR  # type: ignore[type-var]
+    chosen = gens.next_start(layout, grace_s=HOUR, now=later)
+    assert (chosen.made, chosen.base) == ("recycled", 2)
+    gens.commit(layout, chosen.number, gens.start(layout, chosen).partial)
+    assert gens.collect_garbage(layout, keep=(4, 3), grace_s=HOUR, now=later) == [1]
+    assert layout.generations() == [3, 4]
+    assert sorted(p.name for p in layout.gens_dir.iterdir()) == ["3", "3.retired", "4"]
+
+
+def test_a_retired_generation_with_no_record_is_kept_a_grace_period_from_now(tmp_path: Path) -> None:
+    """An older bootstrap recorded no retirement: the first run that meets one records it, and waits."""
+    layout = layout_with(tmp_path, [1, 2, 3], current=3)
+    for number in (1, 2):
+        layout.clear_retired(number)
+    assert gens.next_start(layout, grace_s=HOUR).made == "clone"
+    assert gens.collect_garbage(layout, keep=(3, 2), grace_s=HOUR, now=1000.0) == []
+    assert layout.retired_at(1) == 1000.0 and layout.generations() == [1, 2, 3]
+    assert gens.collect_garbage(layout, keep=(3, 2), grace_s=HOUR, now=1000.0 + HOUR) == [1]
+
+
+def test_a_rollback_records_the_generation_it_leaves_as_retired(tmp_path: Path) -> None:
+    layout = layout_with(tmp_path, [1, 2], current=2)
+    layout.mark_retired(1, now=0.0)
+    gens.rollback(layout)
+    assert layout.retired_at(1) is None and layout.retired_at(2) is not None
+    assert gens.next_start(layout, grace_s=HOUR).made == "clone"  # 2 was just left: not recycled
