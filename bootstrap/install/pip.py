@@ -220,10 +220,12 @@ def _finish_wheel(dist_info: Path, entry: LockedPackage, partial: Path, stable: 
     lines = record.read_text(encoding="utf-8").splitlines()
     for index, line in enumerate(lines):
         path = line.partition(",")[0]
+        if path != direct_url and not path.startswith("../"):
+            continue
         target = site / path
         if path == direct_url:
             data = json.dumps({"url": entry.url, "archive_info": {}}, separators=(",", ":")).encode()
-        elif path.startswith("../") and target.resolve().parent == bin_dir and target.is_file():
+        elif target.resolve().parent == bin_dir and target.is_file():
             data = target.read_bytes()
             head, body = data[:1024], data[1024:]
             if not data.startswith(b"#!") or old not in head:
