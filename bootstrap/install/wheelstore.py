@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import csv
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -51,6 +53,14 @@ def edited(cache_dir: Path) -> list[tuple[Path, str]]:
                 continue
         found.append((archive, _dist_name(archive)))
     return found
+
+
+@dataclass(frozen=True)
+class Checking:
+    """The package cache, and `edited` of its unpacked wheels under way in another thread."""
+
+    cache_dir: Path
+    edited: Future[list[tuple[Path, str]]]
 
 
 def seal_all(cache_dir: Path, checked: Sequence[Path] = ()) -> None:
