@@ -19,7 +19,7 @@ TORCH_TEST ?= torch==2.13.0
 # nvidia wheels. Where this index is unreachable (a PyPI mirror only), the default index is used.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: env add remove bundle cache prune-cache clean-env verify doctor bench-env tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench-prolog bench bench-loader bench-training bench-watch bench-report gpu-check help FORCE
+.PHONY: env add remove bundle cache prune-cache clean-env verify doctor bench-env bench-env-real tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench-prolog bench bench-loader bench-training bench-watch bench-report gpu-check help FORCE
 
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
@@ -141,6 +141,11 @@ doctor: tools
 BENCH_ENV_ARGS ?=
 bench-env: tools
 	$(PY) scripts/bench_env.py $(BENCH_ENV_ARGS)
+
+## Opt-in, needs PyPI once: bench-env at real size, the lock's torch and CUDA wheels (several GB,
+## fetched once into the package cache) beside rattler + uv with their default link modes.
+bench-env-real: tools
+	$(PY) scripts/bench_env.py --real $(BENCH_ENV_ARGS)
 
 ## Solve envs/*.yml for every platform and write the locks (conda-forge and PyPI must be reachable,
 ## or pass mirrors in LOCK_ARGS), then the environment.yml that goes with them.

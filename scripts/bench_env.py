@@ -30,6 +30,8 @@ Except in the linked and disk scenarios both sides copy (bootstrap --link copy; 
 links off), so those rows compare the same work.
 Targets (issue 19): fresh create <= 1.15x raw, no-op rerun <= 0.3 s whole process, any change <= 2x raw.
 Issue 36: a linked fresh create <= 1.15x rattler's default; a second env adds <= 5 % of an env's size.
+`--real` measures the same at real size instead (scripts/bench_env_real.py; opt-in: it fetches the
+lock's torch and CUDA wheels once, several GB).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from tests.fixtures.runnable_env import SHORT, runnable_python_spec  # noqa: E40
 
 PACKAGES, FILES_EACH = 28, 178
 RUNS = 15
+REAL_RUNS = 5  # --real: each side links several GB of wheels a run
 
 
 def package(index: int, version: str = "1.0") -> PackageSpec:
@@ -156,9 +159,10 @@ def verdicts(fresh, noop, first, later) -> str:
     )
 
 
-def du_mb(path: Path) -> float:
-    done = subprocess.run(["du", "-sk", str(path)], check=True, capture_output=True, text=True)
-    return int(done.stdout.split()[0]) / 1024
+def du_mb(*paths: Path) -> float:
+    """MB allocated under `paths` together: an inode hard-linked from several of them counts once."""
+    done = subprocess.run(["du", "-skc", *map(str, paths)], check=True, capture_output=True, text=True)
+    return int(done.stdout.splitlines()[-1].split()[0]) / 1024
 
 
 def row(name: str, ours_t: list[float], raw_t: list[float]) -> str:
@@ -207,7 +211,9 @@ def arguments(argv: list[str]) -> argparse.Namespace:
         default=PACKAGES,
         help=f"generic packages of {FILES_EACH} files each besides python and pip (default {PACKAGES}, at least 8)",
     )
-    parser.add_argument("--runs", type=at_least(1), default=RUNS, help=f"pairs per scenario (default {RUNS})")
+    parser.add_argument(
+        "--runs", type=at_least(1), default=None, help=f"pairs per scenario (default {RUNS}, with --real {REAL_RUNS})"
+    )
     parser.add_argument(
         "--big-mb",
         type=at_least(0),
@@ -222,7 +228,22 @@ def arguments(argv: list[str]) -> argparse.Namespace:
         help="where the fixture, caches and envs go (default: $TMPDIR); a tmpfs there takes "
         "the disk's drift out and leaves the CPU overhead",
     )
+    parser.add_argument(
+        "--real",
+        action="store_true",
+        help="the real-size scenario instead (scripts/bench_env_real.py): the lock's torch and CUDA wheels, "
+        "fetched once from PyPI (several GB), beside rattler and uv with their default link modes",
+    )
+    parser.add_argument(
+        "--wheels-cache",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --real: the package cache the wheels are fetched into once (default bootstrap's, as `make env`)",
+    )
     args = parser.parse_args(argv)
+    if args.runs is None:
+        args.runs = REAL_RUNS if args.real else RUNS
     if args.dir is not None and not args.dir.is_dir():
         parser.error(f"--dir {args.dir}: no such directory")
     return args
@@ -451,6 +472,13 @@ class Bench:
 
 def main(argv: list[str]) -> int:
     args = arguments(argv)
+    if args.real:
+        from bench_env_real import main_real
+
+        from bootstrap.install.cache import default_cache_dir
+
+        with scratch_dir(args.dir) as tmp_name:
+            return main_real(Path(tmp_name), args.runs, args.wheels_cache or default_cache_dir())
     with scratch_dir(args.dir) as tmp_name:
         bench = Bench(Path(tmp_name), args.packages, args.runs, args.big_mb)
         bench.fresh()

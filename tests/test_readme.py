@@ -303,6 +303,20 @@ def test_only_measures_one_section_and_keeps_the_others(tmp_path: Path) -> None:
     assert "run 2" in sections[1][report.BENCHMARKS[1].name]
 
 
+def test_an_opt_in_benchmark_runs_only_when_named(tmp_path: Path) -> None:
+    """The real-size bench-env downloads several GB: a plain `make bench-report` leaves its section as it was."""
+    report = bench_report()
+    report.BENCHMARKS = tuple(
+        replace(b, script=fake(tmp_path, b.name, f"print('{b.name} ran')\n"), args=()) for b in report.BENCHMARKS
+    )
+    page = tmp_path / "PERFORMANCE.md"
+    report.main(["--out", str(page)])
+    sections = report.previous_sections(page.read_text())[0]
+    assert [b.name for b in report.BENCHMARKS if "ran" not in sections[b.name]] == ["env-real"]
+    report.main(["--out", str(page), "--only", "env-real"])
+    assert "env-real ran" in report.previous_sections(page.read_text())[0]["env-real"]
+
+
 def test_the_page_shows_no_path_of_the_machine_that_measured(tmp_path: Path) -> None:
     """The page is committed: the checkout, a benchmark's temp directories and the home of whoever ran
     it are written as on any machine."""

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,7 +21,7 @@ from bootstrap import __version__
 from bootstrap.errors import DiskFullError, InputError
 from bootstrap.fsutil import disk_full, out_of_space
 from bootstrap.install import generations as gens
-from bootstrap.install import linkmode, pip, store
+from bootstrap.install import linkmode, pip, store, wheelstore
 from bootstrap.install.cache import cache_lock, check_cache_dir
 from bootstrap.install.download import Watch
 from bootstrap.install.fetch import FetchSize, check_mirrors, fetch_archives, measure
@@ -349,41 +350,51 @@ def _apply(
     `seconds`, linking files by `link`; returns notes for the user. uv inherits `held` (see `pip.install`)."""
     options, notify, partial, notes = run.options, run.feedback.notify, change.start.partial, []
     plan = change.plan_in_partial()
-    if plan.pip_remove:  # first: a distribution moving to conda would take the files its conda package links
-        t = time.perf_counter()
-        notify(f"pip: removing {len(plan.pip_remove)} distributions")
-        notes += pip.remove(plan.pip_remove, partial, options.prefix, held=held)
-        seconds["pip"] = time.perf_counter() - t
-    if plan.link or plan.unlink:
-        t = time.perf_counter()
-        notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
-        target = LinkTarget(
-            partial, options.prefix, options.platform, options.cache_dir, options.show_progress, link.used
-        )
-        link_conda(
-            [e for e in run.entries if e.manager == "conda"],
-            plan.link,
-            {e.name: fetched[e.name] for e in plan.link if e.name in fetched},
-            target,
-            fetch=lambda more: _fetch(more, options),
-            full_validation=full_validation,
-        )
-        notes += clobbered(target)
-        requested = _requested_conda_specs(run.lock)
-        if requested:
-            append_request(
-                partial / "conda-meta" / "history",
-                requested,
-                f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})",
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # uv's unpacked wheels are checked against their seals while rattler links the conda part:
+        # the check stats every file they hold, and rattler's links leave this interpreter idle.
+        checking = pool.submit(wheelstore.edited, options.cache_dir) if plan.pip_install else None
+        if plan.pip_remove:  # first: a distribution moving to conda would take the files its conda package links
+            t = time.perf_counter()
+            notify(f"pip: removing {len(plan.pip_remove)} distributions")
+            notes += pip.remove(plan.pip_remove, partial, options.prefix, held=held)
+            seconds["pip"] = time.perf_counter() - t
+        if plan.link or plan.unlink:
+            t = time.perf_counter()
+            notify(f"linking {len(plan.link)}, unlinking {len(plan.unlink)} conda packages")
+            target = LinkTarget(
+                partial, options.prefix, options.platform, options.cache_dir, options.show_progress, link.used
             )
-        seconds["link"] = time.perf_counter() - t
-    if plan.pip_install:
-        t = time.perf_counter()
-        notify(f"pip: installing {len(plan.pip_install)} distributions")
-        notes += pip.install(
-            plan.pip_install, partial, options.prefix, fetched, options.cache_dir, held=held, link=link.used
-        )
-        seconds["pip"] = seconds.get("pip", 0.0) + time.perf_counter() - t
+            link_conda(
+                [e for e in run.entries if e.manager == "conda"],
+                plan.link,
+                {e.name: fetched[e.name] for e in plan.link if e.name in fetched},
+                target,
+                fetch=lambda more: _fetch(more, options),
+                full_validation=full_validation,
+            )
+            notes += clobbered(target)
+            requested = _requested_conda_specs(run.lock)
+            if requested:
+                append_request(
+                    partial / "conda-meta" / "history",
+                    requested,
+                    f"{HISTORY_COMMAND} {options.env} ({options.lock_path.name})",
+                )
+            seconds["link"] = time.perf_counter() - t
+        if checking is not None:  # the plan installs wheels
+            t = time.perf_counter()
+            notify(f"pip: installing {len(plan.pip_install)} distributions")
+            notes += pip.install(
+                plan.pip_install,
+                partial,
+                options.prefix,
+                fetched,
+                wheelstore.Checking(options.cache_dir, checking),
+                held=held,
+                link=link.used,
+            )
+            seconds["pip"] = seconds.get("pip", 0.0) + time.perf_counter() - t
     _write_record(run, partial, change.start.number, fsync=False, link=link)  # committed by the generation's rename
     return notes
 

@@ -62,12 +62,9 @@ def link_conda(
                 continue
             raise _link_error(exc, target) from None
     extracted = [e for e in to_link if e.name in from_archives]
-    for entry in extracted:
-        store.seal(target.cache_dir, entry)
-    if target.mode == "hardlink":  # the links just made changed the copies' inodes, not their files
-        for entry in to_link:
-            if entry.name not in from_archives:
-                store.reseal(target.cache_dir, entry)
+    # Hard links just made from the sealed copies changed their inodes' ctimes, not their files.
+    linked = [e for e in to_link if e.name not in from_archives] if target.mode == "hardlink" else []
+    store.seal(target.cache_dir, extracted, linked)
     _restore_canonical_urls(target.partial, extracted)
 
 

@@ -50,15 +50,16 @@ def install(
     partial: Path,
     stable: Path,
     wheels: Mapping[str, Path],
-    cache_dir: Path,
+    cache: wheelstore.Checking,
     held: Sequence[int] = (),
     link: str = "copy",
 ) -> list[str]:
     """uv installs `entries` into `partial` from their checked local `wheels` (name -> file), so it
     never downloads mid-install; then each new distribution gets the lock's URL and the stable
-    path (`_finish_wheel`). uv unpacks them in its cache in the package cache `cache_dir` and links
-    the files from there by `link` (`linkmode.choose`), only from unpacked wheels as they were
-    sealed (`wheelstore`). Returns notes for the user.
+    path (`_finish_wheel`). uv unpacks them in its cache in the package cache `cache.cache_dir` and
+    links the files from there by `link` (`linkmode.choose`), only from unpacked wheels as they
+    were sealed: those `cache.edited` finds edited are unpacked again first. Returns notes for the
+    user.
 
     uv inherits `held`, the descriptor of the env's lock. uv runs in a session of its own, so
     a SIGKILL of bootstrap, or of its process group (a CI job cancelled, `timeout -s KILL`),
@@ -67,7 +68,8 @@ def install(
     if not entries:
         return []
     # Whatever the mode: a wheel edited through an earlier env's hard link must not be copied either.
-    notes = _drop_edited(cache_dir, wheelstore.edited(cache_dir), held)
+    cache_dir = cache.cache_dir
+    notes = _drop_edited(cache_dir, cache.edited.result(), held)
     checked = wheelstore.archives(cache_dir)  # what is left: as sealed, or found intact
     local = {wheels[e.name].as_uri(): e for e in entries}
     requirements = partial / ".bootstrap-requirements.txt"
@@ -220,10 +222,12 @@ def _finish_wheel(dist_info: Path, entry: LockedPackage, partial: Path, stable: 
     lines = record.read_text(encoding="utf-8").splitlines()
     for index, line in enumerate(lines):
         path = line.partition(",")[0]
+        if path != direct_url and not path.startswith("../"):
+            continue
         target = site / path
         if path == direct_url:
             data = json.dumps({"url": entry.url, "archive_info": {}}, separators=(",", ":")).encode()
-        elif path.startswith("../") and target.resolve().parent == bin_dir and target.is_file():
+        elif target.resolve().parent == bin_dir and target.is_file():
             data = target.read_bytes()
             head, body = data[:1024], data[1024:]
             if not data.startswith(b"#!") or old not in head:

@@ -10,16 +10,17 @@ import contextlib
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 from bootstrap.fsutil import atomic_write_text, remove_tree, sha256_file
 from bootstrap.lock.lockfile import LockedPackage
 
-# A seal's first line, then the JSON of `fingerprint`. A seal of another header (an older bootstrap's)
+# A seal's first line, then the JSON of `write_seal`. A seal of another header (an older bootstrap's)
 # counts as none: the package is extracted again from its checked archive and sealed anew.
-SEAL_HEADER = "bootstrap-seal 4\n"
-_CONTENT = ("files", "content")  # what an edit changes; a link made or removed changes `inodes` only
+SEAL_HEADER = "bootstrap-seal 5\n"
+_CONTENT = ("files", "content")  # what an edit changes; a link made or removed changes ctimes only
 _EXTRACTING = ".extracting-"
 _HELD: set[str] = set()  # this process's own `extracting` files
 
@@ -43,7 +44,7 @@ def sealed_copies(cache_dir: Path, entries: Sequence[LockedPackage], drop: bool)
         if seal_holds(cache_dir, entry):
             sealed.add(entry.name)
             continue
-        if _has_current_seal(cache_dir, entry) and extracted_dir(cache_dir, entry).is_dir():
+        if read_seal(seal_path(cache_dir, entry), SEAL_HEADER) is not None and extracted_dir(cache_dir, entry).is_dir():
             edited.append(entry.describe())
         if drop:
             drop_extracted(cache_dir, entry)
@@ -51,25 +52,23 @@ def sealed_copies(cache_dir: Path, entries: Sequence[LockedPackage], drop: bool)
 
 
 def seal_holds(cache_dir: Path, entry: LockedPackage) -> bool:
-    """Whether the extracted copy is as sealed. A copy whose inodes changed (a hard link made or
-    removed by an env, or an edit that kept each file's size and mtime) but whose files kept their
-    sizes and mtimes is hashed against its own `info/paths.json`, and sealed anew if it matches."""
-    directory = extracted_dir(cache_dir, entry)
+    """Whether the extracted copy is as sealed. A copy whose files kept the sizes and mtimes they
+    were sealed with but whose inodes changed since (a hard link made or removed by an env, or an
+    edit that put the mtime back) is hashed against its own `info/paths.json`, and sealed anew if
+    it matches."""
+    directory, path = extracted_dir(cache_dir, entry), seal_path(cache_dir, entry)
+    sealed = read_seal(path, SEAL_HEADER)
     try:
-        header, _, body = seal_path(cache_dir, entry).read_text(encoding="utf-8").partition("\n")
-        if header + "\n" != SEAL_HEADER:
-            return False
-        sealed, now = json.loads(body), fingerprint(directory)
-    except (OSError, ValueError):
-        return False  # gone, or a broken seal
-    if sealed == now:
-        return True
-    if not isinstance(sealed, dict) or {k: sealed.get(k) for k in _CONTENT} != {k: now[k] for k in _CONTENT}:
-        return False
-    if not _matches_paths_json(directory):
-        return False
-    _write_seal(seal_path(cache_dir, entry), now)
-    return True
+        now = fingerprint(directory)
+    except OSError:
+        return False  # gone
+    state = "edited" if sealed is None else compare(sealed, now)
+    if state == "touched":
+        at = seal_time(cache_dir)  # before hashing: a change made while it hashes is one after the new seal
+        if _matches_paths_json(directory):
+            write_seal(path, SEAL_HEADER, now, at)
+            return True
+    return state == "sealed"
 
 
 def _matches_paths_json(directory: Path) -> bool:
@@ -85,35 +84,69 @@ def _matches_paths_json(directory: Path) -> bool:
         return False
 
 
-def _has_current_seal(cache_dir: Path, entry: LockedPackage) -> bool:
+def seal(cache_dir: Path, extracted: Sequence[LockedPackage], linked: Sequence[LockedPackage] = ()) -> None:
+    """Seal the copies rattler just `extracted` from checked archives, and again those it just
+    hard-`linked` from, which were found as sealed before: the links changed their inodes' ctimes,
+    not their files, and any later change shows in a ctime past this seal's time."""
+    prints = {}
+    for entry in extracted:
+        with contextlib.suppress(FileNotFoundError):  # not extracted after all: nothing to seal
+            prints[seal_path(cache_dir, entry)] = fingerprint(extracted_dir(cache_dir, entry))
+    for entry in linked:
+        sealed = read_seal(seal_path(cache_dir, entry), SEAL_HEADER)
+        if sealed is not None:
+            prints[seal_path(cache_dir, entry)] = sealed
+    if prints:
+        at = seal_time(cache_dir)
+        for path, print_ in prints.items():
+            write_seal(path, SEAL_HEADER, print_, at)
+
+
+def compare(sealed: Mapping[str, object], now: Mapping[str, object]) -> str:
+    """How the files `now` describes (`fingerprint`) stand against their seal: "sealed" (as they
+    were), "edited" (a file added, removed, or changed in size or mtime) or "touched" (an inode
+    changed since, size and mtime kept: a link made or removed, or an edit that put them back)."""
+    if any(sealed.get(key) != now[key] for key in _CONTENT):
+        return "edited"
+    at, changed = sealed.get("sealed_at"), now["changed"]
+    return "sealed" if isinstance(at, int) and isinstance(changed, int) and changed < at else "touched"
+
+
+def read_seal(path: Path, header: str) -> Optional[dict[str, object]]:
+    """The seal at `path`, or None: none there, a broken one, or another header's (an older bootstrap's)."""
     try:
-        with open(seal_path(cache_dir, entry), encoding="utf-8") as handle:
-            return handle.readline() == SEAL_HEADER
+        first, _, body = path.read_text(encoding="utf-8").partition("\n")
+        value = json.loads(body)
     except (OSError, ValueError):
-        return False
+        return None
+    return value if first + "\n" == header and isinstance(value, dict) else None
 
 
-def seal(cache_dir: Path, entry: LockedPackage) -> None:
-    directory, path = extracted_dir(cache_dir, entry), seal_path(cache_dir, entry)
-    if directory.is_dir():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _write_seal(path, fingerprint(directory))
+def write_seal(path: Path, header: str, print_: Mapping[str, object], at: int) -> None:
+    """Seal the files `print_` describes as they are until `at` (`seal_time`). Not fsynced: a seal
+    that a crash tore or lost counts as none, and the files are checked again."""
+    body = {key: print_[key] for key in _CONTENT}
+    body["sealed_at"] = at
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, header + json.dumps(body, sort_keys=True) + "\n", fsync=False)
 
 
-def reseal(cache_dir: Path, entry: LockedPackage) -> None:
-    """Seal again a copy just hard-linked into an env, which changed its inodes' ctime and link
-    count, if its files kept the sizes and mtimes it was sealed with."""
-    try:
-        header, _, body = seal_path(cache_dir, entry).read_text(encoding="utf-8").partition("\n")
-        sealed, now = json.loads(body), fingerprint(extracted_dir(cache_dir, entry))
-    except (OSError, ValueError):
-        return
-    if header + "\n" == SEAL_HEADER and isinstance(sealed, dict) and all(sealed.get(k) == now[k] for k in _CONTENT):
-        _write_seal(seal_path(cache_dir, entry), now)
-
-
-def _write_seal(path: Path, print_: dict[str, object]) -> None:
-    atomic_write_text(path, SEAL_HEADER + json.dumps(print_, sort_keys=True) + "\n")
+def seal_time(cache_dir: Path) -> int:
+    """A time of the cache's file-system clock later than the ctime of every change made before
+    this call, and no later than that of any change made after it returns: the seals directory's
+    own ctime, stamped until the clock has moved past the first stamp. Inode times come from a
+    coarse clock (a scheduler tick) where the file system has no finer one, so a change made in the
+    same tick as this call could otherwise carry the same time as changes made before it."""
+    directory = cache_dir / "seals"
+    directory.mkdir(parents=True, exist_ok=True)
+    os.utime(directory)  # an inode change: its ctime is the clock now
+    first = os.stat(directory).st_ctime_ns
+    while True:
+        os.utime(directory)
+        now = os.stat(directory).st_ctime_ns
+        if now > first:
+            return now
+        time.sleep(0.0005)
 
 
 def drop_extracted(cache_dir: Path, entry: LockedPackage) -> None:
@@ -122,19 +155,19 @@ def drop_extracted(cache_dir: Path, entry: LockedPackage) -> None:
 
 
 def fingerprint(directory: Path) -> dict[str, object]:
-    """How many files and links are under `directory`, and two sha256 over a line of each, in path
-    order: `content` over its relative path, size and mtime_ns; `inodes` over those and its ctime_ns.
+    """How many files and links are under `directory`, a sha256 over a line of each, in path order,
+    with its relative path, size and mtime_ns (`content`), and the latest of their ctimes (`changed`).
 
-    The inode change time is set to now by any write, chmod or utime(), and no call a user can
-    make sets it back: an edit that keeps the size and restores the mtime (`cp -p`, `rsync -t`,
-    `touch -d`) still shows in `inodes`. So does a hard link made or removed (an env linked from
-    the copy, or deleted), which is why a change of `inodes` alone is settled by hashing
-    (`seal_holds`). Each entry is lstat'ed relative to an open directory, so the kernel looks up
-    one name per file rather than a path from the root."""
-    content, inodes, count = hashlib.sha256(), hashlib.sha256(), 0
+    The inode change time is set to now by any write, chmod, utime() or link made or removed, and
+    no call a user can make sets it back: an edit that keeps the size and restores the mtime
+    (`cp -p`, `rsync -t`, `touch -d`) still shows as a ctime past the seal's time. So does a hard
+    link made or removed (an env linked from the copy, or deleted), which is why a ctime alone past
+    the seal is settled by hashing (`compare`'s "touched"). Each entry is lstat'ed relative to an
+    open directory, so the kernel looks up one name per file rather than a path from the root."""
+    content, changed, count = hashlib.sha256(), 0, 0
 
     def walk(fd: int, relative: str) -> None:
-        nonlocal count
+        nonlocal changed, count
         with os.scandir(fd) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
                 if entry.is_dir(follow_symlinks=False):
@@ -145,11 +178,9 @@ def fingerprint(directory: Path) -> dict[str, object]:
                         os.close(child)
                 else:
                     info = entry.stat(follow_symlinks=False)
-                    line = f"{relative}{entry.name}\0{info.st_size}\0{info.st_mtime_ns}".encode(
-                        "utf-8", "surrogateescape"
-                    )
-                    content.update(line + b"\n")
-                    inodes.update(line + f"\0{info.st_ctime_ns}\n".encode())
+                    line = f"{relative}{entry.name}\0{info.st_size}\0{info.st_mtime_ns}\n"
+                    content.update(line.encode("utf-8", "surrogateescape"))
+                    changed = max(changed, info.st_ctime_ns)
                     count += 1
 
     root = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -157,7 +188,7 @@ def fingerprint(directory: Path) -> dict[str, object]:
         walk(root, "")
     finally:
         os.close(root)
-    return {"files": count, "content": content.hexdigest(), "inodes": inodes.hexdigest()}
+    return {"files": count, "content": content.hexdigest(), "changed": changed}
 
 
 @contextlib.contextmanager

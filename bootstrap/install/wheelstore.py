@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import base64
 import csv
-import json
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bootstrap.fsutil import atomic_write_text, sha256_file
-from bootstrap.install.store import fingerprint
+from bootstrap.fsutil import sha256_file
+from bootstrap.install.store import compare, fingerprint, read_seal, seal_time, write_seal
 
-SEAL_HEADER = "bootstrap-wheel-seal 1\n"
+SEAL_HEADER = "bootstrap-wheel-seal 2\n"
 UV_DIR = "uv"  # uv's cache inside the package cache: one file system pair to probe, one `--cache-dir`
-_CONTENT = ("files", "content")
 
 
 def uv_cache(cache_dir: Path) -> Path:
@@ -39,42 +39,45 @@ def _seal_path(cache_dir: Path, archive: Path) -> Path:
 def edited(cache_dir: Path) -> list[tuple[Path, str]]:
     """(unpacked wheel, distribution name) of each one whose files changed since it was sealed, or,
     unsealed or with changed inodes, no longer match its RECORD. The others are sealed as they are."""
-    found = []
+    found, at = [], None
     for archive in archives(cache_dir):
         now = fingerprint(archive)
-        sealed = _read_seal(cache_dir, archive)
-        if sealed == now:
+        sealed = read_seal(_seal_path(cache_dir, archive), SEAL_HEADER)
+        state = "touched" if sealed is None else compare(sealed, now)
+        if state == "sealed":
             continue
-        content_kept = sealed is None or all(sealed.get(k) == now[k] for k in _CONTENT)
-        if content_kept and _matches_record(archive):
-            _write_seal(cache_dir, archive, now)
-        else:
-            found.append((archive, _dist_name(archive)))
+        if state == "touched":
+            at = at or seal_time(cache_dir)  # before hashing: a change made while it hashes is one after the seal
+            if _matches_record(archive):
+                write_seal(_seal_path(cache_dir, archive), SEAL_HEADER, now, at)
+                continue
+        found.append((archive, _dist_name(archive)))
     return found
+
+
+@dataclass(frozen=True)
+class Checking:
+    """The package cache, and `edited` of its unpacked wheels under way in another thread."""
+
+    cache_dir: Path
+    edited: Future[list[tuple[Path, str]]]
 
 
 def seal_all(cache_dir: Path, checked: Sequence[Path] = ()) -> None:
     """Seal what uv unpacked in this run (no seal yet), and again the unpacked wheels `checked` by
-    `edited` before uv linked from them, whose inodes the new links changed."""
+    `edited` before uv linked from them: new links changed their inodes' ctimes, not their files."""
     wanted = {p.name for p in checked}
+    prints = {}
     for archive in archives(cache_dir):
-        if archive.name in wanted or _read_seal(cache_dir, archive) is None:
-            _write_seal(cache_dir, archive, fingerprint(archive))
-
-
-def _read_seal(cache_dir: Path, archive: Path) -> Optional[dict[str, object]]:
-    try:
-        header, _, body = _seal_path(cache_dir, archive).read_text(encoding="utf-8").partition("\n")
-        value = json.loads(body)
-    except (OSError, ValueError):
-        return None
-    return value if header + "\n" == SEAL_HEADER and isinstance(value, dict) else None
-
-
-def _write_seal(cache_dir: Path, archive: Path, print_: dict[str, object]) -> None:
-    path = _seal_path(cache_dir, archive)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, SEAL_HEADER + json.dumps(print_, sort_keys=True) + "\n")
+        sealed = read_seal(_seal_path(cache_dir, archive), SEAL_HEADER)
+        if sealed is None:
+            prints[archive] = fingerprint(archive)
+        elif archive.name in wanted:
+            prints[archive] = sealed
+    if prints:
+        at = seal_time(cache_dir)
+        for archive, print_ in prints.items():
+            write_seal(_seal_path(cache_dir, archive), SEAL_HEADER, print_, at)
 
 
 def _record(archive: Path) -> Optional[Path]:

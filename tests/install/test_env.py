@@ -669,23 +669,24 @@ def test_an_edited_cached_copy_with_its_mtime_put_back_is_found(project: Project
     assert (fresh / "share/torchlike/build.txt").read_bytes() == original == extracted.read_bytes()
 
 
-@pytest.mark.parametrize("older", ["size-and-mtime", "per-file-table", "one-digest"])
+@pytest.mark.parametrize("older", ["size-and-mtime", "per-file-table", "one-digest", "two-digests"])
 def test_a_seal_of_an_older_format_counts_as_none(project: Project, channel: Path, older: str) -> None:
-    """Size and mtime only (before the ctime was sealed), version 2's table of every file, or version
-    3's one digest: the copy is extracted again from its checked archive, and sealed anew."""
+    """Size and mtime only (before the ctime was sealed), version 2's table of every file, version
+    3's one digest, or version 4's two (without a seal time): the copy is extracted again from its
+    checked archive, and sealed anew."""
+    from bootstrap.install import store
     from bootstrap.install.env import EnvOptions, Feedback, create_or_update
 
     assert main(env_args(project, str(channel))) == 0
     seals = sorted((project.root / ".cache" / "seals").glob("[0-9a-f]*.json"))  # the conda packages'
-    for seal in seals:  # as an older bootstrap wrote them (the table's contents do not matter: the header does)
-        table = {"share/x": [1, 2, 3]}
-        seal.write_text(
-            json.dumps({path: stat[:2] for path, stat in table.items()})
-            if older == "size-and-mtime"
-            else "bootstrap-seal 2\n" + json.dumps(table)
-            if older == "per-file-table"
-            else "bootstrap-seal 3\n" + json.dumps({"files": 1, "sha256": "0" * 64})
-        )
+    older_seals = {
+        "size-and-mtime": json.dumps({"share/x": [1, 2]}),
+        "per-file-table": "bootstrap-seal 2\n" + json.dumps({"share/x": [1, 2, 3]}),
+        "one-digest": "bootstrap-seal 3\n" + json.dumps({"files": 1, "sha256": "0" * 64}),
+        "two-digests": "bootstrap-seal 4\n" + json.dumps({"files": 1, "content": "0" * 64, "inodes": "0" * 64}),
+    }
+    for seal in seals:  # as an older bootstrap wrote them (their contents do not matter: the header does)
+        seal.write_text(older_seals[older])
     (extracted,) = (project.root / ".cache").glob("pkgs/torchlike-*/share/torchlike/build.txt")
     extracted.write_text("stale\n")  # what an older seal would no longer vouch for
     messages = []
@@ -696,7 +697,7 @@ def test_a_seal_of_an_older_format_counts_as_none(project: Project, channel: Pat
     )
     assert not any("edited" in m for m in messages), messages  # not taken for an edit: never linked from
     assert (fresh / "share/torchlike/build.txt").read_text().startswith("cuda12")
-    assert all(seal.read_text().startswith("bootstrap-seal 4\n") for seal in seals)
+    assert all(seal.read_text().startswith(store.SEAL_HEADER) for seal in seals)
 
 
 def test_a_sealed_copy_that_vanishes_before_linking_is_extracted_again(

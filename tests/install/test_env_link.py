@@ -105,6 +105,33 @@ def test_an_edit_through_a_hard_link_is_caught_and_reaches_no_later_env(
     assert verify_files(second, project, capsys)["status"] == "ok"
 
 
+def test_linking_again_hashes_nothing_and_an_edit_right_after_is_caught(
+    project: Project, channel: Path, capsys, monkeypatch
+) -> None:
+    """A run that hard-linked from sealed copies seals them again by time, without hashing: the next
+    env links from them without hashing either. An edit made at once after that run (no clock tick
+    waited for), size and mtime put back, still reaches no later env."""
+    from bootstrap.install import store, wheelstore
+
+    first, second, third = (project.root / name for name in ("env-a", "env-b", "env-c"))
+    for prefix in (first, second):  # the second run's links change the inodes the first sealed
+        assert main(env_args(project, str(channel), "--prefix", str(prefix), "--link", "hardlink")) == 0
+    hashed: list[Path] = []
+    for module, name in ((store, "_matches_paths_json"), (wheelstore, "_matches_record")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda path, real=real: hashed.append(path) or real(path))
+    path = second / CONDA_FILE
+    original, info = path.read_bytes(), os.stat(path)
+    assert main(env_args(project, str(channel), "--prefix", str(third), "--link", "hardlink")) == 0
+    assert hashed == []
+    with open(third / CONDA_FILE, "r+b") as handle:  # the cache's inode, as the two envs' are
+        handle.write(b"X")
+    os.utime(third / CONDA_FILE, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert main(env_args(project, str(channel), "--prefix", str(project.root / "env-d"), "--link", "hardlink")) == 0
+    assert [p.name.split("-")[0] for p in hashed] == ["zlibstub"]  # its ctime alone showed the edit
+    assert (project.root / "env-d" / CONDA_FILE).read_bytes() == original
+
+
 def _after_ctime_of(path: Path) -> None:
     """Wait until the file system's clock has passed `path`'s change time. Inode times come from a
     coarse clock (a scheduler tick): an edit in the same tick as the install's seal leaves ctime as
