@@ -172,6 +172,7 @@ def project_with_spec_named(root: Path, name: str) -> Path:
     return spec
 
 
+@pytest.mark.slow  # every generated name through every verb: the unicode case below runs by default
 def test_every_discovering_verb_agrees_with_the_name_rule(tmp_path: Path, capsys) -> None:
     """A spec file named against the rule is one line naming the file, why and the fix (rename it), exit 2,
     for every verb that walks envs/; one named within it is no verb's complaint. No line advises a
