@@ -40,6 +40,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bootstrap.lock.spec_edit import PIP, SpecText, requirement_name  # noqa: E402  (after sys.path)
+
 ENV = "py310"
 PACKAGE = "tomli-w"  # small, pure Python, and not in the committed spec (checked below)
 
@@ -109,8 +113,9 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    if args.package.lower().replace("_", "-") in (REPO / "envs" / f"{ENV}.yml").read_text().lower().replace("_", "-"):
-        print(f"bench-add: envs/{ENV}.yml names {args.package} already: pick a package it lacks", file=sys.stderr)
+    spec = REPO / "envs" / f"{ENV}.yml"
+    if SpecText(spec, spec.read_text()).named(requirement_name(PIP, args.package)):
+        print(f"bench-add: envs/{ENV}.yml lists {args.package} already: pick a package it lacks", file=sys.stderr)
         return 2
     snapshot = args.snapshot.resolve()
     add = ["add", "--env", ENV, "--pip", args.package, "--no-install"]
