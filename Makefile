@@ -10,7 +10,7 @@ ENV    ?= py310
 LOCK_ARGS ?=
 ENV_ARGS ?=
 # Developers only: the conda-forge repodata snapshot the committed locks were solved against, kept
-# beside the developers' checkout (a clone has none). Only lock-from-snapshot and bench-lock read it.
+# beside the developers' checkout (a clone has none). Only lock-from-snapshot, bench-lock and bench-add read it.
 SNAPSHOT := ../shared/conda-forge-snapshot/conda-forge
 # Tests of the env-side code (verify, bench) run on a CPU torch in the tools venv.
 # It is kept out of requirements-tools.txt so `make env`/`make lock` never pay for it.
@@ -19,7 +19,7 @@ TORCH_TEST ?= torch==2.13.0
 # nvidia wheels. Where this index is unreachable (a PyPI mirror only), the default index is used.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: env add remove bundle cache prune-cache clean-env verify doctor bench-env bench-env-real tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-fetch tools-requirements clean export monitor bench-verify bench-prolog bench bench-loader bench-training bench-watch bench-report gpu-check help FORCE
+.PHONY: env add remove bundle cache prune-cache clean-env verify doctor bench-env bench-env-real tools lock lock-example lock-check lock-from-snapshot test test-slow test-network test-all bench-lock bench-add bench-fetch tools-requirements clean export monitor bench-verify bench-prolog bench bench-loader bench-training bench-watch bench-report gpu-check help FORCE
 
 ## Build the tools venv (every other target does it first when needed).
 tools: $(TOOLS)/.requirements-tools.txt
@@ -219,8 +219,15 @@ test-all: tools $(TEST_TOOLS)
 ## snapshot, and `lock --check`.
 bench-lock: tools
 	$(PY) scripts/bench_lock.py
-# bench-report runs bench_lock.py too; the snapshot goes by the environment so the command it shows stays short.
-bench-lock bench-report: export BENCH_LOCK_SNAPSHOT = $(SNAPSHOT)
+
+## Developers only (needs SNAPSHOT and PyPI): `add` of one pip package to py310 against relocking the same line
+## written by hand, interleaved rounds; BENCH_ADD_ARGS="--rounds 7 --package NAME".
+BENCH_ADD_ARGS ?=
+bench-add: tools
+	$(PY) scripts/bench_add.py $(BENCH_ADD_ARGS)
+# bench-report runs bench_lock.py and bench_add.py too; the snapshot goes by the environment so the commands it
+# shows stay short.
+bench-lock bench-add bench-report: export BENCH_LOCK_SNAPSHOT = $(SNAPSHOT)
 
 ## Time to fetch archives from a loopback server that cuts 1 GET in 5 mid-file, against a clean one.
 bench-fetch: tools
@@ -280,7 +287,7 @@ BENCH_WATCH_ARGS ?=
 bench-watch: tools $(TEST_TOOLS)
 	$(PY) scripts/bench_watch.py $(BENCH_WATCH_ARGS)
 
-## Run the benchmark scripts (bench-lock, -env, -verify, -prolog, -loader, -fetch, -training, -watch) and write docs/PERFORMANCE.md: their figures,
+## Run the benchmark scripts (bench-lock, -env, -verify, -prolog, -loader, -fetch, -training, -watch, -add) and write docs/PERFORMANCE.md: their figures,
 ## the command behind each, the machine; BENCH_REPORT_ARGS="--only env" measures one and keeps the others.
 BENCH_REPORT_ARGS ?=
 bench-report: tools $(TEST_TOOLS)

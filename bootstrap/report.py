@@ -28,7 +28,7 @@ FORMATS = {
     "bootstrap.checks": 1,  # verify, doctor, bench: {"kind", "checks", "summary", "extra"}
     "bootstrap.env": 2,  # env, env --rollback (2: no "spare", "removed" added)
     "bootstrap.lock": 1,  # lock, lock --dry-run: {"dry_run", "envs": [what moved per platform], "dropped"}
-    "bootstrap.change": 1,  # add, remove: {"verb", "env", "spec_path", "dry_run", "edits", "locks", "written", ...}
+    "bootstrap.change": 1,  # add, remove: {"verb", "env", "edits", "locks", "written", "seconds", ...}
     "bootstrap.lock-check": 1,  # lock --check: {"fresh", "envs": [{"stale": [{"platform", "subject", "reason"}]}]}
     "bootstrap.export": 1,  # export: {"kind", "name", "source", "platforms", "files", "notes"}
     "bootstrap.monitor": 1,  # monitor --once / --count N: {"available", "samples", "gpus", "last_sample", "log", ...}

@@ -31,7 +31,7 @@ KEYS: dict[str, frozenset[str]] = {
     "bootstrap.lock": frozenset({"format", "version", "dry_run", "envs", "dropped"}),
     "bootstrap.lock-check": frozenset({"format", "version", "fresh", "envs"}),
     "bootstrap.change": frozenset(
-        {"format", "version", "verb", "env", "spec_path", "dry_run", "edits", "locks", "written", "install"}
+        {"format", "version", "verb", "env", "spec_path", "dry_run", "edits", "locks", "written", "seconds", "install"}
     ),
     "bootstrap.export": frozenset({"format", "version", "kind", "name", "source", "platforms", "files", "notes"}),
     "bootstrap.monitor": frozenset(

@@ -10,6 +10,7 @@ import difflib
 import re
 import shutil
 import tempfile
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -70,6 +71,9 @@ class ChangeResult:
     locks: tuple[LockResult, ...]  # each variant's relock (empty when nothing changed)
     written: tuple[Path, ...]  # every file replaced, the spec first
     dry_run: bool = False
+    # The wall time of the whole change (the edit, each variant's relock, the export, the write), beside
+    # each lock's own steps: what is not pip resolution in it is the conda side's share (bench_add.py).
+    seconds: float = 0.0
 
     @property
     def changed(self) -> bool:
@@ -84,6 +88,7 @@ class ChangeResult:
             "edits": [edit.to_dict() for edit in self.edits],
             "locks": [lock.to_dict() for lock in self.locks],
             "written": [str(path) for path in self.written],
+            "seconds": {"total": round(self.seconds, 3)},
         }
 
 
@@ -112,6 +117,7 @@ def change_env(
     spec_path = project.spec_path(env)
     waiting = f"waiting for another `bootstrap lock` or `{verb}` of {env} to finish"
     with nullcontext() if options.lock.dry_run else flocked(spec_path, notify, waiting):
+        started = time.perf_counter()  # once the lock is held: another run's wait is not this one's time
         spec = _valid_before(project, env)
         text = spec_path.read_bytes().decode("utf-8")
         staged = _Staged(text)
@@ -121,11 +127,18 @@ def change_env(
             _remove_all(project, env, spec, staged, items)
         if staged.text == text:
             return ChangeResult(
-                verb=verb, env=env, spec_path=spec_path, edits=tuple(staged.edits), locks=(), written=()
+                verb=verb,
+                env=env,
+                spec_path=spec_path,
+                edits=tuple(staged.edits),
+                locks=(),
+                written=(),
+                seconds=time.perf_counter() - started,
             )
         locks, files = _relock_staged(project, env, staged, options, export, progress)
         if not options.lock.dry_run:
             write_together(files)
+        seconds = time.perf_counter() - started
     return ChangeResult(
         verb=verb,
         env=env,
@@ -134,6 +147,7 @@ def change_env(
         locks=locks,
         written=tuple(path for path, _ in files) if not options.lock.dry_run else (),
         dry_run=options.lock.dry_run,
+        seconds=seconds,
     )
 
 
