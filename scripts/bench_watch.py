@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench_loader import ReplayNvml  # noqa: E402  (the sampler's NVML stand-in, beside this script)
+from bench_loader import ReplayNvml, positive_int  # noqa: E402  (beside this script)
 
 from bootstrap.bench.watcher import Watch  # noqa: E402  (after sys.path)
 
@@ -105,16 +105,6 @@ def quartiles(values: list[float]) -> tuple[float, float]:
 
 def _loadavg() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
-    return value
 
 
 def main() -> int:

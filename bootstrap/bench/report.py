@@ -3,12 +3,13 @@ under `extra`), the DataLoader snippet to paste. docs/benchmark.md, "Reading the
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from bootstrap.bench.advice import summary_lines
 from bootstrap.bench.config import WorkloadSpec
@@ -105,12 +106,17 @@ def try_writing_in(out_dir: Path) -> None:
 
 def write_reports(result: BenchResult, out_dir: Path, *, png: bool = True) -> list[Path]:
     """Write bench.json (and bench.png) into `out_dir`, all or none; returns the paths written."""
-    paths = report_paths(out_dir, png=png)
-    data = [envelope_json(result).encode("utf-8")]
-    if png:
+    drawn: Optional[Callable[[], bytes]] = None
+    if png:  # Pillow only when a picture is asked for
         from bootstrap.bench.plot import render_png
 
-        data.append(render_png(result))
+        drawn = functools.partial(render_png, result)
+    return write_files(out_dir, report_paths(out_dir, png=png), envelope_json(result), drawn)
+
+
+def write_files(out_dir: Path, paths: list[Path], text: str, png: Optional[Callable[[], bytes]]) -> list[Path]:
+    """The JSON report `text` and the PNG `png` draws at `paths` in `out_dir`, all or none; the paths."""
+    data = [text.encode("utf-8")] + ([png()] if png is not None else [])
     out_dir.mkdir(parents=True, exist_ok=True)
     write_together(list(zip(paths, data)))
     return paths

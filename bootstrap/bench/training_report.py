@@ -4,13 +4,14 @@ plain words first, the grid, checks and notes below, the training loop to paste 
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from bootstrap.bench.advice import NEXT, field_lines, first_to_act_on, verdict_line
 from bootstrap.bench.recipe import FORMAT, GridRow, TrainingAdvice
 from bootstrap.errors import InputError
-from bootstrap.fsutil import check_directory, check_output, write_target, write_together
+from bootstrap.fsutil import check_directory, check_output, write_target
 from bootstrap.report import dumps, render_table
 
 JSON_NAME = "training.json"
@@ -160,12 +161,11 @@ def check_out(out_dir: Path, *, png: bool = True) -> None:
 
 def write_reports(advice: TrainingAdvice, out_dir: Path, *, png: bool = True) -> list[Path]:
     """training.json (and training.png) in `out_dir`, all or none; the paths written."""
-    paths = report_paths(out_dir, png=png)
-    data = [envelope_json(advice).encode("utf-8")]
-    if png:
+    from bootstrap.bench.report import write_files
+
+    drawn: Optional[Callable[[], bytes]] = None
+    if png:  # Pillow only when a picture is asked for
         from bootstrap.bench.training_plot import render_png
 
-        data.append(render_png(advice))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_together(list(zip(paths, data)))
-    return paths
+        drawn = functools.partial(render_png, advice)
+    return write_files(out_dir, report_paths(out_dir, png=png), envelope_json(advice), drawn)
