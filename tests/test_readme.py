@@ -33,6 +33,10 @@ CHECKED = {
     "make lock-check",
     "python -m bootstrap doctor --facts tests/data/verify/rtx3090-535.183.01.facts.json",
 }
+# The outputs are what an offline host prints: a plan's HEAD requests for sizes (what the cache lacks)
+# are refused at once by a proxy that is not there, rather than waiting on the network.
+NO_NETWORK = {name: "http://127.0.0.1:9" for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
+NO_NETWORK.update(no_proxy="", NO_PROXY="")
 # The same for docs/: the outputs shown there that replay recorded facts (the others need a GPU,
 # a conda channel or a minute of benchmark).
 CHECKED_IN_DOCS = {
@@ -209,7 +213,7 @@ def test_the_output_shown_is_what_the_command_prints(scratch: Path, command: str
         capture_output=True,
         text=True,
         timeout=120,
-        env={**make_env(), "PYTHONPATH": str(REPO)},
+        env={**make_env(), "PYTHONPATH": str(REPO), **NO_NETWORK},
     )
     assert done.returncode in (0, 1), done.stderr
     actual = echoed + done.stdout.replace(str(scratch), SHOWN_ROOT).splitlines()

@@ -106,6 +106,7 @@ def through_the_ceiling(options):
     raise AssertionError("no ceiling phase")
 
 
+@pytest.mark.slow  # a real gloo process group and two bench phases: CI runs it with the slow ones
 def test_the_ddp_ceiling_of_the_synthetic_workload_steps_as_its_ceiling(gloo_of_one):
     """--step-ms (a stand-in device) sleeps in the DDP steps too."""
     from bootstrap.bench.run import clean_up
@@ -120,6 +121,7 @@ def test_the_ddp_ceiling_of_the_synthetic_workload_steps_as_its_ceiling(gloo_of_
     assert why == "" and 0.6 * ceiling < rate < 1.5 * ceiling, (rate, ceiling)
 
 
+@pytest.mark.slow  # a real gloo process group and two bench phases: CI runs it with the slow ones
 def test_the_ddp_ceiling_trains_the_run_s_model_step_and_batches(tmp_path, clean_imports, gloo_of_one):  # noqa: F811
     from bootstrap.bench.run import clean_up
 

@@ -40,6 +40,7 @@ def indices(gpus: int) -> list:
     ]
 
 
+@pytest.mark.slow  # the whole generated sweep: CI runs it with the slow ones
 @pytest.mark.parametrize("models", NODES, ids="-".join)
 def test_indices_on_a_mixed_node_without_pci_order_never_hide_a_gpu(models) -> None:
     facts = node(*models)

@@ -147,6 +147,7 @@ def test_a_control_character_in_an_identifier_is_refused_naming_the_field(
     assert "control character" in err
 
 
+@pytest.mark.slow  # the whole generated sweep: CI runs it with the slow ones
 @pytest.mark.parametrize("control", SOME_CONTROLS)
 @pytest.mark.parametrize(("name", "path"), FREE, ids=[n for n, _ in FREE])
 def test_a_control_character_in_free_text_is_shown_as_its_escape(tmp_path, capsys, name, path, control) -> None:

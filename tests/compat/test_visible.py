@@ -108,6 +108,7 @@ NODES = [m for n in (1, 2, 3) for m in itertools.combinations_with_replacement(s
 VALUES = [None, ""] + [",".join(p) for n in (1, 2, 3) for p in itertools.permutations("0123", n)]
 
 
+@pytest.mark.slow  # the whole generated sweep: CI runs it with the slow ones
 @pytest.mark.parametrize("models", NODES, ids="-".join)
 def test_judged_gpus_keep_their_verdict_and_hidden_ones_say_it(models) -> None:
     facts = node(*models)
