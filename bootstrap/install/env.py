@@ -307,7 +307,7 @@ def _build(
     fetching = [*(e for e in plan.link if e.name not in sealed), *plan.pip_install]
     size = _measure(plan, options, cached=sorted(sealed))
     try:
-        fetched = _fetch(fetching, options, _announced(run.feedback, fetching, size))
+        fetched = _fetch(fetching, options, run.feedback, size)
     except Exception as exc:
         if out_of_space(exc):  # the package cache's file system
             raise _disk_full(layout, options, exc, created=first, started=False) from exc
@@ -400,9 +400,13 @@ def _apply(
 
 
 def _fetch(
-    entries: Sequence[LockedPackage], options: EnvOptions, feedback: Optional[Feedback] = None
+    entries: Sequence[LockedPackage],
+    options: EnvOptions,
+    feedback: Optional[Feedback] = None,
+    size: Optional[FetchSize] = None,
 ) -> dict[str, Path]:
-    """name -> checked local file of each entry: from the store, else the bundle, else its URL after mirrors."""
+    """name -> checked local file of each entry: from the store, else the bundle, else its URL after mirrors.
+    `size`: what the plan already measured of them, announced rather than asked of the servers again."""
     if entries and feedback is not None:
         feedback.fetch_started(len(entries))
     return fetch_archives(
@@ -412,18 +416,7 @@ def _fetch(
         bundle=options.bundle,
         progress=feedback.fetched if feedback is not None else None,
         watch=feedback.watch if feedback is not None else None,
-    )
-
-
-def _announced(feedback: Feedback, entries: Sequence[LockedPackage], size: FetchSize) -> Feedback:
-    """`feedback` told the fetch's start and size here, and handed on without them: the plan's size
-    is measured once (a HEAD request per artifact the cache lacks), not again by the fetch."""
-    if entries:
-        feedback.fetch_started(len(entries))
-        if feedback.watch.sized is not None and size.download_files:
-            feedback.watch.sized(size.download_bytes, size.download_files, size.unknown)
-    return dataclasses.replace(
-        feedback, fetch_started=lambda _total: None, watch=dataclasses.replace(feedback.watch, sized=None)
+        size=size,
     )
 
 

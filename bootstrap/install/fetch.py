@@ -56,7 +56,7 @@ def source_url(url: str, mirrors: Sequence[Mirror]) -> str:
     return (mirror.local_dir / rest).as_uri() if mirror.local_dir is not None else f"{mirror.target}/{rest}"
 
 
-def fetch_archives(
+def fetch_archives(  # noqa: PLR0913 (what to fetch, from where, and who hears of it)
     entries: Sequence[LockedPackage],
     cache_dir: Path,
     mirrors: Sequence[Mirror] = (),
@@ -64,6 +64,7 @@ def fetch_archives(
     workers: int = 4,
     bundle: Optional[BundleReader] = None,
     watch: Optional[Watch] = None,
+    size: Optional[FetchSize] = None,
 ) -> dict[str, Path]:
     """Verified local archives (conda) or wheels (pip) for `entries`, keyed by package name.
 
@@ -79,7 +80,7 @@ def fetch_archives(
         return {}
     watch = watch or Watch()
     if watch.sized is not None:
-        _announce_size(entries, cache_dir, mirrors, bundle, watch.sized)
+        _announce_size(size or measure(entries, cache_dir, mirrors, bundle), watch.sized)
     stop = threading.Event()
     todo: queue.SimpleQueue[LockedPackage] = queue.SimpleQueue()
     for entry in entries:
@@ -188,16 +189,9 @@ def measure(
     return FetchSize(len(entries), stored + known, len(sizes), known, sum(size is None for size in sizes))
 
 
-def _announce_size(
-    entries: Sequence[LockedPackage],
-    cache_dir: Path,
-    mirrors: Sequence[Mirror],
-    bundle: Optional[BundleReader],
-    sized: Callable[[int, int, int], None],
-) -> None:
-    """Tell `sized` what the fetch will download: those not in the store; a stored artifact that no
+def _announce_size(size: FetchSize, sized: Callable[[int, int, int], None]) -> None:
+    """Tell `sized` what the fetch will download (those not in the store); a stored artifact that no
     longer hashes right is fetched again unannounced."""
-    size = measure(entries, cache_dir, mirrors, bundle)
     if size.download_files:
         sized(size.download_bytes, size.download_files, size.unknown)
 
