@@ -9,7 +9,7 @@ import re
 import signal
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from bootstrap.bench.results import LoaderConfig
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 SHM_FAILURE = "out of /dev/shm"
 NO_BATCH = "no batch in an epoch"
 DUPLICATED = "the stream is read whole by each worker"
+JOIN_S = 2.0  # for a terminated worker to be gone
 WORKER_EXITED = "a DataLoader worker exited"
 _UNSPLIT = "it does not split itself by torch.utils.data.get_worker_info(), so every worker would yield every sample"
 # How a worker that ran out of /dev/shm surfaces: torch's allocation error re-raised in the main process,
@@ -116,10 +117,12 @@ class BatchStream:
         iterator = self._iterator
         self._iterator = None
         self.loader = None
-        if kill:
-            for worker in getattr(iterator, "_workers", None) or ():  # torch's own list of processes
+        workers = getattr(iterator, "_workers", None) or ()  # torch's own list of processes
+        if kill or any(not worker.is_alive() for worker in workers):  # after a failure, or a worker died
+            for worker in workers:
                 if worker.is_alive():
                     worker.terminate()
+            _fresh_done_event(iterator, workers)
         # Now, not at garbage collection: a failed iterator sits in a reference cycle with its traceback, and a
         # worker that a signal killed (Slurm signals the whole job) makes torch's SIGCHLD handler raise there.
         shutdown = getattr(iterator, "_shutdown_workers", None)
@@ -128,6 +131,18 @@ class BatchStream:
                 shutdown()
         if kill:
             gc.collect()  # that reference cycle
+
+
+def _fresh_done_event(iterator: Any, workers: Sequence[Any]) -> None:
+    """Each worker reads the iterator's done event between samples, under the event's lock; one a signal
+    killed there never released it, and torch's shutdown, which sets that event, would wait for it forever.
+    Once every worker is gone, a new event takes the old one's place: none is left to be told."""
+    import multiprocessing
+
+    for worker in workers:
+        worker.join(timeout=JOIN_S)
+    if not any(worker.is_alive() for worker in workers) and hasattr(iterator, "_workers_done_event"):
+        iterator._workers_done_event = multiprocessing.Event()
 
 
 def make_loader(

@@ -120,3 +120,68 @@ def test_a_worker_that_exited_by_itself_keeps_its_exit_code():
         == "DataLoader worker (pid 2) is killed by signal: Killed."
     )
     assert worker_death(Iterator(Worker(3, 7))) == "DataLoader worker (pid(s) 3) exited unexpectedly with exit code 7"
+
+
+HOLDS_THE_DONE_EVENT = textwrap.dedent('''
+    import gc
+    import os
+    import signal
+    import sys
+    import time
+    from multiprocessing.synchronize import Event
+
+    import torch
+    from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+    from bootstrap.bench.loader import BatchStream
+
+    MARK = sys.argv[1]
+
+
+    class Locking(Dataset):
+        """The worker's second batch takes the lock of the event torch's shutdown sets, and waits: killed
+        there, as by the OOM killer while it checks that event between samples, it never releases it."""
+
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, index):
+            if get_worker_info() is not None and index >= 4:
+                for event in [o for o in gc.get_objects() if isinstance(o, Event)]:
+                    event._cond.acquire()
+                open(MARK, "w").close()
+                time.sleep(60)
+            return torch.zeros(2)
+
+
+    stream = BatchStream(DataLoader(Locking(), batch_size=4, num_workers=1))
+    worker = stream._iterator._workers[0]
+    while not os.path.exists(MARK):
+        time.sleep(0.01)
+    try:
+        os.kill(worker.pid, signal.SIGKILL)
+        time.sleep(30)  # torch's SIGCHLD handler raises here
+    except RuntimeError:
+        print("worker died", flush=True)
+    stream.close(kill=True)
+    print("closed", flush=True)
+''')
+
+
+def test_a_worker_killed_holding_the_done_event_s_lock_does_not_hang_the_close(tmp_path):
+    """torch's shutdown sets the workers' done event, whose lock a killed worker may never release: the
+    stream's close goes on all the same (run apart, so that a hang fails the test rather than the suite)."""
+    import subprocess
+
+    from tests.fixtures import REPO
+
+    (tmp_path / "holds.py").write_text(HOLDS_THE_DONE_EVENT)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "holds.py"), str(tmp_path / "locked")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.stdout.splitlines() == ["worker died", "closed"], done.stderr
