@@ -468,7 +468,9 @@ def _tuned_windows(
             state.cut("tuned", label, plan.seconds)
             continue
         window = Window.scaled(window_s, drain=1 + workers)
-        measured = run_window(state, take, trainer.step, window, recheck_at, ("tuned", label, config), counted)
+        # Each window ends by its own share, not at twice it: on a slow host the later windows keep theirs.
+        ends = min(recheck_at, time.perf_counter() + window_s)
+        measured = run_window(state, take, trainer.step, window, ends, ("tuned", label, config), counted)
         measured = state.record(replace(measured, first_batch_s=stream.first_batch_s), window.seconds)
         count += 1
         if state.sampler is not None:
