@@ -37,6 +37,10 @@ CHECKED = {
 # are refused at once by a proxy that is not there, rather than waiting on the network.
 NO_NETWORK = {name: "http://127.0.0.1:9" for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
 NO_NETWORK.update(no_proxy="", NO_PROXY="")
+# The outputs that need PyPI (`make test-network`) and, for the conda part, the developers' snapshot of
+# conda-forge served as its mirror (the Makefile's SNAPSHOT); run in a scratch copy of their own.
+CHECKED_ON_PYPI = {'make add PKG=rich ADD_ARGS="--pip --no-install"'}
+SNAPSHOT = REPO.parent / "shared" / "conda-forge-snapshot" / "conda-forge"
 # The same for docs/: the outputs shown there that replay recorded facts (the others need a GPU,
 # a conda channel or a minute of benchmark).
 CHECKED_IN_DOCS = {
@@ -64,10 +68,8 @@ def make_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("ENV", "MAKEFLAGS", "MAKELEVEL")}
 
 
-@pytest.fixture(scope="module")
-def scratch(tmp_path_factory) -> Path:
+def scratch_project(root: Path) -> Path:
     """The Makefile and scripts with a `.tools` that looks built, and the project's specs and locks."""
-    root = tmp_path_factory.mktemp("readme") / "proj"
     root.mkdir()
     shutil.copy(REPO / "Makefile", root)
     shutil.copytree(REPO / "scripts", root / "scripts")
@@ -80,6 +82,11 @@ def scratch(tmp_path_factory) -> Path:
     shutil.copy(REPO / "scripts" / "requirements-test.txt", root / ".tools" / ".requirements-test.txt")
     (root / ".tools" / ".torch-test").write_text("torch==0\n")
     return root
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    return scratch_project(tmp_path_factory.mktemp("readme") / "proj")
 
 
 def dry_make(root: Path, command: str) -> list[str]:
@@ -179,7 +186,7 @@ def test_every_bootstrap_command_shown_is_a_verb_whose_options_parse(page: Path)
 
 def test_the_outputs_shown_are_checked_here() -> None:
     shown = {command for command, output in COMMANDS if output}
-    assert shown == CHECKED, "a command whose output the README shows needs a way to run it here (CHECKED)"
+    assert shown == CHECKED | CHECKED_ON_PYPI, "a command whose output the README shows needs a way to run it here"
     replays = {
         command
         for page in PAGES[1:]
@@ -200,23 +207,37 @@ def shown_output(command: str) -> list[str]:
 )
 @pytest.mark.parametrize("command", sorted(CHECKED | CHECKED_IN_DOCS))
 def test_the_output_shown_is_what_the_command_prints(scratch: Path, command: str) -> None:
+    replay(scratch, command, env=NO_NETWORK)
+
+
+@pytest.mark.network
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+@pytest.mark.skipif(not SNAPSHOT.is_dir(), reason=f"needs the developers' conda-forge snapshot at {SNAPSHOT}")
+@pytest.mark.parametrize("command", sorted(CHECKED_ON_PYPI))
+def test_the_output_shown_is_what_the_command_prints_against_pypi(tmp_path: Path, command: str) -> None:
+    replay(scratch_project(tmp_path / "proj"), command, extra=("--mirror", f"conda-forge={SNAPSHOT}"))
+
+
+def replay(root: Path, command: str, extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+    """Run `command` as the page shows it (a `make` line: the recipe make echoes) and compare what it
+    prints with what the page shows."""
     shown = shown_output(command)
     argv, echoed = shlex.split(command), []
     if argv[0] == "make":  # make's echo of the recipe, then the recipe run with this interpreter
-        echoed = dry_make(scratch, command)[-1:]
+        echoed = dry_make(root, command)[-1:]
         argv = shlex.split(echoed[0])
         assert argv[0] == ".tools/bin/python"
-    where = scratch if command.startswith("make ") else REPO
+    where = root if command.startswith("make ") else REPO
     done = subprocess.run(
-        [sys.executable, *argv[1:]],
+        [sys.executable, *argv[1:], *extra],
         cwd=where,
         capture_output=True,
         text=True,
         timeout=120,
-        env={**make_env(), "PYTHONPATH": str(REPO), **NO_NETWORK},
+        env={**make_env(), "PYTHONPATH": str(REPO), **(env or {})},
     )
     assert done.returncode in (0, 1), done.stderr
-    actual = echoed + done.stdout.replace(str(scratch), SHOWN_ROOT).splitlines()
+    actual = echoed + done.stdout.replace(str(root), SHOWN_ROOT).splitlines()
     assert fits(shown, actual), "\n".join(["shown:", *shown, "", "printed:", *actual])
 
 

@@ -124,6 +124,8 @@ def change(args: argparse.Namespace, verb: str, items: list[str], options: Chang
     code = EXIT_OK
     if done.changed and not done.dry_run and not args.no_install:
         installed, code = _install(project, env, args)
+    elif done.changed and not done.dry_run and not args.json:
+        print(f"{env}: the env is left as it was (--no-install); `{_env_command(project, env)}` applies the new lock")
     if args.json:
         print(dumps(FORMAT, {**done.to_dict(), "install": installed}))
     return code
@@ -163,13 +165,16 @@ def _install(project: Project, env: str, args: argparse.Namespace) -> tuple[Opti
     try:
         result, options = env_command.install(project, env, env_args)
     except BootstrapError as exc:
-        retry = "make env" + ("" if env == project.default_env else f" ENV={env}")
-        message = f"{exc} (the spec and its locks are written; retry the install with `{retry}`)"
+        message = f"{exc} (the spec and its locks are written; retry the install with `{_env_command(project, env)}`)"
         print(f"error: {message}", file=sys.stderr)
         return {"error": {"type": type(exc).__name__, "message": message, "exit_code": exc.exit_code}}, exc.exit_code
     if not args.json:
         print(env_command.summary(env, result, options))
     return result.to_dict(), EXIT_OK
+
+
+def _env_command(project: Project, env: str) -> str:
+    return "make env" + ("" if env == project.default_env else f" ENV={env}")
 
 
 def _print_change(done: ChangeResult, root: Path) -> None:

@@ -148,6 +148,7 @@ def test_add_conda_then_pip_then_remove_both_restores_every_byte(project: Projec
     code, out, err = run(capsys, sources, project, "add", "newpkg")
     assert code == 0, err
     assert "added 'newpkg' to envs/py310.yml (conda: conda-forge has it)" in out
+    assert out.endswith("py310: the env is left as it was (--no-install); `make env` applies the new lock\n")
     spec = project.spec_path("py310").read_text()
     assert inserted(SPEC, spec) == ["  - newpkg\n"]
     for lock, platforms in zip(LOCKS, (PLATFORMS, ("linux-64",))):
@@ -203,7 +204,7 @@ def test_replace_changes_the_line_in_place_and_moves_only_what_it_must(
     assert project.spec_path("py310").read_text() == SPEC.replace("'alpha>=1'", "'alpha==1.0'")  # quotes kept
 
     code, out, _ = run(capsys, sources, project, "add", "alpha==1.0")  # the same requirement: nothing to do
-    assert code == 0 and "is listed already" in out
+    assert code == 0 and "is listed already" in out and "--no-install" not in out  # nothing to apply
 
 
 def test_dry_run_writes_nothing(project: Project, sources: Sources, capsys) -> None:
