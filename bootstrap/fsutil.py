@@ -160,6 +160,24 @@ def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
         raise
 
 
+def overwrite_unshared(path: PathLike, data: bytes) -> None:
+    """Write `data` over the file at `path` in place, unless another name links its inode (a hard
+    link from a package cache) or it is a symlink: then as a new inode (`atomic_write_bytes`), so
+    the other names keep their bytes. Neither is fsynced: for files inside a generation being
+    built, which a crash discards whole. In place spares a rename per file, the dearer step."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    except OSError:  # a symlink (ELOOP), or none there
+        atomic_write_bytes(path, data, fsync=False)
+        return
+    with os.fdopen(fd, "wb") as handle:
+        if os.fstat(fd).st_nlink == 1:
+            handle.write(data)
+            handle.truncate()
+            return
+    atomic_write_bytes(path, data, fsync=False)
+
+
 def write_together(files: Sequence[tuple[Path, bytes]]) -> None:
     """Every file or none: each is written to a hidden staging file beside its target (an atomic write,
     so a failure leaves nothing half-written), then all are renamed over their targets. A FIFO or

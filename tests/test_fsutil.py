@@ -140,3 +140,23 @@ def test_an_input_file_is_read_bounded_and_only_when_regular(tmp_path: Path, kin
 
 def test_an_input_file_reads_as_text_mode_would() -> None:
     assert read_input_text(REPO / "envs" / "py39.yml") == (REPO / "envs" / "py39.yml").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("old", [b"", b"short", b"a much longer old content\n" * 100])
+def test_overwrite_unshared_writes_in_place_only_a_file_no_other_name_links(tmp_path: Path, old: bytes) -> None:
+    """A file of one name keeps its inode and mode; one hard-linked from elsewhere (a package cache)
+    gets a new inode there, and the other name keeps the old bytes."""
+    from bootstrap.fsutil import overwrite_unshared
+
+    own, shared, cache = tmp_path / "own", tmp_path / "shared", tmp_path / "cache"
+    for path in (own, cache):
+        path.write_bytes(old)
+        path.chmod(0o755)
+    os.link(cache, shared)
+    inode = own.stat().st_ino
+    for path in (own, shared):
+        overwrite_unshared(path, b"new bytes")
+        assert path.read_bytes() == b"new bytes" and path.stat().st_mode & 0o777 == 0o755
+    assert own.stat().st_ino == inode
+    assert cache.read_bytes() == old and shared.stat().st_ino != cache.stat().st_ino
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "own", "shared"]  # no temp file left

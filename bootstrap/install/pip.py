@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from bootstrap.errors import IntegrityError, ToolError
-from bootstrap.fsutil import atomic_write_bytes, atomic_write_text, remove_tree
+from bootstrap.fsutil import overwrite_unshared, remove_tree
 from bootstrap.install import wheelstore
 from bootstrap.install.fetch import forget_verified
 from bootstrap.lock.lockfile import LockedPackage
@@ -235,9 +235,9 @@ def _finish_wheel(dist_info: Path, entry: LockedPackage, partial: Path, stable: 
             data = head.replace(old, new) + body
         else:
             continue
-        atomic_write_bytes(target, data, fsync=False)
+        overwrite_unshared(target, data)
         lines[index] = _record_line(path, data)
-    atomic_write_text(record, "\n".join(lines) + "\n", fsync=False)
+    overwrite_unshared(record, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
 def _record_line(relative: str, data: bytes) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bootstrap.cli import main
-from bootstrap.install import linkmode
+from bootstrap.install import linkmode, wheelstore
 from bootstrap.prefix import read_install_record, site_packages
 from bootstrap.project import Project
 from tests.fixtures.env_project import (
@@ -66,6 +66,8 @@ def test_auto_links_from_a_cache_on_the_same_file_system(project: Project, chann
     assert read_install_record(prefix).link == {"requested": "auto", "used": expected}
     if expected == "hardlink":
         assert os.stat(prefix / CONDA_FILE).st_nlink > 1 and os.stat(pip_file(prefix)).st_nlink > 1
+    # what the install rewrote in its dist-infos (RECORD, direct_url.json, scripts) left uv's cache as unpacked
+    assert wheelstore.archives(project.root / ".cache") and wheelstore.edited(project.root / ".cache") == []
     assert run_python(prefix, "import alpha; print('usable')") == "usable"
     assert_matches_lock(project)
 
