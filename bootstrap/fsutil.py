@@ -21,9 +21,9 @@ PathLike = Union[str, "os.PathLike[str]"]
 MIB = 1 << 20  # bytes in a MiB: every *_mib figure (NVML, statvfs, /dev/shm, bench) divides by this one
 
 
-def atomic_write_text(path: PathLike, text: str, fsync: bool = True) -> None:
+def atomic_write_text(path: PathLike, text: str, fsync: bool = True, mtime_ns: Optional[int] = None) -> None:
     """Write `text` to `path` so that readers see the old or the new file, never half."""
-    atomic_write_bytes(path, text.encode("utf-8"), fsync)
+    atomic_write_bytes(path, text.encode("utf-8"), fsync, mtime_ns)
 
 
 def write_target(path: PathLike) -> Path:
@@ -126,7 +126,7 @@ def check_directory(path: Path, where: str) -> None:
         )
 
 
-def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
+def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True, mtime_ns: Optional[int] = None) -> None:
     """Write `data` to `path` so that readers see the old or the new file, never half.
 
     The temp file lives in the same directory so the final `os.replace` is a
@@ -136,7 +136,8 @@ def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
     keeps the old bytes. Skip the fsync for files inside a generation being
     built: its rename is the commit, and the package files beside them are
     not fsynced either. A symlink is written through; a special file (a FIFO,
-    /dev/stdout) is written directly, never replaced.
+    /dev/stdout) is written directly, never replaced. `mtime_ns`: the new file's
+    mtime (and atime), set before it takes the name.
     """
     target = write_target(path)
     if is_special(target):
@@ -154,6 +155,8 @@ def atomic_write_bytes(path: PathLike, data: bytes, fsync: bool = True) -> None:
             os.chmod(tmp, target.stat().st_mode & 0o777)
         else:
             os.chmod(tmp, 0o644)
+        if mtime_ns is not None:
+            os.utime(tmp, ns=(mtime_ns, mtime_ns))
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -17,9 +17,10 @@ from typing import Iterator, Mapping, Optional, Sequence
 from bootstrap.fsutil import atomic_write_text, remove_tree, sha256_file
 from bootstrap.lock.lockfile import LockedPackage
 
-# A seal's first line, then the JSON of `write_seal`. A seal of another header (an older bootstrap's)
-# counts as none: the package is extracted again from its checked archive and sealed anew.
-SEAL_HEADER = "bootstrap-seal 5\n"
+# A seal's first line, then the JSON of `write_seal`; the seal file's mtime is the time it seals the
+# files until. A seal of another header (an older bootstrap's) counts as none: the package is
+# extracted again from its checked archive and sealed anew.
+SEAL_HEADER = "bootstrap-seal 6\n"
 _CONTENT = ("files", "content")  # what an edit changes; a link made or removed changes ctimes only
 _EXTRACTING = ".extracting-"
 _HELD: set[str] = set()  # this process's own `extracting` files
@@ -92,14 +93,13 @@ def seal(cache_dir: Path, extracted: Sequence[LockedPackage], linked: Sequence[L
     for entry in extracted:
         with contextlib.suppress(FileNotFoundError):  # not extracted after all: nothing to seal
             prints[seal_path(cache_dir, entry)] = fingerprint(extracted_dir(cache_dir, entry))
-    for entry in linked:
-        sealed = read_seal(seal_path(cache_dir, entry), SEAL_HEADER)
-        if sealed is not None:
-            prints[seal_path(cache_dir, entry)] = sealed
-    if prints:
+    resealed = [seal_path(cache_dir, entry) for entry in linked]
+    if prints or resealed:
         at = seal_time(cache_dir)
         for path, print_ in prints.items():
             write_seal(path, SEAL_HEADER, print_, at)
+        for path in resealed:
+            reseal(path, at)
 
 
 def compare(sealed: Mapping[str, object], now: Mapping[str, object]) -> str:
@@ -113,22 +113,33 @@ def compare(sealed: Mapping[str, object], now: Mapping[str, object]) -> str:
 
 
 def read_seal(path: Path, header: str) -> Optional[dict[str, object]]:
-    """The seal at `path`, or None: none there, a broken one, or another header's (an older bootstrap's)."""
+    """The seal at `path` with its time as `sealed_at`, or None: none there, a broken one, or another
+    header's (an older bootstrap's)."""
     try:
-        first, _, body = path.read_text(encoding="utf-8").partition("\n")
+        with open(path, encoding="utf-8") as handle:
+            first, _, body = handle.read().partition("\n")
+            at = os.fstat(handle.fileno()).st_mtime_ns
         value = json.loads(body)
     except (OSError, ValueError):
         return None
-    return value if first + "\n" == header and isinstance(value, dict) else None
+    return {**value, "sealed_at": at} if first + "\n" == header and isinstance(value, dict) else None
 
 
 def write_seal(path: Path, header: str, print_: Mapping[str, object], at: int) -> None:
-    """Seal the files `print_` describes as they are until `at` (`seal_time`). Not fsynced: a seal
-    that a crash tore or lost counts as none, and the files are checked again."""
+    """Seal the files `print_` describes as they are until `at` (`seal_time`), which the seal file
+    carries as its mtime. Not fsynced: a seal that a crash tore or lost counts as none, and the files
+    are checked again."""
     body = {key: print_[key] for key in _CONTENT}
-    body["sealed_at"] = at
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, header + json.dumps(body, sort_keys=True) + "\n", fsync=False)
+    atomic_write_text(path, header + json.dumps(body, sort_keys=True) + "\n", fsync=False, mtime_ns=at)
+
+
+def reseal(path: Path, at: int) -> None:
+    """Move the seal at `path`, if there is one, on to `at`: for files found as sealed before this run
+    hard-linked from them, which changed their inodes' ctimes, not the files. One utime, so that
+    linking from many copies rewrites none of their seals."""
+    with contextlib.suppress(FileNotFoundError):
+        os.utime(path, ns=(at, at))
 
 
 def seal_time(cache_dir: Path) -> int:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from bootstrap.fsutil import sha256_file
-from bootstrap.install.store import compare, fingerprint, read_seal, seal_time, write_seal
+from bootstrap.install.store import compare, fingerprint, read_seal, reseal, seal_time, write_seal
 
-SEAL_HEADER = "bootstrap-wheel-seal 2\n"
+SEAL_HEADER = "bootstrap-wheel-seal 3\n"
 UV_DIR = "uv"  # uv's cache inside the package cache: one file system pair to probe, one `--cache-dir`
 
 
@@ -67,17 +67,18 @@ def seal_all(cache_dir: Path, checked: Sequence[Path] = ()) -> None:
     """Seal what uv unpacked in this run (no seal yet), and again the unpacked wheels `checked` by
     `edited` before uv linked from them: new links changed their inodes' ctimes, not their files."""
     wanted = {p.name for p in checked}
-    prints = {}
+    prints, resealed = {}, []
     for archive in archives(cache_dir):
-        sealed = read_seal(_seal_path(cache_dir, archive), SEAL_HEADER)
-        if sealed is None:
+        if read_seal(_seal_path(cache_dir, archive), SEAL_HEADER) is None:
             prints[archive] = fingerprint(archive)
         elif archive.name in wanted:
-            prints[archive] = sealed
-    if prints:
+            resealed.append(_seal_path(cache_dir, archive))
+    if prints or resealed:
         at = seal_time(cache_dir)
         for archive, print_ in prints.items():
             write_seal(_seal_path(cache_dir, archive), SEAL_HEADER, print_, at)
+        for path in resealed:
+            reseal(path, at)
 
 
 def _record(archive: Path) -> Optional[Path]:

@@ -110,9 +110,9 @@ def test_an_edit_through_a_hard_link_is_caught_and_reaches_no_later_env(
 def test_linking_again_hashes_nothing_and_an_edit_right_after_is_caught(
     project: Project, channel: Path, capsys, monkeypatch
 ) -> None:
-    """A run that hard-linked from sealed copies seals them again by time, without hashing: the next
-    env links from them without hashing either. An edit made at once after that run (no clock tick
-    waited for), size and mtime put back, still reaches no later env."""
+    """A run that hard-linked from sealed copies seals them again by time, without hashing or
+    rewriting them: the next env links from them without hashing either. An edit made at once after
+    that run (no clock tick waited for), size and mtime put back, still reaches no later env."""
     from bootstrap.install import store, wheelstore
 
     first, second, third = (project.root / name for name in ("env-a", "env-b", "env-c"))
@@ -124,8 +124,10 @@ def test_linking_again_hashes_nothing_and_an_edit_right_after_is_caught(
         monkeypatch.setattr(module, name, lambda path, real=real: hashed.append(path) or real(path))
     path = second / CONDA_FILE
     original, info = path.read_bytes(), os.stat(path)
+    seals = {p: p.stat().st_ino for p in (project.root / ".cache" / "seals").glob("*.json")}
     assert main(env_args(project, str(channel), "--prefix", str(third), "--link", "hardlink")) == 0
     assert hashed == []
+    assert {p: p.stat().st_ino for p in seals} == seals  # moved on by their mtimes, none rewritten
     with open(third / CONDA_FILE, "r+b") as handle:  # the cache's inode, as the two envs' are
         handle.write(b"X")
     os.utime(third / CONDA_FILE, ns=(info.st_atime_ns, info.st_mtime_ns))
