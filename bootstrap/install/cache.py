@@ -15,11 +15,14 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from bootstrap.errors import InputError
 from bootstrap.fsutil import flocked, remove_tree
-from bootstrap.lock.lockfile import LockedPackage, read_lock
+from bootstrap.install import wheelstore
+from bootstrap.lock.lockfile import LockedPackage, loose_version, read_lock
+from bootstrap.prefix import normalise
 from bootstrap.project import Project
 from bootstrap.report import result
 
-KINDS = ("archives", "pkgs", "seals")
+KINDS = ("archives", "pkgs", "wheels", "seals")  # "wheels": the wheels uv unpacked, envs link from them
+_PARTS = {"wheels": wheelstore.UV_DIR + "/archive-v0"}  # where a kind's entries are, if not in `<cache>/<kind>`
 _WRITABLE = "pass a --cache-dir you can write; the default is ~/.cache/bootstrap"
 
 
@@ -101,14 +104,21 @@ def prune(cache_dir: Path, keep: Iterable[LockedPackage]) -> tuple[list[Usage], 
     keep = list(keep)
     hashes = {e.sha256 for e in keep}
     stems = {e.stem for e in keep if e.manager == "conda"}
+    pins = {(normalise(e.name), loose_version(e.version)) for e in keep if e.manager == "pip"}
     wanted = {
         "archives": lambda p: p.name in hashes,
         "pkgs": lambda p: (p.name[: -len(".lock")] if p.name.endswith(".lock") else p.name) in stems,
-        "seals": lambda p: p.name[: -len(".json")] in hashes,
+        "wheels": lambda p: _pinned(wheelstore.distribution(p), pins),
+        "seals": lambda p: p.name[: -len(".json")] in hashes or _unpacked_there(cache_dir, p),
     }
     removed, left = [], []
     for kind in KINDS:
         doomed = [p for p in _entries(cache_dir, kind) if not wanted[kind](p)]
+        if kind == "wheels":
+            removed_wheels, left_wheels = _prune_unpacked(cache_dir, doomed)
+            removed.append(removed_wheels)
+            left.append(left_wheels)
+            continue
         if kind == "archives":  # downloads killed runs left in kept entries: nobody fetches while prune holds the flock
             doomed += [
                 part
@@ -127,6 +137,33 @@ def prune(cache_dir: Path, keep: Iterable[LockedPackage]) -> tuple[list[Usage], 
         removed.append(Usage(kind, len(doomed) - len(stayed), sum(sizes[p] for p in doomed if p not in stayed)))
         left.append(Usage(kind, len(stayed), sum(sizes[p] for p in stayed)))
     return removed, left
+
+
+def _pinned(distribution: tuple[str, str], pins: set[tuple[str, str]]) -> bool:
+    name, version = distribution
+    return not name or (name, loose_version(version)) in pins  # one without a name is not for us to judge
+
+
+def _unpacked_there(cache_dir: Path, seal: Path) -> bool:
+    """Whether `seal` is the seal of an unpacked wheel still in uv's cache."""
+    name = seal.name[: -len(".json")]
+    return name.startswith("uv-") and (cache_dir / _PARTS["wheels"] / name[len("uv-") :]).is_dir()
+
+
+def _prune_unpacked(cache_dir: Path, doomed: list[Path]) -> tuple[Usage, Usage]:
+    """Remove the unpacked wheels `doomed` by `uv cache clean` of their names (uv keeps pointers to
+    them elsewhere in its cache, which a bare removal would leave dangling). That also drops the
+    kept versions of those names: the next install unpacks them again from their checked wheels."""
+    names = sorted({wheelstore.distribution(p)[0] for p in doomed})
+    going = [p for p in _entries(cache_dir, "wheels") if wheelstore.distribution(p)[0] in names]
+    sizes = {p: _disk_bytes(p) for p in going}
+    if names:
+        wheelstore.clean(cache_dir, names)
+    stayed = [p for p in going if p.exists()]
+    gone = [p for p in going if p not in stayed]
+    return Usage("wheels", len(gone), sum(sizes[p] for p in gone)), Usage(
+        "wheels", len(stayed), sum(sizes[p] for p in stayed)
+    )
 
 
 def _lock_paths(project: Project, env: str) -> list[Path]:
@@ -237,8 +274,9 @@ def _entries(cache_dir: Path, kind: str) -> list[Path]:
     """The entries of one part that are bootstrap's or rattler's to manage, by their names: anything
     else (a stray file, a tool's dot-file such as `pkgs/.cache.lock`) is left alone, and a part that
     is a symlink is never followed."""
-    directory = cache_dir / kind
-    if directory.is_symlink() or not directory.is_dir():
+    parts = Path(_PARTS.get(kind, kind)).parts
+    directory = cache_dir.joinpath(*parts)
+    if any(cache_dir.joinpath(*parts[: i + 1]).is_symlink() for i in range(len(parts))) or not directory.is_dir():
         return []
     return sorted(p for p in directory.iterdir() if _ours(kind, p))
 
@@ -250,8 +288,10 @@ def _ours(kind: str, path: Path) -> bool:
         return path.is_dir() and not path.is_symlink() and len(path.name) > 7
     if kind == "pkgs":  # an extracted package, or rattler's lock file beside it
         return path.name.endswith(".lock") or (path / "info").is_dir()
+    if kind == "wheels":
+        return path.is_dir() and not path.is_symlink()
     name = path.name if kind == "archives" else path.name[: -len(".json")] if path.name.endswith(".json") else ""
-    return bool(_HEX64.fullmatch(name))
+    return bool(_HEX64.fullmatch(name)) or (kind == "seals" and name.startswith("uv-") and len(name) > 3)
 
 
 def _disk_bytes(path: Path) -> int:

@@ -115,15 +115,7 @@ def _drop_edited(cache_dir: Path, edited: Sequence[tuple[Path, str]], held: Sequ
     names = sorted({name for _, name in edited if name})
     if not names:
         return []
-    done = _run_uv(
-        [uv_binary(PipOptions()), "cache", "clean", "--cache-dir", str(wheelstore.uv_cache(cache_dir)), *names],
-        timeout=600,
-        held=held,
-    )
-    if done.returncode != 0:
-        raise ToolError(
-            f"uv cache clean of the edited unpacked wheels {', '.join(names)} failed: {done.stderr.strip()}"
-        )
+    wheelstore.clean(cache_dir, names, held)
     return [f"unpacked files of the wheels {', '.join(names)} in the package cache were edited: unpacked again"]
 
 

@@ -16,8 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from bootstrap.errors import ToolError
 from bootstrap.fsutil import sha256_file
 from bootstrap.install.store import compare, fingerprint, read_seal, reseal, seal_time, write_seal
+from bootstrap.lock.pip import PipOptions, uv_binary
+from bootstrap.prefix import normalise
+from bootstrap.runner import run
 
 SEAL_HEADER = "bootstrap-wheel-seal 3\n"
 UV_DIR = "uv"  # uv's cache inside the package cache: one file system pair to probe, one `--cache-dir`
@@ -51,8 +55,18 @@ def edited(cache_dir: Path) -> list[tuple[Path, str]]:
             if _matches_record(archive):
                 write_seal(_seal_path(cache_dir, archive), SEAL_HEADER, now, at)
                 continue
-        found.append((archive, _dist_name(archive)))
+        found.append((archive, distribution(archive)[0]))
     return found
+
+
+def clean(cache_dir: Path, names: Sequence[str], held: Sequence[int] = ()) -> None:
+    """`uv cache clean NAME...`: uv forgets every unpacked wheel of those distributions, and unpacks
+    the ones a later install needs again from their checked wheels. uv inherits `held` (see `pip.install`)."""
+    # From /: uv reads no uv.toml of whatever project we are in.
+    argv = [uv_binary(PipOptions()), "cache", "clean", "--cache-dir", str(uv_cache(cache_dir)), *names]
+    done = run(argv, timeout=600, cwd="/", pass_fds=held)
+    if done.returncode != 0:
+        raise ToolError(f"uv cache clean of the unpacked wheels {', '.join(names)} failed: {done.stderr.strip()}")
 
 
 @dataclass(frozen=True)
@@ -85,9 +99,14 @@ def _record(archive: Path) -> Optional[Path]:
     return next(iter(sorted(archive.glob("*.dist-info/RECORD"))), None)
 
 
-def _dist_name(archive: Path) -> str:
+def distribution(archive: Path) -> tuple[str, str]:
+    """(PEP 503 name, version) of the wheel unpacked at `archive`, from its `.dist-info`'s name;
+    ("", "") without one."""
     record = _record(archive)
-    return record.parent.name[: -len(".dist-info")].rpartition("-")[0] if record is not None else ""
+    if record is None:
+        return "", ""
+    name, _, version = record.parent.name[: -len(".dist-info")].rpartition("-")
+    return normalise(name), version
 
 
 def _matches_record(archive: Path) -> bool:

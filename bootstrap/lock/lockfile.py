@@ -331,12 +331,12 @@ def _pip_url_problem(p: LockedPackage) -> Optional[str]:
         name, _, version = stem.rpartition("-")
     else:
         return f"url: {excerpt(filename)} is not a wheel or sdist (.whl, .tar.gz, .zip)"
-    if _normalised(name) != _normalised(p.name) or _loose_version(version) != _loose_version(p.version):
+    if _normalised(name) != _normalised(p.name) or loose_version(version) != loose_version(p.version):
         return f"url: the file {excerpt(filename)} is not {p.name} {p.version}'s"
     return None
 
 
-def _loose_version(version: str) -> str:
+def loose_version(version: str) -> str:
     """Separators and case aside (a wheel's file name writes `-` as `_`), the version as written."""
     return re.sub(r"[-_.]+", ".", version).lower()
 

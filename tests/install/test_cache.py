@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bootstrap.cli import main
+from bootstrap.install import wheelstore
 from bootstrap.lock.lockfile import read_lock
 from bootstrap.project import Project
 from tests.fixtures import REPO
@@ -46,14 +47,23 @@ def test_prune_keeps_what_the_locks_install_and_drops_the_rest(
     gone = [e for sha, e in old.items() if sha not in {p.sha256 for p in lock.packages}]
     assert {e.name for e in gone} == {"torchlike", "alpha", "beta"}  # the first lock's, not the second's
     assert report["removed"]["archives"]["entries"] == len(gone)
-    assert report["removed"]["pkgs"]["entries"] == 2 and report["removed"]["seals"]["entries"] == 1  # torchlike's
+    assert report["removed"]["pkgs"]["entries"] == 2  # torchlike's copy and rattler's lock file beside it
+    # uv's unpacked wheels: alpha's and beta's go by name, alpha 1.0 with them, to be unpacked again when needed
+    assert report["removed"]["wheels"]["entries"] == 3 and report["left"]["wheels"]["entries"] == 0
+    assert {wheelstore.distribution(p)[0] for p in wheelstore.archives(cache)} == {"gamma"}
+    assert report["removed"]["seals"]["entries"] == 4  # torchlike's, and the three unpacked wheels'
+    assert sorted(p.name for p in (cache / "seals").iterdir() if p.name.startswith("uv-")) == [
+        f"uv-{p.name}.json" for p in wheelstore.archives(cache)
+    ]
     assert report["kept_for"] == [str(project.lock_path("py310"))]
     assert {p.name for p in (cache / "archives").iterdir()} == {p.sha256 for p in lock.packages}
     assert not list((cache / "pkgs").glob("torchlike-*")) and (cache / "pkgs" / ".cache.lock").exists()
     assert report["usage"]["archives"]["bytes"] < before["usage"]["archives"]["bytes"]
     # What was kept is all an env of this lock needs: another one builds with no channel at all.
     assert main([*env_args(project, "/nonexistent-mirror"), "--prefix", str(project.root / "second")]) == 0
-    assert run_python(prefix_of(project), "import alpha; print(alpha.__version__)") == "1.0"  # envs hold copies
+    assert run_python(project.root / "second", "import alpha; print(alpha.__version__)") == "1.0"
+    assert {wheelstore.distribution(p)[0] for p in wheelstore.archives(cache)} == {"alpha", "gamma"}  # unpacked again
+    assert run_python(prefix_of(project), "import alpha; print(alpha.__version__)") == "1.0"  # envs keep their files
 
 
 def start_waiting(argv: list) -> subprocess.Popen:
@@ -95,9 +105,13 @@ def test_prune_removes_only_what_is_its_own(project: Project, channel: Path, tmp
     (cache / "archives" / "deploy.txt").write_text("not an archive's directory")
     shutil.rmtree(cache / "seals")
     (cache / "seals").symlink_to(outside)
+    shutil.rmtree(cache / "uv")
+    (outside / "archive-v0" / "unpacked" / "other-1.0.dist-info").mkdir(parents=True)  # no lock installs it
+    (cache / "uv").symlink_to(outside)
     report = cache_json(project, capsys, "--prune")
     assert (cache / "archives" / "deploy.txt").exists() and (outside / "precious.json").exists()
     assert report["removed"]["seals"]["entries"] == 0 and report["usage"]["seals"]["entries"] == 0
+    assert (outside / "archive-v0" / "unpacked").is_dir() and report["usage"]["wheels"]["entries"] == 0
 
 
 def test_prune_refuses_without_the_locks_it_would_keep(project: Project, tmp_path: Path, capsys) -> None:
