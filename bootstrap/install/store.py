@@ -99,7 +99,7 @@ def seal(cache_dir: Path, extracted: Sequence[LockedPackage], linked: Sequence[L
         for path, print_ in prints.items():
             write_seal(path, SEAL_HEADER, print_, at)
         for path in resealed:
-            reseal(path, at)
+            reseal(path, SEAL_HEADER, at)
 
 
 def compare(sealed: Mapping[str, object], now: Mapping[str, object]) -> str:
@@ -134,12 +134,19 @@ def write_seal(path: Path, header: str, print_: Mapping[str, object], at: int) -
     atomic_write_text(path, header + json.dumps(body, sort_keys=True) + "\n", fsync=False, mtime_ns=at)
 
 
-def reseal(path: Path, at: int) -> None:
+def reseal(path: Path, header: str, at: int) -> None:
     """Move the seal at `path`, if there is one, on to `at`: for files found as sealed before this run
     hard-linked from them, which changed their inodes' ctimes, not the files. One utime, so that
-    linking from many copies rewrites none of their seals."""
-    with contextlib.suppress(FileNotFoundError):
+    linking from many copies rewrites none of their seals; another user's seal in a shared cache,
+    whose times only its owner may set, is written anew instead."""
+    try:
         os.utime(path, ns=(at, at))
+    except FileNotFoundError:
+        pass
+    except PermissionError:
+        sealed = read_seal(path, header)
+        if sealed is not None:
+            write_seal(path, header, sealed, at)
 
 
 def seal_time(cache_dir: Path) -> int:

@@ -92,7 +92,7 @@ def seal_all(cache_dir: Path, checked: Sequence[Path] = ()) -> None:
         for archive, print_ in prints.items():
             write_seal(_seal_path(cache_dir, archive), SEAL_HEADER, print_, at)
         for path in resealed:
-            reseal(path, at)
+            reseal(path, SEAL_HEADER, at)
 
 
 def _record(archive: Path) -> Optional[Path]:

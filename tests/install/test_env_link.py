@@ -107,21 +107,28 @@ def test_an_edit_through_a_hard_link_is_caught_and_reaches_no_later_env(
     assert verify_files(second, project, capsys)["status"] == "ok"
 
 
+def spy_on_hashing(monkeypatch) -> list[Path]:
+    """The cached copies and unpacked wheels hashed from now on (their seals did not vouch for them)."""
+    from bootstrap.install import store
+
+    hashed: list[Path] = []
+    for module, name in ((store, "_matches_paths_json"), (wheelstore, "_matches_record")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda path, real=real: hashed.append(path) or real(path))
+    return hashed
+
+
 def test_linking_again_hashes_nothing_and_an_edit_right_after_is_caught(
     project: Project, channel: Path, capsys, monkeypatch
 ) -> None:
     """A run that hard-linked from sealed copies seals them again by time, without hashing or
     rewriting them: the next env links from them without hashing either. An edit made at once after
     that run (no clock tick waited for), size and mtime put back, still reaches no later env."""
-    from bootstrap.install import store, wheelstore
 
     first, second, third = (project.root / name for name in ("env-a", "env-b", "env-c"))
     for prefix in (first, second):  # the second run's links change the inodes the first sealed
         assert main(env_args(project, str(channel), "--prefix", str(prefix), "--link", "hardlink")) == 0
-    hashed: list[Path] = []
-    for module, name in ((store, "_matches_paths_json"), (wheelstore, "_matches_record")):
-        real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda path, real=real: hashed.append(path) or real(path))
+    hashed = spy_on_hashing(monkeypatch)
     path = second / CONDA_FILE
     original, info = path.read_bytes(), os.stat(path)
     seals = {p: p.stat().st_ino for p in (project.root / ".cache" / "seals").glob("*.json")}
@@ -134,6 +141,31 @@ def test_linking_again_hashes_nothing_and_an_edit_right_after_is_caught(
     assert main(env_args(project, str(channel), "--prefix", str(project.root / "env-d"), "--link", "hardlink")) == 0
     assert [p.name.split("-")[0] for p in hashed] == ["zlibstub"]  # its ctime alone showed the edit
     assert (project.root / "env-d" / CONDA_FILE).read_bytes() == original
+
+
+def test_seals_of_another_user_are_written_anew(project: Project, channel: Path, monkeypatch) -> None:
+    """In a shared cache only a seal's owner may set its times: a run that links from another user's
+    sealed copies writes their seals anew instead, and the run after it hashes nothing."""
+
+    def env(name: str) -> list:
+        return env_args(project, str(channel), "--prefix", str(project.root / name), "--link", "hardlink")
+
+    assert main(env("env-a")) == 0
+    real = os.utime
+
+    def not_the_owner(path, *args, **kwargs):
+        if Path(path).parent.name == "seals" and not Path(path).name.startswith("."):  # not our temp files
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "utime", not_the_owner)
+    seals = {p: p.stat().st_ino for p in (project.root / ".cache" / "seals").glob("*.json")}
+    assert seals and main(env("env-b")) == 0
+    assert all(p.stat().st_ino != inode for p, inode in seals.items())
+    monkeypatch.setattr(os, "utime", real)
+    hashed = spy_on_hashing(monkeypatch)
+    assert main(env("env-c")) == 0
+    assert hashed == []
 
 
 def _after_ctime_of(path: Path) -> None:
