@@ -280,8 +280,16 @@ class Bench:
         lock_env(self.project, "py310", LockOptions(mirrors=(self.mirror,), cache_dir=self.tmp / "repodata"))
 
     def ours(self, prefix: Path, link: str = "copy", cache: Path | None = None) -> EnvOptions:
+        # Nothing runs from the bench's envs between its runs: a retired generation is recycled at once.
         return EnvOptions(
-            "py310", self.lock_path, prefix, "linux-64", cache or self.cache, mirrors=(self.mirror,), link=link
+            "py310",
+            self.lock_path,
+            prefix,
+            "linux-64",
+            cache or self.cache,
+            mirrors=(self.mirror,),
+            link=link,
+            recycle_after_s=0,
         )
 
     def raw(self, version: str, prefix: Path, copies: bool = True) -> None:

@@ -381,7 +381,7 @@ BENCHMARKS = (
         "bench-env: `bootstrap env` against raw `rattler.install`",
         "bench_env.py",
         ("--runs", "7"),
-        'BENCH_ENV_ARGS="--runs 11"',
+        'BENCH_ENV_ARGS="--runs 7"',
         2400,
         read_env,
     ),
