@@ -16,8 +16,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 from bootstrap.errors import InputError
 from bootstrap.fsutil import flocked, remove_tree
 from bootstrap.install import wheelstore
-from bootstrap.lock.lockfile import LockedPackage, loose_version, read_lock
-from bootstrap.prefix import normalise
+from bootstrap.lock.lockfile import LockedPackage, read_lock
 from bootstrap.project import Project
 from bootstrap.report import result
 
@@ -104,11 +103,11 @@ def prune(cache_dir: Path, keep: Iterable[LockedPackage]) -> tuple[list[Usage], 
     keep = list(keep)
     hashes = {e.sha256 for e in keep}
     stems = {e.stem for e in keep if e.manager == "conda"}
-    pins = {(normalise(e.name), loose_version(e.version)) for e in keep if e.manager == "pip"}
+    pins = wheelstore.pins(keep)
     wanted = {
         "archives": lambda p: p.name in hashes,
         "pkgs": lambda p: (p.name[: -len(".lock")] if p.name.endswith(".lock") else p.name) in stems,
-        "wheels": lambda p: _pinned(wheelstore.distribution(p), pins),
+        "wheels": lambda p: not wheelstore.distribution(p)[0] or wheelstore.pinned(p, pins),  # nameless: not ours
         "seals": lambda p: p.name[: -len(".json")] in hashes or _unpacked_there(cache_dir, p),
     }
     removed, left = [], []
@@ -137,11 +136,6 @@ def prune(cache_dir: Path, keep: Iterable[LockedPackage]) -> tuple[list[Usage], 
         removed.append(Usage(kind, len(doomed) - len(stayed), sum(sizes[p] for p in doomed if p not in stayed)))
         left.append(Usage(kind, len(stayed), sum(sizes[p] for p in stayed)))
     return removed, left
-
-
-def _pinned(distribution: tuple[str, str], pins: set[tuple[str, str]]) -> bool:
-    name, version = distribution
-    return not name or (name, loose_version(version)) in pins  # one without a name is not for us to judge
 
 
 def _unpacked_there(cache_dir: Path, seal: Path) -> bool:

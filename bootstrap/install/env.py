@@ -353,7 +353,7 @@ def _apply(
     with ThreadPoolExecutor(max_workers=1) as pool:
         # uv's unpacked wheels are checked against their seals while rattler links the conda part:
         # the check stats every file they hold, and rattler's links leave this interpreter idle.
-        checking = pool.submit(wheelstore.edited, options.cache_dir) if plan.pip_install else None
+        checking = pool.submit(wheelstore.edited, options.cache_dir, plan.pip_install) if plan.pip_install else None
         if plan.pip_remove:  # first: a distribution moving to conda would take the files its conda package links
             t = time.perf_counter()
             notify(f"pip: removing {len(plan.pip_remove)} distributions")

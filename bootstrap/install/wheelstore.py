@@ -14,11 +14,12 @@ import csv
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 from bootstrap.errors import ToolError
 from bootstrap.fsutil import sha256_file
 from bootstrap.install.store import compare, fingerprint, read_seal, reseal, seal_time, write_seal
+from bootstrap.lock.lockfile import LockedPackage, loose_version
 from bootstrap.lock.pip import PipOptions, uv_binary
 from bootstrap.prefix import normalise
 from bootstrap.runner import run
@@ -40,11 +41,17 @@ def _seal_path(cache_dir: Path, archive: Path) -> Path:
     return cache_dir / "seals" / f"uv-{archive.name}.json"
 
 
-def edited(cache_dir: Path) -> list[tuple[Path, str]]:
+def edited(cache_dir: Path, entries: Optional[Sequence[LockedPackage]] = None) -> list[tuple[Path, str]]:
     """(unpacked wheel, distribution name) of each one whose files changed since it was sealed, or,
-    unsealed or with changed inodes, no longer match its RECORD. The others are sealed as they are."""
+    unsealed or with changed inodes, no longer match its RECORD. The others are sealed as they are.
+    With `entries`, only the unpacked wheels of distributions of those names, whatever the version
+    (a version written another way must not pass unchecked): a cache that also holds other
+    projects' wheels need not be walked whole."""
     found, at = [], None
+    names = None if entries is None else {"", *(normalise(e.name) for e in entries)}  # "": no RECORD left
     for archive in archives(cache_dir):
+        if names is not None and distribution(archive)[0] not in names:
+            continue
         now = fingerprint(archive)
         sealed = read_seal(_seal_path(cache_dir, archive), SEAL_HEADER)
         state = "touched" if sealed is None else compare(sealed, now)
@@ -97,6 +104,17 @@ def seal_all(cache_dir: Path, checked: Sequence[Path] = ()) -> None:
 
 def _record(archive: Path) -> Optional[Path]:
     return next(iter(sorted(archive.glob("*.dist-info/RECORD"))), None)
+
+
+def pins(entries: Iterable[LockedPackage]) -> set[tuple[str, str]]:
+    """(PEP 503 name, version) of each pip entry, as `pinned` holds an unpacked wheel against them."""
+    return {(normalise(e.name), loose_version(e.version)) for e in entries if e.manager == "pip"}
+
+
+def pinned(archive: Path, pins: set[tuple[str, str]]) -> bool:
+    """Whether the wheel unpacked at `archive` is one of `pins`."""
+    name, version = distribution(archive)
+    return (name, loose_version(version)) in pins
 
 
 def distribution(archive: Path) -> tuple[str, str]:
