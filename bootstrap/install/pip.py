@@ -70,7 +70,7 @@ def install(
     # Whatever the mode: a wheel edited through an earlier env's hard link must not be copied either.
     cache_dir = cache.cache_dir
     notes = _drop_edited(cache_dir, cache.edited.result(), held)
-    checked = wheelstore.archives(cache_dir)  # what is left: as sealed, or found intact
+    checked = wheelstore.of(cache_dir, entries)  # what is left of them: as sealed, or found intact
     local = {wheels[e.name].as_uri(): e for e in entries}
     requirements = partial / ".bootstrap-requirements.txt"
     requirements.write_text(

@@ -41,17 +41,20 @@ def _seal_path(cache_dir: Path, archive: Path) -> Path:
     return cache_dir / "seals" / f"uv-{archive.name}.json"
 
 
-def edited(cache_dir: Path, entries: Optional[Sequence[LockedPackage]] = None) -> list[tuple[Path, str]]:
-    """(unpacked wheel, distribution name) of each one whose files changed since it was sealed, or,
-    unsealed or with changed inodes, no longer match its RECORD. The others are sealed as they are.
-    With `entries`, only the unpacked wheels of distributions of those names, whatever the version
-    (a version written another way must not pass unchecked): a cache that also holds other
-    projects' wheels need not be walked whole."""
+def of(cache_dir: Path, entries: Sequence[LockedPackage]) -> list[Path]:
+    """The unpacked wheels an install of `entries` may link from: every version of those names (a
+    version written otherwise than the lock's must not pass unchecked), and any whose RECORD is gone.
+    A cache that also holds other projects' wheels need not be walked whole."""
+    names = {"", *(normalise(e.name) for e in entries)}
+    return [archive for archive in archives(cache_dir) if distribution(archive)[0] in names]
+
+
+def edited(cache_dir: Path, entries: Sequence[LockedPackage]) -> list[tuple[Path, str]]:
+    """(unpacked wheel, distribution name) of each one `of` `entries` whose files changed since it was
+    sealed, or, unsealed or with changed inodes, no longer match its RECORD. The others are sealed as
+    they are."""
     found, at = [], None
-    names = None if entries is None else {"", *(normalise(e.name) for e in entries)}  # "": no RECORD left
-    for archive in archives(cache_dir):
-        if names is not None and distribution(archive)[0] not in names:
-            continue
+    for archive in of(cache_dir, entries):
         now = fingerprint(archive)
         sealed = read_seal(_seal_path(cache_dir, archive), SEAL_HEADER)
         state = "touched" if sealed is None else compare(sealed, now)
@@ -86,7 +89,8 @@ class Checking:
 
 def seal_all(cache_dir: Path, checked: Sequence[Path] = ()) -> None:
     """Seal what uv unpacked in this run (no seal yet), and again the unpacked wheels `checked` by
-    `edited` before uv linked from them: new links changed their inodes' ctimes, not their files."""
+    `edited` before uv linked from them: new links changed their inodes' ctimes, not their files.
+    Only those: moving on the seal of one not checked could hide an edit its ctime alone shows."""
     wanted = {p.name for p in checked}
     prints, resealed = {}, []
     for archive in archives(cache_dir):

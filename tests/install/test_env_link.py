@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from bootstrap.cli import main
-from bootstrap.install import linkmode, wheelstore
+from bootstrap.install import linkmode, store, wheelstore
+from bootstrap.lock.lockfile import read_lock
 from bootstrap.prefix import read_install_record, site_packages
 from bootstrap.project import Project
 from tests.fixtures.env_project import (
@@ -27,6 +28,7 @@ from tests.fixtures.env_project import (
     without_progress,
 )
 from tests.fixtures.project import copy_project
+from tests.fixtures.unpacked import unpacked
 
 CONDA_FILE = "lib/libzstub.so.1"  # zlibstub's, without a prefix placeholder: linked, not rewritten
 
@@ -67,7 +69,8 @@ def test_auto_links_from_a_cache_on_the_same_file_system(project: Project, chann
     if expected == "hardlink":
         assert os.stat(prefix / CONDA_FILE).st_nlink > 1 and os.stat(pip_file(prefix)).st_nlink > 1
     # what the install rewrote in its dist-infos (RECORD, direct_url.json, scripts) left uv's cache as unpacked
-    assert wheelstore.archives(project.root / ".cache") and wheelstore.edited(project.root / ".cache") == []
+    cache, installed = project.root / ".cache", read_lock(project.lock_path("py310")).packages
+    assert wheelstore.of(cache, installed) and wheelstore.edited(cache, installed) == []
     assert run_python(prefix, "import alpha; print('usable')") == "usable"
     assert_matches_lock(project)
 
@@ -166,6 +169,18 @@ def test_seals_of_another_user_are_written_anew(project: Project, channel: Path,
     hashed = spy_on_hashing(monkeypatch)
     assert main(env("env-c")) == 0
     assert hashed == []
+
+
+def test_an_install_moves_on_only_the_seals_it_checked(project: Project, channel: Path) -> None:
+    """An unpacked wheel of another project, not checked by this install, keeps its seal's time: moved
+    on, it would hide an edit that only its ctime shows."""
+    cache = project.root / ".cache"
+    other = unpacked(cache, "other1", "other-project-pkg", "1.0")
+    seal = cache / "seals" / f"uv-{other.name}.json"
+    store.write_seal(seal, wheelstore.SEAL_HEADER, store.fingerprint(other), at=1)
+    assert main(env_args(project, str(channel), "--link", "hardlink")) == 0
+    assert os.stat(seal).st_mtime_ns == 1
+    assert any(p.name.startswith("uv-") and p != seal for p in seal.parent.iterdir())  # alpha's, sealed
 
 
 def _after_ctime_of(path: Path) -> None:

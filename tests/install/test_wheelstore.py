@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from pathlib import Path
 
 from bootstrap.install import wheelstore
 from bootstrap.lock.lockfile import LockedPackage
-
-
-def unpacked(cache: Path, archive_id: str, name: str, version: str) -> Path:
-    """An unpacked wheel in uv's cache whose module no longer matches its RECORD (edited since)."""
-    archive = wheelstore.uv_cache(cache) / "archive-v0" / archive_id
-    module = archive / name.replace("-", "_") / "__init__.py"
-    module.parent.mkdir(parents=True)
-    module.write_bytes(b"EDITED\n")
-    digest = base64.urlsafe_b64encode(hashlib.sha256(b"as packaged\n").digest()).rstrip(b"=").decode()
-    info = archive / f"{name.replace('-', '_')}-{version}.dist-info"
-    info.mkdir()
-    (info / "RECORD").write_text(f"{module.relative_to(archive).as_posix()},sha256={digest},12\n")
-    return archive
+from tests.fixtures.unpacked import unpacked
 
 
 def pip_entry(name: str, version: str) -> LockedPackage:
@@ -39,4 +25,4 @@ def test_an_install_checks_every_version_of_what_it_links_and_nothing_else(tmp_p
     found = wheelstore.edited(tmp_path, [pip_entry("My_Pkg", "1.0")])
     assert sorted(archive for archive, _ in found) == sorted([linked, other_version, nameless])
     assert {name for _, name in found} == {"my-pkg", ""}
-    assert unrelated in [archive for archive, _ in wheelstore.edited(tmp_path)]  # without entries: all of them
+    assert wheelstore.of(tmp_path, [pip_entry("other", "2.0")]) == [nameless, unrelated]
