@@ -295,7 +295,7 @@ bench-report: tools $(TEST_TOOLS)
 
 ## On a lent GPU machine with its own CUDA torch (no conda, no tools venv): doctor, verify's torch checks,
 ## bench on the built-in workload and an image folder, the training tuner (ResNet-50, bf16), monitor, a 1-GPU
-## torchrun all-reduce, in <= 8 min;
+## torchrun all-reduce, in <= 330 s;
 ## every output in OUT=DIR (default ./gpu-check-DATE) with summary.txt; PYTHON= the interpreter with torch.
 gpu-check:
 	PYTHON="$(PYTHON)" scripts/gpu-check.sh

@@ -3,29 +3,30 @@
 # conda channel and no tools venv, only a python with torch. Runs this checkout's bootstrap there:
 #
 #   doctor --save-facts; verify's torch checks against that torch (verify --no-bench, outside any
-#   bootstrap env); bench --budget 120 on the built-in workload and on the image-folder dataset of
+#   bootstrap env); bench --budget 60 on the built-in workload and on the image-folder dataset of
 #   docs/benchmark.md ("Tune your own Dataset in 3 steps", generated here); monitor --count 5 and
 #   monitor --once; a 1-GPU torchrun all-reduce (verify --distributed: NCCL on a GPU, gloo without one);
 #   on a machine with two GPUs or more, a short bench --device cuda:1 (the device a run measures);
-#   bench --effective-batch 256 --budget 90, the training tuner on the built-in workload (ResNet-50 on
+#   bench --effective-batch 256 --budget 60, the training tuner on the built-in workload (ResNet-50 on
 #   synthetic images where torchvision is installed; bf16 on GPUs with it in hardware, Hopper, Blackwell).
 #
 # Every output (stdout, stderr, json, csv, png) goes into one folder, $OUT if set, else
 # ./gpu-check-<date>, with summary.txt: one line per step, its exit status, wall time and verdict.
-# Each step has its own timeout and the whole stays within GPU_CHECK_TOTAL_S (480 s, 8 minutes); a
-# step that cannot run here (no GPU, a missing module) is reported as such and the rest go on.
+# Each step has its own timeout and the whole stays within GPU_CHECK_TOTAL_S (330 s): a lent machine's
+# time, its start included, leaves room to run it twice. A step that cannot run here (no GPU, a missing
+# module) is reported as such and the rest go on.
 #
 # Environment (defaults for a GPU machine; the slow test shrinks them to run on a laptop):
 #   PYTHON                      the interpreter with torch (default: python3)
 #   OUT                         the output folder
-#   GPU_CHECK_TOTAL_S           the whole script's limit (480)
-#   GPU_CHECK_BENCH_BUDGET      bench --budget of each bench run (120)
+#   GPU_CHECK_TOTAL_S           the whole script's limit (330)
+#   GPU_CHECK_BENCH_BUDGET      bench --budget of each bench run (60)
 #   GPU_CHECK_CUDA1_BUDGET      bench --budget of the cuda:1 run, with two GPUs or more (30)
 #   GPU_CHECK_BENCH_ARGS        more bench arguments for both runs (e.g. "--samples 64")
 #   GPU_CHECK_MONITOR_COUNT     monitor --count (5)
 #   GPU_CHECK_IMAGES            images per class in the generated dataset (128)
 #   GPU_CHECK_BATCH_SIZE        the dataset run's --batch-size (64)
-#   GPU_CHECK_TRAINING_BUDGET   bench --budget of the training tuner's run (90)
+#   GPU_CHECK_TRAINING_BUDGET   bench --budget of the training tuner's run (60)
 #   GPU_CHECK_EFFECTIVE_BATCH   its --effective-batch (256)
 #
 # Exit status: 0 when every step that ran passed, 1 when one failed or timed out; summary.txt either way.
@@ -35,14 +36,14 @@ set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
 OUT=${OUT:-./gpu-check-$(date -u +%Y%m%d-%H%M%S)}
-TOTAL_S=${GPU_CHECK_TOTAL_S:-480}
-BUDGET=${GPU_CHECK_BENCH_BUDGET:-120}
+TOTAL_S=${GPU_CHECK_TOTAL_S:-330}
+BUDGET=${GPU_CHECK_BENCH_BUDGET:-60}
 CUDA1_BUDGET=${GPU_CHECK_CUDA1_BUDGET:-30}
 BENCH_EXTRA=${GPU_CHECK_BENCH_ARGS:-}
 MONITOR_COUNT=${GPU_CHECK_MONITOR_COUNT:-5}
 IMAGES=${GPU_CHECK_IMAGES:-128}
 BATCH=${GPU_CHECK_BATCH_SIZE:-64}
-TRAINING_BUDGET=${GPU_CHECK_TRAINING_BUDGET:-90}
+TRAINING_BUDGET=${GPU_CHECK_TRAINING_BUDGET:-60}
 EFFECTIVE=${GPU_CHECK_EFFECTIVE_BATCH:-256}
 
 mkdir -p "$OUT" || { echo "gpu-check: cannot create $OUT" >&2; exit 2; }
