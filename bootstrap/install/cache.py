@@ -146,13 +146,15 @@ def _unpacked_there(cache_dir: Path, seal: Path) -> bool:
 
 def _prune_unpacked(cache_dir: Path, doomed: list[Path]) -> tuple[Usage, Usage]:
     """Remove the unpacked wheels `doomed` by `uv cache clean` of their names (uv keeps pointers to
-    them elsewhere in its cache, which a bare removal would leave dangling). That also drops the
-    kept versions of those names: the next install unpacks them again from their checked wheels."""
+    them elsewhere in its cache, which a bare removal would leave dangling), then what no pointer
+    reaches (`uv cache prune`). That also drops the kept versions of those names: the next install
+    unpacks them again from their checked wheels."""
     names = sorted({wheelstore.distribution(p)[0] for p in doomed})
     going = [p for p in _entries(cache_dir, "wheels") if wheelstore.distribution(p)[0] in names]
     sizes = {p: _disk_bytes(p) for p in going}
     if names:
         wheelstore.clean(cache_dir, names)
+        wheelstore.prune_unreachable(cache_dir)
     stayed = [p for p in going if p.exists()]
     gone = [p for p in going if p not in stayed]
     return Usage("wheels", len(gone), sum(sizes[p] for p in gone)), Usage(

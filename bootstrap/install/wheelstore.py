@@ -72,11 +72,21 @@ def edited(cache_dir: Path, entries: Sequence[LockedPackage]) -> list[tuple[Path
 def clean(cache_dir: Path, names: Sequence[str], held: Sequence[int] = ()) -> None:
     """`uv cache clean NAME...`: uv forgets every unpacked wheel of those distributions, and unpacks
     the ones a later install needs again from their checked wheels. uv inherits `held` (see `pip.install`)."""
+    _uv_cache(cache_dir, ["clean", *names], f"clean of the unpacked wheels {', '.join(names)}", held)
+
+
+def prune_unreachable(cache_dir: Path) -> None:
+    """`uv cache prune`: what no entry of uv's cache points to, such as an unpacked wheel whose
+    pointer is gone (`clean` finds those by no name)."""
+    _uv_cache(cache_dir, ["prune"], "prune", ())
+
+
+def _uv_cache(cache_dir: Path, args: Sequence[str], what: str, held: Sequence[int]) -> None:
     # From /: uv reads no uv.toml of whatever project we are in.
-    argv = [uv_binary(PipOptions()), "cache", "clean", "--cache-dir", str(uv_cache(cache_dir)), *names]
+    argv = [uv_binary(PipOptions()), "cache", *args[:1], "--cache-dir", str(uv_cache(cache_dir)), *args[1:]]
     done = run(argv, timeout=600, cwd="/", pass_fds=held)
     if done.returncode != 0:
-        raise ToolError(f"uv cache clean of the unpacked wheels {', '.join(names)} failed: {done.stderr.strip()}")
+        raise ToolError(f"uv cache {what} failed: {done.stderr.strip()}")
 
 
 @dataclass(frozen=True)

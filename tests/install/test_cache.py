@@ -19,6 +19,7 @@ from bootstrap.lock.lockfile import read_lock
 from bootstrap.project import Project
 from tests.fixtures import REPO
 from tests.fixtures.env_project import CONDA, change_lock, env_args, prefix_of, run_python
+from tests.fixtures.unpacked import unpacked
 
 
 def cache_json(project: Project, capsys, *extra: str) -> dict:
@@ -39,6 +40,7 @@ def test_prune_keeps_what_the_locks_install_and_drops_the_rest(
     )
     assert main(env_args(project, str(channel))) == 0
     cache = project.root / ".cache"
+    unpacked(cache, "orphan", "orphan-pkg", "1.0")  # uv's pointer to it gone: no name finds it in uv's cache
     before = cache_json(project, capsys)
     assert before["removed"] is None and before["usage"]["archives"]["entries"] > 0
 
@@ -48,8 +50,9 @@ def test_prune_keeps_what_the_locks_install_and_drops_the_rest(
     assert {e.name for e in gone} == {"torchlike", "alpha", "beta"}  # the first lock's, not the second's
     assert report["removed"]["archives"]["entries"] == len(gone)
     assert report["removed"]["pkgs"]["entries"] == 2  # torchlike's copy and rattler's lock file beside it
-    # uv's unpacked wheels: alpha's and beta's go by name, alpha 1.0 with them, to be unpacked again when needed
-    assert report["removed"]["wheels"]["entries"] == 3 and report["left"]["wheels"]["entries"] == 0
+    # uv's unpacked wheels: alpha's and beta's go by name, alpha 1.0 with them, to be unpacked again when
+    # needed, and the orphan as what nothing reaches
+    assert report["removed"]["wheels"]["entries"] == 4 and report["left"]["wheels"]["entries"] == 0
     assert {wheelstore.distribution(p)[0] for p in wheelstore.archives(cache)} == {"gamma"}
     assert report["removed"]["seals"]["entries"] == 4  # torchlike's, and the three unpacked wheels'
     assert sorted(p.name for p in (cache / "seals").iterdir() if p.name.startswith("uv-")) == [
@@ -326,3 +329,21 @@ def test_a_lock_file_that_is_a_directory_is_one_line(project: Project, channel: 
         )
     assert not prefix_of(project).exists() and not (tmp_path / "b.tar").exists()
     assert sorted(p.name for p in cache.iterdir()) == [".lock"]  # refused before any fetch
+
+
+def test_a_uv_that_fails_to_clean_is_one_line_and_the_unpacked_wheels_stay(
+    project: Project, channel: Path, wheels: Path, capsys, monkeypatch
+) -> None:
+    from bootstrap.runner import Completed
+
+    assert main(env_args(project, str(channel))) == 0
+    change_lock(project, channel, wheels, conda=CONDA, pip=("gamma",))  # alpha's unpacked wheel goes at the prune
+    cache = project.root / ".cache"
+    before = wheelstore.archives(cache)
+    monkeypatch.setattr(wheelstore, "run", lambda argv, **_: Completed(tuple(argv), 2, "", "error: cache is locked"))
+    capsys.readouterr()
+    code = main(["cache", "--root", str(project.root), "--cache-dir", str(cache), "--prune"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "uv cache clean" in err and "alpha" in err and "error: cache is locked" in err
+    assert wheelstore.archives(cache) == before
