@@ -111,7 +111,8 @@ def prune(cache_dir: Path, keep: Iterable[LockedPackage]) -> tuple[list[Usage], 
         "seals": lambda p: p.name[: -len(".json")] in hashes or _unpacked_there(cache_dir, p),
     }
     removed, left = [], []
-    for kind in KINDS:
+    # uv's part first: the one step another tool does, so a uv that fails leaves the cache as it was
+    for kind in sorted(KINDS, key=lambda kind: kind != "wheels"):
         doomed = [p for p in _entries(cache_dir, kind) if not wanted[kind](p)]
         if kind == "wheels":
             removed_wheels, left_wheels = _prune_unpacked(cache_dir, doomed)
