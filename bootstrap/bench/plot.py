@@ -110,9 +110,13 @@ def layout(result: BenchResult, font: Any = None) -> Chart:
 
 def render_png(result: BenchResult) -> bytes:
     """The chart as PNG bytes."""
+    return chart_png(layout(result))
+
+
+def chart_png(chart: Chart) -> bytes:
+    """A laid-out chart drawn as PNG bytes."""
     from PIL import Image, ImageDraw
 
-    chart = layout(result)
     image = Image.new("RGB", (chart.width, chart.height), "white")
     draw = ImageDraw.Draw(image)
     for shape in chart.shapes:
@@ -129,6 +133,8 @@ def _paint(draw: Any, shape: Shape) -> None:
         draw.rectangle(list(shape.points), fill=shape.fill, outline=shape.outline)
     elif shape.kind == "dot":
         draw.ellipse(list(shape.points), fill=shape.fill)
+    elif shape.kind == "ring":
+        draw.ellipse(list(shape.points), outline=shape.fill, width=shape.width)
     elif shape.kind == "dashed":
         x0, y0, x1, y1 = shape.points
         for y in range(y0, y1, 6):

@@ -4,10 +4,9 @@ places every mark as data, so tests check the chart without reading pixels; `ren
 
 from __future__ import annotations
 
-import io
 from typing import Any, Callable, Optional, Sequence
 
-from bootstrap.bench.plot import GREY, MARGIN, WIDTH, Chart, Colour, _paint
+from bootstrap.bench.plot import GREY, MARGIN, WIDTH, Chart, Colour, chart_png
 from bootstrap.bench.recipe import GridRow, TrainingAdvice
 
 PANEL = 220  # each panel's height in pixels
@@ -113,18 +112,4 @@ def _legend(chart: Chart, keys: Sequence[tuple[str, bool]], top: int) -> None:
 
 def render_png(advice: TrainingAdvice) -> bytes:
     """The chart as PNG bytes."""
-    from PIL import Image, ImageDraw
-
-    chart = layout(advice)
-    image = Image.new("RGB", (chart.width, chart.height), "white")
-    draw = ImageDraw.Draw(image)
-    for shape in chart.shapes:
-        if shape.kind == "ring":
-            draw.ellipse(list(shape.points), outline=shape.fill, width=shape.width)
-        else:
-            _paint(draw, shape)
-    for item in chart.texts:
-        draw.text((item.x, item.y), item.text, fill=item.fill, font=chart.font)
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
+    return chart_png(layout(advice))
