@@ -13,7 +13,7 @@ import pytest
 from bootstrap.cli import main
 from bootstrap.lock.lockfile import read_lock
 from bootstrap.project import Project
-from tests.fixtures.env_project import CONDA, PIP, prefix_of, relock, run_python
+from tests.fixtures.env_project import CONDA, PIP, offline_sources, prefix_of, relock, run_python
 from tests.fixtures.project import copy_project, make_project
 from tests.fixtures.runnable_env import build_runnable_channel
 from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
@@ -42,14 +42,7 @@ def add(project: Project, sources: tuple[Path, Path], *argv: str) -> list[str]:
     channel, wheels = sources
     return [
         "add",
-        "--root",
-        str(project.root),
-        "--mirror",
-        f"conda-forge={channel}",
-        "--pip-find-links",
-        str(wheels),
-        "--pip-no-index",
-        "--pip-offline",
+        *offline_sources(project, channel, wheels),
         "--repodata-cache",
         str(project.root / ".repodata"),
         "--cache-dir",

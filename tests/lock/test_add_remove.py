@@ -17,6 +17,7 @@ from bootstrap.cli import main
 from bootstrap.lock.lockfile import read_lock
 from bootstrap.project import Project
 from tests.fixtures.conda_channel import PLATFORMS, PackageSpec, build_channel, standard_specs
+from tests.fixtures.env_project import offline_sources
 from tests.fixtures.project import write_virtual_packages
 from tests.fixtures.wheels import WheelSpec, build_wheelhouse, standard_wheels
 
@@ -76,16 +77,7 @@ class Sources:
         self.repodata = root / "repodata"
 
     def args(self, project: Project) -> list[str]:
-        return [
-            "--root",
-            str(project.root),
-            "--mirror",
-            f"conda-forge={self.channel}",
-            "--pip-find-links",
-            str(self.wheels),
-            "--pip-no-index",
-            "--pip-offline",
-        ]
+        return offline_sources(project, self.channel, self.wheels)
 
 
 @pytest.fixture(scope="module")
