@@ -165,9 +165,8 @@ def create_or_update(
     with gens.exclusive(layout, feedback.waiting) as env_lock:
         removed = gens.remove_leftovers(layout)
         current = layout.current()
-        change = plan_change(
-            layout, entries, options.recycle_after_s
-        )  # again: another run may have changed the env meanwhile
+        # again: another run may have changed the env meanwhile
+        change = plan_change(layout, entries, options.recycle_after_s)
         run = Run(options, lock, entries, feedback)
         if change is None:
             if current is not None and not _recorded(lock, options):
