@@ -209,6 +209,7 @@ def test_torchrun_two_ranks_on_the_user_s_dataset(tmp_path):
     ]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=180)
     assert done.returncode in (0, 1), done.stderr[-3000:]
+    assert done.stdout.strip(), f"exit {done.returncode}, no JSON on stdout; stderr: {done.stderr[-3000:]}"
     aggregate = json.loads(done.stdout)["extra"]["aggregate"]
     assert aggregate["world_size"] == 2 and "ddp_ceiling_reason" not in aggregate, aggregate
     assert aggregate["ddp_ceiling_samples_per_s"] > 0 and "communication_loss_pct" in aggregate
