@@ -14,7 +14,6 @@ import tarfile
 import threading
 import time
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Collection, Optional, Protocol, Sequence
@@ -31,6 +30,9 @@ from bootstrap.urls import scrub_credentials
 
 Progress = Callable[[LockedPackage], None]
 SIZE_WORKERS = 16  # HEAD requests at once when sizing a fetch: each waits mostly on a round trip
+# All of a fetch's sizing: a network that drops packets makes each HEAD wait out its own timeout, which
+# over a few hundred files would hold a plan for minutes; what is not known by then is of unknown size.
+SIZE_DEADLINE_S = 20.0
 
 
 class BundleReader(Protocol):
@@ -181,12 +183,42 @@ def measure(
             stored += path.stat().st_size
         elif entry.name not in cached:
             sources.append((bundle.source(entry) if bundle is not None else None) or url_source(entry, mirrors))
-    sizes: list[Optional[int]] = []
-    if sources:
-        with ThreadPoolExecutor(max_workers=min(SIZE_WORKERS, len(sources))) as pool:
-            sizes = list(pool.map(lambda source: source.size(), sources))
+    sizes = _sizes(sources, SIZE_DEADLINE_S)
     known = sum(size for size in sizes if size is not None)
     return FetchSize(len(entries), stored + known, len(sizes), known, sum(size is None for size in sizes))
+
+
+def _sizes(sources: Sequence[Source], deadline_s: float) -> list[Optional[int]]:
+    """Each source's size, `SIZE_WORKERS` at a time; None where it failed or was not known `deadline_s`
+    after the start. Daemon threads: a request still waiting on a silent network is left behind, and
+    the process does not wait for it at exit."""
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in sorted(range(len(sources)), key=lambda i: sources[i].ranged is not None):
+        todo.put(i)  # a stat each (a mirror directory, a bundle) before any request waits on the network
+    done: queue.SimpleQueue[tuple[int, Optional[int]]] = queue.SimpleQueue()
+    stop = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            done.put((i, sources[i].size()))
+
+    for n in range(min(SIZE_WORKERS, len(sources))):
+        threading.Thread(target=work, name=f"size-{n}", daemon=True).start()
+    sizes: list[Optional[int]] = [None] * len(sources)
+    end = time.monotonic() + deadline_s
+    try:
+        for _ in sources:
+            i, size = done.get(timeout=max(0.0, end - time.monotonic()))
+            sizes[i] = size
+    except queue.Empty:
+        pass
+    finally:
+        stop.set()
+    return sizes
 
 
 def _announce_size(size: FetchSize, sized: Callable[[int, int, int], None]) -> None:

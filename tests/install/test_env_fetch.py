@@ -457,3 +457,28 @@ def test_an_archive_whose_metadata_is_no_file_is_refused_as_unreadable(tmp_path:
         IntegrityError, match=f"^pkg-1.0-0.tar.bz2: not a readable conda archive \\({member} is not a file"
     ):
         fetch.check_archive_paths(archive)
+
+
+def test_sizing_a_fetch_over_a_silent_network_gives_up_at_its_deadline(tmp_path: Path, monkeypatch) -> None:
+    """A mirror whose host takes connections and never answers (a firewall that drops packets holds a
+    connect as long): each HEAD would wait out its 10 s timeout, 16 at a time. The sizes known by the
+    deadline are kept, the others are of unknown size, and the call returns at the deadline."""
+    import socket
+
+    local = tmp_path / "local.conda"
+    local.write_bytes(b"x" * 1234)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # never accepted: each request's reply never comes
+        host = f"127.0.0.1:{silent.getsockname()[1]}"
+        entries = [
+            LockedPackage(f"p{i}", "1.0", "conda", "linux-64", f"{CHANNEL}/linux-64/p{i}-1.0-0.conda", f"{i:064x}")
+            for i in range(40)
+        ]
+        entries.append(LockedPackage("here", "1.0", "conda", "linux-64", local.as_uri(), "f" * 64))
+        monkeypatch.setattr(fetch, "SIZE_DEADLINE_S", 1.0)
+        started = time.monotonic()
+        size = fetch.measure(entries, tmp_path / "cache", [Mirror.parse(f"conda-forge=http://{host}")])
+        assert time.monotonic() - started < 5, "waited out the requests' own timeouts"
+    assert (size.files, size.download_files, size.unknown) == (41, 41, 40)
+    assert size.download_bytes == size.nbytes == 1234
