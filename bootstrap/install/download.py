@@ -10,6 +10,7 @@ import hashlib
 import http.client
 import netrc
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -334,8 +335,46 @@ def _http(url: str, method: str, headers: dict[str, str], timeout: float) -> htt
         # to wherever a redirect points: the login is this host's.
         token = base64.b64encode(f"{login[0]}:{login[1]}".encode()).decode("ascii")
         request.add_unredirected_header("Authorization", f"Basic {token}")
-    response: http.client.HTTPResponse = urllib.request.urlopen(request, timeout=timeout)
+    response: http.client.HTTPResponse = _OPENER.open(request, timeout=timeout)
     return response
+
+
+# A TCP connect that takes this long is taken for a host that drops packets: given up on (and
+# retried) sooner than a body that stalls, which a request's own timeout is for.
+CONNECT_S = 15.0
+
+
+class _ConnectsSooner(http.client.HTTPConnection):
+    """An HTTP(S) connection whose connect (and TLS handshake) waits `CONNECT_S` at most; reads keep the
+    request's timeout."""
+
+    sock: socket.socket
+
+    def connect(self) -> None:
+        read_timeout = self.timeout
+        self.timeout = CONNECT_S if read_timeout is None else min(CONNECT_S, read_timeout)
+        try:
+            super().connect()
+        finally:
+            self.timeout = read_timeout
+        self.sock.settimeout(read_timeout)
+
+
+class _HttpsConnection(_ConnectsSooner, http.client.HTTPSConnection):
+    pass
+
+
+class _HttpHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_ConnectsSooner, req)
+
+
+class _HttpsHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HttpsConnection, req, context=self._context)  # type: ignore[attr-defined]
+
+
+_OPENER = urllib.request.build_opener(_HttpHandler, _HttpsHandler)  # proxies from the environment, as urlopen
 
 
 def _netrc_login(host: str) -> Optional[tuple[str, str]]:

@@ -482,3 +482,44 @@ def test_sizing_a_fetch_over_a_silent_network_gives_up_at_its_deadline(tmp_path:
         assert time.monotonic() - started < 5, "waited out the requests' own timeouts"
     assert (size.files, size.download_files, size.unknown) == (41, 41, 40)
     assert size.download_bytes == size.nbytes == 1234
+
+
+def test_a_connect_that_never_completes_is_given_up_sooner_than_a_stalled_body(monkeypatch) -> None:
+    """A host that drops packets (here: a listener whose accept queue is full, so the kernel drops each
+    SYN) holds a connect as long as the socket's timeout: the connect waits CONNECT_S, and a server
+    that is slow to answer once connected still has the request's whole timeout."""
+    import socket
+
+    monkeypatch.setattr(download, "CONNECT_S", 0.5)
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        queued = []
+        with contextlib.suppress(TimeoutError):  # the kernel queues backlog + 1: fill it, whatever it is
+            for _ in range(8):
+                queued.append(socket.create_connection(("127.0.0.1", port), timeout=0.3))
+        try:
+            started = time.monotonic()
+            with pytest.raises(OSError, match="timed out"):
+                download.open_url(f"http://127.0.0.1:{port}/p-1.0-0.conda")
+            assert time.monotonic() - started < 5
+        finally:
+            for client in queued:
+                client.close()
+
+    def answer_late(server: socket.socket) -> None:
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(65536)
+            time.sleep(1.0)  # past CONNECT_S, inside the request's timeout
+            connection.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    with socket.socket() as slow:
+        slow.bind(("127.0.0.1", 0))
+        slow.listen()
+        answering = threading.Thread(target=answer_late, args=(slow,), daemon=True)
+        answering.start()
+        with download.open_url(f"http://127.0.0.1:{slow.getsockname()[1]}/p-1.0-0.conda") as response:
+            assert response.read() == b"ok"
+        answering.join(5)
