@@ -367,6 +367,12 @@ def _make_directories_writable(top: PathLike) -> None:
                 pending.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
 
 
+def locks_unsupported(exc: OSError) -> bool:
+    """flock(2) refused by the file system itself, not by a holder: NFS mounted `nolock` (ENOLCK),
+    Lustre without `-o flock` (ENOSYS), some FUSE and SMB mounts (EOPNOTSUPP)."""
+    return exc.errno in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP)
+
+
 @contextlib.contextmanager
 def flocked(
     path: Path, notify: Callable[[str], None], waiting: str, shared: bool = False, timeout: float = 3600.0
@@ -375,18 +381,27 @@ def flocked(
     file such as a spec can be locked), exclusive or shared with other shared holders (`flock -s`).
     Held the other way by someone else: say `waiting` through `notify` and wait for it, up to
     `timeout` seconds, then BusyError. Yields the locked file descriptor: a child process that
-    inherits it holds the lock too, until both have exited or it is released."""
+    inherits it holds the lock too, until both have exited or it is released. On a file system
+    without locks, says so through `notify` and goes on unlocked: refusing would leave such a cluster
+    (Lustre, NFS mounted nolock) with no way to install at all."""
     import fcntl
 
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     with open(os.open(path, os.O_RDONLY | os.O_CREAT, 0o644), "rb") as handle:
         deadline = time.monotonic() + timeout
-        told = False
+        told, locked = False, True
         while True:
             try:
                 fcntl.flock(handle, mode | fcntl.LOCK_NB)
                 break
             except OSError as exc:
+                if locks_unsupported(exc):
+                    notify(
+                        f"note: {path.parent} has no file locks ({exc.strerror}): nothing keeps another "
+                        "bootstrap from working there at the same time; run one at a time"
+                    )
+                    locked = False
+                    break
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
             if not told:
@@ -401,4 +416,5 @@ def flocked(
         try:
             yield handle.fileno()
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if locked:
+                fcntl.flock(handle, fcntl.LOCK_UN)

@@ -491,3 +491,25 @@ def test_a_lock_with_credentials_is_not_bundled(project: Project, channel: Path,
     err = capsys.readouterr().err
     assert code == 2 and "carries credentials" in err and "PW-SECRET" not in err, err
     assert not (tmp_path / "b.tar").exists() and not (tmp_path / "cache" / "locks").exists()
+
+
+def test_a_bundle_is_written_on_a_file_system_without_locks(
+    project: Project, channel: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Lustre without `-o flock`: before, "cannot write b.tar: Function not implemented"; the same
+    bytes as anywhere else now."""
+    import errno
+    import fcntl
+
+    anywhere = tmp_path / "anywhere" / "b.tar"
+    anywhere.parent.mkdir()
+    assert bundle(project, channel, anywhere) == 0
+
+    def refused(fd, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", refused)
+    unlocked = tmp_path / "unlocked" / "b.tar"
+    unlocked.parent.mkdir()
+    assert bundle(project, channel, unlocked) == 0
+    assert unlocked.read_bytes() == anywhere.read_bytes()

@@ -3,6 +3,7 @@ none dies of the other's switch, and the env is always one lock's exactly."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from bootstrap.lock.lockfile import read_lock
 from bootstrap.prefix import conda_records, pip_distributions, read_install_record
 from bootstrap.project import Project
 from tests.fixtures import REPO
-from tests.fixtures.env_project import change_lock, env_args, prefix_of, without_progress
+from tests.fixtures.env_project import assert_matches_lock, change_lock, env_args, prefix_of, without_progress
 
 
 def _raced_once(monkeypatch) -> list:
@@ -117,3 +118,29 @@ def test_three_pairs_of_runs_on_one_prefix(project: Project, channel: Path, whee
 @pytest.mark.slow
 def test_twenty_pairs_of_runs_on_one_prefix(project: Project, channel: Path, wheels: Path) -> None:
     _pairs(project, channel, wheels, 20)
+
+
+@pytest.mark.parametrize("errno_name", ["ENOSYS", "ENOLCK", "EOPNOTSUPP"])
+def test_a_file_system_without_locks_installs_and_says_nothing_guards_it(
+    project: Project, channel: Path, capsys, monkeypatch, errno_name: str
+) -> None:
+    """Lustre mounted without `-o flock` (ENOSYS), NFS mounted nolock (ENOLCK), some FUSE mounts
+    (EOPNOTSUPP): every flock(2) is refused by the file system. Before, a traceback; now the env is
+    made, with one note per locked place that nothing keeps a second run out."""
+    import errno
+    import fcntl
+
+    def refused(fd, operation):
+        raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
+
+    monkeypatch.setattr(fcntl, "flock", refused)
+    capsys.readouterr()
+    assert main(env_args(project, str(channel))) == 0, capsys.readouterr().err
+    err = without_progress(capsys.readouterr().err)
+    notes = [line for line in err.splitlines() if line.startswith("note: ") and "has no file locks" in line]
+    assert notes and len(notes) == len(set(notes)), err
+    assert all(os.strerror(getattr(errno, errno_name)) in note and "run one at a time" in note for note in notes)
+    assert "Traceback" not in err
+    assert_matches_lock(project)
+    assert not list((project.root / ".cache").glob(".extracting-*"))
+    assert main(env_args(project, str(channel))) == 0  # and again: a no-op on the same unlocked file system
