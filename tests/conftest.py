@@ -4,6 +4,7 @@ and an environment scrubbed of every variable that would steer conda, rattler, p
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -17,6 +18,17 @@ from tests.fixtures.wheels import build_wheelhouse, standard_wheels
 # pip, uv or CUDA do; a test that wants one sets it with monkeypatch.
 _SCRUBBED_PREFIXES = ("CONDA_", "PIP_", "UV_", "BOOTSTRAP_")
 _SCRUBBED_NAMES = ("CUDA_VISIBLE_DEVICES",)
+
+
+def pytest_configure(config: pytest.Config) -> None:  # noqa: ARG001 (the hook's signature)
+    """The suite takes Ctrl-C and a hang-up as a terminal's job does, however it was started: `nohup`
+    (SIGHUP ignored) or a script's background job (SIGINT ignored) would hand those dispositions to
+    every process a test starts, and the tests of what bootstrap does on those signals could not send
+    them. Each xdist worker runs this too."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")

@@ -476,6 +476,46 @@ def test_a_terminal_that_hangs_up_keeps_the_log(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.csv"]
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGHUP")
+def test_a_monitor_started_with_nohup_outlives_the_terminal(tmp_path):
+    """`nohup python -m bootstrap monitor --csv gpu.csv &`: SIGHUP ignored on entry stays ignored, so the
+    log goes on after the terminal closes; SIGTERM (a job's end) still ends it with the summary."""
+    import signal
+    import time
+
+    script = (
+        f"import sys; sys.path[:0] = [{str(REPO)!r}]\n"
+        "from tests.fixtures.fakes import RecordedNvml\n"
+        "sys.modules['pynvml'] = RecordedNvml.load('h200x2-ddp.json')\n"
+        "from bootstrap.cli import main\n"
+        "sys.exit(main(['monitor', '--interval', '0.05', '--csv', 'gpu.csv']))\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what nohup does before exec
+    )
+    partial = tmp_path / "gpu.csv.partial"
+
+    def rows_after(size: int) -> int:
+        deadline = time.monotonic() + 60
+        while not partial.exists() or partial.stat().st_size <= size:
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
+        return partial.stat().st_size
+
+    hung_up_at = rows_after(400)
+    process.send_signal(signal.SIGHUP)
+    rows_after(hung_up_at + 400)  # still logging
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert "summary:" in out and "wrote gpu.csv" in out
+
+
 def test_a_partial_log_in_the_way_says_whether_a_monitor_is_writing_it(h200, tmp_path, capsys):
     """FILE.partial held by a running monitor, or left by one killed outright: neither is overwritten,
     and the one line tells which it is."""

@@ -67,3 +67,19 @@ def test_before_wind_down_every_ctrl_c_raises_as_python_s_own_does() -> None:
                 for _ in range(1000):
                     pass
     assert received == []
+
+
+@pytest.mark.parametrize("name", ["SIGHUP", "SIGTERM"])
+def test_a_signal_ignored_on_entry_stays_ignored(name: str) -> None:
+    """`nohup bootstrap monitor ... &`: the terminal closing must not end what nohup started."""
+    signum = getattr(signal, name)
+    before = signal.signal(signum, signal.SIG_IGN)
+    try:
+        with sigterm_as_interrupt() as received:
+            assert signal.getsignal(signum) is signal.SIG_IGN
+            os.kill(os.getpid(), signum)
+            for _ in range(1000):  # where the handler would run
+                pass
+        assert received == [] and signal.getsignal(signum) is signal.SIG_IGN
+    finally:
+        signal.signal(signum, before)

@@ -1,6 +1,7 @@
 """SIGTERM (and SIGHUP) end a long-running verb as Ctrl-C does. Slurm, Docker, `timeout` and a closed
 terminal stop a job with them; within `sigterm_as_interrupt()` each is a KeyboardInterrupt, which the
-verbs handle (a summary, a partial report), instead of Python's death on the spot.
+verbs handle (a summary, a partial report), instead of Python's death on the spot. One the process was
+started with ignored (`nohup`) is left ignored.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ def sigterm_as_interrupt() -> Iterator[Received]:
         if len(received) == 1 and received.raising:
             raise KeyboardInterrupt
 
-    signums = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])  # no SIGHUP on Windows
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored Ctrl-C (nohup, `&`) stays so
+    wanted = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])  # no SIGHUP on Windows
+    # One ignored on entry stays ignored: `nohup` (SIGHUP) asked to outlive the terminal, and a script's
+    # background job (`&`) ignores Ctrl-C.
+    signums = [signum for signum in wanted if signal.getsignal(signum) != signal.SIG_IGN]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signums.append(signal.SIGINT)
     try:
         previous = {signum: signal.signal(signum, interrupt) for signum in signums}

@@ -198,15 +198,12 @@ def test_the_scaling_phase_judges_w_workers_against_one(io_every_phase):
 @pytest.mark.slow
 def test_ctrl_c_prints_and_writes_a_partial_report(tmp_path):
     """SIGINT after the first measurement: exit 130, the table so far on stdout, bench.json marked partial."""
-    # A job started in the background by a non-interactive shell inherits SIGINT ignored, and Python keeps
-    # an ignored SIGINT ignored: give the child the default disposition, as a terminal would.
     proc = subprocess.Popen(
         bench_argv(tmp_path, "--budget", "60", "--cpu-ms", "2"),
         cwd=REPO,
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         seen = []
