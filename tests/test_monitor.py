@@ -534,6 +534,24 @@ def test_a_partial_log_in_the_way_says_whether_a_monitor_is_writing_it(h200, tmp
     assert (tmp_path / "gpu.csv.partial").read_text().startswith("timestamp,") and not out.exists()
 
 
+def test_a_partial_log_on_a_file_system_without_locks_says_both_causes(h200, tmp_path, capsys, monkeypatch):
+    """Lustre without `-o flock`: the lock cannot tell a writer from a killed monitor's leftover, so the
+    line names both rather than taking every leftover for a monitor at work."""
+    import errno
+    import fcntl
+
+    out = tmp_path / "gpu.csv"
+    (tmp_path / "gpu.csv.partial").write_text("timestamp,gpu\n")
+
+    def refused(fd, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", refused)
+    assert main(["monitor", "--count", "1", "--csv", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gpu.csv.partial: exists: another monitor is writing it, or one was killed" in err
+
+
 def test_once_prints_one_table_without_statistics(h200, capsys):
     assert main(["monitor", "--once"]) == 0
     out = capsys.readouterr().out

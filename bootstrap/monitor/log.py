@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bootstrap.errors import BootstrapError, InputError
-from bootstrap.fsutil import check_output, is_special, write_failed
+from bootstrap.fsutil import check_output, is_special, locks_unsupported, write_failed
 from bootstrap.monitor.sampler import Sample
 
 # The columns of --csv / --jsonl, units in the names.
@@ -166,19 +166,22 @@ def _hold(fd: int) -> None:
 def _partial_exists(partial: Path) -> InputError:
     """Why `partial` is in the way: a monitor still writing it (its lock is held), or one killed outright
     (SIGKILL, a crash) whose rows are in it. Neither is overwritten."""
+    either = InputError(
+        partial,
+        "exists: another monitor is writing it, or one was killed",
+        "stop the other monitor, or move the file away",
+    )
     try:
         import fcntl
 
         fd = os.open(partial, os.O_RDONLY)
     except (ImportError, OSError):
-        return InputError(
-            partial,
-            "exists: another monitor is writing it, or one was killed",
-            "stop the other monitor, or move the file away",
-        )
+        return either
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as exc:  # held; or, on a file system without locks, it cannot tell
+        if locks_unsupported(exc):
+            return either
         return InputError(partial, "exists: another monitor is writing it", "stop it, or log to another file")
     finally:
         os.close(fd)
