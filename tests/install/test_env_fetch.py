@@ -498,7 +498,7 @@ def test_a_connect_that_never_completes_is_given_up_sooner_than_a_stalled_body(m
         queued = []
         with contextlib.suppress(TimeoutError):  # the kernel queues backlog + 1: fill it, whatever it is
             for _ in range(8):
-                queued.append(socket.create_connection(("127.0.0.1", port), timeout=0.3))
+                queued.append(socket.create_connection(("127.0.0.1", port), timeout=1.0))
         try:
             started = time.monotonic()
             with pytest.raises(OSError, match="timed out"):
