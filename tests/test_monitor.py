@@ -6,8 +6,10 @@ import csv
 import json
 import math
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -448,31 +450,52 @@ def test_a_second_signal_while_the_log_is_renamed_does_not_leave_it_half_done(h2
     assert not list(tmp_path.glob("*.partial"))
 
 
+class LoggingMonitor:
+    """A real `monitor --csv gpu.csv` process in `folder` on the recorded H200s, started with SIGHUP as
+    `hangup` says (nohup ignores it before exec)."""
+
+    def __init__(self, folder: Path, hangup=signal.SIG_DFL) -> None:
+        script = (
+            f"import sys; sys.path[:0] = [{str(REPO)!r}]\n"
+            "from tests.fixtures.fakes import RecordedNvml\n"
+            "sys.modules['pynvml'] = RecordedNvml.load('h200x2-ddp.json')\n"
+            "from bootstrap.cli import main\n"
+            "sys.exit(main(['monitor', '--interval', '0.05', '--csv', 'gpu.csv']))\n"
+        )
+        self.partial = folder / "gpu.csv.partial"
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", script],
+            cwd=folder,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, hangup),
+        )
+
+    def logged_past(self, size: int) -> int:
+        """Wait until the log holds more than `size` bytes; its size then."""
+        deadline = time.monotonic() + 60
+        while not self.partial.exists() or self.partial.stat().st_size <= size:
+            assert self.process.poll() is None and time.monotonic() < deadline, self.process.communicate()
+            time.sleep(0.05)
+        return self.partial.stat().st_size
+
+    def ended_by(self, signum: int) -> str:
+        """Send `signum`; what the monitor printed, once it exited 0 with its summary."""
+        self.process.send_signal(signum)
+        out, err = self.process.communicate(timeout=60)
+        assert self.process.returncode == 0, err
+        assert "summary:" in out and "wrote gpu.csv" in out
+        return out
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGHUP")
 def test_a_terminal_that_hangs_up_keeps_the_log(tmp_path):
     """SIGHUP (a closed terminal, a dropped ssh session) ends a real monitor process as Ctrl-C does: the
     summary, FILE written, no FILE.partial, exit 0."""
-    import signal
-    import time
-
-    script = (
-        f"import sys; sys.path[:0] = [{str(REPO)!r}]\n"
-        "from tests.fixtures.fakes import RecordedNvml\n"
-        "sys.modules['pynvml'] = RecordedNvml.load('h200x2-ddp.json')\n"
-        "from bootstrap.cli import main\n"
-        "sys.exit(main(['monitor', '--interval', '0.05', '--csv', 'gpu.csv']))\n"
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "gpu.csv.partial").exists() or (tmp_path / "gpu.csv.partial").stat().st_size < 400:
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.05)
-    process.send_signal(signal.SIGHUP)
-    out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
-    assert "summary:" in out and "wrote gpu.csv" in out
+    monitor = LoggingMonitor(tmp_path)
+    monitor.logged_past(400)
+    monitor.ended_by(signal.SIGHUP)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.csv"]
 
 
@@ -480,40 +503,11 @@ def test_a_terminal_that_hangs_up_keeps_the_log(tmp_path):
 def test_a_monitor_started_with_nohup_outlives_the_terminal(tmp_path):
     """`nohup python -m bootstrap monitor --csv gpu.csv &`: SIGHUP ignored on entry stays ignored, so the
     log goes on after the terminal closes; SIGTERM (a job's end) still ends it with the summary."""
-    import signal
-    import time
-
-    script = (
-        f"import sys; sys.path[:0] = [{str(REPO)!r}]\n"
-        "from tests.fixtures.fakes import RecordedNvml\n"
-        "sys.modules['pynvml'] = RecordedNvml.load('h200x2-ddp.json')\n"
-        "from bootstrap.cli import main\n"
-        "sys.exit(main(['monitor', '--interval', '0.05', '--csv', 'gpu.csv']))\n"
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what nohup does before exec
-    )
-    partial = tmp_path / "gpu.csv.partial"
-
-    def rows_after(size: int) -> int:
-        deadline = time.monotonic() + 60
-        while not partial.exists() or partial.stat().st_size <= size:
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-            time.sleep(0.05)
-        return partial.stat().st_size
-
-    hung_up_at = rows_after(400)
-    process.send_signal(signal.SIGHUP)
-    rows_after(hung_up_at + 400)  # still logging
-    process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
-    assert "summary:" in out and "wrote gpu.csv" in out
+    monitor = LoggingMonitor(tmp_path, hangup=signal.SIG_IGN)
+    hung_up_at = monitor.logged_past(400)
+    monitor.process.send_signal(signal.SIGHUP)
+    monitor.logged_past(hung_up_at + 400)  # still logging
+    monitor.ended_by(signal.SIGTERM)
 
 
 def test_a_partial_log_in_the_way_says_whether_a_monitor_is_writing_it(h200, tmp_path, capsys):
