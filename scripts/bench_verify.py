@@ -40,6 +40,7 @@ from tests.fixtures.conda_channel import (  # noqa: E402
     build_channel,
     pip_spec,
 )
+from tests.fixtures.env_project import offline_sources  # noqa: E402
 from tests.fixtures.project import make_project  # noqa: E402
 from tests.fixtures.runnable_env import SHORT, runnable_python_spec  # noqa: E402
 from tests.fixtures.wheels import WheelSpec, build_wheelhouse  # noqa: E402
@@ -68,23 +69,7 @@ def build_env(tmp: Path) -> Path:
     conda = (f"python={SHORT}.*", "pip", *[f"pkg{i:02d}" for i in range(PACKAGES)])
     project = make_project(tmp / "proj", platforms=("linux-64",), conda=conda, pip=("bulkwheel", "gamma"))
     quiet = ["--cache-dir", str(tmp / "cache")]
-    assert (
-        bootstrap(
-            [
-                "lock",
-                "--root",
-                str(project.root),
-                "--mirror",
-                f"conda-forge={channel}",
-                "--pip-find-links",
-                str(wheels),
-                "--pip-no-index",
-                "--pip-offline",
-                *quiet,
-            ]
-        )
-        == 0
-    )
+    assert bootstrap(["lock", *offline_sources(project, channel, wheels), *quiet]) == 0
     assert (
         bootstrap(
             ["env", "--root", str(project.root), "--platform", "linux-64", "--mirror", f"conda-forge={channel}", *quiet]
