@@ -137,14 +137,15 @@ def predicted_peak(measured: Sequence[tuple[int, int]], size: int) -> Optional[i
     return int(p2 + slope * (size - s2))
 
 
-def grid_sizes(max_micro: int, effective: int, current: Optional[int]) -> list[int]:
+def grid_sizes(max_micro: int, effective: int, current: Optional[int], ceiling: Optional[int] = None) -> list[int]:
     """The micro-batch sizes to time: the largest that fits and divides the effective batch, the powers of
-    two below it that divide it too (GRID_SIZES in all), and the user's own size where it fits."""
+    two below it that divide it too (GRID_SIZES in all), and the user's own size where it is below
+    `ceiling`, the smallest size the search did not find to fit (by default, the one past `max_micro`)."""
     divisors = [d for d in range(1, max_micro + 1) if effective % d == 0]
     top = divisors[-1]
     powers = [p for p in (2**i for i in range(top.bit_length())) if p < top and effective % p == 0]
     sizes = {top, *powers[-(GRID_SIZES - 1) :]}
-    if current is not None and current <= max_micro:
+    if current is not None and current < (ceiling or max_micro + 1):
         sizes.add(current)
     return sorted(sizes)
 
@@ -840,8 +841,8 @@ def _host_threads(bench: Workbench) -> Generator[list[str], None, None]:
 def _tune(bench: Workbench, clock: Clock, notes: list[str]) -> TrainingAdvice:
     options = bench.options
     precisions = supported_precisions(bench.device, options.precisions)
-    max_micro = search(bench, clock, notes)
-    sizes = grid_sizes(max_micro, options.effective_batch, options.batch_size)
+    max_micro, ceiling = search(bench, clock, notes)
+    sizes = grid_sizes(max_micro, options.effective_batch, options.batch_size, ceiling)
     settable = [p for p in precisions if p == "fp32" or bench.autocast_applies(p, sizes[0])]
     by_step = len(settable) < len(precisions)
     if by_step:
@@ -851,6 +852,7 @@ def _tune(bench: Workbench, clock: Clock, notes: list[str]) -> TrainingAdvice:
     layouts = (False, True) if bench.takes_channels_last() else (False,)
     baseline = (options.batch_size or sizes[-1], "fp32", False)
     grid = time_grid(bench, clock, Configs(sizes, tuple(settable), layouts, baseline))
+    max_micro = max([max_micro, *(r.micro for r in grid if r.fits)])  # the user's own, past a search cut short
     if options.batch_size is not None and options.batch_size > max_micro:
         notes.append(f"your batch_size {options.batch_size} is above the largest micro-batch that fits, {max_micro}")
     return advise(bench, clock, grid, Found(max_micro, baseline, by_step, tuple(notes)))
@@ -913,8 +915,10 @@ def supported_precisions(device: Any, requested: Optional[Sequence[str]]) -> tup
     return ("fp32", *(p for p in able if p in requested and p != "fp32"))
 
 
-def search(bench: Workbench, clock: Clock, notes: list[str]) -> int:
-    """The largest micro-batch that fits, capped at the dataset's length and the effective batch."""
+def search(bench: Workbench, clock: Clock, notes: list[str]) -> tuple[int, int]:
+    """The largest micro-batch that fits, capped at the dataset's length and the effective batch, and the
+    ceiling: the smallest size found not to fit, else the one past the cap. A search cut short by its
+    budget share knows nothing of the sizes between the two, the user's own among them."""
     options = bench.options
     bench.limit = limit = bench.memory_limit()
     cap = min(bench.length, options.effective_batch)
@@ -927,12 +931,12 @@ def search(bench: Workbench, clock: Clock, notes: list[str]) -> int:
         allowed = f" against the limit of {_mib(limit)} MiB" if limit else ""
         problem = f"a training step does not fit even one sample: {held}{allowed}"
         raise InputError(bench.where, problem, "raise memory_limit, or use a smaller model or input")
-    refused = [p for p in tried if not p.fits]
+    refused = [p.size for p in tried if not p.fits]
     if found < cap and not refused:
         notes.append(f"the search for the largest micro-batch ran out of its budget share at {found}")
     if limit is not None and options.memory_limit is None:
         notes.append(f"memory limit: {HOST_MEMORY_SHARE:.0%} of the host's available memory, {limit / 2**30:.1f} GiB")
-    return found
+    return found, min(refused, default=cap + 1)
 
 
 def _mib(nbytes: int) -> str:

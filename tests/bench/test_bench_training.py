@@ -6,6 +6,7 @@ on given grids, never on timings."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -17,6 +18,7 @@ from bootstrap.bench.training import (  # noqa: E402
     Clock,
     Found,
     Plan,
+    Probe,
     TrainingOptions,
     Workbench,
     accumulation_plan,
@@ -25,6 +27,7 @@ from bootstrap.bench.training import (  # noqa: E402
     grid_sizes,
     largest_fitting,
     recommend,
+    run_training,
     search,
     tune_training,
 )
@@ -97,9 +100,36 @@ def test_the_search_survives_out_of_memory_errors_above_a_size() -> None:
 
 def test_the_search_is_capped_at_the_dataset_and_the_effective_batch() -> None:
     workbench = bench(data=dataset(n=20), effective_batch=64)
-    assert search(workbench, Clock(60.0), []) == 20
+    assert search(workbench, Clock(60.0), []) == (20, 21)
     workbench = bench(data=dataset(n=64), effective_batch=12)
-    assert search(workbench, Clock(60.0), []) == 12
+    assert search(workbench, Clock(60.0), []) == (12, 13)
+
+
+def test_the_ceiling_is_the_smallest_size_that_did_not_fit() -> None:
+    workbench = bench(memory_limit=10**9, effective_batch=64)
+    workbench.prober = lambda limit: lambda size: Probe(size, None, size <= 5, "measured")
+    assert search(workbench, Clock(60.0), []) == (5, 6)
+
+
+def test_a_search_cut_short_still_times_the_users_own_size() -> None:
+    """A step slow while the search runs (cold caches, lazy initialisation) uses up the search's share of a
+    small budget at size 2: the user's 16 is not known not to fit, so it is timed, never called too big."""
+    phase = []
+
+    def cold_start(model, batch, device):
+        if phase[-1:] == ["search"]:
+            time.sleep(0.5)
+        inputs, labels = batch
+        return nn.functional.cross_entropy(model(inputs), labels)
+
+    options = TrainingOptions(effective_batch=32, batch_size=16, budget_s=3.0, tune_loader=False)
+    advice = run_training(dataset(), linear(), cold_start, options, progress=lambda event: phase.append(event.phase))
+    assert any("ran out of its budget share at 2" in n for n in advice.notes), advice.notes
+    assert not any("above the largest micro-batch" in n for n in advice.notes), advice.notes
+    assert any(r.micro == 16 and r.fits and r.samples_per_s for r in advice.grid), advice.grid
+    assert advice.max_micro_batch >= 16
+    not_slower = next(c for c in advice.checks if c.id == "training.not_slower")
+    assert not_slower.status is not Status.SKIP, not_slower
 
 
 def test_a_step_that_does_not_fit_one_sample_is_refused_in_one_line() -> None:
