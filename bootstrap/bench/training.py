@@ -63,11 +63,20 @@ class TrainingOptions:
         _whole("effective_batch", self.effective_batch, fix)
         if self.batch_size is not None:
             _whole("batch_size", self.batch_size, "the batch size your DataLoader uses now, or None")
+            if self.batch_size > self.effective_batch:
+                problem = f"{self.batch_size} is above the effective batch, {self.effective_batch}, that it makes up"
+                raise InputError(_at("batch_size"), problem, "give the micro-batch of the recipe you tune")
         if self.memory_limit is not None:
             _whole("memory_limit", self.memory_limit, "bytes a training step may use, e.g. 8 * 2**30")
+        from bootstrap.bench.config import MAX_BUDGET_S
+
         budget = self.budget_s
-        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
-            raise InputError(_at("budget"), f"expected seconds > 0, got {excerpt(budget)}", "e.g. budget=120")
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= MAX_BUDGET_S:
+            problem = f"expected seconds in (0, {MAX_BUDGET_S:g}], got {excerpt(budget)}"
+            raise InputError(_at("budget"), problem, "e.g. budget=120")
+        if self.collate_fn is not None and not callable(self.collate_fn):
+            problem = f"is a {type(self.collate_fn).__name__}, not a callable"
+            raise InputError(_at("collate_fn"), problem, "pass the collate function your DataLoader uses, or None")
         for name in ("loss_tolerance", "grad_tolerance", "min_gain"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
@@ -313,9 +322,19 @@ class Workbench:
     # -- batches and models
 
     def host_batch(self, size: int) -> Any:
+        """`size` samples (the dataset's first, repeated past its end) collated as the DataLoader would."""
+        from bootstrap.bench.user import call_user, describe_error
+
         if size not in self.host_batches:
-            samples = [self.dataset[i % self.length] for i in range(size)]
-            self.host_batches[size] = self.collate(samples)
+            samples = [call_user(self.dataset.__getitem__, _at("dataset"), i % self.length) for i in range(size)]
+            if self.options.collate_fn is not None:
+                self.host_batches[size] = call_user(self.collate, _at("collate_fn"), samples)
+                return self.host_batches[size]
+            try:
+                self.host_batches[size] = self.collate(samples)
+            except Exception as exc:  # noqa: BLE001 (default_collate on the user's samples)
+                problem = f"its samples do not batch with default_collate: {describe_error(exc)}"
+                raise InputError(_at("dataset"), problem, "pass collate_fn=..., as your DataLoader does") from None
         return self.host_batches[size]
 
     def shape(self, batch: Any, channels_last: bool) -> Any:
@@ -640,6 +659,8 @@ def _tensors(batch: Any) -> Iterator[Any]:
 
 
 def _dataset_length(dataset: Any) -> int:
+    from bootstrap.bench.user import describe_error, passes_through
+
     try:
         length = len(dataset)
         dataset[0]  # noqa: B018 (a map-style dataset answers an index)
@@ -648,6 +669,10 @@ def _dataset_length(dataset: Any) -> int:
         raise InputError(_at("dataset"), problem, "pass a map-style Dataset (with __len__ and __getitem__)") from None
     except IndexError:
         length = 0
+    except BaseException as exc:  # noqa: BLE001 (the user's __len__ or __getitem__, reported)
+        if passes_through(exc):
+            raise
+        raise InputError(_at("dataset"), f"raised {describe_error(exc)}", "fix its __len__ and __getitem__") from None
     if length < 1:
         raise InputError(_at("dataset"), "is empty", "pass a dataset with samples in it")
     return int(length)
@@ -662,7 +687,9 @@ def _base_model(model: Any) -> Any:
         return copy.deepcopy(model)
     if not callable(model):
         raise InputError(_at("model"), f"is a {type(model).__name__}", "pass an nn.Module or a function returning one")
-    built = model()
+    from bootstrap.bench.user import call_user
+
+    built = call_user(model, _at("model"))
     if not isinstance(built, nn.Module):
         raise InputError(_at("model"), f"returned a {type(built).__name__}, not a torch.nn.Module")
     return built
@@ -765,6 +792,7 @@ def tune_training(  # noqa: PLR0913 (the Python API: what a training script know
     device: str = "auto",
     memory_limit: Optional[int] = None,
     precisions: Optional[Sequence[str]] = None,
+    collate_fn: Optional[Callable[..., Any]] = None,
     progress: Optional[ProgressFn] = None,
 ) -> TrainingAdvice:
     """Tune the training step for an effective batch of `effective_batch` samples per optimizer update:
@@ -776,9 +804,9 @@ def tune_training(  # noqa: PLR0913 (the Python API: what a training script know
 
     `model` is an nn.Module (copied: its weights are not trained) or a factory; `step(model, batch, device)
     -> loss or None` as for `tune_loader` (None: cross-entropy on (inputs, targets) batches). `batch_size` is
-    the micro-batch used now: never recommended against unless beaten. `memory_limit` (bytes) bounds a step's
-    memory (CUDA: its own out-of-memory does too). Bad input, or a step that does not fit one sample, raises
-    InputError. docs/benchmark.md, "Tune the training step".
+    the micro-batch used now: never recommended against unless beaten; `collate_fn` the DataLoader's.
+    `memory_limit` (bytes) bounds a step's memory (CUDA: its own out-of-memory does too). Bad input, or a
+    step that does not fit one sample, raises InputError. docs/benchmark.md, "Tune the training step".
     """
     from bootstrap.bench.run import refuse_in_bootstrapping_child
 
@@ -795,6 +823,7 @@ def tune_training(  # noqa: PLR0913 (the Python API: what a training script know
         device=device,
         memory_limit=memory_limit,
         precisions=None if precisions is None else tuple(precisions),
+        collate_fn=collate_fn,
     )
     return run_training(dataset, model, step, options, progress)
 
@@ -808,6 +837,10 @@ def run_training(
 ) -> TrainingAdvice:
     """`tune_training` over a `TrainingOptions` (what the command line builds)."""
     options = options.validate()
+    # The first optimizer imports torch._dynamo, slow on a busy host: paid before the budget's clock starts,
+    # as a bench run does, so that it does not eat the micro-batch search's share.
+    with contextlib.suppress(ImportError):
+        import torch._dynamo  # noqa: F401
     clock = Clock(options.budget_s, progress)
     check_device(options.device)
     bench = Workbench(dataset, model, step, options)
@@ -853,8 +886,11 @@ def _tune(bench: Workbench, clock: Clock, notes: list[str]) -> TrainingAdvice:
     baseline = (options.batch_size or sizes[-1], "fp32", False)
     grid = time_grid(bench, clock, Configs(sizes, tuple(settable), layouts, baseline))
     max_micro = max([max_micro, *(r.micro for r in grid if r.fits)])  # the user's own, past a search cut short
-    if options.batch_size is not None and options.batch_size > max_micro:
-        notes.append(f"your batch_size {options.batch_size} is above the largest micro-batch that fits, {max_micro}")
+    current = options.batch_size
+    if current is not None and current > bench.length:
+        notes.append(f"your batch_size {current} is above the dataset's {bench.length} samples: not timed")
+    elif current is not None and current > max_micro:
+        notes.append(f"your batch_size {current} is above the largest micro-batch that fits, {max_micro}")
     return advise(bench, clock, grid, Found(max_micro, baseline, by_step, tuple(notes)))
 
 
@@ -952,8 +988,9 @@ def time_grid(bench: Workbench, clock: Clock, configs: Configs) -> list[GridRow]
     for index, (size, precision, channels_last) in enumerate(keys):
         share = max(0.0, deadline - time.perf_counter()) / (len(keys) - index)
         grid.append(bench.time_row(size, precision, channels_last, share))
-    if configs.baseline[0] not in configs.sizes:
-        grid.insert(0, GridRow(configs.baseline[0], "fp32", False, None, None, False))
+    size = configs.baseline[0]
+    if size not in configs.sizes and size <= bench.length:  # left out for not fitting
+        grid.insert(0, GridRow(size, "fp32", False, None, None, False))
     return grid
 
 

@@ -77,13 +77,6 @@ def load_workload(options: BenchOptions, first_batch: int) -> Workload:
 
 def tune(workload: Workload, options: TrainingOptions, progress: Optional[ProgressFn]) -> TrainingAdvice:
     """`run_training` on the workload; an InputError it raises names the flag or the part at fault."""
-    import contextlib
-
-    # The first optimizer imports torch._dynamo, slow on a busy host: paid before the budget's clock starts,
-    # as a bench run does, so that it does not eat the micro-batch search's share.
-    with contextlib.suppress(ImportError):
-        import torch._dynamo  # noqa: F401
-
     options = replace(options, collate_fn=workload.collate)
     try:
         return run_training(workload.dataset, workload.model, workload.step, options, progress)

@@ -373,6 +373,70 @@ def test_a_dataset_without_len_is_refused() -> None:
     assert caught.value.where == "tune_training(dataset=...)"
 
 
+class Ragged(torch.utils.data.Dataset):
+    """Sequences of three lengths: default_collate cannot stack them; a padding collate can."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        return torch.ones(8 + index % 3), index % 3
+
+
+def pad(samples):
+    inputs = torch.nn.utils.rnn.pad_sequence([s for s, _ in samples], batch_first=True)[:, :8]
+    return inputs, torch.tensor([label for _, label in samples])
+
+
+class BadLength(torch.utils.data.Dataset):
+    def __len__(self):
+        return -1
+
+    def __getitem__(self, index):
+        return torch.zeros(8), 0
+
+
+def broken_factory():
+    raise ZeroDivisionError("division by zero")
+
+
+# Each: (keywords, where, what the problem says). Generated where a value stands for a kind of mistake.
+BAD_INPUT = [
+    (dict(data=Ragged()), "dataset", "do not batch with default_collate: RuntimeError: stack expects"),
+    (dict(data=BadLength()), "dataset", "raised ValueError: __len__() should return >= 0"),
+    (dict(model=broken_factory), "model", "raised ZeroDivisionError: division by zero"),
+    (dict(data=Ragged(), collate_fn=lambda samples: 1 / 0), "collate_fn", "raised ZeroDivisionError"),
+    (dict(collate_fn="pad"), "collate_fn", "is a str, not a callable"),
+    (dict(batch_size=64, effective_batch=32), "batch_size", "64 is above the effective batch, 32"),
+    *((dict(budget=b), "budget", "expected seconds in (0, 86400]") for b in (float("inf"), float("nan"), 0, 1e9)),
+]
+
+
+@pytest.mark.parametrize(("keywords", "keyword", "said"), BAD_INPUT)
+def test_bad_input_is_one_line_naming_its_keyword(keywords: dict, keyword: str, said: str) -> None:
+    keywords = {"effective_batch": 32, "budget": 5.0, **keywords}
+    data, model = keywords.pop("data", dataset()), keywords.pop("model", linear())
+    with pytest.raises(InputError) as caught:
+        tune_training(data, model, device="cpu", **keywords)
+    assert caught.value.where == f"tune_training({keyword}=...)", caught.value
+    assert said in caught.value.problem and "\n" not in str(caught.value), caught.value
+
+
+def test_a_collate_fn_batches_what_default_collate_cannot() -> None:
+    model = nn.Sequential(nn.Linear(8, 3))
+    advice = tune_training(Ragged(), model, effective_batch=16, collate_fn=pad, budget=4.0, device="cpu")
+    assert advice.micro_batch * advice.accumulation_steps == 16 and any(r.samples_per_s for r in advice.grid)
+
+
+def test_a_batch_size_past_the_dataset_is_said_so_not_called_out_of_memory() -> None:
+    options = TrainingOptions(effective_batch=64, batch_size=32, budget_s=4.0, tune_loader=False)
+    advice = run_training(dataset(n=20), linear(), None, options)
+    assert "your batch_size 32 is above the dataset's 20 samples: not timed" in advice.notes, advice.notes
+    assert not any("fits" in n for n in advice.notes if "batch_size 32" in n)
+    not_slower = next(c for c in advice.checks if c.id == "training.not_slower")
+    assert "memory" not in not_slower.observed, not_slower
+
+
 def test_the_facade_hands_out_tune_training() -> None:
     import bootstrap
     import bootstrap.bench

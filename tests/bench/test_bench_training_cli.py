@@ -82,6 +82,7 @@ def test_a_bad_memory_limit_is_one_line_naming_the_flag(capsys, value: str) -> N
         (["--effective-batch", "8", "--max-workers", "2"], "error: --max-workers: does not apply"),
         (["--effective-batch", "8", "--threshold", "a=1"], "error: --threshold: does not apply"),
         (["--effective-batch", "8", "--precision", "fp8"], "error: argument --precision: invalid choice: 'fp8'"),
+        (["--effective-batch", "8", "--batch-size", "16"], "error: --batch-size: 16 is above the effective batch, 8"),
     ],
 )
 def test_flags_of_the_other_mode_are_refused(capsys, argv: list, said: str) -> None:
