@@ -128,6 +128,10 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)  # sys.stderr as it is now: a test or a logger may swap it
 
 
+def _nowhere(line: str) -> None:
+    """Where the report goes once stderr itself fails (closed, a pipe whose reader is gone)."""
+
+
 class _GpuReader:
     """The utilisation sampler over one iteration of the loop, and the mean of its samples per interval."""
 
@@ -252,7 +256,7 @@ class Watch(Generic[T]):
         reason = sampler.stop().reason
         if not self._noted_gpu:
             self._noted_gpu = True
-            self._log(f"watch: no utilisation of GPU {index}: {reason}")
+            self._say(f"watch: no utilisation of GPU {index}: {reason}")
         return None
 
     def _close(
@@ -271,11 +275,23 @@ class Watch(Generic[T]):
         self._done += steps
         self.last = interval
         self._append(interval)
-        self._log(interval.line(reader.label if reader is not None else "GPU"))
+        self._say(interval.line(reader.label if reader is not None else "GPU"))
         self._above = self._above + 1 if interval.wait_share > self.threshold else 0
         if self._above >= PATIENCE and not self._advised:
             self._advised = True
-            self._log(self._advice(interval))
+            self._say(self._advice(interval))
+
+    def _say(self, line: str) -> None:
+        """`line` to the log function. One that raises is given up for stderr, and a failing stderr for
+        nothing, each said once where it can be: the report must never stop the training."""
+        try:
+            self._log(line)
+        except Exception as exc:  # noqa: BLE001 (the user's log function, or a closed stream)
+            failed, self._log = self._log, (_nowhere if self._log is _stderr else _stderr)
+            if failed is not _stderr:
+                problem = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                self._say(f"watch: the log function raised {problem}: the report goes to stderr from here")
+                self._say(line)
 
     def _append(self, interval: Interval) -> None:
         """One JSON line, appended in one write; a file that cannot be written any more stops the log, not
@@ -286,7 +302,7 @@ class Watch(Generic[T]):
             with open(self.log_path, "a", encoding="utf-8") as out:
                 out.write(json.dumps(interval.record()) + "\n")
         except OSError as exc:
-            self._log(f"watch: cannot append to {self.log_path} any more ({exc.strerror or exc}): the log stops here")
+            self._say(f"watch: cannot append to {self.log_path} any more ({exc.strerror or exc}): the log stops here")
             self.log_path = None
 
     def _advice(self, interval: Interval) -> str:

@@ -333,6 +333,48 @@ def test_a_log_that_fails_later_stops_the_log_not_the_training(tmp_path: Path) -
     assert sum("cannot append to" in line for line in lines) == 1 and len(lines.reports()) == 4
 
 
+class Failing:
+    """A log function that raises after `good` lines, as a handler whose file or socket went away does."""
+
+    def __init__(self, good: int) -> None:
+        self.good, self.lines = good, []
+
+    def __call__(self, line: str) -> None:
+        if len(self.lines) >= self.good:
+            raise ConnectionResetError("log server gone\nsecond line")
+        self.lines.append(line)
+
+
+@pytest.mark.parametrize("good", [0, 2])
+def test_a_log_function_that_raises_hands_the_report_to_stderr(capsys, good: int) -> None:
+    log = Failing(good)
+    assert len(list(watch(DataLoader(instant(8), batch_size=2), every=1, log=log))) == 4
+    err = capsys.readouterr().err.splitlines()
+    assert len(log.lines) == good
+    assert (
+        err[0]
+        == "watch: the log function raised ConnectionResetError: log server gone: the report goes to stderr from here"
+    )
+    assert len([line for line in err if line.startswith("watch: step")]) == 4 - good
+
+
+class Broken:
+    """sys.stderr once its reader is gone: every write raises."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_stderr_that_fails_stops_the_report_not_the_training(monkeypatch) -> None:
+    monkeypatch.setattr(sys, "stderr", Broken())
+    assert len(list(watch(DataLoader(instant(8), batch_size=2), every=1))) == 4
+    raising = Failing(0)
+    assert len(list(watch(DataLoader(instant(8), batch_size=2), every=1, log=raising))) == 4
+
+
 # --------------------------------------------------------------------------- the GPU
 
 
