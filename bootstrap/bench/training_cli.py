@@ -95,7 +95,7 @@ def as_flags(exc: InputError, names: dict[str, str]) -> InputError:
     for name, flag in FLAGS.items():
         fix = re.sub(rf"(?<![-\w]){name}=(?!\.\.\.)", f"{flag} ", fix)
         fix = re.sub(rf"(?<![-\w]){name}\b(?!=)", flag, fix)
-    fix = fix.replace("step=...", "--step MODULE:FN")
+    fix = fix.replace("step=...", "--step MODULE:FN").replace("collate_fn=...", "--collate MODULE:FN")
     error = InputError(where, exc.problem, fix)
     error.frames = exc.frames
     return error

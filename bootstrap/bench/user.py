@@ -183,7 +183,7 @@ def call_user(factory: Any, where: str, *args: Any) -> Any:
     try:
         return factory(*args)
     except BaseException as exc:  # noqa: BLE001 (whatever the user's factory raises is its problem, reported)
-        if passes_through(exc):
+        if passes_through(exc) or isinstance(exc, InputError):  # InputError: bootstrap's own, already one line
             raise
         raise InputError(where, f"raised {describe_error(exc)}") from None
 

@@ -363,6 +363,64 @@ def test_an_error_in_the_users_model_names_it_and_its_line(tmp_path: Path, capsy
     assert not (tmp_path / "out" / "training.json").exists()
 
 
+HOSTILE = """\
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class Ragged(Dataset):
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, index):
+        return torch.ones(4 + index % 3), index % 2
+
+
+def ragged():
+    return Ragged()
+
+
+def fixed():
+    return torch.utils.data.TensorDataset(torch.ones(32, 4), torch.zeros(32, dtype=torch.long))
+
+
+def model():
+    return nn.Linear(4, 2)
+
+
+def no_checkpoint():
+    raise FileNotFoundError("checkpoint.pt")
+"""
+
+
+@pytest.mark.parametrize(
+    ("dataset", "model", "said"),
+    [
+        # no --batch-size: bench's first batch is read unbatched, and the tuner's own stacking fails
+        ("ragged", "model", "error: --dataset training_cli_hostile:ragged: its samples do not batch with "
+         "default_collate: RuntimeError: stack expects"),
+        ("fixed", "no_checkpoint", "error: --model training_cli_hostile:no_checkpoint: raised FileNotFoundError: "
+         "checkpoint.pt\n"),
+    ],
+)  # fmt: skip
+def test_a_dataset_or_model_factory_that_fails_is_one_line_naming_its_flag(
+    tmp_path: Path, capsys, dataset: str, model: str, said: str
+) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "training_cli_hostile.py").write_text(HOSTILE)
+    workload = ["--path", str(tmp_path), "--dataset", f"training_cli_hostile:{dataset}"]
+    workload += ["--model", f"training_cli_hostile:{model}", "--effective-batch", "8"]
+    try:
+        code, out, err = run_cli(capsys, *workload, "--device", "cpu", "--quiet", "--out", str(tmp_path / "out"))
+    finally:
+        sys.modules.pop("training_cli_hostile", None)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(said), err
+    assert "collate" not in err or "--collate MODULE:FN" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_device_this_torch_lacks_is_one_line_naming_the_flag(capsys) -> None:
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
