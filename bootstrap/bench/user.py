@@ -31,6 +31,14 @@ REF_FLAGS = (
     ("batch_sampler", "--batch-sampler"),
 )
 _FLAGS = dict(REF_FLAGS)
+_EXAMPLES = {  # what each flag's MODULE:NAME names, as a remedy shows it
+    "--dataset": "my_data:make_dataset",
+    "--collate": "my_data:collate",
+    "--model": "my_model:make_model",
+    "--step": "my_model:train_step",
+    "--sampler": "my_data:make_sampler",
+    "--batch-sampler": "my_data:make_batch_sampler",
+}
 ERROR_CHARS = 200  # of a user's error quoted in a message
 SAMPLE_FIX = "fix that sample, or make __getitem__ (a stream: __iter__) skip what it cannot read"
 MAX_SAMPLES = 2**31 - 1  # torch.randperm's int64 indices: 16 GiB at this length
@@ -103,7 +111,7 @@ def check_ref(text: str, flag: str) -> str:
     """`text` if it reads MODULE:NAME (NAME may be dotted), else an InputError naming `flag`."""
     module, sep, name = text.partition(":")
     if not sep or not module.strip() or not name.strip() or ":" in name:
-        raise InputError(f"{flag} {text}", "is not MODULE:NAME", f"e.g. {flag} my_data:make_dataset")
+        raise InputError(f"{flag} {text}", "is not MODULE:NAME", f"e.g. {flag} {_EXAMPLES.get(flag, 'my_data:make')}")
     return text
 
 

@@ -783,3 +783,16 @@ def test_a_dataset_of_python_c_is_refused_under_spawn(tmp_path):
         "notebook) and import it)"
     ), proc.stderr
     assert "Can't get attribute" not in proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--dataset", "--collate", "--model", "--step", "--sampler", "--batch-sampler"])
+def test_a_reference_without_a_colon_gets_an_example_of_its_own_kind(flag: str) -> None:
+    from bootstrap.bench.user import check_ref
+    from bootstrap.errors import InputError
+
+    with pytest.raises(InputError) as caught:
+        check_ref("nocolon", flag)
+    example = caught.value.fix.removeprefix(f"e.g. {flag} ")
+    assert check_ref(example, flag) == example  # the example is itself a good reference
+    word = flag.removeprefix("--").replace("-", "_")
+    assert word.split("_")[-1] in example, example
