@@ -102,6 +102,7 @@ KEYS: dict[str, frozenset[str]] = {
             "precision_by_step",
             "channels_last",
             "dataloader_kwargs",
+            "collate_fn",
             "grid",
             "max_micro_batch",
             "effective_batch",

@@ -67,7 +67,8 @@ class TrainingAdvice:
     "Tune the training step"). `precision_by_step`: the step ignored autocast, so `precision` is what bootstrap
     adds (none) and the step keeps its own. `gains`: the recommended step's rate over the user's current one
     (`over_current`), and end to end, loader included, over the fixed advice num_workers=4, pin_memory=True,
-    prefetch_factor=2 (`over_fixed_advice`; None when not measured)."""
+    prefetch_factor=2 (`over_fixed_advice`; None when not measured). `collate_fn`: the name of the collate
+    function the batches were made with, which the snippet's DataLoader passes too."""
 
     micro_batch: int
     accumulation_steps: int
@@ -82,6 +83,7 @@ class TrainingAdvice:
     notes: tuple[str, ...] = ()
     gains: dict[str, Optional[float]] = field(default_factory=dict)
     precision_by_step: bool = False
+    collate_fn: Optional[str] = None
 
     @property
     def rate(self) -> Optional[float]:
@@ -99,6 +101,7 @@ class TrainingAdvice:
             "precision_by_step": self.precision_by_step,
             "channels_last": self.channels_last,
             "dataloader_kwargs": dict(self.dataloader_kwargs),
+            "collate_fn": self.collate_fn,
             "grid": [row.to_dict() for row in self.grid],
             "max_micro_batch": self.max_micro_batch,
             "effective_batch": self.effective_batch,
@@ -123,6 +126,7 @@ class TrainingAdvice:
             precision_by_step=bool(data.get("precision_by_step", False)),
             channels_last=bool(data["channels_last"]),
             dataloader_kwargs=dict(data["dataloader_kwargs"]),
+            collate_fn=None if data.get("collate_fn") is None else str(data["collate_fn"]),
             grid=tuple(GridRow.from_dict(row) for row in data["grid"]),
             max_micro_batch=int(data["max_micro_batch"]),
             effective_batch=int(data["effective_batch"]),
@@ -160,6 +164,8 @@ def _loop_lines(advice: TrainingAdvice) -> list[str]:
     dtype = None if advice.precision_by_step else AUTOCAST_DTYPES.get(advice.precision)
     scaler = dtype == "float16"
     kwargs = "".join(f", {k}={v!r}" for k, v in advice.dataloader_kwargs.items())
+    if advice.collate_fn is not None:  # a lambda's "<lambda>" is no name to paste
+        kwargs += f", collate_fn={advice.collate_fn if advice.collate_fn.isidentifier() else 'collate_fn'}"
     lines = [
         "import torch",
         "from torch.utils.data import DataLoader",

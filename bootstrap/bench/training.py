@@ -1036,6 +1036,7 @@ def advise(bench: Workbench, clock: Clock, grid: list[GridRow], found: Found) ->
         notes=tuple(notes),
         gains={"over_current": over_current, "over_fixed_advice": over_fixed},
         precision_by_step=found.by_step,
+        collate_fn=None if options.collate_fn is None else getattr(options.collate_fn, "__name__", "collate_fn"),
     )
 
 

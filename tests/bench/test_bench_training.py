@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -426,6 +427,7 @@ def test_a_collate_fn_batches_what_default_collate_cannot() -> None:
     model = nn.Sequential(nn.Linear(8, 3))
     advice = tune_training(Ragged(), model, effective_batch=16, collate_fn=pad, budget=4.0, device="cpu")
     assert advice.micro_batch * advice.accumulation_steps == 16 and any(r.samples_per_s for r in advice.grid)
+    assert advice.collate_fn == "pad" and ", collate_fn=pad)" in advice.snippet()
 
 
 def test_a_batch_size_past_the_dataset_is_said_so_not_called_out_of_memory() -> None:
@@ -475,11 +477,18 @@ def test_the_snippet_compiles_and_scales_only_fp16(precision: str) -> None:
     assert "loss = loss / steps" in text and "zero_grad(set_to_none=True)" in text
     assert "batch_size=32" in text and "steps = 4" in text
     plain = advice("fp32", pin=False).snippet()
-    assert "non_blocking" not in plain and "channels_last" not in plain
+    assert "non_blocking" not in plain and "channels_last" not in plain and "collate_fn" not in plain
+
+
+@pytest.mark.parametrize(("name", "written"), [("pad", "collate_fn=pad)"), ("<lambda>", "collate_fn=collate_fn)")])
+def test_the_snippet_batches_with_the_collate_function_the_tuning_used(name: str, written: str) -> None:
+    text = replace(advice(), collate_fn=name).snippet()
+    compile(text, "<snippet>", "exec")
+    assert written in next(line for line in text.splitlines() if line.startswith("loader = DataLoader("))
 
 
 def test_the_advice_round_trips_through_json() -> None:
-    original = advice()
+    original = replace(advice(), collate_fn="pad")
     data = json.loads(json.dumps(original.to_json(), allow_nan=False))
     assert data["format"] == "bootstrap.training" and data["version"] == 1
     assert TrainingAdvice.from_json(data) == original
