@@ -149,10 +149,14 @@ def predicted_peak(measured: Sequence[tuple[int, int]], size: int) -> Optional[i
 def grid_sizes(max_micro: int, effective: int, current: Optional[int], ceiling: Optional[int] = None) -> list[int]:
     """The micro-batch sizes to time: the largest that fits and divides the effective batch, the powers of
     two below it that divide it too (GRID_SIZES in all), and the user's own size where it is below
-    `ceiling`, the smallest size the search did not find to fit (by default, the one past `max_micro`)."""
-    divisors = [d for d in range(1, max_micro + 1) if effective % d == 0]
-    top = divisors[-1]
-    powers = [p for p in (2**i for i in range(top.bit_length())) if p < top and effective % p == 0]
+    `ceiling`, the smallest size the search did not find to fit (by default, the one past `max_micro`).
+    One sample a step only where nothing larger fits, as the search does: BatchNorm cannot train on it,
+    and no size is slower; where no larger size divides the effective batch, the largest that fits is
+    timed instead, for `accumulation_plan` to round."""
+    least = 1 if max_micro == 1 else 2
+    divisors = [d for d in range(least, max_micro + 1) if effective % d == 0]
+    top = divisors[-1] if divisors else max_micro
+    powers = [p for p in (2**i for i in range(top.bit_length())) if least <= p < top and effective % p == 0]
     sizes = {top, *powers[-(GRID_SIZES - 1) :]}
     if current is not None and current < (ceiling or max_micro + 1):
         sizes.add(current)

@@ -347,6 +347,13 @@ def test_grid_sizes_divide_the_effective_batch_and_keep_the_users() -> None:
     assert grid_sizes(50, 96, 200) == [8, 16, 32, 48]  # 48 divides 96; 200 does not fit
 
 
+def test_grid_sizes_time_one_sample_only_where_nothing_larger_fits() -> None:
+    assert grid_sizes(100, 7, None) == [7]  # not 1, which BatchNorm cannot train on
+    assert grid_sizes(5, 16, None) == [2, 4]
+    assert grid_sizes(5, 7, None) == [5]  # no larger divisor fits: the largest that does, rounded later
+    assert grid_sizes(1, 7, None) == [1]
+
+
 # --------------------------------------------------------------------------- input checks
 
 
