@@ -211,8 +211,8 @@ def accumulation_plan(effective: int, micro: int, max_micro: int) -> Plan:
         return Plan(nearest, effective // nearest, note)
     steps = max(1, round(effective / micro))
     note = (
-        f"no micro-batch near {micro} divides the effective batch {effective}: {steps} steps of {micro} make "
-        f"{steps * micro} samples an update"
+        f"no micro-batch near {micro} divides the effective batch {effective}: {steps} step{'s' * (steps != 1)} "
+        f"of {micro} make {steps * micro} samples an update"
     )
     return Plan(micro, steps, note)
 
@@ -1104,6 +1104,12 @@ def _precision_check(bench: Workbench, choice: GridRow, by_step: bool) -> Check:
 
 
 def _accumulation_check(bench: Workbench, plan: Plan, max_micro: int) -> Check:
+    wanted = bench.options.effective_batch
+    if plan.effective != wanted:  # no micro-batch that fits divides it (`accumulation_plan`'s note)
+        steps = f"{plan.steps} step{'s' * (plan.steps != 1)}"
+        observed = f"{steps} of {plan.micro} make {plan.effective} samples an update, not {wanted}"
+        remedy = f"an effective batch that a micro-batch up to {max_micro} divides, e.g. {plan.effective}"
+        return Check("training.accumulation", Status.WARN, observed, f"{wanted} samples an update", remedy)
     if plan.steps == 1:
         observed = f"no accumulation: one micro-batch of {plan.micro} is the effective batch"
         return Check("training.accumulation", Status.OK, observed, "accumulation equivalent to one large batch")
