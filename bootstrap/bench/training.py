@@ -485,9 +485,9 @@ class Workbench:
         share of the host's available memory."""
         if self.options.memory_limit is not None or self.device.is_cuda:
             return self.options.memory_limit
-        from bootstrap.compat.host import probe_memory
+        from bootstrap.compat.host import probe_usable_memory
 
-        memory, _ = probe_memory()
+        memory, _ = probe_usable_memory()
         return None if memory is None else int(memory[1] * (1 << 20) * HOST_MEMORY_SHARE)
 
     def prober(self, limit: Optional[int]) -> Callable[[int], Probe]:

@@ -302,6 +302,7 @@ class HostFacts:
 
     cpus_usable: Optional[int] = None
     cpus_total: Optional[int] = None
+    cpus_quota: Optional[float] = None  # CPUs' worth of a cgroup CPU quota; None: none, or not recorded
     memory_total_mib: Optional[int] = None
     memory_available_mib: Optional[int] = None
     shm_total_mib: Optional[int] = None
@@ -317,14 +318,16 @@ class HostFacts:
     cuda_device_order: Optional[str] = None  # how CUDA numbers them (None: unset, fastest first); written when set
     libc: str = ""  # Linux: "glibc 2.36", or "not glibc" (musl); "" off Linux or not recorded
     macos: str = ""  # macOS: its release, "14.5"; "" elsewhere or not recorded
+    memory_limit_mib: Optional[int] = None  # a cgroup memory limit, which the memory figures obey
     missing: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["container_hints"] = list(self.container_hints)
         out["missing"] = list(self.missing)
-        if out["cuda_device_order"] is None:  # files from before the field read and write back the same
-            del out["cuda_device_order"]
+        for name in ("cuda_device_order", "cpus_quota", "memory_limit_mib"):
+            if out[name] is None:  # files from before the field read and write back the same
+                del out[name]
         return out
 
     NEGATIVE_OK = ("nofile_soft", "nofile_hard")  # -1 = unlimited
@@ -337,6 +340,8 @@ class HostFacts:
 
     def checked(self, path: str, platform: str = "") -> HostFacts:
         """Itself, if its values are possible on `platform` (a FieldError if not)."""
+        if self.cpus_quota is not None and not 0 < self.cpus_quota <= 1 << 20:
+            raise FieldError(f"{path}.cpus_quota: {self.cpus_quota} is not a number of CPUs > 0")
         if not re.fullmatch(r"(glibc [0-9]{1,3}\.[0-9]{1,3}|not glibc)?", self.libc):
             raise FieldError(f"{path}.libc: {excerpt(self.libc)} is not 'glibc X.Y' or 'not glibc'")
         if not re.fullmatch(r"([0-9]{1,3}(\.[0-9]{1,3}){0,2})?", self.macos):

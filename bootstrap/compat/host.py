@@ -5,6 +5,7 @@ the bench's default loader (`LoaderNeeds`). Docs: docs/checks.md, "What is check
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import platform
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, TypeVar
 
+from bootstrap.compat import cgroup
 from bootstrap.compat.facts import DriverFacts, HostFacts
 from bootstrap.compat.visible import Visible, visible_gpus, visible_note
 from bootstrap.fsutil import MIB
@@ -22,13 +24,26 @@ _CONTAINER_CGROUP_WORDS = ("docker", "kubepods", "containerd", "libpod", "lxc")
 T = TypeVar("T")
 
 
-def probe_usable_cpus() -> tuple[Optional[int], str]:
-    """CPUs this process may run on (`nproc`): the affinity mask, which cgroups and taskset narrow."""
+def probe_usable_cpus(root: str = "/") -> tuple[Optional[int], str]:
+    """CPUs this process may run on (`nproc`): the affinity mask, which cpusets, Slurm and taskset narrow,
+    or fewer where a cgroup CPU quota allows less time (Kubernetes' CPU limit, `docker run --cpus`;
+    a quota of 2.5 CPUs counts as 3)."""
     getaffinity = getattr(os, "sched_getaffinity", None)
     if getaffinity is None:
         count = os.cpu_count()
         return count, "no CPU affinity on this OS: os.cpu_count()"
-    return len(getaffinity(0)), ""
+    quota = cgroup.cpu_quota(root)
+    return len(getaffinity(0)) if quota is None else min(len(getaffinity(0)), math.ceil(quota)), ""
+
+
+def probe_usable_memory(root: str = "/") -> tuple[Optional[tuple[int, int]], str]:
+    """(total, available) MiB as `probe_memory` reads them, each no more than a cgroup memory limit
+    allows (Kubernetes' memory limit, `docker run --memory`), which /proc/meminfo does not show."""
+    memory, reason = probe_memory(str(Path(root) / "proc/meminfo"))
+    limit = cgroup.memory_limit(root)
+    if memory is None or limit is None:
+        return memory, reason
+    return (min(memory[0], limit[0] // MIB), min(memory[1], limit[1] // MIB)), ""
 
 
 def probe_memory(meminfo: str = "/proc/meminfo") -> tuple[Optional[tuple[int, int]], str]:
@@ -162,6 +177,10 @@ def probe_gpu_signs(root: str = "/") -> tuple[str, ...]:
     return tuple(signs)
 
 
+def _limit_mib(limit: Optional[tuple[int, int]]) -> Optional[int]:
+    return None if limit is None else limit[0] // MIB
+
+
 def _listed(folder: Path) -> list[Path]:
     try:
         return sorted(folder.iterdir())
@@ -179,8 +198,8 @@ def collect_host_facts(*, root: str = "/", disk_path: str = ".", environ: Mappin
             missing.append(f"{field}: {reason}")
         return value
 
-    cpus = keep("cpus_usable", probe_usable_cpus())
-    memory = keep("memory", probe_memory(str(Path(root) / "proc/meminfo")))
+    cpus = keep("cpus_usable", probe_usable_cpus(root))
+    memory = keep("memory", probe_usable_memory(root))
     shm = keep("shm", probe_statvfs(str(Path(root) / "dev/shm")))
     disk = keep("disk", probe_statvfs(disk_path))
     nofile = keep("nofile", probe_nofile())
@@ -189,6 +208,8 @@ def collect_host_facts(*, root: str = "/", disk_path: str = ".", environ: Mappin
     return HostFacts(
         cpus_usable=cpus,
         cpus_total=os.cpu_count(),
+        cpus_quota=cgroup.cpu_quota(root),
+        memory_limit_mib=_limit_mib(cgroup.memory_limit(root)),
         memory_total_mib=memory[0] if memory else None,
         memory_available_mib=memory[1] if memory else None,
         shm_total_mib=shm[0] if shm else None,
@@ -265,7 +286,8 @@ def cpus_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check:
     cid = "host.cpus"
     if host.cpus_usable is None:
         return Check(cid, Status.SKIP, "unknown", "usable CPUs", detail=_missing(host, "cpus_usable"))
-    observed = f"{host.cpus_usable} of {host.cpus_total or '?'} CPUs usable (affinity)"
+    how = f"a CPU quota of {host.cpus_quota:g}" if host.cpus_quota is not None else "affinity"
+    observed = f"{host.cpus_usable} of {host.cpus_total or '?'} CPUs usable ({how})"
     gpus = visible.devices
     if not gpus:
         return Check(cid, Status.OK, observed, f"any (no GPU to feed{visible_note(visible)})")
@@ -277,8 +299,8 @@ def cpus_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check:
             Status.WARN,
             observed,
             expected,
-            f"give the job more CPUs: `docker run --cpus={minimum}`, `srun --cpus-per-task={minimum}`, "
-            f"or widen the affinity (`taskset -cp 0-{minimum - 1} PID`)",
+            f"give the job more CPUs: `docker run --cpus={minimum}`, a pod's `resources.limits.cpu: {minimum}`, "
+            f"`srun --cpus-per-task={minimum}`, or widen the affinity (`taskset -cp 0-{minimum - 1} PID`)",
             "DS-Analyzer: 3-24 cores per GPU hide the data-prep stall; fewer starve the GPU",
         )
     return Check(cid, Status.OK, observed, expected)
@@ -288,13 +310,15 @@ def memory_check(host: HostFacts, visible: Visible, needs: LoaderNeeds) -> Check
     cid = "host.memory"
     if host.memory_total_mib is None:
         return Check(cid, Status.SKIP, "unknown", "RAM", detail=_missing(host, "memory"))
-    observed = f"{host.memory_available_mib} MiB available of {host.memory_total_mib} MiB"
+    limited = " (cgroup memory limit)" if host.memory_limit_mib is not None else ""
+    observed = f"{host.memory_available_mib} MiB available of {host.memory_total_mib} MiB{limited}"
     gpu_mib = sum(g.memory_total_mib or 0 for g in visible.gpus)
     expected = f">= {needs.memory_available_warn_mib} MiB available" + (
         f", total >= GPU memory ({gpu_mib} MiB)" if gpu_mib else ""
     )
     remedy = (
-        "free memory or give the job more (`docker run --memory=...`, `srun --mem=...`); "
+        "free memory or give the job more (`docker run --memory=...`, a pod's `resources.limits.memory`, "
+        "`srun --mem=...`); "
         "fewer DataLoader workers (`num_workers`) use less, as each copies the parent's pages"
     )
     if (host.memory_available_mib or 0) < needs.memory_available_warn_mib:
