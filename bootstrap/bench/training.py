@@ -759,19 +759,22 @@ def batchnorm_check(plan: Plan) -> Check:
     return Check("training.accumulation", Status.WARN, observed, "accumulation equivalent to one large batch", remedy)
 
 
-def not_slower_check(grid: Sequence[GridRow], choice: GridRow, baseline: tuple[int, str, bool]) -> Check:
+def not_slower_check(
+    grid: Sequence[GridRow], choice: GridRow, baseline: tuple[int, str, bool], given: bool = True
+) -> Check:
     """`training.not_slower`: the recommendation against the user's own settings (their micro-batch, fp32,
-    contiguous), as measured."""
+    contiguous), as measured; without a batch size `given`, against fp32 at the largest micro-batch timed."""
     base = next((r for r in grid if r.key == baseline), None)
-    expected = f"no slower than yours ({baseline[0]} fp32)"
+    whose, theirs = ("yours", "your batch size") if given else ("plain fp32", "plain fp32 at")
+    expected = f"no slower than {whose} ({baseline[0]} fp32)"
     if base is None or not base.fits or not base.samples_per_s or not choice.samples_per_s:
         why = "does not fit in memory" if base is not None and not base.fits else "was not timed"
-        return Check("training.not_slower", Status.SKIP, f"your batch size {baseline[0]} {why}", expected)
+        return Check("training.not_slower", Status.SKIP, f"{theirs} {baseline[0]} {why}", expected)
     gain = choice.samples_per_s / base.samples_per_s
     if choice.key == base.key:
-        observed = f"yours kept: nothing measured beat {base.samples_per_s:.0f} samples/s"
+        observed = f"{whose} kept: nothing measured beat {base.samples_per_s:.0f} samples/s"
     else:
-        observed = f"{choice.label}: {choice.samples_per_s:.0f} samples/s, {gain:.2f}x yours"
+        observed = f"{choice.label}: {choice.samples_per_s:.0f} samples/s, {gain:.2f}x {whose}"
     status = Status.OK if gain >= 1.0 else Status.FAIL
     return Check("training.not_slower", status, observed, expected)
 
@@ -1019,7 +1022,7 @@ def advise(bench: Workbench, clock: Clock, grid: list[GridRow], found: Found) ->
     checks = (
         precision,
         _accumulation_check(bench, plan, found.max_micro),
-        not_slower_check(grid, choice, found.baseline),
+        not_slower_check(grid, choice, found.baseline, given=options.batch_size is not None),
     )
     kwargs, over_fixed = _dataloader(bench, clock, choice, plan, notes)
     base = next((r for r in grid if r.key == found.baseline and r.samples_per_s), None)

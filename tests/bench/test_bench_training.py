@@ -243,6 +243,8 @@ def test_nothing_faster_than_the_users_own_keeps_theirs() -> None:
     assert choice is grid[0]  # 32 is 2% faster: within the noise the gain must clear
     check = not_slower_check(grid, choice, (16, "fp32", False))
     assert check.status is Status.OK and "yours kept" in check.observed
+    unasked = not_slower_check(grid, grid[2], (16, "fp32", False), given=False)  # no batch_size: none is "yours"
+    assert "yours" not in unasked.observed + unasked.expected and "1.02x plain fp32" in unasked.observed
     assert recommend(grid, (16, "fp32", False), min_gain=0.0) is grid[2]
 
 
