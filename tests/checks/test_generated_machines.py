@@ -11,6 +11,7 @@ says what to do about it.
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,12 @@ def machine(seed: int) -> dict[str, Any]:
         "cuda_visible_devices": visible_devices(rng, nvidia["gpus"]),
         "missing": [],
     }
+    if kind == "container" and rng.random() < 0.6:  # a pod's or `docker run`'s limits, which cap the figures
+        quota = rng.choice([0.5, 1.0, 2.5, 8.0])
+        limit = rng.choice([2048, 16384])
+        host.update(cpus_quota=quota, cpus_usable=min(host["cpus_usable"], math.ceil(quota)), memory_limit_mib=limit)
+        host.update(memory_total_mib=min(host["memory_total_mib"], limit))
+        host.update(memory_available_mib=min(host["memory_available_mib"], limit))
     facts: dict[str, Any] = {
         "format": "bootstrap.facts",
         "version": 1,
@@ -209,3 +216,14 @@ def test_the_machines_span_the_verdicts(tmp_path: Path, capsys) -> None:
         failed |= {c["id"].split(".gpu")[0] for c in report["checks"] if c["status"] == "fail"}
     assert codes == {0, 1}
     assert {"cuda.driver", "cuda.arch", "torch.cuda_build", "host.shm"} <= failed, failed
+
+
+def test_a_machine_in_a_limited_container_says_which_limit_it_read(tmp_path: Path, capsys) -> None:
+    limited = [seed for seed in range(MACHINES) if "cpus_quota" in machine(seed)["host"]]
+    assert len(limited) >= 5, limited
+    for seed in limited[:5]:
+        quota = machine(seed)["host"]["cpus_quota"]
+        _, report = replay(tmp_path, capsys, seed, ["verify", "--lock", str(LOCK)])
+        checks = {c["id"]: c for c in report["checks"]}
+        assert f"(a CPU quota of {quota:g})" in checks["host.cpus"]["observed"], checks["host.cpus"]
+        assert checks["host.memory"]["observed"].endswith("(cgroup memory limit)"), checks["host.memory"]
