@@ -327,19 +327,23 @@ class Workbench:
 
     def host_batch(self, size: int) -> Any:
         """`size` samples (the dataset's first, repeated past its end) collated as the DataLoader would."""
-        from bootstrap.bench.user import call_user, describe_error
+        from bootstrap.bench.user import call_user
 
         if size not in self.host_batches:
             samples = [call_user(self.dataset.__getitem__, _at("dataset"), i % self.length) for i in range(size)]
-            if self.options.collate_fn is not None:
-                self.host_batches[size] = call_user(self.collate, _at("collate_fn"), samples)
-                return self.host_batches[size]
-            try:
-                self.host_batches[size] = self.collate(samples)
-            except Exception as exc:  # noqa: BLE001 (default_collate on the user's samples)
-                problem = f"its samples do not batch with default_collate: {describe_error(exc)}"
-                raise InputError(_at("dataset"), problem, "pass collate_fn=..., as your DataLoader does") from None
+            self.host_batches[size] = self._collated(samples)
         return self.host_batches[size]
+
+    def _collated(self, samples: list[Any]) -> Any:
+        from bootstrap.bench.user import call_user, describe_error
+
+        if self.options.collate_fn is not None:
+            return call_user(self.collate, _at("collate_fn"), samples)
+        try:
+            return self.collate(samples)
+        except Exception as exc:  # noqa: BLE001 (default_collate on the user's samples)
+            problem = f"its samples do not batch with default_collate: {describe_error(exc)}"
+            raise InputError(_at("dataset"), problem, "pass collate_fn=..., as your DataLoader does") from None
 
     def shape(self, batch: Any, channels_last: bool) -> Any:
         """A batch on the device as the step takes it: the built-in step's uint8 images scaled to float,
