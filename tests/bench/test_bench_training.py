@@ -123,7 +123,7 @@ def test_a_search_cut_short_still_times_the_users_own_size() -> None:
         inputs, labels = batch
         return nn.functional.cross_entropy(model(inputs), labels)
 
-    options = TrainingOptions(effective_batch=32, batch_size=16, budget_s=3.0, tune_loader=False)
+    options = TrainingOptions(effective_batch=32, batch_size=16, budget_s=2.0, tune_loader=False)
     advice = run_training(dataset(), linear(), cold_start, options, progress=lambda event: phase.append(event.phase))
     assert any("ran out of its budget share at 2" in n for n in advice.notes), advice.notes
     assert not any("above the largest micro-batch" in n for n in advice.notes), advice.notes
@@ -434,13 +434,13 @@ def test_bad_input_is_one_line_naming_its_keyword(keywords: dict, keyword: str, 
 
 def test_a_collate_fn_batches_what_default_collate_cannot() -> None:
     model = nn.Sequential(nn.Linear(8, 3))
-    advice = tune_training(Ragged(), model, effective_batch=16, collate_fn=pad, budget=4.0, device="cpu")
+    advice = tune_training(Ragged(), model, effective_batch=16, collate_fn=pad, budget=1.5, device="cpu")
     assert advice.micro_batch * advice.accumulation_steps == 16 and any(r.samples_per_s for r in advice.grid)
     assert advice.collate_fn == "pad" and ", collate_fn=pad)" in advice.snippet()
 
 
 def test_a_batch_size_past_the_dataset_is_said_so_not_called_out_of_memory() -> None:
-    options = TrainingOptions(effective_batch=64, batch_size=32, budget_s=4.0, tune_loader=False)
+    options = TrainingOptions(effective_batch=64, batch_size=32, budget_s=1.5, tune_loader=False)
     advice = run_training(dataset(n=20), linear(), None, options)
     assert "your batch_size 32 is above the dataset's 20 samples: not timed" in advice.notes, advice.notes
     assert not any("fits" in n for n in advice.notes if "batch_size 32" in n)
