@@ -373,6 +373,19 @@ def locks_unsupported(exc: OSError) -> bool:
     return exc.errno in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP)
 
 
+def flock_held(fd: int) -> bool:
+    """An exclusive flock on `fd`, waited for; False, and none taken, on a file system without locks."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as exc:
+        if not locks_unsupported(exc):
+            raise
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def flocked(
     path: Path, notify: Callable[[str], None], waiting: str, shared: bool = False, timeout: float = 3600.0

@@ -287,9 +287,11 @@ class Watch(Generic[T]):
         try:
             self._log(line)
         except Exception as exc:  # noqa: BLE001 (the user's log function, or a closed stream)
+            from bootstrap.bench.user import describe_error
+
             failed, self._log = self._log, (_nowhere if self._log is _stderr else _stderr)
             if failed is not _stderr:
-                problem = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                problem = describe_error(exc)
                 self._say(f"watch: the log function raised {problem}: the report goes to stderr from here")
                 self._say(line)
 

@@ -28,19 +28,25 @@ def probe_usable_cpus(root: str = "/") -> tuple[Optional[int], str]:
     """CPUs this process may run on (`nproc`): the affinity mask, which cpusets, Slurm and taskset narrow,
     or fewer where a cgroup CPU quota allows less time (Kubernetes' CPU limit, `docker run --cpus`;
     a quota of 2.5 CPUs counts as 3)."""
+    return _cpus_under(cgroup.cpu_quota(root))
+
+
+def _cpus_under(quota: Optional[float]) -> tuple[Optional[int], str]:
     getaffinity = getattr(os, "sched_getaffinity", None)
     if getaffinity is None:
         count = os.cpu_count()
         return count, "no CPU affinity on this OS: os.cpu_count()"
-    quota = cgroup.cpu_quota(root)
     return len(getaffinity(0)) if quota is None else min(len(getaffinity(0)), math.ceil(quota)), ""
 
 
 def probe_usable_memory(root: str = "/") -> tuple[Optional[tuple[int, int]], str]:
     """(total, available) MiB as `probe_memory` reads them, each no more than a cgroup memory limit
     allows (Kubernetes' memory limit, `docker run --memory`), which /proc/meminfo does not show."""
+    return _memory_under(root, cgroup.memory_limit(root))
+
+
+def _memory_under(root: str, limit: Optional[tuple[int, int]]) -> tuple[Optional[tuple[int, int]], str]:
     memory, reason = probe_memory(str(Path(root) / "proc/meminfo"))
-    limit = cgroup.memory_limit(root)
     if memory is None or limit is None:
         return memory, reason
     return (min(memory[0], limit[0] // MIB), min(memory[1], limit[1] // MIB)), ""
@@ -177,10 +183,6 @@ def probe_gpu_signs(root: str = "/") -> tuple[str, ...]:
     return tuple(signs)
 
 
-def _limit_mib(limit: Optional[tuple[int, int]]) -> Optional[int]:
-    return None if limit is None else limit[0] // MIB
-
-
 def _listed(folder: Path) -> list[Path]:
     try:
         return sorted(folder.iterdir())
@@ -198,8 +200,9 @@ def collect_host_facts(*, root: str = "/", disk_path: str = ".", environ: Mappin
             missing.append(f"{field}: {reason}")
         return value
 
-    cpus = keep("cpus_usable", probe_usable_cpus(root))
-    memory = keep("memory", probe_usable_memory(root))
+    quota, limit = cgroup.cpu_quota(root), cgroup.memory_limit(root)  # each read once
+    cpus = keep("cpus_usable", _cpus_under(quota))
+    memory = keep("memory", _memory_under(root, limit))
     shm = keep("shm", probe_statvfs(str(Path(root) / "dev/shm")))
     disk = keep("disk", probe_statvfs(disk_path))
     nofile = keep("nofile", probe_nofile())
@@ -208,8 +211,8 @@ def collect_host_facts(*, root: str = "/", disk_path: str = ".", environ: Mappin
     return HostFacts(
         cpus_usable=cpus,
         cpus_total=os.cpu_count(),
-        cpus_quota=cgroup.cpu_quota(root),
-        memory_limit_mib=_limit_mib(cgroup.memory_limit(root)),
+        cpus_quota=quota,
+        memory_limit_mib=None if limit is None else limit[0] // MIB,
         memory_total_mib=memory[0] if memory else None,
         memory_available_mib=memory[1] if memory else None,
         shm_total_mib=shm[0] if shm else None,

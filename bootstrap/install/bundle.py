@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 from bootstrap import __version__
 from bootstrap.errors import InputError, IntegrityError
-from bootstrap.fsutil import disk_full, locks_unsupported, out_of_space
+from bootstrap.fsutil import disk_full, flock_held, out_of_space
 from bootstrap.install.cache import cache_lock
 from bootstrap.install.download import Source, Watch
 from bootstrap.install.fetch import archive_path, check_mirrors, fetch_archives
@@ -193,11 +193,7 @@ def _write(
     part = Path(name)
     try:
         with os.fdopen(fd, "wb") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX)
-            except OSError as exc:  # no locks on this file system: a killed run's leftover then stays
-                if not locks_unsupported(exc):
-                    raise
+            flock_held(handle.fileno())  # without locks on this file system, a killed run's leftover stays
             # dereference: a symlinked lock (or store entry) goes in as its bytes, not as a link to this host's path
             with tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT, dereference=True) as tar:
                 _add_bytes(tar, INDEX, (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())

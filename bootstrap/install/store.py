@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Sequence
 
-from bootstrap.fsutil import atomic_write_text, locks_unsupported, remove_tree, sha256_file
+from bootstrap.fsutil import atomic_write_text, flock_held, remove_tree, sha256_file
 from bootstrap.lock.lockfile import LockedPackage
 
 # A seal's first line, then the JSON of `write_seal`; the seal file's mtime is the time it seals the
@@ -213,7 +213,6 @@ def fingerprint(directory: Path) -> dict[str, object]:
 def extracting(cache_dir: Path) -> Iterator[None]:
     """Say, while held, that this run may extract packages into the cache and link from them before
     it seals them: an flock on a file of its own, `<cache>/.extracting-*`, that `others_extracting` sees."""
-    import fcntl
     import tempfile
 
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -221,11 +220,7 @@ def extracting(cache_dir: Path) -> Iterator[None]:
         fd, path = tempfile.mkstemp(prefix=_EXTRACTING, dir=cache_dir)
         os.fchmod(fd, 0o644)  # not mkstemp's 0600: another user's run on a shared cache opens it to test the flock
         _HELD.add(os.path.basename(path))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as exc:  # no locks on this file system: others take the file for a live run's
-            if not locks_unsupported(exc):
-                raise
+        flock_held(fd)  # without locks on this file system, others take the file for a live run's
         with contextlib.suppress(FileNotFoundError):
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 break
